@@ -1,0 +1,365 @@
+package storage
+
+import (
+	"context"
+	"time"
+)
+
+// Engine is the storage seam. Every method is safe for concurrent use. Methods are listed in
+// alphabetical order.
+//
+// Time: every time-dependent decision (lease deadlines, backoff, retention, FROM_TIMESTAMP,
+// PublishedAt) uses the engine's Clock, never a caller's.
+type Engine interface {
+	// BindingCreate registers a durable group on a topic pattern. It does not subscribe existing
+	// topics (the broker does that with SubscriptionCreate, with the binding's start position); it
+	// makes TopicCreate subscribe the group to every matching topic created afterwards, atomically
+	// with the topic's creation and starting at its beginning.
+	BindingCreate(ctx context.Context, params *BindingCreateParams) (*Binding, error)
+	// BindingDelete removes a binding. Subscriptions it created stay.
+	BindingDelete(ctx context.Context, params *BindingDeleteParams) error
+	// BindingList lists all bindings, ordered by group then pattern.
+	BindingList(ctx context.Context) ([]*Binding, error)
+
+	// Close flushes and closes the engine. Later calls of any method return ErrClosed. Close is safe
+	// to call twice.
+	Close() error
+
+	// DeliveriesAck completes messages for a subscription. Acks are idempotent: acking a message
+	// that is already done is not an error. Any member of the subscription may ack a message
+	// (a member whose lease expired and who finished the work anyway completes it). An acked
+	// message is never delivered again to this subscription, also after a restart: the ack is
+	// durable when the call returns.
+	DeliveriesAck(ctx context.Context, params *DeliveriesAckParams) (*DeliveriesAckResult, error)
+	// DeliveriesClaim leases up to Max messages of an ACTIVE subscription to a member. Messages due
+	// for redelivery come first (oldest due first), then messages never delivered in offset order
+	// per partition. Expired leases are processed on the way: the message becomes available after
+	// the backoff of its attempt number (1 s, 4 s, 16 s, ... capped at 5 min), or goes to the DLQ if
+	// it reached max_deliveries.
+	DeliveriesClaim(ctx context.Context, params *DeliveriesClaimParams) (*DeliveriesClaimResult, error)
+	// DeliveriesExtend pushes the lease deadlines of messages the member holds.
+	DeliveriesExtend(ctx context.Context, params *DeliveriesExtendParams) (*DeliveriesExtendResult, error)
+	// DeliveriesNack gives messages the member holds back: available again after Delay (0: at
+	// once), or straight to the DLQ with ToDLQ. A nack on the max_deliveries-th delivery
+	// dead-letters the message.
+	DeliveriesNack(ctx context.Context, params *DeliveriesNackParams) (*DeliveriesNackResult, error)
+	// DeliveriesRelease gives back every lease a member holds on a subscription (the member left or
+	// its connection died): the messages are available again at once, without backoff, keeping
+	// their attempt counts; one that reached max_deliveries goes to the DLQ.
+	DeliveriesRelease(ctx context.Context, params *DeliveriesReleaseParams) (*DeliveriesReleaseResult, error)
+
+	// DLQList lists a subscription's dead-lettered messages in ID order.
+	DLQList(ctx context.Context, params *DLQListParams) ([]*DLQEntry, error)
+	// DLQPurge removes DLQ entries (all of them when IDs is empty) and returns how many.
+	DLQPurge(ctx context.Context, params *DLQPurgeParams) (int, error)
+	// DLQReplay moves DLQ entries (all of them when IDs is empty) back to their subscription only,
+	// as messages due for redelivery at once with a fresh attempt count. It returns how many.
+	DLQReplay(ctx context.Context, params *DLQReplayParams) (int, error)
+
+	// MessagesAppend appends a batch of messages to a topic. When it returns without error the
+	// messages are durable (per the engine's durability setting) and visible, and the result gives
+	// their positions in the order of the batch. A batch is all or nothing. It fails with
+	// ErrTopicNotFound for an unknown topic: auto-creation is the broker's job.
+	MessagesAppend(ctx context.Context, params *MessagesAppendParams) (*MessagesAppendResult, error)
+	// MessagesRead reads retained messages of one partition from an offset, without leasing them
+	// (browsing, admin, audit).
+	MessagesRead(ctx context.Context, params *MessagesReadParams) ([]*Message, error)
+
+	// NotifyRegister registers fn to be called after messages were appended to a topic or a topic
+	// was created, by this engine or (PostgreSQL) by another broker instance. fn must not block.
+	// Notifications may be coalesced and may be spurious; they are a wake-up, not a delivery.
+	NotifyRegister(fn func(Notification)) (unregister func())
+
+	// RetentionApply deletes what retention allows at the engine's current time: completed
+	// messages older than message_retention, messages no subscription needs past
+	// zero_subscription_retention, everything older than max_retention (counted), and DLQ entries
+	// older than max_retention. Safe to run concurrently and on several broker instances.
+	RetentionApply(ctx context.Context) (*RetentionResult, error)
+
+	// SubscriptionCreate creates a subscription on a topic at a start position. For a QUEUE topic
+	// the subscription exists from the topic's creation and this fails with ErrSubscriptionExists.
+	SubscriptionCreate(ctx context.Context, params *SubscriptionCreateParams) (*Subscription, error)
+	// SubscriptionDelete removes a subscription and all its state at once (an ephemeral member
+	// left, or the cleanup of a CANCELLED subscription).
+	SubscriptionDelete(ctx context.Context, id int64) error
+	// SubscriptionGet returns a subscription by ID.
+	SubscriptionGet(ctx context.Context, id int64) (*Subscription, error)
+	// SubscriptionGetByGroup returns the newest subscription of (topic, group) that is not
+	// DELETED.
+	SubscriptionGetByGroup(ctx context.Context, topic, group string) (*Subscription, error)
+	// SubscriptionList lists subscriptions, optionally of one topic, ordered by ID.
+	SubscriptionList(ctx context.Context, params *SubscriptionListParams) ([]*Subscription, error)
+	// SubscriptionStats returns a subscription's depth, lag, in-flight and DLQ figures.
+	SubscriptionStats(ctx context.Context, id int64) (*SubscriptionStats, error)
+	// SubscriptionUpdate changes a subscription's state (pause, resume, dead, cancel) following
+	// CanTransition.
+	SubscriptionUpdate(ctx context.Context, params *SubscriptionUpdateParams) (*Subscription, error)
+
+	// TopicCreate creates a topic. A QUEUE topic gets its one subscription (group QueueGroup,
+	// FROM_BEGINNING); a PUB_SUB topic gets one subscription per matching durable binding.
+	TopicCreate(ctx context.Context, params *TopicCreateParams) (*Topic, error)
+	// TopicDelete deletes a topic with its messages and subscriptions.
+	TopicDelete(ctx context.Context, params *TopicDeleteParams) error
+	// TopicGet returns a topic.
+	TopicGet(ctx context.Context, name string) (*Topic, error)
+	// TopicList lists all topics ordered by name.
+	TopicList(ctx context.Context) ([]*Topic, error)
+	// TopicStats describes a topic's partitions.
+	TopicStats(ctx context.Context, name string) (*TopicStats, error)
+	// TopicUpdate changes a topic's configuration. Partitions may only grow. Changing semantics
+	// from QUEUE to PUB_SUB turns the queue subscription into the group QueueToGroup, so nothing
+	// pending is lost; PUB_SUB to QUEUE is refused while more than one subscription is live.
+	TopicUpdate(ctx context.Context, params *TopicUpdateParams) (*Topic, error)
+}
+
+// BindingCreateParams are the parameters of Engine.BindingCreate.
+type BindingCreateParams struct {
+	Group   string
+	Pattern string
+	Start   StartPosition
+}
+
+// BindingDeleteParams are the parameters of Engine.BindingDelete.
+type BindingDeleteParams struct {
+	Group   string
+	Pattern string
+}
+
+// DeliveriesAckParams are the parameters of Engine.DeliveriesAck.
+type DeliveriesAckParams struct {
+	SubscriptionID int64
+	Member         string
+	Refs           []DeliveryRef
+}
+
+// DeliveriesAckResult is the result of Engine.DeliveriesAck.
+type DeliveriesAckResult struct {
+	// Acked counts messages this call completed.
+	Acked int
+	// AlreadyDone counts messages that were already complete (acked, dead-lettered, or below the
+	// ack floor).
+	AlreadyDone int
+	// Unknown lists refs above the high-water mark or in partitions that do not exist.
+	Unknown []DeliveryRef
+}
+
+// DeliveriesClaimParams are the parameters of Engine.DeliveriesClaim.
+type DeliveriesClaimParams struct {
+	SubscriptionID int64
+	Member         string
+	// Max is the most messages to lease, at least 1.
+	Max int
+	// AvoidMember skips messages whose last delivery went to Member and that are due for
+	// redelivery (the broker sets it when another member of the group could take them).
+	AvoidMember bool
+	// Partitions limits the claim to those partitions (ordered groups); nil means all.
+	Partitions []int32
+	// LeaseDuration overrides the topic's ack_wait when positive.
+	LeaseDuration time.Duration
+}
+
+// DeliveriesClaimResult is the result of Engine.DeliveriesClaim.
+type DeliveriesClaimResult struct {
+	Deliveries []*Delivery
+	// NextDue is the earliest time something not claimable now becomes claimable without a new
+	// publish (a backoff elapses, a lease expires, a delayed message matures). Zero if nothing is
+	// waiting.
+	NextDue time.Time
+}
+
+// DeliveriesExtendParams are the parameters of Engine.DeliveriesExtend.
+type DeliveriesExtendParams struct {
+	SubscriptionID int64
+	Member         string
+	Refs           []DeliveryRef
+	// Duration is the new lease from now; 0 means the topic's ack_wait.
+	Duration time.Duration
+}
+
+// DeliveriesExtendResult is the result of Engine.DeliveriesExtend.
+type DeliveriesExtendResult struct {
+	// Deadline is the new lease deadline of every extended message.
+	Deadline time.Time
+	// Extended counts the messages whose lease was extended.
+	Extended int
+	// NotHeld lists refs the member does not hold.
+	NotHeld []DeliveryRef
+}
+
+// DeliveriesNackParams are the parameters of Engine.DeliveriesNack.
+type DeliveriesNackParams struct {
+	SubscriptionID int64
+	Member         string
+	Refs           []DeliveryRef
+	// Delay before the messages are available again. 0 means at once.
+	Delay time.Duration
+	// ToDLQ dead-letters the messages at once.
+	ToDLQ bool
+	// Reason is recorded as the DLQ entry's last error.
+	Reason string
+}
+
+// DeliveriesNackResult is the result of Engine.DeliveriesNack.
+type DeliveriesNackResult struct {
+	// Nacked counts messages given back for redelivery.
+	Nacked int
+	// DeadLettered counts messages that went to the DLQ.
+	DeadLettered int
+	// NotHeld lists refs the member does not hold.
+	NotHeld []DeliveryRef
+}
+
+// DeliveriesReleaseParams are the parameters of Engine.DeliveriesRelease.
+type DeliveriesReleaseParams struct {
+	SubscriptionID int64
+	Member         string
+}
+
+// DeliveriesReleaseResult is the result of Engine.DeliveriesRelease.
+type DeliveriesReleaseResult struct {
+	Released     int
+	DeadLettered int
+}
+
+// DLQListParams are the parameters of Engine.DLQList.
+type DLQListParams struct {
+	SubscriptionID int64
+	// AfterID lists entries with a larger ID (paging).
+	AfterID int64
+	// Limit is the most entries to return; 0 means 100.
+	Limit int
+}
+
+// DLQPurgeParams are the parameters of Engine.DLQPurge.
+type DLQPurgeParams struct {
+	SubscriptionID int64
+	IDs            []int64
+}
+
+// DLQReplayParams are the parameters of Engine.DLQReplay.
+type DLQReplayParams struct {
+	SubscriptionID int64
+	IDs            []int64
+}
+
+// AppendMessage is one message to append.
+type AppendMessage struct {
+	// Partition is the target partition; -1 (PartitionAuto) picks hash(Key) mod partitions when a
+	// key is given and spreads keyless messages otherwise.
+	Partition  int32
+	Key        []byte
+	Headers    map[string]string
+	Payload    []byte
+	ProducerID string
+	NotBefore  time.Time
+	ExpiresAt  time.Time
+}
+
+// PartitionAuto lets the engine choose the partition of an AppendMessage.
+const PartitionAuto int32 = -1
+
+// MessagesAppendParams are the parameters of Engine.MessagesAppend.
+type MessagesAppendParams struct {
+	Topic    string
+	Messages []AppendMessage
+}
+
+// MessagePosition is where an appended message was stored.
+type MessagePosition struct {
+	Partition   int32
+	Offset      int64
+	PublishedAt time.Time
+}
+
+// MessagesAppendResult is the result of Engine.MessagesAppend.
+type MessagesAppendResult struct {
+	Positions []MessagePosition
+}
+
+// MessagesReadParams are the parameters of Engine.MessagesRead.
+type MessagesReadParams struct {
+	Topic     string
+	Partition int32
+	// Offset is the first offset to read; below the first retained offset reading starts there.
+	Offset int64
+	// Limit is the most messages to return; 0 means 100.
+	Limit int
+}
+
+// NotificationKind says what a Notification is about.
+type NotificationKind uint8
+
+const (
+	// NotifyMessages: messages were appended to Topic.
+	NotifyMessages NotificationKind = iota + 1
+	// NotifyTopicCreated: Topic was created.
+	NotifyTopicCreated
+	// NotifyTopicDeleted: Topic was deleted.
+	NotifyTopicDeleted
+)
+
+// Notification is a wake-up from the engine.
+type Notification struct {
+	Kind  NotificationKind
+	Topic string
+}
+
+// RetentionResult is the result of Engine.RetentionApply.
+type RetentionResult struct {
+	// MessagesDeleted counts messages removed because nothing needs them any more.
+	MessagesDeleted int64
+	// MessagesExpired counts messages removed by max_retention (or zero_subscription_retention)
+	// while a subscription had not completed them: the removals invariant 1 requires to count.
+	MessagesExpired int64
+	// DLQEntriesExpired counts DLQ entries removed by max_retention.
+	DLQEntriesExpired int64
+	// BytesDeleted is the storage reclaimed.
+	BytesDeleted int64
+}
+
+// SubscriptionCreateParams are the parameters of Engine.SubscriptionCreate.
+type SubscriptionCreateParams struct {
+	Topic     string
+	Group     string
+	Pattern   string
+	Ephemeral bool
+	Start     StartPosition
+}
+
+// SubscriptionListParams are the parameters of Engine.SubscriptionList.
+type SubscriptionListParams struct {
+	// Topic filters by topic when not empty.
+	Topic string
+	// IncludeDeleted lists DELETED subscriptions too.
+	IncludeDeleted bool
+}
+
+// SubscriptionUpdateParams are the parameters of Engine.SubscriptionUpdate.
+type SubscriptionUpdateParams struct {
+	ID    int64
+	State SubscriptionState
+}
+
+// TopicCreateParams are the parameters of Engine.TopicCreate.
+type TopicCreateParams struct {
+	Name string
+	// Config is completed with TopicConfig.WithDefaults and validated.
+	Config TopicConfig
+}
+
+// TopicDeleteParams are the parameters of Engine.TopicDelete.
+type TopicDeleteParams struct {
+	Name string
+	// Force deletes even with live subscriptions, cancelling them.
+	Force bool
+}
+
+// TopicUpdateParams are the parameters of Engine.TopicUpdate.
+type TopicUpdateParams struct {
+	Name string
+	// Config replaces the topic's configuration (completed with defaults and validated).
+	Config TopicConfig
+	// QueueToGroup names the group the queue subscription becomes when Semantics changes from
+	// QUEUE to PUB_SUB. Required for that change.
+	QueueToGroup string
+}

@@ -1,0 +1,398 @@
+package storage
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Semantics says how a topic's messages reach consumers.
+type Semantics string
+
+const (
+	// Queue: the topic has exactly one subscription that every consumer shares; each message goes to
+	// one consumer.
+	Queue Semantics = "QUEUE"
+	// PubSub: each consumer group has its own subscription; each message goes to every group and to
+	// one member inside each group.
+	PubSub Semantics = "PUB_SUB"
+)
+
+// CompletionTracking selects how a topic decides that a message is done (BRIEF.md section 4).
+type CompletionTracking string
+
+const (
+	// Watermark: per-subscription ack floors; retention below the minimum floor over subscriptions
+	// that hold retention. The default.
+	Watermark CompletionTracking = "watermark"
+	// Refcount: each message records the subscriptions it waits for at publish time.
+	Refcount CompletionTracking = "refcount"
+)
+
+// Limits that are part of the contract.
+const (
+	// MaxTopicNameLen is the maximum length of a topic name or pattern in bytes.
+	MaxTopicNameLen = 255
+	// MaxGroupNameLen is the maximum length of a consumer group name in bytes.
+	MaxGroupNameLen = 255
+	// MaxPartitions bounds TopicConfig.Partitions.
+	MaxPartitions = 4096
+	// DefaultMaxMessageBytes is the default bound of key + headers + payload of one message.
+	DefaultMaxMessageBytes = 1 << 20
+	// MaxMessageBytesLimit is the largest max_message_bytes a topic may be configured with.
+	MaxMessageBytesLimit = 8 << 20
+)
+
+// TopicConfig is the per-topic configuration. The zero value of a field means "the default" and
+// is replaced by WithDefaults; the defaults are those of BRIEF.md section 5.
+type TopicConfig struct {
+	// Semantics is QUEUE or PUB_SUB. Defaults to QUEUE.
+	Semantics Semantics `json:"semantics" yaml:"semantics"`
+	// Partitions is the number of partitions, 1 to MaxPartitions. Defaults to 1. It may grow, never
+	// shrink.
+	Partitions int `json:"partitions" yaml:"partitions"`
+	// AckWait is the lease of a delivered message. Defaults to 30 s.
+	AckWait time.Duration `json:"ack_wait" yaml:"ack_wait"`
+	// MaxDeliveries is the number of deliveries after which a message that is not acked goes to the
+	// subscription's dead-letter queue. Defaults to 5.
+	MaxDeliveries int `json:"max_deliveries" yaml:"max_deliveries"`
+	// MessageRetention is how long completed messages are kept for replay. Defaults to 24 h.
+	MessageRetention time.Duration `json:"message_retention" yaml:"message_retention"`
+	// ZeroSubscriptionRetention is how long messages of a PUB_SUB topic without any subscription that
+	// holds retention are kept. Defaults to 24 h.
+	ZeroSubscriptionRetention time.Duration `json:"zero_subscription_retention" yaml:"zero_subscription_retention"`
+	// BlockWritesOnZeroSubscriptions rejects publishes to a PUB_SUB topic without an ACTIVE
+	// subscription with ErrNoSubscriptions. Defaults to false.
+	BlockWritesOnZeroSubscriptions bool `json:"block_writes_on_zero_subscriptions" yaml:"block_writes_on_zero_subscriptions"`
+	// CompletionTracking is watermark or refcount. Defaults to watermark.
+	CompletionTracking CompletionTracking `json:"completion_tracking" yaml:"completion_tracking"`
+	// MaxRetention is the hard cap on the age of any retained message, needed or not. Removals it
+	// causes are counted. Defaults to 30 days.
+	MaxRetention time.Duration `json:"max_retention" yaml:"max_retention"`
+	// ZombieTTL is the age after which a subscription's stale ack floor is force-advanced. Defaults to
+	// 7 days.
+	ZombieTTL time.Duration `json:"zombie_ttl" yaml:"zombie_ttl"`
+	// MaxMessageBytes bounds key + headers + payload of one message. Defaults to 1 MiB.
+	MaxMessageBytes int `json:"max_message_bytes" yaml:"max_message_bytes"`
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c TopicConfig) WithDefaults() TopicConfig {
+	if c.Semantics == "" {
+		c.Semantics = Queue
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = 5
+	}
+	if c.MessageRetention == 0 {
+		c.MessageRetention = 24 * time.Hour
+	}
+	if c.ZeroSubscriptionRetention == 0 {
+		c.ZeroSubscriptionRetention = 24 * time.Hour
+	}
+	if c.CompletionTracking == "" {
+		c.CompletionTracking = Watermark
+	}
+	if c.MaxRetention == 0 {
+		c.MaxRetention = 30 * 24 * time.Hour
+	}
+	if c.ZombieTTL == 0 {
+		c.ZombieTTL = 7 * 24 * time.Hour
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	return c
+}
+
+// Validate reports the first invalid field of a config that WithDefaults was applied to. The error
+// wraps ErrInvalidArgument and names the field.
+func (c TopicConfig) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s %s", ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Semantics != Queue && c.Semantics != PubSub:
+		return bad("semantics", "must be QUEUE or PUB_SUB, got %q", c.Semantics)
+	case c.Partitions < 1 || c.Partitions > MaxPartitions:
+		return bad("partitions", "must be between 1 and %d, got %d", MaxPartitions, c.Partitions)
+	case c.AckWait < time.Millisecond || c.AckWait > 24*time.Hour:
+		return bad("ack_wait", "must be between 1ms and 24h, got %s", c.AckWait)
+	case c.MaxDeliveries < 1 || c.MaxDeliveries > 1000:
+		return bad("max_deliveries", "must be between 1 and 1000, got %d", c.MaxDeliveries)
+	case c.MessageRetention < 0:
+		return bad("message_retention", "must not be negative, got %s", c.MessageRetention)
+	case c.ZeroSubscriptionRetention < 0:
+		return bad("zero_subscription_retention", "must not be negative, got %s", c.ZeroSubscriptionRetention)
+	case c.CompletionTracking != Watermark && c.CompletionTracking != Refcount:
+		return bad("completion_tracking", "must be watermark or refcount, got %q", c.CompletionTracking)
+	case c.MaxRetention < time.Second:
+		return bad("max_retention", "must be at least 1s, got %s", c.MaxRetention)
+	case c.MessageRetention > c.MaxRetention:
+		return bad("message_retention", "(%s) must not exceed max_retention (%s)", c.MessageRetention, c.MaxRetention)
+	case c.ZombieTTL < time.Second:
+		return bad("zombie_ttl", "must be at least 1s, got %s", c.ZombieTTL)
+	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
+		return bad("max_message_bytes", "must be between 1 and %d, got %d", MaxMessageBytesLimit, c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Topic is a stored topic.
+type Topic struct {
+	Name      string      `json:"name"`
+	Config    TopicConfig `json:"config"`
+	CreatedAt time.Time   `json:"created_at"`
+}
+
+// Message is one stored message. Its identity is (Topic, Partition, Offset).
+type Message struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Offset is gapless and increases by one inside a partition in the order messages become
+	// visible.
+	Offset  int64             `json:"offset"`
+	Key     []byte            `json:"key,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Payload []byte            `json:"payload"`
+	// PublishedAt is the broker's clock at append time, never the client's. Non-decreasing inside a
+	// partition.
+	PublishedAt time.Time `json:"published_at"`
+	// ProducerID is the producer's own message id, used for de-duplication. Empty if none.
+	ProducerID string `json:"producer_id,omitempty"`
+	// NotBefore delays delivery until that time (zero: deliver at once).
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// ExpiresAt drops the message undelivered after that time (zero: never).
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Size is the number of bytes MaxMessageBytes bounds: key, header names and values, and payload.
+func (m *Message) Size() int {
+	n := len(m.Key) + len(m.Payload)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// MessageID formats the id shown to users (BRIEF.md 2b): the offset when the topic has one
+// partition, "partition:offset" otherwise.
+func MessageID(partitions int, partition int32, offset int64) string {
+	if partitions <= 1 {
+		return strconv.FormatInt(offset, 10)
+	}
+	return strconv.FormatInt(int64(partition), 10) + ":" + strconv.FormatInt(offset, 10)
+}
+
+// ParseMessageID parses an id made by MessageID. A bare offset means partition 0.
+func ParseMessageID(id string) (partition int32, offset int64, err error) {
+	p, o, found := strings.Cut(id, ":")
+	if !found {
+		o, p = p, "0"
+	}
+	pp, err1 := strconv.ParseInt(p, 10, 32)
+	oo, err2 := strconv.ParseInt(o, 10, 64)
+	if err1 != nil || err2 != nil || pp < 0 || oo < 0 {
+		return 0, 0, fmt.Errorf("%w: message id %q: want OFFSET or PARTITION:OFFSET", ErrInvalidArgument, id)
+	}
+	return int32(pp), oo, nil
+}
+
+// SubscriptionState is the lifecycle state of a subscription (seed 000).
+type SubscriptionState string
+
+const (
+	// Active subscriptions receive messages and hold retention.
+	Active SubscriptionState = "ACTIVE"
+	// Paused subscriptions receive nothing and keep holding retention (bounded by max_retention).
+	Paused SubscriptionState = "PAUSED"
+	// Dead subscriptions had no live member for the heartbeat timeout; they stop holding retention
+	// and are resurrected when a member comes back.
+	Dead SubscriptionState = "DEAD"
+	// Cancelled subscriptions release everything at once; terminal.
+	Cancelled SubscriptionState = "CANCELLED"
+	// Deleted is the final state the cleanup job moves cancelled subscriptions to.
+	Deleted SubscriptionState = "DELETED"
+)
+
+// CanTransition reports whether seed 000 allows a subscription to move from one state to another.
+func CanTransition(from, to SubscriptionState) bool {
+	switch from {
+	case Active:
+		return to == Paused || to == Dead || to == Cancelled
+	case Paused:
+		return to == Active || to == Dead || to == Cancelled
+	case Dead:
+		return to == Active || to == Cancelled
+	case Cancelled:
+		return to == Deleted
+	}
+	return false
+}
+
+// HoldsRetention reports whether a subscription in this state keeps messages it has not completed.
+func (s SubscriptionState) HoldsRetention() bool { return s == Active || s == Paused }
+
+// StartKind says where a new subscription starts.
+type StartKind string
+
+const (
+	// FromNow starts after the last message published before the subscription was created. Default.
+	FromNow StartKind = "FROM_NOW"
+	// FromBeginning starts at the first retained message.
+	FromBeginning StartKind = "FROM_BEGINNING"
+	// FromTimestamp starts at the first message published at or after Time (broker clock).
+	FromTimestamp StartKind = "FROM_TIMESTAMP"
+	// FromMessageID starts at (Partition, Offset) in that partition and, in the other partitions, at
+	// the first message published at or after that message's publish time.
+	FromMessageID StartKind = "FROM_MESSAGE_ID"
+)
+
+// StartPosition is where a new subscription starts. The zero value means FROM_NOW.
+type StartPosition struct {
+	Kind      StartKind `json:"kind"`
+	Time      time.Time `json:"time,omitzero"`
+	Partition int32     `json:"partition,omitempty"`
+	Offset    int64     `json:"offset,omitempty"`
+}
+
+// Subscription is a durable (or ephemeral) registration of a consumer group on one topic.
+type Subscription struct {
+	// ID is assigned by the engine, unique over the engine's lifetime, never reused.
+	ID    int64  `json:"id"`
+	Topic string `json:"topic"`
+	// Group is the consumer group. The one subscription of a QUEUE topic has the group QueueGroup.
+	Group string `json:"group"`
+	// Pattern is the binding pattern that created this subscription, empty if it was created
+	// directly.
+	Pattern string `json:"pattern,omitempty"`
+	// Ephemeral subscriptions are not persisted: they end with their member and hold no retention
+	// afterwards. An engine restart forgets them.
+	Ephemeral bool              `json:"ephemeral,omitempty"`
+	State     SubscriptionState `json:"state"`
+	Start     StartPosition     `json:"start"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+// QueueGroup is the group name of the one subscription of a QUEUE topic.
+const QueueGroup = "$queue"
+
+// Binding is a durable group's registration on a topic pattern: every topic that matches it, now or
+// created later, gets a subscription for the group (PUB_SUB topics) or shares the queue subscription
+// (QUEUE topics).
+type Binding struct {
+	Group     string        `json:"group"`
+	Pattern   string        `json:"pattern"`
+	Start     StartPosition `json:"start"`
+	CreatedAt time.Time     `json:"created_at"`
+}
+
+// Delivery is a message leased to a member of a subscription.
+type Delivery struct {
+	Message
+	SubscriptionID int64 `json:"subscription_id"`
+	// Attempt is 1 for the first delivery and grows by one with every redelivery.
+	Attempt int `json:"attempt"`
+	// Member holds the lease until LeaseDeadline.
+	Member        string    `json:"member"`
+	LeaseDeadline time.Time `json:"lease_deadline"`
+}
+
+// Ref returns the reference used to ack, nack or extend this delivery.
+func (d *Delivery) Ref() DeliveryRef {
+	return DeliveryRef{Partition: d.Partition, Offset: d.Offset}
+}
+
+// DeliveryRef names a message inside a subscription.
+type DeliveryRef struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+// DLQEntry is a dead-lettered message of one subscription. It holds a copy of the message, so that
+// retention of the topic's log never removes it; it lives until replayed, purged, or older than the
+// topic's max_retention.
+type DLQEntry struct {
+	// ID is unique inside the subscription's DLQ and increases with time.
+	ID             int64     `json:"id"`
+	SubscriptionID int64     `json:"subscription_id"`
+	Message        Message   `json:"message"`
+	Reason         DLQReason `json:"reason"`
+	Attempts       int       `json:"attempts"`
+	LastError      string    `json:"last_error,omitempty"`
+	DeadAt         time.Time `json:"dead_at"`
+}
+
+// DLQReason says why a message was dead-lettered.
+type DLQReason string
+
+const (
+	// DLQMaxDeliveries: the lease expired or the message was nacked on its max_deliveries-th
+	// delivery.
+	DLQMaxDeliveries DLQReason = "max_deliveries"
+	// DLQRejected: a member nacked the message straight to the DLQ.
+	DLQRejected DLQReason = "rejected"
+)
+
+// PartitionStats describes one partition of a topic.
+type PartitionStats struct {
+	Partition int32 `json:"partition"`
+	// LowOffset is the first retained offset; HighWater is the offset the next message gets.
+	LowOffset int64 `json:"low_offset"`
+	HighWater int64 `json:"high_water"`
+	Bytes     int64 `json:"bytes"`
+}
+
+// TopicStats describes a topic's log.
+type TopicStats struct {
+	Topic      string           `json:"topic"`
+	Messages   int64            `json:"messages"`
+	Bytes      int64            `json:"bytes"`
+	Partitions []PartitionStats `json:"partitions"`
+}
+
+// SubscriptionPartitionStats is a subscription's position in one partition.
+type SubscriptionPartitionStats struct {
+	Partition int32 `json:"partition"`
+	// AckFloor: every offset below it is done (acked or dead-lettered).
+	AckFloor int64 `json:"ack_floor"`
+	// Cursor: the next offset never delivered to this subscription.
+	Cursor    int64 `json:"cursor"`
+	HighWater int64 `json:"high_water"`
+}
+
+// SubscriptionStats is the health of a subscription.
+type SubscriptionStats struct {
+	SubscriptionID int64 `json:"subscription_id"`
+	// Pending counts messages not yet done: never delivered, leased, or waiting for redelivery.
+	Pending int64 `json:"pending"`
+	// Lag counts messages never delivered (high-water mark minus cursor, over partitions).
+	Lag int64 `json:"lag"`
+	// InFlight counts leased messages.
+	InFlight int64 `json:"in_flight"`
+	// Redelivering counts messages waiting for their redelivery backoff or ready for redelivery.
+	Redelivering int64 `json:"redelivering"`
+	// DeadLettered counts entries in the subscription's DLQ.
+	DeadLettered int64                        `json:"dead_lettered"`
+	Partitions   []SubscriptionPartitionStats `json:"partitions"`
+}
+
+// Clock is the time seam: engines read the time only through it, so tests can drive leases,
+// backoff and retention without sleeping.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
