@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Runs every test of Spool: vet, the race-enabled test suite, and a short fuzz pass over every
+# decoder. Starts a throwaway PostgreSQL cluster (installing PostgreSQL with apt when it is missing)
+# and exports TEST_DATABASE_URL for the tests that need it; stops and removes it on exit.
+#
+# Environment:
+#   TEST_DATABASE_URL  use this database instead of starting a throwaway cluster
+#   FUZZTIME           time per fuzz target (default 10s)
+#   GOTESTFLAGS        extra flags for go test (e.g. -run=Conformance)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZTIME=${FUZZTIME:-10s}
+log() { printf '\n=== %s\n' "$*"; }
+
+pg_tmp=""
+pg_bin=""
+cleanup() {
+	if [ -n "$pg_tmp" ] && [ -d "$pg_tmp" ]; then
+		as_pg "$pg_bin/pg_ctl" -D "$pg_tmp/data" -m immediate stop >/dev/null 2>&1 || true
+		rm -rf "$pg_tmp"
+	fi
+}
+trap cleanup EXIT
+
+as_pg() {
+	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+find_pg_bin() {
+	local d
+	for d in /usr/lib/postgresql/*/bin; do
+		[ -x "$d/initdb" ] && { echo "$d"; return 0; }
+	done
+	command -v initdb >/dev/null 2>&1 && { dirname "$(command -v initdb)"; return 0; }
+	return 1
+}
+
+start_postgres() {
+	if ! pg_bin=$(find_pg_bin); then
+		log "installing PostgreSQL (apt)"
+		if [ "$(id -u)" != 0 ]; then
+			echo "PostgreSQL is missing and we are not root: install postgresql or set TEST_DATABASE_URL" >&2
+			exit 1
+		fi
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq postgresql >/dev/null
+		pg_bin=$(find_pg_bin)
+	fi
+	pg_tmp=$(mktemp -d /tmp/spool-pg.XXXXXX)
+	chmod 755 "$pg_tmp"
+	if [ "$(id -u)" = 0 ]; then chown postgres: "$pg_tmp"; fi
+	local port
+	port=$(( 20000 + RANDOM % 20000 ))
+	log "starting a throwaway PostgreSQL ($pg_bin) on port $port"
+	as_pg "$pg_bin/initdb" -D "$pg_tmp/data" -U spool --auth=trust -E UTF8 >/dev/null
+	as_pg "$pg_bin/pg_ctl" -D "$pg_tmp/data" -l "$pg_tmp/log" -w -t 60 \
+		-o "-p $port -k $pg_tmp -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on -c synchronous_commit=on" start >/dev/null
+	export TEST_DATABASE_URL="postgres://spool@127.0.0.1:$port/postgres?sslmode=disable"
+	export SPOOL_TEST_PG_CTL="$pg_bin/pg_ctl"
+	export SPOOL_TEST_PG_DATA="$pg_tmp/data"
+	# Fail loudly if the database does not answer.
+	"$pg_bin/psql" "$TEST_DATABASE_URL" -Atqc 'select 1' >/dev/null
+}
+
+if [ -z "${TEST_DATABASE_URL:-}" ]; then
+	start_postgres
+fi
+log "TEST_DATABASE_URL=$TEST_DATABASE_URL"
+
+log "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
+
+log "go vet"
+go vet ./...
+
+log "go test -race"
+# shellcheck disable=SC2086
+go test -race -count=1 -timeout 30m ${GOTESTFLAGS:-} ./...
+
+log "fuzz ($FUZZTIME per target)"
+# Every Fuzz* function in the tree gets a short run.
+while IFS= read -r line; do
+	file=${line%%:*}
+	name=$(sed -E 's/^.*func (Fuzz[A-Za-z0-9_]+).*/\1/' <<<"$line")
+	pkg=./$(dirname "$file")
+	echo "--- $name ($pkg)"
+	go test -run='^$' -fuzz="^${name}\$" -fuzztime="$FUZZTIME" "$pkg"
+done < <(grep -rn --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+\(' . | sort)
+
+log "all tests passed"
