@@ -1,0 +1,367 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Defaults and limits of Config.
+const (
+	// DefaultMaxInFlight is the credit of a member that does not ask for another (seed 002 CG-2).
+	DefaultMaxInFlight = 10
+	// MaxInFlightLimit bounds a member's credit; its deliveries channel has that capacity.
+	MaxInFlightLimit = 65536
+	// DefaultRetentionInterval is how often the retention job runs.
+	DefaultRetentionInterval = time.Minute
+	// DefaultPollInterval is how often an idle dispatcher looks at its subscription without a
+	// wake-up.
+	DefaultPollInterval = time.Second
+)
+
+// Config configures a Broker. The zero value of every field but Engine is valid and means the
+// default.
+type Config struct {
+	// Engine stores everything. Required. The broker does not close it.
+	Engine storage.Engine
+	// Logger receives the broker's logs. Nil discards them.
+	Logger *slog.Logger
+	// Clock must be the engine's clock: the broker compares lease deadlines and NextDue times of
+	// the engine with it to set its timers. Defaults to storage.SystemClock.
+	Clock storage.Clock
+	// DisableAutoCreate makes Publish to an unknown topic fail with storage.ErrTopicNotFound.
+	// Auto-create is on by default.
+	DisableAutoCreate bool
+	// AutoCreateConfig is the configuration of auto-created topics, completed with
+	// storage.TopicConfig.WithDefaults; its Semantics (setting auto_create_semantics) defaults to
+	// QUEUE.
+	AutoCreateConfig storage.TopicConfig
+	// RetentionInterval is how often the broker calls Engine.RetentionApply. Defaults to 1 minute;
+	// a negative value disables the job (another broker instance or a test runs it).
+	RetentionInterval time.Duration
+	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
+	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
+	DefaultMaxInFlight int
+	// PollInterval is the longest a dispatcher with members waits without a wake-up before it asks
+	// the engine again. It covers wake-ups that cannot reach this process (a subscription resumed
+	// through another broker instance, a lost database notification, clock skew between the broker
+	// and the database). Defaults to 1 second.
+	PollInterval time.Duration
+}
+
+// runState is the lifecycle of a Broker.
+type runState uint8
+
+const (
+	stateNew runState = iota
+	stateRunning
+	stateStopped
+)
+
+// Broker is the in-process message broker: it validates and routes publishes to the engine,
+// auto-creates topics, keeps the members of consumer groups connected to this process, and
+// dispatches deliveries to them under credit-based flow control. Every method is safe for
+// concurrent use. See the package documentation for the design.
+type Broker struct {
+	engine             storage.Engine
+	logger             *slog.Logger
+	clock              storage.Clock
+	autoCreate         bool
+	autoCreateConfig   storage.TopicConfig
+	retentionInterval  time.Duration
+	pollInterval       time.Duration
+	defaultMaxInFlight int
+
+	// wg counts every goroutine the broker owns (dispatchers, notifier, retention job).
+	wg sync.WaitGroup
+	// quit is closed by Stop; every owned goroutine selects on it.
+	quit chan struct{}
+	// events queues topic created/deleted notifications for the notifier goroutine.
+	events eventQueue
+
+	// mu guards the fields below. It is never held while calling the engine.
+	mu         sync.RWMutex
+	state      runState
+	rootCtx    context.Context
+	cancelRoot context.CancelCauseFunc
+	unregister func()
+	stopDone   chan struct{}
+	// members are the live members of this process by ID.
+	members map[string]*Member
+	// subs are the subscriptions that have at least one member here, by subscription ID.
+	subs map[int64]*subState
+	// byTopic indexes subs by topic for message wake-ups.
+	byTopic map[string]map[int64]*subState
+}
+
+// New validates cfg and returns a broker that is not started yet.
+func New(cfg Config) (*Broker, error) {
+	if cfg.Engine == nil {
+		return nil, invalid("broker config: Engine is required")
+	}
+	maxInFlight := cmp.Or(cfg.DefaultMaxInFlight, DefaultMaxInFlight)
+	if maxInFlight < 1 || maxInFlight > MaxInFlightLimit {
+		return nil, invalid("broker config: DefaultMaxInFlight must be between 1 and %d, got %d",
+			MaxInFlightLimit, cfg.DefaultMaxInFlight)
+	}
+	if cfg.PollInterval < 0 {
+		return nil, invalid("broker config: PollInterval must not be negative, got %s", cfg.PollInterval)
+	}
+	autoCfg := cfg.AutoCreateConfig.WithDefaults()
+	if err := autoCfg.Validate(); err != nil {
+		return nil, fmt.Errorf("broker config: AutoCreateConfig: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	var clock storage.Clock = storage.SystemClock{}
+	if cfg.Clock != nil {
+		clock = cfg.Clock
+	}
+	return &Broker{
+		engine:             cfg.Engine,
+		logger:             logger.With("component", "broker"),
+		clock:              clock,
+		autoCreate:         !cfg.DisableAutoCreate,
+		autoCreateConfig:   autoCfg,
+		retentionInterval:  cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
+		pollInterval:       cmp.Or(cfg.PollInterval, DefaultPollInterval),
+		defaultMaxInFlight: maxInFlight,
+		quit:               make(chan struct{}),
+		events:             eventQueue{signal: make(chan struct{}, 1)},
+		members:            make(map[string]*Member),
+		subs:               make(map[int64]*subState),
+		byTopic:            make(map[string]map[int64]*subState),
+	}, nil
+}
+
+// Start registers for engine notifications and starts the broker's own goroutines (the notifier
+// and the retention job; dispatchers start with their first member). ctx provides values only:
+// cancelling it does not stop the broker, Stop does. Start fails with ErrNotRunning after Stop and
+// is a no-op when already started.
+func (b *Broker) Start(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateRunning:
+		return nil
+	case stateStopped:
+		return ErrNotRunning
+	}
+	b.rootCtx, b.cancelRoot = context.WithCancelCause(context.WithoutCancel(ctx))
+	b.state = stateRunning
+	b.unregister = b.engine.NotifyRegister(b.onNotify)
+	b.goLocked(b.notifyLoop)
+	if b.retentionInterval > 0 {
+		b.goLocked(b.retentionLoop)
+	}
+	b.logger.InfoContext(ctx, "broker started",
+		slog.Bool("auto_create", b.autoCreate),
+		slog.String("auto_create_semantics", string(b.autoCreateConfig.Semantics)),
+		slog.Int("default_max_in_flight", b.defaultMaxInFlight))
+	return nil
+}
+
+// goLocked starts an owned goroutine. b.mu must be held and the broker running.
+func (b *Broker) goLocked(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+// Stop stops the broker: it unregisters from the engine, closes every member (releasing their
+// leases and deleting their ephemeral subscriptions), stops every owned goroutine and waits for
+// them until ctx ends. It does not close the engine. Stop is idempotent and safe before Start;
+// concurrent and later calls wait for the first one.
+func (b *Broker) Stop(ctx context.Context) error {
+	b.mu.Lock()
+	switch b.state {
+	case stateNew:
+		b.state = stateStopped
+		b.stopDone = make(chan struct{})
+		close(b.stopDone)
+		b.mu.Unlock()
+		return nil
+	case stateStopped:
+		done := b.stopDone
+		b.mu.Unlock()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("broker: stop: %w", context.Cause(ctx))
+		}
+	}
+	b.state = stateStopped
+	b.stopDone = make(chan struct{})
+	done := b.stopDone
+	unregister := b.unregister
+	members := make([]*Member, 0, len(b.members))
+	for _, m := range b.members {
+		members = append(members, m)
+	}
+	b.mu.Unlock()
+	defer close(done)
+
+	unregister()
+	var errs []error
+	for _, m := range members {
+		if err := m.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	b.cancelRoot(ErrNotRunning)
+	close(b.quit)
+	waited := make(chan struct{})
+	go func() {
+		b.wg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("broker: stop: waiting for goroutines: %w", context.Cause(ctx)))
+	}
+	b.logger.InfoContext(ctx, "broker stopped", slog.Int("members_closed", len(members)))
+	return errors.Join(errs...)
+}
+
+// checkRunning returns ErrNotRunning unless the broker is started and not stopped.
+func (b *Broker) checkRunning() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.state != stateRunning {
+		return ErrNotRunning
+	}
+	return nil
+}
+
+// onNotify is the engine's notification callback. It must not block: message notifications only
+// wake dispatchers (non-blocking sends under b.mu, which is never held across engine calls), and
+// topic notifications are queued for the notifier goroutine.
+func (b *Broker) onNotify(n storage.Notification) {
+	switch n.Kind {
+	case storage.NotifyMessages:
+		b.wakeTopic(n.Topic)
+	case storage.NotifyTopicCreated, storage.NotifyTopicDeleted:
+		b.events.push(n)
+	}
+}
+
+// wakeTopic wakes the dispatchers of every subscription of topic that has members here.
+func (b *Broker) wakeTopic(topic string) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, s := range b.byTopic[topic] {
+		s.wakeUp()
+	}
+}
+
+// wakeAll wakes every dispatcher (tests call it after moving a fake clock).
+func (b *Broker) wakeAll() {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, s := range b.subs {
+		s.wakeUp()
+	}
+}
+
+// wakeSubscription wakes the dispatcher of one subscription if it has members here.
+func (b *Broker) wakeSubscription(id int64) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if s := b.subs[id]; s != nil {
+		s.wakeUp()
+	}
+}
+
+// notifyLoop handles topic created and deleted notifications, which need engine calls.
+func (b *Broker) notifyLoop() {
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-b.events.signal:
+		}
+		for _, n := range b.events.take() {
+			switch n.Kind {
+			case storage.NotifyTopicCreated:
+				b.attachMatching(b.rootCtx, n.Topic, true)
+			case storage.NotifyTopicDeleted:
+				b.detachTopic(b.rootCtx, n.Topic)
+			}
+		}
+	}
+}
+
+// retentionLoop runs Engine.RetentionApply every retentionInterval.
+func (b *Broker) retentionLoop() {
+	ticker := time.NewTicker(b.retentionInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-ticker.C:
+		}
+		b.runRetention(b.rootCtx)
+	}
+}
+
+// runRetention applies retention once and logs what it removed.
+func (b *Broker) runRetention(ctx context.Context) {
+	start := time.Now()
+	res, err := b.engine.RetentionApply(ctx)
+	if err != nil {
+		if errors.Is(err, storage.ErrClosed) || ctx.Err() != nil {
+			return
+		}
+		b.logger.WarnContext(ctx, "retention failed", slog.Any("error", err))
+		return
+	}
+	if res.MessagesDeleted+res.MessagesExpired+res.DLQEntriesExpired == 0 {
+		return
+	}
+	b.logger.InfoContext(ctx, "retention applied",
+		slog.Int64("messages_deleted", res.MessagesDeleted),
+		slog.Int64("messages_expired", res.MessagesExpired),
+		slog.Int64("dlq_entries_expired", res.DLQEntriesExpired),
+		slog.Int64("bytes_deleted", res.BytesDeleted),
+		slog.Duration("took", time.Since(start)))
+}
+
+// eventQueue is an unbounded queue of topic notifications. Its mutex is a leaf: nothing else is
+// locked while holding it.
+type eventQueue struct {
+	mu     sync.Mutex
+	items  []storage.Notification
+	signal chan struct{}
+}
+
+func (q *eventQueue) push(n storage.Notification) {
+	q.mu.Lock()
+	q.items = append(q.items, n)
+	q.mu.Unlock()
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (q *eventQueue) take() []storage.Notification {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.items
+	q.items = nil
+	return items
+}

@@ -1,0 +1,250 @@
+package broker
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// subState is a subscription that has at least one member in this process, with its dispatcher
+// goroutine. It is created with its first member and removed (its dispatcher stopped) when its last
+// member leaves.
+type subState struct {
+	b     *Broker
+	id    int64
+	topic string
+	// wake has capacity 1: a wake-up is never lost and never blocks.
+	wake chan struct{}
+	// stop is closed when the subState is removed from the broker.
+	stop chan struct{}
+	// Test signals: wakes counts wake-up requests, handled the requests a dispatch pass started
+	// after, idle is true while the dispatcher waits. Tests wait for idle && handled == wakes before
+	// the action whose wake-up they check.
+	wakes, handled atomic.Int64
+	idle           atomic.Bool
+
+	// claimMu is held by the dispatcher from choosing a member until the claimed deliveries are in
+	// its channel (across the engine call). fence takes it to wait for that.
+	claimMu sync.Mutex
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	members []*Member
+	// next is the index in members where the next round-robin search starts.
+	next int
+	// state is the last problem the dispatcher saw, to log changes only.
+	problem string
+}
+
+func newSubState(b *Broker, sub *storage.Subscription) *subState {
+	return &subState{
+		b:     b,
+		id:    sub.ID,
+		topic: sub.Topic,
+		wake:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+	}
+}
+
+// wakeUp asks the dispatcher for another look. It never blocks.
+func (s *subState) wakeUp() {
+	s.wakes.Add(1)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fence waits until no claim is in progress.
+func (s *subState) fence() {
+	s.claimMu.Lock()
+	//nolint:staticcheck // An empty critical section is the point: it orders us after a claim.
+	s.claimMu.Unlock()
+}
+
+// memberIDs lists the members' IDs.
+func (s *subState) memberIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, len(s.members))
+	for i, m := range s.members {
+		ids[i] = m.id
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// run is the dispatcher goroutine: it dispatches whenever woken (messages appended, a member
+// gained credit, joined or left, the subscription was resumed or got messages replayed), when the
+// earliest NextDue or lease deadline passes, and at least every poll interval.
+func (s *subState) run() {
+	b := s.b
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.handled.Store(s.wakes.Load())
+		wait, gone := s.dispatch()
+		b.logger.Debug("DBG wait", "sub", s.id, "wait", wait)
+		if gone {
+			// The subscription no longer exists in the engine: detach its members.
+			b.detachSub(s)
+			return
+		}
+		timer.Reset(wait)
+		s.idle.Store(true)
+		select {
+		case <-s.stop:
+			return
+		case <-b.quit:
+			return
+		case <-s.wake:
+		case <-timer.C:
+		}
+		s.idle.Store(false)
+	}
+}
+
+// dispatch claims for members with credit, round robin, until nothing more is claimable, and
+// returns how long to wait before the next look without a wake-up. gone reports that the
+// subscription does not exist any more.
+//
+// Termination: a claim that returns fewer deliveries than asked for without AvoidMember means the
+// subscription is drained for now. With AvoidMember it means that what is left was last delivered
+// to that member; the next member claims it, so two short claims in a row by different members
+// mean drained too.
+func (s *subState) dispatch() (wait time.Duration, gone bool) {
+	b := s.b
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	var nextDue time.Time
+	var lastShort *Member
+	for {
+		select {
+		case <-s.stop:
+			return 0, false
+		default:
+		}
+		m, k, others := s.pick()
+		if m == nil {
+			b.logger.Debug("DBG nobody", "sub", s.id)
+			break
+		}
+		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
+			SubscriptionID: s.id, Member: m.id, Max: k, AvoidMember: others,
+		})
+		if err != nil {
+			m.unreserve(k)
+			return s.claimFailed(err)
+		}
+		b.logger.Debug("DBG claim", "sub", s.id, "member", m.id, "k", k, "got", len(res.Deliveries), "nextDue", res.NextDue, "avoid", others)
+		m.deliver(s, res.Deliveries, k)
+		nextDue = earliest(nextDue, res.NextDue)
+		if len(res.Deliveries) < k {
+			if !others || (lastShort != nil && lastShort != m) {
+				break
+			}
+			lastShort = m
+		} else {
+			lastShort = nil
+		}
+	}
+	s.setProblem("")
+	return s.waitFor(nextDue), false
+}
+
+// pick chooses the next member with credit in round-robin order and reserves its credit. others
+// reports whether another member has credit too (then the claim avoids giving the chosen member
+// what it was last given: a nack goes to a different member).
+func (s *subState) pick() (m *Member, k int, others bool) {
+	now := s.b.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.members)
+	for i := range n {
+		idx := (s.next + i) % n
+		c := s.members[idx]
+		c.mu.Lock()
+		k = c.reserveLocked(now)
+		c.mu.Unlock()
+		if k > 0 {
+			m = c
+			s.next = (idx + 1) % n
+			break
+		}
+	}
+	if m == nil {
+		return nil, 0, false
+	}
+	for _, c := range s.members {
+		if c != m && c.credit(now) > 0 {
+			others = true
+			break
+		}
+	}
+	return m, k, others
+}
+
+// claimFailed handles a claim error: the dispatcher idles until woken or polled.
+func (s *subState) claimFailed(err error) (time.Duration, bool) {
+	b := s.b
+	switch {
+	case errors.Is(err, storage.ErrSubscriptionNotFound):
+		b.logger.Info("subscription gone, detaching its members", slog.Int64("subscription", s.id), slog.String("topic", s.topic))
+		return 0, true
+	case errors.Is(err, storage.ErrSubscriptionNotActive):
+		s.setProblem("not active")
+	case errors.Is(err, storage.ErrClosed), b.rootCtx.Err() != nil:
+		s.setProblem("engine closed")
+	default:
+		if s.setProblem(err.Error()) {
+			b.logger.Warn("claim failed", slog.Int64("subscription", s.id), slog.String("topic", s.topic), slog.Any("error", err))
+		}
+	}
+	return b.pollInterval, false
+}
+
+// setProblem records the dispatcher's current problem and reports whether it changed.
+func (s *subState) setProblem(p string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := s.problem != p
+	s.problem = p
+	if changed && p != "" {
+		s.b.logger.Debug("dispatcher idle", slog.Int64("subscription", s.id), slog.String("topic", s.topic), slog.String("reason", p))
+	}
+	return changed
+}
+
+// waitFor returns how long to sleep: until the engine's NextDue, until the earliest lease deadline
+// of a member (an expired lease gives its credit back), at most the poll interval.
+func (s *subState) waitFor(nextDue time.Time) time.Duration {
+	s.mu.Lock()
+	members := slices.Clone(s.members)
+	s.mu.Unlock()
+	now := s.b.clock.Now()
+	for _, m := range members {
+		nextDue = earliest(nextDue, m.nextExpiry(now))
+	}
+	wait := s.b.pollInterval
+	if !nextDue.IsZero() {
+		// A minimum keeps a NextDue in the past (clock skew, an engine quirk) from spinning.
+		wait = min(wait, max(time.Millisecond, nextDue.Sub(now)))
+	}
+	return wait
+}
+
+// earliest returns the earlier of two times, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}

@@ -1,0 +1,89 @@
+// Package broker is Spool's in-process broker: the layer between connections (the TCP server, the
+// HTTP admin API, Go programs embedding Spool) and a storage.Engine.
+//
+// # Who owns what
+//
+// The engine owns everything durable or shared between broker instances: topics, messages,
+// subscriptions and their state, leases, acks, redelivery backoff, dead-letter queues, start
+// positions and pattern bindings. On PostgreSQL many broker instances share one database and the
+// members of one group may be connected to different instances, so "one lease at a time" can only
+// be enforced there. The broker owns what belongs to this process: members (connected consumers),
+// their credit, the dispatchers that claim messages for them, and wake-ups.
+//
+// # Topics and subscriptions
+//
+// Publish validates the topic name and appends; an unknown topic is auto-created (QUEUE unless
+// Config.AutoCreateConfig says otherwise) and the members whose pattern matches it are attached
+// before the first append. A QUEUE topic has one subscription (group storage.QueueGroup) that every
+// member shares, with or without a group. A PUB_SUB topic has one durable subscription per group,
+// created by the first member of the group at its start position; a member without a group gets an
+// ephemeral subscription (its group named by the engine) that only it consumes and that is deleted
+// when it leaves.
+//
+// A Member is one Subscribe call: a topic name or wildcard pattern, an optional group and a credit
+// (MaxInFlight). It is attached to one subscription per matching topic. A durable group also
+// registers an engine binding for a wildcard pattern, or for a topic name that does not exist yet,
+// so that the engine subscribes the group atomically when a matching topic is created. Live
+// members join new topics when the engine notifies storage.NotifyTopicCreated (a topic created by
+// an admin call, an auto-create, or another broker instance); subscriptions this creates start at
+// the topic's beginning, so the first message of a new topic is not missed.
+//
+// Leaving (Member.Close) is not cancelling: the member's leases are released and redelivered to the
+// other members at once, and the durable subscription stays. Only ephemeral subscriptions end with
+// their member.
+//
+// # Dispatch
+//
+// Every subscription with at least one member here has one dispatcher goroutine (subState.run).
+// It wakes when
+//   - the engine notifies storage.NotifyMessages for its topic,
+//   - a member gains credit (Ack, Nack, a member leaving and releasing its leases), joins or leaves,
+//   - an admin call resumes the subscription or replays its DLQ,
+//   - a timer fires: at the NextDue of the last claim (a backoff elapses, a lease expires, a delayed
+//     message matures), at the earliest lease deadline of its members (an expired lease gives credit
+//     back), and at least every Config.PollInterval (wake-ups that cannot reach this process: a
+//     resume through another instance, a lost database notification, clock skew).
+//
+// Extend does not wake it: it changes no credit. A dispatch round picks the members with credit in
+// round-robin order, starting after the last one served, and calls Engine.DeliveriesClaim with
+// Max = the member's whole credit and AvoidMember set when another member has credit too (so a nack
+// goes to a different member where one can take it, else back to the same one). The deliveries go
+// to the member's channel. The round ends when no member has credit, when a claim without
+// AvoidMember comes back short, or when two claims in a row by different members come back short
+// (what the first left behind was last delivered to it, and the second would have taken it).
+// A claim that fails with storage.ErrSubscriptionNotActive (PAUSED, DEAD, CANCELLED) leaves the
+// dispatcher idle until woken or polled; storage.ErrSubscriptionNotFound detaches the members (the
+// subscription is gone; pattern members join again if the topic comes back). The dispatcher stops
+// when its last member leaves.
+//
+// # Credit
+//
+// A member may hold at most MaxInFlight unacknowledged deliveries across all its subscriptions. The
+// member counts the deliveries it holds (with their lease deadlines) and the deliveries being
+// claimed for it (reserved); an ack or nack forgets a delivery, and so does its lease deadline
+// passing (the engine may give it to another member; a late ack still works). The deliveries
+// channel has capacity MaxInFlight and credit = MaxInFlight - reserved - max(held, len(channel)),
+// so a send never blocks even when expired deliveries still sit in the channel.
+//
+// # Goroutines
+//
+// Every goroutine is owned by the Broker and counted in its WaitGroup: one notifier (topic created
+// and deleted notifications, which need engine calls; the engine's callback itself never blocks),
+// one retention job (Engine.RetentionApply every Config.RetentionInterval, logged at INFO when it
+// removed something), and one dispatcher per subscription with members. Stop unregisters from the
+// engine, closes every member, closes the quit channel and waits for the WaitGroup. The engine is
+// closed by its owner after Stop.
+//
+// # Lock order
+//
+//	Member.attachMu -> subState.claimMu -> Broker.mu -> subState.mu -> Member.mu
+//
+// eventQueue.mu is a leaf. Broker.mu, subState.mu and Member.mu are never held across engine
+// calls, so the engine may call the notification callback (which takes Broker.mu for reading) from
+// inside its own locks. Member.attachMu (serializes attaching and closing one member) and
+// subState.claimMu (held by a dispatcher from picking a member until the claimed deliveries are in
+// its channel) are held across engine calls; the callback never takes them. Closing a member
+// removes it from its subscriptions under Broker.mu, then takes and releases each subscription's
+// claimMu (a fence: a claim in progress for it has finished and its deliveries were dropped), then
+// releases its leases, so no lease can be left behind.
+package broker

@@ -1,0 +1,245 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// GroupInfo describes one subscription (a consumer group on a topic) for admin listings.
+type GroupInfo struct {
+	// Topic is the subscription's topic.
+	Topic string `json:"topic"`
+	// Group is the consumer group; storage.QueueGroup for the subscription of a QUEUE topic, a
+	// name the engine chose (starting with '$') for an ephemeral subscription.
+	Group string `json:"group"`
+	// State is the subscription's lifecycle state (a copy of Subscription.State).
+	State storage.SubscriptionState `json:"state"`
+	// Subscription is the engine's record of the subscription.
+	Subscription *storage.Subscription `json:"subscription"`
+	// Stats are its depth, lag, in-flight and DLQ figures (nil for a DELETED subscription).
+	Stats *storage.SubscriptionStats `json:"stats,omitempty"`
+	// Members are the IDs of this broker's members attached to the subscription (members connected
+	// to other broker instances are not listed).
+	Members []string `json:"members"`
+}
+
+// Groups describes every subscription that is not DELETED, ordered by subscription ID.
+func (b *Broker) Groups(ctx context.Context) ([]*GroupInfo, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	subs, err := b.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{})
+	if err != nil {
+		return nil, fmt.Errorf("broker: list groups: %w", err)
+	}
+	out := make([]*GroupInfo, 0, len(subs))
+	for _, sub := range subs {
+		info, err := b.groupInfo(ctx, sub)
+		if errors.Is(err, storage.ErrSubscriptionNotFound) || errors.Is(err, storage.ErrTopicNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// Group describes the subscription of group on topic; group "" means the queue subscription
+// (storage.QueueGroup).
+func (b *Broker) Group(ctx context.Context, topic, group string) (*GroupInfo, error) {
+	sub, err := b.lookup(ctx, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	return b.groupInfo(ctx, sub)
+}
+
+func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription) (*GroupInfo, error) {
+	info := &GroupInfo{Topic: sub.Topic, Group: sub.Group, State: sub.State, Subscription: sub, Members: []string{}}
+	if sub.State != storage.Deleted {
+		stats, err := b.engine.SubscriptionStats(ctx, sub.ID)
+		if err != nil {
+			return nil, fmt.Errorf("broker: stats of subscription %d: %w", sub.ID, err)
+		}
+		info.Stats = stats
+	}
+	b.mu.RLock()
+	s := b.subs[sub.ID]
+	b.mu.RUnlock()
+	if s != nil {
+		info.Members = s.memberIDs()
+	}
+	return info, nil
+}
+
+// validateGroupRef validates a group given to an admin call: a user group, or a group the broker
+// or engine named ('$' and a valid name: storage.QueueGroup, an ephemeral subscription's group).
+// "" means storage.QueueGroup.
+func validateGroupRef(group string) (string, error) {
+	if group == "" {
+		return storage.QueueGroup, nil
+	}
+	if err := names.ValidateGroup(strings.TrimPrefix(group, "$")); err != nil {
+		return "", invalidName(err)
+	}
+	return group, nil
+}
+
+// lookup returns the newest subscription of (topic, group) that is not DELETED.
+func (b *Broker) lookup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if err := names.ValidateTopic(topic); err != nil {
+		return nil, invalidName(err)
+	}
+	group, err := validateGroupRef(group)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := b.engine.SubscriptionGetByGroup(ctx, topic, group)
+	if err != nil {
+		return nil, fmt.Errorf("broker: group %q on topic %q: %w", group, topic, err)
+	}
+	return sub, nil
+}
+
+// setGroupState moves a subscription to state and wakes its dispatcher.
+func (b *Broker) setGroupState(ctx context.Context, topic, group string, state storage.SubscriptionState) (*storage.Subscription, error) {
+	sub, err := b.lookup(ctx, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	up, err := b.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: state})
+	if err != nil {
+		return nil, fmt.Errorf("broker: group %q on topic %q: set state %s: %w", sub.Group, topic, state, err)
+	}
+	b.logger.InfoContext(ctx, "group state changed", slog.String("topic", topic), slog.String("group", sub.Group),
+		slog.Int64("subscription", sub.ID), slog.String("from", string(sub.State)), slog.String("to", string(state)))
+	b.wakeSubscription(sub.ID)
+	return up, nil
+}
+
+// PauseGroup pauses the subscription of group on topic ("" for the queue subscription): it
+// receives nothing and keeps holding retention (bounded by max_retention). Leases already given
+// stay valid.
+func (b *Broker) PauseGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
+	return b.setGroupState(ctx, topic, group, storage.Paused)
+}
+
+// ResumeGroup makes a PAUSED or DEAD subscription ACTIVE again and wakes its dispatcher.
+func (b *Broker) ResumeGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
+	return b.setGroupState(ctx, topic, group, storage.Active)
+}
+
+// CancelGroup cancels the subscription of group on topic: it releases everything at once and is
+// terminal. Members still attached receive nothing more; subscribing again creates a new
+// subscription. The group's pattern bindings stay (see DeleteBinding).
+func (b *Broker) CancelGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
+	return b.setGroupState(ctx, topic, group, storage.Cancelled)
+}
+
+// DLQ lists the dead-lettered messages of the subscription of group on topic with an ID above
+// afterID, at most limit (0: 100), in ID order.
+func (b *Broker) DLQ(ctx context.Context, topic, group string, afterID int64, limit int) ([]*storage.DLQEntry, error) {
+	if afterID < 0 || limit < 0 {
+		return nil, invalid("dlq: after id and limit must not be negative, got %d and %d", afterID, limit)
+	}
+	sub, err := b.lookup(ctx, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := b.engine.DLQList(ctx, &storage.DLQListParams{SubscriptionID: sub.ID, AfterID: afterID, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("broker: dlq of group %q on topic %q: %w", sub.Group, topic, err)
+	}
+	return entries, nil
+}
+
+// ReplayDLQ moves DLQ entries (all when ids is empty) of the subscription of group on topic back to
+// that subscription only, due at once with a fresh attempt count, and returns how many.
+func (b *Broker) ReplayDLQ(ctx context.Context, topic, group string, ids []int64) (int, error) {
+	sub, err := b.lookup(ctx, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	n, err := b.engine.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: sub.ID, IDs: ids})
+	if err != nil {
+		return 0, fmt.Errorf("broker: replay dlq of group %q on topic %q: %w", sub.Group, topic, err)
+	}
+	b.logger.InfoContext(ctx, "dlq replayed", slog.String("topic", topic), slog.String("group", sub.Group), slog.Int("entries", n))
+	b.wakeSubscription(sub.ID)
+	return n, nil
+}
+
+// PurgeDLQ removes DLQ entries (all when ids is empty) of the subscription of group on topic and
+// returns how many.
+func (b *Broker) PurgeDLQ(ctx context.Context, topic, group string, ids []int64) (int, error) {
+	sub, err := b.lookup(ctx, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	n, err := b.engine.DLQPurge(ctx, &storage.DLQPurgeParams{SubscriptionID: sub.ID, IDs: ids})
+	if err != nil {
+		return 0, fmt.Errorf("broker: purge dlq of group %q on topic %q: %w", sub.Group, topic, err)
+	}
+	b.logger.InfoContext(ctx, "dlq purged", slog.String("topic", topic), slog.String("group", sub.Group), slog.Int("entries", n))
+	return n, nil
+}
+
+// Bindings lists the durable groups' pattern bindings, ordered by group then pattern.
+func (b *Broker) Bindings(ctx context.Context) ([]*storage.Binding, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	bs, err := b.engine.BindingList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("broker: list bindings: %w", err)
+	}
+	return bs, nil
+}
+
+// DeleteBinding removes a group's binding: topics created later no longer get a subscription for
+// the group. Subscriptions it created stay.
+func (b *Broker) DeleteBinding(ctx context.Context, group, pattern string) error {
+	if err := b.checkRunning(); err != nil {
+		return err
+	}
+	if err := names.ValidateGroup(group); err != nil {
+		return invalidName(err)
+	}
+	if err := names.ValidatePattern(pattern); err != nil {
+		return invalidName(err)
+	}
+	if err := b.engine.BindingDelete(ctx, &storage.BindingDeleteParams{Group: group, Pattern: pattern}); err != nil {
+		return fmt.Errorf("broker: delete binding of group %q on %q: %w", group, pattern, err)
+	}
+	return nil
+}
+
+// Members describes this broker's live members, ordered by ID.
+func (b *Broker) Members() []MemberInfo {
+	b.mu.RLock()
+	ms := make([]*Member, 0, len(b.members))
+	for _, m := range b.members {
+		ms = append(ms, m)
+	}
+	b.mu.RUnlock()
+	out := make([]MemberInfo, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Info())
+	}
+	slices.SortFunc(out, func(a, c MemberInfo) int { return strings.Compare(a.ID, c.ID) })
+	return out
+}
+
+func sortInt64s(s []int64) { slices.Sort(s) }

@@ -1,0 +1,511 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Member is one consumer connected to this broker: the result of one Subscribe call. It is attached
+// to one subscription per topic its pattern matches (the topic's queue subscription, its group's
+// subscription, or an ephemeral subscription of its own) and receives the deliveries of all of them
+// on one channel, limited by one credit (MaxInFlight). Every method is safe for concurrent use.
+type Member struct {
+	b           *Broker
+	id          string
+	pattern     string
+	group       string
+	maxInFlight int
+	start       storage.StartPosition
+	// ch has capacity maxInFlight; credit accounting guarantees a send never blocks.
+	ch chan *storage.Delivery
+
+	// attachMu serializes attaching and closing (it is held across engine calls; the engine's
+	// notification callback never takes it).
+	attachMu sync.Mutex
+
+	// closeOnce runs the close; closed is closed when it finished.
+	closeOnce sync.Once
+	closedCh  chan struct{}
+	closeErr  error
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	closed bool
+	// reserved counts deliveries being claimed for this member right now.
+	reserved int
+	// inflight maps the deliveries the member holds to their lease deadline.
+	inflight map[leaseKey]time.Time
+	// minDeadline is at most the earliest deadline in inflight (zero when empty).
+	minDeadline time.Time
+	// subs are the subscriptions the member is attached to.
+	subs map[int64]*subState
+	// topics maps each attached topic to its subscription ID.
+	topics map[string]int64
+	// owned are the ephemeral subscriptions the member created and deletes when it leaves.
+	owned map[int64]bool
+	// delivered counts deliveries pushed to the channel (monotonic, for stats).
+	delivered int64
+}
+
+// leaseKey names one delivery held by a member.
+type leaseKey struct {
+	sub       int64
+	partition int32
+	offset    int64
+}
+
+// MemberInfo describes a member for admin listings.
+type MemberInfo struct {
+	// ID is the member's ID.
+	ID string `json:"id"`
+	// Pattern is the topic name or pattern it subscribed with.
+	Pattern string `json:"pattern"`
+	// Group is its consumer group, empty if none.
+	Group string `json:"group,omitempty"`
+	// MaxInFlight is its credit.
+	MaxInFlight int `json:"max_in_flight"`
+	// InFlight counts the deliveries the member holds (leases not expired, not acked or nacked).
+	InFlight int `json:"in_flight"`
+	// Delivered counts the deliveries handed to the member since it subscribed.
+	Delivered int64 `json:"delivered"`
+	// Subscriptions are the IDs of the subscriptions the member is attached to.
+	Subscriptions []int64 `json:"subscriptions"`
+}
+
+func newMember(b *Broker, id, pattern, group string, maxInFlight int, start storage.StartPosition) *Member {
+	return &Member{
+		b:           b,
+		id:          id,
+		pattern:     pattern,
+		group:       group,
+		maxInFlight: maxInFlight,
+		start:       start,
+		ch:          make(chan *storage.Delivery, maxInFlight),
+		closedCh:    make(chan struct{}),
+		inflight:    make(map[leaseKey]time.Time),
+		subs:        make(map[int64]*subState),
+		topics:      make(map[string]int64),
+		owned:       make(map[int64]bool),
+	}
+}
+
+// ID returns the member's ID (generated when SubscribeParams.MemberID was empty).
+func (m *Member) ID() string { return m.id }
+
+// Pattern returns the topic name or pattern the member subscribed with.
+func (m *Member) Pattern() string { return m.pattern }
+
+// Group returns the member's consumer group, empty if none.
+func (m *Member) Group() string { return m.group }
+
+// MaxInFlight returns the member's credit: the most unacknowledged deliveries it holds at a time.
+func (m *Member) MaxInFlight() int { return m.maxInFlight }
+
+// Deliveries returns the channel the member's deliveries arrive on. Its capacity is MaxInFlight,
+// so the broker never blocks on it. It is closed when the member closes; deliveries still in it
+// then are dropped and their leases released.
+func (m *Member) Deliveries() <-chan *storage.Delivery { return m.ch }
+
+// Done is closed when the member has closed (by Close, by Stop of the broker).
+func (m *Member) Done() <-chan struct{} { return m.closedCh }
+
+// Info describes the member now.
+func (m *Member) Info() MemberInfo {
+	now := m.b.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneLocked(now)
+	info := MemberInfo{
+		ID:          m.id,
+		Pattern:     m.pattern,
+		Group:       m.group,
+		MaxInFlight: m.maxInFlight,
+		InFlight:    len(m.inflight),
+		Delivered:   m.delivered,
+	}
+	for id := range m.subs {
+		info.Subscriptions = append(info.Subscriptions, id)
+	}
+	sortInt64s(info.Subscriptions)
+	return info
+}
+
+// creditLocked returns how many more deliveries the member may receive now. m.mu must be held.
+//
+// Two bounds: the deliveries it holds (live leases) plus those being claimed must not exceed
+// maxInFlight, and the channel must have room for those being claimed. A delivery whose lease
+// expired no longer counts as held (the engine may give it to another member) but may still sit
+// in the channel; hence the max of the two.
+func (m *Member) creditLocked(now time.Time) int {
+	if m.closed {
+		return 0
+	}
+	m.pruneLocked(now)
+	used := max(len(m.inflight), len(m.ch))
+	return max(0, m.maxInFlight-m.reserved-used)
+}
+
+// pruneLocked forgets deliveries whose lease expired. m.mu must be held.
+func (m *Member) pruneLocked(now time.Time) {
+	if m.minDeadline.IsZero() || now.Before(m.minDeadline) {
+		return
+	}
+	var next time.Time
+	for k, deadline := range m.inflight {
+		if !now.Before(deadline) {
+			delete(m.inflight, k)
+			continue
+		}
+		if next.IsZero() || deadline.Before(next) {
+			next = deadline
+		}
+	}
+	m.minDeadline = next
+}
+
+// credit returns creditLocked under m.mu.
+func (m *Member) credit(now time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.creditLocked(now)
+}
+
+// reserveLocked reserves all the member's credit for a claim. m.mu must be held.
+func (m *Member) reserveLocked(now time.Time) int {
+	k := m.creditLocked(now)
+	m.reserved += k
+	return k
+}
+
+// unreserve gives back a reservation after a failed claim.
+func (m *Member) unreserve(k int) {
+	m.mu.Lock()
+	m.reserved -= k
+	m.mu.Unlock()
+}
+
+// deliver hands claimed deliveries of s to the member and ends the reservation of k. If the member
+// closed or left s meanwhile, the deliveries are dropped: their leases are released by Close (or
+// vanished with the subscription).
+func (m *Member) deliver(s *subState, ds []*storage.Delivery, k int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reserved -= k
+	if m.closed || m.subs[s.id] != s {
+		return
+	}
+	for _, d := range ds {
+		key := leaseKey{sub: s.id, partition: d.Partition, offset: d.Offset}
+		select {
+		case m.ch <- d:
+			m.inflight[key] = d.LeaseDeadline
+			if m.minDeadline.IsZero() || d.LeaseDeadline.Before(m.minDeadline) {
+				m.minDeadline = d.LeaseDeadline
+			}
+			m.delivered++
+		default:
+			// Unreachable by the credit accounting; if it ever happens the lease expires and the
+			// message is redelivered.
+			m.b.logger.Error("deliveries channel full, dropping delivery",
+				slog.String("member", m.id), slog.Int64("subscription", s.id),
+				slog.Int("partition", int(d.Partition)), slog.Int64("offset", d.Offset))
+		}
+	}
+}
+
+// purgeChannelLocked removes the deliveries of subscription subID from the channel, keeping the
+// order of the others: the consumer has not seen them, and their leases are released or gone with
+// the subscription. m.mu must be held (so deliver cannot send meanwhile; the consumer may receive).
+func (m *Member) purgeChannelLocked(subID int64) {
+	n := len(m.ch)
+	if n == 0 || m.closed {
+		return
+	}
+	keep := make([]*storage.Delivery, 0, n)
+	for range n {
+		select {
+		case d := <-m.ch:
+			if d.SubscriptionID != subID {
+				keep = append(keep, d)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	for _, d := range keep {
+		select {
+		case m.ch <- d:
+		default: // unreachable: at most as many as were taken out
+		}
+	}
+}
+
+// nextExpiry returns the earliest lease deadline of the member's deliveries after now, zero if
+// none.
+func (m *Member) nextExpiry(now time.Time) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneLocked(now)
+	return m.minDeadline
+}
+
+// forget drops deliveries from the member's accounting.
+func (m *Member) forget(subID int64, refs []storage.DeliveryRef) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range refs {
+		delete(m.inflight, leaseKey{sub: subID, partition: r.Partition, offset: r.Offset})
+	}
+}
+
+// wakeSubs wakes the dispatchers of the member's subscriptions (it gained credit).
+func (m *Member) wakeSubs() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.subs {
+		s.wakeUp()
+	}
+}
+
+// checkSub returns an error unless the member is open and attached to subscription subID.
+func (m *Member) checkSub(subID int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrMemberClosed
+	}
+	if _, ok := m.subs[subID]; !ok {
+		return fmt.Errorf("%w: member %q is not attached to subscription %d", storage.ErrSubscriptionNotFound, m.id, subID)
+	}
+	return nil
+}
+
+func validateRefs(refs []storage.DeliveryRef) error {
+	for _, r := range refs {
+		if r.Partition < 0 || r.Offset < 0 {
+			return invalid("delivery ref %d:%d: partition and offset must not be negative", r.Partition, r.Offset)
+		}
+	}
+	return nil
+}
+
+// Ack completes deliveries of subscription subID (the Delivery.SubscriptionID). Acks are durable
+// when Ack returns and idempotent. The member's credit grows by the acked deliveries. Refs the
+// engine does not know (above the high-water mark) make Ack return an error wrapping
+// storage.ErrInvalidArgument after the others were acked.
+func (m *Member) Ack(ctx context.Context, subID int64, refs ...storage.DeliveryRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	if err := validateRefs(refs); err != nil {
+		return err
+	}
+	if err := m.checkSub(subID); err != nil {
+		return err
+	}
+	res, err := m.b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: subID, Member: m.id, Refs: refs})
+	if err != nil {
+		return fmt.Errorf("broker: ack on subscription %d: %w", subID, err)
+	}
+	m.forget(subID, refs)
+	m.wakeSubs()
+	if len(res.Unknown) > 0 {
+		return invalid("ack on subscription %d: %d of %d refs name no message (first %d:%d)",
+			subID, len(res.Unknown), len(refs), res.Unknown[0].Partition, res.Unknown[0].Offset)
+	}
+	return nil
+}
+
+// NackOptions says what happens to nacked deliveries.
+type NackOptions struct {
+	// Delay before the messages are available again; 0 means at once (to a different member of the
+	// subscription when one has credit).
+	Delay time.Duration
+	// ToDLQ dead-letters the messages at once.
+	ToDLQ bool
+	// Reason is recorded as the DLQ entry's last error.
+	Reason string
+}
+
+// Nack gives deliveries of subscription subID back: available again after opts.Delay, or
+// dead-lettered with opts.ToDLQ or when this was their max_deliveries-th delivery. The member's
+// credit grows by them. Refs the member does not hold (their lease expired) make Nack return an
+// error wrapping storage.ErrLeaseNotHeld after the others were nacked.
+func (m *Member) Nack(ctx context.Context, subID int64, refs []storage.DeliveryRef, opts NackOptions) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	if opts.Delay < 0 {
+		return invalid("nack delay must not be negative, got %s", opts.Delay)
+	}
+	if err := validateRefs(refs); err != nil {
+		return err
+	}
+	if err := m.checkSub(subID); err != nil {
+		return err
+	}
+	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
+		SubscriptionID: subID, Member: m.id, Refs: refs, Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
+	})
+	if err != nil {
+		return fmt.Errorf("broker: nack on subscription %d: %w", subID, err)
+	}
+	m.forget(subID, refs)
+	m.wakeSubs()
+	if len(res.NotHeld) > 0 {
+		return fmt.Errorf("broker: nack on subscription %d: %d of %d refs (first %d:%d): %w",
+			subID, len(res.NotHeld), len(refs), res.NotHeld[0].Partition, res.NotHeld[0].Offset, storage.ErrLeaseNotHeld)
+	}
+	return nil
+}
+
+// Extend pushes the lease deadlines of deliveries of subscription subID to d from now (0: the
+// topic's ack_wait) and returns the new deadline. Refs the member does not hold make Extend return
+// an error wrapping storage.ErrLeaseNotHeld after the others were extended.
+func (m *Member) Extend(ctx context.Context, subID int64, refs []storage.DeliveryRef, d time.Duration) (time.Time, error) {
+	if len(refs) == 0 {
+		return time.Time{}, invalid("extend: no delivery refs")
+	}
+	if d < 0 {
+		return time.Time{}, invalid("extend duration must not be negative, got %s", d)
+	}
+	if err := validateRefs(refs); err != nil {
+		return time.Time{}, err
+	}
+	if err := m.checkSub(subID); err != nil {
+		return time.Time{}, err
+	}
+	res, err := m.b.engine.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{
+		SubscriptionID: subID, Member: m.id, Refs: refs, Duration: d,
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("broker: extend on subscription %d: %w", subID, err)
+	}
+	notHeld := make(map[storage.DeliveryRef]bool, len(res.NotHeld))
+	for _, r := range res.NotHeld {
+		notHeld[r] = true
+	}
+	m.mu.Lock()
+	for _, r := range refs {
+		key := leaseKey{sub: subID, partition: r.Partition, offset: r.Offset}
+		if notHeld[r] {
+			delete(m.inflight, key)
+			continue
+		}
+		// Only deliveries still accounted for are moved: one already forgotten as expired does not
+		// take credit back.
+		if _, ok := m.inflight[key]; ok {
+			m.inflight[key] = res.Deadline
+		}
+	}
+	m.mu.Unlock()
+	if len(res.NotHeld) > 0 {
+		return res.Deadline, fmt.Errorf("broker: extend on subscription %d: %d of %d refs (first %d:%d): %w",
+			subID, len(res.NotHeld), len(refs), res.NotHeld[0].Partition, res.NotHeld[0].Offset, storage.ErrLeaseNotHeld)
+	}
+	return res.Deadline, nil
+}
+
+// Close makes the member leave: it stops receiving, its leases are released (the messages go to
+// the other members at once, keeping their attempt counts), deliveries still in its channel are
+// dropped, the channel is closed, and its ephemeral subscriptions are deleted. Durable
+// subscriptions stay: leaving is not cancelling. Close is idempotent; later calls wait for the
+// first one and return nil.
+func (m *Member) Close(ctx context.Context) error {
+	first := false
+	m.closeOnce.Do(func() {
+		first = true
+		m.closeErr = m.doClose(ctx)
+		close(m.closedCh)
+	})
+	if first {
+		return m.closeErr
+	}
+	select {
+	case <-m.closedCh:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("broker: close member %q: %w", m.id, context.Cause(ctx))
+	}
+}
+
+func (m *Member) doClose(ctx context.Context) error {
+	b := m.b
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+
+	// 1. Leave every subscription and the broker so that no new claim starts for m.
+	b.mu.Lock()
+	if b.members[m.id] == m {
+		delete(b.members, m.id)
+	}
+	m.mu.Lock()
+	m.closed = true
+	attached := make([]*subState, 0, len(m.subs))
+	for _, s := range m.subs {
+		attached = append(attached, s)
+	}
+	m.mu.Unlock()
+	owned := make(map[int64]bool)
+	for _, s := range attached {
+		if b.detachLocked(s, m) {
+			owned[s.id] = true
+		}
+	}
+	b.mu.Unlock()
+
+	// 2. Wait for claims in progress for m: a delivery claimed for m after this point is impossible,
+	// one claimed before it was dropped by deliver and is released below.
+	for _, s := range attached {
+		s.fence()
+	}
+
+	// 3. Drop what is still in the channel and close it.
+	m.mu.Lock()
+	dropped := 0
+	for {
+		select {
+		case <-m.ch:
+			dropped++
+			continue
+		default:
+		}
+		break
+	}
+	close(m.ch)
+	m.mu.Unlock()
+
+	// 4. Give the leases back (or delete the ephemeral subscription with them), then wake the
+	// remaining members' dispatchers so the released messages are redelivered at once.
+	var errs []error
+	released := 0
+	for _, s := range attached {
+		if owned[s.id] {
+			if err := b.engine.SubscriptionDelete(ctx, s.id); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
+				errs = append(errs, fmt.Errorf("broker: member %q: delete ephemeral subscription %d: %w", m.id, s.id, err))
+			}
+			continue
+		}
+		res, err := b.engine.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: s.id, Member: m.id})
+		switch {
+		case err == nil:
+			released += res.Released
+		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
+			// Gone or cancelled: no lease left to give back.
+		default:
+			errs = append(errs, fmt.Errorf("broker: member %q: release leases of subscription %d: %w", m.id, s.id, err))
+		}
+		b.wakeSubscription(s.id)
+	}
+	b.logger.DebugContext(ctx, "member left", slog.String("member", m.id), slog.String("pattern", m.pattern),
+		slog.String("group", m.group), slog.Int("subscriptions", len(attached)),
+		slog.Int("released", released), slog.Int("dropped_from_channel", dropped))
+	return errors.Join(errs...)
+}

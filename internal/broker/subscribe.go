@@ -1,0 +1,429 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// SubscribeParams are the parameters of Broker.Subscribe.
+type SubscribeParams struct {
+	// Pattern is a topic name or a wildcard pattern ("orders.*.created", "orders.#"). Required.
+	Pattern string
+	// Group is the consumer group. Empty means no group: on a QUEUE topic the member shares the
+	// topic's one subscription like everyone else; on a PUB_SUB topic it gets an ephemeral
+	// subscription of its own that is deleted when it leaves.
+	Group string
+	// MemberID names the member; it must be unique among this broker's live members. Empty means
+	// generated.
+	MemberID string
+	// MaxInFlight is the member's credit (unacknowledged deliveries it may hold); 0 means
+	// Config.DefaultMaxInFlight. At most MaxInFlightLimit.
+	MaxInFlight int
+	// Start is where a subscription this call creates starts: the group's subscription on an
+	// existing PUB_SUB topic (and the Start of the group's binding for a pattern), or the member's
+	// ephemeral subscription on an existing PUB_SUB topic. Ignored when joining an existing
+	// subscription. Subscriptions on topics created after the call start at the topic's beginning.
+	// The zero value means FROM_NOW.
+	Start storage.StartPosition
+}
+
+func validateStart(p storage.StartPosition) (storage.StartPosition, error) {
+	switch p.Kind {
+	case "":
+		p.Kind = storage.FromNow
+	case storage.FromNow, storage.FromBeginning:
+	case storage.FromTimestamp:
+		if p.Time.IsZero() {
+			return p, invalid("start position FROM_TIMESTAMP needs a time")
+		}
+	case storage.FromMessageID:
+		if p.Partition < 0 || p.Offset < 0 {
+			return p, invalid("start position FROM_MESSAGE_ID: partition and offset must not be negative, got %d:%d", p.Partition, p.Offset)
+		}
+	default:
+		return p, invalid("start position kind must be FROM_NOW, FROM_BEGINNING, FROM_TIMESTAMP or FROM_MESSAGE_ID, got %q", p.Kind)
+	}
+	return p, nil
+}
+
+// Subscribe adds a member. For each existing topic that Pattern matches, the member joins that
+// topic's subscription according to the topic's semantics (QUEUE: the shared one; PUB_SUB: its
+// group's, created at Start if missing, or an ephemeral one without a group). A durable group also
+// registers a binding for Pattern (a wildcard, or a topic name that does not exist yet) so that
+// topics created later get the group's subscription atomically with their creation; the member
+// joins those as they appear, as does a member without a group. A member whose pattern matches no
+// topic yet is valid and waits.
+//
+// Bad input returns an error wrapping storage.ErrInvalidArgument and changes nothing.
+func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, error) {
+	if err := names.ValidatePattern(p.Pattern); err != nil {
+		return nil, invalidName(err)
+	}
+	if p.Group != "" {
+		if err := names.ValidateGroup(p.Group); err != nil {
+			return nil, invalidName(err)
+		}
+	}
+	if p.MemberID != "" {
+		if err := names.ValidateGroup(p.MemberID); err != nil {
+			return nil, invalid("member id: %v", err)
+		}
+	}
+	if p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlightLimit {
+		return nil, invalid("max_in_flight must be between 0 (default) and %d, got %d", MaxInFlightLimit, p.MaxInFlight)
+	}
+	start, err := validateStart(p.Start)
+	if err != nil {
+		return nil, err
+	}
+	id := p.MemberID
+	if id == "" {
+		id = "m-" + rand.Text()[:16]
+	}
+	m := newMember(b, id, p.Pattern, p.Group, cmpOr(p.MaxInFlight, b.defaultMaxInFlight), start)
+
+	// Register first, so that a topic created from now on is attached by the notifier; the listing
+	// below covers the topics created before. Attaching is idempotent per topic.
+	b.mu.Lock()
+	switch {
+	case b.state != stateRunning:
+		b.mu.Unlock()
+		return nil, ErrNotRunning
+	case b.members[id] != nil:
+		b.mu.Unlock()
+		return nil, invalid("member id %q is already subscribed to this broker", id)
+	}
+	b.members[id] = m
+	b.mu.Unlock()
+
+	if err := b.subscribeExisting(ctx, m); err != nil {
+		if cerr := m.Close(context.WithoutCancel(ctx)); cerr != nil {
+			b.logger.WarnContext(ctx, "closing failed member", slog.String("member", id), slog.Any("error", cerr))
+		}
+		return nil, err
+	}
+	b.logger.DebugContext(ctx, "member joined", slog.String("member", id), slog.String("pattern", p.Pattern),
+		slog.String("group", p.Group), slog.Int("max_in_flight", m.maxInFlight), slog.Int("subscriptions", len(m.Info().Subscriptions)))
+	return m, nil
+}
+
+// subscribeExisting creates the group's binding where needed and attaches m to the topics that
+// exist now.
+func (b *Broker) subscribeExisting(ctx context.Context, m *Member) error {
+	wildcard := names.IsPattern(m.pattern)
+	var topics []string
+	if wildcard {
+		if m.group != "" {
+			if err := b.bind(ctx, m); err != nil {
+				return err
+			}
+		}
+		all, err := b.engine.TopicList(ctx)
+		if err != nil {
+			return fmt.Errorf("broker: subscribe %q: list topics: %w", m.pattern, err)
+		}
+		for _, t := range all {
+			if names.Match(m.pattern, t.Name) {
+				topics = append(topics, t.Name)
+			}
+		}
+	} else {
+		_, err := b.engine.TopicGet(ctx, m.pattern)
+		switch {
+		case err == nil:
+			topics = append(topics, m.pattern)
+		case errors.Is(err, storage.ErrTopicNotFound):
+			if m.group != "" {
+				if err := b.bind(ctx, m); err != nil {
+					return err
+				}
+			}
+			// The topic may have been created between TopicGet and the binding: the notifier
+			// attaches the member then, and so does this retry.
+			if _, err := b.engine.TopicGet(ctx, m.pattern); err == nil {
+				return b.attachOrIgnore(ctx, m, m.pattern, true)
+			}
+			return nil
+		default:
+			return fmt.Errorf("broker: subscribe %q: %w", m.pattern, err)
+		}
+	}
+	for _, t := range topics {
+		if err := b.attachOrIgnore(ctx, m, t, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bind registers the durable binding of m's group on m's pattern.
+func (b *Broker) bind(ctx context.Context, m *Member) error {
+	_, err := b.engine.BindingCreate(ctx, &storage.BindingCreateParams{Group: m.group, Pattern: m.pattern, Start: m.start})
+	if err != nil && !errors.Is(err, storage.ErrBindingExists) {
+		return fmt.Errorf("broker: subscribe %q group %q: create binding: %w", m.pattern, m.group, err)
+	}
+	return nil
+}
+
+// attachOrIgnore attaches m to topic, ignoring a topic deleted meanwhile.
+func (b *Broker) attachOrIgnore(ctx context.Context, m *Member, topic string, created bool) error {
+	err := b.attach(ctx, m, topic, created)
+	if errors.Is(err, storage.ErrTopicNotFound) {
+		return nil
+	}
+	return err
+}
+
+// attachMatching attaches every live member whose pattern matches topic and that is not attached to
+// it yet. created says the topic was created after those members subscribed. Errors are logged.
+func (b *Broker) attachMatching(ctx context.Context, topic string, created bool) {
+	b.mu.RLock()
+	var ms []*Member
+	for _, m := range b.members {
+		if names.Match(m.pattern, topic) {
+			ms = append(ms, m)
+		}
+	}
+	b.mu.RUnlock()
+	for _, m := range ms {
+		if err := b.attachOrIgnore(ctx, m, topic, created); err != nil && !errors.Is(err, ErrNotRunning) {
+			b.logger.WarnContext(ctx, "attaching member to new topic failed",
+				slog.String("member", m.id), slog.String("topic", topic), slog.Any("error", err))
+		}
+	}
+}
+
+// attach joins m to the subscription of topic it belongs to. created says the topic was created
+// after m subscribed (its new subscriptions start at the beginning then).
+func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bool) error {
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+	m.mu.Lock()
+	_, attached := m.topics[topic]
+	closed := m.closed
+	m.mu.Unlock()
+	if closed || attached {
+		return nil
+	}
+	sub, owned, err := b.resolveSubscription(ctx, m, topic, created)
+	if err != nil {
+		return err
+	}
+
+	b.mu.Lock()
+	m.mu.Lock()
+	_, attached = m.topics[topic]
+	ok := b.state == stateRunning && !m.closed && !attached
+	m.mu.Unlock()
+	var s *subState
+	if ok {
+		s = b.subs[sub.ID]
+		if s == nil {
+			s = newSubState(b, sub)
+			b.subs[sub.ID] = s
+			if b.byTopic[s.topic] == nil {
+				b.byTopic[s.topic] = make(map[int64]*subState)
+			}
+			b.byTopic[s.topic][s.id] = s
+			b.goLocked(s.run)
+		}
+		s.mu.Lock()
+		s.members = append(s.members, m)
+		s.mu.Unlock()
+		m.mu.Lock()
+		m.subs[s.id] = s
+		m.topics[topic] = s.id
+		if owned {
+			m.owned[s.id] = true
+		}
+		m.mu.Unlock()
+	}
+	b.mu.Unlock()
+
+	if !ok {
+		if owned {
+			if err := b.engine.SubscriptionDelete(ctx, sub.ID); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
+				b.logger.WarnContext(ctx, "deleting unused ephemeral subscription failed", slog.Int64("subscription", sub.ID), slog.Any("error", err))
+			}
+		}
+		if b.checkRunning() != nil {
+			return ErrNotRunning
+		}
+		return nil
+	}
+	s.wakeUp()
+	b.logger.DebugContext(ctx, "member attached", slog.String("member", m.id), slog.String("topic", topic),
+		slog.Int64("subscription", sub.ID), slog.String("group", sub.Group), slog.Bool("ephemeral", owned))
+	return nil
+}
+
+// resolveSubscription finds or creates the subscription of topic that m belongs to. owned reports
+// an ephemeral subscription created for m.
+func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic string, created bool) (sub *storage.Subscription, owned bool, err error) {
+	t, err := b.engine.TopicGet(ctx, topic)
+	if err != nil {
+		return nil, false, fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, err)
+	}
+	start := m.start
+	if created {
+		start = storage.StartPosition{Kind: storage.FromBeginning}
+	}
+	pattern := ""
+	if names.IsPattern(m.pattern) {
+		pattern = m.pattern
+	}
+	group := m.group
+	switch {
+	case t.Config.Semantics == storage.Queue:
+		group = storage.QueueGroup
+	case m.group == "":
+		sub, err := b.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{
+			Topic: topic, Pattern: pattern, Ephemeral: true, Start: start, // the engine names its group
+		})
+		if err != nil {
+			return nil, false, fmt.Errorf("broker: create ephemeral subscription of %q on %q: %w", m.id, topic, err)
+		}
+		return sub, true, nil
+	}
+	// A durable subscription: join the live one, resurrect a dead one, or create one.
+	for attempt := 0; ; attempt++ {
+		sub, err := b.engine.SubscriptionGetByGroup(ctx, topic, group)
+		switch {
+		case err == nil && sub.State == storage.Dead:
+			up, err := b.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Active})
+			if err == nil {
+				b.logger.InfoContext(ctx, "dead subscription resurrected", slog.Int64("subscription", sub.ID),
+					slog.String("topic", topic), slog.String("group", group))
+				return up, false, nil
+			}
+			if !errors.Is(err, storage.ErrInvalidTransition) {
+				return nil, false, fmt.Errorf("broker: resurrect subscription %d: %w", sub.ID, err)
+			}
+			// Someone else changed its state meanwhile: look again.
+		case err == nil && sub.State != storage.Cancelled && sub.State != storage.Deleted:
+			return sub, false, nil
+		case err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound):
+			return nil, false, fmt.Errorf("broker: attach %q to %q group %q: %w", m.id, topic, group, err)
+		default:
+			// None, or only a cancelled one: CANCELLED is terminal, subscribing creates a new one.
+			sub, err = b.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{
+				Topic: topic, Group: group, Pattern: pattern, Start: start,
+			})
+			if err == nil {
+				return sub, false, nil
+			}
+			if !errors.Is(err, storage.ErrSubscriptionExists) {
+				return nil, false, fmt.Errorf("broker: create subscription of group %q on %q: %w", group, topic, err)
+			}
+			// Created concurrently (another member, a binding): look again.
+		}
+		if attempt == 3 {
+			return nil, false, fmt.Errorf("broker: attach %q to %q group %q: subscription keeps changing", m.id, topic, group)
+		}
+	}
+}
+
+// detachLocked removes m from s, drops m's accounting of s's deliveries, and removes s when it has
+// no member left. It reports whether s was an ephemeral subscription m owned. b.mu must be held.
+func (b *Broker) detachLocked(s *subState, m *Member) (owned bool) {
+	s.mu.Lock()
+	s.members = slices.DeleteFunc(s.members, func(x *Member) bool { return x == m })
+	if s.next >= len(s.members) {
+		s.next = 0
+	}
+	empty := len(s.members) == 0
+	s.mu.Unlock()
+
+	m.mu.Lock()
+	if m.subs[s.id] == s {
+		delete(m.subs, s.id)
+	}
+	if id, ok := m.topics[s.topic]; ok && id == s.id {
+		delete(m.topics, s.topic)
+	}
+	for k := range m.inflight {
+		if k.sub == s.id {
+			delete(m.inflight, k)
+		}
+	}
+	m.purgeChannelLocked(s.id)
+	owned = m.owned[s.id]
+	delete(m.owned, s.id)
+	m.mu.Unlock()
+
+	if empty {
+		b.removeSubLocked(s)
+	}
+	return owned
+}
+
+// removeSubLocked removes s from the broker and stops its dispatcher. b.mu must be held.
+func (b *Broker) removeSubLocked(s *subState) {
+	if b.subs[s.id] != s {
+		return
+	}
+	delete(b.subs, s.id)
+	if byID := b.byTopic[s.topic]; byID != nil {
+		delete(byID, s.id)
+		if len(byID) == 0 {
+			delete(b.byTopic, s.topic)
+		}
+	}
+	close(s.stop)
+}
+
+// detachSub detaches every member from s (its subscription is gone). Members stay alive and attach
+// again when a matching topic appears.
+func (b *Broker) detachSub(s *subState) {
+	b.mu.Lock()
+	s.mu.Lock()
+	members := slices.Clone(s.members)
+	s.mu.Unlock()
+	for _, m := range members {
+		b.detachLocked(s, m)
+	}
+	b.removeSubLocked(s)
+	b.mu.Unlock()
+}
+
+// detachTopic detaches every member from the subscriptions of a deleted topic. Only subscriptions
+// the engine no longer has are detached: the topic may have been created again meanwhile, and
+// subscription IDs are never reused.
+func (b *Broker) detachTopic(ctx context.Context, topic string) {
+	b.mu.RLock()
+	var subs []*subState
+	for _, s := range b.byTopic[topic] {
+		subs = append(subs, s)
+	}
+	b.mu.RUnlock()
+	n := 0
+	for _, s := range subs {
+		sub, err := b.engine.SubscriptionGet(ctx, s.id)
+		if err == nil && sub.State != storage.Deleted {
+			continue
+		}
+		if err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) && !errors.Is(err, storage.ErrTopicNotFound) {
+			b.logger.WarnContext(ctx, "checking subscription of deleted topic failed", slog.Int64("subscription", s.id), slog.Any("error", err))
+			continue
+		}
+		b.detachSub(s)
+		n++
+	}
+	if n > 0 {
+		b.logger.InfoContext(ctx, "topic deleted, members detached", slog.String("topic", topic), slog.Int("subscriptions", n))
+	}
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}

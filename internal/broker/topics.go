@@ -1,0 +1,303 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Publish appends msgs to topic as one all-or-nothing batch and returns their positions in batch
+// order. The messages are durable (per the engine's durability setting) when Publish returns.
+// An unknown topic is created with Config.AutoCreateConfig (QUEUE by default) unless auto-create
+// is disabled, in which case Publish fails with storage.ErrTopicNotFound. Members whose pattern
+// matches a topic created here are attached before the first append.
+func (b *Broker) Publish(ctx context.Context, topic string, msgs []storage.AppendMessage) ([]storage.MessagePosition, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if err := names.ValidateTopic(topic); err != nil {
+		return nil, invalidName(err)
+	}
+	if len(msgs) == 0 {
+		return nil, invalid("publish to %q: no messages", topic)
+	}
+	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs}
+	res, err := b.engine.MessagesAppend(ctx, params)
+	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
+		if err := b.autoCreateTopic(ctx, topic); err != nil {
+			return nil, err
+		}
+		res, err = b.engine.MessagesAppend(ctx, params)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("broker: publish to %q: %w", topic, err)
+	}
+	return res.Positions, nil
+}
+
+// autoCreateTopic creates topic with the auto-create configuration and attaches waiting members.
+func (b *Broker) autoCreateTopic(ctx context.Context, topic string) error {
+	_, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: topic, Config: b.autoCreateConfig})
+	switch {
+	case err == nil:
+		b.logger.InfoContext(ctx, "topic auto-created", slog.String("topic", topic),
+			slog.String("semantics", string(b.autoCreateConfig.Semantics)))
+	case errors.Is(err, storage.ErrTopicExists):
+		// Created concurrently; whoever created it attaches members too, attaching again is a no-op.
+	default:
+		return fmt.Errorf("broker: publish to %q: auto-create topic: %w", topic, err)
+	}
+	b.attachMatching(ctx, topic, true)
+	return nil
+}
+
+// CreateTopic creates a topic with cfg completed by storage.TopicConfig.WithDefaults. It fails
+// with storage.ErrTopicExists if the topic exists. Members whose pattern matches the new topic are
+// attached before it returns.
+func (b *Broker) CreateTopic(ctx context.Context, name string, cfg storage.TopicConfig) (*storage.Topic, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if err := names.ValidateTopic(name); err != nil {
+		return nil, invalidName(err)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("broker: create topic %q: %w", name, err)
+	}
+	t, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: name, Config: cfg})
+	if err != nil {
+		return nil, fmt.Errorf("broker: create topic %q: %w", name, err)
+	}
+	b.logger.InfoContext(ctx, "topic created", slog.String("topic", name), slog.String("semantics", string(cfg.Semantics)),
+		slog.Int("partitions", cfg.Partitions))
+	b.attachMatching(ctx, name, true)
+	return t, nil
+}
+
+// UpdateTopicParams are the parameters of Broker.UpdateTopic.
+type UpdateTopicParams struct {
+	// Name is the topic to change.
+	Name string
+	// Config replaces the topic's configuration (completed with defaults and validated).
+	// Partitions may only grow.
+	Config storage.TopicConfig
+	// QueueToGroup names the group the queue subscription becomes when Semantics changes from
+	// QUEUE to PUB_SUB (nothing pending is lost). Required for that change.
+	QueueToGroup string
+}
+
+// UpdateTopic changes a topic's configuration. When the semantics change, members of this broker
+// attached to the topic move to the subscription they belong to under the new semantics (their
+// leases on the old one are released). Members connected to other broker instances move when they
+// reconnect.
+func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage.Topic, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if err := names.ValidateTopic(p.Name); err != nil {
+		return nil, invalidName(err)
+	}
+	if p.QueueToGroup != "" {
+		if err := names.ValidateGroup(p.QueueToGroup); err != nil {
+			return nil, invalidName(err)
+		}
+	}
+	cfg := p.Config.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+	}
+	old, err := b.engine.TopicGet(ctx, p.Name)
+	if err != nil {
+		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+	}
+	if old.Config.Semantics == storage.Queue && cfg.Semantics == storage.PubSub && p.QueueToGroup == "" {
+		return nil, invalid("update topic %q: changing QUEUE to PUB_SUB needs QueueToGroup, the group the queue subscription becomes", p.Name)
+	}
+	t, err := b.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: p.Name, Config: cfg, QueueToGroup: p.QueueToGroup})
+	if err != nil {
+		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+	}
+	b.logger.InfoContext(ctx, "topic updated", slog.String("topic", p.Name), slog.String("semantics", string(t.Config.Semantics)))
+	if old.Config.Semantics != t.Config.Semantics {
+		b.reattachTopic(ctx, t)
+	}
+	b.wakeTopic(p.Name)
+	return t, nil
+}
+
+// reattachTopic moves the members attached to t to the subscription they belong to under t's
+// current semantics.
+func (b *Broker) reattachTopic(ctx context.Context, t *storage.Topic) {
+	b.mu.RLock()
+	type attachment struct {
+		s *subState
+		m *Member
+	}
+	var all []attachment
+	for _, s := range b.byTopic[t.Name] {
+		s.mu.Lock()
+		for _, m := range s.members {
+			all = append(all, attachment{s, m})
+		}
+		s.mu.Unlock()
+	}
+	b.mu.RUnlock()
+	for _, a := range all {
+		sub, err := b.engine.SubscriptionGet(ctx, a.s.id)
+		if err == nil && belongs(t, a.m, sub) {
+			continue
+		}
+		if err := b.leave(ctx, a.m, a.s); err != nil {
+			b.logger.WarnContext(ctx, "moving member after semantics change: leave failed", slog.String("member", a.m.id),
+				slog.Any("error", err))
+		}
+		if err := b.attachOrIgnore(ctx, a.m, t.Name, false); err != nil {
+			b.logger.WarnContext(ctx, "moving member after semantics change: attach failed", slog.String("member", a.m.id),
+				slog.Any("error", err))
+		}
+	}
+}
+
+// belongs reports whether sub is the subscription m belongs to on t: the queue subscription of a
+// QUEUE topic, m's group's subscription, or m's own ephemeral one.
+func belongs(t *storage.Topic, m *Member, sub *storage.Subscription) bool {
+	switch {
+	case t.Config.Semantics == storage.Queue:
+		return sub.Group == storage.QueueGroup
+	case m.group == "":
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return sub.Ephemeral && m.owned[sub.ID]
+	}
+	return sub.Group == m.group
+}
+
+// leave detaches m from s and releases its leases there (or deletes s if m owned it).
+func (b *Broker) leave(ctx context.Context, m *Member, s *subState) error {
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+	b.mu.Lock()
+	m.mu.Lock()
+	attached := m.subs[s.id] == s
+	m.mu.Unlock()
+	owned := false
+	if attached {
+		owned = b.detachLocked(s, m)
+	}
+	b.mu.Unlock()
+	if !attached {
+		return nil
+	}
+	s.fence()
+	if owned {
+		if err := b.engine.SubscriptionDelete(ctx, s.id); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
+			return fmt.Errorf("broker: delete ephemeral subscription %d: %w", s.id, err)
+		}
+		return nil
+	}
+	_, err := b.engine.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: s.id, Member: m.id})
+	b.wakeSubscription(s.id)
+	if err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) && !errors.Is(err, storage.ErrSubscriptionNotActive) {
+		return fmt.Errorf("broker: release leases of %q on subscription %d: %w", m.id, s.id, err)
+	}
+	return nil
+}
+
+// DeleteTopic deletes a topic with its messages and subscriptions. Without force it fails with
+// storage.ErrTopicHasSubscriptions while live durable subscriptions exist; force cancels them.
+// Members of this broker attached to the topic are detached and stay subscribed (a pattern member
+// joins topics created later, including this name).
+func (b *Broker) DeleteTopic(ctx context.Context, name string, force bool) error {
+	if err := b.checkRunning(); err != nil {
+		return err
+	}
+	if err := names.ValidateTopic(name); err != nil {
+		return invalidName(err)
+	}
+	if err := b.engine.TopicDelete(ctx, &storage.TopicDeleteParams{Name: name, Force: force}); err != nil {
+		return fmt.Errorf("broker: delete topic %q: %w", name, err)
+	}
+	b.logger.InfoContext(ctx, "topic deleted", slog.String("topic", name), slog.Bool("force", force))
+	b.detachTopic(ctx, name)
+	return nil
+}
+
+// TopicInfo describes a topic for admin listings.
+type TopicInfo struct {
+	// Topic is the topic with its configuration.
+	Topic *storage.Topic `json:"topic"`
+	// Stats describe its partitions (offsets, message and byte counts).
+	Stats *storage.TopicStats `json:"stats"`
+	// Subscriptions counts the topic's subscriptions that are not DELETED (durable and ephemeral).
+	Subscriptions int `json:"subscriptions"`
+	// Members counts the members of this broker attached to the topic.
+	Members int `json:"members"`
+}
+
+// Topic describes one topic with its statistics.
+func (b *Broker) Topic(ctx context.Context, name string) (*TopicInfo, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if err := names.ValidateTopic(name); err != nil {
+		return nil, invalidName(err)
+	}
+	t, err := b.engine.TopicGet(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("broker: topic %q: %w", name, err)
+	}
+	return b.topicInfo(ctx, t)
+}
+
+// Topics describes every topic, ordered by name.
+func (b *Broker) Topics(ctx context.Context) ([]*TopicInfo, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	ts, err := b.engine.TopicList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("broker: list topics: %w", err)
+	}
+	out := make([]*TopicInfo, 0, len(ts))
+	for _, t := range ts {
+		info, err := b.topicInfo(ctx, t)
+		if errors.Is(err, storage.ErrTopicNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+func (b *Broker) topicInfo(ctx context.Context, t *storage.Topic) (*TopicInfo, error) {
+	stats, err := b.engine.TopicStats(ctx, t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("broker: topic %q stats: %w", t.Name, err)
+	}
+	subs, err := b.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{Topic: t.Name})
+	if err != nil {
+		return nil, fmt.Errorf("broker: topic %q subscriptions: %w", t.Name, err)
+	}
+	info := &TopicInfo{Topic: t, Stats: stats}
+	for _, s := range subs {
+		if s.State != storage.Deleted {
+			info.Subscriptions++
+		}
+	}
+	b.mu.RLock()
+	for _, s := range b.byTopic[t.Name] {
+		s.mu.Lock()
+		info.Members += len(s.members)
+		s.mu.Unlock()
+	}
+	b.mu.RUnlock()
+	return info, nil
+}

@@ -1,0 +1,184 @@
+package broker
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// fakeClock is the test clock: it moves only when told to.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// unitBroker is a Broker with only what member accounting needs; no engine is ever called.
+func unitBroker(clock storage.Clock) *Broker {
+	return &Broker{clock: clock, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func delivery(sub int64, offset int64, deadline time.Time) *storage.Delivery {
+	return &storage.Delivery{
+		Message:        storage.Message{Partition: 0, Offset: offset},
+		SubscriptionID: sub,
+		Attempt:        1,
+		LeaseDeadline:  deadline,
+	}
+}
+
+func TestMemberCreditAccounting(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", "t", "", 3, storage.StartPosition{})
+	s := &subState{b: b, id: 7, topic: "t", wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	s.members = []*Member{m}
+	m.subs[s.id] = s
+	now := clock.Now()
+	deadline := now.Add(10 * time.Second)
+
+	if got := m.credit(now); got != 3 {
+		t.Fatalf("initial credit = %d, want 3", got)
+	}
+	m.mu.Lock()
+	k := m.reserveLocked(now)
+	m.mu.Unlock()
+	if k != 3 || m.credit(now) != 0 {
+		t.Fatalf("reserve = %d, credit after = %d; want 3 and 0", k, m.credit(now))
+	}
+	// The claim returned two deliveries for a reservation of three.
+	m.deliver(s, []*storage.Delivery{delivery(7, 0, deadline), delivery(7, 1, deadline)}, k)
+	if got := m.credit(now); got != 1 {
+		t.Fatalf("credit with 2 held = %d, want 1", got)
+	}
+	// The consumer takes one from the channel: still held, credit unchanged.
+	<-m.ch
+	if got := m.credit(now); got != 1 {
+		t.Fatalf("credit after receive = %d, want 1", got)
+	}
+	// Acking (forget) gives credit back.
+	m.forget(7, []storage.DeliveryRef{{Partition: 0, Offset: 0}})
+	if got := m.credit(now); got != 2 {
+		t.Fatalf("credit after forget = %d, want 2", got)
+	}
+	// The lease of the remaining one (still in the channel) expires: it no longer counts as held,
+	// but it still occupies the channel, so credit stays 2 until it is received.
+	clock.Advance(11 * time.Second)
+	now = clock.Now()
+	if got := m.credit(now); got != 2 {
+		t.Fatalf("credit with an expired delivery in the channel = %d, want 2", got)
+	}
+	<-m.ch
+	if got := m.credit(now); got != 3 {
+		t.Fatalf("credit after the expired delivery was received = %d, want 3", got)
+	}
+	if !m.nextExpiry(now).IsZero() {
+		t.Fatalf("nextExpiry = %v, want zero with nothing held", m.nextExpiry(now))
+	}
+}
+
+func TestMemberDeliverAfterLeaveDrops(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", "t", "", 2, storage.StartPosition{})
+	s := &subState{b: b, id: 7, topic: "t", wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	now := clock.Now()
+	m.mu.Lock()
+	k := m.reserveLocked(now)
+	m.mu.Unlock()
+	// m is not attached to s (it left while the claim ran): the deliveries are dropped and the
+	// reservation ends.
+	m.deliver(s, []*storage.Delivery{delivery(7, 0, now.Add(time.Minute))}, k)
+	if len(m.ch) != 0 || len(m.inflight) != 0 || m.reserved != 0 {
+		t.Fatalf("after deliver to a detached member: channel %d, inflight %d, reserved %d; want 0, 0, 0",
+			len(m.ch), len(m.inflight), m.reserved)
+	}
+	if got := m.credit(now); got != 2 {
+		t.Fatalf("credit = %d, want 2", got)
+	}
+}
+
+func TestEarliest(t *testing.T) {
+	t.Parallel()
+	t1 := time.Unix(100, 0)
+	t2 := time.Unix(200, 0)
+	cases := []struct{ a, b, want time.Time }{
+		{time.Time{}, time.Time{}, time.Time{}},
+		{t1, time.Time{}, t1},
+		{time.Time{}, t2, t2},
+		{t1, t2, t1},
+		{t2, t1, t1},
+	}
+	for _, c := range cases {
+		if got := earliest(c.a, c.b); !got.Equal(c.want) {
+			t.Errorf("earliest(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestValidateStart(t *testing.T) {
+	t.Parallel()
+	p, err := validateStart(storage.StartPosition{})
+	if err != nil || p.Kind != storage.FromNow {
+		t.Fatalf("zero start = %v, %v; want FROM_NOW", p, err)
+	}
+	bad := []storage.StartPosition{
+		{Kind: "FROM_YESTERDAY"},
+		{Kind: storage.FromTimestamp},
+		{Kind: storage.FromMessageID, Offset: -1},
+	}
+	for _, p := range bad {
+		if _, err := validateStart(p); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Errorf("validateStart(%+v) = %v, want ErrInvalidArgument", p, err)
+		}
+	}
+}
+
+func TestValidateGroupRef(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"":                 storage.QueueGroup,
+		storage.QueueGroup: storage.QueueGroup,
+		"billing":          "billing",
+		"$ephemeral-12":    "$ephemeral-12",
+	} {
+		got, err := validateGroupRef(in)
+		if err != nil || got != want {
+			t.Errorf("validateGroupRef(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"bad group", "$", "$$x", "$a b", "a/b"} {
+		if _, err := validateGroupRef(in); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Errorf("validateGroupRef(%q) = %v, want ErrInvalidArgument", in, err)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Config{}); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Fatalf("New without engine = %v, want ErrInvalidArgument", err)
+	}
+}

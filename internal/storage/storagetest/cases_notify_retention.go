@@ -1,0 +1,255 @@
+package storagetest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+func notifyCases() []testCase {
+	return []testCase{
+		{name: "register_unregister", fn: testNotify},
+	}
+}
+
+func retentionCases() []testCase {
+	return []testCase{
+		{name: "keeps_what_subscriptions_need", fn: testRetentionKeeps},
+		{name: "zero_subscription_retention_keeps", fn: testRetentionZeroSubscriptions},
+		{name: "max_retention_removes_everything_old", fn: testRetentionMaxStrict},
+		{name: "max_retention_keeps_younger", fn: testRetentionMaxKeepsYounger},
+	}
+}
+
+// notifyRecorder collects notifications; its callback never blocks.
+type notifyRecorder struct {
+	ch chan storage.Notification
+
+	mu  sync.Mutex
+	got []storage.Notification
+}
+
+func newNotifyRecorder() *notifyRecorder {
+	return &notifyRecorder{ch: make(chan storage.Notification, 4096)}
+}
+
+func (r *notifyRecorder) fn(n storage.Notification) {
+	r.mu.Lock()
+	r.got = append(r.got, n)
+	r.mu.Unlock()
+	select {
+	case r.ch <- n:
+	default:
+	}
+}
+
+func (r *notifyRecorder) sawTopic(topic string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.got {
+		if n.Topic == topic {
+			return true
+		}
+	}
+	return false
+}
+
+// await waits (up to 10 s: notifications may be asynchronous, on PostgreSQL they travel through
+// the database) for a notification of kind about topic, skipping others (they may be spurious or
+// coalesced).
+func (r *notifyRecorder) await(t *testing.T, kind storage.NotificationKind, topic, what string) {
+	t.Helper()
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case n := <-r.ch:
+			if n.Kind == kind && n.Topic == topic {
+				return
+			}
+		case <-timer.C:
+			t.Fatalf("%s: no notification {kind %d, topic %q} within 10 s", what, kind, topic)
+		}
+	}
+}
+
+func testNotify(t *testing.T, x *env) {
+	r1 := newNotifyRecorder()
+	unregister1 := x.e.NotifyRegister(r1.fn)
+	x.createTopic("n.first", pubSub(1))
+	r1.await(t, storage.NotifyTopicCreated, "n.first", "TopicCreate")
+	x.publish("n.first", msg("a"))
+	r1.await(t, storage.NotifyMessages, "n.first", "MessagesAppend")
+	x.createTopic("n.queue", storage.TopicConfig{})
+	r1.await(t, storage.NotifyTopicCreated, "n.queue", "TopicCreate of a QUEUE topic")
+	x.publish("n.queue", msg("b"), msg("c"))
+	r1.await(t, storage.NotifyMessages, "n.queue", "MessagesAppend of a batch")
+
+	r2 := newNotifyRecorder()
+	unregister2 := x.e.NotifyRegister(r2.fn)
+	defer unregister2()
+	unregister1()
+	x.createTopic("n.after", pubSub(1))
+	r2.await(t, storage.NotifyTopicCreated, "n.after", "TopicCreate seen by the second callback")
+	x.publish("n.after", msg("d"))
+	r2.await(t, storage.NotifyMessages, "n.after", "MessagesAppend seen by the second callback")
+	x.publish("n.first", msg("e"))
+	r2.await(t, storage.NotifyMessages, "n.first", "MessagesAppend to the first topic seen by the second callback")
+	isTrue(t, !r1.sawTopic("n.after"), "an unregistered callback was called for a topic created after unregister")
+}
+
+// retention reports a RetentionApply result and checks that its counts match the change of the
+// topic's low offsets: what was removed was counted, and nothing else.
+func (x *env) retention(topics ...string) (*storage.RetentionResult, int64) {
+	x.t.Helper()
+	before := map[string][]int64{}
+	for _, tp := range topics {
+		before[tp] = x.lowOffsets(tp)
+	}
+	res, err := x.e.RetentionApply(x.ctx)
+	noErr(x.t, err, "RetentionApply")
+	isTrue(x.t, res.MessagesDeleted >= 0 && res.MessagesExpired >= 0 && res.DLQEntriesExpired >= 0 && res.BytesDeleted >= 0,
+		"negative retention counts: %+v", *res)
+	var removed int64
+	for _, tp := range topics {
+		after := x.lowOffsets(tp)
+		for p := range after {
+			isTrue(x.t, after[p] >= before[tp][p], "topic %q partition %d: low offset went back from %d to %d", tp, p, before[tp][p], after[p])
+			removed += after[p] - before[tp][p]
+		}
+	}
+	equal(x.t, res.MessagesDeleted+res.MessagesExpired, removed, "deleted + expired messages = messages removed from the logs (%+v)", *res)
+	if removed > 0 {
+		isTrue(x.t, res.BytesDeleted > 0, "messages removed but BytesDeleted is %d", res.BytesDeleted)
+	}
+	x.t.Logf("RetentionApply at %s: %+v", fmtTime(x.now()), *res)
+	return res, removed
+}
+
+func (x *env) lowOffsets(topic string) []int64 {
+	x.t.Helper()
+	st := x.topicStats(topic)
+	low := make([]int64, len(st.Partitions))
+	for _, p := range st.Partitions {
+		low[p.Partition] = p.LowOffset
+	}
+	return low
+}
+
+// testRetentionKeeps: RetentionApply may delete completed messages older than message_retention
+// (engines delete whole segments, so they may keep more), but never one that a subscription holding
+// retention (ACTIVE or PAUSED) has not completed, within max_retention.
+func testRetentionKeeps(t *testing.T, x *env) {
+	x.createTopic("ret", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Hour, MaxRetention: 48 * time.Hour})
+	a := x.subscribe("ret", "a", fromBeginning)
+	b := x.subscribe("ret", "b", fromBeginning)
+	for range 10 {
+		x.publishN("ret", 0, 20)
+		x.advance(time.Second)
+	}
+	acked := func(s *storage.Subscription, n int) {
+		x.t.Helper()
+		ds := x.claimAll(s.ID, "m")
+		equal(t, len(ds), 200, "claimed")
+		var refs []storage.DeliveryRef
+		for _, d := range ds[:n] {
+			refs = append(refs, d.Ref())
+		}
+		equal(t, x.ack(s.ID, "m", refs...).Acked, n, "acked")
+	}
+	acked(a, 150)
+	acked(b, 60)
+	x.setState(b.ID, storage.Paused)
+
+	x.advance(2 * time.Hour)
+	res, _ := x.retention("ret")
+	equal(t, res.MessagesExpired, int64(0), "nothing is past max_retention")
+	low := x.lowOffsets("ret")[0]
+	isTrue(t, low <= 60, "low offset %d: messages paused subscription b has not acked (60..199) must be kept", low)
+	deepEqual(t, msgOffsets(x.read("ret", 0, 60)), span(60, 200), "messages from b's floor on are readable")
+	requireOffsets(t, x.claimAll(a.ID, "m"), span(150, 200), "a gets its unacked messages again")
+	x.setState(b.ID, storage.Active)
+	requireOffsets(t, x.claimAll(b.ID, "m"), span(60, 200), "b gets its unacked messages again")
+
+	// Once b is cancelled and a completed everything, all of it may go (but need not).
+	x.setState(b.ID, storage.Cancelled)
+	x.ack(a.ID, "m", refSpan(0, 150, 200)...)
+	x.advance(2 * time.Hour)
+	res, _ = x.retention("ret")
+	equal(t, res.MessagesExpired, int64(0), "completed messages are deleted, not expired")
+	x.publishN("ret", 0, 1)
+	requireOffsets(t, x.claimAll(a.ID, "m"), []int64{200}, "offsets continue after retention")
+}
+
+// testRetentionZeroSubscriptions: a PUB_SUB topic without subscriptions keeps its messages for
+// zero_subscription_retention, so a group subscribing FROM_BEGINNING within that time gets them.
+func testRetentionZeroSubscriptions(t *testing.T, x *env) {
+	x.createTopic("zero", storage.TopicConfig{Semantics: storage.PubSub, ZeroSubscriptionRetention: time.Hour, MessageRetention: 2 * time.Hour})
+	x.publishN("zero", 0, 10)
+	x.advance(30 * time.Minute)
+	res, removed := x.retention("zero")
+	equal(t, removed, int64(0), "messages removed within zero_subscription_retention")
+	equal(t, res.MessagesExpired, int64(0), "expired")
+	s := x.subscribe("zero", "late", fromBeginning)
+	requireOffsets(t, x.drain(s.ID, "m"), span(0, 10), "a late group gets everything")
+}
+
+// testRetentionMaxStrict: when every message of a topic is older than max_retention, RetentionApply
+// removes all of them (an engine that deletes whole segments must seal its active segment to do
+// so), counts every one a holding subscription had not completed as expired, and moves every
+// subscription past them; DLQ entries older than max_retention are removed and counted. Offsets
+// continue where they were.
+func testRetentionMaxStrict(t *testing.T, x *env) {
+	x.createTopic("cap", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2, MessageRetention: time.Hour, MaxRetention: 2 * time.Hour})
+	a := x.subscribe("cap", "a", fromBeginning)
+	p := x.subscribe("cap", "p", fromBeginning)
+	x.publishN("cap", 0, 12)
+	x.publishN("cap", 1, 8)
+	ds := x.claimAll(a.ID, "m")
+	equal(t, len(ds), 20, "a claimed everything")
+	x.ack(a.ID, "m", refSpan(0, 0, 5)...)
+	x.nack(storage.DeliveriesNackParams{SubscriptionID: a.ID, Member: "m", Refs: []storage.DeliveryRef{ref(1, 0)}, ToDLQ: true, Reason: "old"})
+	x.setState(p.ID, storage.Paused)
+	equal(t, len(x.dlq(a.ID)), 1, "a's DLQ entry")
+
+	x.advance(2*time.Hour + time.Second)
+	res, removed := x.retention("cap")
+	equal(t, removed, int64(20), "every message older than max_retention is removed")
+	equal(t, res.MessagesExpired, int64(20), "every message was needed by paused subscription p: all count as expired")
+	equal(t, res.DLQEntriesExpired, int64(1), "DLQ entries older than max_retention")
+	deepEqual(t, x.lowOffsets("cap"), []int64{12, 8}, "low offsets")
+	deepEqual(t, x.highWaters("cap"), []int64{12, 8}, "high waters unchanged")
+	equal(t, x.topicStats("cap").Messages, int64(0), "messages")
+	equal(t, len(x.read("cap", 0, 0)), 0, "partition 0 is empty")
+	equal(t, len(x.dlq(a.ID)), 0, "a's DLQ after max_retention")
+	for _, s := range []*storage.Subscription{a, p} {
+		st := x.requireStats(s.ID, wantStats{}, "removed messages are no longer pending")
+		equal(t, partStats(t, st, 0).AckFloor, int64(12), "ack floor of partition 0")
+		equal(t, partStats(t, st, 1).AckFloor, int64(8), "ack floor of partition 1")
+	}
+	equal(t, len(x.claimAll(a.ID, "m")), 0, "nothing left to deliver")
+	x.publish("cap", toPartition(0, "new"))
+	ds = x.claimAll(a.ID, "m")
+	requireRefs(t, refsOf(ds), []storage.DeliveryRef{ref(0, 12)}, "offsets continue")
+	requireAttempts(t, ds, 1, "the new message")
+}
+
+// testRetentionMaxKeepsYounger: max_retention removes only what is older; messages younger than it
+// are kept for the subscriptions that need them, whatever the engine's segment granularity.
+func testRetentionMaxKeepsYounger(t *testing.T, x *env) {
+	x.createTopic("capy", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Hour, MaxRetention: 2 * time.Hour})
+	s := x.subscribe("capy", "s", fromBeginning)
+	x.publishN("capy", 0, 50)
+	x.advance(time.Hour)
+	x.publishN("capy", 0, 50)
+	x.advance(time.Hour + time.Second)
+	res, removed := x.retention("capy")
+	isTrue(t, removed <= 50, "removed %d messages, only the 50 older than max_retention may go", removed)
+	equal(t, res.MessagesExpired, removed, "everything removed was needed by s: counted as expired")
+	deepEqual(t, msgOffsets(x.read("capy", 0, 50)), span(50, 100), "younger messages are readable")
+	low := x.lowOffsets("capy")[0]
+	ds := x.claimAll(s.ID, "m")
+	requireOffsets(t, ds, span(low, 100), "s gets every retained message from the low offset %d", low)
+}

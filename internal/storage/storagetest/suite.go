@@ -1,0 +1,90 @@
+package storagetest
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// OpenFunc opens the engine over one store, reading time from clock. Calling it again after the
+// previous engine was closed reopens the same data (a restart). Each store is private to one test.
+type OpenFunc func(clock storage.Clock) (storage.Engine, error)
+
+// NewStoreFunc makes a fresh, empty store for one test case (a t.TempDir(), or a fresh PostgreSQL
+// schema) and returns how to open it. It may register cleanups with t. Run calls it from parallel
+// subtests, so it must be safe for concurrent use.
+type NewStoreFunc func(t *testing.T) OpenFunc
+
+// Capabilities declares what an engine can do; cases that need a missing capability are skipped.
+type Capabilities struct {
+	// Restart: the data survives Close and a new OpenFunc call (a durable engine). Enables the
+	// Restart cases and restarts inside the Randomized case, and lets the invariant checker reopen
+	// an engine a case closed.
+	Restart bool
+}
+
+// seedFlag fixes the seed of the randomized case; SPOOL_SEED does the same.
+var seedFlag = flag.Int64("spool.seed", 0, "seed of the storagetest randomized case (0: random, or SPOOL_SEED)")
+
+// testCase is one conformance case; it gets a fresh store and engine.
+type testCase struct {
+	name string
+	// restart marks cases that need Capabilities.Restart.
+	restart bool
+	fn      func(t *testing.T, x *env)
+}
+
+type group struct {
+	name  string
+	cases []testCase
+}
+
+func groups() []group {
+	return []group{
+		{"Topics", topicCases()},
+		{"Publish", publishCases()},
+		{"Subscriptions", subscriptionCases()},
+		{"Bindings", bindingCases()},
+		{"Claim", claimCases()},
+		{"Ack", ackCases()},
+		{"Nack", nackCases()},
+		{"Extend", extendCases()},
+		{"Expiry", expiryCases()},
+		{"DLQ", dlqCases()},
+		{"Stats", statsCases()},
+		{"Notify", notifyCases()},
+		{"Retention", retentionCases()},
+		{"Restart", restartCases()},
+		{"Close", closeCases()},
+		{"Concurrency", concurrencyCases()},
+		{"Randomized", randomizedCases()},
+	}
+}
+
+// Run runs the conformance suite against the engine that newStore opens. Every case is a subtest
+// (Group/case) with its own store; all of them run in parallel. After each case the invariants
+// listed in the package documentation are checked on the engine's final state.
+func Run(t *testing.T, caps Capabilities, newStore NewStoreFunc) {
+	t.Helper()
+	s := &suite{caps: caps, newStore: newStore}
+	for _, g := range groups() {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range g.cases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					if c.restart && !caps.Restart {
+						t.Skip("engine does not declare Capabilities.Restart")
+					}
+					c.fn(t, s.setup(t))
+				})
+			}
+		})
+	}
+}
+
+type suite struct {
+	caps     Capabilities
+	newStore NewStoreFunc
+}

@@ -1,0 +1,284 @@
+package wal
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/substate"
+)
+
+// This file applies state records to the in-memory maps. Metadata changes are made only through
+// these functions, live (with e.mu held exclusively, right before the record is queued) and on
+// replay, so a restart rebuilds exactly what was live. Delivery-state records (claim, ack, nack,
+// DLQ) are applied live by the substate methods the operations call, and here by their Restore
+// counterparts.
+
+func (e *Engine) applyTopicCreate(r *topicCreateRec) {
+	t := &topic{meta: r.Topic, subs: make(map[int64]*sub)}
+	e.topics[r.Topic.Name] = t
+	for i := range r.Subs {
+		e.applySubCreate(t, &r.Subs[i])
+	}
+}
+
+func (e *Engine) applySubCreate(t *topic, r *subRec) *sub {
+	s := &sub{meta: r.Sub, topic: t, st: substate.New(r.Starts)}
+	// Partitions added after the record was written start at 0.
+	for s.st.Partitions() < t.meta.Config.Partitions {
+		s.st.AddPartition(0)
+	}
+	e.subs[s.meta.ID] = s
+	t.subs[s.meta.ID] = s
+	e.nextSubID = max(e.nextSubID, s.meta.ID+1)
+	return s
+}
+
+func (e *Engine) applyTopicUpdate(r *topicUpdateRec) {
+	t := e.topics[r.Name]
+	if t == nil {
+		return
+	}
+	old := t.meta.Config.Partitions
+	t.meta.Config = r.Config
+	for _, s := range t.subs {
+		if s.st == nil {
+			continue
+		}
+		for i := old; i < r.Config.Partitions; i++ {
+			s.st.AddPartition(0)
+		}
+	}
+	for _, rn := range r.Renames {
+		if s := t.subs[rn.ID]; s != nil {
+			s.meta.Group = rn.Group
+			s.meta.UpdatedAt = r.At
+		}
+	}
+	for i := range r.NewSubs {
+		e.applySubCreate(t, &r.NewSubs[i])
+	}
+}
+
+func (e *Engine) applyTopicDelete(r *topicDeleteRec) {
+	t := e.topics[r.Name]
+	if t == nil {
+		return
+	}
+	for _, s := range t.subs {
+		e.applySubDelete(&subDeleteRec{ID: s.meta.ID, At: r.At})
+	}
+	delete(e.topics, r.Name)
+}
+
+func (e *Engine) applySubUpdate(r *subUpdateRec) {
+	s := e.subs[r.ID]
+	if s == nil || s.meta.State == storage.Deleted {
+		return
+	}
+	if r.State == storage.Deleted {
+		e.applySubDelete(&subDeleteRec{ID: r.ID, At: r.At})
+		return
+	}
+	s.meta.State = r.State
+	s.meta.UpdatedAt = r.At
+	if r.State == storage.Cancelled {
+		s.st = nil
+	}
+}
+
+func (e *Engine) applySubDelete(r *subDeleteRec) {
+	s := e.subs[r.ID]
+	if s == nil {
+		return
+	}
+	if s.topic != nil {
+		delete(s.topic.subs, r.ID)
+	}
+	s.topic = nil
+	s.st = nil
+	if s.meta.Ephemeral {
+		delete(e.subs, r.ID)
+		return
+	}
+	s.meta.State = storage.Deleted
+	s.meta.UpdatedAt = r.At
+}
+
+// applyRecord applies one replayed state record.
+func (e *Engine) applyRecord(body []byte) error {
+	if len(body) == 0 {
+		return fmt.Errorf("empty state record")
+	}
+	typ := body[0]
+	unmarshal := func(v any) error {
+		if err := json.Unmarshal(body[1:], v); err != nil {
+			return fmt.Errorf("decode state record %d: %w", typ, err)
+		}
+		return nil
+	}
+	switch typ {
+	case recMarker:
+	case recTopicCreate:
+		var r topicCreateRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		e.applyTopicCreate(&r)
+	case recTopicUpdate:
+		var r topicUpdateRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		e.applyTopicUpdate(&r)
+	case recTopicDelete:
+		var r topicDeleteRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		e.applyTopicDelete(&r)
+	case recBindingCreate:
+		var b storage.Binding
+		if err := unmarshal(&b); err != nil {
+			return err
+		}
+		e.bindings[bindingKey{b.Group, b.Pattern}] = &b
+	case recBindingDelete:
+		var r bindingDeleteRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		delete(e.bindings, bindingKey{r.Group, r.Pattern})
+	case recSubCreate:
+		var r subRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		if t := e.topics[r.Sub.Topic]; t != nil {
+			e.applySubCreate(t, &r)
+		}
+	case recSubUpdate:
+		var r subUpdateRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		e.applySubUpdate(&r)
+	case recSubDelete:
+		var r subDeleteRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		e.applySubDelete(&r)
+	case recClaim:
+		id, items, cursors, err := decodeClaim(body)
+		if err != nil {
+			return err
+		}
+		st := e.stateOf(id)
+		if st == nil {
+			return nil
+		}
+		for _, it := range items {
+			switch it.kind {
+			case claimDeliver:
+				st.RestoreClaim(it.partition, it.offset, int(it.n), false)
+			case claimReplayed:
+				st.RestoreClaim(it.partition, it.offset, int(it.n), true)
+			case claimDelay:
+				st.Delay(it.partition, it.offset, it.n)
+			case claimComplete:
+				st.Complete(it.partition, it.offset)
+			default:
+				return fmt.Errorf("claim record: unknown item kind %d", it.kind)
+			}
+		}
+		for _, c := range cursors {
+			st.RestoreCursor(c.partition, c.cursor)
+		}
+	case recAck:
+		id, refs, err := decodeAck(body)
+		if err != nil {
+			return err
+		}
+		if st := e.stateOf(id); st != nil {
+			for _, r := range refs {
+				st.Ack(r.Partition, r.Offset, substate.Forever)
+			}
+		}
+	case recNack:
+		id, items, err := decodeNack(body)
+		if err != nil {
+			return err
+		}
+		if st := e.stateOf(id); st != nil {
+			for _, it := range items {
+				st.RestoreNack(it.partition, it.offset, it.due, it.replayed)
+			}
+		}
+	case recDLQ:
+		id, de, err := decodeDLQ(body)
+		if err != nil {
+			return err
+		}
+		if st := e.stateOf(id); st != nil {
+			st.DeadLetterAt(de.Message.Partition, de.Message.Offset, de)
+		}
+	case recDLQReplay, recDLQPurge:
+		id, at, ids, err := decodeDLQIDs(body)
+		if err != nil {
+			return err
+		}
+		// Records always list the IDs they moved: an empty list would mean "all" to DLQReplay and
+		// DLQPurge.
+		if st := e.stateOf(id); st != nil && len(ids) > 0 {
+			if typ == recDLQReplay {
+				st.DLQReplay(ids, at)
+			} else {
+				st.DLQPurge(ids)
+			}
+		}
+	case recRetention:
+		floors, expired, err := decodeRetention(body)
+		if err != nil {
+			return err
+		}
+		for _, f := range floors {
+			if st := e.stateOf(f.sub); st != nil {
+				st.ForceFloor(f.partition, f.floor)
+			}
+		}
+		for _, x := range expired {
+			if st := e.stateOf(x.sub); st != nil && len(x.ids) > 0 {
+				st.DLQPurge(x.ids)
+			}
+		}
+	case recSubIDs:
+		next, err := decodeSubIDs(body)
+		if err != nil {
+			return err
+		}
+		e.nextSubID = max(e.nextSubID, next)
+	default:
+		return fmt.Errorf("unknown state record type %d", typ)
+	}
+	return nil
+}
+
+func (e *Engine) stateOf(id int64) *substate.Sub {
+	if s := e.subs[id]; s != nil {
+		return s.st
+	}
+	return nil
+}
+
+// cloneSub returns a copy of a subscription's metadata for a caller.
+func cloneSub(s *sub) *storage.Subscription {
+	c := s.meta
+	return &c
+}
+
+// cloneTopic returns a copy of a topic's metadata for a caller.
+func cloneTopic(t *topic) *storage.Topic {
+	c := t.meta
+	return &c
+}

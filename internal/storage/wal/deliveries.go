@@ -1,0 +1,473 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/substate"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+)
+
+// Claim scanning bounds: a claim reads new messages in chunks and looks at no more than
+// claimScanLimit records that it does not deliver (expired or delayed messages), so one claim
+// cannot hold the subscription for long; the result's NextDue then says "now".
+const (
+	claimReadChunk = 512
+	claimScanLimit = 4096
+)
+
+// recordBatch collects the state records of one operation, queued together.
+type recordBatch [][]byte
+
+// queueStates queues records (with e.mu held) and returns a channel for their durability, or nil
+// when there is nothing to queue or wait for (ephemeral subscriptions are not persisted).
+func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool) <-chan error {
+	if len(recs) == 0 || s.meta.Ephemeral {
+		return nil
+	}
+	wr := make([]wlog.Record, len(recs))
+	ts := e.clock.Now().UnixNano()
+	n := 0
+	for i, r := range recs {
+		wr[i] = wlog.Record{Timestamp: ts, Body: r}
+		n += len(r) + wlog.FrameHeaderBytes
+	}
+	var ch chan error
+	if waitDurable {
+		ch = make(chan error, 1)
+	}
+	e.committer.AppendAsync(e.state, wr, func(_ int64, err error) {
+		if err != nil {
+			e.fail(fmt.Errorf("wal: state log append: %w", err))
+		}
+		if ch != nil {
+			ch <- err
+		}
+	})
+	if e.stateBytes.Add(int64(n)) >= e.cfg.StateLogSnapshotBytes && e.snapPending.CompareAndSwap(false, true) {
+		select {
+		case e.snapReq <- struct{}{}:
+		default:
+		}
+	}
+	if ch == nil {
+		return nil
+	}
+	return ch
+}
+
+// deadLetterLocked moves an entry to the subscription's DLQ with a copy of its message and returns
+// the DLQ state record (nil if the message no longer exists: the entry is dropped). e.mu (read)
+// and s.mu must be held.
+func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQReason, lastErr string, now time.Time) []byte {
+	var msg storage.Message
+	if en.Msg != nil {
+		msg = *en.Msg
+	} else {
+		var err error
+		msg, err = readMessage(s.topic, en.Partition, en.Offset)
+		if err != nil {
+			e.logger.Warn("wal: message to dead-letter is gone, dropped", slog.Int64("subscription", s.meta.ID),
+				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
+			s.st.Drop(en.Partition, en.Offset)
+			return nil
+		}
+	}
+	d := &storage.DLQEntry{
+		SubscriptionID: s.meta.ID, Message: msg, Reason: reason, Attempts: en.Attempt, LastError: lastErr, DeadAt: now,
+	}
+	s.st.DeadLetter(en, d)
+	return encodeDLQ(s.meta.ID, d)
+}
+
+// DeliveriesClaim leases up to Max messages of an ACTIVE subscription to Member: first expired
+// leases are processed (backoff, or the DLQ at max_deliveries), then due redeliveries go out
+// (oldest due first; with AvoidMember not to the member that had them last), then new messages
+// from the cursor, rotating the partition read first from one claim to the next. Messages whose
+// NotBefore is in the future wait without a delivery; messages past ExpiresAt are completed
+// without one. The claim is recorded in the state log without waiting for it to be durable: a
+// crash may forget a delivery (it is then made again with the same attempt number), never an
+// ack.
+func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if params.Max < 1 {
+		return nil, invalid("max must be at least 1, got %d", params.Max)
+	}
+	if params.Member == "" {
+		return nil, invalid("member must not be empty")
+	}
+	if params.LeaseDuration < 0 {
+		return nil, invalid("lease duration must not be negative, got %s", params.LeaseDuration)
+	}
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if err := e.checkLocked(); err != nil {
+		return nil, err
+	}
+	s, err := e.subLocked(params.SubscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	if s.meta.State != storage.Active || s.st == nil {
+		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, s.meta.ID, s.meta.State)
+	}
+	t := s.topic
+	cfg := t.meta.Config
+	parts := params.Partitions
+	var allowed func(int32) bool
+	if parts != nil {
+		set := make(map[int32]bool, len(parts))
+		for _, p := range parts {
+			if p < 0 || int(p) >= len(t.parts) {
+				return nil, invalid("partition %d out of range, topic %q has %d", p, t.meta.Name, len(t.parts))
+			}
+			set[p] = true
+		}
+		allowed = func(p int32) bool { return set[p] }
+	} else {
+		parts = make([]int32, len(t.parts))
+		for i := range parts {
+			parts[i] = int32(i)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := e.now()
+	nowNs := now.UnixNano()
+	lease := cfg.AckWait
+	if params.LeaseDuration > 0 {
+		lease = params.LeaseDuration
+	}
+	deadlineNs := nowNs + int64(lease)
+	deadline := time.Unix(0, deadlineNs).UTC()
+	var recs recordBatch
+	var items []claimItem
+
+	// 1. Expired leases.
+	for _, en := range s.st.ExpireLeases(nowNs, cfg.MaxDeliveries, substate.Backoff) {
+		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "lease expired", now); r != nil {
+			recs = append(recs, r)
+		}
+	}
+
+	res := &storage.DeliveriesClaimResult{}
+	deliver := func(en *substate.Entry, m *storage.Message) {
+		d := &storage.Delivery{Message: *m, SubscriptionID: s.meta.ID, Attempt: en.Attempt, Member: params.Member, LeaseDeadline: deadline}
+		res.Deliveries = append(res.Deliveries, d)
+	}
+
+	// 2. Due redeliveries.
+	due, nextWait, hasWait := s.st.TakeDue(nowNs, params.Member, params.AvoidMember, allowed, params.Max, deadlineNs)
+	for _, en := range due {
+		if en.Msg != nil {
+			deliver(en, en.Msg)
+			items = append(items, claimItem{kind: claimReplayed, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
+			continue
+		}
+		m, err := readMessage(t, en.Partition, en.Offset)
+		if err != nil {
+			e.logger.Warn("wal: message to redeliver is gone, dropped", slog.Int64("subscription", s.meta.ID),
+				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
+			s.st.Drop(en.Partition, en.Offset)
+			items = append(items, claimItem{kind: claimComplete, partition: en.Partition, offset: en.Offset})
+			continue
+		}
+		deliver(en, &m)
+		items = append(items, claimItem{kind: claimDeliver, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
+	}
+
+	// 3. New messages.
+	var cursors []cursorItem
+	scanned := 0
+	moreNow := false
+	if remaining := params.Max - len(res.Deliveries); remaining > 0 && len(parts) > 0 {
+		first := s.rr % len(parts)
+		s.rr++
+		for k := 0; k < len(parts) && remaining > 0 && !moreNow; k++ {
+			pi := parts[(first+k)%len(parts)]
+			l := t.parts[pi].log
+			c0 := s.st.Cursor(pi)
+			for remaining > 0 {
+				c := s.st.Cursor(pi)
+				hw := l.NextIndex()
+				if c >= hw {
+					break
+				}
+				if scanned >= claimScanLimit {
+					moreNow = true
+					break
+				}
+				if fi := l.FirstIndex(); c < fi {
+					// Retention removed messages this subscription had not consumed (it did not
+					// hold retention): they are gone for it.
+					s.st.ForceFloor(pi, fi)
+					continue
+				}
+				batch, err := l.Read(c, min(remaining+16, claimReadChunk), readBatchBytes)
+				if err != nil {
+					if errors.Is(err, storage.ErrOffsetOutOfRange) {
+						continue
+					}
+					e.logger.Error("wal: read for claim", slog.String("topic", t.meta.Name), slog.Int("partition", int(pi)), slog.Any("error", err))
+					break
+				}
+				if len(batch) == 0 {
+					break
+				}
+				for i, rec := range batch {
+					o := c + int64(i)
+					if o != s.st.Cursor(pi) {
+						continue // completed before delivery (acked ahead): skipped by the cursor
+					}
+					var m storage.Message
+					if err := decodeRecord(t.meta.Name, pi, o, rec, &m); err != nil {
+						e.logger.Error("wal: undecodable message skipped", slog.Any("error", err))
+						s.st.Complete(pi, o)
+						items = append(items, claimItem{kind: claimComplete, partition: pi, offset: o})
+						continue
+					}
+					switch {
+					case !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt):
+						scanned++
+						s.st.Complete(pi, o)
+						items = append(items, claimItem{kind: claimComplete, partition: pi, offset: o})
+					case m.NotBefore.After(now):
+						scanned++
+						nb := m.NotBefore.UnixNano()
+						s.st.Delay(pi, o, nb)
+						items = append(items, claimItem{kind: claimDelay, partition: pi, offset: o, n: nb})
+						if !hasWait || nb < nextWait {
+							nextWait, hasWait = nb, true
+						}
+					default:
+						en := s.st.Deliver(pi, o, params.Member, deadlineNs)
+						deliver(en, &m)
+						items = append(items, claimItem{kind: claimDeliver, partition: pi, offset: o, n: int64(en.Attempt)})
+						remaining--
+					}
+					if remaining == 0 {
+						break
+					}
+				}
+			}
+			if c := s.st.Cursor(pi); c != c0 {
+				cursors = append(cursors, cursorItem{partition: pi, cursor: c})
+			}
+		}
+	}
+
+	// NextDue: the earliest of a waiting entry's due time and a lease deadline.
+	var next int64
+	has := false
+	if hasWait {
+		next, has = max(nextWait, nowNs), true
+	}
+	if d, ok := s.st.NextDeadline(); ok && (!has || d < next) {
+		next, has = d, true
+	}
+	if moreNow {
+		next, has = nowNs, true
+	}
+	if has {
+		res.NextDue = time.Unix(0, next).UTC()
+	}
+	if len(items) > 0 || len(cursors) > 0 {
+		recs = append(recs, encodeClaim(s.meta.ID, items, cursors))
+	}
+	e.queueStates(s, recs, false)
+	return res, nil
+}
+
+// DeliveriesAck completes messages; the ack is durable when the call returns. Refs above the
+// high-water mark or in partitions that do not exist are listed in Unknown. A replayed DLQ copy
+// of a message is completed first.
+func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	e.mu.RLock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.RUnlock()
+		return nil, err
+	}
+	s, err := e.subWithState(params.SubscriptionID)
+	if err != nil {
+		e.mu.RUnlock()
+		return nil, err
+	}
+	res := &storage.DeliveriesAckResult{}
+	var persist []storage.DeliveryRef
+	s.mu.Lock()
+	for _, r := range params.Refs {
+		hw := int64(-1)
+		if r.Partition >= 0 && int(r.Partition) < len(s.topic.parts) {
+			hw = s.topic.parts[r.Partition].log.NextIndex()
+		}
+		switch s.st.Ack(r.Partition, r.Offset, hw) {
+		case substate.Acked:
+			res.Acked++
+			persist = append(persist, r)
+		case substate.AlreadyDone:
+			res.AlreadyDone++
+			// Recorded again (a no-op on replay) so this call also waits until the ack that
+			// completed it is durable.
+			persist = append(persist, r)
+		default:
+			res.Unknown = append(res.Unknown, r)
+		}
+	}
+	var ch <-chan error
+	if len(persist) > 0 {
+		ch = e.queueStates(s, recordBatch{encodeAck(s.meta.ID, persist)}, true)
+	}
+	s.mu.Unlock()
+	e.mu.RUnlock()
+	if ch != nil {
+		if err := wait(ctx, ch); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// DeliveriesNack gives back messages Member holds: due again after Delay (at once when 0; a
+// claim with AvoidMember then prefers another member), or dead-lettered with ToDLQ (reason
+// rejected) or when it was the max_deliveries-th delivery (reason max_deliveries). Reason is the
+// DLQ entry's last error. Refs the member does not hold (lease expired, another member, never
+// delivered) are listed in NotHeld. The outcome is durable when the call returns.
+func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if params.Delay < 0 {
+		return nil, invalid("delay must not be negative, got %s", params.Delay)
+	}
+	e.mu.RLock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.RUnlock()
+		return nil, err
+	}
+	s, err := e.subWithState(params.SubscriptionID)
+	if err != nil {
+		e.mu.RUnlock()
+		return nil, err
+	}
+	res := &storage.DeliveriesNackResult{}
+	var recs recordBatch
+	var nacks []nackItem
+	s.mu.Lock()
+	now := e.now()
+	nowNs := now.UnixNano()
+	dueNs := nowNs + int64(params.Delay)
+	maxDel := s.topic.meta.Config.MaxDeliveries
+	for _, r := range params.Refs {
+		out, en := s.st.Nack(r.Partition, r.Offset, params.Member, nowNs, dueNs, params.ToDLQ, maxDel)
+		switch out {
+		case substate.NotHeld:
+			res.NotHeld = append(res.NotHeld, r)
+		case substate.Nacked:
+			res.Nacked++
+			nacks = append(nacks, nackItem{partition: r.Partition, offset: r.Offset, due: dueNs, replayed: en.Replayed()})
+		case substate.DeadLetter:
+			reason := storage.DLQMaxDeliveries
+			if params.ToDLQ {
+				reason = storage.DLQRejected
+			}
+			if rec := e.deadLetterLocked(s, en, reason, params.Reason, now); rec != nil {
+				recs = append(recs, rec)
+			}
+			res.DeadLettered++
+		}
+	}
+	if len(nacks) > 0 {
+		recs = append(recs, encodeNack(s.meta.ID, nacks))
+	}
+	ch := e.queueStates(s, recs, true)
+	s.mu.Unlock()
+	e.mu.RUnlock()
+	if ch != nil {
+		if err := wait(ctx, ch); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// DeliveriesExtend moves the lease deadline of messages Member holds to now + Duration (the
+// topic's ack_wait when 0). Leases are not persisted, so neither is this.
+func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.DeliveriesExtendParams) (*storage.DeliveriesExtendResult, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if params.Duration < 0 {
+		return nil, invalid("duration must not be negative, got %s", params.Duration)
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if err := e.checkLocked(); err != nil {
+		return nil, err
+	}
+	s, err := e.subWithState(params.SubscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	d := params.Duration
+	if d == 0 {
+		d = s.topic.meta.Config.AckWait
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nowNs := e.now().UnixNano()
+	deadlineNs := nowNs + int64(d)
+	res := &storage.DeliveriesExtendResult{Deadline: time.Unix(0, deadlineNs).UTC()}
+	for _, r := range params.Refs {
+		if s.st.Extend(r.Partition, r.Offset, params.Member, nowNs, deadlineNs) {
+			res.Extended++
+		} else {
+			res.NotHeld = append(res.NotHeld, r)
+		}
+	}
+	return res, nil
+}
+
+// DeliveriesRelease gives back every lease Member holds: due at once, attempts kept; those on
+// their max_deliveries-th delivery go to the DLQ (reason max_deliveries).
+func (e *Engine) DeliveriesRelease(ctx context.Context, params *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if params.Member == "" {
+		return nil, invalid("member must not be empty")
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if err := e.checkLocked(); err != nil {
+		return nil, err
+	}
+	s, err := e.subWithState(params.SubscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := e.now()
+	released, dead := s.st.Release(params.Member, now.UnixNano(), s.topic.meta.Config.MaxDeliveries)
+	var recs recordBatch
+	for _, en := range dead {
+		if rec := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "member left", now); rec != nil {
+			recs = append(recs, rec)
+		}
+	}
+	e.queueStates(s, recs, false)
+	return &storage.DeliveriesReleaseResult{Released: released, DeadLettered: len(dead)}, nil
+}

@@ -1,0 +1,118 @@
+package wal
+
+import (
+	"context"
+	"math"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
+// (default 100). A CANCELLED subscription has none.
+func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]*storage.DLQEntry, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if params.Limit < 0 {
+		return nil, invalid("limit must not be negative, got %d", params.Limit)
+	}
+	limit := params.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	s, err := e.subLocked(params.SubscriptionID)
+	if err != nil {
+		return nil, err
+	}
+	out := []*storage.DLQEntry{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == nil {
+		return out, nil
+	}
+	for _, d := range s.st.DLQ(params.AfterID, limit) {
+		c := *d
+		out = append(out, &c)
+	}
+	return out, nil
+}
+
+// selectIDs returns the IDs of the subscription's DLQ entries among ids (all of them when ids is
+// empty), so the state record names exactly what the operation moved.
+func selectIDs(s *sub, ids []int64) []int64 {
+	var want map[int64]bool
+	if len(ids) > 0 {
+		want = make(map[int64]bool, len(ids))
+		for _, id := range ids {
+			want[id] = true
+		}
+	}
+	var out []int64
+	for _, d := range s.st.DLQ(0, math.MaxInt) {
+		if want == nil || want[d.ID] {
+			out = append(out, d.ID)
+		}
+	}
+	return out
+}
+
+// DLQPurge removes DLQ entries (all of them when IDs is empty) and returns how many. Durable when
+// it returns.
+func (e *Engine) DLQPurge(ctx context.Context, params *storage.DLQPurgeParams) (int, error) {
+	if params == nil {
+		return 0, invalid("nil params")
+	}
+	return e.dlqMove(ctx, params.SubscriptionID, params.IDs, false)
+}
+
+// DLQReplay moves DLQ entries (all of them when IDs is empty) back to their subscription only,
+// due at once with a fresh attempt count, and returns how many. A replayed message is delivered
+// from the entry's copy, so it does not matter whether the log still holds it. Durable when it
+// returns.
+func (e *Engine) DLQReplay(ctx context.Context, params *storage.DLQReplayParams) (int, error) {
+	if params == nil {
+		return 0, invalid("nil params")
+	}
+	return e.dlqMove(ctx, params.SubscriptionID, params.IDs, true)
+}
+
+func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool) (int, error) {
+	e.mu.RLock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.RUnlock()
+		return 0, err
+	}
+	s, err := e.subWithState(id)
+	if err != nil {
+		e.mu.RUnlock()
+		return 0, err
+	}
+	s.mu.Lock()
+	sel := selectIDs(s, ids)
+	var ch <-chan error
+	if len(sel) > 0 {
+		nowNs := e.now().UnixNano()
+		var rec []byte
+		if replay {
+			s.st.DLQReplay(sel, nowNs)
+			rec = encodeDLQIDs(recDLQReplay, id, nowNs, sel)
+		} else {
+			s.st.DLQPurge(sel)
+			rec = encodeDLQIDs(recDLQPurge, id, 0, sel)
+		}
+		ch = e.queueStates(s, recordBatch{rec}, true)
+	}
+	s.mu.Unlock()
+	e.mu.RUnlock()
+	if ch != nil {
+		if err := wait(ctx, ch); err != nil {
+			return 0, err
+		}
+	}
+	return len(sel), nil
+}

@@ -1,0 +1,93 @@
+// Package wal is the embedded log engine: a storage.Engine that keeps everything in one directory
+// of segmented, checksummed log files (package wlog) with group commit, and the subscriptions'
+// delivery state in memory, persisted as records of a state log plus periodic snapshots.
+//
+// # Files
+//
+//	<dir>/LOCK                          flock: one engine per directory (OS filesystem only)
+//	<dir>/topics/<topic>/<partition>/   one wlog.Log per partition: record index = message offset
+//	                                    (dense, gapless, from 0), frame timestamp = PublishedAt
+//	                                    (engine clock, non-decreasing per partition), body =
+//	                                    record.AppendMessage (key, headers, payload, producer id,
+//	                                    NotBefore, ExpiresAt)
+//	<dir>/state/                        the state log: one wlog.Log of state records
+//	<dir>/snapshot-<index>.bin          the latest snapshot; replay continues at state log <index>
+//
+// One wlog.Committer is shared by every log, so publishes to any partition, acks and metadata
+// changes of one moment share fsyncs (group commit). docs/storage.md ("State log and snapshot")
+// specifies the state record and snapshot formats.
+//
+// # State
+//
+// Metadata (topics, bindings, subscriptions) lives in maps guarded by Engine.mu. Each
+// subscription's delivery state is a substate.Sub guarded by the subscription's own mutex: per
+// partition an ack floor, a cursor (next never-delivered offset) and, above the floor only, the
+// leased and waiting messages and a bitset of out-of-order completions; plus replayed DLQ messages
+// and the DLQ entries (with a copy of each message). An undelivered backlog costs no memory.
+//
+// Every change is applied in memory and its state record queued before the locks are released;
+// operations that must be durable (acks, nacks, DLQ moves, metadata) then wait for the record's
+// fsync with no lock held. Claims and releases do not wait: a crash may forget that a message was
+// delivered (it is delivered again with the attempt number it had), never that it was acked.
+//
+// State records (first byte = type; JSON for rare metadata records, compact varints for the hot
+// ones): topic create (with its queue or binding subscriptions, atomically), topic update, topic
+// delete, binding create and delete, subscription create, update and delete, claim (per message:
+// delivered with attempt n, delayed until NotBefore, completed undelivered; and the new cursors),
+// ack, nack (due time), dead-letter (the DLQ entry with its message copy), DLQ replay and purge
+// (explicit IDs), retention (force-advanced floors, expired DLQ IDs), and the subscription ID
+// high-water mark (ephemeral subscriptions are never persisted, but their IDs are never reused).
+// Leases and lease extensions are not persisted.
+//
+// # Snapshot and recovery
+//
+// When the state log has grown by Config.StateLogSnapshotBytes since the last snapshot (and on
+// Close) the engine takes Engine.mu exclusively, which stops every state change, encodes the
+// whole state, queues a marker record and releases the lock. The marker's index K splits the
+// state log exactly: everything before it is in the snapshot, everything after it is not. Once
+// the marker is durable the snapshot is written as snapshot-K.bin (temp file, fsync, rename,
+// fsync of the directory), older snapshots are removed, the state log's active segment is sealed
+// and segments entirely before K are deleted. Recovery time is thus bounded by the live state
+// plus at most StateLogSnapshotBytes of records, not by history.
+//
+// Open loads the newest valid snapshot, replays the state log from its index, opens the partition
+// logs (their own recovery truncates torn tails and reports corruption), removes directories of
+// topics the state does not know (a crash between creating and recording them, or between
+// recording a deletion and removing the files), clamps state to the logs (floors to the first
+// retained offset; cursors to the high-water mark if UnsafeNoSync lost records), and applies the
+// restart rule: leases are gone, so every delivered message that was not completed is due again
+// at once with its attempt count; one whose last delivery was its max_deliveries-th goes to the
+// DLQ (reason max_deliveries), as its lease expiry would have sent it.
+//
+// # Lock order
+//
+//	Engine.snapMu -> Engine.retentionMu -> Engine.mu -> sub.mu (several: in ID order) -> partition.mu
+//
+// Engine.mu is held shared by every operation on messages and delivery state and exclusively by
+// metadata changes and the snapshot. A subscription's mutex is only taken with Engine.mu held, so
+// holding Engine.mu exclusively excludes every subscription mutex. partition.mu only orders
+// appends (timestamps and queueing). wlog has its own internal locks, below all of these. No lock
+// is held while waiting for an fsync; log reads (page cache) do happen under Engine.mu (shared)
+// and sub.mu. Notification callbacks run with no lock held. Engine.busy marks topic names whose
+// directories are being created, grown or removed with no lock held.
+//
+// # Goroutines
+//
+// The wlog.Committer's goroutine (group commit) and the engine's snapshot goroutine, both started
+// by Open and stopped by Close (which also waits for appends in flight and takes the final
+// snapshot). wlog may run a goroutine per log that prepares the next segment; Log.Close stops it.
+//
+// # Deviations from the design brief
+//
+//   - Keyless messages of one MessagesAppend call go together to the next partition in
+//     round-robin order (not one partition per message), so a batch stays one write per log.
+//   - A FROM_MESSAGE_ID start below the first retained offset starts at the first retained one
+//     (above the high-water mark it fails with storage.ErrOffsetOutOfRange).
+//   - With no subscription holding retention, zero_subscription_retention applies to QUEUE topics
+//     too (their queue subscription is DEAD or CANCELLED).
+//   - zombie_ttl and the refcount completion mode are not implemented: completion is watermark
+//     only, and a stale floor of an ACTIVE or PAUSED subscription is only force-advanced by
+//     max_retention.
+//   - A batch that spans partitions is written with one append per partition log; an I/O error in
+//     one (which stops the engine) can leave the others written.
+package wal

@@ -1,0 +1,422 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/substate"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+)
+
+var _ storage.Engine = (*Engine)(nil)
+
+// SyncMode is the engine's durability.
+type SyncMode int
+
+const (
+	// SyncAlways makes every publish, ack and metadata change durable (fdatasync, shared by
+	// concurrent callers through group commit) before the call returns. The default.
+	SyncAlways SyncMode = iota
+	// UnsafeNoSync never fsyncs: a call returns once the OS has the data. A machine crash (not a
+	// process crash) loses what the page cache had not written back, including acknowledged
+	// publishes and acks.
+	UnsafeNoSync
+)
+
+// Config configures an Engine. Zero fields get the documented defaults.
+type Config struct {
+	// Clock is the time source of every time-dependent decision. Defaults to storage.SystemClock.
+	Clock storage.Clock
+	// Logger receives the engine's logs. Nil discards them.
+	Logger *slog.Logger
+	// Sync is the durability mode. Defaults to SyncAlways.
+	Sync SyncMode
+	// SegmentBytes is the size partition and state log segments are preallocated to and cut at.
+	// Defaults to 64 MiB.
+	SegmentBytes int64
+	// StateLogSnapshotBytes is the number of state log bytes written since the last snapshot that
+	// triggers a new snapshot (and the compaction of the state log). Defaults to 64 MiB.
+	StateLogSnapshotBytes int64
+	// RetentionCutAge is the age of the oldest message of a partition's active segment after which
+	// RetentionApply seals it when everything in it may be deleted, so quiet topics are trimmed too.
+	// Defaults to 1 h.
+	RetentionCutAge time.Duration
+	// FS is the filesystem seam. Defaults to the OS. The directory lock (flock) is only taken with
+	// the OS filesystem.
+	FS wlog.FS
+	// OnSync, if set, is called after every group-commit round with its duration and the number of
+	// records and logs it made durable (metrics, benchmarks). It must not block.
+	OnSync func(took time.Duration, records, logs int)
+}
+
+// Defaults of Config.
+const (
+	DefaultSegmentBytes          = 64 << 20
+	DefaultStateLogSnapshotBytes = 64 << 20
+	DefaultRetentionCutAge       = time.Hour
+	minSegmentBytes              = 4 << 10
+	maxSegmentBytes              = 1 << 30
+	// maxRecordBytes bounds one record of any log: the largest message (MaxMessageBytesLimit) with
+	// its framing and headers fits.
+	maxRecordBytes = 16 << 20
+)
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = storage.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.StateLogSnapshotBytes == 0 {
+		c.StateLogSnapshotBytes = DefaultStateLogSnapshotBytes
+	}
+	if c.RetentionCutAge == 0 {
+		c.RetentionCutAge = DefaultRetentionCutAge
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults). The error wraps
+// storage.ErrInvalidArgument and names the field.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: wal config: %s %s", storage.ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Sync != SyncAlways && c.Sync != UnsafeNoSync:
+		return bad("Sync", "must be SyncAlways or UnsafeNoSync, got %d", c.Sync)
+	case c.SegmentBytes < minSegmentBytes || c.SegmentBytes > maxSegmentBytes:
+		return bad("SegmentBytes", "must be between %d and %d, got %d", minSegmentBytes, maxSegmentBytes, c.SegmentBytes)
+	case c.StateLogSnapshotBytes < 1:
+		return bad("StateLogSnapshotBytes", "must be positive, got %d", c.StateLogSnapshotBytes)
+	case c.RetentionCutAge < 0:
+		return bad("RetentionCutAge", "must not be negative, got %s", c.RetentionCutAge)
+	}
+	return nil
+}
+
+// Engine is the embedded log engine: a storage.Engine over segmented log files in one directory.
+// Every method is safe for concurrent use. See the package documentation for the design.
+type Engine struct {
+	dir       string
+	cfg       Config
+	clock     storage.Clock
+	logger    *slog.Logger
+	fs        wlog.FS
+	lockFile  *os.File
+	committer *wlog.Committer
+	state     *wlog.Log // the state log
+
+	// mu guards the maps below and every topic's and subscription's metadata. Every change of
+	// delivery state (subscription mutex) is made with mu held at least for reading, and its state
+	// record is queued before mu is released: holding mu exclusively therefore stops the state
+	// log and memory at one consistent point (snapshot).
+	mu        sync.RWMutex
+	closed    bool
+	topics    map[string]*topic
+	subs      map[int64]*sub // every known subscription, DELETED ones included (no state)
+	bindings  map[bindingKey]*storage.Binding
+	nextSubID int64
+	// busy holds topic names whose directories are being created, grown or removed outside mu;
+	// a second operation on the name waits for the channel to close.
+	busy map[string]chan struct{}
+
+	notifyMu  sync.Mutex
+	notifyFns map[uint64]func(storage.Notification)
+	notifySeq uint64
+
+	// failed is the sticky write failure: a state or message write failed (atomic, because
+	// committer callbacks may run on a goroutine that holds mu).
+	failed      atomic.Pointer[error]
+	stateBytes  atomic.Int64 // state log bytes queued since the last snapshot
+	snapPending atomic.Bool  // a snapshot request is queued
+	snapReq     chan struct{}
+	snapMu      sync.Mutex // serializes snapshots
+	retentionMu sync.Mutex // serializes RetentionApply
+	quit        chan struct{}
+	wg          sync.WaitGroup
+}
+
+type bindingKey struct{ group, pattern string }
+
+// topic is a topic's metadata (guarded by Engine.mu) and its partition logs.
+type topic struct {
+	meta  storage.Topic
+	parts []*partition   // len == meta.Config.Partitions once open
+	subs  map[int64]*sub // subscriptions that are not DELETED
+	rr    atomic.Uint32  // round-robin partition of keyless appends
+	// inflight counts appends queued to the partition logs and not completed; TopicDelete waits
+	// for it before closing the logs.
+	inflight sync.WaitGroup
+}
+
+// partition is one partition log.
+type partition struct {
+	index int32
+	dir   string
+	log   *wlog.Log
+	// mu serializes appends so frame timestamps (PublishedAt) never decrease.
+	mu     sync.Mutex
+	lastTS int64
+}
+
+// sub is a subscription. meta is guarded by Engine.mu; st and rr by mu (always taken with
+// Engine.mu held, see lock order in doc.go).
+type sub struct {
+	meta  storage.Subscription
+	topic *topic // nil once DELETED
+	mu    sync.Mutex
+	st    *substate.Sub // nil once CANCELLED or DELETED
+	rr    int           // first partition the next claim reads new messages from
+}
+
+// Open opens or creates an engine in dir, recovering its state: the latest snapshot, then the
+// state log after it. Leases do not survive: every message that was not completed is delivered
+// again, with its attempt count kept. Two engines cannot open one directory at once.
+func Open(dir string, cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	e := &Engine{
+		dir:       dir,
+		cfg:       cfg,
+		clock:     cfg.Clock,
+		logger:    cfg.Logger.With("component", "wal"),
+		fs:        cfg.FS,
+		topics:    make(map[string]*topic),
+		subs:      make(map[int64]*sub),
+		bindings:  make(map[bindingKey]*storage.Binding),
+		nextSubID: 1,
+		busy:      make(map[string]chan struct{}),
+		notifyFns: make(map[uint64]func(storage.Notification)),
+		snapReq:   make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+	}
+	if e.fs == nil {
+		e.fs = wlog.OSFS()
+	}
+	if err := e.fs.MkdirAll(filepath.Join(dir, topicsDir), 0o755); err != nil {
+		return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+	}
+	if cfg.FS == nil {
+		if err := e.lockDir(); err != nil {
+			return nil, err
+		}
+	}
+	start := e.clock.Now()
+	mode := wlog.SyncAlways
+	if cfg.Sync == UnsafeNoSync {
+		mode = wlog.SyncNone
+	}
+	e.committer = wlog.NewCommitter(wlog.CommitterOptions{Sync: mode, OnSync: cfg.OnSync, Logger: e.logger})
+	if err := e.recover(); err != nil {
+		e.closeFiles()
+		return nil, err
+	}
+	e.wg.Add(1)
+	go e.snapshotLoop()
+	e.logger.Info("wal engine open", slog.String("dir", dir), slog.Int("topics", len(e.topics)),
+		slog.Int("subscriptions", len(e.subs)), slog.Duration("took", e.clock.Now().Sub(start)))
+	return e, nil
+}
+
+const (
+	topicsDir = "topics"
+	stateDir  = "state"
+	lockName  = "LOCK"
+)
+
+func (e *Engine) logOptions() wlog.Options {
+	return wlog.Options{FS: e.fs, SegmentBytes: e.cfg.SegmentBytes, MaxRecordBytes: maxRecordBytes, Logger: e.logger, Clock: e.clock}
+}
+
+// lockDir takes an exclusive flock on dir/LOCK.
+func (e *Engine) lockDir() error {
+	path := filepath.Join(e.dir, lockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("wal: open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("wal: directory %s is in use by another engine (lock %s held)", e.dir, path)
+		}
+		return fmt.Errorf("wal: lock %s: %w", path, err)
+	}
+	e.lockFile = f
+	return nil
+}
+
+// closeFiles closes every log, the committer and the lock, ignoring state (failed Open, Close).
+func (e *Engine) closeFiles() error {
+	var errs []error
+	if e.committer != nil {
+		errs = append(errs, e.committer.Close())
+	}
+	for _, t := range e.topics {
+		for _, p := range t.parts {
+			if p.log != nil {
+				errs = append(errs, p.log.Close())
+			}
+		}
+	}
+	if e.state != nil {
+		errs = append(errs, e.state.Close())
+	}
+	if e.lockFile != nil {
+		errs = append(errs, e.lockFile.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Close takes a final snapshot (so the next Open replays nothing), completes pending writes,
+// stops the engine's goroutine and closes its files. Later calls of any method return
+// storage.ErrClosed. Close is safe to call twice.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	topics := make([]*topic, 0, len(e.topics))
+	for _, t := range e.topics {
+		topics = append(topics, t)
+	}
+	e.mu.Unlock()
+
+	close(e.quit)
+	e.wg.Wait()
+	for _, t := range topics {
+		t.inflight.Wait()
+	}
+	var errs []error
+	if e.failedErr() == nil {
+		if err := e.snapshot(true); err != nil {
+			errs = append(errs, fmt.Errorf("wal: final snapshot: %w", err))
+		}
+	}
+	errs = append(errs, e.closeFiles())
+	err := errors.Join(errs...)
+	if err != nil {
+		e.logger.Error("wal engine close", slog.Any("error", err))
+	}
+	return err
+}
+
+// check returns ErrClosed or the sticky write failure. e.mu must be held.
+func (e *Engine) checkLocked() error {
+	if e.closed {
+		return storage.ErrClosed
+	}
+	if err := e.failedErr(); err != nil {
+		return fmt.Errorf("wal: engine failed after a write error, reopen it: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) failedErr() error {
+	if p := e.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records a write failure: the engine refuses changes from now on (STYLE C9: a failed fsync
+// leaves the page cache untrustworthy). It takes no lock: committer callbacks call it.
+func (e *Engine) fail(err error) {
+	if err == nil || errors.Is(err, storage.ErrClosed) {
+		return
+	}
+	if e.failed.CompareAndSwap(nil, &err) {
+		e.logger.Error("wal write failed, engine refuses changes until reopened", slog.Any("error", err))
+	}
+}
+
+// now is the engine clock in UTC without a monotonic reading, so times compare and persist the
+// same way before and after a restart.
+func (e *Engine) now() time.Time { return time.Unix(0, e.clock.Now().UnixNano()).UTC() }
+
+// queueState queues a state record; done (may be nil) is called from the committer goroutine once
+// it is durable. The caller holds e.mu (shared or exclusive) so that the record's place in the
+// state log matches the order of the in-memory change it describes.
+func (e *Engine) queueState(rec []byte, done func(error)) {
+	e.committer.AppendAsync(e.state, []wlog.Record{{Timestamp: e.clock.Now().UnixNano(), Body: rec}}, func(_ int64, err error) {
+		if err != nil {
+			e.fail(fmt.Errorf("wal: state log append: %w", err))
+		}
+		if done != nil {
+			done(err)
+		}
+	})
+	if e.stateBytes.Add(int64(len(rec))+wlog.FrameHeaderBytes) >= e.cfg.StateLogSnapshotBytes && e.snapPending.CompareAndSwap(false, true) {
+		select {
+		case e.snapReq <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// queueStateWait queues a state record and returns a channel that receives the outcome once it is
+// durable. Wait for it with e.mu released (wait).
+func (e *Engine) queueStateWait(rec []byte) <-chan error {
+	ch := make(chan error, 1)
+	e.queueState(rec, func(err error) { ch <- err })
+	return ch
+}
+
+// wait waits for a queued record. When ctx ends first the record may still become durable.
+func wait(ctx context.Context, ch <-chan error) error {
+	select {
+	case err := <-ch:
+		if err != nil {
+			return fmt.Errorf("wal: state log append: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// snapshotLoop takes a snapshot whenever the state log grew past StateLogSnapshotBytes.
+func (e *Engine) snapshotLoop() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.quit:
+			return
+		case <-e.snapReq:
+			if err := e.snapshot(false); err != nil {
+				e.logger.Error("wal snapshot failed", slog.Any("error", err))
+			}
+			e.snapPending.Store(false)
+		}
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	if ctx == nil {
+		return nil
+	}
+	return ctx.Err()
+}
+
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

@@ -1,0 +1,93 @@
+package wal
+
+import (
+	"bytes"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// TestGoldenFormats pins the bytes of every state record type and of a snapshot (STYLE C11): an
+// accidental format change fails here. Regenerate with go test -run TestGoldenFormats -update
+// only for an intended, versioned change.
+func TestGoldenFormats(t *testing.T) {
+	t.Parallel()
+	at := time.Unix(1700000000, 5).UTC()
+	msg := storage.Message{Topic: "a.b", Partition: 1, Offset: 9, Key: []byte("k"), Headers: map[string]string{"h": "v"},
+		Payload: []byte("pay"), PublishedAt: at, ProducerID: "pid", ExpiresAt: at.Add(time.Hour)}
+	de := &storage.DLQEntry{ID: 2, SubscriptionID: 3, Message: msg, Reason: storage.DLQMaxDeliveries, Attempts: 5, LastError: "lease expired", DeadAt: at}
+	cfg := storage.TopicConfig{Partitions: 2}.WithDefaults()
+	sub := storage.Subscription{ID: 3, Topic: "a.b", Group: "g", State: storage.Active, Start: storage.StartPosition{Kind: storage.FromNow}, CreatedAt: at, UpdatedAt: at}
+	records := []struct {
+		name string
+		b    []byte
+	}{
+		{"marker", []byte{recMarker}},
+		{"topic create", encodeJSON(recTopicCreate, &topicCreateRec{Topic: storage.Topic{Name: "a.b", Config: cfg, CreatedAt: at}, Subs: []subRec{{Sub: sub, Starts: []int64{0, 0}}}})},
+		{"topic update", encodeJSON(recTopicUpdate, &topicUpdateRec{Name: "a.b", Config: cfg, Renames: []subRename{{ID: 3, Group: "h"}}, At: at})},
+		{"topic delete", encodeJSON(recTopicDelete, &topicDeleteRec{Name: "a.b", At: at})},
+		{"binding create", encodeJSON(recBindingCreate, &storage.Binding{Group: "g", Pattern: "a.#", CreatedAt: at})},
+		{"binding delete", encodeJSON(recBindingDelete, &bindingDeleteRec{Group: "g", Pattern: "a.#"})},
+		{"subscription create", encodeJSON(recSubCreate, &subRec{Sub: sub, Starts: []int64{4, 5}})},
+		{"subscription update", encodeJSON(recSubUpdate, &subUpdateRec{ID: 3, State: storage.Paused, At: at})},
+		{"subscription delete", encodeJSON(recSubDelete, &subDeleteRec{ID: 3, At: at})},
+		{"claim", encodeClaim(3, []claimItem{{claimDeliver, 0, 7, 1}, {claimReplayed, 1, 9, 2}, {claimDelay, 0, 8, at.UnixNano()}, {claimComplete, 0, 9, 0}}, []cursorItem{{0, 10}})},
+		{"ack", encodeAck(3, []storage.DeliveryRef{{Partition: 0, Offset: 7}, {Partition: 1, Offset: 300}})},
+		{"nack", encodeNack(3, []nackItem{{0, 7, at.UnixNano(), false}, {1, 9, 0, true}})},
+		{"dead-letter", encodeDLQ(3, de)},
+		{"dlq replay", encodeDLQIDs(recDLQReplay, 3, at.UnixNano(), []int64{2, 4})},
+		{"dlq purge", encodeDLQIDs(recDLQPurge, 3, 0, []int64{2})},
+		{"retention", encodeRetention([]floorItem{{3, 1, 40}}, []dlqExpiry{{3, []int64{2}}})},
+		{"subscription ids", encodeSubIDs(17)},
+	}
+	var out bytes.Buffer
+	for _, r := range records {
+		fmt.Fprintf(&out, "%s\n%s\n", r.name, hex.EncodeToString(r.b))
+	}
+	e := bareEngine()
+	e.applyTopicCreate(&topicCreateRec{Topic: storage.Topic{Name: "a.b", Config: cfg, CreatedAt: at}, Subs: []subRec{{Sub: sub, Starts: []int64{0, 0}}}})
+	e.bindings[bindingKey{"g", "a.#"}] = &storage.Binding{Group: "g", Pattern: "a.#", CreatedAt: at}
+	st := e.subs[3].st
+	st.Deliver(0, 0, "m", 1)
+	st.Deliver(0, 1, "m", 1)
+	st.Deliver(0, 2, "m", 1)
+	st.Ack(0, 1, 3)
+	st.Delay(1, 0, at.UnixNano())
+	st.AddDLQ(de)
+	fmt.Fprintf(&out, "snapshot\n%s\n", hex.EncodeToString(e.encodeSnapshotLocked(42)))
+
+	path := filepath.Join("testdata", "formats_v1.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (create it with go test -run TestGoldenFormats -update)", err)
+	}
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("state record or snapshot bytes changed (%s); if intended, bump the format version and regenerate with -update.\ngot:\n%s", path, out.String())
+	}
+	// And the golden bytes still decode to the same state.
+	e2 := bareEngine()
+	if _, err := e2.decodeSnapshot(e.encodeSnapshotLocked(42)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range records[1:] {
+		if err := e2.applyRecord(r.b); err != nil {
+			t.Fatalf("replay %s: %v", r.name, err)
+		}
+	}
+}

@@ -1,0 +1,290 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/record"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+)
+
+// appendSize is Message.Size of an AppendMessage: key, header names and values, payload.
+func appendSize(m *storage.AppendMessage) int {
+	n := len(m.Key) + len(m.Payload)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// hasActiveLocked reports whether a topic has an ACTIVE subscription (ephemeral ones count).
+func hasActiveLocked(t *topic) bool {
+	for _, s := range t.subs {
+		if s.meta.State == storage.Active {
+			return true
+		}
+	}
+	return false
+}
+
+// partBatch is the share of one partition in an append.
+type partBatch struct {
+	p     *partition
+	idx   []int // positions in the batch
+	recs  []wlog.Record
+	first int64
+	ts    int64
+	err   error
+}
+
+// MessagesAppend appends a batch of messages to a topic and returns once they are durable and
+// visible. Everything is validated before anything is written: sizes against max_message_bytes
+// (storage.ErrMessageTooLarge), explicit partitions (storage.ErrInvalidArgument) and, for a
+// PUB_SUB topic with block_writes_on_zero_subscriptions, the presence of an ACTIVE subscription
+// (storage.ErrNoSubscriptions, checked atomically with the append). Keyed messages go to
+// storage.PartitionForKey; the keyless messages of one call go together to the next partition in
+// round-robin order (so a batch stays one write). PublishedAt is the engine clock, made
+// non-decreasing per partition.
+//
+// A batch that spans partitions is one write per partition log; an I/O failure of one of them
+// (which stops the engine, see Close) can leave the others written.
+func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
+	if params == nil || len(params.Messages) == 0 {
+		return nil, invalid("no messages to append")
+	}
+	if err := names.ValidateTopic(params.Topic); err != nil {
+		return nil, validName(err)
+	}
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	msgs := params.Messages
+	e.mu.RLock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.RUnlock()
+		return nil, err
+	}
+	t := e.topics[params.Topic]
+	if t == nil {
+		e.mu.RUnlock()
+		return nil, topicNotFound(params.Topic)
+	}
+	cfg := t.meta.Config
+	n := len(t.parts)
+	for i := range msgs {
+		m := &msgs[i]
+		if size := appendSize(m); size > cfg.MaxMessageBytes {
+			e.mu.RUnlock()
+			return nil, fmt.Errorf("%w: message %d of the batch is %d bytes, topic %q allows %d",
+				storage.ErrMessageTooLarge, i, size, params.Topic, cfg.MaxMessageBytes)
+		}
+		if m.Partition != storage.PartitionAuto && (m.Partition < 0 || int(m.Partition) >= n) {
+			e.mu.RUnlock()
+			return nil, invalid("message %d: partition %d out of range, topic %q has %d", i, m.Partition, params.Topic, n)
+		}
+	}
+	if cfg.Semantics == storage.PubSub && cfg.BlockWritesOnZeroSubscriptions && !hasActiveLocked(t) {
+		e.mu.RUnlock()
+		return nil, fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, params.Topic)
+	}
+
+	// Assign partitions.
+	batches := make([]*partBatch, n)
+	used := 0
+	keyless := int32(-1)
+	for i := range msgs {
+		m := &msgs[i]
+		p := m.Partition
+		if p == storage.PartitionAuto {
+			if len(m.Key) > 0 {
+				p = storage.PartitionForKey(m.Key, n)
+			} else {
+				if keyless < 0 {
+					keyless = int32((t.rr.Add(1) - 1) % uint32(n))
+				}
+				p = keyless
+			}
+		}
+		b := batches[p]
+		if b == nil {
+			b = &partBatch{p: t.parts[p]}
+			batches[p] = b
+			used++
+		}
+		b.idx = append(b.idx, i)
+	}
+
+	done := make(chan struct{})
+	var remaining atomic.Int32
+	remaining.Store(int32(used))
+	t.inflight.Add(used)
+	// Encode outside the partition locks: the body does not hold the publish time (the frame
+	// timestamp does).
+	var scratch storage.Message
+	for _, b := range batches {
+		if b == nil {
+			continue
+		}
+		size := 0
+		for _, i := range b.idx {
+			size += appendSize(&msgs[i]) + 32
+		}
+		buf := make([]byte, 0, size)
+		ends := make([]int, len(b.idx))
+		for j, i := range b.idx {
+			m := &msgs[i]
+			scratch = storage.Message{Key: m.Key, Headers: m.Headers, Payload: m.Payload, ProducerID: m.ProducerID,
+				NotBefore: m.NotBefore, ExpiresAt: m.ExpiresAt}
+			buf = record.AppendMessage(buf, &scratch)
+			ends[j] = len(buf)
+		}
+		b.recs = make([]wlog.Record, len(b.idx))
+		start := 0
+		for j := range b.recs {
+			b.recs[j] = wlog.Record{Body: buf[start:ends[j]:ends[j]]}
+			start = ends[j]
+		}
+	}
+	now := e.clock.Now().UnixNano()
+	for _, b := range batches {
+		if b == nil {
+			continue
+		}
+		p := b.p
+		p.mu.Lock()
+		ts := max(now, p.lastTS)
+		p.lastTS = ts
+		b.ts = ts
+		for j := range b.recs {
+			b.recs[j].Timestamp = ts
+		}
+		e.committer.AppendAsync(p.log, b.recs, func(first int64, err error) {
+			b.first, b.err = first, err
+			t.inflight.Done()
+			if remaining.Add(-1) == 0 {
+				close(done)
+			}
+		})
+		p.mu.Unlock()
+	}
+	e.mu.RUnlock()
+
+	if ctx != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
+		}
+	} else {
+		<-done
+	}
+	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, len(msgs))}
+	for _, b := range batches {
+		if b == nil {
+			continue
+		}
+		if b.err != nil {
+			if !errors.Is(b.err, storage.ErrClosed) {
+				e.fail(fmt.Errorf("wal: append to %s: %w", b.p.dir, b.err))
+			}
+			return nil, fmt.Errorf("wal: append to topic %q partition %d: %w", params.Topic, b.p.index, b.err)
+		}
+		at := time.Unix(0, b.ts).UTC()
+		for j, i := range b.idx {
+			res.Positions[i] = storage.MessagePosition{Partition: b.p.index, Offset: b.first + int64(j), PublishedAt: at}
+		}
+	}
+	e.notify(storage.Notification{Kind: storage.NotifyMessages, Topic: params.Topic})
+	return res, nil
+}
+
+// readBatchBytes bounds the bodies one log read returns.
+const readBatchBytes = 4 << 20
+
+// decodeRecord decodes a partition log record into m.
+func decodeRecord(topicName string, p int32, offset int64, rec wlog.Record, m *storage.Message) error {
+	if err := record.DecodeMessage(rec.Body, m); err != nil {
+		return fmt.Errorf("%w: wal: topic %q partition %d offset %d: %v", storage.ErrCorrupt, topicName, p, offset, err)
+	}
+	m.Topic = topicName
+	m.Partition = p
+	m.Offset = offset
+	m.PublishedAt = time.Unix(0, rec.Timestamp).UTC()
+	return nil
+}
+
+// readMessage reads one message of a partition.
+func readMessage(t *topic, p int32, offset int64) (storage.Message, error) {
+	var m storage.Message
+	recs, err := t.parts[p].log.Read(offset, 1, 0)
+	if err != nil {
+		return m, err
+	}
+	if len(recs) == 0 {
+		return m, fmt.Errorf("%w: offset %d is at the high-water mark", storage.ErrOffsetOutOfRange, offset)
+	}
+	err = decodeRecord(t.meta.Name, p, offset, recs[0], &m)
+	return m, err
+}
+
+// MessagesRead reads up to Limit (default 100) retained messages of a partition from Offset
+// (from the first retained one when Offset is below it), without leasing them. An Offset above
+// the high-water mark fails with storage.ErrOffsetOutOfRange; at the high-water mark the result
+// is empty.
+func (e *Engine) MessagesRead(ctx context.Context, params *storage.MessagesReadParams) ([]*storage.Message, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if params.Offset < 0 || params.Limit < 0 {
+		return nil, invalid("offset and limit must not be negative, got %d and %d", params.Offset, params.Limit)
+	}
+	limit := params.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	t := e.topics[params.Topic]
+	if t == nil {
+		return nil, topicNotFound(params.Topic)
+	}
+	if params.Partition < 0 || int(params.Partition) >= len(t.parts) {
+		return nil, invalid("partition %d out of range, topic %q has %d", params.Partition, params.Topic, len(t.parts))
+	}
+	l := t.parts[params.Partition].log
+	for {
+		hw := l.NextIndex()
+		if params.Offset > hw {
+			return nil, fmt.Errorf("%w: offset %d is above the high-water mark %d of topic %q partition %d",
+				storage.ErrOffsetOutOfRange, params.Offset, hw, params.Topic, params.Partition)
+		}
+		from := max(params.Offset, l.FirstIndex())
+		if from >= hw {
+			return []*storage.Message{}, nil
+		}
+		recs, err := l.Read(from, limit, readBatchBytes)
+		if errors.Is(err, storage.ErrOffsetOutOfRange) && from < l.FirstIndex() {
+			continue // retention removed the segment meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("wal: read topic %q partition %d: %w", params.Topic, params.Partition, err)
+		}
+		out := make([]*storage.Message, len(recs))
+		for i, rec := range recs {
+			m := new(storage.Message)
+			if err := decodeRecord(params.Topic, params.Partition, from+int64(i), rec, m); err != nil {
+				return nil, err
+			}
+			out[i] = m
+		}
+		return out, nil
+	}
+}

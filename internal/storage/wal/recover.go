@@ -1,0 +1,181 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+)
+
+// recover rebuilds the engine state at Open: snapshot, state log replay, partition logs, then the
+// restart rules (leases are gone; a message lost on its max_deliveries-th lease goes to the DLQ).
+func (e *Engine) recover() error {
+	var err error
+	e.state, err = wlog.Open(filepath.Join(e.dir, stateDir), e.logOptions())
+	if err != nil {
+		return fmt.Errorf("wal: open state log: %w", err)
+	}
+	from, err := e.loadSnapshot()
+	if err != nil {
+		return err
+	}
+	if next := e.state.NextIndex(); from > next {
+		// The snapshot's marker and the records before it were lost with the page cache
+		// (UnsafeNoSync and a machine crash). Pad the log so new records get indexes above the
+		// snapshot's, or a later recovery would skip them.
+		e.logger.Warn("wal: state log shorter than its snapshot, padding", slog.Int64("next", next), slog.Int64("snapshot", from))
+		pad := make([]wlog.Record, from-next)
+		for i := range pad {
+			pad[i] = wlog.Record{Timestamp: e.clock.Now().UnixNano(), Body: []byte{recMarker}}
+		}
+		if _, err := e.committer.Append(context.Background(), e.state, pad); err != nil {
+			return fmt.Errorf("wal: pad state log: %w", err)
+		}
+	}
+	var replayed, bytes int64
+	err = e.state.Scan(from, func(i int64, rec wlog.Record) (bool, error) {
+		if err := e.applyRecord(rec.Body); err != nil {
+			return false, fmt.Errorf("%w: wal: state log record %d: %v", storage.ErrCorrupt, i, err)
+		}
+		replayed++
+		bytes += int64(len(rec.Body)) + wlog.FrameHeaderBytes
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wal: replay state log: %w", err)
+	}
+	for _, t := range e.topics {
+		if err := e.openTopicLogs(t, 0); err != nil {
+			return err
+		}
+	}
+	e.removeOrphans()
+	now := e.now()
+	var dead []wlog.Record
+	for _, s := range e.subs {
+		if s.st == nil || s.topic == nil {
+			continue
+		}
+		for i, p := range s.topic.parts {
+			pi := int32(i)
+			if hw := p.log.NextIndex(); s.st.Cursor(pi) > hw || s.st.Floor(pi) > hw {
+				e.logger.Warn("wal: subscription state beyond the log's end (records lost), clamped",
+					slog.Int64("subscription", s.meta.ID), slog.Int("partition", i), slog.Int64("high_water", hw))
+				s.st.Clamp(pi, hw)
+			}
+			if first := p.log.FirstIndex(); s.st.Floor(pi) < first {
+				s.st.ForceFloor(pi, first)
+			}
+		}
+		// Leases were lost with the restart. Messages on their last allowed delivery are
+		// dead-lettered as an expiry would have; the others are due at once (restored that way).
+		for _, en := range s.st.Exhausted(s.topic.meta.Config.MaxDeliveries) {
+			if rec := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "lease lost in an engine restart", now); rec != nil && !s.meta.Ephemeral {
+				dead = append(dead, wlog.Record{Timestamp: now.UnixNano(), Body: rec})
+			}
+		}
+	}
+	if len(dead) > 0 {
+		if _, err := e.committer.Append(context.Background(), e.state, dead); err != nil {
+			return fmt.Errorf("wal: record dead-lettered messages: %w", err)
+		}
+		e.logger.Info("wal: messages on their last delivery when the engine stopped dead-lettered", slog.Int("messages", len(dead)))
+	}
+	e.stateBytes.Store(bytes)
+	if bytes >= e.cfg.StateLogSnapshotBytes {
+		e.snapPending.Store(true)
+		e.snapReq <- struct{}{}
+	}
+	e.logger.Info("wal state recovered", slog.Int64("snapshot_index", from), slog.Int64("records_replayed", replayed))
+	return nil
+}
+
+func (e *Engine) topicDir(name string) string { return filepath.Join(e.dir, topicsDir, name) }
+
+func (e *Engine) partitionDir(name string, p int) string {
+	return filepath.Join(e.topicDir(name), strconv.Itoa(p))
+}
+
+// openTopicLogs opens (creating when missing) the partition logs from index from up to the
+// topic's partition count.
+func (e *Engine) openTopicLogs(t *topic, from int) error {
+	for i := from; i < t.meta.Config.Partitions; i++ {
+		p, err := e.openPartition(t.meta.Name, i)
+		if err != nil {
+			return err
+		}
+		t.parts = append(t.parts, p)
+	}
+	return nil
+}
+
+func (e *Engine) openPartition(name string, i int) (*partition, error) {
+	dir := e.partitionDir(name, i)
+	l, err := wlog.Open(dir, e.logOptions())
+	if err != nil {
+		return nil, fmt.Errorf("wal: open partition log %s: %w", dir, err)
+	}
+	p := &partition{index: int32(i), dir: dir, log: l}
+	if segs := l.Segments(); len(segs) > 0 {
+		for _, s := range segs {
+			p.lastTS = max(p.lastTS, s.MaxTime)
+		}
+	}
+	return p, nil
+}
+
+// removeOrphans removes topic directories (and partition directories) that the state does not
+// know: left by a crash between creating them and persisting the topic, or between persisting a
+// deletion and removing them.
+func (e *Engine) removeOrphans() {
+	root := filepath.Join(e.dir, topicsDir)
+	ents, err := e.fs.ReadDir(root)
+	if err != nil {
+		e.logger.Warn("wal: list topics directory", slog.Any("error", err))
+		return
+	}
+	for _, ent := range ents {
+		t := e.topics[ent.Name()]
+		if t == nil {
+			e.logger.Warn("wal: removing directory of an unknown topic", slog.String("topic", ent.Name()))
+			if err := e.removeAll(filepath.Join(root, ent.Name())); err != nil {
+				e.logger.Warn("wal: remove orphan topic", slog.String("topic", ent.Name()), slog.Any("error", err))
+			}
+			continue
+		}
+		parts, err := e.fs.ReadDir(filepath.Join(root, ent.Name()))
+		if err != nil {
+			continue
+		}
+		for _, pe := range parts {
+			if n, err := strconv.Atoi(pe.Name()); err == nil && n >= len(t.parts) {
+				_ = e.removeAll(filepath.Join(root, ent.Name(), pe.Name()))
+			}
+		}
+	}
+}
+
+// removeAll removes a directory tree through the FS seam.
+func (e *Engine) removeAll(path string) error {
+	ents, err := e.fs.ReadDir(path)
+	if err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		// A file, not a directory.
+		return e.fs.Remove(path)
+	}
+	for _, ent := range ents {
+		if err := e.removeAll(filepath.Join(path, ent.Name())); err != nil {
+			return err
+		}
+	}
+	if err := e.fs.Remove(path); err != nil && !isNotExist(err) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,405 @@
+package wal
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/substate"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+)
+
+// Snapshot file format (see docs/storage.md, "State log and snapshot"). Part of the on-disk
+// format; never change: add a version instead.
+const (
+	snapshotMagic   = "SPOOLSNP"
+	snapshotVersion = 1
+	snapshotPrefix  = "snapshot-"
+	snapshotExt     = ".bin"
+	// snapshotHeaderBytes: magic, version u32, state log index u64.
+	snapshotHeaderBytes = 8 + 4 + 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// maxDoneSpan bounds how far above its floor a partition's completed offsets may reach in a
+// snapshot (a bitset of 2^31 bits is 256 MiB): larger values are damage, not state.
+const maxDoneSpan = 1 << 31
+
+// snapshotMeta is the JSON part of a snapshot: metadata, rare and small.
+type snapshotMeta struct {
+	Topics        []storage.Topic        `json:"topics"`
+	Bindings      []storage.Binding      `json:"bindings"`
+	Subscriptions []storage.Subscription `json:"subscriptions"`
+}
+
+func snapshotName(index int64) string {
+	return fmt.Sprintf("%s%020d%s", snapshotPrefix, index, snapshotExt)
+}
+
+// encodeSnapshotLocked encodes the whole persistent state. e.mu must be held exclusively (so no
+// subscription mutex is held by anyone).
+func (e *Engine) encodeSnapshotLocked(index int64) []byte {
+	var meta snapshotMeta
+	for _, t := range e.topics {
+		meta.Topics = append(meta.Topics, t.meta)
+	}
+	slices.SortFunc(meta.Topics, func(a, b storage.Topic) int { return strings.Compare(a.Name, b.Name) })
+	for _, b := range e.bindings {
+		meta.Bindings = append(meta.Bindings, *b)
+	}
+	slices.SortFunc(meta.Bindings, func(a, b storage.Binding) int {
+		return cmpBinding(a.Group, a.Pattern, b.Group, b.Pattern)
+	})
+	var withState []*sub
+	for _, s := range e.subs {
+		if s.meta.Ephemeral {
+			continue
+		}
+		meta.Subscriptions = append(meta.Subscriptions, s.meta)
+		if s.st != nil {
+			withState = append(withState, s)
+		}
+	}
+	slices.SortFunc(meta.Subscriptions, func(a, b storage.Subscription) int { return cmp64(a.ID, b.ID) })
+	slices.SortFunc(withState, func(a, b *sub) int { return cmp64(a.meta.ID, b.meta.ID) })
+	metaJSON, err := json.Marshal(&meta)
+	if err != nil {
+		panic(fmt.Sprintf("wal: marshal snapshot metadata: %v", err))
+	}
+
+	en := enc{b: make([]byte, 0, 4096+len(metaJSON))}
+	en.b = append(en.b, snapshotMagic...)
+	en.b = binary.LittleEndian.AppendUint32(en.b, snapshotVersion)
+	en.b = binary.LittleEndian.AppendUint64(en.b, uint64(index))
+	en.uvarint(uint64(e.nextSubID))
+	en.bytes(metaJSON)
+	en.uvarint(uint64(len(withState)))
+	for _, s := range withState {
+		parts, dlq, nextDLQ := s.st.Export()
+		en.uvarint(uint64(s.meta.ID))
+		en.uvarint(uint64(nextDLQ))
+		en.uvarint(uint64(len(parts)))
+		for _, ps := range parts {
+			en.uvarint(uint64(ps.Floor))
+			en.uvarint(uint64(ps.Cursor))
+			en.uvarint(uint64(len(ps.Done)))
+			prev := ps.Floor
+			for _, r := range ps.Done {
+				en.uvarint(uint64(r[0] - prev))
+				en.uvarint(uint64(r[1] - r[0]))
+				prev = r[1]
+			}
+			en.uvarint(uint64(len(ps.Pending)))
+			for _, es := range ps.Pending {
+				en.uvarint(uint64(es.Offset))
+				en.uvarint(uint64(es.Attempt))
+				en.varint(es.Due)
+			}
+			en.uvarint(uint64(len(ps.Replayed)))
+			for _, es := range ps.Replayed {
+				en.uvarint(uint64(es.Offset))
+				en.uvarint(uint64(es.Attempt))
+				en.varint(es.Due)
+				en.message(es.Msg)
+			}
+		}
+		en.uvarint(uint64(len(dlq)))
+		for _, d := range dlq {
+			en.dlqEntry(d)
+		}
+	}
+	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, castagnoli))
+}
+
+func cmp64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpBinding(g1, p1, g2, p2 string) int {
+	if c := strings.Compare(g1, g2); c != 0 {
+		return c
+	}
+	return strings.Compare(p1, p2)
+}
+
+// decodeSnapshot checks a snapshot file's framing and checksum and loads it into the (empty)
+// engine maps. It returns the state log index replay continues from.
+func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
+	if len(b) < snapshotHeaderBytes+4 || string(b[:8]) != snapshotMagic {
+		return 0, errors.New("bad magic or short file")
+	}
+	if v := binary.LittleEndian.Uint32(b[8:12]); v != snapshotVersion {
+		return 0, fmt.Errorf("unsupported snapshot version %d", v)
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return 0, errors.New("checksum mismatch")
+	}
+	index := int64(binary.LittleEndian.Uint64(b[12:20]))
+	d := dec{b: body[snapshotHeaderBytes:]}
+	nextSubID := int64(d.uvarint())
+	var meta snapshotMeta
+	if err := json.Unmarshal(d.bytes(), &meta); err != nil && d.err == nil {
+		return 0, fmt.Errorf("metadata: %w", err)
+	}
+	for _, t := range meta.Topics {
+		e.topics[t.Name] = &topic{meta: t, subs: make(map[int64]*sub)}
+	}
+	for _, b := range meta.Bindings {
+		e.bindings[bindingKey{b.Group, b.Pattern}] = &b
+	}
+	for _, m := range meta.Subscriptions {
+		s := &sub{meta: m}
+		e.subs[m.ID] = s
+		if t := e.topics[m.Topic]; t != nil && m.State != storage.Deleted {
+			s.topic = t
+			t.subs[m.ID] = s
+		}
+	}
+	e.nextSubID = max(nextSubID, 1)
+	n := d.count(4)
+	for range n {
+		id := int64(d.uvarint())
+		nextDLQ := int64(d.uvarint())
+		parts := make([]substate.PartState, d.count(5))
+		for i := range parts {
+			ps := &parts[i]
+			ps.Floor = int64(d.uvarint())
+			ps.Cursor = int64(d.uvarint())
+			ps.Done = make([][2]int64, d.count(2))
+			prev := ps.Floor
+			for j := range ps.Done {
+				start := prev + int64(d.uvarint())
+				end := start + int64(d.uvarint())
+				if start < prev || end < start || end-ps.Floor > maxDoneSpan {
+					return 0, fmt.Errorf("subscription %d: done run [%d, %d) out of range", id, start, end)
+				}
+				ps.Done[j] = [2]int64{start, end}
+				prev = end
+			}
+			ps.Pending = make([]substate.EntryState, d.count(3))
+			for j := range ps.Pending {
+				ps.Pending[j] = substate.EntryState{Offset: int64(d.uvarint()), Attempt: int(d.uvarint()), Due: d.varint()}
+			}
+			ps.Replayed = make([]substate.EntryState, d.count(8))
+			for j := range ps.Replayed {
+				es := substate.EntryState{Offset: int64(d.uvarint()), Attempt: int(d.uvarint()), Due: d.varint()}
+				es.Msg = new(storage.Message)
+				d.message(es.Msg)
+				ps.Replayed[j] = es
+			}
+		}
+		dlq := make([]*storage.DLQEntry, d.count(8))
+		for j := range dlq {
+			dlq[j] = d.dlqEntry(id)
+		}
+		if d.err != nil {
+			break
+		}
+		if s := e.subs[id]; s != nil && s.topic != nil && s.meta.State != storage.Cancelled {
+			s.st = substate.Import(parts, dlq, nextDLQ)
+		}
+	}
+	if err := d.done("snapshot"); err != nil {
+		return 0, err
+	}
+	// A subscription without saved state (cancelled) keeps none; a live one always has some.
+	for _, s := range e.subs {
+		if s.st == nil && s.topic != nil && s.meta.State != storage.Cancelled {
+			s.st = substate.New(make([]int64, s.topic.meta.Config.Partitions))
+		}
+	}
+	return index, nil
+}
+
+// snapshot writes a snapshot of the whole state and compacts the state log. With final (Close)
+// it runs on a closed engine.
+func (e *Engine) snapshot(final bool) error {
+	e.snapMu.Lock()
+	defer e.snapMu.Unlock()
+
+	e.mu.Lock()
+	if (!final && e.closed) || e.failedErr() != nil {
+		e.mu.Unlock()
+		return nil
+	}
+	// The marker's index K is where replay resumes: every record queued before it (all changes
+	// the snapshot holds, since changes queue their records with e.mu held) has an index < K, every
+	// later one > K. The index is only known once the marker is written, so the body is encoded
+	// now and the header patched afterwards.
+	data := e.encodeSnapshotLocked(0)
+	type result struct {
+		index int64
+		err   error
+	}
+	ch := make(chan result, 1)
+	e.committer.AppendAsync(e.state, []wlog.Record{{Timestamp: e.clock.Now().UnixNano(), Body: []byte{recMarker}}},
+		func(first int64, err error) { ch <- result{first, err} })
+	e.stateBytes.Store(0)
+	e.mu.Unlock()
+
+	r := <-ch
+	if r.err != nil {
+		e.fail(fmt.Errorf("wal: state log append: %w", r.err))
+		return r.err
+	}
+	binary.LittleEndian.PutUint64(data[12:20], uint64(r.index))
+	binary.LittleEndian.PutUint32(data[len(data)-4:], crc32.Checksum(data[:len(data)-4], castagnoli))
+	if err := e.writeSnapshotFile(r.index, data); err != nil {
+		return err
+	}
+	if err := e.state.Cut(); err != nil {
+		return fmt.Errorf("wal: cut state log: %w", err)
+	}
+	recs, bytes, err := e.state.DeleteBefore(r.index)
+	if err != nil {
+		return fmt.Errorf("wal: compact state log: %w", err)
+	}
+	e.logger.Debug("wal snapshot written", slog.Int64("index", r.index), slog.Int("bytes", len(data)),
+		slog.Int64("state_records_deleted", recs), slog.Int64("state_bytes_deleted", bytes))
+	return nil
+}
+
+// writeSnapshotFile writes data as the snapshot at index: temp file, fsync, rename, fsync dir;
+// then removes older snapshots.
+func (e *Engine) writeSnapshotFile(index int64, data []byte) error {
+	path := filepath.Join(e.dir, snapshotName(index))
+	tmp := path + ".tmp"
+	f, err := e.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("wal: create snapshot: %w", err)
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = e.fs.Rename(tmp, path)
+	}
+	if err == nil {
+		err = e.fs.SyncDir(e.dir)
+	}
+	if err != nil {
+		_ = e.fs.Remove(tmp)
+		return fmt.Errorf("wal: write snapshot %s: %w", path, err)
+	}
+	files, _ := e.snapshotFiles()
+	for _, old := range files {
+		if old.index != index {
+			if err := e.fs.Remove(old.path); err != nil {
+				e.logger.Warn("wal: remove old snapshot", slog.String("path", old.path), slog.Any("error", err))
+			}
+		}
+	}
+	return nil
+}
+
+type snapshotFile struct {
+	index int64
+	path  string
+}
+
+// snapshotFiles lists the snapshot files, newest first, and removes leftover temp files.
+func (e *Engine) snapshotFiles() ([]snapshotFile, error) {
+	ents, err := e.fs.ReadDir(e.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshotFile
+	for _, ent := range ents {
+		name := ent.Name()
+		if !strings.HasPrefix(name, snapshotPrefix) {
+			continue
+		}
+		if strings.HasSuffix(name, ".tmp") {
+			_ = e.fs.Remove(filepath.Join(e.dir, name))
+			continue
+		}
+		digits, ok := strings.CutSuffix(strings.TrimPrefix(name, snapshotPrefix), snapshotExt)
+		if !ok {
+			continue
+		}
+		idx, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil || idx < 0 {
+			continue
+		}
+		out = append(out, snapshotFile{idx, filepath.Join(e.dir, name)})
+	}
+	slices.SortFunc(out, func(a, b snapshotFile) int { return cmp64(b.index, a.index) })
+	return out, nil
+}
+
+func (e *Engine) readFile(path string) ([]byte, error) {
+	f, err := e.fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, st.Size())
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(b)) {
+		return nil, err
+	}
+	return b, nil
+}
+
+// loadSnapshot loads the newest usable snapshot: valid, and not older than the state log's first
+// record (else records between them are gone). It returns the index replay starts from.
+func (e *Engine) loadSnapshot() (int64, error) {
+	files, err := e.snapshotFiles()
+	if err != nil {
+		return 0, fmt.Errorf("wal: list snapshots: %w", err)
+	}
+	first := e.state.FirstIndex()
+	for _, f := range files {
+		if f.index < first {
+			e.logger.Warn("wal: snapshot older than the state log, ignored", slog.String("path", f.path))
+			continue
+		}
+		b, err := e.readFile(f.path)
+		if err == nil {
+			var idx int64
+			idx, err = e.decodeSnapshot(b)
+			if err == nil {
+				return idx, nil
+			}
+			e.resetMaps()
+		}
+		e.logger.Error("wal: snapshot unusable, trying an older one", slog.String("path", f.path), slog.Any("error", err))
+	}
+	if first > 0 {
+		return 0, fmt.Errorf("%w: wal: no usable snapshot in %s and the state log starts at record %d", storage.ErrCorrupt, e.dir, first)
+	}
+	return 0, nil
+}
+
+func (e *Engine) resetMaps() {
+	e.topics = make(map[string]*topic)
+	e.subs = make(map[int64]*sub)
+	e.bindings = make(map[bindingKey]*storage.Binding)
+	e.nextSubID = 1
+}

@@ -1,0 +1,332 @@
+package wal
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// State record types: the first byte of every state log record. Part of the on-disk format; never
+// change or reuse a value.
+const (
+	recMarker        byte = 1  // snapshot marker: no payload
+	recTopicCreate   byte = 2  // JSON topicCreateRec
+	recTopicUpdate   byte = 3  // JSON topicUpdateRec
+	recTopicDelete   byte = 4  // JSON topicDeleteRec
+	recBindingCreate byte = 5  // JSON storage.Binding
+	recBindingDelete byte = 6  // JSON bindingDeleteRec
+	recSubCreate     byte = 7  // JSON subRec
+	recSubUpdate     byte = 8  // JSON subUpdateRec
+	recSubDelete     byte = 9  // JSON subDeleteRec
+	recClaim         byte = 10 // binary, see encodeClaim
+	recAck           byte = 11 // binary, see encodeAck
+	recNack          byte = 12 // binary, see encodeNack
+	recDLQ           byte = 13 // binary, see encodeDLQ
+	recDLQReplay     byte = 14 // binary, see encodeDLQIDs
+	recDLQPurge      byte = 15 // binary, see encodeDLQIDs
+	recRetention     byte = 16 // binary, see encodeRetention
+	recSubIDs        byte = 17 // binary: uvarint next subscription ID
+)
+
+// topicCreateRec creates a topic and, atomically, its queue subscription or binding
+// subscriptions.
+type topicCreateRec struct {
+	Topic storage.Topic `json:"topic"`
+	Subs  []subRec      `json:"subs,omitempty"`
+}
+
+// subRec creates a subscription whose partition i starts (floor and cursor) at Starts[i].
+type subRec struct {
+	Sub    storage.Subscription `json:"sub"`
+	Starts []int64              `json:"starts"`
+}
+
+// topicUpdateRec replaces a topic's config. New partitions start at offset 0 for every
+// subscription; Renames change subscription groups (QUEUE <-> PUB_SUB); NewSubs are created.
+type topicUpdateRec struct {
+	Name    string              `json:"name"`
+	Config  storage.TopicConfig `json:"config"`
+	Renames []subRename         `json:"renames,omitempty"`
+	NewSubs []subRec            `json:"new_subs,omitempty"`
+	At      time.Time           `json:"at"`
+}
+
+type subRename struct {
+	ID    int64  `json:"id"`
+	Group string `json:"group"`
+}
+
+// topicDeleteRec deletes a topic; its subscriptions become DELETED.
+type topicDeleteRec struct {
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+}
+
+type bindingDeleteRec struct {
+	Group   string `json:"group"`
+	Pattern string `json:"pattern"`
+}
+
+// subUpdateRec changes a subscription's state.
+type subUpdateRec struct {
+	ID    int64                     `json:"id"`
+	State storage.SubscriptionState `json:"state"`
+	At    time.Time                 `json:"at"`
+}
+
+// subDeleteRec deletes a subscription (state DELETED, delivery state dropped).
+type subDeleteRec struct {
+	ID int64     `json:"id"`
+	At time.Time `json:"at"`
+}
+
+func encodeJSON(typ byte, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only plain structs of strings, numbers and times are marshalled.
+		panic(fmt.Sprintf("wal: marshal state record %d: %v", typ, err))
+	}
+	return append([]byte{typ}, b...)
+}
+
+// Claim record items. Part of the on-disk format; never change a value.
+const (
+	claimDeliver  byte = 1 // (partition, offset) delivered for attempt
+	claimReplayed byte = 2 // replayed DLQ copy of (partition, offset) delivered for attempt
+	claimDelay    byte = 3 // never-delivered (partition, offset) waits for its NotBefore (due)
+	claimComplete byte = 4 // (partition, offset) done without delivery (expired, or gone)
+)
+
+type claimItem struct {
+	kind      byte
+	partition int32
+	offset    int64
+	n         int64 // attempt (deliver, replayed) or due time (delay)
+}
+
+type cursorItem struct {
+	partition int32
+	cursor    int64
+}
+
+// encodeClaim: type | uvarint sub | uvarint n | n x (kind u8, uvarint partition, uvarint offset,
+// varint attempt-or-due) | uvarint m | m x (uvarint partition, uvarint cursor).
+func encodeClaim(subID int64, items []claimItem, cursors []cursorItem) []byte {
+	e := enc{b: make([]byte, 0, 8+len(items)*8+len(cursors)*6)}
+	e.u8(recClaim)
+	e.uvarint(uint64(subID))
+	e.uvarint(uint64(len(items)))
+	for _, it := range items {
+		e.u8(it.kind)
+		e.uvarint(uint64(it.partition))
+		e.uvarint(uint64(it.offset))
+		e.varint(it.n)
+	}
+	e.uvarint(uint64(len(cursors)))
+	for _, c := range cursors {
+		e.uvarint(uint64(c.partition))
+		e.uvarint(uint64(c.cursor))
+	}
+	return e.b
+}
+
+func decodeClaim(b []byte) (subID int64, items []claimItem, cursors []cursorItem, err error) {
+	d := dec{b: b[1:]}
+	subID = int64(d.uvarint())
+	items = make([]claimItem, d.count(4))
+	for i := range items {
+		items[i] = claimItem{kind: d.u8(), partition: int32(d.uvarint()), offset: int64(d.uvarint()), n: d.varint()}
+	}
+	cursors = make([]cursorItem, d.count(2))
+	for i := range cursors {
+		cursors[i] = cursorItem{partition: int32(d.uvarint()), cursor: int64(d.uvarint())}
+	}
+	return subID, items, cursors, d.done("claim record")
+}
+
+// encodeAck: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint offset).
+func encodeAck(subID int64, refs []storage.DeliveryRef) []byte {
+	e := enc{b: make([]byte, 0, 4+len(refs)*6)}
+	e.u8(recAck)
+	e.uvarint(uint64(subID))
+	e.uvarint(uint64(len(refs)))
+	for _, r := range refs {
+		e.uvarint(uint64(r.Partition))
+		e.uvarint(uint64(r.Offset))
+	}
+	return e.b
+}
+
+func decodeAck(b []byte) (subID int64, refs []storage.DeliveryRef, err error) {
+	d := dec{b: b[1:]}
+	subID = int64(d.uvarint())
+	refs = make([]storage.DeliveryRef, d.count(2))
+	for i := range refs {
+		refs[i] = storage.DeliveryRef{Partition: int32(d.uvarint()), Offset: int64(d.uvarint())}
+	}
+	return subID, refs, d.done("ack record")
+}
+
+type nackItem struct {
+	partition int32
+	offset    int64
+	due       int64
+	replayed  bool
+}
+
+// encodeNack: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint offset, varint
+// due unix ns, u8 replayed).
+func encodeNack(subID int64, items []nackItem) []byte {
+	e := enc{b: make([]byte, 0, 4+len(items)*16)}
+	e.u8(recNack)
+	e.uvarint(uint64(subID))
+	e.uvarint(uint64(len(items)))
+	for _, it := range items {
+		e.uvarint(uint64(it.partition))
+		e.uvarint(uint64(it.offset))
+		e.varint(it.due)
+		if it.replayed {
+			e.u8(1)
+		} else {
+			e.u8(0)
+		}
+	}
+	return e.b
+}
+
+func decodeNack(b []byte) (subID int64, items []nackItem, err error) {
+	d := dec{b: b[1:]}
+	subID = int64(d.uvarint())
+	items = make([]nackItem, d.count(4))
+	for i := range items {
+		items[i] = nackItem{partition: int32(d.uvarint()), offset: int64(d.uvarint()), due: d.varint(), replayed: d.u8() == 1}
+	}
+	return subID, items, d.done("nack record")
+}
+
+// encodeDLQ: type | uvarint sub | DLQ entry (see enc.dlqEntry).
+func encodeDLQ(subID int64, de *storage.DLQEntry) []byte {
+	e := enc{b: make([]byte, 0, 64+len(de.Message.Payload)+len(de.Message.Key))}
+	e.u8(recDLQ)
+	e.uvarint(uint64(subID))
+	e.dlqEntry(de)
+	return e.b
+}
+
+// dlqEntry: uvarint id | str reason | uvarint attempts | str last error | time dead at | message.
+func (e *enc) dlqEntry(de *storage.DLQEntry) {
+	e.uvarint(uint64(de.ID))
+	e.str(string(de.Reason))
+	e.uvarint(uint64(de.Attempts))
+	e.str(de.LastError)
+	e.time(de.DeadAt)
+	e.message(&de.Message)
+}
+
+func (d *dec) dlqEntry(subID int64) *storage.DLQEntry {
+	de := &storage.DLQEntry{SubscriptionID: subID}
+	de.ID = int64(d.uvarint())
+	de.Reason = storage.DLQReason(d.str())
+	de.Attempts = int(d.uvarint())
+	de.LastError = d.str()
+	de.DeadAt = d.time()
+	d.message(&de.Message)
+	return de
+}
+
+func decodeDLQ(b []byte) (subID int64, de *storage.DLQEntry, err error) {
+	d := dec{b: b[1:]}
+	subID = int64(d.uvarint())
+	de = d.dlqEntry(subID)
+	return subID, de, d.done("dlq record")
+}
+
+// encodeDLQIDs: type | uvarint sub | varint time unix ns | uvarint n | n x uvarint id. The time
+// is the due time of a replay (unused by purge).
+func encodeDLQIDs(typ byte, subID int64, at int64, ids []int64) []byte {
+	e := enc{b: make([]byte, 0, 16+len(ids)*3)}
+	e.u8(typ)
+	e.uvarint(uint64(subID))
+	e.varint(at)
+	e.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		e.uvarint(uint64(id))
+	}
+	return e.b
+}
+
+func decodeDLQIDs(b []byte) (subID int64, at int64, ids []int64, err error) {
+	d := dec{b: b[1:]}
+	subID = int64(d.uvarint())
+	at = d.varint()
+	ids = make([]int64, d.count(1))
+	for i := range ids {
+		ids[i] = int64(d.uvarint())
+	}
+	return subID, at, ids, d.done("dlq ids record")
+}
+
+type floorItem struct {
+	sub       int64
+	partition int32
+	floor     int64
+}
+
+type dlqExpiry struct {
+	sub int64
+	ids []int64
+}
+
+// encodeRetention: type | uvarint n | n x (uvarint sub, uvarint partition, uvarint floor) |
+// uvarint m | m x (uvarint sub, uvarint k, k x uvarint id).
+func encodeRetention(floors []floorItem, expired []dlqExpiry) []byte {
+	e := enc{}
+	e.u8(recRetention)
+	e.uvarint(uint64(len(floors)))
+	for _, f := range floors {
+		e.uvarint(uint64(f.sub))
+		e.uvarint(uint64(f.partition))
+		e.uvarint(uint64(f.floor))
+	}
+	e.uvarint(uint64(len(expired)))
+	for _, x := range expired {
+		e.uvarint(uint64(x.sub))
+		e.uvarint(uint64(len(x.ids)))
+		for _, id := range x.ids {
+			e.uvarint(uint64(id))
+		}
+	}
+	return e.b
+}
+
+func decodeRetention(b []byte) (floors []floorItem, expired []dlqExpiry, err error) {
+	d := dec{b: b[1:]}
+	floors = make([]floorItem, d.count(3))
+	for i := range floors {
+		floors[i] = floorItem{sub: int64(d.uvarint()), partition: int32(d.uvarint()), floor: int64(d.uvarint())}
+	}
+	expired = make([]dlqExpiry, d.count(2))
+	for i := range expired {
+		expired[i].sub = int64(d.uvarint())
+		expired[i].ids = make([]int64, d.count(1))
+		for j := range expired[i].ids {
+			expired[i].ids[j] = int64(d.uvarint())
+		}
+	}
+	return floors, expired, d.done("retention record")
+}
+
+func encodeSubIDs(next int64) []byte {
+	e := enc{}
+	e.u8(recSubIDs)
+	e.uvarint(uint64(next))
+	return e.b
+}
+
+func decodeSubIDs(b []byte) (int64, error) {
+	d := dec{b: b[1:]}
+	n := int64(d.uvarint())
+	return n, d.done("subscription ids record")
+}

@@ -1,0 +1,449 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+func subNotFound(id int64) error { return fmt.Errorf("%w: id %d", storage.ErrSubscriptionNotFound, id) }
+
+// subLocked returns a subscription that is not DELETED. e.mu must be held.
+func (e *Engine) subLocked(id int64) (*sub, error) {
+	s := e.subs[id]
+	if s == nil || s.meta.State == storage.Deleted || s.topic == nil {
+		return nil, subNotFound(id)
+	}
+	return s, nil
+}
+
+// subWithState returns a subscription whose delivery state may be acted on (not CANCELLED). e.mu
+// must be held.
+func (e *Engine) subWithState(id int64) (*sub, error) {
+	s, err := e.subLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.st == nil {
+		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, id, s.meta.State)
+	}
+	return s, nil
+}
+
+func validStart(sp storage.StartPosition) (storage.StartPosition, error) {
+	switch sp.Kind {
+	case "":
+		sp.Kind = storage.FromNow
+	case storage.FromNow, storage.FromBeginning, storage.FromTimestamp:
+	case storage.FromMessageID:
+		if sp.Partition < 0 || sp.Offset < 0 {
+			return sp, invalid("start position: partition and offset must not be negative, got %d:%d", sp.Partition, sp.Offset)
+		}
+	default:
+		return sp, invalid("start position kind %q: want FROM_NOW, FROM_BEGINNING, FROM_TIMESTAMP or FROM_MESSAGE_ID", sp.Kind)
+	}
+	return sp, nil
+}
+
+// resolveStartLocked turns a start position into the first offset of every partition.
+func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64, error) {
+	starts := make([]int64, len(t.parts))
+	searchAll := func(ts int64) error {
+		for i, p := range t.parts {
+			o, err := p.log.SearchTime(ts)
+			if err != nil {
+				return fmt.Errorf("wal: search topic %q partition %d by time: %w", t.meta.Name, i, err)
+			}
+			starts[i] = max(o, p.log.FirstIndex())
+		}
+		return nil
+	}
+	switch sp.Kind {
+	case storage.FromNow:
+		for i, p := range t.parts {
+			starts[i] = p.log.NextIndex()
+		}
+	case storage.FromBeginning:
+		for i, p := range t.parts {
+			starts[i] = p.log.FirstIndex()
+		}
+	case storage.FromTimestamp:
+		if sp.Time.IsZero() {
+			for i, p := range t.parts {
+				starts[i] = p.log.FirstIndex()
+			}
+			break
+		}
+		if err := searchAll(sp.Time.UnixNano()); err != nil {
+			return nil, err
+		}
+	case storage.FromMessageID:
+		if int(sp.Partition) >= len(t.parts) {
+			return nil, invalid("start position: partition %d out of range, topic %q has %d", sp.Partition, t.meta.Name, len(t.parts))
+		}
+		l := t.parts[sp.Partition].log
+		hw := l.NextIndex()
+		if sp.Offset > hw {
+			return nil, fmt.Errorf("%w: start offset %d is above the high-water mark %d of topic %q partition %d",
+				storage.ErrOffsetOutOfRange, sp.Offset, hw, t.meta.Name, sp.Partition)
+		}
+		// A message below the first retained one starts at the first retained one.
+		o := max(sp.Offset, l.FirstIndex())
+		ts := e.clock.Now().UnixNano()
+		if o < hw {
+			m, err := readMessage(t, sp.Partition, o)
+			if err != nil {
+				return nil, fmt.Errorf("wal: read start message: %w", err)
+			}
+			ts = m.PublishedAt.UnixNano()
+		}
+		if err := searchAll(ts); err != nil {
+			return nil, err
+		}
+		starts[sp.Partition] = o
+	}
+	return starts, nil
+}
+
+// SubscriptionCreate creates a subscription. On a QUEUE topic it fails with
+// storage.ErrSubscriptionExists while the queue subscription is not CANCELLED (one created
+// after a cancel gets the group storage.QueueGroup whatever Group says). On a PUB_SUB topic a
+// durable subscription needs a group with no other non-cancelled subscription on the topic; an
+// ephemeral one without a group gets "$ephemeral-<id>". Ephemeral subscriptions are never
+// persisted: a restart forgets them.
+func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.SubscriptionCreateParams) (*storage.Subscription, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if err := names.ValidateTopic(params.Topic); err != nil {
+		return nil, validName(err)
+	}
+	if params.Group != "" && params.Group != storage.QueueGroup {
+		if err := names.ValidateGroup(params.Group); err != nil {
+			return nil, validName(err)
+		}
+	}
+	if params.Pattern != "" {
+		if err := names.ValidatePattern(params.Pattern); err != nil {
+			return nil, validName(err)
+		}
+	}
+	start, err := validStart(params.Start)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	t := e.topics[params.Topic]
+	if t == nil {
+		e.mu.Unlock()
+		return nil, topicNotFound(params.Topic)
+	}
+	group, ephemeral := params.Group, params.Ephemeral
+	if t.meta.Config.Semantics == storage.Queue {
+		group, ephemeral = storage.QueueGroup, false
+	} else if group == storage.QueueGroup {
+		e.mu.Unlock()
+		return nil, invalid("group %q is reserved for QUEUE topics", storage.QueueGroup)
+	} else if group == "" && !ephemeral {
+		e.mu.Unlock()
+		return nil, invalid("a durable subscription to PUB_SUB topic %q needs a group", params.Topic)
+	}
+	if group != "" {
+		for _, s := range t.subs {
+			if s.meta.Group == group && s.meta.State != storage.Cancelled {
+				e.mu.Unlock()
+				return nil, fmt.Errorf("%w: topic %q group %q (subscription %d, %s)",
+					storage.ErrSubscriptionExists, params.Topic, group, s.meta.ID, s.meta.State)
+			}
+		}
+	}
+	starts, err := e.resolveStartLocked(t, start)
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	id := e.nextSubID
+	if group == "" {
+		group = fmt.Sprintf("$ephemeral-%d", id)
+	}
+	now := e.now()
+	rec := subRec{
+		Sub: storage.Subscription{
+			ID: id, Topic: params.Topic, Group: group, Pattern: params.Pattern, Ephemeral: ephemeral,
+			State: storage.Active, Start: start, CreatedAt: now, UpdatedAt: now,
+		},
+		Starts: starts,
+	}
+	s := e.applySubCreate(t, &rec)
+	out := cloneSub(s)
+	var ch <-chan error
+	if ephemeral {
+		// Not persisted, but its ID must never be reused.
+		e.queueState(encodeSubIDs(e.nextSubID), nil)
+	} else {
+		ch = e.queueStateWait(encodeJSON(recSubCreate, &rec))
+	}
+	e.mu.Unlock()
+	if ch != nil {
+		if err := wait(ctx, ch); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// SubscriptionDelete deletes a subscription and its delivery state at once. A durable one is kept
+// as DELETED (SubscriptionList with IncludeDeleted); an ephemeral one is forgotten.
+func (e *Engine) SubscriptionDelete(ctx context.Context, id int64) error {
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	s, err := e.subLocked(id)
+	if err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	rec := subDeleteRec{ID: id, At: e.now()}
+	ephemeral := s.meta.Ephemeral
+	e.applySubDelete(&rec)
+	if ephemeral {
+		e.mu.Unlock()
+		return nil
+	}
+	ch := e.queueStateWait(encodeJSON(recSubDelete, &rec))
+	e.mu.Unlock()
+	return wait(ctx, ch)
+}
+
+// SubscriptionGet returns a subscription that is not DELETED.
+func (e *Engine) SubscriptionGet(ctx context.Context, id int64) (*storage.Subscription, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	s, err := e.subLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	return cloneSub(s), nil
+}
+
+// SubscriptionGetByGroup returns the newest subscription of (topic, group) that is not DELETED.
+func (e *Engine) SubscriptionGetByGroup(ctx context.Context, topicName, group string) (*storage.Subscription, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	var best *sub
+	if t := e.topics[topicName]; t != nil {
+		for _, s := range t.subs {
+			if s.meta.Group == group && (best == nil || s.meta.ID > best.meta.ID) {
+				best = s
+			}
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("%w: topic %q group %q", storage.ErrSubscriptionNotFound, topicName, group)
+	}
+	return cloneSub(best), nil
+}
+
+// SubscriptionList lists subscriptions ordered by ID, optionally of one topic, DELETED ones only
+// with IncludeDeleted.
+func (e *Engine) SubscriptionList(ctx context.Context, params *storage.SubscriptionListParams) ([]*storage.Subscription, error) {
+	var p storage.SubscriptionListParams
+	if params != nil {
+		p = *params
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	out := []*storage.Subscription{}
+	for _, s := range e.subs {
+		if p.Topic != "" && s.meta.Topic != p.Topic {
+			continue
+		}
+		if s.meta.State == storage.Deleted && !p.IncludeDeleted {
+			continue
+		}
+		out = append(out, cloneSub(s))
+	}
+	slices.SortFunc(out, func(a, b *storage.Subscription) int { return cmp64(a.ID, b.ID) })
+	return out, nil
+}
+
+// SubscriptionStats returns a subscription's depth, lag, in-flight and DLQ figures. A CANCELLED
+// subscription has no delivery state: its figures are zero.
+func (e *Engine) SubscriptionStats(ctx context.Context, id int64) (*storage.SubscriptionStats, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	s, err := e.subLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	st := &storage.SubscriptionStats{SubscriptionID: id}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == nil {
+		return st, nil
+	}
+	for i, p := range s.topic.parts {
+		hw := p.log.NextIndex()
+		floor, cursor, pending := s.st.PartStats(int32(i), hw)
+		st.Pending += pending
+		st.Lag += max(hw-cursor, 0)
+		st.Partitions = append(st.Partitions, storage.SubscriptionPartitionStats{
+			Partition: int32(i), AckFloor: floor, Cursor: cursor, HighWater: hw,
+		})
+	}
+	st.InFlight, st.Redelivering = s.st.Counts()
+	st.DeadLettered = int64(s.st.DLQLen())
+	return st, nil
+}
+
+// SubscriptionUpdate changes a subscription's state following storage.CanTransition (setting the
+// current state again is an invalid transition too). CANCELLED drops the delivery state at once; DELETED is
+// SubscriptionDelete.
+func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.SubscriptionUpdateParams) (*storage.Subscription, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	switch params.State {
+	case storage.Active, storage.Paused, storage.Dead, storage.Cancelled, storage.Deleted:
+	default:
+		return nil, invalid("subscription state %q", params.State)
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	s, err := e.subLocked(params.ID)
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	if !storage.CanTransition(s.meta.State, params.State) {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: subscription %d from %s to %s", storage.ErrInvalidTransition, params.ID, s.meta.State, params.State)
+	}
+	rec := subUpdateRec{ID: params.ID, State: params.State, At: e.now()}
+	e.applySubUpdate(&rec)
+	out := cloneSub(s)
+	var ch <-chan error
+	if !s.meta.Ephemeral {
+		ch = e.queueStateWait(encodeJSON(recSubUpdate, &rec))
+	}
+	e.mu.Unlock()
+	if ch != nil {
+		if err := wait(ctx, ch); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// BindingCreate registers a durable group on a topic pattern: TopicCreate of a matching PUB_SUB
+// topic subscribes the group from the topic's beginning, atomically with the creation.
+func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreateParams) (*storage.Binding, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if err := names.ValidateGroup(params.Group); err != nil {
+		return nil, validName(err)
+	}
+	if err := names.ValidatePattern(params.Pattern); err != nil {
+		return nil, validName(err)
+	}
+	start, err := validStart(params.Start)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	key := bindingKey{params.Group, params.Pattern}
+	if e.bindings[key] != nil {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: group %q pattern %q", storage.ErrBindingExists, params.Group, params.Pattern)
+	}
+	b := &storage.Binding{Group: params.Group, Pattern: params.Pattern, Start: start, CreatedAt: e.now()}
+	e.bindings[key] = b
+	ch := e.queueStateWait(encodeJSON(recBindingCreate, b))
+	out := *b
+	e.mu.Unlock()
+	if err := wait(ctx, ch); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// BindingDelete removes a binding; the subscriptions it created stay.
+func (e *Engine) BindingDelete(ctx context.Context, params *storage.BindingDeleteParams) error {
+	if params == nil {
+		return invalid("nil params")
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	key := bindingKey{params.Group, params.Pattern}
+	if e.bindings[key] == nil {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: group %q pattern %q", storage.ErrBindingNotFound, params.Group, params.Pattern)
+	}
+	delete(e.bindings, key)
+	ch := e.queueStateWait(encodeJSON(recBindingDelete, &bindingDeleteRec{Group: params.Group, Pattern: params.Pattern}))
+	e.mu.Unlock()
+	return wait(ctx, ch)
+}
+
+// BindingList lists all bindings ordered by group, then pattern.
+func (e *Engine) BindingList(ctx context.Context) ([]*storage.Binding, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	bs := e.sortedBindingsLocked()
+	out := make([]*storage.Binding, len(bs))
+	for i, b := range bs {
+		c := *b
+		out[i] = &c
+	}
+	return out, nil
+}
+
+func (e *Engine) sortedBindingsLocked() []*storage.Binding {
+	out := make([]*storage.Binding, 0, len(e.bindings))
+	for _, b := range e.bindings {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b *storage.Binding) int {
+		if c := strings.Compare(a.Group, b.Group); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Pattern, b.Pattern)
+	})
+	return out
+}

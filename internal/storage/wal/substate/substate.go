@@ -1,0 +1,739 @@
+package substate
+
+import (
+	"math"
+	"slices"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Entry is one message of a subscription that is leased or waiting: a pending offset above the
+// partition's floor, or a replayed DLQ message (Msg != nil).
+type Entry struct {
+	Partition int32
+	Offset    int64
+	// Attempt counts the deliveries so far (0: never delivered, for a NotBefore wait or a replayed
+	// DLQ message).
+	Attempt int
+	// Leased: Member holds the message until Time. Otherwise it is waiting until Time.
+	Leased bool
+	// Member holds the lease, or received the last delivery.
+	Member string
+	// Time is the lease deadline or the due time, unix ns; 0 means due at once.
+	Time int64
+	// Msg is the copy of a replayed DLQ message; nil for a message read from the partition log.
+	Msg *storage.Message
+
+	idx int // position in the heap it is in, -1 if none
+}
+
+// Replayed reports whether the entry is a replayed DLQ message.
+func (e *Entry) Replayed() bool { return e.Msg != nil }
+
+// part is the state of one partition.
+type part struct {
+	floor, cursor int64
+	pending       map[int64]*Entry
+	replayed      map[int64]*Entry
+	done          bitset
+	doneN         int // members of done, all >= floor
+}
+
+// Sub is the delivery state of one subscription.
+type Sub struct {
+	parts   []*part
+	leases  entryHeap
+	waiting entryHeap
+	dlq     []*storage.DLQEntry // ID order
+	nextDLQ int64
+}
+
+// New returns the state of a subscription whose partition i starts at starts[i] (floor and cursor).
+func New(starts []int64) *Sub {
+	s := &Sub{nextDLQ: 1}
+	for _, o := range starts {
+		s.AddPartition(o)
+	}
+	return s
+}
+
+// AddPartition adds a partition starting at start (the topic grew).
+func (s *Sub) AddPartition(start int64) {
+	s.parts = append(s.parts, &part{floor: start, cursor: start})
+}
+
+// Partitions is the number of partitions.
+func (s *Sub) Partitions() int { return len(s.parts) }
+
+func (s *Sub) part(p int32) *part {
+	if p < 0 || int(p) >= len(s.parts) {
+		return nil
+	}
+	return s.parts[p]
+}
+
+// Floor returns the ack floor of partition p.
+func (s *Sub) Floor(p int32) int64 { return s.parts[p].floor }
+
+// Cursor returns the next never-delivered offset of partition p. Offsets at the cursor that were
+// already completed (acked before delivery) are skipped first.
+func (s *Sub) Cursor(p int32) int64 {
+	pt := s.parts[p]
+	pt.cursor = pt.done.runFrom(pt.cursor)
+	return pt.cursor
+}
+
+// advance moves the floor over the contiguous done prefix, and the cursor over done offsets.
+func (pt *part) advance() {
+	if nf := pt.done.runFrom(pt.floor); nf != pt.floor {
+		pt.doneN -= pt.done.trim(nf)
+		pt.floor = nf
+	}
+	pt.cursor = pt.done.runFrom(max(pt.cursor, pt.floor))
+}
+
+func (s *Sub) unheap(e *Entry) {
+	if e.idx < 0 {
+		return
+	}
+	if e.Leased {
+		s.leases.remove(e)
+	} else {
+		s.waiting.remove(e)
+	}
+}
+
+func (s *Sub) setWaiting(e *Entry, due int64) {
+	s.unheap(e)
+	e.Leased = false
+	e.Time = due
+	s.waiting.push(e)
+}
+
+func (s *Sub) setLeased(e *Entry, member string, deadline int64) {
+	s.unheap(e)
+	e.Leased = true
+	e.Member = member
+	e.Time = deadline
+	s.leases.push(e)
+}
+
+// entryAt returns the entry of offset o of partition p, creating a waiting one when o is at or
+// beyond the cursor (the cursor moves past it; never-delivered offsets skipped on the way get
+// waiting entries too, so nothing is lost). It returns nil when o is done.
+func (s *Sub) entryAt(p int32, o int64) *Entry {
+	pt := s.part(p)
+	if pt == nil || o < pt.floor || pt.done.test(o) {
+		return nil
+	}
+	if e := pt.pending[o]; e != nil {
+		return e
+	}
+	if o > pt.cursor+maxGap {
+		return nil // only corrupt input skips this far ahead
+	}
+	if pt.pending == nil {
+		pt.pending = make(map[int64]*Entry)
+	}
+	for c := pt.cursor; c < o; c++ {
+		if !pt.done.test(c) && pt.pending[c] == nil {
+			e := &Entry{Partition: p, Offset: c, idx: -1}
+			pt.pending[c] = e
+			s.waiting.push(e)
+		}
+	}
+	e := &Entry{Partition: p, Offset: o, idx: -1}
+	pt.pending[o] = e
+	s.waiting.push(e)
+	if o >= pt.cursor {
+		pt.cursor = pt.done.runFrom(o + 1)
+	}
+	return e
+}
+
+// markDone completes offset o of partition p (not a replayed copy). It reports whether o was not
+// done before.
+func (s *Sub) markDone(p int32, o int64) bool {
+	pt := s.part(p)
+	if pt == nil || o < pt.floor || pt.done.test(o) {
+		return false
+	}
+	if e := pt.pending[o]; e != nil {
+		s.unheap(e)
+		delete(pt.pending, o)
+	}
+	pt.done.set(o)
+	pt.doneN++
+	pt.advance()
+	return true
+}
+
+// Deliver leases the never-delivered offset o of partition p (o is Cursor(p)) to member as its
+// first delivery.
+func (s *Sub) Deliver(p int32, o int64, member string, deadline int64) *Entry {
+	e := s.entryAt(p, o)
+	if e == nil {
+		return nil
+	}
+	e.Attempt++
+	s.setLeased(e, member, deadline)
+	return e
+}
+
+// Delay makes the never-delivered offset o of partition p (o is Cursor(p)) wait until due without
+// a delivery (a NotBefore time in the future).
+func (s *Sub) Delay(p int32, o int64, due int64) *Entry {
+	e := s.entryAt(p, o)
+	if e == nil {
+		return nil
+	}
+	s.setWaiting(e, due)
+	return e
+}
+
+// Complete marks offset o of partition p done without a delivery (the message expired, or it no
+// longer exists in the log).
+func (s *Sub) Complete(p int32, o int64) { s.markDone(p, o) }
+
+// ExpireLeases processes every lease whose deadline is at or before now. A message below
+// maxDeliveries waits until its deadline plus backoff(attempt); the others are returned, out of
+// both heaps, and the caller must pass each to DeadLetter or Drop.
+func (s *Sub) ExpireLeases(now int64, maxDeliveries int, backoff func(attempt int) int64) []*Entry {
+	var dead []*Entry
+	for {
+		e := s.leases.top()
+		if e == nil || e.Time > now {
+			return dead
+		}
+		s.leases.pop()
+		e.Leased = false
+		if e.Attempt >= maxDeliveries {
+			dead = append(dead, e)
+			continue
+		}
+		e.Time += backoff(e.Attempt)
+		s.waiting.push(e)
+	}
+}
+
+// TakeDue leases to member up to max waiting entries due at or before now, oldest due first. It
+// skips entries of partitions allowed rejects (nil allows all) and, with avoid, entries whose last
+// delivery went to member. next is the due time of the first waiting entry it did not consider
+// (hasNext false if none): at or before now when max was reached.
+func (s *Sub) TakeDue(now int64, member string, avoid bool, allowed func(int32) bool, max int, deadline int64) (got []*Entry, next int64, hasNext bool) {
+	var aside []*Entry
+	for len(got) < max {
+		e := s.waiting.top()
+		if e == nil || e.Time > now {
+			break
+		}
+		s.waiting.pop()
+		if (allowed != nil && !allowed(e.Partition)) || (avoid && e.Member == member) {
+			aside = append(aside, e)
+			continue
+		}
+		e.Attempt++
+		e.Leased = true
+		e.Member = member
+		e.Time = deadline
+		s.leases.push(e)
+		got = append(got, e)
+	}
+	if e := s.waiting.top(); e != nil {
+		next, hasNext = e.Time, true
+	}
+	for _, e := range aside {
+		s.waiting.push(e)
+	}
+	return got, next, hasNext
+}
+
+// NextDeadline returns the earliest lease deadline.
+func (s *Sub) NextDeadline() (int64, bool) {
+	if e := s.leases.top(); e != nil {
+		return e.Time, true
+	}
+	return 0, false
+}
+
+// AckOutcome is the result of Ack.
+type AckOutcome uint8
+
+const (
+	// Acked: the message was not done and now is.
+	Acked AckOutcome = iota + 1
+	// AlreadyDone: the message was acked, dead-lettered or below the floor already.
+	AlreadyDone
+	// Unknown: no such partition, or the offset is at or above the high-water mark.
+	Unknown
+)
+
+// Ack completes offset o of partition p; hw is the partition's high-water mark. A replayed DLQ
+// copy of the offset is completed first.
+func (s *Sub) Ack(p int32, o int64, hw int64) AckOutcome {
+	pt := s.part(p)
+	if pt == nil || o < 0 {
+		return Unknown
+	}
+	if e := pt.replayed[o]; e != nil {
+		s.unheap(e)
+		delete(pt.replayed, o)
+		return Acked
+	}
+	if o < pt.floor || pt.done.test(o) {
+		return AlreadyDone
+	}
+	if o >= hw {
+		return Unknown
+	}
+	s.markDone(p, o)
+	return Acked
+}
+
+// held returns the entry of (p, o) if member holds its lease at now.
+func (s *Sub) held(p int32, o int64, member string, now int64) *Entry {
+	pt := s.part(p)
+	if pt == nil {
+		return nil
+	}
+	e := pt.replayed[o]
+	if e == nil {
+		e = pt.pending[o]
+	}
+	if e == nil || !e.Leased || e.Member != member || e.Time <= now {
+		return nil
+	}
+	return e
+}
+
+// NackOutcome is the result of Nack.
+type NackOutcome uint8
+
+const (
+	// NotHeld: member does not hold the lease.
+	NotHeld NackOutcome = iota + 1
+	// Nacked: the message waits until the due time.
+	Nacked
+	// DeadLetter: the caller must dead-letter the returned entry (ToDLQ, or the max_deliveries-th
+	// delivery) with DeadLetter.
+	DeadLetter
+)
+
+// Nack gives back a message member holds: it waits until due, or must be dead-lettered when
+// toDLQ is set or its attempt reached maxDeliveries.
+func (s *Sub) Nack(p int32, o int64, member string, now, due int64, toDLQ bool, maxDeliveries int) (NackOutcome, *Entry) {
+	e := s.held(p, o, member, now)
+	if e == nil {
+		return NotHeld, nil
+	}
+	if toDLQ || e.Attempt >= maxDeliveries {
+		s.unheap(e)
+		e.Leased = false
+		return DeadLetter, e
+	}
+	s.setWaiting(e, due)
+	return Nacked, e
+}
+
+// Extend moves the lease deadline of a message member holds. It reports whether member held it.
+func (s *Sub) Extend(p int32, o int64, member string, now, deadline int64) bool {
+	e := s.held(p, o, member, now)
+	if e == nil {
+		return false
+	}
+	e.Time = deadline
+	s.leases.fix(e)
+	return true
+}
+
+// Release gives back every lease member holds: due at once (now), attempts kept. Entries that
+// reached maxDeliveries are returned out of both heaps for DeadLetter.
+func (s *Sub) Release(member string, now int64, maxDeliveries int) (released int, dead []*Entry) {
+	var mine []*Entry
+	for _, e := range s.leases {
+		if e.Member == member {
+			mine = append(mine, e)
+		}
+	}
+	for _, e := range mine {
+		if e.Attempt >= maxDeliveries {
+			s.unheap(e)
+			e.Leased = false
+			dead = append(dead, e)
+			continue
+		}
+		s.setWaiting(e, now)
+		released++
+	}
+	return released, dead
+}
+
+// DeadLetter removes the entry (a pending offset becomes done, a replayed copy goes away) and adds
+// d to the DLQ. d.ID is assigned when zero.
+func (s *Sub) DeadLetter(e *Entry, d *storage.DLQEntry) {
+	s.DeadLetterAt(e.Partition, e.Offset, d)
+}
+
+// DeadLetterAt is DeadLetter by position (state log replay). A replayed copy of the offset is
+// taken first.
+func (s *Sub) DeadLetterAt(p int32, o int64, d *storage.DLQEntry) {
+	s.Drop(p, o)
+	s.AddDLQ(d)
+}
+
+// Drop forgets offset o of partition p: its replayed copy if there is one, else the offset
+// becomes done (the message no longer exists).
+func (s *Sub) Drop(p int32, o int64) {
+	pt := s.part(p)
+	if pt == nil {
+		return
+	}
+	if e := pt.replayed[o]; e != nil {
+		s.unheap(e)
+		delete(pt.replayed, o)
+		return
+	}
+	s.markDone(p, o)
+}
+
+// AddDLQ adds d to the DLQ, assigning d.ID when zero.
+func (s *Sub) AddDLQ(d *storage.DLQEntry) {
+	if d.ID == 0 {
+		d.ID = s.nextDLQ
+	}
+	if d.ID >= s.nextDLQ {
+		s.nextDLQ = d.ID + 1
+	}
+	i, found := slices.BinarySearchFunc(s.dlq, d.ID, func(x *storage.DLQEntry, id int64) int { return cmp64(x.ID, id) })
+	if found {
+		s.dlq[i] = d
+		return
+	}
+	s.dlq = slices.Insert(s.dlq, i, d)
+}
+
+func cmp64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// NextDLQID is the ID the next DLQ entry gets.
+func (s *Sub) NextDLQID() int64 { return s.nextDLQ }
+
+// DLQLen is the number of DLQ entries.
+func (s *Sub) DLQLen() int { return len(s.dlq) }
+
+// DLQ returns up to limit entries with an ID above afterID, in ID order. The entries are shared:
+// callers must not modify them.
+func (s *Sub) DLQ(afterID int64, limit int) []*storage.DLQEntry {
+	i, _ := slices.BinarySearchFunc(s.dlq, afterID+1, func(x *storage.DLQEntry, id int64) int { return cmp64(x.ID, id) })
+	end := len(s.dlq)
+	if limit < end-i {
+		end = i + limit
+	}
+	if i >= end {
+		return nil
+	}
+	return slices.Clone(s.dlq[i:end])
+}
+
+// selectDLQ removes and returns the entries with the given IDs (all when ids is empty).
+func (s *Sub) selectDLQ(ids []int64, keep func(*storage.DLQEntry) bool) []*storage.DLQEntry {
+	var want map[int64]bool
+	if len(ids) > 0 {
+		want = make(map[int64]bool, len(ids))
+		for _, id := range ids {
+			want[id] = true
+		}
+	}
+	var taken []*storage.DLQEntry
+	kept := s.dlq[:0]
+	for _, d := range s.dlq {
+		if (want == nil || want[d.ID]) && (keep == nil || !keep(d)) {
+			taken = append(taken, d)
+			continue
+		}
+		kept = append(kept, d)
+	}
+	clear(s.dlq[len(kept):])
+	s.dlq = kept
+	return taken
+}
+
+// DLQPurge removes the entries with the given IDs (all when empty) and returns how many.
+func (s *Sub) DLQPurge(ids []int64) int { return len(s.selectDLQ(ids, nil)) }
+
+// DLQExpire removes the entries dead before the given time (unix ns) and returns their IDs.
+func (s *Sub) DLQExpire(before int64) []int64 {
+	taken := s.selectDLQ(nil, func(d *storage.DLQEntry) bool { return d.DeadAt.UnixNano() >= before })
+	ids := make([]int64, len(taken))
+	for i, d := range taken {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+// DLQReplay moves the entries with the given IDs (all when empty) back into the subscription as
+// replayed messages due at due, with a fresh attempt count. It returns how many.
+func (s *Sub) DLQReplay(ids []int64, due int64) int {
+	taken := s.selectDLQ(ids, nil)
+	for _, d := range taken {
+		pt := s.part(d.Message.Partition)
+		if pt == nil {
+			continue
+		}
+		if old := pt.replayed[d.Message.Offset]; old != nil {
+			s.unheap(old)
+		}
+		if pt.replayed == nil {
+			pt.replayed = make(map[int64]*Entry)
+		}
+		m := d.Message
+		e := &Entry{Partition: d.Message.Partition, Offset: d.Message.Offset, Msg: &m, idx: -1}
+		pt.replayed[e.Offset] = e
+		s.setWaiting(e, due)
+	}
+	return len(taken)
+}
+
+// ForceFloor moves the floor of partition p up to floor (retention removed the messages below it):
+// pending entries below it are dropped. It returns how many messages below floor were not done.
+func (s *Sub) ForceFloor(p int32, floor int64) int64 {
+	pt := s.part(p)
+	if pt == nil || floor <= pt.floor {
+		return 0
+	}
+	notDone := floor - pt.floor - int64(pt.done.countRange(pt.floor, floor))
+	for o, e := range pt.pending {
+		if o < floor {
+			s.unheap(e)
+			delete(pt.pending, o)
+		}
+	}
+	pt.doneN -= pt.done.trim(floor)
+	pt.floor = floor
+	if pt.cursor < floor {
+		pt.cursor = floor
+	}
+	pt.advance()
+	return notDone
+}
+
+// Clamp cuts partition p back to the high-water mark hw: state about offsets at or above it is
+// dropped. Only needed when the log lost durable-acknowledged records (UnsafeNoSync after a crash).
+func (s *Sub) Clamp(p int32, hw int64) {
+	pt := s.part(p)
+	if pt == nil {
+		return
+	}
+	for o, e := range pt.pending {
+		if o >= hw {
+			s.unheap(e)
+			delete(pt.pending, o)
+		}
+	}
+	var drop []int64
+	pt.done.each(func(o int64) {
+		if o >= hw {
+			drop = append(drop, o)
+		}
+	})
+	for _, o := range drop {
+		pt.done.clear(o)
+		pt.doneN--
+	}
+	if pt.cursor > hw {
+		pt.cursor = hw
+	}
+	if pt.floor > hw {
+		pt.floor = hw
+	}
+}
+
+// RestoreClaim replays a claim record item: offset o of partition p (or its replayed copy) was
+// delivered for the attempt-th time. Leases are not persisted, so it waits, due at once.
+func (s *Sub) RestoreClaim(p int32, o int64, attempt int, replayed bool) {
+	var e *Entry
+	if replayed {
+		if pt := s.part(p); pt != nil {
+			e = pt.replayed[o]
+		}
+	} else {
+		e = s.entryAt(p, o)
+	}
+	if e == nil {
+		return
+	}
+	e.Attempt = attempt
+	s.setWaiting(e, 0)
+}
+
+// RestoreNack replays a nack record item: the message waits until due.
+func (s *Sub) RestoreNack(p int32, o int64, due int64, replayed bool) {
+	pt := s.part(p)
+	if pt == nil {
+		return
+	}
+	e := pt.pending[o]
+	if replayed {
+		e = pt.replayed[o]
+	}
+	if e == nil {
+		return
+	}
+	s.setWaiting(e, due)
+}
+
+// RestoreCursor replays the cursor a claim record left partition p at.
+func (s *Sub) RestoreCursor(p int32, cursor int64) {
+	pt := s.part(p)
+	if pt == nil || cursor <= pt.cursor || cursor > pt.cursor+maxGap {
+		return
+	}
+	for c := pt.cursor; c < cursor; c++ {
+		if !pt.done.test(c) && pt.pending[c] == nil {
+			s.entryAt(p, c)
+		}
+	}
+	pt.cursor = pt.done.runFrom(max(pt.cursor, cursor))
+}
+
+// Exhausted removes and returns the waiting entries whose attempt reached maxDeliveries. After a
+// restart they are the leases that were lost on their last allowed delivery; the caller
+// dead-letters them.
+func (s *Sub) Exhausted(maxDeliveries int) []*Entry {
+	var out []*Entry
+	for _, e := range s.waiting {
+		if e.Attempt >= maxDeliveries {
+			out = append(out, e)
+		}
+	}
+	for _, e := range out {
+		s.unheap(e)
+	}
+	return out
+}
+
+// PartStats returns the floor and cursor of partition p and its pending count given its
+// high-water mark.
+func (s *Sub) PartStats(p int32, hw int64) (floor, cursor, pending int64) {
+	pt := s.parts[p]
+	pending = hw - pt.floor - int64(pt.done.countRange(pt.floor, hw)) + int64(len(pt.replayed))
+	return pt.floor, s.Cursor(p), max(pending, 0)
+}
+
+// Counts returns the number of leased messages and of waiting ones (for a redelivery backoff, a
+// nack delay, a NotBefore time, or a replayed DLQ message not yet delivered again).
+func (s *Sub) Counts() (inFlight, waiting int64) {
+	return int64(len(s.leases)), int64(len(s.waiting))
+}
+
+// EntryState is the persisted form of an entry: leases are not persisted, a leased entry is saved
+// as due at once.
+type EntryState struct {
+	Offset  int64
+	Attempt int
+	Due     int64
+	Msg     *storage.Message
+}
+
+// PartState is the persisted form of a partition's state.
+type PartState struct {
+	Floor, Cursor int64
+	// Done lists the done offsets above the floor as increasing, disjoint [start, end) runs.
+	Done     [][2]int64
+	Pending  []EntryState // offset order
+	Replayed []EntryState // offset order
+}
+
+// Export returns the persisted form of the state: partitions, DLQ entries (shared, do not modify)
+// and the next DLQ ID.
+func (s *Sub) Export() (parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) {
+	parts = make([]PartState, len(s.parts))
+	for i, pt := range s.parts {
+		ps := PartState{Floor: pt.floor, Cursor: pt.cursor}
+		pt.done.each(func(o int64) {
+			if n := len(ps.Done); n > 0 && ps.Done[n-1][1] == o {
+				ps.Done[n-1][1] = o + 1
+				return
+			}
+			ps.Done = append(ps.Done, [2]int64{o, o + 1})
+		})
+		ps.Pending = exportEntries(pt.pending)
+		ps.Replayed = exportEntries(pt.replayed)
+		parts[i] = ps
+	}
+	if len(s.dlq) > 0 {
+		dlq = slices.Clone(s.dlq)
+	}
+	return parts, dlq, s.nextDLQ
+}
+
+func exportEntries(m map[int64]*Entry) []EntryState {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]EntryState, 0, len(m))
+	for _, e := range m {
+		es := EntryState{Offset: e.Offset, Attempt: e.Attempt, Msg: e.Msg}
+		if !e.Leased {
+			es.Due = e.Time
+		}
+		out = append(out, es)
+	}
+	slices.SortFunc(out, func(a, b EntryState) int { return cmp64(a.Offset, b.Offset) })
+	return out
+}
+
+// Import rebuilds a state from its persisted form.
+func Import(parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) *Sub {
+	s := &Sub{nextDLQ: max(nextDLQ, 1)}
+	for i, ps := range parts {
+		pt := &part{floor: ps.Floor, cursor: max(ps.Cursor, ps.Floor)}
+		s.parts = append(s.parts, pt)
+		for _, r := range ps.Done {
+			pt.doneN += pt.done.setRange(max(r[0], pt.floor), r[1])
+		}
+		for _, es := range ps.Pending {
+			if es.Offset < pt.floor || pt.done.test(es.Offset) {
+				continue
+			}
+			if pt.pending == nil {
+				pt.pending = make(map[int64]*Entry, len(ps.Pending))
+			}
+			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, idx: -1}
+			pt.pending[e.Offset] = e
+			s.waiting.push(e)
+		}
+		for _, es := range ps.Replayed {
+			if pt.replayed == nil {
+				pt.replayed = make(map[int64]*Entry, len(ps.Replayed))
+			}
+			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, Msg: es.Msg, idx: -1}
+			pt.replayed[e.Offset] = e
+			s.waiting.push(e)
+		}
+		pt.advance()
+	}
+	for _, d := range dlq {
+		s.AddDLQ(d)
+	}
+	return s
+}
+
+// Backoff adapts storage.RedeliveryBackoff to ExpireLeases.
+func Backoff(attempt int) int64 { return int64(storage.RedeliveryBackoff(attempt)) }
+
+// maxGap bounds how far past the cursor a replayed claim may name an offset. The engine never
+// skips offsets (claims read them in order), so a gap only comes from damaged input; filling it
+// with waiting entries (redelivering rather than losing) is bounded so such input cannot exhaust
+// memory.
+const maxGap = 1 << 16
+
+// Forever is a high-water mark above every offset (state log replay).
+const Forever = math.MaxInt64

@@ -1,0 +1,491 @@
+package substate
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+const sec = int64(time.Second)
+
+// checkInvariants verifies the structural invariants documented in doc.go.
+func checkInvariants(t *testing.T, s *Sub) {
+	t.Helper()
+	inHeap := map[*Entry]bool{}
+	for i, e := range s.leases {
+		if e.idx != i || !e.Leased {
+			t.Fatalf("lease heap entry %d: idx %d leased %v", i, e.idx, e.Leased)
+		}
+		inHeap[e] = true
+	}
+	for i, e := range s.waiting {
+		if e.idx != i || e.Leased {
+			t.Fatalf("waiting heap entry %d: idx %d leased %v", i, e.idx, e.Leased)
+		}
+		inHeap[e] = true
+	}
+	n := 0
+	for p, pt := range s.parts {
+		if pt.floor > pt.cursor {
+			t.Fatalf("partition %d: floor %d > cursor %d", p, pt.floor, pt.cursor)
+		}
+		if pt.done.test(pt.floor) {
+			t.Fatalf("partition %d: floor %d is done", p, pt.floor)
+		}
+		if got := pt.done.count(); got != pt.doneN {
+			t.Fatalf("partition %d: doneN %d, count %d", p, pt.doneN, got)
+		}
+		if pt.done.countRange(0, pt.floor) != 0 {
+			t.Fatalf("partition %d: done bits below floor", p)
+		}
+		for o := pt.floor; o < pt.cursor; o++ {
+			_, pend := pt.pending[o]
+			if pend == pt.done.test(o) {
+				t.Fatalf("partition %d offset %d: pending=%v done=%v", p, o, pend, pt.done.test(o))
+			}
+		}
+		for o, e := range pt.pending {
+			if o < pt.floor || o >= pt.cursor || e.Offset != o || e.Partition != int32(p) || e.Msg != nil {
+				t.Fatalf("partition %d: bad pending entry %d %+v", p, o, e)
+			}
+			if !inHeap[e] {
+				t.Fatalf("partition %d: pending %d in no heap", p, o)
+			}
+			n++
+		}
+		for o, e := range pt.replayed {
+			if e.Offset != o || e.Msg == nil || !inHeap[e] {
+				t.Fatalf("partition %d: bad replayed entry %d %+v", p, o, e)
+			}
+			n++
+		}
+	}
+	if n != len(inHeap) {
+		t.Fatalf("%d entries in maps, %d in heaps", n, len(inHeap))
+	}
+	for i := 1; i < len(s.dlq); i++ {
+		if s.dlq[i-1].ID >= s.dlq[i].ID {
+			t.Fatal("DLQ not in ID order")
+		}
+	}
+}
+
+func dlqEntry(e *Entry, reason storage.DLQReason) *storage.DLQEntry {
+	return &storage.DLQEntry{
+		Message:  storage.Message{Partition: e.Partition, Offset: e.Offset, Payload: []byte("x")},
+		Reason:   reason,
+		Attempts: e.Attempt,
+		DeadAt:   time.Unix(0, 5*sec),
+	}
+}
+
+func TestFloorAdvancesOverContiguousDone(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{10})
+	for o := int64(10); o < 15; o++ {
+		if e := s.Deliver(0, o, "m", 100*sec); e == nil || e.Attempt != 1 {
+			t.Fatalf("deliver %d: %+v", o, e)
+		}
+	}
+	checkInvariants(t, s)
+	for _, o := range []int64{11, 13} {
+		if got := s.Ack(0, o, 100); got != Acked {
+			t.Fatalf("ack %d = %v", o, got)
+		}
+	}
+	if s.Floor(0) != 10 {
+		t.Fatalf("floor %d, want 10", s.Floor(0))
+	}
+	if got := s.Ack(0, 10, 100); got != Acked {
+		t.Fatal(got)
+	}
+	if s.Floor(0) != 12 {
+		t.Fatalf("floor %d, want 12", s.Floor(0))
+	}
+	if got := s.Ack(0, 11, 100); got != AlreadyDone {
+		t.Fatalf("re-ack below floor = %v", got)
+	}
+	if got := s.Ack(0, 13, 100); got != AlreadyDone {
+		t.Fatalf("re-ack above floor = %v", got)
+	}
+	if got := s.Ack(0, 100, 100); got != Unknown {
+		t.Fatalf("ack at high water = %v", got)
+	}
+	if got := s.Ack(1, 0, 100); got != Unknown {
+		t.Fatalf("ack unknown partition = %v", got)
+	}
+	// Ack ahead of the cursor: the cursor skips it later.
+	if got := s.Ack(0, 15, 100); got != Acked {
+		t.Fatal(got)
+	}
+	if c := s.Cursor(0); c != 16 {
+		t.Fatalf("cursor %d, want 16", c)
+	}
+	s.Ack(0, 12, 100)
+	s.Ack(0, 14, 100)
+	if s.Floor(0) != 16 || s.Cursor(0) != 16 {
+		t.Fatalf("floor %d cursor %d, want 16 16", s.Floor(0), s.Cursor(0))
+	}
+	checkInvariants(t, s)
+	if len(s.parts[0].pending) != 0 || s.parts[0].done.words != nil {
+		t.Fatal("state not sparse after everything was acked")
+	}
+}
+
+func TestExpiryBackoffThenDLQ(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{0})
+	const max = 3
+	s.Deliver(0, 0, "a", 30*sec)
+	now := int64(0)
+	for attempt := 1; attempt <= max; attempt++ {
+		now += 31 * sec
+		dead := s.ExpireLeases(now, max, Backoff)
+		if attempt == max {
+			if len(dead) != 1 || dead[0].Attempt != max {
+				t.Fatalf("attempt %d: dead = %v", attempt, dead)
+			}
+			s.DeadLetter(dead[0], dlqEntry(dead[0], storage.DLQMaxDeliveries))
+			break
+		}
+		if len(dead) != 0 {
+			t.Fatalf("attempt %d: dead too early", attempt)
+		}
+		due := (now - sec) + Backoff(attempt) // deadline was now-1s
+		got, next, ok := s.TakeDue(due-1, "b", false, nil, 10, 0)
+		if len(got) != 0 || !ok || next != due {
+			t.Fatalf("attempt %d: before backoff got %d, next %d (want %d)", attempt, len(got), next, due)
+		}
+		now = due
+		got, _, _ = s.TakeDue(now, "b", false, nil, 10, now+30*sec)
+		if len(got) != 1 || got[0].Attempt != attempt+1 || got[0].Member != "b" {
+			t.Fatalf("attempt %d: redelivery %+v", attempt, got)
+		}
+	}
+	if s.Floor(0) != 1 || s.DLQLen() != 1 {
+		t.Fatalf("floor %d dlq %d", s.Floor(0), s.DLQLen())
+	}
+	checkInvariants(t, s)
+}
+
+func TestTakeDueOrderAvoidAndFilter(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{0, 0})
+	for o := int64(0); o < 3; o++ {
+		s.Deliver(0, o, "a", 10*sec)
+		s.Deliver(1, o, "b", 10*sec)
+	}
+	// Nack in an order different from offsets, with different delays.
+	s.Nack(0, 2, "a", 0, 1*sec, false, 5)
+	s.Nack(1, 0, "b", 0, 2*sec, false, 5)
+	s.Nack(0, 0, "a", 0, 3*sec, false, 5)
+	checkInvariants(t, s)
+	got, _, _ := s.TakeDue(5*sec, "c", false, nil, 2, 20*sec)
+	if len(got) != 2 || got[0].Offset != 2 || got[0].Partition != 0 || got[1].Partition != 1 {
+		t.Fatalf("oldest due first: %+v %+v", got[0], got[1])
+	}
+	// The remaining one (0:0) was last delivered to "a": avoided for a (and left out of next),
+	// given to c.
+	got, next, ok := s.TakeDue(5*sec, "a", true, nil, 5, 20*sec)
+	if len(got) != 0 || ok {
+		t.Fatalf("avoid: got %d next %d %v", len(got), next, ok)
+	}
+	got, _, _ = s.TakeDue(5*sec, "a", false, func(p int32) bool { return p == 1 }, 5, 20*sec)
+	if len(got) != 0 {
+		t.Fatal("partition filter ignored")
+	}
+	got, _, _ = s.TakeDue(5*sec, "c", true, nil, 5, 20*sec)
+	if len(got) != 1 || got[0].Offset != 0 || got[0].Attempt != 2 {
+		t.Fatalf("got %+v", got)
+	}
+	checkInvariants(t, s)
+}
+
+func TestNackExtendRelease(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{0})
+	for o := int64(0); o < 4; o++ {
+		s.Deliver(0, o, "a", 10*sec)
+	}
+	if out, _ := s.Nack(0, 0, "b", 0, 0, false, 5); out != NotHeld {
+		t.Fatal("nack by another member")
+	}
+	if out, _ := s.Nack(0, 0, "a", 10*sec, 0, false, 5); out != NotHeld {
+		t.Fatal("nack after the lease expired")
+	}
+	if out, _ := s.Nack(0, 9, "a", 0, 0, false, 5); out != NotHeld {
+		t.Fatal("nack of an undelivered offset")
+	}
+	if !s.Extend(0, 1, "a", 9*sec, 50*sec) || s.Extend(0, 1, "b", 9*sec, 50*sec) {
+		t.Fatal("extend")
+	}
+	if d, _ := s.NextDeadline(); d != 10*sec {
+		t.Fatalf("next deadline %d", d)
+	}
+	if out, e := s.Nack(0, 2, "a", 0, 0, true, 5); out != DeadLetter || e.Offset != 2 {
+		t.Fatal("nack to DLQ")
+	} else {
+		s.DeadLetter(e, dlqEntry(e, storage.DLQRejected))
+	}
+	rel, dead := s.Release("a", sec, 5)
+	if rel != 3 || len(dead) != 0 {
+		t.Fatalf("release %d %d", rel, len(dead))
+	}
+	if in, wt := s.Counts(); in != 0 || wt != 3 {
+		t.Fatalf("counts %d %d", in, wt)
+	}
+	// Release on the max-th delivery dead-letters.
+	got, _, _ := s.TakeDue(sec, "b", false, nil, 10, 20*sec)
+	if len(got) != 3 {
+		t.Fatal(len(got))
+	}
+	_, dead = s.Release("b", 2*sec, 2)
+	if len(dead) != 3 {
+		t.Fatalf("dead %d", len(dead))
+	}
+	for _, e := range dead {
+		s.DeadLetter(e, dlqEntry(e, storage.DLQMaxDeliveries))
+	}
+	if s.Floor(0) != 4 || s.DLQLen() != 4 {
+		t.Fatalf("floor %d dlq %d", s.Floor(0), s.DLQLen())
+	}
+	checkInvariants(t, s)
+}
+
+func TestDLQReplayPurgeExpire(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{0})
+	for o := int64(0); o < 5; o++ {
+		e := s.Deliver(0, o, "a", 10*sec)
+		_, e = s.Nack(0, o, "a", 0, 0, true, 5)
+		d := dlqEntry(e, storage.DLQRejected)
+		d.DeadAt = time.Unix(0, o*sec)
+		s.DeadLetter(e, d)
+	}
+	if s.Floor(0) != 5 {
+		t.Fatal("dead-lettered messages do not count as done")
+	}
+	page := s.DLQ(0, 2)
+	if len(page) != 2 || page[0].ID != 1 || page[1].ID != 2 {
+		t.Fatalf("page %v", page)
+	}
+	if page = s.DLQ(2, 100); len(page) != 3 || page[0].ID != 3 {
+		t.Fatalf("page 2 %v", page)
+	}
+	if n := s.DLQReplay([]int64{2, 4, 99}, 0); n != 2 {
+		t.Fatalf("replayed %d", n)
+	}
+	got, _, _ := s.TakeDue(sec, "b", false, nil, 10, 20*sec)
+	if len(got) != 2 || got[0].Offset != 1 || got[0].Attempt != 1 || got[0].Msg == nil {
+		t.Fatalf("replayed delivery %+v", got)
+	}
+	if s.Ack(0, 1, 5) != Acked || s.Ack(0, 1, 5) != AlreadyDone {
+		t.Fatal("ack of replayed message")
+	}
+	out, e := s.Nack(0, 3, "b", sec, 0, true, 5)
+	if out != DeadLetter {
+		t.Fatal(out)
+	}
+	s.DeadLetter(e, dlqEntry(e, storage.DLQRejected))
+	if s.DLQLen() != 4 || s.NextDLQID() != 7 {
+		t.Fatalf("dlq %d next %d", s.DLQLen(), s.NextDLQID())
+	}
+	if ids := s.DLQExpire(2 * sec); !reflect.DeepEqual(ids, []int64{1}) {
+		t.Fatalf("expired %v", ids)
+	}
+	if n := s.DLQPurge([]int64{3}); n != 1 {
+		t.Fatalf("purged %d", n)
+	}
+	if n := s.DLQPurge(nil); n != 2 {
+		t.Fatalf("purged %d", n)
+	}
+	checkInvariants(t, s)
+}
+
+func TestForceFloorAndClamp(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{0})
+	for o := int64(0); o < 10; o++ {
+		s.Deliver(0, o, "a", 10*sec)
+	}
+	s.Ack(0, 3, 10)
+	s.Ack(0, 8, 10)
+	if n := s.ForceFloor(0, 5); n != 4 {
+		t.Fatalf("not done below 5: %d", n)
+	}
+	checkInvariants(t, s)
+	if s.Floor(0) != 5 {
+		t.Fatal(s.Floor(0))
+	}
+	s.Clamp(0, 7)
+	checkInvariants(t, s)
+	if s.Cursor(0) != 7 || s.Floor(0) != 5 {
+		t.Fatalf("clamp: floor %d cursor %d", s.Floor(0), s.Cursor(0))
+	}
+	s.ForceFloor(0, 20)
+	if s.Floor(0) != 20 || s.Cursor(0) != 20 {
+		t.Fatal("force past cursor")
+	}
+	checkInvariants(t, s)
+}
+
+// TestRandomOpsKeepInvariants applies random operations and checks the invariants and a model of
+// which offsets are done after each step.
+func TestRandomOpsKeepInvariants(t *testing.T) {
+	t.Parallel()
+	for seed := uint64(0); seed < 20; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 99))
+			const parts, maxDel = 3, 3
+			s := New(make([]int64, parts))
+			done := make([]map[int64]bool, parts)
+			for i := range done {
+				done[i] = map[int64]bool{}
+			}
+			hw := []int64{0, 0, 0}
+			now := int64(0)
+			members := []string{"a", "b", "c"}
+			deadLetter := func(es []*Entry) {
+				for _, e := range es {
+					if e.Msg == nil {
+						done[e.Partition][e.Offset] = true
+					}
+					s.DeadLetter(e, dlqEntry(e, storage.DLQMaxDeliveries))
+				}
+			}
+			for step := 0; step < 3000; step++ {
+				p := int32(rng.IntN(parts))
+				m := members[rng.IntN(len(members))]
+				switch rng.IntN(12) {
+				case 0, 1:
+					hw[p] += int64(rng.IntN(5))
+				case 2, 3: // claim
+					deadLetter(s.ExpireLeases(now, maxDel, Backoff))
+					got, _, _ := s.TakeDue(now, m, rng.IntN(2) == 0, nil, 3, now+10*sec)
+					for range 3 - len(got) {
+						c := s.Cursor(p)
+						if c >= hw[p] {
+							break
+						}
+						switch rng.IntN(6) {
+						case 0:
+							s.Complete(p, c)
+							done[p][c] = true
+						case 1:
+							s.Delay(p, c, now+5*sec)
+						default:
+							s.Deliver(p, c, m, now+10*sec)
+						}
+					}
+				case 4, 5: // ack
+					if hw[p] == 0 {
+						continue
+					}
+					o := rng.Int64N(hw[p] + 2)
+					want := Acked
+					if o >= hw[p] {
+						want = Unknown
+					}
+					if done[p][o] {
+						want = AlreadyDone
+					}
+					if s.part(p).replayed[o] != nil {
+						want = Acked
+					}
+					if got := s.Ack(p, o, hw[p]); got != want {
+						t.Fatalf("step %d: ack %d:%d = %v, want %v", step, p, o, got, want)
+					}
+					if want == Acked {
+						done[p][o] = true
+					}
+				case 6:
+					if hw[p] == 0 {
+						continue
+					}
+					o := rng.Int64N(hw[p])
+					out, e := s.Nack(p, o, m, now, now+int64(rng.IntN(3))*sec, rng.IntN(4) == 0, maxDel)
+					if out == DeadLetter {
+						deadLetter([]*Entry{e})
+					}
+				case 7:
+					s.Extend(p, rng.Int64N(hw[p]+1), m, now, now+20*sec)
+				case 8:
+					_, dead := s.Release(m, now, maxDel)
+					deadLetter(dead)
+				case 9:
+					s.DLQReplay(nil, now)
+				case 10, 11:
+					now += int64(rng.IntN(20)) * sec
+				}
+				checkInvariants(t, s)
+				for i := range parts {
+					f := int64(0)
+					for done[i][f] {
+						f++
+					}
+					if got := s.Floor(int32(i)); got != f {
+						t.Fatalf("step %d: partition %d floor %d, model %d", step, i, got, f)
+					}
+				}
+				if step%97 == 0 {
+					// Export/Import keeps everything persisted.
+					a, b, c := s.Export()
+					s2 := Import(a, b, c)
+					checkInvariants(t, s2)
+					a2, b2, c2 := s2.Export()
+					if !reflect.DeepEqual(a, a2) || !reflect.DeepEqual(b, b2) || c != c2 {
+						t.Fatalf("step %d: export/import differ:\n%+v %v %d\n%+v %v %d", step, a, b, c, a2, b2, c2)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRestoreMatchesLive(t *testing.T) {
+	t.Parallel()
+	// Live: deliver 0..4, ack 1, nack 2 with delay, delay 5 (NotBefore), complete 6.
+	live := New([]int64{0})
+	for o := int64(0); o < 5; o++ {
+		live.Deliver(0, o, "a", 10*sec)
+	}
+	live.Delay(0, 5, 50*sec)
+	live.Complete(0, 6)
+	live.Ack(0, 1, 10)
+	live.Nack(0, 2, "a", 0, 7*sec, false, 5)
+
+	// Replay of the same records.
+	re := New([]int64{0})
+	for o := int64(0); o < 5; o++ {
+		re.RestoreClaim(0, o, 1, false)
+	}
+	re.Delay(0, 5, 50*sec)
+	re.Complete(0, 6)
+	re.RestoreCursor(0, 7)
+	re.Ack(0, 1, Forever)
+	re.RestoreNack(0, 2, 7*sec, false)
+	checkInvariants(t, re)
+
+	a, _, _ := live.Export()
+	b, _, _ := re.Export()
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("live %+v\nreplay %+v", a, b)
+	}
+	// 0, 2, 3 and 4 were delivered once; 5 (NotBefore) never.
+	ex := re.Exhausted(1)
+	if len(ex) != 4 {
+		t.Fatalf("exhausted %d, want 4", len(ex))
+	}
+	for _, e := range ex {
+		re.DeadLetter(e, dlqEntry(e, storage.DLQMaxDeliveries))
+	}
+	checkInvariants(t, re)
+	if re.Floor(0) != 5 || re.DLQLen() != 4 {
+		t.Fatalf("floor %d dlq %d", re.Floor(0), re.DLQLen())
+	}
+}

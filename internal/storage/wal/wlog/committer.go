@@ -1,0 +1,477 @@
+package wlog
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// SyncMode is the committer's durability.
+type SyncMode int
+
+const (
+	// SyncAlways fsyncs (fdatasync) before any commit completes. The default.
+	SyncAlways SyncMode = iota
+	// SyncNone never fsyncs; records are durable only as far as the OS page cache is. Named
+	// UnsafeNoSync in the engine configuration.
+	SyncNone
+)
+
+// CommitterOptions configures a Committer.
+type CommitterOptions struct {
+	// Sync is the durability. Defaults to SyncAlways.
+	Sync SyncMode
+	// OnSync, if set, is called from the committer goroutine after every round with its duration
+	// (write and sync) and the number of records and distinct logs it made durable (metrics,
+	// benchmarks). It must not block.
+	OnSync func(took time.Duration, records int, logs int)
+	// Logger receives slow-sync warnings. Nil discards.
+	Logger *slog.Logger
+	// SlowSync is the sync duration above which a warning is logged. Defaults to 1 s.
+	SlowSync time.Duration
+}
+
+// Committer is group commit: one goroutine takes all queued appends (over any number of logs),
+// writes each log's share with one write call (two when it crosses into a new segment), fdatasyncs
+// each touched log once (in parallel when there are several), then completes every waiter.
+// Appends that arrive during a sync are queued for the next round, so concurrent callers share
+// fsyncs. A write or sync error is sticky for the log it hit: every later append to that log fails
+// with it, and the sync is never retried.
+//
+// A log must be appended to through one committer only. All methods are safe for concurrent use.
+type Committer struct {
+	opts CommitterOptions
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	queue  []*request
+	closed bool
+
+	wake chan struct{} // capacity 1: a round is wanted
+	wg   sync.WaitGroup
+
+	queued atomic.Int64 // requests in queue, read without the lock while gathering
+
+	// Owned by the committer goroutine.
+	spare  []*request
+	logs   []*Log
+	buf    []byte
+	expect int64         // requests expected in the next round (see gather)
+	syncT  time.Duration // moving average of the sync phase
+}
+
+// logRound is the committer's per-log state during one round.
+type logRound struct {
+	reqs     []*request
+	firstSeg *segment // active segment when the round started
+	wrote    bool
+	err      error
+}
+
+// request states: the committer takes a queued request, or its waiter gives up on it first.
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqAbandoned
+)
+
+type request struct {
+	l     *Log
+	recs  []Record
+	done  func(first int64, err error) // AppendAsync; nil for Append
+	ch    chan struct{}                // Append: signalled once first and err are set
+	state atomic.Int32
+	// preset marks an AppendAsync whose outcome (first, err) was known when it was queued: it is
+	// queued only so that done runs on the committer goroutine.
+	preset bool
+	first  int64
+	err    error
+}
+
+var requestPool = sync.Pool{New: func() any { return &request{ch: make(chan struct{}, 1)} }}
+
+func getRequest(l *Log, recs []Record) *request {
+	r := requestPool.Get().(*request)
+	r.l, r.recs = l, recs
+	r.state.Store(reqQueued)
+	return r
+}
+
+func putRequest(r *request) {
+	r.l, r.recs, r.done, r.first, r.err, r.preset = nil, nil, nil, 0, nil, false
+	requestPool.Put(r)
+}
+
+// zeroAhead is how far a round writes zeros after its records into a segment that was only
+// fallocated (the first segment of a log, or one created without a prepared spare): writing into
+// fallocated (unwritten) blocks makes every fdatasync commit an extent change to the journal,
+// while converting them a chunk at a time costs one larger sync per chunk. Zero-filled spares
+// need none of it.
+const zeroAhead = 1 << 20
+
+// maxKeptBuf is the largest write buffer the committer keeps between rounds.
+const maxKeptBuf = 16 << 20
+
+// NewCommitter starts a committer goroutine; Close stops it.
+func NewCommitter(opts CommitterOptions) *Committer {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.SlowSync <= 0 {
+		opts.SlowSync = time.Second
+	}
+	c := &Committer{opts: opts, log: opts.Logger.With(slog.String("component", "wal")), wake: make(chan struct{}, 1)}
+	c.wg.Go(c.run)
+	return c
+}
+
+// check validates an append; it changes nothing.
+func (c *Committer) check(l *Log, recs []Record) error {
+	if l.closed.Load() {
+		return storage.ErrClosed
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if cur := l.committer.Load(); cur != c && (cur != nil || !l.committer.CompareAndSwap(nil, c)) {
+		return fmt.Errorf("%w: wlog: log %s is appended to by another committer", storage.ErrInvalidArgument, l.dir)
+	}
+	for i := range recs {
+		if n := len(recs[i].Body); n > l.opts.MaxRecordBytes {
+			return fmt.Errorf("%w: wlog: record of %d bytes exceeds MaxRecordBytes %d", storage.ErrMessageTooLarge, n, l.opts.MaxRecordBytes)
+		}
+	}
+	return nil
+}
+
+// Append queues records for l and blocks until they are durable. It returns the index of the
+// first record; the records of one call get contiguous indexes, and appends to one log are ordered
+// by the time they were queued. An empty recs returns l.NextIndex() at once.
+//
+// If ctx is done before the committer took the records, Append returns ctx's error and nothing is
+// written. Once the committer has taken them, Append waits for the outcome (one sync at most), so
+// when Append returns recs is no longer referenced and the result is the truth.
+//
+// Errors: storage.ErrClosed (log or committer closed), storage.ErrMessageTooLarge (a body exceeds
+// MaxRecordBytes; nothing is appended), the log's sticky write or sync error.
+func (c *Committer) Append(ctx context.Context, l *Log, recs []Record) (first int64, err error) {
+	if err := c.check(l, recs); err != nil {
+		return 0, err
+	}
+	if len(recs) == 0 {
+		return l.NextIndex(), nil
+	}
+	if ctx.Err() != nil {
+		return 0, fmt.Errorf("wlog: append: %w", context.Cause(ctx))
+	}
+	r := getRequest(l, recs)
+	if !c.enqueue(r) {
+		putRequest(r)
+		return 0, storage.ErrClosed
+	}
+	select {
+	case <-r.ch:
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			// The committer drops it; it is not reused.
+			return 0, fmt.Errorf("wlog: append abandoned before it was written: %w", context.Cause(ctx))
+		}
+		<-r.ch
+	}
+	first, err = r.first, r.err
+	putRequest(r)
+	return first, err
+}
+
+// AppendAsync queues records and calls done once they are durable (or failed), from the committer
+// goroutine, also for an invalid append (see Append for the errors); done must not block. Only
+// when the committer is closed is done called at once, from the caller's goroutine, with
+// storage.ErrClosed, before AppendAsync returns.
+func (c *Committer) AppendAsync(l *Log, recs []Record, done func(first int64, err error)) {
+	r := getRequest(l, recs)
+	r.done = done
+	if err := c.check(l, recs); err != nil {
+		r.preset, r.err, r.recs = true, err, nil
+	} else if len(recs) == 0 {
+		r.preset, r.first = true, l.NextIndex()
+	}
+	if !c.enqueue(r) {
+		putRequest(r)
+		done(0, storage.ErrClosed)
+	}
+}
+
+func (c *Committer) enqueue(r *request) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.queue = append(c.queue, r)
+	c.queued.Add(1)
+	signal := len(c.queue) == 1
+	c.mu.Unlock()
+	if signal {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// Close completes the queued appends and stops the goroutine. Later appends fail with
+// storage.ErrClosed. Safe to call twice.
+func (c *Committer) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Committer) run() {
+	for range c.wake {
+		c.gather()
+		c.mu.Lock()
+		batch, closed := c.queue, c.closed
+		c.queue = c.spare[:0]
+		c.queued.Store(0)
+		c.mu.Unlock()
+		if len(batch) > 0 {
+			c.commit(batch)
+			clear(batch)
+			c.spare = batch[:0]
+		}
+		if closed {
+			// Nothing can be queued once closed is set, and the queue was taken with it.
+			return
+		}
+	}
+}
+
+// maxGather bounds how long gather waits.
+const maxGather = 200 * time.Microsecond
+
+// gather waits a little for the appenders the last round completed to queue their next
+// records, so that they share the next sync instead of splitting into alternating rounds: with
+// 10 synchronous appenders, half of them would otherwise queue while the other half syncs, and
+// every round would carry 5 records. It waits until as many requests are queued as the last round
+// carried plus those queued when it ended, for at most a quarter of the average sync (and
+// maxGather), yielding the processor to the appenders meanwhile. It never waits with SyncNone or
+// a single appender.
+func (c *Committer) gather() {
+	if c.opts.Sync != SyncAlways || c.expect <= 1 || c.queued.Load() >= c.expect {
+		return
+	}
+	deadline := time.Now().Add(min(c.syncT/4, maxGather))
+	for c.queued.Load() < c.expect && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+}
+
+// commit runs one round: write every log's records, sync the logs, complete the requests.
+func (c *Committer) commit(batch []*request) {
+	start := time.Now()
+	logs := c.logs[:0]
+	for _, r := range batch {
+		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+			continue // abandoned by its waiter
+		}
+		if r.preset {
+			complete(r, r.err)
+			continue
+		}
+		rd := &r.l.round
+		if len(rd.reqs) == 0 {
+			logs = append(logs, r.l)
+		}
+		rd.reqs = append(rd.reqs, r)
+	}
+
+	// Write: sequential, into the page cache. Each log's wmu is held until its records are
+	// published, so Cut and Close never see a half-done round.
+	for _, l := range logs {
+		l.wmu.Lock()
+		c.buf = l.writeRoundLocked(c.buf)
+	}
+	if cap(c.buf) > maxKeptBuf {
+		c.buf = nil
+	}
+
+	// Sync: one fdatasync per log, in parallel when there are several.
+	if c.opts.Sync == SyncAlways {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for i, l := range logs {
+			if rd := &l.round; rd.err == nil && rd.wrote {
+				if i == len(logs)-1 {
+					rd.err = l.syncLocked(c.opts.SlowSync)
+				} else {
+					wg.Go(func() { rd.err = l.syncLocked(c.opts.SlowSync) })
+				}
+			}
+		}
+		wg.Wait()
+		c.syncT = (3*c.syncT + time.Since(t0)) / 4
+	}
+
+	// Complete: publish, then wake the waiters, so that a returning Append sees its records.
+	records := 0
+	for _, l := range logs {
+		rd := &l.round
+		if rd.err == nil {
+			l.publishRoundLocked()
+		}
+		l.wmu.Unlock()
+		for _, r := range rd.reqs {
+			if rd.err == nil {
+				records += len(r.recs)
+			}
+			complete(r, rd.err)
+		}
+		clear(rd.reqs)
+		rd.reqs, rd.firstSeg, rd.wrote, rd.err = rd.reqs[:0], nil, false, nil
+	}
+	c.expect = int64(len(batch)) + c.queued.Load()
+	clear(logs)
+	c.logs = logs[:0]
+	if c.opts.OnSync != nil {
+		c.opts.OnSync(time.Since(start), records, len(logs))
+	}
+}
+
+func complete(r *request, err error) {
+	if err != nil {
+		r.first = 0
+	}
+	r.err = err
+	if done := r.done; done != nil {
+		first := r.first
+		putRequest(r)
+		done(first, err)
+		return
+	}
+	r.ch <- struct{}{}
+}
+
+// writeRoundLocked encodes the records of this round's requests into buf and writes them to the
+// active segment with one WriteAt (one more per segment it fills). Log.wmu must be held. The
+// outcome is in l.round.
+func (l *Log) writeRoundLocked(buf []byte) []byte {
+	rd := &l.round
+	if l.closed.Load() {
+		rd.err = storage.ErrClosed
+		return buf
+	}
+	if l.werr != nil {
+		rd.err = l.werr
+		return buf
+	}
+	a := l.active()
+	if l.staleIdx {
+		// The index a clean Close left is about to become false: remove it durably first.
+		p := l.idxPath(a.base)
+		if err := l.fs.Remove(p); err != nil && !isNotExist(err) {
+			rd.err = l.setErrLocked(fmt.Errorf("wlog: remove %s: %w", p, err))
+			return buf
+		}
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			rd.err = l.setErrLocked(fmt.Errorf("wlog: sync dir %s: %w", l.dir, err))
+			return buf
+		}
+		l.staleIdx, l.idxValid = false, false
+	}
+	rd.firstSeg = a
+	start := a.wend
+	buf = buf[:0]
+	write := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if _, err := a.f.WriteAt(buf, start); err != nil {
+			return l.setErrLocked(fmt.Errorf("wlog: write %s at %d: %w", a.path, start, err))
+		}
+		return nil
+	}
+	for _, r := range rd.reqs {
+		r.first = l.next
+		for i := range r.recs {
+			rec := &r.recs[i]
+			fb := FrameBytes(len(rec.Body))
+			if a.wend+fb > a.size && len(a.wpos) > 0 {
+				if err := write(); err != nil {
+					rd.err = err
+					return buf
+				}
+				if err := l.rollLocked(); err != nil {
+					rd.err = l.setErrLocked(err)
+					return buf
+				}
+				a = l.active()
+				start, buf = a.wend, buf[:0]
+			}
+			off := a.wend
+			buf = appendFrame(buf, rec.Timestamp, rec.Body)
+			a.noteWrite(off, rec.Timestamp, fb)
+			l.next++
+		}
+	}
+	if a.wend > a.zeroed && a.zeroed < a.size {
+		// Zero-fill ahead of the records (see zeroAhead): the zeros are what the data region
+		// holds anyway.
+		target := min(a.size, (a.wend/zeroAhead+1)*zeroAhead)
+		if target > a.wend {
+			buf = append(buf, zeros[:target-a.wend]...)
+		}
+		a.zeroed = target
+	}
+	if err := write(); err != nil {
+		rd.err = err
+		return buf
+	}
+	rd.wrote = true
+	if a.wend > a.size/2 {
+		l.startSpareLocked()
+	}
+	return buf
+}
+
+// syncLocked makes the active segment durable. Log.wmu must be held (by the committer goroutine
+// that calls it, possibly through a helper goroutine).
+func (l *Log) syncLocked(slow time.Duration) error {
+	a := l.active()
+	t0 := time.Now()
+	err := a.f.Datasync()
+	if took := time.Since(t0); took > slow {
+		l.log.Warn("wal sync slow", slog.String("path", a.path), slog.Duration("took", took))
+	}
+	if err != nil {
+		return l.setErrLocked(fmt.Errorf("wlog: sync %s: %w", a.path, err))
+	}
+	return nil
+}
+
+// publishRoundLocked makes the records of this round visible. Log.wmu must be held.
+func (l *Log) publishRoundLocked() {
+	l.mu.Lock()
+	for i := len(l.segs) - 1; i >= 0; i-- {
+		s := l.segs[i]
+		s.publishLocked()
+		if s == l.round.firstSeg {
+			break
+		}
+	}
+	l.durable.Store(l.next)
+	l.mu.Unlock()
+}

@@ -1,0 +1,397 @@
+package wlog_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
+)
+
+// TestConcurrentAppenders checks under -race that concurrent Append calls get dense, unique
+// indexes, contiguous per call, with the right content, while readers, Cut and DeleteBefore run.
+func TestConcurrentAppenders(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := wlog.Options{SegmentBytes: 4096}
+	c := newCommitter(t, wlog.CommitterOptions{})
+	l := openLog(t, dir, opts)
+
+	const writers, calls = 8, 60
+	type call struct{ first, n int64 }
+	results := make([][]call, writers)
+	// Record bodies say who wrote them: writer, call, position in the call.
+	mkBody := func(w, k, j int) []byte {
+		b := make([]byte, 12+w)
+		binary.LittleEndian.PutUint32(b[0:], uint32(w))
+		binary.LittleEndian.PutUint32(b[4:], uint32(k))
+		binary.LittleEndian.PutUint32(b[8:], uint32(j))
+		return b
+	}
+	var stop atomic.Bool
+	var bg sync.WaitGroup
+	// Readers: whatever NextIndex says is there must be readable.
+	for range 2 {
+		bg.Go(func() {
+			for !stop.Load() {
+				next := l.NextIndex()
+				if next == 0 {
+					continue
+				}
+				recs, err := l.Read(next-1, 1, 0)
+				if errors.Is(err, storage.ErrOffsetOutOfRange) {
+					continue // deleted by DeleteBefore meanwhile
+				}
+				if err != nil || len(recs) != 1 {
+					t.Errorf("Read(NextIndex-1 = %d) = %d records, %v", next-1, len(recs), err)
+					return
+				}
+				if _, err := l.SearchTime(int64(next)); err != nil {
+					t.Errorf("SearchTime: %v", err)
+					return
+				}
+				_ = l.Segments()
+			}
+		})
+	}
+	// Maintenance: Cut and retention while appending.
+	bg.Go(func() {
+		for !stop.Load() {
+			if err := l.Cut(); err != nil {
+				t.Errorf("Cut: %v", err)
+				return
+			}
+			if _, _, err := l.DeleteBefore(l.NextIndex() / 2); err != nil {
+				t.Errorf("DeleteBefore: %v", err)
+				return
+			}
+		}
+	})
+
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for k := range calls {
+				n := 1 + rng.IntN(5)
+				recs := make([]wlog.Record, n)
+				for j := range recs {
+					recs[j] = wlog.Record{Timestamp: time.Now().UnixNano(), Body: mkBody(w, k, j)}
+				}
+				first, err := c.Append(context.Background(), l, recs)
+				if err != nil {
+					t.Errorf("writer %d: Append: %v", w, err)
+					return
+				}
+				results[w] = append(results[w], call{first, int64(n)})
+				// Our own records are readable once Append returned, unless retention took them.
+				got, err := l.Read(first, n, 0)
+				if errors.Is(err, storage.ErrOffsetOutOfRange) {
+					continue
+				}
+				if err != nil || len(got) != n {
+					t.Errorf("writer %d: Read own records at %d: %d, %v", w, first, len(got), err)
+					return
+				}
+				for j, r := range got {
+					if string(r.Body) != string(mkBody(w, k, j)) {
+						t.Errorf("writer %d call %d: record %d has someone else's body", w, k, j)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stop.Store(true)
+	bg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	// Dense and unique: the calls tile [0, NextIndex) exactly.
+	var all []call
+	for _, r := range results {
+		all = append(all, r...)
+	}
+	slices.SortFunc(all, func(a, b call) int { return int(a.first - b.first) })
+	next := int64(0)
+	for _, cl := range all {
+		if cl.first != next {
+			t.Fatalf("call at index %d, want %d: indexes not dense or not unique", cl.first, next)
+		}
+		next += cl.n
+	}
+	if l.NextIndex() != next {
+		t.Fatalf("NextIndex = %d, calls cover %d", l.NextIndex(), next)
+	}
+
+	// Everything still retained survives a reopen.
+	first := l.FirstIndex()
+	want, err := l.Read(first, int(next-first), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := openLog(t, dir, opts)
+	got, err := l2.Read(first, int(next-first), 0)
+	if err != nil || len(got) != len(want) || l2.NextIndex() != next {
+		t.Fatalf("after reopen: %d records (want %d), NextIndex %d, %v", len(got), len(want), l2.NextIndex(), err)
+	}
+	for i := range got {
+		if got[i].Timestamp != want[i].Timestamp || string(got[i].Body) != string(want[i].Body) {
+			t.Fatalf("record %d differs after reopen", first+int64(i))
+		}
+	}
+}
+
+func TestOneCommitterManyLogs(t *testing.T) {
+	t.Parallel()
+	var rounds, maxLogs atomic.Int64
+	c := newCommitter(t, wlog.CommitterOptions{OnSync: func(_ time.Duration, _ int, logs int) {
+		rounds.Add(1)
+		if int64(logs) > maxLogs.Load() {
+			maxLogs.Store(int64(logs))
+		}
+	}})
+	logs := make([]*wlog.Log, 4)
+	for i := range logs {
+		logs[i] = openLog(t, t.TempDir(), wlog.Options{SegmentBytes: 2048})
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			l := logs[g%len(logs)]
+			for i := range 40 {
+				if _, err := c.Append(context.Background(), l, []wlog.Record{{Timestamp: int64(i), Body: []byte(fmt.Sprintf("g%d-%d", g, i))}}); err != nil {
+					t.Errorf("Append: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, l := range logs {
+		if l.NextIndex() != 80 {
+			t.Errorf("log %d NextIndex = %d, want 80", i, l.NextIndex())
+		}
+		if err := l.Verify(); err != nil {
+			t.Errorf("log %d: %v", i, err)
+		}
+	}
+	if rounds.Load() == 0 {
+		t.Fatal("OnSync never called")
+	}
+}
+
+// TestGroupCommit holds the first sync until nine more appends are queued: they must all be
+// written and synced in the next round, with one fdatasync.
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	blocked := make(chan struct{})
+	release := make(chan struct{})
+	var syncs atomic.Int64
+	efs := wlogtest.NewErrorFS(nil, nil)
+	l := openLog(t, t.TempDir(), wlog.Options{FS: efs})
+	efs.SetInjector(func(op wlogtest.Op, _ string) error {
+		if op == wlogtest.OpSync && syncs.Add(1) == 1 {
+			close(blocked)
+			<-release
+		}
+		return nil
+	})
+	type round struct{ records, logs int }
+	roundsCh := make(chan round, 10)
+	c := newCommitter(t, wlog.CommitterOptions{OnSync: func(_ time.Duration, records, logs int) {
+		roundsCh <- round{records, logs}
+	}})
+	results := make(chan error, 10)
+	done := func(_ int64, err error) { results <- err }
+	c.AppendAsync(l, []wlog.Record{rec(0)}, done)
+	<-blocked
+	for i := int64(1); i < 10; i++ {
+		c.AppendAsync(l, []wlog.Record{rec(i)}, done)
+	}
+	close(release)
+	for range 10 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := <-roundsCh; r != (round{1, 1}) {
+		t.Fatalf("first round = %+v, want 1 record", r)
+	}
+	if r := <-roundsCh; r != (round{9, 1}) {
+		t.Fatalf("second round = %+v, want the 9 queued records in one round", r)
+	}
+	if n := syncs.Load(); n != 2 {
+		t.Fatalf("%d syncs for 2 rounds", n)
+	}
+	checkRecords(t, l, 0, 10)
+}
+
+func TestStickySyncError(t *testing.T) {
+	t.Parallel()
+	testSticky(t, wlogtest.OpSync)
+}
+
+func TestStickyWriteError(t *testing.T) {
+	t.Parallel()
+	testSticky(t, wlogtest.OpWrite)
+}
+
+// testSticky fails the 1st op after 5 good records: the append fails, and so does every later
+// one with the same error although the filesystem works again (FailNth fails one call only), so
+// nothing retried. Reads of earlier records keep working; a reopen keeps them.
+func testSticky(t *testing.T, op wlogtest.Op) {
+	dir := t.TempDir()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	c := newCommitter(t, wlog.CommitterOptions{})
+	l := openLog(t, dir, wlog.Options{FS: efs})
+	appendRange(t, c, l, 0, 5)
+	efs.SetInjector(wlogtest.FailNth(op, 1, wlogtest.ErrInjected))
+
+	_, err := c.Append(context.Background(), l, []wlog.Record{rec(5)})
+	if !errors.Is(err, wlogtest.ErrInjected) {
+		t.Fatalf("Append with failing %s: %v, want the injected error", op, err)
+	}
+	for i := range 3 {
+		_, err2 := c.Append(context.Background(), l, []wlog.Record{rec(5)})
+		if !errors.Is(err2, wlogtest.ErrInjected) || err2.Error() != err.Error() {
+			t.Fatalf("Append %d after the failure: %v, want the sticky %v", i, err2, err)
+		}
+	}
+	asyncErr := make(chan error, 1)
+	c.AppendAsync(l, []wlog.Record{rec(5)}, func(_ int64, err error) { asyncErr <- err })
+	if err := <-asyncErr; !errors.Is(err, wlogtest.ErrInjected) {
+		t.Fatalf("AppendAsync after the failure: %v", err)
+	}
+	if err := l.Cut(); !errors.Is(err, wlogtest.ErrInjected) {
+		t.Fatalf("Cut after the failure: %v", err)
+	}
+	if !errors.Is(l.Err(), wlogtest.ErrInjected) {
+		t.Fatalf("Err() = %v", l.Err())
+	}
+	checkRecords(t, l, 0, 5)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	efs.SetInjector(nil)
+	l2 := openLog(t, dir, wlog.Options{})
+	// Record 5 may or may not have reached the disk; the first five must be there.
+	if n := l2.NextIndex(); n != 5 && n != 6 {
+		t.Fatalf("NextIndex after reopen = %d", n)
+	}
+	checkRecords(t, l2, 0, l2.NextIndex())
+	appendRange(t, c, l2, l2.NextIndex(), l2.NextIndex()+3)
+}
+
+// TestStickyErrorOnNewSegment fails the creation of the next segment during a round.
+func TestStickyErrorOnNewSegment(t *testing.T) {
+	t.Parallel()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	c := newCommitter(t, wlog.CommitterOptions{})
+	l := openLog(t, t.TempDir(), wlog.Options{FS: efs, SegmentBytes: 1024})
+	efs.SetInjector(wlogtest.FailFrom(wlogtest.OpRename, 1, wlogtest.ErrInjected))
+	var err error
+	for i := int64(0); i < 100 && err == nil; i++ {
+		_, err = c.Append(context.Background(), l, []wlog.Record{rec(i)})
+	}
+	if !errors.Is(err, wlogtest.ErrInjected) {
+		t.Fatalf("appends past the first segment: %v, want the injected rename error", err)
+	}
+	if _, err := c.Append(context.Background(), l, []wlog.Record{rec(0)}); !errors.Is(err, wlogtest.ErrInjected) {
+		t.Fatalf("later Append: %v, want the sticky error", err)
+	}
+}
+
+func TestAppendValidation(t *testing.T) {
+	t.Parallel()
+	c := newCommitter(t, wlog.CommitterOptions{})
+	l := openLog(t, t.TempDir(), wlog.Options{MaxRecordBytes: 100})
+	appendRange(t, c, l, 0, 2)
+	_, err := c.Append(context.Background(), l, []wlog.Record{rec(2), {Body: make([]byte, 101)}})
+	if !errors.Is(err, storage.ErrMessageTooLarge) {
+		t.Fatalf("oversize record: %v, want ErrMessageTooLarge", err)
+	}
+	if first, err := c.Append(context.Background(), l, nil); err != nil || first != 2 {
+		t.Fatalf("empty Append = %d, %v; want NextIndex 2", first, err)
+	}
+	type result struct {
+		first int64
+		err   error
+	}
+	res := make(chan result, 1)
+	c.AppendAsync(l, nil, func(first int64, err error) { res <- result{first, err} })
+	if r := <-res; r.err != nil || r.first != 2 {
+		t.Fatalf("empty AppendAsync = %+v; want NextIndex 2", r)
+	}
+	c.AppendAsync(l, []wlog.Record{{Body: make([]byte, 101)}}, func(first int64, err error) { res <- result{first, err} })
+	if r := <-res; !errors.Is(r.err, storage.ErrMessageTooLarge) {
+		t.Fatalf("oversize AppendAsync = %+v; want ErrMessageTooLarge", r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Append(ctx, l, []wlog.Record{rec(2)}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Append with a done context: %v", err)
+	}
+	other := newCommitter(t, wlog.CommitterOptions{})
+	if _, err := other.Append(context.Background(), l, []wlog.Record{rec(2)}); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Fatalf("Append through a second committer: %v, want ErrInvalidArgument", err)
+	}
+	checkRecords(t, l, 0, 2)
+	appendRange(t, c, l, 2, 3)
+}
+
+func TestCommitterClose(t *testing.T) {
+	t.Parallel()
+	c := wlog.NewCommitter(wlog.CommitterOptions{})
+	l := openLog(t, t.TempDir(), wlog.Options{})
+	results := make(chan error, 50)
+	for i := range int64(50) {
+		c.AppendAsync(l, []wlog.Record{rec(i)}, func(_ int64, err error) { results <- err })
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if err := <-results; err != nil {
+			t.Fatalf("queued append failed on Close: %v", err)
+		}
+	}
+	checkRecords(t, l, 0, 50)
+	if _, err := c.Append(context.Background(), l, []wlog.Record{rec(50)}); !errors.Is(err, storage.ErrClosed) {
+		t.Fatalf("Append after committer Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestSyncNone(t *testing.T) {
+	t.Parallel()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	dir := t.TempDir()
+	c := newCommitter(t, wlog.CommitterOptions{Sync: wlog.SyncNone})
+	l := openLog(t, dir, wlog.Options{FS: efs})
+	before := efs.Count(wlogtest.OpSync)
+	appendRange(t, c, l, 0, 20)
+	if n := efs.Count(wlogtest.OpSync) - before; n != 0 {
+		t.Fatalf("SyncNone made %d syncs", n)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, openLog(t, dir, wlog.Options{}), 0, 20)
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package wlog
+
+// Datasync calls Sync: fdatasync is Linux-only.
+func (f osFile) Datasync() error { return f.Sync() }
+
+// Allocate extends the file (sparsely) when it is shorter: fallocate is Linux-only.
+func (f osFile) Allocate(off, size int64) error { return allocateByTruncate(f.File, off, size) }

@@ -1,0 +1,306 @@
+package wlog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+)
+
+// segment is one segment file and its in-memory index.
+//
+// The index is pos: the offset of every frame, 4 bytes per record. The writer (holding Log.wmu)
+// appends to wpos and advances wend; once the records are durable the committer publishes them
+// (under Log.mu) by copying the slice header into pos. Readers only ever look at pos, end,
+// minTime and maxTime under Log.mu, and at elements of pos below its length, which the writer
+// never changes again, so they share the backing array without a lock.
+type segment struct {
+	base    int64
+	path    string
+	f       File
+	created int64 // unix ns, from the header
+
+	// Guarded by Log.mu.
+	pos     []uint32 // frame offsets of the durable records
+	end     int64    // end of the last durable frame (padding included)
+	minTime int64    // smallest durable timestamp (0 if empty)
+	maxTime int64    // largest durable timestamp (0 if empty)
+	sealed  bool     // a newer segment exists
+
+	// Writer state, guarded by Log.wmu.
+	size       int64    // file size: preallocated bytes
+	wpos       []uint32 // frame offsets of the written records; pos is a prefix of it
+	wend       int64    // where the next frame goes
+	zeroed     int64    // bytes [0, zeroed) were written (data or zeros); see zeroAhead
+	wmin, wmax int64    // timestamps of the written records
+
+	// removed is set by DeleteBefore before it closes the file, so that a reader that fails on the
+	// closed file reports ErrOffsetOutOfRange rather than an I/O error.
+	removed atomic.Bool
+}
+
+// publishLocked makes the written records of s visible. Log.mu and Log.wmu must be held.
+func (s *segment) publishLocked() {
+	s.pos = s.wpos
+	s.end = s.wend
+	s.minTime, s.maxTime = s.wmin, s.wmax
+}
+
+// noteWrite records a written frame in the writer state.
+func (s *segment) noteWrite(off int64, ts int64, n int64) {
+	if len(s.wpos) == 0 {
+		s.wmin, s.wmax = ts, ts
+	} else {
+		s.wmin, s.wmax = min(s.wmin, ts), max(s.wmax, ts)
+	}
+	s.wpos = append(s.wpos, uint32(off))
+	s.wend = off + n
+}
+
+// sidecar returns the sidecar index of the written records. Log.wmu must be held.
+func (s *segment) sidecar() sidecar {
+	return sidecar{base: s.base, pos: s.wpos, minTime: s.wmin, maxTime: s.wmax, end: s.wend}
+}
+
+func (l *Log) segPath(base int64) string { return filepath.Join(l.dir, segmentName(base)) }
+func (l *Log) idxPath(base int64) string { return filepath.Join(l.dir, indexName(base)) }
+
+// zeros is a read-only source of zero bytes for zero-filling and clearing.
+var zeros [1 << 20]byte
+
+// writeZeros writes zeros over [off, end) of f in chunks of up to 1 MiB. stop, if not nil, aborts
+// between chunks.
+func writeZeros(f File, off, end int64, stop *atomic.Bool) error {
+	for off < end {
+		if stop != nil && stop.Load() {
+			return errStopped
+		}
+		n := min(end-off, int64(len(zeros)))
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+var errStopped = errors.New("wlog: stopped")
+
+// prepareFile creates (or replaces) the file at path with size bytes of preallocated zeros and makes
+// it durable. With zeroFill the zeros are written (so later fdatasyncs do not convert unwritten
+// extents, see doc.go); otherwise they are only allocated. The caller renames it into place.
+func (l *Log) prepareFile(path string, size int64, zeroFill bool, stop *atomic.Bool) (File, error) {
+	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("wlog: create %s: %w", path, err)
+	}
+	fail := func(op string, err error) (File, error) {
+		_ = f.Close()
+		_ = l.fs.Remove(path)
+		return nil, fmt.Errorf("wlog: %s %s: %w", op, path, err)
+	}
+	if err := f.Allocate(0, size); err != nil {
+		return fail("preallocate", err)
+	}
+	if zeroFill {
+		if err := writeZeros(f, 0, size, stop); err != nil {
+			return fail("zero-fill", err)
+		}
+	}
+	if err := f.Datasync(); err != nil {
+		return fail("sync", err)
+	}
+	return f, nil
+}
+
+// installSegment writes the header of a new segment into the prepared file f (at tmpPath), makes
+// it durable and renames it to its final name: temp, write, fsync, rename, fsync dir.
+func (l *Log) installSegment(f File, tmpPath string, base int64) (*segment, error) {
+	path := l.segPath(base)
+	fail := func(op string, err error) (*segment, error) {
+		_ = f.Close()
+		_ = l.fs.Remove(tmpPath)
+		return nil, fmt.Errorf("wlog: %s %s: %w", op, path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fail("stat", err)
+	}
+	h := segmentHeader{base: base, created: l.clock.Now().UnixNano()}
+	if _, err := f.WriteAt(appendHeader(nil, h), 0); err != nil {
+		return fail("write header", err)
+	}
+	if err := f.Datasync(); err != nil {
+		return fail("sync", err)
+	}
+	if err := l.fs.Rename(tmpPath, path); err != nil {
+		return fail("rename", err)
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("wlog: sync dir %s: %w", l.dir, err)
+	}
+	return &segment{
+		base: base, path: path, f: f, created: h.created, size: st.Size(),
+		end: SegmentHeaderBytes, wend: SegmentHeaderBytes, zeroed: SegmentHeaderBytes,
+	}, nil
+}
+
+// createSegment creates a new, empty segment synchronously. Without a prepared spare it is only
+// preallocated, not zero-filled: zero-filling 64 MiB would stall the caller for a fraction of a
+// second.
+func (l *Log) createSegment(base int64) (*segment, error) {
+	tmp := l.segPath(base) + tmpExt
+	f, err := l.prepareFile(tmp, l.opts.SegmentBytes, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	return l.installSegment(f, tmp, base)
+}
+
+// spare is a segment file prepared ahead by a background goroutine, like etcd's file pipeline:
+// preallocated and zero-filled before it is needed, so the cut does not wait for it and appends
+// to it get the fast fdatasync of overwritten blocks.
+type spare struct {
+	path string
+	done chan struct{} // closed when f or err is set
+	f    File
+	err  error
+}
+
+func (l *Log) sparePath() string { return filepath.Join(l.dir, "spare"+segmentExt+tmpExt) }
+
+// startSpareLocked starts preparing the next segment if it is not already being prepared. Log.wmu
+// must be held.
+func (l *Log) startSpareLocked() {
+	if l.spare != nil || l.closed.Load() {
+		return
+	}
+	sp := &spare{path: l.sparePath(), done: make(chan struct{})}
+	l.spare = sp
+	size := l.opts.SegmentBytes
+	l.bg.Go(func() {
+		defer close(sp.done)
+		start := time.Now()
+		sp.f, sp.err = l.prepareFile(sp.path, size, true, &l.stopBg)
+		if sp.err == nil {
+			l.log.Debug("wal segment prepared", slog.Duration("took", time.Since(start)))
+		}
+	})
+}
+
+// nextSegmentLocked returns the new segment based at base: the spare if one was prepared (waiting
+// for it if needed), else a synchronously created one. Log.wmu must be held.
+func (l *Log) nextSegmentLocked(base int64) (*segment, error) {
+	if sp := l.spare; sp != nil {
+		l.spare = nil
+		<-sp.done
+		if sp.err == nil {
+			s, err := l.installSegment(sp.f, sp.path, base)
+			if err == nil {
+				s.zeroed = s.size
+			}
+			return s, err
+		}
+		l.log.Warn("wal segment preparation failed; creating it now", slog.Any("err", sp.err))
+	}
+	return l.createSegment(base)
+}
+
+// dropSpareLocked stops the spare preparation and removes the spare file. Log.wmu must be held and
+// stopBg set.
+func (l *Log) dropSpareLocked() {
+	sp := l.spare
+	if sp == nil {
+		return
+	}
+	l.spare = nil
+	<-sp.done
+	if sp.f != nil {
+		_ = sp.f.Close()
+	}
+	if err := l.fs.Remove(sp.path); err != nil && !isNotExist(err) {
+		l.log.Warn("wal spare segment not removed", slog.String("path", sp.path), slog.Any("err", err))
+	}
+}
+
+// writeIndex writes the sidecar index of s: temp, write, rename. It is not fsynced: the index can
+// be rebuilt from the segment, and Open checks it (checksum, count, last frame) before using it.
+func (l *Log) writeIndex(sc sidecar) error {
+	path := l.idxPath(sc.base)
+	tmp := path + tmpExt
+	f, err := l.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("wlog: create %s: %w", tmp, err)
+	}
+	_, err = f.WriteAt(encodeIndex(sc), 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = l.fs.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = l.fs.Remove(tmp)
+		return fmt.Errorf("wlog: write index %s: %w", path, err)
+	}
+	return nil
+}
+
+// loadIndex reads and checks the sidecar index of s. It returns a reason when the index is missing
+// or unusable; the caller then rebuilds it by scanning. expected is the record count the index
+// must have, or -1 when unknown (last segment).
+func (l *Log) loadIndex(s *segment, fileSize int64, expected int64) (sidecar, string) {
+	path := l.idxPath(s.base)
+	f, err := l.fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		if isNotExist(err) {
+			return sidecar{}, "missing"
+		}
+		return sidecar{}, err.Error()
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return sidecar{}, err.Error()
+	}
+	// A valid index is at most 4 bytes per possible frame: this bounds the allocation.
+	if st.Size() > indexHeaderBytes+4+4*(fileSize/FrameHeaderBytes) {
+		return sidecar{}, "index larger than its segment allows"
+	}
+	b := make([]byte, st.Size())
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return sidecar{}, err.Error()
+	}
+	sc, why := decodeIndex(b, fileSize)
+	switch {
+	case why != "":
+		return sidecar{}, why
+	case sc.base != s.base:
+		return sidecar{}, "index base does not match the segment"
+	case expected >= 0 && int64(len(sc.pos)) != expected:
+		return sidecar{}, fmt.Sprintf("index has %d records, want %d", len(sc.pos), expected)
+	}
+	// Check the last frame against the segment: catches an index that belongs to other data.
+	if n := len(sc.pos); n > 0 {
+		last := int64(sc.pos[n-1])
+		b := make([]byte, sc.end-last)
+		if _, err := s.f.ReadAt(b, last); err != nil {
+			return sidecar{}, fmt.Sprintf("read last frame: %v", err)
+		}
+		if why := frameCheck(b, l.opts.MaxRecordBytes); why != "" || FrameBytes(int(le32(b)-8)) != int64(len(b)) {
+			return sidecar{}, "last frame does not match the index"
+		}
+	}
+	return sc, ""
+}
+
+// applySidecar loads a checked sidecar into s.
+func (s *segment) applySidecar(sc sidecar) {
+	s.wpos, s.wend, s.wmin, s.wmax = sc.pos, sc.end, sc.minTime, sc.maxTime
+	s.publishLocked()
+}

@@ -1,0 +1,81 @@
+package protocol
+
+import "time"
+
+// Subscribe makes the connection a member of the subscriptions of every topic that matches Topic
+// (now, and created later while the handle is open) and opens a handle for them. The server
+// answers SubscribeOK, then pushes Deliver frames for the handle, never more unsettled deliveries
+// than the handle's credit.
+//
+//	topic string | group string | member_id string | mode u8 | max_in_flight u32 |
+//	lease_duration duration | start StartPosition
+type Subscribe struct {
+	// Topic is a topic name or a wildcard pattern (orders.*.created, orders.#).
+	Topic string
+	// Group is the consumer group; "" means none: on a QUEUE topic the member shares the topic's
+	// one subscription, on a PUB_SUB topic it gets an ephemeral subscription that ends with the
+	// handle.
+	Group string
+	// MemberID identifies this member inside its group (stable across reconnects if the
+	// application wants it to be); "" lets the server assign one (SubscribeOK.MemberID).
+	MemberID string
+	// Mode is GroupShared (default) or GroupOrdered; every member of a group must ask for the
+	// same mode (INVALID_ARGUMENT otherwise, and for GroupOrdered on a server without ordered
+	// groups).
+	Mode GroupMode
+	// MaxInFlight is the handle's credit: the most deliveries the server leaves unsettled on this
+	// handle at a time (a delivery is settled by Ack, Nack, or its lease deadline passing). 0
+	// means the server's default (10); the server may cap it (65536). Credit raises it.
+	MaxInFlight uint32
+	// LeaseDuration overrides the topic's ack_wait for deliveries to this handle; 0 keeps the
+	// topic's (default 30 s).
+	LeaseDuration time.Duration
+	// Start is where the group's subscription starts if this Subscribe creates it; ignored for a
+	// subscription that exists. The zero value is FROM_NOW.
+	Start StartPosition
+}
+
+// Opcode returns OpSubscribe.
+func (*Subscribe) Opcode() Opcode { return OpSubscribe }
+
+// FromClient marks Subscribe as a client message.
+func (*Subscribe) FromClient() {}
+
+// Encode appends the body to dst.
+func (m *Subscribe) Encode(dst []byte) ([]byte, error) {
+	e := newEnc(dst, OpSubscribe)
+	e.str("topic", m.Topic)
+	e.str("group", m.Group)
+	e.str("member_id", m.MemberID)
+	if m.Mode > GroupOrdered {
+		e.fail("mode", "undefined group mode %d", m.Mode)
+	}
+	e.u8(uint8(m.Mode))
+	e.u32(m.MaxInFlight)
+	e.duration("lease_duration", m.LeaseDuration)
+	e.start(m.Start)
+	return e.done()
+}
+
+// Decode replaces m with the body in src.
+func (m *Subscribe) Decode(src []byte) error {
+	d := newDec(src, OpSubscribe)
+	*m = Subscribe{
+		Topic:    d.str("topic"),
+		Group:    d.str("group"),
+		MemberID: d.str("member_id"),
+	}
+	at := d.off
+	if m.Mode = GroupMode(d.u8("mode")); d.err == nil && m.Mode > GroupOrdered {
+		d.off = at
+		d.fail("mode", "undefined group mode %d", m.Mode)
+	}
+	m.MaxInFlight = d.u32("max_in_flight")
+	m.LeaseDuration = d.duration("lease_duration")
+	m.Start = d.start()
+	if err := d.finish(); err != nil {
+		*m = Subscribe{}
+		return err
+	}
+	return nil
+}

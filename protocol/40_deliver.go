@@ -1,0 +1,126 @@
+package protocol
+
+import "time"
+
+// Deliver is a server push (correlation id 0) with a batch of deliveries, possibly for several
+// handles. The server never leaves more unsettled deliveries on a handle than its credit, and keeps
+// each Deliver frame within the max frame size.
+//
+//	count u32 | count × Delivery
+type Deliver struct {
+	Deliveries []Delivery
+}
+
+// Delivery is one message leased to a member.
+//
+//	handle u32 | subscription_id i64 | topic string | partition i32 | offset i64 |
+//	generation u32 | attempt u32 | lease_deadline time | publish_time time |
+//	producer_id string | key bytes | headers headers | payload bytes
+type Delivery struct {
+	// Handle is the handle (SubscribeOK.Handle) the delivery counts against.
+	Handle uint32
+	// SubscriptionID is the subscription the message is leased in; Ack, Nack and Extend name it.
+	SubscriptionID int64
+	// Topic is the message's topic (a pattern handle receives several topics).
+	Topic string
+	// Partition and Offset identify the message inside the topic; its user-facing id is
+	// FormatMessageID(partitions, Partition, Offset).
+	Partition int32
+	Offset    int64
+	// Generation is 0 in shared groups; in ordered groups the partition's owner generation, to
+	// copy into the Ref of an ack.
+	Generation uint32
+	// Attempt is 1 for the first delivery and grows by one with every redelivery.
+	Attempt uint32
+	// LeaseDeadline is when the lease ends (broker clock): unless acked, nacked or extended by
+	// then, the message is redelivered after a backoff, or dead-lettered after max_deliveries.
+	LeaseDeadline time.Time
+	// PublishTime is the broker's clock when the message was appended.
+	PublishTime time.Time
+	// ProducerID is the producer's id of the message (PublishMessage.ProducerID), if any.
+	ProducerID string
+	Key        []byte
+	Headers    map[string]string
+	Payload    []byte
+}
+
+// Minimum encoded size of a Delivery.
+const sizeDelivery = 4 + 8 + 4 + 4 + 8 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4
+
+// DeliverOverhead is the size of a Deliver frame without its deliveries: the frame header and the
+// count.
+const DeliverOverhead = HeaderSize + 4
+
+// EncodedLen returns the size of d's encoding, to fill a Deliver frame up to the max frame size:
+// a frame holds deliveries whose EncodedLen add up to at most max frame size - DeliverOverhead.
+func (d *Delivery) EncodedLen() int {
+	return sizeDelivery + len(d.Topic) + len(d.ProducerID) + len(d.Key) + headersLen(d.Headers) + len(d.Payload)
+}
+
+// Ref returns the reference to ack, nack or extend this delivery.
+func (d *Delivery) Ref() Ref {
+	return Ref{SubscriptionID: d.SubscriptionID, Partition: d.Partition, Offset: d.Offset, Generation: d.Generation}
+}
+
+// Opcode returns OpDeliver.
+func (*Deliver) Opcode() Opcode { return OpDeliver }
+
+// FromServer marks Deliver as a server message.
+func (*Deliver) FromServer() {}
+
+// Encode appends the body to dst.
+func (m *Deliver) Encode(dst []byte) ([]byte, error) {
+	e := newEnc(dst, OpDeliver)
+	e.batch("deliveries", len(m.Deliveries))
+	for i := range m.Deliveries {
+		d := &m.Deliveries[i]
+		e.u32(d.Handle)
+		e.i64(d.SubscriptionID)
+		e.str("deliveries.topic", d.Topic)
+		e.i32(d.Partition)
+		e.i64(d.Offset)
+		e.u32(d.Generation)
+		e.u32(d.Attempt)
+		e.time("deliveries.lease_deadline", d.LeaseDeadline)
+		e.time("deliveries.publish_time", d.PublishTime)
+		e.str("deliveries.producer_id", d.ProducerID)
+		e.bytes("deliveries.key", d.Key)
+		e.headers("deliveries.headers", d.Headers)
+		e.bytes("deliveries.payload", d.Payload)
+	}
+	return e.done()
+}
+
+// Decode replaces m with the body in src.
+func (m *Deliver) Decode(src []byte) error {
+	d := newDec(src, OpDeliver)
+	*m = Deliver{}
+	if n := d.batch("deliveries", sizeDelivery); n > 0 {
+		m.Deliveries = make([]Delivery, n)
+		for i := range m.Deliveries {
+			m.Deliveries[i] = Delivery{
+				Handle:         d.u32("deliveries.handle"),
+				SubscriptionID: d.i64("deliveries.subscription_id"),
+				Topic:          d.str("deliveries.topic"),
+				Partition:      d.i32("deliveries.partition"),
+				Offset:         d.i64("deliveries.offset"),
+				Generation:     d.u32("deliveries.generation"),
+				Attempt:        d.u32("deliveries.attempt"),
+				LeaseDeadline:  d.time("deliveries.lease_deadline"),
+				PublishTime:    d.time("deliveries.publish_time"),
+				ProducerID:     d.str("deliveries.producer_id"),
+				Key:            d.bytes("deliveries.key"),
+				Headers:        d.headers("deliveries.headers"),
+				Payload:        d.bytes("deliveries.payload"),
+			}
+			if d.err != nil {
+				break
+			}
+		}
+	}
+	if err := d.finish(); err != nil {
+		*m = Deliver{}
+		return err
+	}
+	return nil
+}
