@@ -37,7 +37,7 @@ type subState struct {
 	members []*Member
 	// next is the index in members where the next round-robin search starts.
 	next int
-	// state is the last problem the dispatcher saw, to log changes only.
+	// problem is the last problem the dispatcher saw, to log changes only.
 	problem string
 }
 
@@ -89,7 +89,6 @@ func (s *subState) run() {
 	for {
 		s.handled.Store(s.wakes.Load())
 		wait, gone := s.dispatch()
-		b.logger.Debug("DBG wait", "sub", s.id, "wait", wait)
 		if gone {
 			// The subscription no longer exists in the engine: detach its members.
 			b.detachSub(s)
@@ -131,7 +130,6 @@ func (s *subState) dispatch() (wait time.Duration, gone bool) {
 		}
 		m, k, others := s.pick()
 		if m == nil {
-			b.logger.Debug("DBG nobody", "sub", s.id)
 			break
 		}
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
@@ -141,7 +139,6 @@ func (s *subState) dispatch() (wait time.Duration, gone bool) {
 			m.unreserve(k)
 			return s.claimFailed(err)
 		}
-		b.logger.Debug("DBG claim", "sub", s.id, "member", m.id, "k", k, "got", len(res.Deliveries), "nextDue", res.NextDue, "avoid", others)
 		m.deliver(s, res.Deliveries, k)
 		nextDue = earliest(nextDue, res.NextDue)
 		if len(res.Deliveries) < k {

@@ -37,7 +37,10 @@
 // Every subscription with at least one member here has one dispatcher goroutine (subState.run).
 // It wakes when
 //   - the engine notifies storage.NotifyMessages for its topic,
-//   - a member gains credit (Ack, Nack, a member leaving and releasing its leases), joins or leaves,
+//   - a member gains credit (Ack, Nack; a detach dropping its deliveries of another subscription;
+//     another dispatcher returning credit it had reserved for a claim that came back short while
+//     this one found the member without credit), a member joins, or one leaves and its leases are
+//     released,
 //   - an admin call resumes the subscription or replays its DLQ,
 //   - a timer fires: at the NextDue of the last claim (a backoff elapses, a lease expires, a delayed
 //     message matures), at the earliest lease deadline of its members (an expired lease gives credit
@@ -63,7 +66,9 @@
 // claimed for it (reserved); an ack or nack forgets a delivery, and so does its lease deadline
 // passing (the engine may give it to another member; a late ack still works). The deliveries
 // channel has capacity MaxInFlight and credit = MaxInFlight - reserved - max(held, len(channel)),
-// so a send never blocks even when expired deliveries still sit in the channel.
+// so a send never blocks even when expired deliveries still sit in the channel. (Credit freed by the
+// consumer receiving such an expired delivery is noticed at the next wake-up or poll: receiving from
+// a channel has no hook.)
 //
 // # Goroutines
 //

@@ -217,7 +217,11 @@ func consumeAll(t *testing.T, total int, members ...*Member) []got {
 		case g := <-out:
 			res = append(res, g)
 		case <-timer.C:
-			t.Fatalf("got %d of %d deliveries within %s", len(res), total, waitTimeout)
+			var states []string
+			for _, m := range members {
+				states = append(states, memberState(m))
+			}
+			t.Fatalf("got %d of %d deliveries within %s; members %v", len(res), total, waitTimeout, states)
 		}
 	}
 	return res
@@ -295,4 +299,17 @@ func (e *env) waitIdle() {
 		}
 		return nil
 	})
+}
+
+// memberState describes a member's accounting for failure messages.
+func memberState(m *Member) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := make([]string, 0, len(m.inflight))
+	for k, d := range m.inflight {
+		keys = append(keys, fmt.Sprintf("%d/%d:%d@%s", k.sub, k.partition, k.offset, d.Format(time.TimeOnly)))
+	}
+	slices.Sort(keys)
+	return fmt.Sprintf("%s{closed %v reserved %d chan %d inflight %v minDeadline %s}", m.id, m.closed, m.reserved, len(m.ch), keys,
+		m.minDeadline.Format(time.TimeOnly))
 }

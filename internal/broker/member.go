@@ -39,6 +39,9 @@ type Member struct {
 	closed bool
 	// reserved counts deliveries being claimed for this member right now.
 	reserved int
+	// starved is set when a dispatcher found no credit because of another dispatcher's
+	// reservation; returning unused reserved credit then wakes the member's subscriptions.
+	starved bool
 	// inflight maps the deliveries the member holds to their lease deadline.
 	inflight map[leaseKey]time.Time
 	// minDeadline is at most the earliest deadline in inflight (zero when empty).
@@ -179,6 +182,9 @@ func (m *Member) credit(now time.Time) int {
 // reserveLocked reserves all the member's credit for a claim. m.mu must be held.
 func (m *Member) reserveLocked(now time.Time) int {
 	k := m.creditLocked(now)
+	if k == 0 && m.reserved > 0 {
+		m.starved = true
+	}
 	m.reserved += k
 	return k
 }
@@ -186,8 +192,24 @@ func (m *Member) reserveLocked(now time.Time) int {
 // unreserve gives back a reservation after a failed claim.
 func (m *Member) unreserve(k int) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.reserved -= k
-	m.mu.Unlock()
+	m.returnCreditLocked(nil)
+}
+
+// returnCreditLocked wakes the member's other subscriptions when reserved credit came back unused
+// while another dispatcher found the member without credit: without it that dispatcher would
+// idle although the member can take its messages now. m.mu must be held.
+func (m *Member) returnCreditLocked(from *subState) {
+	if !m.starved {
+		return
+	}
+	m.starved = false
+	for _, s := range m.subs {
+		if s != from {
+			s.wakeUp()
+		}
+	}
 }
 
 // deliver hands claimed deliveries of s to the member and ends the reservation of k. If the member
@@ -197,8 +219,15 @@ func (m *Member) deliver(s *subState, ds []*storage.Delivery, k int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reserved -= k
-	if m.closed || m.subs[s.id] != s {
+	if m.closed {
 		return
+	}
+	if m.subs[s.id] != s {
+		m.returnCreditLocked(s)
+		return
+	}
+	if len(ds) < k {
+		m.returnCreditLocked(s)
 	}
 	for _, d := range ds {
 		key := leaseKey{sub: s.id, partition: d.Partition, offset: d.Offset}
@@ -221,16 +250,19 @@ func (m *Member) deliver(s *subState, ds []*storage.Delivery, k int) {
 
 // purgeChannelLocked removes the deliveries of subscription subID from the channel, keeping the
 // order of the others: the consumer has not seen them, and their leases are released or gone with
-// the subscription. m.mu must be held (so deliver cannot send meanwhile; the consumer may receive).
-func (m *Member) purgeChannelLocked(subID int64) {
+// the subscription. It returns how many it removed. m.mu must be held (so deliver cannot send
+// meanwhile; the consumer may receive).
+func (m *Member) purgeChannelLocked(subID int64) int {
 	n := len(m.ch)
 	if n == 0 || m.closed {
-		return
+		return 0
 	}
 	keep := make([]*storage.Delivery, 0, n)
+	taken := 0
 	for range n {
 		select {
 		case d := <-m.ch:
+			taken++
 			if d.SubscriptionID != subID {
 				keep = append(keep, d)
 			}
@@ -245,6 +277,7 @@ func (m *Member) purgeChannelLocked(subID int64) {
 		default: // unreachable: at most as many as were taken out
 		}
 	}
+	return taken - len(keep)
 }
 
 // nextExpiry returns the earliest lease deadline of the member's deliveries after now, zero if

@@ -348,14 +348,22 @@ func (b *Broker) detachLocked(s *subState, m *Member) (owned bool) {
 	if id, ok := m.topics[s.topic]; ok && id == s.id {
 		delete(m.topics, s.topic)
 	}
+	dropped := 0
 	for k := range m.inflight {
 		if k.sub == s.id {
 			delete(m.inflight, k)
+			dropped++
 		}
 	}
-	m.purgeChannelLocked(s.id)
+	dropped += m.purgeChannelLocked(s.id)
 	owned = m.owned[s.id]
 	delete(m.owned, s.id)
+	if dropped > 0 && !m.closed {
+		// The member has credit again: its other subscriptions may have been waiting for it.
+		for _, other := range m.subs {
+			other.wakeUp()
+		}
+	}
 	m.mu.Unlock()
 
 	if empty {

@@ -182,3 +182,39 @@ func TestNewValidates(t *testing.T) {
 		t.Fatalf("New without engine = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// Two subscriptions share a member (a wildcard member). While the dispatcher of one has reserved
+// the member's credit for a claim, the other finds no credit and idles; when the claim comes back
+// short, the unused credit must wake the other.
+func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", "t.*", "", 4, storage.StartPosition{})
+	s1 := &subState{b: b, id: 1, topic: "t.a", wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	s2 := &subState{b: b, id: 2, topic: "t.b", wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	for _, s := range []*subState{s1, s2} {
+		s.members = []*Member{m}
+		m.subs[s.id] = s
+	}
+	picked, k, _ := s1.pick()
+	if picked != m || k != 4 {
+		t.Fatalf("s1 pick = %v, %d; want m1 with 4", picked, k)
+	}
+	if picked, _, _ := s2.pick(); picked != nil {
+		t.Fatal("s2 picked a member whose credit s1 has reserved")
+	}
+	// s1's claim returns one delivery: three credits come back, and s2 must hear of it.
+	m.deliver(s1, []*storage.Delivery{delivery(1, 0, clock.Now().Add(time.Minute))}, k)
+	select {
+	case <-s2.wake:
+	default:
+		t.Fatal("s2 not woken when the unused credit came back")
+	}
+	if len(s1.wake) != 0 {
+		t.Fatal("s1 woken by its own returned credit")
+	}
+	if picked, k, _ := s2.pick(); picked != m || k != 3 {
+		t.Fatalf("s2 pick after the return = %v, %d; want m1 with 3", picked, k)
+	}
+}

@@ -118,6 +118,7 @@ func (c *concurrentRun) run(t *testing.T) {
 					}
 					if ar.Acked != len(res.Deliveries) {
 						t.Errorf("subscription %d %s: acked %d of %d fresh deliveries (already done %d)", sub, member, ar.Acked, len(res.Deliveries), ar.AlreadyDone)
+						return
 					}
 					if acked.Add(int64(ar.Acked)) >= total {
 						closeOnce.Do(func() { close(done) })

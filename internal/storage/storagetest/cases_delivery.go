@@ -334,6 +334,7 @@ func testNackMaxDeliveries(t *testing.T, x *env) {
 	res := x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m1", Refs: []storage.DeliveryRef{ref(0, 0)}, Reason: "boom 1"})
 	equal(t, res.Nacked, 1, "first nack")
 	ds := x.claim(q.ID, "m1", 1)
+	requireOffsets(t, ds, []int64{0}, "second delivery")
 	equal(t, ds[0].Attempt, 2, "second delivery")
 	res = x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m1", Refs: []storage.DeliveryRef{ref(0, 0)}, Reason: "boom 2"})
 	equal(t, res.DeadLettered, 1, "a nack on the max_deliveries-th delivery dead-letters")
@@ -374,6 +375,7 @@ func testExtend(t *testing.T, x *env) {
 func testExtendNotHeld(t *testing.T, x *env) {
 	q := x.queueTopic("exn", 0, 0, 2)
 	ds := x.claim(q.ID, "m1", 1)
+	requireOffsets(t, ds, []int64{0}, "claimed")
 	res := x.extend(storage.DeliveriesExtendParams{SubscriptionID: q.ID, Member: "m2", Refs: []storage.DeliveryRef{ref(0, 0), ref(0, 1)}})
 	equal(t, res.Extended, 0, "Extended")
 	requireRefs(t, res.NotHeld, []storage.DeliveryRef{ref(0, 0), ref(0, 1)}, "NotHeld")
@@ -384,6 +386,7 @@ func testExtendNotHeld(t *testing.T, x *env) {
 func testExpiryBackoff(t *testing.T, x *env) {
 	q := x.queueTopic("backoff", 10*time.Second, 10, 1)
 	ds := x.claim(q.ID, "m1", 1)
+	requireOffsets(t, ds, []int64{0}, "first delivery")
 	// Attempt a expires at its deadline; it is claimable again at deadline + RedeliveryBackoff(a):
 	// 1 s, 4 s, 16 s, 64 s, 256 s, then capped at 5 min.
 	wantBackoff := []time.Duration{time.Second, 4 * time.Second, 16 * time.Second, 64 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute}
@@ -411,6 +414,7 @@ func testExpiryBackoff(t *testing.T, x *env) {
 func testExpiryMaxDeliveries(t *testing.T, x *env) {
 	q := x.queueTopic("exmax", 10*time.Second, 3, 2)
 	ds := x.claim(q.ID, "m1", 2)
+	requireOffsets(t, ds, []int64{0, 1}, "first deliveries")
 	for attempt := 1; attempt < 3; attempt++ {
 		x.clock.Set(ds[0].LeaseDeadline.Add(storage.RedeliveryBackoff(attempt)))
 		ds = x.claim(q.ID, "m1", 2)

@@ -80,6 +80,7 @@ func testDLQReplay(t *testing.T, x *env) {
 	b := x.subscribe("dlqr", "b", fromBeginning)
 	x.publishN("dlqr", 0, 2)
 	ds := x.claim(a.ID, "ma", 2)
+	requireOffsets(t, ds, []int64{0, 1}, "a claims")
 	x.nack(storage.DeliveriesNackParams{SubscriptionID: a.ID, Member: "ma", Refs: []storage.DeliveryRef{ds[0].Ref()}, ToDLQ: true, Reason: "bad"})
 	x.ack(a.ID, "ma", ds[1].Ref())
 	x.drain(b.ID, "mb")
@@ -195,6 +196,7 @@ func testStatsPartitions(t *testing.T, x *env) {
 	q := x.queueSub("sp")
 	x.publish("sp", toPartition(0, "a"), toPartition(0, "b"), toPartition(0, "c"), toPartition(1, "d"), toPartition(1, "e"))
 	ds := x.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m1", Max: 10, Partitions: []int32{0}}).Deliveries
+	requireOffsets(t, ds, []int64{0, 1, 2}, "partition 0")
 	x.ack(q.ID, "m1", ds[0].Ref(), ds[1].Ref())
 	st := x.requireStats(q.ID, wantStats{pending: 3, lag: 2, inFlight: 1}, "two partitions")
 	equal(t, partStats(t, st, 0), storage.SubscriptionPartitionStats{Partition: 0, AckFloor: 2, Cursor: 3, HighWater: 3}, "partition 0")

@@ -124,6 +124,7 @@ func testRestartFull(t *testing.T, x *env) {
 	requireOffsets(t, ds, []int64{3}, "nacked message redelivered before restart")
 	equal(t, ds[0].Attempt, 2, "attempt before restart")
 	fan := x.claimAll(g1.ID, "f1")
+	requireOffsets(t, fan, []int64{0, 1, 2}, "g1 claims")
 	x.ack(g1.ID, "f1", fan[0].Ref())
 	before := x.snapshot()
 	attempts := map[storage.DeliveryRef]int{ref(0, 3): 2, ref(0, 5): 1, ref(0, 6): 1, ref(0, 7): 1}

@@ -371,6 +371,7 @@ func testSubDelete(t *testing.T, x *env) {
 	s := x.subscribe("sd", "g", fromBeginning)
 	other := x.subscribe("sd", "other", fromBeginning)
 	ds := x.claim(s.ID, "m1", 2)
+	requireOffsets(t, ds, []int64{0, 1}, "claimed")
 	x.nack(storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m1", Refs: []storage.DeliveryRef{ds[0].Ref()}, ToDLQ: true})
 	noErr(t, x.e.SubscriptionDelete(x.ctx, s.ID), "SubscriptionDelete")
 	_, err := x.e.SubscriptionGet(x.ctx, s.ID)

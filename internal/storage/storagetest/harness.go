@@ -188,14 +188,22 @@ func (x *env) claim(sub int64, member string, max int) []*storage.Delivery {
 	return x.claimP(storage.DeliveriesClaimParams{SubscriptionID: sub, Member: member, Max: max}).Deliveries
 }
 
-// claimAll claims until a claim returns nothing and returns everything claimed.
+// claimAll claims until a claim returns nothing and returns everything claimed. The clock does not
+// move meanwhile, so a message returned twice is a message leased twice: that fails at once.
 func (x *env) claimAll(sub int64, member string) []*storage.Delivery {
 	x.t.Helper()
 	var all []*storage.Delivery
-	for range 10000 {
+	seen := map[storage.DeliveryRef]bool{}
+	for range 1000 {
 		ds := x.claim(sub, member, 100)
 		if len(ds) == 0 {
 			return all
+		}
+		for _, d := range ds {
+			if seen[d.Ref()] {
+				x.t.Fatalf("claimAll(subscription %d): %d:%d returned again while its lease runs", sub, d.Partition, d.Offset)
+			}
+			seen[d.Ref()] = true
 		}
 		all = append(all, ds...)
 	}

@@ -24,7 +24,7 @@ type recorder struct {
 var _ storage.Engine = (*recorder)(nil)
 
 func newRecorder(tb testing.TB, clock *FakeClock, inner storage.Engine) *recorder {
-	return &recorder{inner: inner, tr: newTracker(tb, clock)}
+	return &recorder{inner: inner, tr: newTracker(tb.Errorf, clock)}
 }
 
 func (r *recorder) engine() storage.Engine {
@@ -234,8 +234,9 @@ func (r *recorder) TopicUpdate(ctx context.Context, p *storage.TopicUpdateParams
 // release that could have ended it had started before the claim returned. Every such conflict is a
 // real violation; concurrent interleavings the tracker cannot order are not judged.
 type tracker struct {
-	tb    testing.TB
-	clock *FakeClock
+	// errorf reports a violation (testing.TB.Errorf in the suite).
+	errorf func(format string, args ...any)
+	clock  *FakeClock
 
 	mu    sync.Mutex
 	seq   int64
@@ -291,23 +292,29 @@ func (r *leaseRec) deadlineAt(start int64) time.Time {
 	return d
 }
 
-func newTracker(tb testing.TB, clock *FakeClock) *tracker {
-	return &tracker{tb: tb, clock: clock, msgs: map[msgKey]*msgTrack{}, undeliveredAcks: map[int64]bool{}}
+func newTracker(errorf func(format string, args ...any), clock *FakeClock) *tracker {
+	return &tracker{errorf: errorf, clock: clock, msgs: map[msgKey]*msgTrack{}, undeliveredAcks: map[int64]bool{}}
 }
 
+// maxReported bounds the violations reported in detail: a broken engine can break an invariant
+// on every call, and the suite must still fail quickly and in bounded memory.
+const maxReported = 20
+
 func (tr *tracker) violation(format string, args ...any) {
-	tr.tb.Helper()
 	tr.mu.Lock()
-	tr.violations++
-	tr.mu.Unlock()
-	tr.tb.Errorf("invariant violated: "+format, args...)
+	defer tr.mu.Unlock()
+	tr.violationLocked(format, args...)
 }
 
 // violationLocked is violation with tr.mu held.
 func (tr *tracker) violationLocked(format string, args ...any) {
-	tr.tb.Helper()
 	tr.violations++
-	tr.tb.Errorf("invariant violated: "+format, args...)
+	switch {
+	case tr.violations <= maxReported:
+		tr.errorf("invariant violated: "+format, args...)
+	case tr.violations == maxReported+1:
+		tr.errorf("invariant violated: more than %d violations; the rest are not shown", maxReported)
+	}
 }
 
 func (tr *tracker) msg(k msgKey) *msgTrack {
@@ -375,16 +382,19 @@ func (tr *tracker) claimed(p *storage.DeliveriesClaimParams, start int64, clockS
 		if mt.ackDone != 0 && mt.ackDone < start {
 			tr.violationLocked("%s: delivered to %q (attempt %d) after an ack completed it", k, d.Member, d.Attempt)
 		}
+		attemptBad, leaseBad := false, false // one report of each kind per delivery
 		for _, r := range mt.recs {
 			if r.end > start {
 				continue // concurrent with this claim: no order known
 			}
-			if r.gen == mt.gen && d.Attempt <= r.attempt {
+			if !attemptBad && r.gen == mt.gen && d.Attempt <= r.attempt {
+				attemptBad = true
 				tr.violationLocked("%s: delivered to %q with attempt %d after an earlier delivery to %q with attempt %d",
 					k, d.Member, d.Attempt, r.member, r.attempt)
 			}
-			if r.epoch == tr.epoch && (r.released == 0 || r.released > end) {
+			if !leaseBad && r.epoch == tr.epoch && (r.released == 0 || r.released > end) {
 				if dl := r.deadlineAt(start); dl.After(now) {
+					leaseBad = true
 					tr.violationLocked("%s leased twice: to %q (attempt %d) at %s while the lease of %q (attempt %d) runs until %s and was not acked, nacked or released",
 						k, d.Member, d.Attempt, fmtTime(now), r.member, r.attempt, fmtTime(dl))
 				}

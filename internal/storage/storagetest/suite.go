@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"flag"
+	"runtime/debug"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -77,7 +78,14 @@ func Run(t *testing.T, caps Capabilities, newStore NewStoreFunc) {
 					if c.restart && !caps.Restart {
 						t.Skip("engine does not declare Capabilities.Restart")
 					}
-					c.fn(t, s.setup(t))
+					x := s.setup(t)
+					// A panic (in the engine or in the case) fails this case, not the whole binary.
+					defer func() {
+						if r := recover(); r != nil {
+							t.Fatalf("panic: %v\n%s", r, debug.Stack())
+						}
+					}()
+					c.fn(t, x)
 				})
 			}
 		})

@@ -3,6 +3,7 @@ package record_test
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -110,11 +111,16 @@ func randomMessage(rng *rand.Rand) *storage.Message {
 	return m
 }
 
+var seedFlag = flag.Uint64("seed", 0, "seed of TestRoundTripRandom (0: from the clock)")
+
 // TestRoundTripRandom is the property decode(encode(x)) == x over random messages.
 func TestRoundTripRandom(t *testing.T) {
 	t.Parallel()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -seed %d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	var buf []byte
 	for i := range 5000 {

@@ -141,8 +141,8 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l := &Log{dir: dir, opts: o, fs: o.FS, clock: o.Clock,
 		log: o.Logger.With(slog.String("component", "wal"), slog.String("dir", dir))}
-	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("wlog: create dir %s: %w", dir, err)
+	if err := l.mkdirDurable(dir); err != nil {
+		return nil, err
 	}
 	bases, idx, err := l.listDir()
 	if err != nil {
@@ -181,6 +181,30 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.durable.Store(l.next)
 	l.first.Store(segs[0].base)
 	return l, nil
+}
+
+// mkdirDurable creates dir and its missing parents, and fsyncs the parent of every directory it
+// created, so that a new log's directory survives a crash along with its first segment.
+func (l *Log) mkdirDurable(dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := l.fs.Stat(d); err == nil || !isNotExist(err) || d == filepath.Dir(d) {
+			break
+		}
+		created = append(created, d)
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("wlog: create dir %s: %w", dir, err)
+	}
+	for _, d := range created {
+		if err := l.fs.SyncDir(filepath.Dir(d)); err != nil {
+			return fmt.Errorf("wlog: sync dir %s: %w", filepath.Dir(d), err)
+		}
+	}
+	return nil
 }
 
 // Dir returns the directory of the log.
@@ -272,6 +296,7 @@ func (l *Log) readInto(index int64, max, maxBytes int, recs []Record, buf []byte
 	if int64(cap(buf)) < total {
 		buf = make([]byte, total)
 	}
+	recs = slices.Grow(recs, n)
 	buf = buf[:total]
 	at := int64(0)
 	for _, sp := range spans {

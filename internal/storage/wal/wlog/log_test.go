@@ -5,10 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
 )
 
 func TestAppendReadReopen(t *testing.T) {
@@ -386,4 +389,31 @@ func TestCleanCloseIndexIsRemovedBeforeAppend(t *testing.T) {
 	// A crash now (copy of the files while open): Open scans and finds all 11.
 	crashed := copyDir(t, dir)
 	checkRecords(t, openLog(t, crashed, wlog.Options{}), 0, 11)
+}
+
+// TestOpenSyncsNewDirectories checks that Open fsyncs the parent of every directory it creates:
+// without it a crash could lose a new log's directory with acknowledged records in it.
+func TestOpenSyncsNewDirectories(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "a", "b", "log")
+	efs := wlogtest.NewErrorFS(nil, nil)
+	var mu sync.Mutex
+	var synced []string
+	efs.SetInjector(func(op wlogtest.Op, path string) error {
+		if op == wlogtest.OpSyncDir {
+			mu.Lock()
+			synced = append(synced, path)
+			mu.Unlock()
+		}
+		return nil
+	})
+	openLog(t, dir, wlog.Options{FS: efs})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, want := range []string{root, filepath.Join(root, "a"), filepath.Join(root, "a", "b"), dir} {
+		if !slices.Contains(synced, want) {
+			t.Errorf("directory %s not synced (synced: %v)", want, synced)
+		}
+	}
 }
