@@ -16,6 +16,7 @@ func bindingCases() []testCase {
 		{name: "overlapping_patterns", fn: testBindingOverlap},
 		{name: "ordered_by_group_then_pattern", fn: testBindingOrder},
 		{name: "survives_topic_delete", fn: testBindingTopicRecreate},
+		{name: "existing_topics_not_subscribed", fn: testBindingExistingTopics},
 	}
 }
 
@@ -149,4 +150,15 @@ func testBindingTopicRecreate(t *testing.T, x *env) {
 	second, err := x.e.SubscriptionGetByGroup(x.ctx, "logs.app", "g")
 	noErr(t, err, "subscription of the recreated topic")
 	isTrue(t, second.ID > first.ID, "a new subscription: %d after %d", second.ID, first.ID)
+}
+
+// testBindingExistingTopics: BindingCreate does not subscribe topics that already exist (the broker
+// does that with SubscriptionCreate and the binding's start position).
+func testBindingExistingTopics(t *testing.T, x *env) {
+	x.createTopic("metrics.cpu", pubSub(1))
+	_, err := x.e.BindingCreate(x.ctx, &storage.BindingCreateParams{Group: "g", Pattern: "metrics.*"})
+	noErr(t, err, "BindingCreate")
+	equal(t, len(x.listSubs("metrics.cpu")), 0, "an existing topic gets no subscription from BindingCreate")
+	x.createTopic("metrics.mem", pubSub(1))
+	equal(t, len(x.listSubs("metrics.mem")), 1, "a topic created afterwards does")
 }

@@ -20,6 +20,7 @@ func concurrencyCases() []testCase {
 		{name: "pubsub_groups", fn: testConcurrentPubSub},
 		{name: "expiring_leases", fn: testConcurrentExpiry},
 		{name: "create_races", fn: testConcurrentCreate},
+		{name: "retention_apply_concurrently", fn: testConcurrentRetention},
 	}
 }
 
@@ -313,4 +314,47 @@ func testConcurrentCreate(t *testing.T, x *env) {
 		return err
 	})
 	equal(t, len(x.listSubs("race.bound")), 1, "one binding subscription for the racing creates")
+}
+
+// testConcurrentRetention: RetentionApply is safe to run concurrently: racing calls remove and count
+// every message and DLQ entry exactly once between them.
+func testConcurrentRetention(t *testing.T, x *env) {
+	x.createTopic("cret", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2, MessageRetention: time.Hour, MaxRetention: 2 * time.Hour})
+	s := x.subscribe("cret", "s", fromBeginning)
+	for range 5 {
+		x.publishN("cret", 0, 20)
+		x.publishN("cret", 1, 20)
+	}
+	ds := x.claim(s.ID, "m", 2)
+	equal(t, len(ds), 2, "claimed")
+	x.nack(storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m", Refs: refsOf(ds), ToDLQ: true})
+	x.advance(2*time.Hour + time.Second)
+	results := make([]*storage.RetentionResult, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := x.e.RetentionApply(x.ctx)
+			if err != nil {
+				t.Errorf("RetentionApply %d: %v", i, err)
+				return
+			}
+			results[i] = res
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	var sum storage.RetentionResult
+	for _, r := range results {
+		sum.MessagesDeleted += r.MessagesDeleted
+		sum.MessagesExpired += r.MessagesExpired
+		sum.DLQEntriesExpired += r.DLQEntriesExpired
+	}
+	equal(t, sum.MessagesExpired, int64(198), "expired over the racing calls (200 published, 2 dead-lettered and so done)")
+	equal(t, sum.MessagesDeleted, int64(2), "deleted over the racing calls (the 2 dead-lettered ones)")
+	equal(t, sum.DLQEntriesExpired, int64(2), "DLQ entries expired over the racing calls")
+	deepEqual(t, x.lowOffsets("cret"), []int64{100, 100}, "low offsets")
 }

@@ -34,6 +34,7 @@ func nackCases() []testCase {
 		{name: "to_dlq", fn: testNackToDLQ},
 		{name: "not_held", fn: testNackNotHeld},
 		{name: "on_max_deliveries", fn: testNackMaxDeliveries},
+		{name: "redelivery_oldest_due_first", fn: testNackOldestDueFirst},
 	}
 }
 
@@ -345,6 +346,26 @@ func testNackMaxDeliveries(t *testing.T, x *env) {
 	equal(t, entries[0].Attempts, 2, "attempts")
 	equal(t, entries[0].LastError, "boom 2", "last error")
 	x.requireStats(q.ID, wantStats{dead: 1}, "stats")
+}
+
+// testNackOldestDueFirst: due redeliveries come oldest due first, whatever their offsets.
+func testNackOldestDueFirst(t *testing.T, x *env) {
+	q := x.queueTopic("due", 0, 0, 4)
+	requireOffsets(t, x.claim(q.ID, "m1", 3), []int64{0, 1, 2}, "claimed")
+	for _, n := range []struct {
+		off   int64
+		delay time.Duration
+	}{{0, 5 * time.Second}, {1, 2 * time.Second}, {2, 3 * time.Second}} {
+		x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m1", Refs: []storage.DeliveryRef{ref(0, n.off)}, Delay: n.delay})
+	}
+	x.advance(5 * time.Second)
+	var got []int64
+	for range 4 {
+		ds := x.claim(q.ID, "m2", 1)
+		requireAttempts(t, ds, map[bool]int{true: 2, false: 1}[len(got) < 3], "claim")
+		got = append(got, offsetsOf(ds)...)
+	}
+	deepEqual(t, got, []int64{1, 2, 0, 3}, "redeliveries in due order (1 due at +2 s, 2 at +3 s, 0 at +5 s), then the new message")
 }
 
 func testExtend(t *testing.T, x *env) {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 func randomizedCases() []testCase {
 	var cases []testCase
-	for i := range 3 {
+	for i := range 4 {
 		cases = append(cases, testCase{name: fmt.Sprintf("sequence_%d", i), fn: func(t *testing.T, x *env) { testRandomized(t, x, i) }})
 	}
 	return cases
@@ -46,7 +47,7 @@ func randomSeed(t *testing.T) uint64 {
 }
 
 // randomOps is the length of each random sequence.
-const randomOps = 400
+const randomOps = 600
 
 // testRandomized applies a seeded random sequence of operations (publish, claim by a random member,
 // ack, nack, extend, release, clock advance, stats, DLQ list and replay, retention, restart when
@@ -58,6 +59,19 @@ func testRandomized(t *testing.T, x *env, seq int) {
 	seed := base + uint64(seq)
 	t.Logf("random seed %d (reproduce with SPOOL_SEED=%d or -spool.seed=%d)", seed, base, base)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	// The last operations, logged if the case fails.
+	var trail []string
+	note := func(format string, args ...any) {
+		trail = append(trail, fmt.Sprintf("%s ", fmtTime(x.now()))+fmt.Sprintf(format, args...))
+		if len(trail) > 60 {
+			trail = trail[1:]
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last operations of seed %d:\n%s", seed, strings.Join(trail, "\n"))
+		}
+	})
 
 	md := &model{t: t, topics: map[string]*mTopic{}}
 	addTopic := func(name string, cfg storage.TopicConfig) *mTopic {
@@ -109,12 +123,16 @@ func testRandomized(t *testing.T, x *env, seq int) {
 					msgs = append(msgs, msg(x.payload()))
 				}
 			}
-			md.published(tp, msgs, x.publish(tp.name, msgs...), x.now())
+			pos := x.publish(tp.name, msgs...)
+			note("publish %s %v", tp.name, pos)
+			md.published(tp, msgs, pos, x.now())
 		}},
 		{"claim", 30, func() {
 			s := pickSub()
 			p := storage.DeliveriesClaimParams{SubscriptionID: s.id, Member: pickMember(), Max: 1 + rng.IntN(5), AvoidMember: rng.IntN(3) == 0}
-			md.claimed(s, p, x.claimP(p), x.now())
+			res := x.claimP(p)
+			note("claim %s member %s max %d avoid %v -> %s next due %s", s.name, p.Member, p.Max, p.AvoidMember, describeDeliveries(res.Deliveries), fmtTime(res.NextDue))
+			md.claimed(s, p, res, x.now())
 		}},
 		{"ack", 18, func() {
 			s := pickSub()
@@ -126,7 +144,9 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			if len(refs) == 0 {
 				return
 			}
-			md.acked(s, refs, x.ack(s.id, pickMember(), refs...))
+			res := x.ack(s.id, pickMember(), refs...)
+			note("ack %s %v -> %+v", s.name, refs, *res)
+			md.acked(s, refs, res)
 		}},
 		{"nack", 8, func() {
 			s := pickSub()
@@ -148,7 +168,9 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			case r < 3:
 				p.Delay = time.Duration(1+rng.IntN(20)) * time.Second
 			}
-			md.nacked(s, p, x.nack(p), now)
+			res := x.nack(p)
+			note("nack %s member %s %v delay %s dlq %v -> %+v", s.name, member, refs, p.Delay, p.ToDLQ, *res)
+			md.nacked(s, p, res, now)
 		}},
 		{"extend", 4, func() {
 			s := pickSub()
@@ -162,16 +184,22 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			if rng.IntN(2) == 0 {
 				p.Duration = time.Duration(1+rng.IntN(10)) * time.Second
 			}
-			md.extended(s, p, x.extend(p), now)
+			res := x.extend(p)
+			note("extend %s member %s %v by %s -> %+v", s.name, member, refs, p.Duration, *res)
+			md.extended(s, p, res, now)
 		}},
 		{"release", 3, func() {
 			s := pickSub()
 			member := pickMember()
-			md.released(s, member, x.release(s.id, member), x.now())
+			res := x.release(s.id, member)
+			note("release %s member %s -> %+v", s.name, member, *res)
+			md.released(s, member, res, x.now())
 		}},
 		{"advance", 12, func() {
 			steps := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, 2 * time.Minute}
-			x.advance(steps[rng.IntN(len(steps))])
+			d := steps[rng.IntN(len(steps))]
+			x.advance(d)
+			note("advance %s", d)
 		}},
 		{"stats", 4, func() {
 			s := pickSub()
@@ -191,6 +219,7 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			}
 			n, err := x.e.DLQReplay(x.ctx, &storage.DLQReplayParams{SubscriptionID: s.id})
 			noErr(t, err, "DLQReplay")
+			note("replay %s -> %d", s.name, n)
 			md.replayed(s, n, now)
 		}},
 		{"retention", 1, func() {
@@ -203,6 +232,7 @@ func testRandomized(t *testing.T, x *env, seq int) {
 				return
 			}
 			x.restart()
+			note("restart")
 			md.restarted()
 		}},
 	}
@@ -217,6 +247,9 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			if r < op.weight {
 				counts[op.name]++
 				op.do()
+				if t.Failed() {
+					t.FailNow() // stop where the recorder found a violation: the trail ends there
+				}
 				break
 			}
 			r -= op.weight
@@ -276,4 +309,12 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			x.requireFloor(s.id, int32(p), h, h, s.name+" after draining")
 		}
 	}
+}
+
+func describeDeliveries(ds []*storage.Delivery) string {
+	var parts []string
+	for _, d := range ds {
+		parts = append(parts, fmt.Sprintf("%d:%d#%d until %s", d.Partition, d.Offset, d.Attempt, fmtTime(d.LeaseDeadline)))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }

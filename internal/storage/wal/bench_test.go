@@ -219,7 +219,17 @@ const million = 1_000_000
 // SPOOL_BENCH_DIR (default: a temp dir removed at exit) and reused when it already exists there.
 var backlogOnce struct {
 	sync.Once
-	dir string
+	dir     string
+	created bool // a temp dir TestMain removes
+}
+
+// TestMain removes the backlog directory the benchmarks built in a temp dir.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if backlogOnce.created {
+		os.RemoveAll(backlogOnce.dir)
+	}
+	os.Exit(code)
 }
 
 func backlogDir(b *testing.B) string {
@@ -231,7 +241,7 @@ func backlogDir(b *testing.B) string {
 				b.Fatal(err)
 			}
 			dir = d
-			b.Cleanup(func() { os.RemoveAll(d) })
+			backlogOnce.created = true
 		}
 		if _, err := os.Stat(dir + "/topics/bench"); err != nil {
 			start := time.Now()

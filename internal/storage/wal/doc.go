@@ -88,6 +88,10 @@
 //   - zombie_ttl and the refcount completion mode are not implemented: completion is watermark
 //     only, and a stale floor of an ACTIVE or PAUSED subscription is only force-advanced by
 //     max_retention.
+//   - SubscriptionStats.Redelivering also counts never-delivered messages waiting for their
+//     NotBefore time (so Pending = Lag + InFlight + Redelivering, as the conformance suite checks).
+//   - Expired messages (ExpiresAt) are completed when a claim's cursor passes them; until then
+//     they count in Lag.
 //   - A batch that spans partitions is written with one append per partition log; an I/O error in
 //     one (which stops the engine) can leave the others written.
 package wal

@@ -286,7 +286,10 @@ func (e *Engine) SubscriptionList(ctx context.Context, params *storage.Subscript
 	return out, nil
 }
 
-// SubscriptionStats returns a subscription's depth, lag, in-flight and DLQ figures. A CANCELLED
+// SubscriptionStats returns a subscription's depth, lag, in-flight and DLQ figures. Redelivering
+// counts every delivered-or-delayed message waiting to go out (backoff, nack delay, a NotBefore
+// time, a replayed DLQ message), so Pending = Lag + InFlight + Redelivering (less the messages
+// acked before they were delivered, which stay in Lag until the cursor passes them). A CANCELLED
 // subscription has no delivery state: its figures are zero.
 func (e *Engine) SubscriptionStats(ctx context.Context, id int64) (*storage.SubscriptionStats, error) {
 	e.mu.RLock()
