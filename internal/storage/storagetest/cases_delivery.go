@@ -391,6 +391,15 @@ func testExtend(t *testing.T, x *env) {
 	ds := x.claim(q.ID, "m2", 1)
 	requireOffsets(t, ds, []int64{0}, "claimable after the extended lease expired and its backoff passed")
 	equal(t, ds[0].Attempt, 2, "attempt")
+
+	// The new deadline is now + Duration, also when that is earlier than the current deadline.
+	res = x.extend(storage.DeliveriesExtendParams{SubscriptionID: q.ID, Member: "m2", Refs: []storage.DeliveryRef{ref(0, 0)}, Duration: 2 * time.Second})
+	equal(t, res.Extended, 1, "Extended")
+	timeEqual(t, res.Deadline, x.now().Add(2*time.Second), "a shorter Duration shortens the lease")
+	x.advance(2*time.Second + storage.RedeliveryBackoff(2))
+	ds = x.claim(q.ID, "m3", 1)
+	requireOffsets(t, ds, []int64{0}, "claimable after the shortened lease and its backoff")
+	equal(t, ds[0].Attempt, 3, "attempt")
 }
 
 func testExtendNotHeld(t *testing.T, x *env) {

@@ -44,6 +44,8 @@
 //     until a due time (backoff after an expiry, nack delay, NotBefore) is claimable when now >= due.
 //     The backoff after the attempt-th delivery expired is measured from the lease deadline: the
 //     message is claimable at LeaseDeadline + storage.RedeliveryBackoff(attempt).
+//   - DeliveriesExtend sets the lease deadline to now + Duration (ack_wait when 0), also when that
+//     is earlier than the current deadline: DeliveriesExtendResult has one Deadline for all.
 //   - Names are ordered byte-wise (Go string order, COLLATE "C" on PostgreSQL).
 //   - DeliveriesAck completes any message of the subscription below the high-water mark, delivered
 //     or not (the ack of a never-delivered message counts in Acked, and it is never delivered).

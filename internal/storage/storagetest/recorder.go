@@ -281,11 +281,19 @@ type leaseExt struct {
 	deadline time.Time
 }
 
-// deadlineAt is the lease deadline as known to a claim that started at sequence number start.
+// deadlineAt is the earliest lease deadline the engine may have had when a claim that started at
+// sequence number start ran. An extend sets the deadline to now + Duration, which may be earlier
+// than the current one: the last extend that returned before the claim started sets it, and any
+// extend that returned later may have been applied before the claim too.
 func (r *leaseRec) deadlineAt(start int64) time.Time {
 	d := r.deadline
 	for _, e := range r.exts {
-		if e.end < start && e.deadline.After(d) {
+		if e.end < start {
+			d = e.deadline // exts are in completion order
+		}
+	}
+	for _, e := range r.exts {
+		if e.end > start && e.deadline.Before(d) {
 			d = e.deadline
 		}
 	}

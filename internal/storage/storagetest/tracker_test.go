@@ -112,6 +112,20 @@ func TestTrackerNackByOtherMemberDoesNotRelease(t *testing.T) {
 	b.requireViolations(t, "leased twice")
 }
 
+// TestTrackerExtendShortens: an extend sets the deadline to now + Duration, also when that is
+// earlier; one still running when a claim ran may already have been applied.
+func TestTrackerExtendShortens(t *testing.T) {
+	t.Parallel()
+	b := setupTracker(t)
+	b.claim("m1", 2, delivery(0, 0, 1, "m1", b.lease(30*time.Second)), delivery(0, 1, 1, "m1", b.lease(30*time.Second)))
+	b.tr.extended(trackedSub, "m1", []storage.DeliveryRef{ref(0, 0)}, &storage.DeliveriesExtendResult{Deadline: b.lease(2 * time.Second), Extended: 1})
+	finish := b.startClaim()
+	b.tr.extended(trackedSub, "m1", []storage.DeliveryRef{ref(0, 1)}, &storage.DeliveriesExtendResult{Deadline: b.lease(2 * time.Second), Extended: 1})
+	b.clock.Advance(5 * time.Second)
+	finish("m2", 2, delivery(0, 0, 2, "m2", b.lease(30*time.Second)), delivery(0, 1, 2, "m2", b.lease(30*time.Second)))
+	b.requireViolations(t)
+}
+
 func TestTrackerExtend(t *testing.T) {
 	t.Parallel()
 	b := setupTracker(t)
