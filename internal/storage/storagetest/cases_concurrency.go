@@ -47,6 +47,9 @@ func (c *concurrentRun) run(t *testing.T) {
 	x := c.x
 	total := int64(c.publishers * c.perPub)
 	c.delivered = map[int64]map[storage.DeliveryRef]int{}
+	for _, sub := range c.subs {
+		c.delivered[sub] = map[storage.DeliveryRef]int{} // all before any member starts
+	}
 	wake := make(chan struct{}, 1)
 	unregister := x.e.NotifyRegister(func(storage.Notification) {
 		select {
@@ -79,7 +82,6 @@ func (c *concurrentRun) run(t *testing.T) {
 		}()
 	}
 	for _, sub := range c.subs {
-		c.delivered[sub] = map[storage.DeliveryRef]int{}
 		var acked atomic.Int64
 		done := make(chan struct{})
 		var closeOnce sync.Once

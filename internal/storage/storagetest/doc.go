@@ -21,9 +21,10 @@
 //     high-water mark, and PublishedAt never decreases inside a partition (MessagesRead);
 //   - TopicStats.Messages is the number of retained messages;
 //   - per subscription and partition 0 <= AckFloor <= Cursor <= HighWater, Lag is the sum of
-//     HighWater-Cursor, Pending = Lag + InFlight + Redelivering, DeadLettered is the DLQ's length,
-//     every figure is non-negative, and the leases the suite knows to be live are counted in
-//     InFlight.
+//     HighWater-Cursor, Pending = Lag + InFlight + Redelivering (when a never-delivered message was
+//     acked, Lag still counts it: then InFlight+Redelivering <= Pending <= that sum), DeadLettered
+//     is the DLQ's length, every figure is non-negative, and the leases the suite knows to be live
+//     are counted in InFlight (a CANCELLED subscription may list no partitions).
 //
 // While a case runs, every claim, ack, nack, extend, release and DLQ replay goes through a recorder
 // that checks, with happens-before ordering so that concurrent cases get no false alarms:
@@ -38,6 +39,9 @@
 //   - a claim result has at most Max deliveries, no duplicate, the claiming member and
 //     subscription, respects Partitions, and a lease deadline in the future.
 //
+// Violations are reported in detail up to a bound, and a panic inside a case (in the engine or in
+// the suite) fails that case only: an engine under construction gets a readable failure list.
+//
 // Decisions the interface leaves implicit and the suite pins down (engines must agree):
 //
 //   - Time intervals are half-open. A lease is valid while now < LeaseDeadline. A message waiting
@@ -47,6 +51,11 @@
 //   - DeliveriesExtend sets the lease deadline to now + Duration (ack_wait when 0), also when that
 //     is earlier than the current deadline: DeliveriesExtendResult has one Deadline for all.
 //   - Names are ordered byte-wise (Go string order, COLLATE "C" on PostgreSQL).
+//   - In a claim result, redeliveries come before new messages (in the result's order too), oldest
+//     due first; a claim that returns fewer than Max left nothing claimable behind.
+//   - SubscriptionUpdate to the current state is ErrInvalidTransition: storage.CanTransition has no
+//     transition from a state to itself.
+//   - QUEUE to PUB_SUB keeps the subscription (same ID), its leases and acks, under the new group.
 //   - DeliveriesAck completes any message of the subscription below the high-water mark, delivered
 //     or not (the ack of a never-delivered message counts in Acked, and it is never delivered).
 //   - DeliveriesRelease counts like DeliveriesNack: Released are the messages given back for
