@@ -27,7 +27,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
-	cfg := wal.Config{Logger: logger.With("component", "wal")}
+	cfg := wal.Config{Logger: logger}
 	if *unsafeNoSync {
 		cfg.Sync = wal.UnsafeNoSync
 	}
@@ -43,7 +43,7 @@ func serve(ctx context.Context, args []string) error {
 		}
 	}()
 
-	b, err := broker.New(broker.Config{Engine: eng, Logger: logger.With("component", "broker")})
+	b, err := broker.New(broker.Config{Engine: eng, Logger: logger})
 	if err != nil {
 		return err
 	}
