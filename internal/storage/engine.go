@@ -98,7 +98,10 @@ type Engine interface {
 	// TopicCreate creates a topic. A QUEUE topic gets its one subscription (group QueueGroup,
 	// FROM_BEGINNING); a PUB_SUB topic gets one subscription per matching durable binding.
 	TopicCreate(ctx context.Context, params *TopicCreateParams) (*Topic, error)
-	// TopicDelete deletes a topic with its messages and subscriptions.
+	// TopicDelete deletes a topic with its messages and subscriptions. Without Force it fails with
+	// ErrTopicHasSubscriptions while a durable PUB_SUB subscription is ACTIVE or PAUSED, or while
+	// the queue subscription of a QUEUE topic has messages that are not done (an operator does not
+	// lose unprocessed work by accident); ephemeral subscriptions never block it.
 	TopicDelete(ctx context.Context, params *TopicDeleteParams) error
 	// TopicGet returns a topic.
 	TopicGet(ctx context.Context, name string) (*Topic, error)
@@ -350,7 +353,7 @@ type TopicCreateParams struct {
 // TopicDeleteParams are the parameters of Engine.TopicDelete.
 type TopicDeleteParams struct {
 	Name string
-	// Force deletes even with live subscriptions, cancelling them.
+	// Force deletes even with live subscriptions or pending queue messages, cancelling them.
 	Force bool
 }
 

@@ -28,6 +28,7 @@ func topicCases() []testCase {
 		{name: "delete_refused_with_live_subscription", fn: testTopicDeleteLive},
 		{name: "delete_without_live_subscription", fn: testTopicDeleteNotLive},
 		{name: "delete_queue_topic", fn: testTopicDeleteQueue},
+		{name: "delete_queue_topic_with_pending_messages", fn: testTopicDeleteQueuePending},
 	}
 }
 
@@ -412,4 +413,29 @@ func testTopicDeleteQueue(t *testing.T, x *env) {
 	q2 := x.queueSub("del.q")
 	isTrue(t, q2.ID != q.ID, "the recreated QUEUE topic has a new subscription")
 	equal(t, len(x.claimAll(q2.ID, "m1")), 0, "nothing to claim on the recreated topic")
+}
+
+// A QUEUE topic with work not done is not deleted without Force; once every message is acked it
+// is.
+func testTopicDeleteQueuePending(t *testing.T, x *env) {
+	x.createTopic("del.work", storage.TopicConfig{Partitions: 2})
+	q := x.queueSub("del.work")
+	noErr(t, x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "del.work"}), "TopicDelete of an empty queue")
+	x.createTopic("del.work", storage.TopicConfig{Partitions: 2})
+	q = x.queueSub("del.work")
+	x.publishN("del.work", 1, 3)
+	err := x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "del.work"})
+	errIs(t, err, storage.ErrTopicHasSubscriptions, "TopicDelete of a queue with 3 pending messages")
+	ds := x.claimAll(q.ID, "m1")
+	equal(t, len(ds), 3, "the refused delete changed nothing: all 3 messages are still claimable")
+	refs := make([]storage.DeliveryRef, 0, len(ds))
+	for _, d := range ds[:2] {
+		refs = append(refs, d.Ref())
+	}
+	x.ack(q.ID, "m1", refs...)
+	err = x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "del.work"})
+	errIs(t, err, storage.ErrTopicHasSubscriptions, "TopicDelete of a queue with 1 leased message")
+	x.ack(q.ID, "m1", ds[2].Ref())
+	noErr(t, x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "del.work"}), "TopicDelete of a drained queue")
+	requireTopicGone(t, x, "del.work", []int64{q.ID}, storage.QueueGroup)
 }

@@ -168,7 +168,27 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 // subscription is ACTIVE or PAUSED.
 func liveDurableLocked(t *topic) bool {
 	for _, s := range t.subs {
-		if !s.meta.Ephemeral && s.meta.Group != storage.QueueGroup && s.meta.State.HoldsRetention() {
+		if s.meta.Ephemeral || !s.meta.State.HoldsRetention() {
+			continue
+		}
+		if s.meta.Group != storage.QueueGroup || queuePendingLocked(t, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// queuePendingLocked reports whether the queue subscription s still has work: a message not yet
+// acked or dead-lettered. Deleting a queue with unprocessed messages needs force. e.mu must be
+// held.
+func queuePendingLocked(t *topic, s *sub) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == nil {
+		return false
+	}
+	for i, p := range t.parts {
+		if _, _, pending := s.st.PartStats(int32(i), p.log.NextIndex()); pending > 0 {
 			return true
 		}
 	}
@@ -176,8 +196,8 @@ func liveDurableLocked(t *topic) bool {
 }
 
 // TopicDelete deletes a topic, its messages and its subscriptions (they become DELETED). Without
-// Force it fails with storage.ErrTopicHasSubscriptions while a durable subscription other than the
-// queue subscription is ACTIVE or PAUSED.
+// Force it fails with storage.ErrTopicHasSubscriptions while a durable PUB_SUB subscription is
+// ACTIVE or PAUSED, or while the queue subscription (ACTIVE or PAUSED) has messages not yet done.
 func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeleteParams) error {
 	if params == nil {
 		return invalid("nil params")
