@@ -1,9 +1,9 @@
-// Command spool is the Spool message broker.
+// Command spool is the Spool message broker and its command-line client.
 //
-//	spool serve [flags]    run the broker on the embedded engine
+//	spool serve [flags]    run the broker (TCP 9092, HTTP 8080, data in ./spool-data)
 //
-// The client subcommands (pub, sub, topic, group, dlq, bench) and migrate arrive with the wire
-// protocol and the PostgreSQL engine.
+// Each subcommand lives in its own file and registers itself with addCommand from an init
+// function, so adding one does not touch this file. "spool help" lists them.
 package main
 
 import (
@@ -11,37 +11,66 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 )
 
-const usage = `Usage: spool <command> [flags]
+// command is one subcommand.
+type command struct {
+	// name is the word after spool.
+	name string
+	// summary is its line in the usage text.
+	summary string
+	// run runs it with the arguments after its name. ctx is cancelled on SIGINT or SIGTERM. An
+	// error wrapping flag.ErrHelp exits with status 0 (the flag package printed the help).
+	run func(ctx context.Context, args []string) error
+}
 
-Commands:
-  serve    run the broker (embedded engine; data in ./spool-data)
+// commands are the registered subcommands.
+var commands []command
 
-Run "spool <command> -h" for the flags of a command.
-`
+// addCommand registers a subcommand; call it from an init function.
+func addCommand(c command) {
+	commands = append(commands, c)
+}
+
+func init() {
+	addCommand(command{name: "serve", summary: "run the broker (embedded engine; data in ./spool-data)", run: serve})
+}
+
+func usage(w io.Writer) {
+	cmds := slices.Clone(commands)
+	slices.SortFunc(cmds, func(a, b command) int { return strings.Compare(a.name, b.name) })
+	fmt.Fprint(w, "Usage: spool <command> [flags]\n\nCommands:\n")
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nRun \"spool <command> -h\" for the flags of a command.\n")
+}
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	name, args := os.Args[1], os.Args[2:]
+	if name == "help" || name == "-h" || name == "--help" {
+		usage(os.Stdout)
+		return
+	}
+	i := slices.IndexFunc(commands, func(c command) bool { return c.name == name })
+	if i < 0 {
+		fmt.Fprintf(os.Stderr, "spool: unknown command %q\n\n", name)
+		usage(os.Stderr)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	var err error
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "serve":
-		err = serve(ctx, args)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return
-	default:
-		fmt.Fprintf(os.Stderr, "spool: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
-	}
+	err := commands[i].run(ctx, args)
+	stop()
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "spool:", err)
 		os.Exit(1)

@@ -6,110 +6,249 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"runtime/debug"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/config"
+	"github.com/spoolmq/spool/internal/metrics"
+	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
-// serve runs the broker on the embedded engine until ctx is cancelled (SIGINT, SIGTERM), then
-// shuts down in order: stop the broker (members leave, leases are released), close the engine
-// (flush, snapshot, close files).
+// serveFlags maps the flags of spool serve to their configuration keys.
+var serveFlags = map[string]string{
+	"listen":         "listen",
+	"http":           "http",
+	"data-dir":       "data_dir",
+	"store":          "store",
+	"log-level":      "log_level",
+	"unsafe-no-sync": "wal.unsafe_no_sync",
+}
+
+// serve runs the broker until ctx is cancelled (SIGINT, SIGTERM), then shuts down in order (see
+// shutdown).
 func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", "./spool-data", "directory of the embedded engine")
-	demo := fs.Bool("demo", true, "publish and consume a few messages in-process at start-up (until the wire protocol lands)")
-	unsafeNoSync := fs.Bool("unsafe-no-sync", false, "acknowledge publishes before they are fsynced (loses acknowledged messages on power loss)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: spool serve [flags]\n\n"+
+			"Runs the broker: TCP (binary protocol and text mode), HTTP (admin API, /metrics, /healthz, /readyz).\n"+
+			"Settings come from the defaults, then --config (or $SPOOL_CONFIG), then SPOOL_* variables\n"+
+			"(SPOOL_<KEY>, e.g. SPOOL_SERVER_MAX_CONNECTIONS), then these flags.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	configFile := fs.String("config", "", "YAML configuration file (default $SPOOL_CONFIG, else none)")
+	def := config.Defaults()
+	fs.String("listen", def.Listen, "TCP address of the binary protocol and the text mode")
+	fs.String("http", def.HTTP, "HTTP address of the admin API, /metrics, /healthz and /readyz")
+	fs.String("data-dir", def.DataDir, "directory of the embedded engine")
+	fs.String("store", def.Store, "engine: empty for the embedded engine, or a postgres:// URL (not yet supported)")
+	fs.String("log-level", def.LogLevel, "debug, info, warn or error (JSON logs on stderr)")
+	fs.Bool("unsafe-no-sync", def.WAL.UnsafeNoSync, "acknowledge before fsync: a machine crash loses acknowledged messages")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	flags := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		if key, ok := serveFlags[f.Name]; ok {
+			flags[key] = f.Value.String()
+		}
+	})
+	cfg, err := config.Load(*configFile, os.Environ(), flags)
+	if err != nil {
+		return err
+	}
+	level, _ := cfg.SlogLevel()
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if unknown := config.UnknownEnv(os.Environ()); len(unknown) > 0 {
+		logger.Warn("ignoring SPOOL_ variables that name no setting", slog.Any("variables", unknown))
+	}
+	if cfg.Store != "" {
+		return fmt.Errorf("store %s: the PostgreSQL engine is not yet supported; leave --store empty to use the embedded engine in --data-dir", cfg.Redacted())
+	}
+	return run(ctx, cfg, logger)
+}
 
-	cfg := wal.Config{Logger: logger}
-	if *unsafeNoSync {
-		cfg.Sync = wal.UnsafeNoSync
+// run starts every component, waits for ctx (or a listener failure), and shuts down.
+func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error) {
+	version := buildVersion()
+
+	// Metrics: one registry, exported by the admin handler on /metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	// Engine.
+	walCfg := wal.Config{Logger: logger, SegmentBytes: cfg.WAL.SegmentBytes, OnSync: m.ObserveFsync}
+	if cfg.WAL.UnsafeNoSync {
+		walCfg.Sync = wal.UnsafeNoSync
+		logger.Warn("fsync is off (wal.unsafe_no_sync): a machine crash loses acknowledged messages")
 	}
 	start := time.Now()
-	eng, err := wal.Open(*dataDir, cfg)
+	eng, err := wal.Open(cfg.DataDir, walCfg)
 	if err != nil {
-		return fmt.Errorf("open embedded engine in %s: %w", *dataDir, err)
+		return fmt.Errorf("open embedded engine in %s: %w", cfg.DataDir, err)
 	}
-	logger.Info("engine open", slog.String("data_dir", *dataDir), slog.Duration("took", time.Since(start)))
+	logger.Info("engine open", slog.String("data_dir", cfg.DataDir), slog.Duration("took", time.Since(start)))
 	defer func() {
-		if err := eng.Close(); err != nil {
-			logger.Error("engine close", slog.Any("error", err))
+		// Last: flush the committer, write a snapshot, close the files.
+		if cerr := eng.Close(); cerr != nil {
+			logger.Error("engine close", slog.Any("error", cerr))
+			err = errors.Join(err, cerr)
 		}
 	}()
 
-	b, err := broker.New(broker.Config{Engine: eng, Logger: logger})
+	// Broker.
+	b, err := broker.New(broker.Config{
+		Engine:             eng,
+		Logger:             logger,
+		DisableAutoCreate:  !cfg.Broker.AutoCreate,
+		AutoCreateConfig:   storage.TopicConfig{Semantics: storage.Semantics(cfg.Broker.AutoCreateSemantics)},
+		RetentionInterval:  cfg.Broker.RetentionInterval,
+		DefaultMaxInFlight: cfg.Broker.DefaultMaxInFlight,
+		PollInterval:       cfg.Broker.PollInterval,
+	})
 	if err != nil {
 		return err
 	}
 	if err := b.Start(ctx); err != nil {
 		return err
 	}
+	stopCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		sctx, cancel := stopCtx()
 		defer cancel()
-		if err := b.Stop(stopCtx); err != nil {
-			logger.Error("broker stop", slog.Any("error", err))
+		if serr := b.Stop(sctx); serr != nil {
+			logger.Error("broker stop", slog.Any("error", serr))
+			err = errors.Join(err, serr)
 		}
 	}()
-	logger.Info("spool running on the embedded engine; the TCP and HTTP listeners arrive with the wire protocol")
-
-	if *demo {
-		if err := runDemo(ctx, b, logger); err != nil {
-			return fmt.Errorf("demo: %w", err)
-		}
+	if err := m.RegisterBroker(b, metrics.CollectorOptions{Logger: logger}); err != nil {
+		return err
 	}
-	<-ctx.Done()
-	logger.Info("shutting down")
-	return nil
+
+	// TCP server.
+	srvCfg := cfg.Server
+	srvCfg.Logger, srvCfg.Metrics, srvCfg.Version = logger, m, version
+	srv, err := server.New(srvCfg, b)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if err := srv.Start(ctx, ln); err != nil {
+		_ = ln.Close()
+		return err
+	}
+
+	// HTTP: the admin API with /metrics, /healthz and /readyz (package admin).
+	var shuttingDown atomic.Bool
+	brokerReady := admin.BrokerReady(b)
+	adminHandler, err := admin.New(admin.Config{
+		Broker:   b,
+		Gatherer: reg,
+		Metrics:  m,
+		Logger:   logger,
+		Ready: func() error {
+			if shuttingDown.Load() {
+				return errors.New("shutting down")
+			}
+			return brokerReady()
+		},
+	})
+	if err != nil {
+		sctx, cancel := stopCtx()
+		defer cancel()
+		return errors.Join(err, srv.Stop(sctx))
+	}
+	hl, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		sctx, cancel := stopCtx()
+		defer cancel()
+		return errors.Join(fmt.Errorf("listen %s: %w", cfg.HTTP, err), srv.Stop(sctx))
+	}
+	httpSrv := &http.Server{
+		Handler:           adminHandler,
+		ReadHeaderTimeout: 10 * time.Second,
+		// Longer than the longest pull wait (admin.DefaultMaxPullWait).
+		WriteTimeout: admin.DefaultMaxPullWait + 30*time.Second,
+		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- httpSrv.Serve(hl) }()
+
+	logger.Info("spool serving", slog.String("version", version), slog.String("tcp", ln.Addr().String()),
+		slog.String("http", hl.Addr().String()), slog.String("data_dir", cfg.DataDir))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", slog.String("cause", context.Cause(ctx).Error()))
+	case <-srv.Done():
+		runErr = fmt.Errorf("tcp listener failed: %w", srv.Err())
+	case herr := <-httpDone:
+		runErr = fmt.Errorf("http server failed: %w", herr)
+		httpDone <- herr
+	}
+	return errors.Join(runErr, shutdown(stopCtx, logger, &shuttingDown, srv, adminHandler, httpSrv, httpDone))
 }
 
-// runDemo shows the in-process API: two groups on a PUB_SUB topic each receive every message.
-func runDemo(ctx context.Context, b *broker.Broker, logger *slog.Logger) error {
-	const topic = "spool.demo"
-	if _, err := b.CreateTopic(ctx, topic, storage.TopicConfig{Semantics: storage.PubSub}); err != nil && !errors.Is(err, storage.ErrTopicExists) {
-		return err
+// shutdown stops the listeners and their sessions; the deferred calls of run then stop the broker
+// and close the engine. The order:
+//
+//  1. /readyz answers 503, so that load balancers stop sending work;
+//  2. the TCP server stops accepting, says Goodbye (binary) or ERR CLOSED (text), lets binary
+//     clients settle for the grace period, then ends every session: members leave, their leases
+//     are released at once, writers flush, sockets close;
+//  3. the HTTP pull sessions end (their leases are released), the HTTP server stops accepting and
+//     waits for the requests in flight;
+//  4. (run) the broker stops its dispatchers and retention job;
+//  5. (run) the engine closes: the committer flushes, a snapshot is written, files close.
+func shutdown(stopCtx func() (context.Context, context.CancelFunc), logger *slog.Logger, shuttingDown *atomic.Bool,
+	srv *server.Server, adminHandler *admin.Handler, httpSrv *http.Server, httpDone <-chan error) error {
+	ctx, cancel := stopCtx()
+	defer cancel()
+	shuttingDown.Store(true)
+	var errs []error
+	if err := srv.Stop(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("tcp server stop: %w", err))
 	}
-	var members []*broker.Member
-	for _, group := range []string{"billing", "audit"} {
-		m, err := b.Subscribe(ctx, broker.SubscribeParams{Pattern: "spool.*", Group: group})
-		if err != nil {
-			return err
-		}
-		members = append(members, m)
+	if err := adminHandler.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("admin close: %w", err))
 	}
-	defer func() {
-		for _, m := range members {
-			_ = m.Close(context.WithoutCancel(ctx))
-		}
-	}()
-	msgs := make([]storage.AppendMessage, 3)
-	for i := range msgs {
-		msgs[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: fmt.Appendf(nil, "hello %d", i)}
+	if err := httpSrv.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("http server shutdown: %w", err))
 	}
-	if _, err := b.Publish(ctx, topic, msgs); err != nil {
-		return err
+	if err := <-httpDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Warn("http server", slog.Any("error", err))
 	}
-	for i, m := range members {
-		for range msgs {
-			select {
-			case d := <-m.Deliveries():
-				logger.Info("demo delivery", slog.Int("member", i), slog.String("topic", d.Topic),
-					slog.Int64("offset", d.Offset), slog.String("payload", string(d.Payload)), slog.Int("attempt", d.Attempt))
-				if err := m.Ack(ctx, d.SubscriptionID, d.Ref()); err != nil {
-					return err
-				}
-			case <-time.After(10 * time.Second):
-				return fmt.Errorf("member %d: no delivery within 10s", i)
-			case <-ctx.Done():
-				return nil
-			}
-		}
+	err := errors.Join(errs...)
+	if err != nil {
+		logger.Error("shutdown", slog.Any("error", err))
 	}
-	return nil
+	return err
+}
+
+// buildVersion returns the module version of the binary, "dev" for a build from a work tree.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }

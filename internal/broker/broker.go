@@ -24,6 +24,8 @@ const (
 	// DefaultPollInterval is how often an idle dispatcher looks at its subscription without a
 	// wake-up.
 	DefaultPollInterval = time.Second
+	// MaxLeaseDuration bounds SubscribeParams.LeaseDuration, like a topic's ack_wait.
+	MaxLeaseDuration = 24 * time.Hour
 )
 
 // Config configures a Broker. The zero value of every field but Engine is valid and means the

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -35,8 +36,9 @@ type subState struct {
 	// mu guards the fields below.
 	mu      sync.Mutex
 	members []*Member
-	// next is the index in members where the next round-robin search starts.
-	next int
+	// served is the member that last received deliveries: a round starts after it, so that new
+	// messages go to the members in turn.
+	served *Member
 	// problem is the last problem the dispatcher saw, to log changes only.
 	problem string
 }
@@ -91,7 +93,7 @@ func (s *subState) run() {
 		wait, gone := s.dispatch()
 		if gone {
 			// The subscription no longer exists in the engine: detach its members.
-			b.detachSub(s)
+			b.detachSub(s, fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, s.id, s.topic))
 			return
 		}
 		timer.Reset(wait)
@@ -122,24 +124,33 @@ func (s *subState) dispatch() (wait time.Duration, gone bool) {
 	defer s.claimMu.Unlock()
 	var nextDue time.Time
 	var lastShort *Member
+	s.mu.Lock()
+	after := s.served
+	s.mu.Unlock()
 	for {
 		select {
 		case <-s.stop:
 			return 0, false
 		default:
 		}
-		m, k, others := s.pick()
+		m, k, others := s.pick(after)
 		if m == nil {
 			break
 		}
+		after = m
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
-			SubscriptionID: s.id, Member: m.id, Max: k, AvoidMember: others,
+			SubscriptionID: s.id, Member: m.id, Max: k, AvoidMember: others, LeaseDuration: m.leaseDuration,
 		})
 		if err != nil {
 			m.unreserve(k)
 			return s.claimFailed(err)
 		}
 		m.deliver(s, res.Deliveries, k)
+		if len(res.Deliveries) > 0 {
+			s.mu.Lock()
+			s.served = m
+			s.mu.Unlock()
+		}
 		nextDue = earliest(nextDue, res.NextDue)
 		if len(res.Deliveries) < k {
 			if !others || (lastShort != nil && lastShort != m) {
@@ -154,23 +165,26 @@ func (s *subState) dispatch() (wait time.Duration, gone bool) {
 	return s.waitFor(nextDue), false
 }
 
-// pick chooses the next member with credit in round-robin order and reserves its credit. others
-// reports whether another member has credit too (then the claim avoids giving the chosen member
-// what it was last given: a nack goes to a different member).
-func (s *subState) pick() (m *Member, k int, others bool) {
+// pick chooses the first member with credit after member after (from the start of the list if
+// after is nil or gone), in round-robin order, and reserves its credit. others reports whether
+// another member has credit too (then the claim avoids giving the chosen member what it was last
+// given: a nack goes to a different member).
+func (s *subState) pick(after *Member) (m *Member, k int, others bool) {
 	now := s.b.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(s.members)
+	start := 0
+	if i := slices.Index(s.members, after); i >= 0 {
+		start = i + 1
+	}
 	for i := range n {
-		idx := (s.next + i) % n
-		c := s.members[idx]
+		c := s.members[(start+i)%n]
 		c.mu.Lock()
 		k = c.reserveLocked(now)
 		c.mu.Unlock()
 		if k > 0 {
 			m = c
-			s.next = (idx + 1) % n
 			break
 		}
 	}

@@ -28,9 +28,26 @@
 // an admin call, an auto-create, or another broker instance); subscriptions this creates start at
 // the topic's beginning, so the first message of a new topic is not missed.
 //
-// Leaving (Member.Close) is not cancelling: the member's leases are released and redelivered to the
-// other members at once, and the durable subscription stays. Only ephemeral subscriptions end with
-// their member.
+// Leaving (Member.Close, or Member.Leave, which also counts the leases released) is not cancelling:
+// the member's leases are released and redelivered to the other members at once, and the durable
+// subscription stays. Only ephemeral subscriptions end with their member. When a subscription ends
+// under a member for another reason (CancelGroup, DeleteTopic, a subscription deleted elsewhere),
+// the member is detached from it and told so (Member.TakeEnded); it stays open for its other
+// subscriptions and for matching topics created later.
+//
+// # What connections need
+//
+// A connection serves many members with one writer goroutine: SubscribeParams.Notify (a channel
+// of capacity 1, shared by the members of a connection) receives a send that never blocks after
+// deliveries were put in a member's channel, moved to a larger one, or a subscription ended, and
+// the writer then drains each member's channel without blocking. SubscribeParams.LeaseDuration
+// overrides the topics' ack_wait for one member's claims (text sessions hold deliveries until they
+// ack). Member.SetMaxInFlight changes the credit at runtime (the protocol's Credit frame; 0 stops
+// deliveries while the member keeps its leases, for a server draining its connections).
+// Broker.AckBatch acks for any member of the subscription, also one whose connection closed the
+// handle, and gives the credit back to whichever member of this broker held the deliveries;
+// Member.NackBatch and Member.ExtendBatch return the engine's counts and the refs the member does
+// not hold instead of failing.
 //
 // # Dispatch
 //
@@ -48,9 +65,11 @@
 //     resume through another instance, a lost database notification, clock skew).
 //
 // Extend does not wake it: it changes no credit. A dispatch round picks the members with credit in
-// round-robin order, starting after the last one served, and calls Engine.DeliveriesClaim with
-// Max = the member's whole credit and AvoidMember set when another member has credit too (so a nack
-// goes to a different member where one can take it, else back to the same one). The deliveries go
+// round-robin order, starting after the last one that received deliveries (so messages published
+// one at a time go to the members in turn), and calls Engine.DeliveriesClaim with Max = the
+// member's whole credit, LeaseDuration = the member's, and AvoidMember set when another member has
+// credit too (so a nack goes to a different member where one can take it, else back to the same
+// one). The deliveries go
 // to the member's channel. The round ends when no member has credit, when a claim without
 // AvoidMember comes back short, or when two claims in a row by different members come back short
 // (what the first left behind was last delivered to it, and the second would have taken it).
@@ -65,8 +84,11 @@
 // member counts the deliveries it holds (with their lease deadlines) and the deliveries being
 // claimed for it (reserved); an ack or nack forgets a delivery, and so does its lease deadline
 // passing (the engine may give it to another member; a late ack still works). The deliveries
-// channel has capacity MaxInFlight and credit = MaxInFlight - reserved - max(held, len(channel)),
-// so a send never blocks even when expired deliveries still sit in the channel. (Credit freed by the
+// channel has capacity at least MaxInFlight and credit = MaxInFlight - reserved - max(held,
+// len(channel)), so a send never blocks even when expired deliveries still sit in the channel.
+// Channels cannot grow: SetMaxInFlight above the capacity moves the channel's contents, in order,
+// to a new larger channel under Member.mu (deliver sends under it too), and Deliveries returns the
+// new one from then on. (Credit freed by the
 // consumer receiving such an expired delivery is noticed at the next wake-up or poll: receiving from
 // a channel has no hook.)
 //

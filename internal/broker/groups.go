@@ -142,10 +142,27 @@ func (b *Broker) ResumeGroup(ctx context.Context, topic, group string) (*storage
 }
 
 // CancelGroup cancels the subscription of group on topic: it releases everything at once and is
-// terminal. Members still attached receive nothing more; subscribing again creates a new
+// terminal. The members of this broker attached to it are detached and told so
+// (Member.TakeEnded); they stay open for their other subscriptions. Subscribing again creates a new
 // subscription. The group's pattern bindings stay (see DeleteBinding).
 func (b *Broker) CancelGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
-	return b.setGroupState(ctx, topic, group, storage.Cancelled)
+	sub, err := b.setGroupState(ctx, topic, group, storage.Cancelled)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.RLock()
+	s := b.subs[sub.ID]
+	b.mu.RUnlock()
+	if s != nil {
+		owned := b.detachSub(s, fmt.Errorf("%w: subscription %d of group %q on topic %q was cancelled",
+			storage.ErrSubscriptionNotActive, sub.ID, sub.Group, topic))
+		if owned {
+			if err := b.engine.SubscriptionDelete(ctx, sub.ID); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
+				b.logger.WarnContext(ctx, "deleting cancelled ephemeral subscription failed", slog.Int64("subscription", sub.ID), slog.Any("error", err))
+			}
+		}
+	}
+	return sub, nil
 }
 
 // DLQ lists the dead-lettered messages of the subscription of group on topic with an ID above

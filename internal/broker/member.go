@@ -1,10 +1,12 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,14 +18,16 @@ import (
 // subscription, or an ephemeral subscription of its own) and receives the deliveries of all of them
 // on one channel, limited by one credit (MaxInFlight). Every method is safe for concurrent use.
 type Member struct {
-	b           *Broker
-	id          string
-	pattern     string
-	group       string
-	maxInFlight int
-	start       storage.StartPosition
-	// ch has capacity maxInFlight; credit accounting guarantees a send never blocks.
-	ch chan *storage.Delivery
+	b       *Broker
+	id      string
+	pattern string
+	group   string
+	start   storage.StartPosition
+	// leaseDuration overrides the topics' ack_wait in claims for this member when positive.
+	leaseDuration time.Duration
+	// notify, when not nil, gets a non-blocking send after deliveries were put in ch and after a
+	// subscription ended under the member.
+	notify chan<- struct{}
 
 	// attachMu serializes attaching and closing (it is held across engine calls; the engine's
 	// notification callback never takes it).
@@ -37,6 +41,13 @@ type Member struct {
 	// mu guards the fields below.
 	mu     sync.Mutex
 	closed bool
+	// maxInFlight is the member's credit (SetMaxInFlight changes it).
+	maxInFlight int
+	// ch has capacity at least maxInFlight (SetMaxInFlight replaces it by a larger one); credit
+	// accounting guarantees a send never blocks.
+	ch chan *storage.Delivery
+	// ended lists the subscriptions that ended under the member, until TakeEnded.
+	ended []EndedSubscription
 	// reserved counts deliveries being claimed for this member right now.
 	reserved int
 	// starved is set when a dispatcher found no credit because of another dispatcher's
@@ -81,20 +92,42 @@ type MemberInfo struct {
 	Subscriptions []int64 `json:"subscriptions"`
 }
 
-func newMember(b *Broker, id, pattern, group string, maxInFlight int, start storage.StartPosition) *Member {
+// EndedSubscription tells a member that it was detached from one of its subscriptions for a reason
+// other than its own Close: the subscription was cancelled or deleted, or its topic was deleted.
+// The member stays open and keeps its other subscriptions (and joins matching topics created
+// later); its leases on the ended subscription are gone.
+type EndedSubscription struct {
+	// SubscriptionID is the subscription that ended.
+	SubscriptionID int64
+	// Topic is its topic.
+	Topic string
+	// Err says why. It wraps storage.ErrSubscriptionNotFound (the subscription or its topic was
+	// deleted) or storage.ErrSubscriptionNotActive (it was cancelled).
+	Err error
+}
+
+// Attachment names one subscription a member is attached to.
+type Attachment struct {
+	SubscriptionID int64
+	Topic          string
+}
+
+func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start storage.StartPosition) *Member {
 	return &Member{
-		b:           b,
-		id:          id,
-		pattern:     pattern,
-		group:       group,
-		maxInFlight: maxInFlight,
-		start:       start,
-		ch:          make(chan *storage.Delivery, maxInFlight),
-		closedCh:    make(chan struct{}),
-		inflight:    make(map[leaseKey]time.Time),
-		subs:        make(map[int64]*subState),
-		topics:      make(map[string]int64),
-		owned:       make(map[int64]bool),
+		b:             b,
+		id:            id,
+		pattern:       p.Pattern,
+		group:         p.Group,
+		start:         start,
+		leaseDuration: p.LeaseDuration,
+		notify:        p.Notify,
+		maxInFlight:   maxInFlight,
+		ch:            make(chan *storage.Delivery, maxInFlight),
+		closedCh:      make(chan struct{}),
+		inflight:      make(map[leaseKey]time.Time),
+		subs:          make(map[int64]*subState),
+		topics:        make(map[string]int64),
+		owned:         make(map[int64]bool),
 	}
 }
 
@@ -108,12 +141,123 @@ func (m *Member) Pattern() string { return m.pattern }
 func (m *Member) Group() string { return m.group }
 
 // MaxInFlight returns the member's credit: the most unacknowledged deliveries it holds at a time.
-func (m *Member) MaxInFlight() int { return m.maxInFlight }
+func (m *Member) MaxInFlight() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.maxInFlight
+}
 
-// Deliveries returns the channel the member's deliveries arrive on. Its capacity is MaxInFlight,
-// so the broker never blocks on it. It is closed when the member closes; deliveries still in it
-// then are dropped and their leases released.
-func (m *Member) Deliveries() <-chan *storage.Delivery { return m.ch }
+// LeaseDuration returns the lease of the member's deliveries; 0 means each topic's ack_wait.
+func (m *Member) LeaseDuration() time.Duration { return m.leaseDuration }
+
+// Deliveries returns the channel the member's deliveries arrive on. Its capacity is at least
+// MaxInFlight, so the broker never blocks on it. It is closed when the member closes; deliveries
+// still in it then are dropped and their leases released.
+//
+// SetMaxInFlight above the channel's capacity replaces the channel by a larger one and moves what
+// the old one held; the old channel then receives nothing more and is not closed. A consumer that
+// raises the credit therefore calls Deliveries again afterwards (or at every receive, as a consumer
+// woken through SubscribeParams.Notify does).
+func (m *Member) Deliveries() <-chan *storage.Delivery {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ch
+}
+
+// SetMaxInFlight changes the member's credit to n, between 0 and MaxInFlightLimit: the most
+// unacknowledged deliveries it may hold at a time. Raising it wakes the member's dispatchers. With
+// 0 the member keeps its leases (it may still ack, nack and extend them) and receives nothing
+// more: a server draining its connections uses it. Lowering the credit below what the member holds
+// takes effect as its deliveries are settled. It fails with ErrMemberClosed after Close.
+func (m *Member) SetMaxInFlight(n int) error {
+	if n < 0 || n > MaxInFlightLimit {
+		return invalid("max_in_flight must be between 0 and %d, got %d", MaxInFlightLimit, n)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrMemberClosed
+	}
+	grew := n > m.maxInFlight
+	m.maxInFlight = n
+	moved := false
+	if n > cap(m.ch) {
+		// Channels cannot grow: move what the old one holds (in order) to a larger one. deliver
+		// sends under m.mu, so nothing is sent to the old channel after this.
+		ch := make(chan *storage.Delivery, n)
+		for {
+			select {
+			case d := <-m.ch:
+				ch <- d
+				moved = true
+				continue
+			default:
+			}
+			break
+		}
+		m.ch = ch
+	}
+	if moved {
+		m.notifyLocked()
+	}
+	m.mu.Unlock()
+	if grew {
+		m.wakeSubs()
+	}
+	return nil
+}
+
+// Subscriptions lists the subscriptions the member is attached to now, ordered by ID.
+func (m *Member) Subscriptions() []Attachment {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Attachment, 0, len(m.subs))
+	for id, s := range m.subs {
+		out = append(out, Attachment{SubscriptionID: id, Topic: s.topic})
+	}
+	slices.SortFunc(out, func(a, b Attachment) int { return cmp.Compare(a.SubscriptionID, b.SubscriptionID) })
+	return out
+}
+
+// AttachedTo reports whether the member is attached to subscription subID now.
+func (m *Member) AttachedTo(subID int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.subs[subID]
+	return ok
+}
+
+// TakeEnded returns the subscriptions that ended under the member since the last call (see
+// EndedSubscription) and forgets them. A consumer woken through SubscribeParams.Notify calls it.
+func (m *Member) TakeEnded() []EndedSubscription {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ended := m.ended
+	m.ended = nil
+	return ended
+}
+
+// endedLocked records that the member was detached from s for reason and notifies the consumer.
+// m.mu must be held.
+func (m *Member) endedLocked(s *subState, reason error) {
+	if m.closed {
+		return
+	}
+	m.ended = append(m.ended, EndedSubscription{SubscriptionID: s.id, Topic: s.topic, Err: reason})
+	m.notifyLocked()
+}
+
+// notifyLocked signals SubscribeParams.Notify without blocking. m.mu must be held (so that the
+// consumer's drain after the signal sees what was added before it).
+func (m *Member) notifyLocked() {
+	if m.notify == nil {
+		return
+	}
+	select {
+	case m.notify <- struct{}{}:
+	default:
+	}
+}
 
 // Done is closed when the member has closed (by Close, by Stop of the broker).
 func (m *Member) Done() <-chan struct{} { return m.closedCh }
@@ -246,6 +390,9 @@ func (m *Member) deliver(s *subState, ds []*storage.Delivery, k int) {
 				slog.Int("partition", int(d.Partition)), slog.Int64("offset", d.Offset))
 		}
 	}
+	if len(ds) > 0 {
+		m.notifyLocked()
+	}
 }
 
 // purgeChannelLocked removes the deliveries of subscription subID from the channel, keeping the
@@ -289,13 +436,19 @@ func (m *Member) nextExpiry(now time.Time) time.Time {
 	return m.minDeadline
 }
 
-// forget drops deliveries from the member's accounting.
-func (m *Member) forget(subID int64, refs []storage.DeliveryRef) {
+// forget drops deliveries from the member's accounting and returns how many it held.
+func (m *Member) forget(subID int64, refs []storage.DeliveryRef) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	n := 0
 	for _, r := range refs {
-		delete(m.inflight, leaseKey{sub: subID, partition: r.Partition, offset: r.Offset})
+		key := leaseKey{sub: subID, partition: r.Partition, offset: r.Offset}
+		if _, ok := m.inflight[key]; ok {
+			delete(m.inflight, key)
+			n++
+		}
 	}
+	return n
 }
 
 // wakeSubs wakes the dispatchers of the member's subscriptions (it gained credit).
@@ -343,17 +496,64 @@ func (m *Member) Ack(ctx context.Context, subID int64, refs ...storage.DeliveryR
 	if err := m.checkSub(subID); err != nil {
 		return err
 	}
-	res, err := m.b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: subID, Member: m.id, Refs: refs})
+	res, err := m.b.ack(ctx, subID, m.id, refs)
 	if err != nil {
-		return fmt.Errorf("broker: ack on subscription %d: %w", subID, err)
+		return err
 	}
-	m.forget(subID, refs)
-	m.wakeSubs()
 	if len(res.Unknown) > 0 {
 		return invalid("ack on subscription %d: %d of %d refs name no message (first %d:%d)",
 			subID, len(res.Unknown), len(refs), res.Unknown[0].Partition, res.Unknown[0].Offset)
 	}
 	return nil
+}
+
+// AckBatch completes deliveries of subscription subID on behalf of member (any member of the
+// subscription may ack, also one that left or whose lease expired: a connection acks deliveries of
+// a handle it closed) and returns the engine's counts; refs the engine does not know are listed in
+// the result's Unknown, not returned as an error. Acks are durable when AckBatch returns and
+// idempotent. The credit of whichever member of this broker held the deliveries grows by them.
+// Errors: storage.ErrInvalidArgument for a negative partition or offset (nothing acked),
+// storage.ErrSubscriptionNotFound, the engine's errors.
+func (b *Broker) AckBatch(ctx context.Context, subID int64, member string, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if len(refs) == 0 {
+		return &storage.DeliveriesAckResult{}, nil
+	}
+	if err := validateRefs(refs); err != nil {
+		return nil, err
+	}
+	return b.ack(ctx, subID, member, refs)
+}
+
+// ack acks refs in the engine, then gives the credit back to the members of this broker that held
+// them and wakes their dispatchers.
+func (b *Broker) ack(ctx context.Context, subID int64, member string, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
+	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: subID, Member: member, Refs: refs})
+	if err != nil {
+		return nil, fmt.Errorf("broker: ack on subscription %d: %w", subID, err)
+	}
+	b.mu.RLock()
+	s := b.subs[subID]
+	var holders []*Member
+	if s != nil {
+		s.mu.Lock()
+		holders = slices.Clone(s.members)
+		s.mu.Unlock()
+	}
+	b.mu.RUnlock()
+	for _, h := range holders {
+		if h.forget(subID, refs) > 0 {
+			h.wakeSubs()
+		}
+	}
+	if s != nil {
+		// Also when no member here held them (their leases had expired): credit freed by a
+		// consumer receiving expired deliveries from its channel is noticed now.
+		s.wakeUp()
+	}
+	return res, nil
 }
 
 // NackOptions says what happens to nacked deliveries.
@@ -375,23 +575,10 @@ func (m *Member) Nack(ctx context.Context, subID int64, refs []storage.DeliveryR
 	if len(refs) == 0 {
 		return nil
 	}
-	if opts.Delay < 0 {
-		return invalid("nack delay must not be negative, got %s", opts.Delay)
-	}
-	if err := validateRefs(refs); err != nil {
-		return err
-	}
-	if err := m.checkSub(subID); err != nil {
-		return err
-	}
-	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
-		SubscriptionID: subID, Member: m.id, Refs: refs, Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
-	})
+	res, err := m.NackBatch(ctx, subID, refs, opts)
 	if err != nil {
-		return fmt.Errorf("broker: nack on subscription %d: %w", subID, err)
+		return err
 	}
-	m.forget(subID, refs)
-	m.wakeSubs()
 	if len(res.NotHeld) > 0 {
 		return fmt.Errorf("broker: nack on subscription %d: %d of %d refs (first %d:%d): %w",
 			subID, len(res.NotHeld), len(refs), res.NotHeld[0].Partition, res.NotHeld[0].Offset, storage.ErrLeaseNotHeld)
@@ -399,27 +586,67 @@ func (m *Member) Nack(ctx context.Context, subID int64, refs []storage.DeliveryR
 	return nil
 }
 
+// NackBatch is Nack that returns the engine's counts: refs the member does not hold are listed in
+// the result's NotHeld instead of making the call fail.
+func (m *Member) NackBatch(ctx context.Context, subID int64, refs []storage.DeliveryRef, opts NackOptions) (*storage.DeliveriesNackResult, error) {
+	if len(refs) == 0 {
+		return &storage.DeliveriesNackResult{}, nil
+	}
+	if opts.Delay < 0 {
+		return nil, invalid("nack delay must not be negative, got %s", opts.Delay)
+	}
+	if err := validateRefs(refs); err != nil {
+		return nil, err
+	}
+	if err := m.checkSub(subID); err != nil {
+		return nil, err
+	}
+	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
+		SubscriptionID: subID, Member: m.id, Refs: refs, Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("broker: nack on subscription %d: %w", subID, err)
+	}
+	m.forget(subID, refs)
+	m.wakeSubs()
+	return res, nil
+}
+
 // Extend pushes the lease deadlines of deliveries of subscription subID to d from now (0: the
 // topic's ack_wait) and returns the new deadline. Refs the member does not hold make Extend return
 // an error wrapping storage.ErrLeaseNotHeld after the others were extended.
 func (m *Member) Extend(ctx context.Context, subID int64, refs []storage.DeliveryRef, d time.Duration) (time.Time, error) {
+	res, err := m.ExtendBatch(ctx, subID, refs, d)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(res.NotHeld) > 0 {
+		return res.Deadline, fmt.Errorf("broker: extend on subscription %d: %d of %d refs (first %d:%d): %w",
+			subID, len(res.NotHeld), len(refs), res.NotHeld[0].Partition, res.NotHeld[0].Offset, storage.ErrLeaseNotHeld)
+	}
+	return res.Deadline, nil
+}
+
+// ExtendBatch is Extend that returns the engine's counts: refs the member does not hold are listed
+// in the result's NotHeld instead of making the call fail.
+func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.DeliveryRef, d time.Duration) (*storage.DeliveriesExtendResult, error) {
 	if len(refs) == 0 {
-		return time.Time{}, invalid("extend: no delivery refs")
+		return nil, invalid("extend: no delivery refs")
 	}
 	if d < 0 {
-		return time.Time{}, invalid("extend duration must not be negative, got %s", d)
+		return nil, invalid("extend duration must not be negative, got %s", d)
 	}
 	if err := validateRefs(refs); err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
 	if err := m.checkSub(subID); err != nil {
-		return time.Time{}, err
+		return nil, err
 	}
 	res, err := m.b.engine.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{
 		SubscriptionID: subID, Member: m.id, Refs: refs, Duration: d,
 	})
 	if err != nil {
-		return time.Time{}, fmt.Errorf("broker: extend on subscription %d: %w", subID, err)
+		return nil, fmt.Errorf("broker: extend on subscription %d: %w", subID, err)
 	}
 	notHeld := make(map[storage.DeliveryRef]bool, len(res.NotHeld))
 	for _, r := range res.NotHeld {
@@ -439,11 +666,7 @@ func (m *Member) Extend(ctx context.Context, subID int64, refs []storage.Deliver
 		}
 	}
 	m.mu.Unlock()
-	if len(res.NotHeld) > 0 {
-		return res.Deadline, fmt.Errorf("broker: extend on subscription %d: %d of %d refs (first %d:%d): %w",
-			subID, len(res.NotHeld), len(refs), res.NotHeld[0].Partition, res.NotHeld[0].Offset, storage.ErrLeaseNotHeld)
-	}
-	return res.Deadline, nil
+	return res, nil
 }
 
 // Close makes the member leave: it stops receiving, its leases are released (the messages go to
@@ -452,24 +675,32 @@ func (m *Member) Extend(ctx context.Context, subID int64, refs []storage.Deliver
 // subscriptions stay: leaving is not cancelling. Close is idempotent; later calls wait for the
 // first one and return nil.
 func (m *Member) Close(ctx context.Context) error {
+	_, err := m.Leave(ctx)
+	return err
+}
+
+// Leave is Close that also reports how many leases it gave back to the subscriptions (the engine's
+// count, including deliveries still in the channel; 0 for an ephemeral subscription, which is
+// deleted). Later calls wait for the first one and return 0 and nil.
+func (m *Member) Leave(ctx context.Context) (released int, err error) {
 	first := false
 	m.closeOnce.Do(func() {
 		first = true
-		m.closeErr = m.doClose(ctx)
+		released, m.closeErr = m.doClose(ctx)
 		close(m.closedCh)
 	})
 	if first {
-		return m.closeErr
+		return released, m.closeErr
 	}
 	select {
 	case <-m.closedCh:
-		return nil
+		return 0, nil
 	case <-ctx.Done():
-		return fmt.Errorf("broker: close member %q: %w", m.id, context.Cause(ctx))
+		return 0, fmt.Errorf("broker: close member %q: %w", m.id, context.Cause(ctx))
 	}
 }
 
-func (m *Member) doClose(ctx context.Context) error {
+func (m *Member) doClose(ctx context.Context) (int, error) {
 	b := m.b
 	m.attachMu.Lock()
 	defer m.attachMu.Unlock()
@@ -540,5 +771,5 @@ func (m *Member) doClose(ctx context.Context) error {
 	b.logger.DebugContext(ctx, "member left", slog.String("member", m.id), slog.String("pattern", m.pattern),
 		slog.String("group", m.group), slog.Int("subscriptions", len(attached)),
 		slog.Int("released", released), slog.Int("dropped_from_channel", dropped))
-	return errors.Join(errs...)
+	return released, errors.Join(errs...)
 }

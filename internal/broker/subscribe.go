@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
@@ -32,6 +33,16 @@ type SubscribeParams struct {
 	// subscription. Subscriptions on topics created after the call start at the topic's beginning.
 	// The zero value means FROM_NOW.
 	Start storage.StartPosition
+	// LeaseDuration is the lease of the member's deliveries, overriding each topic's ack_wait
+	// (for consumers with known slow handlers, and for text sessions that hold deliveries until
+	// they ack). 0 means the topic's ack_wait; at most MaxLeaseDuration.
+	LeaseDuration time.Duration
+	// Notify, when not nil, receives a send that never blocks (so give it capacity 1) whenever the
+	// broker put deliveries in the member's channel, moved them to a larger channel
+	// (Member.SetMaxInFlight), or a subscription ended under the member (Member.TakeEnded). A
+	// connection serving many members waits on one channel this way instead of on each member's.
+	// Several members may share it.
+	Notify chan<- struct{}
 }
 
 func validateStart(p storage.StartPosition) (storage.StartPosition, error) {
@@ -79,6 +90,9 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	if p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlightLimit {
 		return nil, invalid("max_in_flight must be between 0 (default) and %d, got %d", MaxInFlightLimit, p.MaxInFlight)
 	}
+	if p.LeaseDuration < 0 || p.LeaseDuration > MaxLeaseDuration {
+		return nil, invalid("lease duration must be between 0 (the topic's ack_wait) and %s, got %s", MaxLeaseDuration, p.LeaseDuration)
+	}
 	start, err := validateStart(p.Start)
 	if err != nil {
 		return nil, err
@@ -87,7 +101,7 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	if id == "" {
 		id = "m-" + rand.Text()[:16]
 	}
-	m := newMember(b, id, p.Pattern, p.Group, cmpOr(p.MaxInFlight, b.defaultMaxInFlight), start)
+	m := newMember(b, id, p, cmpOr(p.MaxInFlight, b.defaultMaxInFlight), start)
 
 	// Register first, so that a topic created from now on is attached by the notifier; the listing
 	// below covers the topics created before. Attaching is idempotent per topic.
@@ -335,8 +349,8 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 func (b *Broker) detachLocked(s *subState, m *Member) (owned bool) {
 	s.mu.Lock()
 	s.members = slices.DeleteFunc(s.members, func(x *Member) bool { return x == m })
-	if s.next >= len(s.members) {
-		s.next = 0
+	if s.served == m {
+		s.served = nil
 	}
 	empty := len(s.members) == 0
 	s.mu.Unlock()
@@ -387,18 +401,25 @@ func (b *Broker) removeSubLocked(s *subState) {
 	close(s.stop)
 }
 
-// detachSub detaches every member from s (its subscription is gone). Members stay alive and attach
-// again when a matching topic appears.
-func (b *Broker) detachSub(s *subState) {
+// detachSub detaches every member from s (its subscription is gone or cancelled) and tells them
+// why (Member.TakeEnded). Members stay alive and attach again when a matching topic appears. It
+// reports whether one of them owned s (an ephemeral subscription).
+func (b *Broker) detachSub(s *subState, reason error) (owned bool) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	s.mu.Lock()
 	members := slices.Clone(s.members)
 	s.mu.Unlock()
 	for _, m := range members {
-		b.detachLocked(s, m)
+		if b.detachLocked(s, m) {
+			owned = true
+		}
+		m.mu.Lock()
+		m.endedLocked(s, reason)
+		m.mu.Unlock()
 	}
 	b.removeSubLocked(s)
-	b.mu.Unlock()
+	return owned
 }
 
 // detachTopic detaches every member from the subscriptions of a deleted topic. Only subscriptions
@@ -421,7 +442,7 @@ func (b *Broker) detachTopic(ctx context.Context, topic string) {
 			b.logger.WarnContext(ctx, "checking subscription of deleted topic failed", slog.Int64("subscription", s.id), slog.Any("error", err))
 			continue
 		}
-		b.detachSub(s)
+		b.detachSub(s, fmt.Errorf("%w: topic %q was deleted", storage.ErrSubscriptionNotFound, topic))
 		n++
 	}
 	if n > 0 {

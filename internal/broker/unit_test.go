@@ -51,7 +51,7 @@ func TestMemberCreditAccounting(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	b := unitBroker(clock)
-	m := newMember(b, "m1", "t", "", 3, storage.StartPosition{})
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 3, storage.StartPosition{})
 	s := &subState{b: b, id: 7, topic: "t", wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.members = []*Member{m}
 	m.subs[s.id] = s
@@ -102,7 +102,7 @@ func TestMemberDeliverAfterLeaveDrops(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	b := unitBroker(clock)
-	m := newMember(b, "m1", "t", "", 2, storage.StartPosition{})
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 2, storage.StartPosition{})
 	s := &subState{b: b, id: 7, topic: "t", wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	now := clock.Now()
 	m.mu.Lock()
@@ -190,18 +190,18 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	b := unitBroker(clock)
-	m := newMember(b, "m1", "t.*", "", 4, storage.StartPosition{})
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t.*"}, 4, storage.StartPosition{})
 	s1 := &subState{b: b, id: 1, topic: "t.a", wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s2 := &subState{b: b, id: 2, topic: "t.b", wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	for _, s := range []*subState{s1, s2} {
 		s.members = []*Member{m}
 		m.subs[s.id] = s
 	}
-	picked, k, _ := s1.pick()
+	picked, k, _ := s1.pick(nil)
 	if picked != m || k != 4 {
 		t.Fatalf("s1 pick = %v, %d; want m1 with 4", picked, k)
 	}
-	if picked, _, _ := s2.pick(); picked != nil {
+	if picked, _, _ := s2.pick(nil); picked != nil {
 		t.Fatal("s2 picked a member whose credit s1 has reserved")
 	}
 	// s1's claim returns one delivery: three credits come back, and s2 must hear of it.
@@ -214,7 +214,7 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	if len(s1.wake) != 0 {
 		t.Fatal("s1 woken by its own returned credit")
 	}
-	if picked, k, _ := s2.pick(); picked != m || k != 3 {
+	if picked, k, _ := s2.pick(nil); picked != m || k != 3 {
 		t.Fatalf("s2 pick after the return = %v, %d; want m1 with 3", picked, k)
 	}
 }

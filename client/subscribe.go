@@ -1,0 +1,636 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/protocol"
+)
+
+// StartPosition says where a subscription starts when a Subscribe creates it (the first member
+// of a durable group, or an ephemeral subscription); it is ignored when the group's subscription
+// exists. The zero value is FromNow. Create it with FromNow, FromBeginning, FromTimestamp or
+// FromMessageID.
+type StartPosition struct {
+	kind protocol.StartKind
+	t    time.Time
+	id   string
+}
+
+// FromNow starts after the last message published before the subscription was created.
+func FromNow() StartPosition { return StartPosition{} }
+
+// FromBeginning starts at the first retained message.
+func FromBeginning() StartPosition { return StartPosition{kind: protocol.StartFromBeginning} }
+
+// FromTimestamp starts at the first message published at or after t on the broker's clock.
+func FromTimestamp(t time.Time) StartPosition {
+	return StartPosition{kind: protocol.StartFromTimestamp, t: t}
+}
+
+// FromMessageID starts at the message id "offset" or "partition:offset" (Position.MessageID).
+func FromMessageID(id string) StartPosition {
+	return StartPosition{kind: protocol.StartFromMessageID, id: id}
+}
+
+// String returns FROM_NOW, FROM_BEGINNING, FROM_TIMESTAMP <RFC 3339> or FROM_MESSAGE_ID <id>.
+func (p StartPosition) String() string {
+	switch p.kind {
+	case protocol.StartFromTimestamp:
+		return p.kind.String() + " " + p.t.Format(time.RFC3339Nano)
+	case protocol.StartFromMessageID:
+		return p.kind.String() + " " + p.id
+	}
+	return p.kind.String()
+}
+
+func (p StartPosition) wire() protocol.StartPosition {
+	return protocol.StartPosition{Kind: p.kind, Time: p.t, MessageID: p.id}
+}
+
+// SubscribeParams say what to consume.
+type SubscribeParams struct {
+	// Topic is a topic name or a wildcard pattern ("orders.*.created", "orders.#"); a pattern also
+	// binds topics created later. Required.
+	Topic string
+	// Group is the consumer group. "" means none: on a QUEUE topic the subscription shares the
+	// topic's one subscription with every consumer (each message to one of them); on a PUB_SUB
+	// topic it gets an ephemeral subscription of its own that lives while it is connected.
+	Group string
+	// MaxInFlight is the credit: the most deliveries the broker leaves unsettled with this
+	// subscription at a time (running in handlers or waiting for one). Defaults to 0: twice the
+	// Concurrency, so that a handler finds its next delivery waiting. The broker caps it (65 536).
+	MaxInFlight int
+	// Start is where the subscription starts if this call creates it. Defaults to FromNow.
+	Start StartPosition
+}
+
+// Handler processes one delivery. Unless the subscription has ManualAck, a nil return acks the
+// delivery and an error nacks it (redelivered after NackDelay, or as NackWithDelay and ToDLQ
+// say). ctx is cancelled when the subscription or the client is closed and the Close's ctx ends
+// before the handler returned. A panic is recovered and treated as an error.
+type Handler func(ctx context.Context, d *Delivery) error
+
+// Subscription is a running consumer: a handle on the broker and Concurrency handler goroutines.
+// It survives reconnects: after a broken connection the client subscribes again with the same
+// parameters. A durable group continues where its acks left off; an ephemeral subscription (no
+// Group on a PUB_SUB topic) ended with the connection and restarts FromNow, so messages published
+// while disconnected are not delivered to it. Every method is safe for concurrent use.
+type Subscription struct {
+	c       *Client
+	params  SubscribeParams
+	cfg     subConfig
+	handler Handler
+	logger  *slog.Logger
+	// ctx is the handlers' context (the subscription's service context).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// subMu serializes the Subscribe and Unsubscribe round trips of this subscription.
+	subMu sync.Mutex
+
+	// mu guards the fields below; cond (on mu) wakes the handler goroutines.
+	mu       sync.Mutex
+	cond     *sync.Cond
+	cn       *conn // connection of the current handle; nil when not subscribed
+	handle   uint32
+	memberID string
+	joined   []protocol.SubscriptionInfo
+	credit   uint32
+	started  bool // subscribed once: the supervisor resubscribes it
+	queue    []*Delivery
+	closing  bool  // closed or ended: no new deliveries to handlers
+	err      error // why the broker ended it; nil when closed by Close
+	// workersStarted is set when the handler goroutines were started (at the end of Subscribe).
+	workersStarted bool
+
+	workersLeft     atomic.Int32
+	workersDone     chan struct{}
+	workersDoneOnce sync.Once
+	doneOnce        sync.Once
+	done            chan struct{}
+}
+
+// Subscribe starts consuming: it subscribes on the broker (waiting for a connection while the
+// client reconnects, until ctx ends), then runs handler for every delivery on Concurrency
+// goroutines (default 1). Settlement: see Handler and ManualAck. Acks are coalesced for about a
+// millisecond (or 256 refs) into batched Ack frames; credit comes back to the broker by itself
+// as deliveries are settled (docs/protocol.md section 8.3).
+//
+// A delivery whose connection broke while its handler ran cannot be settled any more: its Ack or
+// Nack fails with ErrConnectionLost and the broker, which released its lease, redelivers it
+// (with a higher Attempt). Handlers must therefore be idempotent.
+//
+// When the broker ends the whole subscription (SubscriptionEnded: the group was cancelled, the
+// topic deleted) with a non-retryable code, the Subscription stops: Done is closed after its
+// handlers returned and Err returns the reason. Errors: bad parameters wrap
+// protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
+func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handler, opts ...SubscribeOpt) (*Subscription, error) {
+	cfg, err := newSubConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case handler == nil:
+		return nil, fmt.Errorf("client: subscribe: %w: nil handler", protocol.ErrInvalidArgument)
+	case p.Topic == "":
+		return nil, fmt.Errorf("client: subscribe: %w: empty topic", protocol.ErrInvalidArgument)
+	case p.MaxInFlight < 0 || p.MaxInFlight > math.MaxUint32:
+		return nil, fmt.Errorf("client: subscribe: %w: MaxInFlight %d out of range", protocol.ErrInvalidArgument, p.MaxInFlight)
+	}
+	credit := uint32(p.MaxInFlight)
+	if credit == 0 {
+		credit = uint32(min(2*cfg.concurrency, 65536))
+	}
+	s := &Subscription{
+		c:           c,
+		params:      p,
+		cfg:         cfg,
+		handler:     handler,
+		logger:      c.logger.With(slog.String("topic", p.Topic), slog.String("group", p.Group)),
+		credit:      credit,
+		workersDone: make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	s.cond = sync.NewCond(&s.mu)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		s.cancel()
+		return nil, ErrClientClosed
+	}
+	c.subs[s] = struct{}{}
+	c.mu.Unlock()
+
+	wrap := func(err error) error { return fmt.Errorf("client: subscribe to %q: %w", p.Topic, err) }
+	for attempt := 0; ; attempt++ {
+		cn, err := c.waitConn(ctx)
+		if err == nil {
+			if err = s.subscribeOn(ctx, cn, false); err == nil {
+				break
+			}
+		}
+		lost := errors.Is(err, ErrConnectionLost)
+		if ctx.Err() != nil || !(lost || protocol.IsRetryable(err)) {
+			s.abort()
+			return nil, wrap(err)
+		}
+		if !lost {
+			if err := sleepCtx(ctx, c.backoff(attempt)); err != nil {
+				s.abort()
+				return nil, wrap(err)
+			}
+		}
+	}
+	// Start the handlers, unless Close (or the broker) ended the subscription meanwhile: Close does
+	// not wait for handlers that were never started.
+	s.mu.Lock()
+	if s.closing {
+		err := s.err
+		s.mu.Unlock()
+		s.abort()
+		if err == nil {
+			err = ErrSubscriptionClosed
+		}
+		return nil, wrap(err)
+	}
+	s.workersStarted = true
+	s.workersLeft.Store(int32(cfg.concurrency))
+	for range cfg.concurrency {
+		go s.work()
+	}
+	s.mu.Unlock()
+	return s, nil
+}
+
+// abort undoes a Subscribe that failed: no handler goroutine was started, so a concurrent Close
+// (Client.Close) must not wait for any.
+func (s *Subscription) abort() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.c.removeSub(s)
+	s.workersDoneOnce.Do(func() { close(s.workersDone) })
+	s.finish()
+}
+
+func (c *Client) removeSub(s *Subscription) {
+	c.mu.Lock()
+	delete(c.subs, s)
+	c.mu.Unlock()
+}
+
+// Topic returns the topic name or pattern of the subscription.
+func (s *Subscription) Topic() string { return s.params.Topic }
+
+// Group returns the consumer group, "" if none.
+func (s *Subscription) Group() string { return s.params.Group }
+
+// MemberID returns the member id the broker gave the current (or last) handle.
+func (s *Subscription) MemberID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.memberID
+}
+
+// Done is closed when the subscription has stopped: after Close, or after the broker ended it and
+// its handlers returned.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+// Err returns why the broker ended the subscription (a *protocol.Error), or nil while it runs and
+// after a Close.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// AddCredit raises the subscription's MaxInFlight by n (a Credit frame; the broker never lowers
+// it in protocol version 1). The raised value is kept for resubscriptions. The broker reports a
+// refusal (the total over its cap) only in its logs; ctx is unused but reserved.
+func (s *Subscription) AddCredit(_ context.Context, n uint32) error {
+	if n == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrSubscriptionClosed
+	}
+	if uint64(s.credit)+uint64(n) > math.MaxUint32 {
+		s.mu.Unlock()
+		return fmt.Errorf("client: add credit: %w: %d + %d overflows", protocol.ErrInvalidArgument, s.credit, n)
+	}
+	s.credit += n
+	cn, h := s.cn, s.handle
+	s.mu.Unlock()
+	if cn == nil {
+		return nil // the next Subscribe carries the new credit
+	}
+	// A Credit has no success answer; a failure comes back as an Error with its correlation id,
+	// which matches no call and is logged.
+	cn.mu.Lock()
+	corr := cn.nextCorrLocked()
+	cn.mu.Unlock()
+	if err := cn.send(corr, &protocol.Credit{Handle: h, Additional: n}); err != nil && !errors.Is(err, ErrConnectionLost) {
+		return fmt.Errorf("client: add credit: %w", err)
+	}
+	return nil
+}
+
+// needsSubscribe reports whether the supervisor must subscribe s on cn.
+func (s *Subscription) needsSubscribe(cn *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started && !s.closing && s.cn != cn
+}
+
+// subscribeOn subscribes s on cn unless it is already subscribed there. resub: a resubscription
+// after a reconnect (an ephemeral subscription then starts FromNow).
+func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) error {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrSubscriptionClosed
+	}
+	if s.cn == cn && s.handle != 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	credit := s.credit
+	s.mu.Unlock()
+	start := s.params.Start
+	if resub && s.params.Group == "" {
+		start = FromNow()
+	}
+	req := &protocol.Subscribe{
+		Topic:         s.params.Topic,
+		Group:         s.params.Group,
+		MemberID:      s.cfg.memberID,
+		MaxInFlight:   credit,
+		LeaseDuration: s.cfg.leaseDuration,
+		Start:         start.wire(),
+	}
+	// The handle is attached on the reader goroutine, before the next frame (possibly its first
+	// delivery) is read. If the waiter gave up or the subscription closed meanwhile, the handle is
+	// given back at once.
+	hook := func(cl *call, won bool) {
+		ok, isOK := cl.resp.(*protocol.SubscribeOK)
+		if !isOK {
+			return
+		}
+		if won && s.attach(cn, ok) {
+			cn.registerHandle(ok.Handle, s)
+			return
+		}
+		_, _ = cn.start(nowait, &protocol.Unsubscribe{Handle: ok.Handle}, nil, false, false)
+	}
+	cl, err := cn.start(ctx, req, hook, true, false)
+	if err != nil {
+		return err
+	}
+	if _, err := cn.wait(ctx, cl); err != nil {
+		return err
+	}
+	s.logger.Debug("subscribed", slog.Bool("resubscribe", resub), slog.String("member_id", s.MemberID()))
+	return nil
+}
+
+// attach records the handle of a successful Subscribe; false when the subscription closed.
+func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.cn, s.handle, s.memberID, s.joined, s.started = cn, ok.Handle, ok.MemberID, ok.Subscriptions, true
+	return true
+}
+
+// push queues a delivery for the handlers (on the reader goroutine). Deliveries of a handle that
+// is no longer current are dropped: the broker released (or releases) their leases.
+func (s *Subscription) push(cn *conn, pd *protocol.Delivery) {
+	s.mu.Lock()
+	if s.closing || s.cn != cn || s.handle != pd.Handle {
+		s.mu.Unlock()
+		return
+	}
+	s.queue = append(s.queue, newDelivery(s, cn, pd))
+	s.mu.Unlock()
+	s.cond.Signal()
+}
+
+// dropQueuedLocked forgets the queued deliveries of cn (all when cn is nil). s.mu must be held.
+func (s *Subscription) dropQueuedLocked(cn *conn) {
+	keep := s.queue[:0]
+	for _, d := range s.queue {
+		if cn != nil && d.cn != cn {
+			keep = append(keep, d)
+		}
+	}
+	clear(s.queue[len(keep):])
+	s.queue = keep
+}
+
+// connLost detaches s from a connection that broke; the supervisor resubscribes it.
+func (s *Subscription) connLost(cn *conn) {
+	s.mu.Lock()
+	if s.cn == cn {
+		s.cn, s.handle = nil, 0
+	}
+	s.dropQueuedLocked(cn)
+	s.mu.Unlock()
+}
+
+// ended handles a SubscriptionEnded push.
+func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
+	err := m.Err()
+	ev := SubscriptionEndedEvent{Topic: m.Topic, Pattern: s.params.Topic, Group: s.params.Group, HandleClosed: m.SubscriptionID == 0, Err: err}
+	for _, h := range s.c.hooks.ended {
+		h.OnSubscriptionEnded(ev)
+	}
+	if m.SubscriptionID != 0 {
+		s.logger.Warn("subscription ended by the broker; the handle stays open", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
+		return
+	}
+	s.mu.Lock()
+	if s.cn == cn && s.handle == m.Handle {
+		s.cn, s.handle = nil, 0
+		s.dropQueuedLocked(cn)
+	}
+	s.mu.Unlock()
+	if protocol.IsRetryable(err) {
+		s.logger.Warn("handle closed by the broker; resubscribing", slog.Any("reason", err))
+		s.c.requestResubscribe()
+		return
+	}
+	s.logger.Error("subscription ended by the broker", slog.Any("reason", err))
+	s.end(err)
+}
+
+// end stops s because of err (the broker ended it, or a resubscription failed for good): the
+// handlers take no new deliveries, and Done is closed when they returned.
+func (s *Subscription) end(err error) {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return
+	}
+	s.closing = true
+	s.err = err
+	cn, h := s.cn, s.handle
+	s.cn, s.handle = nil, 0
+	s.dropQueuedLocked(nil)
+	s.mu.Unlock()
+	s.cond.Broadcast()
+	s.c.removeSub(s)
+	if cn != nil && h != 0 {
+		cn.unregisterHandle(h)
+		_, _ = cn.start(nowait, &protocol.Unsubscribe{Handle: h}, nil, false, true)
+	}
+	// Done is closed by the last handler goroutine to return, or by Subscribe's abort when they
+	// were never started.
+}
+
+// finish closes Done once.
+func (s *Subscription) finish() {
+	s.doneOnce.Do(func() {
+		s.cancel()
+		close(s.done)
+	})
+}
+
+// Close stops the subscription: its handlers take no new deliveries; Close waits for the running
+// ones to return (until ctx ends; then their ctx is cancelled and Close stops waiting), sends
+// their acks, and unsubscribes: the broker releases the leases of deliveries that were still
+// queued and gives them to other members at once. A durable group's subscription stays on the
+// broker (leaving is not cancelling); an ephemeral one ends. Close is idempotent; it returns nil
+// for a subscription the broker had already ended (see Err).
+func (s *Subscription) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		select {
+		case <-s.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.closing = true
+	started := s.workersStarted
+	s.mu.Unlock()
+	s.cond.Broadcast()
+
+	var err error
+	if started {
+		select {
+		case <-s.workersDone:
+		case <-ctx.Done():
+			s.cancel()
+			err = fmt.Errorf("client: close subscription %q: handlers still running: %w", s.params.Topic, ctx.Err())
+		}
+	}
+	// No subMu here: a resubscription in flight sees closing when its answer comes and gives the
+	// new handle back itself.
+	s.mu.Lock()
+	cn, h := s.cn, s.handle
+	s.cn, s.handle = nil, 0
+	s.dropQueuedLocked(nil)
+	s.mu.Unlock()
+	if cn != nil && h != 0 {
+		if ctx.Err() == nil {
+			_, uerr := cn.roundTrip(ctx, &protocol.Unsubscribe{Handle: h}, true)
+			if uerr != nil && !errors.Is(uerr, ErrConnectionLost) && !errors.Is(uerr, protocol.ErrUnknownHandle) && err == nil {
+				err = fmt.Errorf("client: unsubscribe %q: %w", s.params.Topic, uerr)
+			}
+		} else {
+			_, _ = cn.start(nowait, &protocol.Unsubscribe{Handle: h}, nil, false, true)
+		}
+		cn.unregisterHandle(h)
+	}
+	s.c.removeSub(s)
+	s.finish()
+	return err
+}
+
+// next returns the next delivery for a handler, and whether the queue is empty after it; nil when
+// the subscription is closing.
+func (s *Subscription) next() (*Delivery, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for !s.closing && len(s.queue) == 0 {
+		s.cond.Wait()
+	}
+	if s.closing {
+		return nil, false
+	}
+	d := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	return d, len(s.queue) == 0
+}
+
+// work is one handler goroutine.
+func (s *Subscription) work() {
+	defer func() {
+		if s.workersLeft.Add(-1) == 0 {
+			s.workersDoneOnce.Do(func() { close(s.workersDone) })
+			s.mu.Lock()
+			ended := s.err != nil
+			s.mu.Unlock()
+			if ended {
+				s.finish()
+			}
+		}
+	}()
+	for {
+		d, last := s.next()
+		if d == nil {
+			return
+		}
+		if !d.cn.enterHandler() {
+			continue // the broker is closing this connection and releases the delivery
+		}
+		start := time.Now()
+		err := s.runHandler(d)
+		took := time.Since(start)
+		var settleErr error
+		if s.cfg.manualAck {
+			if err != nil {
+				s.logger.Debug("handler error (manual ack)", slog.Int64("offset", d.Offset), slog.Any("error", err))
+			}
+		} else {
+			settleErr = s.settle(d, err, last)
+		}
+		d.cn.leaveHandler()
+		if err != nil {
+			s.logger.Debug("handler error, nacked", slog.String("message_topic", d.Topic), slog.Int64("offset", d.Offset),
+				slog.Int("attempt", d.Attempt), slog.Any("error", err))
+		}
+		if settleErr != nil {
+			s.logger.Debug("settle failed", slog.Int64("offset", d.Offset), slog.Any("error", settleErr))
+		}
+		if len(s.c.hooks.handle) > 0 {
+			ev := HandleEvent{Topic: d.Topic, Group: s.params.Group, Attempt: d.Attempt, Took: took, Err: err, SettleErr: settleErr}
+			for _, h := range s.c.hooks.handle {
+				h.OnHandle(ev)
+			}
+		}
+	}
+}
+
+// runHandler calls the handler, turning a panic into an error.
+func (s *Subscription) runHandler(d *Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.logger.Error("panic in a handler", slog.Any("panic", r), slog.String("stack", string(debug.Stack())))
+			err = fmt.Errorf("client: handler panic: %v", r)
+		}
+	}()
+	return s.handler(s.ctx, d)
+}
+
+// settle acks (err == nil) or nacks d after its handler returned, unless the handler settled it
+// itself. Acks are queued for coalescing, sent at once when no other delivery is waiting (last);
+// nacks are sent at once. Neither waits for the broker's answer.
+func (s *Subscription) settle(d *Delivery, err error, last bool) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return nil
+	}
+	if d.cn.isDead() {
+		return d.cn.lostErr()
+	}
+	if err == nil {
+		d.cn.ack(d.ref, nil, last)
+		return nil
+	}
+	req := s.nackRequest(d, err)
+	_, serr := d.cn.start(s.c.rootCtx, req, func(cl *call, _ bool) {
+		if cl.err != nil {
+			s.logger.Debug("nack failed", slog.Int64("offset", d.Offset), slog.Any("error", cl.err))
+		}
+	}, false, false)
+	return serr
+}
+
+// nackRequest builds the Nack of d for the handler error err.
+func (s *Subscription) nackRequest(d *Delivery, err error) *protocol.Nack {
+	req := &protocol.Nack{Delay: s.cfg.nackDelay, Refs: []protocol.Ref{d.ref}}
+	if err != nil {
+		req.Reason = truncate(err.Error(), 1024)
+	}
+	var ne *nackError
+	if errors.As(err, &ne) {
+		req.ToDLQ = ne.toDLQ
+		if ne.hasDelay {
+			req.Delay = min(max(ne.delay, 0), protocol.MaxDuration)
+		}
+		req.Reason = truncate(ne.err.Error(), 1024)
+	}
+	return req
+}
+
+// truncate makes s valid UTF-8 (the wire requires it) and cuts it to at most n bytes without
+// splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

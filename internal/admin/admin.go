@@ -1,0 +1,331 @@
+package admin
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/metrics"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBodyBytes bounds the body of every request but publishes.
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxPublishBodyBytes bounds the body of a publish: the 10 MiB max frame of the wire
+	// protocol with base64's 4/3 overhead and JSON framing.
+	DefaultMaxPublishBodyBytes = 16 << 20
+	// DefaultPullMaxBatch is the most messages one pull may ask for.
+	DefaultPullMaxBatch = 100
+	// DefaultPullMaxInFlight bounds the leases a pull session holds for the HTTP consumers of one
+	// (topic, group): handed out and not yet acked, nacked or expired, plus claimed and not yet
+	// handed out. A pull at the bound waits.
+	DefaultPullMaxInFlight = 1000
+	// DefaultPullIdleTimeout is how long a pull session lives without requests once the leases it
+	// handed out are acked, nacked or expired.
+	DefaultPullIdleTimeout = 10 * time.Second
+	// DefaultPullWait is how long a pull waits for a first message when the request does not say.
+	DefaultPullWait = time.Second
+	// DefaultMaxPullWait bounds the wait a pull may ask for. The HTTP server's WriteTimeout must be
+	// longer.
+	DefaultMaxPullWait = 30 * time.Second
+	// DefaultReadyTimeout bounds the default readiness probe.
+	DefaultReadyTimeout = 2 * time.Second
+)
+
+// Config configures the admin handler. Only Broker is required.
+type Config struct {
+	// Broker serves every API call. Required. The handler neither starts nor stops it.
+	Broker *broker.Broker
+	// Gatherer is exported on GET /metrics (promhttp). Nil: /metrics answers 404 NOT_FOUND.
+	Gatherer prometheus.Gatherer
+	// Metrics receives the hook metrics of HTTP requests, HTTP publishes and pulls, acks and nacks.
+	// Nil records nothing.
+	Metrics *metrics.Metrics
+	// Logger receives the handler's logs. Nil discards them.
+	Logger *slog.Logger
+	// Ready is the readiness probe of GET /readyz: nil error means ready. Defaults to
+	// BrokerReady(Broker), which fails while the broker is not running or its engine is closed.
+	Ready func() error
+	// MaxBodyBytes bounds request bodies except publishes. Defaults to DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxPublishBodyBytes bounds publish bodies. Defaults to DefaultMaxPublishBodyBytes.
+	MaxPublishBodyBytes int64
+	// PullMaxBatch is the most messages one pull may ask for. Defaults to DefaultPullMaxBatch.
+	PullMaxBatch int
+	// PullMaxInFlight bounds the leases of a pull session (see the package documentation).
+	// Defaults to DefaultPullMaxInFlight; at least PullMaxBatch, at most broker.MaxInFlightLimit.
+	PullMaxInFlight int
+	// PullIdleTimeout is how long a pull session lives without requests once no lease it handed
+	// out is live. Defaults to DefaultPullIdleTimeout.
+	PullIdleTimeout time.Duration
+	// DefaultPullWait is the wait of a pull that does not give one. Defaults to DefaultPullWait.
+	DefaultPullWait time.Duration
+	// MaxPullWait bounds the wait of a pull. Defaults to DefaultMaxPullWait.
+	MaxPullWait time.Duration
+}
+
+// Handler is the HTTP admin API: an http.Handler to mount at the root of the HTTP listener.
+// Every method is safe for concurrent use. Close it when the server shuts down (before or after
+// stopping the broker) to end its pull sessions.
+type Handler struct {
+	b           *broker.Broker
+	metrics     *metrics.Metrics
+	logger      *slog.Logger
+	ready       func() error
+	maxBody     int64
+	maxPubBody  int64
+	metricsHTTP http.Handler
+	pulls       *pulls
+
+	mux *http.ServeMux
+	// pathMux matches paths without methods, to tell 405 from 404.
+	pathMux *http.ServeMux
+	// allow lists the methods of each path pattern (for 405's Allow header).
+	allow map[string][]string
+	// routes are the registered routes, in registration order.
+	routes []*route
+	// openAPIJSON is the OpenAPI document of routes.
+	openAPIJSON []byte
+}
+
+// New validates cfg and returns the handler.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Broker == nil {
+		return nil, errors.New("admin: config: Broker is required")
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxBodyBytes", cfg.MaxBodyBytes}, {"MaxPublishBodyBytes", cfg.MaxPublishBodyBytes},
+		{"PullMaxBatch", int64(cfg.PullMaxBatch)}, {"PullMaxInFlight", int64(cfg.PullMaxInFlight)},
+		{"PullIdleTimeout", int64(cfg.PullIdleTimeout)},
+		{"DefaultPullWait", int64(cfg.DefaultPullWait)}, {"MaxPullWait", int64(cfg.MaxPullWait)},
+	} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("admin: config: %s must not be negative, got %d", f.name, f.v)
+		}
+	}
+	maxBatch := cmp.Or(cfg.PullMaxBatch, DefaultPullMaxBatch)
+	maxInFlight := cmp.Or(cfg.PullMaxInFlight, max(DefaultPullMaxInFlight, maxBatch))
+	if maxInFlight < maxBatch || maxInFlight > broker.MaxInFlightLimit {
+		return nil, fmt.Errorf("admin: config: PullMaxInFlight must be between PullMaxBatch (%d) and %d, got %d",
+			maxBatch, broker.MaxInFlightLimit, maxInFlight)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "admin")
+	h := &Handler{
+		b:          cfg.Broker,
+		metrics:    cfg.Metrics,
+		logger:     logger,
+		ready:      cfg.Ready,
+		maxBody:    cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxPubBody: cmp.Or(cfg.MaxPublishBodyBytes, DefaultMaxPublishBodyBytes),
+		mux:        http.NewServeMux(),
+		pathMux:    http.NewServeMux(),
+		allow:      make(map[string][]string),
+	}
+	if h.ready == nil {
+		h.ready = BrokerReady(cfg.Broker)
+	}
+	defWait := cmp.Or(cfg.DefaultPullWait, DefaultPullWait)
+	maxWait := cmp.Or(cfg.MaxPullWait, DefaultMaxPullWait)
+	if defWait > maxWait {
+		return nil, fmt.Errorf("admin: config: DefaultPullWait (%s) exceeds MaxPullWait (%s)", defWait, maxWait)
+	}
+	h.pulls = newPulls(cfg.Broker, cfg.Metrics, logger, pullConfig{
+		maxBatch:    maxBatch,
+		maxInFlight: maxInFlight,
+		idle:        cmp.Or(cfg.PullIdleTimeout, DefaultPullIdleTimeout),
+		defWait:     defWait,
+		maxWait:     maxWait,
+	})
+	if cfg.Gatherer != nil {
+		h.metricsHTTP = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+			ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+			ErrorHandling: promhttp.ContinueOnError,
+		})
+	}
+	for _, rt := range h.routeTable() {
+		h.register(rt)
+	}
+	doc, err := json.Marshal(buildOpenAPI(h.routes))
+	if err != nil {
+		return nil, fmt.Errorf("admin: openapi document: %w", err)
+	}
+	h.openAPIJSON = doc
+	return h, nil
+}
+
+// BrokerReady returns a readiness probe for Config.Ready: it fails (with broker.ErrNotRunning,
+// storage.ErrClosed, or a timeout after DefaultReadyTimeout) unless the broker is running and its
+// engine answers a cheap read.
+func BrokerReady(b *broker.Broker) func() error {
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultReadyTimeout)
+		defer cancel()
+		_, err := b.Bindings(ctx)
+		return err
+	}
+}
+
+// Close ends the pull sessions: their members leave, so the leases they hold (handed out to HTTP
+// consumers or not) are released and redelivered at once. Later pulls, acks and nacks fail with
+// CLOSED; the rest of the API keeps working. Close is idempotent.
+func (h *Handler) Close(ctx context.Context) error {
+	return h.pulls.close(ctx)
+}
+
+// Routes returns the registered routes as "METHOD /path/{param}" patterns, in registration order.
+func (h *Handler) Routes() []string {
+	out := make([]string, len(h.routes))
+	for i, rt := range h.routes {
+		out[i] = rt.pattern()
+	}
+	return out
+}
+
+// route is one endpoint: its pattern, its handler and its OpenAPI description.
+type route struct {
+	method string
+	// path is an http.ServeMux path pattern and an OpenAPI path template at once.
+	path string
+	// publish selects the publish body limit.
+	publish bool
+	handle  func(w http.ResponseWriter, r *http.Request) error
+	doc     opDoc
+}
+
+func (rt *route) pattern() string { return rt.method + " " + rt.path }
+
+func (h *Handler) register(rt *route) {
+	h.routes = append(h.routes, rt)
+	h.mux.Handle(rt.pattern(), h.wrap(rt))
+	if _, ok := h.allow[rt.path]; !ok {
+		h.pathMux.Handle(rt.path, http.NotFoundHandler())
+	}
+	h.allow[rt.path] = append(h.allow[rt.path], rt.method)
+}
+
+// ServeHTTP serves the API. Unknown paths get 404 NOT_FOUND, known paths with another method 405
+// METHOD_NOT_ALLOWED with an Allow header, both as JSON errors.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := h.mux.Handler(r); pattern != "" {
+		h.mux.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	setRequestID(sw, r)
+	if _, p := h.pathMux.Handler(r); p != "" {
+		methods := slices.Clone(h.allow[p])
+		if slices.Contains(methods, http.MethodGet) {
+			methods = append(methods, http.MethodHead)
+		}
+		sw.Header().Set("Allow", strings.Join(methods, ", "))
+		h.writeError(sw, r, httpErr(http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
+			"method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(methods, ", ")))
+	} else {
+		h.writeError(sw, r, httpErr(http.StatusNotFound, "NOT_FOUND", "no route %s %s", r.Method, r.URL.Path))
+	}
+	h.metrics.ObserveHTTPRequest("unmatched", sw.code(), time.Since(start))
+}
+
+// wrap adds to a route's handler: the request id, the body limit, JSON errors, panic recovery,
+// logging and request metrics.
+func (h *Handler) wrap(rt *route) http.Handler {
+	pattern := rt.pattern()
+	limit := h.maxBody
+	if rt.publish {
+		limit = h.maxPubBody
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		rid := setRequestID(sw, r)
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(sw, r.Body, limit)
+		}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				h.logger.ErrorContext(r.Context(), "admin handler panicked", slog.String("route", pattern),
+					slog.String("request_id", rid), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+				if !sw.wrote {
+					h.writeError(sw, r, protocol.ErrInternal.WithMessage("internal error"))
+				}
+			}
+			took := time.Since(start)
+			h.metrics.ObserveHTTPRequest(pattern, sw.code(), took)
+			h.logger.DebugContext(r.Context(), "http request", slog.String("route", pattern), slog.String("path", r.URL.Path),
+				slog.Int("status", sw.code()), slog.Duration("took", took), slog.String("request_id", rid))
+		}()
+		if err := rt.handle(sw, r); err != nil {
+			h.writeError(sw, r, err)
+		}
+	})
+}
+
+// setRequestID takes the request's X-Request-Id (a correlation id set by a proxy or the caller) or
+// makes one, and echoes it in the response.
+func setRequestID(w http.ResponseWriter, r *http.Request) string {
+	rid := r.Header.Get("X-Request-Id")
+	if rid == "" || len(rid) > 128 {
+		rid = rand.Text()[:16]
+	}
+	w.Header().Set("X-Request-Id", rid)
+	return rid
+}
+
+// statusWriter records the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status = code
+		w.wrote = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.status = http.StatusOK
+		w.wrote = true
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.status
+}

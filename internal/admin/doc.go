@@ -1,0 +1,107 @@
+// Package admin is Spool's HTTP API: an http.Handler the server mounts on its HTTP listener (port
+// 8080 by default). It serves
+//
+//   - the versioned REST API under /api/v1: topics (list, create, get with statistics, change the
+//     configuration, delete), subscriptions ("groups": list with health, get, pause, resume,
+//     cancel), dead-letter queues per subscription (list, get, replay to that subscription only,
+//     purge), bindings, live members, publish over HTTP and pull-consume over HTTP (pull, ack,
+//     nack, extend) for languages without a client;
+//   - the seed 002 paths GET /admin/topics, GET /admin/groups and POST /admin/dlq/replay;
+//   - GET /metrics (Prometheus, promhttp over Config.Gatherer), GET /healthz (the process serves),
+//     GET /readyz (Config.Ready: by default the broker is running and its engine answers);
+//   - its own OpenAPI 3 document at GET /api/v1/openapi.json, generated from the route table and
+//     the Go types of the bodies (see buildOpenAPI), so it cannot drift from the handlers.
+//
+// Handler.Routes lists the routes; the OpenAPI document describes each one with its parameters,
+// bodies and error statuses.
+//
+// # Addressing subscriptions
+//
+// A subscription is (topic, group) in the URL: /api/v1/topics/{topic}/groups/{group}. The one
+// subscription of a QUEUE topic is the group "$queue"; an ephemeral subscription has the group the
+// engine gave it ("$ephemeral-<id>"). Topic names contain no '/', so they fit one path segment.
+// A binding's pattern may contain '#', which must be percent-encoded (%23) in a URL.
+//
+// # Errors
+//
+// Every error is JSON: {"error":{"code":"TOPIC_NOT_FOUND","message":"...","retryable":false}}.
+// Storage and broker errors are mapped to the wire protocol's error table by errmap.ErrorFrom (the
+// same mapping the TCP server uses), and the code's HTTP status is: 400 INVALID_ARGUMENT (also
+// malformed JSON, unknown fields, bad query parameters), OFFSET_OUT_OF_RANGE; 404
+// TOPIC_NOT_FOUND, SUBSCRIPTION_NOT_FOUND, BINDING_NOT_FOUND; 409 TOPIC_EXISTS,
+// TOPIC_HAS_SUBSCRIPTIONS, NO_SUBSCRIPTIONS, SUBSCRIPTION_EXISTS, SUBSCRIPTION_NOT_ACTIVE,
+// INVALID_TRANSITION, LEASE_NOT_HELD, BINDING_EXISTS; 413 MESSAGE_TOO_LARGE, FRAME_TOO_LARGE (a
+// request body over the limit); 429 RATE_LIMITED; 503 CLOSED (broker stopped, engine closed),
+// OVERLOADED, STORAGE_UNAVAILABLE; 504 TIMEOUT; 500 INTERNAL. Two names exist only in HTTP:
+// NOT_FOUND (no such route, no such DLQ entry) and METHOD_NOT_ALLOWED (405, with an Allow header).
+//
+// # Limits
+//
+// Request bodies are bounded by Config.MaxBodyBytes (1 MiB), publishes by
+// Config.MaxPublishBodyBytes (16 MiB: the 10 MiB frame limit of the wire protocol plus base64);
+// each message is still bounded by its topic's max_message_bytes. A publish carries at most
+// 10,000 messages, a pull returns at most Config.PullMaxBatch (100) and waits at most
+// Config.MaxPullWait (30 s: the HTTP server's WriteTimeout must be longer). List pages hold at most
+// 1000 entries. JSON bodies reject unknown fields.
+//
+// # Publish
+//
+// POST /api/v1/topics/{topic}/messages takes one message or {"messages": [...]} (all or
+// nothing). Payload and key are given as text (payload, key) or base64 (payload_base64,
+// key_base64); responses give them as text when they are valid UTF-8 and as base64 otherwise.
+// A body with another Content-Type than JSON is published as the payload of one message
+// (curl --data-binary @file -H 'Content-Type: application/octet-stream').
+//
+// # Pull
+//
+// The broker has no pull primitive: deliveries go to members, and a member that leaves
+// (Member.Close) releases every lease it holds, so a member opened and closed per request would
+// take back at once the leases of the messages it just handed out. Pull consumption is therefore
+// served by a pull session per (topic, group) of the URL: a broker member (id "http-pull-...")
+// that lives across requests and claims on demand.
+//
+//   - Its credit (Member.SetMaxInFlight) is 0 while no pull waits: it keeps its leases and claims
+//     nothing, so messages nobody asked for stay with the group's other members. A pull raises it
+//     to what the member holds plus what the pull asks for (bounded by Config.PullMaxInFlight),
+//     waits up to wait (at least 100 ms, one claim round) for the first delivery, and lowers it
+//     again. What a claim brings beyond what the pulls took (a race between a claim and the last
+//     waiting pull giving up) stays in the session's buffer for the next pull.
+//   - The deliveries are handed out with their lease; a lease with less than half of the topic's
+//     ack_wait left is extended to a full ack_wait first. The first pull of a PUB_SUB group without
+//     a subscription creates it at the request's start position.
+//   - Ack needs no session: any member may ack (Broker.AckBatch), so it works after the session
+//     closed and through another broker instance. Nack and extend need the lease holder, the
+//     session's member: without a live session they fail with LEASE_NOT_HELD.
+//   - A buffered delivery's lease is extended at half of ack_wait while it waits, so waiting in the
+//     session costs it no delivery attempt.
+//   - The session closes after Config.PullIdleTimeout without requests, once no lease it handed out
+//     is live (acked, nacked or expired), never while an HTTP consumer holds a live lease from it:
+//     its member leaves and releases what it still holds (buffered deliveries go back to the group
+//     at once, their attempt counts kept). A subscription ending under it (cancelled group, deleted
+//     topic) closes it too; a later pull subscribes again (for a cancelled PUB_SUB group that
+//     creates a new subscription, as a reconnecting client would).
+//
+// Limits: sessions live in this process (on PostgreSQL with several broker instances behind a load
+// balancer, a nack or extend must reach the instance that served the pull, or it fails with
+// LEASE_NOT_HELD and the message is redelivered when its lease expires); buffered deliveries wait
+// for the next pull or the session's close, at most the lease time of the HTTP consumer holding
+// the session open; the lease of pulled messages is the topic's ack_wait (no per-request lease).
+// Handler.Close ends every session (their leases are released and redelivered at once).
+//
+// # Seed paths
+//
+// GET /admin/topics lists topics with "subscribers" (consumers attached here), "subscriptions"
+// (groups), messages, bytes and queue_depth. GET /admin/groups lists one entry per subscription
+// (topic, group) with "members" (the count), "consumers" (each member's credit and held
+// deliveries), pending, lag, in_flight and dead_lettered. POST /admin/dlq/replay takes
+// {"topic","group","ids"|"all"} or the seed's {"message_id":"dlq-12","target_topic":"orders"};
+// see SeedReplayRequest for how the seed shape is mapped, and why a replay redelivers the message
+// to its group instead of publishing a copy with a new id.
+//
+// # Not served yet
+//
+// Seed 002 also names /admin/pending, /admin/connections, /api/v1/metrics/*, /api/v1/health/*,
+// rebalance and member-removal endpoints, message browsing (GET .../messages), authentication and
+// CORS. The broker exposes no last-heartbeat, processed count or oldest-unacked age per group yet,
+// so group health lacks them.
+package admin

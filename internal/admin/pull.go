@@ -1,0 +1,600 @@
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/metrics"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// errPullClosed is returned by pulls after Handler.Close.
+var errPullClosed = fmt.Errorf("admin: pull sessions closed: %w", broker.ErrNotRunning)
+
+// minPullWait is the least a pull that finds nothing buffered waits: the session claims on demand,
+// so even a pull with wait 0 gives the broker one claim round to deliver what is ready.
+const minPullWait = 100 * time.Millisecond
+
+// pullConfig are the settings of pull sessions.
+type pullConfig struct {
+	maxBatch         int
+	maxInFlight      int
+	idle             time.Duration
+	defWait, maxWait time.Duration
+}
+
+// pulls owns the pull sessions, one per (topic, group) of the URL. See the package documentation
+// ("Pull").
+//
+// Lock order: pulls.mu -> session.mu -> (broker) Member.mu. No lock of this file is held across an
+// engine call except that session.mu is held across Member.SetMaxInFlight and Member.Info, which
+// only take the member's own lock.
+type pulls struct {
+	b       *broker.Broker
+	metrics *metrics.Metrics
+	logger  *slog.Logger
+	cfg     pullConfig
+	// wg counts the sessions' reader goroutines.
+	wg sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[sessionKey]*session
+}
+
+type sessionKey struct{ topic, group string }
+
+// session is a broker member that consumes for the HTTP clients of one (topic, group). Its credit
+// is 0 except while pulls wait (then it is what the member holds plus what they ask for), so it
+// claims on demand. A reader goroutine moves what the member receives to buf and wakes the
+// waiting pulls.
+type session struct {
+	p       *pulls
+	key     sessionKey
+	member  *broker.Member
+	notify  chan struct{}
+	label   string // group label of metrics
+	ackWait time.Duration
+	parts   int
+
+	mu      sync.Mutex
+	closed  bool
+	active  int       // requests using the session (acquire/release)
+	lastUse time.Time // end of the last request
+	// demand is what the waiting pulls still ask for.
+	demand int
+	// buf holds deliveries received but not handed out yet.
+	buf []*storage.Delivery
+	// changed is closed (and replaced) when buf grows or the member closes.
+	changed chan struct{}
+	// handed maps the deliveries handed to HTTP clients to their lease deadline.
+	handed map[leaseKey]time.Time
+	timer  *time.Timer
+}
+
+type leaseKey struct {
+	sub       int64
+	partition int32
+	offset    int64
+}
+
+func keyOf(d *storage.Delivery) leaseKey {
+	return leaseKey{sub: d.SubscriptionID, partition: d.Partition, offset: d.Offset}
+}
+
+func newPulls(b *broker.Broker, m *metrics.Metrics, logger *slog.Logger, cfg pullConfig) *pulls {
+	return &pulls{b: b, metrics: m, logger: logger, cfg: cfg, sessions: make(map[sessionKey]*session)}
+}
+
+// existing returns the open session of key with a request counted (release it), or nil.
+func (p *pulls) existing(key sessionKey) (*session, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.existingLocked(key)
+}
+
+// existingLocked is existing with p.mu held. A session whose member closed under it (Broker.Stop)
+// is dropped.
+func (p *pulls) existingLocked(key sessionKey) (*session, error) {
+	if p.closed {
+		return nil, errPullClosed
+	}
+	s := p.sessions[key]
+	if s == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || isDone(s.member.Done()) {
+		s.closeLocked()
+		delete(p.sessions, key)
+		return nil, nil
+	}
+	s.active++
+	return s, nil
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// acquire returns the session of (topic, group) with a request counted, creating it (a broker
+// Subscribe with credit first, the first pull's demand) if needed. start is where a group
+// subscription the session creates starts.
+func (p *pulls) acquire(ctx context.Context, topic, group string, start storage.StartPosition, first int) (*session, error) {
+	key := sessionKey{topic, group}
+	if s, err := p.existing(key); s != nil || err != nil {
+		return s, err
+	}
+	info, err := p.b.Topic(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	subGroup := group
+	if group == storage.QueueGroup {
+		if info.Topic.Config.Semantics != storage.Queue {
+			return nil, invalidf("group %q names the subscription of a QUEUE topic; topic %q is %s: pull with a consumer group",
+				storage.QueueGroup, topic, info.Topic.Config.Semantics)
+		}
+		subGroup = ""
+	}
+	notify := make(chan struct{}, 1)
+	member, err := p.b.Subscribe(ctx, broker.SubscribeParams{
+		Pattern:     topic,
+		Group:       subGroup,
+		MemberID:    "http-pull-" + rand.Text()[:12],
+		MaxInFlight: max(first, 1),
+		Start:       start,
+		Notify:      notify,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		p: p, key: key, member: member, notify: notify, label: subGroup, ackWait: info.Topic.Config.AckWait,
+		parts: info.Topic.Config.Partitions, changed: make(chan struct{}), handed: make(map[leaseKey]time.Time),
+	}
+	p.mu.Lock()
+	other, err := p.existingLocked(key)
+	if other == nil && err == nil {
+		s.active = 1
+		p.sessions[key] = s
+		s.timer = time.AfterFunc(s.tickEvery(), s.tick)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			s.read()
+		}()
+	}
+	p.mu.Unlock()
+	if other != nil || err != nil {
+		// Lost a race with another request, or closed meanwhile.
+		s.closeMember()
+		return other, err
+	}
+	p.logger.DebugContext(ctx, "pull session opened", slog.String("topic", topic), slog.String("group", group),
+		slog.String("member", member.ID()))
+	return s, nil
+}
+
+// release ends a request.
+func (s *session) release() {
+	s.mu.Lock()
+	s.active--
+	s.lastUse = time.Now()
+	s.mu.Unlock()
+}
+
+// closeLocked marks the session closed, stops its timer and wakes waiting pulls. s.mu must be held;
+// the caller removes it from the map and closes the member.
+func (s *session) closeLocked() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.buf = nil
+	close(s.changed)
+}
+
+// closeMember makes the session's member leave: its leases (buffered, handed out) are released.
+func (s *session) closeMember() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.member.Close(ctx); err != nil {
+		s.p.logger.Warn("closing pull member", slog.String("member", s.member.ID()), slog.Any("error", err))
+	}
+	s.p.logger.Debug("pull session closed", slog.String("topic", s.key.topic), slog.String("group", s.key.group))
+}
+
+// read moves the member's deliveries to buf until the member closes. A subscription ending under
+// the member (cancelled, topic deleted) ends the session: a later pull subscribes again.
+func (s *session) read() {
+	for {
+		select {
+		case <-s.notify:
+		case <-s.member.Done():
+			s.mu.Lock()
+			s.closeLocked()
+			s.mu.Unlock()
+			return
+		}
+		ended := len(s.member.TakeEnded()) > 0
+		s.mu.Lock()
+		if !s.closed {
+			added := false
+			for {
+				select {
+				case d, ok := <-s.member.Deliveries():
+					if ok {
+						s.buf = append(s.buf, d)
+						added = true
+						continue
+					}
+				default:
+				}
+				break
+			}
+			if added {
+				close(s.changed)
+				s.changed = make(chan struct{})
+			}
+		}
+		s.mu.Unlock()
+		if ended {
+			s.end()
+		}
+	}
+}
+
+// end closes the session now (its subscription ended), unless already closed.
+func (s *session) end() {
+	p := s.p
+	p.mu.Lock()
+	s.mu.Lock()
+	wasClosed := s.closed
+	s.closeLocked()
+	if p.sessions[s.key] == s {
+		delete(p.sessions, s.key)
+	}
+	s.mu.Unlock()
+	p.mu.Unlock()
+	if !wasClosed {
+		s.closeMember()
+	}
+}
+
+// applyCreditLocked sets the member's credit: 0 when no pull waits, or when what the waiting pulls
+// ask for is already received (in buf or in the member's channel); else what the member holds
+// plus what is still missing, at most Config.PullMaxInFlight. With credit 0 the member claims
+// nothing more and keeps its leases. s.mu must be held.
+func (s *session) applyCreditLocked() {
+	target := 0
+	if want := s.demand - len(s.buf) - len(s.member.Deliveries()); want > 0 {
+		target = min(s.member.Info().InFlight+want, s.p.cfg.maxInFlight)
+	}
+	if err := s.member.SetMaxInFlight(target); err != nil && !errors.Is(err, broker.ErrMemberClosed) {
+		s.p.logger.Warn("setting pull member credit", slog.String("member", s.member.ID()), slog.Any("error", err))
+	}
+}
+
+// takeLocked removes up to n usable deliveries from buf; expired ones are dropped (the engine
+// redelivers them). s.mu must be held.
+func (s *session) takeLocked(n int, now time.Time) []*storage.Delivery {
+	var got []*storage.Delivery
+	rest := s.buf[:0]
+	for _, d := range s.buf {
+		switch {
+		case !d.LeaseDeadline.After(now):
+		case len(got) < n:
+			got = append(got, d)
+		default:
+			rest = append(rest, d)
+		}
+	}
+	clear(s.buf[len(rest):])
+	s.buf = rest
+	return got
+}
+
+// pull hands out up to n deliveries: what is buffered, else what the member receives within wait
+// (at least minPullWait). Leases with less than half of ack_wait left are extended to a full
+// ack_wait first.
+func (s *session) pull(ctx context.Context, n int, wait time.Duration) ([]*storage.Delivery, error) {
+	s.mu.Lock()
+	got := s.takeLocked(n, time.Now())
+	if len(got) > 0 {
+		s.mu.Unlock()
+		return s.handOut(ctx, got), nil
+	}
+	s.demand += n
+	s.applyCreditLocked()
+	timer := time.NewTimer(max(wait, minPullWait))
+	defer timer.Stop()
+	var err error
+	for len(got) == 0 && err == nil && !s.closed {
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timer.C:
+			err = errTimedOut
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		s.mu.Lock()
+		got = s.takeLocked(n, time.Now())
+	}
+	closed := s.closed
+	s.demand -= n
+	if !closed {
+		s.applyCreditLocked()
+	}
+	s.mu.Unlock()
+	switch {
+	case ctx.Err() != nil:
+		s.putBack(got)
+		return nil, ctx.Err()
+	case len(got) == 0 && closed:
+		return nil, broker.ErrMemberClosed
+	}
+	return s.handOut(ctx, got), nil
+}
+
+var errTimedOut = errors.New("pull wait elapsed")
+
+// handOut extends the leases that need it, records the deliveries as handed out and counts them.
+func (s *session) handOut(ctx context.Context, got []*storage.Delivery) []*storage.Delivery {
+	now := time.Now()
+	var due, out []*storage.Delivery
+	for _, d := range got {
+		if d.LeaseDeadline.Sub(now) < s.ackWait/2 {
+			due = append(due, d)
+		} else {
+			out = append(out, d)
+		}
+	}
+	if len(due) > 0 {
+		out = append(out, s.extend(ctx, due)...)
+	}
+	s.mu.Lock()
+	for _, d := range out {
+		s.handed[keyOf(d)] = d.LeaseDeadline
+	}
+	s.mu.Unlock()
+	for _, d := range out {
+		s.p.metrics.ObserveDelivery(d.Topic, s.label, d.Attempt, d.PublishedAt)
+	}
+	return out
+}
+
+// putBack returns deliveries a pull took but could not hand out to buf.
+func (s *session) putBack(ds []*storage.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.buf = append(ds, s.buf...)
+	}
+}
+
+// extend pushes the leases of ds to a full ack_wait from now and returns copies with the new
+// deadline; deliveries whose lease the member no longer holds are left out. On other errors the
+// deliveries are kept with their old deadlines.
+func (s *session) extend(ctx context.Context, ds []*storage.Delivery) []*storage.Delivery {
+	bySub := make(map[int64][]*storage.Delivery)
+	for _, d := range ds {
+		bySub[d.SubscriptionID] = append(bySub[d.SubscriptionID], d)
+	}
+	out := make([]*storage.Delivery, 0, len(ds))
+	for sub, list := range bySub {
+		refs := make([]storage.DeliveryRef, len(list))
+		for i, d := range list {
+			refs[i] = d.Ref()
+		}
+		res, err := s.member.ExtendBatch(ctx, sub, refs, 0)
+		if err != nil {
+			s.p.logger.WarnContext(ctx, "extending pull leases failed", slog.String("topic", s.key.topic),
+				slog.String("group", s.key.group), slog.Any("error", err))
+			out = append(out, list...)
+			continue
+		}
+		notHeld := make(map[storage.DeliveryRef]bool, len(res.NotHeld))
+		for _, r := range res.NotHeld {
+			notHeld[r] = true
+		}
+		for _, d := range list {
+			if !notHeld[d.Ref()] {
+				c := *d
+				c.LeaseDeadline = res.Deadline
+				out = append(out, &c)
+			}
+		}
+	}
+	return out
+}
+
+// tickEvery is the period of the session's housekeeping: often enough to extend buffered leases
+// before they expire and to notice idleness.
+func (s *session) tickEvery() time.Duration {
+	return min(max(s.ackWait/4, 50*time.Millisecond), s.p.cfg.idle)
+}
+
+// tick is the session's housekeeping: it forgets expired handed-out leases, closes the session
+// when it is idle (no request for Config.PullIdleTimeout) and no handed-out lease is live, and
+// otherwise extends the buffered leases that passed half their time, so that a message waiting in
+// the session for a pull does not expire (which would cost it a delivery attempt).
+func (s *session) tick() {
+	p := s.p
+	now := time.Now()
+	p.mu.Lock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		p.mu.Unlock()
+		return
+	}
+	for k, deadline := range s.handed {
+		if !deadline.After(now) {
+			delete(s.handed, k)
+		}
+	}
+	if s.active == 0 && now.Sub(s.lastUse) >= p.cfg.idle && len(s.handed) == 0 {
+		s.closeLocked()
+		if p.sessions[s.key] == s {
+			delete(p.sessions, s.key)
+		}
+		s.mu.Unlock()
+		p.mu.Unlock()
+		s.closeMember()
+		return
+	}
+	p.mu.Unlock()
+	var due []*storage.Delivery
+	for _, d := range s.buf {
+		if d.LeaseDeadline.Sub(now) < s.ackWait/2 {
+			due = append(due, d)
+		}
+	}
+	s.active++ // keeps the session open while extending without the lock
+	s.mu.Unlock()
+
+	if len(due) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		kept := s.extend(ctx, due)
+		cancel()
+		s.mu.Lock()
+		s.replaceBufLocked(due, kept)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.active--
+	if !s.closed {
+		s.timer.Reset(s.tickEvery())
+	}
+	s.mu.Unlock()
+}
+
+// replaceBufLocked replaces the deliveries of old still in buf by their extended versions in kept;
+// those missing from kept (no longer held) are dropped. s.mu must be held.
+func (s *session) replaceBufLocked(old, kept []*storage.Delivery) {
+	keptBy := make(map[leaseKey]*storage.Delivery, len(kept))
+	for _, d := range kept {
+		keptBy[keyOf(d)] = d
+	}
+	oldSet := make(map[leaseKey]bool, len(old))
+	for _, d := range old {
+		oldSet[keyOf(d)] = true
+	}
+	buf := s.buf[:0]
+	for _, d := range s.buf {
+		k := keyOf(d)
+		if !oldSet[k] {
+			buf = append(buf, d)
+		} else if nd := keptBy[k]; nd != nil {
+			buf = append(buf, nd)
+		}
+	}
+	clear(s.buf[len(buf):])
+	s.buf = buf
+}
+
+// forget drops refs from the handed-out leases.
+func (s *session) forget(sub int64, refs []storage.DeliveryRef) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		delete(s.handed, leaseKey{sub: sub, partition: r.Partition, offset: r.Offset})
+	}
+}
+
+// setDeadline records the extended deadline of handed-out leases.
+func (s *session) setDeadline(sub int64, refs []storage.DeliveryRef, deadline time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		k := leaseKey{sub: sub, partition: r.Partition, offset: r.Offset}
+		if _, ok := s.handed[k]; ok {
+			s.handed[k] = deadline
+		}
+	}
+}
+
+// subscription returns the subscription the session's member is attached to.
+func (s *session) subscription() (int64, bool) {
+	atts := s.member.Subscriptions()
+	if len(atts) != 1 {
+		return 0, false
+	}
+	return atts[0].SubscriptionID, true
+}
+
+// close ends every session (Handler.Close) and waits for their readers.
+func (p *pulls) close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	var all []*session
+	for k, s := range p.sessions {
+		s.mu.Lock()
+		s.closeLocked()
+		s.mu.Unlock()
+		all = append(all, s)
+		delete(p.sessions, k)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range all {
+		if err := s.member.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("admin: waiting for pull sessions: %w", context.Cause(ctx)))
+	}
+	return errors.Join(errs...)
+}
+
+// closeTopic ends the idle sessions of a deleted topic (busy ones end when their member is told
+// the subscription ended).
+func (p *pulls) closeTopic(topic string) {
+	p.mu.Lock()
+	var all []*session
+	for k, s := range p.sessions {
+		if k.topic != topic {
+			continue
+		}
+		s.mu.Lock()
+		if s.active == 0 {
+			s.closeLocked()
+			all = append(all, s)
+			delete(p.sessions, k)
+		}
+		s.mu.Unlock()
+	}
+	p.mu.Unlock()
+	for _, s := range all {
+		s.closeMember()
+	}
+}

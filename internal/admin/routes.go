@@ -1,0 +1,175 @@
+package admin
+
+import (
+	"net/http"
+	"reflect"
+)
+
+// opDoc is the OpenAPI description of a route.
+type opDoc struct {
+	id      string
+	tag     string
+	summary string
+	desc    string
+	query   []queryParam
+	// body is the JSON request body's type; nil for none.
+	body reflect.Type
+	// bodyOptional says the body may be absent.
+	bodyOptional bool
+	// rawBody says any non-JSON content type is accepted as a raw payload (publish).
+	rawBody bool
+	// ok is the success status; resp its JSON body type (nil: no body, or see contentType).
+	ok   int
+	resp reflect.Type
+	// contentType of a non-JSON success body ("text/plain" for /metrics).
+	contentType string
+	// errs are the error statuses the route answers with (besides 500).
+	errs []int
+}
+
+type queryParam struct {
+	name, typ, desc string
+}
+
+func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
+
+// Error statuses common to the API routes that read the broker.
+var (
+	errsRead  = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusServiceUnavailable}
+	errsWrite = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge,
+		http.StatusServiceUnavailable}
+)
+
+// routeTable lists every route of the handler. The OpenAPI document is built from it.
+func (h *Handler) routeTable() []*route {
+	paging := []queryParam{
+		{"limit", "integer", "page size, 0 to 1000 (default 100)"},
+		{"offset", "integer", "topics to skip"},
+	}
+	return []*route{
+		// Probes and metrics.
+		{method: "GET", path: "/healthz", handle: h.healthz, doc: opDoc{
+			id: "healthz", tag: "health", summary: "Liveness: the process serves HTTP.",
+			ok: 200, resp: typeOf[Status]()}},
+		{method: "GET", path: "/readyz", handle: h.readyz, doc: opDoc{
+			id: "readyz", tag: "health", summary: "Readiness: the engine is open and the broker running.",
+			ok: 200, resp: typeOf[Status](), errs: []int{http.StatusServiceUnavailable}}},
+		{method: "GET", path: "/metrics", handle: h.serveMetrics, doc: opDoc{
+			id: "metrics", tag: "health", summary: "Prometheus metrics (text exposition format).",
+			desc: "queue_depth{topic}, consumer_lag{topic,group}, message_throughput{topic} and the spool_* metrics; see internal/metrics.",
+			ok:   200, contentType: "text/plain", errs: []int{http.StatusNotFound}}},
+		{method: "GET", path: "/api/v1/openapi.json", handle: h.serveOpenAPI, doc: opDoc{
+			id: "openapi", tag: "health", summary: "This OpenAPI 3 document.",
+			ok: 200, contentType: "application/json"}},
+
+		// Topics.
+		{method: "GET", path: "/api/v1/topics", handle: h.listTopics, doc: opDoc{
+			id: "listTopics", tag: "topics", summary: "List topics with their statistics.",
+			query: append(paging, queryParam{"pattern", "string", "only topics matching this name or wildcard pattern"}),
+			ok:    200, resp: typeOf[TopicList](), errs: errsRead}},
+		{method: "POST", path: "/api/v1/topics", handle: h.createTopic, doc: opDoc{
+			id: "createTopic", tag: "topics", summary: "Create a topic.",
+			desc: "Absent configuration fields take the defaults (BRIEF.md section 5).",
+			body: typeOf[CreateTopicRequest](), ok: 201, resp: typeOf[Topic](), errs: errsWrite}},
+		{method: "GET", path: "/api/v1/topics/{topic}", handle: h.getTopic, doc: opDoc{
+			id: "getTopic", tag: "topics", summary: "Get a topic with its statistics.",
+			ok: 200, resp: typeOf[Topic](), errs: errsRead}},
+		{method: "PUT", path: "/api/v1/topics/{topic}/config", handle: h.updateTopicConfig, doc: opDoc{
+			id: "updateTopicConfig", tag: "topics", summary: "Change a topic's configuration.",
+			desc: "Fields absent from the body keep their values. Partitions only grow. QUEUE to PUB_SUB needs queue_to_group, the group the queue subscription becomes.",
+			body: typeOf[UpdateTopicRequest](), ok: 200, resp: typeOf[Topic](), errs: errsWrite}},
+		{method: "DELETE", path: "/api/v1/topics/{topic}", handle: h.deleteTopic, doc: opDoc{
+			id: "deleteTopic", tag: "topics", summary: "Delete a topic with its messages and subscriptions.",
+			desc:  "Refused with 409 TOPIC_HAS_SUBSCRIPTIONS while live durable subscriptions exist, unless force=true, which cancels them.",
+			query: []queryParam{{"force", "boolean", "cancel live subscriptions"}},
+			ok:    204, errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/messages", publish: true, handle: h.publish, doc: opDoc{
+			id: "publish", tag: "messages", summary: "Publish messages.",
+			desc: "A JSON body is one message or {\"messages\": [...]}, all or nothing; the topic is auto-created unless auto-create is off. " +
+				"Any other Content-Type publishes the raw body as one message's payload (query parameters key and partition).",
+			query: []queryParam{{"key", "string", "raw body only: the message key"}, {"partition", "integer", "raw body only: the partition"}},
+			body:  typeOf[PublishRequest](), rawBody: true,
+			ok: 201, resp: typeOf[PublishResult](), errs: errsWrite}},
+
+		// Groups (subscriptions).
+		{method: "GET", path: "/api/v1/groups", handle: h.listGroups, doc: opDoc{
+			id: "listGroups", tag: "groups", summary: "List subscriptions (consumer groups on topics) with their health.",
+			query: []queryParam{{"topic", "string", "only this topic"}, {"group", "string", "only this group"},
+				{"state", "string", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED"}},
+			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
+		{method: "GET", path: "/api/v1/topics/{topic}/groups", handle: h.listTopicGroups, doc: opDoc{
+			id: "listTopicGroups", tag: "groups", summary: "List the subscriptions of a topic with their health.",
+			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
+		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}", handle: h.getGroup, doc: opDoc{
+			id: "getGroup", tag: "groups", summary: "Get a subscription with its health.",
+			desc: "group is the consumer group, $queue for the subscription of a QUEUE topic.",
+			ok:   200, resp: typeOf[Group](), errs: errsRead}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/pause", handle: h.groupOp(h.b.PauseGroup), doc: opDoc{
+			id: "pauseGroup", tag: "groups", summary: "Pause a subscription: it receives nothing and keeps holding retention.",
+			ok: 200, resp: typeOf[Group](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/resume", handle: h.groupOp(h.b.ResumeGroup), doc: opDoc{
+			id: "resumeGroup", tag: "groups", summary: "Resume a PAUSED or DEAD subscription.",
+			ok: 200, resp: typeOf[Group](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/cancel", handle: h.groupOp(h.b.CancelGroup), doc: opDoc{
+			id: "cancelGroup", tag: "groups", summary: "Cancel a subscription: it releases everything; terminal.",
+			ok: 200, resp: typeOf[Group](), errs: errsWrite}},
+
+		// Dead-letter queues.
+		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}/dlq", handle: h.listDLQ, doc: opDoc{
+			id: "listDLQ", tag: "dlq", summary: "List a subscription's dead-lettered messages in id order.",
+			query: []queryParam{{"after_id", "integer", "entries with a larger id (paging: next_after_id)"},
+				{"limit", "integer", "page size, 1 to 1000 (default 100)"}},
+			ok: 200, resp: typeOf[DLQList](), errs: errsRead}},
+		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}/dlq/{id}", handle: h.getDLQEntry, doc: opDoc{
+			id: "getDLQEntry", tag: "dlq", summary: "Get one DLQ entry.",
+			ok: 200, resp: typeOf[DLQEntry](), errs: errsRead}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/dlq/replay", handle: h.replayDLQ, doc: opDoc{
+			id: "replayDLQ", tag: "dlq", summary: "Replay DLQ entries to this subscription only, due at once with a fresh attempt count.",
+			body: typeOf[DLQSelection](), ok: 200, resp: typeOf[DLQResult](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/dlq/purge", handle: h.purgeDLQ, doc: opDoc{
+			id: "purgeDLQ", tag: "dlq", summary: "Remove DLQ entries.",
+			body: typeOf[DLQSelection](), ok: 200, resp: typeOf[DLQResult](), errs: errsWrite}},
+
+		// Pull consumption.
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/pull", handle: h.pull, doc: opDoc{
+			id: "pull", tag: "consume", summary: "Lease up to max messages to the caller, waiting up to wait for the first.",
+			desc: "Returns as soon as a message is there, with up to max; an empty list when none arrived within wait. " +
+				"Ack or nack each message before lease_deadline, else it is redelivered. group is a consumer group " +
+				"($queue, or any group, on a QUEUE topic). A PUB_SUB group's subscription is created at the first pull, at start.",
+			body: typeOf[PullRequest](), bodyOptional: true, ok: 200, resp: typeOf[PullResult](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/ack", handle: h.ack, doc: opDoc{
+			id: "ack", tag: "consume", summary: "Ack pulled messages (idempotent; works without the lease).",
+			body: typeOf[RefsRequest](), ok: 200, resp: typeOf[AckResult](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/nack", handle: h.nack, doc: opDoc{
+			id: "nack", tag: "consume", summary: "Give pulled messages back: redelivered after delay, or dead-lettered with to_dlq.",
+			desc: "Needs the lease: 409 LEASE_NOT_HELD for messages whose lease expired or that were settled (the others are nacked).",
+			body: typeOf[NackRequest](), ok: 200, resp: typeOf[AckResult](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/extend", handle: h.extend, doc: opDoc{
+			id: "extend", tag: "consume", summary: "Extend the leases of pulled messages.",
+			body: typeOf[ExtendRequest](), ok: 200, resp: typeOf[ExtendResult](), errs: errsWrite}},
+
+		// Bindings and members.
+		{method: "GET", path: "/api/v1/bindings", handle: h.listBindings, doc: opDoc{
+			id: "listBindings", tag: "groups", summary: "List the durable groups' pattern bindings.",
+			ok: 200, resp: typeOf[BindingList](), errs: errsRead}},
+		{method: "DELETE", path: "/api/v1/bindings/{group}/{pattern}", handle: h.deleteBinding, doc: opDoc{
+			id: "deleteBinding", tag: "groups", summary: "Delete a binding: topics created later no longer get a subscription for the group.",
+			desc: "Percent-encode '#' in the pattern as %23. Subscriptions the binding created stay.",
+			ok:   204, errs: errsWrite}},
+		{method: "GET", path: "/api/v1/members", handle: h.listMembers, doc: opDoc{
+			id: "listMembers", tag: "groups", summary: "List the live members (consumers) of this broker.",
+			ok: 200, resp: typeOf[MemberList]()}},
+
+		// Seed 002 paths.
+		{method: "GET", path: "/admin/topics", handle: h.seedTopics, doc: opDoc{
+			id: "seedTopics", tag: "seed", summary: "Seed 002 M4-2: topics with subscriber counts.",
+			ok: 200, resp: typeOf[SeedTopics](), errs: errsRead}},
+		{method: "GET", path: "/admin/groups", handle: h.seedGroups, doc: opDoc{
+			id: "seedGroups", tag: "seed", summary: "Seed 002 M4-3: groups (one entry per subscription) with member counts.",
+			ok: 200, resp: typeOf[SeedGroups](), errs: errsRead}},
+		{method: "POST", path: "/admin/dlq/replay", handle: h.seedReplay, doc: opDoc{
+			id: "seedReplay", tag: "seed", summary: "Seed 002 M4-6: replay DLQ entries to the group that dead-lettered them.",
+			desc: "Accepts {\"topic\",\"group\",\"ids\"|\"all\"} or the seed's {\"message_id\":\"dlq-12\",\"target_topic\":\"orders\"}.",
+			body: typeOf[SeedReplayRequest](), ok: 200, resp: typeOf[SeedReplayResult](), errs: errsWrite}},
+	}
+}

@@ -1,0 +1,273 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Paging bounds of list endpoints.
+const (
+	defaultPageLimit = 100
+	maxPageLimit     = 1000
+)
+
+// TopicList is the response of GET /api/v1/topics.
+type TopicList struct {
+	Topics []Topic `json:"topics"`
+	// Total counts the topics that match the pattern, before paging.
+	Total  int `json:"total"`
+	Limit  int `json:"limit"`
+	Offset int `json:"offset"`
+}
+
+func (h *Handler) listTopics(w http.ResponseWriter, r *http.Request) error {
+	limit, err := queryInt(r, "limit", defaultPageLimit, maxPageLimit)
+	if err != nil {
+		return err
+	}
+	offset, err := queryInt(r, "offset", 0, 1<<31)
+	if err != nil {
+		return err
+	}
+	pattern := r.URL.Query().Get("pattern")
+	if pattern != "" {
+		if err := names.ValidatePattern(pattern); err != nil {
+			return invalidf("query parameter pattern: %v", err)
+		}
+	}
+	infos, err := h.b.Topics(r.Context())
+	if err != nil {
+		return err
+	}
+	var matched []Topic
+	for _, t := range infos {
+		if pattern == "" || names.Match(pattern, t.Topic.Name) {
+			matched = append(matched, topicJSON(t))
+		}
+	}
+	out := TopicList{Topics: []Topic{}, Total: len(matched), Limit: int(limit), Offset: int(offset)}
+	if int(offset) < len(matched) {
+		out.Topics = matched[offset:min(int(offset+limit), len(matched))]
+	}
+	w.Header().Set("X-Total-Count", strconv.Itoa(out.Total))
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// CreateTopicRequest is the body of POST /api/v1/topics: the name and the configuration fields
+// (zero or absent fields take the defaults). retention_policy.max_age (seconds) is seed 002's
+// spelling of message_retention.
+type CreateTopicRequest struct {
+	Name string `json:"name"`
+	TopicConfig
+	RetentionPolicy *RetentionPolicy `json:"retention_policy,omitempty"`
+}
+
+// RetentionPolicy is seed 002's retention object.
+type RetentionPolicy struct {
+	// MaxAge is message_retention in seconds.
+	MaxAge float64 `json:"max_age"`
+}
+
+func (h *Handler) createTopic(w http.ResponseWriter, r *http.Request) error {
+	var req CreateTopicRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		return invalidf("name is required")
+	}
+	cfg := req.TopicConfig.storage()
+	if rp := req.RetentionPolicy; rp != nil {
+		if rp.MaxAge < 0 {
+			return invalidf("retention_policy.max_age must not be negative, got %v", rp.MaxAge)
+		}
+		if cfg.MessageRetention != 0 {
+			return invalidf("give message_retention or retention_policy.max_age, not both")
+		}
+		cfg.MessageRetention = time.Duration(rp.MaxAge * float64(time.Second))
+	}
+	t, err := h.b.CreateTopic(r.Context(), req.Name, cfg)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/api/v1/topics/"+url.PathEscape(t.Name))
+	writeJSON(w, http.StatusCreated, Topic{Name: t.Name, Config: configJSON(t.Config), CreatedAt: t.CreatedAt})
+	return nil
+}
+
+func (h *Handler) getTopic(w http.ResponseWriter, r *http.Request) error {
+	info, err := h.b.Topic(r.Context(), r.PathValue("topic"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, topicJSON(info))
+	return nil
+}
+
+// UpdateTopicRequest is the body of PUT /api/v1/topics/{topic}/config: the configuration fields to
+// change (absent fields keep their current values) and, for a change from QUEUE to PUB_SUB, the
+// group the queue subscription becomes.
+type UpdateTopicRequest struct {
+	TopicConfig
+	QueueToGroup string `json:"queue_to_group,omitempty"`
+}
+
+func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("topic")
+	cur, err := h.b.Topic(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	// Decoding onto the current configuration changes exactly the fields the body has. Two
+	// concurrent updates of different fields may overwrite each other (the last one wins).
+	req := UpdateTopicRequest{TopicConfig: configJSON(cur.Topic.Config)}
+	if err := decodeJSON(r, &req, false); err != nil {
+		return err
+	}
+	t, err := h.b.UpdateTopic(r.Context(), broker.UpdateTopicParams{
+		Name: name, Config: req.TopicConfig.storage(), QueueToGroup: req.QueueToGroup,
+	})
+	if err != nil {
+		return err
+	}
+	info, err := h.b.Topic(r.Context(), t.Name)
+	if err != nil {
+		writeJSON(w, http.StatusOK, Topic{Name: t.Name, Config: configJSON(t.Config), CreatedAt: t.CreatedAt})
+		return nil // the update succeeded; the stats are best effort
+	}
+	writeJSON(w, http.StatusOK, topicJSON(info))
+	return nil
+}
+
+func (h *Handler) deleteTopic(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("topic")
+	force, err := queryBool(r, "force")
+	if err != nil {
+		return err
+	}
+	if err := h.b.DeleteTopic(r.Context(), name, force); err != nil {
+		return err
+	}
+	h.metrics.ForgetTopic(name)
+	h.pulls.closeTopic(name)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// GroupList is the response of the group listings.
+type GroupList struct {
+	Groups []Group `json:"groups"`
+}
+
+func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	topic, group, state := q.Get("topic"), q.Get("group"), storage.SubscriptionState(q.Get("state"))
+	switch state {
+	case "", storage.Active, storage.Paused, storage.Dead, storage.Cancelled:
+	default:
+		return invalidf("query parameter state must be ACTIVE, PAUSED, DEAD or CANCELLED, got %q", state)
+	}
+	return h.writeGroups(w, r, func(g *broker.GroupInfo) bool {
+		return (topic == "" || g.Topic == topic) && (group == "" || g.Group == group) && (state == "" || g.State == state)
+	}, "")
+}
+
+func (h *Handler) listTopicGroups(w http.ResponseWriter, r *http.Request) error {
+	topic := r.PathValue("topic")
+	return h.writeGroups(w, r, func(g *broker.GroupInfo) bool { return g.Topic == topic }, topic)
+}
+
+// writeGroups writes the groups keep selects. With mustTopic set, an empty result for a topic that
+// does not exist is TOPIC_NOT_FOUND.
+func (h *Handler) writeGroups(w http.ResponseWriter, r *http.Request, keep func(*broker.GroupInfo) bool, mustTopic string) error {
+	infos, err := h.b.Groups(r.Context())
+	if err != nil {
+		return err
+	}
+	members := memberMap(h.b)
+	out := GroupList{Groups: []Group{}}
+	for _, g := range infos {
+		if keep(g) {
+			out.Groups = append(out.Groups, groupJSON(g, members))
+		}
+	}
+	if len(out.Groups) == 0 && mustTopic != "" {
+		if _, err := h.b.Topic(r.Context(), mustTopic); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) getGroup(w http.ResponseWriter, r *http.Request) error {
+	return h.writeGroup(w, r, r.PathValue("topic"), r.PathValue("group"))
+}
+
+func (h *Handler) writeGroup(w http.ResponseWriter, r *http.Request, topic, group string) error {
+	g, err := h.b.Group(r.Context(), topic, group)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, groupJSON(g, memberMap(h.b)))
+	return nil
+}
+
+// groupOp returns the handler of a group operation (Broker.PauseGroup, ResumeGroup, CancelGroup);
+// it answers with the group afterwards.
+func (h *Handler) groupOp(op func(ctx context.Context, topic, group string) (*storage.Subscription, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		topic, group := r.PathValue("topic"), r.PathValue("group")
+		if _, err := op(r.Context(), topic, group); err != nil {
+			return err
+		}
+		return h.writeGroup(w, r, topic, group)
+	}
+}
+
+// MemberList is the response of GET /api/v1/members.
+type MemberList struct {
+	Members []Member `json:"members"`
+}
+
+func (h *Handler) listMembers(w http.ResponseWriter, r *http.Request) error {
+	ms := h.b.Members()
+	if ms == nil {
+		ms = []Member{}
+	}
+	writeJSON(w, http.StatusOK, MemberList{Members: ms})
+	return nil
+}
+
+// BindingList is the response of GET /api/v1/bindings.
+type BindingList struct {
+	Bindings []*storage.Binding `json:"bindings"`
+}
+
+func (h *Handler) listBindings(w http.ResponseWriter, r *http.Request) error {
+	bs, err := h.b.Bindings(r.Context())
+	if err != nil {
+		return err
+	}
+	if bs == nil {
+		bs = []*storage.Binding{}
+	}
+	writeJSON(w, http.StatusOK, BindingList{Bindings: bs})
+	return nil
+}
+
+func (h *Handler) deleteBinding(w http.ResponseWriter, r *http.Request) error {
+	if err := h.b.DeleteBinding(r.Context(), r.PathValue("group"), r.PathValue("pattern")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,337 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/spoolmq/spool/internal/server"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// EnvPrefix starts the name of every environment variable that overrides a setting.
+const EnvPrefix = "SPOOL_"
+
+// EnvConfigFile names the configuration file when no file is given to Load.
+const EnvConfigFile = EnvPrefix + "CONFIG"
+
+// Config is the configuration of spool serve. The yaml tags are the keys of the configuration
+// file; the dotted path of a key ("server.max_connections") is also the name of its environment
+// variable (SPOOL_SERVER_MAX_CONNECTIONS) and of its entry in Load's flags map.
+type Config struct {
+	// Listen is the TCP address of the binary protocol and the text mode. Defaults to ":9092".
+	Listen string `yaml:"listen"`
+	// HTTP is the address of the HTTP listener (admin API, /metrics, /healthz, /readyz). Defaults
+	// to ":8080".
+	HTTP string `yaml:"http"`
+	// DataDir is the directory of the embedded engine. Defaults to "./spool-data".
+	DataDir string `yaml:"data_dir"`
+	// Store selects the engine: empty for the embedded engine in DataDir, or a postgres:// URL
+	// for the PostgreSQL engine (not yet supported). Defaults to empty.
+	Store string `yaml:"store"`
+	// LogLevel is debug, info, warn or error. Logs are JSON lines on stderr. Defaults to info.
+	LogLevel string `yaml:"log_level"`
+	// ShutdownTimeout bounds the graceful shutdown on SIGTERM or SIGINT. Defaults to 30 s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	// WAL configures the embedded engine.
+	WAL WAL `yaml:"wal"`
+	// Broker configures the broker.
+	Broker Broker `yaml:"broker"`
+	// Server configures the TCP server (protocol limits and timeouts); see server.Config.
+	Server server.Config `yaml:"server"`
+}
+
+// WAL configures the embedded engine.
+type WAL struct {
+	// UnsafeNoSync acknowledges publishes and acks before they are fsynced: a machine crash (not a
+	// process crash) loses acknowledged messages. Defaults to false.
+	UnsafeNoSync bool `yaml:"unsafe_no_sync"`
+	// SegmentBytes is the size log segments are preallocated to. Defaults to 64 MiB.
+	SegmentBytes int64 `yaml:"segment_bytes"`
+}
+
+// Broker configures the broker.
+type Broker struct {
+	// AutoCreate creates an unknown topic on its first publish. Defaults to true.
+	AutoCreate bool `yaml:"auto_create"`
+	// AutoCreateSemantics is the semantics of auto-created topics, QUEUE or PUB_SUB. Defaults to
+	// QUEUE.
+	AutoCreateSemantics string `yaml:"auto_create_semantics"`
+	// DefaultMaxInFlight is the credit of a consumer that asks for none. Defaults to 10.
+	DefaultMaxInFlight int `yaml:"default_max_in_flight"`
+	// RetentionInterval is how often retention runs. Defaults to 1 minute.
+	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// PollInterval is the longest an idle dispatcher waits before it looks again. Defaults to 1 s.
+	PollInterval time.Duration `yaml:"poll_interval"`
+}
+
+// Defaults returns the default configuration.
+func Defaults() Config {
+	srv := server.DefaultConfig()
+	return Config{
+		Listen:          ":9092",
+		HTTP:            ":8080",
+		DataDir:         "./spool-data",
+		LogLevel:        "info",
+		ShutdownTimeout: 30 * time.Second,
+		WAL:             WAL{SegmentBytes: 64 << 20},
+		Broker: Broker{
+			AutoCreate:          true,
+			AutoCreateSemantics: string(storage.Queue),
+			DefaultMaxInFlight:  10,
+			RetentionInterval:   time.Minute,
+			PollInterval:        time.Second,
+		},
+		Server: srv,
+	}
+}
+
+// Load builds the configuration: the defaults, then the YAML file (file, or the file named by
+// SPOOL_CONFIG in env when file is empty; no file at all is fine), then the SPOOL_* variables of
+// env (in os.Environ form), then flags (keyed by the dotted path of the setting: "listen",
+// "data_dir", "server.max_connections"). Each later source overrides the earlier ones. Unknown
+// keys in the file and unknown flag keys are errors; SPOOL_* variables that name no setting are
+// ignored (see UnknownEnv). The result is validated.
+func Load(file string, env []string, flags map[string]string) (Config, error) {
+	cfg := Defaults()
+	if file == "" {
+		file = lookupEnv(env, EnvConfigFile)
+	}
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return Config{}, fmt.Errorf("config file: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
+			return Config{}, fmt.Errorf("config file %s: %w", file, err)
+		}
+	}
+	fields := settings(&cfg)
+	byEnv := envNames(fields)
+	for _, kv := range env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		f, ok := fields[byEnv[name]]
+		if !ok {
+			continue
+		}
+		if err := f.set(value); err != nil {
+			return Config{}, fmt.Errorf("environment %s: %w", name, err)
+		}
+	}
+	keys := make([]string, 0, len(flags))
+	for k := range flags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		f, ok := fields[k]
+		if !ok {
+			return Config{}, fmt.Errorf("flag %s: no such setting", k)
+		}
+		if err := f.set(flags[k]); err != nil {
+			return Config{}, fmt.Errorf("flag %s: %w", k, err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// UnknownEnv returns the SPOOL_* variables of env that name no setting (typos, or variables of
+// other tools), so that spool serve can warn about them.
+func UnknownEnv(env []string) []string {
+	cfg := Defaults()
+	byEnv := envNames(settings(&cfg))
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || name == EnvConfigFile {
+			continue
+		}
+		if _, ok := byEnv[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Keys lists every setting's dotted key, sorted (for documentation and tests).
+func Keys() []string {
+	cfg := Defaults()
+	var out []string
+	for k := range settings(&cfg) {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// EnvName returns the environment variable of a dotted key: "server.max_connections" ->
+// SPOOL_SERVER_MAX_CONNECTIONS.
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// envNames maps the environment variable of each setting to its key.
+func envNames(fields map[string]field) map[string]string {
+	out := make(map[string]string, len(fields))
+	for k := range fields {
+		out[EnvName(k)] = k
+	}
+	return out
+}
+
+func lookupEnv(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if n, v, ok := strings.Cut(env[i], "="); ok && n == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// field is one settable leaf of Config.
+type field struct {
+	v reflect.Value
+}
+
+// settings maps every leaf of cfg with a yaml tag to its dotted key.
+func settings(cfg *Config) map[string]field {
+	out := make(map[string]field)
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		t := v.Type()
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			tag, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+			if tag == "" || tag == "-" || !sf.IsExported() {
+				continue
+			}
+			key := prefix + tag
+			fv := v.Field(i)
+			if fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeFor[time.Duration]() {
+				walk(key+".", fv)
+				continue
+			}
+			out[key] = field{v: fv}
+		}
+	}
+	walk("", reflect.ValueOf(cfg).Elem())
+	return out
+}
+
+// set parses s into the field: strings as is, booleans with strconv.ParseBool, integers as
+// decimal numbers, durations with time.ParseDuration ("30s", "1h").
+func (f field) set(s string) error {
+	switch {
+	case f.v.Type() == reflect.TypeFor[time.Duration]():
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q (want e.g. 30s, 5m, 1h)", s)
+		}
+		f.v.SetInt(int64(d))
+	case f.v.Kind() == reflect.String:
+		f.v.SetString(s)
+	case f.v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("invalid boolean %q (want true or false)", s)
+		}
+		f.v.SetBool(b)
+	case f.v.CanInt():
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || f.v.OverflowInt(n) {
+			return fmt.Errorf("invalid integer %q", s)
+		}
+		f.v.SetInt(n)
+	default:
+		return fmt.Errorf("unsupported setting type %s", f.v.Type())
+	}
+	return nil
+}
+
+// Validate reports the first invalid setting, named by its key.
+func (c Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Listen == "":
+		return bad("listen", "must not be empty")
+	case c.HTTP == "":
+		return bad("http", "must not be empty")
+	case c.Store == "" && c.DataDir == "":
+		return bad("data_dir", "must not be empty with the embedded engine")
+	case c.Store != "" && !IsPostgresURL(c.Store):
+		return bad("store", "must be empty (embedded engine) or a postgres:// URL, got %q", redact(c.Store))
+	case c.ShutdownTimeout <= 0:
+		return bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
+	case c.WAL.SegmentBytes < 1<<20:
+		return bad("wal.segment_bytes", "must be at least 1 MiB, got %d", c.WAL.SegmentBytes)
+	case c.Broker.AutoCreateSemantics != string(storage.Queue) && c.Broker.AutoCreateSemantics != string(storage.PubSub):
+		return bad("broker.auto_create_semantics", "must be QUEUE or PUB_SUB, got %q", c.Broker.AutoCreateSemantics)
+	case c.Broker.DefaultMaxInFlight < 1 || c.Broker.DefaultMaxInFlight > c.Server.MaxCredit:
+		return bad("broker.default_max_in_flight", "must be between 1 and server.max_credit (%d), got %d", c.Server.MaxCredit, c.Broker.DefaultMaxInFlight)
+	case c.Broker.RetentionInterval <= 0:
+		return bad("broker.retention_interval", "must be positive, got %s", c.Broker.RetentionInterval)
+	case c.Broker.PollInterval <= 0:
+		return bad("broker.poll_interval", "must be positive, got %s", c.Broker.PollInterval)
+	}
+	if _, err := c.SlogLevel(); err != nil {
+		return err
+	}
+	if err := c.Server.Validate(); err != nil {
+		// server.Config names its fields by their yaml keys; prefix the section.
+		return fmt.Errorf("config: server.%s", strings.TrimPrefix(err.Error(), storage.ErrInvalidArgument.Error()+": "))
+	}
+	return nil
+}
+
+// SlogLevel returns LogLevel as a slog.Level.
+func (c Config) SlogLevel() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return 0, fmt.Errorf("config: log_level: must be debug, info, warn or error, got %q", c.LogLevel)
+	}
+	return l, nil
+}
+
+// IsPostgresURL reports whether s selects the PostgreSQL engine.
+func IsPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// redact hides a password in a URL-like string for error messages.
+func redact(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	if userinfo, host, ok := strings.Cut(rest, "@"); ok {
+		if user, _, ok := strings.Cut(userinfo, ":"); ok {
+			return scheme + "://" + user + ":***@" + host
+		}
+	}
+	return s
+}
+
+// Redacted returns Store without its password, for logs.
+func (c Config) Redacted() string { return redact(c.Store) }

@@ -1,0 +1,163 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "spool.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != ":9092" || cfg.HTTP != ":8080" || cfg.DataDir != "./spool-data" || cfg.Store != "" ||
+		cfg.Server.MaxConnections != 10_000 || cfg.Server.HeartbeatInterval != 10*time.Second ||
+		cfg.Server.SessionTimeout != 30*time.Second || !cfg.Broker.AutoCreate || cfg.Broker.AutoCreateSemantics != "QUEUE" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+}
+
+// TestPrecedence: file < environment < flags.
+func TestPrecedence(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, `
+listen: ":1111"
+http: ":2222"
+data_dir: /from/file
+server:
+  max_connections: 10
+  heartbeat_interval: 2s
+  session_timeout: 6s
+broker:
+  auto_create: false
+`)
+	env := []string{
+		"SPOOL_HTTP=:3333",
+		"SPOOL_DATA_DIR=/from/env",
+		"SPOOL_SERVER_MAX_CONNECTIONS=20",
+		"SPOOL_BROKER_AUTO_CREATE=true",
+		"SPOOL_TEST_SOMETHING_ELSE=ignored",
+		"PATH=/bin",
+	}
+	flags := map[string]string{"data_dir": "/from/flag", "server.session_timeout": "8s"}
+	cfg, err := Load(file, env, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"listen":         cfg.Listen == ":1111",
+		"http":           cfg.HTTP == ":3333",
+		"data_dir":       cfg.DataDir == "/from/flag",
+		"max_conns":      cfg.Server.MaxConnections == 20,
+		"heartbeat":      cfg.Server.HeartbeatInterval == 2*time.Second,
+		"session":        cfg.Server.SessionTimeout == 8*time.Second,
+		"auto_create":    cfg.Broker.AutoCreate,
+		"text_ack_wait":  cfg.Server.TextAckWait == 24*time.Hour, // default kept
+		"shutdown":       cfg.ShutdownTimeout == 30*time.Second,
+		"unknown_env_ok": true,
+	}
+	for k, ok := range want {
+		if ok != true {
+			t.Errorf("%s wrong: %+v", k, cfg)
+		}
+	}
+	if got := UnknownEnv(env); !slices.Equal(got, []string{"SPOOL_TEST_SOMETHING_ELSE"}) {
+		t.Errorf("UnknownEnv = %v", got)
+	}
+}
+
+func TestConfigFileFromEnv(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "listen: \":4444\"\n")
+	cfg, err := Load("", []string{"SPOOL_CONFIG=" + file}, nil)
+	if err != nil || cfg.Listen != ":4444" {
+		t.Fatalf("cfg %+v, %v", cfg.Listen, err)
+	}
+	if _, err := Load("", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	empty := writeFile(t, "")
+	if _, err := Load(empty, nil, nil); err != nil {
+		t.Fatalf("empty file: %v", err)
+	}
+}
+
+// TestErrorsNameTheSetting: every error says which key (or variable, or flag) is wrong.
+func TestErrorsNameTheSetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		file  string
+		env   []string
+		flags map[string]string
+		want  string
+	}{
+		{name: "unknown file key", file: "listn: x\n", want: "field listn not found"},
+		{name: "bad yaml type", file: "server:\n  max_connections: many\n", want: "line 2"},
+		{name: "bad env integer", env: []string{"SPOOL_SERVER_MAX_CONNECTIONS=many"}, want: "SPOOL_SERVER_MAX_CONNECTIONS"},
+		{name: "bad env duration", env: []string{"SPOOL_SHUTDOWN_TIMEOUT=10"}, want: "SPOOL_SHUTDOWN_TIMEOUT: invalid duration"},
+		{name: "bad env bool", env: []string{"SPOOL_WAL_UNSAFE_NO_SYNC=maybe"}, want: "SPOOL_WAL_UNSAFE_NO_SYNC"},
+		{name: "unknown flag", flags: map[string]string{"nope": "1"}, want: "flag nope: no such setting"},
+		{name: "server field", flags: map[string]string{"server.max_connections": "0"}, want: "server.max_connections"},
+		{name: "session timeout", flags: map[string]string{"server.session_timeout": "5s"}, want: "server.session_timeout"},
+		{name: "semantics", env: []string{"SPOOL_BROKER_AUTO_CREATE_SEMANTICS=FANOUT"}, want: "broker.auto_create_semantics"},
+		{name: "log level", flags: map[string]string{"log_level": "loud"}, want: "log_level"},
+		{name: "store", flags: map[string]string{"store": "mysql://x"}, want: "store: must be empty"},
+		{name: "store password redacted", flags: map[string]string{"store": "mysql://u:secret@h"}, want: "u:***@h"},
+		{name: "listen", flags: map[string]string{"listen": ""}, want: "listen: must not be empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := ""
+			if tc.file != "" {
+				file = writeFile(t, tc.file)
+			}
+			_, err := Load(file, tc.env, tc.flags)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Fatalf("error leaks the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestPostgresStoreIsValid(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("", []string{"SPOOL_STORE=postgres://spool@localhost/spool"}, nil)
+	if err != nil || !IsPostgresURL(cfg.Store) {
+		t.Fatalf("%+v %v", cfg.Store, err)
+	}
+}
+
+func TestKeysHaveEnvNames(t *testing.T) {
+	t.Parallel()
+	keys := Keys()
+	for _, k := range []string{"listen", "http", "data_dir", "store", "log_level", "server.max_connections", "server.text_publisher_idle", "wal.unsafe_no_sync", "broker.auto_create"} {
+		if !slices.Contains(keys, k) {
+			t.Errorf("key %q missing from %v", k, keys)
+		}
+	}
+	if EnvName("server.max_connections") != "SPOOL_SERVER_MAX_CONNECTIONS" {
+		t.Error(EnvName("server.max_connections"))
+	}
+	for _, k := range keys {
+		if strings.Contains(k, "logger") || strings.Contains(k, "clock") || strings.Contains(k, "version") {
+			t.Errorf("non-setting field exposed: %s", k)
+		}
+	}
+}

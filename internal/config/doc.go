@@ -1,0 +1,42 @@
+// Package config is the configuration of spool serve: one plain struct (Config) with yaml tags,
+// its defaults (Defaults, the values of BRIEF.md section 5), its validation (Validate, which names
+// the offending key) and its loading (Load).
+//
+// # Sources and precedence
+//
+// Load starts from Defaults, then applies, each overriding the previous one:
+//
+//  1. the YAML file given with --config (or named by SPOOL_CONFIG); unknown keys are errors;
+//  2. environment variables: every key has one, SPOOL_ and its dotted path in upper case with
+//     underscores (server.max_connections -> SPOOL_SERVER_MAX_CONNECTIONS, data_dir ->
+//     SPOOL_DATA_DIR); SPOOL_* variables that name no key are ignored (UnknownEnv lists them for a
+//     warning, since other tools use the prefix too);
+//  3. the flags given on the command line (only those actually given).
+//
+// Values in the environment and in flags are strings: durations use Go's syntax ("30s", "5m"),
+// booleans true or false, sizes plain byte counts.
+//
+// # Example file
+//
+//	listen: ":9092"
+//	http: ":8080"
+//	data_dir: /var/lib/spool
+//	log_level: info
+//	shutdown_timeout: 30s
+//	wal:
+//	  unsafe_no_sync: false
+//	broker:
+//	  auto_create: true
+//	  auto_create_semantics: QUEUE
+//	  default_max_in_flight: 10
+//	server:
+//	  max_connections: 10000
+//	  max_frame_size: 10485760
+//	  heartbeat_interval: 10s
+//	  session_timeout: 30s
+//	  text_ack_wait: 24h
+//	  text_publisher_idle: 1s
+//
+// Keys lists every key. Nothing here is shared mutable state: Defaults returns a new value each
+// time, and every function is safe for concurrent use.
+package config

@@ -1,0 +1,102 @@
+// Package metrics holds Spool's Prometheus metrics: one Metrics struct created with
+// New(registerer) and passed down (no globals, no init registration, STYLE.md C20).
+//
+// # Two kinds of metrics
+//
+// Hook metrics are counters and histograms that the code which sees an event updates through the
+// methods of Metrics (ObservePublish, ObserveDelivery, ObserveAck, ObserveNack, ObserveFsync,
+// ConnectionOpened, ObserveHTTPRequest, ...). They count what this process did. Every method is
+// safe for concurrent use, cheap (an atomic add or a histogram observation after a label lookup)
+// and a no-op on a nil *Metrics, so callers with optional metrics need no checks.
+//
+// Broker metrics are read from the broker when Prometheus scrapes (RegisterBroker): topics,
+// subscriptions and their statistics. They describe the state of the topics and subscriptions,
+// which on PostgreSQL is shared by every broker instance: every instance reports the same values,
+// so aggregate them across instances with max(), not sum(). A scrape costs one Broker.Topics and
+// one Broker.Groups call: a few engine calls per topic and per subscription (sparse state, no work
+// per message) and short read locks; scrapes are serialized and bounded by a timeout.
+//
+// # Names
+//
+// The three figures seed 002 names keep their names: queue_depth{topic}, consumer_lag{topic,group}
+// and message_throughput{topic}. Everything else is spool_-prefixed, with Prometheus naming (unit
+// suffixes, _total for counters). Labels are bounded: topic and group at most (never a message key
+// or id), plus protocol, state, route and code, which take a fixed set of values.
+//
+// Group label values: a durable group's name; "$queue" for the one subscription of a QUEUE topic;
+// "$ephemeral" for the ephemeral subscriptions of members without a group on a PUB_SUB topic (the
+// engine names each one "$ephemeral-<id>"; they are aggregated into one series per topic so that
+// short-lived subscribers do not create unbounded series). Hook methods take the group the member
+// subscribed with ("" for a member without a group) and apply the same folding of "$ephemeral-<id>".
+//
+// # Metric reference
+//
+// Broker metrics (scrape time, RegisterBroker):
+//
+//	queue_depth{topic}                        gauge    messages of the topic not yet done by its consumers: for a QUEUE topic
+//	                                                   the pending count of its queue subscription; for a PUB_SUB topic the
+//	                                                   largest pending count over its ACTIVE and PAUSED subscriptions (the group
+//	                                                   furthest behind; 0 without one). DEAD and CANCELLED subscriptions hold no
+//	                                                   retention and are left out; their figures are in spool_subscription_*.
+//	consumer_lag{topic,group}                 gauge    messages never delivered to the subscription (high-water mark minus cursor,
+//	                                                   summed over partitions): how far the group's cursor is behind the head.
+//	                                                   Messages delivered but not yet acked are in spool_subscription_in_flight,
+//	                                                   everything not done in spool_subscription_pending.
+//	message_throughput{topic}                 counter  messages ever appended to the topic: the sum of its partitions' high-water
+//	                                                   marks, read from the log. A counter, not a rate: Prometheus computes the
+//	                                                   rate over any window with rate(message_throughput[1m]) (the seed's 1, 5 and
+//	                                                   15 minute EWMA windows become [1m], [5m], [15m]), a gauge of a rate computed
+//	                                                   here would fix one window and lose what happened between scrapes. Read from
+//	                                                   the log it counts every publish (TCP, HTTP, in-process, other broker
+//	                                                   instances) and survives restarts; it restarts at 0 only when the topic is
+//	                                                   deleted and created again, which rate() treats as a counter reset.
+//	spool_topic_messages{topic}               gauge    retained messages (high-water mark minus first retained offset).
+//	spool_topic_bytes{topic}                  gauge    bytes of the topic's log segments.
+//	spool_topic_partitions{topic}             gauge    partitions.
+//	spool_topic_subscriptions{topic}          gauge    subscriptions that are not DELETED (durable and ephemeral).
+//	spool_topic_members{topic}                gauge    members of this broker attached to the topic.
+//	spool_subscription_state{topic,group,state} gauge  1 for the subscription's state, 0 for the other states (ACTIVE, PAUSED,
+//	                                                   DEAD, CANCELLED); for "$ephemeral" the number of ephemeral subscriptions in
+//	                                                   each state.
+//	spool_subscription_pending{topic,group}   gauge    messages not yet done: never delivered, leased, or waiting for redelivery.
+//	spool_subscription_in_flight{topic,group} gauge    leased messages.
+//	spool_subscription_redelivering{topic,group} gauge messages waiting for their redelivery backoff or ready for redelivery.
+//	spool_subscription_dead_lettered{topic,group} gauge entries in the subscription's dead-letter queue.
+//	spool_subscription_members{topic,group}   gauge    members of this broker attached to the subscription.
+//	spool_broker_members                      gauge    live members (consumers) of this broker.
+//	spool_broker_up                           gauge    1 if the broker answered the scrape, 0 if not (stopped, engine closed,
+//	                                                   timeout); the broker metrics above are absent when 0.
+//	spool_metrics_collect_duration_seconds    gauge    how long reading the broker took at this scrape.
+//	spool_metrics_collect_errors_total        counter  scrapes at which reading the broker failed.
+//
+// Hook metrics (updated by the server, the admin API and the engine through Metrics' methods):
+//
+//	spool_messages_published_total{topic}           counter   messages this process accepted (ObservePublish).
+//	spool_publish_duration_seconds                  histogram duration of a publish call, including the fsync (ObservePublish).
+//	spool_publish_errors_total{code}                counter   failed publish calls by protocol error name (ObservePublishError).
+//	spool_messages_delivered_total{topic,group}     counter   deliveries handed to consumers (ObserveDelivery).
+//	spool_messages_redelivered_total{topic,group}   counter   of those, deliveries with attempt > 1.
+//	spool_end_to_end_latency_seconds{topic}         histogram from publish time to the first delivery to a consumer.
+//	spool_messages_acked_total{topic,group}         counter   acked deliveries (ObserveAck).
+//	spool_messages_nacked_total{topic,group}        counter   nacked deliveries (ObserveNack).
+//	spool_messages_dead_lettered_total{topic,group} counter   dead-letterings this process caused and knows of: nacks straight to the
+//	                                                          DLQ (ObserveNack with toDLQ, ObserveDeadLettered). Dead-letterings the
+//	                                                          engine decides on its own (lease expiry or a nack on the last attempt)
+//	                                                          are not reported to the broker; the DLQ size is
+//	                                                          spool_subscription_dead_lettered.
+//	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
+//	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
+//	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
+//	spool_connections_total{protocol}               counter   connections accepted.
+//	spool_http_requests_total{route,code}           counter   HTTP requests by route pattern and status code.
+//	spool_http_request_duration_seconds{route}      histogram HTTP request duration by route pattern.
+//
+// # Seed figures and what is missing
+//
+// Seed 000's monitoring figures per subscription (state, pending, in flight, dead-lettered,
+// members) and per topic (messages, bytes, subscriptions) are the spool_subscription_* and
+// spool_topic_* gauges. Not exported yet, because the broker and engine do not expose them: the
+// age of a subscription's oldest unacked message (seed 002's "time lag"), last heartbeat per
+// group, processed counts per group since creation, cleanup job figures (backlog, messages
+// deleted, dead groups detected) and backfill progress.
+package metrics

@@ -1,0 +1,261 @@
+package metrics
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of a few series.
+const (
+	// GroupEphemeral is the group label of the ephemeral subscriptions of a topic, aggregated.
+	GroupEphemeral = "$ephemeral"
+	// ProtocolBinary and ProtocolText are the protocol labels of spool_connections for the two
+	// modes of the TCP listener.
+	ProtocolBinary = "binary"
+	ProtocolText   = "text"
+)
+
+// Metrics is the set of Spool's hook metrics, plus the broker collector once RegisterBroker was
+// called. Create it with New and pass it down. Every method is safe for concurrent use and does
+// nothing on a nil *Metrics.
+type Metrics struct {
+	reg prometheus.Registerer
+
+	published       *prometheus.CounterVec
+	publishDuration prometheus.Histogram
+	publishErrors   *prometheus.CounterVec
+	delivered       *prometheus.CounterVec
+	redelivered     *prometheus.CounterVec
+	endToEnd        *prometheus.HistogramVec
+	acked           *prometheus.CounterVec
+	nacked          *prometheus.CounterVec
+	deadLettered    *prometheus.CounterVec
+	fsyncDuration   prometheus.Histogram
+	fsyncRecords    prometheus.Histogram
+	connections     *prometheus.GaugeVec
+	connectionsTot  *prometheus.CounterVec
+	httpRequests    *prometheus.CounterVec
+	httpDuration    *prometheus.HistogramVec
+}
+
+// New creates the hook metrics and registers them with reg. A nil reg creates them without
+// registering them (they record, nothing exports them). New panics if the metrics are already
+// registered with reg (a programming error: call New once per registry).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		reg: reg,
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_published_total",
+			Help: "Messages accepted by publish calls of this process.",
+		}, []string{"topic"}),
+		publishDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "spool_publish_duration_seconds",
+			Help: "Duration of a publish call (one batch) until it is durable, in seconds.",
+			// 100 µs to about 3.3 s.
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_publish_errors_total",
+			Help: "Failed publish calls by protocol error name.",
+		}, []string{"code"}),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_delivered_total",
+			Help: "Deliveries handed to consumers by this process.",
+		}, []string{"topic", "group"}),
+		redelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_redelivered_total",
+			Help: "Deliveries handed to consumers with an attempt number above 1.",
+		}, []string{"topic", "group"}),
+		endToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "spool_end_to_end_latency_seconds",
+			Help: "Time from a message's publish time to its first delivery to a consumer, in seconds.",
+			// 500 µs to about 4.4 min (catching up on a backlog).
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
+		}, []string{"topic"}),
+		acked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_acked_total",
+			Help: "Deliveries acked through this process.",
+		}, []string{"topic", "group"}),
+		nacked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_nacked_total",
+			Help: "Deliveries nacked through this process.",
+		}, []string{"topic", "group"}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_dead_lettered_total",
+			Help: "Messages dead-lettered by a request of this process (nack to the DLQ); expiries the engine dead-letters are not counted.",
+		}, []string{"topic", "group"}),
+		fsyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "spool_wal_fsync_duration_seconds",
+			Help: "Duration of one group-commit round (write and fsync) of the embedded engine, in seconds.",
+			// 50 µs to about 1.6 s.
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}),
+		fsyncRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "spool_wal_fsync_records",
+			Help: "Records made durable by one group-commit round of the embedded engine.",
+			// 1 to 8192.
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "spool_connections",
+			Help: "Open client connections by protocol.",
+		}, []string{"protocol"}),
+		connectionsTot: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_connections_total",
+			Help: "Client connections accepted by protocol.",
+		}, []string{"protocol"}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "spool_http_request_duration_seconds",
+			Help: "HTTP request duration by route pattern, in seconds.",
+			// 500 µs to about 33 s (long-polling pulls).
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9),
+		}, []string{"route"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.published, m.publishDuration, m.publishErrors, m.delivered, m.redelivered,
+			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.fsyncDuration, m.fsyncRecords,
+			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration)
+	}
+	return m
+}
+
+// GroupLabel returns the group label value of a group name: "$ephemeral" for an ephemeral
+// subscription's group ("$ephemeral-<id>"), the name itself otherwise ("" for a member without a
+// group, "$queue" for the queue subscription).
+func GroupLabel(group string) string {
+	if strings.HasPrefix(group, GroupEphemeral) {
+		return GroupEphemeral
+	}
+	return group
+}
+
+// ObservePublish records a successful publish call of n messages to topic that took took (until
+// the messages were durable). Call it once per call, not per message.
+func (m *Metrics) ObservePublish(topic string, n int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.published.WithLabelValues(topic).Add(float64(n))
+	m.publishDuration.Observe(took.Seconds())
+}
+
+// ObservePublishError records a failed publish call; code is the protocol error name
+// (protocol.Error.Name, "TOPIC_NOT_FOUND"), which keeps the label bounded.
+func (m *Metrics) ObservePublishError(code string) {
+	if m == nil {
+		return
+	}
+	m.publishErrors.WithLabelValues(code).Inc()
+}
+
+// ObserveDelivery records one delivery handed to a consumer of group on topic (group as the member
+// subscribed, "" without one). attempt is storage.Delivery.Attempt; attempts above 1 also count as
+// redeliveries. For a first attempt, the time since publishedAt (storage.Message.PublishedAt, the
+// broker's or database's clock) is observed as end-to-end latency.
+func (m *Metrics) ObserveDelivery(topic, group string, attempt int, publishedAt time.Time) {
+	if m == nil {
+		return
+	}
+	g := GroupLabel(group)
+	m.delivered.WithLabelValues(topic, g).Inc()
+	if attempt > 1 {
+		m.redelivered.WithLabelValues(topic, g).Inc()
+		return
+	}
+	if !publishedAt.IsZero() {
+		m.endToEnd.WithLabelValues(topic).Observe(max(time.Since(publishedAt), 0).Seconds())
+	}
+}
+
+// ObserveAck records n deliveries of group on topic acked.
+func (m *Metrics) ObserveAck(topic, group string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.acked.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
+}
+
+// ObserveNack records n deliveries of group on topic nacked; toDLQ says they were sent straight to
+// the dead-letter queue, which also counts them as dead-lettered.
+func (m *Metrics) ObserveNack(topic, group string, n int, toDLQ bool) {
+	if m == nil || n <= 0 {
+		return
+	}
+	g := GroupLabel(group)
+	m.nacked.WithLabelValues(topic, g).Add(float64(n))
+	if toDLQ {
+		m.deadLettered.WithLabelValues(topic, g).Add(float64(n))
+	}
+}
+
+// ObserveDeadLettered records n messages of group on topic dead-lettered by a cause other than a
+// nack to the DLQ that the caller knows of.
+func (m *Metrics) ObserveDeadLettered(topic, group string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.deadLettered.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
+}
+
+// ObserveFsync records one group-commit round of the embedded engine: its duration and the
+// records it made durable. Its signature is that of wal.Config.OnSync, so the server passes
+// m.ObserveFsync there; logs (how many log files the round synced) is not recorded. It never
+// blocks.
+func (m *Metrics) ObserveFsync(took time.Duration, records, logs int) {
+	if m == nil {
+		return
+	}
+	m.fsyncDuration.Observe(took.Seconds())
+	m.fsyncRecords.Observe(float64(records))
+}
+
+// ConnectionOpened records a client connection accepted; protocol is a fixed name such as
+// ProtocolBinary or ProtocolText. Pair it with ConnectionClosed.
+func (m *Metrics) ConnectionOpened(protocol string) {
+	if m == nil {
+		return
+	}
+	m.connections.WithLabelValues(protocol).Inc()
+	m.connectionsTot.WithLabelValues(protocol).Inc()
+}
+
+// ConnectionClosed records the end of a connection ConnectionOpened recorded.
+func (m *Metrics) ConnectionClosed(protocol string) {
+	if m == nil {
+		return
+	}
+	m.connections.WithLabelValues(protocol).Dec()
+}
+
+// ObserveHTTPRequest records one HTTP request; route is the matched route pattern
+// ("GET /api/v1/topics/{topic}", never the raw path, which would make the label unbounded) or
+// "unmatched".
+func (m *Metrics) ObserveHTTPRequest(route string, code int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.httpRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.httpDuration.WithLabelValues(route).Observe(took.Seconds())
+}
+
+// ForgetTopic deletes the hook series of a deleted topic so that they do not outlive it. Call it
+// after deleting a topic; a later publish to the same name starts its counters again at 0.
+func (m *Metrics) ForgetTopic(topic string) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"topic": topic}
+	for _, v := range []*prometheus.MetricVec{
+		m.published.MetricVec, m.delivered.MetricVec, m.redelivered.MetricVec, m.endToEnd.MetricVec,
+		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec,
+	} {
+		v.DeletePartialMatch(l)
+	}
+}

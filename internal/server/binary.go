@@ -1,0 +1,589 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/errmap"
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// binarySession serves the binary protocol (docs/protocol.md sections 2 to 10).
+type binarySession struct {
+	c *conn
+	// r is the reader goroutine's.
+	r *protocol.Reader
+	// timeout is the session timeout after the handshake (reader goroutine).
+	timeout time.Duration
+
+	// w and preambleSent are the writer goroutine's.
+	w            *protocol.Writer
+	preambleSent bool
+	batch        []protocol.Delivery
+	batchBytes   int
+
+	// serverCorr numbers the server's own requests (Heartbeat, Goodbye); never 0.
+	serverCorr atomic.Uint32
+
+	// Guarded by c.mu: ready is set when HelloOK is queued; interval is the heartbeat interval.
+	ready    bool
+	interval time.Duration
+}
+
+func newBinarySession(c *conn) *binarySession {
+	return &binarySession{
+		c: c,
+		r: protocol.NewReader(c.br, c.srv.cfg.MaxFrameSize),
+		w: protocol.NewWriter(c.nc, c.srv.cfg.MaxFrameSize),
+	}
+}
+
+// nextCorr returns the next correlation id of a server request.
+func (b *binarySession) nextCorr() uint32 {
+	for {
+		if id := b.serverCorr.Add(1); id != 0 {
+			return id
+		}
+	}
+}
+
+// run is the reader loop: the handshake within the handshake timeout, then one request at a time,
+// each run to completion (so a connection's publishes to one topic are appended in order, and all
+// its other requests are processed in the order received).
+func (b *binarySession) run() {
+	c := b.c
+	if !b.handshake() {
+		return
+	}
+	for {
+		if !c.waitRoom() || !c.setReadDeadline(time.Now().Add(b.timeout)) {
+			return
+		}
+		f, err := b.r.ReadFrame()
+		if err != nil {
+			b.readFailed(err, false)
+			return
+		}
+		m, err := protocol.DecodeClient(f)
+		if err != nil {
+			// A bad body leaves the stream in sync: answer and go on.
+			b.reply(f.CorrelationID, protocol.AsError(err))
+			continue
+		}
+		if b.handle(f.CorrelationID, m) {
+			return
+		}
+	}
+}
+
+// handshake reads the preamble and Hello (the read deadline set at accept still runs) and queues
+// HelloOK. It reports false when the connection must close.
+func (b *binarySession) handshake() bool {
+	c := b.c
+	if err := b.r.ReadPreamble(); err != nil {
+		var pe *protocol.PreambleError
+		if errors.As(err, &pe) {
+			// Not a Spool client: close without answering (docs/protocol.md section 2.1).
+			c.srv.stats.closedByError.Add(1)
+			c.logger.Debug("bad preamble, closing", slog.Any("error", err))
+			return false
+		}
+		b.readFailed(err, true)
+		return false
+	}
+	f, err := b.r.ReadFrame()
+	if err != nil {
+		b.readFailed(err, true)
+		return false
+	}
+	m, err := protocol.DecodeClient(f)
+	if err != nil {
+		b.fail(f.CorrelationID, protocol.AsError(err))
+		return false
+	}
+	hello, ok := m.(*protocol.Hello)
+	if !ok || f.CorrelationID == 0 {
+		b.fail(f.CorrelationID, protocol.ErrUnexpectedFrame.Errorf("the first frame must be Hello with a non-zero correlation id, got %s with correlation id %d", f.Opcode, f.CorrelationID))
+		return false
+	}
+	version, err := protocol.NegotiateVersion(hello.MinVersion, hello.MaxVersion)
+	if err != nil {
+		b.fail(f.CorrelationID, protocol.AsError(err))
+		return false
+	}
+	cfg := c.srv.cfg
+	interval, timeout := cfg.negotiateHeartbeat(hello.HeartbeatInterval)
+	b.timeout = timeout
+	ok2 := &protocol.HelloOK{
+		Version:           version,
+		ServerName:        cfg.Name,
+		SessionID:         c.id,
+		HeartbeatInterval: interval,
+		SessionTimeout:    timeout,
+		MaxFrameSize:      uint32(cfg.MaxFrameSize),
+		MaxMessageSize:    uint32(cfg.MaxMessageSize),
+		Properties:        map[string]string{"server.version": cfg.Version},
+	}
+	c.mu.Lock()
+	b.ready, b.interval = true, interval
+	c.client = hello.ClientName
+	c.out = append(c.out, outItem{corr: f.CorrelationID, msg: ok2})
+	c.mu.Unlock()
+	c.signal()
+	c.logger.Debug("binary session opened", slog.String("client", hello.ClientName),
+		slog.Duration("heartbeat", interval), slog.Duration("session_timeout", timeout))
+	return true
+}
+
+// readFailed reports a read error that ends the connection: a timeout (SESSION_TIMEOUT), an
+// oversize frame (FRAME_TOO_LARGE) or a bad header (MALFORMED_FRAME) get an Error frame first; the
+// client closing or the connection breaking just end it.
+func (b *binarySession) readFailed(err error, handshake bool) {
+	c := b.c
+	var tooLarge *protocol.FrameTooLargeError
+	var decode *protocol.DecodeError
+	switch {
+	case c.interrupted.Load():
+	case errors.Is(err, io.EOF):
+		c.peerClosed.Store(true)
+		c.logger.Debug("client closed the connection")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.srv.stats.sessionTimeouts.Add(1)
+		if handshake {
+			b.fail(0, protocol.ErrSessionTimeout.Errorf("handshake not completed within %s", c.srv.cfg.HandshakeTimeout))
+		} else {
+			b.fail(0, protocol.ErrSessionTimeout.Errorf("no frame received for %s", b.timeout))
+		}
+		c.logger.Debug("session timeout", slog.Bool("handshake", handshake))
+	case errors.As(err, &tooLarge):
+		b.fail(tooLarge.CorrelationID, protocol.ErrFrameTooLarge.Errorf("%s frame of %d bytes exceeds the max frame size %d", tooLarge.Opcode, tooLarge.Size, tooLarge.Max))
+	case errors.As(err, &decode):
+		b.fail(0, protocol.AsError(err))
+	default:
+		c.peerClosed.Store(true)
+		c.logger.Debug("read failed", slog.Any("error", err))
+	}
+}
+
+// fail queues a connection-level Error frame; the connection closes after it.
+func (b *binarySession) fail(corr uint32, e *protocol.Error) {
+	if e.Code != protocol.CodeSessionTimeout {
+		b.c.srv.stats.closedByError.Add(1)
+	}
+	b.c.logger.Debug("closing connection with error", slog.Int("code", int(e.Code)), slog.String("error", e.Error()))
+	b.c.enqueue(outItem{corr: corr, msg: e})
+}
+
+// reply queues a response.
+func (b *binarySession) reply(corr uint32, m protocol.Message) {
+	b.c.enqueue(outItem{corr: corr, msg: m})
+}
+
+// replyErr queues the Error frame for err (mapped by errmap.ErrorFrom); unexpected errors are logged.
+func (b *binarySession) replyErr(corr uint32, err error) {
+	e := errmap.ErrorFrom(err)
+	if e.Code == protocol.CodeInternal {
+		b.c.logger.Warn("request failed", slog.Any("error", err))
+	}
+	b.reply(corr, e)
+}
+
+// handle runs one request. It reports true when the session ends.
+func (b *binarySession) handle(corr uint32, m protocol.ClientMessage) bool {
+	switch m := m.(type) {
+	case *protocol.HeartbeatOK:
+		return false // the answer to our Heartbeat: any frame is a sign of life
+	case *protocol.GoodbyeOK:
+		return true // the answer to our Goodbye
+	case *protocol.Credit:
+		b.credit(corr, m)
+		return false
+	}
+	if corr == 0 {
+		b.reply(0, protocol.ErrUnexpectedFrame.Errorf("%s with correlation id 0: requests need a non-zero correlation id", m.Opcode()))
+		return false
+	}
+	switch m := m.(type) {
+	case *protocol.Hello:
+		b.reply(corr, protocol.ErrUnexpectedFrame.Errorf("the session is already open"))
+	case *protocol.Publish:
+		b.publish(corr, m)
+	case *protocol.Subscribe:
+		b.subscribe(corr, m)
+	case *protocol.Unsubscribe:
+		b.unsubscribe(corr, m)
+	case *protocol.Ack:
+		b.ack(corr, m)
+	case *protocol.Nack:
+		b.nack(corr, m)
+	case *protocol.Extend:
+		b.extend(corr, m)
+	case *protocol.Heartbeat:
+		b.reply(corr, &protocol.HeartbeatOK{Echo: m.Time, Time: b.c.srv.cfg.Clock.Now()})
+	case *protocol.Goodbye:
+		b.clientGoodbye(corr)
+		return true
+	default:
+		b.reply(corr, protocol.ErrUnexpectedFrame.Errorf("%s is not a client request", m.Opcode()))
+	}
+	return false
+}
+
+func (b *binarySession) publish(corr uint32, m *protocol.Publish) {
+	c := b.c
+	start := time.Now()
+	ps, err := c.srv.broker.Publish(c.ctx, m.Topic, appendMessages(m.Messages, c.srv.cfg.Clock.Now()))
+	c.observePublish(m.Topic, len(m.Messages), start, err)
+	if err != nil {
+		b.replyErr(corr, err)
+		return
+	}
+	b.reply(corr, &protocol.PublishOK{Positions: positions(ps)})
+}
+
+func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
+	c := b.c
+	cfg := c.srv.cfg
+	switch {
+	case m.Mode == protocol.GroupOrdered:
+		b.reply(corr, protocol.ErrInvalidArgument.Errorf("ordered groups are not implemented yet"))
+		return
+	case int64(m.MaxInFlight) > int64(cfg.MaxCredit):
+		b.reply(corr, protocol.ErrInvalidArgument.Errorf("max_in_flight %d exceeds the server's cap %d", m.MaxInFlight, cfg.MaxCredit))
+		return
+	}
+	start, err := startPosition(m.Start)
+	if err != nil {
+		b.replyErr(corr, err)
+		return
+	}
+	member, err := c.srv.broker.Subscribe(c.ctx, broker.SubscribeParams{
+		Pattern:       m.Topic,
+		Group:         m.Group,
+		MemberID:      m.MemberID,
+		MaxInFlight:   int(m.MaxInFlight),
+		LeaseDuration: m.LeaseDuration,
+		Start:         start,
+		Notify:        c.wake,
+	})
+	if err != nil {
+		b.replyErr(corr, err)
+		return
+	}
+	subs := member.Subscriptions()
+	ok := &protocol.SubscribeOK{MemberID: member.ID(), Subscriptions: make([]protocol.SubscriptionInfo, len(subs))}
+	for i, a := range subs {
+		ok.Subscriptions[i] = protocol.SubscriptionInfo{SubscriptionID: a.SubscriptionID, Topic: a.Topic}
+	}
+	c.addHandle(m.Topic, member, func(id uint32) outItem {
+		ok.Handle = id
+		return outItem{corr: corr, msg: ok}
+	})
+}
+
+func (b *binarySession) unsubscribe(corr uint32, m *protocol.Unsubscribe) {
+	c := b.c
+	hs := c.removeHandles(func(h *handle) bool { return h.id == m.Handle })
+	if len(hs) == 0 {
+		b.reply(corr, protocol.ErrUnknownHandle.Errorf("handle %d is not open on this connection", m.Handle))
+		return
+	}
+	released, err := hs[0].member.Leave(c.ctx)
+	if err != nil {
+		b.replyErr(corr, err)
+		return
+	}
+	b.reply(corr, &protocol.UnsubscribeOK{Released: uint32(max(released, 0))})
+}
+
+func (b *binarySession) ack(corr uint32, m *protocol.Ack) {
+	c := b.c
+	res := &protocol.AckOK{}
+	for _, g := range groupRefs(m.Refs) {
+		member, ok := c.memberFor(g.sub)
+		if !ok {
+			res.Unknown = wireRefs(res.Unknown, g.sub, g.refs)
+			continue
+		}
+		r, err := c.srv.broker.AckBatch(c.ctx, g.sub, member, g.refs)
+		switch {
+		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
+			// Deleted or cancelled meanwhile: its messages are gone for this connection.
+			res.Unknown = wireRefs(res.Unknown, g.sub, g.refs)
+		case err != nil:
+			b.replyErr(corr, err)
+			return
+		default:
+			c.observeAck(g.sub, r.Acked)
+			res.Acked += uint32(r.Acked)
+			res.AlreadyDone += uint32(r.AlreadyDone)
+			res.Unknown = wireRefs(res.Unknown, g.sub, r.Unknown)
+		}
+	}
+	b.reply(corr, res)
+}
+
+func (b *binarySession) nack(corr uint32, m *protocol.Nack) {
+	c := b.c
+	opts := broker.NackOptions{Delay: m.Delay, ToDLQ: m.ToDLQ, Reason: m.Reason}
+	res := &protocol.NackOK{}
+	for _, g := range groupRefs(m.Refs) {
+		remaining := g.refs
+		// Only the member holding a lease may nack it; try each handle attached to the
+		// subscription (usually one) with what the previous ones did not hold.
+		for _, h := range c.holders(g.sub) {
+			r, err := h.member.NackBatch(c.ctx, g.sub, remaining, opts)
+			if errors.Is(err, broker.ErrMemberClosed) || errors.Is(err, storage.ErrSubscriptionNotFound) {
+				continue
+			}
+			if err != nil {
+				b.replyErr(corr, err)
+				return
+			}
+			c.observeNack(g.sub, r.Nacked, r.DeadLettered, m.ToDLQ)
+			res.Nacked += uint32(r.Nacked)
+			res.DeadLettered += uint32(r.DeadLettered)
+			remaining = r.NotHeld
+			if len(remaining) == 0 {
+				break
+			}
+		}
+		res.NotHeld = wireRefs(res.NotHeld, g.sub, remaining)
+	}
+	b.reply(corr, res)
+}
+
+func (b *binarySession) extend(corr uint32, m *protocol.Extend) {
+	c := b.c
+	res := &protocol.ExtendOK{}
+	for _, g := range groupRefs(m.Refs) {
+		remaining := g.refs
+		for _, h := range c.holders(g.sub) {
+			r, err := h.member.ExtendBatch(c.ctx, g.sub, remaining, m.Duration)
+			if errors.Is(err, broker.ErrMemberClosed) || errors.Is(err, storage.ErrSubscriptionNotFound) {
+				continue
+			}
+			if err != nil {
+				b.replyErr(corr, err)
+				return
+			}
+			if r.Extended > 0 && (res.Deadline.IsZero() || r.Deadline.Before(res.Deadline)) {
+				res.Deadline = r.Deadline
+			}
+			res.Extended += uint32(r.Extended)
+			remaining = r.NotHeld
+			if len(remaining) == 0 {
+				break
+			}
+		}
+		res.NotHeld = wireRefs(res.NotHeld, g.sub, remaining)
+	}
+	b.reply(corr, res)
+}
+
+// credit raises a handle's credit. Credit has no success response; errors carry its correlation
+// id.
+func (b *binarySession) credit(corr uint32, m *protocol.Credit) {
+	c := b.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.handles[m.Handle]
+	var e *protocol.Error
+	switch {
+	case h == nil:
+		e = protocol.ErrUnknownHandle.Errorf("handle %d is not open on this connection", m.Handle)
+	case c.draining:
+		return // the server is closing: no more deliveries whatever the credit
+	default:
+		n := int64(h.member.MaxInFlight()) + int64(m.Additional)
+		if n > int64(c.srv.cfg.MaxCredit) {
+			e = protocol.ErrInvalidArgument.Errorf("credit %d + %d exceeds the server's cap %d", h.member.MaxInFlight(), m.Additional, c.srv.cfg.MaxCredit)
+		} else if err := h.member.SetMaxInFlight(int(n)); err != nil {
+			e = errmap.ErrorFrom(err)
+		}
+	}
+	if e != nil {
+		c.out = append(c.out, outItem{corr: corr, msg: e})
+		defer c.signal()
+	}
+}
+
+// clientGoodbye stops the deliveries, releases the leases of the connection's members (they are
+// redelivered at once) and answers GoodbyeOK; the connection then closes.
+func (b *binarySession) clientGoodbye(corr uint32) {
+	c := b.c
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	for _, h := range c.removeHandles(func(*handle) bool { return true }) {
+		if _, err := h.member.Leave(c.ctx); err != nil {
+			c.logger.Warn("member leave failed", slog.String("member", h.member.ID()), slog.Any("error", err))
+		}
+	}
+	b.reply(corr, &protocol.GoodbyeOK{})
+}
+
+// goodbye is the server's Goodbye (Server.Stop): no more deliveries (the members keep their leases
+// but get no credit), acks, nacks and extends still work until the client answers GoodbyeOK or the
+// grace period ends. Before the handshake completed, the connection just ends.
+func (b *binarySession) goodbye() {
+	c := b.c
+	c.mu.Lock()
+	if !b.ready || c.closing {
+		c.mu.Unlock()
+		c.interrupt()
+		return
+	}
+	c.draining = true
+	for _, h := range c.handles {
+		_ = h.member.SetMaxInFlight(0)
+	}
+	c.out = append(c.out, outItem{corr: b.nextCorr(), msg: &protocol.Goodbye{Code: protocol.CodeClosed, Reason: "server shutting down"}})
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (b *binarySession) heartbeatInterval() time.Duration {
+	b.c.mu.Lock()
+	defer b.c.mu.Unlock()
+	return b.interval
+}
+
+// flush is the writer's work: responses in order, then for each open handle the subscriptions that
+// ended and the deliveries in its member's channel, packed into Deliver frames within the max
+// frame size; a Heartbeat when the timer fired and nothing else was written.
+func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
+	c := b.c
+	out, hs := c.take(final)
+	c.mu.Lock()
+	timeout, ready := b.timeout, b.ready
+	c.mu.Unlock()
+	if !ready || timeout == 0 {
+		timeout = c.srv.cfg.HandshakeTimeout
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	wrote := false
+	for _, it := range out {
+		if err := b.write(it.corr, it.msg); err != nil {
+			return wrote, err
+		}
+		wrote = true
+	}
+	for _, h := range hs {
+		n, err := b.flushHandle(h)
+		if err != nil {
+			return wrote, err
+		}
+		wrote = wrote || n
+	}
+	if err := b.writeBatch(); err != nil {
+		return wrote, err
+	}
+	if heartbeat && !wrote && ready {
+		if err := b.write(b.nextCorr(), &protocol.Heartbeat{Time: c.srv.cfg.Clock.Now()}); err != nil {
+			return wrote, err
+		}
+		wrote = true
+	}
+	return wrote, b.w.Flush()
+}
+
+// flushHandle adds what one handle has to send to the output.
+func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
+	c := b.c
+	for _, e := range h.member.TakeEnded() {
+		pe := errmap.ErrorFrom(e.Err)
+		if err := b.write(0, &protocol.SubscriptionEnded{Handle: h.id, SubscriptionID: e.SubscriptionID, Topic: e.Topic, Code: pe.Code, Message: pe.Message}); err != nil {
+			return wrote, err
+		}
+		wrote = true
+	}
+	maxBody := b.w.MaxFrameSize() - protocol.DeliverOverhead
+	ch := h.member.Deliveries()
+	for {
+		var d *storage.Delivery
+		var ok bool
+		select {
+		case d, ok = <-ch:
+		default:
+			return wrote, nil
+		}
+		if !ok {
+			if c.handleClosedByBroker(h) {
+				if err := b.write(0, &protocol.SubscriptionEnded{Handle: h.id, Code: protocol.CodeClosed, Message: "the broker closed the subscription"}); err != nil {
+					return wrote, err
+				}
+				wrote = true
+			}
+			return wrote, nil
+		}
+		pd := delivery(h.id, d)
+		n := pd.EncodedLen()
+		if n > maxBody {
+			b.tooLarge(h, d, n)
+			continue
+		}
+		c.delivered(h, d)
+		if b.batchBytes+n > maxBody || len(b.batch) == protocol.MaxBatch {
+			if err := b.writeBatch(); err != nil {
+				return wrote, err
+			}
+		}
+		b.batch = append(b.batch, pd)
+		b.batchBytes += n
+		wrote = true
+	}
+}
+
+// writeBatch writes the pending deliveries as one Deliver frame.
+func (b *binarySession) writeBatch() error {
+	if len(b.batch) == 0 {
+		return nil
+	}
+	err := b.write(0, &protocol.Deliver{Deliveries: b.batch})
+	clear(b.batch)
+	b.batch = b.batch[:0]
+	b.batchBytes = 0
+	return err
+}
+
+// tooLarge dead-letters a delivery that cannot fit in a frame of this connection (a topic's
+// max_message_bytes above the server's max frame size): it could never be delivered here.
+func (b *binarySession) tooLarge(h *handle, d *storage.Delivery, size int) {
+	c := b.c
+	reason := "delivery larger than the connection's max frame size"
+	c.logger.Warn("delivery does not fit in a frame, dead-lettering it", slog.String("topic", d.Topic),
+		slog.Int("partition", int(d.Partition)), slog.Int64("offset", d.Offset), slog.Int("size", size))
+	if _, err := h.member.NackBatch(c.ctx, d.SubscriptionID, []storage.DeliveryRef{d.Ref()}, broker.NackOptions{ToDLQ: true, Reason: reason}); err != nil {
+		c.logger.Warn("dead-lettering an oversize delivery failed", slog.Any("error", err))
+	}
+}
+
+// write encodes one frame, after the preamble for the first one.
+func (b *binarySession) write(corr uint32, m protocol.Message) error {
+	if !b.preambleSent {
+		if err := b.w.WritePreamble(); err != nil {
+			return err
+		}
+		b.preambleSent = true
+	}
+	err := b.w.WriteMessage(corr, m)
+	var tooLarge *protocol.FrameTooLargeError
+	if errors.As(err, &tooLarge) {
+		// A response cannot outgrow its request in practice; never send a frame the client must
+		// reject.
+		b.c.logger.Error("response frame too large", slog.String("opcode", m.Opcode().String()), slog.Int64("size", tooLarge.Size))
+		return b.w.WriteMessage(corr, protocol.ErrInternal.Errorf("the %s response is larger than the max frame size", m.Opcode()))
+	}
+	if err != nil && errors.Is(err, protocol.ErrInvalidArgument) {
+		b.c.logger.Error("response cannot be encoded", slog.String("opcode", m.Opcode().String()), slog.Any("error", err))
+		return b.w.WriteMessage(corr, protocol.ErrInternal.Errorf("the %s response cannot be encoded: %v", m.Opcode(), err))
+	}
+	return err
+}

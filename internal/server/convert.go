@@ -1,0 +1,111 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// startPosition converts a wire start position to the engine's. Bad input returns an error
+// wrapping storage.ErrInvalidArgument.
+func startPosition(p protocol.StartPosition) (storage.StartPosition, error) {
+	switch p.Kind {
+	case protocol.StartFromNow:
+		return storage.StartPosition{Kind: storage.FromNow}, nil
+	case protocol.StartFromBeginning:
+		return storage.StartPosition{Kind: storage.FromBeginning}, nil
+	case protocol.StartFromTimestamp:
+		if p.Time.IsZero() {
+			return storage.StartPosition{}, fmt.Errorf("%w: FROM_TIMESTAMP needs a time", storage.ErrInvalidArgument)
+		}
+		return storage.StartPosition{Kind: storage.FromTimestamp, Time: p.Time}, nil
+	case protocol.StartFromMessageID:
+		part, off, err := storage.ParseMessageID(p.MessageID)
+		if err != nil {
+			return storage.StartPosition{}, err
+		}
+		return storage.StartPosition{Kind: storage.FromMessageID, Partition: part, Offset: off}, nil
+	}
+	return storage.StartPosition{}, fmt.Errorf("%w: unknown start kind %d", storage.ErrInvalidArgument, p.Kind)
+}
+
+// appendMessages converts a Publish batch to the engine's messages. TTLs become expiry times on
+// the broker's clock.
+func appendMessages(msgs []protocol.PublishMessage, now time.Time) []storage.AppendMessage {
+	out := make([]storage.AppendMessage, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		out[i] = storage.AppendMessage{
+			Partition:  m.Partition,
+			Key:        m.Key,
+			Headers:    m.Headers,
+			Payload:    m.Payload,
+			ProducerID: m.ProducerID,
+			NotBefore:  m.NotBefore,
+		}
+		if m.TTL > 0 {
+			out[i].ExpiresAt = now.Add(m.TTL)
+		}
+	}
+	return out
+}
+
+// positions converts the engine's positions to PublishOK positions.
+func positions(ps []storage.MessagePosition) []protocol.Position {
+	out := make([]protocol.Position, len(ps))
+	for i, p := range ps {
+		out[i] = protocol.Position{Partition: p.Partition, Offset: p.Offset, PublishTime: p.PublishedAt}
+	}
+	return out
+}
+
+// delivery converts an engine delivery of handle h to a wire delivery.
+func delivery(h uint32, d *storage.Delivery) protocol.Delivery {
+	return protocol.Delivery{
+		Handle:         h,
+		SubscriptionID: d.SubscriptionID,
+		Topic:          d.Topic,
+		Partition:      d.Partition,
+		Offset:         d.Offset,
+		Attempt:        uint32(max(d.Attempt, 0)),
+		LeaseDeadline:  d.LeaseDeadline,
+		PublishTime:    d.PublishedAt,
+		ProducerID:     d.ProducerID,
+		Key:            d.Key,
+		Headers:        d.Headers,
+		Payload:        d.Payload,
+	}
+}
+
+// refGroup is the refs of one subscription, in request order.
+type refGroup struct {
+	sub  int64
+	refs []storage.DeliveryRef
+}
+
+// groupRefs splits wire refs by subscription, keeping the order of first appearance. Generations
+// are ignored: shared groups have none (ordered groups are not implemented).
+func groupRefs(refs []protocol.Ref) []refGroup {
+	var groups []refGroup
+	idx := make(map[int64]int)
+	for _, r := range refs {
+		i, ok := idx[r.SubscriptionID]
+		if !ok {
+			i = len(groups)
+			idx[r.SubscriptionID] = i
+			groups = append(groups, refGroup{sub: r.SubscriptionID})
+		}
+		groups[i].refs = append(groups[i].refs, storage.DeliveryRef{Partition: r.Partition, Offset: r.Offset})
+	}
+	return groups
+}
+
+// wireRefs converts refs of subscription sub back to wire refs.
+func wireRefs(dst []protocol.Ref, sub int64, refs []storage.DeliveryRef) []protocol.Ref {
+	for _, r := range refs {
+		dst = append(dst, protocol.Ref{SubscriptionID: sub, Partition: r.Partition, Offset: r.Offset})
+	}
+	return dst
+}

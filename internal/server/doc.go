@@ -1,0 +1,102 @@
+// Package server is Spool's TCP server: the binary protocol and the text mode on one port
+// (docs/protocol.md), in front of a *broker.Broker.
+//
+// # Connections
+//
+// The accept loop hands every connection to its own reader goroutine, which peeks at the first
+// byte (within Config.HandshakeTimeout): 0x00 starts a binary session (the preamble), anything
+// else a text session. The reader then starts the connection's writer goroutine. Those two are
+// all a connection runs; both are counted in the server's WaitGroup.
+//
+//	           accept loop (1)
+//	                │ one per connection
+//	   ┌────────────┴─────────────┐
+//	reader                      writer
+//	reads a request, runs it     takes the queued responses, then drains the channels of the
+//	against the broker, queues   connection's members (woken through SubscribeParams.Notify,
+//	the response; owns the       shared by the members), packs Deliver frames or MESSAGE lines,
+//	members (subscribe,          sends Heartbeat when silent, flushes; never blocks on the
+//	unsubscribe, close)          broker
+//
+// The reader runs requests one at a time, to completion, in the order received: a connection's
+// publishes to one topic are appended in order (and every other request too), each publish
+// answered after it is durable. Pipelined requests wait in the socket; responses wait in a queue
+// of at most Config.MaxQueuedResponses, beyond which the reader stops reading (TCP backpressure).
+// Throughput per connection therefore comes from batching (a Publish carries up to 10,000
+// messages); many connections share the engine's group commit.
+//
+// A response is queued before its handle is registered with the writer, so SubscribeOK precedes
+// the handle's first Deliver; a handle is unregistered before its member closes, so no Deliver for
+// it follows UnsubscribeOK (deliveries already on the wire may precede it).
+//
+// # Binary sessions
+//
+//   - Handshake: preamble (a wrong one closes without an answer), Hello with a non-zero
+//     correlation id, version negotiation, heartbeat clamped to [MinHeartbeatInterval,
+//     MaxHeartbeatInterval] with a session timeout of the same ratio as HeartbeatInterval :
+//     SessionTimeout (10 s : 30 s). The server's preamble precedes its first frame.
+//   - Session timeout: no frame for the session timeout closes the connection with Error
+//     SESSION_TIMEOUT; its members leave and their leases are released at once. The writer sends a
+//     Heartbeat after a heartbeat interval of silence; a write stalled for the session timeout
+//     breaks the connection too.
+//   - Errors: a bad header or an oversize frame (checked before the body is read) gets an Error
+//     frame and closes only that connection; a bad body, an unknown opcode or a request in the
+//     wrong state gets an Error with the request's correlation id and the session goes on. Broker
+//     and engine errors are mapped to protocol codes by errmap.ErrorFrom, shared with the HTTP API.
+//   - Subscribe: one broker member per handle, with the handle's credit (Subscribe.max_in_flight,
+//     capped by Config.MaxCredit) and lease (Subscribe.lease_duration); Credit raises the member's
+//     MaxInFlight. ORDERED is refused with INVALID_ARGUMENT ("ordered groups are not implemented
+//     yet").
+//   - Ack goes through Broker.AckBatch (any member may ack, also for a handle closed since);
+//     refs of subscriptions the connection never joined are reported unknown without touching the
+//     engine. Nack and Extend need the lease holder: each handle attached to the subscription is
+//     tried in turn with the refs the previous ones did not hold.
+//   - SubscriptionEnded is pushed when the broker detached a handle's member from a subscription
+//     (cancelled group, deleted topic), or with subscription id 0 when the broker closed the member.
+//   - Goodbye from the client: deliveries stop, the members leave (leases released), GoodbyeOK,
+//     close. Goodbye from the server (Stop): deliveries stop (the members keep their leases with
+//     credit 0), acks, nacks and extends still work until GoodbyeOK or Config.GoodbyeGrace.
+//
+// # Text sessions
+//
+// One command per line, each answered by exactly one OK or ERR line in command order; delivery
+// lines are written between replies, never inside one. SUBSCRIBE makes a member with credit
+// Config.TextMaxInFlight and lease Config.TextAckWait (24 h): deliveries stay with the session
+// until ACK, NACK, UNSUBSCRIBE, QUIT or the end of the connection, which releases them at once.
+// The n-th delivery line has tag n; ACK and NACK name tags. A session that only published is
+// closed after Config.TextPublisherIdle without input, so `echo "PUBLISH ..." | nc` ends with
+// every nc. When the input ends (nc -N, ncat, or nc killed), a session without subscription ends;
+// one with a subscription writes an information line and keeps delivering while empty writes
+// succeed: a killed nc answers that line with a reset, and its leases are released at once.
+//
+// # Limits and shutdown
+//
+// Over Config.MaxConnections a connection is answered OVERLOADED (retry_after 1 s: an Error frame
+// after the preamble, or an ERR line) and closed. A connection the server ends is closed
+// gracefully: half-close, then its input is drained for up to a second, so that the last frames
+// (Error, GoodbyeOK, ERR CLOSED) are not destroyed by a reset.
+//
+// Stop: close the listener, say goodbye to every session, wait for the grace period, interrupt the
+// rest (their readers return, members leave, writers flush, sockets close), then wait for every
+// goroutine. The broker and the engine are stopped by their owner afterwards (spool serve).
+//
+// # Lock order
+//
+//	Server.mu (never held while calling a connection) ; conn.mu -> broker locks
+//
+// conn.mu guards the response queue, the handles and the session fields the two goroutines share;
+// Member.SetMaxInFlight is called under it (Credit, Goodbye), so it comes before the broker's
+// locks. The broker never calls back into a connection: it only signals the Notify channel.
+//
+// # Metrics
+//
+// Config.Metrics (package metrics; nil records nothing) counts connections by mode, publishes
+// (with their latency or error code), deliveries, acks, nacks and dead-lettering by topic and
+// group.
+//
+// # Not yet
+//
+// Authentication (AUTH and Hello.token are accepted and ignored), TLS, ordered groups, producer
+// de-duplication (Position.duplicate is always false), concurrent processing of one connection's
+// publishes to different topics.
+package server

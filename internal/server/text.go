@@ -1,0 +1,518 @@
+package server
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/errmap"
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
+	"github.com/spoolmq/spool/protocol/text"
+)
+
+// probeInterval is how often a half-closed text session checks that its peer is still there.
+const probeInterval = 100 * time.Millisecond
+
+// textSession serves the text mode (docs/protocol.md section 11).
+type textSession struct {
+	c *conn
+	// lr and the fields below are the reader goroutine's.
+	lr *text.LineReader
+	// group and memberID are set by JOIN_GROUP; memberSeq numbers the SUBSCRIBEs that use them.
+	group, memberID string
+	memberSeq       int
+	// interactive is set by any command but PUBLISH and AUTH: the session is no longer closed
+	// after text_publisher_idle.
+	interactive bool
+
+	// w and line are the writer goroutine's.
+	w    *bufio.Writer
+	line []byte
+
+	// Guarded by c.mu.
+	verbose bool
+	lastTag uint64
+	tags    map[uint64]tagRef
+}
+
+// tagRef is what a delivery tag names.
+type tagRef struct {
+	h   *handle
+	sub int64
+	ref storage.DeliveryRef
+}
+
+func newTextSession(c *conn) *textSession {
+	return &textSession{
+		c:    c,
+		lr:   text.NewLineReader(c.br, c.srv.cfg.MaxLineLength),
+		w:    bufio.NewWriterSize(c.nc, 64<<10),
+		tags: make(map[uint64]tagRef),
+	}
+}
+
+// run is the reader loop: one command at a time, each answered with exactly one OK or ERR line in
+// command order.
+func (t *textSession) run() {
+	c := t.c
+	for {
+		if !c.waitRoom() {
+			return
+		}
+		var deadline time.Time
+		if !t.interactive {
+			deadline = time.Now().Add(c.srv.cfg.TextPublisherIdle)
+		}
+		if !c.setReadDeadline(deadline) {
+			return
+		}
+		line, err := t.lr.ReadLine()
+		switch {
+		case err == nil:
+		case errors.Is(err, protocol.ErrLineTooLong):
+			t.reply(text.AppendErr(nil, err))
+			continue
+		case c.interrupted.Load():
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			c.logger.Debug("publisher session idle, closing")
+			return
+		case errors.Is(err, io.EOF):
+			c.peerClosed.Store(true)
+			t.endOfInput()
+			return
+		default:
+			c.peerClosed.Store(true)
+			c.logger.Debug("read failed", slog.Any("error", err))
+			return
+		}
+		cmd, err := text.Parse(line)
+		if err != nil {
+			t.reply(text.AppendErr(nil, err))
+			continue
+		}
+		if t.exec(cmd) {
+			return
+		}
+	}
+}
+
+// endOfInput handles the client's end of input (docs/protocol.md section 11.5). Without a
+// subscription the session ends. With one it keeps delivering until the connection breaks: nc -N
+// and ncat half-close after their input and keep printing. A peer that is gone altogether (nc
+// killed) cannot be told from a half-close by reading, so the session writes one information line
+// (which a gone peer answers with a reset) and then probes the socket with empty writes, which
+// fail once the reset arrived: a killed nc releases its leases at once.
+func (t *textSession) endOfInput() {
+	c := t.c
+	c.mu.Lock()
+	n := len(c.handles)
+	c.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	t.reply(text.AppendInfo(nil, "end of input: deliveries continue until the connection closes"))
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-tick.C:
+		}
+		if _, err := c.nc.Write(nil); err != nil {
+			c.logger.Debug("peer gone after end of input", slog.Any("error", err))
+			return
+		}
+	}
+}
+
+// reply queues one line.
+func (t *textSession) reply(line []byte) {
+	t.c.enqueue(outItem{line: line})
+}
+
+func (t *textSession) ok(format string, args ...any) {
+	t.reply(text.AppendOK(nil, fmt.Sprintf(format, args...)))
+}
+
+// fail replies ERR for err (mapped by errmap.ErrorFrom); unexpected errors are logged.
+func (t *textSession) fail(err error) {
+	e := errmap.ErrorFrom(err)
+	if e.Code == protocol.CodeInternal {
+		t.c.logger.Warn("command failed", slog.Any("error", err))
+	}
+	t.reply(text.AppendErr(nil, e))
+}
+
+// exec runs one command. It reports true when the session ends (QUIT).
+func (t *textSession) exec(cmd text.Command) bool {
+	switch cmd.Verb {
+	case text.VerbNone:
+		return false
+	case text.VerbPublish, text.VerbAuth:
+	default:
+		t.interactive = true
+	}
+	switch cmd.Verb {
+	case text.VerbPublish:
+		t.publish(cmd)
+	case text.VerbJoinGroup:
+		t.joinGroup(cmd)
+	case text.VerbSubscribe:
+		t.subscribe(cmd)
+	case text.VerbAck:
+		t.ack(cmd)
+	case text.VerbNack:
+		t.nack(cmd)
+	case text.VerbUnsubscribe:
+		t.unsubscribe(cmd)
+	case text.VerbVerbose:
+		t.c.mu.Lock()
+		t.verbose = cmd.On
+		t.c.mu.Unlock()
+		if cmd.On {
+			t.ok("verbose on")
+		} else {
+			t.ok("verbose off")
+		}
+	case text.VerbAuth:
+		t.ok("authentication is not required by this server")
+	case text.VerbPing:
+		t.ok("PONG")
+	case text.VerbHelp:
+		var b []byte
+		for _, l := range text.HelpLines {
+			b = text.AppendInfo(b, l)
+		}
+		t.reply(text.AppendOK(b, ""))
+	case text.VerbQuit:
+		released := t.closeHandles(func(*handle) bool { return true })
+		t.ok("BYE (%d deliveries released)", released)
+		return true
+	default:
+		t.reply(text.AppendErr(nil, protocol.ErrUnknownCommand.Errorf("%s", cmd.Verb)))
+	}
+	return false
+}
+
+func (t *textSession) publish(cmd text.Command) {
+	c := t.c
+	start := time.Now()
+	ps, err := c.srv.broker.Publish(c.ctx, cmd.Topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: cmd.Payload}})
+	c.observePublish(cmd.Topic, 1, start, err)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	p := ps[0]
+	t.ok("%s", protocol.FormatMessageID(c.srv.partitionCount(c.ctx, cmd.Topic, p.Partition), p.Partition, p.Offset))
+}
+
+func (t *textSession) joinGroup(cmd text.Command) {
+	if err := names.ValidateGroup(cmd.Group); err != nil {
+		t.fail(fmt.Errorf("%w: %w", storage.ErrInvalidArgument, err))
+		return
+	}
+	if err := names.ValidateGroup(cmd.Member); err != nil {
+		t.fail(fmt.Errorf("%w: consumer id: %w", storage.ErrInvalidArgument, err))
+		return
+	}
+	t.group, t.memberID, t.memberSeq = cmd.Group, cmd.Member, 0
+	t.ok("group %s consumer %s", cmd.Group, cmd.Member)
+}
+
+func (t *textSession) subscribe(cmd text.Command) {
+	c := t.c
+	start, err := startPosition(cmd.Start)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	memberID := t.memberID
+	if memberID != "" && t.memberSeq > 0 {
+		// A second SUBSCRIBE after one JOIN_GROUP is a second member of the group.
+		memberID = fmt.Sprintf("%s-%d", t.memberID, t.memberSeq+1)
+	}
+	member, err := c.srv.broker.Subscribe(c.ctx, broker.SubscribeParams{
+		Pattern:       cmd.Topic,
+		Group:         t.group,
+		MemberID:      memberID,
+		MaxInFlight:   c.srv.cfg.TextMaxInFlight,
+		LeaseDuration: c.srv.cfg.TextAckWait,
+		Start:         start,
+		Notify:        c.wake,
+	})
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	if t.memberID != "" {
+		t.memberSeq++
+	}
+	msg := "subscribed " + cmd.Topic
+	if t.group != "" {
+		msg += " group " + t.group + " consumer " + member.ID()
+	}
+	c.addHandle(cmd.Topic, member, func(uint32) outItem {
+		return outItem{line: text.AppendOK(nil, msg)}
+	})
+}
+
+// lookupTags resolves delivery tags. A tag never issued is an error (nothing is done); a tag
+// already acked, nacked or released counts as done.
+func (t *textSession) lookupTags(tags []uint64) (found []uint64, refs []tagRef, done int, err error) {
+	c := t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tag := range tags {
+		if tag == 0 || tag > t.lastTag {
+			return nil, nil, 0, protocol.ErrInvalidArgument.Errorf("unknown delivery tag %d (the last delivery of this session has tag %d)", tag, t.lastTag)
+		}
+		r, ok := t.tags[tag]
+		if !ok {
+			done++
+			continue
+		}
+		found = append(found, tag)
+		refs = append(refs, r)
+	}
+	return found, refs, done, nil
+}
+
+// forgetTags removes settled tags.
+func (t *textSession) forgetTags(tags []uint64) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	for _, tag := range tags {
+		delete(t.tags, tag)
+	}
+}
+
+func (t *textSession) ack(cmd text.Command) {
+	c := t.c
+	tags, refs, done, err := t.lookupTags(cmd.Tags)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	acked := 0
+	for _, g := range groupTagRefs(refs) {
+		r, err := c.srv.broker.AckBatch(c.ctx, g.sub, g.h.member.ID(), g.refs)
+		switch {
+		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
+			done += len(g.refs) // deleted or cancelled: nothing left to ack
+		case err != nil:
+			t.fail(err)
+			return
+		default:
+			c.observeAck(g.sub, r.Acked)
+			acked += r.Acked
+			done += r.AlreadyDone + len(r.Unknown)
+		}
+	}
+	t.forgetTags(tags)
+	if done > 0 {
+		t.ok("%d acked, %d already done", acked, done)
+		return
+	}
+	t.ok("%d acked", acked)
+}
+
+func (t *textSession) nack(cmd text.Command) {
+	c := t.c
+	tags, refs, notHeld, err := t.lookupTags(cmd.Tags)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	nacked, dead := 0, 0
+	for _, g := range groupTagRefs(refs) {
+		r, err := g.h.member.NackBatch(c.ctx, g.sub, g.refs, broker.NackOptions{})
+		switch {
+		case errors.Is(err, broker.ErrMemberClosed), errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
+			notHeld += len(g.refs)
+		case err != nil:
+			t.fail(err)
+			return
+		default:
+			c.observeNack(g.sub, r.Nacked, r.DeadLettered, false)
+			nacked += r.Nacked
+			dead += r.DeadLettered
+			notHeld += len(r.NotHeld)
+		}
+	}
+	t.forgetTags(tags)
+	msg := fmt.Sprintf("%d nacked", nacked)
+	if dead > 0 {
+		msg += fmt.Sprintf(", %d dead-lettered", dead)
+	}
+	if notHeld > 0 {
+		msg += fmt.Sprintf(", %d not held", notHeld)
+	}
+	t.ok("%s", msg)
+}
+
+// tagGroup is the refs of one handle and subscription.
+type tagGroup struct {
+	h    *handle
+	sub  int64
+	refs []storage.DeliveryRef
+}
+
+func groupTagRefs(refs []tagRef) []tagGroup {
+	var out []tagGroup
+	for _, r := range refs {
+		i := 0
+		for ; i < len(out); i++ {
+			if out[i].h == r.h && out[i].sub == r.sub {
+				break
+			}
+		}
+		if i == len(out) {
+			out = append(out, tagGroup{h: r.h, sub: r.sub})
+		}
+		out[i].refs = append(out[i].refs, r.ref)
+	}
+	return out
+}
+
+func (t *textSession) unsubscribe(cmd text.Command) {
+	if cmd.Topic != "" {
+		t.c.mu.Lock()
+		found := false
+		for _, h := range t.c.handles {
+			found = found || h.pattern == cmd.Topic
+		}
+		t.c.mu.Unlock()
+		if !found {
+			t.fail(protocol.ErrUnknownHandle.Errorf("not subscribed to %q", cmd.Topic))
+			return
+		}
+	}
+	n := 0
+	released := t.closeHandles(func(h *handle) bool {
+		if cmd.Topic == "" || h.pattern == cmd.Topic {
+			n++
+			return true
+		}
+		return false
+	})
+	t.ok("unsubscribed %d, %d deliveries released", n, released)
+}
+
+// closeHandles closes the handles drop selects: their members leave (their unacknowledged
+// deliveries are released for redelivery) and their tags are forgotten. It returns how many leases
+// were released.
+func (t *textSession) closeHandles(drop func(*handle) bool) int {
+	c := t.c
+	hs := c.removeHandles(drop)
+	c.mu.Lock()
+	for tag, r := range t.tags {
+		for _, h := range hs {
+			if r.h == h {
+				delete(t.tags, tag)
+			}
+		}
+	}
+	c.mu.Unlock()
+	released := 0
+	for _, h := range hs {
+		n, err := h.member.Leave(c.ctx)
+		if err != nil {
+			c.logger.Warn("member leave failed", slog.String("member", h.member.ID()), slog.Any("error", err))
+		}
+		released += n
+	}
+	return released
+}
+
+// goodbye is the server's shutdown notice: "ERR CLOSED", then the session ends (its deliveries
+// are released when its members leave).
+func (t *textSession) goodbye() {
+	t.reply(text.AppendErr(nil, protocol.ErrClosed.Errorf("server shutting down")))
+	t.c.interrupt()
+}
+
+func (t *textSession) heartbeatInterval() time.Duration { return 0 }
+
+// flush is the writer's work: reply lines in order, then for each open handle the subscriptions
+// that ended (as information lines) and its deliveries, each with the next delivery tag.
+func (t *textSession) flush(final, _ bool) (bool, error) {
+	c := t.c
+	out, hs := c.take(final)
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.SessionTimeout))
+	wrote := false
+	for _, it := range out {
+		if _, err := t.w.Write(it.line); err != nil {
+			return wrote, err
+		}
+		wrote = true
+	}
+	c.mu.Lock()
+	verbose := t.verbose
+	c.mu.Unlock()
+	for _, h := range hs {
+		for _, e := range h.member.TakeEnded() {
+			t.line = text.AppendInfo(t.line[:0], fmt.Sprintf("subscription %d on %s ended: %s", e.SubscriptionID, e.Topic, oneLine(errmap.ErrorFrom(e.Err).Error())))
+			if _, err := t.w.Write(t.line); err != nil {
+				return wrote, err
+			}
+			wrote = true
+		}
+		ch := h.member.Deliveries()
+	drain:
+		for {
+			var d *storage.Delivery
+			var ok bool
+			select {
+			case d, ok = <-ch:
+			default:
+				break drain
+			}
+			if !ok {
+				if c.handleClosedByBroker(h) {
+					t.line = text.AppendInfo(t.line[:0], "subscription "+h.pattern+" closed by the server")
+					if _, err := t.w.Write(t.line); err != nil {
+						return wrote, err
+					}
+					wrote = true
+				}
+				break
+			}
+			c.delivered(h, d)
+			c.mu.Lock()
+			t.lastTag++
+			tag := t.lastTag
+			t.tags[tag] = tagRef{h: h, sub: d.SubscriptionID, ref: d.Ref()}
+			c.mu.Unlock()
+			if verbose {
+				id := protocol.FormatMessageID(c.srv.partitionCount(c.ctx, d.Topic, d.Partition), d.Partition, d.Offset)
+				t.line = text.AppendDelivery(t.line[:0], text.Delivery{Tag: tag, MessageID: id, Attempt: uint32(max(d.Attempt, 0)), Topic: d.Topic, Payload: d.Payload})
+			} else {
+				t.line = text.AppendMessage(t.line[:0], d.Topic, d.Payload)
+			}
+			if _, err := t.w.Write(t.line); err != nil {
+				return wrote, err
+			}
+			wrote = true
+		}
+	}
+	if cap(t.line) > 64<<10 {
+		t.line = nil
+	}
+	return wrote, t.w.Flush()
+}
+
+// oneLine replaces line breaks, which would break the line framing.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+}
