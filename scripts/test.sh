@@ -36,16 +36,22 @@ find_pg_bin() {
 	return 1
 }
 
+# install_packages installs Debian packages with apt (root only).
+apt_updated=""
+install_packages() {
+	if [ "$(id -u)" != 0 ]; then
+		echo "missing packages ($*) and not root: install them first" >&2
+		exit 1
+	fi
+	log "installing $* (apt)"
+	export DEBIAN_FRONTEND=noninteractive
+	if [ -z "$apt_updated" ]; then apt-get update -qq; apt_updated=1; fi
+	apt-get install -y -qq "$@" >/dev/null
+}
+
 start_postgres() {
 	if ! pg_bin=$(find_pg_bin); then
-		log "installing PostgreSQL (apt)"
-		if [ "$(id -u)" != 0 ]; then
-			echo "PostgreSQL is missing and we are not root: install postgresql or set TEST_DATABASE_URL" >&2
-			exit 1
-		fi
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq postgresql >/dev/null
+		install_packages postgresql
 		pg_bin=$(find_pg_bin)
 	fi
 	pg_tmp=$(mktemp -d /tmp/spool-pg.XXXXXX)
@@ -67,6 +73,11 @@ start_postgres() {
 if [ -z "${TEST_DATABASE_URL:-}" ]; then
 	start_postgres
 fi
+# The end-to-end tests run the seed-002 milestone commands with the real nc too.
+if ! command -v nc >/dev/null 2>&1; then
+	install_packages netcat-openbsd
+fi
+export SPOOL_TEST_REQUIRE_NC=1
 log "TEST_DATABASE_URL=$TEST_DATABASE_URL"
 
 log "gofmt"

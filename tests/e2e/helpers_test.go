@@ -270,11 +270,15 @@ func (b *broker) publish(topic, payload string) string {
 	return strings.TrimPrefix(l, "OK ")
 }
 
-// ncPath returns the path of nc, or skips the test.
+// ncPath returns the path of nc, or skips the test. The test script installs nc and sets
+// SPOOL_TEST_REQUIRE_NC, so the real-nc checks never skip in CI.
 func ncPath(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("nc")
 	if err != nil {
+		if os.Getenv("SPOOL_TEST_REQUIRE_NC") != "" {
+			t.Fatal("nc is not installed but SPOOL_TEST_REQUIRE_NC is set")
+		}
 		t.Skip("nc is not installed")
 	}
 	return p
