@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/server"
+	"github.com/spoolmq/spool/internal/storage/wal"
+)
+
+// cliWaitTimeout bounds every wait of these tests; nothing is timed, a test fails only when an
+// expected event never happens.
+const cliWaitTimeout = 20 * time.Second
+
+// cliCommands are the client commands by name, as main dispatches them.
+var cliCommands = map[string]cliFunc{"pub": runPub, "sub": runSub, "topic": runTopic, "group": runGroup, "dlq": runDLQ}
+
+// cliStack is a real broker in-process: the wal engine in a temporary directory, the broker, the TCP
+// server on 127.0.0.1 and the admin API over httptest, as spool serve wires them.
+type cliStack struct {
+	addr    string // TCP address of the binary protocol
+	httpURL string // base URL of the admin API
+	broker  *broker.Broker
+}
+
+// startCLIStack starts a stack and stops it, in serve's order, at the end of the test.
+func startCLIStack(t *testing.T) *cliStack {
+	t.Helper()
+	ctx := context.Background()
+	eng, err := wal.Open(t.TempDir(), wal.Config{SegmentBytes: 1 << 20})
+	if err != nil {
+		t.Fatalf("wal.Open: %v", err)
+	}
+	br, err := broker.New(broker.Config{Engine: eng, RetentionInterval: -1})
+	if err != nil {
+		t.Fatalf("broker.New: %v", err)
+	}
+	if err := br.Start(ctx); err != nil {
+		t.Fatalf("broker.Start: %v", err)
+	}
+	srv, err := server.New(server.Config{Name: "cli-test", GoodbyeGrace: time.Second}, br)
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx, ln); err != nil {
+		t.Fatalf("server.Start: %v", err)
+	}
+	h, err := admin.New(admin.Config{Broker: br})
+	if err != nil {
+		t.Fatalf("admin.New: %v", err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, cliWaitTimeout)
+		defer cancel()
+		if err := srv.Stop(sctx); err != nil {
+			t.Errorf("server.Stop: %v", err)
+		}
+		if err := h.Close(sctx); err != nil {
+			t.Errorf("admin Close: %v", err)
+		}
+		hs.Close()
+		if err := br.Stop(sctx); err != nil {
+			t.Errorf("broker.Stop: %v", err)
+		}
+		if err := eng.Close(); err != nil {
+			t.Errorf("engine.Close: %v", err)
+		}
+	})
+	return &cliStack{addr: ln.Addr().String(), httpURL: hs.URL, broker: br}
+}
+
+// cliResult is what a command printed and its exit status.
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// env returns a command environment whose SPOOL_ADDR and SPOOL_HTTP point at the stack.
+func (s *cliStack) env(stdin string, stdout, stderr *cliBuffer) *cliEnv {
+	return &cliEnv{
+		stdin: strings.NewReader(stdin), stdout: stdout, stderr: stderr, loc: time.UTC,
+		getenv: func(k string) string {
+			switch k {
+			case envAddr:
+				return s.addr
+			case envHTTP:
+				return s.httpURL
+			}
+			return ""
+		},
+	}
+}
+
+// run runs "spool <args>" in-process with stdin and returns its output and exit status.
+func (s *cliStack) run(t *testing.T, stdin string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cliWaitTimeout)
+	defer cancel()
+	var out, errb cliBuffer
+	code := runCLI(ctx, s.env(stdin, &out, &errb), cliCommands[args[0]], args[1:])
+	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// ok runs a command that must succeed.
+func (s *cliStack) ok(t *testing.T, stdin string, args ...string) cliResult {
+	t.Helper()
+	r := s.run(t, stdin, args...)
+	if r.code != 0 {
+		t.Fatalf("spool %s: %v", strings.Join(args, " "), r)
+	}
+	return r
+}
+
+// fails runs a command that must exit with code and print want on stderr.
+func (s *cliStack) fails(t *testing.T, code int, want string, args ...string) cliResult {
+	t.Helper()
+	r := s.run(t, "", args...)
+	if r.code != code || !strings.Contains(r.stderr, want) {
+		t.Fatalf("spool %s: want exit %d and %q on stderr, got %v", strings.Join(args, " "), code, want, r)
+	}
+	return r
+}
+
+// cliBuffer is a bytes.Buffer safe for a command writing while the test reads.
+type cliBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *cliBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *cliBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// cliTableRows parses a table printed by cli.Table (columns separated by two or more spaces) into
+// one map per row, keyed by the header's titles.
+func cliTableRows(t *testing.T, out string) []map[string]string {
+	t.Helper()
+	sep := regexp.MustCompile(`\s{2,}`)
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) == 0 || lines[0] == "" {
+		t.Fatalf("no table in %q", out)
+	}
+	head := sep.Split(lines[0], -1)
+	var rows []map[string]string
+	for _, l := range lines[1:] {
+		cells := sep.Split(l, -1)
+		if len(cells) != len(head) {
+			t.Fatalf("row %q has %d cells, header %q has %d", l, len(cells), lines[0], len(head))
+		}
+		row := map[string]string{}
+		for i, h := range head {
+			row[h] = cells[i]
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// cliFindRow returns the row whose column has value, or fails.
+func cliFindRow(t *testing.T, rows []map[string]string, column, value string) map[string]string {
+	t.Helper()
+	for _, r := range rows {
+		if r[column] == value {
+			return r
+		}
+	}
+	t.Fatalf("no row with %s=%s in %v", column, value, rows)
+	return nil
+}
+
+// cliJSONLines decodes one JSON object per line.
+func cliJSONLines[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var vs []T
+	for l := range strings.Lines(out) {
+		var v T
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+// cliCheckFor polls f until it returns nil or the timeout passes (then the test fails with f's last
+// error).
+func cliCheckFor(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v: %v", timeout, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling, not synchronizing
+	}
+}
+
+// cliDecodeJSON decodes a command's JSON output into v.
+func cliDecodeJSON(t *testing.T, out string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/cli"
+)
+
+// dlqPageSize is the page size of dlq list's requests (entries carry whole messages).
+const dlqPageSize = 100
+
+func runDLQ(ctx context.Context, e *cliEnv, args []string) error {
+	return dispatch(ctx, e, "dlq", "Manages the dead-letter queue of each subscription through the HTTP admin API (--http, $"+envHTTP+").", []subcommand{
+		{"list", "list a subscription's dead-lettered messages", runDLQList},
+		{"replay", "redeliver DLQ entries to their subscription (only that group)", dlqOp("replay")},
+		{"purge", "remove DLQ entries", dlqOp("purge")},
+	}, args)
+}
+
+var dlqListSpec = cmdSpec{
+	name: "dlq list",
+	args: "[flags] <topic> [group]",
+	desc: `Lists a subscription's dead-lettered messages in entry id order: the entry id (what replay and
+purge take), the message id, why it was dead-lettered (max_deliveries or rejected), its delivery
+attempts, the last error a consumer gave, and when.
+` + groupArgHelp,
+	examples: []string{
+		"spool dlq list orders.created billing",
+		"spool dlq list jobs --limit 0 --json   # the QUEUE subscription, every entry",
+	},
+}
+
+func runDLQList(ctx context.Context, e *cliEnv, args []string) error {
+	fs := e.flagSet(dlqListSpec)
+	httpAddr := e.httpFlag(fs)
+	jsonOut := fs.Bool("json", false, "print the API's JSON (pages merged into one object)")
+	limit := fs.Int("limit", 100, "most entries to list (0: all)")
+	afterID := fs.Int64("after-id", 0, "list entries with a larger id (paging)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 2, "<topic>"); err != nil {
+		return err
+	}
+	if *limit < 0 || *afterID < 0 {
+		return usagef(fs, "dlq list: --limit and --after-id must not be negative")
+	}
+	api, err := e.admin(fs, *httpAddr)
+	if err != nil {
+		return err
+	}
+	topic, group := pos[0], argAt(pos, 1)
+	out := admin.DLQList{Entries: []admin.DLQEntry{}}
+	after := *afterID
+	for {
+		size := dlqPageSize
+		if *limit > 0 {
+			size = min(size, *limit-len(out.Entries))
+		}
+		q := url.Values{"limit": {strconv.Itoa(size)}, "after_id": {strconv.FormatInt(after, 10)}}
+		var page admin.DLQList
+		if _, err := api.Call(ctx, http.MethodGet, cli.GroupPath(topic, group, "dlq"), q, nil, &page); err != nil {
+			return err
+		}
+		out.Entries = append(out.Entries, page.Entries...)
+		out.NextAfterID = page.NextAfterID
+		if page.NextAfterID == nil || (*limit > 0 && len(out.Entries) >= *limit) {
+			break
+		}
+		after = *page.NextAfterID
+	}
+	if *jsonOut {
+		return cli.NewJSONLines(e.stdout).Write(out)
+	}
+	if len(out.Entries) == 0 {
+		fmt.Fprintf(e.stderr, "no dead-lettered messages in group %s of topic %s\n", cli.Group(group), topic)
+		return nil
+	}
+	tab := cli.NewTable("ID", "MESSAGE-ID", "REASON", "ATTEMPTS", "LAST-ERROR", "DEAD-AT")
+	for _, d := range out.Entries {
+		tab.Row(strconv.FormatInt(d.ID, 10), d.Message.ID, string(d.Reason), strconv.Itoa(d.Attempts),
+			cli.Truncate(d.LastError, 60), cli.Time(d.DeadAt, e.loc))
+	}
+	if err := tab.Write(e.stdout); err != nil {
+		return err
+	}
+	if out.NextAfterID != nil {
+		fmt.Fprintf(e.stderr, "more entries: add --after-id %d (or --limit 0 for all)\n", *out.NextAfterID)
+	}
+	return nil
+}
+
+// dlqOp returns the command of replay or purge.
+func dlqOp(op string) cliFunc {
+	spec := cmdSpec{
+		name: "dlq " + op,
+		args: "[flags] <topic> <group> (<entry-id> ... | --all)",
+	}
+	if op == "replay" {
+		spec.desc = `Replays DLQ entries to their subscription only (not to the topic's other groups): each message is
+delivered again at once with a fresh attempt count, keeping its message id.`
+	} else {
+		spec.desc = "Removes DLQ entries for good."
+	}
+	spec.desc += `
+Entry ids are the ID column of "spool dlq list". With --all the group may be left out for a QUEUE
+topic; otherwise give it, as "" or '$queue' for the QUEUE subscription.`
+	spec.examples = []string{
+		"spool dlq " + op + " orders.created billing 12 13",
+		"spool dlq " + op + " orders.created billing --all",
+		"spool dlq " + op + " jobs '$queue' 7",
+	}
+	return func(ctx context.Context, e *cliEnv, args []string) error {
+		fs := e.flagSet(spec)
+		httpAddr := e.httpFlag(fs)
+		jsonOut := fs.Bool("json", false, "print the API's JSON answer")
+		all := fs.Bool("all", false, "every entry of the subscription's DLQ")
+		pos, err := parseArgs(fs, args)
+		if err != nil {
+			return err
+		}
+		sel := admin.DLQSelection{All: *all}
+		if *all {
+			if err := wantArgs(fs, pos, 1, 2, "<topic>"); err != nil {
+				return err
+			}
+		} else {
+			if err := wantArgs(fs, pos, 3, -1, "<topic> <group> and entry ids (or --all)"); err != nil {
+				return err
+			}
+			for _, s := range pos[2:] {
+				id, err := strconv.ParseInt(strings.TrimPrefix(s, "dlq-"), 10, 64)
+				if err != nil || id < 1 {
+					return usagef(fs, "dlq %s: entry id %q is not a positive integer", op, s)
+				}
+				sel.IDs = append(sel.IDs, id)
+			}
+		}
+		api, err := e.admin(fs, *httpAddr)
+		if err != nil {
+			return err
+		}
+		topic, group := pos[0], argAt(pos, 1)
+		var res admin.DLQResult
+		raw, err := api.Call(ctx, http.MethodPost, cli.GroupPath(topic, group, "dlq", op), nil, sel, &res)
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			return writeRaw(e, raw)
+		}
+		n, verb := 0, "replayed"
+		if res.Replayed != nil {
+			n = *res.Replayed
+		}
+		if op == "purge" {
+			verb = "purged"
+			if res.Purged != nil {
+				n = *res.Purged
+			}
+		}
+		fmt.Fprintf(e.stdout, "%s %d entr%s of group %s on topic %s\n", verb, n, pluralY(n), cli.Group(group), topic)
+		return nil
+	}
+}
+
+func pluralY(n int) string {
+	if n == 1 {
+		return "y"
+	}
+	return "ies"
+}

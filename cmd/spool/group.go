@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/cli"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+const groupArgHelp = `<group> is the consumer group; "" or '$queue' (or leaving it out) names the one
+subscription of a QUEUE topic.`
+
+func runGroup(ctx context.Context, e *cliEnv, args []string) error {
+	return dispatch(ctx, e, "group", "Manages consumer groups (subscriptions of groups on topics) through the HTTP admin API (--http, $"+envHTTP+").", []subcommand{
+		{"list", "list subscriptions with their health", runGroupList},
+		{"describe", "show a subscription with its members and partitions", runGroupDescribe},
+		{"pause", "pause a subscription: it receives nothing and keeps holding retention", groupOp("pause")},
+		{"resume", "resume a PAUSED or DEAD subscription", groupOp("resume")},
+		{"cancel", "cancel a subscription: it releases everything (terminal)", groupOp("cancel")},
+	}, args)
+}
+
+var groupListSpec = cmdSpec{
+	name: "group list",
+	args: "[flags] [topic]",
+	desc: `Lists subscriptions (one per consumer group and topic; "$queue" is a QUEUE topic's subscription)
+with their health: state, members, pending (not yet done), lag (never delivered), in flight
+(leased), redelivering, and dead-lettered (DLQ entries).`,
+	examples: []string{
+		"spool group list",
+		"spool group list orders.created",
+		"spool group list --state PAUSED --json",
+	},
+}
+
+func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
+	fs := e.flagSet(groupListSpec)
+	httpAddr := e.httpFlag(fs)
+	jsonOut := fs.Bool("json", false, "print the API's JSON answer")
+	group := fs.String("group", "", "only this group")
+	state := fs.String("state", "", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 0, 1, ""); err != nil {
+		return err
+	}
+	api, err := e.admin(fs, *httpAddr)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *group != "" {
+		q.Set("group", *group)
+	}
+	if *state != "" {
+		q.Set("state", *state)
+	}
+	path := "/api/v1/groups"
+	if len(pos) == 1 {
+		// The topic's own listing: an unknown topic is TOPIC_NOT_FOUND, not an empty list.
+		path = cli.TopicPath(pos[0], "groups")
+	}
+	var list admin.GroupList
+	raw, err := api.Call(ctx, http.MethodGet, path, q, nil, &list)
+	if err != nil {
+		return err
+	}
+	groups := list.Groups
+	if len(pos) == 1 && (*group != "" || *state != "") {
+		// The per-topic route takes no filters.
+		groups = groups[:0]
+		for _, g := range list.Groups {
+			if (*group == "" || g.Group == *group) && (*state == "" || string(g.State) == *state) {
+				groups = append(groups, g)
+			}
+		}
+		list.Groups = groups
+		if *jsonOut {
+			return cli.NewJSONLines(e.stdout).Write(list)
+		}
+	}
+	if *jsonOut {
+		return writeRaw(e, raw)
+	}
+	if len(groups) == 0 {
+		fmt.Fprintln(e.stderr, "no groups")
+		return nil
+	}
+	return groupTable(groups, true).Write(e.stdout)
+}
+
+// groupTable is the table of group list (withTopic) and topic describe.
+func groupTable(groups []admin.Group, withTopic bool) *cli.Table {
+	head := []string{"GROUP", "STATE", "MEMBERS", "PENDING", "LAG", "IN-FLIGHT", "REDELIVERING", "DLQ"}
+	if withTopic {
+		head = append([]string{"TOPIC"}, head...)
+	}
+	tab := cli.NewTable(head...)
+	for _, g := range groups {
+		row := []string{g.Group, string(g.State), strconv.Itoa(g.MemberCount), i64(g.Pending), i64(g.Lag),
+			i64(g.InFlight), i64(g.Redelivering), i64(g.DeadLettered)}
+		if withTopic {
+			row = append([]string{g.Topic}, row...)
+		}
+		tab.Row(row...)
+	}
+	return tab
+}
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+var groupDescribeSpec = cmdSpec{
+	name:     "group describe",
+	args:     "[flags] <topic> [group]",
+	desc:     "Shows a subscription: state, start position, health, members and per-partition positions.\n" + groupArgHelp,
+	examples: []string{"spool group describe orders.created billing", "spool group describe jobs   # the QUEUE subscription"},
+}
+
+func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
+	fs := e.flagSet(groupDescribeSpec)
+	httpAddr := e.httpFlag(fs)
+	jsonOut := fs.Bool("json", false, "print the API's JSON answer")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 1, 2, "<topic>"); err != nil {
+		return err
+	}
+	api, err := e.admin(fs, *httpAddr)
+	if err != nil {
+		return err
+	}
+	var g admin.Group
+	raw, err := api.Call(ctx, http.MethodGet, cli.GroupPath(pos[0], argAt(pos, 1)), nil, nil, &g)
+	if err != nil {
+		return err
+	}
+	if *jsonOut {
+		return writeRaw(e, raw)
+	}
+	f := &cli.Fields{}
+	f.Add("Topic", g.Topic)
+	f.Add("Group", g.Group)
+	f.Add("Subscription", strconv.FormatInt(g.SubscriptionID, 10))
+	f.Add("State", string(g.State))
+	if g.Pattern != "" {
+		f.Add("Pattern", g.Pattern)
+	}
+	f.Add("Ephemeral", strconv.FormatBool(g.Ephemeral))
+	f.Add("Start", startText(g.Start, e))
+	f.Add("Created", cli.Time(g.CreatedAt, e.loc))
+	f.Add("Updated", cli.Time(g.UpdatedAt, e.loc))
+	f.Add("Members", strconv.Itoa(g.MemberCount))
+	f.Add("Pending", i64(g.Pending))
+	f.Add("Lag", i64(g.Lag))
+	f.Add("In flight", i64(g.InFlight))
+	f.Add("Redelivering", i64(g.Redelivering))
+	f.Add("Dead-lettered", i64(g.DeadLettered))
+	if err := f.Write(e.stdout); err != nil {
+		return err
+	}
+	if len(g.Members) > 0 {
+		fmt.Fprintln(e.stdout, "\nMembers (connected to this broker):")
+		tab := cli.NewTable("MEMBER", "PATTERN", "IN-FLIGHT", "MAX-IN-FLIGHT", "DELIVERED")
+		for _, m := range g.Members {
+			tab.Row(m.ID, m.Pattern, strconv.Itoa(m.InFlight), strconv.Itoa(m.MaxInFlight), i64(m.Delivered))
+		}
+		if err := tab.Write(e.stdout); err != nil {
+			return err
+		}
+	}
+	if len(g.Partitions) > 0 {
+		fmt.Fprintln(e.stdout, "\nPartitions:")
+		tab := cli.NewTable("PARTITION", "ACK-FLOOR", "CURSOR", "HIGH-WATER")
+		for _, p := range g.Partitions {
+			tab.Row(strconv.Itoa(int(p.Partition)), i64(p.AckFloor), i64(p.Cursor), i64(p.HighWater))
+		}
+		if err := tab.Write(e.stdout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startText describes a start position.
+func startText(s storage.StartPosition, e *cliEnv) string {
+	switch s.Kind {
+	case storage.FromTimestamp:
+		return string(s.Kind) + " " + cli.Time(s.Time, e.loc)
+	case storage.FromMessageID:
+		return fmt.Sprintf("%s %d:%d", s.Kind, s.Partition, s.Offset)
+	case "":
+		return string(storage.FromNow)
+	}
+	return string(s.Kind)
+}
+
+// argAt returns pos[i], or "" when there are fewer arguments.
+func argAt(pos []string, i int) string {
+	if i < len(pos) {
+		return pos[i]
+	}
+	return ""
+}
+
+// groupOp returns the command of pause, resume or cancel.
+func groupOp(op string) cliFunc {
+	spec := cmdSpec{
+		name: "group " + op,
+		args: "[flags] <topic> [group]",
+		examples: []string{
+			"spool group " + op + " orders.created billing",
+			"spool group " + op + " jobs   # the QUEUE subscription",
+		},
+	}
+	switch op {
+	case "pause":
+		spec.desc = "Pauses a subscription: it receives nothing and keeps holding retention (bounded by max_retention)."
+	case "resume":
+		spec.desc = "Resumes a PAUSED or DEAD subscription; a DEAD one catches up with a bounded backfill."
+	case "cancel":
+		spec.desc = "Cancels a subscription: it releases everything at once; terminal (subscribing again creates a new one)."
+	}
+	spec.desc += "\n" + groupArgHelp
+	return func(ctx context.Context, e *cliEnv, args []string) error {
+		fs := e.flagSet(spec)
+		httpAddr := e.httpFlag(fs)
+		jsonOut := fs.Bool("json", false, "print the API's JSON answer (the group afterwards)")
+		pos, err := parseArgs(fs, args)
+		if err != nil {
+			return err
+		}
+		if err := wantArgs(fs, pos, 1, 2, "<topic>"); err != nil {
+			return err
+		}
+		api, err := e.admin(fs, *httpAddr)
+		if err != nil {
+			return err
+		}
+		var g admin.Group
+		raw, err := api.Call(ctx, http.MethodPost, cli.GroupPath(pos[0], argAt(pos, 1), op), nil, nil, &g)
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			return writeRaw(e, raw)
+		}
+		fmt.Fprintf(e.stdout, "group %s on topic %s: %s\n", g.Group, g.Topic, g.State)
+		return nil
+	}
+}
