@@ -1,6 +1,9 @@
 // Command spool is the Spool message broker and its command-line client.
 //
-//	spool serve [flags]    run the broker (TCP 9092, HTTP 8080, data in ./spool-data)
+//	spool serve [flags]            run the broker (TCP 9092, HTTP 8080, data in ./spool-data)
+//	spool pub|sub ...              publish and consume over the binary protocol
+//	spool topic|group|dlq ...      administer over the HTTP API
+//	spool bench ...                measure throughput and end-to-end latency
 //
 // Each subcommand lives in its own file and registers itself with addCommand from an init
 // function, so adding one does not touch this file. "spool help" lists them.
