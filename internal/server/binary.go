@@ -53,15 +53,18 @@ func (b *binarySession) nextCorr() uint32 {
 	}
 }
 
-// run is the reader loop: the handshake within the handshake timeout, then one request at a time,
-// each run to completion (so a connection's publishes to one topic are appended in order, and all
-// its other requests are processed in the order received).
+// run is the reader loop: the handshake within the handshake timeout, then the requests in the
+// order received. Publishes go to the connection's publish stage (publish.go), which appends each
+// topic's publishes in order; every other request is run to completion here, in order.
 func (b *binarySession) run() {
 	c := b.c
 	if !b.handshake() {
 		return
 	}
 	for {
+		if !b.nextFrameBuffered() {
+			c.kickPublishes() // the next read may block
+		}
 		if !c.waitRoom() || !c.setReadDeadline(time.Now().Add(b.timeout)) {
 			return
 		}
@@ -76,7 +79,7 @@ func (b *binarySession) run() {
 			b.reply(f.CorrelationID, protocol.AsError(err))
 			continue
 		}
-		if b.handle(f.CorrelationID, m) {
+		if b.handle(f.CorrelationID, m, len(f.Body)) {
 			return
 		}
 	}
@@ -187,15 +190,22 @@ func (b *binarySession) reply(corr uint32, m protocol.Message) {
 
 // replyErr queues the Error frame for err (mapped by errmap.ErrorFrom); unexpected errors are logged.
 func (b *binarySession) replyErr(corr uint32, err error) {
+	b.reply(corr, b.errorFrame(err))
+}
+
+// errorFrame returns the Error frame for err (mapped by errmap.ErrorFrom); unexpected errors are
+// logged.
+func (b *binarySession) errorFrame(err error) *protocol.Error {
 	e := errmap.ErrorFrom(err)
 	if e.Code == protocol.CodeInternal {
 		b.c.logger.Warn("request failed", slog.Any("error", err))
 	}
-	b.reply(corr, e)
+	return e
 }
 
-// handle runs one request. It reports true when the session ends.
-func (b *binarySession) handle(corr uint32, m protocol.ClientMessage) bool {
+// handle runs one request (a Publish is queued for the publish stage; size is its frame body
+// size). It reports true when the session ends.
+func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) bool {
 	switch m := m.(type) {
 	case *protocol.HeartbeatOK:
 		return false // the answer to our Heartbeat: any frame is a sign of life
@@ -213,7 +223,11 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage) bool {
 	case *protocol.Hello:
 		b.reply(corr, protocol.ErrUnexpectedFrame.Errorf("the session is already open"))
 	case *protocol.Publish:
-		b.publish(corr, m)
+		if b.inlinePublish() {
+			b.reply(corr, b.appendOne(pubReq{corr: corr, msg: m, start: time.Now(), size: size}).msg)
+		} else {
+			b.queuePublish(corr, m, size)
+		}
 	case *protocol.Subscribe:
 		b.subscribe(corr, m)
 	case *protocol.Unsubscribe:
@@ -233,18 +247,6 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage) bool {
 		b.reply(corr, protocol.ErrUnexpectedFrame.Errorf("%s is not a client request", m.Opcode()))
 	}
 	return false
-}
-
-func (b *binarySession) publish(corr uint32, m *protocol.Publish) {
-	c := b.c
-	start := time.Now()
-	ps, err := c.srv.broker.Publish(c.ctx, m.Topic, appendMessages(m.Messages, c.srv.cfg.Clock.Now()))
-	c.observePublish(m.Topic, len(m.Messages), start, err)
-	if err != nil {
-		b.replyErr(corr, err)
-		return
-	}
-	b.reply(corr, &protocol.PublishOK{Positions: positions(ps)})
 }
 
 func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
@@ -418,6 +420,8 @@ func (b *binarySession) credit(corr uint32, m *protocol.Credit) {
 // redelivered at once) and answers GoodbyeOK; the connection then closes.
 func (b *binarySession) clientGoodbye(corr uint32) {
 	c := b.c
+	// Every publish read before the Goodbye is answered before GoodbyeOK (nothing follows it).
+	c.waitPublishes()
 	c.mu.Lock()
 	c.closing = true
 	c.mu.Unlock()

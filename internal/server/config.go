@@ -36,6 +36,9 @@ const (
 	// DefaultMaxQueuedResponses bounds the responses waiting for the writer of one connection; a
 	// reader that finds the queue full stops reading (TCP backpressure) until the writer catches up.
 	DefaultMaxQueuedResponses = 1024
+	// DefaultMaxPipelinedBytes bounds the Publish frames of one connection read but not yet
+	// appended; beyond it the reader stops reading until the publish stage catches up.
+	DefaultMaxPipelinedBytes = 32 << 20
 	// DefaultTextAckWait is the lease of text-mode deliveries: they stay with the session until it
 	// acks, nacks, unsubscribes or ends (docs/protocol.md section 11.4).
 	DefaultTextAckWait = 24 * time.Hour
@@ -81,9 +84,14 @@ type Config struct {
 	// MaxCredit bounds a handle's credit (Subscribe.max_in_flight plus Credit). Defaults to 65,536
 	// (broker.MaxInFlightLimit), which is also its maximum.
 	MaxCredit int `yaml:"max_credit"`
-	// MaxQueuedResponses bounds the responses queued for one connection's writer. Defaults to
-	// 1024.
+	// MaxQueuedResponses bounds the requests of one connection in progress: responses queued for
+	// its writer plus publishes queued for its publish stage or being appended. Beyond it the
+	// connection's reader stops reading (TCP backpressure). Defaults to 1024.
 	MaxQueuedResponses int `yaml:"max_queued_responses"`
+	// MaxPipelinedBytes bounds the frame bodies of the publishes of one connection queued for its
+	// publish stage or being appended (a single larger Publish is still accepted when nothing is
+	// queued). Beyond it the reader stops reading. Defaults to 32 MiB; at least 64 KiB.
+	MaxPipelinedBytes int `yaml:"max_pipelined_bytes"`
 	// TextAckWait is the lease of text-mode deliveries. Defaults to 24 h; at most
 	// broker.MaxLeaseDuration.
 	TextAckWait time.Duration `yaml:"text_ack_wait"`
@@ -123,6 +131,7 @@ func DefaultConfig() Config {
 		GoodbyeGrace:         DefaultGoodbyeGrace,
 		MaxCredit:            broker.MaxInFlightLimit,
 		MaxQueuedResponses:   DefaultMaxQueuedResponses,
+		MaxPipelinedBytes:    DefaultMaxPipelinedBytes,
 		TextAckWait:          DefaultTextAckWait,
 		TextMaxInFlight:      DefaultTextMaxInFlight,
 		TextPublisherIdle:    DefaultTextPublisherIdle,
@@ -151,6 +160,7 @@ func (c Config) WithDefaults() Config {
 	c.GoodbyeGrace = cmp.Or(c.GoodbyeGrace, d.GoodbyeGrace)
 	c.MaxCredit = cmp.Or(c.MaxCredit, d.MaxCredit)
 	c.MaxQueuedResponses = cmp.Or(c.MaxQueuedResponses, d.MaxQueuedResponses)
+	c.MaxPipelinedBytes = cmp.Or(c.MaxPipelinedBytes, d.MaxPipelinedBytes)
 	c.TextAckWait = cmp.Or(c.TextAckWait, d.TextAckWait)
 	c.TextMaxInFlight = cmp.Or(c.TextMaxInFlight, d.TextMaxInFlight)
 	c.TextPublisherIdle = cmp.Or(c.TextPublisherIdle, d.TextPublisherIdle)
@@ -193,6 +203,8 @@ func (c Config) Validate() error {
 		return bad("max_credit", "must be between 1 and %d, got %d", broker.MaxInFlightLimit, c.MaxCredit)
 	case c.MaxQueuedResponses < 1:
 		return bad("max_queued_responses", "must be at least 1, got %d", c.MaxQueuedResponses)
+	case c.MaxPipelinedBytes < 64<<10:
+		return bad("max_pipelined_bytes", "must be at least 65536, got %d", c.MaxPipelinedBytes)
 	case c.TextAckWait < time.Millisecond || c.TextAckWait > broker.MaxLeaseDuration:
 		return bad("text_ack_wait", "must be between 1ms and %s, got %s", broker.MaxLeaseDuration, c.TextAckWait)
 	case c.TextMaxInFlight < 1 || c.TextMaxInFlight > c.MaxCredit:

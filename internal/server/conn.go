@@ -98,6 +98,8 @@ type conn struct {
 	// peerClosed is set by the reader when the client closed its side or the connection broke:
 	// the socket is closed without lingering.
 	peerClosed atomic.Bool
+	// pub is the publish stage of a binary session (publish.go): its queue and worker.
+	pub pubStage
 
 	// mu guards the fields below. Lock order: conn.mu before the broker's locks (SetMaxInFlight is
 	// called under it); the broker never calls back into the connection.
@@ -142,6 +144,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		stopWriter: make(chan struct{}),
 		writerDone: make(chan struct{}),
 		quit:       make(chan struct{}),
+		pub:        newPubStage(),
 		handles:    make(map[uint32]*handle),
 		left:       make(map[int64]bool),
 		labels:     make(map[int64]subLabels),
@@ -207,6 +210,9 @@ func (c *conn) finish() {
 		}
 	}
 	cancel()
+	// The publishes read before the session ended are answered (or refused CLOSED after an
+	// interrupt) before the writer's final flush.
+	c.stopPublishes()
 	close(c.stopWriter)
 	<-c.writerDone
 	if c.peerClosed.Load() {
@@ -268,19 +274,35 @@ func (c *conn) enqueue(it outItem) {
 	c.signal()
 }
 
-// waitRoom blocks the reader while the writer is MaxQueuedResponses behind (a client that sends
-// requests without reading the answers): the reader stops reading and TCP pushes back. It reports
-// false when the connection is ending.
+// enqueueAll queues responses for the writer.
+func (c *conn) enqueueAll(its []outItem) {
+	if len(its) == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.out = append(c.out, its...)
+	c.mu.Unlock()
+	c.signal()
+}
+
+// waitRoom blocks the reader while the requests of the connection in progress (responses queued
+// for the writer plus publishes queued or being appended) reach MaxQueuedResponses, or the queued
+// publishes reach MaxPipelinedBytes (a client that sends requests without reading the answers, or
+// faster than they are appended): the reader stops reading and TCP pushes back. It reports false
+// when the connection is ending.
 func (c *conn) waitRoom() bool {
 	for {
 		c.mu.Lock()
 		n := len(c.out)
 		c.mu.Unlock()
-		if n < c.srv.cfg.MaxQueuedResponses {
+		pending, bytes := c.pub.load()
+		if n+pending < c.srv.cfg.MaxQueuedResponses && (pending == 0 || bytes < c.srv.cfg.MaxPipelinedBytes) {
 			return true
 		}
+		c.kickPublishes() // the worker must run for room to come
 		select {
 		case <-c.flushed:
+		case <-c.pub.progress:
 		case <-c.quit:
 			return false
 		}

@@ -34,10 +34,14 @@ func startPosition(p protocol.StartPosition) (storage.StartPosition, error) {
 // appendMessages converts a Publish batch to the engine's messages. TTLs become expiry times on
 // the broker's clock.
 func appendMessages(msgs []protocol.PublishMessage, now time.Time) []storage.AppendMessage {
-	out := make([]storage.AppendMessage, len(msgs))
+	return appendMessagesTo(make([]storage.AppendMessage, 0, len(msgs)), msgs, now)
+}
+
+// appendMessagesTo appends the engine's messages of a Publish batch to out.
+func appendMessagesTo(out []storage.AppendMessage, msgs []protocol.PublishMessage, now time.Time) []storage.AppendMessage {
 	for i := range msgs {
 		m := &msgs[i]
-		out[i] = storage.AppendMessage{
+		a := storage.AppendMessage{
 			Partition:  m.Partition,
 			Key:        m.Key,
 			Headers:    m.Headers,
@@ -46,8 +50,9 @@ func appendMessages(msgs []protocol.PublishMessage, now time.Time) []storage.App
 			NotBefore:  m.NotBefore,
 		}
 		if m.TTL > 0 {
-			out[i].ExpiresAt = now.Add(m.TTL)
+			a.ExpiresAt = now.Add(m.TTL)
 		}
+		out = append(out, a)
 	}
 	return out
 }

@@ -5,25 +5,44 @@
 //
 // The accept loop hands every connection to its own reader goroutine, which peeks at the first
 // byte (within Config.HandshakeTimeout): 0x00 starts a binary session (the preamble), anything
-// else a text session. The reader then starts the connection's writer goroutine. Those two are
-// all a connection runs; both are counted in the server's WaitGroup.
+// else a text session. The reader then starts the connection's writer goroutine. A binary
+// session that publishes also gets a third goroutine, its publish stage's worker (started on the
+// first Publish, stopped by the reader when the session ends). All three are counted in the
+// server's WaitGroup; a connection never runs more.
 //
-//	           accept loop (1)
-//	                │ one per connection
-//	   ┌────────────┴─────────────┐
-//	reader                      writer
-//	reads a request, runs it     takes the queued responses, then drains the channels of the
-//	against the broker, queues   connection's members (woken through SubscribeParams.Notify,
-//	the response; owns the       shared by the members), packs Deliver frames or MESSAGE lines,
-//	members (subscribe,          sends Heartbeat when silent, flushes; never blocks on the
-//	unsubscribe, close)          broker
+//	              accept loop (1)
+//	                   │ one per connection
+//	   ┌───────────────┼─────────────────────┐
+//	reader           publish worker         writer
+//	reads requests;  (binary, from the      takes the queued responses, then drains the
+//	queues Publish   first Publish) takes   channels of the connection's members (woken
+//	to the publish   every queued Publish,  through SubscribeParams.Notify, shared by the
+//	stage, runs the  one engine call per    members), packs Deliver frames or MESSAGE lines,
+//	others against   topic for the whole    sends Heartbeat when silent, flushes; never
+//	the broker in    queue (one fsync),     blocks on the broker
+//	order; owns the  answers each request
+//	members          with its positions
 //
-// The reader runs requests one at a time, to completion, in the order received: a connection's
-// publishes to one topic are appended in order (and every other request too), each publish
-// answered after it is durable. Pipelined requests wait in the socket; responses wait in a queue
-// of at most Config.MaxQueuedResponses, beyond which the reader stops reading (TCP backpressure).
-// Throughput per connection therefore comes from batching (a Publish carries up to 10,000
-// messages); many connections share the engine's group commit.
+// Ordering (docs/protocol.md section 6): a connection's publishes to one topic are appended in
+// the order received (one worker, a FIFO queue, one engine call at a time); every other request
+// runs on the reader, in the order received, and never waits behind a publish's fsync; each
+// publish is answered after it is durable. The worker groups the publishes queued while its
+// previous engine call waited for its fsync, so many synchronous publishers sharing one
+// connection share fsyncs (a request with an invalid message is appended again alone, so that
+// it fails without failing its neighbours; see publish.go). The reader wakes the worker once it
+// has taken the frames already received, so that a burst goes in one round. One shortcut: when
+// nothing is queued, no other frame has arrived and the connection has no subscription, the
+// reader appends a Publish itself (a hand-off less for a connection that publishes one request
+// at a time; what arrives meanwhile waits in the socket, and nothing of the connection can be
+// an ack waiting behind the fsync). A client Goodbye waits for the queued publishes to be
+// answered before GoodbyeOK. Text sessions run every command on the reader, one at a time, since
+// their replies must come in command order.
+//
+// Backpressure: the reader stops reading (TCP pushes back) while the responses queued for the
+// writer plus the publishes queued or being appended reach Config.MaxQueuedResponses, or the
+// queued publishes reach Config.MaxPipelinedBytes. Throughput per connection comes from the
+// publish stage and from batching (a Publish carries up to 10,000 messages); many connections
+// share the engine's group commit.
 //
 // A response is queued before its handle is registered with the writer, so SubscribeOK precedes
 // the handle's first Deliver; a handle is unregistered before its member closes, so no Deliver for
@@ -82,9 +101,10 @@
 //
 // # Lock order
 //
-//	Server.mu (never held while calling a connection) ; conn.mu -> broker locks
+//	Server.mu (never held while calling a connection) ; conn.mu -> broker locks ; pubStage.mu (leaf)
 //
-// conn.mu guards the response queue, the handles and the session fields the two goroutines share;
+// conn.mu guards the response queue, the handles and the session fields the goroutines share;
+// pubStage.mu guards the publish queue and is never held while calling anything;
 // Member.SetMaxInFlight is called under it (Credit, Goodbye), so it comes before the broker's
 // locks. The broker never calls back into a connection: it only signals the Notify channel.
 //
@@ -97,6 +117,6 @@
 // # Not yet
 //
 // Authentication (AUTH and Hello.token are accepted and ignored), TLS, ordered groups, producer
-// de-duplication (Position.duplicate is always false), concurrent processing of one connection's
-// publishes to different topics.
+// de-duplication (Position.duplicate is always false), concurrent appends of one connection's
+// publishes to different topics (one round appends its topics one after the other).
 package server

@@ -46,7 +46,8 @@ const (
 // Server is Spool's TCP server: it accepts connections on one listener, tells the binary protocol
 // from the text mode by the first byte, and serves each connection with two goroutines (a reader
 // that runs requests against the broker in order, and a writer that sends responses and pushes
-// deliveries). It owns every goroutine it starts (accept loop, connections) and counts them in one
+// deliveries), plus a publish worker for a binary connection that publishes (it appends the
+// connection's queued publishes per topic in order, sharing fsyncs). It owns every goroutine it starts (accept loop, connections) and counts them in one
 // WaitGroup. Every method is safe for concurrent use. See the package documentation.
 type Server struct {
 	cfg    Config
@@ -55,8 +56,8 @@ type Server struct {
 	// sessionPrefix makes session ids unique across restarts.
 	sessionPrefix string
 
-	// wg counts the accept loop, every connection goroutine (reader and writer) and the
-	// goroutines answering connections over the limit.
+	// wg counts the accept loop, every connection goroutine (reader, writer, publish worker) and
+	// the goroutines answering connections over the limit.
 	wg sync.WaitGroup
 	// rootCtx is the parent of every connection's context; cancelled when Stop gives up waiting.
 	rootCtx    context.Context

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spoolmq/spool/internal/bench"
+)
+
+func init() {
+	addCommand(command{name: "bench", summary: "measure publish throughput and end-to-end latency of a running broker", run: runBench})
+}
+
+const benchUsage = `Usage: spool bench <mode> [flags]
+
+Measures a running broker (spool serve) over TCP with the Go client.
+
+Modes:
+  publish   closed loop: publishers send as fast as the broker acknowledges (synchronous, each
+            waiting for its acknowledgement, or --async with a window); reports msg/s, MB/s and
+            the publish latency percentiles
+  e2e       open loop: publishes --rate msg/s on a fixed schedule whatever the broker does, to
+            --groups consumer groups of --consumers consumers; latency runs from each message's
+            intended send time to its receipt (no coordinated omission); reports the achieved
+            rate, deliveries/s and p50/p90/p99/p99.9/max end-to-end latency
+
+A run uses a fresh topic, created PUB_SUB through the HTTP admin API (--admin) and deleted
+afterwards, and leaves the warm-up out of every figure.
+
+Examples:
+  spool bench e2e --rate 10000 --groups 1 --consumers 4
+  spool bench e2e --rate 2000 --groups 16 --consumers 1
+  spool bench publish --publishers 10 --clients 1
+  spool bench publish --async
+
+Flags:
+`
+
+// runBench is spool bench.
+func runBench(ctx context.Context, args []string) error {
+	return benchMain(ctx, args, os.Stdout, os.Stderr)
+}
+
+func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != bench.ModePublish && args[0] != bench.ModeE2E) {
+		fmt.Fprint(stderr, benchUsage)
+		newBenchFlags(bench.ModeE2E, stderr).fs.PrintDefaults()
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			return flag.ErrHelp
+		}
+		return errors.New("bench: give the mode, publish or e2e")
+	}
+	mode := args[0]
+	bf := newBenchFlags(mode, stderr)
+	if err := bf.fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if bf.fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", bf.fs.Args())
+	}
+	cfg := bf.config()
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *bf.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return res.WriteSummary(stdout)
+}
+
+// benchFlags are the flags of one mode.
+type benchFlags struct {
+	fs   *flag.FlagSet
+	cfg  bench.Config
+	json *bool
+}
+
+func newBenchFlags(mode string, out io.Writer) *benchFlags {
+	fs := flag.NewFlagSet("bench "+mode, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, benchUsage)
+		fs.PrintDefaults()
+	}
+	b := &benchFlags{fs: fs, cfg: bench.Config{Mode: mode}}
+	c := &b.cfg
+	duration, warmup := bench.DefaultDuration, bench.DefaultWarmup
+	if mode == bench.ModePublish {
+		duration, warmup = bench.DefaultPublishDuration, bench.DefaultPublishWarmup
+	}
+	fs.StringVar(&c.Addr, "addr", bench.DefaultAddr, "TCP address of the broker")
+	fs.StringVar(&c.Admin, "admin", bench.DefaultAdmin, "base URL of the broker's HTTP admin API (creates and deletes the topic)")
+	fs.BoolVar(&c.NoAdmin, "no-admin", false, "do not use the HTTP admin API: the first publish auto-creates the topic (QUEUE; one group only)")
+	fs.StringVar(&c.Topic, "topic", "", "topic to use (default: a fresh PUB_SUB topic bench.<run id>, deleted after the run); an existing one is used as it is")
+	fs.IntVar(&c.Partitions, "partitions", bench.DefaultPartitions, "partitions of the topic the run creates")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the topic the run created")
+	fs.IntVar(&c.Size, "size", bench.DefaultSize, "payload size in bytes (e2e: at least 24, the stamp)")
+	fs.IntVar(&c.Publishers, "publishers", bench.DefaultPublishers, "publishing goroutines")
+	fs.IntVar(&c.Clients, "clients", 0, "client connections the publishers share (default: one per publisher; 1: all share one)")
+	fs.BoolVar(&c.Async, "async", mode == bench.ModeE2E, "publish with PublishAsync instead of waiting for each acknowledgement")
+	fs.IntVar(&c.Window, "window", 1024, "PublishAsync window per client (--async)")
+	fs.DurationVar(&c.Duration, "duration", duration, "measured time, after the warm-up")
+	fs.DurationVar(&c.Warmup, "warmup", warmup, "warm-up before the measured time, left out of every figure (negative: none)")
+	if mode == bench.ModePublish {
+		fs.IntVar(&c.Batch, "batch", 1, "messages per synchronous publish request")
+		fs.Int64Var(&c.Count, "count", 0, "publish this many messages in all (warm-up included) instead of running for --duration")
+	} else {
+		fs.Float64Var(&c.Rate, "rate", bench.DefaultRate, "target publish rate in msg/s, over all publishers (open loop)")
+		fs.IntVar(&c.Groups, "groups", bench.DefaultGroups, "consumer groups (each receives every message)")
+		fs.IntVar(&c.Consumers, "consumers", bench.DefaultConsumers, "consumers per group, one connection each")
+		fs.IntVar(&c.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "credit of each consumer")
+		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last deliveries after the schedule")
+	}
+	b.json = fs.Bool("json", false, "print the result as JSON instead of a summary")
+	return b
+}
+
+// config returns the run's configuration; a negative warm-up means none.
+func (b *benchFlags) config() bench.Config {
+	c := b.cfg
+	if c.Warmup == 0 {
+		c.Warmup = -time.Nanosecond
+	}
+	return c
+}

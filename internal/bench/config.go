@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Modes of a run.
+const (
+	// ModePublish measures publish throughput (closed loop: each publisher sends as fast as its
+	// acknowledgements, or its async window, allow).
+	ModePublish = "publish"
+	// ModeE2E measures end-to-end latency at a fixed open-loop rate, with consumer groups.
+	ModeE2E = "e2e"
+)
+
+// Defaults of Config.
+const (
+	DefaultAddr  = "127.0.0.1:9092"
+	DefaultAdmin = "http://127.0.0.1:8080"
+	DefaultSize  = 1024
+	DefaultRate  = 10_000
+	// DefaultDuration and DefaultWarmup are e2e's; publish mode's are 10 s and 2 s.
+	DefaultDuration        = 30 * time.Second
+	DefaultWarmup          = 5 * time.Second
+	DefaultPublishDuration = 10 * time.Second
+	DefaultPublishWarmup   = 2 * time.Second
+	DefaultGroups          = 1
+	DefaultConsumers       = 4
+	DefaultPublishers      = 1
+	DefaultMaxInFlight     = 1000
+	DefaultPartitions      = 1
+	DefaultDrain           = 30 * time.Second
+)
+
+// Config configures a run. The zero value of a field means its default (WithDefaults); fields
+// that do not apply to the mode are ignored.
+type Config struct {
+	// Mode is ModePublish or ModeE2E. Required.
+	Mode string
+	// Addr is the broker's TCP address. Defaults to 127.0.0.1:9092.
+	Addr string
+	// Admin is the base URL of the broker's HTTP admin API, used to create the topic as PUB_SUB
+	// and delete it after the run. Defaults to http://127.0.0.1:8080. NoAdmin skips it: the
+	// topic is then auto-created by the first publish (QUEUE), which allows one group only.
+	Admin   string
+	NoAdmin bool
+	// Topic is the topic to use. Defaults to a fresh one per run, "bench.<run id>", created
+	// PUB_SUB with Partitions partitions and deleted after the run. A given topic that exists is
+	// used as it is and kept.
+	Topic string
+	// Partitions of a topic the run creates. Defaults to 1.
+	Partitions int
+	// Keep keeps a topic the run created.
+	Keep bool
+	// Size is the payload size in bytes. Defaults to 1024; e2e needs at least StampSize.
+	Size int
+	// Publishers is the number of publishing goroutines. Defaults to 1.
+	Publishers int
+	// Clients is the number of client connections the publishers share (publisher i uses client
+	// i mod Clients). Defaults to Publishers (one each).
+	Clients int
+	// Async publishes with PublishAsync (window Window per client) instead of waiting for each
+	// acknowledgement.
+	Async bool
+	// Window is the PublishAsync window of each client. Defaults to client.DefaultMaxAsyncInFlight
+	// (1024).
+	Window int
+	// Batch is the number of messages per synchronous publish request (publish mode). Defaults
+	// to 1.
+	Batch int
+	// Duration is the measured time, after Warmup. Defaults to 30 s (e2e) or 10 s (publish). In
+	// publish mode, Count may replace it.
+	Duration time.Duration
+	// Warmup is run before the measured time and left out of every figure. Defaults to 5 s (e2e)
+	// or 2 s (publish); negative means none.
+	Warmup time.Duration
+	// Count, in publish mode, publishes this many messages in all (warm-up included; rounded up
+	// to whole batches) instead of running for Duration; the measured time then ends with the
+	// last acknowledgement.
+	Count int64
+	// Rate is the e2e target rate, in messages per second over all publishers. Defaults to 10,000.
+	Rate float64
+	// Groups and Consumers: e2e consumer groups, each with Consumers consumers (one client
+	// connection each). Default to 1 and 4.
+	Groups, Consumers int
+	// MaxInFlight is each consumer's credit. Defaults to 1000.
+	MaxInFlight int
+	// Drain bounds the wait for the last deliveries after the schedule ended. Defaults to 30 s.
+	Drain time.Duration
+	// Logger receives the clients' logs. Nil discards them.
+	Logger *slog.Logger
+	// Clock paces the e2e schedule. Defaults to SystemClock.
+	Clock Clock
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.Admin == "" {
+		c.Admin = DefaultAdmin
+	}
+	def(&c.Partitions, DefaultPartitions)
+	def(&c.Size, DefaultSize)
+	def(&c.Publishers, DefaultPublishers)
+	def(&c.Clients, c.Publishers)
+	def(&c.Window, client.DefaultMaxAsyncInFlight)
+	def(&c.Batch, 1)
+	def(&c.Groups, DefaultGroups)
+	def(&c.Consumers, DefaultConsumers)
+	def(&c.MaxInFlight, DefaultMaxInFlight)
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+		if c.Mode == ModePublish {
+			c.Duration = DefaultPublishDuration
+		}
+	}
+	if c.Warmup == 0 {
+		c.Warmup = DefaultWarmup
+		if c.Mode == ModePublish {
+			c.Warmup = DefaultPublishWarmup
+		}
+	}
+	if c.Warmup < 0 {
+		c.Warmup = 0
+	}
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
+	}
+	if c.Drain == 0 {
+		c.Drain = DefaultDrain
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	return c
+}
+
+// Validate reports the first invalid field of a config WithDefaults was applied to. The error
+// wraps storage.ErrInvalidArgument.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("bench: %w: %s", storage.ErrInvalidArgument, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Mode != ModePublish && c.Mode != ModeE2E:
+		return bad("mode must be %q or %q, got %q", ModePublish, ModeE2E, c.Mode)
+	case c.Size < 0 || c.Size > storage.MaxMessageBytesLimit:
+		return bad("size must be between 0 and %d, got %d", storage.MaxMessageBytesLimit, c.Size)
+	case c.Mode == ModeE2E && c.Size < StampSize:
+		return bad("e2e size must be at least %d bytes (the stamp), got %d", StampSize, c.Size)
+	case c.Publishers < 1 || c.Publishers > 10_000:
+		return bad("publishers must be between 1 and 10000, got %d", c.Publishers)
+	case c.Clients < 1 || c.Clients > c.Publishers:
+		return bad("clients must be between 1 and publishers (%d), got %d", c.Publishers, c.Clients)
+	case c.Window < 1:
+		return bad("window must be at least 1, got %d", c.Window)
+	case c.Batch < 1 || c.Batch > 10_000:
+		return bad("batch must be between 1 and 10000, got %d", c.Batch)
+	case c.Mode == ModeE2E && c.Batch != 1:
+		return bad("batch applies to publish mode only")
+	case c.Partitions < 1:
+		return bad("partitions must be at least 1, got %d", c.Partitions)
+	case c.Duration <= 0:
+		return bad("duration must be above 0, got %s", c.Duration)
+	case c.Count < 0:
+		return bad("count must not be negative, got %d", c.Count)
+	case c.Mode == ModeE2E && c.Count > 0:
+		return bad("count applies to publish mode only (e2e runs at a rate for a duration)")
+	case c.Rate <= 0 || c.Rate > 10_000_000:
+		return bad("rate must be above 0 and at most 10000000, got %v", c.Rate)
+	case c.Groups < 1 || c.Groups > 1000:
+		return bad("groups must be between 1 and 1000, got %d", c.Groups)
+	case c.Consumers < 1 || c.Consumers > 1000:
+		return bad("consumers must be between 1 and 1000, got %d", c.Consumers)
+	case c.Mode == ModeE2E && c.NoAdmin && c.Groups > 1:
+		return bad("more than one group needs a PUB_SUB topic: give the HTTP admin address (an auto-created topic is QUEUE)")
+	case c.MaxInFlight < 1 || c.MaxInFlight > 65_536:
+		return bad("max in flight must be between 1 and 65536, got %d", c.MaxInFlight)
+	case c.Drain < 0:
+		return bad("drain must not be negative, got %s", c.Drain)
+	}
+	return nil
+}

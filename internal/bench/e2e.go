@@ -1,0 +1,277 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/client"
+)
+
+// startDelay is the time between the end of the setup (every consumer subscribed, every client
+// connected) and the first message's intended send time.
+const startDelay = 100 * time.Millisecond
+
+// drainPoll is how often the end of the drain is checked.
+const drainPoll = 5 * time.Millisecond
+
+// groupRecorder records the deliveries of one consumer group: the first receipt of each message
+// of the run (its latency if measured), and duplicates. Safe for concurrent use.
+type groupRecorder struct {
+	run      uint64
+	base     time.Time // the run's time origin: stamps count nanoseconds from it
+	measured int64     // stamps at or after this offset are measured (the warm-up ends)
+	total    int64     // messages in the schedule
+
+	mu         sync.Mutex
+	seen       []uint64 // bitmap of the sequence numbers received
+	received   int64    // distinct messages of the run received
+	inWindow   int64    // distinct measured messages received
+	duplicates int64
+	foreign    int64 // messages of other runs, or without a stamp
+	lastAt     int64 // offset of the last receipt of a measured message
+	lat        *Histogram
+}
+
+func newGroupRecorder(run uint64, base time.Time, measured, total int64) *groupRecorder {
+	return &groupRecorder{run: run, base: base, measured: measured, total: total,
+		seen: make([]uint64, (total+63)/64), lat: NewHistogram()}
+}
+
+// observe records the receipt of payload at offset now (nanoseconds since base).
+func (g *groupRecorder) observe(payload []byte, now int64) {
+	st, err := ReadStamp(payload)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil || st.Run != g.run || st.Seq >= uint64(g.total) {
+		g.foreign++
+		return
+	}
+	w, bit := st.Seq/64, uint64(1)<<(st.Seq%64)
+	if g.seen[w]&bit != 0 {
+		g.duplicates++
+		return
+	}
+	g.seen[w] |= bit
+	g.received++
+	if st.Intended >= g.measured {
+		g.inWindow++
+		g.lat.Record(now - st.Intended)
+		g.lastAt = max(g.lastAt, now)
+	}
+}
+
+func (g *groupRecorder) count() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.received
+}
+
+// runE2E is e2e mode: Groups x Consumers consumers subscribe (one client each), then Publishers
+// open-loop schedules publish Rate messages per second in all for Warmup + Duration, each
+// message stamped with its intended send time; consumers measure the latency from that time.
+// After the schedule the run waits (up to Drain) for every acknowledged message to reach every
+// group.
+func (r *runner) runE2E(ctx context.Context, res *Result) error {
+	cfg := r.cfg
+	total := int64(math.Round((cfg.Warmup + cfg.Duration).Seconds() * cfg.Rate))
+	warmupMsgs := int64(math.Round(cfg.Warmup.Seconds() * cfg.Rate))
+	if total-warmupMsgs < 1 {
+		return fmt.Errorf("bench: %s at %v msg/s measures no message", cfg.Duration, cfg.Rate)
+	}
+
+	// The time origin: stamps are monotonic offsets from base, immune to wall-clock steps.
+	base := time.Now()
+	groups := make([]*groupRecorder, cfg.Groups)
+	for g := range groups {
+		groups[g] = newGroupRecorder(r.runID, base, 0, total)
+	}
+
+	// Consumers first, so that every group exists before the first message.
+	var subsWG sync.WaitGroup
+	subErrs := make([]error, cfg.Groups*cfg.Consumers)
+	for g := range cfg.Groups {
+		for k := range cfg.Consumers {
+			subsWG.Go(func() {
+				subErrs[g*cfg.Consumers+k] = r.subscribe(ctx, g, k, groups[g], base)
+			})
+		}
+	}
+	subsWG.Wait()
+	for _, err := range subErrs {
+		if err != nil {
+			return err
+		}
+	}
+	clients, err := r.dialPublishers(ctx)
+	if err != nil {
+		return err
+	}
+
+	// The global schedule: message k is due at start + k/Rate. Publisher p sends k = p, p+P, ...
+	start := time.Since(base) + startDelay
+	startAt := base.Add(start)
+	measuredFrom := int64(start) + int64(float64(warmupMsgs)*float64(time.Second)/cfg.Rate)
+	for _, g := range groups {
+		g.measured = measuredFrom
+	}
+	P := int64(cfg.Publishers)
+	var (
+		acked     atomic.Int64 // messages acknowledged (whole run)
+		ackedMeas atomic.Int64 // measured messages acknowledged
+		errs      errorLog
+		pubLat    = newLockedHistogram()
+		lags      = make([]RunStats, P)
+		runErrs   = make([]error, P)
+		wg        sync.WaitGroup
+	)
+	for p := range P {
+		c := clients[p%int64(len(clients))]
+		sched := Schedule{
+			Start: startAt.Add(time.Duration(float64(p) * float64(time.Second) / cfg.Rate)),
+			Rate:  cfg.Rate / float64(P),
+			Count: (total - p + P - 1) / P,
+		}
+		wg.Go(func() {
+			send := func(i int64, intended time.Time) error {
+				seq := p + i*P
+				off := int64(intended.Sub(base))
+				payload := make([]byte, cfg.Size)
+				Stamp{Run: r.runID, Seq: uint64(seq), Intended: off}.Put(payload)
+				measured := off >= measuredFrom
+				finish := func(err error) {
+					if err != nil {
+						errs.add(err)
+						return
+					}
+					acked.Add(1)
+					if measured {
+						ackedMeas.Add(1)
+						pubLat.record(time.Since(base) - time.Duration(off))
+					}
+				}
+				msg := client.Message{Payload: payload}
+				if cfg.Async {
+					c.PublishAsync(r.topic.Name, msg, func(_ client.Position, err error) { finish(err) })
+					return nil
+				}
+				_, err := c.Publish(ctx, r.topic.Name, msg)
+				if err != nil && ctx.Err() != nil {
+					return err
+				}
+				finish(err)
+				return nil
+			}
+			lags[p], runErrs[p] = sched.Run(ctx, cfg.Clock, send)
+		})
+	}
+	wg.Wait()
+	for _, err := range runErrs {
+		if err != nil {
+			return err
+		}
+	}
+	for _, c := range clients {
+		if err := c.Flush(ctx); err != nil {
+			return fmt.Errorf("bench: waiting for the last acknowledgements: %w", err)
+		}
+	}
+	sendEnd := time.Now()
+	for _, l := range lags {
+		if l.Finished.After(sendEnd) {
+			sendEnd = l.Finished
+		}
+	}
+
+	// Drain: wait until every group received every acknowledged message, or Drain passes.
+	deadline := time.Now().Add(cfg.Drain)
+	for {
+		complete := true
+		for _, g := range groups {
+			if g.count() < acked.Load() {
+				complete = false
+				break
+			}
+		}
+		if complete || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(drainPoll):
+		}
+	}
+
+	// Figures over the measured time.
+	scheduleEnd := startAt.Add(time.Duration(float64(total) * float64(time.Second) / cfg.Rate))
+	measureStart := base.Add(time.Duration(measuredFrom))
+	pubSpan := later(scheduleEnd, sendEnd).Sub(measureStart)
+	lag := NewHistogram()
+	for _, l := range lags {
+		lag.Merge(l.Lag)
+	}
+	n, first := errs.get()
+	lagP := percentilesOf(lag)
+	pr := PublishResult{Messages: ackedMeas.Load(), Errors: n, FirstError: first,
+		Latency: percentilesOf(pubLat.snapshot()), SenderLag: &lagP}
+	pr.Rate = float64(pr.Messages) / pubSpan.Seconds()
+	pr.MBps = pr.Rate * float64(cfg.Size) / 1e6
+	held := n == 0 && pr.Rate >= 0.99*cfg.Rate
+	pr.Held = &held
+
+	d := &DeliveryResult{}
+	all := NewHistogram()
+	lastAt := int64(0)
+	for _, g := range groups {
+		g.mu.Lock()
+		d.Delivered += g.inWindow
+		d.Duplicates += g.duplicates
+		all.Merge(g.lat)
+		d.WorstGroupP99 = max(d.WorstGroupP99, ms(g.lat.Quantile(0.99)))
+		lastAt = max(lastAt, g.lastAt)
+		g.mu.Unlock()
+	}
+	d.Expected = ackedMeas.Load() * int64(cfg.Groups)
+	d.Missing = max(d.Expected-d.Delivered, 0)
+	d.Latency = percentilesOf(all)
+	delSpan := later(scheduleEnd, base.Add(time.Duration(lastAt))).Sub(measureStart)
+	d.Rate = float64(d.Delivered) / delSpan.Seconds()
+	if d.Missing > 0 {
+		held = false
+	}
+	res.Publish, res.Delivery = pr, d
+	return nil
+}
+
+// subscribe connects consumer k of group g and subscribes it; its handler records into rec.
+func (r *runner) subscribe(ctx context.Context, g, k int, rec *groupRecorder, base time.Time) error {
+	c, err := r.dial(ctx, fmt.Sprintf("bench-g%d-c%d", g, k))
+	if err != nil {
+		return err
+	}
+	_, err = c.Subscribe(ctx, client.SubscribeParams{
+		Topic:       r.topic.Name,
+		Group:       fmt.Sprintf("bench-%d", g),
+		MaxInFlight: r.cfg.MaxInFlight,
+		Start:       client.FromBeginning(),
+	}, func(_ context.Context, d *client.Delivery) error {
+		rec.observe(d.Payload, int64(time.Since(base)))
+		return nil
+	}, client.Concurrency(1))
+	if err != nil {
+		return fmt.Errorf("bench: subscribe group %d consumer %d: %w", g, k, err)
+	}
+	return nil
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

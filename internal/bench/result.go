@@ -1,0 +1,239 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Percentiles summarizes a latency histogram in milliseconds.
+type Percentiles struct {
+	Count uint64  `json:"count"`
+	Mean  float64 `json:"mean_ms"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p99_9_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+// percentilesOf summarizes h.
+func percentilesOf(h *Histogram) Percentiles {
+	return Percentiles{
+		Count: h.Count(), Mean: h.Mean() / 1e6,
+		P50: ms(h.Quantile(0.5)), P90: ms(h.Quantile(0.9)), P99: ms(h.Quantile(0.99)),
+		P999: ms(h.Quantile(0.999)), Max: ms(h.Max()),
+	}
+}
+
+func (p Percentiles) String() string {
+	return fmt.Sprintf("p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (mean %s, %d samples)",
+		fmtMS(p.P50), fmtMS(p.P90), fmtMS(p.P99), fmtMS(p.P999), fmtMS(p.Max), fmtMS(p.Mean), p.Count)
+}
+
+func fmtMS(v float64) string {
+	switch {
+	case v < 1:
+		return fmt.Sprintf("%.3f ms", v)
+	case v < 100:
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+// Conditions are the settings and the machine a run measured.
+type Conditions struct {
+	Addr       string    `json:"addr"`
+	Topic      TopicInfo `json:"topic"`
+	Size       int       `json:"size_bytes"`
+	Publishers int       `json:"publishers"`
+	Clients    int       `json:"publisher_clients"`
+	Async      bool      `json:"async"`
+	Window     int       `json:"async_window,omitempty"`
+	Batch      int       `json:"batch,omitempty"`
+	// Duration and Warmup in seconds.
+	Duration float64 `json:"duration_s"`
+	Warmup   float64 `json:"warmup_s"`
+	Count    int64   `json:"count,omitempty"`
+	// e2e only.
+	Rate        float64 `json:"target_rate,omitempty"`
+	Groups      int     `json:"groups,omitempty"`
+	Consumers   int     `json:"consumers_per_group,omitempty"`
+	MaxInFlight int     `json:"max_in_flight,omitempty"`
+	// The machine of the load generator.
+	CPUs        int    `json:"cpus"`
+	LoadAverage string `json:"load_average_before"`
+	GoVersion   string `json:"go_version"`
+}
+
+// PublishResult are the publishers' figures over the measured time.
+type PublishResult struct {
+	// Messages counts the messages acknowledged in the measured time, Errors the failed ones
+	// (whole run).
+	Messages int64 `json:"messages"`
+	Errors   int64 `json:"errors"`
+	// FirstError is the first failure, if any.
+	FirstError string `json:"first_error,omitempty"`
+	// Rate is Messages per second of measured time; MBps the payload bytes (10^6 bytes/s).
+	Rate float64 `json:"rate"`
+	MBps float64 `json:"mb_per_s"`
+	// Latency: synchronous, from each request to its acknowledgement; async, from PublishAsync to
+	// the callback; e2e, from the intended send time to the acknowledgement.
+	Latency Percentiles `json:"latency"`
+	// e2e only: whether the target rate was held, and how late the messages were sent
+	// (actual minus intended send time).
+	Held      *bool        `json:"held,omitempty"`
+	SenderLag *Percentiles `json:"sender_lag,omitempty"`
+}
+
+// DeliveryResult are the consumers' figures (e2e).
+type DeliveryResult struct {
+	// Expected is the number of measured messages acknowledged to the publishers times the
+	// groups; Delivered how many of them reached a consumer of each group (first receipt).
+	Expected  int64 `json:"expected"`
+	Delivered int64 `json:"delivered"`
+	// Missing were acknowledged but not delivered within the drain time; Duplicates are
+	// deliveries after the first one of the same message in the same group (redeliveries).
+	Missing    int64 `json:"missing"`
+	Duplicates int64 `json:"duplicates"`
+	// Rate is Delivered per second of measured time.
+	Rate float64 `json:"rate"`
+	// Latency is end to end: from the message's intended send time to its receipt by a
+	// consumer's handler (no coordinated omission).
+	Latency Percentiles `json:"latency"`
+	// WorstGroupP99 is the highest p99 of one group.
+	WorstGroupP99 float64 `json:"worst_group_p99_ms"`
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Mode       string          `json:"mode"`
+	Started    time.Time       `json:"started"`
+	Conditions Conditions      `json:"conditions"`
+	Publish    PublishResult   `json:"publish"`
+	Delivery   *DeliveryResult `json:"delivery,omitempty"`
+}
+
+// conditionsOf describes the run of cfg on topic.
+func conditionsOf(cfg Config, topic TopicInfo) Conditions {
+	c := Conditions{
+		Addr: cfg.Addr, Topic: topic, Size: cfg.Size, Publishers: cfg.Publishers, Clients: cfg.Clients,
+		Async: cfg.Async, Duration: cfg.Duration.Seconds(), Warmup: cfg.Warmup.Seconds(), Count: cfg.Count,
+		CPUs: runtime.NumCPU(), LoadAverage: LoadAverage(), GoVersion: runtime.Version(),
+	}
+	if cfg.Async {
+		c.Window = cfg.Window
+	}
+	if cfg.Mode == ModePublish && !cfg.Async {
+		c.Batch = cfg.Batch
+	}
+	if cfg.Mode == ModeE2E {
+		c.Rate, c.Groups, c.Consumers, c.MaxInFlight = cfg.Rate, cfg.Groups, cfg.Consumers, cfg.MaxInFlight
+	}
+	return c
+}
+
+// LoadAverage returns the 1, 5 and 15 minute load averages of the machine ("" where
+// /proc/loadavg does not exist).
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// WriteSummary writes a human summary of r with its conditions.
+func (r *Result) WriteSummary(w io.Writer) error {
+	c := r.Conditions
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("spool bench %s, %s\n", r.Mode, r.Started.UTC().Format(time.RFC3339))
+	topic := c.Topic.Name
+	switch {
+	case c.Topic.Created:
+		topic += fmt.Sprintf(" (%s, %d partition(s), created by the run", c.Topic.Semantics, c.Topic.Partitions)
+		if c.Topic.Deleted {
+			topic += ", deleted after it)"
+		} else {
+			topic += ", kept)"
+		}
+	case c.Topic.Semantics != "":
+		topic += " (" + c.Topic.Semantics + ")"
+	default:
+		topic += " (existing or auto-created)"
+	}
+	p("  broker      %s, topic %s\n", c.Addr, topic)
+	pubs := fmt.Sprintf("%d publisher(s) on %d client connection(s), ", c.Publishers, c.Clients)
+	if c.Async {
+		pubs += fmt.Sprintf("async (window %d per client)", c.Window)
+	} else {
+		pubs += "synchronous (each waits for its acknowledgement)"
+		if c.Batch > 1 {
+			pubs += fmt.Sprintf(", %d messages per request", c.Batch)
+		}
+	}
+	p("  publishers  %s\n", pubs)
+	if r.Mode == ModeE2E {
+		p("  load        open loop at %.0f msg/s, %d-byte messages, %s measured after %s warm-up\n",
+			c.Rate, c.Size, secs(c.Duration), secs(c.Warmup))
+		p("  consumers   %d group(s) x %d consumer(s), one connection each, max in flight %d\n", c.Groups, c.Consumers, c.MaxInFlight)
+	} else if c.Count > 0 {
+		p("  load        %d messages of %d bytes in all, first %s not measured\n", c.Count, c.Size, secs(c.Warmup))
+	} else {
+		p("  load        %d-byte messages, %s measured after %s warm-up\n", c.Size, secs(c.Duration), secs(c.Warmup))
+	}
+	p("  machine     %d CPUs, load average %s before the run, %s\n", c.CPUs, orUnknown(c.LoadAverage), c.GoVersion)
+	pr := r.Publish
+	p("published    %d messages, %.0f msg/s, %.1f MB/s", pr.Messages, pr.Rate, pr.MBps)
+	if pr.Held != nil {
+		held := "held"
+		if !*pr.Held {
+			held = "NOT held"
+		}
+		p(" (target %.0f msg/s: %s)", c.Rate, held)
+	}
+	p("; %d errors\n", pr.Errors)
+	if pr.FirstError != "" {
+		p("  first error: %s\n", pr.FirstError)
+	}
+	what := "request to acknowledgement"
+	switch {
+	case r.Mode == ModeE2E:
+		what = "intended send time to acknowledgement"
+	case c.Async:
+		what = "PublishAsync to callback"
+	}
+	p("  publish latency (%s):\n    %s\n", what, pr.Latency)
+	if pr.SenderLag != nil {
+		p("  sender lag (actual minus intended send time):\n    %s\n", *pr.SenderLag)
+	}
+	if d := r.Delivery; d != nil {
+		p("delivered    %d of %d expected, %.0f deliveries/s; missing %d, duplicates %d\n",
+			d.Delivered, d.Expected, d.Rate, d.Missing, d.Duplicates)
+		p("  end-to-end latency (intended send time to receipt by a consumer; no coordinated omission):\n    %s\n", d.Latency)
+		if c.Groups > 1 {
+			p("    worst group p99 %s\n", fmtMS(d.WorstGroupP99))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func secs(s float64) string { return (time.Duration(s * float64(time.Second))).String() }
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

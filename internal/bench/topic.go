@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// adminTimeout bounds one HTTP admin call.
+const adminTimeout = 30 * time.Second
+
+// TopicInfo says which topic a run used and how it got it.
+type TopicInfo struct {
+	Name string `json:"name"`
+	// Semantics is PUB_SUB or QUEUE ("" when unknown: an existing topic, or auto-created).
+	Semantics  string `json:"semantics"`
+	Partitions int    `json:"partitions,omitempty"`
+	// Created: the run created the topic; Deleted: and deleted it afterwards.
+	Created bool `json:"created"`
+	Deleted bool `json:"deleted"`
+}
+
+// adminAPI is a minimal client of the broker's HTTP admin API.
+type adminAPI struct {
+	base string
+	hc   *http.Client
+}
+
+func newAdmin(base string) *adminAPI {
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	return &adminAPI{base: strings.TrimRight(base, "/"), hc: &http.Client{Timeout: adminTimeout}}
+}
+
+// createTopic creates a PUB_SUB topic; exists reports that a topic of that name existed already
+// (HTTP 409), which is not an error.
+func (a *adminAPI) createTopic(ctx context.Context, name string, partitions int) (exists bool, err error) {
+	body, _ := json.Marshal(map[string]any{"name": name, "semantics": "PUB_SUB", "partitions": partitions})
+	status, resp, err := a.do(ctx, http.MethodPost, "/api/v1/topics", body)
+	switch {
+	case err != nil:
+		return false, err
+	case status == http.StatusCreated:
+		return false, nil
+	case status == http.StatusConflict && strings.Contains(resp, "TOPIC_EXISTS"):
+		return true, nil
+	}
+	return false, fmt.Errorf("bench: create topic %q: HTTP %d: %s", name, status, resp)
+}
+
+// deleteTopic deletes a topic with its messages, cancelling its groups.
+func (a *adminAPI) deleteTopic(ctx context.Context, name string) error {
+	status, resp, err := a.do(ctx, http.MethodDelete, "/api/v1/topics/"+url.PathEscape(name)+"?force=true", nil)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusNoContent {
+		return fmt.Errorf("bench: delete topic %q: HTTP %d: %s", name, status, resp)
+	}
+	return nil
+}
+
+func (a *adminAPI) do(ctx context.Context, method, path string, body []byte) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", fmt.Errorf("bench: admin API: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("bench: admin API (give --admin, or --no-admin to let the first publish create a QUEUE topic): %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+}

@@ -1,0 +1,299 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// The publish stage of a binary connection (docs/protocol.md section 6: "Publish requests of one
+// connection to the same topic are appended in the order they were sent ... publishes to
+// different topics may be processed concurrently"; "all other requests of a connection are
+// processed in the order they were received").
+//
+// The reader does not run a Publish itself: it queues it here and goes on reading, and wakes the
+// worker once it has taken the frames already received. The stage's worker goroutine takes every
+// queued request at once, groups them per topic (keeping the order
+// of each topic's requests), and appends each topic's requests with one broker call, so that
+// they share one fsync; each request is answered with its own positions. While that call waits
+// for its fsync, the next requests queue up: under load a round carries many requests, and when
+// idle a request is appended alone at once. Acks, nacks, extends and every other request stay on
+// the reader, in order among themselves, and never wait behind a publish's fsync.
+//
+// One exception saves a goroutine hand-off on the most common path, a connection that publishes
+// one request at a time and consumes nothing: when nothing is queued, no other frame has arrived
+// and the connection has no subscription, the reader appends the Publish itself (inlinePublish).
+// Frames that arrive meanwhile wait in the socket and are handed to the worker afterwards; the
+// order holds since nothing else of the connection was being appended.
+//
+// A merged call is all or nothing; when it fails for a reason one request can cause on its own
+// (INVALID_ARGUMENT, MESSAGE_TOO_LARGE: the engine validates every message before writing, so
+// nothing was appended), the requests of that call are appended again one by one, so that a bad
+// request fails alone and its neighbours keep their order. Any other error (topic not found,
+// NO_SUBSCRIPTIONS, a storage failure, the connection's context ending) would fail each request
+// the same way and is the answer of every request of the call.
+
+// pubReq is one Publish request waiting for the publish stage.
+type pubReq struct {
+	corr uint32
+	msg  *protocol.Publish
+	// start is when the request was read (the publish latency metric counts the queueing).
+	start time.Time
+	// size is the request's frame body size, counted against Config.MaxPipelinedBytes.
+	size int
+}
+
+// pubStage is the publish queue of one connection and its worker's state. The worker goroutine
+// is started on the first Publish, counted in the server's WaitGroup, and stopped by the reader
+// (stop) when the session ends.
+type pubStage struct {
+	// wake (capacity 1) wakes the worker: a request was queued or the stage is stopping.
+	wake chan struct{}
+	// progress (capacity 1) tells the reader that the worker finished a round (queue room,
+	// waitIdle).
+	progress chan struct{}
+	// done is closed when the worker returned.
+	done chan struct{}
+
+	// mu guards the fields below; it is a leaf (nothing is called while holding it).
+	mu sync.Mutex
+	// queue holds the requests not yet taken by the worker, in the order read.
+	queue []pubReq
+	// pending counts the requests queued or being appended, bytes their sizes.
+	pending, bytes int
+	// unkicked: requests were queued since the worker was last woken (kickPublishes).
+	unkicked bool
+	started  bool
+	stopping bool
+}
+
+func newPubStage() pubStage {
+	return pubStage{wake: make(chan struct{}, 1), progress: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// load returns the requests queued or in progress and their bytes.
+func (p *pubStage) load() (pending, bytes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pending, p.bytes
+}
+
+// queuePublish hands a Publish to the connection's publish stage, starting its worker on the
+// first one. The worker is woken by kickPublishes, once the reader has taken the publishes
+// already received (so that they go in one round). Reader goroutine only.
+func (b *binarySession) queuePublish(corr uint32, m *protocol.Publish, size int) {
+	c := b.c
+	p := &c.pub
+	p.mu.Lock()
+	p.queue = append(p.queue, pubReq{corr: corr, msg: m, start: time.Now(), size: size})
+	p.pending++
+	p.bytes += size
+	p.unkicked = true
+	start := !p.started
+	p.started = true
+	p.mu.Unlock()
+	if start {
+		c.srv.wg.Add(1)
+		go b.publishLoop()
+	}
+}
+
+// kickPublishes wakes the worker if publishes were queued since the last kick. The reader calls
+// it before anything that may block (a read that is not already buffered, a wait for room).
+func (c *conn) kickPublishes() {
+	p := &c.pub
+	p.mu.Lock()
+	kick := p.unkicked
+	p.unkicked = false
+	p.mu.Unlock()
+	if kick {
+		notify(p.wake)
+	}
+}
+
+// inlinePublish reports whether the reader may append a Publish itself instead of handing it to
+// the worker (one goroutine hand-off less on the common path of a connection with one publish at
+// a time): nothing is queued or being appended (so the order holds), the next frame has not
+// arrived yet (nothing waits behind the append), and the connection has no open subscription (no
+// ack, nack or extend of its can wait behind the fsync).
+func (b *binarySession) inlinePublish() bool {
+	c := b.c
+	if n, _ := c.pub.load(); n > 0 || c.br.Buffered() > 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.handles) == 0
+}
+
+// nextFrameBuffered reports whether the next frame is entirely in the read buffer (reading it
+// cannot block).
+func (b *binarySession) nextFrameBuffered() bool {
+	br := b.c.br
+	if br.Buffered() < protocol.HeaderSize {
+		return false
+	}
+	hdr, err := br.Peek(4)
+	if err != nil {
+		return false
+	}
+	return br.Buffered() >= 4+int(binary.BigEndian.Uint32(hdr))
+}
+
+// waitPublishes blocks the reader until every queued publish was answered (Goodbye: nothing may
+// follow GoodbyeOK). It reports false when the connection is ending.
+func (c *conn) waitPublishes() bool {
+	c.kickPublishes()
+	for {
+		if n, _ := c.pub.load(); n == 0 {
+			return true
+		}
+		select {
+		case <-c.pub.progress:
+		case <-c.quit:
+			return false
+		}
+	}
+}
+
+// stopPublishes ends the publish stage after the session ended: the worker answers what is still
+// queued (appended unless the connection was interrupted or broke, CLOSED otherwise) and returns.
+// Reader goroutine only.
+func (c *conn) stopPublishes() {
+	p := &c.pub
+	p.mu.Lock()
+	p.stopping = true
+	started := p.started
+	p.mu.Unlock()
+	if !started {
+		return
+	}
+	notify(p.wake)
+	<-p.done
+}
+
+// publishLoop is the worker goroutine of the publish stage.
+func (b *binarySession) publishLoop() {
+	c := b.c
+	p := &c.pub
+	defer c.srv.wg.Done()
+	defer close(p.done)
+	for {
+		p.mu.Lock()
+		batch := p.queue
+		p.queue = nil
+		stopping := p.stopping
+		p.mu.Unlock()
+		if len(batch) == 0 {
+			if stopping {
+				return
+			}
+			<-p.wake
+			continue
+		}
+		select {
+		case <-c.quit:
+			items := make([]outItem, len(batch))
+			for i, r := range batch {
+				items[i] = outItem{corr: r.corr, msg: protocol.ErrClosed.Errorf("the connection is closing; the publish was not processed")}
+			}
+			c.enqueueAll(items)
+		default:
+			b.publishRound(batch)
+		}
+		size := 0
+		for _, r := range batch {
+			size += r.size
+		}
+		p.mu.Lock()
+		p.pending -= len(batch)
+		p.bytes -= size
+		p.mu.Unlock()
+		notify(p.progress)
+	}
+}
+
+// publishRound appends the requests of one round: per topic, in order, in calls of at most
+// protocol.MaxBatch messages (a single larger request goes alone), and queues their answers.
+func (b *binarySession) publishRound(batch []pubReq) {
+	var topics []string
+	byTopic := make(map[string][]pubReq, 1)
+	for _, r := range batch {
+		if _, ok := byTopic[r.msg.Topic]; !ok {
+			topics = append(topics, r.msg.Topic)
+		}
+		byTopic[r.msg.Topic] = append(byTopic[r.msg.Topic], r)
+	}
+	out := make([]outItem, 0, len(batch))
+	for _, topic := range topics {
+		reqs := byTopic[topic]
+		for len(reqs) > 0 {
+			n, msgs := 1, len(reqs[0].msg.Messages)
+			for n < len(reqs) && msgs+len(reqs[n].msg.Messages) <= protocol.MaxBatch {
+				msgs += len(reqs[n].msg.Messages)
+				n++
+			}
+			out = b.appendMerged(out, topic, reqs[:n], msgs)
+			reqs = reqs[n:]
+		}
+	}
+	b.c.enqueueAll(out)
+}
+
+// appendMerged appends reqs (one topic, total messages in all) with one broker call and adds
+// their answers to out; see the stage's comment for the fallback on errors.
+func (b *binarySession) appendMerged(out []outItem, topic string, reqs []pubReq, total int) []outItem {
+	c := b.c
+	if len(reqs) == 1 {
+		return append(out, b.appendOne(reqs[0]))
+	}
+	now := c.srv.cfg.Clock.Now()
+	msgs := make([]storage.AppendMessage, 0, total)
+	for _, r := range reqs {
+		msgs = appendMessagesTo(msgs, r.msg.Messages, now)
+	}
+	ps, err := c.srv.broker.Publish(c.ctx, topic, msgs)
+	if err != nil && (errors.Is(err, storage.ErrInvalidArgument) || errors.Is(err, storage.ErrMessageTooLarge)) {
+		for _, r := range reqs {
+			out = append(out, b.appendOne(r))
+		}
+		return out
+	}
+	if err == nil && len(ps) != total {
+		err = errors.New("server: the engine returned a position count that does not match the batch")
+	}
+	off := 0
+	for _, r := range reqs {
+		n := len(r.msg.Messages)
+		c.observePublish(topic, n, r.start, err)
+		if err != nil {
+			out = append(out, outItem{corr: r.corr, msg: b.errorFrame(err)})
+			continue
+		}
+		out = append(out, outItem{corr: r.corr, msg: &protocol.PublishOK{Positions: positions(ps[off : off+n])}})
+		off += n
+	}
+	return out
+}
+
+// appendOne appends one request with its own broker call and returns its answer.
+func (b *binarySession) appendOne(r pubReq) outItem {
+	c := b.c
+	ps, err := c.srv.broker.Publish(c.ctx, r.msg.Topic, appendMessages(r.msg.Messages, c.srv.cfg.Clock.Now()))
+	c.observePublish(r.msg.Topic, len(r.msg.Messages), r.start, err)
+	if err != nil {
+		return outItem{corr: r.corr, msg: b.errorFrame(err)}
+	}
+	return outItem{corr: r.corr, msg: &protocol.PublishOK{Positions: positions(ps)}}
+}

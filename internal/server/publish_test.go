@@ -1,0 +1,290 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// pipeline writes the requests in one flush without waiting and returns their correlation ids.
+func (c *bclient) pipeline(ms ...protocol.Message) []uint32 {
+	c.t.Helper()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	corrs := make([]uint32, len(ms))
+	for i, m := range ms {
+		c.corr++
+		corrs[i] = c.corr
+		if err := c.w.WriteMessage(c.corr, m); err != nil {
+			c.t.Fatalf("write %s: %v", m.Opcode(), err)
+		}
+	}
+	if err := c.w.Flush(); err != nil {
+		c.t.Fatalf("flush: %v", err)
+	}
+	return corrs
+}
+
+// responses reads until every correlation id of corrs was answered and returns the answers by id;
+// it fails on an id answered twice.
+func (c *bclient) responses(corrs []uint32) map[uint32]protocol.ServerMessage {
+	c.t.Helper()
+	want := make(map[uint32]bool, len(corrs))
+	for _, id := range corrs {
+		want[id] = true
+	}
+	got := make(map[uint32]protocol.ServerMessage, len(corrs))
+	for len(got) < len(corrs) {
+		corr, m := c.read()
+		if !want[corr] || !m.Opcode().IsResponse() {
+			c.keep(corr, m)
+			continue
+		}
+		if _, dup := got[corr]; dup {
+			c.t.Fatalf("correlation id %d answered twice", corr)
+		}
+		got[corr] = m
+	}
+	return got
+}
+
+func pub(topic string, payloads ...string) *protocol.Publish {
+	msgs := make([]protocol.PublishMessage, len(payloads))
+	for i, p := range payloads {
+		msgs[i] = protocol.PublishMessage{Partition: protocol.PartitionAuto, Payload: []byte(p)}
+	}
+	return &protocol.Publish{Topic: topic, Messages: msgs}
+}
+
+// TestPipelinedPublishesTwoTopicsKeepOrder: publishes of one connection to two topics, with
+// batches of several messages and acks in between, all sent without waiting. Each topic's
+// messages are stored in the order sent, gapless, each request answered once with its own
+// positions; the acks are answered too.
+func TestPipelinedPublishesTwoTopicsKeepOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	c := e.dial(nil)
+	// Something to ack on the same connection while the publishes are in flight.
+	c.subscribe(&protocol.Subscribe{Topic: "acked", MaxInFlight: 1000})
+	c.publish("acked", "x", "y")
+	ds := c.deliveriesN(2)
+
+	const rounds = 300
+	type sent struct {
+		topic string
+		first int // index of the request's first message among its topic's messages
+		n     int
+	}
+	var reqs []protocol.Message
+	var meta []sent
+	next := map[string]int{}
+	for i := range rounds {
+		topic := "order.a"
+		if i%3 == 1 {
+			topic = "order.b"
+		}
+		n := 1 + i%4
+		payloads := make([]string, n)
+		for j := range payloads {
+			payloads[j] = fmt.Sprintf("%s-%d", topic, next[topic]+j)
+		}
+		reqs = append(reqs, pub(topic, payloads...))
+		meta = append(meta, sent{topic: topic, first: next[topic], n: n})
+		next[topic] += n
+		if i == rounds/2 {
+			reqs = append(reqs, &protocol.Ack{Refs: refs(ds...)})
+			meta = append(meta, sent{})
+		}
+	}
+	corrs := c.pipeline(reqs...)
+	got := c.responses(corrs)
+	for i, corr := range corrs {
+		m := got[corr]
+		if meta[i].topic == "" {
+			if ack, ok := m.(*protocol.AckOK); !ok || ack.Acked != 2 {
+				t.Fatalf("ack answered %T %v", m, m)
+			}
+			continue
+		}
+		ok, isOK := m.(*protocol.PublishOK)
+		if !isOK || len(ok.Positions) != meta[i].n {
+			t.Fatalf("request %d (%+v) answered %T %v", i, meta[i], m, m)
+		}
+		for j, p := range ok.Positions {
+			if p.Offset != int64(meta[i].first+j) {
+				t.Fatalf("request %d message %d: offset %d, want %d", i, j, p.Offset, meta[i].first+j)
+			}
+		}
+	}
+	// The stored order is the sent order.
+	for topic, n := range next {
+		r := c.subscribe(&protocol.Subscribe{Topic: topic, MaxInFlight: uint32(n), Start: protocol.StartPosition{Kind: protocol.StartFromBeginning}})
+		var got []string
+		for _, d := range c.deliveriesN(n) {
+			if d.Handle != r.Handle {
+				t.Fatalf("delivery of handle %d, want %d", d.Handle, r.Handle)
+			}
+			got = append(got, string(d.Payload))
+		}
+		for i, p := range got {
+			if want := fmt.Sprintf("%s-%d", topic, i); p != want {
+				t.Fatalf("%s message %d = %q, want %q", topic, i, p, want)
+			}
+		}
+	}
+}
+
+// TestPipelinedBadPublishFailsAlone: among publishes sent without waiting, a request with a
+// message over the topic's max size and one with a partition out of range fail alone; their
+// neighbours are stored in order.
+func TestPipelinedBadPublishFailsAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	if _, err := e.b.CreateTopic(context.Background(), "small", storage.TopicConfig{MaxMessageBytes: 64}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.dial(nil)
+	big := strings.Repeat("z", 100)
+	bad := pub("small", "p")
+	bad.Messages[0].Partition = 7
+	reqs := []protocol.Message{pub("small", "a"), pub("small", "b"), pub("small", "c", big), pub("small", "d"), bad, pub("small", "e", "f")}
+	wantCode := map[int]uint16{2: protocol.CodeMessageTooLarge, 4: protocol.CodeInvalidArgument}
+	for range 20 { // many times, so that some rounds merge the requests
+		corrs := c.pipeline(reqs...)
+		got := c.responses(corrs)
+		var offsets []int64
+		for i, corr := range corrs {
+			m := got[corr]
+			if code, isBad := wantCode[i]; isBad {
+				if pe, ok := m.(*protocol.Error); !ok || pe.Code != code {
+					t.Fatalf("request %d answered %T %v, want code %d", i, m, m, code)
+				}
+				continue
+			}
+			ok, isOK := m.(*protocol.PublishOK)
+			if !isOK {
+				t.Fatalf("request %d answered %T %v", i, m, m)
+			}
+			for _, p := range ok.Positions {
+				offsets = append(offsets, p.Offset)
+			}
+		}
+		for i := 1; i < len(offsets); i++ {
+			if offsets[i] != offsets[i-1]+1 {
+				t.Fatalf("offsets %v are not consecutive in the order sent", offsets)
+			}
+		}
+	}
+}
+
+// TestPublishRoundMerges runs one round of the publish stage on a batch built by hand, so that
+// the merging is certain: the good requests of a topic are appended together in order, a bad one
+// fails alone, another topic's requests keep their own order.
+func TestPublishRoundMerges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	if _, err := e.b.CreateTopic(context.Background(), "merge", storage.TopicConfig{MaxMessageBytes: 64}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := newConn(e.srv, a)
+	defer c.cancel()
+	sess := &binarySession{c: c}
+	reqs := []pubReq{
+		{corr: 1, msg: pub("merge", "a", "b")},
+		{corr: 2, msg: pub("other", "x")},
+		{corr: 3, msg: pub("merge", "c")},
+		{corr: 4, msg: pub("merge", strings.Repeat("z", 100))},
+		{corr: 5, msg: pub("other", "y")},
+		{corr: 6, msg: pub("merge", "d", "e")},
+	}
+	for i := range reqs {
+		reqs[i].start = time.Now()
+	}
+	sess.publishRound(reqs)
+	out, _ := c.take(true)
+	if len(out) != len(reqs) {
+		t.Fatalf("%d answers for %d requests", len(out), len(reqs))
+	}
+	want := map[uint32][]int64{1: {0, 1}, 3: {2}, 6: {3, 4}, 2: {0}, 5: {1}}
+	times := map[uint32]time.Time{}
+	for _, it := range out {
+		if it.corr == 4 {
+			if pe, ok := it.msg.(*protocol.Error); !ok || pe.Code != protocol.CodeMessageTooLarge {
+				t.Fatalf("bad request answered %v", it.msg)
+			}
+			continue
+		}
+		ok, isOK := it.msg.(*protocol.PublishOK)
+		if !isOK {
+			t.Fatalf("request %d answered %v", it.corr, it.msg)
+		}
+		var got []int64
+		for _, p := range ok.Positions {
+			got = append(got, p.Offset)
+		}
+		times[it.corr] = ok.Positions[0].PublishTime
+		if fmt.Sprint(got) != fmt.Sprint(want[it.corr]) {
+			t.Fatalf("request %d: offsets %v, want %v", it.corr, got, want[it.corr])
+		}
+	}
+	// The two requests to "other" went in one engine call: one append, one publish time.
+	if !times[2].Equal(times[5]) {
+		t.Fatalf("requests 2 and 5 were not appended together: %v and %v", times[2], times[5])
+	}
+	// The failed merged call stored nothing; the fallback stored each good request once.
+	info, err := e.b.Topic(context.Background(), "merge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.Stats.Messages; n != 5 {
+		t.Fatalf("merge holds %d messages, want 5", n)
+	}
+}
+
+// TestGoodbyeAfterPipelinedPublishes: GoodbyeOK comes after the answers of every publish sent
+// before the Goodbye, and they are all stored.
+func TestGoodbyeAfterPipelinedPublishes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	c := e.dial(nil)
+	const n = 100
+	reqs := make([]protocol.Message, 0, n+1)
+	for i := range n {
+		reqs = append(reqs, pub("bye.pipe", fmt.Sprint(i)))
+	}
+	reqs = append(reqs, &protocol.Goodbye{})
+	corrs := c.pipeline(reqs...)
+	answered := 0
+	for _, m := range c.expectClosed() {
+		switch m.(type) {
+		case *protocol.PublishOK:
+			answered++
+		case *protocol.GoodbyeOK:
+			if answered != n {
+				t.Fatalf("GoodbyeOK after %d of %d publish answers", answered, n)
+			}
+			answered = -1
+		default:
+			t.Fatalf("unexpected %T %v", m, m)
+		}
+	}
+	if answered != -1 {
+		t.Fatalf("no GoodbyeOK (%d publish answers, %d requests)", answered, len(corrs))
+	}
+	info, err := e.b.Topic(context.Background(), "bye.pipe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Stats.Messages != n {
+		t.Fatalf("%d messages stored, want %d", info.Stats.Messages, n)
+	}
+}
