@@ -392,7 +392,8 @@ func TestIntegrationResilience(t *testing.T) {
 	t.Run("ExtendKeepsLeasePastAckWait", func(t *testing.T) {
 		t.Parallel()
 		b := startBroker(t, nil)
-		const ackWait = 300 * time.Millisecond
+		// Extends every ackWait/5 leave 800 ms of slack for a loaded CI machine.
+		const ackWait = time.Second
 		b.createTopic("long", storage.TopicConfig{Semantics: storage.PubSub, AckWait: ackWait})
 		c := b.dial(t)
 		finished := make(chan error, 1)
@@ -406,9 +407,9 @@ func TestIntegrationResilience(t *testing.T) {
 				return nil
 			}
 			// Work for well past the lease plus the first redelivery backoff (1 s), extending the
-			// lease by ack_wait every ack_wait/3.
-			end := time.Now().Add(4*ackWait + 1500*time.Millisecond)
-			tick := time.NewTicker(ackWait / 3)
+			// lease by ack_wait every ack_wait/5.
+			end := time.Now().Add(2*ackWait + 1500*time.Millisecond)
+			tick := time.NewTicker(ackWait / 5)
 			defer tick.Stop()
 			for time.Now().Before(end) {
 				<-tick.C
