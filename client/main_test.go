@@ -2,34 +2,20 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // TestMain fails the package when goroutines outlive the tests: every client a test dials is
 // closed by its cleanup, and every in-process broker is stopped, so the count must come back to
 // what it was before.
 func TestMain(m *testing.M) {
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond) // polling for goroutines to finish exiting
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d goroutines before the tests, %d after\n%s\n", before, n, buf)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testutil.RunLeakChecked(m, 10*time.Second))
 }
 
 // waitTimeout bounds every wait of these tests; nothing is timed, a test fails only when an

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // waitTimeout bounds every wait; nothing is timed, a test fails only when an expected event never
@@ -28,22 +27,7 @@ const waitTimeout = 15 * time.Second
 
 // TestMain fails the package when goroutines outlive the tests.
 func TestMain(m *testing.M) {
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		http.DefaultClient.CloseIdleConnections()
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond) // polling for goroutines to finish exiting
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d goroutines before the tests, %d after\n%s\n", before, n, buf)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testutil.RunLeakChecked(m, 5*time.Second, http.DefaultClient.CloseIdleConnections))
 }
 
 // env is an admin handler over a real broker on a real wal engine, served by httptest.

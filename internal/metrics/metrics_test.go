@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,27 +16,14 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	spooltest "github.com/spoolmq/spool/internal/testutil"
 )
 
 const waitTimeout = 15 * time.Second
 
 // TestMain fails the package when goroutines outlive the tests.
 func TestMain(m *testing.M) {
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond) // polling for goroutines to finish exiting
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d goroutines before the tests, %d after\n%s\n", before, n, buf)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(spooltest.RunLeakChecked(m, 5*time.Second))
 }
 
 // newBroker starts a broker on a real wal engine in a temporary directory; both stop at cleanup.
