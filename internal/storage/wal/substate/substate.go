@@ -151,11 +151,19 @@ func (s *Sub) entryAt(p int32, o int64) *Entry {
 	return e
 }
 
+// MaxDoneSpan bounds how far above the ack floor an offset can be completed out of order. The
+// done set is a bitset starting at the floor, one bit per offset, so it holds at most
+// MaxDoneSpan/8 bytes (32 MiB). An offset further above the floor is refused (Ack reports it
+// Unknown, so the message is delivered again later; replay skips it the same way): a damaged
+// record, or 268 million acks behind one stuck message, never makes the state allocate without
+// bound.
+const MaxDoneSpan = 1 << 28
+
 // markDone completes offset o of partition p (not a replayed copy). It reports whether o was not
 // done before.
 func (s *Sub) markDone(p int32, o int64) bool {
 	pt := s.part(p)
-	if pt == nil || o < pt.floor || pt.done.test(o) {
+	if pt == nil || o < pt.floor || o-pt.floor >= MaxDoneSpan || pt.done.test(o) {
 		return false
 	}
 	if e := pt.pending[o]; e != nil {
@@ -283,7 +291,7 @@ func (s *Sub) Ack(p int32, o int64, hw int64) AckOutcome {
 	if o < pt.floor || pt.done.test(o) {
 		return AlreadyDone
 	}
-	if o >= hw {
+	if o >= hw || o-pt.floor >= MaxDoneSpan {
 		return Unknown
 	}
 	s.markDone(p, o)
@@ -697,7 +705,9 @@ func Import(parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) *Sub {
 		pt := &part{floor: ps.Floor, cursor: max(ps.Cursor, ps.Floor)}
 		s.parts = append(s.parts, pt)
 		for _, r := range ps.Done {
-			pt.doneN += pt.done.setRange(max(r[0], pt.floor), r[1])
+			if lo, hi := max(r[0], pt.floor), min(r[1], pt.floor+MaxDoneSpan); lo < hi {
+				pt.doneN += pt.done.setRange(lo, hi)
+			}
 		}
 		for _, es := range ps.Pending {
 			if es.Offset < pt.floor || pt.done.test(es.Offset) {

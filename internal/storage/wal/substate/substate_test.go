@@ -489,3 +489,26 @@ func TestRestoreMatchesLive(t *testing.T) {
 		t.Fatalf("floor %d dlq %d", re.Floor(0), re.DLQLen())
 	}
 }
+
+// An offset MaxDoneSpan or more above the floor is refused instead of growing the done bitset
+// without bound (a damaged state record replays acks with no high-water mark).
+func TestAckBeyondDoneSpanRefused(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{0})
+	if got := s.Ack(0, MaxDoneSpan, Forever); got != Unknown {
+		t.Fatalf("ack at floor+MaxDoneSpan = %v, want Unknown", got)
+	}
+	if got := s.Ack(0, 1<<62, Forever); got != Unknown {
+		t.Fatalf("ack at 2^62 = %v, want Unknown", got)
+	}
+	if n := len(s.parts[0].done.words); n != 0 {
+		t.Fatalf("done bitset grew to %d words", n)
+	}
+	if got := s.Ack(0, MaxDoneSpan-1, Forever); got != Acked {
+		t.Fatalf("ack at floor+MaxDoneSpan-1 = %v, want Acked", got)
+	}
+	if s.Floor(0) != 0 {
+		t.Fatalf("floor moved to %d", s.Floor(0))
+	}
+	checkInvariants(t, s)
+}
