@@ -26,17 +26,7 @@ const waitTimeout = 20 * time.Second
 // error).
 func checkFor(t testing.TB, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-		}
-		time.Sleep(2 * time.Millisecond) // polling, not synchronizing
-	}
+	testutil.Eventually(t, timeout, "condition", f)
 }
 
 // recv receives from ch or fails the test after waitTimeout.

@@ -220,15 +220,5 @@ func (e *env) pullN(topic, group string, n int, extra map[string]any) []PulledMe
 // waitFor polls cond until it returns nil or waitTimeout passes.
 func waitFor(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	testutil.Eventually(t, waitTimeout, what, cond)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // waitTimeout bounds every wait of these tests; nothing here is timed, a test only fails when an
@@ -230,17 +231,7 @@ func consumeAll(t *testing.T, total int, members ...*Member) []got {
 // eventually polls f until it returns nil or the deadline passes.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, waitTimeout, err)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval of the deadline helper, not a synchronization
-	}
+	testutil.Eventually(t, waitTimeout, what, f)
 }
 
 // groupStats returns the stats of group on topic.

@@ -123,17 +123,7 @@ func mustSample(t *testing.T, g prometheus.Gatherer, name string, labels map[str
 // waitFor polls cond until it returns nil or waitTimeout passes.
 func waitFor(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+	spooltest.Eventually(t, waitTimeout, what, cond)
 }
 
 func TestHooks(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 	"github.com/spoolmq/spool/protocol/text"
 )
@@ -112,17 +113,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // eventually polls f until it returns nil or waitTimeout passes.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval of a deadline loop
-	}
+	testutil.Eventually(t, waitTimeout, what, f)
 }
 
 // bclient is a raw binary client: it sends frames and expects frames, keeping the deliveries it

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // waitTimeout bounds every wait: nothing here is timed, a test fails only when an expected event
@@ -327,17 +329,7 @@ func (s *shell) wait(t *testing.T) string {
 // eventually polls f until it returns nil or waitTimeout passes.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a deadline loop
-	}
+	testutil.Eventually(t, waitTimeout, what, f)
 }
 
 // ctx returns a context bounded by waitTimeout.
