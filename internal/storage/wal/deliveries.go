@@ -288,6 +288,30 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 	return res, nil
 }
 
+// updateSub runs fn on the delivery state of subscription id, holding Engine.mu shared and the
+// subscription's mutex, and queues the state records fn returns. With durable, it then waits for
+// them after releasing both locks (no lock is held across an fsync).
+func (e *Engine) updateSub(ctx context.Context, id int64, durable bool, fn func(s *sub) recordBatch) error {
+	e.mu.RLock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.RUnlock()
+		return err
+	}
+	s, err := e.subWithState(id)
+	if err != nil {
+		e.mu.RUnlock()
+		return err
+	}
+	s.mu.Lock()
+	ch := e.queueStates(s, fn(s), durable)
+	s.mu.Unlock()
+	e.mu.RUnlock()
+	if ch != nil {
+		return wait(ctx, ch)
+	}
+	return nil
+}
+
 // DeliveriesAck completes messages; the ack is durable when the call returns. Refs above the
 // high-water mark or in partitions that do not exist are listed in Unknown. A replayed DLQ copy
 // of a message is completed first.
@@ -295,47 +319,34 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 	if params == nil {
 		return nil, invalid("nil params")
 	}
-	e.mu.RLock()
-	if err := e.checkLocked(); err != nil {
-		e.mu.RUnlock()
-		return nil, err
-	}
-	s, err := e.subWithState(params.SubscriptionID)
-	if err != nil {
-		e.mu.RUnlock()
-		return nil, err
-	}
 	res := &storage.DeliveriesAckResult{}
-	var persist []storage.DeliveryRef
-	s.mu.Lock()
-	for _, r := range params.Refs {
-		hw := int64(-1)
-		if r.Partition >= 0 && int(r.Partition) < len(s.topic.parts) {
-			hw = s.topic.parts[r.Partition].log.NextIndex()
+	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
+		var persist []storage.DeliveryRef
+		for _, r := range params.Refs {
+			hw := int64(-1)
+			if r.Partition >= 0 && int(r.Partition) < len(s.topic.parts) {
+				hw = s.topic.parts[r.Partition].log.NextIndex()
+			}
+			switch s.st.Ack(r.Partition, r.Offset, hw) {
+			case substate.Acked:
+				res.Acked++
+				persist = append(persist, r)
+			case substate.AlreadyDone:
+				res.AlreadyDone++
+				// Recorded again (a no-op on replay) so this call also waits until the ack that
+				// completed it is durable.
+				persist = append(persist, r)
+			default:
+				res.Unknown = append(res.Unknown, r)
+			}
 		}
-		switch s.st.Ack(r.Partition, r.Offset, hw) {
-		case substate.Acked:
-			res.Acked++
-			persist = append(persist, r)
-		case substate.AlreadyDone:
-			res.AlreadyDone++
-			// Recorded again (a no-op on replay) so this call also waits until the ack that
-			// completed it is durable.
-			persist = append(persist, r)
-		default:
-			res.Unknown = append(res.Unknown, r)
+		if len(persist) == 0 {
+			return nil
 		}
-	}
-	var ch <-chan error
-	if len(persist) > 0 {
-		ch = e.queueStates(s, recordBatch{encodeAck(s.meta.ID, persist)}, true)
-	}
-	s.mu.Unlock()
-	e.mu.RUnlock()
-	if ch != nil {
-		if err := wait(ctx, ch); err != nil {
-			return nil, err
-		}
+		return recordBatch{encodeAck(s.meta.ID, persist)}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -352,53 +363,40 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 	if params.Delay < 0 {
 		return nil, invalid("delay must not be negative, got %s", params.Delay)
 	}
-	e.mu.RLock()
-	if err := e.checkLocked(); err != nil {
-		e.mu.RUnlock()
-		return nil, err
-	}
-	s, err := e.subWithState(params.SubscriptionID)
-	if err != nil {
-		e.mu.RUnlock()
-		return nil, err
-	}
 	res := &storage.DeliveriesNackResult{}
-	var recs recordBatch
-	var nacks []nackItem
-	s.mu.Lock()
-	now := e.now()
-	nowNs := now.UnixNano()
-	dueNs := nowNs + int64(params.Delay)
-	maxDel := s.topic.meta.Config.MaxDeliveries
-	for _, r := range params.Refs {
-		out, en := s.st.Nack(r.Partition, r.Offset, params.Member, nowNs, dueNs, params.ToDLQ, maxDel)
-		switch out {
-		case substate.NotHeld:
-			res.NotHeld = append(res.NotHeld, r)
-		case substate.Nacked:
-			res.Nacked++
-			nacks = append(nacks, nackItem{partition: r.Partition, offset: r.Offset, due: dueNs, replayed: en.Replayed()})
-		case substate.DeadLetter:
-			reason := storage.DLQMaxDeliveries
-			if params.ToDLQ {
-				reason = storage.DLQRejected
+	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
+		var recs recordBatch
+		var nacks []nackItem
+		now := e.now()
+		nowNs := now.UnixNano()
+		dueNs := nowNs + int64(params.Delay)
+		maxDel := s.topic.meta.Config.MaxDeliveries
+		for _, r := range params.Refs {
+			out, en := s.st.Nack(r.Partition, r.Offset, params.Member, nowNs, dueNs, params.ToDLQ, maxDel)
+			switch out {
+			case substate.NotHeld:
+				res.NotHeld = append(res.NotHeld, r)
+			case substate.Nacked:
+				res.Nacked++
+				nacks = append(nacks, nackItem{partition: r.Partition, offset: r.Offset, due: dueNs, replayed: en.Replayed()})
+			case substate.DeadLetter:
+				reason := storage.DLQMaxDeliveries
+				if params.ToDLQ {
+					reason = storage.DLQRejected
+				}
+				if rec := e.deadLetterLocked(s, en, reason, params.Reason, now); rec != nil {
+					recs = append(recs, rec)
+				}
+				res.DeadLettered++
 			}
-			if rec := e.deadLetterLocked(s, en, reason, params.Reason, now); rec != nil {
-				recs = append(recs, rec)
-			}
-			res.DeadLettered++
 		}
-	}
-	if len(nacks) > 0 {
-		recs = append(recs, encodeNack(s.meta.ID, nacks))
-	}
-	ch := e.queueStates(s, recs, true)
-	s.mu.Unlock()
-	e.mu.RUnlock()
-	if ch != nil {
-		if err := wait(ctx, ch); err != nil {
-			return nil, err
+		if len(nacks) > 0 {
+			recs = append(recs, encodeNack(s.meta.ID, nacks))
 		}
+		return recs
+	})
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -412,30 +410,26 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.Deliverie
 	if params.Duration < 0 {
 		return nil, invalid("duration must not be negative, got %s", params.Duration)
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if err := e.checkLocked(); err != nil {
-		return nil, err
-	}
-	s, err := e.subWithState(params.SubscriptionID)
+	res := &storage.DeliveriesExtendResult{}
+	err := e.updateSub(ctx, params.SubscriptionID, false, func(s *sub) recordBatch {
+		d := params.Duration
+		if d == 0 {
+			d = s.topic.meta.Config.AckWait
+		}
+		nowNs := e.now().UnixNano()
+		deadlineNs := nowNs + int64(d)
+		res.Deadline = time.Unix(0, deadlineNs).UTC()
+		for _, r := range params.Refs {
+			if s.st.Extend(r.Partition, r.Offset, params.Member, nowNs, deadlineNs) {
+				res.Extended++
+			} else {
+				res.NotHeld = append(res.NotHeld, r)
+			}
+		}
+		return nil // leases are not persisted
+	})
 	if err != nil {
 		return nil, err
-	}
-	d := params.Duration
-	if d == 0 {
-		d = s.topic.meta.Config.AckWait
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nowNs := e.now().UnixNano()
-	deadlineNs := nowNs + int64(d)
-	res := &storage.DeliveriesExtendResult{Deadline: time.Unix(0, deadlineNs).UTC()}
-	for _, r := range params.Refs {
-		if s.st.Extend(r.Partition, r.Offset, params.Member, nowNs, deadlineNs) {
-			res.Extended++
-		} else {
-			res.NotHeld = append(res.NotHeld, r)
-		}
 	}
 	return res, nil
 }
@@ -449,25 +443,21 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, params *storage.Deliveri
 	if params.Member == "" {
 		return nil, invalid("member must not be empty")
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if err := e.checkLocked(); err != nil {
-		return nil, err
-	}
-	s, err := e.subWithState(params.SubscriptionID)
+	res := &storage.DeliveriesReleaseResult{}
+	err := e.updateSub(ctx, params.SubscriptionID, false, func(s *sub) recordBatch {
+		now := e.now()
+		released, dead := s.st.Release(params.Member, now.UnixNano(), s.topic.meta.Config.MaxDeliveries)
+		res.Released, res.DeadLettered = released, len(dead)
+		var recs recordBatch
+		for _, en := range dead {
+			if rec := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "member left", now); rec != nil {
+				recs = append(recs, rec)
+			}
+		}
+		return recs
+	})
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := e.now()
-	released, dead := s.st.Release(params.Member, now.UnixNano(), s.topic.meta.Config.MaxDeliveries)
-	var recs recordBatch
-	for _, en := range dead {
-		if rec := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "member left", now); rec != nil {
-			recs = append(recs, rec)
-		}
-	}
-	e.queueStates(s, recs, false)
-	return &storage.DeliveriesReleaseResult{Released: released, DeadLettered: len(dead)}, nil
+	return res, nil
 }
