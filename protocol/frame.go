@@ -256,30 +256,27 @@ func AppendFrame(dst []byte, correlationID uint32, m Message) ([]byte, error) {
 // unknown opcodes (ErrUnknownOpcode) and server-only opcodes (ErrUnexpectedFrame). All errors are
 // *DecodeError; the stream stays in sync, so a server may answer with an Error frame and go on.
 func DecodeClient(f Frame) (ClientMessage, error) {
-	m, err := NewClientMessage(f.Opcode)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkFlags(f); err != nil {
-		return nil, err
-	}
-	if err := m.Decode(f.Body); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return decodeFrame(f, NewClientMessage)
 }
 
 // DecodeServer decodes a frame a client received from a server; see DecodeClient.
 func DecodeServer(f Frame) (ServerMessage, error) {
-	m, err := NewServerMessage(f.Opcode)
+	return decodeFrame(f, NewServerMessage)
+}
+
+// decodeFrame makes the message of f's opcode for one direction, checks the flags and decodes the
+// body.
+func decodeFrame[M Message](f Frame, newMessage func(Opcode) (M, error)) (M, error) {
+	var zero M
+	m, err := newMessage(f.Opcode)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	if err := checkFlags(f); err != nil {
-		return nil, err
+		return zero, err
 	}
 	if err := m.Decode(f.Body); err != nil {
-		return nil, err
+		return zero, err
 	}
 	return m, nil
 }
