@@ -1,0 +1,303 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+var _ storage.Engine = (*Engine)(nil)
+
+// Config configures an Engine. Zero fields get the documented defaults.
+type Config struct {
+	// URL is the PostgreSQL connection string (postgres://user:pass@host:port/db?...). Required.
+	URL string
+	// Schema is the PostgreSQL schema holding Spool's tables and functions. Defaults to "spool".
+	Schema string
+	// Clock is the time source of every time-dependent decision. Defaults to storage.SystemClock.
+	// Broker instances sharing a database should run NTP: leases and retention compare times
+	// written by different instances.
+	Clock storage.Clock
+	// Logger receives the engine's logs. Nil discards them.
+	Logger *slog.Logger
+	// Migrate applies pending migrations at Open (under an advisory lock, so concurrent instances
+	// do it once). When false, Open fails if the schema is not at the latest version.
+	Migrate bool
+	// MaxConns bounds the connection pool. Defaults to 16.
+	MaxConns int32
+	// BucketWidth is the time span of one partition of the messages table: retention drops whole
+	// buckets. Used when the store is created; later instances read it from spool.settings.
+	// Defaults to 1 h.
+	BucketWidth time.Duration
+	// PollInterval is how often the engine looks for messages published by other instances when
+	// no notification came (the fallback of LISTEN/NOTIFY). Defaults to 1 s.
+	PollInterval time.Duration
+	// NotifyDelay is the longest a publish waits before its NOTIFY to other instances is sent;
+	// notifications of one topic inside it are merged into one. Defaults to 2 ms.
+	NotifyDelay time.Duration
+	// InstanceHeartbeat is how often this instance refreshes its row in spool.instances.
+	// Defaults to 5 s.
+	InstanceHeartbeat time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultSchema            = "spool"
+	DefaultMaxConns          = 16
+	DefaultBucketWidth       = time.Hour
+	DefaultPollInterval      = time.Second
+	DefaultNotifyDelay       = 2 * time.Millisecond
+	DefaultInstanceHeartbeat = 5 * time.Second
+)
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Clock == nil {
+		c.Clock = storage.SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.BucketWidth == 0 {
+		c.BucketWidth = DefaultBucketWidth
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.NotifyDelay == 0 {
+		c.NotifyDelay = DefaultNotifyDelay
+	}
+	if c.InstanceHeartbeat == 0 {
+		c.InstanceHeartbeat = DefaultInstanceHeartbeat
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults) as an error wrapping
+// storage.ErrInvalidArgument.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: pgstore: %s %s", storage.ErrInvalidArgument, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.URL == "":
+		return bad("url", "is required (postgres://user@host:port/db)")
+	case !schemaName.MatchString(c.Schema):
+		return bad("schema", "must match %s, got %q", schemaName, c.Schema)
+	case c.MaxConns < 2 || c.MaxConns > 1000:
+		return bad("max_conns", "must be between 2 and 1000, got %d", c.MaxConns)
+	case c.BucketWidth < time.Second || c.BucketWidth > 30*24*time.Hour:
+		return bad("bucket_width", "must be between 1s and 720h, got %s", c.BucketWidth)
+	case c.PollInterval < time.Millisecond || c.PollInterval > time.Minute:
+		return bad("poll_interval", "must be between 1ms and 1m, got %s", c.PollInterval)
+	case c.NotifyDelay < 0 || c.NotifyDelay > time.Second:
+		return bad("notify_delay", "must be between 0 and 1s, got %s", c.NotifyDelay)
+	case c.InstanceHeartbeat < 10*time.Millisecond || c.InstanceHeartbeat > time.Minute:
+		return bad("instance_heartbeat", "must be between 10ms and 1m, got %s", c.InstanceHeartbeat)
+	}
+	return nil
+}
+
+// Engine is the PostgreSQL storage engine. Every method is safe for concurrent use, also by
+// several Engines (broker instances) on the same schema.
+type Engine struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	clock  storage.Clock
+	log    *slog.Logger
+	schema string
+	// instance identifies this Engine in spool.instances and as owner of its ephemeral
+	// subscriptions.
+	instance [16]byte
+
+	// queries caches SQL text rendered for the schema (see sql).
+	queries sync.Map // string -> string
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	// stop ends the background goroutines (listener, notifier, poller, heartbeat); wg waits for
+	// them.
+	stop   context.CancelFunc
+	bgCtx  context.Context
+	wg     sync.WaitGroup
+	bucket bucketState
+	notify notifyState
+}
+
+// Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema
+// version otherwise), registers the instance and starts the background goroutines (LISTEN, poll
+// fallback, heartbeat).
+func Open(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: pgstore: url: %v", storage.ErrInvalidArgument, err)
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema}
+	if _, err := rand.Read(e.instance[:]); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: instance id: %w", err)
+	}
+	e.instance[6] = e.instance[6]&0x0f | 0x40 // UUID version 4
+	e.instance[8] = e.instance[8]&0x3f | 0x80
+	if cfg.Migrate {
+		err = Migrate(ctx, pool, cfg.Schema, cfg.BucketWidth)
+	} else {
+		err = checkVersion(ctx, pool, cfg.Schema)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	e.bgCtx, e.stop = context.WithCancel(context.Background())
+	if err := e.start(ctx); err != nil {
+		e.stop()
+		e.wg.Wait()
+		pool.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close stops the background goroutines, removes this instance's ephemeral subscriptions and
+// closes the pool. Later calls of any method return storage.ErrClosed. Safe to call twice.
+func (e *Engine) Close() error {
+	var err error
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		e.stop()
+		e.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = e.shutdown(ctx)
+		e.pool.Close()
+	})
+	return err
+}
+
+// Pool returns the engine's connection pool (tests, tools).
+func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
+
+// Schema returns the schema the engine uses.
+func (e *Engine) Schema() string { return e.schema }
+
+// sql renders a query written against the schema "spool" for the configured schema: every
+// "spool." becomes the quoted schema name. Queries are rendered once and cached.
+func (e *Engine) sql(q string) string {
+	if e.schema == DefaultSchema {
+		return q
+	}
+	if r, ok := e.queries.Load(q); ok {
+		return r.(string)
+	}
+	r := renderSchema(q, e.schema)
+	e.queries.Store(q, r)
+	return r
+}
+
+func renderSchema(q, schema string) string {
+	return strings.ReplaceAll(q, "spool.", pgx.Identifier{schema}.Sanitize()+".")
+}
+
+// checkOpen returns storage.ErrClosed once Close was called.
+func (e *Engine) checkOpen() error {
+	if e.closed.Load() {
+		return storage.ErrClosed
+	}
+	return nil
+}
+
+// maxTxRetries bounds how often tx retries a transaction that failed with a serialization
+// failure or a deadlock.
+const maxTxRetries = 8
+
+// tx runs fn in a transaction and commits it, retrying on serialization failures and deadlocks
+// (fn must be safe to run again). Errors are mapped with mapErr.
+func (e *Engine) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, fn)
+		if err != nil && attempt < maxTxRetries && retryable(err) {
+			e.log.Debug("pgstore: retrying transaction", "attempt", attempt+1, "err", err)
+			continue
+		}
+		return e.mapErr(err)
+	}
+}
+
+// retryable reports errors after which running the whole transaction again is safe and useful.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return true
+		}
+	}
+	return false
+}
+
+// mapErr turns errors of a closed engine into storage.ErrClosed and leaves storage sentinels and
+// everything else as they are.
+func (e *Engine) mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if e.closed.Load() && !isStorageErr(err) {
+		return fmt.Errorf("%w (%v)", storage.ErrClosed, err)
+	}
+	return err
+}
+
+func isStorageErr(err error) bool {
+	for _, s := range []error{storage.ErrInvalidArgument, storage.ErrTopicNotFound, storage.ErrTopicExists,
+		storage.ErrTopicHasSubscriptions, storage.ErrNoSubscriptions, storage.ErrSubscriptionNotFound,
+		storage.ErrSubscriptionExists, storage.ErrSubscriptionNotActive, storage.ErrInvalidTransition,
+		storage.ErrLeaseNotHeld, storage.ErrMessageTooLarge, storage.ErrOffsetOutOfRange,
+		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// pgCode returns the SQLSTATE of a PostgreSQL error, or "".
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}

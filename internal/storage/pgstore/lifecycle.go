@@ -1,0 +1,66 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// instanceUUID returns the instance id as a pgx value.
+func (e *Engine) instanceUUID() pgtype.UUID { return pgtype.UUID{Bytes: e.instance, Valid: true} }
+
+// start registers the instance, loads store-wide settings and starts the background goroutines.
+func (e *Engine) start(ctx context.Context) error {
+	var secs string
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT value FROM spool.settings WHERE key = 'bucket_seconds'")).Scan(&secs); err != nil {
+		return fmt.Errorf("pgstore: read settings: %w", err)
+	}
+	n, err := strconv.ParseInt(secs, 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("pgstore: settings: bad bucket_seconds %q", secs)
+	}
+	e.bucket.width = time.Duration(n) * time.Second
+	now := e.clock.Now()
+	if _, err := e.pool.Exec(ctx, e.sql("INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)"),
+		e.instanceUUID(), now); err != nil {
+		return fmt.Errorf("pgstore: register instance: %w", err)
+	}
+	e.wg.Add(1)
+	go e.heartbeatLoop()
+	return e.startNotify(ctx)
+}
+
+// heartbeatLoop refreshes this instance's heartbeat until Close.
+func (e *Engine) heartbeatLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.InstanceHeartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.bgCtx.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(e.bgCtx, e.cfg.InstanceHeartbeat)
+			_, err := e.pool.Exec(ctx, e.sql("UPDATE spool.instances SET heartbeat_at = $2 WHERE id = $1"), e.instanceUUID(), e.clock.Now())
+			cancel()
+			if err != nil && e.bgCtx.Err() == nil {
+				e.log.Warn("pgstore: instance heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+// shutdown removes this instance's ephemeral subscriptions (nobody is connected to them any
+// more) and its instance row.
+func (e *Engine) shutdown(ctx context.Context) error {
+	if _, err := e.pool.Exec(ctx, e.sql("DELETE FROM spool.subscriptions WHERE ephemeral AND owner = $1"), e.instanceUUID()); err != nil {
+		return fmt.Errorf("pgstore: close: remove ephemeral subscriptions: %w", err)
+	}
+	if _, err := e.pool.Exec(ctx, e.sql("DELETE FROM spool.instances WHERE id = $1"), e.instanceUUID()); err != nil {
+		return fmt.Errorf("pgstore: close: unregister instance: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// testURL returns the database of the tests (TEST_DATABASE_URL, set by scripts/test.sh). Without
+// it the test is skipped, unless SPOOL_TEST_REQUIRE_PG=1 (CI), where it fails loudly.
+func testURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("TEST_DATABASE_URL")
+	if u == "" {
+		if os.Getenv("SPOOL_TEST_REQUIRE_PG") == "1" {
+			t.Fatal("TEST_DATABASE_URL is not set but SPOOL_TEST_REQUIRE_PG=1: PostgreSQL tests must run (use ./scripts/test.sh)")
+		}
+		t.Skip("TEST_DATABASE_URL not set: PostgreSQL tests skipped (./scripts/test.sh starts a database)")
+	}
+	return u
+}
+
+// testSchema makes a fresh schema name for one test and drops the schema at the end.
+func testSchema(t testing.TB) string {
+	t.Helper()
+	url := testURL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "t_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// testConfig is the engine configuration of the tests over a fresh schema.
+func testConfig(t testing.TB, clock storage.Clock) Config {
+	return Config{
+		URL:      testURL(t),
+		Schema:   testSchema(t),
+		Clock:    clock,
+		Migrate:  true,
+		MaxConns: 4,
+		Logger:   slog.New(slog.DiscardHandler),
+	}
+}
+
+// testPool opens a pool on the test database.
+func testPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
