@@ -6,6 +6,8 @@ package pgstore
 import (
 	"context"
 
+	"time"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -51,4 +53,10 @@ func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int
 }
 func (e *Engine) SubscriptionStats(ctx context.Context, id int64) (*storage.SubscriptionStats, error) {
 	return nil, errTODO
+}
+
+// expireDLQ removes the DLQ entries of the topic's subscriptions that are dead since before
+// cutoff (max_retention) and returns how many. Called by RetentionApply inside its transaction.
+func (e *Engine) expireDLQ(ctx context.Context, tx pgx.Tx, topicID int64, cutoff time.Time) (int64, error) {
+	return 0, errTODO
 }

@@ -33,3 +33,7 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 func (e *Engine) TopicStats(ctx context.Context, name string) (*storage.TopicStats, error) {
 	return nil, errTODO
 }
+
+// announce tells NotifyRegister callbacks of this instance (at once) and other instances (through
+// NOTIFY, coalesced) about n. Call it after the transaction that made n true committed.
+func (e *Engine) announce(n storage.Notification) {}
