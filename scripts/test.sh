@@ -78,6 +78,8 @@ if ! command -v nc >/dev/null 2>&1; then
 	install_packages netcat-openbsd
 fi
 export SPOOL_TEST_REQUIRE_NC=1
+# PostgreSQL tests must run here: without a database they fail instead of skipping.
+export SPOOL_TEST_REQUIRE_PG=1
 log "TEST_DATABASE_URL=$TEST_DATABASE_URL"
 
 log "gofmt"

@@ -22,6 +22,7 @@ import (
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/pgstore"
 	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
@@ -51,7 +52,7 @@ func serve(ctx context.Context, args []string) error {
 	fs.String("listen", def.Listen, "TCP address of the binary protocol and the text mode")
 	fs.String("http", def.HTTP, "HTTP address of the admin API, /metrics, /healthz and /readyz")
 	fs.String("data-dir", def.DataDir, "directory of the embedded engine")
-	fs.String("store", def.Store, "engine: empty for the embedded engine, or a postgres:// URL (not yet supported)")
+	fs.String("store", def.Store, "engine: empty for the embedded engine in --data-dir, or a postgres:// URL (PostgreSQL engine)")
 	fs.String("log-level", def.LogLevel, "debug, info, warn or error (JSON logs on stderr)")
 	fs.Bool("unsafe-no-sync", def.WAL.UnsafeNoSync, "acknowledge before fsync: a machine crash loses acknowledged messages")
 	if err := fs.Parse(args); err != nil {
@@ -75,10 +76,47 @@ func serve(ctx context.Context, args []string) error {
 	if unknown := config.UnknownEnv(os.Environ()); len(unknown) > 0 {
 		logger.Warn("ignoring SPOOL_ variables that name no setting", slog.Any("variables", unknown))
 	}
-	if cfg.Store != "" {
-		return fmt.Errorf("store %s: the PostgreSQL engine is not yet supported; leave --store empty to use the embedded engine in --data-dir", cfg.Redacted())
-	}
 	return run(ctx, cfg, logger)
+}
+
+// openEngine opens the engine cfg selects: the embedded log engine in DataDir, or the PostgreSQL
+// engine when Store is a postgres:// URL (migrating the schema first unless postgres.migrate is
+// off).
+func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *metrics.Metrics) (storage.Engine, error) {
+	start := time.Now()
+	if cfg.Store != "" {
+		eng, err := pgstore.Open(ctx, pgConfig(cfg, logger))
+		if err != nil {
+			return nil, fmt.Errorf("open PostgreSQL engine %s: %w", cfg.Redacted(), err)
+		}
+		logger.Info("engine open", slog.String("store", cfg.Redacted()), slog.String("schema", cfg.Postgres.Schema),
+			slog.Duration("took", time.Since(start)))
+		return eng, nil
+	}
+	walCfg := wal.Config{Logger: logger, SegmentBytes: cfg.WAL.SegmentBytes, OnSync: m.ObserveFsync}
+	if cfg.WAL.UnsafeNoSync {
+		walCfg.Sync = wal.UnsafeNoSync
+		logger.Warn("fsync is off (wal.unsafe_no_sync): a machine crash loses acknowledged messages")
+	}
+	eng, err := wal.Open(cfg.DataDir, walCfg)
+	if err != nil {
+		return nil, fmt.Errorf("open embedded engine in %s: %w", cfg.DataDir, err)
+	}
+	logger.Info("engine open", slog.String("data_dir", cfg.DataDir), slog.Duration("took", time.Since(start)))
+	return eng, nil
+}
+
+// pgConfig is the PostgreSQL engine configuration of cfg.
+func pgConfig(cfg config.Config, logger *slog.Logger) pgstore.Config {
+	return pgstore.Config{
+		URL:          cfg.Store,
+		Schema:       cfg.Postgres.Schema,
+		Logger:       logger,
+		Migrate:      cfg.Postgres.Migrate,
+		MaxConns:     int32(cfg.Postgres.MaxConns),
+		BucketWidth:  cfg.Postgres.BucketWidth,
+		PollInterval: cfg.Postgres.PollInterval,
+	}
 }
 
 // run starts every component, waits for ctx (or a listener failure), and shuts down.
@@ -91,19 +129,13 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	m := metrics.New(reg)
 
 	// Engine.
-	walCfg := wal.Config{Logger: logger, SegmentBytes: cfg.WAL.SegmentBytes, OnSync: m.ObserveFsync}
-	if cfg.WAL.UnsafeNoSync {
-		walCfg.Sync = wal.UnsafeNoSync
-		logger.Warn("fsync is off (wal.unsafe_no_sync): a machine crash loses acknowledged messages")
-	}
-	start := time.Now()
-	eng, err := wal.Open(cfg.DataDir, walCfg)
+	eng, err := openEngine(ctx, cfg, logger, m)
 	if err != nil {
-		return fmt.Errorf("open embedded engine in %s: %w", cfg.DataDir, err)
+		return err
 	}
-	logger.Info("engine open", slog.String("data_dir", cfg.DataDir), slog.Duration("took", time.Since(start)))
 	defer func() {
-		// Last: flush the committer, write a snapshot, close the files.
+		// Last: flush and close the engine (embedded: committer, snapshot, files; PostgreSQL: the
+		// instance's ephemeral subscriptions, the pool).
 		if cerr := eng.Close(); cerr != nil {
 			logger.Error("engine close", slog.Any("error", cerr))
 			err = errors.Join(err, cerr)

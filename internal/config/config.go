@@ -37,7 +37,7 @@ type Config struct {
 	// DataDir is the directory of the embedded engine. Defaults to "./spool-data".
 	DataDir string `yaml:"data_dir"`
 	// Store selects the engine: empty for the embedded engine in DataDir, or a postgres:// URL
-	// for the PostgreSQL engine (not yet supported). Defaults to empty.
+	// for the PostgreSQL engine (see Postgres). Defaults to empty.
 	Store string `yaml:"store"`
 	// LogLevel is debug, info, warn or error. Logs are JSON lines on stderr. Defaults to info.
 	LogLevel string `yaml:"log_level"`
@@ -46,6 +46,8 @@ type Config struct {
 
 	// WAL configures the embedded engine.
 	WAL WAL `yaml:"wal"`
+	// Postgres configures the PostgreSQL engine (used when Store is a postgres:// URL).
+	Postgres Postgres `yaml:"postgres"`
 	// Broker configures the broker.
 	Broker Broker `yaml:"broker"`
 	// Server configures the TCP server (protocol limits and timeouts); see server.Config.
@@ -59,6 +61,24 @@ type WAL struct {
 	UnsafeNoSync bool `yaml:"unsafe_no_sync"`
 	// SegmentBytes is the size log segments are preallocated to. Defaults to 64 MiB.
 	SegmentBytes int64 `yaml:"segment_bytes"`
+}
+
+// Postgres configures the PostgreSQL engine.
+type Postgres struct {
+	// Schema is the PostgreSQL schema of Spool's tables. Defaults to "spool".
+	Schema string `yaml:"schema"`
+	// Migrate applies pending schema migrations when the broker starts (under an advisory lock, so
+	// concurrent instances migrate once). When false, the broker refuses to start on an older
+	// schema: run "spool migrate". Defaults to true.
+	Migrate bool `yaml:"migrate"`
+	// MaxConns bounds the connection pool of one broker instance. Defaults to 16.
+	MaxConns int `yaml:"max_conns"`
+	// BucketWidth is the time span of one partition of the messages table (retention drops whole
+	// partitions); read only when the schema is created. Defaults to 1 h.
+	BucketWidth time.Duration `yaml:"bucket_width"`
+	// PollInterval is how often the engine looks for messages published by other instances when
+	// no notification came. Defaults to 1 s.
+	PollInterval time.Duration `yaml:"poll_interval"`
 }
 
 // Broker configures the broker.
@@ -86,6 +106,7 @@ func Defaults() Config {
 		LogLevel:        "info",
 		ShutdownTimeout: 30 * time.Second,
 		WAL:             WAL{SegmentBytes: 64 << 20},
+		Postgres:        Postgres{Schema: "spool", Migrate: true, MaxConns: 16, BucketWidth: time.Hour, PollInterval: time.Second},
 		Broker: Broker{
 			AutoCreate:          true,
 			AutoCreateSemantics: string(storage.Queue),
@@ -286,6 +307,14 @@ func (c Config) Validate() error {
 		return bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
 	case c.WAL.SegmentBytes < 1<<20:
 		return bad("wal.segment_bytes", "must be at least 1 MiB, got %d", c.WAL.SegmentBytes)
+	case c.Store != "" && !pgSchemaName(c.Postgres.Schema):
+		return bad("postgres.schema", "must be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes), got %q", c.Postgres.Schema)
+	case c.Postgres.MaxConns < 2 || c.Postgres.MaxConns > 1000:
+		return bad("postgres.max_conns", "must be between 2 and 1000, got %d", c.Postgres.MaxConns)
+	case c.Postgres.BucketWidth < time.Second || c.Postgres.BucketWidth > 30*24*time.Hour:
+		return bad("postgres.bucket_width", "must be between 1s and 720h, got %s", c.Postgres.BucketWidth)
+	case c.Postgres.PollInterval < time.Millisecond || c.Postgres.PollInterval > time.Minute:
+		return bad("postgres.poll_interval", "must be between 1ms and 1m, got %s", c.Postgres.PollInterval)
 	case c.Broker.AutoCreateSemantics != string(storage.Queue) && c.Broker.AutoCreateSemantics != string(storage.PubSub):
 		return bad("broker.auto_create_semantics", "must be QUEUE or PUB_SUB, got %q", c.Broker.AutoCreateSemantics)
 	case c.Broker.DefaultMaxInFlight < 1 || c.Broker.DefaultMaxInFlight > c.Server.MaxCredit:
@@ -312,6 +341,19 @@ func (c Config) SlogLevel() (slog.Level, error) {
 		return 0, fmt.Errorf("config: log_level: must be debug, info, warn or error, got %q", c.LogLevel)
 	}
 	return l, nil
+}
+
+// pgSchemaName reports whether s is a schema name the PostgreSQL engine accepts.
+func pgSchemaName(s string) bool {
+	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // IsPostgresURL reports whether s selects the PostgreSQL engine.

@@ -74,26 +74,31 @@ func lockKey(schema, job string) int64 {
 // Migrate creates the schema if needed and applies every pending migration, each in its own
 // transaction, under a session advisory lock so that concurrent broker instances migrate once.
 // bucketWidth is recorded in spool.settings when the store is created (0: DefaultBucketWidth).
-// It returns the versions applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, bucketWidth time.Duration) error {
+	_, _, err := MigrateReport(ctx, pool, schema, bucketWidth)
+	return err
+}
+
+// MigrateReport is Migrate that also returns the schema version before and after.
+func MigrateReport(ctx context.Context, pool *pgxpool.Pool, schema string, bucketWidth time.Duration) (before, after int, err error) {
 	if !schemaName.MatchString(schema) {
-		return fmt.Errorf("pgstore: schema %q: must match %s", schema, schemaName)
+		return 0, 0, fmt.Errorf("pgstore: schema %q: must match %s", schema, schemaName)
 	}
 	if bucketWidth == 0 {
 		bucketWidth = DefaultBucketWidth
 	}
 	ms, err := migrations()
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
+		return 0, 0, fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	defer conn.Release()
 	key := lockKey(schema, "migrate")
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-		return fmt.Errorf("pgstore: migrate: lock: %w", err)
+		return 0, 0, fmt.Errorf("pgstore: migrate: lock: %w", err)
 	}
 	defer func() {
 		// A failed unlock (connection gone) releases the session lock anyway.
@@ -101,18 +106,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, bucketWidth
 	}()
 	q := pgx.Identifier{schema}.Sanitize()
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
-		return fmt.Errorf("pgstore: migrate: create schema: %w", err)
+		return 0, 0, fmt.Errorf("pgstore: migrate: create schema: %w", err)
 	}
 	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+q+".schema_migrations "+
 		"(version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
-		return fmt.Errorf("pgstore: migrate: %w", err)
+		return 0, 0, fmt.Errorf("pgstore: migrate: %w", err)
 	}
 	current, err := schemaVersion(ctx, conn.Conn(), schema)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if current > len(ms) {
-		return fmt.Errorf("pgstore: schema %q is at version %d, newer than this build (%d): upgrade spool", schema, current, len(ms))
+		return 0, 0, fmt.Errorf("pgstore: schema %q is at version %d, newer than this build (%d): upgrade spool", schema, current, len(ms))
 	}
 	for _, m := range ms[current:] {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -129,10 +134,10 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, bucketWidth
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("pgstore: migration %s: %w", m.name, err)
+			return current, m.version - 1, fmt.Errorf("pgstore: migration %s: %w", m.name, err)
 		}
 	}
-	return nil
+	return current, len(ms), nil
 }
 
 // schemaVersion returns the highest applied migration, 0 for none.
