@@ -84,7 +84,14 @@ CREATE TABLE spool.subscriptions (
 );
 
 CREATE INDEX subscriptions_topic ON spool.subscriptions (topic_id);
-CREATE INDEX subscriptions_group ON spool.subscriptions (topic, group_name);
+CREATE INDEX subscriptions_group ON spool.subscriptions (topic, group_name, id);
+-- A group has at most one subscription per topic that is not CANCELLED or DELETED (a cancelled
+-- group may subscribe again). SubscriptionCreate, TopicUpdate and TopicCreate rely on it: a unique
+-- violation is storage.ErrSubscriptionExists.
+CREATE UNIQUE INDEX subscriptions_live_group ON spool.subscriptions (topic_id, group_name)
+    WHERE state IN ('ACTIVE', 'PAUSED', 'DEAD');
+-- Close and maintenance remove the ephemeral subscriptions of one instance.
+CREATE INDEX subscriptions_owner ON spool.subscriptions (owner) WHERE ephemeral;
 
 -- sub_partitions: a subscription's position in one partition. Every offset below ack_floor is
 -- done; cursor is the next offset never delivered. Claims and acks lock these rows (FOR UPDATE),
