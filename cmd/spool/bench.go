@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spoolmq/spool/internal/bench"
@@ -25,17 +26,31 @@ Modes:
   publish   closed loop: publishers send as fast as the broker acknowledges (synchronous, each
             waiting for its acknowledgement, or --async with a window); reports msg/s, MB/s and
             the publish latency percentiles
-  e2e       open loop: publishes --rate msg/s on a fixed schedule whatever the broker does, to
-            --groups consumer groups of --consumers consumers; latency runs from each message's
-            intended send time to its receipt (no coordinated omission); reports the achieved
-            rate, deliveries/s and p50/p90/p99/p99.9/max end-to-end latency
+  e2e       open loop: publishes --rate msg/s on a fixed schedule whatever the broker does while
+            the consumers consume: on a PUB_SUB topic --groups consumer groups of --consumers
+            consumers (each group receives every message); on a QUEUE topic (--semantics QUEUE)
+            one group, its --consumers consumers sharing the topic's one subscription. Latency
+            runs from each message's intended send time to its receipt (no coordinated
+            omission). Reports the achieved publish rate, the rate consumed while publishing and
+            the backlog when publishing ended (did the consumers keep up), deliveries/s and
+            p50/p90/p99/p99.9/max end-to-end latency
 
-A run uses a fresh topic, created PUB_SUB through the HTTP admin API (--admin) and deleted
-afterwards, and leaves the warm-up out of every figure.
+A run uses a fresh topic, created through the HTTP admin API (--admin) as --semantics (PUB_SUB by
+default) with --partitions and the retention overrides, and deleted afterwards; the warm-up is
+left out of every figure.
+
+With --pg (the broker's PostgreSQL database, spool serve --store postgres://...), the run also
+reports the WAL written over the measured time and per message published (whole cluster), dead
+tuples and the tuple counters of the tables of --pg-schema, and samples the schema's total size
+and the partitions of <schema>.messages every --pg-sample (a series, to see the size stay flat
+once retention drops partitions). Errors reading statistics are reported, not fatal.
 
 Examples:
   spool bench e2e --rate 10000 --groups 1 --consumers 4
   spool bench e2e --rate 2000 --groups 16 --consumers 1
+  spool bench e2e --semantics QUEUE --rate 20000 --consumers 4 --pg postgres://spool@127.0.0.1/spool
+  spool bench e2e --rate 5000 --groups 16 --consumers 1 --duration 10m --message-retention 1m \
+      --max-retention 2m --pg postgres://spool@127.0.0.1/spool
   spool bench publish --publishers 10 --clients 1
   spool bench publish --async
 
@@ -103,6 +118,12 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	fs.StringVar(&c.Topic, "topic", "", "topic to use (default: a fresh PUB_SUB topic bench.<run id>, deleted after the run); an existing one is used as it is")
 	fs.IntVar(&c.Partitions, "partitions", bench.DefaultPartitions, "partitions of the topic the run creates")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the topic the run created")
+	fs.StringVar(&c.Semantics, "semantics", bench.DefaultSemantics, "semantics of the topic the run creates, PUB_SUB or QUEUE (QUEUE: one group whose consumers share the topic's subscription)")
+	fs.DurationVar(&c.MessageRetention, "message-retention", 0, "message_retention of the topic the run creates (default: the broker's)")
+	fs.DurationVar(&c.MaxRetention, "max-retention", 0, "max_retention of the topic the run creates (default: the broker's)")
+	fs.StringVar(&c.PGURL, "pg", "", "PostgreSQL URL of the broker's database: report WAL, dead tuples, tuple counters and a size series of --pg-schema")
+	fs.StringVar(&c.PGSchema, "pg-schema", bench.DefaultPGSchema, "the broker's PostgreSQL schema (--pg)")
+	fs.DurationVar(&c.PGSample, "pg-sample", bench.DefaultPGSample, "interval of the size series (--pg; at least 1s)")
 	fs.IntVar(&c.Size, "size", bench.DefaultSize, "payload size in bytes (e2e: at least 24, the stamp)")
 	fs.IntVar(&c.Publishers, "publishers", bench.DefaultPublishers, "publishing goroutines")
 	fs.IntVar(&c.Clients, "clients", 0, "client connections the publishers share (default: one per publisher; 1: all share one)")
@@ -124,9 +145,10 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	return b
 }
 
-// config returns the run's configuration; a negative warm-up means none.
+// config returns the run's configuration (semantics in capitals); a zero warm-up means none.
 func (b *benchFlags) config() bench.Config {
 	c := b.cfg
+	c.Semantics = strings.ToUpper(c.Semantics)
 	if c.Warmup == 0 {
 		c.Warmup = -time.Nanosecond
 	}

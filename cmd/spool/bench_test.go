@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"strings"
@@ -37,6 +38,26 @@ func TestBenchArguments(t *testing.T) {
 	if err := benchMain(ctx, []string{"publish", "--rate", "5"}, &out, &errOut); err == nil {
 		t.Fatal("publish accepted --rate, an e2e flag")
 	}
+	for _, args := range [][]string{
+		{"e2e", "--semantics", "QUEUE", "--groups", "2"},
+		{"e2e", "--semantics", "fifo"},
+		{"publish", "--message-retention", "2h", "--max-retention", "1h"},
+		{"e2e", "--max-retention", "-1s"},
+		{"e2e", "--no-admin", "--message-retention", "1m"},
+		{"e2e", "--pg", "postgres://x", "--pg-sample", "10ms"},
+	} {
+		errOut.Reset()
+		if err := benchMain(ctx, args, &out, &errOut); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Fatalf("%q: %v", args, err)
+		}
+	}
+	errOut.Reset()
+	_ = benchMain(ctx, []string{"e2e", "-h"}, &out, &errOut)
+	for _, want := range []string{"--semantics", "--message-retention", "--max-retention", "--pg-schema", "--pg-sample", "QUEUE topic (--semantics QUEUE)"} {
+		if !strings.Contains(errOut.String(), strings.TrimPrefix(want, "-")) {
+			t.Fatalf("usage lacks %q:\n%s", want, errOut.String())
+		}
+	}
 }
 
 func TestBenchFlagsConfig(t *testing.T) {
@@ -49,12 +70,64 @@ func TestBenchFlagsConfig(t *testing.T) {
 	if c.Rate != 2000 || c.Groups != 16 || c.Consumers != 1 || c.Warmup != 0 || !c.Async || c.Duration != 30*time.Second || c.Size != 1024 {
 		t.Fatalf("e2e config %+v", c)
 	}
-	bf = newBenchFlags(bench.ModePublish, &bytes.Buffer{})
-	if err := bf.fs.Parse([]string{"--publishers", "10", "--clients", "1"}); err != nil {
+	if c.Semantics != bench.SemanticsPubSub || c.PGURL != "" || c.PGSchema != "spool" || c.PGSample != 30*time.Second ||
+		c.MessageRetention != 0 || c.MaxRetention != 0 {
+		t.Fatalf("e2e defaults %+v", c)
+	}
+	bf = newBenchFlags(bench.ModeE2E, &bytes.Buffer{})
+	if err := bf.fs.Parse([]string{"--semantics", "queue", "--rate", "20000", "--consumers", "4",
+		"--message-retention", "1m", "--max-retention", "2m", "--pg", "postgres://spool@127.0.0.1/spool",
+		"--pg-schema", "s2", "--pg-sample", "5s"}); err != nil {
 		t.Fatal(err)
 	}
 	c = bf.config().WithDefaults()
-	if c.Publishers != 10 || c.Clients != 1 || c.Async || c.Duration != 10*time.Second || c.Warmup != 2*time.Second {
+	if c.Semantics != bench.SemanticsQueue || c.Groups != 1 || c.Consumers != 4 || c.MessageRetention != time.Minute ||
+		c.MaxRetention != 2*time.Minute || c.PGURL != "postgres://spool@127.0.0.1/spool" || c.PGSchema != "s2" ||
+		c.PGSample != 5*time.Second {
+		t.Fatalf("e2e QUEUE config %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bf = newBenchFlags(bench.ModePublish, &bytes.Buffer{})
+	if err := bf.fs.Parse([]string{"--publishers", "10", "--clients", "1", "--semantics", "QUEUE"}); err != nil {
+		t.Fatal(err)
+	}
+	c = bf.config().WithDefaults()
+	if c.Publishers != 10 || c.Clients != 1 || c.Async || c.Duration != 10*time.Second || c.Warmup != 2*time.Second ||
+		c.Semantics != bench.SemanticsQueue {
 		t.Fatalf("publish config %+v", c)
+	}
+}
+
+// TestBenchQueueJSON runs `spool bench e2e --semantics QUEUE --json` against an in-process broker:
+// the consumers share the QUEUE topic's subscription (every measured message delivered once),
+// the JSON carries the consumed-while-publishing figures, and the topic is deleted afterwards.
+func TestBenchQueueJSON(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := benchMain(ctx, []string{"e2e", "--addr", s.addr, "--admin", s.httpURL, "--semantics", "QUEUE",
+		"--rate", "200", "--duration", "1s", "--warmup", "200ms", "--consumers", "2", "--size", "100",
+		"--message-retention", "30s", "--json"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, errOut.String())
+	}
+	var res bench.Result
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	d, c := res.Delivery, res.Conditions
+	if res.Publish.Messages != 200 || d == nil || d.Delivered != 200 || d.Missing != 0 || d.ConsumedRate <= 0 {
+		t.Fatalf("publish %+v, delivery %+v", res.Publish, d)
+	}
+	if c.Semantics != bench.SemanticsQueue || c.Topic.Semantics != bench.SemanticsQueue || !c.Topic.Deleted ||
+		c.Topic.MessageRetention != "30s" || c.Consumers != 2 {
+		t.Fatalf("conditions %+v", c)
+	}
+	if _, err := s.broker.Topic(ctx, c.Topic.Name); !errors.Is(err, storage.ErrTopicNotFound) {
+		t.Fatalf("topic after the run: %v", err)
 	}
 }

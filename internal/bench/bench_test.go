@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -174,18 +175,191 @@ func TestPublishSmall(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]Config{
-		"mode":               {Mode: "x"},
-		"e2e size":           {Mode: ModeE2E, Size: 10},
-		"clients>publishers": {Mode: ModePublish, Publishers: 2, Clients: 3},
-		"e2e count":          {Mode: ModeE2E, Count: 5},
-		"groups without api": {Mode: ModeE2E, NoAdmin: true, Groups: 2},
-		"e2e batch":          {Mode: ModeE2E, Batch: 10},
+		"mode":                    {Mode: "x"},
+		"e2e size":                {Mode: ModeE2E, Size: 10},
+		"clients>publishers":      {Mode: ModePublish, Publishers: 2, Clients: 3},
+		"e2e count":               {Mode: ModeE2E, Count: 5},
+		"groups without api":      {Mode: ModeE2E, NoAdmin: true, Groups: 2},
+		"e2e batch":               {Mode: ModeE2E, Batch: 10},
+		"semantics":               {Mode: ModeE2E, Semantics: "queue"},
+		"queue groups":            {Mode: ModeE2E, Semantics: SemanticsQueue, Groups: 2},
+		"negative retention":      {Mode: ModePublish, MessageRetention: -time.Second},
+		"negative max retention":  {Mode: ModePublish, MaxRetention: -time.Second},
+		"max retention below 1s":  {Mode: ModePublish, MaxRetention: time.Millisecond},
+		"retention above max":     {Mode: ModeE2E, MessageRetention: time.Hour, MaxRetention: time.Minute},
+		"retention without api":   {Mode: ModeE2E, NoAdmin: true, MessageRetention: time.Minute},
+		"pg sample below 1s":      {Mode: ModeE2E, PGURL: "postgres://x", PGSample: 100 * time.Millisecond},
+		"bookkeeping above limit": {Mode: ModeE2E, Rate: 1_000_000, Duration: time.Hour, Groups: 16},
 	} {
 		if err := c.WithDefaults().Validate(); !errors.Is(err, storage.ErrInvalidArgument) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if err := (Config{Mode: ModeE2E}).WithDefaults().Validate(); err != nil {
-		t.Fatalf("defaults: %v", err)
+	for name, c := range map[string]Config{
+		"defaults":            {Mode: ModeE2E},
+		"queue":               {Mode: ModeE2E, Semantics: SemanticsQueue, Consumers: 8, Rate: 20_000},
+		"queue, publish mode": {Mode: ModePublish, Semantics: SemanticsQueue},
+		"retention":           {Mode: ModeE2E, MessageRetention: time.Minute, MaxRetention: 2 * time.Minute},
+		"pg":                  {Mode: ModeE2E, PGURL: "postgres://x", PGSample: time.Second},
+		// Issue 4's long run: 16 groups x 5,000 msg/s for 10 minutes (6 MiB of bookkeeping).
+		"issue 4 fan-out": {Mode: ModeE2E, Rate: 5000, Groups: 16, Consumers: 1, Duration: 10 * time.Minute},
+	} {
+		if err := c.WithDefaults().Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	c := Config{Mode: ModeE2E}.WithDefaults()
+	if c.Semantics != SemanticsPubSub || c.PGSchema != "spool" || c.PGSample != 30*time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+// TestE2EQueue runs e2e on a QUEUE topic the run creates with retention overrides: the 3
+// consumers share the topic's one subscription, so each measured message is delivered once in
+// all; the figures say that consuming went on while publishing and kept up.
+func TestE2EQueue(t *testing.T) {
+	t.Parallel()
+	tb := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Mode: ModeE2E, Addr: tb.addr, Admin: tb.admin, Semantics: SemanticsQueue, Rate: 300, Duration: time.Second,
+		Warmup: 200 * time.Millisecond, Consumers: 3, Async: true, Size: 100, Keep: true,
+		MessageRetention: time.Minute, MaxRetention: 2 * time.Minute, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := res.WriteSummary(&buf); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+	const measured = 300 // 360 messages in all, 60 of them in the warm-up
+	p, d := res.Publish, res.Delivery
+	if p.Messages != measured || p.Errors != 0 {
+		t.Fatalf("publish: %+v", p)
+	}
+	if d == nil || d.Expected != measured || d.Delivered != measured || d.Missing != 0 || d.Duplicates != 0 {
+		t.Fatalf("delivery: %+v", d)
+	}
+	// Consumed while publishing: at most every message of the run, and some, since the
+	// consumers consume as the messages come.
+	if d.ConsumedWhilePublishing <= 0 || d.ConsumedWhilePublishing > 360 || d.ConsumedRate <= 0 ||
+		d.ConsumedRatePerGroup != d.ConsumedRate || d.BacklogAtPublishEnd < 0 || d.BacklogAtPublishEnd > 360 {
+		t.Fatalf("consumed while publishing: %+v", d)
+	}
+	if d.KeptUp != (float64(d.BacklogAtPublishEnd) <= 300) {
+		t.Fatalf("kept up %v with a backlog of %d at 300 msg/s", d.KeptUp, d.BacklogAtPublishEnd)
+	}
+	c := res.Conditions
+	if !c.Topic.Created || c.Topic.Deleted || c.Topic.Semantics != SemanticsQueue || c.Topic.MessageRetention != "1m0s" ||
+		c.Topic.MaxRetention != "2m0s" || c.Semantics != SemanticsQueue || c.Groups != 1 || c.Consumers != 3 {
+		t.Fatalf("conditions: %+v", c)
+	}
+	info, err := tb.b.Topic(ctx, c.Topic.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := info.Topic.Config
+	if tc.Semantics != storage.Queue || tc.MessageRetention != time.Minute || tc.MaxRetention != 2*time.Minute {
+		t.Fatalf("topic config %+v", tc)
+	}
+	if res.LoadGenerator == nil || res.LoadGenerator.GoSysBytes == 0 {
+		t.Fatalf("load generator memory %+v", res.LoadGenerator)
+	}
+	for _, want := range []string{"3 consumer(s) sharing the QUEUE topic's one subscription", "consumed     while publishing", "backlog", "retention   message retention 1m0s, max retention 2m0s"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Fatalf("summary lacks %q", want)
+		}
+	}
+
+	// The same topic, given by name: its semantics come from the admin API; a QUEUE topic
+	// refuses two groups, and an existing topic refuses the retention overrides, before any
+	// message is sent.
+	for name, cfg := range map[string]Config{
+		"two groups": {Groups: 2},
+		"retention":  {MessageRetention: time.Minute},
+	} {
+		cfg.Mode, cfg.Addr, cfg.Admin, cfg.Topic, cfg.Logger = ModeE2E, tb.addr, tb.admin, c.Topic.Name, testLogger(t)
+		if _, err := Run(ctx, cfg); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Fatalf("existing QUEUE topic, %s: %v", name, err)
+		}
+	}
+	info, err = tb.b.Topic(ctx, c.Topic.Name)
+	if err != nil || info.Stats.Messages != 360 {
+		t.Fatalf("topic after the refused runs: %+v, %v", info.Stats, err)
+	}
+}
+
+// TestRunPGUnreachable: statistics that cannot be read are reported in the result; the run
+// itself succeeds.
+func TestRunPGUnreachable(t *testing.T) {
+	t.Parallel()
+	tb := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Mode: ModePublish, Addr: tb.addr, Admin: tb.admin, Count: 50, Warmup: -1, Logger: testLogger(t),
+		PGURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=5&sslmode=disable",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Publish.Messages != 50 || res.PG == nil || res.PG.ErrorCount == 0 || res.PG.Window {
+		t.Fatalf("publish %+v, postgres %+v", res.Publish, res.PG)
+	}
+	var buf bytes.Buffer
+	if err := res.WriteSummary(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "error(s) reading statistics") || !strings.Contains(buf.String(), "window     not measured") {
+		t.Fatalf("summary:\n%s", buf.String())
+	}
+}
+
+// TestE2EWithPG runs e2e against the in-process broker (embedded engine) with --pg on a fresh
+// schema of TEST_DATABASE_URL shaped like the broker's: the statistics are read at the start,
+// at both ends of the measured window and at the end, and are in the JSON result.
+func TestE2EWithPG(t *testing.T) {
+	t.Parallel()
+	f := newPGFixture(t)
+	tb := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Mode: ModeE2E, Addr: tb.addr, Admin: tb.admin, Rate: 200, Duration: time.Second, Warmup: 200 * time.Millisecond,
+		Groups: 2, Consumers: 1, Async: true, Size: 100, Logger: testLogger(t),
+		PGURL: f.url, PGSchema: f.schema, PGSample: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := res.PG
+	if pg == nil || pg.ErrorCount != 0 || !pg.Window || pg.Schema != f.schema || pg.Messages != res.Publish.Messages ||
+		pg.WindowSeconds <= 0 || pg.WALBytes < 0 || len(pg.Tables) != 2 || pg.TotalBytes <= 0 {
+		t.Fatalf("postgres: %+v", pg)
+	}
+	var phases []string
+	for _, s := range pg.Samples {
+		phases = append(phases, s.Phase)
+		if s.Partitions != 2 || s.Error != "" {
+			t.Fatalf("sample %+v", s)
+		}
+	}
+	// start, window start, window end and end in that order; samples of the 1 s ticks (warm-up,
+	// measured, after) may come between.
+	at := func(phase string) int { return slices.Index(phases, phase) }
+	if at("start") != 0 || at("window start") < 1 || at("window end") < at("window start") || at("end") != len(phases)-1 {
+		t.Fatalf("phases %v", phases)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"postgres":`, `"wal_bytes_per_message":`, `"messages_partitions":2`, `"consumed_rate":`, `"backlog_at_publish_end":`} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Fatalf("JSON lacks %s: %s", want, b)
+		}
 	}
 }

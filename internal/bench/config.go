@@ -35,6 +35,22 @@ const (
 	DefaultMaxInFlight     = 1000
 	DefaultPartitions      = 1
 	DefaultDrain           = 30 * time.Second
+	DefaultSemantics       = SemanticsPubSub
+	DefaultPGSchema        = "spool"
+	DefaultPGSample        = 30 * time.Second
+	// MinPGSample is the shortest PGSample.
+	MinPGSample = time.Second
+	// MaxSeenBytes bounds the memory of an e2e run's per-message bookkeeping: one bit per message
+	// of the schedule per group (Groups x (Warmup+Duration) x Rate / 8 bytes), allocated up front.
+	MaxSeenBytes = 1 << 30
+)
+
+// Semantics of the topic a run creates (storage.Queue and storage.PubSub).
+const (
+	// SemanticsQueue: one shared subscription; e2e consumers share it (one group).
+	SemanticsQueue = "QUEUE"
+	// SemanticsPubSub: one subscription per consumer group; each group receives every message.
+	SemanticsPubSub = "PUB_SUB"
 )
 
 // Config configures a run. The zero value of a field means its default (WithDefaults); fields
@@ -44,17 +60,25 @@ type Config struct {
 	Mode string
 	// Addr is the broker's TCP address. Defaults to 127.0.0.1:9092.
 	Addr string
-	// Admin is the base URL of the broker's HTTP admin API, used to create the topic as PUB_SUB
+	// Admin is the base URL of the broker's HTTP admin API, used to create the topic (Semantics)
 	// and delete it after the run. Defaults to http://127.0.0.1:8080. NoAdmin skips it: the
 	// topic is then auto-created by the first publish (QUEUE), which allows one group only.
 	Admin   string
 	NoAdmin bool
 	// Topic is the topic to use. Defaults to a fresh one per run, "bench.<run id>", created
-	// PUB_SUB with Partitions partitions and deleted after the run. A given topic that exists is
-	// used as it is and kept.
+	// with Semantics, Partitions and the retention overrides, and deleted after the run. A given
+	// topic that exists is used as it is (its semantics read through the admin API) and kept.
 	Topic string
+	// Semantics of a topic the run creates: SemanticsPubSub (the default) or SemanticsQueue. On a
+	// QUEUE topic the e2e consumers share the topic's one subscription (they subscribe without a
+	// group), so Groups must be 1.
+	Semantics string
 	// Partitions of a topic the run creates. Defaults to 1.
 	Partitions int
+	// MessageRetention and MaxRetention override the topic configuration of a topic the run
+	// creates (message_retention, max_retention; see storage.TopicConfig). Zero leaves the
+	// broker's default.
+	MessageRetention, MaxRetention time.Duration
 	// Keep keeps a topic the run created.
 	Keep bool
 	// Size is the payload size in bytes. Defaults to 1024; e2e needs at least StampSize.
@@ -92,6 +116,15 @@ type Config struct {
 	MaxInFlight int
 	// Drain bounds the wait for the last deliveries after the schedule ended. Defaults to 30 s.
 	Drain time.Duration
+	// PGURL, when set, is the PostgreSQL database of the broker's engine (a pgx connection string):
+	// the run reports the WAL written, the tables' tuple counters and dead tuples, and a series of
+	// the schema's total size and of the partitions of PGSchema.messages (see PGResult). Errors
+	// reading statistics are reported in the result, not fatal.
+	PGURL string
+	// PGSchema is the broker's schema. Defaults to "spool".
+	PGSchema string
+	// PGSample is the interval of the size series. Defaults to 30 s; at least 1 s.
+	PGSample time.Duration
 	// Logger receives the clients' logs. Nil discards them.
 	Logger *slog.Logger
 	// Clock paces the e2e schedule. Defaults to SystemClock.
@@ -110,6 +143,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Admin == "" {
 		c.Admin = DefaultAdmin
+	}
+	if c.Semantics == "" {
+		c.Semantics = DefaultSemantics
+	}
+	if c.PGSchema == "" {
+		c.PGSchema = DefaultPGSchema
+	}
+	if c.PGSample == 0 {
+		c.PGSample = DefaultPGSample
 	}
 	def(&c.Partitions, DefaultPartitions)
 	def(&c.Size, DefaultSize)
@@ -184,8 +226,25 @@ func (c Config) Validate() error {
 		return bad("groups must be between 1 and 1000, got %d", c.Groups)
 	case c.Consumers < 1 || c.Consumers > 1000:
 		return bad("consumers must be between 1 and 1000, got %d", c.Consumers)
+	case c.Semantics != SemanticsQueue && c.Semantics != SemanticsPubSub:
+		return bad("semantics must be %s or %s, got %q", SemanticsQueue, SemanticsPubSub, c.Semantics)
+	case c.Mode == ModeE2E && c.Semantics == SemanticsQueue && c.Groups != 1:
+		return bad("a QUEUE topic has one subscription that its consumers share: groups must be 1, got %d (give --consumers to add consumers)", c.Groups)
 	case c.Mode == ModeE2E && c.NoAdmin && c.Groups > 1:
 		return bad("more than one group needs a PUB_SUB topic: give the HTTP admin address (an auto-created topic is QUEUE)")
+	case c.MessageRetention < 0 || c.MaxRetention < 0:
+		return bad("retention must not be negative, got message retention %s, max retention %s", c.MessageRetention, c.MaxRetention)
+	case c.MaxRetention > 0 && c.MaxRetention < time.Second:
+		return bad("max retention must be at least 1s, got %s", c.MaxRetention)
+	case c.MaxRetention > 0 && c.MessageRetention > c.MaxRetention:
+		return bad("message retention (%s) must not exceed max retention (%s)", c.MessageRetention, c.MaxRetention)
+	case c.NoAdmin && (c.MessageRetention > 0 || c.MaxRetention > 0):
+		return bad("retention overrides apply to a topic the run creates: they need the HTTP admin API")
+	case c.PGSample < MinPGSample:
+		return bad("pg sample interval must be at least %s, got %s", MinPGSample, c.PGSample)
+	case c.Mode == ModeE2E && c.seenBytes() > MaxSeenBytes:
+		return bad("%d group(s) x %.0f messages need %.0f MiB of bookkeeping (1 bit per message per group), above %d MiB: shorten the run or lower the rate",
+			c.Groups, c.scheduled(), c.seenBytes()/(1<<20), MaxSeenBytes>>20)
 	case c.MaxInFlight < 1 || c.MaxInFlight > 65_536:
 		return bad("max in flight must be between 1 and 65536, got %d", c.MaxInFlight)
 	case c.Drain < 0:
@@ -193,3 +252,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// scheduled returns the number of messages of an e2e schedule (warm-up included).
+func (c Config) scheduled() float64 { return (c.Warmup + c.Duration).Seconds() * c.Rate }
+
+// seenBytes returns the size of an e2e run's receipt bitmaps (one bit per message per group).
+func (c Config) seenBytes() float64 { return (c.scheduled()/8 + 8) * float64(c.Groups) }

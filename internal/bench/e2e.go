@@ -18,8 +18,14 @@ const startDelay = 100 * time.Millisecond
 // drainPoll is how often the end of the drain is checked.
 const drainPoll = 5 * time.Millisecond
 
+// keptUpBacklog is the largest backlog, in time of publishing at the target rate, that the slowest
+// group may have when publishing ends for the consumers to have kept up.
+const keptUpBacklog = time.Second
+
 // groupRecorder records the deliveries of one consumer group: the first receipt of each message
-// of the run (its latency if measured), and duplicates. Safe for concurrent use.
+// of the run (its latency if measured), and duplicates. Its memory is fixed when it is made: one
+// bit per message of the schedule (Config.Validate bounds it, MaxSeenBytes) and one Histogram;
+// nothing grows per message received. Safe for concurrent use.
 type groupRecorder struct {
 	run      uint64
 	base     time.Time // the run's time origin: stamps count nanoseconds from it
@@ -118,6 +124,8 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 	for _, g := range groups {
 		g.measured = measuredFrom
 	}
+	measureStart := base.Add(time.Duration(measuredFrom))
+	r.windowStart(measureStart)
 	P := int64(cfg.Publishers)
 	var (
 		acked     atomic.Int64 // messages acknowledged (whole run)
@@ -168,6 +176,27 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 			lags[p], runErrs[p] = sched.Run(ctx, cfg.Clock, send)
 		})
 	}
+	// What the consumers had received when the measured time started, to tell what they
+	// consumed while the publishers published.
+	atStart := make([]int64, len(groups))
+	var ackedAtStart int64
+	startRead := make(chan struct{})
+	startCtx, stopStart := context.WithCancel(ctx)
+	defer stopStart()
+	go func() {
+		defer close(startRead)
+		t := time.NewTimer(time.Until(measureStart))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-startCtx.Done():
+			return
+		}
+		ackedAtStart = acked.Load()
+		for i, g := range groups {
+			atStart[i] = g.count()
+		}
+	}()
 	wg.Wait()
 	for _, err := range runErrs {
 		if err != nil {
@@ -180,6 +209,16 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 		}
 	}
 	sendEnd := time.Now()
+	r.windowEnd()
+	<-startRead
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ackedAtEnd := acked.Load()
+	atEnd := make([]int64, len(groups))
+	for i, g := range groups {
+		atEnd[i] = g.count()
+	}
 	for _, l := range lags {
 		if l.Finished.After(sendEnd) {
 			sendEnd = l.Finished
@@ -208,7 +247,6 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 
 	// Figures over the measured time.
 	scheduleEnd := startAt.Add(time.Duration(float64(total) * float64(time.Second) / cfg.Rate))
-	measureStart := base.Add(time.Duration(measuredFrom))
 	pubSpan := later(scheduleEnd, sendEnd).Sub(measureStart)
 	lag := NewHistogram()
 	for _, l := range lags {
@@ -243,6 +281,18 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 	if d.Missing > 0 {
 		held = false
 	}
+	// Consumed while publishing: first receipts between the end of the warm-up and the last
+	// publish acknowledgement; backlog: acknowledged but not yet received by the slowest group.
+	for i := range groups {
+		d.ConsumedWhilePublishing += atEnd[i] - atStart[i]
+		d.BacklogAtWindowStart = max(d.BacklogAtWindowStart, ackedAtStart-atStart[i])
+		d.BacklogAtPublishEnd = max(d.BacklogAtPublishEnd, ackedAtEnd-atEnd[i])
+	}
+	if span := sendEnd.Sub(measureStart).Seconds(); span > 0 {
+		d.ConsumedRate = float64(d.ConsumedWhilePublishing) / span
+		d.ConsumedRatePerGroup = d.ConsumedRate / float64(len(groups))
+	}
+	d.KeptUp = float64(d.BacklogAtPublishEnd) <= cfg.Rate*keptUpBacklog.Seconds()
 	res.Publish, res.Delivery = pr, d
 	return nil
 }
@@ -253,9 +303,13 @@ func (r *runner) subscribe(ctx context.Context, g, k int, rec *groupRecorder, ba
 	if err != nil {
 		return err
 	}
+	group := fmt.Sprintf("bench-%d", g)
+	if r.queue() {
+		group = "" // the topic's one subscription, shared by every consumer
+	}
 	_, err = c.Subscribe(ctx, client.SubscribeParams{
 		Topic:       r.topic.Name,
-		Group:       fmt.Sprintf("bench-%d", g),
+		Group:       group,
 		MaxInFlight: r.cfg.MaxInFlight,
 		Start:       client.FromBeginning(),
 	}, func(_ context.Context, d *client.Delivery) error {

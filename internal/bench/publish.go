@@ -29,6 +29,7 @@ func (r *runner) runPublish(ctx context.Context, res *Result) error {
 	if cfg.Count > 0 {
 		end = time.Time{} // until Count messages
 	}
+	r.windowStart(measureFrom)
 	var (
 		remaining atomic.Int64 // messages left to send (Count mode)
 		acked     atomic.Int64 // acknowledged in the measured time
@@ -78,6 +79,7 @@ func (r *runner) runPublish(ctx context.Context, res *Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	r.windowEnd()
 	window := cfg.Duration
 	if cfg.Count > 0 {
 		last := time.Unix(0, lastAck.Load())

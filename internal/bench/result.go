@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -48,14 +50,17 @@ func fmtMS(v float64) string {
 
 // Conditions are the settings and the machine a run measured.
 type Conditions struct {
-	Addr       string    `json:"addr"`
-	Topic      TopicInfo `json:"topic"`
-	Size       int       `json:"size_bytes"`
-	Publishers int       `json:"publishers"`
-	Clients    int       `json:"publisher_clients"`
-	Async      bool      `json:"async"`
-	Window     int       `json:"async_window,omitempty"`
-	Batch      int       `json:"batch,omitempty"`
+	Addr  string    `json:"addr"`
+	Topic TopicInfo `json:"topic"`
+	// Semantics is how the consumers subscribed: QUEUE (sharing the topic's one subscription)
+	// or PUB_SUB (one subscription per group); the topic's own when known.
+	Semantics  string `json:"semantics"`
+	Size       int    `json:"size_bytes"`
+	Publishers int    `json:"publishers"`
+	Clients    int    `json:"publisher_clients"`
+	Async      bool   `json:"async"`
+	Window     int    `json:"async_window,omitempty"`
+	Batch      int    `json:"batch,omitempty"`
 	// Duration and Warmup in seconds.
 	Duration float64 `json:"duration_s"`
 	Warmup   float64 `json:"warmup_s"`
@@ -108,6 +113,50 @@ type DeliveryResult struct {
 	Latency Percentiles `json:"latency"`
 	// WorstGroupP99 is the highest p99 of one group.
 	WorstGroupP99 float64 `json:"worst_group_p99_ms"`
+	// ConsumedWhilePublishing counts the first receipts, all groups together, from the end of
+	// the warm-up to the last publish acknowledgement (whichever message they were), the time
+	// Publish.Rate is measured over; ConsumedRate is per second of that time and
+	// ConsumedRatePerGroup its share per group (compare with Publish.Rate).
+	ConsumedWhilePublishing int64   `json:"consumed_while_publishing"`
+	ConsumedRate            float64 `json:"consumed_rate"`
+	ConsumedRatePerGroup    float64 `json:"consumed_rate_per_group"`
+	// BacklogAtWindowStart and BacklogAtPublishEnd are the messages acknowledged to the
+	// publishers but not yet received by the slowest group, at the end of the warm-up and at the
+	// last publish acknowledgement. KeptUp: the latter is at most one second of publishing at the
+	// target rate.
+	BacklogAtWindowStart int64 `json:"backlog_at_window_start"`
+	BacklogAtPublishEnd  int64 `json:"backlog_at_publish_end"`
+	KeptUp               bool  `json:"kept_up"`
+}
+
+// Memory is the load generator's own memory, to check that a long run stays bounded.
+type Memory struct {
+	// MaxRSSBytes is the process's peak resident set (VmHWM; 0 where /proc does not exist).
+	MaxRSSBytes int64 `json:"max_rss_bytes"`
+	// GoSysBytes is the memory the Go runtime obtained from the system (runtime.MemStats.Sys).
+	GoSysBytes uint64 `json:"go_sys_bytes"`
+}
+
+// loadGeneratorMemory reads the process's memory figures.
+func loadGeneratorMemory() *Memory {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := &Memory{GoSysBytes: ms.Sys}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return m
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+					m.MaxRSSBytes = kb << 10
+				}
+			}
+		}
+	}
+	return m
 }
 
 // Result is the outcome of a run.
@@ -117,12 +166,16 @@ type Result struct {
 	Conditions Conditions      `json:"conditions"`
 	Publish    PublishResult   `json:"publish"`
 	Delivery   *DeliveryResult `json:"delivery,omitempty"`
+	// PG are the PostgreSQL statistics (Config.PGURL).
+	PG *PGResult `json:"postgres,omitempty"`
+	// LoadGenerator is the bench process's own memory after the run.
+	LoadGenerator *Memory `json:"load_generator,omitempty"`
 }
 
 // conditionsOf describes the run of cfg on topic.
 func conditionsOf(cfg Config, topic TopicInfo) Conditions {
 	c := Conditions{
-		Addr: cfg.Addr, Topic: topic, Size: cfg.Size, Publishers: cfg.Publishers, Clients: cfg.Clients,
+		Addr: cfg.Addr, Topic: topic, Semantics: cmp.Or(topic.Semantics, cfg.Semantics), Size: cfg.Size, Publishers: cfg.Publishers, Clients: cfg.Clients,
 		Async: cfg.Async, Duration: cfg.Duration.Seconds(), Warmup: cfg.Warmup.Seconds(), Count: cfg.Count,
 		CPUs: runtime.NumCPU(), LoadAverage: LoadAverage(), GoVersion: runtime.Version(),
 	}
@@ -173,6 +226,10 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		topic += " (existing or auto-created)"
 	}
 	p("  broker      %s, topic %s\n", c.Addr, topic)
+	if c.Topic.MessageRetention != "" || c.Topic.MaxRetention != "" {
+		p("  retention   message retention %s, max retention %s\n",
+			orDefault(c.Topic.MessageRetention), orDefault(c.Topic.MaxRetention))
+	}
 	pubs := fmt.Sprintf("%d publisher(s) on %d client connection(s), ", c.Publishers, c.Clients)
 	if c.Async {
 		pubs += fmt.Sprintf("async (window %d per client)", c.Window)
@@ -186,7 +243,11 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	if r.Mode == ModeE2E {
 		p("  load        open loop at %.0f msg/s, %d-byte messages, %s measured after %s warm-up\n",
 			c.Rate, c.Size, secs(c.Duration), secs(c.Warmup))
-		p("  consumers   %d group(s) x %d consumer(s), one connection each, max in flight %d\n", c.Groups, c.Consumers, c.MaxInFlight)
+		if c.Semantics == SemanticsQueue {
+			p("  consumers   %d consumer(s) sharing the QUEUE topic's one subscription, one connection each, max in flight %d\n", c.Consumers, c.MaxInFlight)
+		} else {
+			p("  consumers   %d group(s) x %d consumer(s), one connection each, max in flight %d\n", c.Groups, c.Consumers, c.MaxInFlight)
+		}
 	} else if c.Count > 0 {
 		p("  load        %d messages of %d bytes in all, first %s not measured\n", c.Count, c.Size, secs(c.Warmup))
 	} else {
@@ -224,9 +285,94 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		if c.Groups > 1 {
 			p("    worst group p99 %s\n", fmtMS(d.WorstGroupP99))
 		}
+		p("consumed     while publishing (end of warm-up to last publish acknowledgement): %.0f msg/s", d.ConsumedRate)
+		if c.Groups > 1 {
+			p(" over %d groups, %.0f msg/s per group", c.Groups, d.ConsumedRatePerGroup)
+		}
+		p(" (published %.0f msg/s)\n", pr.Rate)
+		kept := "kept up"
+		if !d.KeptUp {
+			kept = "did NOT keep up (more than 1 s of publishing behind)"
+		}
+		p("  backlog (acknowledged, not yet received by the slowest group): %d at the end of the warm-up, %d when publishing ended (%s of publishing): %s\n",
+			d.BacklogAtWindowStart, d.BacklogAtPublishEnd, fmtMS(float64(d.BacklogAtPublishEnd)/c.Rate*1000), kept)
+	}
+	if pg := r.PG; pg != nil {
+		pg.writeSummary(p)
+	}
+	if m := r.LoadGenerator; m != nil {
+		p("load generator peak RSS %s (Go runtime: %s from the system)\n", fmtBytes(m.MaxRSSBytes), fmtBytes(int64(m.GoSysBytes)))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeSummary writes the PostgreSQL part of a summary with p.
+func (pg *PGResult) writeSummary(p func(format string, args ...any)) {
+	p("postgres     schema %s, size sampled every %s\n", pg.Schema, secs(pg.SampleSeconds))
+	if pg.Window {
+		p("  window     %.1f s, end of warm-up to last publish acknowledgement\n", pg.WindowSeconds)
+		p("  WAL        %s written in the window (whole cluster), %.0f bytes per message published (%d); %d records, %d full-page images\n",
+			fmtBytes(pg.WALBytes), pg.WALBytesPerMessage, pg.Messages, pg.WALRecords, pg.WALFullPageImages)
+	} else {
+		p("  window     not measured (see the errors)\n")
+	}
+	p("  at the end dead tuples %d, live tuples %d, tables %s (before the topic was deleted)\n", pg.DeadTuples, pg.LiveTuples, fmtBytes(pg.TotalBytes))
+	if len(pg.Tables) > 0 {
+		p("  tables     size, live and dead tuples at the end; inserted .. autovacuums over the window; upd/msg = updated per message published\n")
+		p("  %-30s %10s %10s %10s %10s %10s %10s %10s %7s %8s\n", "table", "size", "live", "dead",
+			"inserted", "updated", "hot upd", "deleted", "autovac", "upd/msg")
+		for _, t := range pg.Tables {
+			name := t.Name
+			if t.Partitions > 0 || t.DroppedPartitions > 0 {
+				name += fmt.Sprintf(" (%d part.", t.Partitions)
+				if t.DroppedPartitions > 0 {
+					name += fmt.Sprintf(", %d dropped", t.DroppedPartitions)
+				}
+				name += ")"
+			}
+			perMsg := "-"
+			if pg.Messages > 0 {
+				perMsg = fmt.Sprintf("%.2f", float64(t.Updated)/float64(pg.Messages))
+			}
+			p("  %-30s %10s %10d %10d %10d %10d %10d %10d %7d %8s\n", name, fmtBytes(t.SizeBytes), t.LiveTuples, t.DeadTuples,
+				t.Inserted, t.Updated, t.HotUpdated, t.Deleted, t.Autovacuums, perMsg)
+		}
+	}
+	if len(pg.Samples) > 0 {
+		p("  series     %9s  %-12s %11s %11s %10s %12s %12s\n", "elapsed", "phase", "total", "messages", "partitions", "dead tuples", "WAL")
+		for _, s := range pg.Samples {
+			p("             %7.1f s  %-12s %11s %11s %10d %12d %12s", s.Elapsed, s.Phase, fmtBytes(s.TotalBytes),
+				fmtBytes(s.MessagesBytes), s.Partitions, s.DeadTuples, fmtBytes(s.WALBytes))
+			if s.Error != "" {
+				p("  (incomplete: %s)", s.Error)
+			}
+			p("\n")
+		}
+	}
+	if pg.ErrorCount > 0 {
+		p("  %d error(s) reading statistics; first: %s\n", pg.ErrorCount, pg.Errors[0])
+	}
+}
+
+// fmtBytes formats a byte count in binary units.
+func fmtBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for ; (v >= unit || v <= -unit) && i < 4; i++ {
+		v /= unit
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "default"
+	}
+	return s
 }
 
 func secs(s float64) string { return (time.Duration(s * float64(time.Second))).String() }

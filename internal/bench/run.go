@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // closeTimeout bounds the closing of the clients and the deletion of the topic after a run.
@@ -29,6 +30,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r := &runner{cfg: cfg, runID: newRunID()}
 	defer r.cleanup()
+	if cfg.PGURL != "" {
+		// Before the topic exists: the first sample is the schema without it.
+		r.pg = startPGMonitor(cfg.PGURL, cfg.PGSchema, cfg.PGSample)
+		defer r.pg.finish(0)
+	}
 	if err := r.setupTopic(ctx); err != nil {
 		return nil, err
 	}
@@ -42,11 +48,29 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.pg != nil {
+		// Before the topic is deleted: the last sample still holds its messages.
+		res.PG = r.pg.finish(res.Publish.Messages)
+	}
 	if cerr := r.cleanup(); cerr != nil {
 		return nil, cerr
 	}
 	res.Conditions.Topic = r.topic
+	res.LoadGenerator = loadGeneratorMemory()
 	return res, nil
+}
+
+// windowStart and windowEnd mark the measured window for the PostgreSQL statistics (if any).
+func (r *runner) windowStart(at time.Time) {
+	if r.pg != nil {
+		r.pg.windowStart(at)
+	}
+}
+
+func (r *runner) windowEnd() {
+	if r.pg != nil {
+		r.pg.windowEnd()
+	}
 }
 
 // runner is the state of one run.
@@ -55,6 +79,7 @@ type runner struct {
 	runID uint64
 	topic TopicInfo
 	adm   *adminAPI
+	pg    *pgMonitor // nil without Config.PGURL
 
 	// clients are every client the run dialled; closed by cleanup.
 	mu      sync.Mutex
@@ -80,7 +105,9 @@ func (r *runner) setupTopic(ctx context.Context) error {
 		return nil
 	}
 	r.adm = newAdmin(cfg.Admin)
-	exists, err := r.adm.createTopic(ctx, name, cfg.Partitions)
+	spec := topicSpec{semantics: cfg.Semantics, partitions: cfg.Partitions,
+		messageRetention: cfg.MessageRetention, maxRetention: cfg.MaxRetention}
+	exists, err := r.adm.createTopic(ctx, name, spec)
 	if err != nil {
 		return err
 	}
@@ -88,10 +115,39 @@ func (r *runner) setupTopic(ctx context.Context) error {
 		if cfg.Topic == "" {
 			return fmt.Errorf("bench: fresh topic %q exists already", name)
 		}
+		// An existing topic is used as it is: its semantics decide how the consumers subscribe.
+		sem, parts, err := r.adm.topicSemantics(ctx, name)
+		if err != nil {
+			return err
+		}
+		r.topic.Semantics, r.topic.Partitions = sem, parts
+		switch {
+		case cfg.MessageRetention > 0 || cfg.MaxRetention > 0:
+			return fmt.Errorf("bench: %w: topic %q exists: the retention overrides apply to a topic the run creates",
+				storage.ErrInvalidArgument, name)
+		case cfg.Mode == ModeE2E && sem == SemanticsQueue && cfg.Groups != 1:
+			return fmt.Errorf("bench: %w: topic %q is QUEUE: its consumers share one subscription, groups must be 1, got %d",
+				storage.ErrInvalidArgument, name, cfg.Groups)
+		}
 		return nil
 	}
-	r.topic.Created, r.topic.Semantics, r.topic.Partitions = true, "PUB_SUB", cfg.Partitions
+	r.topic.Created, r.topic.Semantics, r.topic.Partitions = true, cfg.Semantics, cfg.Partitions
+	if cfg.MessageRetention > 0 {
+		r.topic.MessageRetention = cfg.MessageRetention.String()
+	}
+	if cfg.MaxRetention > 0 {
+		r.topic.MaxRetention = cfg.MaxRetention.String()
+	}
 	return nil
+}
+
+// queue reports whether the consumers share the topic's one subscription: the topic is QUEUE
+// (known from the admin API), or the run was told so (--semantics QUEUE without the admin API).
+func (r *runner) queue() bool {
+	if r.topic.Semantics != "" {
+		return r.topic.Semantics == SemanticsQueue
+	}
+	return r.cfg.Semantics == SemanticsQueue
 }
 
 // dial connects one client of the run.

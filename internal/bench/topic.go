@@ -21,6 +21,10 @@ type TopicInfo struct {
 	// Semantics is PUB_SUB or QUEUE ("" when unknown: an existing topic, or auto-created).
 	Semantics  string `json:"semantics"`
 	Partitions int    `json:"partitions,omitempty"`
+	// MessageRetention and MaxRetention are the overrides a run gave the topic it created ("":
+	// the broker's default), as Go durations.
+	MessageRetention string `json:"message_retention,omitempty"`
+	MaxRetention     string `json:"max_retention,omitempty"`
 	// Created: the run created the topic; Deleted: and deleted it afterwards.
 	Created bool `json:"created"`
 	Deleted bool `json:"deleted"`
@@ -39,11 +43,30 @@ func newAdmin(base string) *adminAPI {
 	return &adminAPI{base: strings.TrimRight(base, "/"), hc: &http.Client{Timeout: adminTimeout}}
 }
 
-// createTopic creates a PUB_SUB topic; exists reports that a topic of that name existed already
-// (HTTP 409), which is not an error.
-func (a *adminAPI) createTopic(ctx context.Context, name string, partitions int) (exists bool, err error) {
-	body, _ := json.Marshal(map[string]any{"name": name, "semantics": "PUB_SUB", "partitions": partitions})
-	status, resp, err := a.do(ctx, http.MethodPost, "/api/v1/topics", body)
+// topicSpec is what a run asks of the topic it creates.
+type topicSpec struct {
+	semantics                      string
+	partitions                     int
+	messageRetention, maxRetention time.Duration // 0: the broker's default
+}
+
+// body returns the JSON body of POST /api/v1/topics (the admin API's field names).
+func (s topicSpec) body(name string) []byte {
+	m := map[string]any{"name": name, "semantics": s.semantics, "partitions": s.partitions}
+	if s.messageRetention > 0 {
+		m["message_retention"] = s.messageRetention.String()
+	}
+	if s.maxRetention > 0 {
+		m["max_retention"] = s.maxRetention.String()
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// createTopic creates a topic; exists reports that a topic of that name existed already (HTTP
+// 409), which is not an error.
+func (a *adminAPI) createTopic(ctx context.Context, name string, spec topicSpec) (exists bool, err error) {
+	status, resp, err := a.do(ctx, http.MethodPost, "/api/v1/topics", spec.body(name))
 	switch {
 	case err != nil:
 		return false, err
@@ -53,6 +76,27 @@ func (a *adminAPI) createTopic(ctx context.Context, name string, partitions int)
 		return true, nil
 	}
 	return false, fmt.Errorf("bench: create topic %q: HTTP %d: %s", name, status, resp)
+}
+
+// topicSemantics returns the semantics and partitions of an existing topic.
+func (a *adminAPI) topicSemantics(ctx context.Context, name string) (semantics string, partitions int, err error) {
+	status, resp, err := a.do(ctx, http.MethodGet, "/api/v1/topics/"+url.PathEscape(name), nil)
+	if err != nil {
+		return "", 0, err
+	}
+	if status != http.StatusOK {
+		return "", 0, fmt.Errorf("bench: get topic %q: HTTP %d: %s", name, status, resp)
+	}
+	var t struct {
+		Config struct {
+			Semantics  string `json:"semantics"`
+			Partitions int    `json:"partitions"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal([]byte(resp), &t); err != nil {
+		return "", 0, fmt.Errorf("bench: get topic %q: %w", name, err)
+	}
+	return t.Config.Semantics, t.Config.Partitions, nil
 }
 
 // deleteTopic deletes a topic with its messages, cancelling its groups.
@@ -80,6 +124,6 @@ func (a *adminAPI) do(ctx context.Context, method, path string, body []byte) (in
 		return 0, "", fmt.Errorf("bench: admin API (give --admin, or --no-admin to let the first publish create a QUEUE topic): %w", err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return resp.StatusCode, strings.TrimSpace(string(b)), nil
 }

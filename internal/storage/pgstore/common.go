@@ -39,6 +39,9 @@ const (
 	noLock    lockMode = iota
 	forShare           // FOR SHARE: the row cannot change or go away until the transaction ends
 	forUpdate          // FOR UPDATE
+	// FOR NO KEY UPDATE: like FOR UPDATE for a change of non-key columns, but does not block
+	// foreign-key checks (FOR KEY SHARE) of rows inserted elsewhere that reference this one.
+	forNoKeyUpdate
 )
 
 func (m lockMode) clause() string {
@@ -47,6 +50,8 @@ func (m lockMode) clause() string {
 		return " FOR SHARE"
 	case forUpdate:
 		return " FOR UPDATE"
+	case forNoKeyUpdate:
+		return " FOR NO KEY UPDATE"
 	}
 	return ""
 }

@@ -1,6 +1,8 @@
 package pgstore
 
 import (
+	"context"
+
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -17,7 +19,7 @@ func TestConformance(t *testing.T) {
 		return func(clock storage.Clock) (storage.Engine, error) {
 			c := cfg
 			c.Clock = clock
-			return Open(t.Context(), c)
+			return Open(context.WithoutCancel(t.Context()), c)
 		}
 	})
 }

@@ -213,6 +213,13 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 				return validName(err)
 			}
 		}
+		if toQueue {
+			// The queue subscription created below starts at the low offsets, which retention
+			// must not move meanwhile (lock order: partitions before subscriptions).
+			if _, err := tx.Exec(ctx, e.sql("SELECT 1 FROM spool.partitions WHERE topic_id = $1 ORDER BY partition FOR SHARE"), t.id); err != nil {
+				return fmt.Errorf("pgstore: topic update %q: lock partitions: %w", params.Name, err)
+			}
+		}
 		now := e.now()
 		if cfg.Partitions > old.Partitions {
 			if _, err := tx.Exec(ctx, e.sql("INSERT INTO spool.partitions (topic_id, partition) SELECT $1, g FROM generate_series($2::int, $3::int - 1) g"),
@@ -222,7 +229,7 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 		}
 		// The topic's subscriptions (not DELETED), locked: their delivery state grows with the
 		// partitions and a semantics change renames one of them.
-		subs, err := e.topicSubs(ctx, tx, t.id, forUpdate)
+		subs, err := e.topicSubs(ctx, tx, t.id, forNoKeyUpdate)
 		if err != nil {
 			return err
 		}

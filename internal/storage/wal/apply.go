@@ -258,10 +258,38 @@ func (e *Engine) applyRecord(body []byte) error {
 			return err
 		}
 		e.nextSubID = max(e.nextSubID, next)
+	case recCleanClose, recUnclean:
+		if len(body) != 1 {
+			return fmt.Errorf("state record %d: %d unexpected bytes", typ, len(body)-1)
+		}
+		if typ == recUnclean {
+			e.applyUnclean()
+		}
+	case recHorizon:
+		id, items, err := decodeHorizon(body)
+		if err != nil {
+			return err
+		}
+		if st := e.stateOf(id); st != nil {
+			for _, it := range items {
+				st.SetHorizon(it.partition, it.horizon)
+			}
+		}
 	default:
 		return fmt.Errorf("unknown state record type %d", typ)
 	}
 	return nil
+}
+
+// applyUnclean applies the restart rule after an unclean shutdown to every subscription (see
+// substate.Sub.UncleanRestart): Open does it live and records it (recUnclean), so a replay
+// rebuilds the same attempt counts.
+func (e *Engine) applyUnclean() {
+	for _, s := range e.subs {
+		if s.st != nil {
+			s.st.UncleanRestart()
+		}
+	}
 }
 
 func (e *Engine) stateOf(id int64) *substate.Sub {

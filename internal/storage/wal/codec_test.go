@@ -45,6 +45,24 @@ func TestStateRecordRoundTrip(t *testing.T) {
 	if err != nil || id != 5 || at != -3 || !reflect.DeepEqual(ids, []int64{1, 2, 300}) {
 		t.Fatalf("dlq ids: %v %d %d %v", err, id, at, ids)
 	}
+	hz := []horizonItem{{0, 1024}, {4095, 1 << 50}}
+	id, gh, err := decodeHorizon(encodeHorizon(12, hz))
+	if err != nil || id != 12 || !reflect.DeepEqual(gh, hz) {
+		t.Fatalf("horizon: %v %d %v", err, id, gh)
+	}
+	if _, _, err := decodeHorizon(append(encodeHorizon(12, hz), 0)); err == nil {
+		t.Fatal("horizon record with a trailing byte decoded")
+	}
+	for _, typ := range []byte{recCleanClose, recUnclean} {
+		e := bareEngine()
+		seedEngineState(e)
+		if err := e.applyRecord([]byte{typ}); err != nil {
+			t.Fatalf("record %d: %v", typ, err)
+		}
+		if err := e.applyRecord([]byte{typ, 0}); err == nil {
+			t.Fatalf("record %d with a payload applied", typ)
+		}
+	}
 	floors := []floorItem{{1, 0, 10}, {2, 3, 1 << 33}}
 	expired := []dlqExpiry{{1, []int64{4, 5}}, {9, []int64{}}}
 	gf, ge, err := decodeRetention(encodeRetention(floors, expired))
@@ -82,6 +100,9 @@ func FuzzStateRecord(f *testing.F) {
 	f.Add(encodeDLQ(1, &storage.DLQEntry{ID: 1, Message: storage.Message{Payload: []byte("x")}}))
 	f.Add(encodeDLQIDs(recDLQReplay, 1, 0, []int64{1}))
 	f.Add(encodeRetention([]floorItem{{1, 0, 3}}, nil))
+	f.Add(encodeHorizon(1, []horizonItem{{0, 1024}, {1, 7}}))
+	f.Add([]byte{recUnclean})
+	f.Add([]byte{recCleanClose})
 	f.Add(encodeJSON(recSubUpdate, &subUpdateRec{ID: 1, State: storage.Paused}))
 	f.Add(encodeJSON(recTopicUpdate, &topicUpdateRec{Name: "t", Config: storage.TopicConfig{Partitions: 3}.WithDefaults()}))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -99,15 +120,22 @@ func FuzzSnapshot(f *testing.F) {
 	st.Deliver(0, 0, "m", 10)
 	st.Deliver(0, 1, "m", 10)
 	st.Ack(0, 1, 5)
+	st.SetHorizon(0, 1026)
+	st.UncleanRestart()
 	valid := e.encodeSnapshotLocked(7)
 	f.Add(valid)
 	f.Add(valid[:len(valid)/2])
 	f.Fuzz(func(t *testing.T, b []byte) {
-		// Fix up the header and checksum so the fuzzer explores the body decoder.
+		// Fix up the header and checksum so the fuzzer explores the body decoder, of version 1
+		// (odd lengths) or the current version.
 		if len(b) >= snapshotHeaderBytes+4 {
 			b = append([]byte(nil), b...)
 			copy(b, snapshotMagic)
-			binary.LittleEndian.PutUint32(b[8:], snapshotVersion)
+			version := uint32(snapshotVersion)
+			if len(b)%2 == 1 {
+				version = 1
+			}
+			binary.LittleEndian.PutUint32(b[8:], version)
 			binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], castagnoli))
 		}
 		e := bareEngine()
@@ -127,6 +155,9 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		st.Deliver(0, o, "m", 10)
 	}
 	st.Ack(0, 3, 10)
+	st.SetHorizon(0, 1029)
+	st.SetHorizon(1, 1024)
+	st.UncleanRestart()
 	st.Delay(1, 0, 99)
 	st.AddDLQ(&storage.DLQEntry{SubscriptionID: 1, Message: storage.Message{Topic: "t", Offset: 2, Payload: []byte("p")}, DeadAt: time.Unix(1, 0).UTC()})
 	st.DLQReplay(nil, 50)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -24,8 +25,10 @@ const (
 type recordBatch [][]byte
 
 // queueStates queues records (with e.mu held) and returns a channel for their durability, or nil
-// when there is nothing to queue or wait for (ephemeral subscriptions are not persisted).
-func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool) <-chan error {
+// when there is nothing to queue or wait for (ephemeral subscriptions are not persisted). durable,
+// if not nil, is called from the committer goroutine once the records are durable; it must not
+// block.
+func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool, durable func()) <-chan error {
 	if len(recs) == 0 || s.meta.Ephemeral {
 		return nil
 	}
@@ -43,6 +46,8 @@ func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool) <-chan 
 	e.committer.AppendAsync(e.state, wr, func(_ int64, err error) {
 		if err != nil {
 			e.fail(fmt.Errorf("wal: state log append: %w", err))
+		} else if durable != nil {
+			durable()
 		}
 		if ch != nil {
 			ch <- err
@@ -89,9 +94,11 @@ func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQ
 // (oldest due first; with AvoidMember not to the member that had them last), then new messages
 // from the cursor, rotating the partition read first from one claim to the next. Messages whose
 // NotBefore is in the future wait without a delivery; messages past ExpiresAt are completed
-// without one. The claim is recorded in the state log without waiting for it to be durable: a
-// crash may forget a delivery (it is then made again with the same attempt number), never an
-// ack.
+// without one; a message whose next attempt would exceed max_deliveries (possible only after an
+// unclean restart) goes to the DLQ instead. The claim is recorded in the state log without
+// waiting for it to be durable, except in the two cases that keep attempt numbers from repeating
+// after a crash (doc.go, "Attempt numbers after a crash"): a new message at or beyond the durable
+// claim horizon, and a redelivery whose previous delivery is not durably recorded yet.
 func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
 	if params == nil {
 		return nil, invalid("nil params")
@@ -108,17 +115,46 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if err := e.checkLocked(); err != nil {
-		return nil, err
-	}
-	s, err := e.subLocked(params.SubscriptionID)
+	res, ch, err := e.claim(params)
 	if err != nil {
 		return nil, err
 	}
+	if ch != nil {
+		// The deliveries stay leased if this fails (ctx): their leases expire as if they had
+		// been handed out.
+		if err := wait(ctx, ch); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// horizonAhead is how far beyond the cursor a claim records the claim horizon of a partition, and
+// twice how close the cursor may come to the recorded horizon before the next horizon record is
+// queued. Records are written ahead, so a claim waits for one only when its subscription
+// delivers horizonAhead/2 messages of a partition within one group commit (or when it is the first
+// claim of a partition after it was created). After a crash up to horizonAhead never-delivered
+// messages per partition come back with attempt 2.
+const horizonAhead = 1024
+
+// possiblyDelivered is the DLQ reason detail of a message whose next attempt would exceed
+// max_deliveries.
+const possiblyDelivered = "max_deliveries reached: the last delivery may have been lost in an engine crash"
+
+// claim does the work of DeliveriesClaim under the locks. The returned channel, if not nil, must
+// be waited for (with no lock held) before the deliveries are handed out.
+func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, <-chan error, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if err := e.checkLocked(); err != nil {
+		return nil, nil, err
+	}
+	s, err := e.subLocked(params.SubscriptionID)
+	if err != nil {
+		return nil, nil, err
+	}
 	if s.meta.State != storage.Active || s.st == nil {
-		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, s.meta.ID, s.meta.State)
+		return nil, nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, s.meta.ID, s.meta.State)
 	}
 	t := s.topic
 	cfg := t.meta.Config
@@ -128,7 +164,7 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 		set := make(map[int32]bool, len(parts))
 		for _, p := range parts {
 			if p < 0 || int(p) >= len(t.parts) {
-				return nil, invalid("partition %d out of range, topic %q has %d", p, t.meta.Name, len(t.parts))
+				return nil, nil, invalid("partition %d out of range, topic %q has %d", p, t.meta.Name, len(t.parts))
 			}
 			set[p] = true
 		}
@@ -152,6 +188,12 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 	deadline := time.Unix(0, deadlineNs).UTC()
 	var recs recordBatch
 	var items []claimItem
+	// Ephemeral subscriptions are not persisted: nothing to wait for.
+	persisted := !s.meta.Ephemeral
+	mustWait := false
+	s.claimSeq++
+	seq := s.claimSeq
+	durableClaim := s.durableClaim.Load()
 
 	// 1. Expired leases.
 	for _, en := range s.st.ExpireLeases(nowNs, cfg.MaxDeliveries, substate.Backoff) {
@@ -165,10 +207,30 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 		d := &storage.Delivery{Message: *m, SubscriptionID: s.meta.ID, Attempt: en.Attempt, Member: params.Member, LeaseDeadline: deadline}
 		res.Deliveries = append(res.Deliveries, d)
 	}
+	// tooMany dead-letters an entry whose attempt exceeds max_deliveries instead of delivering it.
+	tooMany := func(en *substate.Entry) bool {
+		if en.Attempt <= cfg.MaxDeliveries {
+			return false
+		}
+		en.Attempt = cfg.MaxDeliveries
+		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, possiblyDelivered, now); r != nil {
+			recs = append(recs, r)
+		}
+		return true
+	}
 
 	// 2. Due redeliveries.
 	due, nextWait, hasWait := s.st.TakeDue(nowNs, params.Member, params.AvoidMember, allowed, params.Max, deadlineNs)
 	for _, en := range due {
+		if en.Claim > durableClaim {
+			// Its previous delivery is not durably recorded yet: this claim waits until it is
+			// (its own records come later), so a message never has two unrecorded deliveries.
+			mustWait = true
+		}
+		if tooMany(en) {
+			continue
+		}
+		en.Claim = seq
 		if en.Msg != nil {
 			deliver(en, en.Msg)
 			items = append(items, claimItem{kind: claimReplayed, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
@@ -188,6 +250,8 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 
 	// 3. New messages.
 	var cursors []cursorItem
+	var horizons []horizonItem
+	var horizonPtrs []*atomic.Int64
 	scanned := 0
 	moreNow := false
 	if remaining := params.Max - len(res.Deliveries); remaining > 0 && len(parts) > 0 {
@@ -197,6 +261,7 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 			pi := parts[(first+k)%len(parts)]
 			l := t.parts[pi].log
 			c0 := s.st.Cursor(pi)
+			hz := s.durableHorizon(pi)
 			for remaining > 0 {
 				c := s.st.Cursor(pi)
 				hw := l.NextIndex()
@@ -251,6 +316,14 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 						}
 					default:
 						en := s.st.Deliver(pi, o, params.Member, deadlineNs)
+						if tooMany(en) { // a suspect offset (attempt 2) and max_deliveries 1
+							scanned++
+							continue
+						}
+						en.Claim = seq
+						if o >= hz.Load() {
+							mustWait = true // beyond the durable horizon: wait for the one queued below
+						}
 						deliver(en, &m)
 						items = append(items, claimItem{kind: claimDeliver, partition: pi, offset: o, n: int64(en.Attempt)})
 						remaining--
@@ -262,6 +335,14 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 			}
 			if c := s.st.Cursor(pi); c != c0 {
 				cursors = append(cursors, cursorItem{partition: pi, cursor: c})
+				// Keep the recorded horizon ahead of the cursor (by at least twice what this claim
+				// took, so large claims do not wait every time).
+				if moved := c - c0; c+max(horizonAhead/2, moved) > s.st.Horizon(pi) {
+					h := c + max(horizonAhead, 2*moved)
+					s.st.SetHorizon(pi, h)
+					horizons = append(horizons, horizonItem{partition: pi, horizon: h})
+					horizonPtrs = append(horizonPtrs, hz)
+				}
 			}
 		}
 	}
@@ -281,11 +362,21 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 	if has {
 		res.NextDue = time.Unix(0, next).UTC()
 	}
+	if len(horizons) > 0 {
+		// First in the batch: a claim record is never durable without the horizon it relied on.
+		recs = append(recordBatch{encodeHorizon(s.meta.ID, horizons)}, recs...)
+	}
 	if len(items) > 0 || len(cursors) > 0 {
 		recs = append(recs, encodeClaim(s.meta.ID, items, cursors))
 	}
-	e.queueStates(s, recs, false)
-	return res, nil
+	durable := func() {
+		raise(&s.durableClaim, seq)
+		for i, h := range horizons {
+			raise(horizonPtrs[i], h.horizon)
+		}
+	}
+	ch := e.queueStates(s, recs, mustWait && persisted, durable)
+	return res, ch, nil
 }
 
 // updateSub runs fn on the delivery state of subscription id, holding Engine.mu shared and the
@@ -303,7 +394,7 @@ func (e *Engine) updateSub(ctx context.Context, id int64, durable bool, fn func(
 		return err
 	}
 	s.mu.Lock()
-	ch := e.queueStates(s, fn(s), durable)
+	ch := e.queueStates(s, fn(s), durable, nil)
 	s.mu.Unlock()
 	e.mu.RUnlock()
 	if ch != nil {

@@ -105,7 +105,7 @@ func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool
 			s.st.DLQPurge(sel)
 			rec = encodeDLQIDs(recDLQPurge, id, 0, sel)
 		}
-		ch = e.queueStates(s, recordBatch{rec}, true)
+		ch = e.queueStates(s, recordBatch{rec}, true, nil)
 	}
 	s.mu.Unlock()
 	e.mu.RUnlock()

@@ -184,6 +184,38 @@ type sub struct {
 	mu    sync.Mutex
 	st    *substate.Sub // nil once CANCELLED or DELETED
 	rr    int           // first partition the next claim reads new messages from
+
+	// Claim durability (see "Attempt numbers after a crash" in doc.go). claimSeq numbers the
+	// claims that deliver (guarded by mu); durableClaim is the highest of them whose records are
+	// durable (claims of one subscription are queued in order, so every lower one is too).
+	claimSeq     int64
+	durableClaim atomic.Int64
+	// hz holds, per partition, the highest claim horizon that is durable. Grown under mu by
+	// durableHorizon; the committer raises the values (the pointers never change).
+	hz []*atomic.Int64
+}
+
+// durableHorizon returns the durable claim horizon of partition p. The first call for a partition
+// takes the horizon of the delivery state, which is durable then: recovered at Open, or the start
+// offset of a new subscription or partition (no horizon record is queued before this call). s.mu
+// must be held.
+func (s *sub) durableHorizon(p int32) *atomic.Int64 {
+	for len(s.hz) <= int(p) {
+		a := new(atomic.Int64)
+		a.Store(s.st.Horizon(int32(len(s.hz))))
+		s.hz = append(s.hz, a)
+	}
+	return s.hz[p]
+}
+
+// raise sets a to v if v is higher.
+func raise(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
 }
 
 // Open opens or creates an engine in dir, recovering its state: the latest snapshot, then the
@@ -287,8 +319,9 @@ func (e *Engine) closeFiles() error {
 	return errors.Join(errs...)
 }
 
-// Close takes a final snapshot (so the next Open replays nothing), completes pending writes,
-// stops the engine's goroutine and closes its files. Later calls of any method return
+// Close takes a final snapshot (so the next Open replays nothing), records a clean close (so the
+// next Open knows no claim record was lost), completes pending writes, stops the engine's
+// goroutine and closes its files. Later calls of any method return
 // storage.ErrClosed. Close is safe to call twice.
 func (e *Engine) Close() error {
 	e.mu.Lock()
@@ -312,6 +345,10 @@ func (e *Engine) Close() error {
 	if e.failedErr() == nil {
 		if err := e.snapshot(true); err != nil {
 			errs = append(errs, fmt.Errorf("wal: final snapshot: %w", err))
+		} else if _, err := e.committer.Append(context.Background(), e.state,
+			[]wlog.Record{{Timestamp: e.clock.Now().UnixNano(), Body: []byte{recCleanClose}}}); err != nil {
+			// Without it the next Open assumes a crash: safe, attempt numbers only skip.
+			errs = append(errs, fmt.Errorf("wal: record clean close: %w", err))
 		}
 	}
 	errs = append(errs, e.closeFiles())

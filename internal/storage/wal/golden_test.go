@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,9 @@ func TestGoldenFormats(t *testing.T) {
 		{"dlq purge", encodeDLQIDs(recDLQPurge, 3, 0, []int64{2})},
 		{"retention", encodeRetention([]floorItem{{3, 1, 40}}, []dlqExpiry{{3, []int64{2}}})},
 		{"subscription ids", encodeSubIDs(17)},
+		{"clean close", []byte{recCleanClose}},
+		{"unclean restart", []byte{recUnclean}},
+		{"claim horizon", encodeHorizon(3, []horizonItem{{0, 1031}, {1, 1 << 40}})},
 	}
 	var out bytes.Buffer
 	for _, r := range records {
@@ -60,11 +64,14 @@ func TestGoldenFormats(t *testing.T) {
 	st.Deliver(0, 1, "m", 1)
 	st.Deliver(0, 2, "m", 1)
 	st.Ack(0, 1, 3)
+	st.SetHorizon(0, 1027)
+	st.SetHorizon(1, 1024)
+	st.UncleanRestart() // suspect offsets, attempts 2
 	st.Delay(1, 0, at.UnixNano())
 	st.AddDLQ(de)
 	fmt.Fprintf(&out, "snapshot\n%s\n", hex.EncodeToString(e.encodeSnapshotLocked(42)))
 
-	path := filepath.Join("testdata", "formats_v1.golden")
+	path := filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", snapshotVersion))
 	if *update {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {
 			t.Fatal(err)
@@ -90,4 +97,52 @@ func TestGoldenFormats(t *testing.T) {
 			t.Fatalf("replay %s: %v", r.name, err)
 		}
 	}
+}
+
+// TestGoldenFormatsV1: the records of format version 1 are still written with the same bytes, and
+// a version 1 snapshot (no claim horizon) still loads, with horizons at 0 (the first claim of each
+// partition then waits for a horizon record).
+func TestGoldenFormatsV1(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("testdata", "formats_v1.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", snapshotVersion)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(b []byte) map[string]string {
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		m := map[string]string{}
+		for i := 0; i+1 < len(lines); i += 2 {
+			m[lines[i]] = lines[i+1]
+		}
+		return m
+	}
+	v1, now := parse(b), parse(cur)
+	for name, hx := range v1 {
+		if name == "snapshot" {
+			continue
+		}
+		if now[name] != hx {
+			t.Errorf("record %q: version 1 bytes %s, now %s", name, hx, now[name])
+		}
+	}
+	snap, err := hex.DecodeString(v1["snapshot"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := bareEngine()
+	idx, err := e.decodeSnapshot(snap)
+	if err != nil || idx != 42 {
+		t.Fatalf("version 1 snapshot: index %d, %v", idx, err)
+	}
+	parts, _, _ := e.subs[3].st.Export()
+	for i, ps := range parts {
+		if ps.Horizon != 0 || ps.Suspect != 0 {
+			t.Errorf("partition %d: horizon %d suspect %d, want 0", i, ps.Horizon, ps.Suspect)
+		}
+	}
+	equal(t, parts[0].Cursor, int64(3), "cursor from the version 1 snapshot")
 }

@@ -115,7 +115,7 @@ func TestStateLogCompaction(t *testing.T) {
 	if bytes > 64<<10 {
 		t.Fatalf("state log holds %d bytes after compaction", bytes)
 	}
-	want := project(h.e)
+	want := projectCrashed(h.e)
 	h.crash()
 	diffProjection(t, want, project(h.e))
 	st := h.stats(q.ID)

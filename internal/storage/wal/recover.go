@@ -37,10 +37,12 @@ func (e *Engine) recover() error {
 		}
 	}
 	var replayed, bytes int64
+	clean := false // the log ends with a clean-close record
 	err = e.state.Scan(from, func(i int64, rec wlog.Record) (bool, error) {
 		if err := e.applyRecord(rec.Body); err != nil {
 			return false, fmt.Errorf("%w: wal: state log record %d: %v", storage.ErrCorrupt, i, err)
 		}
+		clean = len(rec.Body) == 1 && rec.Body[0] == recCleanClose
 		replayed++
 		bytes += int64(len(rec.Body)) + wlog.FrameHeaderBytes
 		return true, nil
@@ -55,7 +57,16 @@ func (e *Engine) recover() error {
 	}
 	e.removeOrphans()
 	now := e.now()
-	var dead []wlog.Record
+	// The first record of this run, durable before Open returns: after an unclean shutdown the
+	// rule of applyUnclean (applied now and on every later replay of the record); after a clean
+	// one a marker, so that the log no longer ends with the clean-close record.
+	first := []byte{recMarker}
+	if !clean && replayed > 0 {
+		e.logger.Warn("wal: the engine was not closed cleanly: attempt counts of messages in flight are raised by one")
+		e.applyUnclean()
+		first = []byte{recUnclean}
+	}
+	recs := []wlog.Record{{Timestamp: now.UnixNano(), Body: first}}
 	for _, s := range e.subs {
 		if s.st == nil || s.topic == nil {
 			continue
@@ -73,17 +84,21 @@ func (e *Engine) recover() error {
 		}
 		// Leases were lost with the restart. Messages on their last allowed delivery are
 		// dead-lettered as an expiry would have; the others are due at once (restored that way).
-		for _, en := range s.st.Exhausted(s.topic.meta.Config.MaxDeliveries) {
+		maxDel := s.topic.meta.Config.MaxDeliveries
+		for _, en := range s.st.Exhausted(maxDel) {
+			// A delivery never carries an attempt above max_deliveries, so that is all it can
+			// have had (an unclean restart may have counted one more).
+			en.Attempt = min(en.Attempt, maxDel)
 			if rec := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "lease lost in an engine restart", now); rec != nil && !s.meta.Ephemeral {
-				dead = append(dead, wlog.Record{Timestamp: now.UnixNano(), Body: rec})
+				recs = append(recs, wlog.Record{Timestamp: now.UnixNano(), Body: rec})
 			}
 		}
 	}
-	if len(dead) > 0 {
-		if _, err := e.committer.Append(context.Background(), e.state, dead); err != nil {
-			return fmt.Errorf("wal: record dead-lettered messages: %w", err)
-		}
-		e.logger.Info("wal: messages on their last delivery when the engine stopped dead-lettered", slog.Int("messages", len(dead)))
+	if _, err := e.committer.Append(context.Background(), e.state, recs); err != nil {
+		return fmt.Errorf("wal: record the restart: %w", err)
+	}
+	if dead := len(recs) - 1; dead > 0 {
+		e.logger.Info("wal: messages on their last delivery when the engine stopped dead-lettered", slog.Int("messages", dead))
 	}
 	e.stateBytes.Store(bytes)
 	if bytes >= e.cfg.StateLogSnapshotBytes {

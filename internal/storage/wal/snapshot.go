@@ -22,8 +22,9 @@ import (
 // Snapshot file format (see docs/storage.md, "State log and snapshot"). Part of the on-disk
 // format; never change: add a version instead.
 const (
-	snapshotMagic   = "SPOOLSNP"
-	snapshotVersion = 1
+	snapshotMagic = "SPOOLSNP"
+	// snapshotVersion is the version written. Version 1 (no claim horizon) is still read.
+	snapshotVersion = 2
 	snapshotPrefix  = "snapshot-"
 	snapshotExt     = ".bin"
 	// snapshotHeaderBytes: magic, version u32, state log index u64.
@@ -93,6 +94,8 @@ func (e *Engine) encodeSnapshotLocked(index int64) []byte {
 		for _, ps := range parts {
 			en.uvarint(uint64(ps.Floor))
 			en.uvarint(uint64(ps.Cursor))
+			en.uvarint(uint64(ps.Horizon))
+			en.uvarint(uint64(ps.Suspect))
 			en.uvarint(uint64(len(ps.Done)))
 			prev := ps.Floor
 			for _, r := range ps.Done {
@@ -145,8 +148,9 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 	if len(b) < snapshotHeaderBytes+4 || string(b[:8]) != snapshotMagic {
 		return 0, errors.New("bad magic or short file")
 	}
-	if v := binary.LittleEndian.Uint32(b[8:12]); v != snapshotVersion {
-		return 0, fmt.Errorf("unsupported snapshot version %d", v)
+	version := binary.LittleEndian.Uint32(b[8:12])
+	if version != 1 && version != snapshotVersion {
+		return 0, fmt.Errorf("unsupported snapshot version %d", version)
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -183,6 +187,10 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 			ps := &parts[i]
 			ps.Floor = int64(d.uvarint())
 			ps.Cursor = int64(d.uvarint())
+			if version >= 2 {
+				ps.Horizon = int64(d.uvarint())
+				ps.Suspect = int64(d.uvarint())
+			}
 			ps.Done = make([][2]int64, d.count(2))
 			prev := ps.Floor
 			for j := range ps.Done {

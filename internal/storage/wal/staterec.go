@@ -28,6 +28,9 @@ const (
 	recDLQPurge      byte = 15 // binary, see encodeDLQIDs
 	recRetention     byte = 16 // binary, see encodeRetention
 	recSubIDs        byte = 17 // binary: uvarint next subscription ID
+	recCleanClose    byte = 18 // no payload: Close ended cleanly; the last record of such a log
+	recUnclean       byte = 19 // no payload: Open after an unclean shutdown (see applyUnclean)
+	recHorizon       byte = 20 // binary, see encodeHorizon
 )
 
 // topicCreateRec creates a topic and, atomically, its queue subscription or binding
@@ -316,6 +319,34 @@ func decodeRetention(b []byte) (floors []floorItem, expired []dlqExpiry, err err
 		}
 	}
 	return floors, expired, d.done("retention record")
+}
+
+type horizonItem struct {
+	partition int32
+	horizon   int64
+}
+
+// encodeHorizon: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint horizon).
+func encodeHorizon(subID int64, items []horizonItem) []byte {
+	e := enc{b: make([]byte, 0, 4+len(items)*6)}
+	e.u8(recHorizon)
+	e.uvarint(uint64(subID))
+	e.uvarint(uint64(len(items)))
+	for _, it := range items {
+		e.uvarint(uint64(it.partition))
+		e.uvarint(uint64(it.horizon))
+	}
+	return e.b
+}
+
+func decodeHorizon(b []byte) (subID int64, items []horizonItem, err error) {
+	d := dec{b: b[1:]}
+	subID = int64(d.uvarint())
+	items = make([]horizonItem, d.count(2))
+	for i := range items {
+		items[i] = horizonItem{partition: int32(d.uvarint()), horizon: int64(d.uvarint())}
+	}
+	return subID, items, d.done("horizon record")
 }
 
 func encodeSubIDs(next int64) []byte {

@@ -96,7 +96,10 @@ CREATE INDEX subscriptions_owner ON spool.subscriptions (owner) WHERE ephemeral;
 -- sub_partitions: a subscription's position in one partition. Every offset below ack_floor is
 -- done; cursor is the next offset never delivered. Claims and acks lock these rows (FOR UPDATE),
 -- which is what makes competing members on different broker instances take turns. Updated once
--- per claim or ack batch (HOT updates: no indexed column changes).
+-- per claim or ack batch (HOT updates: no indexed column changes). Only subscriptions with delivery
+-- state (ACTIVE, PAUSED, DEAD) have rows, one per topic partition: TopicUpdate adds the rows of new
+-- partitions (from offset 0); SubscriptionUpdate to CANCELLED and SubscriptionDelete delete them
+-- (delivery rows go with them by ON DELETE CASCADE).
 CREATE TABLE spool.sub_partitions (
     sub_id    bigint NOT NULL REFERENCES spool.subscriptions (id) ON DELETE CASCADE,
     partition int NOT NULL,

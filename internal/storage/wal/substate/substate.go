@@ -23,6 +23,10 @@ type Entry struct {
 	Time int64
 	// Msg is the copy of a replayed DLQ message; nil for a message read from the partition log.
 	Msg *storage.Message
+	// Claim is the engine's sequence number of the claim that made the last delivery, 0 when that
+	// delivery is known to be recorded durably (restored entries). The engine sets and reads it;
+	// this package only keeps it.
+	Claim int64
 
 	idx int // position in the heap it is in, -1 if none
 }
@@ -33,6 +37,10 @@ func (e *Entry) Replayed() bool { return e.Msg != nil }
 // part is the state of one partition.
 type part struct {
 	floor, cursor int64
+	// horizon is the claim horizon: the engine delivers offsets at or above it only once a horizon
+	// record further ahead is durable. suspect: offsets in [cursor, suspect) may have been delivered
+	// once before an unclean shutdown (their claim record was lost); 0 or <= cursor means none.
+	horizon, suspect int64
 	pending       map[int64]*Entry
 	replayed      map[int64]*Entry
 	done          bitset
@@ -59,7 +67,7 @@ func New(starts []int64) *Sub {
 
 // AddPartition adds a partition starting at start (the topic grew).
 func (s *Sub) AddPartition(start int64) {
-	s.parts = append(s.parts, &part{floor: start, cursor: start})
+	s.parts = append(s.parts, &part{floor: start, cursor: start, horizon: start})
 }
 
 // Partitions is the number of partitions.
@@ -177,26 +185,71 @@ func (s *Sub) markDone(p int32, o int64) bool {
 }
 
 // Deliver leases the never-delivered offset o of partition p (o is Cursor(p)) to member as its
-// first delivery.
+// first delivery: attempt 1, or 2 when o is suspect (it may have been delivered once before an
+// unclean shutdown, see UncleanRestart).
 func (s *Sub) Deliver(p int32, o int64, member string, deadline int64) *Entry {
 	e := s.entryAt(p, o)
 	if e == nil {
 		return nil
 	}
+	s.markSuspect(e)
 	e.Attempt++
 	s.setLeased(e, member, deadline)
 	return e
 }
 
 // Delay makes the never-delivered offset o of partition p (o is Cursor(p)) wait until due without
-// a delivery (a NotBefore time in the future).
+// a delivery (a NotBefore time in the future). A suspect offset counts one possible delivery.
 func (s *Sub) Delay(p int32, o int64, due int64) *Entry {
 	e := s.entryAt(p, o)
 	if e == nil {
 		return nil
 	}
+	s.markSuspect(e)
 	s.setWaiting(e, due)
 	return e
+}
+
+// markSuspect counts one possible delivery for a never-delivered entry below its partition's
+// suspect offset.
+func (s *Sub) markSuspect(e *Entry) {
+	if pt := s.part(e.Partition); pt != nil && e.Attempt == 0 && e.Offset < pt.suspect {
+		e.Attempt = 1
+	}
+}
+
+// Horizon returns the claim horizon of partition p (see package wal: the engine hands out an
+// offset at or above the durable horizon only after recording a horizon further ahead).
+func (s *Sub) Horizon(p int32) int64 { return s.parts[p].horizon }
+
+// SetHorizon raises the claim horizon of partition p to h (live, and on replay of a horizon
+// record). A lower h changes nothing.
+func (s *Sub) SetHorizon(p int32, h int64) {
+	if pt := s.part(p); pt != nil && h > pt.horizon {
+		pt.horizon = h
+	}
+}
+
+// Suspect returns the suspect offset of partition p: offsets in [Cursor(p), Suspect(p)) may have
+// been delivered once before an unclean shutdown.
+func (s *Sub) Suspect(p int32) int64 { return s.parts[p].suspect }
+
+// UncleanRestart applies what a restart after an unclean shutdown (a crash: claim records that
+// were not yet durable may be lost) must assume: every waiting or delivered message may have had
+// one more delivery than recorded, so its attempt count goes up by one; and every offset between
+// the cursor and the claim horizon may have been delivered once, so it becomes suspect. The engine
+// guarantees there is at most one unrecorded delivery per message, so attempt numbers handed out
+// afterwards never repeat one handed out before the shutdown (they may skip one).
+func (s *Sub) UncleanRestart() {
+	for _, pt := range s.parts {
+		pt.suspect = max(pt.suspect, pt.horizon)
+		for _, e := range pt.pending {
+			e.Attempt++
+		}
+		for _, e := range pt.replayed {
+			e.Attempt++
+		}
+	}
 }
 
 // Complete marks offset o of partition p done without a delivery (the message expired, or it no
@@ -561,6 +614,8 @@ func (s *Sub) Clamp(p int32, hw int64) {
 	if pt.floor > hw {
 		pt.floor = hw
 	}
+	pt.horizon = min(pt.horizon, hw)
+	pt.suspect = min(pt.suspect, hw)
 }
 
 // RestoreClaim replays a claim record item: offset o of partition p (or its replayed copy) was
@@ -653,6 +708,9 @@ type EntryState struct {
 // PartState is the persisted form of a partition's state.
 type PartState struct {
 	Floor, Cursor int64
+	// Horizon is the claim horizon; Suspect the end of the offsets above the cursor that may have
+	// been delivered once before an unclean shutdown (0 when none).
+	Horizon, Suspect int64
 	// Done lists the done offsets above the floor as increasing, disjoint [start, end) runs.
 	Done     [][2]int64
 	Pending  []EntryState // offset order
@@ -664,7 +722,10 @@ type PartState struct {
 func (s *Sub) Export() (parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) {
 	parts = make([]PartState, len(s.parts))
 	for i, pt := range s.parts {
-		ps := PartState{Floor: pt.floor, Cursor: pt.cursor}
+		ps := PartState{Floor: pt.floor, Cursor: pt.cursor, Horizon: pt.horizon}
+		if pt.suspect > pt.cursor {
+			ps.Suspect = pt.suspect
+		}
 		pt.done.each(func(o int64) {
 			if n := len(ps.Done); n > 0 && ps.Done[n-1][1] == o {
 				ps.Done[n-1][1] = o + 1
@@ -702,7 +763,7 @@ func exportEntries(m map[int64]*Entry) []EntryState {
 func Import(parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) *Sub {
 	s := &Sub{nextDLQ: max(nextDLQ, 1)}
 	for i, ps := range parts {
-		pt := &part{floor: ps.Floor, cursor: max(ps.Cursor, ps.Floor)}
+		pt := &part{floor: ps.Floor, cursor: max(ps.Cursor, ps.Floor), horizon: ps.Horizon, suspect: ps.Suspect}
 		s.parts = append(s.parts, pt)
 		for _, r := range ps.Done {
 			if lo, hi := max(r[0], pt.floor), min(r[1], pt.floor+MaxDoneSpan); lo < hi {

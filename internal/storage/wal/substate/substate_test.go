@@ -512,3 +512,68 @@ func TestAckBeyondDoneSpanRefused(t *testing.T) {
 	}
 	checkInvariants(t, s)
 }
+
+// UncleanRestart counts one more attempt for every message in the delivery state and makes the
+// offsets between the cursor and the claim horizon suspect: their first delivery is attempt 2, and
+// one that waits for its NotBefore counts one possible delivery. Export and Import keep both.
+func TestUncleanRestartAndSuspectOffsets(t *testing.T) {
+	t.Parallel()
+	s := New([]int64{0, 10})
+	if s.Horizon(0) != 0 || s.Horizon(1) != 10 {
+		t.Fatalf("initial horizons %d %d, want the start offsets", s.Horizon(0), s.Horizon(1))
+	}
+	s.SetHorizon(0, 100)
+	s.SetHorizon(0, 50) // lower: ignored
+	if s.Horizon(0) != 100 {
+		t.Fatalf("horizon %d, want 100", s.Horizon(0))
+	}
+	s.Deliver(0, 0, "a", 10*sec)
+	s.Deliver(0, 1, "a", 10*sec)
+	s.Nack(0, 1, "a", 0, 5*sec, false, 9)
+	s.DLQReplay(nil, 0) // nothing to replay
+	s.AddDLQ(&storage.DLQEntry{Message: storage.Message{Partition: 0, Offset: 0, Payload: []byte("x")}})
+	s.DLQReplay(nil, 0) // a replayed copy of offset 0, attempt 0
+
+	s.UncleanRestart()
+	checkInvariants(t, s)
+	if s.Suspect(0) != 100 || s.Suspect(1) != 10 {
+		t.Fatalf("suspect %d %d, want 100 10", s.Suspect(0), s.Suspect(1))
+	}
+	pt := s.parts[0]
+	if pt.pending[0].Attempt != 2 || pt.pending[1].Attempt != 2 || pt.replayed[0].Attempt != 1 {
+		t.Fatalf("attempts after the unclean restart: %d %d replayed %d, want 2 2 1",
+			pt.pending[0].Attempt, pt.pending[1].Attempt, pt.replayed[0].Attempt)
+	}
+	if e := s.Deliver(0, 2, "a", 10*sec); e.Attempt != 2 {
+		t.Fatalf("first delivery of suspect offset 2: attempt %d, want 2", e.Attempt)
+	}
+	if e := s.Delay(0, 3, 50*sec); e.Attempt != 1 {
+		t.Fatalf("suspect offset 3 waiting for NotBefore: attempt %d, want 1", e.Attempt)
+	}
+
+	parts, dlq, next := s.Export()
+	if parts[0].Horizon != 100 || parts[0].Suspect != 100 || parts[1].Suspect != 0 {
+		t.Fatalf("exported %+v", parts)
+	}
+	back := Import(parts, dlq, next)
+	checkInvariants(t, back)
+	if p2, _, _ := back.Export(); !reflect.DeepEqual(parts, p2) {
+		t.Fatalf("export/import:\n%+v\n%+v", parts, p2)
+	}
+	if e := back.Deliver(0, 4, "a", 10*sec); e.Attempt != 2 {
+		t.Fatalf("suspect offset after import: attempt %d, want 2", e.Attempt)
+	}
+	// Beyond the suspect range, first deliveries are attempt 1 again.
+	back.SetHorizon(0, 200)
+	for o := int64(5); o < 100; o++ {
+		back.Complete(0, o)
+	}
+	if e := back.Deliver(0, 100, "a", 10*sec); e == nil || e.Attempt != 1 {
+		t.Fatalf("offset 100 (not suspect): %+v", e)
+	}
+	// Clamp cuts horizon and suspect back to the high-water mark.
+	back.Clamp(0, 3)
+	if back.Horizon(0) != 3 || back.Suspect(0) != 3 {
+		t.Fatalf("after clamp: horizon %d suspect %d", back.Horizon(0), back.Suspect(0))
+	}
+}

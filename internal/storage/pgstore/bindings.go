@@ -1,0 +1,100 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// BindingCreate registers a durable group on a topic pattern: TopicCreate of a matching PUB_SUB
+// topic subscribes the group from the topic's beginning, atomically with the creation (see
+// TopicCreate for how the two serialize across instances). Existing topics are not subscribed.
+func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreateParams) (*storage.Binding, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if err := names.ValidateGroup(params.Group); err != nil {
+		return nil, validName(err)
+	}
+	if err := names.ValidatePattern(params.Pattern); err != nil {
+		return nil, validName(err)
+	}
+	start, err := validStart(params.Start)
+	if err != nil {
+		return nil, err
+	}
+	startJSON, err := json.Marshal(start)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: encode start position: %w", err)
+	}
+	var out *storage.Binding
+	err = e.tx(ctx, func(tx pgx.Tx) error {
+		b := &storage.Binding{Group: params.Group, Pattern: params.Pattern, Start: start, CreatedAt: e.now()}
+		_, err := tx.Exec(ctx, e.sql("INSERT INTO spool.bindings (group_name, pattern, start, created_at) VALUES ($1, $2, $3, $4)"),
+			b.Group, b.Pattern, startJSON, b.CreatedAt)
+		if isUniqueViolation(err) {
+			return fmt.Errorf("%w: group %q pattern %q", storage.ErrBindingExists, params.Group, params.Pattern)
+		}
+		if err != nil {
+			return fmt.Errorf("pgstore: create binding %q %q: %w", params.Group, params.Pattern, err)
+		}
+		out = b
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// BindingDelete removes a binding; the subscriptions it created stay.
+func (e *Engine) BindingDelete(ctx context.Context, params *storage.BindingDeleteParams) error {
+	if params == nil {
+		return invalid("nil params")
+	}
+	return e.tx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, e.sql("DELETE FROM spool.bindings WHERE group_name = $1 AND pattern = $2"), params.Group, params.Pattern)
+		if err != nil {
+			return fmt.Errorf("pgstore: delete binding %q %q: %w", params.Group, params.Pattern, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: group %q pattern %q", storage.ErrBindingNotFound, params.Group, params.Pattern)
+		}
+		return nil
+	})
+}
+
+// BindingList lists all bindings ordered by group, then pattern (byte-wise).
+func (e *Engine) BindingList(ctx context.Context) ([]*storage.Binding, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := e.pool.Query(ctx, e.sql("SELECT group_name, pattern, start, created_at FROM spool.bindings ORDER BY group_name, pattern"))
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: list bindings: %w", err))
+	}
+	defer rows.Close()
+	out := []*storage.Binding{}
+	for rows.Next() {
+		var b storage.Binding
+		var start []byte
+		if err := rows.Scan(&b.Group, &b.Pattern, &start, &b.CreatedAt); err != nil {
+			return nil, e.mapErr(fmt.Errorf("pgstore: list bindings: %w", err))
+		}
+		if err := json.Unmarshal(start, &b.Start); err != nil {
+			return nil, fmt.Errorf("%w: binding %q %q: start: %v", storage.ErrCorrupt, b.Group, b.Pattern, err)
+		}
+		b.Start.Time = b.Start.Time.UTC()
+		b.CreatedAt = b.CreatedAt.UTC()
+		out = append(out, &b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: list bindings: %w", err))
+	}
+	return out, nil
+}

@@ -1,0 +1,276 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// bucketState is the in-memory state of the message log: the buckets (partitions of
+// spool.messages) known to exist, and the round-robin counter of keyless messages.
+type bucketState struct {
+	// width is the time span of one bucket (spool.settings bucket_seconds), set by start.
+	width time.Duration
+
+	mu    sync.Mutex
+	known map[int64]struct{} // start of the bucket, Unix seconds
+
+	// rr spreads keyless messages over partitions (see assignPartitions).
+	rr atomic.Uint32
+}
+
+// bucketLockTimeout bounds how long bucket creation waits for the locks of DDL on spool.messages
+// (ATTACH PARTITION conflicts with a DETACH CONCURRENTLY in progress). A transactional publisher
+// whose own transaction is what the detach waits for then gets an error instead of a deadlock
+// PostgreSQL cannot see (it goes through the application).
+const bucketLockTimeout = "10s"
+
+// bucketLockSQL takes the bucket lock: the row lock of spool.settings 'bucket_seconds', which
+// engine instances and the SQL function spool.publish all take before creating or dropping a
+// bucket (readers of the row are not blocked).
+const bucketLockSQL = "SELECT 1 FROM spool.settings WHERE key = 'bucket_seconds' FOR UPDATE"
+
+// lockBuckets takes the bucket lock until tx ends.
+func (e *Engine) lockBuckets(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, e.sql(bucketLockSQL))
+	return err
+}
+
+// bucketStart returns the start (Unix seconds) of the bucket holding t.
+func (e *Engine) bucketStart(t time.Time) int64 {
+	w := int64(e.bucket.width / time.Second)
+	s := t.Unix()
+	start := s / w * w
+	if s < 0 && s%w != 0 {
+		start -= w
+	}
+	return start
+}
+
+// bucketName is the table name of the bucket starting at start (Unix seconds), without schema.
+func bucketName(start int64) string {
+	return "messages_" + time.Unix(start, 0).UTC().Format("20060102t150405")
+}
+
+// pgTimeLiteral formats a time as a timestamptz literal for DDL (which takes no parameters).
+func pgTimeLiteral(t time.Time) string {
+	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "+00'"
+}
+
+// bucketKnown reports whether the bucket starting at start is known to exist.
+func (e *Engine) bucketKnown(start int64) bool {
+	e.bucket.mu.Lock()
+	defer e.bucket.mu.Unlock()
+	_, ok := e.bucket.known[start]
+	return ok
+}
+
+func (e *Engine) setBucketKnown(start int64, known bool) {
+	e.bucket.mu.Lock()
+	defer e.bucket.mu.Unlock()
+	if e.bucket.known == nil {
+		e.bucket.known = map[int64]struct{}{}
+	}
+	if known {
+		e.bucket.known[start] = struct{}{}
+	} else {
+		delete(e.bucket.known, start)
+	}
+}
+
+// ensureBucket makes sure the bucket holding t exists. It is cheap when the bucket is known;
+// otherwise it creates it in its own transaction (outside any publishing transaction): CREATE
+// TABLE ... (LIKE spool.messages INCLUDING ALL) with a CHECK constraint matching the range, then
+// ATTACH PARTITION (which takes SHARE UPDATE EXCLUSIVE on spool.messages, so readers and writers
+// are not blocked), registered in spool.buckets. The bucket lock (bucketLockSQL) serializes
+// creators of every instance and of spool.publish; a bucket created by another is found in
+// spool.buckets.
+func (e *Engine) ensureBucket(ctx context.Context, t time.Time) error {
+	start := e.bucketStart(t)
+	if e.bucketKnown(start) {
+		return nil
+	}
+	return e.createBucket(ctx, start)
+}
+
+func (e *Engine) createBucket(ctx context.Context, start int64) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	from := time.Unix(start, 0).UTC()
+	to := from.Add(e.bucket.width)
+	name := bucketName(start)
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+bucketLockTimeout+"'"); err != nil {
+			return err
+		}
+		if err := e.lockBuckets(ctx, tx); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, e.sql("SELECT EXISTS (SELECT 1 FROM spool.buckets WHERE start_at = $1)"), from).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return nil
+		}
+		rng := "FROM (" + pgTimeLiteral(from) + ") TO (" + pgTimeLiteral(to) + ")"
+		ddl := "CREATE TABLE spool." + name + " (LIKE spool.messages INCLUDING ALL);\n" +
+			"ALTER TABLE spool." + name + " ADD CONSTRAINT " + name + "_range CHECK (published_at >= " + pgTimeLiteral(from) +
+			" AND published_at < " + pgTimeLiteral(to) + ");\n" +
+			"ALTER TABLE spool.messages ATTACH PARTITION spool." + name + " FOR VALUES " + rng + ";\n" +
+			"ALTER TABLE spool." + name + " DROP CONSTRAINT " + name + "_range"
+		if _, err := tx.Exec(ctx, e.sql(ddl)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, e.sql("INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3)"), name, from, to)
+		return err
+	})
+	if err != nil {
+		return e.mapErr(fmt.Errorf("pgstore: create bucket %s [%s, %s): %w", name, from.Format(time.RFC3339), to.Format(time.RFC3339), err))
+	}
+	e.setBucketKnown(start, true)
+	return nil
+}
+
+// bucket is a row of spool.buckets.
+type bucket struct {
+	name     string
+	startAt  time.Time
+	endAt    time.Time
+	startKey int64
+}
+
+// dropBuckets detaches and drops the buckets that hold no retained message: those ending at or
+// before the low_published_at of every partition that has retained messages, and at or before
+// now. It returns how many it dropped.
+//
+// Each bucket is removed from spool.buckets first (under the bucket lock), detached with DETACH
+// PARTITION CONCURRENTLY (outside a transaction block and without holding any lock of ours, so a
+// transactional publisher creating a bucket meanwhile cannot deadlock with it), then checked: if a
+// row at or above its partition's low offset is in it (a publisher with a clock far behind wrote
+// there meanwhile), it is attached again; otherwise dropped.
+func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
+	var candidates []bucket
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, e.sql(bucketLockSQL+" SKIP LOCKED")).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // another instance is creating or dropping buckets
+		}
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, e.sql(`
+			DELETE FROM spool.buckets b
+			WHERE b.end_at <= $1
+			  AND b.end_at <= coalesce((SELECT min(low_published_at) FROM spool.partitions), 'infinity')
+			RETURNING name, start_at, end_at`), now)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var b bucket
+			if err := rows.Scan(&b.name, &b.startAt, &b.endAt); err != nil {
+				rows.Close()
+				return err
+			}
+			b.startKey = b.startAt.Unix()
+			candidates = append(candidates, b)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: retention: list buckets: %w", err)
+	}
+	dropped := 0
+	var firstErr error
+	for _, b := range candidates {
+		e.setBucketKnown(b.startKey, false)
+		if err := e.dropBucket(ctx, b); err != nil {
+			e.log.Warn("pgstore: drop bucket", "bucket", b.name, "err", err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		dropped++
+	}
+	return dropped, firstErr
+}
+
+// dropBucket detaches and drops one bucket already removed from spool.buckets; see dropBuckets.
+func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
+	reattach := func() error {
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			if err := e.lockBuckets(ctx, tx); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, e.sql("ALTER TABLE spool.messages ATTACH PARTITION spool."+b.name+
+				" FOR VALUES FROM ("+pgTimeLiteral(b.startAt)+") TO ("+pgTimeLiteral(b.endAt)+")")); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, e.sql("INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3)"), b.name, b.startAt, b.endAt)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("reattach: %w", err)
+		}
+		e.setBucketKnown(b.startKey, true)
+		return nil
+	}
+	var attached bool
+	err := e.pool.QueryRow(ctx, e.sql(`SELECT EXISTS (SELECT 1 FROM pg_inherits
+		WHERE inhrelid = to_regclass('spool.`+b.name+`') AND inhparent = to_regclass('spool.messages'))`)).Scan(&attached)
+	if err != nil {
+		return err
+	}
+	if attached {
+		_, err := e.pool.Exec(ctx, e.sql("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name+" CONCURRENTLY"))
+		if err != nil {
+			if pgCode(err) == "55000" { // an earlier detach was interrupted: finish it
+				_, err = e.pool.Exec(ctx, e.sql("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name+" FINALIZE"))
+			}
+			if err != nil {
+				return errors.Join(fmt.Errorf("detach: %w", err), e.reregister(ctx, b))
+			}
+		}
+	}
+	var retained bool
+	err = e.pool.QueryRow(ctx, e.sql(`SELECT EXISTS (SELECT 1 FROM spool.partitions p WHERE EXISTS (
+		SELECT 1 FROM spool.`+b.name+` d WHERE d.topic_id = p.topic_id AND d.partition = p.partition AND d."offset" >= p.low_offset))`)).Scan(&retained)
+	if err != nil {
+		return errors.Join(fmt.Errorf("check: %w", err), reattach())
+	}
+	if retained {
+		e.log.Warn("pgstore: bucket still holds retained messages, attached again", "bucket", b.name)
+		return reattach()
+	}
+	if _, err := e.pool.Exec(ctx, e.sql("DROP TABLE spool."+b.name)); err != nil {
+		return fmt.Errorf("drop: %w", err)
+	}
+	e.log.Debug("pgstore: dropped bucket", "bucket", b.name)
+	return nil
+}
+
+// reregister puts a bucket that could not be detached back into spool.buckets.
+func (e *Engine) reregister(ctx context.Context, b bucket) error {
+	_, err := e.pool.Exec(ctx, e.sql("INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"),
+		b.name, b.startAt, b.endAt)
+	if err == nil {
+		e.setBucketKnown(b.startKey, true)
+	}
+	return err
+}
+
+// tryXactLock takes a transaction-level advisory lock if it is free.
+func tryXactLock(ctx context.Context, tx pgx.Tx, key int64) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", key).Scan(&ok)
+	return ok, err
+}

@@ -1,0 +1,1245 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Delivery state in memory: what one delivery operation loads of a subscription (under its
+// sub_partitions locks), changes, and writes back in one batch. See migrations/0002_deliveries.sql
+// for the tables.
+
+// Row states of spool.deliveries (and spool.dlq.replay).
+const (
+	stLeased  = "leased"
+	stWaiting = "waiting"
+	stAcked   = "acked"
+)
+
+// dref is a (partition, offset) pair, a map key.
+type dref struct {
+	p int32
+	o int64
+}
+
+// drow is a row of spool.deliveries.
+type drow struct {
+	partition int32
+	offsets   []int64 // sorted while loaded; sorted again by finish
+	state     string
+	attempt   int
+	member    string
+	due       time.Time
+
+	stored  bool  // the row exists in the database
+	key     int64 // its lo there
+	changed bool
+	removed map[int64]bool // offsets taken out of offsets
+}
+
+// live returns the offsets of the row that were not removed.
+func (r *drow) live() []int64 {
+	if len(r.removed) == 0 {
+		return r.offsets
+	}
+	out := make([]int64, 0, len(r.offsets))
+	for _, o := range r.offsets {
+		if !r.removed[o] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// dreplay is a replayed DLQ entry (spool.dlq with replay set).
+type dreplay struct {
+	id        int64
+	partition int32
+	offset    int64
+	state     string
+	attempt   int
+	member    string
+	due       time.Time
+
+	changed bool
+	acked   bool // delete the entry
+	dead    *dlqOutcome
+}
+
+// dlqOutcome is why an entry goes (back) to the DLQ.
+type dlqOutcome struct {
+	reason  storage.DLQReason
+	lastErr string
+	attempt int
+}
+
+// dpart is a subscription partition: its sub_partitions row and the topic partition's bounds.
+type dpart struct {
+	p             int32
+	floor, cursor int64
+	hw, low       int64
+	cursor0       int64 // cursor as loaded
+	touched       bool  // floor or cursor may have changed
+}
+
+// deadItem is a message of the log to copy into the DLQ.
+type deadItem struct {
+	p int32
+	o int64
+	dlqOutcome
+}
+
+// dstate is the loaded delivery state of one subscription.
+type dstate struct {
+	sub     *subRow
+	cfg     storage.TopicConfig
+	parts   []*dpart // partition order
+	partOf  map[int32]*dpart
+	rows    []*drow
+	index   map[dref]*drow // live offsets of the loaded rows, by position
+	replays []*dreplay
+	replay  map[dref]*dreplay
+	dead    []deadItem
+
+	// Earliest due times of the rows that were not loaded (claims load only what is due).
+	otherLease, otherWait time.Time
+}
+
+// Which delivery rows a load reads.
+type loadMode int
+
+const (
+	loadDue    loadMode = iota // rows due at now, and acked rows (claims)
+	loadRefs                   // rows listing one of the refs (ack, nack, extend)
+	loadMember                 // the member's leased rows (release)
+)
+
+// loadState reads subscription id with its topic's configuration, locks its sub_partitions rows
+// (FOR UPDATE, partition order), and reads the partitions' bounds, the delivery rows of mode and
+// the replayed DLQ entries, in one round trip. It fails with storage.ErrSubscriptionNotFound, and
+// with storage.ErrSubscriptionNotActive for a CANCELLED subscription.
+func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Time, mode loadMode, refs []storage.DeliveryRef, member string) (*dstate, error) {
+	b := &pgx.Batch{}
+	b.Queue(e.sql(`SELECT `+subColumns+`, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
+		FROM spool.subscriptions s WHERE s.id = $1`), id)
+	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
+	b.Queue(e.sql(`SELECT p.partition, p.next_offset, p.low_offset FROM spool.partitions p
+		WHERE p.topic_id = (SELECT s.topic_id FROM spool.subscriptions s WHERE s.id = $1)`), id)
+	const rowCols = `SELECT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due FROM spool.deliveries d `
+	switch mode {
+	case loadDue:
+		b.Queue(e.sql(rowCols+`WHERE d.sub_id = $1 AND (d.due <= $2 OR d.state = 'acked')`), id, now)
+	case loadRefs:
+		ps, os := splitRefs(refs)
+		b.Queue(e.sql(rowCols+`WHERE d.sub_id = $1 AND EXISTS (
+			SELECT 1 FROM unnest($2::int[], $3::bigint[]) AS r(p, o)
+			WHERE r.p = d.partition AND r.o >= d.lo AND r.o <= d.offsets[cardinality(d.offsets)] AND r.o = ANY (d.offsets))`), id, ps, os)
+	case loadMember:
+		b.Queue(e.sql(rowCols+`WHERE d.sub_id = $1 AND d.state = 'leased' AND d.member = $2`), id, member)
+	}
+	b.Queue(e.sql(`SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
+		FROM spool.dlq WHERE sub_id = $1 AND replay IS NOT NULL ORDER BY id`), id)
+	if mode == loadDue {
+		b.Queue(e.sql(`SELECT min(due) FILTER (WHERE state = 'leased'), min(due) FILTER (WHERE state = 'waiting')
+			FROM spool.deliveries WHERE sub_id = $1 AND due > $2 AND state <> 'acked'`), id, now)
+	}
+	br := tx.SendBatch(ctx, b)
+	st, err := e.readState(br, id, mode)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (e *Engine) readState(br pgx.BatchResults, id int64, mode loadMode) (*dstate, error) {
+	wrap := func(err error) error { return fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err) }
+	var cfg []byte
+	var s subRow
+	var state string
+	var start []byte
+	err := br.QueryRow().Scan(&s.ID, &s.topicID, &s.Topic, &s.Group, &s.Pattern, &s.Ephemeral, &state, &start, &s.CreatedAt, &s.UpdatedAt, &cfg)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && state == string(storage.Deleted)) {
+		return nil, fmt.Errorf("%w: id %d", storage.ErrSubscriptionNotFound, id)
+	}
+	if err != nil {
+		return nil, wrap(err)
+	}
+	s.State = storage.SubscriptionState(state)
+	if s.State == storage.Cancelled {
+		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, id, s.State)
+	}
+	st := &dstate{sub: &s, partOf: map[int32]*dpart{}, index: map[dref]*drow{}, replay: map[dref]*dreplay{}}
+	if err := json.Unmarshal(cfg, &st.cfg); err != nil {
+		return nil, fmt.Errorf("%w: topic of subscription %d: config: %v", storage.ErrCorrupt, id, err)
+	}
+	rows, _ := br.Query()
+	for rows.Next() {
+		dp := &dpart{}
+		if err := rows.Scan(&dp.p, &dp.floor, &dp.cursor); err != nil {
+			return nil, wrap(err)
+		}
+		dp.cursor0 = dp.cursor
+		st.parts = append(st.parts, dp)
+		st.partOf[dp.p] = dp
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err)
+	}
+	if len(st.parts) == 0 {
+		// Cancelled (or deleted) while this operation waited for its locks.
+		return nil, fmt.Errorf("%w: subscription %d has no delivery state", storage.ErrSubscriptionNotActive, id)
+	}
+	rows, _ = br.Query()
+	for rows.Next() {
+		var p int32
+		var hw, low int64
+		if err := rows.Scan(&p, &hw, &low); err != nil {
+			return nil, wrap(err)
+		}
+		if dp := st.partOf[p]; dp != nil {
+			dp.hw, dp.low = hw, low
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err)
+	}
+	rows, _ = br.Query()
+	for rows.Next() {
+		r := &drow{stored: true}
+		if err := rows.Scan(&r.partition, &r.key, &r.offsets, &r.state, &r.attempt, &r.member, &r.due); err != nil {
+			return nil, wrap(err)
+		}
+		r.due = r.due.UTC()
+		st.rows = append(st.rows, r)
+		for _, o := range r.offsets {
+			st.index[dref{r.partition, o}] = r
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err)
+	}
+	rows, _ = br.Query()
+	for rows.Next() {
+		rp := &dreplay{}
+		var due pgtype.Timestamptz
+		if err := rows.Scan(&rp.id, &rp.partition, &rp.offset, &rp.state, &rp.attempt, &rp.member, &due); err != nil {
+			return nil, wrap(err)
+		}
+		rp.due = due.Time.UTC()
+		st.replays = append(st.replays, rp)
+		st.replay[dref{rp.partition, rp.offset}] = rp
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err)
+	}
+	if mode == loadDue {
+		var lease, wait pgtype.Timestamptz
+		if err := br.QueryRow().Scan(&lease, &wait); err != nil {
+			return nil, wrap(err)
+		}
+		if lease.Valid {
+			st.otherLease = lease.Time.UTC()
+		}
+		if wait.Valid {
+			st.otherWait = wait.Time.UTC()
+		}
+	}
+	return st, nil
+}
+
+func splitRefs(refs []storage.DeliveryRef) ([]int32, []int64) {
+	ps := make([]int32, len(refs))
+	os := make([]int64, len(refs))
+	for i, r := range refs {
+		ps[i], os[i] = r.Partition, r.Offset
+	}
+	return ps, os
+}
+
+// take removes offset o from its row and returns the row (nil if no loaded row lists it).
+func (st *dstate) take(p int32, o int64) *drow {
+	k := dref{p, o}
+	r := st.index[k]
+	if r == nil {
+		return nil
+	}
+	delete(st.index, k)
+	if r.removed == nil {
+		r.removed = map[int64]bool{}
+	}
+	r.removed[o] = true
+	r.changed = true
+	st.touch(p)
+	return r
+}
+
+// add makes a new row.
+func (st *dstate) add(p int32, offsets []int64, state string, attempt int, member string, due time.Time) *drow {
+	r := &drow{partition: p, offsets: offsets, state: state, attempt: attempt, member: member, due: due, changed: true}
+	st.rows = append(st.rows, r)
+	for _, o := range offsets {
+		st.index[dref{p, o}] = r
+	}
+	st.touch(p)
+	return r
+}
+
+func (st *dstate) touch(p int32) {
+	if dp := st.partOf[p]; dp != nil {
+		dp.touched = true
+	}
+}
+
+// moveOffsets gives offsets of row r (all live in it) a new state: in place when they are all of
+// r's offsets, else split into a new row.
+func (st *dstate) moveOffsets(r *drow, offsets []int64, state string, attempt int, member string, due time.Time) *drow {
+	if len(offsets) == len(r.live()) {
+		r.state, r.attempt, r.member, r.due, r.changed = state, attempt, member, due, true
+		st.touch(r.partition)
+		return r
+	}
+	for _, o := range offsets {
+		st.take(r.partition, o)
+	}
+	return st.add(r.partition, slices.Clone(offsets), state, attempt, member, due)
+}
+
+// deadLetter queues offset o of partition p (already taken out of its row) for the DLQ.
+func (st *dstate) deadLetter(p int32, o int64, reason storage.DLQReason, lastErr string, attempt int) {
+	st.dead = append(st.dead, deadItem{p: p, o: o, dlqOutcome: dlqOutcome{reason: reason, lastErr: lastErr, attempt: attempt}})
+	st.touch(p)
+}
+
+// save writes the changes back in one round trip: delivery rows (deletes, then updates, then
+// inserts, so that primary keys never collide), DLQ entries, replayed entries, and the
+// sub_partitions rows whose floor or cursor may have changed.
+func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time) error {
+	b := &pgx.Batch{}
+	id := st.sub.ID
+	var delP []int32
+	var delLo []int64
+	type upd struct {
+		r  *drow
+		to []int64
+	}
+	var upds, inss []upd
+	for _, r := range st.rows {
+		if !r.changed {
+			continue
+		}
+		live := r.live()
+		slices.Sort(live)
+		switch {
+		case len(live) == 0 && r.stored:
+			delP, delLo = append(delP, r.partition), append(delLo, r.key)
+		case len(live) == 0:
+		case r.stored:
+			upds = append(upds, upd{r, live})
+		default:
+			inss = append(inss, upd{r, live})
+		}
+	}
+	if len(delP) > 0 {
+		b.Queue(e.sql(`DELETE FROM spool.deliveries d USING unnest($2::int[], $3::bigint[]) AS k(p, lo)
+			WHERE d.sub_id = $1 AND d.partition = k.p AND d.lo = k.lo`), id, delP, delLo)
+	}
+	for _, u := range upds {
+		b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9
+			WHERE sub_id = $1 AND partition = $2 AND lo = $3`),
+			id, u.r.partition, u.r.key, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due)
+	}
+	for _, u := range inss {
+		b.Queue(e.sql(`INSERT INTO spool.deliveries (sub_id, partition, lo, offsets, state, attempt, member, due)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
+			id, u.r.partition, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due)
+	}
+	if len(st.dead) > 0 {
+		n := len(st.dead)
+		ps, os, as := make([]int32, n), make([]int64, n), make([]int32, n)
+		reasons, errs := make([]string, n), make([]string, n)
+		for i, d := range st.dead {
+			ps[i], os[i], as[i], reasons[i], errs[i] = d.p, d.o, int32(d.attempt), string(d.reason), d.lastErr
+		}
+		// IDs in the order of the items: the inner query is sorted, nextval runs in the outer one.
+		b.Queue(e.sql(`INSERT INTO spool.dlq (sub_id, id, topic_id, partition, "offset", published_at, key, headers, payload,
+				producer_id, not_before, expires_at, reason, attempts, last_error, dead_at)
+			SELECT $1, nextval('spool.dlq_ids'), x.* FROM (
+				SELECT m.topic_id, m.partition, m."offset", m.published_at, m.key, m.headers, m.payload, m.producer_id,
+					m.not_before, m.expires_at, r.reason, r.attempt, r.err, $8::timestamptz
+				FROM unnest($3::int[], $4::bigint[], $5::int[], $6::text[], $7::text[]) WITH ORDINALITY AS r(p, o, attempt, reason, err, n)
+				JOIN spool.messages m ON m.topic_id = $2 AND m.partition = r.p AND m."offset" = r.o
+				ORDER BY r.n) x`), id, st.sub.topicID, ps, os, as, reasons, errs, now)
+	}
+	for _, rp := range st.replays {
+		switch {
+		case !rp.changed:
+		case rp.acked:
+			b.Queue(e.sql(`DELETE FROM spool.dlq WHERE sub_id = $1 AND id = $2`), id, rp.id)
+		case rp.dead != nil:
+			b.Queue(e.sql(`UPDATE spool.dlq SET id = nextval('spool.dlq_ids'), replay = NULL, replay_attempt = 0, replay_member = '',
+				replay_due = NULL, reason = $3, attempts = $4, last_error = $5, dead_at = $6 WHERE sub_id = $1 AND id = $2`),
+				id, rp.id, string(rp.dead.reason), rp.dead.attempt, rp.dead.lastErr, now)
+		default:
+			b.Queue(e.sql(`UPDATE spool.dlq SET replay = $3, replay_attempt = $4, replay_member = $5, replay_due = $6
+				WHERE sub_id = $1 AND id = $2`), id, rp.id, rp.state, rp.attempt, rp.member, rp.due)
+		}
+	}
+	var tp []int32
+	var tc []int64
+	for _, dp := range st.parts {
+		if dp.touched || dp.cursor != dp.cursor0 {
+			tp, tc = append(tp, dp.p), append(tc, dp.cursor)
+		}
+	}
+	if len(tp) > 0 {
+		b.Queue(e.sql(`WITH f AS (
+				SELECT c.p, c.cur, least(c.cur, coalesce((SELECT min(d.lo) FROM spool.deliveries d
+					WHERE d.sub_id = $1 AND d.partition = c.p), c.cur)) AS floor
+				FROM unnest($2::int[], $3::bigint[]) AS c(p, cur))
+			UPDATE spool.sub_partitions sp SET cursor = f.cur, ack_floor = f.floor FROM f
+			WHERE sp.sub_id = $1 AND sp.partition = f.p AND (sp.cursor <> f.cur OR sp.ack_floor <> f.floor)`), id, tp, tc)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: save delivery state: %w", id, err)
+	}
+	return nil
+}
+
+// msgCols are the columns scanMsg reads after partition and offset.
+const msgCols = `m.published_at, m.key, m.headers, m.payload, m.producer_id, m.not_before, m.expires_at`
+
+// scanMsg scans partition, offset and msgCols into a message of topic.
+func scanMsg(rows pgx.Rows, topic string) (*storage.Message, error) {
+	m := &storage.Message{Topic: topic}
+	var headers []byte
+	var producerID *string
+	var notBefore, expiresAt pgtype.Timestamptz
+	if err := rows.Scan(&m.Partition, &m.Offset, &m.PublishedAt, &m.Key, &headers, &m.Payload, &producerID, &notBefore, &expiresAt); err != nil {
+		return nil, err
+	}
+	if err := fillMsg(m, headers, producerID, notBefore, expiresAt); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Claim scanning bounds: a claim looks at no more than claimScanLimit new messages it does not
+// deliver (expired, delayed, acked ahead), so that one claim cannot hold the subscription's locks
+// for long; its NextDue then says "now".
+const claimScanLimit = 4096
+
+// claimRotor rotates the partition a claim reads new messages from first.
+var claimRotor atomic.Uint32
+
+// DeliveriesClaim leases up to Max messages of an ACTIVE subscription to Member, in one
+// transaction under the subscription's sub_partitions locks (members on every broker instance take
+// turns): expired leases are processed first (waiting until their deadline plus
+// storage.RedeliveryBackoff, or dead-lettered at max_deliveries), then due redeliveries and
+// replayed DLQ entries go out (oldest due first; with AvoidMember not to the member that had them
+// last), then new messages from the cursors, the partition read first rotating from one claim to
+// the next. New messages past ExpiresAt are completed without a delivery; those whose NotBefore is
+// in the future wait for it (attempt 0).
+func (e *Engine) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
+	switch {
+	case p == nil:
+		return nil, invalid("nil params")
+	case p.Max < 1:
+		return nil, invalid("max must be at least 1, got %d", p.Max)
+	case p.Member == "":
+		return nil, invalid("member must not be empty")
+	case p.LeaseDuration < 0:
+		return nil, invalid("lease duration must not be negative, got %s", p.LeaseDuration)
+	}
+	var res *storage.DeliveriesClaimResult
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = e.claim(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// redelivery is a message a claim delivers again: an offset of the log, or a replayed DLQ entry.
+type redelivery struct {
+	p       int32
+	o       int64
+	attempt int
+	row     *drow
+	rp      *dreplay
+}
+
+func (e *Engine) claim(ctx context.Context, tx pgx.Tx, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
+	now := e.now()
+	st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadDue, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	if st.sub.State != storage.Active {
+		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, st.sub.ID, st.sub.State)
+	}
+	cfg := st.cfg
+	var allowed map[int32]bool
+	if p.Partitions != nil {
+		allowed = make(map[int32]bool, len(p.Partitions))
+		for _, q := range p.Partitions {
+			if q < 0 || int(q) >= cfg.Partitions {
+				return nil, invalid("partition %d out of range, topic %q has %d", q, st.sub.Topic, cfg.Partitions)
+			}
+			allowed[q] = true
+		}
+	}
+	ok := func(q int32) bool { return allowed == nil || allowed[q] }
+	lease := cfg.AckWait
+	if p.LeaseDuration > 0 {
+		lease = p.LeaseDuration
+	}
+	deadline := now.Add(lease).Truncate(time.Microsecond)
+
+	// 1. Expired leases.
+	for _, r := range slices.Clone(st.rows) {
+		if r.state != stLeased || now.Before(r.due) {
+			continue
+		}
+		if r.attempt >= cfg.MaxDeliveries {
+			for _, o := range slices.Clone(r.live()) {
+				st.take(r.partition, o)
+				st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, "lease expired", r.attempt)
+			}
+			continue
+		}
+		r.state, r.due, r.changed = stWaiting, r.due.Add(storage.RedeliveryBackoff(r.attempt)), true
+	}
+	for _, rp := range st.replays {
+		if rp.state != stLeased || now.Before(rp.due) {
+			continue
+		}
+		rp.changed = true
+		if rp.attempt >= cfg.MaxDeliveries {
+			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "lease expired", attempt: rp.attempt}
+			delete(st.replay, dref{rp.partition, rp.offset})
+			continue
+		}
+		rp.state, rp.due = stWaiting, rp.due.Add(storage.RedeliveryBackoff(rp.attempt))
+	}
+
+	// 2. Due redeliveries, oldest due first.
+	type cand struct {
+		due    time.Time
+		p      int32
+		o      int64
+		member string
+		r      *drow
+		rp     *dreplay
+	}
+	var cands []cand
+	for _, r := range st.rows {
+		if live := r.live(); r.state == stWaiting && len(live) > 0 && !now.Before(r.due) {
+			cands = append(cands, cand{due: r.due, p: r.partition, o: live[0], member: r.member, r: r})
+		}
+	}
+	for _, rp := range st.replays {
+		if rp.dead == nil && rp.state == stWaiting && !now.Before(rp.due) {
+			cands = append(cands, cand{due: rp.due, p: rp.partition, o: rp.offset, member: rp.member, rp: rp})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		if a.p != b.p {
+			return cmpInt(int64(a.p), int64(b.p))
+		}
+		return cmpInt(a.o, b.o)
+	})
+	remaining := p.Max
+	var again []redelivery
+	for _, c := range cands {
+		if remaining == 0 {
+			break
+		}
+		if !ok(c.p) || (p.AvoidMember && c.member == p.Member) {
+			continue
+		}
+		if rp := c.rp; rp != nil {
+			rp.state, rp.attempt, rp.member, rp.due, rp.changed = stLeased, rp.attempt+1, p.Member, deadline, true
+			again = append(again, redelivery{p: rp.partition, o: rp.offset, attempt: rp.attempt, rp: rp})
+			remaining--
+			continue
+		}
+		live := c.r.live()
+		taken := slices.Clone(live[:min(remaining, len(live))])
+		nr := st.moveOffsets(c.r, taken, stLeased, c.r.attempt+1, p.Member, deadline)
+		for _, o := range taken {
+			again = append(again, redelivery{p: nr.partition, o: o, attempt: nr.attempt, row: nr})
+		}
+		remaining -= len(taken)
+	}
+
+	// 3. New messages.
+	nc := &newClaim{st: st, now: now, remaining: remaining}
+	for _, dp := range st.parts {
+		if dp.cursor < dp.low {
+			dp.cursor = dp.low // retention removed what this subscription had not consumed
+		}
+		nc.skipAcked(dp)
+	}
+	var order []*dpart
+	for _, dp := range st.parts {
+		if ok(dp.p) {
+			order = append(order, dp)
+		}
+	}
+	if n := len(order); n > 1 {
+		k := int(claimRotor.Add(1) % uint32(n))
+		order = append(order[k:], order[:k]...)
+	}
+	msgs, err := e.claimRead(ctx, tx, st, again, nc, order)
+	if err != nil {
+		return nil, err
+	}
+	res := &storage.DeliveriesClaimResult{}
+	for _, a := range again {
+		m := msgs[dref{a.p, a.o}]
+		if a.rp != nil {
+			m = msgs[dref{-1 - a.p, a.rp.id}]
+		}
+		if m == nil {
+			// The message is gone (retention): nothing to deliver, it is done.
+			if a.rp != nil {
+				a.rp.acked = true
+			} else {
+				st.take(a.p, a.o)
+			}
+			continue
+		}
+		res.Deliveries = append(res.Deliveries, &storage.Delivery{Message: *m, SubscriptionID: st.sub.ID, Attempt: a.attempt, Member: p.Member, LeaseDeadline: deadline})
+	}
+	for _, m := range nc.fresh {
+		res.Deliveries = append(res.Deliveries, &storage.Delivery{Message: *m, SubscriptionID: st.sub.ID, Attempt: 1, Member: p.Member, LeaseDeadline: deadline})
+	}
+	for _, dp := range st.parts {
+		if offs := nc.leased[dp.p]; len(offs) > 0 {
+			st.add(dp.p, offs, stLeased, 1, p.Member, deadline)
+		}
+	}
+	for _, k := range nc.delayKeys {
+		st.add(k.p, nc.delayed[k], stWaiting, 0, "", k.due)
+	}
+
+	// NextDue: the earliest lease deadline or due time of what is left.
+	minLease, minWait := st.otherLease, st.otherWait
+	earlier := func(cur *time.Time, t time.Time) {
+		if cur.IsZero() || t.Before(*cur) {
+			*cur = t
+		}
+	}
+	for _, r := range st.rows {
+		if len(r.live()) == 0 {
+			continue
+		}
+		switch r.state {
+		case stLeased:
+			earlier(&minLease, r.due)
+		case stWaiting:
+			earlier(&minWait, r.due)
+		}
+	}
+	for _, rp := range st.replays {
+		if rp.dead != nil || rp.acked {
+			continue
+		}
+		if rp.state == stLeased {
+			earlier(&minLease, rp.due)
+		} else {
+			earlier(&minWait, rp.due)
+		}
+	}
+	var next time.Time
+	if !minWait.IsZero() {
+		next = minWait
+		if next.Before(now) {
+			next = now
+		}
+	}
+	if !minLease.IsZero() && (next.IsZero() || minLease.Before(next)) {
+		next = minLease
+	}
+	if nc.moreNow {
+		next = now
+	}
+	res.NextDue = next
+	if err := e.save(ctx, tx, st, now); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// delayKey groups messages waiting for the same NotBefore in one row.
+type delayKey struct {
+	p   int32
+	due time.Time
+}
+
+// newClaim is the progress of a claim through new messages.
+type newClaim struct {
+	st        *dstate
+	now       time.Time
+	remaining int
+	scanned   int
+	moreNow   bool
+	fresh     []*storage.Message
+	leased    map[int32][]int64
+	delayed   map[delayKey][]int64
+	delayKeys []delayKey
+}
+
+// skipAcked moves the cursor of dp over offsets acked before their delivery.
+func (nc *newClaim) skipAcked(dp *dpart) {
+	for dp.cursor < dp.hw {
+		r := nc.st.index[dref{dp.p, dp.cursor}]
+		if r == nil || r.state != stAcked {
+			return
+		}
+		nc.st.take(dp.p, dp.cursor)
+		dp.cursor++
+	}
+}
+
+// ackedAhead counts the offsets at or above the cursor of dp that were acked before delivery.
+func (nc *newClaim) ackedAhead(dp *dpart) int64 {
+	var n int64
+	for _, r := range nc.st.rows {
+		if r.state == stAcked && r.partition == dp.p {
+			for _, o := range r.live() {
+				if o >= dp.cursor && o < dp.hw {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// take handles the new message m of partition dp (m.Offset >= dp.cursor). It reports false when
+// the claim is full and m was left for later.
+func (nc *newClaim) take(dp *dpart, m *storage.Message) bool {
+	if nc.remaining == 0 {
+		return false
+	}
+	dp.cursor = m.Offset + 1 // offsets skipped on the way are gone (retention)
+	k := dref{dp.p, m.Offset}
+	if r := nc.st.index[k]; r != nil {
+		// Acked before delivery (an acked row); nothing else lists offsets at the cursor.
+		nc.st.take(dp.p, m.Offset)
+		nc.scanned++
+		return true
+	}
+	switch {
+	case !m.ExpiresAt.IsZero() && !nc.now.Before(m.ExpiresAt):
+		nc.scanned++
+		nc.st.touch(dp.p)
+	case m.NotBefore.After(nc.now):
+		nc.scanned++
+		dk := delayKey{dp.p, m.NotBefore}
+		if nc.delayed == nil {
+			nc.delayed = map[delayKey][]int64{}
+		}
+		if nc.delayed[dk] == nil {
+			nc.delayKeys = append(nc.delayKeys, dk)
+		}
+		nc.delayed[dk] = append(nc.delayed[dk], m.Offset)
+	default:
+		if nc.leased == nil {
+			nc.leased = map[int32][]int64{}
+		}
+		nc.leased[dp.p] = append(nc.leased[dp.p], m.Offset)
+		nc.fresh = append(nc.fresh, m)
+		nc.remaining--
+	}
+	return true
+}
+
+// claimRead reads the messages of the redeliveries (keyed by position; replayed DLQ entries by
+// {-1-partition, id}) and takes new messages from the partitions in order until the claim is full,
+// every partition is read up to its high-water mark, or the scan limit is reached. The first read
+// of new messages shares a round trip with the redeliveries.
+func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []redelivery, nc *newClaim, order []*dpart) (map[dref]*storage.Message, error) {
+	msgs := map[dref]*storage.Message{}
+	topic := st.sub.Topic
+	wrap := func(err error) error {
+		return fmt.Errorf("pgstore: subscription %d: claim: %w", st.sub.ID, err)
+	}
+	var ps []int32
+	var os, ids []int64
+	for _, a := range again {
+		if a.rp != nil {
+			ids = append(ids, a.rp.id)
+		} else {
+			ps, os = append(ps, a.p), append(os, a.o)
+		}
+	}
+	for round := 0; ; round++ {
+		b := &pgx.Batch{}
+		if round == 0 && len(ps) > 0 {
+			b.Queue(e.sql(`SELECT m.partition, m."offset", `+msgCols+`
+				FROM unnest($2::int[], $3::bigint[]) AS r(p, o)
+				JOIN spool.messages m ON m.topic_id = $1 AND m.partition = r.p AND m."offset" = r.o`), st.sub.topicID, ps, os).
+				Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						m, err := scanMsg(rows, topic)
+						if err != nil {
+							return err
+						}
+						msgs[dref{m.Partition, m.Offset}] = m
+					}
+					return rows.Err()
+				})
+		}
+		if round == 0 && len(ids) > 0 {
+			b.Queue(e.sql(`SELECT m.id, m.partition, m."offset", `+msgCols+` FROM spool.dlq m WHERE m.sub_id = $1 AND m.id = ANY ($2)`),
+				st.sub.ID, ids).
+				Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						var id int64
+						m := &storage.Message{Topic: topic}
+						var headers []byte
+						var producerID *string
+						var notBefore, expiresAt pgtype.Timestamptz
+						if err := rows.Scan(&id, &m.Partition, &m.Offset, &m.PublishedAt, &m.Key, &headers, &m.Payload, &producerID, &notBefore, &expiresAt); err != nil {
+							return err
+						}
+						if err := fillMsg(m, headers, producerID, notBefore, expiresAt); err != nil {
+							return err
+						}
+						msgs[dref{-1 - m.Partition, id}] = m
+					}
+					return rows.Err()
+				})
+		}
+		// Plan: read what the claim can still take, partition after partition.
+		var qp []int32
+		var qc []int64
+		var ql []int32
+		alloc := nc.remaining
+		if !nc.moreNow {
+			for _, dp := range order {
+				avail := dp.hw - dp.cursor
+				if avail <= 0 || alloc <= 0 {
+					continue
+				}
+				want := min(int64(alloc), avail)
+				lim := min(want+nc.ackedAhead(dp), avail)
+				qp, qc, ql = append(qp, dp.p), append(qc, dp.cursor), append(ql, int32(lim))
+				alloc -= int(want)
+			}
+		}
+		got := map[int32][]*storage.Message{}
+		if len(qp) > 0 {
+			b.Queue(e.sql(`SELECT m.partition, m."offset", `+msgCols+`
+				FROM unnest($2::int[], $3::bigint[], $4::int[]) AS c(p, cur, n)
+				CROSS JOIN LATERAL (
+					SELECT * FROM spool.messages m
+					WHERE m.topic_id = $1 AND m.partition = c.p AND m."offset" >= c.cur
+					ORDER BY m."offset" LIMIT c.n) m`), st.sub.topicID, qp, qc, ql).
+				Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						m, err := scanMsg(rows, topic)
+						if err != nil {
+							return err
+						}
+						got[m.Partition] = append(got[m.Partition], m)
+					}
+					return rows.Err()
+				})
+		}
+		if b.Len() == 0 {
+			return msgs, nil
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, wrap(err)
+		}
+		if len(qp) == 0 {
+			return msgs, nil
+		}
+		for i, q := range qp {
+			dp := nc.st.partOf[q]
+			ms := got[q]
+			slices.SortFunc(ms, func(a, b *storage.Message) int { return cmpInt(a.Offset, b.Offset) })
+			full := false
+			for _, m := range ms {
+				if m.Offset < dp.cursor {
+					continue
+				}
+				if !nc.take(dp, m) {
+					full = true
+					break
+				}
+			}
+			if !full && int32(len(ms)) < ql[i] {
+				// Fewer messages than the high-water mark promised: the rest was removed.
+				dp.cursor = max(dp.cursor, dp.hw)
+			}
+			nc.skipAcked(dp)
+		}
+		if nc.scanned >= claimScanLimit {
+			nc.moreNow = true
+		}
+		if nc.remaining == 0 || nc.moreNow {
+			return msgs, nil
+		}
+	}
+}
+
+// fillMsg completes a scanned message with its optional columns.
+func fillMsg(m *storage.Message, headers []byte, producerID *string, notBefore, expiresAt pgtype.Timestamptz) error {
+	m.PublishedAt = m.PublishedAt.UTC()
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	if len(headers) > 0 {
+		if err := json.Unmarshal(headers, &m.Headers); err != nil {
+			return fmt.Errorf("%w: topic %q message %d:%d: headers: %v", storage.ErrCorrupt, m.Topic, m.Partition, m.Offset, err)
+		}
+	}
+	if producerID != nil {
+		m.ProducerID = *producerID
+	}
+	if notBefore.Valid {
+		m.NotBefore = notBefore.Time.UTC()
+	}
+	if expiresAt.Valid {
+		m.ExpiresAt = expiresAt.Time.UTC()
+	}
+	return nil
+}
+
+// DeliveriesAck completes messages of the subscription, delivered or not; durable when it returns
+// (the transaction commits with synchronous_commit). A replayed DLQ copy of a message is completed
+// first. Refs above the high-water mark or in partitions that do not exist are listed in Unknown.
+func (e *Engine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
+	if p == nil {
+		return nil, invalid("nil params")
+	}
+	var res *storage.DeliveriesAckResult
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		res = &storage.DeliveriesAckResult{}
+		now := e.now()
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "")
+		if err != nil {
+			return err
+		}
+		ahead := map[dref]bool{}
+		for _, r := range p.Refs {
+			k := dref{r.Partition, r.Offset}
+			dp := st.partOf[r.Partition]
+			if dp == nil || r.Offset < 0 {
+				res.Unknown = append(res.Unknown, r)
+				continue
+			}
+			if rp := st.replay[k]; rp != nil {
+				rp.acked, rp.changed = true, true
+				delete(st.replay, k)
+				res.Acked++
+				continue
+			}
+			if r.Offset < dp.floor || ahead[k] {
+				res.AlreadyDone++
+				continue
+			}
+			if row := st.index[k]; row != nil {
+				if row.state == stAcked {
+					res.AlreadyDone++
+				} else {
+					st.take(r.Partition, r.Offset)
+					res.Acked++
+				}
+				continue
+			}
+			if r.Offset < dp.cursor {
+				res.AlreadyDone++
+				continue
+			}
+			if r.Offset >= dp.hw {
+				res.Unknown = append(res.Unknown, r)
+				continue
+			}
+			ahead[k] = true
+			res.Acked++
+		}
+		// Acks of never-delivered messages: the cursor passes those at it, an acked row lists the
+		// others until the cursor reaches them.
+		byPart := map[int32][]int64{}
+		for k := range ahead {
+			byPart[k.p] = append(byPart[k.p], k.o)
+		}
+		for _, dp := range st.parts {
+			offs := byPart[dp.p]
+			if len(offs) == 0 {
+				continue
+			}
+			slices.Sort(offs)
+			for len(offs) > 0 && offs[0] == dp.cursor {
+				dp.cursor++
+				offs = offs[1:]
+			}
+			if len(offs) > 0 {
+				st.add(dp.p, offs, stAcked, 0, "", now)
+			}
+		}
+		return e.save(ctx, tx, st, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// held reports whether member holds the lease of a row or replayed entry at now.
+func held(state, holder string, due time.Time, member string, now time.Time) bool {
+	return state == stLeased && holder == member && now.Before(due)
+}
+
+// DeliveriesNack gives back messages Member holds: due again after Delay (at once when 0), or
+// dead-lettered with ToDLQ (reason rejected) or on their max_deliveries-th delivery (reason
+// max_deliveries), with Reason as the entry's last error. Refs the member does not hold are
+// listed in NotHeld. Durable when it returns.
+func (e *Engine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
+	if p == nil {
+		return nil, invalid("nil params")
+	}
+	if p.Delay < 0 {
+		return nil, invalid("delay must not be negative, got %s", p.Delay)
+	}
+	var res *storage.DeliveriesNackResult
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		res = &storage.DeliveriesNackResult{}
+		now := e.now()
+		due := now.Add(p.Delay).Truncate(time.Microsecond)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "")
+		if err != nil {
+			return err
+		}
+		maxDel := st.cfg.MaxDeliveries
+		reason := storage.DLQMaxDeliveries
+		if p.ToDLQ {
+			reason = storage.DLQRejected
+		}
+		nacked := map[*drow][]int64{}
+		seen := map[dref]bool{}
+		for _, r := range p.Refs {
+			k := dref{r.Partition, r.Offset}
+			if rp := st.replay[k]; rp != nil {
+				switch {
+				case !held(rp.state, rp.member, rp.due, p.Member, now):
+					res.NotHeld = append(res.NotHeld, r)
+				case p.ToDLQ || rp.attempt >= maxDel:
+					rp.dead, rp.changed = &dlqOutcome{reason: reason, lastErr: p.Reason, attempt: rp.attempt}, true
+					delete(st.replay, k)
+					res.DeadLettered++
+				default:
+					rp.state, rp.due, rp.changed = stWaiting, due, true
+					res.Nacked++
+				}
+				continue
+			}
+			row := st.index[k]
+			if row == nil || seen[k] || !held(row.state, row.member, row.due, p.Member, now) {
+				res.NotHeld = append(res.NotHeld, r)
+				continue
+			}
+			if p.ToDLQ || row.attempt >= maxDel {
+				st.take(r.Partition, r.Offset)
+				st.deadLetter(r.Partition, r.Offset, reason, p.Reason, row.attempt)
+				res.DeadLettered++
+				continue
+			}
+			seen[k] = true
+			nacked[row] = append(nacked[row], r.Offset)
+			res.Nacked++
+		}
+		for _, row := range slices.Clone(st.rows) {
+			if offs := nacked[row]; len(offs) > 0 {
+				st.moveOffsets(row, offs, stWaiting, row.attempt, p.Member, due)
+			}
+		}
+		return e.save(ctx, tx, st, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DeliveriesExtend sets the lease deadline of messages Member holds to now + Duration (the topic's
+// ack_wait when 0), also when that is earlier than the current deadline.
+func (e *Engine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExtendParams) (*storage.DeliveriesExtendResult, error) {
+	if p == nil {
+		return nil, invalid("nil params")
+	}
+	if p.Duration < 0 {
+		return nil, invalid("duration must not be negative, got %s", p.Duration)
+	}
+	var res *storage.DeliveriesExtendResult
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		res = &storage.DeliveriesExtendResult{}
+		now := e.now()
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "")
+		if err != nil {
+			return err
+		}
+		d := p.Duration
+		if d == 0 {
+			d = st.cfg.AckWait
+		}
+		deadline := now.Add(d).Truncate(time.Microsecond)
+		res.Deadline = deadline
+		extended := map[*drow][]int64{}
+		seen := map[dref]bool{}
+		for _, r := range p.Refs {
+			k := dref{r.Partition, r.Offset}
+			if rp := st.replay[k]; rp != nil {
+				if held(rp.state, rp.member, rp.due, p.Member, now) {
+					rp.due, rp.changed = deadline, true
+					res.Extended++
+				} else {
+					res.NotHeld = append(res.NotHeld, r)
+				}
+				continue
+			}
+			row := st.index[k]
+			if row == nil || !held(row.state, row.member, row.due, p.Member, now) {
+				res.NotHeld = append(res.NotHeld, r)
+				continue
+			}
+			res.Extended++
+			if !seen[k] {
+				seen[k] = true
+				extended[row] = append(extended[row], r.Offset)
+			}
+		}
+		for _, row := range slices.Clone(st.rows) {
+			if offs := extended[row]; len(offs) > 0 {
+				st.moveOffsets(row, offs, stLeased, row.attempt, row.member, deadline)
+			}
+		}
+		return e.save(ctx, tx, st, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DeliveriesRelease gives back every lease Member holds on the subscription (expired ones not yet
+// processed included): due at once, attempts kept; those on their max_deliveries-th delivery go to
+// the DLQ (reason max_deliveries, last error "member left").
+func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
+	if p == nil {
+		return nil, invalid("nil params")
+	}
+	if p.Member == "" {
+		return nil, invalid("member must not be empty")
+	}
+	var res *storage.DeliveriesReleaseResult
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		res = &storage.DeliveriesReleaseResult{}
+		now := e.now()
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadMember, nil, p.Member)
+		if err != nil {
+			return err
+		}
+		maxDel := st.cfg.MaxDeliveries
+		for _, r := range slices.Clone(st.rows) {
+			if r.state != stLeased || r.member != p.Member {
+				continue
+			}
+			live := slices.Clone(r.live())
+			if r.attempt >= maxDel {
+				for _, o := range live {
+					st.take(r.partition, o)
+					st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, "member left", r.attempt)
+				}
+				res.DeadLettered += len(live)
+				continue
+			}
+			r.state, r.due, r.changed = stWaiting, now, true
+			res.Released += len(live)
+		}
+		for _, rp := range st.replays {
+			if rp.state != stLeased || rp.member != p.Member {
+				continue
+			}
+			rp.changed = true
+			if rp.attempt >= maxDel {
+				rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "member left", attempt: rp.attempt}
+				res.DeadLettered++
+				continue
+			}
+			rp.state, rp.due = stWaiting, now
+			res.Released++
+		}
+		return e.save(ctx, tx, st, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// trimDeliveryState removes the delivery state of subscription partitions of (topicID,
+// partition) below newLow and raises their ack floors and cursors to newLow (retention removed
+// the messages below it). Called by RetentionApply inside its transaction, with the partition
+// row locked. It locks the sub_partitions rows it changes first, in subscription order.
+func (e *Engine) trimDeliveryState(ctx context.Context, tx pgx.Tx, topicID int64, partition int32, newLow int64) error {
+	b := &pgx.Batch{}
+	b.Queue(e.sql(`SELECT 1 FROM spool.sub_partitions sp JOIN spool.subscriptions s ON s.id = sp.sub_id
+		WHERE s.topic_id = $1 AND sp.partition = $2 AND (sp.ack_floor < $3 OR sp.cursor < $3)
+		ORDER BY sp.sub_id FOR UPDATE OF sp`), topicID, partition, newLow)
+	b.Queue(e.sql(`DELETE FROM spool.deliveries d USING spool.subscriptions s
+		WHERE s.topic_id = $1 AND d.sub_id = s.id AND d.partition = $2 AND d.lo < $3 AND d.offsets[cardinality(d.offsets)] < $3`),
+		topicID, partition, newLow)
+	b.Queue(e.sql(`UPDATE spool.deliveries d
+		SET offsets = ARRAY(SELECT o FROM unnest(d.offsets) AS o WHERE o >= $3 ORDER BY o),
+			lo = (SELECT min(o) FROM unnest(d.offsets) AS o WHERE o >= $3)
+		WHERE d.partition = $2 AND d.lo < $3 AND d.sub_id IN (SELECT s.id FROM spool.subscriptions s WHERE s.topic_id = $1)`),
+		topicID, partition, newLow)
+	b.Queue(e.sql(`UPDATE spool.sub_partitions sp
+		SET cursor = greatest(sp.cursor, $3),
+			ack_floor = least(greatest(sp.cursor, $3), coalesce((SELECT min(d.lo) FROM spool.deliveries d
+				WHERE d.sub_id = sp.sub_id AND d.partition = sp.partition), greatest(sp.cursor, $3)))
+		WHERE sp.partition = $2 AND (sp.ack_floor < $3 OR sp.cursor < $3)
+		  AND sp.sub_id IN (SELECT s.id FROM spool.subscriptions s WHERE s.topic_id = $1)`), topicID, partition, newLow)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: topic %d partition %d: trim delivery state below %d: %w", topicID, partition, newLow, err)
+	}
+	return nil
+}

@@ -1,0 +1,342 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// openPair opens two Engines (two broker instances) on one fresh schema.
+func openPair(t *testing.T) (*Engine, *Engine) {
+	t.Helper()
+	cfg := testConfig(t, nil)
+	cfg.MaxConns = 8
+	var engines [2]*Engine
+	for i := range engines {
+		e, err := Open(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("open engine %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		engines[i] = e
+	}
+	return engines[0], engines[1]
+}
+
+// leaseBook records live leases across members of both instances: a message may be held by one
+// member at a time, and is acked once.
+type leaseBook struct {
+	mu        sync.Mutex
+	holder    map[storage.DeliveryRef]string
+	delivered map[storage.DeliveryRef]int
+	acked     int64
+	errs      []string
+}
+
+func (lb *leaseBook) lease(member string, ds []*storage.Delivery) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for _, d := range ds {
+		r := d.Ref()
+		if h, ok := lb.holder[r]; ok && len(lb.errs) < 20 {
+			lb.errs = append(lb.errs, fmt.Sprintf("%d:%d leased to %s while %s holds it", r.Partition, r.Offset, member, h))
+		}
+		lb.holder[r] = member
+		lb.delivered[r]++
+	}
+}
+
+// release forgets leases before they are acked (the ack may commit before the next claim of
+// another member sees it, never after).
+func (lb *leaseBook) release(refs []storage.DeliveryRef) {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for _, r := range refs {
+		delete(lb.holder, r)
+	}
+}
+
+// TestDeliveriesTwoInstances: members on two Engines sharing one schema claim and ack one QUEUE
+// subscription while a publisher appends: no message is leased to two members at once, and every
+// message is delivered and acked exactly once.
+func TestDeliveriesTwoInstances(t *testing.T) {
+	t.Parallel()
+	a, b := openPair(t)
+	ctx := t.Context()
+	const total = 3000
+	if _, err := a.TopicCreate(ctx, &storage.TopicCreateParams{Name: "shared.q", Config: storage.TopicConfig{Partitions: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.SubscriptionGetByGroup(ctx, "shared.q", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := &leaseBook{holder: map[storage.DeliveryRef]string{}, delivered: map[storage.DeliveryRef]int{}}
+	giveUp := time.Now().Add(60 * time.Second)
+	var wg sync.WaitGroup
+	errc := make(chan error, 32)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < total; i += 50 {
+			msgs := make([]storage.AppendMessage, 50)
+			for j := range msgs {
+				msgs[j] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: fmt.Appendf(nil, "m%d", i+j)}
+			}
+			eng := []*Engine{a, b}[i/50%2]
+			if _, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "shared.q", Messages: msgs}); err != nil {
+				errc <- fmt.Errorf("publish: %w", err)
+				return
+			}
+		}
+	}()
+	for m := range 6 {
+		eng := []*Engine{a, b}[m%2]
+		member := fmt.Sprintf("member-%d", m)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for atomic.LoadInt64(&lb.acked) < total {
+				if time.Now().After(giveUp) {
+					errc <- fmt.Errorf("%s: gave up with %d of %d acked", member, atomic.LoadInt64(&lb.acked), total)
+					return
+				}
+				res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: member, Max: 1 + m*7})
+				if err != nil {
+					errc <- fmt.Errorf("%s: claim: %w", member, err)
+					return
+				}
+				if len(res.Deliveries) == 0 {
+					continue
+				}
+				lb.lease(member, res.Deliveries)
+				refs := make([]storage.DeliveryRef, len(res.Deliveries))
+				for i, d := range res.Deliveries {
+					refs[i] = d.Ref()
+				}
+				lb.release(refs)
+				ar, err := eng.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: member, Refs: refs})
+				if err != nil {
+					errc <- fmt.Errorf("%s: ack: %w", member, err)
+					return
+				}
+				if ar.Acked != len(refs) {
+					errc <- fmt.Errorf("%s: ack of %d fresh leases: %+v", member, len(refs), *ar)
+					return
+				}
+				atomic.AddInt64(&lb.acked, int64(ar.Acked))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	for _, e := range lb.errs {
+		t.Error(e)
+	}
+	if len(lb.delivered) != total {
+		t.Errorf("%d distinct messages delivered, want %d", len(lb.delivered), total)
+	}
+	for r, n := range lb.delivered {
+		if n != 1 {
+			t.Errorf("%d:%d delivered %d times", r.Partition, r.Offset, n)
+		}
+	}
+	if lb.acked != total {
+		t.Errorf("acked %d, want %d", lb.acked, total)
+	}
+	st, err := a.SubscriptionStats(ctx, sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 0 || st.InFlight != 0 || st.Redelivering != 0 || st.Lag != 0 {
+		t.Errorf("stats after acking everything: %+v", *st)
+	}
+	for _, ps := range st.Partitions {
+		if ps.AckFloor != ps.HighWater || ps.Cursor != ps.HighWater {
+			t.Errorf("partition %d: floor %d cursor %d high water %d", ps.Partition, ps.AckFloor, ps.Cursor, ps.HighWater)
+		}
+	}
+	var rows int
+	if err := a.pool.QueryRow(ctx, a.sql("SELECT count(*) FROM spool.deliveries")).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("%d delivery rows left after acking everything", rows)
+	}
+}
+
+// tableWrites returns the rows inserted, updated and deleted in a table of the schema as the
+// statistics report them.
+func tableWrites(ctx context.Context, conn *pgx.Conn, schema, table string) (ins, upd, del int64, err error) {
+	if _, err = conn.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		return
+	}
+	err = conn.QueryRow(ctx, `SELECT n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`,
+		schema, table).Scan(&ins, &upd, &del)
+	return
+}
+
+// TestDeliveriesStateIsPerBatch: delivery state costs a row per claim batch, not per message, and
+// acking N messages in batches writes a few rows per batch, not N: the tables do not bloat with the
+// message rate.
+func TestDeliveriesStateIsPerBatch(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, nil)
+	e, err := Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const n, batch = 2000, 100
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bloat.q"}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]storage.AppendMessage, n)
+	for i := range msgs {
+		msgs[i] = storage.AppendMessage{Partition: 0, Payload: []byte("x")}
+	}
+	if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "bloat.q", Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := e.SubscriptionGetByGroup(ctx, "bloat.q", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed [][]storage.DeliveryRef
+	for range n / batch {
+		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Deliveries) != batch {
+			t.Fatalf("claimed %d, want %d", len(res.Deliveries), batch)
+		}
+		refs := make([]storage.DeliveryRef, batch)
+		for i, d := range res.Deliveries {
+			refs[i] = d.Ref()
+		}
+		claimed = append(claimed, refs)
+	}
+	var rows int
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.deliveries")).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n/batch {
+		t.Errorf("%d messages leased in %d claims take %d delivery rows, want one per claim", n, n/batch, rows)
+	}
+	// Ack every batch in two halves, the second half first (out of order).
+	for _, refs := range claimed {
+		for _, half := range [][]storage.DeliveryRef{refs[batch/2:], refs[:batch/2]} {
+			res, err := e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: half})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Acked != len(half) {
+				t.Fatalf("acked %d, want %d", res.Acked, len(half))
+			}
+		}
+	}
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.deliveries")).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("%d delivery rows left after acking everything", rows)
+	}
+	// Closing the engine ends its backends, which report their table statistics as they exit.
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	ops := int64(n/batch) * 3 // a claim and two acks per batch
+	var ins, upd, del int64
+	testutil.Eventually(t, 30*time.Second, "table statistics of the exited backends", func() error {
+		var err error
+		ins, upd, del, err = tableWrites(ctx, conn, cfg.Schema, "deliveries")
+		if err == nil && (ins < int64(n/batch) || del < int64(n/batch)) {
+			err = fmt.Errorf("statistics report %d inserts and %d deletes, the test made at least %d of each", ins, del, n/batch)
+		}
+		return err
+	})
+	t.Logf("deliveries: %d inserts, %d updates, %d deletes for %d messages in %d operations", ins, upd, del, n, ops)
+	if ins+upd+del > 2*ops {
+		t.Errorf("deliveries: %d row writes for %d messages in %d operations, want at most 2 per operation", ins+upd+del, n, ops)
+	}
+	_, upd, _, err = tableWrites(ctx, conn, cfg.Schema, "sub_partitions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sub_partitions: %d updates", upd)
+	if upd > ops {
+		t.Errorf("sub_partitions: %d updates for %d operations, want at most one per operation", upd, ops)
+	}
+}
+
+// BenchmarkClaimAck measures claiming and acking a QUEUE subscription in batches of 100 from
+// several members at once; one op is one message.
+func BenchmarkClaimAck(b *testing.B) {
+	cfg := testConfig(b, nil)
+	cfg.MaxConns = 16
+	e, err := Open(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	ctx := b.Context()
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench.q", Config: storage.TopicConfig{Partitions: 4}}); err != nil {
+		b.Fatal(err)
+	}
+	sub, err := e.SubscriptionGetByGroup(ctx, "bench.q", storage.QueueGroup)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]storage.AppendMessage, 500)
+	for i := range msgs {
+		msgs[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: make([]byte, 100)}
+	}
+	for n := 0; n < b.N+1000; n += len(msgs) {
+		if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "bench.q", Messages: msgs}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var member atomic.Int64
+	b.SetParallelism(2)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		name := fmt.Sprintf("m%d", member.Add(1))
+		for pb.Next() {
+			if left.Add(-100) < -100 {
+				continue
+			}
+			res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: name, Max: 100})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			refs := make([]storage.DeliveryRef, len(res.Deliveries))
+			for i, d := range res.Deliveries {
+				refs[i] = d.Ref()
+			}
+			if _, err := e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: name, Refs: refs}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

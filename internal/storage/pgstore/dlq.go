@@ -1,0 +1,149 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
+// (default 100). A CANCELLED subscription has none.
+func (e *Engine) DLQList(ctx context.Context, p *storage.DLQListParams) ([]*storage.DLQEntry, error) {
+	if p == nil {
+		return nil, invalid("nil params")
+	}
+	if p.Limit < 0 {
+		return nil, invalid("limit must not be negative, got %d", p.Limit)
+	}
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	s, err := e.loadSub(ctx, e.pool, p.SubscriptionID, noLock)
+	if err != nil {
+		return nil, e.mapErr(err)
+	}
+	out := []*storage.DLQEntry{}
+	if s.State == storage.Cancelled {
+		return out, nil
+	}
+	rows, err := e.pool.Query(ctx, e.sql(`SELECT m.id, m.reason, m.attempts, m.last_error, m.dead_at, m.partition, m."offset", `+msgCols+`
+		FROM spool.dlq m WHERE m.sub_id = $1 AND m.replay IS NULL AND m.id > $2 ORDER BY m.id LIMIT $3`), s.ID, p.AfterID, limit)
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: list DLQ: %w", s.ID, err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		en := &storage.DLQEntry{SubscriptionID: s.ID, Message: storage.Message{Topic: s.Topic}}
+		m := &en.Message
+		var reason string
+		var headers []byte
+		var producerID *string
+		var notBefore, expiresAt pgtype.Timestamptz
+		if err := rows.Scan(&en.ID, &reason, &en.Attempts, &en.LastError, &en.DeadAt, &m.Partition, &m.Offset,
+			&m.PublishedAt, &m.Key, &headers, &m.Payload, &producerID, &notBefore, &expiresAt); err != nil {
+			return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: list DLQ: %w", s.ID, err))
+		}
+		if err := fillMsg(m, headers, producerID, notBefore, expiresAt); err != nil {
+			return nil, err
+		}
+		en.Reason = storage.DLQReason(reason)
+		en.DeadAt = en.DeadAt.UTC()
+		out = append(out, en)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: list DLQ: %w", s.ID, err))
+	}
+	return out, nil
+}
+
+// DLQPurge removes DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored)
+// and returns how many. Durable when it returns.
+func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, error) {
+	if p == nil {
+		return 0, invalid("nil params")
+	}
+	return e.dlqMove(ctx, p.SubscriptionID, p.IDs, false, `DELETE FROM spool.dlq
+		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`)
+}
+
+// DLQReplay moves DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored) back
+// to their subscription only, due at once with a fresh attempt count, and returns how many. A
+// replayed message is delivered from the entry's copy, so it does not matter whether the log still
+// holds it. Durable when it returns.
+func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int, error) {
+	if p == nil {
+		return 0, invalid("nil params")
+	}
+	return e.dlqMove(ctx, p.SubscriptionID, p.IDs, true, `UPDATE spool.dlq SET replay = 'waiting', replay_attempt = 0,
+			replay_member = '', replay_due = $3
+		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`)
+}
+
+// dlqMove runs a purge or replay statement ($1 subscription, $2 IDs, $3 now withNow) under the
+// subscription's sub_partitions locks and returns how many entries it changed.
+func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, withNow bool, stmt string) (int, error) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	var n int
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		s, err := e.loadSub(ctx, tx, id, noLock)
+		if err != nil {
+			return err
+		}
+		if s.State == storage.Cancelled {
+			return fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, id, s.State)
+		}
+		b := &pgx.Batch{}
+		b.Queue(e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
+		args := []any{id, ids}
+		if withNow {
+			args = append(args, e.now())
+		}
+		b.Queue(e.sql(stmt), args...).Exec(func(ct pgconn.CommandTag) error {
+			n = int(ct.RowsAffected())
+			return nil
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("pgstore: subscription %d: DLQ: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// expireDLQ removes the DLQ entries of the topic's subscriptions that are dead since before
+// cutoff (max_retention) and returns how many. Called by RetentionApply inside its transaction.
+// It locks the topic's sub_partitions rows first (partition, then subscription order, as
+// trimDeliveryState does), so that it never waits for a DLQ row while holding what a delivery
+// operation of the subscription waits for.
+func (e *Engine) expireDLQ(ctx context.Context, tx pgx.Tx, topicID int64, cutoff time.Time) (int64, error) {
+	b := &pgx.Batch{}
+	b.Queue(e.sql(`SELECT 1 FROM spool.sub_partitions sp JOIN spool.subscriptions s ON s.id = sp.sub_id
+		WHERE s.topic_id = $1 AND EXISTS (SELECT 1 FROM spool.dlq q WHERE q.sub_id = s.id AND q.replay IS NULL AND q.dead_at < $2)
+		ORDER BY sp.partition, sp.sub_id FOR UPDATE OF sp`), topicID, cutoff)
+	var n int64
+	b.Queue(e.sql(`DELETE FROM spool.dlq q USING spool.subscriptions s
+		WHERE q.topic_id = $1 AND q.replay IS NULL AND q.dead_at < $2 AND s.id = q.sub_id
+		  AND s.state NOT IN ('CANCELLED', 'DELETED')`), topicID, cutoff).Exec(func(ct pgconn.CommandTag) error {
+		n = ct.RowsAffected()
+		return nil
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("pgstore: topic %d: expire DLQ entries: %w", topicID, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,458 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
+)
+
+// logBase is where the log tests' fake clocks start (whole seconds, like the suite's).
+var logBase = time.Date(2031, time.March, 14, 9, 26, 53, 0, time.UTC)
+
+// logOpen opens an engine on cfg and closes it at the end of the test.
+func logOpen(t *testing.T, cfg Config) *Engine {
+	t.Helper()
+	e, err := Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return e
+}
+
+// logEngine opens an engine on a fresh schema with a fake clock.
+func logEngine(t *testing.T) (*Engine, *storagetest.FakeClock) {
+	t.Helper()
+	clock := storagetest.NewFakeClock(logBase)
+	return logOpen(t, testConfig(t, clock)), clock
+}
+
+// must fails the test on err: must(f())(t).
+func must[T any](v T, err error) func(testing.TB) T {
+	return func(t testing.TB) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func logTopic(t *testing.T, e *Engine, name string, cfg storage.TopicConfig) {
+	t.Helper()
+	must(e.TopicCreate(t.Context(), &storage.TopicCreateParams{Name: name, Config: cfg}))(t)
+}
+
+func logSub(t *testing.T, e *Engine, topic, group string) *storage.Subscription {
+	t.Helper()
+	return must(e.SubscriptionCreate(t.Context(), &storage.SubscriptionCreateParams{Topic: topic, Group: group,
+		Start: storage.StartPosition{Kind: storage.FromBeginning}}))(t)
+}
+
+func logPublish(t *testing.T, e *Engine, topic string, part int32, payloads ...string) []storage.MessagePosition {
+	t.Helper()
+	var msgs []storage.AppendMessage
+	for _, p := range payloads {
+		msgs = append(msgs, storage.AppendMessage{Partition: part, Payload: []byte(p)})
+	}
+	return must(e.MessagesAppend(t.Context(), &storage.MessagesAppendParams{Topic: topic, Messages: msgs}))(t).Positions
+}
+
+// claimPayloads claims everything claimable for a subscription and returns "partition:offset=payload".
+func claimPayloads(t *testing.T, e *Engine, sub int64) []string {
+	t.Helper()
+	res := must(e.DeliveriesClaim(t.Context(), &storage.DeliveriesClaimParams{SubscriptionID: sub, Member: "m", Max: 100}))(t)
+	var out []string
+	var refs []storage.DeliveryRef
+	for _, d := range res.Deliveries {
+		out = append(out, fmt.Sprintf("%d:%d=%s", d.Partition, d.Offset, d.Payload))
+		refs = append(refs, d.Ref())
+	}
+	if len(refs) > 0 {
+		must(e.DeliveriesAck(t.Context(), &storage.DeliveriesAckParams{SubscriptionID: sub, Member: "m", Refs: refs}))(t)
+	}
+	return out
+}
+
+func equalStrings(t *testing.T, got, want []string, what string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: got %q, want %q", what, got, want)
+	}
+}
+
+// backendPID returns the PostgreSQL backend of a transaction.
+func backendPID(t *testing.T, tx pgx.Tx) int {
+	t.Helper()
+	var pid int
+	if err := tx.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// awaitBlockedBy polls until some backend waits for a lock held by pid.
+func awaitBlockedBy(t *testing.T, e *Engine, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no backend waits for backend %d after 10 s", pid)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronization
+	}
+}
+
+// TestLogCommitOrderSamePartition: transaction A takes offset 0 first and commits last; B, to the
+// same partition, waits on A's partition row lock (it cannot complete, so no consumer can see B
+// before A), and after both commit every group claims A then B, in offset order.
+func TestLogCommitOrderSamePartition(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "order", storage.TopicConfig{Semantics: storage.PubSub})
+	g1 := logSub(t, e, "order", "g1")
+	g2 := logSub(t, e, "order", "g2")
+
+	txA := must(e.pool.Begin(ctx))(t)
+	defer txA.Rollback(context.Background())
+	posA := must(e.PublishTx(ctx, txA, &storage.MessagesAppendParams{Topic: "order",
+		Messages: []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("A")}}}))(t).Positions
+	if posA[0].Offset != 0 {
+		t.Fatalf("A got offset %d, want 0", posA[0].Offset)
+	}
+
+	type result struct {
+		pos []storage.MessagePosition
+		err error
+	}
+	bDone := make(chan result, 1)
+	go func() {
+		res, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "order",
+			Messages: []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("B")}}})
+		if err != nil {
+			bDone <- result{err: err}
+			return
+		}
+		bDone <- result{pos: res.Positions}
+	}()
+	awaitBlockedBy(t, e, backendPID(t, txA))
+	select {
+	case r := <-bDone:
+		t.Fatalf("B completed while A was open: %+v", r)
+	default:
+	}
+	equalStrings(t, claimPayloads(t, e, g1.ID), nil, "g1 claims while A is open and B waits")
+
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-bDone
+	if r.err != nil {
+		t.Fatalf("B: %v", r.err)
+	}
+	if r.pos[0].Offset != 1 {
+		t.Fatalf("B got offset %d, want 1", r.pos[0].Offset)
+	}
+	for _, g := range []*storage.Subscription{g1, g2} {
+		equalStrings(t, claimPayloads(t, e, g.ID), []string{"0:0=A", "0:1=B"}, "group "+g.Group)
+	}
+}
+
+// TestLogCommitOrderTwoPartitions: with A on partition 0 and B on partition 1, B does not wait; it
+// is consumed while A is open, and A is still delivered to every group after it commits.
+func TestLogCommitOrderTwoPartitions(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "order2", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	g1 := logSub(t, e, "order2", "g1")
+	g2 := logSub(t, e, "order2", "g2")
+
+	txA := must(e.pool.Begin(ctx))(t)
+	defer txA.Rollback(context.Background())
+	must(e.PublishTx(ctx, txA, &storage.MessagesAppendParams{Topic: "order2",
+		Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("A")}}}))(t)
+
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := e.MessagesAppend(bctx, &storage.MessagesAppendParams{Topic: "order2",
+		Messages: []storage.AppendMessage{{Partition: 1, Payload: []byte("B")}}}); err != nil {
+		t.Fatalf("B to another partition while A is open: %v", err)
+	}
+	for _, g := range []*storage.Subscription{g1, g2} {
+		equalStrings(t, claimPayloads(t, e, g.ID), []string{"1:0=B"}, "group "+g.Group+" before A commits")
+	}
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*storage.Subscription{g1, g2} {
+		equalStrings(t, claimPayloads(t, e, g.ID), []string{"0:0=A"}, "group "+g.Group+" after A commits")
+	}
+}
+
+// TestLogConcurrentPublishersGapless: concurrent multi-partition publishers never deadlock
+// (partition rows are locked in order) and leave gapless offsets with non-decreasing times.
+func TestLogConcurrentPublishersGapless(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	logTopic(t, e, "many", storage.TopicConfig{Partitions: 3})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 10 {
+				var msgs []storage.AppendMessage
+				for j := range 5 {
+					msgs = append(msgs, storage.AppendMessage{Partition: int32((w + i + j) % 3), Payload: []byte("x")})
+				}
+				if _, err := e.MessagesAppend(t.Context(), &storage.MessagesAppendParams{Topic: "many", Messages: msgs}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st := must(e.TopicStats(t.Context(), "many"))(t)
+	if st.Messages != 400 {
+		t.Fatalf("messages %d, want 400", st.Messages)
+	}
+	for p := range int32(3) {
+		ms := must(e.MessagesRead(t.Context(), &storage.MessagesReadParams{Topic: "many", Partition: p, Limit: 1000}))(t)
+		for i, m := range ms {
+			if m.Offset != int64(i) {
+				t.Fatalf("partition %d: offset %d at index %d", p, m.Offset, i)
+			}
+		}
+		if int64(len(ms)) != st.Partitions[p].HighWater {
+			t.Fatalf("partition %d: read %d, high water %d", p, len(ms), st.Partitions[p].HighWater)
+		}
+	}
+}
+
+// bucketNames lists the registered buckets.
+func bucketNames(t *testing.T, e *Engine) []string {
+	t.Helper()
+	rows := must(e.pool.Query(t.Context(), e.sql("SELECT name FROM spool.buckets ORDER BY start_at")))(t)
+	return must(pgx.CollectRows(rows, pgx.RowTo[string]))(t)
+}
+
+func tableExists(t *testing.T, e *Engine, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := e.pool.QueryRow(t.Context(), "SELECT to_regclass($1) IS NOT NULL", e.schema+"."+name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLogBucketsCreatedForAnyTimeAndDropped: buckets are created on demand for any clock time;
+// retention drops a bucket once no partition retains a message in it, and keeps it while one
+// does.
+func TestLogBucketsCreatedForAnyTimeAndDropped(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	old := bucketName(e.bucketStart(clock.Now()))
+	logTopic(t, e, "drop", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Minute,
+		ZeroSubscriptionRetention: time.Minute, MaxRetention: 48 * time.Hour})
+	logTopic(t, e, "keep", storage.TopicConfig{})
+	logPublish(t, e, "drop", 0, "a", "b", "c")
+	logPublish(t, e, "keep", 0, "k")
+
+	clock.Advance(3 * time.Hour)
+	logPublish(t, e, "drop", 0, "d")
+	cur := bucketName(e.bucketStart(clock.Now()))
+	if !contains(bucketNames(t, e), old) || !contains(bucketNames(t, e), cur) {
+		t.Fatalf("buckets %v, want %s and %s", bucketNames(t, e), old, cur)
+	}
+
+	res := must(e.RetentionApply(ctx))(t)
+	if res.MessagesDeleted != 3 || res.MessagesExpired != 0 || res.BytesDeleted <= 0 {
+		t.Fatalf("retention: %+v, want 3 deleted", *res)
+	}
+	if !contains(bucketNames(t, e), old) || !tableExists(t, e, old) {
+		t.Fatalf("bucket %s dropped while topic keep retains a message in it", old)
+	}
+	ms := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "drop"}))(t)
+	if len(ms) != 1 || string(ms[0].Payload) != "d" || ms[0].Offset != 3 {
+		t.Fatalf("drop after retention: %+v", ms)
+	}
+
+	if err := e.TopicDelete(ctx, &storage.TopicDeleteParams{Name: "keep", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	must(e.RetentionApply(ctx))(t)
+	if contains(bucketNames(t, e), old) || tableExists(t, e, old) {
+		t.Fatalf("bucket %s kept after its last retained message went", old)
+	}
+	if !contains(bucketNames(t, e), cur) {
+		t.Fatalf("current bucket %s dropped", cur)
+	}
+	ms = must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "drop"}))(t)
+	if len(ms) != 1 || string(ms[0].Payload) != "d" {
+		t.Fatalf("drop after bucket drop: %+v", ms)
+	}
+
+	// A publish into the dropped bucket's time (a clock far behind) creates it again.
+	clock.Set(logBase)
+	logTopic(t, e, "late", storage.TopicConfig{})
+	logPublish(t, e, "late", 0, "late")
+	if !contains(bucketNames(t, e), old) {
+		t.Fatalf("bucket %s not recreated for a publish in its range", old)
+	}
+	ms = must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "late"}))(t)
+	if len(ms) != 1 || !ms[0].PublishedAt.Equal(logBase) {
+		t.Fatalf("late: %+v", ms)
+	}
+}
+
+// TestLogRetentionConcurrentInstances: RetentionApply on two instances at once removes each
+// message once and counts it once.
+func TestLogRetentionConcurrentInstances(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(logBase)
+	cfg := testConfig(t, clock)
+	e1 := logOpen(t, cfg)
+	e2 := logOpen(t, cfg)
+	const topics = 6
+	for i := range topics {
+		name := fmt.Sprintf("r%d", i)
+		logTopic(t, e1, name, storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2, MessageRetention: time.Minute,
+			ZeroSubscriptionRetention: time.Minute})
+		logPublish(t, e1, name, 0, "a", "b")
+		logPublish(t, e1, name, 1, "c")
+	}
+	clock.Advance(time.Hour)
+	var wg sync.WaitGroup
+	results := make([]*storage.RetentionResult, 2)
+	errs := make([]error, 2)
+	for i, e := range []*Engine{e1, e2} {
+		wg.Go(func() { results[i], errs[i] = e.RetentionApply(t.Context()) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	// An instance that found a topic locked skipped it; a second pass finishes.
+	third := must(e1.RetentionApply(t.Context()))(t)
+	total := results[0].MessagesDeleted + results[1].MessagesDeleted + third.MessagesDeleted
+	if total != 3*topics {
+		t.Fatalf("deleted %d + %d + %d, want %d in all", results[0].MessagesDeleted, results[1].MessagesDeleted, third.MessagesDeleted, 3*topics)
+	}
+	for i := range topics {
+		st := must(e2.TopicStats(t.Context(), fmt.Sprintf("r%d", i)))(t)
+		if st.Messages != 0 || st.Bytes != 0 {
+			t.Fatalf("topic r%d after retention: %+v", i, st)
+		}
+	}
+}
+
+// TestLogMaintenance: maintenance creates the current and the next bucket and removes the
+// ephemeral subscriptions and rows of instances whose heartbeat is stale, not its own.
+func TestLogMaintenance(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	if err := e.maintain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now()
+	names := bucketNames(t, e)
+	for _, want := range []string{bucketName(e.bucketStart(now)), bucketName(e.bucketStart(now.Add(e.bucket.width)))} {
+		if !contains(names, want) {
+			t.Fatalf("buckets %v miss %s", names, want)
+		}
+	}
+
+	logTopic(t, e, "eph", storage.TopicConfig{Semantics: storage.PubSub})
+	mine := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "eph", Group: "mine", Ephemeral: true}))(t)
+	theirs := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "eph", Group: "theirs", Ephemeral: true}))(t)
+	const dead = "00000000-0000-4000-8000-000000000001"
+	must(e.pool.Exec(ctx, e.sql("INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)"), dead, now.Add(-time.Hour)))(t)
+	must(e.pool.Exec(ctx, e.sql("UPDATE spool.subscriptions SET owner = $1 WHERE id = $2"), dead, theirs.ID))(t)
+	clock.Advance(time.Hour) // our own heartbeat is stale by the fake clock too: it must stay
+	if err := e.maintain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SubscriptionGet(ctx, theirs.ID); !errors.Is(err, storage.ErrSubscriptionNotFound) {
+		t.Fatalf("ephemeral subscription of a dead instance: %v, want not found", err)
+	}
+	must(e.SubscriptionGet(ctx, mine.ID))(t)
+	var n int
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.instances")).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d instance rows, want 1 (ours)", n)
+	}
+}
+
+// BenchmarkLogAppend publishes batches of 1 KiB messages from parallel goroutines (the broker's
+// shape: one MessagesAppend per batch); reports messages per second.
+func BenchmarkLogAppend(b *testing.B) {
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			cfg := testConfig(b, nil)
+			cfg.MaxConns = 16
+			e, err := Open(b.Context(), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			if _, err := e.TopicCreate(b.Context(), &storage.TopicCreateParams{Name: "bench", Config: storage.TopicConfig{Partitions: 4}}); err != nil {
+				b.Fatal(err)
+			}
+			payload := make([]byte, 1024)
+			msgs := make([]storage.AppendMessage, batch)
+			for i := range msgs {
+				msgs[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: payload}
+			}
+			b.SetParallelism(4)
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := e.MessagesAppend(b.Context(), &storage.MessagesAppendParams{Topic: "bench", Messages: msgs}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N*batch)/time.Since(start).Seconds(), "msg/s")
+		})
+	}
+}

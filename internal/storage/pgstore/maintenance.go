@@ -1,0 +1,78 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// maintenanceInterval is how often an instance runs maintenance: often enough to create the next
+// bucket well before it is needed and to notice dead instances within a few heartbeats.
+func (e *Engine) maintenanceInterval() time.Duration {
+	return max(min(e.bucket.width/4, 30*time.Second, 3*e.cfg.InstanceHeartbeat), 10*time.Millisecond)
+}
+
+// staleHeartbeats is how many heartbeat intervals an instance may miss before maintenance
+// considers it dead and removes its ephemeral subscriptions.
+const staleHeartbeats = 4
+
+// maintenanceLoop runs maintenance at start and then every maintenanceInterval until Close.
+func (e *Engine) maintenanceLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.maintenanceInterval())
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(e.bgCtx, time.Minute)
+		if err := e.maintain(ctx); err != nil && e.bgCtx.Err() == nil {
+			e.log.Warn("pgstore: maintenance", "err", err)
+		}
+		cancel()
+		select {
+		case <-e.bgCtx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// maintain pre-creates the current and the next bucket and removes the ephemeral subscriptions
+// (and rows) of instances whose heartbeat is older than staleHeartbeats intervals. Both jobs are
+// safe on several instances at once: bucket creation takes the bucket lock, and the cleanup runs
+// under pg_try_advisory_xact_lock (an instance that does not get it skips the job).
+func (e *Engine) maintain(ctx context.Context) error {
+	now := e.clock.Now()
+	if err := e.ensureBucket(ctx, now); err != nil {
+		return err
+	}
+	if err := e.ensureBucket(ctx, now.Add(e.bucket.width)); err != nil {
+		return err
+	}
+	return e.removeStaleInstances(ctx, now)
+}
+
+// removeStaleInstances deletes the ephemeral subscriptions of instances whose heartbeat is older
+// than staleHeartbeats intervals (their members are gone with them), then the instance rows.
+func (e *Engine) removeStaleInstances(ctx context.Context, now time.Time) error {
+	cutoff := now.Add(-staleHeartbeats * e.cfg.InstanceHeartbeat)
+	return e.tx(ctx, func(tx pgx.Tx) error {
+		ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "instances"))
+		if err != nil || !ok {
+			return err
+		}
+		tag, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.subscriptions WHERE ephemeral AND owner IN (
+			SELECT id FROM spool.instances WHERE heartbeat_at < $1 AND id <> $2)`), cutoff, e.instanceUUID())
+		if err != nil {
+			return fmt.Errorf("pgstore: remove ephemeral subscriptions of stale instances: %w", err)
+		}
+		gone, err := tx.Exec(ctx, e.sql("DELETE FROM spool.instances WHERE heartbeat_at < $1 AND id <> $2"), cutoff, e.instanceUUID())
+		if err != nil {
+			return fmt.Errorf("pgstore: remove stale instances: %w", err)
+		}
+		if gone.RowsAffected() > 0 {
+			e.log.Info("pgstore: removed stale instances", "instances", gone.RowsAffected(), "ephemeral_subscriptions", tag.RowsAffected())
+		}
+		return nil
+	})
+}

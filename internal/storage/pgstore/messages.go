@@ -1,0 +1,486 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// messageOverhead is added to a message's Size in spool.partitions.bytes (TopicStats.Bytes,
+// RetentionResult.BytesDeleted): roughly the tuple header and the fixed-width columns of its row.
+const messageOverhead = 64
+
+// appendSize is Message.Size of an AppendMessage: key, header names and values, payload.
+func appendSize(m *storage.AppendMessage) int {
+	n := len(m.Key) + len(m.Payload)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// pgText reports whether s can be stored in a PostgreSQL text or jsonb string: valid UTF-8
+// without NUL.
+func pgText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// partShare is the share of one partition in an append.
+type partShare struct {
+	partition int32
+	idx       []int // positions in the batch
+	bytes     int64
+	first     int64
+	at        time.Time
+}
+
+// appendPlan is a validated append: the topic row and the messages grouped by partition, in
+// ascending partition order (the lock order of spool.partitions rows).
+type appendPlan struct {
+	topic  *topicRow
+	shares []*partShare
+	// rows are the column arrays of the INSERT, in batch order.
+	partition  []int32
+	back       []int64 // offset = partition's new next_offset - back
+	key        [][]byte
+	headers    []*string
+	payload    [][]byte
+	producerID []*string
+	notBefore  []pgtype.Timestamptz
+	expiresAt  []pgtype.Timestamptz
+	size       []int32
+}
+
+// validateAppend checks the parameters that do not need the topic.
+func validateAppend(p *storage.MessagesAppendParams) error {
+	if p == nil || len(p.Messages) == 0 {
+		return invalid("no messages to append")
+	}
+	if err := names.ValidateTopic(p.Topic); err != nil {
+		return validName(err)
+	}
+	for i := range p.Messages {
+		m := &p.Messages[i]
+		for k, v := range m.Headers {
+			if !pgText(k) || !pgText(v) {
+				return invalid("message %d: header %q: names and values must be valid UTF-8 without NUL", i, k)
+			}
+		}
+		if !pgText(m.ProducerID) {
+			return invalid("message %d: producer id must be valid UTF-8 without NUL", i)
+		}
+	}
+	return nil
+}
+
+// planAppend loads and locks the topic (FOR SHARE: it cannot change or go away until the
+// transaction ends), validates the batch against its configuration and assigns partitions.
+func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams) (*appendPlan, error) {
+	t, err := e.loadTopic(ctx, tx, p.Topic, forShare)
+	if err != nil {
+		return nil, err
+	}
+	cfg := t.cfg.WithDefaults()
+	n := cfg.Partitions
+	msgs := p.Messages
+	for i := range msgs {
+		m := &msgs[i]
+		if size := appendSize(m); size > cfg.MaxMessageBytes {
+			return nil, fmt.Errorf("%w: message %d of the batch is %d bytes, topic %q allows %d",
+				storage.ErrMessageTooLarge, i, size, p.Topic, cfg.MaxMessageBytes)
+		}
+		if m.Partition != storage.PartitionAuto && (m.Partition < 0 || int(m.Partition) >= n) {
+			return nil, invalid("message %d: partition %d out of range, topic %q has %d", i, m.Partition, p.Topic, n)
+		}
+	}
+	if cfg.Semantics == storage.PubSub && cfg.BlockWritesOnZeroSubscriptions {
+		var active bool
+		if err := tx.QueryRow(ctx, e.sql("SELECT EXISTS (SELECT 1 FROM spool.subscriptions WHERE topic_id = $1 AND state = 'ACTIVE')"),
+			t.id).Scan(&active); err != nil {
+			return nil, fmt.Errorf("pgstore: append to %q: %w", p.Topic, err)
+		}
+		if !active {
+			return nil, fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, p.Topic)
+		}
+	}
+
+	plan := &appendPlan{topic: t}
+	byPart := map[int32]*partShare{}
+	keyless := int32(-1)
+	for i := range msgs {
+		m := &msgs[i]
+		part := m.Partition
+		if part == storage.PartitionAuto {
+			if len(m.Key) > 0 {
+				part = storage.PartitionForKey(m.Key, n)
+			} else {
+				if keyless < 0 {
+					keyless = int32((e.bucket.rr.Add(1) - 1) % uint32(n))
+				}
+				part = keyless
+			}
+		}
+		s := byPart[part]
+		if s == nil {
+			s = &partShare{partition: part}
+			byPart[part] = s
+			plan.shares = append(plan.shares, s)
+		}
+		s.idx = append(s.idx, i)
+	}
+	slices.SortFunc(plan.shares, func(a, b *partShare) int { return int(a.partition) - int(b.partition) })
+
+	k := len(msgs)
+	plan.partition = make([]int32, k)
+	plan.back = make([]int64, k)
+	plan.key = make([][]byte, k)
+	plan.headers = make([]*string, k)
+	plan.payload = make([][]byte, k)
+	plan.producerID = make([]*string, k)
+	plan.notBefore = make([]pgtype.Timestamptz, k)
+	plan.expiresAt = make([]pgtype.Timestamptz, k)
+	plan.size = make([]int32, k)
+	for _, s := range plan.shares {
+		for j, i := range s.idx {
+			m := &msgs[i]
+			size := appendSize(m)
+			s.bytes += int64(size + messageOverhead)
+			plan.partition[i] = s.partition
+			plan.back[i] = int64(len(s.idx) - j)
+			plan.key[i] = m.Key
+			if len(m.Headers) > 0 {
+				b, err := json.Marshal(m.Headers)
+				if err != nil {
+					return nil, invalid("message %d: headers: %v", i, err)
+				}
+				h := string(b)
+				plan.headers[i] = &h
+			}
+			if m.Payload == nil {
+				plan.payload[i] = []byte{}
+			} else {
+				plan.payload[i] = m.Payload
+			}
+			if m.ProducerID != "" {
+				plan.producerID[i] = &m.ProducerID
+			}
+			plan.notBefore[i] = optTime(m.NotBefore)
+			plan.expiresAt[i] = optTime(m.ExpiresAt)
+			plan.size[i] = int32(size)
+		}
+	}
+	return plan, nil
+}
+
+func optTime(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: t, Valid: true}
+}
+
+// takeOffsetsSQL reserves n offsets of one partition and moves its publish time forward: the
+// message time is max(now, last_published_at), so published_at never decreases in a partition.
+// The row lock it takes is held until the transaction ends: the next publisher to the partition
+// waits, which is what keeps the visible offsets a gapless prefix.
+const takeOffsetsSQL = `UPDATE spool.partitions SET
+	next_offset = next_offset + $3,
+	last_published_at = greatest(last_published_at, $4::timestamptz),
+	low_published_at = coalesce(low_published_at, greatest(last_published_at, $4::timestamptz)),
+	bytes = bytes + $5
+WHERE topic_id = $1 AND partition = $2
+RETURNING next_offset - $3, last_published_at`
+
+// insertMessagesSQL inserts a batch; each row's offset is computed from its partition's (already
+// advanced) next_offset, and its published_at is the partition's last_published_at.
+const insertMessagesSQL = `INSERT INTO spool.messages
+	(topic_id, partition, "offset", published_at, key, headers, payload, producer_id, not_before, expires_at, size)
+SELECT $1, v.partition, p.next_offset - v.back, p.last_published_at, v.key, v.headers::jsonb, v.payload, v.producer_id,
+	v.not_before, v.expires_at, v.size
+FROM unnest($2::int[], $3::bigint[], $4::bytea[], $5::text[], $6::bytea[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::int[])
+	AS v(partition, back, key, headers, payload, producer_id, not_before, expires_at, size)
+JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition`
+
+// appendInTx appends a validated plan inside tx, in one round trip: one UPDATE per partition (in
+// partition order), one INSERT for the whole batch and, when notify is not empty, a pg_notify of
+// that payload (delivered when tx commits). It returns the positions and records the publish time
+// of each partition in the plan.
+func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nmsgs int, now time.Time, notify string) (*storage.MessagesAppendResult, error) {
+	now = now.Truncate(time.Microsecond)
+	b := &pgx.Batch{}
+	for _, s := range plan.shares {
+		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes)
+	}
+	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, plan.payload,
+		plan.producerID, plan.notBefore, plan.expiresAt, plan.size)
+	if notify != "" {
+		b.Queue("SELECT pg_notify($1, $2)", e.channel(), notify)
+	}
+	br := tx.SendBatch(ctx, b)
+	for _, s := range plan.shares {
+		var at time.Time
+		if err := br.QueryRow().Scan(&s.first, &at); err != nil {
+			br.Close()
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil, fmt.Errorf("pgstore: topic %q has no partition %d row", plan.topic.name, s.partition)
+			}
+			return nil, err
+		}
+		s.at = at.UTC()
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	if notify != "" {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	if tag.RowsAffected() != int64(nmsgs) {
+		return nil, fmt.Errorf("pgstore: append to %q inserted %d rows of %d", plan.topic.name, tag.RowsAffected(), nmsgs)
+	}
+	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, nmsgs)}
+	for _, s := range plan.shares {
+		for j, i := range s.idx {
+			res.Positions[i] = storage.MessagePosition{Partition: s.partition, Offset: s.first + int64(j), PublishedAt: s.at}
+		}
+	}
+	return res, nil
+}
+
+// maxShareTime is the latest publish time of a plan's partitions (after a failed insert: the
+// bucket it needs).
+func maxShareTime(plan *appendPlan) time.Time {
+	var t time.Time
+	if plan == nil {
+		return t
+	}
+	for _, s := range plan.shares {
+		if s.at.After(t) {
+			t = s.at
+		}
+	}
+	return t
+}
+
+// recreateBuckets handles an insert that found no bucket: dropped by retention since we learned
+// it, or the partition's time is ahead of our clock. It forgets what it knew of the buckets of now
+// and of the plan's publish times and ensures them again.
+func (e *Engine) recreateBuckets(ctx context.Context, now time.Time, plan *appendPlan) error {
+	e.setBucketKnown(e.bucketStart(now), false)
+	if err := e.ensureBucket(ctx, now); err != nil {
+		return err
+	}
+	if t := maxShareTime(plan); !t.IsZero() {
+		e.setBucketKnown(e.bucketStart(t), false)
+		if err := e.ensureBucket(ctx, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isNoPartition reports the error of an insert into spool.messages whose published_at has no
+// bucket (or a check violation of a bucket being detached).
+func isNoPartition(err error) bool { return pgCode(err) == "23514" }
+
+// MessagesAppend appends a batch of messages to a topic in one transaction and returns once it
+// committed. Everything is validated before anything is written: sizes against max_message_bytes
+// (storage.ErrMessageTooLarge), explicit partitions (storage.ErrInvalidArgument), header names,
+// values and producer ids that PostgreSQL cannot store as text (valid UTF-8 without NUL,
+// storage.ErrInvalidArgument) and, for a PUB_SUB topic with block_writes_on_zero_subscriptions,
+// the presence of an ACTIVE subscription (storage.ErrNoSubscriptions, checked while the topic row
+// is locked). Keyed messages go to storage.PartitionForKey; the keyless messages of one call go
+// together to the next partition in round-robin order. PublishedAt is the engine clock, made
+// non-decreasing per partition (also across instances). Safe for concurrent use; publishers to
+// the same partition serialize on its row until they commit.
+func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
+	if err := validateAppend(p); err != nil {
+		return nil, err
+	}
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	now := e.clock.Now()
+	if err := e.ensureBucket(ctx, now); err != nil {
+		return nil, err
+	}
+	var res *storage.MessagesAppendResult
+	for attempt := 0; ; attempt++ {
+		var plan *appendPlan
+		err := e.tx(ctx, func(tx pgx.Tx) error {
+			var err error
+			plan, err = e.planAppend(ctx, tx, p)
+			if err != nil {
+				return err
+			}
+			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
+			return err
+		})
+		if err != nil && attempt == 0 && isNoPartition(err) {
+			if err := e.recreateBuckets(ctx, now, plan); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, wrapAppendErr(p.Topic, err)
+		}
+		break
+	}
+	e.announce(storage.Notification{Kind: storage.NotifyMessages, Topic: p.Topic})
+	return res, nil
+}
+
+// wrapAppendErr adds context to errors that are not storage sentinels.
+func wrapAppendErr(topic string, err error) error {
+	if isStorageErr(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("pgstore: append to topic %q: %w", topic, err)
+}
+
+// MessagesRead reads up to Limit (default 100) retained messages of a partition from Offset
+// (from the first retained one when Offset is below it), without leasing them, in one statement
+// (one snapshot). An Offset above the high-water mark fails with storage.ErrOffsetOutOfRange; at
+// the high-water mark the result is empty. A partition the topic does not have fails with
+// storage.ErrInvalidArgument.
+func (e *Engine) MessagesRead(ctx context.Context, p *storage.MessagesReadParams) ([]*storage.Message, error) {
+	if p == nil {
+		return nil, invalid("nil params")
+	}
+	if p.Offset < 0 || p.Limit < 0 {
+		return nil, invalid("offset and limit must not be negative, got %d and %d", p.Offset, p.Limit)
+	}
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	limit := p.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	rows, err := e.pool.Query(ctx, e.sql(`
+		SELECT pt.low_offset, pt.next_offset, m.partition, m."offset", m.published_at, m.key, m.headers, m.payload, m.producer_id, m.not_before, m.expires_at
+		FROM spool.topics t
+		LEFT JOIN spool.partitions pt ON pt.topic_id = t.id AND pt.partition = $2
+		LEFT JOIN LATERAL (
+			SELECT * FROM spool.messages m
+			WHERE m.topic_id = t.id AND m.partition = $2
+			  AND m."offset" >= greatest($3, pt.low_offset) AND m."offset" < pt.next_offset
+			  AND m.published_at >= coalesce(pt.low_published_at, '-infinity')
+			ORDER BY m."offset" LIMIT $4
+		) m ON true
+		WHERE t.name = $1
+		ORDER BY m."offset"`), p.Topic, p.Partition, p.Offset, limit)
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: read %q partition %d: %w", p.Topic, p.Partition, err))
+	}
+	defer rows.Close()
+	out := []*storage.Message{}
+	found := false
+	for rows.Next() {
+		found = true
+		var low, next *int64
+		var part *int32
+		var off *int64
+		var at pgtype.Timestamptz
+		var key, headers, payload []byte
+		var producerID *string
+		var notBefore, expiresAt pgtype.Timestamptz
+		if err := rows.Scan(&low, &next, &part, &off, &at, &key, &headers, &payload, &producerID, &notBefore, &expiresAt); err != nil {
+			return nil, e.mapErr(fmt.Errorf("pgstore: read %q partition %d: %w", p.Topic, p.Partition, err))
+		}
+		if low == nil {
+			return nil, invalid("partition %d out of range for topic %q", p.Partition, p.Topic)
+		}
+		if p.Offset > *next {
+			return nil, fmt.Errorf("%w: offset %d is above the high-water mark %d of topic %q partition %d",
+				storage.ErrOffsetOutOfRange, p.Offset, *next, p.Topic, p.Partition)
+		}
+		if off == nil {
+			continue // no message in range
+		}
+		m := &storage.Message{Topic: p.Topic, Partition: *part, Offset: *off, PublishedAt: at.Time.UTC(), Key: key, Payload: payload}
+		if m.Payload == nil {
+			m.Payload = []byte{}
+		}
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &m.Headers); err != nil {
+				return nil, fmt.Errorf("%w: topic %q message %d:%d: headers: %v", storage.ErrCorrupt, p.Topic, m.Partition, m.Offset, err)
+			}
+		}
+		if producerID != nil {
+			m.ProducerID = *producerID
+		}
+		if notBefore.Valid {
+			m.NotBefore = notBefore.Time.UTC()
+		}
+		if expiresAt.Valid {
+			m.ExpiresAt = expiresAt.Time.UTC()
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: read %q partition %d: %w", p.Topic, p.Partition, err))
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, p.Topic)
+	}
+	return out, nil
+}
+
+// TopicStats describes a topic's partitions from spool.partitions: LowOffset is low_offset,
+// HighWater next_offset, Bytes the stored size (message Size plus a fixed per-row overhead) of the
+// retained messages, Messages the sum of HighWater - LowOffset.
+func (e *Engine) TopicStats(ctx context.Context, name string) (*storage.TopicStats, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := e.pool.Query(ctx, e.sql(`
+		SELECT p.partition, p.low_offset, p.next_offset, p.bytes
+		FROM spool.topics t LEFT JOIN spool.partitions p ON p.topic_id = t.id
+		WHERE t.name = $1 ORDER BY p.partition`), name)
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: topic stats %q: %w", name, err))
+	}
+	defer rows.Close()
+	ts := &storage.TopicStats{Topic: name, Partitions: []storage.PartitionStats{}}
+	found := false
+	for rows.Next() {
+		found = true
+		var part *int32
+		var low, next, bytes *int64
+		if err := rows.Scan(&part, &low, &next, &bytes); err != nil {
+			return nil, e.mapErr(fmt.Errorf("pgstore: topic stats %q: %w", name, err))
+		}
+		if part == nil {
+			continue
+		}
+		ps := storage.PartitionStats{Partition: *part, LowOffset: *low, HighWater: *next, Bytes: *bytes}
+		ts.Partitions = append(ts.Partitions, ps)
+		ts.Messages += ps.HighWater - ps.LowOffset
+		ts.Bytes += ps.Bytes
+	}
+	if err := rows.Err(); err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: topic stats %q: %w", name, err))
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name)
+	}
+	return ts, nil
+}

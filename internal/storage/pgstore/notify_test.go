@@ -1,0 +1,173 @@
+package pgstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
+)
+
+// awaitNotification waits up to 10 s for n on ch, skipping others.
+func awaitNotification(t *testing.T, ch <-chan storage.Notification, n storage.Notification) {
+	t.Helper()
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case got := <-ch:
+			if got == n {
+				return
+			}
+		case <-timer.C:
+			t.Fatalf("no notification %+v within 10 s", n)
+		}
+	}
+}
+
+// recorder registers a callback that forwards notifications to a channel without blocking.
+func recorder(e *Engine) (<-chan storage.Notification, func()) {
+	ch := make(chan storage.Notification, 1024)
+	unregister := e.NotifyRegister(func(n storage.Notification) {
+		select {
+		case ch <- n:
+		default:
+		}
+	})
+	return ch, unregister
+}
+
+// twoInstances opens two engines on one schema; the second polls rarely, so that what it sees
+// within the test comes through LISTEN/NOTIFY.
+func twoInstances(t *testing.T, poll time.Duration) (*Engine, *Engine) {
+	t.Helper()
+	clock := storagetest.NewFakeClock(logBase)
+	cfg := testConfig(t, clock)
+	e1 := logOpen(t, cfg)
+	cfg.PollInterval = poll
+	e2 := logOpen(t, cfg)
+	return e1, e2
+}
+
+// TestNotifyAcrossInstances: topic creation and publishes on one instance wake the callbacks of
+// another through NOTIFY (the poller is too slow to be the cause).
+func TestNotifyAcrossInstances(t *testing.T) {
+	t.Parallel()
+	e1, e2 := twoInstances(t, time.Minute)
+	ch, unregister := recorder(e2)
+	defer unregister()
+	logTopic(t, e1, "n.x", storage.TopicConfig{})
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyTopicCreated, Topic: "n.x"})
+	logPublish(t, e1, "n.x", 0, "a")
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.x"})
+	// Many publishes coalesce, and the last one is always followed by a notification.
+	for range 20 {
+		logPublish(t, e1, "n.x", 0, "b")
+	}
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.x"})
+}
+
+// TestNotifyLocalAtOnce: the publishing instance's callbacks are called before MessagesAppend
+// returns; an unregistered callback is not called.
+func TestNotifyLocalAtOnce(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	logTopic(t, e, "n.local", storage.TopicConfig{})
+	ch, unregister := recorder(e)
+	gone, unregisterGone := recorder(e)
+	unregisterGone()
+	logPublish(t, e, "n.local", 0, "a")
+	select {
+	case n := <-ch:
+		if n != (storage.Notification{Kind: storage.NotifyMessages, Topic: "n.local"}) {
+			t.Fatalf("got %+v", n)
+		}
+	default:
+		t.Fatal("no local notification when MessagesAppend returned")
+	}
+	unregister()
+	select {
+	case n := <-gone:
+		t.Fatalf("unregistered callback called with %+v", n)
+	default:
+	}
+}
+
+// TestNotifyPayload: payloads round-trip, our own are recognized, malformed ones are rejected.
+func TestNotifyPayload(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	n := storage.Notification{Kind: storage.NotifyTopicDeleted, Topic: "a:b.c"}
+	got, self, ok := e.parsePayload(e.payload(n))
+	if !ok || !self || got != n {
+		t.Fatalf("own payload: %+v self %v ok %v", got, self, ok)
+	}
+	got, self, ok = e.parsePayload(txNotifyInstance + ":1:t")
+	if !ok || self || got != (storage.Notification{Kind: storage.NotifyMessages, Topic: "t"}) {
+		t.Fatalf("transactional payload: %+v self %v ok %v", got, self, ok)
+	}
+	for _, bad := range []string{"", "x", "0:9:t", "0:x:t", "0"} {
+		if _, _, ok := e.parsePayload(bad); ok {
+			t.Fatalf("payload %q accepted", bad)
+		}
+	}
+}
+
+// TestNotifyListenerReconnects: when the listener's connection is killed (as by a database
+// restart), it reconnects, wakes every topic (notifications may have been missed) and receives
+// notifications again.
+func TestNotifyListenerReconnects(t *testing.T) {
+	t.Parallel()
+	e1, e2 := twoInstances(t, time.Minute)
+	logTopic(t, e1, "n.re", storage.TopicConfig{})
+	ch, unregister := recorder(e2)
+	defer unregister()
+
+	e2.notify.connMu.Lock()
+	pid := e2.notify.listenConn.PgConn().PID()
+	e2.notify.connMu.Unlock()
+	must(e1.pool.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid))(t)
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.re"}) // the wake-up of every topic
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e2.notify.connMu.Lock()
+		n, conn := e2.notify.reconnects, e2.notify.listenConn
+		e2.notify.connMu.Unlock()
+		if n > 0 && conn != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("listener did not reconnect within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+	logTopic(t, e1, "n.after", storage.TopicConfig{})
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyTopicCreated, Topic: "n.after"})
+	logPublish(t, e1, "n.after", 0, "a")
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.after"})
+}
+
+// TestNotifyPollerFallback: messages committed without any NOTIFY (a lost notification) are
+// found by the poller, which also reports topics created meanwhile.
+func TestNotifyPollerFallback(t *testing.T) {
+	t.Parallel()
+	e1, e2 := twoInstances(t, 20*time.Millisecond)
+	logTopic(t, e1, "n.poll", storage.TopicConfig{})
+	ch, unregister := recorder(e2)
+	defer unregister()
+	if err := e1.ensureBucket(t.Context(), logBase); err != nil {
+		t.Fatal(err)
+	}
+	// A publish that sends no notification: offsets and a row written by hand, as a lost NOTIFY
+	// would leave them.
+	must(e1.pool.Exec(t.Context(), e1.sql(`WITH p AS (
+			UPDATE spool.partitions SET next_offset = next_offset + 1, last_published_at = $2, low_published_at = $2
+			WHERE topic_id = (SELECT id FROM spool.topics WHERE name = 'n.poll') RETURNING topic_id, partition, next_offset - 1 AS o)
+		INSERT INTO spool.messages (topic_id, partition, "offset", published_at, payload, size)
+		SELECT topic_id, partition, o, $2, $1, 1 FROM p`), []byte("x"), logBase))(t)
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.poll"})
+	ms := must(e2.MessagesRead(t.Context(), &storage.MessagesReadParams{Topic: "n.poll"}))(t)
+	if len(ms) != 1 {
+		t.Fatalf("read %d messages", len(ms))
+	}
+}

@@ -1,0 +1,236 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// RetentionApply applies retention at the engine's current time, topic by topic (ordered by
+// name), each topic in one transaction, with the semantics of the embedded engine at message
+// granularity. For each partition, the prefix of messages (from low_offset) is removed in which
+// every message is:
+//
+//   - below the retention floor (the lowest ack floor of the subscriptions that hold retention:
+//     ACTIVE and PAUSED ones, ephemeral ones included) and older than message_retention;
+//   - with no subscription holding retention, older than zero_subscription_retention, or below the
+//     lowest floor of the subscriptions with state (DEAD ones) and older than message_retention;
+//   - or older than max_retention (strictly).
+//
+// Removing means advancing the partition's low_offset and low_published_at (one UPDATE per topic
+// partition, with the row locked, never a statement per message) and raising the delivery state
+// of the subscriptions to the new low (trimDeliveryState). Removed messages that a subscription
+// with state had not completed (below its ack floor) count as MessagesExpired, the others as
+// MessagesDeleted; BytesDeleted is their stored size. DLQ entries dead for longer than
+// max_retention are removed (expireDLQ). Then the buckets that hold no retained message are
+// detached and dropped (dropBuckets): that is when the storage is reclaimed.
+//
+// Safe on several instances at once: each topic is handled under pg_try_advisory_xact_lock (an
+// instance that does not get it skips the topic, another is doing it), and the bucket work under
+// the bucket lock.
+func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	now := e.clock.Now().UTC().Truncate(time.Microsecond)
+	rows, err := e.pool.Query(ctx, e.sql("SELECT id, name FROM spool.topics ORDER BY name"))
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: retention: list topics: %w", err))
+	}
+	type topicRef struct {
+		id   int64
+		name string
+	}
+	var topics []topicRef
+	for rows.Next() {
+		var t topicRef
+		if err := rows.Scan(&t.id, &t.name); err != nil {
+			rows.Close()
+			return nil, e.mapErr(fmt.Errorf("pgstore: retention: list topics: %w", err))
+		}
+		topics = append(topics, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: retention: list topics: %w", err))
+	}
+	res := &storage.RetentionResult{}
+	for _, t := range topics {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		var tr storage.RetentionResult
+		err := e.tx(ctx, func(tx pgx.Tx) error {
+			tr = storage.RetentionResult{}
+			return e.retainTopic(ctx, tx, t.id, now, &tr)
+		})
+		if err != nil {
+			return res, fmt.Errorf("pgstore: retention of topic %q: %w", t.name, err)
+		}
+		res.MessagesDeleted += tr.MessagesDeleted
+		res.MessagesExpired += tr.MessagesExpired
+		res.DLQEntriesExpired += tr.DLQEntriesExpired
+		res.BytesDeleted += tr.BytesDeleted
+		if tr != (storage.RetentionResult{}) {
+			e.log.Debug("pgstore: retention", "topic", t.name, "deleted", tr.MessagesDeleted, "expired", tr.MessagesExpired,
+				"dlq_expired", tr.DLQEntriesExpired, "bytes", tr.BytesDeleted)
+		}
+	}
+	if _, err := e.dropBuckets(ctx, now); err != nil {
+		// The messages are logically gone already; the next run tries again.
+		e.log.Warn("pgstore: retention: drop buckets", "err", err)
+	}
+	return res, nil
+}
+
+// partRetention is a partition's state as retention sees it.
+type partRetention struct {
+	partition int32
+	low, next int64
+	// bounds: the first offset (>= low) published at or after now minus max_retention,
+	// message_retention and zero_subscription_retention; next when there is none.
+	boundMax, boundMsg, boundZero int64
+	// floors of the subscriptions with state (-1: none): holding retention, and all of them.
+	minHold, minAll int64
+}
+
+// cut returns where the partition's retained messages start after retention.
+func (p *partRetention) cut() int64 {
+	c := max(p.low, p.boundMax)
+	if p.minHold >= 0 {
+		c = max(c, min(p.minHold, p.boundMsg))
+	} else {
+		c = max(c, p.boundZero)
+		if p.minAll >= 0 {
+			c = max(c, min(p.minAll, p.boundMsg))
+		}
+	}
+	return min(c, p.next)
+}
+
+// retainTopic applies retention to one topic inside tx; see RetentionApply.
+func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now time.Time, res *storage.RetentionResult) error {
+	ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "retention:"+strconv.FormatInt(topicID, 10)))
+	if err != nil || !ok {
+		return err
+	}
+	var cfgJSON []byte
+	err = tx.QueryRow(ctx, e.sql("SELECT config FROM spool.topics WHERE id = $1 FOR SHARE"), topicID).Scan(&cfgJSON)
+	if err == pgx.ErrNoRows {
+		return nil // deleted meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	var cfg storage.TopicConfig
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+		return fmt.Errorf("%w: topic %d: config: %v", storage.ErrCorrupt, topicID, err)
+	}
+	cfg = cfg.WithDefaults()
+
+	rows, err := tx.Query(ctx, e.sql(`
+		SELECT p.partition, p.low_offset, p.next_offset,
+			coalesce((SELECT m."offset" FROM spool.messages m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+				AND m."offset" >= p.low_offset AND m."offset" < p.next_offset AND m.published_at >= $2
+				ORDER BY m."offset" LIMIT 1), p.next_offset),
+			coalesce((SELECT m."offset" FROM spool.messages m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+				AND m."offset" >= p.low_offset AND m."offset" < p.next_offset AND m.published_at >= $3
+				ORDER BY m."offset" LIMIT 1), p.next_offset),
+			coalesce((SELECT m."offset" FROM spool.messages m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+				AND m."offset" >= p.low_offset AND m."offset" < p.next_offset AND m.published_at >= $4
+				ORDER BY m."offset" LIMIT 1), p.next_offset),
+			coalesce(f.min_hold, -1), coalesce(f.min_all, -1)
+		FROM spool.partitions p
+		LEFT JOIN (
+			SELECT sp.partition,
+				min(sp.ack_floor) FILTER (WHERE s.state IN ('ACTIVE', 'PAUSED')) AS min_hold,
+				min(sp.ack_floor) AS min_all
+			FROM spool.subscriptions s JOIN spool.sub_partitions sp ON sp.sub_id = s.id
+			WHERE s.topic_id = $1 AND s.state IN ('ACTIVE', 'PAUSED', 'DEAD')
+			GROUP BY sp.partition
+		) f ON f.partition = p.partition
+		WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
+		ORDER BY p.partition`),
+		topicID, now.Add(-cfg.MaxRetention), now.Add(-cfg.MessageRetention), now.Add(-cfg.ZeroSubscriptionRetention))
+	if err != nil {
+		return err
+	}
+	var parts []partRetention
+	for rows.Next() {
+		var p partRetention
+		if err := rows.Scan(&p.partition, &p.low, &p.next, &p.boundMax, &p.boundMsg, &p.boundZero, &p.minHold, &p.minAll); err != nil {
+			rows.Close()
+			return err
+		}
+		if p.cut() > p.low {
+			parts = append(parts, p)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	for _, p := range parts {
+		cut := p.cut()
+		// Lock the row first (publishers in flight commit before), then compute the new
+		// low_published_at and the bytes in a new statement, which sees what they committed.
+		b := &pgx.Batch{}
+		b.Queue(e.sql("SELECT low_offset FROM spool.partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"), topicID, p.partition)
+		b.Queue(e.sql(`
+			WITH gone AS (
+				SELECT coalesce(sum(m.size + `+strconv.Itoa(messageOverhead)+`), 0)::bigint AS bytes, count(*) AS n
+				FROM spool.messages m
+				WHERE m.topic_id = $1 AND m.partition = $2 AND m."offset" >= $3 AND m."offset" < $4)
+			UPDATE spool.partitions p SET
+				low_offset = $4,
+				low_published_at = (SELECT m.published_at FROM spool.messages m
+					WHERE m.topic_id = $1 AND m.partition = $2 AND m."offset" = $4),
+				bytes = greatest(p.bytes - (SELECT bytes FROM gone), 0)
+			WHERE p.topic_id = $1 AND p.partition = $2 AND p.low_offset = $3
+			RETURNING (SELECT bytes FROM gone), (SELECT n FROM gone)`), topicID, p.partition, p.low, cut)
+		br := tx.SendBatch(ctx, b)
+		var low int64
+		if err := br.QueryRow().Scan(&low); err != nil {
+			br.Close()
+			if err == pgx.ErrNoRows {
+				continue
+			}
+			return err
+		}
+		var bytes, n int64
+		err := br.QueryRow().Scan(&bytes, &n)
+		br.Close()
+		if err == pgx.ErrNoRows {
+			continue // another instance moved it meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		if n != cut-p.low {
+			e.log.Warn("pgstore: retention: partition misses messages", "topic_id", topicID, "partition", p.partition,
+				"from", p.low, "to", cut, "found", n)
+		}
+		if err := e.trimDeliveryState(ctx, tx, topicID, p.partition, cut); err != nil {
+			return err
+		}
+		removed := cut - p.low
+		var expired int64
+		if p.minAll >= 0 && cut > p.minAll {
+			expired = cut - max(p.low, p.minAll)
+		}
+		res.MessagesExpired += expired
+		res.MessagesDeleted += removed - expired
+		res.BytesDeleted += bytes
+	}
+	n, err := e.expireDLQ(ctx, tx, topicID, now.Add(-cfg.MaxRetention))
+	if err != nil {
+		return err
+	}
+	res.DLQEntriesExpired += n
+	return nil
+}

@@ -1,0 +1,412 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// ephemeralGroupPrefix names the group of an ephemeral subscription created without one:
+// "$ephemeral-<id>".
+const ephemeralGroupPrefix = "$ephemeral-"
+
+// validStart checks a start position and fills in the default kind (FROM_NOW).
+func validStart(sp storage.StartPosition) (storage.StartPosition, error) {
+	switch sp.Kind {
+	case "":
+		sp.Kind = storage.FromNow
+	case storage.FromNow, storage.FromBeginning, storage.FromTimestamp:
+	case storage.FromMessageID:
+		if sp.Partition < 0 || sp.Offset < 0 {
+			return sp, invalid("start position: partition and offset must not be negative, got %d:%d", sp.Partition, sp.Offset)
+		}
+	default:
+		return sp, invalid("start position kind %q: want FROM_NOW, FROM_BEGINNING, FROM_TIMESTAMP or FROM_MESSAGE_ID", sp.Kind)
+	}
+	return sp, nil
+}
+
+// partBounds are the committed bounds of one topic partition.
+type partBounds struct {
+	next, low int64
+}
+
+// resolveStart turns a start position into the first offset of every partition of t. It locks
+// the topic's partition rows FOR SHARE (in partition order): publishers in flight commit first,
+// and retention cannot move a low offset before the subscription's rows are committed (it would
+// not raise their floors). Time searches use published_at, which is non-decreasing per partition.
+func (e *Engine) resolveStart(ctx context.Context, tx pgx.Tx, t *topicRow, sp storage.StartPosition) ([]int64, error) {
+	rows, err := tx.Query(ctx, e.sql("SELECT next_offset, low_offset FROM spool.partitions WHERE topic_id = $1 ORDER BY partition FOR SHARE"), t.id)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
+	}
+	var parts []partBounds
+	for rows.Next() {
+		var b partBounds
+		if err := rows.Scan(&b.next, &b.low); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
+		}
+		parts = append(parts, b)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
+	}
+	if len(parts) != t.cfg.Partitions {
+		return nil, fmt.Errorf("%w: topic %q has %d partition rows, config says %d", storage.ErrCorrupt, t.name, len(parts), t.cfg.Partitions)
+	}
+	starts := make([]int64, len(parts))
+	switch sp.Kind {
+	case storage.FromNow:
+		for i, p := range parts {
+			starts[i] = p.next
+		}
+	case storage.FromBeginning:
+		for i, p := range parts {
+			starts[i] = p.low
+		}
+	case storage.FromTimestamp:
+		if sp.Time.IsZero() {
+			for i, p := range parts {
+				starts[i] = p.low
+			}
+			break
+		}
+		if err := e.searchTime(ctx, tx, t, sp.Time, starts); err != nil {
+			return nil, err
+		}
+	case storage.FromMessageID:
+		if int(sp.Partition) >= len(parts) {
+			return nil, invalid("start position: partition %d out of range, topic %q has %d", sp.Partition, t.name, len(parts))
+		}
+		p := parts[sp.Partition]
+		if sp.Offset > p.next {
+			return nil, fmt.Errorf("%w: start offset %d is above the high-water mark %d of topic %q partition %d",
+				storage.ErrOffsetOutOfRange, sp.Offset, p.next, t.name, sp.Partition)
+		}
+		// A message below the first retained one starts at the first retained one.
+		o := max(sp.Offset, p.low)
+		ts := e.now()
+		if o < p.next {
+			var at time.Time
+			err := tx.QueryRow(ctx, e.sql(`SELECT published_at FROM spool.messages WHERE topic_id = $1 AND partition = $2 AND "offset" = $3`),
+				t.id, sp.Partition, o).Scan(&at)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return nil, fmt.Errorf("%w: topic %q partition %d: retained message %d is missing", storage.ErrCorrupt, t.name, sp.Partition, o)
+			case err != nil:
+				return nil, fmt.Errorf("pgstore: topic %q: read start message: %w", t.name, err)
+			}
+			ts = at
+		}
+		if err := e.searchTime(ctx, tx, t, ts, starts); err != nil {
+			return nil, err
+		}
+		starts[sp.Partition] = o
+	}
+	return starts, nil
+}
+
+// searchTime sets starts[i] to the first retained offset of partition i published at or after
+// at, or to its high-water mark when there is none. The partition rows must be locked.
+func (e *Engine) searchTime(ctx context.Context, tx pgx.Tx, t *topicRow, at time.Time, starts []int64) error {
+	rows, err := tx.Query(ctx, e.sql(`SELECT p.partition, coalesce((
+			SELECT m."offset" FROM spool.messages m
+			WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+			  AND m."offset" >= p.low_offset AND m."offset" < p.next_offset
+			  AND m.published_at >= greatest($2::timestamptz, coalesce(p.low_published_at, '-infinity'))
+			ORDER BY m."offset" LIMIT 1), p.next_offset)
+		FROM spool.partitions p WHERE p.topic_id = $1 ORDER BY p.partition`), t.id, at)
+	if err != nil {
+		return fmt.Errorf("pgstore: topic %q: search by time: %w", t.name, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var p int32
+		var o int64
+		if err := rows.Scan(&p, &o); err != nil {
+			return fmt.Errorf("pgstore: topic %q: search by time: %w", t.name, err)
+		}
+		if int(p) < len(starts) {
+			starts[p] = o
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: topic %q: search by time: %w", t.name, err)
+	}
+	return nil
+}
+
+// insertSub inserts an ACTIVE subscription of t with one sub_partitions row per partition
+// (ack_floor = cursor = starts[i]). An empty group (ephemeral subscriptions) becomes
+// "$ephemeral-<id>". An ephemeral subscription is owned by this instance. A live subscription of
+// the same group is storage.ErrSubscriptionExists (unique index subscriptions_live_group).
+func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, pattern string, ephemeral bool,
+	start storage.StartPosition, starts []int64, now time.Time) (*subRow, error) {
+	startJSON, err := json.Marshal(start)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: encode start position: %w", err)
+	}
+	var owner pgtype.UUID
+	if ephemeral {
+		owner = e.instanceUUID()
+	}
+	s, err := scanSub(tx.QueryRow(ctx, e.sql(`WITH n AS (SELECT nextval('spool.subscriptions_id_seq') AS id)
+		INSERT INTO spool.subscriptions (id, topic_id, topic, group_name, pattern, ephemeral, owner, state, start, created_at, updated_at)
+		SELECT n.id, $1, $2, CASE WHEN $3 = '' THEN $9 || n.id ELSE $3 END, $4, $5, $6, 'ACTIVE', $7, $8, $8 FROM n
+		RETURNING `+subColumns),
+		t.id, t.name, group, pattern, ephemeral, owner, startJSON, now, ephemeralGroupPrefix))
+	if isUniqueViolation(err) {
+		return nil, fmt.Errorf("%w: topic %q group %q", storage.ErrSubscriptionExists, t.name, group)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: create subscription on topic %q: %w", t.name, err)
+	}
+	if _, err := tx.Exec(ctx, e.sql(`INSERT INTO spool.sub_partitions (sub_id, partition, ack_floor, cursor)
+		SELECT $1, (u.ord - 1)::int, u.o, u.o FROM unnest($2::bigint[]) WITH ORDINALITY AS u(o, ord)`), s.ID, starts); err != nil {
+		return nil, fmt.Errorf("pgstore: create subscription %d: partitions: %w", s.ID, err)
+	}
+	return s, nil
+}
+
+// SubscriptionCreate creates a subscription. On a QUEUE topic it fails with
+// storage.ErrSubscriptionExists while the queue subscription is not CANCELLED (one created after a
+// cancel gets the group storage.QueueGroup whatever Group says, and is durable). On a PUB_SUB
+// topic a durable subscription needs a group with no other non-cancelled subscription on the
+// topic; an ephemeral one without a group gets "$ephemeral-<id>" and belongs to this instance
+// (removed at Close, or by maintenance when the instance's heartbeat is stale). The topic row is
+// locked FOR SHARE, so a concurrent TopicUpdate or TopicDelete waits.
+func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.SubscriptionCreateParams) (*storage.Subscription, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	if err := names.ValidateTopic(params.Topic); err != nil {
+		return nil, validName(err)
+	}
+	if params.Group != "" && params.Group != storage.QueueGroup {
+		if err := names.ValidateGroup(params.Group); err != nil {
+			return nil, validName(err)
+		}
+	}
+	if params.Pattern != "" {
+		if err := names.ValidatePattern(params.Pattern); err != nil {
+			return nil, validName(err)
+		}
+	}
+	start, err := validStart(params.Start)
+	if err != nil {
+		return nil, err
+	}
+	var out *storage.Subscription
+	err = e.tx(ctx, func(tx pgx.Tx) error {
+		t, err := e.loadTopic(ctx, tx, params.Topic, forShare)
+		if err != nil {
+			return err
+		}
+		group, ephemeral := params.Group, params.Ephemeral
+		switch {
+		case t.cfg.Semantics == storage.Queue:
+			group, ephemeral = storage.QueueGroup, false
+		case group == storage.QueueGroup:
+			return invalid("group %q is reserved for QUEUE topics", storage.QueueGroup)
+		case group == "" && !ephemeral:
+			return invalid("a durable subscription to PUB_SUB topic %q needs a group", params.Topic)
+		}
+		if group != "" {
+			var id int64
+			var state string
+			err := tx.QueryRow(ctx, e.sql(`SELECT id, state FROM spool.subscriptions
+				WHERE topic_id = $1 AND group_name = $2 AND state IN ('ACTIVE', 'PAUSED', 'DEAD') LIMIT 1`), t.id, group).Scan(&id, &state)
+			if err == nil {
+				return fmt.Errorf("%w: topic %q group %q (subscription %d, %s)", storage.ErrSubscriptionExists, params.Topic, group, id, state)
+			}
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("pgstore: create subscription on topic %q: %w", params.Topic, err)
+			}
+		}
+		starts, err := e.resolveStart(ctx, tx, t, start)
+		if err != nil {
+			return err
+		}
+		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now())
+		if err != nil {
+			return err
+		}
+		out = &s.Subscription
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// dropSubState removes a subscription's delivery state (CANCELLED and DELETED subscriptions have
+// none): its sub_partitions rows, with the spool.deliveries rows that reference them (ON DELETE
+// CASCADE), and its DLQ entries (spool.dlq, see 0002_deliveries.sql). Lock order: sub_partitions,
+// then delivery rows, then dlq.
+func (e *Engine) dropSubState(ctx context.Context, tx pgx.Tx, id int64) error {
+	if _, err := tx.Exec(ctx, e.sql("DELETE FROM spool.sub_partitions WHERE sub_id = $1"), id); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: drop delivery state: %w", id, err)
+	}
+	if _, err := tx.Exec(ctx, e.sql("DELETE FROM spool.dlq WHERE sub_id = $1"), id); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: drop DLQ: %w", id, err)
+	}
+	return nil
+}
+
+// deleteSub deletes a locked subscription: an ephemeral one is removed, a durable one keeps its
+// row as DELETED (SubscriptionList with IncludeDeleted) without delivery state. Subscription rows
+// are locked FOR NO KEY UPDATE by state changes, so that delivery operations inserting rows that
+// reference the subscription (DLQ entries) do not wait for them while holding sub_partitions
+// locks (lock order).
+func (e *Engine) deleteSub(ctx context.Context, tx pgx.Tx, s *subRow) (*subRow, error) {
+	if err := e.dropSubState(ctx, tx, s.ID); err != nil {
+		return nil, err
+	}
+	if s.Ephemeral {
+		if _, err := tx.Exec(ctx, e.sql("DELETE FROM spool.subscriptions WHERE id = $1"), s.ID); err != nil {
+			return nil, fmt.Errorf("pgstore: delete subscription %d: %w", s.ID, err)
+		}
+		c := *s
+		c.State, c.UpdatedAt = storage.Deleted, e.now()
+		return &c, nil
+	}
+	return e.setSubState(ctx, tx, s.ID, storage.Deleted)
+}
+
+// setSubState sets a subscription's state and updated_at and returns the row.
+func (e *Engine) setSubState(ctx context.Context, tx pgx.Tx, id int64, state storage.SubscriptionState) (*subRow, error) {
+	s, err := scanSub(tx.QueryRow(ctx, e.sql("UPDATE spool.subscriptions SET state = $2, updated_at = $3 WHERE id = $1 RETURNING "+subColumns),
+		id, string(state), e.now()))
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: subscription %d: set state %s: %w", id, state, err)
+	}
+	return s, nil
+}
+
+// SubscriptionDelete deletes a subscription and its delivery state at once. A durable one is kept
+// as DELETED (SubscriptionList with IncludeDeleted); an ephemeral one is forgotten.
+func (e *Engine) SubscriptionDelete(ctx context.Context, id int64) error {
+	return e.tx(ctx, func(tx pgx.Tx) error {
+		s, err := e.loadSub(ctx, tx, id, forNoKeyUpdate)
+		if err != nil {
+			return err
+		}
+		_, err = e.deleteSub(ctx, tx, s)
+		return err
+	})
+}
+
+// SubscriptionGet returns a subscription that is not DELETED.
+func (e *Engine) SubscriptionGet(ctx context.Context, id int64) (*storage.Subscription, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	s, err := e.loadSub(ctx, e.pool, id, noLock)
+	if err != nil {
+		return nil, e.mapErr(err)
+	}
+	return &s.Subscription, nil
+}
+
+// SubscriptionGetByGroup returns the newest subscription of (topic, group) that is not DELETED.
+func (e *Engine) SubscriptionGetByGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	s, err := scanSub(e.pool.QueryRow(ctx, e.sql("SELECT "+subColumns+` FROM spool.subscriptions
+		WHERE topic = $1 AND group_name = $2 AND state <> 'DELETED' ORDER BY id DESC LIMIT 1`), topic, group))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: topic %q group %q", storage.ErrSubscriptionNotFound, topic, group)
+	}
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: subscription of topic %q group %q: %w", topic, group, err))
+	}
+	return &s.Subscription, nil
+}
+
+// SubscriptionList lists subscriptions ordered by ID, optionally of one topic, DELETED ones only
+// with IncludeDeleted.
+func (e *Engine) SubscriptionList(ctx context.Context, params *storage.SubscriptionListParams) ([]*storage.Subscription, error) {
+	var p storage.SubscriptionListParams
+	if params != nil {
+		p = *params
+	}
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	rows, err := e.pool.Query(ctx, e.sql("SELECT "+subColumns+` FROM spool.subscriptions
+		WHERE ($1 = '' OR topic = $1) AND ($2 OR state <> 'DELETED') ORDER BY id`), p.Topic, p.IncludeDeleted)
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: list subscriptions: %w", err))
+	}
+	defer rows.Close()
+	out := []*storage.Subscription{}
+	for rows.Next() {
+		s, err := scanSub(rows)
+		if err != nil {
+			if errors.Is(err, storage.ErrCorrupt) {
+				return nil, err
+			}
+			return nil, e.mapErr(fmt.Errorf("pgstore: list subscriptions: %w", err))
+		}
+		out = append(out, &s.Subscription)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: list subscriptions: %w", err))
+	}
+	return out, nil
+}
+
+// SubscriptionUpdate changes a subscription's state following storage.CanTransition (setting the
+// current state again is storage.ErrInvalidTransition too). CANCELLED drops the delivery state at
+// once; DELETED is SubscriptionDelete.
+func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.SubscriptionUpdateParams) (*storage.Subscription, error) {
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	switch params.State {
+	case storage.Active, storage.Paused, storage.Dead, storage.Cancelled, storage.Deleted:
+	default:
+		return nil, invalid("subscription state %q", params.State)
+	}
+	var out *storage.Subscription
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		s, err := e.loadSub(ctx, tx, params.ID, forNoKeyUpdate)
+		if err != nil {
+			return err
+		}
+		if !storage.CanTransition(s.State, params.State) {
+			return fmt.Errorf("%w: subscription %d from %s to %s", storage.ErrInvalidTransition, params.ID, s.State, params.State)
+		}
+		switch params.State {
+		case storage.Deleted:
+			s, err = e.deleteSub(ctx, tx, s)
+		case storage.Cancelled:
+			if err = e.dropSubState(ctx, tx, s.ID); err == nil {
+				s, err = e.setSubState(ctx, tx, s.ID, params.State)
+			}
+		default:
+			s, err = e.setSubState(ctx, tx, s.ID, params.State)
+		}
+		if err != nil {
+			return err
+		}
+		out = &s.Subscription
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
