@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -127,9 +128,17 @@ const (
 // loadState reads subscription id with its topic's configuration, locks its sub_partitions rows
 // (FOR UPDATE, partition order), and reads the partitions' bounds, the delivery rows of mode and
 // the replayed DLQ entries, in one round trip. It fails with storage.ErrSubscriptionNotFound, and
-// with storage.ErrSubscriptionNotActive for a CANCELLED subscription.
-func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Time, mode loadMode, refs []storage.DeliveryRef, member string) (*dstate, error) {
+// with storage.ErrSubscriptionNotActive for a CANCELLED subscription. With async, the transaction
+// commits without waiting for its WAL flush: only releases use it (a crash that forgets a release
+// leaves the lease to expire, and the message comes back later with a higher attempt). Claims and
+// extends commit synchronously: a claim is durable before its deliveries leave the broker, so a
+// database crash never hands a message out again with the same attempt number, and an extended
+// lease never shrinks back.
+func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Time, mode loadMode, refs []storage.DeliveryRef, member string, async bool) (*dstate, error) {
 	b := &pgx.Batch{}
+	if async {
+		b.Queue("SET LOCAL synchronous_commit = off")
+	}
 	b.Queue(e.sql(`SELECT `+subColumns+`, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
@@ -154,6 +163,12 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Ti
 			FROM spool.deliveries WHERE sub_id = $1 AND due > $2 AND state <> 'acked'`), id, now)
 	}
 	br := tx.SendBatch(ctx, b)
+	if async {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err)
+		}
+	}
 	st, err := e.readState(br, id, mode)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, cerr)
@@ -489,7 +504,7 @@ type redelivery struct {
 
 func (e *Engine) claim(ctx context.Context, tx pgx.Tx, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
 	now := e.now()
-	st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadDue, nil, "")
+	st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadDue, nil, "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -945,20 +960,126 @@ func fillMsg(m *storage.Message, headers []byte, producerID *string, notBefore, 
 // DeliveriesAck completes messages of the subscription, delivered or not; durable when it returns
 // (the transaction commits with synchronous_commit). A replayed DLQ copy of a message is completed
 // first. Refs above the high-water mark or in partitions that do not exist are listed in Unknown.
+//
+// Concurrent acks of one subscription through one Engine are combined: while a transaction acks
+// for the subscription, later calls queue, and the next transaction acks all of them (each gets
+// the result it would have got alone, in queue order). Every ack transaction holds the
+// subscription's locks until its commit is flushed, so this is what lets a subscription take more
+// acks per second than flushes. Once its ack was taken into a transaction a call waits for it,
+// even if ctx ends meanwhile.
 func (e *Engine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
 	if p == nil {
 		return nil, invalid("nil params")
 	}
-	var res *storage.DeliveriesAckResult
-	err := e.tx(ctx, func(tx pgx.Tx) error {
-		res = &storage.DeliveriesAckResult{}
-		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "")
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	req := &ackReq{refs: p.Refs, done: make(chan struct{}), lead: make(chan []*ackReq, 1)}
+	k := ackKey{e, p.SubscriptionID}
+	ackMu.Lock()
+	q := ackQueues[k]
+	if q == nil {
+		// Nobody acks this subscription: run at once.
+		q = &ackQueue{}
+		ackQueues[k] = q
+		ackMu.Unlock()
+		e.runAcks(ctx, k, q, []*ackReq{req})
+		return req.res, req.err
+	}
+	q.pending = append(q.pending, req)
+	ackMu.Unlock()
+	select {
+	case <-req.done:
+		return req.res, req.err
+	case batch := <-req.lead:
+		e.runAcks(ctx, k, q, batch)
+		return req.res, req.err
+	case <-ctx.Done():
+	}
+	ackMu.Lock()
+	if i := slices.Index(q.pending, req); i >= 0 {
+		q.pending = slices.Delete(q.pending, i, i+1)
+		ackMu.Unlock()
+		return nil, ctx.Err()
+	}
+	ackMu.Unlock()
+	// Taken into a transaction already: wait for it (or run it).
+	select {
+	case <-req.done:
+	case batch := <-req.lead:
+		e.runAcks(ctx, k, q, batch)
+	}
+	return req.res, req.err
+}
+
+// ackReq is one DeliveriesAck call waiting to be combined.
+type ackReq struct {
+	refs []storage.DeliveryRef
+	res  *storage.DeliveriesAckResult
+	err  error
+	done chan struct{}  // closed when res or err is set
+	lead chan []*ackReq // hands this call the next batch to run (which includes it)
+}
+
+// ackQueue holds the calls waiting while a transaction acks for a subscription.
+type ackQueue struct {
+	pending []*ackReq
+}
+
+type ackKey struct {
+	e   *Engine
+	sub int64
+}
+
+// ackQueues has an entry while acks of a subscription are running (never longer: no cleanup is
+// needed when an Engine closes).
+var (
+	ackMu     sync.Mutex
+	ackQueues = map[ackKey]*ackQueue{}
+)
+
+// runAcks acks batch in one transaction, then hands the calls that queued meanwhile to the first
+// of them, or removes the queue.
+func (e *Engine) runAcks(ctx context.Context, k ackKey, q *ackQueue, batch []*ackReq) {
+	err := e.tx(context.WithoutCancel(ctx), func(tx pgx.Tx) error { return e.ackTx(ctx, tx, k.sub, batch) })
+	for _, r := range batch {
 		if err != nil {
-			return err
+			r.res, r.err = nil, err
 		}
-		ahead := map[dref]bool{}
-		for _, r := range p.Refs {
+		close(r.done)
+	}
+	ackMu.Lock()
+	next := q.pending
+	q.pending = nil
+	if len(next) == 0 {
+		delete(ackQueues, k)
+	}
+	ackMu.Unlock()
+	if len(next) > 0 {
+		next[0].lead <- next
+	}
+}
+
+// ackTx acks the refs of every call of batch, in order, in transaction tx.
+func (e *Engine) ackTx(ctx context.Context, tx pgx.Tx, subID int64, batch []*ackReq) error {
+	ctx = context.WithoutCancel(ctx)
+	now := e.now()
+	var all []storage.DeliveryRef
+	for _, r := range batch {
+		all = append(all, r.refs...)
+	}
+	st, err := e.loadState(ctx, tx, subID, now, loadRefs, all, "", false)
+	if err != nil {
+		return err
+	}
+	ahead := map[dref]bool{}
+	for _, req := range batch {
+		res := &storage.DeliveriesAckResult{}
+		req.res = res
+		for _, r := range req.refs {
 			k := dref{r.Partition, r.Offset}
 			dp := st.partOf[r.Partition]
 			if dp == nil || r.Offset < 0 {
@@ -995,32 +1116,28 @@ func (e *Engine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckPara
 			ahead[k] = true
 			res.Acked++
 		}
-		// Acks of never-delivered messages: the cursor passes those at it, an acked row lists the
-		// others until the cursor reaches them.
-		byPart := map[int32][]int64{}
-		for k := range ahead {
-			byPart[k.p] = append(byPart[k.p], k.o)
-		}
-		for _, dp := range st.parts {
-			offs := byPart[dp.p]
-			if len(offs) == 0 {
-				continue
-			}
-			slices.Sort(offs)
-			for len(offs) > 0 && offs[0] == dp.cursor {
-				dp.cursor++
-				offs = offs[1:]
-			}
-			if len(offs) > 0 {
-				st.add(dp.p, offs, stAcked, 0, "", now)
-			}
-		}
-		return e.save(ctx, tx, st, now)
-	})
-	if err != nil {
-		return nil, err
 	}
-	return res, nil
+	// Acks of never-delivered messages: the cursor passes those at it, an acked row lists the
+	// others until the cursor reaches them.
+	byPart := map[int32][]int64{}
+	for k := range ahead {
+		byPart[k.p] = append(byPart[k.p], k.o)
+	}
+	for _, dp := range st.parts {
+		offs := byPart[dp.p]
+		if len(offs) == 0 {
+			continue
+		}
+		slices.Sort(offs)
+		for len(offs) > 0 && offs[0] == dp.cursor {
+			dp.cursor++
+			offs = offs[1:]
+		}
+		if len(offs) > 0 {
+			st.add(dp.p, offs, stAcked, 0, "", now)
+		}
+	}
+	return e.save(ctx, tx, st, now)
 }
 
 // held reports whether member holds the lease of a row or replayed entry at now.
@@ -1044,7 +1161,7 @@ func (e *Engine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackPa
 		res = &storage.DeliveriesNackResult{}
 		now := e.now()
 		due := now.Add(p.Delay).Truncate(time.Microsecond)
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "")
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "", false)
 		if err != nil {
 			return err
 		}
@@ -1112,7 +1229,7 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExte
 	err := e.tx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesExtendResult{}
 		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "")
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "", false)
 		if err != nil {
 			return err
 		}
@@ -1173,7 +1290,7 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesRel
 	err := e.tx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesReleaseResult{}
 		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadMember, nil, p.Member)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadMember, nil, p.Member, true)
 		if err != nil {
 			return err
 		}

@@ -286,11 +286,108 @@ func TestDeliveriesStateIsPerBatch(t *testing.T) {
 	}
 }
 
-// BenchmarkClaimAck measures claiming and acking a QUEUE subscription in batches of 100 from
-// several members at once; one op is one message.
+// TestDeliveriesAckCombining: concurrent acks of one subscription, combined into shared
+// transactions, each get the answer they would have got alone: every message is acked by exactly
+// one of the calls that ack it, the others find it done; a call whose context ends while it queues
+// returns without disturbing the others.
+func TestDeliveriesAckCombining(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, nil)
+	cfg.MaxConns = 8
+	e, err := Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := t.Context()
+	const n, copies = 200, 4
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "combine.q", Config: storage.TopicConfig{Partitions: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]storage.AppendMessage, n)
+	for i := range msgs {
+		msgs[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte("x")}
+	}
+	if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "combine.q", Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := e.SubscriptionGetByGroup(ctx, "combine.q", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Deliveries) != n {
+		t.Fatalf("claimed %d, want %d", len(res.Deliveries), n)
+	}
+	var acked, done, cancelled atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for c := range copies {
+		for i, d := range res.Deliveries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if (i+c)%37 == 0 {
+					// An extra call with an ended context: it acks or fails with the context's error.
+					cctx, cancel := context.WithCancel(ctx)
+					cancel()
+					if r, err := e.DeliveriesAck(cctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: []storage.DeliveryRef{d.Ref()}}); err != nil {
+						cancelled.Add(1)
+					} else {
+						acked.Add(int64(r.Acked))
+						done.Add(int64(r.AlreadyDone))
+					}
+				}
+				r, err := e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: []storage.DeliveryRef{d.Ref()}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				acked.Add(int64(r.Acked))
+				done.Add(int64(r.AlreadyDone))
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if acked.Load() != n {
+		t.Errorf("Acked sums to %d, want %d: each message acked exactly once", acked.Load(), n)
+	}
+	calls := int64(n*copies) + countCancelled(n, copies) - cancelled.Load()
+	if acked.Load()+done.Load() != calls {
+		t.Errorf("Acked %d + AlreadyDone %d, want %d calls answered", acked.Load(), done.Load(), calls)
+	}
+	t.Logf("%d calls with an ended context failed", cancelled.Load())
+	st, err := e.SubscriptionStats(ctx, sub.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 0 || st.InFlight != 0 {
+		t.Errorf("stats after acking everything: %+v", *st)
+	}
+}
+
+// countCancelled counts the extra calls TestDeliveriesAckCombining makes with an ended context.
+func countCancelled(n, copies int) int64 {
+	var k int64
+	for c := range copies {
+		for i := range n {
+			if (i+c)%37 == 0 {
+				k++
+			}
+		}
+	}
+	return k
+}
+
+// BenchmarkClaimAck measures claiming and acking a QUEUE subscription (4 partitions, 100-byte
+// payloads) in batches of 100, one member; one op is one message.
 func BenchmarkClaimAck(b *testing.B) {
 	cfg := testConfig(b, nil)
-	cfg.MaxConns = 16
 	e, err := Open(b.Context(), cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -308,32 +405,70 @@ func BenchmarkClaimAck(b *testing.B) {
 	for i := range msgs {
 		msgs[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: make([]byte, 100)}
 	}
-	for n := 0; n < b.N+1000; n += len(msgs) {
+	for n := 0; n < b.N; n += len(msgs) {
 		if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "bench.q", Messages: msgs}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var member atomic.Int64
-	b.SetParallelism(2)
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: min(100, b.N-done)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		refs := make([]storage.DeliveryRef, len(res.Deliveries))
+		for i, d := range res.Deliveries {
+			refs[i] = d.Ref()
+		}
+		if _, err := e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: refs}); err != nil {
+			b.Fatal(err)
+		}
+		done += len(refs)
+	}
+}
+
+// BenchmarkAckCombined measures acks of one message per call from many goroutines on one
+// subscription (the calls are combined into shared transactions); one op is one message.
+func BenchmarkAckCombined(b *testing.B) {
+	cfg := testConfig(b, nil)
+	cfg.MaxConns = 16
+	e, err := Open(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	ctx := b.Context()
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench.q"}); err != nil {
+		b.Fatal(err)
+	}
+	sub, err := e.SubscriptionGetByGroup(ctx, "bench.q", storage.QueueGroup)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]storage.AppendMessage, 500)
+	for i := range msgs {
+		msgs[i] = storage.AppendMessage{Partition: 0, Payload: make([]byte, 100)}
+	}
+	var refs []storage.DeliveryRef
+	for len(refs) < b.N {
+		if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "bench.q", Messages: msgs}); err != nil {
+			b.Fatal(err)
+		}
+		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: len(msgs)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, d := range res.Deliveries {
+			refs = append(refs, d.Ref())
+		}
+	}
+	var next atomic.Int64
+	b.SetParallelism(64)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		name := fmt.Sprintf("m%d", member.Add(1))
 		for pb.Next() {
-			if left.Add(-100) < -100 {
-				continue
-			}
-			res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: name, Max: 100})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			refs := make([]storage.DeliveryRef, len(res.Deliveries))
-			for i, d := range res.Deliveries {
-				refs[i] = d.Ref()
-			}
-			if _, err := e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: name, Refs: refs}); err != nil {
+			r := refs[next.Add(1)-1]
+			if _, err := e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: []storage.DeliveryRef{r}}); err != nil {
 				b.Error(err)
 				return
 			}

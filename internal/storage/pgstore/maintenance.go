@@ -15,7 +15,9 @@ func (e *Engine) maintenanceInterval() time.Duration {
 }
 
 // staleHeartbeats is how many heartbeat intervals an instance may miss before maintenance
-// considers it dead and removes its ephemeral subscriptions.
+// considers it dead and removes its ephemeral subscriptions. The interval counted is the larger
+// of this instance's and one minute (the longest Config.InstanceHeartbeat allows), since other
+// instances may be configured with a longer heartbeat than ours.
 const staleHeartbeats = 4
 
 // maintenanceLoop runs maintenance at start and then every maintenanceInterval until Close.
@@ -38,7 +40,7 @@ func (e *Engine) maintenanceLoop() {
 }
 
 // maintain pre-creates the current and the next bucket and removes the ephemeral subscriptions
-// (and rows) of instances whose heartbeat is older than staleHeartbeats intervals. Both jobs are
+// (and rows) of instances whose heartbeat is stale (see staleHeartbeats). Both jobs are
 // safe on several instances at once: bucket creation takes the bucket lock, and the cleanup runs
 // under pg_try_advisory_xact_lock (an instance that does not get it skips the job).
 func (e *Engine) maintain(ctx context.Context) error {
@@ -55,7 +57,7 @@ func (e *Engine) maintain(ctx context.Context) error {
 // removeStaleInstances deletes the ephemeral subscriptions of instances whose heartbeat is older
 // than staleHeartbeats intervals (their members are gone with them), then the instance rows.
 func (e *Engine) removeStaleInstances(ctx context.Context, now time.Time) error {
-	cutoff := now.Add(-staleHeartbeats * e.cfg.InstanceHeartbeat)
+	cutoff := now.Add(-staleHeartbeats * max(e.cfg.InstanceHeartbeat, time.Minute))
 	return e.tx(ctx, func(tx pgx.Tx) error {
 		ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "instances"))
 		if err != nil || !ok {

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -121,7 +122,7 @@ func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now 
 	}
 	var cfgJSON []byte
 	err = tx.QueryRow(ctx, e.sql("SELECT config FROM spool.topics WHERE id = $1 FOR SHARE"), topicID).Scan(&cfgJSON)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // deleted meanwhile
 	}
 	if err != nil {
@@ -197,7 +198,7 @@ func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now 
 		var low int64
 		if err := br.QueryRow().Scan(&low); err != nil {
 			br.Close()
-			if err == pgx.ErrNoRows {
+			if errors.Is(err, pgx.ErrNoRows) {
 				continue
 			}
 			return err
@@ -205,7 +206,7 @@ func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now 
 		var bytes, n int64
 		err := br.QueryRow().Scan(&bytes, &n)
 		br.Close()
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			continue // another instance moved it meanwhile
 		}
 		if err != nil {
