@@ -115,7 +115,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	fs.StringVar(&c.Addr, "addr", bench.DefaultAddr, "TCP address of the broker")
 	fs.StringVar(&c.Admin, "admin", bench.DefaultAdmin, "base URL of the broker's HTTP admin API (creates and deletes the topic)")
 	fs.BoolVar(&c.NoAdmin, "no-admin", false, "do not use the HTTP admin API: the first publish auto-creates the topic (QUEUE; one group only)")
-	fs.StringVar(&c.Topic, "topic", "", "topic to use (default: a fresh PUB_SUB topic bench.<run id>, deleted after the run); an existing one is used as it is")
+	fs.StringVar(&c.Topic, "topic", "", "topic to use (default: a fresh topic bench.<run id> of --semantics, deleted after the run); an existing one is used as it is")
 	fs.IntVar(&c.Partitions, "partitions", bench.DefaultPartitions, "partitions of the topic the run creates")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the topic the run created")
 	fs.StringVar(&c.Semantics, "semantics", bench.DefaultSemantics, "semantics of the topic the run creates, PUB_SUB or QUEUE (QUEUE: one group whose consumers share the topic's subscription)")
@@ -139,7 +139,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 		fs.IntVar(&c.Groups, "groups", bench.DefaultGroups, "consumer groups (each receives every message)")
 		fs.IntVar(&c.Consumers, "consumers", bench.DefaultConsumers, "consumers per group, one connection each")
 		fs.IntVar(&c.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "credit of each consumer")
-		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last deliveries after the schedule")
+		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last publish acknowledgements, then for the last deliveries, after the schedule")
 	}
 	b.json = fs.Bool("json", false, "print the result as JSON instead of a summary")
 	return b

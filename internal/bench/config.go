@@ -114,7 +114,8 @@ type Config struct {
 	Groups, Consumers int
 	// MaxInFlight is each consumer's credit. Defaults to 1000.
 	MaxInFlight int
-	// Drain bounds the wait for the last deliveries after the schedule ended. Defaults to 30 s.
+	// Drain bounds the wait for the last publish acknowledgements after the schedule ended, and
+	// then the wait for the last deliveries. Defaults to 30 s.
 	Drain time.Duration
 	// PGURL, when set, is the PostgreSQL database of the broker's engine (a pgx connection string):
 	// the run reports the WAL written, the tables' tuple counters and dead tuples, and a series of

@@ -203,9 +203,13 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 			return err
 		}
 	}
+	// The last acknowledgements, within the drain time (a broker that went away is not waited for
+	// forever: the client reconnects until its context ends).
+	flushCtx, cancelFlush := context.WithTimeout(ctx, cfg.Drain)
+	defer cancelFlush()
 	for _, c := range clients {
-		if err := c.Flush(ctx); err != nil {
-			return fmt.Errorf("bench: waiting for the last acknowledgements: %w", err)
+		if err := c.Flush(flushCtx); err != nil {
+			return fmt.Errorf("bench: waiting for the last acknowledgements (--drain %s): %w", cfg.Drain, err)
 		}
 	}
 	sendEnd := time.Now()
