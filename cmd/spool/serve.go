@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"sync/atomic"
@@ -224,6 +225,13 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- httpSrv.Serve(hl) }()
+	if cfg.DebugListen != "" {
+		stopDebug, err := serveDebug(cfg.DebugListen, logger)
+		if err != nil {
+			return errors.Join(err, shutdown(stopCtx, logger, &shuttingDown, srv, adminHandler, httpSrv, httpDone))
+		}
+		defer stopDebug()
+	}
 
 	logger.Info("spool serving", slog.String("version", version), slog.String("tcp", ln.Addr().String()),
 		slog.String("http", hl.Addr().String()), slog.String("data_dir", cfg.DataDir))
@@ -239,6 +247,24 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		httpDone <- herr
 	}
 	return errors.Join(runErr, shutdown(stopCtx, logger, &shuttingDown, srv, adminHandler, httpSrv, httpDone))
+}
+
+// serveDebug serves net/http/pprof on addr until the returned function is called.
+func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
+	dl, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s (debug_listen): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = ds.Serve(dl) }()
+	logger.Warn("pprof debug listener on (no authentication: keep it on loopback)", slog.String("debug_listen", dl.Addr().String()))
+	return func() { _ = ds.Close() }, nil
 }
 
 // shutdown stops the listeners and their sessions; the deferred calls of run then stop the broker

@@ -43,6 +43,10 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM or SIGINT. Defaults to 30 s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DebugListen is the address of an opt-in listener serving Go's /debug/pprof/ profiles (CPU,
+	// heap, goroutines, mutex, block). Keep it on loopback: it has no authentication. Defaults to
+	// empty: off.
+	DebugListen string `yaml:"debug_listen"`
 
 	// WAL configures the embedded engine.
 	WAL WAL `yaml:"wal"`
