@@ -107,6 +107,15 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 	return eng, nil
 }
 
+// claimInterval is the broker's ClaimInterval: postgres.claim_interval on the PostgreSQL engine,
+// 0 on the embedded engine (a claim there is a memory operation).
+func claimInterval(cfg config.Config) time.Duration {
+	if cfg.Store == "" {
+		return 0
+	}
+	return cfg.Postgres.ClaimInterval
+}
+
 // pgConfig is the PostgreSQL engine configuration of cfg.
 func pgConfig(cfg config.Config, logger *slog.Logger) pgstore.Config {
 	return pgstore.Config{
@@ -152,6 +161,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		RetentionInterval:  cfg.Broker.RetentionInterval,
 		DefaultMaxInFlight: cfg.Broker.DefaultMaxInFlight,
 		PollInterval:       cfg.Broker.PollInterval,
+		ClaimInterval:      claimInterval(cfg),
 	})
 	if err != nil {
 		return err

@@ -88,7 +88,22 @@ func (s *subState) run() {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var lastPass time.Time
 	for {
+		if iv := b.claimInterval; iv > 0 {
+			// Let what is published meanwhile gather into one claim (see Config.ClaimInterval).
+			if d := time.Until(lastPass.Add(iv)); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-s.stop:
+					return
+				case <-b.quit:
+					return
+				case <-timer.C:
+				}
+			}
+			lastPass = time.Now()
+		}
 		s.handled.Store(s.wakes.Load())
 		wait, gone := s.dispatch()
 		if gone {

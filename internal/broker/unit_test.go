@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
 // fakeClock is the test clock: it moves only when told to.
@@ -217,4 +219,35 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	if picked, k, _ := s2.pick(nil); picked != m || k != 3 {
 		t.Fatalf("s2 pick after the return = %v, %d; want m1 with 3", picked, k)
 	}
+}
+
+func TestNewValidatesClaimInterval(t *testing.T) {
+	t.Parallel()
+	eng, err := wal.Open(t.TempDir(), wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	for _, iv := range []time.Duration{-time.Millisecond, 2 * time.Second} {
+		if _, err := New(Config{Engine: eng, ClaimInterval: iv}); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Errorf("New with ClaimInterval %s = %v, want ErrInvalidArgument", iv, err)
+		}
+	}
+}
+
+// TestClaimIntervalDelivers: with a claim interval, wake-ups that come sooner wait for it, and
+// everything published is still delivered (in order, to the one member).
+func TestClaimIntervalDelivers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.ClaimInterval = 20 * time.Millisecond })
+	e.createTopic("paced", storage.TopicConfig{})
+	m := e.subscribe(SubscribeParams{Pattern: "paced", MaxInFlight: 100})
+	e.publishN("paced", "p", 30)
+	ds := recv(t, m, 30)
+	for i, d := range ds {
+		if want := fmt.Sprintf("p-%d", i); string(d.Payload) != want {
+			t.Fatalf("delivery %d is %q, want %q", i, d.Payload, want)
+		}
+	}
+	ack(t, m, ds...)
 }

@@ -860,10 +860,14 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 					return rows.Err()
 				})
 		}
-		// Plan: read what the claim can still take, partition after partition.
-		var qp []int32
-		var qc []int64
-		var ql []int32
+		// Plan: read what the claim can still take, partition after partition; the message cache
+		// answers first, the database reads what it does not hold.
+		type planned struct {
+			p   int32
+			cur int64
+			lim int32
+		}
+		var plan []planned
 		alloc := nc.remaining
 		if !nc.moreNow {
 			for _, dp := range order {
@@ -873,11 +877,21 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 				}
 				want := min(int64(alloc), avail)
 				lim := min(want+nc.ackedAhead(dp), avail)
-				qp, qc, ql = append(qp, dp.p), append(qc, dp.cursor), append(ql, int32(lim))
+				plan = append(plan, planned{dp.p, dp.cursor, int32(lim)})
 				alloc -= int(want)
 			}
 		}
 		got := map[int32][]*storage.Message{}
+		var qp []int32
+		var qc []int64
+		var ql []int32
+		for _, pl := range plan {
+			if ms := e.cache.get(st.sub.topicID, pl.p, pl.cur, int(pl.lim)); len(ms) == int(pl.lim) {
+				got[pl.p] = ms
+				continue
+			}
+			qp, qc, ql = append(qp, pl.p), append(qc, pl.cur), append(ql, pl.lim)
+		}
 		if len(qp) > 0 {
 			b.Queue(e.sql(`SELECT m.partition, m."offset", `+msgCols+`
 				FROM unnest($2::int[], $3::bigint[], $4::int[]) AS c(p, cur, n)
@@ -896,19 +910,21 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 					return rows.Err()
 				})
 		}
-		if b.Len() == 0 {
+		if b.Len() > 0 {
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return nil, wrap(err)
+			}
+		}
+		if len(plan) == 0 {
 			return msgs, nil
 		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, wrap(err)
+		for _, q := range qp {
+			slices.SortFunc(got[q], func(a, b *storage.Message) int { return cmpInt(a.Offset, b.Offset) })
+			e.cache.put(st.sub.topicID, q, got[q])
 		}
-		if len(qp) == 0 {
-			return msgs, nil
-		}
-		for i, q := range qp {
-			dp := nc.st.partOf[q]
-			ms := got[q]
-			slices.SortFunc(ms, func(a, b *storage.Message) int { return cmpInt(a.Offset, b.Offset) })
+		for _, pl := range plan {
+			dp := nc.st.partOf[pl.p]
+			ms := got[pl.p]
 			full := false
 			for _, m := range ms {
 				if m.Offset < dp.cursor {
@@ -919,7 +935,7 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 					break
 				}
 			}
-			if !full && int32(len(ms)) < ql[i] {
+			if !full && int32(len(ms)) < pl.lim {
 				// Fewer messages than the high-water mark promised: the rest was removed.
 				dp.cursor = max(dp.cursor, dp.hw)
 			}

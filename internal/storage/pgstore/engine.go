@@ -51,6 +51,10 @@ type Config struct {
 	// InstanceHeartbeat is how often this instance refreshes its row in spool.instances.
 	// Defaults to 5 s.
 	InstanceHeartbeat time.Duration
+	// MessageCacheBytes bounds the in-memory cache of recent messages that claims read before the
+	// database (fan-out to many groups reads each message from PostgreSQL once per instance).
+	// Defaults to 64 MiB; negative disables it.
+	MessageCacheBytes int64
 }
 
 // Defaults of Config.
@@ -61,6 +65,7 @@ const (
 	DefaultPollInterval      = time.Second
 	DefaultNotifyDelay       = 2 * time.Millisecond
 	DefaultInstanceHeartbeat = 5 * time.Second
+	DefaultMessageCacheBytes = 64 << 20
 )
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -89,6 +94,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InstanceHeartbeat == 0 {
 		c.InstanceHeartbeat = DefaultInstanceHeartbeat
+	}
+	if c.MessageCacheBytes == 0 {
+		c.MessageCacheBytes = DefaultMessageCacheBytes
 	}
 	return c
 }
@@ -143,6 +151,8 @@ type Engine struct {
 	wg     sync.WaitGroup
 	bucket bucketState
 	notify notifyState
+	// cache holds recent messages for claims (nil when disabled).
+	cache *msgCache
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema
@@ -162,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
-	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema}
+	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema, cache: newMsgCache(cfg.MessageCacheBytes)}
 	if _, err := rand.Read(e.instance[:]); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: instance id: %w", err)

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -14,12 +13,26 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testURL(t)
-	storagetest.Run(t, storagetest.Capabilities{Restart: true}, func(t *testing.T) storagetest.OpenFunc {
+	storagetest.Run(t, storagetest.Capabilities{Restart: true}, conformanceStore(0))
+}
+
+// TestConformanceNoCache runs the suite with the message cache off: every claim reads its messages
+// from the database, the path a broker instance takes for messages another instance published.
+func TestConformanceNoCache(t *testing.T) {
+	t.Parallel()
+	testURL(t)
+	storagetest.Run(t, storagetest.Capabilities{Restart: true}, conformanceStore(-1))
+}
+
+func conformanceStore(cacheBytes int64) storagetest.NewStoreFunc {
+	return func(t *testing.T) storagetest.OpenFunc {
 		cfg := testConfig(t, nil)
+		cfg.MessageCacheBytes = cacheBytes
 		return func(clock storage.Clock) (storage.Engine, error) {
 			c := cfg
 			c.Clock = clock
+			// The suite reopens the engine in its cleanup, after the test's context ended.
 			return Open(context.WithoutCancel(t.Context()), c)
 		}
-	})
+	}
 }

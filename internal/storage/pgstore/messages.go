@@ -321,6 +321,7 @@ func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 		return nil, err
 	}
 	var res *storage.MessagesAppendResult
+	var topicID int64
 	for attempt := 0; ; attempt++ {
 		var plan *appendPlan
 		err := e.tx(ctx, func(tx pgx.Tx) error {
@@ -330,6 +331,7 @@ func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 				return err
 			}
 			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
+			topicID = plan.topic.id
 			return err
 		})
 		if err != nil && attempt == 0 && isNoPartition(err) {
@@ -343,8 +345,25 @@ func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 		}
 		break
 	}
+	e.cacheAppended(topicID, p, res)
 	e.announce(storage.Notification{Kind: storage.NotifyMessages, Topic: p.Topic})
 	return res, nil
+}
+
+// cacheAppended puts the messages an append committed into the message cache, per partition in
+// offset order.
+func (e *Engine) cacheAppended(topicID int64, p *storage.MessagesAppendParams, res *storage.MessagesAppendResult) {
+	if e.cache == nil {
+		return
+	}
+	byPart := map[int32][]*storage.Message{}
+	for i, pos := range res.Positions {
+		byPart[pos.Partition] = append(byPart[pos.Partition], appendedMessage(p.Topic, &p.Messages[i], pos))
+	}
+	for part, ms := range byPart {
+		// Positions of one partition are in batch order, which is offset order.
+		e.cache.put(topicID, part, ms)
+	}
 }
 
 // wrapAppendErr adds context to errors that are not storage sentinels.

@@ -1,0 +1,97 @@
+package pgstore
+
+import (
+	"testing"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+func cacheMsgs(from, n int64, size int) []*storage.Message {
+	var ms []*storage.Message
+	for o := from; o < from+n; o++ {
+		ms = append(ms, &storage.Message{Offset: o, Payload: make([]byte, size)})
+	}
+	return ms
+}
+
+func offsetsOf(ms []*storage.Message) []int64 {
+	var out []int64
+	for _, m := range ms {
+		out = append(out, m.Offset)
+	}
+	return out
+}
+
+// TestMsgCacheWindow: a window holds consecutive offsets; reads outside it miss; a gap starts a
+// new window; messages before the window or already held are ignored.
+func TestMsgCacheWindow(t *testing.T) {
+	c := newMsgCache(1 << 20)
+	c.put(1, 0, cacheMsgs(10, 5, 10))
+	if got := offsetsOf(c.get(1, 0, 11, 3)); len(got) != 3 || got[0] != 11 || got[2] != 13 {
+		t.Fatalf("get 11..13: %v", got)
+	}
+	if got := c.get(1, 0, 12, 10); len(got) != 3 {
+		t.Fatalf("get from 12, 10 wanted: %v, want the 3 held", offsetsOf(got))
+	}
+	for _, miss := range []int64{9, 15} {
+		if got := c.get(1, 0, miss, 1); len(got) != 0 {
+			t.Fatalf("get %d: %v, want a miss", miss, offsetsOf(got))
+		}
+	}
+	if got := c.get(1, 1, 10, 1); len(got) != 0 {
+		t.Fatal("another partition hit")
+	}
+	c.put(1, 0, cacheMsgs(8, 9, 10)) // 8..16: 8, 9 before the window, 10..14 held, 15, 16 new
+	if got := offsetsOf(c.get(1, 0, 10, 100)); len(got) != 7 || got[6] != 16 {
+		t.Fatalf("after overlapping put: %v", got)
+	}
+	c.put(1, 0, cacheMsgs(30, 2, 10)) // a gap: new window
+	if got := c.get(1, 0, 10, 1); len(got) != 0 {
+		t.Fatal("old window still answers after a gap")
+	}
+	if got := offsetsOf(c.get(1, 0, 30, 5)); len(got) != 2 {
+		t.Fatalf("new window: %v", got)
+	}
+	ms := append(cacheMsgs(40, 2, 10), cacheMsgs(50, 2, 10)...) // a gap inside one put
+	c.put(1, 2, ms)
+	if got := offsetsOf(c.get(1, 2, 40, 10)); len(got) != 2 {
+		t.Fatalf("run before the gap: %v", got)
+	}
+	if got := c.get(1, 2, 50, 1); len(got) != 0 {
+		t.Fatal("messages after a gap inside one put were cached")
+	}
+}
+
+// TestMsgCacheBudget: the total stays within the budget; a partition keeps its newest messages
+// and may use at most half of it; other partitions' windows are dropped for a busy one.
+func TestMsgCacheBudget(t *testing.T) {
+	per := cachedSize(cacheMsgs(0, 1, 1000)[0])
+	c := newMsgCache(100 * per)
+	c.put(1, 0, cacheMsgs(0, 40, 1000))
+	c.put(2, 0, cacheMsgs(0, 200, 1000))
+	if c.bytes > c.budget {
+		t.Fatalf("cache holds %d bytes, budget %d", c.bytes, c.budget)
+	}
+	w := c.parts[cacheKey{2, 0}]
+	if w == nil || w.bytes > c.budget/2 || w.base+int64(len(w.msgs)) != 200 {
+		t.Fatalf("busy window: %+v", w)
+	}
+	if got := c.get(2, 0, 199, 1); len(got) != 1 {
+		t.Fatal("newest message evicted")
+	}
+	var sum int64
+	for _, w := range c.parts {
+		sum += w.bytes
+	}
+	if sum != c.bytes {
+		t.Fatalf("windows hold %d bytes, counter says %d", sum, c.bytes)
+	}
+	if newMsgCache(-1) != nil {
+		t.Fatal("a negative budget must disable the cache")
+	}
+	var off *msgCache
+	off.put(1, 0, cacheMsgs(0, 1, 1))
+	if off.get(1, 0, 0, 1) != nil {
+		t.Fatal("a disabled cache answered")
+	}
+}
