@@ -96,9 +96,10 @@ func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQ
 // NotBefore is in the future wait without a delivery; messages past ExpiresAt are completed
 // without one; a message whose next attempt would exceed max_deliveries (possible only after an
 // unclean restart) goes to the DLQ instead. The claim is recorded in the state log without
-// waiting for it to be durable, except in the two cases that keep attempt numbers from repeating
+// waiting for it to be durable, except in the cases that keep attempt numbers from repeating
 // after a crash (doc.go, "Attempt numbers after a crash"): a new message at or beyond the durable
-// claim horizon, and a redelivery whose previous delivery is not durably recorded yet.
+// claim horizon, a delivery of a message whose previous delivery is not durably recorded yet, and
+// the first delivery of a message that may have been delivered before a crash.
 func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
 	if params == nil {
 		return nil, invalid("nil params")
@@ -309,7 +310,11 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 					case m.NotBefore.After(now):
 						scanned++
 						nb := m.NotBefore.UnixNano()
-						s.st.Delay(pi, o, nb)
+						if en := s.st.Delay(pi, o, nb); en != nil && en.Attempt > 0 {
+							// Suspect: its possible delivery before the crash is unrecorded, so its
+							// next one waits for this record (see below).
+							en.Claim = seq
+						}
 						items = append(items, claimItem{kind: claimDelay, partition: pi, offset: o, n: nb})
 						if !hasWait || nb < nextWait {
 							nextWait, hasWait = nb, true
@@ -324,6 +329,12 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 						if o >= hz.Load() {
 							mustWait = true // beyond the durable horizon: wait for the one queued below
 						}
+						if en.Attempt > 1 {
+							// A suspect message: it may have been delivered before a crash, without
+							// a record. This delivery must be recorded before it is handed out, or
+							// a second crash would make it suspect again and repeat attempt 2.
+							mustWait = true
+						}
 						deliver(en, &m)
 						items = append(items, claimItem{kind: claimDeliver, partition: pi, offset: o, n: int64(en.Attempt)})
 						remaining--
@@ -337,8 +348,8 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				cursors = append(cursors, cursorItem{partition: pi, cursor: c})
 				// Keep the recorded horizon ahead of the cursor (by at least twice what this claim
 				// took, so large claims do not wait every time).
-				if moved := c - c0; c+max(horizonAhead/2, moved) > s.st.Horizon(pi) {
-					h := c + max(horizonAhead, 2*moved)
+				if ahead, moved := e.cfg.claimHorizon, c-c0; c+max(ahead/2, moved) > s.st.Horizon(pi) {
+					h := c + max(ahead, 2*moved)
 					s.st.SetHorizon(pi, h)
 					horizons = append(horizons, horizonItem{partition: pi, horizon: h})
 					horizonPtrs = append(horizonPtrs, hz)

@@ -27,17 +27,48 @@
 //
 // Every change is applied in memory and its state record queued before the locks are released;
 // operations that must be durable (acks, nacks, DLQ moves, metadata) then wait for the record's
-// fsync with no lock held. Claims and releases do not wait: a crash may forget that a message was
-// delivered (it is delivered again with the attempt number it had), never that it was acked.
+// fsync with no lock held. Claims and releases normally do not wait: a crash may forget that a
+// message was delivered, never that it was acked; the next section keeps attempt numbers from
+// repeating anyway.
+//
+// # Attempt numbers after a crash
+//
+// Every duplicate delivery carries a higher attempt number than the delivery before it (BRIEF.md
+// invariant 3), also across a crash that lost claim records whose deliveries were handed out.
+// Three rules, none of which puts an fsync on the path of an ordinary claim:
+//
+//   - At most one unrecorded delivery per message. A claim that redelivers a message whose previous
+//     delivery's claim record is not durable yet (released or expired within one group commit of
+//     its delivery: rare) waits for its own records, and with them that one, before returning.
+//     Claims carry a per-subscription sequence number (sub.claimSeq, Entry.Claim); the committer
+//     raises sub.durableClaim when a claim's records are durable. A suspect message (below) has
+//     an unrecorded delivery already: the claim that first delivers it after the crash waits too
+//     (as does the claim that redelivers one it first made wait for its NotBefore), so a second
+//     crash cannot make it suspect again with the same attempt.
+//   - Claim horizon. Per subscription partition, a horizon record (type 20) says that no offset at
+//     or above it has been delivered. A claim hands out a new message only below a durable
+//     horizon; claims queue the next horizon record, horizonAhead (1024) past the cursor, whenever
+//     the cursor comes within half of that of the recorded one, so the record is durable long
+//     before it is needed and a claim waits only when it is the first of a partition or outruns a
+//     group commit by 512 messages.
+//   - Unclean restart. Close ends the state log with a clean-close record (type 18); Open appends a
+//     first record before it serves anything, so a log ending with a clean close means nothing was
+//     lost. Otherwise Open applies, records (type 19, replayed identically later) and makes durable
+//     the rule of substate.Sub.UncleanRestart: every message in the delivery state counts one more
+//     attempt (its one possible unrecorded delivery), and the offsets between the recovered cursor
+//     and the horizon become suspect: their first delivery is attempt 2. Attempt numbers may
+//     therefore skip one after a crash, and a message one delivery short of max_deliveries is
+//     dead-lettered at Open (reason max_deliveries); a delivery that would exceed max_deliveries
+//     (a suspect message of a topic with max_deliveries 1) goes to the DLQ instead.
 //
 // State records (first byte = type; JSON for rare metadata records, compact varints for the hot
 // ones): topic create (with its queue or binding subscriptions, atomically), topic update, topic
 // delete, binding create and delete, subscription create, update and delete, claim (per message:
 // delivered with attempt n, delayed until NotBefore, completed undelivered; and the new cursors),
 // ack, nack (due time), dead-letter (the DLQ entry with its message copy), DLQ replay and purge
-// (explicit IDs), retention (force-advanced floors, expired DLQ IDs), and the subscription ID
-// high-water mark (ephemeral subscriptions are never persisted, but their IDs are never reused).
-// Leases and lease extensions are not persisted.
+// (explicit IDs), retention (force-advanced floors, expired DLQ IDs), the subscription ID
+// high-water mark (ephemeral subscriptions are never persisted, but their IDs are never reused),
+// clean close, unclean restart, and claim horizon. Leases and lease extensions are not persisted.
 //
 // # Snapshot and recovery
 //
@@ -54,10 +85,12 @@
 // logs (their own recovery truncates torn tails and reports corruption), removes directories of
 // topics the state does not know (a crash between creating and recording them, or between
 // recording a deletion and removing the files), clamps state to the logs (floors to the first
-// retained offset; cursors to the high-water mark if UnsafeNoSync lost records), and applies the
+// retained offset; cursors to the high-water mark if UnsafeNoSync lost records), applies the
+// unclean-restart rule when the log does not end with a clean close (above), and applies the
 // restart rule: leases are gone, so every delivered message that was not completed is due again
 // at once with its attempt count; one whose last delivery was its max_deliveries-th goes to the
-// DLQ (reason max_deliveries), as its lease expiry would have sent it.
+// DLQ (reason max_deliveries), as its lease expiry would have sent it. The records of the restart
+// (unclean restart or a marker, then those dead-letterings) are durable before Open returns.
 //
 // # Lock order
 //

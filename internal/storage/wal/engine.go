@@ -57,6 +57,10 @@ type Config struct {
 	// OnSync, if set, is called after every group-commit round with its duration and the number of
 	// records and logs it made durable (metrics, benchmarks). It must not block.
 	OnSync func(took time.Duration, records, logs int)
+
+	// claimHorizon is how far ahead of the cursor claims record the claim horizon (horizonAhead;
+	// tests make it small).
+	claimHorizon int64
 }
 
 // Defaults of Config.
@@ -87,6 +91,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetentionCutAge == 0 {
 		c.RetentionCutAge = DefaultRetentionCutAge
+	}
+	if c.claimHorizon <= 0 {
+		c.claimHorizon = horizonAhead
 	}
 	return c
 }
@@ -220,7 +227,9 @@ func raise(a *atomic.Int64, v int64) {
 
 // Open opens or creates an engine in dir, recovering its state: the latest snapshot, then the
 // state log after it. Leases do not survive: every message that was not completed is delivered
-// again, with its attempt count kept. Two engines cannot open one directory at once.
+// again, with its attempt count kept (raised by one, and never-delivered messages below the claim
+// horizon counted as delivered once, when the engine was not closed cleanly: see doc.go, "Attempt
+// numbers after a crash"). Two engines cannot open one directory at once.
 func Open(dir string, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

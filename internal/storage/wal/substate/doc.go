@@ -14,6 +14,10 @@
 //   - replayed: DLQ messages replayed into the subscription (BRIEF.md 4, "replay back to that group
 //     only"). They may lie below the floor, so they live apart from pending and carry their own copy
 //     of the message.
+//   - Horizon and suspect (attempt numbers after a crash, see package wal): the engine delivers
+//     an offset at or above the claim horizon only once a horizon record further ahead is durable;
+//     after an unclean shutdown (UncleanRestart) the offsets in [Cursor, suspect) may have been
+//     delivered once, so their first delivery is attempt 2.
 //
 // Every offset in [Floor, Cursor) is either pending or done, never both. An undelivered backlog of
 // any length costs nothing here: only leased, waiting and out-of-order-done messages take memory (a

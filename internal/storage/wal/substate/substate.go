@@ -41,10 +41,10 @@ type part struct {
 	// record further ahead is durable. suspect: offsets in [cursor, suspect) may have been delivered
 	// once before an unclean shutdown (their claim record was lost); 0 or <= cursor means none.
 	horizon, suspect int64
-	pending       map[int64]*Entry
-	replayed      map[int64]*Entry
-	done          bitset
-	doneN         int // members of done, all >= floor
+	pending          map[int64]*Entry
+	replayed         map[int64]*Entry
+	done             bitset
+	doneN            int // members of done, all >= floor
 }
 
 // Sub is the delivery state of one subscription.
