@@ -111,16 +111,13 @@ type dstate struct {
 	replays []*dreplay
 	replay  map[dref]*dreplay
 	dead    []deadItem
-
-	// Earliest due times of the rows that were not loaded (claims load only what is due).
-	otherLease, otherWait time.Time
 }
 
 // Which delivery rows a load reads.
 type loadMode int
 
 const (
-	loadDue    loadMode = iota // rows due at now, and acked rows (claims)
+	loadDue    loadMode = iota // every row (claims)
 	loadRefs                   // rows listing one of the refs (ack, nack, extend)
 	loadMember                 // the member's leased rows (release)
 )
@@ -144,24 +141,31 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Ti
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
 	b.Queue(e.sql(`SELECT p.partition, p.next_offset, p.low_offset FROM spool.partitions p
 		WHERE p.topic_id = (SELECT s.topic_id FROM spool.subscriptions s WHERE s.id = $1)`), id)
-	const rowCols = `SELECT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due FROM spool.deliveries d `
+	// Every live row lists offsets at or above its partition's ack floor (the floor is the lowest
+	// listed offset, or the cursor), so the scans start at the floor in the primary key: the
+	// versions of rows acked below it (dead until vacuum) are never visited. (OFFSET 0 keeps the
+	// planner from flattening the lateral subquery into a join that scans every row of sub_id.)
+	const rowCols = `SELECT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due
+		FROM spool.sub_partitions sp
+		CROSS JOIN LATERAL (SELECT * FROM spool.deliveries x
+			WHERE x.sub_id = sp.sub_id AND x.partition = sp.partition AND x.lo >= sp.ack_floor OFFSET 0) d
+		WHERE sp.sub_id = $1 `
 	switch mode {
 	case loadDue:
-		b.Queue(e.sql(rowCols+`WHERE d.sub_id = $1 AND (d.due <= $2 OR d.state = 'acked')`), id, now)
+		// Every row: a subscription has few live rows (about one per outstanding claim batch), and
+		// one scan of them costs less than a scan for the due ones plus one for the earliest due
+		// time of the others.
+		b.Queue(e.sql(rowCols), id)
 	case loadRefs:
 		ps, os := splitRefs(refs)
-		b.Queue(e.sql(rowCols+`WHERE d.sub_id = $1 AND EXISTS (
+		b.Queue(e.sql(rowCols+`AND EXISTS (
 			SELECT 1 FROM unnest($2::int[], $3::bigint[]) AS r(p, o)
 			WHERE r.p = d.partition AND r.o >= d.lo AND r.o <= d.offsets[cardinality(d.offsets)] AND r.o = ANY (d.offsets))`), id, ps, os)
 	case loadMember:
-		b.Queue(e.sql(rowCols+`WHERE d.sub_id = $1 AND d.state = 'leased' AND d.member = $2`), id, member)
+		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
 	}
 	b.Queue(e.sql(`SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
 		FROM spool.dlq WHERE sub_id = $1 AND replay IS NOT NULL ORDER BY id`), id)
-	if mode == loadDue {
-		b.Queue(e.sql(`SELECT min(due) FILTER (WHERE state = 'leased'), min(due) FILTER (WHERE state = 'waiting')
-			FROM spool.deliveries WHERE sub_id = $1 AND due > $2 AND state <> 'acked'`), id, now)
-	}
 	br := tx.SendBatch(ctx, b)
 	if async {
 		if _, err := br.Exec(); err != nil {
@@ -259,18 +263,6 @@ func (e *Engine) readState(br pgx.BatchResults, id int64, mode loadMode) (*dstat
 	}
 	if err := rows.Err(); err != nil {
 		return nil, wrap(err)
-	}
-	if mode == loadDue {
-		var lease, wait pgtype.Timestamptz
-		if err := br.QueryRow().Scan(&lease, &wait); err != nil {
-			return nil, wrap(err)
-		}
-		if lease.Valid {
-			st.otherLease = lease.Time.UTC()
-		}
-		if wait.Valid {
-			st.otherWait = wait.Time.UTC()
-		}
 	}
 	return st, nil
 }
@@ -420,9 +412,13 @@ func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time)
 		}
 	}
 	if len(tp) > 0 {
+		// The new floor is the lowest listed offset at or above the old one (floors never go
+		// back: rows are made at or above the cursor, splits keep their offsets), so the min(lo)
+		// scan skips the dead versions of rows acked below it.
 		b.Queue(e.sql(`WITH f AS (
 				SELECT c.p, c.cur, least(c.cur, coalesce((SELECT min(d.lo) FROM spool.deliveries d
-					WHERE d.sub_id = $1 AND d.partition = c.p), c.cur)) AS floor
+					WHERE d.sub_id = $1 AND d.partition = c.p AND d.lo >= (SELECT o.ack_floor FROM spool.sub_partitions o
+						WHERE o.sub_id = $1 AND o.partition = c.p)), c.cur)) AS floor
 				FROM unnest($2::int[], $3::bigint[]) AS c(p, cur))
 			UPDATE spool.sub_partitions sp SET cursor = f.cur, ack_floor = f.floor FROM f
 			WHERE sp.sub_id = $1 AND sp.partition = f.p AND (sp.cursor <> f.cur OR sp.ack_floor <> f.floor)`), id, tp, tc)
@@ -482,7 +478,7 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaim
 		return nil, invalid("lease duration must not be negative, got %s", p.LeaseDuration)
 	}
 	var res *storage.DeliveriesClaimResult
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		res, err = e.claim(ctx, tx, p)
 		return err
@@ -661,7 +657,7 @@ func (e *Engine) claim(ctx context.Context, tx pgx.Tx, p *storage.DeliveriesClai
 	}
 
 	// NextDue: the earliest lease deadline or due time of what is left.
-	minLease, minWait := st.otherLease, st.otherWait
+	var minLease, minWait time.Time
 	earlier := func(cur *time.Time, t time.Time) {
 		if cur.IsZero() || t.Before(*cur) {
 			*cur = t
@@ -702,6 +698,7 @@ func (e *Engine) claim(ctx context.Context, tx pgx.Tx, p *storage.DeliveriesClai
 		next = now
 	}
 	res.NextDue = next
+	finalBatch(tx)
 	if err := e.save(ctx, tx, st, now); err != nil {
 		return nil, err
 	}
@@ -1060,7 +1057,7 @@ var (
 // runAcks acks batch in one transaction, then hands the calls that queued meanwhile to the first
 // of them, or removes the queue.
 func (e *Engine) runAcks(ctx context.Context, k ackKey, q *ackQueue, batch []*ackReq) {
-	err := e.tx(context.WithoutCancel(ctx), func(tx pgx.Tx) error { return e.ackTx(ctx, tx, k.sub, batch) })
+	err := e.pipeTx(context.WithoutCancel(ctx), func(tx pgx.Tx) error { return e.ackTx(ctx, tx, k.sub, batch) })
 	for _, r := range batch {
 		if err != nil {
 			r.res, r.err = nil, err
@@ -1153,6 +1150,7 @@ func (e *Engine) ackTx(ctx context.Context, tx pgx.Tx, subID int64, batch []*ack
 			st.add(dp.p, offs, stAcked, 0, "", now)
 		}
 	}
+	finalBatch(tx)
 	return e.save(ctx, tx, st, now)
 }
 

@@ -324,12 +324,14 @@ func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 	var topicID int64
 	for attempt := 0; ; attempt++ {
 		var plan *appendPlan
-		err := e.tx(ctx, func(tx pgx.Tx) error {
+		// Two round trips: BEGIN with the topic's row, then the offsets, the rows and COMMIT.
+		err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 			var err error
 			plan, err = e.planAppend(ctx, tx, p)
 			if err != nil {
 				return err
 			}
+			finalBatch(tx)
 			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
 			topicID = plan.topic.id
 			return err
