@@ -24,7 +24,7 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 	if err := names.ValidatePattern(params.Pattern); err != nil {
 		return nil, validName(err)
 	}
-	start, err := validStart(params.Start)
+	start, err := params.Start.Normalize()
 	if err != nil {
 		return nil, err
 	}

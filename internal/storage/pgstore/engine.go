@@ -36,7 +36,7 @@ type Config struct {
 	// Migrate applies pending migrations at Open (under an advisory lock, so concurrent instances
 	// do it once). When false, Open fails if the schema is not at the latest version.
 	Migrate bool
-	// MaxConns bounds the connection pool. Defaults to 16.
+	// MaxConns bounds the connection pool. Defaults to 32.
 	MaxConns int32
 	// BucketWidth is the time span of one partition of the messages table: retention drops whole
 	// buckets. Used when the store is created; later instances read it from spool.settings.
@@ -60,7 +60,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultSchema            = "spool"
-	DefaultMaxConns          = 16
+	DefaultMaxConns          = 32
 	DefaultBucketWidth       = time.Hour
 	DefaultPollInterval      = time.Second
 	DefaultNotifyDelay       = 2 * time.Millisecond

@@ -10,29 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
 // ephemeralGroupPrefix names the group of an ephemeral subscription created without one:
 // "$ephemeral-<id>".
 const ephemeralGroupPrefix = "$ephemeral-"
-
-// validStart checks a start position and fills in the default kind (FROM_NOW).
-func validStart(sp storage.StartPosition) (storage.StartPosition, error) {
-	switch sp.Kind {
-	case "":
-		sp.Kind = storage.FromNow
-	case storage.FromNow, storage.FromBeginning, storage.FromTimestamp:
-	case storage.FromMessageID:
-		if sp.Partition < 0 || sp.Offset < 0 {
-			return sp, invalid("start position: partition and offset must not be negative, got %d:%d", sp.Partition, sp.Offset)
-		}
-	default:
-		return sp, invalid("start position kind %q: want FROM_NOW, FROM_BEGINNING, FROM_TIMESTAMP or FROM_MESSAGE_ID", sp.Kind)
-	}
-	return sp, nil
-}
 
 // partBounds are the committed bounds of one topic partition.
 type partBounds struct {
@@ -186,23 +169,7 @@ func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, p
 // (removed at Close, or by maintenance when the instance's heartbeat is stale). The topic row is
 // locked FOR SHARE, so a concurrent TopicUpdate or TopicDelete waits.
 func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.SubscriptionCreateParams) (*storage.Subscription, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if err := names.ValidateTopic(params.Topic); err != nil {
-		return nil, validName(err)
-	}
-	if params.Group != "" && params.Group != storage.QueueGroup {
-		if err := names.ValidateGroup(params.Group); err != nil {
-			return nil, validName(err)
-		}
-	}
-	if params.Pattern != "" {
-		if err := names.ValidatePattern(params.Pattern); err != nil {
-			return nil, validName(err)
-		}
-	}
-	start, err := validStart(params.Start)
+	start, err := params.Check()
 	if err != nil {
 		return nil, err
 	}

@@ -13,18 +13,11 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 )
 
-// invalid returns an error wrapping storage.ErrInvalidArgument.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", storage.ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
-
-// validName wraps a names error so that it matches storage.ErrInvalidArgument too.
-func validName(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", storage.ErrInvalidArgument, err)
-}
+// invalid and validName are the shared validation errors of package storage.
+var (
+	invalid   = storage.Invalid
+	validName = storage.InvalidName
+)
 
 // now is the engine clock in UTC, truncated to the microseconds PostgreSQL keeps, so that what a
 // method returns equals what a later read returns.
@@ -47,11 +40,8 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 	if params == nil {
 		return nil, invalid("nil params")
 	}
-	if err := names.ValidateTopic(params.Name); err != nil {
-		return nil, validName(err)
-	}
-	cfg := params.Config.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	if err != nil {
 		return nil, err
 	}
 	cfgJSON, err := json.Marshal(cfg)
@@ -182,11 +172,8 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 	if params == nil {
 		return nil, invalid("nil params")
 	}
-	if err := names.ValidateTopic(params.Name); err != nil {
-		return nil, validName(err)
-	}
-	cfg := params.Config.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	if err != nil {
 		return nil, err
 	}
 	cfgJSON, err := json.Marshal(cfg)

@@ -34,21 +34,6 @@ func (e *Engine) subWithState(id int64) (*sub, error) {
 	return s, nil
 }
 
-func validStart(sp storage.StartPosition) (storage.StartPosition, error) {
-	switch sp.Kind {
-	case "":
-		sp.Kind = storage.FromNow
-	case storage.FromNow, storage.FromBeginning, storage.FromTimestamp:
-	case storage.FromMessageID:
-		if sp.Partition < 0 || sp.Offset < 0 {
-			return sp, invalid("start position: partition and offset must not be negative, got %d:%d", sp.Partition, sp.Offset)
-		}
-	default:
-		return sp, invalid("start position kind %q: want FROM_NOW, FROM_BEGINNING, FROM_TIMESTAMP or FROM_MESSAGE_ID", sp.Kind)
-	}
-	return sp, nil
-}
-
 // resolveStartLocked turns a start position into the first offset of every partition.
 func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64, error) {
 	starts := make([]int64, len(t.parts))
@@ -116,23 +101,7 @@ func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64
 // ephemeral one without a group gets "$ephemeral-<id>". Ephemeral subscriptions are never
 // persisted: a restart forgets them.
 func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.SubscriptionCreateParams) (*storage.Subscription, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if err := names.ValidateTopic(params.Topic); err != nil {
-		return nil, validName(err)
-	}
-	if params.Group != "" && params.Group != storage.QueueGroup {
-		if err := names.ValidateGroup(params.Group); err != nil {
-			return nil, validName(err)
-		}
-	}
-	if params.Pattern != "" {
-		if err := names.ValidatePattern(params.Pattern); err != nil {
-			return nil, validName(err)
-		}
-	}
-	start, err := validStart(params.Start)
+	start, err := params.Check()
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +344,7 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 	if err := names.ValidatePattern(params.Pattern); err != nil {
 		return nil, validName(err)
 	}
-	start, err := validStart(params.Start)
+	start, err := params.Start.Normalize()
 	if err != nil {
 		return nil, err
 	}

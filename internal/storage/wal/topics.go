@@ -11,17 +11,11 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", storage.ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
-
-// validName wraps a names error so it matches storage.ErrInvalidArgument too.
-func validName(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", storage.ErrInvalidArgument, err)
-}
+// invalid and validName are the shared validation errors of package storage.
+var (
+	invalid   = storage.Invalid
+	validName = storage.InvalidName
+)
 
 func topicNotFound(name string) error { return fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name) }
 
@@ -100,11 +94,8 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 	if params == nil {
 		return nil, invalid("nil params")
 	}
-	if err := names.ValidateTopic(params.Name); err != nil {
-		return nil, validName(err)
-	}
-	cfg := params.Config.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	if err != nil {
 		return nil, err
 	}
 	release, err := e.reserveName(ctx, params.Name, func() error {
@@ -315,11 +306,8 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 	if params == nil {
 		return nil, invalid("nil params")
 	}
-	if err := names.ValidateTopic(params.Name); err != nil {
-		return nil, validName(err)
-	}
-	cfg := params.Config.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	if err != nil {
 		return nil, err
 	}
 	var old storage.TopicConfig
