@@ -100,7 +100,25 @@ while IFS= read -r line; do
 	name=$(sed -E 's/^.*func (Fuzz[A-Za-z0-9_]+).*/\1/' <<<"$line")
 	pkg=./$(dirname "$file")
 	echo "--- $name ($pkg)"
-	go test -run='^$' -fuzz="^${name}\$" -fuzztime="$FUZZTIME" "$pkg"
+	corpus="$pkg/testdata/fuzz/$name"
+	before=$(ls "$corpus" 2>/dev/null | sort || true)
+	set +e
+	out=$(go test -run='^$' -fuzz="^${name}\$" -fuzztime="$FUZZTIME" "$pkg" 2>&1)
+	rc=$?
+	set -e
+	echo "$out"
+	if [ $rc -ne 0 ]; then
+		after=$(ls "$corpus" 2>/dev/null | sort || true)
+		# Go 1.26's fuzz coordinator can report "context deadline exceeded" when -fuzztime ends
+		# while a worker is mid-input (golang/go#75804, fixed in Go 1.27): no failing input is
+		# written then. Any other failure, or a new reproducer in testdata/fuzz, fails the run.
+		if grep -q 'context deadline exceeded' <<<"$out" && [ "$before" = "$after" ] &&
+			! grep -q 'Failing input written' <<<"$out"; then
+			echo "--- $name: ignored the fuzz coordinator's deadline race (golang/go#75804): no failing input"
+		else
+			exit $rc
+		fi
+	fi
 done < <(grep -rn --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]+\(' . | sort)
 
 log "all tests passed"
