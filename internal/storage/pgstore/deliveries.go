@@ -1171,7 +1171,7 @@ func (e *Engine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackPa
 		return nil, invalid("delay must not be negative, got %s", p.Delay)
 	}
 	var res *storage.DeliveriesNackResult
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesNackResult{}
 		now := e.now()
 		due := now.Add(p.Delay).Truncate(time.Microsecond)
@@ -1240,7 +1240,7 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExte
 		return nil, invalid("duration must not be negative, got %s", p.Duration)
 	}
 	var res *storage.DeliveriesExtendResult
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesExtendResult{}
 		now := e.now()
 		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "", false)
@@ -1301,7 +1301,7 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesRel
 		return nil, invalid("member must not be empty")
 	}
 	var res *storage.DeliveriesReleaseResult
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesReleaseResult{}
 		now := e.now()
 		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadMember, nil, p.Member, true)

@@ -96,7 +96,7 @@ func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, withNow boo
 		ids = []int64{}
 	}
 	var n int
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		s, err := e.loadSub(ctx, tx, id, noLock)
 		if err != nil {
 			return err
