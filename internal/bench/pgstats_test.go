@@ -7,27 +7,17 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
-// testPGURL returns TEST_DATABASE_URL. Without it the test is skipped, unless
-// SPOOL_TEST_REQUIRE_PG=1, where it fails.
-func testPGURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("TEST_DATABASE_URL")
-	if u == "" {
-		if os.Getenv("SPOOL_TEST_REQUIRE_PG") == "1" {
-			t.Fatal("TEST_DATABASE_URL is not set but SPOOL_TEST_REQUIRE_PG=1: PostgreSQL tests must run")
-		}
-		t.Skip("TEST_DATABASE_URL not set: PostgreSQL tests skipped")
-	}
-	return u
-}
+// testPGURL is testutil.DatabaseURL.
+func testPGURL(t *testing.T) string { return testutil.DatabaseURL(t) }
 
 // pgFixture is a fresh schema t_bench_<random> shaped like the broker's: a messages table
 // range-partitioned by time (two partitions) and a leases table of 20 rows. The schema is

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -19,19 +18,8 @@ import (
 
 // Tests of the PostgreSQL engine with several `spool serve` processes on one database.
 
-// pgURL returns the shared test database (TEST_DATABASE_URL, set by scripts/test.sh); without it
-// the test is skipped, or fails when SPOOL_TEST_REQUIRE_PG=1 (CI).
-func pgURL(t *testing.T) string {
-	t.Helper()
-	u := os.Getenv("TEST_DATABASE_URL")
-	if u == "" {
-		if os.Getenv("SPOOL_TEST_REQUIRE_PG") == "1" {
-			t.Fatal("TEST_DATABASE_URL is not set but SPOOL_TEST_REQUIRE_PG=1 (use ./scripts/test.sh)")
-		}
-		t.Skip("TEST_DATABASE_URL not set: PostgreSQL tests skipped")
-	}
-	return u
-}
+// pgURL is testutil.DatabaseURL.
+func pgURL(t *testing.T) string { return testutil.DatabaseURL(t) }
 
 // freshSchema returns a new schema name and drops the schema when the test ends.
 func freshSchema(t *testing.T, url string) string {

@@ -5,28 +5,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spoolmq/spool/internal/testutil"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
 
-// testURL returns the database of the tests (TEST_DATABASE_URL, set by scripts/test.sh). Without
-// it the test is skipped, unless SPOOL_TEST_REQUIRE_PG=1 (CI), where it fails loudly.
-func testURL(t testing.TB) string {
-	t.Helper()
-	u := os.Getenv("TEST_DATABASE_URL")
-	if u == "" {
-		if os.Getenv("SPOOL_TEST_REQUIRE_PG") == "1" {
-			t.Fatal("TEST_DATABASE_URL is not set but SPOOL_TEST_REQUIRE_PG=1: PostgreSQL tests must run (use ./scripts/test.sh)")
-		}
-		t.Skip("TEST_DATABASE_URL not set: PostgreSQL tests skipped (./scripts/test.sh starts a database)")
-	}
-	return u
-}
+// testURL is testutil.DatabaseURL.
+func testURL(t testing.TB) string { return testutil.DatabaseURL(t) }
 
 // testSchema makes a fresh schema name for one test and drops the schema at the end.
 func testSchema(t testing.TB) string {
