@@ -4,7 +4,9 @@
 # and exports TEST_DATABASE_URL for the tests that need it; stops and removes it on exit.
 #
 # Environment:
-#   TEST_DATABASE_URL  use this database instead of starting a throwaway cluster
+#   TEST_DATABASE_URL  use this database instead of starting a throwaway cluster (PostgreSQL tests
+#                      always run: the script sets SPOOL_TEST_REQUIRE_PG=1, so they fail, never
+#                      skip, without a database; tests that restart PostgreSQL start their own)
 #   FUZZTIME           time per fuzz target (default 10s)
 #   GOTESTFLAGS        extra flags for go test (e.g. -run=Conformance)
 set -euo pipefail
