@@ -1,0 +1,139 @@
+// Package pgpublish publishes Spool messages inside an application's own PostgreSQL transaction
+// (the transactional outbox), for brokers running on the PostgreSQL engine (spool serve --store
+// postgres://...). A message published with it exists if and only if the transaction commits;
+// broker instances are woken right after the commit.
+//
+//	tx, _ := pool.Begin(ctx)
+//	// ... the application's own writes ...
+//	pos, err := pgpublish.Publish(ctx, tx, "orders.created", pgpublish.Message{Key: []byte("42"), Payload: body})
+//	// ...
+//	err = tx.Commit(ctx)
+//
+// It calls the SQL function <schema>.publish that the broker's migrations install (any language
+// can call it too): partitions are chosen as the broker does (FNV-1a of the key), offsets are taken
+// under the partition's row lock and stay gapless in commit order. That lock is held until the
+// transaction ends, so other publishers to the same partition wait: publish late in long
+// transactions, or use more partitions.
+package pgpublish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// DefaultSchema is the PostgreSQL schema of the broker's tables unless configured otherwise
+// (postgres.schema).
+const DefaultSchema = "spool"
+
+// Errors, matched with errors.Is. The PostgreSQL error is wrapped too.
+var (
+	// ErrTopicNotFound: the topic does not exist (SQLSTATE P0002).
+	ErrTopicNotFound = errors.New("pgpublish: topic not found")
+	// ErrMessageTooLarge: key, headers and payload exceed the topic's max_message_bytes (54000).
+	ErrMessageTooLarge = errors.New("pgpublish: message too large")
+	// ErrInvalidArgument: a bad partition, headers or topic (22023).
+	ErrInvalidArgument = errors.New("pgpublish: invalid argument")
+	// ErrNoSubscriptions: a PUB_SUB topic that blocks writes has no active subscription (55000).
+	ErrNoSubscriptions = errors.New("pgpublish: topic has no active subscription and blocks writes")
+)
+
+// Message is one message to publish.
+type Message struct {
+	// Key picks the partition (the same as the broker's) when Partition is nil.
+	Key     []byte
+	Headers map[string]string
+	Payload []byte
+	// Partition, when set, is the target partition.
+	Partition *int32
+	// ProducerID is the producer's own id of the message.
+	ProducerID string
+	// NotBefore delays delivery; ExpiresAt drops the message undelivered after it (zero: unset).
+	NotBefore time.Time
+	ExpiresAt time.Time
+}
+
+// Position is where a published message was stored.
+type Position struct {
+	Partition   int32
+	Offset      int64
+	PublishedAt time.Time
+}
+
+// Publish publishes msgs to topic inside tx, in one round trip, in schema DefaultSchema. On error
+// tx is aborted, as after any failed statement (use a savepoint to keep it usable).
+func Publish(ctx context.Context, tx pgx.Tx, topic string, msgs ...Message) ([]Position, error) {
+	return PublishSchema(ctx, tx, DefaultSchema, topic, msgs...)
+}
+
+// PublishSchema is Publish for a broker whose tables are in schema.
+func PublishSchema(ctx context.Context, tx pgx.Tx, schema, topic string, msgs ...Message) ([]Position, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	fn := pgx.Identifier{schema, "publish"}.Sanitize()
+	q := "SELECT partition, \"offset\", published_at FROM " + fn + "($1, $2, $3, $4, $5, $6, $7, $8)"
+	b := &pgx.Batch{}
+	for i := range msgs {
+		m := &msgs[i]
+		var headers []byte
+		if len(m.Headers) > 0 {
+			var err error
+			if headers, err = json.Marshal(m.Headers); err != nil {
+				return nil, fmt.Errorf("%w: message %d: headers: %v", ErrInvalidArgument, i, err)
+			}
+		}
+		var producerID *string
+		if m.ProducerID != "" {
+			producerID = &m.ProducerID
+		}
+		payload := m.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		b.Queue(q, topic, payload, m.Key, headers, m.Partition, producerID, optTime(m.NotBefore), optTime(m.ExpiresAt))
+	}
+	br := tx.SendBatch(ctx, b)
+	out := make([]Position, len(msgs))
+	for i := range msgs {
+		p := &out[i]
+		if err := br.QueryRow().Scan(&p.Partition, &p.Offset, &p.PublishedAt); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("pgpublish: publish to %q, message %d: %w", topic, i, classify(err))
+		}
+		p.PublishedAt = p.PublishedAt.UTC()
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("pgpublish: publish to %q: %w", topic, classify(err))
+	}
+	return out, nil
+}
+
+func optTime(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
+}
+
+// classify adds the sentinel of the SQLSTATE that spool.publish raises.
+func classify(err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case "P0002":
+		return fmt.Errorf("%w: %w", ErrTopicNotFound, err)
+	case "54000":
+		return fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
+	case "22023":
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	case "55000":
+		return fmt.Errorf("%w: %w", ErrNoSubscriptions, err)
+	}
+	return err
+}

@@ -1,0 +1,170 @@
+package pgpublish_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/pgstore"
+	"github.com/spoolmq/spool/internal/testutil"
+	"github.com/spoolmq/spool/pgpublish"
+)
+
+// setup opens a PostgreSQL engine (a broker's) on a fresh schema with a QUEUE topic "orders" of
+// three partitions, and a pool an application would use.
+func setup(t *testing.T) (*pgstore.Engine, *pgxpool.Pool, string) {
+	t.Helper()
+	url := testutil.DatabaseURL(t)
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	schema := "t_pub_" + hex.EncodeToString(b[:])
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		pool.Close()
+	})
+	eng, err := pgstore.Open(ctx, pgstore.Config{URL: url, Schema: schema, Migrate: true, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = eng.Close() })
+	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: "orders",
+		Config: storage.TopicConfig{Partitions: 3, MaxMessageBytes: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	return eng, pool, schema
+}
+
+func highWater(t *testing.T, eng *pgstore.Engine) int64 {
+	t.Helper()
+	st, err := eng.TopicStats(t.Context(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, p := range st.Partitions {
+		n += p.HighWater
+	}
+	return n
+}
+
+// TestPublishRollbackAndCommit: a rolled-back publish leaves nothing (no offset either); a
+// committed one is in the partition the broker would choose, wakes the broker, and is delivered
+// with its key, headers and payload.
+func TestPublishRollbackAndCommit(t *testing.T) {
+	eng, pool, schema := setup(t)
+	ctx := t.Context()
+	woken := make(chan string, 16)
+	defer eng.NotifyRegister(func(n storage.Notification) {
+		if n.Kind == storage.NotifyMessages {
+			select {
+			case woken <- n.Topic:
+			default:
+			}
+		}
+	})()
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgpublish.PublishSchema(ctx, tx, schema, "orders", pgpublish.Message{Key: []byte("k"), Payload: []byte("gone")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := highWater(t, eng); n != 0 {
+		t.Fatalf("after rollback the topic's high-water marks add up to %d, want 0", n)
+	}
+
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := int32(2)
+	msgs := []pgpublish.Message{
+		{Key: []byte("customer-7"), Headers: map[string]string{"type": "created"}, Payload: []byte("a")},
+		{Key: []byte("customer-9"), Payload: []byte("b")},
+		{Partition: &two, Payload: []byte("c"), ProducerID: "p-1"},
+	}
+	pos, err := pgpublish.PublishSchema(ctx, tx, schema, "orders", msgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int32{storage.PartitionForKey(msgs[0].Key, 3), storage.PartitionForKey(msgs[1].Key, 3), 2} {
+		if pos[i].Partition != want {
+			t.Errorf("message %d in partition %d, want %d (as the broker places it)", i, pos[i].Partition, want)
+		}
+	}
+	select {
+	case <-woken:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine was not woken after the commit")
+	}
+	q, err := eng.SubscriptionGetByGroup(ctx, "orders", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*storage.Delivery{}
+	for _, d := range res.Deliveries {
+		got[string(d.Payload)] = d
+	}
+	if len(got) != 3 {
+		t.Fatalf("claimed %d deliveries, want the 3 committed messages", len(res.Deliveries))
+	}
+	for i, m := range msgs {
+		d := got[string(m.Payload)]
+		if d == nil || d.Partition != pos[i].Partition || d.Offset != pos[i].Offset || string(d.Key) != string(m.Key) ||
+			d.Headers["type"] != m.Headers["type"] || d.ProducerID != m.ProducerID {
+			t.Errorf("message %d: delivered %+v, published %+v at %+v", i, d, m, pos[i])
+		}
+	}
+}
+
+// TestPublishErrors: each refusal of spool.publish maps to its sentinel and nothing is stored.
+func TestPublishErrors(t *testing.T) {
+	eng, pool, schema := setup(t)
+	ctx := t.Context()
+	nine := int32(9)
+	for _, c := range []struct {
+		topic string
+		msg   pgpublish.Message
+		want  error
+	}{
+		{"missing", pgpublish.Message{Payload: []byte("x")}, pgpublish.ErrTopicNotFound},
+		{"orders", pgpublish.Message{Payload: make([]byte, 1001)}, pgpublish.ErrMessageTooLarge},
+		{"orders", pgpublish.Message{Partition: &nine, Payload: []byte("x")}, pgpublish.ErrInvalidArgument},
+	} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = pgpublish.PublishSchema(ctx, tx, schema, c.topic, c.msg)
+		_ = tx.Rollback(ctx)
+		if !errors.Is(err, c.want) {
+			t.Errorf("publish to %q: %v, want %v", c.topic, err, c.want)
+		}
+	}
+	if n := highWater(t, eng); n != 0 {
+		t.Fatalf("refused publishes left high-water marks adding up to %d", n)
+	}
+}
