@@ -10,6 +10,7 @@ import (
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // testBroker is a real broker in-process: the wal engine in a temporary directory, the broker and
@@ -57,17 +58,11 @@ func (b *testBroker) start() {
 		b.tb.Fatalf("server.New: %v", err)
 	}
 	var ln net.Listener
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		// After a restart the port may still be held for a moment by the old listener's teardown.
-		if ln, err = net.Listen("tcp", b.addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the port
-	}
-	if err != nil {
-		b.tb.Fatalf("listen %s: %v", b.addr, err)
-	}
+	// After a restart the port may still be held for a moment by the old listener's teardown.
+	testutil.Eventually(b.tb, waitTimeout, "listen "+b.addr, func() (err error) {
+		ln, err = net.Listen("tcp", b.addr)
+		return err
+	})
 	if err := srv.Start(context.Background(), ln); err != nil {
 		b.tb.Fatalf("server.Start: %v", err)
 	}

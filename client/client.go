@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -257,10 +259,7 @@ func (c *Client) requestResubscribe() {
 // a retryable failure asks for another round later. Non-retryable failures end the subscription.
 func (c *Client) resubscribeAll(cn *conn) (retryLater bool) {
 	c.mu.Lock()
-	subs := make([]*Subscription, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
+	subs := slices.Collect(maps.Keys(c.subs))
 	c.mu.Unlock()
 	for _, s := range subs {
 		if !s.needsSubscribe(cn) {
@@ -335,10 +334,7 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.closed = true
-	subs := make([]*Subscription, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
+	subs := slices.Collect(maps.Keys(c.subs))
 	c.mu.Unlock()
 	defer close(c.stopped)
 
@@ -373,10 +369,7 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 	}
 	c.mu.Lock()
-	conns := make([]*conn, 0, len(c.conns))
-	for x := range c.conns {
-		conns = append(conns, x)
-	}
+	conns := slices.Collect(maps.Keys(c.conns))
 	c.mu.Unlock()
 	for _, x := range conns {
 		x.fail(ErrClientClosed)

@@ -80,9 +80,7 @@ func TestPublishFraming(t *testing.T) {
 
 	t.Run("PipelinedAnswersOutOfOrder", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 
 		const k = 5
 		type res struct {
@@ -129,9 +127,7 @@ func TestPublishFraming(t *testing.T) {
 
 	t.Run("BrokerErrorSurfacesAsProtocolError", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 		ch := make(chan error, 1)
 		go func() {
 			_, err := c.Publish(context.Background(), "nope", Message{Payload: []byte("x")})
@@ -148,9 +144,7 @@ func TestPublishFraming(t *testing.T) {
 
 	t.Run("OverloadedIsRetried", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 		ch := make(chan error, 1)
 		go func() {
 			_, err := c.Publish(context.Background(), "t", Message{Payload: []byte("x")})
@@ -169,9 +163,7 @@ func TestPublishFraming(t *testing.T) {
 
 	t.Run("TooLargeForFrame", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, func(h *protocol.HelloOK) { h.MaxFrameSize = protocol.MinMaxFrameSize })
-		closePipeClient(t, c, &p)
+		_, c, _ := pipeClient(t, func(h *protocol.HelloOK) { h.MaxFrameSize = protocol.MinMaxFrameSize })
 		_, err := c.Publish(context.Background(), "t", Message{Payload: make([]byte, protocol.MinMaxFrameSize)})
 		if !errors.Is(err, protocol.ErrFrameTooLarge) {
 			t.Fatalf("err = %v, want FRAME_TOO_LARGE", err)
@@ -190,9 +182,7 @@ func TestPublishOutcomeUnknown(t *testing.T) {
 	for _, withID := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ProducerID=%v", withID), func(t *testing.T) {
 			t.Parallel()
-			n := newPipeNet(t)
-			c, p := dialPipe(t, n, nil)
-			closePipeClient(t, c, &p)
+			n, c, p := pipeClient(t, nil)
 			msg := Message{Payload: []byte("first")}
 			if withID {
 				msg.ProducerID = "order-1"
@@ -242,9 +232,7 @@ func TestHeartbeats(t *testing.T) {
 
 	t.Run("ClientSendsWhenIdle", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, func(h *protocol.HelloOK) { h.HeartbeatInterval = 20 * time.Millisecond; h.SessionTimeout = time.Minute })
-		closePipeClient(t, c, &p)
+		_, _, p := pipeClient(t, func(h *protocol.HelloOK) { h.HeartbeatInterval = 20 * time.Millisecond; h.SessionTimeout = time.Minute })
 		for range 3 {
 			_ = p.nc.SetReadDeadline(time.Now().Add(waitTimeout))
 			corr, m, err := p.r.ReadClientMessage()
@@ -260,9 +248,7 @@ func TestHeartbeats(t *testing.T) {
 
 	t.Run("ClientAnswersBroker", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, _, p := pipeClient(t, nil)
 		at := time.Unix(1_700_000_000, 0)
 		p.write(77, &protocol.Heartbeat{Time: at})
 		corr, ok := expect[*protocol.HeartbeatOK](p)
@@ -273,11 +259,9 @@ func TestHeartbeats(t *testing.T) {
 
 	t.Run("SilentBrokerIsDead", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
 		disc := make(chan DisconnectEvent, 4)
-		c, p := dialPipe(t, n, func(h *protocol.HelloOK) { h.SessionTimeout = 100 * time.Millisecond; h.HeartbeatInterval = time.Hour },
+		n, _, p := pipeClient(t, func(h *protocol.HelloOK) { h.SessionTimeout = 100 * time.Millisecond; h.HeartbeatInterval = time.Hour },
 			Hooks(disconnectHook(func(e DisconnectEvent) { disc <- e })))
-		closePipeClient(t, c, &p)
 		// The peer reads (so the client's writes go through) but never sends.
 		silent := p
 		go func() {
@@ -336,9 +320,7 @@ func TestSubscribeFraming(t *testing.T) {
 
 	t.Run("AcksAreBatched", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 		var got sync.Map
 		_, sub := subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g", Start: FromBeginning()}, func(_ context.Context, d *Delivery) error {
 			got.Store(d.Offset, string(d.Payload))
@@ -379,9 +361,7 @@ func TestSubscribeFraming(t *testing.T) {
 
 	t.Run("ErrorsNack", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 		subscribePipe(t, c, p, SubscribeParams{Topic: "orders"}, func(_ context.Context, d *Delivery) error {
 			switch string(d.Payload) {
 			case "dlq":
@@ -421,9 +401,7 @@ func TestSubscribeFraming(t *testing.T) {
 
 	t.Run("ManualAckAndExtend", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 		got := make(chan *Delivery, 1)
 		subscribePipe(t, c, p, SubscribeParams{Topic: "orders"}, func(_ context.Context, d *Delivery) error {
 			got <- d
@@ -463,9 +441,7 @@ func TestSubscribeFraming(t *testing.T) {
 
 	t.Run("AckAfterConnectionLostFails", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		n, c, p := pipeClient(t, nil)
 		got := make(chan *Delivery, 1)
 		subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g"}, func(_ context.Context, d *Delivery) error {
 			got <- d
@@ -484,9 +460,7 @@ func TestSubscribeFraming(t *testing.T) {
 
 	t.Run("EndedByBroker", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 		s, _ := subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g"}, func(context.Context, *Delivery) error { return nil })
 		p.write(0, &protocol.SubscriptionEnded{Handle: 1, Code: protocol.CodeSubNotFound, Message: "cancelled"})
 		recv(t, s.Done(), "subscription end")
@@ -503,10 +477,8 @@ func TestSubscribeFraming(t *testing.T) {
 // its parameters, an ephemeral subscription restarts FROM_NOW.
 func TestResubscribe(t *testing.T) {
 	t.Parallel()
-	n := newPipeNet(t)
 	connects := make(chan ConnectEvent, 4)
-	c, p := dialPipe(t, n, nil, Hooks(connectHook(func(e ConnectEvent) { connects <- e })))
-	closePipeClient(t, c, &p)
+	n, c, p := pipeClient(t, nil, Hooks(connectHook(func(e ConnectEvent) { connects <- e })))
 	recv(t, connects, "connect")
 	received := make(chan string, 10)
 	h := func(_ context.Context, d *Delivery) error { received <- string(d.Payload); return nil }
@@ -569,9 +541,7 @@ func TestResubscribe(t *testing.T) {
 // running handler finish and ack on the old connection, then answers GoodbyeOK there.
 func TestBrokerGoodbye(t *testing.T) {
 	t.Parallel()
-	n := newPipeNet(t)
-	c, p := dialPipe(t, n, nil)
-	closePipeClient(t, c, &p)
+	n, c, p := pipeClient(t, nil)
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g"}, func(context.Context, *Delivery) error {
@@ -608,9 +578,7 @@ func TestPublishAsync(t *testing.T) {
 
 	t.Run("CoalescedInOrder", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
-		c, p := dialPipe(t, n, nil)
-		closePipeClient(t, c, &p)
+		_, c, p := pipeClient(t, nil)
 		const k = 500
 		var mu sync.Mutex
 		got := make([]int64, k)
@@ -655,10 +623,8 @@ func TestPublishAsync(t *testing.T) {
 
 	t.Run("BadMessageDoesNotFailNeighbours", func(t *testing.T) {
 		t.Parallel()
-		n := newPipeNet(t)
 		disc := make(chan DisconnectEvent, 1)
-		c, p := dialPipe(t, n, nil, Hooks(disconnectHook(func(e DisconnectEvent) { disc <- e })))
-		closePipeClient(t, c, &p)
+		n, c, p := pipeClient(t, nil, Hooks(disconnectHook(func(e DisconnectEvent) { disc <- e })))
 		// Break the connection so that the next publishes queue up and leave as one batch.
 		_ = p.nc.Close()
 		recv(t, disc, "disconnect")
@@ -755,10 +721,8 @@ func (h *recordingHooks) OnSubscriptionEnded(e SubscriptionEndedEvent) { h.ended
 
 func TestHooksAndCredit(t *testing.T) {
 	t.Parallel()
-	n := newPipeNet(t)
 	h := &recordingHooks{publish: make(chan PublishEvent, 4), handle: make(chan HandleEvent, 4), ended: make(chan SubscriptionEndedEvent, 4)}
-	c, p := dialPipe(t, n, nil, Hooks(h))
-	closePipeClient(t, c, &p)
+	n, c, p := pipeClient(t, nil, Hooks(h))
 
 	go func() { _, _ = c.Publish(context.Background(), "t", Message{Payload: []byte("12345")}) }()
 	corr, _ := expect[*protocol.Publish](p)
@@ -842,9 +806,7 @@ func TestCloseWhileReconnecting(t *testing.T) {
 // resubscription while it still holds the broken connection's member; the client retries.
 func TestResubscribeMemberIDStillTaken(t *testing.T) {
 	t.Parallel()
-	n := newPipeNet(t)
-	c, p := dialPipe(t, n, nil)
-	closePipeClient(t, c, &p)
+	n, c, p := pipeClient(t, nil)
 	s, _ := subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g"}, func(context.Context, *Delivery) error { return nil }, MemberID("w1"))
 	_ = p.nc.Close()
 	p = n.acceptPeer(t)

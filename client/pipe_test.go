@@ -19,6 +19,8 @@ import (
 type pipeNet struct {
 	accept chan net.Conn
 	done   chan struct{}
+	// last is the peer acceptPeer returned last (the test's goroutine only).
+	last *peer
 }
 
 func newPipeNet(t *testing.T) *pipeNet {
@@ -45,6 +47,7 @@ func (n *pipeNet) acceptPeer(t *testing.T) *peer {
 	nc := recv(t, n.accept, "a connection from the client")
 	p := &peer{t: t, nc: nc, r: protocol.NewReader(nc, 0), w: protocol.NewWriter(nc, 0)}
 	t.Cleanup(func() { _ = nc.Close() })
+	n.last = p
 	return p
 }
 
@@ -171,6 +174,16 @@ func dialPipe(t *testing.T, n *pipeNet, mod func(*protocol.HelloOK), opts ...Opt
 		t.Fatalf("Dial: %v", r.err)
 	}
 	return r.c, p
+}
+
+// pipeClient dials a client over a new pipeNet with dialPipe and closes it at the end of the test
+// (closePipeClient) while the peer the test accepted last answers the Goodbye.
+func pipeClient(t *testing.T, mod func(*protocol.HelloOK), opts ...Opt) (*pipeNet, *Client, *peer) {
+	t.Helper()
+	n := newPipeNet(t)
+	c, p := dialPipe(t, n, mod, opts...)
+	closePipeClient(t, c, &n.last)
+	return n, c, p
 }
 
 // closePipeClient closes c at the end of the test while p answers the Goodbye.

@@ -259,6 +259,24 @@ func (e *cliEnv) admin(fs *flag.FlagSet, addr string) (*cli.AdminClient, error) 
 	return c, nil
 }
 
+// adminArgs parses the arguments of an admin API command that has nothing else to check, wants
+// between minN and maxN positional arguments (what names the missing ones) and returns them with
+// the client of --http (httpAddr).
+func (e *cliEnv) adminArgs(fs *flag.FlagSet, httpAddr *string, args []string, minN, maxN int, what string) ([]string, *cli.AdminClient, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := wantArgs(fs, pos, minN, maxN, what); err != nil {
+		return nil, nil, err
+	}
+	api, err := e.admin(fs, *httpAddr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pos, api, nil
+}
+
 // brokerClient is a client of the broker that tells the user on stderr when its connection breaks
 // and comes back.
 type brokerClient struct {

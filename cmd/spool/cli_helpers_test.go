@@ -210,23 +210,6 @@ func cliJSONLines[T any](t *testing.T, out string) []T {
 	return vs
 }
 
-// cliCheckFor polls f until it returns nil or the timeout passes (then the test fails with f's last
-// error).
-func cliCheckFor(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %v", timeout, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling, not synchronizing
-	}
-}
-
 // cliDecodeJSON decodes a command's JSON output into v.
 func cliDecodeJSON(t *testing.T, out string, v any) {
 	t.Helper()

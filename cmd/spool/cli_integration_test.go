@@ -14,6 +14,7 @@ import (
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // TestCLIScenario runs the client commands against a real broker, in the order an operator would:
@@ -135,7 +136,7 @@ func TestCLIScenario(t *testing.T) {
 	nackToDLQ(t, s, topic, "g", "bad payload")
 
 	var rows []map[string]string
-	cliCheckFor(t, cliWaitTimeout, func() error {
+	testutil.Eventually(t, cliWaitTimeout, "three DLQ entries", func() error {
 		r := s.ok(t, "", "dlq", "list", topic, "g")
 		if r.stdout == "" {
 			return errors.New("DLQ empty")
@@ -266,7 +267,7 @@ func TestSubInterruptReleases(t *testing.T) {
 	var out, errb cliBuffer
 	code := make(chan int, 1)
 	go func() { code <- runCLI(ctx, s.env("", &out, &errb), runSub, []string{"--ack=false", topic}) }()
-	cliCheckFor(t, cliWaitTimeout, func() error {
+	testutil.Eventually(t, cliWaitTimeout, "sub prints the delivery", func() error {
 		if out.String() != "cli.jobs "+id+" attempt=1 job-1\n" {
 			return fmt.Errorf("sub printed %q", out.String())
 		}
@@ -368,7 +369,7 @@ func TestSubEndsWithItsGroup(t *testing.T) {
 	go func() {
 		code <- runCLI(t.Context(), s.env("", &out, &errb), runSub, []string{"--group", "g", topic})
 	}()
-	cliCheckFor(t, cliWaitTimeout, func() error {
+	testutil.Eventually(t, cliWaitTimeout, "sub joins group g", func() error {
 		r := s.run(t, "", "group", "describe", topic, "g", "--json")
 		var g admin.Group
 		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &g) != nil || g.MemberCount != 1 {

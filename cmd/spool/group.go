@@ -44,14 +44,7 @@ func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
 	jsonOut := fs.Bool("json", false, "print the API's JSON answer")
 	group := fs.String("group", "", "only this group")
 	state := fs.String("state", "", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, 1, ""); err != nil {
-		return err
-	}
-	api, err := e.admin(fs, *httpAddr)
+	pos, api, err := e.adminArgs(fs, httpAddr, args, 0, 1, "")
 	if err != nil {
 		return err
 	}
@@ -127,14 +120,7 @@ func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	fs := e.flagSet(groupDescribeSpec)
 	httpAddr := e.httpFlag(fs)
 	jsonOut := fs.Bool("json", false, "print the API's JSON answer")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 2, "<topic>"); err != nil {
-		return err
-	}
-	api, err := e.admin(fs, *httpAddr)
+	pos, api, err := e.adminArgs(fs, httpAddr, args, 1, 2, "<topic>")
 	if err != nil {
 		return err
 	}
@@ -234,14 +220,7 @@ func groupOp(op string) cliFunc {
 		fs := e.flagSet(spec)
 		httpAddr := e.httpFlag(fs)
 		jsonOut := fs.Bool("json", false, "print the API's JSON answer (the group afterwards)")
-		pos, err := parseArgs(fs, args)
-		if err != nil {
-			return err
-		}
-		if err := wantArgs(fs, pos, 1, 2, "<topic>"); err != nil {
-			return err
-		}
-		api, err := e.admin(fs, *httpAddr)
+		pos, api, err := e.adminArgs(fs, httpAddr, args, 1, 2, "<topic>")
 		if err != nil {
 			return err
 		}

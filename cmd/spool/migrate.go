@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -15,6 +14,9 @@ import (
 func init() {
 	addCommand(command{name: "migrate", summary: "create or upgrade the PostgreSQL schema (--store postgres://...)", run: migrate})
 }
+
+// migrateFlags maps the flags of spool migrate to their configuration keys.
+var migrateFlags = map[string]string{"store": "store", "schema": "postgres.schema"}
 
 // migrate applies the PostgreSQL engine's pending schema migrations. It reads the same settings
 // as serve (defaults, --config or $SPOOL_CONFIG, SPOOL_* variables, flags).
@@ -36,16 +38,7 @@ func migrate(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
 	}
-	flags := map[string]string{}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "store":
-			flags["store"] = f.Value.String()
-		case "schema":
-			flags["postgres.schema"] = f.Value.String()
-		}
-	})
-	cfg, err := config.Load(*configFile, os.Environ(), flags)
+	cfg, err := loadConfig(fs, *configFile, migrateFlags)
 	if err != nil {
 		return err
 	}

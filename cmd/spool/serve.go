@@ -62,13 +62,7 @@ func serve(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	flags := map[string]string{}
-	fs.Visit(func(f *flag.Flag) {
-		if key, ok := serveFlags[f.Name]; ok {
-			flags[key] = f.Value.String()
-		}
-	})
-	cfg, err := config.Load(*configFile, os.Environ(), flags)
+	cfg, err := loadConfig(fs, *configFile, serveFlags)
 	if err != nil {
 		return err
 	}
@@ -78,6 +72,19 @@ func serve(ctx context.Context, args []string) error {
 		logger.Warn("ignoring SPOOL_ variables that name no setting", slog.Any("variables", unknown))
 	}
 	return run(ctx, cfg, logger)
+}
+
+// loadConfig loads the settings of serve and migrate: the defaults, then configFile (or
+// $SPOOL_CONFIG), then the SPOOL_* variables, then the flags of fs given on the command line
+// (keys maps a flag's name to its configuration key).
+func loadConfig(fs *flag.FlagSet, configFile string, keys map[string]string) (config.Config, error) {
+	flags := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		if key, ok := keys[f.Name]; ok {
+			flags[key] = f.Value.String()
+		}
+	})
+	return config.Load(configFile, os.Environ(), flags)
 }
 
 // openEngine opens the engine cfg selects: the embedded log engine in DataDir, or the PostgreSQL

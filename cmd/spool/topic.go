@@ -166,14 +166,7 @@ func runTopicList(ctx context.Context, e *cliEnv, args []string) error {
 	httpAddr := e.httpFlag(fs)
 	jsonOut := fs.Bool("json", false, "print the API's JSON (every page merged into one object)")
 	pattern := fs.String("pattern", "", "only topics matching this name or wildcard pattern")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 0, 0, ""); err != nil {
-		return err
-	}
-	api, err := e.admin(fs, *httpAddr)
+	_, api, err := e.adminArgs(fs, httpAddr, args, 0, 0, "")
 	if err != nil {
 		return err
 	}
@@ -224,14 +217,7 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	fs := e.flagSet(topicDescribeSpec)
 	httpAddr := e.httpFlag(fs)
 	jsonOut := fs.Bool("json", false, "print the API's JSON answer (the topic, without its groups)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 1, "<topic>"); err != nil {
-		return err
-	}
-	api, err := e.admin(fs, *httpAddr)
+	pos, api, err := e.adminArgs(fs, httpAddr, args, 1, 1, "<topic>")
 	if err != nil {
 		return err
 	}
@@ -355,15 +341,8 @@ func runTopicDelete(ctx context.Context, e *cliEnv, args []string) error {
 	fs := e.flagSet(topicDeleteSpec)
 	httpAddr := e.httpFlag(fs)
 	force := fs.Bool("force", false, "delete even with live subscriptions or unfinished messages (cancels them)")
-	fs.Bool("json", false, "print nothing on success (the API answers 204 without a body)")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(fs, pos, 1, 1, "<topic>"); err != nil {
-		return err
-	}
-	api, err := e.admin(fs, *httpAddr)
+	jsonOut := fs.Bool("json", false, "print nothing on success (the API answers 204 without a body)")
+	pos, api, err := e.adminArgs(fs, httpAddr, args, 1, 1, "<topic>")
 	if err != nil {
 		return err
 	}
@@ -374,7 +353,7 @@ func runTopicDelete(ctx context.Context, e *cliEnv, args []string) error {
 	if _, err := api.Call(ctx, http.MethodDelete, cli.TopicPath(pos[0]), q, nil, nil); err != nil {
 		return err
 	}
-	if f := fs.Lookup("json"); f.Value.String() != "true" {
+	if !*jsonOut {
 		fmt.Fprintf(e.stdout, "deleted topic %s\n", pos[0])
 	}
 	return nil

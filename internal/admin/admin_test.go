@@ -845,8 +845,23 @@ func TestPullLeases(t *testing.T) {
 	s.forget(b.SubscriptionID, []storage.DeliveryRef{b.Ref()})
 	s.putBack([]*storage.Delivery{b})
 
-	// Let three lease periods pass on the wall clock.
-	<-time.After(3 * ackWait)
+	// Wait until the session has kept b's lease alive for three lease periods past its original
+	// deadline (its housekeeping extends it to a full ack_wait whenever half is gone); a's lease
+	// expired meanwhile.
+	orig := b.LeaseDeadline
+	waitFor(t, "buffered lease kept alive", func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, d := range s.buf {
+			if keyOf(d) == keyOf(b) {
+				if d.LeaseDeadline.Before(orig.Add(3 * ackWait)) {
+					return fmt.Errorf("lease of the buffered message ends %v after its original deadline", d.LeaseDeadline.Sub(orig))
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("the buffered message left the session's buffer")
+	})
 
 	var pr PullResult
 	byPayload := make(map[string]PulledMessage)

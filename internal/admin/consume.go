@@ -205,6 +205,21 @@ func (h *Handler) leaseSession(topic, group string) (*session, error) {
 	return s, nil
 }
 
+// leaseHolder returns the pull session holding the leases of (topic, group), with a request
+// counted (release it), and the subscription of the refs (see subscriptionID).
+func (h *Handler) leaseHolder(ctx context.Context, topic, group string, given int64) (*session, int64, error) {
+	s, err := h.leaseSession(topic, group)
+	if err != nil {
+		return nil, 0, err
+	}
+	sub, err := h.subscriptionID(ctx, topic, group, given, s)
+	if err != nil {
+		s.release()
+		return nil, 0, err
+	}
+	return s, sub, nil
+}
+
 func notHeldErr(op string, notHeld []storage.DeliveryRef, total int) error {
 	return fmt.Errorf("%s: %d of %d refs are not held (first %d:%d; expired, settled or never pulled); the others succeeded: %w",
 		op, len(notHeld), total, notHeld[0].Partition, notHeld[0].Offset, storage.ErrLeaseNotHeld)
@@ -234,15 +249,11 @@ func (h *Handler) nack(w http.ResponseWriter, r *http.Request) error {
 	if req.Delay < 0 {
 		return invalidf("delay must not be negative, got %s", time.Duration(req.Delay))
 	}
-	s, err := h.leaseSession(topic, group)
+	s, sub, err := h.leaseHolder(r.Context(), topic, group, req.SubscriptionID)
 	if err != nil {
 		return err
 	}
 	defer s.release()
-	sub, err := h.subscriptionID(r.Context(), topic, group, req.SubscriptionID, s)
-	if err != nil {
-		return err
-	}
 	res, err := s.member.NackBatch(r.Context(), sub, refs, broker.NackOptions{
 		Delay: time.Duration(req.Delay), ToDLQ: req.ToDLQ, Reason: req.Reason,
 	})
@@ -258,6 +269,15 @@ func (h *Handler) nack(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, AckResult{Nacked: &n})
 	return nil
+}
+
+// refSet returns refs as a set.
+func refSet(refs []storage.DeliveryRef) map[storage.DeliveryRef]bool {
+	set := make(map[storage.DeliveryRef]bool, len(refs))
+	for _, r := range refs {
+		set[r] = true
+	}
+	return set
 }
 
 // ExtendRequest is the body of POST .../extend.
@@ -285,23 +305,16 @@ func (h *Handler) extend(w http.ResponseWriter, r *http.Request) error {
 	if req.Duration < 0 || time.Duration(req.Duration) > broker.MaxLeaseDuration {
 		return invalidf("duration must be between 0 (the topic's ack_wait) and %s, got %s", broker.MaxLeaseDuration, time.Duration(req.Duration))
 	}
-	s, err := h.leaseSession(topic, group)
+	s, sub, err := h.leaseHolder(r.Context(), topic, group, req.SubscriptionID)
 	if err != nil {
 		return err
 	}
 	defer s.release()
-	sub, err := h.subscriptionID(r.Context(), topic, group, req.SubscriptionID, s)
-	if err != nil {
-		return err
-	}
 	res, err := s.member.ExtendBatch(r.Context(), sub, refs, time.Duration(req.Duration))
 	if err != nil {
 		return err
 	}
-	notHeld := make(map[storage.DeliveryRef]bool, len(res.NotHeld))
-	for _, ref := range res.NotHeld {
-		notHeld[ref] = true
-	}
+	notHeld := refSet(res.NotHeld)
 	var held []storage.DeliveryRef
 	for _, ref := range refs {
 		if !notHeld[ref] {

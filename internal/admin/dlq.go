@@ -114,12 +114,18 @@ type DLQResult struct {
 	Purged *int `json:"purged,omitempty"`
 }
 
-func (h *Handler) replayDLQ(w http.ResponseWriter, r *http.Request) error {
+// readSelection decodes and validates the body of the DLQ replay and purge endpoints.
+func readSelection(r *http.Request) (DLQSelection, error) {
 	var sel DLQSelection
 	if err := decodeJSON(r, &sel, false); err != nil {
-		return err
+		return sel, err
 	}
-	if err := sel.validate(); err != nil {
+	return sel, sel.validate()
+}
+
+func (h *Handler) replayDLQ(w http.ResponseWriter, r *http.Request) error {
+	sel, err := readSelection(r)
+	if err != nil {
 		return err
 	}
 	n, err := h.b.ReplayDLQ(r.Context(), r.PathValue("topic"), r.PathValue("group"), sel.IDs)
@@ -131,11 +137,8 @@ func (h *Handler) replayDLQ(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) purgeDLQ(w http.ResponseWriter, r *http.Request) error {
-	var sel DLQSelection
-	if err := decodeJSON(r, &sel, false); err != nil {
-		return err
-	}
-	if err := sel.validate(); err != nil {
+	sel, err := readSelection(r)
+	if err != nil {
 		return err
 	}
 	n, err := h.b.PurgeDLQ(r.Context(), r.PathValue("topic"), r.PathValue("group"), sel.IDs)

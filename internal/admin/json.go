@@ -24,13 +24,9 @@ func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
 		return invalidf("request body must be JSON (Content-Type application/json), got %q", ct)
 	}
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return invalidf("reading request body: %v", err)
+		return err
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		if allowEmpty {
@@ -47,6 +43,20 @@ func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
 		return invalidf("request body: data after the JSON value")
 	}
 	return nil
+}
+
+// readBody reads the request body. A body over the limit keeps its *http.MaxBytesError
+// (FRAME_TOO_LARGE); another read failure is INVALID_ARGUMENT.
+func readBody(r *http.Request) ([]byte, error) {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, invalidf("reading request body: %v", err)
+	}
+	return data, nil
 }
 
 // isJSON reports whether a Content-Type is JSON (application/json, application/*+json).
@@ -250,11 +260,8 @@ type Message struct {
 	ExpiresAt     time.Time         `json:"expires_at,omitzero"`
 }
 
-// textOrBase64 returns b as text when it is valid UTF-8, else base64; a nil b gives neither.
-func textOrBase64(b []byte, isKey bool) (text, b64 *string) {
-	if b == nil && isKey {
-		return nil, nil
-	}
+// textOrBase64 returns b as text when it is valid UTF-8 (nil: ""), else base64.
+func textOrBase64(b []byte) (text, b64 *string) {
 	if utf8.Valid(b) {
 		s := string(b)
 		return &s, nil
@@ -276,9 +283,9 @@ func messageJSON(m *storage.Message, partitions int) Message {
 		ExpiresAt:   m.ExpiresAt,
 	}
 	if len(m.Key) > 0 {
-		out.Key, out.KeyBase64 = textOrBase64(m.Key, true)
+		out.Key, out.KeyBase64 = textOrBase64(m.Key)
 	}
-	out.Payload, out.PayloadBase64 = textOrBase64(m.Payload, false)
+	out.Payload, out.PayloadBase64 = textOrBase64(m.Payload)
 	return out
 }
 

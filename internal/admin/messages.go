@@ -2,8 +2,6 @@ package admin
 
 import (
 	"encoding/base64"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -133,13 +131,9 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 			msgs = append(msgs, am)
 		}
 	} else {
-		payload, err := io.ReadAll(r.Body)
+		payload, err := readBody(r)
 		if err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return err
-			}
-			return invalidf("reading request body: %v", err)
+			return err
 		}
 		am := storage.AppendMessage{Partition: storage.PartitionAuto, Payload: payload}
 		q := r.URL.Query()

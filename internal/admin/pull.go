@@ -414,10 +414,7 @@ func (s *session) extend(ctx context.Context, ds []*storage.Delivery) []*storage
 			out = append(out, list...)
 			continue
 		}
-		notHeld := make(map[storage.DeliveryRef]bool, len(res.NotHeld))
-		for _, r := range res.NotHeld {
-			notHeld[r] = true
-		}
+		notHeld := refSet(res.NotHeld)
 		for _, d := range list {
 			if !notHeld[d.Ref()] {
 				c := *d

@@ -95,6 +95,17 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// summary returns the run's human summary (WriteSummary), also logged.
+func summary(t *testing.T, res *Result) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := res.WriteSummary(&buf); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+	return buf.String()
+}
+
 // TestE2ESmall runs a tiny open-loop bench (200 msg/s for 1 s after a 0.3 s warm-up, 2 groups x 2
 // consumers) against the in-process broker: every measured message is acknowledged and reaches
 // both groups once, the latencies are counted once per delivery, and the topic the run created
@@ -111,11 +122,7 @@ func TestE2ESmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := res.WriteSummary(&buf); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + buf.String())
+	sum := summary(t, res)
 	const measured = 200 // 260 messages in all, 60 of them in the warm-up
 	p, d := res.Publish, res.Delivery
 	if p.Messages != measured || p.Errors != 0 || p.Latency.Count != measured || p.SenderLag.Count != 260 {
@@ -135,7 +142,7 @@ func TestE2ESmall(t *testing.T) {
 		t.Fatalf("topic %s after the run: %v", c.Topic.Name, err)
 	}
 	for _, want := range []string{"open loop at 200 msg/s", "2 group(s) x 2 consumer(s)", "end-to-end latency", "p99.9"} {
-		if !strings.Contains(buf.String(), want) {
+		if !strings.Contains(sum, want) {
 			t.Fatalf("summary lacks %q", want)
 		}
 	}
@@ -230,11 +237,7 @@ func TestE2EQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := res.WriteSummary(&buf); err != nil {
-		t.Fatal(err)
-	}
-	t.Log("\n" + buf.String())
+	sum := summary(t, res)
 	const measured = 300 // 360 messages in all, 60 of them in the warm-up
 	p, d := res.Publish, res.Delivery
 	if p.Messages != measured || p.Errors != 0 {
@@ -269,7 +272,7 @@ func TestE2EQueue(t *testing.T) {
 		t.Fatalf("load generator memory %+v", res.LoadGenerator)
 	}
 	for _, want := range []string{"3 consumer(s) sharing the QUEUE topic's one subscription", "consumed     while publishing", "backlog", "retention   message retention 1m0s, max retention 2m0s"} {
-		if !strings.Contains(buf.String(), want) {
+		if !strings.Contains(sum, want) {
 			t.Fatalf("summary lacks %q", want)
 		}
 	}
@@ -309,12 +312,8 @@ func TestRunPGUnreachable(t *testing.T) {
 	if res.Publish.Messages != 50 || res.PG == nil || res.PG.ErrorCount == 0 || res.PG.Window {
 		t.Fatalf("publish %+v, postgres %+v", res.Publish, res.PG)
 	}
-	var buf bytes.Buffer
-	if err := res.WriteSummary(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(buf.String(), "error(s) reading statistics") || !strings.Contains(buf.String(), "window     not measured") {
-		t.Fatalf("summary:\n%s", buf.String())
+	if sum := summary(t, res); !strings.Contains(sum, "error(s) reading statistics") || !strings.Contains(sum, "window     not measured") {
+		t.Fatalf("summary:\n%s", sum)
 	}
 }
 

@@ -16,9 +16,6 @@ import (
 	"github.com/spoolmq/spool/internal/testutil"
 )
 
-// testPGURL is testutil.DatabaseURL.
-func testPGURL(t *testing.T) string { return testutil.DatabaseURL(t) }
-
 // pgFixture is a fresh schema t_bench_<random> shaped like the broker's: a messages table
 // range-partitioned by time (two partitions) and a leases table of 20 rows. The schema is
 // dropped at the end of the test.
@@ -29,7 +26,7 @@ type pgFixture struct {
 
 func newPGFixture(t *testing.T) *pgFixture {
 	t.Helper()
-	url := testPGURL(t)
+	url := testutil.DatabaseURL(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	f := &pgFixture{url: url, schema: "t_bench_" + hex.EncodeToString(b[:])}

@@ -366,7 +366,6 @@ func TestExtendKeepsLease(t *testing.T) {
 	// 30 s later the lease of ds[1] (10 s) expired, the extended one (60 s) did not.
 	e.clock.Advance(30 * time.Second)
 	b := e.subscribe(SubscribeParams{Pattern: "long"}) // joining makes the dispatcher claim
-	_ = b
 	if err := a.Nack(e.ctx(), sub, []storage.DeliveryRef{ds[1].Ref()}, NackOptions{}); !errors.Is(err, storage.ErrLeaseNotHeld) {
 		t.Fatalf("nack of the expired delivery: %v, want ErrLeaseNotHeld", err)
 	}

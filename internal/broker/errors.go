@@ -2,7 +2,6 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -19,13 +18,9 @@ var (
 	ErrMemberClosed = errors.New("broker: member closed")
 )
 
-// invalid returns an error wrapping storage.ErrInvalidArgument with a message.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", storage.ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
-
-// invalidName wraps a names error (which wraps names.ErrInvalidName) so that it also wraps
-// storage.ErrInvalidArgument.
-func invalidName(err error) error {
-	return fmt.Errorf("%w: %w", storage.ErrInvalidArgument, err)
-}
+// invalid and invalidName are the shared validation errors of package storage
+// (storage.Invalid, storage.InvalidName).
+var (
+	invalid     = storage.Invalid
+	invalidName = storage.InvalidName
+)

@@ -45,21 +45,15 @@ type SubscribeParams struct {
 	Notify chan<- struct{}
 }
 
+// validateStart normalizes a start position (storage.StartPosition.Normalize) and, stricter than
+// the engines, refuses FROM_TIMESTAMP without a time.
 func validateStart(p storage.StartPosition) (storage.StartPosition, error) {
-	switch p.Kind {
-	case "":
-		p.Kind = storage.FromNow
-	case storage.FromNow, storage.FromBeginning:
-	case storage.FromTimestamp:
-		if p.Time.IsZero() {
-			return p, invalid("start position FROM_TIMESTAMP needs a time")
-		}
-	case storage.FromMessageID:
-		if p.Partition < 0 || p.Offset < 0 {
-			return p, invalid("start position FROM_MESSAGE_ID: partition and offset must not be negative, got %d:%d", p.Partition, p.Offset)
-		}
-	default:
-		return p, invalid("start position kind must be FROM_NOW, FROM_BEGINNING, FROM_TIMESTAMP or FROM_MESSAGE_ID, got %q", p.Kind)
+	p, err := p.Normalize()
+	if err != nil {
+		return p, err
+	}
+	if p.Kind == storage.FromTimestamp && p.Time.IsZero() {
+		return p, invalid("start position FROM_TIMESTAMP needs a time")
 	}
 	return p, nil
 }

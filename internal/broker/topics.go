@@ -62,11 +62,8 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, cfg storage.Topic
 	if err := b.checkRunning(); err != nil {
 		return nil, err
 	}
-	if err := names.ValidateTopic(name); err != nil {
-		return nil, invalidName(err)
-	}
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := storage.CheckTopic(name, cfg)
+	if err != nil {
 		return nil, fmt.Errorf("broker: create topic %q: %w", name, err)
 	}
 	t, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: name, Config: cfg})
@@ -99,17 +96,14 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 	if err := b.checkRunning(); err != nil {
 		return nil, err
 	}
-	if err := names.ValidateTopic(p.Name); err != nil {
-		return nil, invalidName(err)
+	cfg, err := storage.CheckTopic(p.Name, p.Config)
+	if err != nil {
+		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
 	}
 	if p.QueueToGroup != "" {
 		if err := names.ValidateGroup(p.QueueToGroup); err != nil {
 			return nil, invalidName(err)
 		}
-	}
-	cfg := p.Config.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
 	}
 	old, err := b.engine.TopicGet(ctx, p.Name)
 	if err != nil {

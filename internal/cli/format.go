@@ -12,8 +12,6 @@ import (
 	"unicode/utf8"
 )
 
-func isValidUTF8(s string) bool { return utf8.ValidString(s) }
-
 // Bytes formats a byte count for humans: "512 B", "1.5 KiB", "20.0 MiB" (binary units, one decimal).
 func Bytes(n int64) string {
 	const unit = 1024

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Table is rows of cells printed as aligned columns under a header line, for humans. Cells are
@@ -100,7 +101,7 @@ func (f *Fields) Write(w io.Writer) error {
 // Cell returns s as it may appear in one cell or on one line: s itself when it has no control
 // character (tab, newline, escape, ...), else Go-quoted ("a\tb"), which also escapes invalid UTF-8.
 func Cell(s string) string {
-	if strings.ContainsFunc(s, unicode.IsControl) || !isValidUTF8(s) {
+	if strings.ContainsFunc(s, unicode.IsControl) || !utf8.ValidString(s) {
 		return strconv.Quote(s)
 	}
 	return s

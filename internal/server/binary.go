@@ -336,27 +336,21 @@ func (b *binarySession) nack(corr uint32, m *protocol.Nack) {
 	opts := broker.NackOptions{Delay: m.Delay, ToDLQ: m.ToDLQ, Reason: m.Reason}
 	res := &protocol.NackOK{}
 	for _, g := range groupRefs(m.Refs) {
-		remaining := g.refs
-		// Only the member holding a lease may nack it; try each handle attached to the
-		// subscription (usually one) with what the previous ones did not hold.
-		for _, h := range c.holders(g.sub) {
-			r, err := h.member.NackBatch(c.ctx, g.sub, remaining, opts)
-			if errors.Is(err, broker.ErrMemberClosed) || errors.Is(err, storage.ErrSubscriptionNotFound) {
-				continue
-			}
+		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
+			r, err := h.member.NackBatch(c.ctx, g.sub, refs, opts)
 			if err != nil {
-				b.replyErr(corr, err)
-				return
+				return nil, err
 			}
 			c.observeNack(g.sub, r.Nacked, r.DeadLettered, m.ToDLQ)
 			res.Nacked += uint32(r.Nacked)
 			res.DeadLettered += uint32(r.DeadLettered)
-			remaining = r.NotHeld
-			if len(remaining) == 0 {
-				break
-			}
+			return r.NotHeld, nil
+		})
+		if err != nil {
+			b.replyErr(corr, err)
+			return
 		}
-		res.NotHeld = wireRefs(res.NotHeld, g.sub, remaining)
+		res.NotHeld = wireRefs(res.NotHeld, g.sub, notHeld)
 	}
 	b.reply(corr, res)
 }
@@ -365,26 +359,22 @@ func (b *binarySession) extend(corr uint32, m *protocol.Extend) {
 	c := b.c
 	res := &protocol.ExtendOK{}
 	for _, g := range groupRefs(m.Refs) {
-		remaining := g.refs
-		for _, h := range c.holders(g.sub) {
-			r, err := h.member.ExtendBatch(c.ctx, g.sub, remaining, m.Duration)
-			if errors.Is(err, broker.ErrMemberClosed) || errors.Is(err, storage.ErrSubscriptionNotFound) {
-				continue
-			}
+		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
+			r, err := h.member.ExtendBatch(c.ctx, g.sub, refs, m.Duration)
 			if err != nil {
-				b.replyErr(corr, err)
-				return
+				return nil, err
 			}
 			if r.Extended > 0 && (res.Deadline.IsZero() || r.Deadline.Before(res.Deadline)) {
 				res.Deadline = r.Deadline
 			}
 			res.Extended += uint32(r.Extended)
-			remaining = r.NotHeld
-			if len(remaining) == 0 {
-				break
-			}
+			return r.NotHeld, nil
+		})
+		if err != nil {
+			b.replyErr(corr, err)
+			return
 		}
-		res.NotHeld = wireRefs(res.NotHeld, g.sub, remaining)
+		res.NotHeld = wireRefs(res.NotHeld, g.sub, notHeld)
 	}
 	b.reply(corr, res)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -422,6 +423,28 @@ func (c *conn) holders(sub int64) []*handle {
 		}
 	}
 	return out
+}
+
+// eachHolder settles refs of subscription sub through the handles attached to it (usually one):
+// only the member holding a lease may nack or extend it, so op runs on each handle in turn with
+// what the previous ones did not hold, and returns what it did not hold. A handle whose member
+// closed or whose subscription is gone is passed over. eachHolder returns the refs no handle held,
+// or op's first other error.
+func (c *conn) eachHolder(sub int64, refs []storage.DeliveryRef, op func(h *handle, refs []storage.DeliveryRef) (notHeld []storage.DeliveryRef, err error)) ([]storage.DeliveryRef, error) {
+	for _, h := range c.holders(sub) {
+		notHeld, err := op(h, refs)
+		if errors.Is(err, broker.ErrMemberClosed) || errors.Is(err, storage.ErrSubscriptionNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		refs = notHeld
+		if len(refs) == 0 {
+			break
+		}
+	}
+	return refs, nil
 }
 
 // subLabels are the metric labels of a subscription.

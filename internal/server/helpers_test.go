@@ -397,6 +397,14 @@ func (c *tclient) expect(prefix string) string {
 	}
 }
 
+// expectLine reads the next line, which must be want exactly (comment lines included).
+func (c *tclient) expectLine(want string) {
+	c.t.Helper()
+	if l := c.line(); l != want {
+		c.t.Fatalf("got line %q, want %q", l, want)
+	}
+}
+
 // expectEOF reads until the server closes the connection and returns the lines it read.
 func (c *tclient) expectEOF() []string {
 	c.t.Helper()

@@ -32,16 +32,12 @@ func TestTextSeedMilestone1(t *testing.T) {
 	sub := e.dialText()
 	sub.send("SUBSCRIBE orders.created")
 	sub.expect("OK subscribed orders.created")
-	if l := sub.line(); l != "MESSAGE orders.created hello-world" {
-		t.Fatalf("subscriber read %q", l)
-	}
+	sub.expectLine("MESSAGE orders.created hello-world")
 	// A message published while the subscriber waits arrives too.
 	pub2 := e.dialText()
 	pub2.send("PUBLISH orders.created second message with  spaces ")
 	pub2.expect("OK 1")
-	if l := sub.line(); l != "MESSAGE orders.created second message with  spaces " {
-		t.Fatalf("subscriber read %q", l)
-	}
+	sub.expectLine("MESSAGE orders.created second message with  spaces ")
 
 	// Input that ends (nc -N, ncat) closes a session without subscription at once.
 	half := e.dialText()
@@ -124,12 +120,8 @@ func TestTextAckNackVerbose(t *testing.T) {
 	p.send("PUBLISH jobs p0", "PUBLISH jobs p1")
 	p.expect("OK 0")
 	p.expect("OK 1")
-	if l := a.line(); l != "DELIVERY 1 0 1 jobs p0" {
-		t.Fatalf("a read %q", l)
-	}
-	if l := a.line(); l != "DELIVERY 2 1 1 jobs p1" {
-		t.Fatalf("a read %q", l)
-	}
+	a.expectLine("DELIVERY 1 0 1 jobs p0")
+	a.expectLine("DELIVERY 2 1 1 jobs p1")
 	a.send("ACK 1")
 	a.expect("OK 1 acked")
 	a.send("ACK 1")
@@ -143,16 +135,12 @@ func TestTextAckNackVerbose(t *testing.T) {
 	b.expect("OK subscribed jobs")
 	a.send("NACK 2")
 	a.expect("OK 1 nacked")
-	if l := b.line(); l != "MESSAGE jobs p1" {
-		t.Fatalf("b read %q", l)
-	}
+	b.expectLine("MESSAGE jobs p1")
 	b.send("QUIT")
 	b.expect("OK BYE (1 deliveries released)")
 	b.expectEOF()
 	// Released at once, back to a, third attempt.
-	if l := a.line(); l != "DELIVERY 3 1 3 jobs p1" {
-		t.Fatalf("a read %q", l)
-	}
+	a.expectLine("DELIVERY 3 1 3 jobs p1")
 	a.send("UNSUBSCRIBE jobs")
 	a.expect("OK unsubscribed 1, 1 deliveries released")
 	if st := e.groupStats("jobs", ""); st.Pending != 1 || st.InFlight != 0 {
@@ -178,9 +166,7 @@ func TestTextCloseReleasesAtOnce(t *testing.T) {
 	b.expect("OK group")
 	b.expect("OK subscribed")
 	a.nc.Close() // Ctrl+C on nc
-	if l := b.line(); l != "MESSAGE work w1" {
-		t.Fatalf("b read %q", l)
-	}
+	b.expectLine("MESSAGE work w1")
 }
 
 // TestTextHalfCloseKeepsDelivering: ncat and nc -N half-close when their input ends; a session
@@ -235,9 +221,7 @@ func TestTextErrors(t *testing.T) {
 	}
 	c.send("HELP")
 	for _, want := range text.HelpLines {
-		if l := c.line(); l != "# "+want {
-			t.Fatalf("HELP line %q, want %q", l, want)
-		}
+		c.expectLine("# " + want)
 	}
 	c.expect("OK")
 	c.send("PUBLISH ok after-errors")

@@ -291,26 +291,12 @@ func verify(t *testing.T, dir string, it int, published map[string]pos, childAck
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: vsub.ID, Member: "verifier", Max: 1000})
-		if err != nil {
-			t.Fatal(err)
+	drain(t, ctx, eng, vsub.ID, "verifier", func(d *storage.Delivery) {
+		if verified[string(d.Payload)] {
+			t.Fatalf("iteration %d: %s delivered again to verifier after its ack", it, d.Payload)
 		}
-		if len(res.Deliveries) == 0 {
-			break
-		}
-		refs := make([]storage.DeliveryRef, 0, len(res.Deliveries))
-		for _, d := range res.Deliveries {
-			if verified[string(d.Payload)] {
-				t.Fatalf("iteration %d: %s delivered again to verifier after its ack", it, d.Payload)
-			}
-			verified[string(d.Payload)] = true
-			refs = append(refs, d.Ref())
-		}
-		if _, err := eng.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: vsub.ID, Member: "verifier", Refs: refs}); err != nil {
-			t.Fatal(err)
-		}
-	}
+		verified[string(d.Payload)] = true
+	})
 	for payload := range published {
 		if !verified[payload] {
 			t.Fatalf("iteration %d: acknowledged publish %s never delivered to group verifier", it, payload)
@@ -352,30 +338,39 @@ func verify(t *testing.T, dir string, it int, published map[string]pos, childAck
 	for p := range childGot {
 		consumed[p] = true
 	}
+	drain(t, ctx, eng, csub.ID, "drain", func(d *storage.Delivery) {
+		p := pos{d.Partition, d.Offset}
+		if childAcked[p] {
+			t.Fatalf("%d:%d redelivered to group consumer after an acknowledged ack", d.Partition, d.Offset)
+		}
+		consumed[p] = true
+	})
+	for payload, p := range published {
+		if !consumed[p] {
+			t.Fatalf("acknowledged publish %s (%v) never delivered to group consumer", payload, p)
+		}
+	}
+}
+
+// drain claims the deliveries of subscription sub as member, passes each to check and acks them,
+// until a claim returns nothing.
+func drain(t *testing.T, ctx context.Context, eng storage.Engine, sub int64, member string, check func(d *storage.Delivery)) {
+	t.Helper()
 	for {
-		res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: csub.ID, Member: "drain", Max: 1000})
+		res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub, Member: member, Max: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(res.Deliveries) == 0 {
-			break
+			return
 		}
 		refs := make([]storage.DeliveryRef, 0, len(res.Deliveries))
 		for _, d := range res.Deliveries {
-			p := pos{d.Partition, d.Offset}
-			if childAcked[p] {
-				t.Fatalf("%d:%d redelivered to group consumer after an acknowledged ack", d.Partition, d.Offset)
-			}
-			consumed[p] = true
+			check(d)
 			refs = append(refs, d.Ref())
 		}
-		if _, err := eng.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: csub.ID, Member: "drain", Refs: refs}); err != nil {
+		if _, err := eng.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub, Member: member, Refs: refs}); err != nil {
 			t.Fatal(err)
-		}
-	}
-	for payload, p := range published {
-		if !consumed[p] {
-			t.Fatalf("acknowledged publish %s (%v) never delivered to group consumer", payload, p)
 		}
 	}
 }

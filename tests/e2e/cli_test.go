@@ -68,51 +68,76 @@ func TestCLIBinary(t *testing.T) {
 	}
 
 	// spool sub until SIGINT.
-	sub := exec.Command(spoolBin, "sub", "--group", "g", "--from", "beginning", "e2e.cli")
-	sub.Env = append(os.Environ(), "SPOOL_ADDR="+b.tcp)
-	subOut, subErr := &syncBuffer{}, &syncBuffer{}
-	sub.Stdout, sub.Stderr = subOut, subErr
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() {
-		waitErr = sub.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = sub.Process.Kill() // the process this test started
-			<-exited
-		}
-	})
-	eventually(t, "sub prints both messages", func() error {
-		if n := strings.Count(subOut.String(), "\n"); n != 2 {
-			return fmt.Errorf("%d lines: %q (stderr %q)", n, subOut.String(), subErr.String())
-		}
-		return nil
-	})
-	if s := subOut.String(); !strings.Contains(s, " attempt=1 key=k first\n") || !strings.Contains(s, " attempt=1 key=k second\n") {
+	sub := startSub(t, b, "--group", "g", "--from", "beginning", "e2e.cli")
+	sub.waitLines(t, "sub prints both messages", 2)
+	if s := sub.out.String(); !strings.Contains(s, " attempt=1 key=k first\n") || !strings.Contains(s, " attempt=1 key=k second\n") {
 		t.Fatalf("sub printed %q", s)
 	}
-	if err := sub.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		if waitErr != nil {
-			t.Fatalf("sub after SIGINT: %v; stderr %q", waitErr, subErr.String())
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("sub did not exit after SIGINT")
+	if err := sub.signal(t, os.Interrupt); err != nil {
+		t.Fatalf("sub after SIGINT: %v; stderr %q", err, sub.err.String())
 	}
 
 	// Both deliveries were acked before the SIGINT; the member left.
 	out, errOut, code = runSpool(t, b, "", "group", "list", "e2e.cli")
 	if code != 0 || !regexp.MustCompile(`(?m)^e2e\.cli +g +ACTIVE +0 +0 +0 +0 +0 +0$`).MatchString(out) {
 		t.Fatalf("group list: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+// subProc is a long-running `spool sub` started by a test, with its output captured.
+type subProc struct {
+	cmd      *exec.Cmd
+	out, err *syncBuffer
+	exited   chan struct{}
+	waitErr  error // cmd.Wait's result, set before exited is closed
+}
+
+// startSub starts `spool sub args...` against b. The test's cleanup kills it if it still runs.
+func startSub(t *testing.T, b *broker, args ...string) *subProc {
+	t.Helper()
+	s := &subProc{cmd: exec.Command(spoolBin, append([]string{"sub"}, args...)...), out: &syncBuffer{}, err: &syncBuffer{}, exited: make(chan struct{})}
+	s.cmd.Env = append(os.Environ(), "SPOOL_ADDR="+b.tcp)
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.err
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Kill() // the process this test started
+			<-s.exited
+		}
+	})
+	return s
+}
+
+// waitLines polls until the process has printed exactly n lines.
+func (s *subProc) waitLines(t *testing.T, what string, n int) {
+	t.Helper()
+	eventually(t, what, func() error {
+		if got := strings.Count(s.out.String(), "\n"); got != n {
+			return fmt.Errorf("%d lines: %q (stderr %q)", got, s.out.String(), s.err.String())
+		}
+		return nil
+	})
+}
+
+// signal sends sig and waits for the process to exit; it returns cmd.Wait's error.
+func (s *subProc) signal(t *testing.T, sig os.Signal) error {
+	t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+		return s.waitErr
+	case <-time.After(waitTimeout):
+		t.Fatalf("spool sub did not exit after %v", sig)
+		return nil
 	}
 }

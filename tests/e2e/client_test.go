@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -345,34 +343,10 @@ func TestClientKilledMemberRedelivered(t *testing.T) {
 	publishPayloads(t, pub, "killme", []string{"held-1", "held-2", "never-held"})
 
 	// The member holds at most two deliveries (its credit), in offset order: held-1 and held-2.
-	sub := exec.Command(spoolBin, "sub", "--group", "g", "--from", "beginning", "--ack=false", "--max-in-flight", "2", "killme")
-	sub.Env = append(os.Environ(), "SPOOL_ADDR="+b.tcp)
-	subOut, subErr := &syncBuffer{}, &syncBuffer{}
-	sub.Stdout, sub.Stderr = subOut, subErr
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = sub.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = sub.Process.Kill() // the process this test started
-			<-exited
-		}
-	})
-	eventually(t, "spool sub prints the deliveries it holds", func() error {
-		if n := strings.Count(subOut.String(), "\n"); n != 2 {
-			return fmt.Errorf("%d lines: %q (stderr %q)", n, subOut.String(), subErr.String())
-		}
-		return nil
-	})
+	sub := startSub(t, b, "--group", "g", "--from", "beginning", "--ack=false", "--max-in-flight", "2", "killme")
+	sub.waitLines(t, "spool sub prints the deliveries it holds", 2)
 	held := map[string]bool{}
-	for _, l := range strings.Split(strings.TrimSuffix(subOut.String(), "\n"), "\n") {
+	for _, l := range strings.Split(strings.TrimSuffix(sub.out.String(), "\n"), "\n") {
 		if !strings.Contains(l, " attempt=1 ") {
 			t.Fatalf("spool sub printed %q", l)
 		}
@@ -382,14 +356,7 @@ func TestClientKilledMemberRedelivered(t *testing.T) {
 		t.Fatalf("spool sub holds %v, want held-1 and held-2", held)
 	}
 
-	if err := sub.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(waitTimeout):
-		t.Fatal("spool sub did not exit after SIGKILL")
-	}
+	_ = sub.signal(t, syscall.SIGKILL) // killed: its exit status says so
 
 	type delivery struct {
 		payload string

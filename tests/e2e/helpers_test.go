@@ -140,21 +140,17 @@ func (b *broker) start() {
 			b.t.Logf("spool logs:\n%s", b.logs.String())
 		}
 	})
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	eventually(b.t, "spool ready", func() error {
 		select {
 		case <-b.exited:
 			b.t.Fatalf("spool exited during start-up: %v\n%s", b.waitErr, b.logs.String())
 		default:
 		}
-		if code, _ := b.get("/readyz"); code == http.StatusOK {
-			return
+		if code, body := b.get("/readyz"); code != http.StatusOK {
+			return fmt.Errorf("/readyz: %d %s", code, body) // the cleanup prints the logs
 		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("spool not ready within %s\n%s", waitTimeout, b.logs.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval of a deadline loop
-	}
+		return nil
+	})
 }
 
 // get fetches an HTTP path; code 0 means the request failed.

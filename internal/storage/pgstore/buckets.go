@@ -20,7 +20,7 @@ type bucketState struct {
 	mu    sync.Mutex
 	known map[int64]struct{} // start of the bucket, Unix seconds
 
-	// rr spreads keyless messages over partitions (see assignPartitions).
+	// rr spreads keyless messages over partitions (see planAppend).
 	rr atomic.Uint32
 }
 

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -145,10 +146,7 @@ func appendedMessage(topic string, am *storage.AppendMessage, pos storage.Messag
 		m.Key = append([]byte{}, am.Key...)
 	}
 	if len(am.Headers) > 0 {
-		m.Headers = make(map[string]string, len(am.Headers))
-		for k, v := range am.Headers {
-			m.Headers[k] = v
-		}
+		m.Headers = maps.Clone(am.Headers)
 	}
 	if !am.NotBefore.IsZero() {
 		m.NotBefore = am.NotBefore.Truncate(time.Microsecond).UTC()

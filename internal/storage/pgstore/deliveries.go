@@ -131,12 +131,12 @@ const (
 // extends commit synchronously: a claim is durable before its deliveries leave the broker, so a
 // database crash never hands a message out again with the same attempt number, and an extended
 // lease never shrinks back.
-func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Time, mode loadMode, refs []storage.DeliveryRef, member string, async bool) (*dstate, error) {
+func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMode, refs []storage.DeliveryRef, member string, async bool) (*dstate, error) {
 	b := &pgx.Batch{}
 	if async {
 		b.Queue("SET LOCAL synchronous_commit = off")
 	}
-	b.Queue(e.sql(`SELECT `+subColumns+`, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
+	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
 	b.Queue(e.sql(`SELECT p.partition, p.next_offset, p.low_offset FROM spool.partitions p
@@ -173,7 +173,7 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Ti
 			return nil, fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err)
 		}
 	}
-	st, err := e.readState(br, id, mode)
+	st, err := readState(br, id)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, cerr)
 	}
@@ -183,13 +183,12 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, now time.Ti
 	return st, nil
 }
 
-func (e *Engine) readState(br pgx.BatchResults, id int64, mode loadMode) (*dstate, error) {
+func readState(br pgx.BatchResults, id int64) (*dstate, error) {
 	wrap := func(err error) error { return fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err) }
 	var cfg []byte
-	var s subRow
+	var s subRow // only what delivery operations use: ID, topicID, Topic, State
 	var state string
-	var start []byte
-	err := br.QueryRow().Scan(&s.ID, &s.topicID, &s.Topic, &s.Group, &s.Pattern, &s.Ephemeral, &state, &start, &s.CreatedAt, &s.UpdatedAt, &cfg)
+	err := br.QueryRow().Scan(&s.ID, &s.topicID, &s.Topic, &state, &cfg)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && state == string(storage.Deleted)) {
 		return nil, fmt.Errorf("%w: id %d", storage.ErrSubscriptionNotFound, id)
 	}
@@ -435,13 +434,15 @@ func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time)
 // msgCols are the columns scanMsg reads after partition and offset.
 const msgCols = `m.published_at, m.key, m.headers, m.payload, m.producer_id, m.not_before, m.expires_at`
 
-// scanMsg scans partition, offset and msgCols into a message of topic.
-func scanMsg(rows pgx.Rows, topic string) (*storage.Message, error) {
+// scanMsg scans the columns lead points to, then partition, offset and msgCols into a message of
+// topic.
+func scanMsg(rows pgx.Rows, topic string, lead ...any) (*storage.Message, error) {
 	m := &storage.Message{Topic: topic}
 	var headers []byte
 	var producerID *string
 	var notBefore, expiresAt pgtype.Timestamptz
-	if err := rows.Scan(&m.Partition, &m.Offset, &m.PublishedAt, &m.Key, &headers, &m.Payload, &producerID, &notBefore, &expiresAt); err != nil {
+	dest := append(lead, &m.Partition, &m.Offset, &m.PublishedAt, &m.Key, &headers, &m.Payload, &producerID, &notBefore, &expiresAt)
+	if err := rows.Scan(dest...); err != nil {
 		return nil, err
 	}
 	if err := fillMsg(m, headers, producerID, notBefore, expiresAt); err != nil {
@@ -500,7 +501,7 @@ type redelivery struct {
 
 func (e *Engine) claim(ctx context.Context, tx pgx.Tx, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
 	now := e.now()
-	st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadDue, nil, "", false)
+	st, err := e.loadState(ctx, tx, p.SubscriptionID, loadDue, nil, "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -842,14 +843,8 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 				Query(func(rows pgx.Rows) error {
 					for rows.Next() {
 						var id int64
-						m := &storage.Message{Topic: topic}
-						var headers []byte
-						var producerID *string
-						var notBefore, expiresAt pgtype.Timestamptz
-						if err := rows.Scan(&id, &m.Partition, &m.Offset, &m.PublishedAt, &m.Key, &headers, &m.Payload, &producerID, &notBefore, &expiresAt); err != nil {
-							return err
-						}
-						if err := fillMsg(m, headers, producerID, notBefore, expiresAt); err != nil {
+						m, err := scanMsg(rows, topic, &id)
+						if err != nil {
 							return err
 						}
 						msgs[dref{-1 - m.Partition, id}] = m
@@ -1057,7 +1052,9 @@ var (
 // runAcks acks batch in one transaction, then hands the calls that queued meanwhile to the first
 // of them, or removes the queue.
 func (e *Engine) runAcks(ctx context.Context, k ackKey, q *ackQueue, batch []*ackReq) {
-	err := e.pipeTx(context.WithoutCancel(ctx), func(tx pgx.Tx) error { return e.ackTx(ctx, tx, k.sub, batch) })
+	// Once taken into the transaction, the calls wait for it whatever their contexts do.
+	ctx = context.WithoutCancel(ctx)
+	err := e.pipeTx(ctx, func(tx pgx.Tx) error { return e.ackTx(ctx, tx, k.sub, batch) })
 	for _, r := range batch {
 		if err != nil {
 			r.res, r.err = nil, err
@@ -1078,13 +1075,12 @@ func (e *Engine) runAcks(ctx context.Context, k ackKey, q *ackQueue, batch []*ac
 
 // ackTx acks the refs of every call of batch, in order, in transaction tx.
 func (e *Engine) ackTx(ctx context.Context, tx pgx.Tx, subID int64, batch []*ackReq) error {
-	ctx = context.WithoutCancel(ctx)
 	now := e.now()
 	var all []storage.DeliveryRef
 	for _, r := range batch {
 		all = append(all, r.refs...)
 	}
-	st, err := e.loadState(ctx, tx, subID, now, loadRefs, all, "", false)
+	st, err := e.loadState(ctx, tx, subID, loadRefs, all, "", false)
 	if err != nil {
 		return err
 	}
@@ -1175,7 +1171,7 @@ func (e *Engine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackPa
 		res = &storage.DeliveriesNackResult{}
 		now := e.now()
 		due := now.Add(p.Delay).Truncate(time.Microsecond)
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "", false)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadRefs, p.Refs, "", false)
 		if err != nil {
 			return err
 		}
@@ -1243,7 +1239,7 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExte
 	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesExtendResult{}
 		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadRefs, p.Refs, "", false)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadRefs, p.Refs, "", false)
 		if err != nil {
 			return err
 		}
@@ -1304,7 +1300,7 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesRel
 	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesReleaseResult{}
 		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, now, loadMember, nil, p.Member, true)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadMember, nil, p.Member, true)
 		if err != nil {
 			return err
 		}

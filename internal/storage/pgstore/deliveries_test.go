@@ -19,16 +19,7 @@ func openPair(t *testing.T) (*Engine, *Engine) {
 	t.Helper()
 	cfg := testConfig(t, nil)
 	cfg.MaxConns = 8
-	var engines [2]*Engine
-	for i := range engines {
-		e, err := Open(t.Context(), cfg)
-		if err != nil {
-			t.Fatalf("open engine %d: %v", i, err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		engines[i] = e
-	}
-	return engines[0], engines[1]
+	return logOpen(t, cfg), logOpen(t, cfg)
 }
 
 // leaseBook records live leases across members of both instances: a message may be held by one
@@ -193,10 +184,7 @@ func tableWrites(ctx context.Context, conn *pgx.Conn, schema, table string) (ins
 func TestDeliveriesStateIsPerBatch(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, nil)
-	e, err := Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := logOpen(t, cfg)
 	ctx := t.Context()
 	const n, batch = 2000, 100
 	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bloat.q"}); err != nil {
@@ -294,11 +282,7 @@ func TestDeliveriesAckCombining(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, nil)
 	cfg.MaxConns = 8
-	e, err := Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e := logOpen(t, cfg)
 	ctx := t.Context()
 	const n, copies = 200, 4
 	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "combine.q", Config: storage.TopicConfig{Partitions: 2}}); err != nil {
@@ -387,12 +371,7 @@ func countCancelled(n, copies int) int64 {
 // BenchmarkClaimAck measures claiming and acking a QUEUE subscription (4 partitions, 100-byte
 // payloads) in batches of 100, one member; one op is one message.
 func BenchmarkClaimAck(b *testing.B) {
-	cfg := testConfig(b, nil)
-	e, err := Open(b.Context(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
+	e := logOpen(b, testConfig(b, nil))
 	ctx := b.Context()
 	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench.q", Config: storage.TopicConfig{Partitions: 4}}); err != nil {
 		b.Fatal(err)
@@ -432,11 +411,7 @@ func BenchmarkClaimAck(b *testing.B) {
 func BenchmarkAckCombined(b *testing.B) {
 	cfg := testConfig(b, nil)
 	cfg.MaxConns = 16
-	e, err := Open(b.Context(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
+	e := logOpen(b, cfg)
 	ctx := b.Context()
 	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench.q"}); err != nil {
 		b.Fatal(err)

@@ -2,12 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -43,19 +43,16 @@ func (e *Engine) DLQList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 	}
 	defer rows.Close()
 	for rows.Next() {
-		en := &storage.DLQEntry{SubscriptionID: s.ID, Message: storage.Message{Topic: s.Topic}}
-		m := &en.Message
+		en := &storage.DLQEntry{SubscriptionID: s.ID}
 		var reason string
-		var headers []byte
-		var producerID *string
-		var notBefore, expiresAt pgtype.Timestamptz
-		if err := rows.Scan(&en.ID, &reason, &en.Attempts, &en.LastError, &en.DeadAt, &m.Partition, &m.Offset,
-			&m.PublishedAt, &m.Key, &headers, &m.Payload, &producerID, &notBefore, &expiresAt); err != nil {
-			return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: list DLQ: %w", s.ID, err))
-		}
-		if err := fillMsg(m, headers, producerID, notBefore, expiresAt); err != nil {
+		m, err := scanMsg(rows, s.Topic, &en.ID, &reason, &en.Attempts, &en.LastError, &en.DeadAt)
+		if errors.Is(err, storage.ErrCorrupt) {
 			return nil, err
 		}
+		if err != nil {
+			return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: list DLQ: %w", s.ID, err))
+		}
+		en.Message = *m
 		en.Reason = storage.DLQReason(reason)
 		en.DeadAt = en.DeadAt.UTC()
 		out = append(out, en)

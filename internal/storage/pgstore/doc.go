@@ -2,16 +2,23 @@
 // and applications publish inside their own transactions (PublishTx, SQL spool.publish).
 //
 // It passes the same conformance suite as the embedded engine (internal/storage/storagetest).
-// Every Engine method is one transaction (retried on serialization failures and deadlocks); the
-// broker instances keep no shared state in memory besides their members.
+// Every Engine method that changes state is one transaction (retried on serialization failures
+// and deadlocks), with these exceptions: RetentionApply uses one per topic and then drops buckets;
+// MessagesAppend and PublishTx may first create a bucket in a transaction of their own; and
+// concurrent DeliveriesAck calls of one subscription are served together by one transaction (see
+// DeliveriesAck). The broker instances share no state in memory: what one instance keeps (its
+// members, the message cache) stays correct whatever the others do.
 //
 // # Schema
 //
 // Everything lives in one PostgreSQL schema (default "spool", Config.Schema), created by the
 // embedded, versioned, transactional migrations in migrations/ (Migrate, `spool migrate`, and at
 // Open when Config.Migrate is set; a session advisory lock makes concurrent instances migrate
-// once). SQL in this package is written against "spool." and rendered for the configured schema
-// (Engine.sql).
+// once): 0001 the catalog and the message log, 0002 the delivery state and the DLQs, 0003 the SQL
+// function spool.publish, 0004 autovacuum settings for the tables every claim and ack rewrites
+// (deliveries, sub_partitions, partitions: vacuumed and analyzed after a fixed number of changes,
+// unthrottled, instead of a share of the table). SQL in this package is written against "spool."
+// and rendered for the configured schema (Engine.sql).
 //
 // # No commit-order gaps
 //
@@ -46,6 +53,29 @@
 // offsets between floor and cursor that are leased or waiting for redelivery are kept sparse, per
 // claim batch rather than per message (see migrations/0002_deliveries.sql); an offset in
 // [floor, cursor) that no such row lists is done.
+//
+// A delivery operation loads the subscription's state in one batch (loadState), decides in
+// memory and writes the changes back in one batch (save). Claims, acks, nacks and extends commit
+// synchronously: a claim is durable before its deliveries leave the broker, so a database crash
+// never hands a message out again with the same attempt number, and an ack or an extended lease
+// never goes back. Only DeliveriesRelease commits with synchronous_commit off (a lost release
+// only lets the leases expire).
+//
+// # Pipelined transactions
+//
+// Delivery operations, DLQ changes and MessagesAppend run in pipelined transactions (pipetx.go):
+// BEGIN travels in the pipeline of the first batch and COMMIT in that of the last, so a claim, an
+// ack or an append costs two round trips instead of four. These transactions also set
+// enable_seqscan off: their prepared statements keep generic plans per connection, and a plan
+// made while spool.deliveries was nearly empty would scan its dead versions.
+//
+// # Message cache
+//
+// Each Engine keeps the most recent messages of each partition in memory (cache.go,
+// Config.MessageCacheBytes): filled by MessagesAppend after commit and by claims that read from
+// the database, read by claims before the database. Messages are immutable and topic ids never
+// reused, so an entry is never stale; fan-out to many groups then reads a message from
+// PostgreSQL once per instance instead of once per group.
 //
 // # Lock order
 //

@@ -12,13 +12,14 @@ import (
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // logBase is where the log tests' fake clocks start (whole seconds, like the suite's).
 var logBase = time.Date(2031, time.March, 14, 9, 26, 53, 0, time.UTC)
 
 // logOpen opens an engine on cfg and closes it at the end of the test.
-func logOpen(t *testing.T, cfg Config) *Engine {
+func logOpen(t testing.TB, cfg Config) *Engine {
 	t.Helper()
 	e, err := Open(t.Context(), cfg)
 	if err != nil {
@@ -106,20 +107,16 @@ func backendPID(t *testing.T, tx pgx.Tx) int {
 // awaitBlockedBy polls until some backend waits for a lock held by pid.
 func awaitBlockedBy(t *testing.T, e *Engine, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("a backend waiting for backend %d", pid), func() error {
 		var n int
 		if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", pid).Scan(&n); err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if n > 0 {
-			return
+		if n == 0 {
+			return errors.New("none yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no backend waits for backend %d after 10 s", pid)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not synchronization
-	}
+		return nil
+	})
 }
 
 // TestLogCommitOrderSamePartition: transaction A takes offset 0 first and commits last; B, to the
@@ -428,11 +425,7 @@ func BenchmarkLogAppend(b *testing.B) {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
 			cfg := testConfig(b, nil)
 			cfg.MaxConns = 16
-			e, err := Open(b.Context(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
+			e := logOpen(b, cfg)
 			if _, err := e.TopicCreate(b.Context(), &storage.TopicCreateParams{Name: "bench", Config: storage.TopicConfig{Partitions: 4}}); err != nil {
 				b.Fatal(err)
 			}

@@ -60,6 +60,22 @@ type appendPlan struct {
 	size       []int32
 }
 
+// prepareAppend validates what does not need the topic and ensures the bucket of the publish
+// time, which it returns (outside any transaction: see ensureBucket).
+func (e *Engine) prepareAppend(ctx context.Context, p *storage.MessagesAppendParams) (time.Time, error) {
+	if err := validateAppend(p); err != nil {
+		return time.Time{}, err
+	}
+	if err := e.checkOpen(); err != nil {
+		return time.Time{}, err
+	}
+	now := e.clock.Now()
+	if err := e.ensureBucket(ctx, now); err != nil {
+		return time.Time{}, err
+	}
+	return now, nil
+}
+
 // validateAppend checks the parameters that do not need the topic.
 func validateAppend(p *storage.MessagesAppendParams) error {
 	if p == nil || len(p.Messages) == 0 {
@@ -310,14 +326,8 @@ func isNoPartition(err error) bool { return pgCode(err) == "23514" }
 // non-decreasing per partition (also across instances). Safe for concurrent use; publishers to
 // the same partition serialize on its row until they commit.
 func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
-	if err := validateAppend(p); err != nil {
-		return nil, err
-	}
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	now := e.clock.Now()
-	if err := e.ensureBucket(ctx, now); err != nil {
+	now, err := e.prepareAppend(ctx, p)
+	if err != nil {
 		return nil, err
 	}
 	var res *storage.MessagesAppendResult
@@ -436,23 +446,9 @@ func (e *Engine) MessagesRead(ctx context.Context, p *storage.MessagesReadParams
 		if off == nil {
 			continue // no message in range
 		}
-		m := &storage.Message{Topic: p.Topic, Partition: *part, Offset: *off, PublishedAt: at.Time.UTC(), Key: key, Payload: payload}
-		if m.Payload == nil {
-			m.Payload = []byte{}
-		}
-		if len(headers) > 0 {
-			if err := json.Unmarshal(headers, &m.Headers); err != nil {
-				return nil, fmt.Errorf("%w: topic %q message %d:%d: headers: %v", storage.ErrCorrupt, p.Topic, m.Partition, m.Offset, err)
-			}
-		}
-		if producerID != nil {
-			m.ProducerID = *producerID
-		}
-		if notBefore.Valid {
-			m.NotBefore = notBefore.Time.UTC()
-		}
-		if expiresAt.Valid {
-			m.ExpiresAt = expiresAt.Time.UTC()
+		m := &storage.Message{Topic: p.Topic, Partition: *part, Offset: *off, PublishedAt: at.Time, Key: key, Payload: payload}
+		if err := fillMsg(m, headers, producerID, notBefore, expiresAt); err != nil {
+			return nil, err
 		}
 		out = append(out, m)
 	}

@@ -111,9 +111,14 @@ func (e *Engine) announce(n storage.Notification) {
 // channel is the LISTEN/NOTIFY channel of the schema.
 func (e *Engine) channel() string { return e.schema }
 
-// payload encodes a notification for NOTIFY.
+// payload encodes a notification of this instance for NOTIFY.
 func (e *Engine) payload(n storage.Notification) string {
-	return hex.EncodeToString(e.instance[:]) + ":" + strconv.Itoa(int(n.Kind)) + ":" + n.Topic
+	return formatPayload(hex.EncodeToString(e.instance[:]), n)
+}
+
+// formatPayload encodes a notification sent by instance (hex, or txNotifyInstance).
+func formatPayload(instance string, n storage.Notification) string {
+	return instance + ":" + strconv.Itoa(int(n.Kind)) + ":" + n.Topic
 }
 
 // parsePayload decodes a NOTIFY payload; ok is false for a malformed one. self reports our own.
@@ -329,23 +334,21 @@ func (e *Engine) pollLoop(last map[int64]topicMark) {
 			}
 			continue
 		}
-		{
-			for id, m := range cur {
-				old, ok := last[id]
-				switch {
-				case !ok:
-					e.callLocal(storage.Notification{Kind: storage.NotifyTopicCreated, Topic: m.name})
-					if m.sum > 0 {
-						e.callLocal(storage.Notification{Kind: storage.NotifyMessages, Topic: m.name})
-					}
-				case old.sum != m.sum:
+		for id, m := range cur {
+			old, ok := last[id]
+			switch {
+			case !ok:
+				e.callLocal(storage.Notification{Kind: storage.NotifyTopicCreated, Topic: m.name})
+				if m.sum > 0 {
 					e.callLocal(storage.Notification{Kind: storage.NotifyMessages, Topic: m.name})
 				}
+			case old.sum != m.sum:
+				e.callLocal(storage.Notification{Kind: storage.NotifyMessages, Topic: m.name})
 			}
-			for id, m := range last {
-				if _, ok := cur[id]; !ok {
-					e.callLocal(storage.Notification{Kind: storage.NotifyTopicDeleted, Topic: m.name})
-				}
+		}
+		for id, m := range last {
+			if _, ok := cur[id]; !ok {
+				e.callLocal(storage.Notification{Kind: storage.NotifyTopicDeleted, Topic: m.name})
 			}
 		}
 		last = cur

@@ -1,11 +1,13 @@
 package pgstore
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // awaitNotification waits up to 10 s for n on ch, skipping others.
@@ -128,19 +130,14 @@ func TestNotifyListenerReconnects(t *testing.T) {
 	e2.notify.connMu.Unlock()
 	must(e1.pool.Exec(t.Context(), "SELECT pg_terminate_backend($1)", pid))(t)
 	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.re"}) // the wake-up of every topic
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, "listener reconnect", func() error {
 		e2.notify.connMu.Lock()
-		n, conn := e2.notify.reconnects, e2.notify.listenConn
-		e2.notify.connMu.Unlock()
-		if n > 0 && conn != nil {
-			break
+		defer e2.notify.connMu.Unlock()
+		if e2.notify.reconnects == 0 || e2.notify.listenConn == nil {
+			return errors.New("not reconnected yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("listener did not reconnect within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 	logTopic(t, e1, "n.after", storage.TopicConfig{})
 	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyTopicCreated, Topic: "n.after"})
 	logPublish(t, e1, "n.after", 0, "a")

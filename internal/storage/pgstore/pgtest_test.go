@@ -9,10 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/spoolmq/spool/internal/testutil"
-
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // testURL is testutil.DatabaseURL.
@@ -50,15 +48,4 @@ func testConfig(t testing.TB, clock storage.Clock) Config {
 		MaxConns: 4,
 		Logger:   slog.New(slog.DiscardHandler),
 	}
-}
-
-// testPool opens a pool on the test database.
-func testPool(t testing.TB) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(t.Context(), testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }

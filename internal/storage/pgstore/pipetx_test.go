@@ -15,11 +15,7 @@ func TestPipeTx(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, nil)
 	cfg.MaxConns = 2
-	e, err := Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := logOpen(t, cfg)
 	ctx := t.Context()
 	if _, err := e.pool.Exec(ctx, e.sql("CREATE TABLE spool.scratch (x int NOT NULL)")); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,14 +35,8 @@ func (e *Engine) PublishTx(ctx context.Context, tx pgx.Tx, p *storage.MessagesAp
 	if tx == nil {
 		return nil, invalid("nil transaction")
 	}
-	if err := validateAppend(p); err != nil {
-		return nil, err
-	}
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	now := e.clock.Now()
-	if err := e.ensureBucket(ctx, now); err != nil {
+	now, err := e.prepareAppend(ctx, p)
+	if err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -56,7 +49,7 @@ func (e *Engine) PublishTx(ctx context.Context, tx pgx.Tx, p *storage.MessagesAp
 				return err
 			}
 			res, err = e.appendInTx(ctx, sp, plan, len(p.Messages), now,
-				txNotifyInstance+":"+fmt.Sprint(int(storage.NotifyMessages))+":"+p.Topic)
+				formatPayload(txNotifyInstance, storage.Notification{Kind: storage.NotifyMessages, Topic: p.Topic}))
 			return err
 		})
 		if err != nil && attempt == 0 && isNoPartition(err) {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -89,27 +90,40 @@ func TestPublishTxCommitDelivers(t *testing.T) {
 	}
 }
 
-// psql runs SQL through the real psql binary on the test database and returns its output
-// (unaligned, tuples only).
-func psql(t *testing.T, sql string) (string, error) {
+// clientSQL runs SQL as `psql -A -t -c` would, on a connection of its own: the simple query
+// protocol (several statements allowed), text results, fields joined by "|" and rows by newlines;
+// on error the output is the server's message.
+func clientSQL(t *testing.T, sql string) (string, error) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "psql", testURL(t), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql)
-	out, err := cmd.CombinedOutput()
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testURL(t))
 	if err != nil {
-		return string(out), fmt.Errorf("psql: %v: %s", err, out)
+		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out)), nil
+	defer conn.Close(context.Background())
+	results, err := conn.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return err.Error(), err
+	}
+	var lines []string
+	for _, r := range results {
+		for _, row := range r.Rows {
+			fields := make([]string, len(row))
+			for i, f := range row {
+				fields[i] = string(f)
+			}
+			lines = append(lines, strings.Join(fields, "|"))
+		}
+	}
+	return strings.Join(lines, "\n"), nil
 }
 
-// TestPublishSQLFunction calls spool.publish from psql and reads the messages through the
-// engine: keyed messages land where storage.PartitionForKey puts them, explicit partitions,
-// headers and the other fields are stored, a rolled-back call leaves nothing, errors are clear,
-// and the bucket of the database's (real) time is created by the function.
+// TestPublishSQLFunction calls spool.publish as a client would (clientSQL) and reads the messages
+// through the engine: keyed messages land where storage.PartitionForKey puts them, explicit
+// partitions, headers and the other fields are stored, a rolled-back call leaves nothing, errors
+// are clear, and the bucket of the database's (real) time is created by the function.
 func TestPublishSQLFunction(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("psql"); err != nil {
-		t.Skip("psql not installed")
-	}
 	e, _ := logEngine(t)
 	ctx := t.Context()
 	const parts = 5
@@ -118,7 +132,7 @@ func TestPublishSQLFunction(t *testing.T) {
 
 	// First publish: the partitions have no time yet, so the database clock (today) is used and
 	// its bucket does not exist: the function creates it.
-	out, err := psql(t, fmt.Sprintf(`SELECT partition, "offset" FROM %s('sql.t', 'first'::bytea, to_partition => 3)`, fn))
+	out, err := clientSQL(t, fmt.Sprintf(`SELECT partition, "offset" FROM %s('sql.t', 'first'::bytea, to_partition => 3)`, fn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +143,7 @@ func TestPublishSQLFunction(t *testing.T) {
 	next[3] = 1
 	for i := range 12 {
 		key := fmt.Sprintf("key-%d", i)
-		out, err := psql(t, fmt.Sprintf(`SELECT partition || ' ' || "offset" FROM %s('sql.t', convert_to('p%d', 'UTF8'), convert_to('%s', 'UTF8'), '{"h":"v%d"}')`,
+		out, err := clientSQL(t, fmt.Sprintf(`SELECT partition || ' ' || "offset" FROM %s('sql.t', convert_to('p%d', 'UTF8'), convert_to('%s', 'UTF8'), '{"h":"v%d"}')`,
 			fn, i, key, i))
 		if err != nil {
 			t.Fatal(err)
@@ -141,11 +155,11 @@ func TestPublishSQLFunction(t *testing.T) {
 		next[want]++
 	}
 	// Inside a transaction that rolls back: nothing.
-	if _, err := psql(t, fmt.Sprintf(`BEGIN; SELECT * FROM %s('sql.t', 'gone'::bytea, to_partition => 0); ROLLBACK;`, fn)); err != nil {
+	if _, err := clientSQL(t, fmt.Sprintf(`BEGIN; SELECT * FROM %s('sql.t', 'gone'::bytea, to_partition => 0); ROLLBACK;`, fn)); err != nil {
 		t.Fatal(err)
 	}
 	// Keyless: some partition; producer id and expiry stored.
-	out, err = psql(t, fmt.Sprintf(`SELECT partition || ' ' || "offset" FROM %s('sql.t', 'free'::bytea, producer_id => 'prod-1',
+	out, err = clientSQL(t, fmt.Sprintf(`SELECT partition || ' ' || "offset" FROM %s('sql.t', 'free'::bytea, producer_id => 'prod-1',
 		expires_at => '2099-01-01 00:00:00+00')`, fn))
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +177,7 @@ func TestPublishSQLFunction(t *testing.T) {
 		{fmt.Sprintf(`SELECT * FROM %s('sql.t', convert_to(repeat('x', 101), 'UTF8'))`, fn), "is 101 bytes"},
 		{fmt.Sprintf(`SELECT * FROM %s('sql.t', 'x'::bytea, headers => '{"n": 1}')`, fn), "header values must be strings"},
 	} {
-		out, err := psql(t, c.sql)
+		out, err := clientSQL(t, c.sql)
 		if err == nil || !strings.Contains(out, c.want) {
 			t.Fatalf("%s: got %q (%v), want an error containing %q", c.sql, out, err, c.want)
 		}

@@ -39,7 +39,7 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	now := e.clock.Now().UTC().Truncate(time.Microsecond)
+	now := e.now()
 	rows, err := e.pool.Query(ctx, e.sql("SELECT id, name FROM spool.topics ORDER BY name"))
 	if err != nil {
 		return nil, e.mapErr(fmt.Errorf("pgstore: retention: list topics: %w", err))

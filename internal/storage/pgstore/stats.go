@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/spoolmq/spool/internal/storage"
 )
 
@@ -87,21 +85,4 @@ func (e *Engine) SubscriptionStats(ctx context.Context, id int64) (*storage.Subs
 		return nil, e.mapErr(err)
 	}
 	return st, nil
-}
-
-// pendingCount returns how many messages of a subscription are not done (SubscriptionStats'
-// Pending), inside tx. TopicDelete uses it for the queue subscription of a QUEUE topic.
-func (e *Engine) pendingCount(ctx context.Context, tx pgx.Tx, subID int64) (int64, error) {
-	s, err := e.loadSub(ctx, tx, subID, noLock)
-	if err != nil {
-		return 0, err
-	}
-	if s.State == storage.Cancelled {
-		return 0, nil
-	}
-	st, err := e.subStats(ctx, tx, s)
-	if err != nil {
-		return 0, err
-	}
-	return st.Pending, nil
 }

@@ -28,6 +28,20 @@ func (e *Engine) now() time.Time {
 // isUniqueViolation reports a unique_violation (SQLSTATE 23505).
 func isUniqueViolation(err error) bool { return pgCode(err) == "23505" }
 
+// checkTopic validates a topic name and configuration (storage.CheckTopic) and returns the
+// configuration completed with defaults, and as stored in spool.topics.
+func checkTopic(name string, cfg storage.TopicConfig) (storage.TopicConfig, []byte, error) {
+	cfg, err := storage.CheckTopic(name, cfg)
+	if err != nil {
+		return cfg, nil, err
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("pgstore: encode topic config: %w", err)
+	}
+	return cfg, cfgJSON, nil
+}
+
 // TopicCreate creates a topic: its spool.topics row, one spool.partitions row per partition and
 // its subscriptions, in one transaction. A QUEUE topic gets its one subscription (group
 // storage.QueueGroup, FROM_BEGINNING); a PUB_SUB topic gets one subscription per group with a
@@ -40,13 +54,9 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 	if params == nil {
 		return nil, invalid("nil params")
 	}
-	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	cfg, cfgJSON, err := checkTopic(params.Name, params.Config)
 	if err != nil {
 		return nil, err
-	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: encode topic config: %w", err)
 	}
 	var out *storage.Topic
 	err = e.tx(ctx, func(tx pgx.Tx) error {
@@ -172,13 +182,9 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 	if params == nil {
 		return nil, invalid("nil params")
 	}
-	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	cfg, cfgJSON, err := checkTopic(params.Name, params.Config)
 	if err != nil {
 		return nil, err
-	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: encode topic config: %w", err)
 	}
 	var out *storage.Topic
 	err = e.tx(ctx, func(tx pgx.Tx) error {
@@ -346,13 +352,13 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 					return fmt.Errorf("%w: topic %q (subscription %d of group %q is %s; use force to cancel it)",
 						storage.ErrTopicHasSubscriptions, params.Name, s.ID, s.Group, s.State)
 				}
-				n, err := e.pendingCount(ctx, tx, s.ID)
+				st, err := e.subStats(ctx, tx, s)
 				if err != nil {
 					return fmt.Errorf("pgstore: topic delete %q: pending messages: %w", params.Name, err)
 				}
-				if n > 0 {
+				if st.Pending > 0 {
 					return fmt.Errorf("%w: topic %q: the queue has %d messages not done (use force to delete them)",
-						storage.ErrTopicHasSubscriptions, params.Name, n)
+						storage.ErrTopicHasSubscriptions, params.Name, st.Pending)
 				}
 			}
 		}

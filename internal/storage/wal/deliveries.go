@@ -59,9 +59,6 @@ func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool, durable
 		default:
 		}
 	}
-	if ch == nil {
-		return nil
-	}
 	return ch
 }
 
@@ -120,12 +117,10 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 	if err != nil {
 		return nil, err
 	}
-	if ch != nil {
-		// The deliveries stay leased if this fails (ctx): their leases expire as if they had
-		// been handed out.
-		if err := wait(ctx, ch); err != nil {
-			return nil, err
-		}
+	// The deliveries stay leased if this fails (ctx): their leases expire as if they had been
+	// handed out.
+	if err := wait(ctx, ch); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -189,8 +184,6 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	deadline := time.Unix(0, deadlineNs).UTC()
 	var recs recordBatch
 	var items []claimItem
-	// Ephemeral subscriptions are not persisted: nothing to wait for.
-	persisted := !s.meta.Ephemeral
 	mustWait := false
 	s.claimSeq++
 	seq := s.claimSeq
@@ -386,7 +379,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 			raise(horizonPtrs[i], h.horizon)
 		}
 	}
-	ch := e.queueStates(s, recs, mustWait && persisted, durable)
+	ch := e.queueStates(s, recs, mustWait, durable)
 	return res, ch, nil
 }
 
@@ -408,10 +401,7 @@ func (e *Engine) updateSub(ctx context.Context, id int64, durable bool, fn func(
 	ch := e.queueStates(s, fn(s), durable, nil)
 	s.mu.Unlock()
 	e.mu.RUnlock()
-	if ch != nil {
-		return wait(ctx, ch)
-	}
-	return nil
+	return wait(ctx, ch)
 }
 
 // DeliveriesAck completes messages; the ack is durable when the call returns. Refs above the

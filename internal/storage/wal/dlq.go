@@ -109,10 +109,8 @@ func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool
 	}
 	s.mu.Unlock()
 	e.mu.RUnlock()
-	if ch != nil {
-		if err := wait(ctx, ch); err != nil {
-			return 0, err
-		}
+	if err := wait(ctx, ch); err != nil {
+		return 0, err
 	}
 	return len(sel), nil
 }

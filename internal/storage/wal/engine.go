@@ -431,6 +431,9 @@ func (e *Engine) queueStateWait(rec []byte) <-chan error {
 
 // wait waits for a queued record. When ctx ends first the record may still become durable.
 func wait(ctx context.Context, ch <-chan error) error {
+	if ch == nil {
+		return nil // nothing was queued, or nothing to wait for
+	}
 	select {
 	case err := <-ch:
 		if err != nil {

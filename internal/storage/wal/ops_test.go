@@ -14,18 +14,18 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
-// eventually polls cond until it holds or the deadline passes.
+// eventually polls cond until it holds (testutil.Eventually, 10 s bound).
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	testutil.Eventually(t, 10*time.Second, what, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return errors.New("condition not met")
+	})
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
@@ -80,7 +81,7 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			withState = append(withState, s)
 		}
 	}
-	slices.SortFunc(withState, func(a, b *sub) int { return cmp64(a.meta.ID, b.meta.ID) })
+	slices.SortFunc(withState, func(a, b *sub) int { return cmp.Compare(a.meta.ID, b.meta.ID) })
 	for _, s := range withState {
 		s.mu.Lock()
 	}

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -56,12 +57,9 @@ func (e *Engine) encodeSnapshotLocked(index int64) []byte {
 		meta.Topics = append(meta.Topics, t.meta)
 	}
 	slices.SortFunc(meta.Topics, func(a, b storage.Topic) int { return strings.Compare(a.Name, b.Name) })
-	for _, b := range e.bindings {
+	for _, b := range e.sortedBindingsLocked() {
 		meta.Bindings = append(meta.Bindings, *b)
 	}
-	slices.SortFunc(meta.Bindings, func(a, b storage.Binding) int {
-		return cmpBinding(a.Group, a.Pattern, b.Group, b.Pattern)
-	})
 	var withState []*sub
 	for _, s := range e.subs {
 		if s.meta.Ephemeral {
@@ -72,8 +70,8 @@ func (e *Engine) encodeSnapshotLocked(index int64) []byte {
 			withState = append(withState, s)
 		}
 	}
-	slices.SortFunc(meta.Subscriptions, func(a, b storage.Subscription) int { return cmp64(a.ID, b.ID) })
-	slices.SortFunc(withState, func(a, b *sub) int { return cmp64(a.meta.ID, b.meta.ID) })
+	slices.SortFunc(meta.Subscriptions, func(a, b storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(withState, func(a, b *sub) int { return cmp.Compare(a.meta.ID, b.meta.ID) })
 	metaJSON, err := json.Marshal(&meta)
 	if err != nil {
 		panic(fmt.Sprintf("wal: marshal snapshot metadata: %v", err))
@@ -123,23 +121,6 @@ func (e *Engine) encodeSnapshotLocked(index int64) []byte {
 		}
 	}
 	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, castagnoli))
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpBinding(g1, p1, g2, p2 string) int {
-	if c := strings.Compare(g1, g2); c != 0 {
-		return c
-	}
-	return strings.Compare(p1, p2)
 }
 
 // decodeSnapshot checks a snapshot file's framing and checksum and loads it into the (empty)
@@ -353,7 +334,7 @@ func (e *Engine) snapshotFiles() ([]snapshotFile, error) {
 		}
 		out = append(out, snapshotFile{idx, filepath.Join(e.dir, name)})
 	}
-	slices.SortFunc(out, func(a, b snapshotFile) int { return cmp64(b.index, a.index) })
+	slices.SortFunc(out, func(a, b snapshotFile) int { return cmp.Compare(b.index, a.index) })
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -161,10 +162,8 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		ch = e.queueStateWait(encodeJSON(recSubCreate, &rec))
 	}
 	e.mu.Unlock()
-	if ch != nil {
-		if err := wait(ctx, ch); err != nil {
-			return nil, err
-		}
+	if err := wait(ctx, ch); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -251,7 +250,7 @@ func (e *Engine) SubscriptionList(ctx context.Context, params *storage.Subscript
 		}
 		out = append(out, cloneSub(s))
 	}
-	slices.SortFunc(out, func(a, b *storage.Subscription) int { return cmp64(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b *storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
@@ -324,10 +323,8 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 		ch = e.queueStateWait(encodeJSON(recSubUpdate, &rec))
 	}
 	e.mu.Unlock()
-	if ch != nil {
-		if err := wait(ctx, ch); err != nil {
-			return nil, err
-		}
+	if err := wait(ctx, ch); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package substate
 
 import (
+	"cmp"
 	"math"
 	"slices"
 
@@ -465,22 +466,12 @@ func (s *Sub) AddDLQ(d *storage.DLQEntry) {
 	if d.ID >= s.nextDLQ {
 		s.nextDLQ = d.ID + 1
 	}
-	i, found := slices.BinarySearchFunc(s.dlq, d.ID, func(x *storage.DLQEntry, id int64) int { return cmp64(x.ID, id) })
+	i, found := slices.BinarySearchFunc(s.dlq, d.ID, func(x *storage.DLQEntry, id int64) int { return cmp.Compare(x.ID, id) })
 	if found {
 		s.dlq[i] = d
 		return
 	}
 	s.dlq = slices.Insert(s.dlq, i, d)
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // NextDLQID is the ID the next DLQ entry gets.
@@ -492,7 +483,7 @@ func (s *Sub) DLQLen() int { return len(s.dlq) }
 // DLQ returns up to limit entries with an ID above afterID, in ID order. The entries are shared:
 // callers must not modify them.
 func (s *Sub) DLQ(afterID int64, limit int) []*storage.DLQEntry {
-	i, _ := slices.BinarySearchFunc(s.dlq, afterID+1, func(x *storage.DLQEntry, id int64) int { return cmp64(x.ID, id) })
+	i, _ := slices.BinarySearchFunc(s.dlq, afterID+1, func(x *storage.DLQEntry, id int64) int { return cmp.Compare(x.ID, id) })
 	end := len(s.dlq)
 	if limit < end-i {
 		end = i + limit
@@ -755,7 +746,7 @@ func exportEntries(m map[int64]*Entry) []EntryState {
 		}
 		out = append(out, es)
 	}
-	slices.SortFunc(out, func(a, b EntryState) int { return cmp64(a.Offset, b.Offset) })
+	slices.SortFunc(out, func(a, b EntryState) int { return cmp.Compare(a.Offset, b.Offset) })
 	return out
 }
 
