@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -136,6 +135,30 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMo
 	if async {
 		b.Queue("SET LOCAL synchronous_commit = off")
 	}
+	e.queueLoad(b, id, mode, refs, member)
+	br := tx.SendBatch(ctx, b)
+	if async {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err)
+		}
+	}
+	st, err := readState(br, id)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// loadQueries is the number of statements queueLoad queues (and readState reads).
+const loadQueries = 5
+
+// queueLoad queues the loadQueries statements that read (and lock) the delivery state of
+// subscription id (see loadState).
+func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, refs []storage.DeliveryRef, member string) {
 	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
@@ -166,24 +189,31 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMo
 	}
 	b.Queue(e.sql(`SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
 		FROM spool.dlq WHERE sub_id = $1 AND replay IS NOT NULL ORDER BY id`), id)
-	br := tx.SendBatch(ctx, b)
-	if async {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err)
-		}
-	}
-	st, err := readState(br, id)
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, cerr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
 }
 
+// readState reads the results of queueLoad's statements, all of them also when it fails (so that
+// the statements queued after them can be read next).
 func readState(br pgx.BatchResults, id int64) (*dstate, error) {
+	cr := &countedResults{BatchResults: br}
+	st, err := readStateFrom(cr, id)
+	for ; cr.n < loadQueries; cr.n++ {
+		if _, xerr := br.Exec(); xerr != nil && err == nil {
+			err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, xerr)
+		}
+	}
+	return st, err
+}
+
+// countedResults counts the result sets taken from a batch.
+type countedResults struct {
+	pgx.BatchResults
+	n int
+}
+
+func (c *countedResults) Query() (pgx.Rows, error) { c.n++; return c.BatchResults.Query() }
+func (c *countedResults) QueryRow() pgx.Row        { c.n++; return c.BatchResults.QueryRow() }
+
+func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 	wrap := func(err error) error { return fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err) }
 	var cfg []byte
 	var s subRow // only what delivery operations use: ID, topicID, Topic, State
@@ -334,6 +364,18 @@ func (st *dstate) deadLetter(p int32, o int64, reason storage.DLQReason, lastErr
 // sub_partitions rows whose floor or cursor may have changed.
 func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time) error {
 	b := &pgx.Batch{}
+	e.queueSave(b, st, now)
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: save delivery state: %w", st.sub.ID, err)
+	}
+	return nil
+}
+
+// queueSave queues the statements of save in b.
+func (e *Engine) queueSave(b *pgx.Batch, st *dstate, now time.Time) {
 	id := st.sub.ID
 	var delP []int32
 	var delLo []int64
@@ -359,8 +401,14 @@ func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time)
 		}
 	}
 	if len(delP) > 0 {
-		b.Queue(e.sql(`DELETE FROM spool.deliveries d USING unnest($2::int[], $3::bigint[]) AS k(p, lo)
-			WHERE d.sub_id = $1 AND d.partition = k.p AND d.lo = k.lo`), id, delP, delLo)
+		// Each row is found by its whole primary key, then deleted by ctid: a join with the
+		// unnest (the obvious form) gets a generic plan that visits every index entry of sub_id,
+		// the dead versions of acked rows included (seen: 1.1 ms per DELETE, on the CPU). The rows
+		// cannot move meanwhile: their subscription's sub_partitions rows are locked.
+		b.Queue(e.sql(`DELETE FROM spool.deliveries d WHERE d.ctid = ANY (ARRAY(
+			SELECT x.ctid FROM unnest($2::int[], $3::bigint[]) AS k(p, lo)
+			CROSS JOIN LATERAL (SELECT ctid FROM spool.deliveries x WHERE x.sub_id = $1 AND x.partition = k.p AND x.lo = k.lo OFFSET 0) x))`),
+			id, delP, delLo)
 	}
 	for _, u := range upds {
 		b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9
@@ -422,13 +470,6 @@ func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time)
 			UPDATE spool.sub_partitions sp SET cursor = f.cur, ack_floor = f.floor FROM f
 			WHERE sp.sub_id = $1 AND sp.partition = f.p AND (sp.cursor <> f.cur OR sp.ack_floor <> f.floor)`), id, tp, tc)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("pgstore: subscription %d: save delivery state: %w", id, err)
-	}
-	return nil
 }
 
 // msgCols are the columns scanMsg reads after partition and offset.
@@ -478,16 +519,11 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaim
 	case p.LeaseDuration < 0:
 		return nil, invalid("lease duration must not be negative, got %s", p.LeaseDuration)
 	}
-	var res *storage.DeliveriesClaimResult
-	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		res, err = e.claim(ctx, tx, p)
-		return err
-	})
-	if err != nil {
+	op := &dop{sub: p.SubscriptionID, claim: p}
+	if err := e.submit(ctx, op); err != nil {
 		return nil, err
 	}
-	return res, nil
+	return op.claimRes, op.err
 }
 
 // redelivery is a message a claim delivers again: an offset of the log, or a replayed DLQ entry.
@@ -499,12 +535,9 @@ type redelivery struct {
 	rp      *dreplay
 }
 
-func (e *Engine) claim(ctx context.Context, tx pgx.Tx, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
-	now := e.now()
-	st, err := e.loadState(ctx, tx, p.SubscriptionID, loadDue, nil, "", false)
-	if err != nil {
-		return nil, err
-	}
+// claimOn runs claim p on the loaded state st of its subscription (it may read messages in tx);
+// the caller saves st. It fails before changing st, or with a database error.
+func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.DeliveriesClaimParams, now time.Time) (*storage.DeliveriesClaimResult, error) {
 	if st.sub.State != storage.Active {
 		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, st.sub.ID, st.sub.State)
 	}
@@ -699,10 +732,6 @@ func (e *Engine) claim(ctx context.Context, tx pgx.Tx, p *storage.DeliveriesClai
 		next = now
 	}
 	res.NextDue = next
-	finalBatch(tx)
-	if err := e.save(ctx, tx, st, now); err != nil {
-		return nil, err
-	}
 	return res, nil
 }
 
@@ -968,126 +997,25 @@ func fillMsg(m *storage.Message, headers []byte, producerID *string, notBefore, 
 // DeliveriesAck completes messages of the subscription, delivered or not; durable when it returns
 // (the transaction commits with synchronous_commit). A replayed DLQ copy of a message is completed
 // first. Refs above the high-water mark or in partitions that do not exist are listed in Unknown.
-//
-// Concurrent acks of one subscription through one Engine are combined: while a transaction acks
-// for the subscription, later calls queue, and the next transaction acks all of them (each gets
-// the result it would have got alone, in queue order). Every ack transaction holds the
-// subscription's locks until its commit is flushed, so this is what lets a subscription take more
-// acks per second than flushes. Once its ack was taken into a transaction a call waits for it,
-// even if ctx ends meanwhile.
+// Acks and claims of one Engine are combined into shared transactions (see submit).
 func (e *Engine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
 	if p == nil {
 		return nil, invalid("nil params")
 	}
-	if err := e.checkOpen(); err != nil {
+	op := &dop{sub: p.SubscriptionID, refs: p.Refs}
+	if err := e.submit(ctx, op); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	req := &ackReq{refs: p.Refs, done: make(chan struct{}), lead: make(chan []*ackReq, 1)}
-	k := ackKey{e, p.SubscriptionID}
-	ackMu.Lock()
-	q := ackQueues[k]
-	if q == nil {
-		// Nobody acks this subscription: run at once.
-		q = &ackQueue{}
-		ackQueues[k] = q
-		ackMu.Unlock()
-		e.runAcks(ctx, k, q, []*ackReq{req})
-		return req.res, req.err
-	}
-	q.pending = append(q.pending, req)
-	ackMu.Unlock()
-	select {
-	case <-req.done:
-		return req.res, req.err
-	case batch := <-req.lead:
-		e.runAcks(ctx, k, q, batch)
-		return req.res, req.err
-	case <-ctx.Done():
-	}
-	ackMu.Lock()
-	if i := slices.Index(q.pending, req); i >= 0 {
-		q.pending = slices.Delete(q.pending, i, i+1)
-		ackMu.Unlock()
-		return nil, ctx.Err()
-	}
-	ackMu.Unlock()
-	// Taken into a transaction already: wait for it (or run it).
-	select {
-	case <-req.done:
-	case batch := <-req.lead:
-		e.runAcks(ctx, k, q, batch)
-	}
-	return req.res, req.err
+	return op.ackRes, op.err
 }
 
-// ackReq is one DeliveriesAck call waiting to be combined.
-type ackReq struct {
-	refs []storage.DeliveryRef
-	res  *storage.DeliveriesAckResult
-	err  error
-	done chan struct{}  // closed when res or err is set
-	lead chan []*ackReq // hands this call the next batch to run (which includes it)
-}
-
-// ackQueue holds the calls waiting while a transaction acks for a subscription.
-type ackQueue struct {
-	pending []*ackReq
-}
-
-type ackKey struct {
-	e   *Engine
-	sub int64
-}
-
-// ackQueues has an entry while acks of a subscription are running (never longer: no cleanup is
-// needed when an Engine closes).
-var (
-	ackMu     sync.Mutex
-	ackQueues = map[ackKey]*ackQueue{}
-)
-
-// runAcks acks batch in one transaction, then hands the calls that queued meanwhile to the first
-// of them, or removes the queue.
-func (e *Engine) runAcks(ctx context.Context, k ackKey, q *ackQueue, batch []*ackReq) {
-	// Once taken into the transaction, the calls wait for it whatever their contexts do.
-	ctx = context.WithoutCancel(ctx)
-	err := e.pipeTx(ctx, func(tx pgx.Tx) error { return e.ackTx(ctx, tx, k.sub, batch) })
-	for _, r := range batch {
-		if err != nil {
-			r.res, r.err = nil, err
-		}
-		close(r.done)
-	}
-	ackMu.Lock()
-	next := q.pending
-	q.pending = nil
-	if len(next) == 0 {
-		delete(ackQueues, k)
-	}
-	ackMu.Unlock()
-	if len(next) > 0 {
-		next[0].lead <- next
-	}
-}
-
-// ackTx acks the refs of every call of batch, in order, in transaction tx.
-func (e *Engine) ackTx(ctx context.Context, tx pgx.Tx, subID int64, batch []*ackReq) error {
-	now := e.now()
-	var all []storage.DeliveryRef
-	for _, r := range batch {
-		all = append(all, r.refs...)
-	}
-	st, err := e.loadState(ctx, tx, subID, loadRefs, all, "", false)
-	if err != nil {
-		return err
-	}
+// ackOn runs the acks of batch, in order, on the loaded state st of their subscription; the caller
+// saves st.
+func ackOn(st *dstate, batch []*dop, now time.Time) {
 	ahead := map[dref]bool{}
 	for _, req := range batch {
 		res := &storage.DeliveriesAckResult{}
-		req.res = res
+		req.ackRes = res
 		for _, r := range req.refs {
 			k := dref{r.Partition, r.Offset}
 			dp := st.partOf[r.Partition]
@@ -1146,8 +1074,6 @@ func (e *Engine) ackTx(ctx context.Context, tx pgx.Tx, subID int64, batch []*ack
 			st.add(dp.p, offs, stAcked, 0, "", now)
 		}
 	}
-	finalBatch(tx)
-	return e.save(ctx, tx, st, now)
 }
 
 // held reports whether member holds the lease of a row or replayed entry at now.

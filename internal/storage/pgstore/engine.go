@@ -153,6 +153,10 @@ type Engine struct {
 	notify notifyState
 	// cache holds recent messages for claims (nil when disabled).
 	cache *msgCache
+	// lanes queue claims and acks into shared transactions (combine.go).
+	lanes [deliveryLanes]opLane
+	// laneTxs and laneOps count the transactions of the lanes and the operations they ran.
+	laneTxs, laneOps atomic.Int64
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema
@@ -210,6 +214,7 @@ func (e *Engine) Close() error {
 		defer cancel()
 		err = e.shutdown(ctx)
 		e.pool.Close()
+		e.log.Debug("pgstore: closed", "delivery_transactions", e.laneTxs.Load(), "delivery_operations", e.laneOps.Load())
 	})
 	return err
 }

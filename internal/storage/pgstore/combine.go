@@ -1,0 +1,223 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Claims and acks of an Engine share transactions. Every delivery transaction locks the
+// sub_partitions rows of its subscriptions and holds them until its commit is flushed; on a small
+// machine, a transaction per claim and per ack (two per delivered batch and group) spends the
+// CPU on statements, round trips and WAL flushes, and the flushes queue behind each other. So the
+// operations queue on a lane (subscription id modulo deliveryLanes): while a transaction of the
+// lane runs, later operations wait, and the next transaction takes all of them, whatever their
+// subscriptions, loading every subscription once (one round trip for all of them) and saving
+// them with the COMMIT (one more). A lane with nothing running starts a transaction at once: an
+// idle engine adds no delay.
+//
+// Lock order: a transaction locks its subscriptions in id order, each one's partitions in order,
+// as every other transaction that locks several sub_partitions rows (retention: one partition,
+// subscriptions in id order), so that transactions of several instances never deadlock.
+//
+// Operations of one subscription run in arrival order on the state loaded once, so each gets the
+// result it would have got alone. One that fails on its own (a cancelled subscription, a bad
+// partition) fails alone; when the transaction fails, every operation runs again in a
+// transaction of its own so that one cannot fail the others.
+
+// deliveryLanes is the number of delivery transactions of an Engine that run at once.
+const deliveryLanes = 2
+
+// slowLaneTx is the duration above which a lane's transaction is logged (debug).
+const slowLaneTx = 100 * time.Millisecond
+
+// dop is a claim or an ack waiting for its lane.
+type dop struct {
+	sub   int64
+	claim *storage.DeliveriesClaimParams // nil for an ack
+	refs  []storage.DeliveryRef          // an ack's refs
+
+	claimRes *storage.DeliveriesClaimResult
+	ackRes   *storage.DeliveriesAckResult
+	err      error
+	done     chan struct{} // closed when the results are set
+	lead     chan []*dop   // hands this operation the next batch of its lane to run (which includes it)
+}
+
+// opLane queues the operations of its subscriptions while one of its transactions runs.
+type opLane struct {
+	mu      sync.Mutex
+	running bool
+	pending []*dop
+}
+
+// submit runs op in a transaction of its lane and sets its results. It returns ctx's error, and
+// leaves op unrun, only if ctx ends before op was taken into a transaction; once taken, op waits
+// for the transaction whatever ctx does.
+func (e *Engine) submit(ctx context.Context, op *dop) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	op.done, op.lead = make(chan struct{}), make(chan []*dop, 1)
+	lane := &e.lanes[uint64(op.sub)%deliveryLanes]
+	lane.mu.Lock()
+	if !lane.running {
+		lane.running = true
+		lane.mu.Unlock()
+		e.runLane(ctx, lane, []*dop{op})
+		return nil
+	}
+	lane.pending = append(lane.pending, op)
+	lane.mu.Unlock()
+	select {
+	case <-op.done:
+		return nil
+	case batch := <-op.lead:
+		e.runLane(ctx, lane, batch)
+		return nil
+	case <-ctx.Done():
+	}
+	lane.mu.Lock()
+	if i := slices.Index(lane.pending, op); i >= 0 {
+		lane.pending = slices.Delete(lane.pending, i, i+1)
+		lane.mu.Unlock()
+		return ctx.Err()
+	}
+	lane.mu.Unlock()
+	select { // taken into a transaction already: wait for it, or run it
+	case <-op.done:
+	case batch := <-op.lead:
+		e.runLane(ctx, lane, batch)
+	}
+	return nil
+}
+
+// runLane runs batch, then hands what queued meanwhile to the first of those operations, or
+// marks the lane idle.
+func (e *Engine) runLane(ctx context.Context, lane *opLane, batch []*dop) {
+	e.laneTxs.Add(1)
+	e.laneOps.Add(int64(len(batch)))
+	t0 := time.Now()
+	e.runOps(context.WithoutCancel(ctx), batch)
+	if d := time.Since(t0); d > slowLaneTx {
+		e.log.Debug("pgstore: slow delivery transaction", "duration", d, "operations", len(batch))
+	}
+	for _, op := range batch {
+		close(op.done)
+	}
+	lane.mu.Lock()
+	next := lane.pending
+	lane.pending = nil
+	if len(next) == 0 {
+		lane.running = false
+	}
+	lane.mu.Unlock()
+	if len(next) > 0 {
+		next[0].lead <- next
+	}
+}
+
+// runOps runs batch in one transaction; if that fails, each operation alone.
+func (e *Engine) runOps(ctx context.Context, batch []*dop) {
+	err := e.pipeTx(ctx, func(tx pgx.Tx) error { return e.opsTx(ctx, tx, batch) })
+	if err == nil {
+		return
+	}
+	if len(batch) > 1 {
+		e.log.Debug("pgstore: combined delivery transaction failed, running its operations one by one", "ops", len(batch), "err", err)
+		for _, op := range batch {
+			e.runOps(ctx, []*dop{op})
+		}
+		return
+	}
+	op := batch[0]
+	op.claimRes, op.ackRes, op.err = nil, nil, err
+}
+
+// opsTx runs the operations of batch in transaction tx.
+func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
+	now := e.now()
+	var subs []int64
+	bySub := map[int64][]*dop{}
+	for _, op := range batch {
+		op.claimRes, op.ackRes, op.err = nil, nil, nil
+		if bySub[op.sub] == nil {
+			subs = append(subs, op.sub)
+		}
+		bySub[op.sub] = append(bySub[op.sub], op)
+	}
+	slices.Sort(subs) // the lock order
+
+	b := &pgx.Batch{}
+	for _, id := range subs {
+		e.queueLoad(b, id, loadDue, nil, "")
+	}
+	br := tx.SendBatch(ctx, b)
+	states := make([]*dstate, len(subs))
+	for i, id := range subs {
+		st, err := readState(br, id)
+		if err != nil && !opError(err) {
+			_ = br.Close()
+			return err
+		}
+		states[i] = st
+		for _, op := range bySub[id] {
+			op.err = err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("pgstore: load delivery state: %w", err)
+	}
+
+	save := &pgx.Batch{}
+	for i, id := range subs {
+		st := states[i]
+		if st == nil {
+			continue
+		}
+		ops := bySub[id]
+		for j := 0; j < len(ops); {
+			if ops[j].claim == nil { // a run of acks is applied together
+				k := j + 1
+				for k < len(ops) && ops[k].claim == nil {
+					k++
+				}
+				ackOn(st, ops[j:k], now)
+				j = k
+				continue
+			}
+			res, err := e.claimOn(ctx, tx, st, ops[j].claim, now)
+			if err != nil && !opError(err) {
+				return err
+			}
+			ops[j].claimRes, ops[j].err = res, err
+			j++
+		}
+		e.queueSave(save, st, now)
+	}
+	finalBatch(tx)
+	if save.Len() == 0 {
+		return nil // pipeTx sends the COMMIT alone
+	}
+	if err := tx.SendBatch(ctx, save).Close(); err != nil {
+		return fmt.Errorf("pgstore: save delivery state: %w", err)
+	}
+	return nil
+}
+
+// opError reports whether err fails one operation only (found before the operation changed
+// anything), not its transaction.
+func opError(err error) bool {
+	return errors.Is(err, storage.ErrSubscriptionNotFound) || errors.Is(err, storage.ErrSubscriptionNotActive) ||
+		errors.Is(err, storage.ErrInvalidArgument)
+}
