@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,9 @@ type binarySession struct {
 	preambleSent bool
 	batch        []protocol.Delivery
 	batchBytes   int
+
+	// acks are the Ack requests read but not yet run (reader goroutine; see run).
+	acks []ackReq
 
 	// serverCorr numbers the server's own requests (Heartbeat, Goodbye); never 0.
 	serverCorr atomic.Uint32
@@ -55,14 +59,20 @@ func (b *binarySession) nextCorr() uint32 {
 
 // run is the reader loop: the handshake within the handshake timeout, then the requests in the
 // order received. Publishes go to the connection's publish stage (publish.go), which appends each
-// topic's publishes in order; every other request is run to completion here, in order.
+// topic's publishes in order; every other request is run to completion here, in order, except
+// that Ack requests that arrived together (read one after the other without waiting for the
+// socket, at most maxAckGather) run at once (runAcks) before the next request.
 func (b *binarySession) run() {
 	c := b.c
 	if !b.handshake() {
 		return
 	}
 	for {
-		if !b.nextFrameBuffered() {
+		buffered := b.nextFrameBuffered()
+		if len(b.acks) > 0 && (!buffered || len(b.acks) >= maxAckGather) {
+			b.runAcks()
+		}
+		if !buffered {
 			c.kickPublishes() // the next read may block
 		}
 		if !c.waitRoom() || !c.setReadDeadline(time.Now().Add(b.timeout)) {
@@ -70,15 +80,22 @@ func (b *binarySession) run() {
 		}
 		f, err := b.r.ReadFrame()
 		if err != nil {
+			b.runAcks()
 			b.readFailed(err, false)
 			return
 		}
 		m, err := protocol.DecodeClient(f)
 		if err != nil {
 			// A bad body leaves the stream in sync: answer and go on.
+			b.runAcks()
 			b.reply(f.CorrelationID, protocol.AsError(err))
 			continue
 		}
+		if a, ok := m.(*protocol.Ack); ok && f.CorrelationID != 0 {
+			b.acks = append(b.acks, ackReq{corr: f.CorrelationID, msg: a})
+			continue
+		}
+		b.runAcks()
 		if b.handle(f.CorrelationID, m, len(f.Body)) {
 			return
 		}
@@ -232,8 +249,6 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) 
 		b.subscribe(corr, m)
 	case *protocol.Unsubscribe:
 		b.unsubscribe(corr, m)
-	case *protocol.Ack:
-		b.ack(corr, m)
 	case *protocol.Nack:
 		b.nack(corr, m)
 	case *protocol.Extend:
@@ -304,7 +319,46 @@ func (b *binarySession) unsubscribe(corr uint32, m *protocol.Unsubscribe) {
 	b.reply(corr, &protocol.UnsubscribeOK{Released: uint32(max(released, 0))})
 }
 
-func (b *binarySession) ack(corr uint32, m *protocol.Ack) {
+// maxAckGather bounds the Ack requests of a connection that run at once.
+const maxAckGather = 64
+
+// ackReq is an Ack request waiting for runAcks.
+type ackReq struct {
+	corr uint32
+	msg  *protocol.Ack
+}
+
+// runAcks runs the Ack requests read since the last call, at the same time, and answers them in
+// order. A connection's acks would otherwise wait for each other's engine transaction (fsync or
+// commit) one at a time, so a consumer that acks many small batches (a member whose credit comes
+// back in pieces) would be held to one batch per commit; run together, they share commits (the
+// embedded engine's group commit, the PostgreSQL engine's combined delivery transactions), and
+// each still gets its own answer. Acks commute, so running them together keeps the order of
+// everything else.
+func (b *binarySession) runAcks() {
+	reqs := b.acks
+	switch len(reqs) {
+	case 0:
+		return
+	case 1:
+		b.reply(reqs[0].corr, b.ackResult(reqs[0].msg))
+	default:
+		out := make([]protocol.Message, len(reqs))
+		var wg sync.WaitGroup
+		for i := range reqs {
+			wg.Go(func() { out[i] = b.ackResult(reqs[i].msg) })
+		}
+		wg.Wait()
+		for i := range reqs {
+			b.reply(reqs[i].corr, out[i])
+		}
+	}
+	clear(reqs)
+	b.acks = reqs[:0]
+}
+
+// ackResult runs an Ack request and returns its answer (AckOK or Error).
+func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 	c := b.c
 	res := &protocol.AckOK{}
 	for _, g := range groupRefs(m.Refs) {
@@ -319,8 +373,7 @@ func (b *binarySession) ack(corr uint32, m *protocol.Ack) {
 			// Deleted or cancelled meanwhile: its messages are gone for this connection.
 			res.Unknown = wireRefs(res.Unknown, g.sub, g.refs)
 		case err != nil:
-			b.replyErr(corr, err)
-			return
+			return b.errorFrame(err)
 		default:
 			c.observeAck(g.sub, r.Acked)
 			res.Acked += uint32(r.Acked)
@@ -328,7 +381,7 @@ func (b *binarySession) ack(corr uint32, m *protocol.Ack) {
 			res.Unknown = wireRefs(res.Unknown, g.sub, r.Unknown)
 		}
 	}
-	b.reply(corr, res)
+	return res
 }
 
 func (b *binarySession) nack(corr uint32, m *protocol.Nack) {

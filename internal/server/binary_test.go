@@ -8,11 +8,13 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -200,6 +202,77 @@ func TestPipelinedPublishesKeepOrder(t *testing.T) {
 		if ok.Positions[0].Offset != int64(i) {
 			t.Fatalf("publish %d got offset %d", i, ok.Positions[0].Offset)
 		}
+	}
+}
+
+// TestAcksArrivingTogetherShareCommits: Ack requests that arrive together run at once, so they
+// share the engine's commits instead of waiting for one commit each; every one still gets its own
+// answer, and the request after them (a Nack) runs after them.
+func TestAcksArrivingTogetherShareCommits(t *testing.T) {
+	t.Parallel()
+	var rounds atomic.Int64
+	e := newEnvWAL(t, wal.Config{OnSync: func(time.Duration, int, int) { rounds.Add(1) }}, nil, nil)
+	c := e.dial(nil)
+	const n = 40
+	payloads := make([]string, n)
+	for i := range payloads {
+		payloads[i] = fmt.Sprint("m", i)
+	}
+	c.publish("burst", payloads...)
+	c.subscribe(&protocol.Subscribe{Topic: "burst", MaxInFlight: n})
+	ds := c.deliveriesN(n)
+
+	// n-2 Acks of one ref each, a second Ack of the first ref, then a Nack of the last
+	// delivery, all in one write.
+	var frames []protocol.Message
+	for _, d := range ds[:n-1] {
+		frames = append(frames, &protocol.Ack{Refs: refs(d)})
+	}
+	frames = append(frames, &protocol.Ack{Refs: refs(ds[0])}, &protocol.Nack{Delay: time.Hour, Refs: refs(ds[n-1])})
+	before := rounds.Load()
+	c.wmu.Lock()
+	first := c.corr + 1
+	for _, m := range frames {
+		c.corr++
+		if err := c.w.WriteMessage(c.corr, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.wmu.Unlock()
+
+	got := make(map[uint32]protocol.ServerMessage, len(frames))
+	for len(got) < len(frames) {
+		corr, m := c.read()
+		if !m.Opcode().IsResponse() {
+			c.keep(corr, m)
+			continue
+		}
+		got[corr] = m
+	}
+	acked, done := 0, 0
+	for i := range n {
+		ok, isOK := got[first+uint32(i)].(*protocol.AckOK)
+		if !isOK || len(ok.Unknown) != 0 || ok.Acked+ok.AlreadyDone != 1 {
+			t.Fatalf("answer to Ack %d: %#v", i, got[first+uint32(i)])
+		}
+		acked += int(ok.Acked)
+		done += int(ok.AlreadyDone)
+	}
+	if acked != n-1 || done != 1 {
+		t.Fatalf("acked %d, already done %d; want %d and 1", acked, done, n-1)
+	}
+	if nack, isOK := got[first+n].(*protocol.NackOK); !isOK || nack.Nacked != 1 {
+		t.Fatalf("answer to the Nack: %#v", got[first+n])
+	}
+	// One after the other, the n acks and the nack would take n+1 commits.
+	if r := rounds.Load() - before; r > n/2 {
+		t.Fatalf("%d commit rounds for %d acks and a nack that arrived together; want at most %d", r, n, n/2)
+	}
+	if st := e.groupStats("burst", ""); st.Pending != 1 || st.InFlight != 0 {
+		t.Fatalf("stats = %+v, want only the nacked message pending", st)
 	}
 }
 

@@ -40,8 +40,14 @@ type env struct {
 // broker's.
 func newEnv(t testing.TB, mod func(*Config), bmod func(*broker.Config)) *env {
 	t.Helper()
+	return newEnvWAL(t, wal.Config{}, mod, bmod)
+}
+
+// newEnvWAL is newEnv with the engine configuration wcfg.
+func newEnvWAL(t testing.TB, wcfg wal.Config, mod func(*Config), bmod func(*broker.Config)) *env {
+	t.Helper()
 	e := &env{t: t}
-	eng, err := wal.Open(t.TempDir(), wal.Config{})
+	eng, err := wal.Open(t.TempDir(), wcfg)
 	if err != nil {
 		t.Fatalf("wal.Open: %v", err)
 	}
