@@ -256,6 +256,11 @@ func (l *Log) plan(dst []span, index int64, max, maxBytes int) ([]span, int, int
 	n, total, bytes := 0, int64(0), 0
 	for ; i < len(l.segs) && n < max; i++ {
 		s := l.segs[i]
+		if index < s.base {
+			// The records before s are not all published (a round that rolled to s is still
+			// syncing): nothing from s on is durable yet.
+			break
+		}
 		k := int(index - s.base)
 		j := k
 		for j < len(s.pos) && n < max {

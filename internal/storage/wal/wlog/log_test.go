@@ -3,10 +3,13 @@ package wlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -416,4 +419,68 @@ func TestOpenSyncsNewDirectories(t *testing.T) {
 			t.Errorf("directory %s not synced (synced: %v)", want, synced)
 		}
 	}
+}
+
+// TestReadAtNextIndexDuringRoll reads at NextIndex while a round that wrote records into the
+// active segment and then cut a new one is still syncing: the sealed segment's last records and
+// the new segment are not published yet, and Read must return nothing (it once indexed the new
+// segment with a negative position and panicked).
+func TestReadAtNextIndexDuringRoll(t *testing.T) {
+	t.Parallel()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	c := newCommitter(t, wlog.CommitterOptions{})
+	l := openLog(t, t.TempDir(), wlog.Options{FS: efs, SegmentBytes: 1024})
+	var rolled, blocked atomic.Bool
+	blockedCh, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseAll()
+	efs.SetInjector(func(op wlogtest.Op, path string) error {
+		if op == wlogtest.OpRename && strings.HasSuffix(path, ".seg") {
+			rolled.Store(true) // a new segment was installed
+		}
+		if op == wlogtest.OpSync && rolled.Load() {
+			// Hold every sync from then on: the round's own sync among them.
+			if blocked.CompareAndSwap(false, true) {
+				close(blockedCh)
+			}
+			<-release
+		}
+		return nil
+	})
+	// Three records per append, so that a round fills the segment and rolls in the middle.
+	done := make(chan error, 1)
+	for i := int64(0); !blocked.Load(); i += 3 {
+		c.AppendAsync(l, []wlog.Record{rec(i), rec(i + 1), rec(i + 2)}, func(_ int64, err error) { done <- err })
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-blockedCh:
+		}
+	}
+	if len(l.Segments()) < 2 {
+		t.Fatalf("no new segment while the round is syncing: %+v", l.Segments())
+	}
+	next := l.NextIndex()
+	recs, err := func() (recs []wlog.Record, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("Read panicked: %v", p)
+			}
+		}()
+		return l.Read(next, 10, 0)
+	}()
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("Read(NextIndex %d) during the round = %d records, %v; want nothing", next, len(recs), err)
+	}
+	if _, err := l.SearchTime(ts(next)); err != nil {
+		t.Fatalf("SearchTime during the round: %v", err)
+	}
+	releaseAll()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	checkRecords(t, l, 0, l.NextIndex())
 }
