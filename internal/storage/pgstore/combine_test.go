@@ -49,9 +49,7 @@ type claimOut struct {
 // transaction) fails alone too, the others running again one by one.
 func TestDeliveriesCombinedAcrossSubscriptions(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, nil)
-	cfg.MaxConns = 8
-	e := logOpen(t, cfg)
+	e := openConns(t, 8)
 	ctx := t.Context()
 	logTopic(t, e, "fan.t", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
 	logTopic(t, e, "bad.t", storage.TopicConfig{Semantics: storage.PubSub})

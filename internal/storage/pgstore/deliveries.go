@@ -116,8 +116,8 @@ type dstate struct {
 type loadMode int
 
 const (
-	loadDue    loadMode = iota // every row (claims)
-	loadRefs                   // rows listing one of the refs (ack, nack, extend)
+	loadDue    loadMode = iota // every row (claims and acks, which share transactions: combine.go)
+	loadRefs                   // rows listing one of the refs (nack, extend)
 	loadMember                 // the member's leased rows (release)
 )
 

@@ -280,9 +280,7 @@ func TestDeliveriesStateIsPerBatch(t *testing.T) {
 // returns without disturbing the others.
 func TestDeliveriesAckCombining(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, nil)
-	cfg.MaxConns = 8
-	e := logOpen(t, cfg)
+	e := openConns(t, 8)
 	ctx := t.Context()
 	const n, copies = 200, 4
 	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "combine.q", Config: storage.TopicConfig{Partitions: 2}}); err != nil {
@@ -409,9 +407,7 @@ func BenchmarkClaimAck(b *testing.B) {
 // BenchmarkAckCombined measures acks of one message per call from many goroutines on one
 // subscription (the calls are combined into shared transactions); one op is one message.
 func BenchmarkAckCombined(b *testing.B) {
-	cfg := testConfig(b, nil)
-	cfg.MaxConns = 16
-	e := logOpen(b, cfg)
+	e := openConns(b, 16)
 	ctx := b.Context()
 	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench.q"}); err != nil {
 		b.Fatal(err)

@@ -19,6 +19,14 @@ import (
 var logBase = time.Date(2031, time.March, 14, 9, 26, 53, 0, time.UTC)
 
 // logOpen opens an engine on cfg and closes it at the end of the test.
+// openConns opens an engine on a fresh schema with a pool of conns connections.
+func openConns(t testing.TB, conns int) *Engine {
+	t.Helper()
+	cfg := testConfig(t, nil)
+	cfg.MaxConns = int32(conns)
+	return logOpen(t, cfg)
+}
+
 func logOpen(t testing.TB, cfg Config) *Engine {
 	t.Helper()
 	e, err := Open(t.Context(), cfg)
@@ -423,9 +431,7 @@ func TestLogMaintenance(t *testing.T) {
 func BenchmarkLogAppend(b *testing.B) {
 	for _, batch := range []int{1, 64} {
 		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			cfg := testConfig(b, nil)
-			cfg.MaxConns = 16
-			e := logOpen(b, cfg)
+			e := openConns(b, 16)
 			if _, err := e.TopicCreate(b.Context(), &storage.TopicCreateParams{Name: "bench", Config: storage.TopicConfig{Partitions: 4}}); err != nil {
 				b.Fatal(err)
 			}

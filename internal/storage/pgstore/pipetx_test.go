@@ -13,9 +13,7 @@ import (
 // transaction open on the pooled connection (a pool of 2 would otherwise run dry).
 func TestPipeTx(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t, nil)
-	cfg.MaxConns = 2
-	e := logOpen(t, cfg)
+	e := openConns(t, 2)
 	ctx := t.Context()
 	if _, err := e.pool.Exec(ctx, e.sql("CREATE TABLE spool.scratch (x int NOT NULL)")); err != nil {
 		t.Fatal(err)
