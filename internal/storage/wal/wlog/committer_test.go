@@ -395,3 +395,45 @@ func TestSyncNone(t *testing.T) {
 	}
 	checkRecords(t, openLog(t, dir, wlog.Options{}), 0, 20)
 }
+
+// TestGatherKeepsSynchronousAppendersTogether: appenders that each wait for their append before
+// queueing the next share every round. Without the gather they split into alternating rounds
+// (those completed by a round come back while the next one, started with whoever was queued,
+// syncs), and a round carries about half of them.
+func TestGatherKeepsSynchronousAppendersTogether(t *testing.T) {
+	t.Parallel()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	l := openLog(t, t.TempDir(), wlog.Options{FS: efs})
+	efs.SetInjector(func(op wlogtest.Op, _ string) error {
+		if op == wlogtest.OpSync {
+			time.Sleep(2 * time.Millisecond) // a slow disk: the appenders come back well within a sync
+		}
+		return nil
+	})
+	var rounds, records atomic.Int64
+	c := newCommitter(t, wlog.CommitterOptions{OnSync: func(_ time.Duration, n, _ int) {
+		rounds.Add(1)
+		records.Add(int64(n))
+	}})
+	const appenders, calls = 8, 40
+	var wg sync.WaitGroup
+	for a := range appenders {
+		wg.Go(func() {
+			for k := range calls {
+				if _, err := c.Append(context.Background(), l, []wlog.Record{rec(int64(a*calls + k))}); err != nil {
+					t.Errorf("Append: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := records.Load(); got != appenders*calls {
+		t.Fatalf("%d records in the rounds, want %d", got, appenders*calls)
+	}
+	// The first rounds form the group; a late appender now and then makes an extra round.
+	if mean := float64(records.Load()) / float64(rounds.Load()); mean < 0.75*appenders {
+		t.Fatalf("%d rounds for %d records: %.1f records per round, want most of the %d appenders in each",
+			rounds.Load(), records.Load(), mean, appenders)
+	}
+}
