@@ -487,11 +487,19 @@ func (cn *conn) writeLoop() {
 	ackTimer.Stop()
 	defer ackTimer.Stop()
 	lastWrite := time.Now()
+	// The write deadline and the heartbeat timer are not moved on every write: a timer update
+	// costs more than the rest of a small write's work. The deadline moves every 1/16 of the
+	// session timeout (a write blocked for 15/16 of it to all of it fails); the heartbeat timer
+	// is re-armed when it fires.
+	refresh := cn.sessionTimeout / 16
+	var lastDeadline time.Time
 	var spare []byte
 	for {
+		fired := false
 		select {
 		case <-cn.wwake:
 		case <-hb.C:
+			fired = true
 		case <-ackTimer.C:
 		case <-cn.closing:
 			return
@@ -523,18 +531,23 @@ func (cn *conn) writeLoop() {
 		}
 		cn.wmu.Unlock()
 		if len(buf) > 0 {
-			_ = cn.nc.SetWriteDeadline(now.Add(cn.sessionTimeout))
+			if now.Sub(lastDeadline) >= refresh {
+				_ = cn.nc.SetWriteDeadline(now.Add(cn.sessionTimeout))
+				lastDeadline = now
+			}
 			if _, err := cn.nc.Write(buf); err != nil {
 				cn.fail(fmt.Errorf("write: %w", err))
 				return
 			}
-			lastWrite = time.Now()
+			lastWrite = now
 		}
 		if cap(buf) > writeKeepCap {
 			buf = nil
 		}
 		spare = buf
-		hb.Reset(max(cn.hb-time.Since(lastWrite), time.Millisecond))
+		if fired {
+			hb.Reset(max(cn.hb-time.Since(lastWrite), time.Millisecond))
+		}
 	}
 }
 

@@ -28,6 +28,9 @@ type binarySession struct {
 	preambleSent bool
 	batch        []protocol.Delivery
 	batchBytes   int
+	// wTimeout is the write timeout last set, at wDeadlineSet (see flush).
+	wTimeout     time.Duration
+	wDeadlineSet time.Time
 
 	// acks are the Ack requests read but not yet run (reader goroutine; see run).
 	acks []ackReq
@@ -514,7 +517,12 @@ func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
 	if !ready || timeout == 0 {
 		timeout = c.srv.cfg.HandshakeTimeout
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	// Moving the deadline costs a timer update: it moves every 1/16 of the timeout (a write
+	// blocked for 15/16 of the timeout to all of it breaks the connection).
+	if now := time.Now(); timeout != b.wTimeout || now.Sub(b.wDeadlineSet) >= timeout/16 {
+		_ = c.nc.SetWriteDeadline(now.Add(timeout))
+		b.wTimeout, b.wDeadlineSet = timeout, now
+	}
 	wrote := false
 	for _, it := range out {
 		if err := b.write(it.corr, it.msg); err != nil {

@@ -234,6 +234,10 @@ func (c *conn) writeLoop(s session) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
+	// The heartbeat timer is not reset on every write (a timer update costs about as much as the
+	// rest of a small answer's work): when it fires after a write, it is re-armed for the rest of
+	// the interval since that write.
+	var lastWrite time.Time
 	for {
 		final, heartbeat := false, false
 		select {
@@ -242,6 +246,10 @@ func (c *conn) writeLoop(s session) {
 			final = true
 		case <-timer.C:
 			heartbeat, armed = true, false
+			if rest := s.heartbeatInterval() - time.Since(lastWrite); rest > 0 {
+				heartbeat, armed = false, true
+				timer.Reset(rest)
+			}
 		}
 		wrote, err := s.flush(final, heartbeat)
 		if err != nil {
@@ -252,7 +260,10 @@ func (c *conn) writeLoop(s session) {
 		if final {
 			return
 		}
-		if iv := s.heartbeatInterval(); iv > 0 && (wrote || !armed) {
+		if wrote {
+			lastWrite = time.Now()
+		}
+		if iv := s.heartbeatInterval(); iv > 0 && !armed {
 			timer.Reset(iv)
 			armed = true
 		}
