@@ -16,6 +16,18 @@ import (
 // is disabled, in which case Publish fails with storage.ErrTopicNotFound. Members whose pattern
 // matches a topic created here are attached before the first append.
 func (b *Broker) Publish(ctx context.Context, topic string, msgs []storage.AppendMessage) ([]storage.MessagePosition, error) {
+	return b.PublishWith(ctx, topic, msgs, PublishOptions{})
+}
+
+// PublishOptions are the hints of PublishWith.
+type PublishOptions struct {
+	// Prompt: the publisher sent this right after its previous publish was acknowledged and
+	// waits for this one before the next (storage.MessagesAppendParams.Prompt).
+	Prompt bool
+}
+
+// PublishWith is Publish with hints for the engine.
+func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions) ([]storage.MessagePosition, error) {
 	if err := b.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -25,7 +37,7 @@ func (b *Broker) Publish(ctx context.Context, topic string, msgs []storage.Appen
 	if len(msgs) == 0 {
 		return nil, invalid("publish to %q: no messages", topic)
 	}
-	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs}
+	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs, Prompt: opts.Prompt}
 	res, err := b.engine.MessagesAppend(ctx, params)
 	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
 		if err := b.autoCreateTopic(ctx, topic); err != nil {

@@ -34,6 +34,8 @@ type binarySession struct {
 
 	// acks are the Ack requests read but not yet run (reader goroutine; see run).
 	acks []ackReq
+	// lastInline is when the reader answered its last inline Publish (reader goroutine).
+	lastInline time.Time
 
 	// serverCorr numbers the server's own requests (Heartbeat, Goodbye); never 0.
 	serverCorr atomic.Uint32
@@ -244,7 +246,10 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) 
 		b.reply(corr, protocol.ErrUnexpectedFrame.Errorf("the session is already open"))
 	case *protocol.Publish:
 		if b.inlinePublish() {
-			b.reply(corr, b.appendOne(pubReq{corr: corr, msg: m, start: time.Now(), size: size}).msg)
+			now := time.Now()
+			prompt := !b.lastInline.IsZero() && now.Sub(b.lastInline) < promptWithin
+			b.reply(corr, b.appendOne(pubReq{corr: corr, msg: m, start: now, size: size, prompt: prompt}).msg)
+			b.lastInline = time.Now()
 		} else {
 			b.queuePublish(corr, m, size)
 		}

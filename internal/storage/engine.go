@@ -265,6 +265,11 @@ const PartitionAuto int32 = -1
 type MessagesAppendParams struct {
 	Topic    string
 	Messages []AppendMessage
+	// Prompt is a hint: the caller came back with this batch right after its previous one was
+	// acknowledged, and will again (a synchronous publisher in a loop). An engine that commits in
+	// groups may wait briefly after a round for such callers, so that they share the next sync
+	// (the embedded engine does; PostgreSQL ignores it). It changes nothing else.
+	Prompt bool
 }
 
 // MessagePosition is where an appended message was stored.

@@ -163,7 +163,7 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 		for j := range b.recs {
 			b.recs[j].Timestamp = ts
 		}
-		e.committer.AppendAsync(p.log, b.recs, func(first int64, err error) {
+		e.committer.AppendAsyncWith(p.log, b.recs, wlog.AppendOptions{Prompt: params.Prompt}, func(first int64, err error) {
 			b.first, b.err = first, err
 			t.inflight.Done()
 			if remaining.Add(-1) == 0 {

@@ -55,15 +55,19 @@ type Committer struct {
 	wake chan struct{} // capacity 1: a round is wanted
 	wg   sync.WaitGroup
 
-	queued  atomic.Int64  // requests in queue, read without the lock while gathering
-	want    atomic.Int64  // while gathering: the queue length that ends the wait; 0 otherwise
-	arrived chan struct{} // capacity 1: the queue reached want
+	// gatherable counts the queued requests with AppendOptions.Prompt, read without the lock
+	// while gathering; want is, while gathering, the count that ends the wait (0 otherwise);
+	// arrived (capacity 1) is signalled when it is reached.
+	gatherable atomic.Int64
+	want       atomic.Int64
+	arrived    chan struct{}
 
 	// Owned by the committer goroutine.
 	spare  []*request
 	logs   []*Log
 	buf    []byte
 	expect int64         // requests expected in the next round (see gather)
+	missed uint          // gathers in a row that ended before the expected requests came
 	syncT  time.Duration // moving average of the sync phase
 }
 
@@ -91,6 +95,7 @@ type request struct {
 	// preset marks an AppendAsync whose outcome (first, err) was known when it was queued: it is
 	// queued only so that done runs on the committer goroutine.
 	preset bool
+	prompt bool // AppendOptions.Prompt
 	first  int64
 	err    error
 }
@@ -105,7 +110,7 @@ func getRequest(l *Log, recs []Record) *request {
 }
 
 func putRequest(r *request) {
-	r.l, r.recs, r.done, r.first, r.err, r.preset = nil, nil, nil, 0, nil, false
+	r.l, r.recs, r.done, r.first, r.err, r.preset, r.prompt = nil, nil, nil, 0, nil, false, false
 	requestPool.Put(r)
 }
 
@@ -195,8 +200,20 @@ func (c *Committer) Append(ctx context.Context, l *Log, recs []Record) (first in
 // when the committer is closed is done called at once, from the caller's goroutine, with
 // storage.ErrClosed, before AppendAsync returns.
 func (c *Committer) AppendAsync(l *Log, recs []Record, done func(first int64, err error)) {
+	c.AppendAsyncWith(l, recs, AppendOptions{}, done)
+}
+
+// AppendOptions are the hints of AppendAsyncWith.
+type AppendOptions struct {
+	// Prompt says that the caller appends again as soon as this append completes (a synchronous
+	// publisher): the committer waits a little for such callers after a round (see gather).
+	Prompt bool
+}
+
+// AppendAsyncWith is AppendAsync with hints.
+func (c *Committer) AppendAsyncWith(l *Log, recs []Record, opts AppendOptions, done func(first int64, err error)) {
 	r := getRequest(l, recs)
-	r.done = done
+	r.done, r.prompt = done, opts.Prompt
 	if err := c.check(l, recs); err != nil {
 		r.preset, r.err, r.recs = true, err, nil
 	} else if len(recs) == 0 {
@@ -215,7 +232,10 @@ func (c *Committer) enqueue(r *request) bool {
 		return false
 	}
 	c.queue = append(c.queue, r)
-	n := c.queued.Add(1)
+	var n int64
+	if r.prompt {
+		n = c.gatherable.Add(1)
+	}
 	signal := len(c.queue) == 1
 	c.mu.Unlock()
 	if signal {
@@ -224,7 +244,7 @@ func (c *Committer) enqueue(r *request) bool {
 		default:
 		}
 	}
-	if w := c.want.Load(); w > 0 && n >= w {
+	if w := c.want.Load(); n > 0 && w > 0 && n >= w {
 		select {
 		case c.arrived <- struct{}{}:
 		default:
@@ -253,7 +273,7 @@ func (c *Committer) run() {
 		c.mu.Lock()
 		batch, closed := c.queue, c.closed
 		c.queue = c.spare[:0]
-		c.queued.Store(0)
+		c.gatherable.Store(0)
 		c.mu.Unlock()
 		if len(batch) > 0 {
 			c.commit(batch)
@@ -267,30 +287,41 @@ func (c *Committer) run() {
 	}
 }
 
-// maxGather bounds how long gather waits.
-const maxGather = 500 * time.Microsecond
+// maxGather bounds how long gather waits; each gather in a row that waited in vain halves the
+// bound, down to 1/2^maxMissed of it.
+const (
+	maxGather = 500 * time.Microsecond
+	maxMissed = 4
+)
 
 // gather waits for the appenders the last round completed to queue their next records, so that
 // they share the next sync instead of splitting into alternating rounds: with 10 synchronous
 // appenders, half of them would otherwise queue while the other half syncs, and every round would
-// carry 5 records. It waits until as many requests are queued as the last round carried plus
-// those queued when it ended, for at most three average syncs (and maxGather). It blocks
-// meanwhile: enqueue wakes it when the last expected request arrives. On a small machine the
-// appenders' way back (answer, network, next request: 60-250 us for 10 over loopback TCP on 2
-// cores) takes longer than a sync, and the processors are theirs while gather waits: a wait that
-// spins takes the CPU they need, and a shorter bound lets the last of them miss the round. It
-// never waits with SyncNone, a single appender, or an empty queue.
+// carry 5 records. Only prompt appends (AppendOptions.Prompt) count: other callers (producers
+// on a schedule, consumers whose acks wait for more deliveries) come back when they are ready,
+// not when their last round ended.
+// It waits until as many of them are queued as the last round carried plus those queued when it
+// ended, for at most three average syncs (and maxGather). It blocks meanwhile: enqueue wakes it
+// when the last expected request arrives. On a small machine the appenders' way back (answer,
+// network, next request: 60-250 us for 10 over loopback TCP on 2 cores) takes longer than a sync,
+// and the processors are theirs while gather waits: a wait that spins takes the CPU they need, and
+// a shorter bound lets the last of them miss the round. When they do not come back soon after all
+// (they are done, or slowed down), waiting only delays the round: every wait that ends without
+// them halves the next bound (down to 1/16), and one that ends with them restores it. It never
+// waits with SyncNone or when the last round carried at most one prompt append.
 func (c *Committer) gather() {
-	if q := c.queued.Load(); c.opts.Sync != SyncAlways || c.expect <= 1 || q == 0 || q >= c.expect {
+	if c.opts.Sync != SyncAlways || c.expect <= 1 || c.gatherable.Load() >= c.expect {
 		return
 	}
 	c.want.Store(c.expect)
-	if c.queued.Load() < c.expect { // enqueue may have missed want
-		t := time.NewTimer(min(3*c.syncT, maxGather))
+	if c.gatherable.Load() < c.expect { // enqueue may have missed want
+		t := time.NewTimer(min(3*c.syncT, maxGather) >> c.missed)
 		select {
 		case <-c.arrived:
-		case <-c.wake: // Close: run takes the queue next and stops
+			c.missed = 0
+		case <-c.wake: // Close, or a first request after a stale wake-up: run takes the queue next
 		case <-t.C:
+			c.missed = min(c.missed+1, maxMissed)
 		}
 		t.Stop()
 	}
@@ -349,6 +380,7 @@ func (c *Committer) commit(batch []*request) {
 
 	// Complete: publish, then wake the waiters, so that a returning Append sees its records.
 	records := 0
+	var gathered int64
 	for _, l := range logs {
 		rd := &l.round
 		if rd.err == nil {
@@ -359,12 +391,15 @@ func (c *Committer) commit(batch []*request) {
 			if rd.err == nil {
 				records += len(r.recs)
 			}
+			if r.prompt {
+				gathered++
+			}
 			complete(r, rd.err)
 		}
 		clear(rd.reqs)
 		rd.reqs, rd.firstSeg, rd.wrote, rd.err = rd.reqs[:0], nil, false, nil
 	}
-	c.expect = int64(len(batch)) + c.queued.Load()
+	c.expect = gathered + c.gatherable.Load()
 	clear(logs)
 	c.logs = logs[:0]
 	if c.opts.OnSync != nil {

@@ -396,8 +396,8 @@ func TestSyncNone(t *testing.T) {
 	checkRecords(t, openLog(t, dir, wlog.Options{}), 0, 20)
 }
 
-// TestGatherKeepsSynchronousAppendersTogether: appenders that each wait for their append before
-// queueing the next share every round. Without the gather they split into alternating rounds
+// TestGatherKeepsSynchronousAppendersTogether: prompt appenders (each waits for its append before
+// queueing the next) share every round. Without the gather they split into alternating rounds
 // (those completed by a round come back while the next one, started with whoever was queued,
 // syncs), and a round carries about half of them.
 func TestGatherKeepsSynchronousAppendersTogether(t *testing.T) {
@@ -419,9 +419,12 @@ func TestGatherKeepsSynchronousAppendersTogether(t *testing.T) {
 	var wg sync.WaitGroup
 	for a := range appenders {
 		wg.Go(func() {
+			done := make(chan error, 1)
 			for k := range calls {
-				if _, err := c.Append(context.Background(), l, []wlog.Record{rec(int64(a*calls + k))}); err != nil {
-					t.Errorf("Append: %v", err)
+				c.AppendAsyncWith(l, []wlog.Record{rec(int64(a*calls + k))}, wlog.AppendOptions{Prompt: true},
+					func(_ int64, err error) { done <- err })
+				if err := <-done; err != nil {
+					t.Errorf("append: %v", err)
 					return
 				}
 			}
