@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -80,6 +81,13 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("bench: unexpected arguments %q", bf.fs.Args())
 	}
 	cfg := bf.config()
+	if *bf.cpuProfile != "" {
+		stop, err := startCPUProfile(*bf.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -94,9 +102,26 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // benchFlags are the flags of one mode.
 type benchFlags struct {
-	fs   *flag.FlagSet
-	cfg  bench.Config
-	json *bool
+	fs         *flag.FlagSet
+	cfg        bench.Config
+	json       *bool
+	cpuProfile *string
+}
+
+// startCPUProfile writes the load generator's CPU profile to path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 func newBenchFlags(mode string, out io.Writer) *benchFlags {
@@ -142,6 +167,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last publish acknowledgements, then for the last deliveries, after the schedule")
 	}
 	b.json = fs.Bool("json", false, "print the result as JSON instead of a summary")
+	b.cpuProfile = fs.String("cpuprofile", "", "write the load generator's CPU profile (pprof) of the whole run to this file")
 	return b
 }
 
