@@ -10,8 +10,10 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/spoolmq/spool/internal/netwrite"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -86,7 +88,13 @@ type pendingAck struct {
 // net.Conn; the reader then waits for the writer and tears down: every pending call fails with
 // ErrConnectionLost, every subscription forgets its handle on this connection.
 //
-// Lock order: wmu -> mu. Neither is held while calling into a Subscription or a hook.
+// One shortcut: a caller that waits for its answer (Publish, PublishBatch, Subscribe...) writes
+// the write buffer to the socket itself when the writer is idle, with a write that never waits
+// (see writeDirect): one goroutine hand-off less per request. Whoever writes holds smu from
+// taking the buffer to its last byte, so frames leave in the order they were encoded.
+//
+// Lock order: smu -> wmu -> mu (a caller holding wmu only tries smu). None is held while calling
+// into a Subscription or a hook.
 type conn struct {
 	c              *Client
 	nc             net.Conn
@@ -97,6 +105,26 @@ type conn struct {
 	hb             time.Duration
 	sessionTimeout time.Duration
 	logger         *slog.Logger
+	// born is when the connection was made (lastWrite counts from it).
+	born time.Time
+	// rc is the socket's raw connection for writeDirect (nil: TLS, net.Pipe; every frame then
+	// goes through the writer).
+	rc syscall.RawConn
+
+	// smu is held by whoever writes to the socket: the writer for a whole round (taking the
+	// buffer, writing rest, then the buffer), or a caller writing its request itself
+	// (writeDirect). It guards rest and spare.
+	smu sync.Mutex
+	// rest is what a direct write left unwritten (the socket's send buffer was full): the writer
+	// writes it before anything else.
+	rest []byte
+	// spare is the buffer that replaces wbuf when a batch is taken.
+	spare []byte
+	// lastWrite is when bytes were last handed to the socket, by the writer or a direct write,
+	// as time since born: heartbeats count silence from it.
+	lastWrite atomic.Int64
+	// direct counts the direct writes, short those the socket did not take whole (read by tests).
+	direct, short atomic.Int64
 
 	// wmu guards the write side: the buffer of encoded frames waiting for the writer, the acks
 	// waiting to be coalesced, and whether the connection still accepts frames.
@@ -200,6 +228,8 @@ func (c *Client) dialConn(ctx context.Context) (*conn, error) {
 		sendMax:        int(ok.MaxFrameSize),
 		hb:             ok.HeartbeatInterval,
 		sessionTimeout: ok.SessionTimeout,
+		born:           time.Now(),
+		rc:             netwrite.Raw(nc),
 		wbatch:         1,
 		wtaken:         make(chan struct{}),
 		wwake:          make(chan struct{}, 1),
@@ -323,9 +353,77 @@ func (cn *conn) enqueue(ctx context.Context, corr uint32, m protocol.Message, cl
 	if cl != nil {
 		cl.batch = cn.wbatch
 	}
+	// A caller that waits for its answer writes the buffer itself when the writer is idle;
+	// PublishAsync, acks and the reader's own frames leave it to the writer, which coalesces them.
+	if cl != nil && cl.done != nil && cn.rc != nil && cn.smu.TryLock() {
+		cn.writeDirect()
+		return nil
+	}
 	cn.wmu.Unlock()
 	cn.wakeWriter()
 	return nil
+}
+
+// writeDirect takes the write buffer (the caller's frame and whatever was queued before it) and
+// writes it without waiting; what the socket does not take at once is left in rest, and the
+// writer is woken to write it. When rest already holds bytes, the buffer is left to the writer
+// (they must go first). A write error fails the connection, as the writer's would. cn.smu and
+// cn.wmu must be held; it releases both.
+func (cn *conn) writeDirect() {
+	if len(cn.rest) > 0 {
+		cn.wmu.Unlock()
+		cn.smu.Unlock()
+		cn.wakeWriter()
+		return
+	}
+	buf := cn.takeLocked()
+	cn.wmu.Unlock()
+	n, err := netwrite.NoWait(cn.rc, buf)
+	cn.direct.Add(1)
+	switch {
+	case err != nil:
+		cn.fail(fmt.Errorf("write: %w", err))
+	case n < len(buf):
+		cn.short.Add(1)
+		cn.rest = append(cn.rest, buf[n:]...)
+		cn.wakeWriter()
+	}
+	if n > 0 {
+		cn.wrote(time.Now())
+	}
+	cn.keepSpare(buf)
+	cn.smu.Unlock()
+}
+
+// takeLocked takes the write buffer as the next batch. cn.smu and cn.wmu must be held.
+func (cn *conn) takeLocked() []byte {
+	buf := cn.wbuf
+	cn.wbuf = cn.spare[:0]
+	cn.spare = nil
+	cn.taken.Store(cn.wbatch)
+	cn.wbatch++
+	if len(buf) >= writeQueueMax {
+		close(cn.wtaken)
+		cn.wtaken = make(chan struct{})
+	}
+	return buf
+}
+
+// keepSpare keeps a written buffer for reuse. cn.smu must be held.
+func (cn *conn) keepSpare(buf []byte) {
+	if cap(buf) <= writeKeepCap {
+		cn.spare = buf[:0]
+	}
+}
+
+// wrote records that bytes were handed to the socket at t (lastWrite).
+func (cn *conn) wrote(t time.Time) {
+	cn.lastWrite.Store(int64(t.Sub(cn.born)))
+}
+
+// sinceWrite returns the time from the last write to now.
+func (cn *conn) sinceWrite(now time.Time) time.Duration {
+	return now.Sub(cn.born) - time.Duration(cn.lastWrite.Load())
 }
 
 // send writes a frame that expects no answer (HeartbeatOK, GoodbyeOK, Credit), without waiting
@@ -486,14 +584,14 @@ func (cn *conn) writeLoop() {
 	ackTimer := time.NewTimer(time.Hour)
 	ackTimer.Stop()
 	defer ackTimer.Stop()
-	lastWrite := time.Now()
 	// The write deadline and the heartbeat timer are not moved on every write: a timer update
 	// costs more than the rest of a small write's work. The deadline moves every 1/16 of the
-	// session timeout (a write blocked for 15/16 of it to all of it fails); the heartbeat timer
-	// is re-armed when it fires.
+	// session timeout (a write blocked for 15/16 of it to all of it fails), also when the
+	// heartbeat timer fires without anything to write (direct writes keep it ahead too); the
+	// heartbeat timer is re-armed when it fires, for the rest of the interval since the last
+	// write (the writer's or a direct one).
 	refresh := cn.sessionTimeout / 16
 	var lastDeadline time.Time
-	var spare []byte
 	for {
 		fired := false
 		select {
@@ -505,6 +603,7 @@ func (cn *conn) writeLoop() {
 			return
 		}
 		now := time.Now()
+		cn.smu.Lock()
 		cn.wmu.Lock()
 		if len(cn.acks) > 0 {
 			if cn.ackNow || len(cn.acks) >= ackFlushCount || !now.Before(cn.ackDue) {
@@ -513,7 +612,7 @@ func (cn *conn) writeLoop() {
 				ackTimer.Reset(cn.ackDue.Sub(now))
 			}
 		}
-		if len(cn.wbuf) == 0 && now.Sub(lastWrite) >= cn.hb {
+		if len(cn.wbuf) == 0 && len(cn.rest) == 0 && cn.sinceWrite(now) >= cn.hb {
 			cn.mu.Lock()
 			corr := cn.nextCorrLocked() // answered by HeartbeatOK, which matches no call
 			cn.mu.Unlock()
@@ -521,34 +620,44 @@ func (cn *conn) writeLoop() {
 				cn.wbuf = buf
 			}
 		}
-		buf := cn.wbuf
-		cn.wbuf = spare[:0]
-		cn.taken.Store(cn.wbatch)
-		cn.wbatch++
-		if len(buf) >= writeQueueMax {
-			close(cn.wtaken)
-			cn.wtaken = make(chan struct{})
-		}
+		buf := cn.takeLocked()
 		cn.wmu.Unlock()
-		if len(buf) > 0 {
-			if now.Sub(lastDeadline) >= refresh {
-				_ = cn.nc.SetWriteDeadline(now.Add(cn.sessionTimeout))
-				lastDeadline = now
+		write := len(cn.rest) > 0 || len(buf) > 0
+		if (write || fired) && now.Sub(lastDeadline) >= refresh {
+			_ = cn.nc.SetWriteDeadline(now.Add(cn.sessionTimeout))
+			lastDeadline = now
+		}
+		if write {
+			err := cn.writeAll(cn.rest) // what a direct write left goes first
+			if err == nil {
+				err = cn.writeAll(buf)
 			}
-			if _, err := cn.nc.Write(buf); err != nil {
+			if err != nil {
+				cn.smu.Unlock()
 				cn.fail(fmt.Errorf("write: %w", err))
 				return
 			}
-			lastWrite = now
+			if cap(cn.rest) > writeKeepCap {
+				cn.rest = nil
+			}
+			cn.rest = cn.rest[:0]
+			cn.wrote(now)
 		}
-		if cap(buf) > writeKeepCap {
-			buf = nil
-		}
-		spare = buf
+		cn.keepSpare(buf)
+		cn.smu.Unlock()
 		if fired {
-			hb.Reset(max(cn.hb-time.Since(lastWrite), time.Millisecond))
+			hb.Reset(max(cn.hb-cn.sinceWrite(time.Now()), time.Millisecond))
 		}
 	}
+}
+
+// writeAll writes b (nothing when empty), waiting up to the write deadline. cn.smu must be held.
+func (cn *conn) writeAll(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := cn.nc.Write(b)
+	return err
 }
 
 // readLoop reads frames until the connection breaks, then tears it down.

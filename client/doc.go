@@ -58,7 +58,11 @@
 // until 256 are pending), and goes at once when no other delivery of its subscription is waiting
 // for a handler (nothing more would join it soon). PublishAsync coalesces the messages queued
 // while earlier requests are on their way into one Publish request per topic. The writer sends
-// every frame queued since its last write in one system call.
+// every frame queued since its last write in one system call; a caller that waits for its answer
+// (Publish, PublishBatch, Subscribe...) writes the queued frames itself when the writer is idle,
+// with a write that never waits (what the socket does not take at once is left to the writer,
+// which writes it first), saving a goroutine hand-off per request. Acks, PublishAsync and the
+// client's own frames always go through the writer; so does everything on a TLS connection.
 //
 // # Errors
 //
@@ -90,10 +94,11 @@
 // Goodbye and wait for GoodbyeOK, close the connections, wait for the supervisor and the
 // publisher loop, then let the callback loop drain and stop.
 //
-// Lock order: Client.mu -> Subscription.mu, and conn.wmu -> conn.mu; no lock is held across a
-// network wait, a hook or a user callback. A request's fate is decided once, by whichever of the
-// reader (answer), the teardown (connection lost) and the waiter (ctx ended: abandoned) first
-// moves its state from pending (call.state). A Subscribe answer is attached to its Subscription on
+// Lock order: Client.mu -> Subscription.mu, and conn.smu -> conn.wmu -> conn.mu (smu is held by
+// whoever writes to the socket, the writer or a caller writing directly, which only tries it); no
+// lock is held across a network wait, a hook or a user callback. A request's fate is decided
+// once, by whichever of the reader (answer), the teardown (connection lost) and the waiter (ctx
+// ended: abandoned) first moves its state from pending (call.state). A Subscribe answer is attached to its Subscription on
 // the reader goroutine before the next frame is read, so no delivery of a new handle is missed;
 // an answer nobody waits for any more gives the handle back with an Unsubscribe.
 //

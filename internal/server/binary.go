@@ -7,10 +7,12 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
+	"github.com/spoolmq/spool/internal/netwrite"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -23,7 +25,11 @@ type binarySession struct {
 	// timeout is the session timeout after the handshake (reader goroutine).
 	timeout time.Duration
 
-	// w and preambleSent are the writer goroutine's.
+	// wmu guards the write side of the socket: the fields below up to rest. The writer goroutine
+	// holds it for a whole flush, from taking the response queue to its last byte; the goroutines
+	// with answers (the reader, the publish worker) only try it, to write them themselves when
+	// the writer is idle and nothing is queued for it (answer).
+	wmu          sync.Mutex
 	w            *protocol.Writer
 	preambleSent bool
 	batch        []protocol.Delivery
@@ -31,6 +37,16 @@ type binarySession struct {
 	// wTimeout is the write timeout last set, at wDeadlineSet (see flush).
 	wTimeout     time.Duration
 	wDeadlineSet time.Time
+	// dbuf is answer's encoding buffer; rest is what answer could not write without waiting, for
+	// the writer to write before anything else.
+	dbuf []byte
+	rest []byte
+	// rc is the socket's raw connection for answer's writes that never wait (nil: every response
+	// goes through the writer).
+	rc syscall.RawConn
+	// direct counts the answer writes, short those of them the socket did not take whole (read by
+	// tests).
+	direct, short atomic.Int64
 
 	// acks are the Ack requests read but not yet run (reader goroutine; see run).
 	acks []ackReq
@@ -47,9 +63,10 @@ type binarySession struct {
 
 func newBinarySession(c *conn) *binarySession {
 	return &binarySession{
-		c: c,
-		r: protocol.NewReader(c.br, c.srv.cfg.MaxFrameSize),
-		w: protocol.NewWriter(c.nc, c.srv.cfg.MaxFrameSize),
+		c:  c,
+		r:  protocol.NewReader(c.br, c.srv.cfg.MaxFrameSize),
+		w:  protocol.NewWriter(c.nc, c.srv.cfg.MaxFrameSize),
+		rc: netwrite.Raw(c.nc),
 	}
 }
 
@@ -205,9 +222,81 @@ func (b *binarySession) fail(corr uint32, e *protocol.Error) {
 	b.c.enqueue(outItem{corr: corr, msg: e})
 }
 
-// reply queues a response.
+// reply sends a response (answer).
 func (b *binarySession) reply(corr uint32, m protocol.Message) {
-	b.c.enqueue(outItem{corr: corr, msg: m})
+	b.answer(outItem{corr: corr, msg: m})
+}
+
+// maxDirectBuf bounds the buffers answer keeps between calls (dbuf, rest).
+const maxDirectBuf = 64 << 10
+
+// answer sends responses. When the writer is idle (wmu free), nothing is queued for it and the
+// connection has no subscription, the calling goroutine (the reader, or the publish worker for
+// the publishes it appended) writes them to the socket itself, with a write that never waits:
+// one goroutine hand-off less per request, which on a connection with one request at a time is
+// most of the server's scheduling cost. What the socket does not take at once is left in rest
+// and the writer is woken: it writes rest before anything else. Otherwise the responses are
+// queued for the writer. Either way they leave in the order answer and enqueue were called: a
+// queued response is never overtaken (the queue must be empty), and the writer holds wmu from
+// taking the queue to its last byte.
+func (b *binarySession) answer(its ...outItem) {
+	if len(its) == 0 {
+		return
+	}
+	if b.rc != nil && b.wmu.TryLock() {
+		done := b.answerLocked(its)
+		b.wmu.Unlock()
+		if done {
+			return
+		}
+	}
+	b.c.enqueueAll(its)
+}
+
+// answerLocked writes its to the socket if the writer has nothing to write before them; it
+// reports false when they must be queued instead. b.wmu must be held.
+func (b *binarySession) answerLocked(its []outItem) bool {
+	c := b.c
+	if !b.preambleSent || len(b.rest) > 0 || b.w.Buffered() > 0 {
+		return false
+	}
+	c.mu.Lock()
+	// A connection with subscriptions leaves its answers (acks mostly) to the writer, which sends
+	// them in one write with the deliveries their credit makes room for.
+	idle := len(c.out) == 0 && len(c.handles) == 0
+	c.mu.Unlock()
+	if !idle {
+		return false
+	}
+	buf := b.dbuf[:0]
+	for _, it := range its {
+		start := len(buf)
+		var err error
+		buf, err = protocol.AppendFrame(buf, it.corr, it.msg)
+		if err != nil || len(buf)-start > b.w.MaxFrameSize() {
+			b.dbuf = buf[:0]
+			return false // the writer replaces it with an Error frame (write)
+		}
+	}
+	n, err := netwrite.NoWait(b.rc, buf)
+	b.direct.Add(1)
+	switch {
+	case err != nil:
+		c.logger.Debug("write failed, closing connection", slog.Any("error", err))
+		c.abort()
+	case n < len(buf):
+		b.short.Add(1)
+		b.rest = append(b.rest, buf[n:]...)
+		c.signal()
+	}
+	if n > 0 {
+		c.wrote(time.Now())
+	}
+	if cap(buf) > maxDirectBuf {
+		buf = nil
+	}
+	b.dbuf = buf[:0]
+	return true
 }
 
 // replyErr queues the Error frame for err (mapped by errmap.ErrorFrom); unexpected errors are logged.
@@ -510,14 +599,17 @@ func (b *binarySession) heartbeatInterval() time.Duration {
 	return b.interval
 }
 
-// flush is the writer's work: responses in order, then for each open handle the subscriptions that
-// ended and the deliveries in its member's channel, packed into Deliver frames within the max
-// frame size; a Heartbeat when the timer fired and nothing else was written.
+// flush is the writer's work: what answer left unwritten, responses in order, then for each open
+// handle the subscriptions that ended and the deliveries in its member's channel, packed into
+// Deliver frames within the max frame size; a Heartbeat when the timer fired and nothing was
+// written for the heartbeat interval (by the writer or answer). It holds wmu throughout.
 func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
 	c := b.c
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
 	out, hs := c.take(final)
 	c.mu.Lock()
-	timeout, ready := b.timeout, b.ready
+	timeout, ready, interval := b.timeout, b.ready, b.interval
 	c.mu.Unlock()
 	if !ready || timeout == 0 {
 		timeout = c.srv.cfg.HandshakeTimeout
@@ -529,6 +621,17 @@ func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
 		b.wTimeout, b.wDeadlineSet = timeout, now
 	}
 	wrote := false
+	if len(b.rest) > 0 {
+		// What answer could not write: it precedes everything queued since.
+		if _, err := c.nc.Write(b.rest); err != nil {
+			return wrote, err
+		}
+		if cap(b.rest) > maxDirectBuf {
+			b.rest = nil
+		}
+		b.rest = b.rest[:0]
+		wrote = true
+	}
 	for _, it := range out {
 		if err := b.write(it.corr, it.msg); err != nil {
 			return wrote, err
@@ -545,7 +648,7 @@ func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
 	if err := b.writeBatch(); err != nil {
 		return wrote, err
 	}
-	if heartbeat && !wrote && ready {
+	if heartbeat && !wrote && ready && c.sinceWrite() >= interval {
 		if err := b.write(b.nextCorr(), &protocol.Heartbeat{Time: c.srv.cfg.Clock.Now()}); err != nil {
 			return wrote, err
 		}

@@ -101,6 +101,10 @@ type conn struct {
 	peerClosed atomic.Bool
 	// pub is the publish stage of a binary session (publish.go): its queue and worker.
 	pub pubStage
+	// lastWrite is when bytes were last handed to the socket, by the writer or by a goroutine
+	// answering without it (binarySession.answer), as time since opened: the heartbeat counts
+	// silence from it.
+	lastWrite atomic.Int64
 
 	// mu guards the fields below. Lock order: conn.mu before the broker's locks (SetMaxInFlight is
 	// called under it); the broker never calls back into the connection.
@@ -235,9 +239,8 @@ func (c *conn) writeLoop(s session) {
 	timer.Stop()
 	armed := false
 	// The heartbeat timer is not reset on every write (a timer update costs about as much as the
-	// rest of a small answer's work): when it fires after a write, it is re-armed for the rest of
-	// the interval since that write.
-	var lastWrite time.Time
+	// rest of a small answer's work): when it fires after a write (the writer's or one made
+	// without it, see lastWrite), it is re-armed for the rest of the interval since that write.
 	for {
 		final, heartbeat := false, false
 		select {
@@ -246,7 +249,7 @@ func (c *conn) writeLoop(s session) {
 			final = true
 		case <-timer.C:
 			heartbeat, armed = true, false
-			if rest := s.heartbeatInterval() - time.Since(lastWrite); rest > 0 {
+			if rest := s.heartbeatInterval() - c.sinceWrite(); rest > 0 {
 				heartbeat, armed = false, true
 				timer.Reset(rest)
 			}
@@ -261,13 +264,24 @@ func (c *conn) writeLoop(s session) {
 			return
 		}
 		if wrote {
-			lastWrite = time.Now()
+			c.wrote(time.Now())
 		}
 		if iv := s.heartbeatInterval(); iv > 0 && !armed {
 			timer.Reset(iv)
 			armed = true
 		}
 	}
+}
+
+// wrote records that bytes were handed to the socket at t (lastWrite).
+func (c *conn) wrote(t time.Time) {
+	c.lastWrite.Store(int64(t.Sub(c.opened)))
+}
+
+// sinceWrite returns the time since bytes were last handed to the socket (since the connection
+// opened when none were).
+func (c *conn) sinceWrite() time.Duration {
+	return time.Since(c.opened) - time.Duration(c.lastWrite.Load())
 }
 
 // signal wakes the writer.

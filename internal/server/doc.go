@@ -50,6 +50,20 @@
 // the handle's first Deliver; a handle is unregistered before its member closes, so no Deliver for
 // it follows UnsubscribeOK (deliveries already on the wire may precede it).
 //
+// Who writes to the socket: the writer, except that the goroutine that has an answer (the reader,
+// or the publish worker for the publishes it appended) writes it itself when the writer is idle,
+// nothing is queued for it and the connection has no subscription (binarySession.answer; a
+// consumer's answers, acks mostly, go to the writer, which sends them in one write with the
+// deliveries they make room for). Such a write never waits (a raw non-blocking write): what the
+// socket does not take at once is kept and the writer is woken to write it before anything else;
+// a write error breaks the connection, as the writer's would. The writer holds the session's
+// write lock (binarySession.wmu) for a whole flush and the others only try it, so responses leave
+// in the order they were produced, and the rules above hold as before. This saves one goroutine
+// hand-off per request on a connection with one request at a time. Deliveries and heartbeats are
+// always written by the writer; a direct write counts as a write for the heartbeat (silence is
+// measured from the last write, whoever made it). A socket without a raw connection (net.Pipe in
+// tests) leaves everything to the writer.
+//
 // # Binary sessions
 //
 //   - Handshake: preamble (a wrong one closes without an answer), Hello with a non-zero
@@ -103,9 +117,12 @@
 //
 // # Lock order
 //
-//	Server.mu (never held while calling a connection) ; conn.mu -> broker locks ; pubStage.mu (leaf)
+//	Server.mu (never held while calling a connection) ;
+//	binarySession.wmu -> conn.mu -> broker locks ; pubStage.mu (leaf)
 //
-// conn.mu guards the response queue, the handles and the session fields the goroutines share;
+// binarySession.wmu is held by the writer for a whole flush; every other goroutine only tries it
+// (TryLock), so nothing waits for it. conn.mu guards the response queue, the handles and the
+// session fields the goroutines share;
 // pubStage.mu guards the publish queue and is never held while calling anything;
 // Member.SetMaxInFlight is called under it (Credit, Goodbye), so it comes before the broker's
 // locks. The broker never calls back into a connection: it only signals the Notify channel.

@@ -27,9 +27,11 @@ import (
 //
 // One exception saves a goroutine hand-off on the most common path, a connection that publishes
 // one request at a time and consumes nothing: when nothing is queued, no other frame has arrived
-// and the connection has no subscription, the reader appends the Publish itself (inlinePublish).
-// Frames that arrive meanwhile wait in the socket and are handed to the worker afterwards; the
-// order holds since nothing else of the connection was being appended.
+// and the connection has no subscription, the reader appends the Publish itself (inlinePublish),
+// and writes its answer itself too when the writer is idle (binarySession.answer; the worker
+// does the same for the answers of its rounds). Frames that arrive meanwhile wait in the socket
+// and are handed to the worker afterwards; the order holds since nothing else of the connection
+// was being appended.
 //
 // A merged call is all or nothing; when it fails for a reason one request can cause on its own
 // (INVALID_ARGUMENT, MESSAGE_TOO_LARGE: the engine validates every message before writing, so
@@ -237,7 +239,8 @@ func (b *binarySession) publishLoop() {
 }
 
 // publishRound appends the requests of one round: per topic, in order, in calls of at most
-// protocol.MaxBatch messages (a single larger request goes alone), and queues their answers.
+// protocol.MaxBatch messages (a single larger request goes alone), and sends their answers
+// (answer: written by the worker itself when the writer is idle, else queued for it).
 func (b *binarySession) publishRound(batch []pubReq) {
 	var topics []string
 	byTopic := make(map[string][]pubReq, 1)
@@ -260,7 +263,7 @@ func (b *binarySession) publishRound(batch []pubReq) {
 			reqs = reqs[n:]
 		}
 	}
-	b.c.enqueueAll(out)
+	b.answer(out...)
 }
 
 // appendMerged appends reqs (one topic, total messages in all) with one broker call and adds
