@@ -68,8 +68,10 @@ func validate(what, s string, wildcards bool) error {
 	if len(s) > MaxLen {
 		return fmt.Errorf("%w: %s is %d bytes, at most %d allowed", ErrInvalidName, what, len(s), MaxLen)
 	}
-	segs := strings.Split(s, ".")
-	for i, seg := range segs {
+	// Segment by segment without splitting (it runs on every publish).
+	for rest := s; ; {
+		seg, tail, more := strings.Cut(rest, ".")
+		rest = tail
 		switch {
 		case seg == "":
 			return fmt.Errorf("%w: %s %q has an empty segment (segments are joined by single dots)", ErrInvalidName, what, s)
@@ -77,7 +79,7 @@ func validate(what, s string, wildcards bool) error {
 			if !wildcards {
 				return fmt.Errorf("%w: %s %q contains wildcard %q (only allowed in patterns)", ErrInvalidName, what, s, seg)
 			}
-			if seg == "#" && i != len(segs)-1 {
+			if seg == "#" && more {
 				return fmt.Errorf("%w: %s %q: '#' must be the last segment", ErrInvalidName, what, s)
 			}
 		default:
@@ -88,8 +90,10 @@ func validate(what, s string, wildcards bool) error {
 				}
 			}
 		}
+		if !more {
+			return nil
+		}
 	}
-	return nil
 }
 
 func wildcardHint(wildcards bool) string {

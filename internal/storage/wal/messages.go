@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,9 +38,34 @@ type partBatch struct {
 	p     *partition
 	idx   []int // positions in the batch
 	recs  []wlog.Record
+	buf   *[]byte // the encoded records (recs point into it), from recordBufs
 	first int64
 	ts    int64
 	err   error
+}
+
+// recordBufs recycles the buffers MessagesAppend encodes records into (about one message's size
+// per message published): the committer copies them into its own write buffer and drops them
+// when the append completes.
+var recordBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledRecordBuf is the largest record buffer kept for reuse.
+const maxPooledRecordBuf = 256 << 10
+
+func getRecordBuf(size int) *[]byte {
+	b := recordBufs.Get().(*[]byte)
+	if cap(*b) < size {
+		*b = make([]byte, 0, size)
+	}
+	*b = (*b)[:0]
+	return b
+}
+
+func putRecordBuf(b *[]byte) {
+	if b == nil || cap(*b) > maxPooledRecordBuf {
+		return
+	}
+	recordBufs.Put(b)
 }
 
 // MessagesAppend appends a batch of messages to a topic and returns once they are durable and
@@ -134,7 +160,8 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 		for _, i := range b.idx {
 			size += appendSize(&msgs[i]) + 32
 		}
-		buf := make([]byte, 0, size)
+		b.buf = getRecordBuf(size)
+		buf := *b.buf
 		ends := make([]int, len(b.idx))
 		for j, i := range b.idx {
 			m := &msgs[i]
@@ -143,6 +170,7 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 			buf = record.AppendMessage(buf, &scratch)
 			ends[j] = len(buf)
 		}
+		*b.buf = buf
 		b.recs = make([]wlog.Record, len(b.idx))
 		start := 0
 		for j := range b.recs {
@@ -182,6 +210,13 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 		}
 	} else {
 		<-done
+	}
+	// Every append completed: the committer no longer holds the records.
+	for _, b := range batches {
+		if b != nil {
+			putRecordBuf(b.buf)
+			b.buf, b.recs = nil, nil
+		}
 	}
 	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, len(msgs))}
 	for _, b := range batches {
