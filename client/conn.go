@@ -682,7 +682,17 @@ func (cn *conn) readLoop() {
 		cn.handleFrame(f)
 	}
 	var ne net.Error
+	closing := false
+	select {
+	case <-cn.c.closing:
+		closing = true
+	default:
+	}
 	switch {
+	case closing:
+		// Close said Goodbye: the broker's answer and close are the end Close asked for, not a
+		// loss (the disconnect hook gets ErrClientClosed, as when Close closes the socket itself).
+		err = ErrClientClosed
 	case errors.Is(err, io.EOF):
 		err = errors.New("closed by the broker")
 	case errors.As(err, &ne) && ne.Timeout() && !cn.isDead():

@@ -531,3 +531,27 @@ func TestIntegrationClose(t *testing.T) {
 		})
 	})
 }
+
+// TestCloseReportsClientClosed: the disconnect hook of a connection that Close ended reports
+// ErrClientClosed, also when the broker's close after GoodbyeOK reaches the reader first.
+func TestCloseReportsClientClosed(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t, nil)
+	for i := range 20 {
+		disc := make(chan DisconnectEvent, 4)
+		c := b.dial(t, Hooks(disconnectHook(func(e DisconnectEvent) { disc <- e })))
+		if _, err := c.Publish(context.Background(), "close.reason", Message{Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		err := c.Close(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		ev := recv(t, disc, "disconnect")
+		if !errors.Is(ev.Err, ErrClientClosed) {
+			t.Fatalf("close %d: disconnect reported %v, want ErrClientClosed", i, ev.Err)
+		}
+	}
+}
