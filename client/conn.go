@@ -10,7 +10,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool/internal/netwrite"
@@ -105,26 +104,17 @@ type conn struct {
 	hb             time.Duration
 	sessionTimeout time.Duration
 	logger         *slog.Logger
-	// born is when the connection was made (lastWrite counts from it).
-	born time.Time
-	// rc is the socket's raw connection for writeDirect (nil: TLS, net.Pipe; every frame then
-	// goes through the writer).
-	rc syscall.RawConn
+	// nw is the socket's write side: direct writes (none on TLS or net.Pipe: every frame then goes
+	// through the writer), what they left unwritten, and the time of the last write, from which
+	// heartbeats count silence.
+	nw *netwrite.Writer
 
 	// smu is held by whoever writes to the socket: the writer for a whole round (taking the
-	// buffer, writing rest, then the buffer), or a caller writing its request itself
-	// (writeDirect). It guards rest and spare.
+	// buffer, writing what a direct write left, then the buffer), or a caller writing its request
+	// itself (writeDirect). It guards spare and nw's unwritten rest.
 	smu sync.Mutex
-	// rest is what a direct write left unwritten (the socket's send buffer was full): the writer
-	// writes it before anything else.
-	rest []byte
 	// spare is the buffer that replaces wbuf when a batch is taken.
 	spare []byte
-	// lastWrite is when bytes were last handed to the socket, by the writer or a direct write,
-	// as time since born: heartbeats count silence from it.
-	lastWrite atomic.Int64
-	// direct counts the direct writes, short those the socket did not take whole (read by tests).
-	direct, short atomic.Int64
 
 	// wmu guards the write side: the buffer of encoded frames waiting for the writer, the acks
 	// waiting to be coalesced, and whether the connection still accepts frames.
@@ -228,8 +218,7 @@ func (c *Client) dialConn(ctx context.Context) (*conn, error) {
 		sendMax:        int(ok.MaxFrameSize),
 		hb:             ok.HeartbeatInterval,
 		sessionTimeout: ok.SessionTimeout,
-		born:           time.Now(),
-		rc:             netwrite.Raw(nc),
+		nw:             netwrite.New(nc),
 		wbatch:         1,
 		wtaken:         make(chan struct{}),
 		wwake:          make(chan struct{}, 1),
@@ -355,7 +344,7 @@ func (cn *conn) enqueue(ctx context.Context, corr uint32, m protocol.Message, cl
 	}
 	// A caller that waits for its answer writes the buffer itself when the writer is idle;
 	// PublishAsync, acks and the reader's own frames leave it to the writer, which coalesces them.
-	if cl != nil && cl.done != nil && cn.rc != nil && cn.smu.TryLock() {
+	if cl != nil && cl.done != nil && cn.nw.HasRaw() && cn.smu.TryLock() {
 		cn.writeDirect()
 		return nil
 	}
@@ -365,12 +354,12 @@ func (cn *conn) enqueue(ctx context.Context, corr uint32, m protocol.Message, cl
 }
 
 // writeDirect takes the write buffer (the caller's frame and whatever was queued before it) and
-// writes it without waiting; what the socket does not take at once is left in rest, and the
-// writer is woken to write it. When rest already holds bytes, the buffer is left to the writer
-// (they must go first). A write error fails the connection, as the writer's would. cn.smu and
-// cn.wmu must be held; it releases both.
+// writes it without waiting (nw.Direct); what the socket does not take at once is kept, and the
+// writer is woken to write it first. While bytes of an earlier direct write still wait, the
+// buffer is left to the writer. A write error fails the connection, as the writer's would.
+// cn.smu and cn.wmu must be held; it releases both.
 func (cn *conn) writeDirect() {
-	if len(cn.rest) > 0 {
+	if !cn.nw.CanDirect() {
 		cn.wmu.Unlock()
 		cn.smu.Unlock()
 		cn.wakeWriter()
@@ -378,18 +367,11 @@ func (cn *conn) writeDirect() {
 	}
 	buf := cn.takeLocked()
 	cn.wmu.Unlock()
-	n, err := netwrite.NoWait(cn.rc, buf)
-	cn.direct.Add(1)
-	switch {
+	switch short, err := cn.nw.Direct(buf); {
 	case err != nil:
 		cn.fail(fmt.Errorf("write: %w", err))
-	case n < len(buf):
-		cn.short.Add(1)
-		cn.rest = append(cn.rest, buf[n:]...)
+	case short:
 		cn.wakeWriter()
-	}
-	if n > 0 {
-		cn.wrote(time.Now())
 	}
 	cn.keepSpare(buf)
 	cn.smu.Unlock()
@@ -414,16 +396,6 @@ func (cn *conn) keepSpare(buf []byte) {
 	if cap(buf) <= writeKeepCap {
 		cn.spare = buf[:0]
 	}
-}
-
-// wrote records that bytes were handed to the socket at t (lastWrite).
-func (cn *conn) wrote(t time.Time) {
-	cn.lastWrite.Store(int64(t.Sub(cn.born)))
-}
-
-// sinceWrite returns the time from the last write to now.
-func (cn *conn) sinceWrite(now time.Time) time.Duration {
-	return now.Sub(cn.born) - time.Duration(cn.lastWrite.Load())
 }
 
 // send writes a frame that expects no answer (HeartbeatOK, GoodbyeOK, Credit), without waiting
@@ -612,7 +584,7 @@ func (cn *conn) writeLoop() {
 				ackTimer.Reset(cn.ackDue.Sub(now))
 			}
 		}
-		if len(cn.wbuf) == 0 && len(cn.rest) == 0 && cn.sinceWrite(now) >= cn.hb {
+		if len(cn.wbuf) == 0 && !cn.nw.Pending() && cn.nw.Since(now) >= cn.hb {
 			cn.mu.Lock()
 			corr := cn.nextCorrLocked() // answered by HeartbeatOK, which matches no call
 			cn.mu.Unlock()
@@ -622,42 +594,29 @@ func (cn *conn) writeLoop() {
 		}
 		buf := cn.takeLocked()
 		cn.wmu.Unlock()
-		write := len(cn.rest) > 0 || len(buf) > 0
+		write := cn.nw.Pending() || len(buf) > 0
 		if (write || fired) && now.Sub(lastDeadline) >= refresh {
 			_ = cn.nc.SetWriteDeadline(now.Add(cn.sessionTimeout))
 			lastDeadline = now
 		}
 		if write {
-			err := cn.writeAll(cn.rest) // what a direct write left goes first
-			if err == nil {
-				err = cn.writeAll(buf)
+			_, err := cn.nw.FlushRest() // what a direct write left goes first
+			if err == nil && len(buf) > 0 {
+				_, err = cn.nc.Write(buf)
 			}
 			if err != nil {
 				cn.smu.Unlock()
 				cn.fail(fmt.Errorf("write: %w", err))
 				return
 			}
-			if cap(cn.rest) > writeKeepCap {
-				cn.rest = nil
-			}
-			cn.rest = cn.rest[:0]
-			cn.wrote(now)
+			cn.nw.Wrote(now)
 		}
 		cn.keepSpare(buf)
 		cn.smu.Unlock()
 		if fired {
-			hb.Reset(max(cn.hb-cn.sinceWrite(time.Now()), time.Millisecond))
+			hb.Reset(max(cn.hb-cn.nw.Since(time.Now()), time.Millisecond))
 		}
 	}
-}
-
-// writeAll writes b (nothing when empty), waiting up to the write deadline. cn.smu must be held.
-func (cn *conn) writeAll(b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	_, err := cn.nc.Write(b)
-	return err
 }
 
 // readLoop reads frames until the connection breaks, then tears it down.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/spoolmq/spool/internal/netwrite"
 	"net"
 	"sync"
 	"syscall"
@@ -74,7 +75,7 @@ func tcpClient(t *testing.T, bufSize int) (*Client, *peer, *conn) {
 	}, Dialer(tcpDial(t, n, bufSize)))
 	closePipeClient(t, c, &n.last)
 	cn := c.current()
-	if cn == nil || cn.rc == nil {
+	if cn == nil || !cn.nw.HasRaw() {
 		t.Fatalf("connection %v has no raw connection", cn)
 	}
 	return c, p, cn
@@ -103,7 +104,7 @@ func TestSyncPublishWrittenByCaller(t *testing.T) {
 	}
 	// The writer is never woken here (no acks, no async publishes, heartbeats an hour apart), so
 	// every request was written directly.
-	if d, s := cn.direct.Load(), cn.short.Load(); d != n || s != 0 {
+	if d, s := cn.nw.Counts(); d != n || s != 0 {
 		t.Fatalf("direct writes %d (short %d), want %d (0)", d, s, n)
 	}
 }
@@ -133,8 +134,8 @@ func (p *pausingRawConn) Write(f func(fd uintptr) bool) error {
 func TestShortDirectWriteThenQueuedFrames(t *testing.T) {
 	t.Parallel()
 	c, p, cn := tcpClient(t, 4096)
-	pause := &pausingRawConn{RawConn: cn.rc, paused: make(chan struct{}), resume: make(chan struct{})}
-	cn.rc = pause // before any request: the callers read it after this
+	pause := &pausingRawConn{RawConn: netwrite.Raw(cn.nc), paused: make(chan struct{}), resume: make(chan struct{})}
+	cn.nw = netwrite.NewRaw(cn.nc, pause) // before any request: the callers read it after this
 
 	big := bytes.Repeat([]byte("0123456789abcdef"), 48<<10) // 768 KiB, more than the socket holds
 	done := make(chan error, 4)
@@ -165,7 +166,7 @@ func TestShortDirectWriteThenQueuedFrames(t *testing.T) {
 	}
 	close(pause.resume)
 	checkFor(t, waitTimeout, func() error {
-		if cn.short.Load() == 0 {
+		if _, short := cn.nw.Counts(); short == 0 {
 			return fmt.Errorf("no short direct write")
 		}
 		return nil

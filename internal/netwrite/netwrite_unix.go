@@ -9,7 +9,7 @@ import (
 	"syscall"
 )
 
-// Raw returns the raw connection of nc for NoWait, or nil when nc has none (TLS, a net.Pipe).
+// Raw returns the raw connection of nc for noWait, or nil when nc has none (TLS, a net.Pipe).
 func Raw(nc net.Conn) syscall.RawConn {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
@@ -22,12 +22,12 @@ func Raw(nc net.Conn) syscall.RawConn {
 	return rc
 }
 
-// NoWait writes as much of b as the socket takes without waiting (every socket of package net is
+// noWait writes as much of b as the socket takes without waiting (every socket of package net is
 // non-blocking): n < len(b) with a nil error means the send buffer is full, and the rest must be
 // written by a writer that may wait. A write deadline that passed (the writer moves it only when
 // it runs) writes nothing and is not an error: the writer sets a new one before it writes the
 // rest. Safe for concurrent use as far as the socket is; callers serialize their writes.
-func NoWait(rc syscall.RawConn, b []byte) (n int, err error) {
+func noWait(rc syscall.RawConn, b []byte) (n int, err error) {
 	cerr := rc.Write(func(fd uintptr) bool {
 		for n < len(b) {
 			m, e := syscall.Write(int(fd), b[n:])

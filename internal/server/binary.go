@@ -7,12 +7,10 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
-	"github.com/spoolmq/spool/internal/netwrite"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -25,7 +23,8 @@ type binarySession struct {
 	// timeout is the session timeout after the handshake (reader goroutine).
 	timeout time.Duration
 
-	// wmu guards the write side of the socket: the fields below up to rest. The writer goroutine
+	// wmu guards the write side of the socket: the fields below up to dbuf, and conn.nw's
+	// unwritten rest. The writer goroutine
 	// holds it for a whole flush, from taking the response queue to its last byte; the goroutines
 	// with answers (the reader, the publish worker) only try it, to write them themselves when
 	// the writer is idle and nothing is queued for it (answer).
@@ -37,21 +36,11 @@ type binarySession struct {
 	// wTimeout is the write timeout last set, at wDeadlineSet (see flush).
 	wTimeout     time.Duration
 	wDeadlineSet time.Time
-	// dbuf is answer's encoding buffer; rest is what answer could not write without waiting, for
-	// the writer to write before anything else.
+	// dbuf is answer's encoding buffer (what answer could not write waits in conn.nw).
 	dbuf []byte
-	rest []byte
-	// rc is the socket's raw connection for answer's writes that never wait (nil: every response
-	// goes through the writer).
-	rc syscall.RawConn
-	// direct counts the answer writes, short those of them the socket did not take whole (read by
-	// tests).
-	direct, short atomic.Int64
 
 	// acks are the Ack requests read but not yet run (reader goroutine; see run).
 	acks []ackReq
-	// lastInline is when the reader answered its last inline Publish (reader goroutine).
-	lastInline time.Time
 
 	// serverCorr numbers the server's own requests (Heartbeat, Goodbye); never 0.
 	serverCorr atomic.Uint32
@@ -63,10 +52,9 @@ type binarySession struct {
 
 func newBinarySession(c *conn) *binarySession {
 	return &binarySession{
-		c:  c,
-		r:  protocol.NewReader(c.br, c.srv.cfg.MaxFrameSize),
-		w:  protocol.NewWriter(c.nc, c.srv.cfg.MaxFrameSize),
-		rc: netwrite.Raw(c.nc),
+		c: c,
+		r: protocol.NewReader(c.br, c.srv.cfg.MaxFrameSize),
+		w: protocol.NewWriter(c.nc, c.srv.cfg.MaxFrameSize),
 	}
 }
 
@@ -227,15 +215,15 @@ func (b *binarySession) reply(corr uint32, m protocol.Message) {
 	b.answer(outItem{corr: corr, msg: m})
 }
 
-// maxDirectBuf bounds the buffers answer keeps between calls (dbuf, rest).
+// maxDirectBuf bounds the encoding buffer answer keeps between calls.
 const maxDirectBuf = 64 << 10
 
 // answer sends responses. When the writer is idle (wmu free), nothing is queued for it and the
 // connection has no subscription, the calling goroutine (the reader, or the publish worker for
 // the publishes it appended) writes them to the socket itself, with a write that never waits:
 // one goroutine hand-off less per request, which on a connection with one request at a time is
-// most of the server's scheduling cost. What the socket does not take at once is left in rest
-// and the writer is woken: it writes rest before anything else. Otherwise the responses are
+// most of the server's scheduling cost. What the socket does not take at once is kept (conn.nw)
+// and the writer is woken: it writes that before anything else. Otherwise the responses are
 // queued for the writer. Either way they leave in the order answer and enqueue were called: a
 // queued response is never overtaken (the queue must be empty), and the writer holds wmu from
 // taking the queue to its last byte.
@@ -243,7 +231,7 @@ func (b *binarySession) answer(its ...outItem) {
 	if len(its) == 0 {
 		return
 	}
-	if b.rc != nil && b.wmu.TryLock() {
+	if b.wmu.TryLock() {
 		done := b.answerLocked(its)
 		b.wmu.Unlock()
 		if done {
@@ -257,7 +245,7 @@ func (b *binarySession) answer(its ...outItem) {
 // reports false when they must be queued instead. b.wmu must be held.
 func (b *binarySession) answerLocked(its []outItem) bool {
 	c := b.c
-	if !b.preambleSent || len(b.rest) > 0 || b.w.Buffered() > 0 {
+	if !b.preambleSent || !c.nw.CanDirect() || b.w.Buffered() > 0 {
 		return false
 	}
 	c.mu.Lock()
@@ -278,19 +266,12 @@ func (b *binarySession) answerLocked(its []outItem) bool {
 			return false // the writer replaces it with an Error frame (write)
 		}
 	}
-	n, err := netwrite.NoWait(b.rc, buf)
-	b.direct.Add(1)
-	switch {
+	switch short, err := c.nw.Direct(buf); {
 	case err != nil:
 		c.logger.Debug("write failed, closing connection", slog.Any("error", err))
 		c.abort()
-	case n < len(buf):
-		b.short.Add(1)
-		b.rest = append(b.rest, buf[n:]...)
+	case short:
 		c.signal()
-	}
-	if n > 0 {
-		c.wrote(time.Now())
 	}
 	if cap(buf) > maxDirectBuf {
 		buf = nil
@@ -336,9 +317,8 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) 
 	case *protocol.Publish:
 		if b.inlinePublish() {
 			now := time.Now()
-			prompt := !b.lastInline.IsZero() && now.Sub(b.lastInline) < promptWithin
+			prompt := b.c.nw.Since(now) < promptWithin
 			b.reply(corr, b.appendOne(pubReq{corr: corr, msg: m, start: now, size: size, prompt: prompt}).msg)
-			b.lastInline = time.Now()
 		} else {
 			b.queuePublish(corr, m, size)
 		}
@@ -620,17 +600,10 @@ func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
 		_ = c.nc.SetWriteDeadline(now.Add(timeout))
 		b.wTimeout, b.wDeadlineSet = timeout, now
 	}
-	wrote := false
-	if len(b.rest) > 0 {
-		// What answer could not write: it precedes everything queued since.
-		if _, err := c.nc.Write(b.rest); err != nil {
-			return wrote, err
-		}
-		if cap(b.rest) > maxDirectBuf {
-			b.rest = nil
-		}
-		b.rest = b.rest[:0]
-		wrote = true
+	// What answer could not write precedes everything queued since.
+	wrote, err := c.nw.FlushRest()
+	if err != nil {
+		return wrote, err
 	}
 	for _, it := range out {
 		if err := b.write(it.corr, it.msg); err != nil {
@@ -648,7 +621,7 @@ func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
 	if err := b.writeBatch(); err != nil {
 		return wrote, err
 	}
-	if heartbeat && !wrote && ready && c.sinceWrite() >= interval {
+	if heartbeat && !wrote && ready && c.nw.Since(time.Now()) >= interval {
 		if err := b.write(b.nextCorr(), &protocol.Heartbeat{Time: c.srv.cfg.Clock.Now()}); err != nil {
 			return wrote, err
 		}

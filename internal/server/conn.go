@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/spoolmq/spool/internal/netwrite"
 	"io"
 	"log/slog"
 	"net"
@@ -101,10 +102,10 @@ type conn struct {
 	peerClosed atomic.Bool
 	// pub is the publish stage of a binary session (publish.go): its queue and worker.
 	pub pubStage
-	// lastWrite is when bytes were last handed to the socket, by the writer or by a goroutine
-	// answering without it (binarySession.answer), as time since opened: the heartbeat counts
-	// silence from it.
-	lastWrite atomic.Int64
+	// nw is the socket's write side shared with the goroutines that answer without the writer
+	// (binarySession.answer): what they left unwritten, and the time of the last write, from
+	// which the heartbeat counts silence.
+	nw *netwrite.Writer
 
 	// mu guards the fields below. Lock order: conn.mu before the broker's locks (SetMaxInFlight is
 	// called under it); the broker never calls back into the connection.
@@ -141,6 +142,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		id:         id,
 		remote:     remote,
 		opened:     time.Now(),
+		nw:         netwrite.New(nc),
 		logger:     s.logger.With(slog.String("session", id), slog.String("remote", remote)),
 		ctx:        ctx,
 		cancel:     cancel,
@@ -240,7 +242,7 @@ func (c *conn) writeLoop(s session) {
 	armed := false
 	// The heartbeat timer is not reset on every write (a timer update costs about as much as the
 	// rest of a small answer's work): when it fires after a write (the writer's or one made
-	// without it, see lastWrite), it is re-armed for the rest of the interval since that write.
+	// without it, see nw), it is re-armed for the rest of the interval since that write.
 	for {
 		final, heartbeat := false, false
 		select {
@@ -249,7 +251,7 @@ func (c *conn) writeLoop(s session) {
 			final = true
 		case <-timer.C:
 			heartbeat, armed = true, false
-			if rest := s.heartbeatInterval() - c.sinceWrite(); rest > 0 {
+			if rest := s.heartbeatInterval() - c.nw.Since(time.Now()); rest > 0 {
 				heartbeat, armed = false, true
 				timer.Reset(rest)
 			}
@@ -264,24 +266,13 @@ func (c *conn) writeLoop(s session) {
 			return
 		}
 		if wrote {
-			c.wrote(time.Now())
+			c.nw.Wrote(time.Now())
 		}
 		if iv := s.heartbeatInterval(); iv > 0 && !armed {
 			timer.Reset(iv)
 			armed = true
 		}
 	}
-}
-
-// wrote records that bytes were handed to the socket at t (lastWrite).
-func (c *conn) wrote(t time.Time) {
-	c.lastWrite.Store(int64(t.Sub(c.opened)))
-}
-
-// sinceWrite returns the time since bytes were last handed to the socket (since the connection
-// opened when none were).
-func (c *conn) sinceWrite() time.Duration {
-	return time.Since(c.opened) - time.Duration(c.lastWrite.Load())
 }
 
 // signal wakes the writer.

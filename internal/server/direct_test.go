@@ -36,7 +36,7 @@ func TestSyncPublishAnsweredByReader(t *testing.T) {
 	// Heartbeats a minute apart: nothing wakes the writer after HelloOK.
 	c := e.dial(&protocol.Hello{ClientName: "test", HeartbeatInterval: time.Minute})
 	b := e.session()
-	if b.rc == nil {
+	if !b.c.nw.HasRaw() {
 		t.Fatal("a TCP connection has no raw connection")
 	}
 	const n = 30
@@ -47,7 +47,7 @@ func TestSyncPublishAnsweredByReader(t *testing.T) {
 		}
 	}
 	// Only the first answer may find the writer still finishing HelloOK's flush.
-	if d, s := b.direct.Load(), b.short.Load(); d < n-1 || s != 0 {
+	if d, s := b.c.nw.Counts(); d < n-1 || s != 0 {
 		t.Fatalf("answers written by the reader %d (short %d), want at least %d (0)", d, s, n-1)
 	}
 }
@@ -78,8 +78,8 @@ func TestShortDirectAnswerKeepsOrder(t *testing.T) {
 	}
 	corrs := c.pipeline(ms...)
 	eventually(t, "a short direct write", func() error {
-		if b.short.Load() == 0 {
-			return fmt.Errorf("none yet (direct writes %d)", b.direct.Load())
+		if d, s := b.c.nw.Counts(); s == 0 {
+			return fmt.Errorf("none yet (direct writes %d)", d)
 		}
 		return nil
 	})

@@ -48,8 +48,9 @@ type pubReq struct {
 	start time.Time
 	// size is the request's frame body size, counted against Config.MaxPipelinedBytes.
 	size int
-	// prompt: an inline Publish that came within promptWithin of the answer to the previous one
-	// (broker.PublishOptions.Prompt).
+	// prompt: an inline Publish that came within promptWithin of the connection's last write (on
+	// a connection that publishes one request at a time and consumes nothing, the answer to its
+	// previous Publish; broker.PublishOptions.Prompt).
 	prompt bool
 }
 
