@@ -119,6 +119,7 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "store", flags: map[string]string{"store": "mysql://x"}, want: "store: must be empty"},
 		{name: "store password redacted", flags: map[string]string{"store": "mysql://u:secret@h"}, want: "u:***@h"},
 		{name: "listen", flags: map[string]string{"listen": ""}, want: "listen: must not be empty"},
+		{name: "delivery tx timeout", env: []string{"SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=-1s"}, want: "postgres.delivery_tx_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := ""
@@ -141,6 +142,13 @@ func TestPostgresStoreIsValid(t *testing.T) {
 	cfg, err := Load("", []string{"SPOOL_STORE=postgres://spool@localhost/spool"}, nil)
 	if err != nil || !IsPostgresURL(cfg.Store) {
 		t.Fatalf("%+v %v", cfg.Store, err)
+	}
+	if cfg.Postgres.DeliveryTxTimeout != 10*time.Second {
+		t.Fatalf("default postgres.delivery_tx_timeout %s, want 10s", cfg.Postgres.DeliveryTxTimeout)
+	}
+	cfg, err = Load("", []string{"SPOOL_STORE=postgres://spool@localhost/spool", "SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=3s"}, nil)
+	if err != nil || cfg.Postgres.DeliveryTxTimeout != 3*time.Second {
+		t.Fatalf("SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=3s: %s, %v", cfg.Postgres.DeliveryTxTimeout, err)
 	}
 }
 

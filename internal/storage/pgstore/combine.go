@@ -31,6 +31,12 @@ import (
 // result it would have got alone. One that fails on its own (a cancelled subscription, a bad
 // partition) fails alone; when the transaction fails, every operation runs again in a
 // transaction of its own so that one cannot fail the others.
+//
+// A lane's transaction is bounded by Config.DeliveryTxTimeout (runOps): without a deadline, a
+// database that stops answering without closing the connection (a network black hole, a row lock
+// another session holds, a stuck server) would hold every claim and ack of the lane until TCP
+// gives up, which can take hours. A transaction that exceeds it fails all of its operations with a
+// timeout error, and the lane goes on with the operations that queued meanwhile.
 
 // deliveryLanes is the number of delivery transactions of an Engine that run at once.
 const deliveryLanes = 2
@@ -127,13 +133,43 @@ func (e *Engine) runLane(ctx context.Context, lane *opLane, batch []*dop) {
 	}
 }
 
-// runOps runs batch in one transaction; if that fails, each operation alone.
+// runOps runs batch in one transaction bounded by Config.DeliveryTxTimeout. If the transaction
+// fails, each operation runs again alone; if it exceeded its deadline, every operation fails with
+// the timeout error instead (see txTimeout).
+//
+// A timed-out transaction is not run again one by one: the database did not answer in time, and
+// running the operations again, each waiting up to the deadline, would multiply the wait by the
+// size of the batch for every operation of the lane. Its operations fail at once and the clients
+// retry (TIMEOUT is retryable).
+//
+// A timeout once the batch carrying the COMMIT was sent leaves the outcome unknown: the backend
+// may still run the COMMIT if the cancel request (below) comes after the lock it waited for was
+// released, and PostgreSQL cancels a wait for a synchronous standby only after the local commit.
+// That is safe for at-least-once delivery: a claim reported failed but committed leaves leases
+// nobody was given, which expire, and the messages are delivered again (the attempt counts); an
+// ack reported failed but committed is harmless to retry, the engine reporting its messages as
+// AlreadyDone, not as an error.
+//
+// The connection is not reused: pgx closes a connection whose context ended in the middle of a
+// query (after sending PostgreSQL a cancel request, so that its backend stops waiting and gives
+// up its locks), and runPipeTx, which rolls back with a context of its own (no deadline from ctx,
+// bounded by maxRollbackWait), finds it closed and releases it; the pool drops it.
 func (e *Engine) runOps(ctx context.Context, batch []*dop) {
-	err := e.pipeTx(ctx, func(tx pgx.Tx) error { return e.opsTx(ctx, tx, batch) })
-	if err == nil {
+	tctx, cancel := context.WithTimeout(ctx, e.cfg.DeliveryTxTimeout)
+	err := e.pipeTx(tctx, func(tx pgx.Tx) error { return e.opsTx(tctx, tx, batch) })
+	timedOut := tctx.Err() != nil // ctx itself has no deadline (runLane)
+	cancel()
+	switch {
+	case err == nil:
 		return
-	}
-	if len(batch) > 1 {
+	case timedOut:
+		err = e.txTimeout(err)
+		e.log.Warn("pgstore: delivery transaction timed out", "timeout", e.cfg.DeliveryTxTimeout, "operations", len(batch), "err", err)
+		for _, op := range batch {
+			op.claimRes, op.ackRes, op.err = nil, nil, err
+		}
+		return
+	case len(batch) > 1:
 		e.log.Debug("pgstore: combined delivery transaction failed, running its operations one by one", "ops", len(batch), "err", err)
 		for _, op := range batch {
 			e.runOps(ctx, []*dop{op})
@@ -142,6 +178,16 @@ func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 	}
 	op := batch[0]
 	op.claimRes, op.ackRes, op.err = nil, nil, err
+}
+
+// txTimeout is the error of the operations of a delivery transaction that failed with err after
+// exceeding Config.DeliveryTxTimeout. It wraps context.DeadlineExceeded, which the protocol reports
+// as TIMEOUT (retryable: "the request may or may not have taken effect").
+func (e *Engine) txTimeout(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("pgstore: delivery transaction exceeded %s: %w", e.cfg.DeliveryTxTimeout, err)
+	}
+	return fmt.Errorf("pgstore: delivery transaction exceeded %s: %w (%w)", e.cfg.DeliveryTxTimeout, context.DeadlineExceeded, err)
 }
 
 // opsTx runs the operations of batch in transaction tx.

@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/testutil"
+	"github.com/spoolmq/spool/protocol"
 )
 
 // laneSubs creates PUB_SUB subscriptions of topic until n of them share a lane, and returns those.
@@ -147,4 +153,291 @@ func TestDeliveriesCombinedAcrossSubscriptions(t *testing.T) {
 		t.Fatalf("second claim of the acked subscription: %d deliveries, want the 2 left", len(pre.Deliveries))
 	}
 	run(true)
+}
+
+// laneTimeout is the DeliveryTxTimeout of the lane timeout tests: long enough for a claim or an
+// ack on an idle test database under -race, short enough to keep the tests fast.
+const laneTimeout = 500 * time.Millisecond
+
+// openLaneTimeout opens an engine whose lane transactions time out after laneTimeout.
+func openLaneTimeout(t *testing.T, conns int32) *Engine {
+	t.Helper()
+	cfg := testConfig(t, nil)
+	cfg.MaxConns = conns
+	cfg.DeliveryTxTimeout = laneTimeout
+	return logOpen(t, cfg)
+}
+
+// blocker is a session of its own (outside the engine's pool) that holds row locks until it rolls
+// back, like another instance or an administrator's forgotten transaction.
+type blocker struct {
+	t    *testing.T
+	conn *pgx.Conn
+	tx   pgx.Tx
+}
+
+// lockRows begins a transaction on a fresh connection and runs query (a SELECT ... FOR UPDATE).
+func lockRows(t *testing.T, query string, args ...any) *blocker {
+	t.Helper()
+	conn := must(pgx.Connect(t.Context(), testURL(t)))(t)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	tx := must(conn.Begin(t.Context()))(t)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a failed test releases the rows too
+	must(tx.Exec(t.Context(), query, args...))(t)
+	return &blocker{t: t, conn: conn, tx: tx}
+}
+
+func (b *blocker) pid() int { return int(b.conn.PgConn().PID()) }
+
+func (b *blocker) release() {
+	b.t.Helper()
+	if err := b.tx.Rollback(b.t.Context()); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// opOut is the outcome of an operation run in a goroutine.
+type opOut struct {
+	what string
+	res  any
+	err  error
+}
+
+// goOp runs op in a goroutine and returns the channel of its outcome.
+func goOp[T any](what string, op func() (T, error)) <-chan opOut {
+	ch := make(chan opOut, 1)
+	go func() {
+		res, err := op()
+		ch <- opOut{what, res, err}
+	}()
+	return ch
+}
+
+// awaitOut returns the outcome of ch, failing the test if it has not come 10 lane deadlines after
+// start (without the deadline, the operation would wait as long as the blocker holds its rows; the
+// margin is for a loaded machine, since one deadline is the expected wait).
+func awaitOut(t *testing.T, ch <-chan opOut, start time.Time, what string) opOut {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(time.Until(start.Add(10 * laneTimeout))):
+		t.Fatalf("%s: no answer %s after the start (the lane deadline is %s): it waits for the blocked rows",
+			what, 10*laneTimeout, laneTimeout)
+		return opOut{}
+	}
+}
+
+// checkTimeoutErr checks that err is the error of a lane transaction that exceeded laneTimeout,
+// and that the protocol reports it as TIMEOUT, retryable.
+func checkTimeoutErr(t *testing.T, o opOut) {
+	t.Helper()
+	t.Logf("%s: %v", o.what, o.err)
+	if o.err == nil {
+		t.Errorf("%s: got %+v, want the delivery transaction timeout", o.what, o.res)
+		return
+	}
+	if !errors.Is(o.err, context.DeadlineExceeded) || !strings.Contains(o.err.Error(), "delivery transaction exceeded "+laneTimeout.String()) {
+		t.Errorf("%s: got %v, want a delivery transaction timeout wrapping context.DeadlineExceeded", o.what, o.err)
+	}
+	if pe := errmap.ErrorFrom(o.err); pe.Code != protocol.CodeTimeout || !pe.Retryable {
+		t.Errorf("%s: protocol error %s (code %d, retryable %v), want TIMEOUT, retryable", o.what, pe.Name, pe.Code, pe.Retryable)
+	}
+}
+
+// checkPoolIdle checks that no pooled connection was left inside a transaction.
+func checkPoolIdle(t *testing.T, e *Engine) {
+	t.Helper()
+	conns := e.pool.AcquireAllIdle(t.Context())
+	for _, c := range conns {
+		if st := c.Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("pooled connection in transaction status %q", st)
+		}
+		c.Release()
+	}
+}
+
+func refsOf(ds []*storage.Delivery) []storage.DeliveryRef {
+	refs := make([]storage.DeliveryRef, len(ds))
+	for i, d := range ds {
+		refs[i] = d.Ref()
+	}
+	return refs
+}
+
+// TestDeliveriesLaneTimeout: a claim and an ack whose lane transaction waits for rows another
+// session holds fail after Config.DeliveryTxTimeout with a retryable TIMEOUT instead of waiting
+// for that session; once it lets go, the same subscription claims and acks normally, and nothing
+// of the timed-out transactions was applied. The blocked rows are first the subscription's
+// sub_partitions rows (the transaction waits in its first batch) and then its delivery rows (an
+// ack waits in its last batch, the one carrying the COMMIT, whose outcome is then unknown).
+func TestDeliveriesLaneTimeout(t *testing.T) {
+	t.Parallel()
+	e := openLaneTimeout(t, 4)
+	ctx := t.Context()
+	logTopic(t, e, "slow.t", storage.TopicConfig{Semantics: storage.PubSub})
+	sub := logSub(t, e, "slow.t", "g")
+	logPublish(t, e, "slow.t", 0, "a", "b", "c", "d")
+	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 2}))(t)
+	if len(pre.Deliveries) != 2 {
+		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
+	}
+	claim := func() (*storage.DeliveriesClaimResult, error) {
+		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10})
+	}
+
+	// The subscription's sub_partitions rows are held: a claim, then an ack, time out.
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+	t0 := time.Now()
+	checkTimeoutErr(t, awaitOut(t, goOp("claim", claim), t0, "the claim"))
+	t0 = time.Now()
+	ack := goOp("ack", func() (*storage.DeliveriesAckResult, error) {
+		return e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: refsOf(pre.Deliveries)})
+	})
+	checkTimeoutErr(t, awaitOut(t, ack, t0, "the ack"))
+	checkPoolIdle(t, e)
+	b.release()
+
+	// The lane works again, and the timed-out transactions left nothing: the claim gets the two
+	// messages not leased before (the timed-out claim leased none), and the ack below completes
+	// all four (the timed-out ack completed none).
+	res := must(claim())(t)
+	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{2, 3}) {
+		t.Fatalf("claim after the blocker let go: offsets %v, want [2 3]", got)
+	}
+	all := append(refsOf(pre.Deliveries), refsOf(res.Deliveries)...)
+
+	// The delivery rows are held: the ack's last batch (its DELETEs and the COMMIT) waits.
+	b = lockRows(t, e.sql(`SELECT 1 FROM spool.deliveries WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+	t0 = time.Now()
+	ack = goOp("ack", func() (*storage.DeliveriesAckResult, error) {
+		return e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: all})
+	})
+	checkTimeoutErr(t, awaitOut(t, ack, t0, "the ack waiting in its COMMIT batch"))
+	checkPoolIdle(t, e)
+	b.release()
+
+	// The client retries the ack: whether or not the timed-out one committed (PostgreSQL may have
+	// run its COMMIT before the cancel request arrived), every message ends acked exactly once,
+	// and nothing is delivered again.
+	ar := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: all}))(t)
+	if ar.Acked+ar.AlreadyDone != 4 || len(ar.Unknown) != 0 {
+		t.Fatalf("retried ack: %+v, want the 4 messages acked or already done", *ar)
+	}
+	if ar.Acked != 4 {
+		t.Logf("the timed-out ack had committed: %d acked now, %d already done", ar.Acked, ar.AlreadyDone)
+	}
+	if res := must(claim())(t); len(res.Deliveries) != 0 {
+		t.Fatalf("claim after every message was acked: offsets %v, want none", offsetsOfDeliveries(res.Deliveries))
+	}
+	logPublish(t, e, "slow.t", 0, "e")
+	res = must(claim())(t)
+	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{4}) {
+		t.Fatalf("claim of a new message: offsets %v, want [4]", got)
+	}
+	if ar := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: refsOf(res.Deliveries)}))(t); ar.Acked != 1 {
+		t.Fatalf("ack of the new message: %+v, want 1 acked", *ar)
+	}
+}
+
+func offsetsOfDeliveries(ds []*storage.Delivery) []int64 {
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Offset
+	}
+	return out
+}
+
+// TestDeliveriesLaneTimeoutBatch: operations that queue on a lane behind a transaction waiting for
+// rows another session holds run together in the next transaction, which waits for the same rows:
+// every one of them (those of other subscriptions too) fails with the timeout once, together,
+// within a few timeouts, instead of running again one by one (a timeout each). Once the session
+// lets go, every subscription of the lane gets all its messages.
+func TestDeliveriesLaneTimeoutBatch(t *testing.T) {
+	t.Parallel()
+	e := openLaneTimeout(t, 8)
+	ctx := t.Context()
+	logTopic(t, e, "fan.t", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	subs := laneSubs(t, e, "fan.t", 3)
+	blocked, other, acker := subs[0], subs[1], subs[2]
+	logPublish(t, e, "fan.t", 0, "a", "b", "c")
+	logPublish(t, e, "fan.t", 1, "d")
+	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: acker.ID, Member: "m", Max: 2}))(t)
+	if len(pre.Deliveries) != 2 {
+		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
+	}
+	claim := func(s *storage.Subscription, member string) func() (*storage.DeliveriesClaimResult, error) {
+		return func() (*storage.DeliveriesClaimResult, error) {
+			return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: member, Max: 10})
+		}
+	}
+	ack := func(s *storage.Subscription, refs []storage.DeliveryRef) func() (*storage.DeliveriesAckResult, error) {
+		return func() (*storage.DeliveriesAckResult, error) {
+			return e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs})
+		}
+	}
+
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), blocked.ID)
+	t0 := time.Now()
+	outs := []<-chan opOut{goOp("first claim of the blocked subscription", claim(blocked, "m"))}
+	awaitBlockedBy(t, e, b.pid())
+	txs0 := e.laneTxs.Load()
+	lane := &e.lanes[0]
+	queued := []<-chan opOut{
+		goOp("claim of another subscription", claim(other, "m")),
+		goOp("second claim of the blocked subscription", claim(blocked, "m2")),
+		goOp("ack of another subscription", ack(acker, refsOf(pre.Deliveries))),
+		goOp("claim of another subscription", claim(acker, "m2")),
+		goOp("ack of the blocked subscription", ack(blocked, []storage.DeliveryRef{{Partition: 0, Offset: 0}})),
+	}
+	awaitPending(t, lane, len(queued))
+	outs = append(outs, queued...)
+	// Two transactions of a timeout each (the first one's, then the one of the queued
+	// operations); 5 leaves room for a loaded machine, and one by one they would take 5 more.
+	for i, ch := range outs {
+		checkTimeoutErr(t, awaitOut(t, ch, t0, fmt.Sprintf("operation %d", i)))
+	}
+	if n := e.laneTxs.Load() - txs0; n != 1 {
+		t.Errorf("the queued operations ran in %d lane transactions, want 1", n)
+	}
+	checkPoolIdle(t, e)
+	b.release()
+
+	// Nothing was applied: every subscription gets every message it had not leased before.
+	for _, s := range []*storage.Subscription{blocked, other} {
+		if res := must(claim(s, "m")())(t); len(res.Deliveries) != 4 {
+			t.Errorf("claim of %d after the blocker let go: %d deliveries, want 4", s.ID, len(res.Deliveries))
+		}
+	}
+	if res := must(claim(acker, "m")())(t); len(res.Deliveries) != 2 {
+		t.Errorf("claim of %d after the blocker let go: %d deliveries, want the 2 not leased before", acker.ID, len(res.Deliveries))
+	}
+	if ar := must(ack(acker, refsOf(pre.Deliveries))())(t); ar.Acked != 2 {
+		t.Errorf("ack after the blocker let go: %+v, want 2 acked", *ar)
+	}
+}
+
+// TestConfigDeliveryTxTimeout: zero takes the default; a negative or too small DeliveryTxTimeout is
+// an invalid argument, at Validate and at Open (before connecting).
+func TestConfigDeliveryTxTimeout(t *testing.T) {
+	t.Parallel()
+	cfg := Config{URL: "postgres://spool@127.0.0.1:1/none"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("zero DeliveryTxTimeout: %v", err)
+	}
+	if d := cfg.withDefaults().DeliveryTxTimeout; d != DefaultDeliveryTxTimeout {
+		t.Fatalf("default DeliveryTxTimeout %s, want %s", d, DefaultDeliveryTxTimeout)
+	}
+	for _, d := range []time.Duration{-time.Second, time.Millisecond, 2 * time.Hour} {
+		cfg.DeliveryTxTimeout = d
+		if err := cfg.Validate(); !errors.Is(err, storage.ErrInvalidArgument) || !strings.Contains(err.Error(), "delivery_tx_timeout") {
+			t.Errorf("DeliveryTxTimeout %s: Validate: %v, want an invalid argument naming delivery_tx_timeout", d, err)
+		}
+		if e, err := Open(t.Context(), cfg); !errors.Is(err, storage.ErrInvalidArgument) {
+			if e != nil {
+				_ = e.Close()
+			}
+			t.Errorf("DeliveryTxTimeout %s: Open: %v, want an invalid argument", d, err)
+		}
+	}
 }

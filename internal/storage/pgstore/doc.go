@@ -78,7 +78,10 @@
 // in arrival order on its state, each with the answer it would have got alone; one that fails on
 // its own fails alone, and a failed transaction runs its operations again one by one. On two
 // cores with 16 groups this halved the p99 end-to-end latency (docs/benchmarks.md): fewer
-// transactions, statements, round trips and WAL flushes per delivered message.
+// transactions, statements, round trips and WAL flushes per delivered message. A lane's
+// transaction is bounded by Config.DeliveryTxTimeout: one that exceeds it (a database that stopped
+// answering, a row lock held elsewhere) fails all of its operations with a timeout at once,
+// without running them again one by one, and the lane goes on with the next batch.
 //
 // # Message cache
 //

@@ -55,6 +55,14 @@ type Config struct {
 	// database (fan-out to many groups reads each message from PostgreSQL once per instance).
 	// Defaults to 64 MiB; negative disables it.
 	MessageCacheBytes int64
+	// DeliveryTxTimeout bounds a combined claim/ack transaction (combine.go), from waiting for a
+	// pool connection to its COMMIT. Such a transaction takes milliseconds, seconds under heavy
+	// load; one that has not finished in time (a database that stopped answering, a row lock
+	// another session holds) is abandoned, and every claim and ack it carried fails with an error
+	// wrapping context.DeadlineExceeded (the protocol's TIMEOUT, retryable) instead of making the
+	// operations queued behind it on its lane wait until TCP gives up. Defaults to 10 s; between
+	// 10 ms and 1 h.
+	DeliveryTxTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -66,6 +74,7 @@ const (
 	DefaultNotifyDelay       = 2 * time.Millisecond
 	DefaultInstanceHeartbeat = 5 * time.Second
 	DefaultMessageCacheBytes = 64 << 20
+	DefaultDeliveryTxTimeout = 10 * time.Second
 )
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -98,6 +107,9 @@ func (c Config) withDefaults() Config {
 	if c.MessageCacheBytes == 0 {
 		c.MessageCacheBytes = DefaultMessageCacheBytes
 	}
+	if c.DeliveryTxTimeout == 0 {
+		c.DeliveryTxTimeout = DefaultDeliveryTxTimeout
+	}
 	return c
 }
 
@@ -123,6 +135,8 @@ func (c Config) Validate() error {
 		return bad("notify_delay", "must be between 0 and 1s, got %s", c.NotifyDelay)
 	case c.InstanceHeartbeat < 10*time.Millisecond || c.InstanceHeartbeat > time.Minute:
 		return bad("instance_heartbeat", "must be between 10ms and 1m, got %s", c.InstanceHeartbeat)
+	case c.DeliveryTxTimeout < 10*time.Millisecond || c.DeliveryTxTimeout > time.Hour:
+		return bad("delivery_tx_timeout", "must be between 10ms and 1h, got %s", c.DeliveryTxTimeout)
 	}
 	return nil
 }
