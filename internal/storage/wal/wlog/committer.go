@@ -77,6 +77,10 @@ type logRound struct {
 	firstSeg *segment // active segment when the round started
 	wrote    bool
 	err      error
+	// Set by Committer.finish.
+	records  int           // records made durable
+	gathered int64         // prompt requests
+	syncT    time.Duration // the fdatasync's duration
 }
 
 // request states: the committer takes a queued request, or its waiter gives up on it first.
@@ -93,7 +97,7 @@ type request struct {
 	ch    chan struct{}                // Append: signalled once first and err are set
 	state atomic.Int32
 	// preset marks an AppendAsync whose outcome (first, err) was known when it was queued: it is
-	// queued only so that done runs on the committer goroutine.
+	// queued only so that done runs where the dones of its log run (AppendAsync).
 	preset bool
 	prompt bool // AppendOptions.Prompt
 	first  int64
@@ -196,9 +200,11 @@ func (c *Committer) Append(ctx context.Context, l *Log, recs []Record) (first in
 }
 
 // AppendAsync queues records and calls done once they are durable (or failed), from the committer
-// goroutine, also for an invalid append (see Append for the errors); done must not block. Only
-// when the committer is closed is done called at once, from the caller's goroutine, with
-// storage.ErrClosed, before AppendAsync returns.
+// goroutine or the goroutine that synced l in that round (Committer.finish: the dones of one log
+// run one after the other, in queue order; those of different logs may run at the same time), also
+// for an invalid append (see Append for the errors); done must not block. Only when the committer
+// is closed is done called at once, from the caller's goroutine, with storage.ErrClosed, before
+// AppendAsync returns.
 func (c *Committer) AppendAsync(l *Log, recs []Record, done func(first int64, err error)) {
 	c.AppendAsyncWith(l, recs, AppendOptions{}, done)
 }
@@ -361,49 +367,65 @@ func (c *Committer) commit(batch []*request) {
 		c.buf = nil
 	}
 
-	// Sync: one fdatasync per log, in parallel when there are several.
-	if c.opts.Sync == SyncAlways {
-		t0 := time.Now()
-		var wg sync.WaitGroup
-		for i, l := range logs {
-			if rd := &l.round; rd.err == nil && rd.wrote {
-				if i == len(logs)-1 {
-					rd.err = l.syncLocked(c.opts.SlowSync)
-				} else {
-					wg.Go(func() { rd.err = l.syncLocked(c.opts.SlowSync) })
-				}
-			}
+	// Sync, then complete: one fdatasync per log, in parallel when there are several, and each
+	// log's requests complete as soon as its own sync returns. A round that carries publishes and
+	// acks syncs a partition log and the state log at once, and the second of two concurrent
+	// fdatasyncs takes ~1.8 times as long as one: the publishes need not wait for the acks' sync
+	// (nothing orders the two logs' durability; a request spanning logs waits for all its parts).
+	var wg sync.WaitGroup
+	for i, l := range logs {
+		if i == len(logs)-1 {
+			c.finish(l)
+		} else {
+			wg.Go(func() { c.finish(l) })
 		}
-		wg.Wait()
-		c.syncT = (3*c.syncT + time.Since(t0)) / 4
 	}
-
-	// Complete: publish, then wake the waiters, so that a returning Append sees its records.
+	wg.Wait()
 	records := 0
 	var gathered int64
+	var syncT time.Duration
 	for _, l := range logs {
 		rd := &l.round
-		if rd.err == nil {
-			l.publishRoundLocked()
-		}
-		l.wmu.Unlock()
-		for _, r := range rd.reqs {
-			if rd.err == nil {
-				records += len(r.recs)
-			}
-			if r.prompt {
-				gathered++
-			}
-			complete(r, rd.err)
-		}
+		records += rd.records
+		gathered += rd.gathered
+		syncT = max(syncT, rd.syncT)
 		clear(rd.reqs)
 		rd.reqs, rd.firstSeg, rd.wrote, rd.err = rd.reqs[:0], nil, false, nil
+		rd.records, rd.gathered, rd.syncT = 0, 0, 0
+	}
+	if c.opts.Sync == SyncAlways {
+		c.syncT = (3*c.syncT + syncT) / 4
 	}
 	c.expect = gathered + c.gatherable.Load()
 	clear(logs)
 	c.logs = logs[:0]
 	if c.opts.OnSync != nil {
 		c.opts.OnSync(time.Since(start), records, len(logs))
+	}
+}
+
+// finish syncs l's round (SyncAlways), publishes its records and completes its requests, so
+// that a returning Append sees its records. Log.wmu is held on entry and released. It runs on the
+// committer goroutine or, for all logs of a round but one, on a goroutine of its own.
+func (c *Committer) finish(l *Log) {
+	rd := &l.round
+	if c.opts.Sync == SyncAlways && rd.err == nil && rd.wrote {
+		t0 := time.Now()
+		rd.err = l.syncLocked(c.opts.SlowSync)
+		rd.syncT = time.Since(t0)
+	}
+	if rd.err == nil {
+		l.publishRoundLocked()
+	}
+	l.wmu.Unlock()
+	for _, r := range rd.reqs {
+		if rd.err == nil {
+			rd.records += len(r.recs)
+		}
+		if r.prompt {
+			rd.gathered++
+		}
+		complete(r, rd.err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -439,4 +440,72 @@ func TestGatherKeepsSynchronousAppendersTogether(t *testing.T) {
 		t.Fatalf("%d rounds for %d records: %.1f records per round, want most of the %d appenders in each",
 			rounds.Load(), records.Load(), mean, appenders)
 	}
+}
+
+// TestLogsOfARoundCompleteAlone: a round that carries two logs completes each log's appends when
+// that log's own sync returns. Log b's syncs are held at the filesystem seam; an append to log a
+// that shares b's round completes (and is readable) while b's sync is still held.
+func TestLogsOfARoundCompleteAlone(t *testing.T) {
+	t.Parallel()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	a := openLog(t, dirA, wlog.Options{FS: efs})
+	b := openLog(t, dirB, wlog.Options{FS: efs})
+	tokens := make(chan struct{}) // one per sync of b let through
+	held := make(chan struct{}, 16)
+	stop := make(chan struct{})
+	var stopOnce sync.Once
+	efs.SetInjector(func(op wlogtest.Op, path string) error {
+		if op == wlogtest.OpSync && strings.HasPrefix(path, dirB) {
+			held <- struct{}{}
+			select {
+			case <-tokens:
+			case <-stop:
+			}
+		}
+		return nil
+	})
+	type round struct{ records, logs int }
+	rounds := make(chan round, 10)
+	c := newCommitter(t, wlog.CommitterOptions{OnSync: func(_ time.Duration, records, logs int) {
+		rounds <- round{records, logs}
+	}})
+	t.Cleanup(func() { stopOnce.Do(func() { close(stop) }) }) // runs before the committer closes
+	resA, resB := make(chan error, 1), make(chan error, 2)
+	c.AppendAsync(b, []wlog.Record{rec(0)}, func(_ int64, err error) { resB <- err })
+	<-held // round 1 (b alone) is syncing b: the next appends queue together
+	c.AppendAsync(a, []wlog.Record{rec(0)}, func(_ int64, err error) { resA <- err })
+	c.AppendAsync(b, []wlog.Record{rec(1)}, func(_ int64, err error) { resB <- err })
+	tokens <- struct{}{} // round 1 ends
+	if err := <-resB; err != nil {
+		t.Fatal(err)
+	}
+	<-held // round 2 (a and b) is syncing b
+	select {
+	case err := <-resA:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second): // b's sync is held: only a's own sync may release a
+		t.Fatal("the append to a waited for the sync of b")
+	}
+	if a.NextIndex() != 1 || b.NextIndex() != 1 {
+		t.Fatalf("NextIndex a = %d, b = %d while b's second sync is held; want 1 and 1", a.NextIndex(), b.NextIndex())
+	}
+	select {
+	case err := <-resB:
+		t.Fatalf("the append to b completed before its sync: %v", err)
+	default:
+	}
+	tokens <- struct{}{}
+	if err := <-resB; err != nil {
+		t.Fatal(err)
+	}
+	if b.NextIndex() != 2 {
+		t.Fatalf("b NextIndex = %d, want 2", b.NextIndex())
+	}
+	if r1, r2 := <-rounds, <-rounds; r1 != (round{1, 1}) || r2 != (round{2, 2}) {
+		t.Fatalf("rounds %+v, %+v; want one record of one log, then two records of two logs", r1, r2)
+	}
+	stopOnce.Do(func() { close(stop) })
 }

@@ -80,9 +80,11 @@
 //
 // # Durability
 //
-// The committer writes a round of appends into the page cache, calls fdatasync once per log, then
-// publishes the records (NextIndex advances) and completes the waiters: readers never see a record
-// that is not durable. New segment files are made in place as ".tmp" (preallocated, header
+// The committer writes a round of appends into the page cache, calls fdatasync once per log (in
+// parallel when a round carries several logs), then publishes each log's records (NextIndex
+// advances) and completes its waiters as soon as that log's own fdatasync returned: readers never
+// see a record that is not durable, and the appends of a log do not wait for another log's sync
+// (the second of two concurrent fdatasyncs takes ~1.8 times as long as one). New segment files are made in place as ".tmp" (preallocated, header
 // written, fdatasync), then renamed, and the directory is fsynced; deletions are followed by a
 // directory fsync too. A failed write or sync is sticky: every later append to the log fails with
 // it, and the sync is never retried (after a failed fsync the page cache cannot be trusted).
