@@ -230,33 +230,13 @@ func TestAcksArrivingTogetherShareCommits(t *testing.T) {
 	}
 	frames = append(frames, &protocol.Ack{Refs: refs(ds[0])}, &protocol.Nack{Delay: time.Hour, Refs: refs(ds[n-1])})
 	before := rounds.Load()
-	c.wmu.Lock()
-	first := c.corr + 1
-	for _, m := range frames {
-		c.corr++
-		if err := c.w.WriteMessage(c.corr, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	c.wmu.Unlock()
-
-	got := make(map[uint32]protocol.ServerMessage, len(frames))
-	for len(got) < len(frames) {
-		corr, m := c.read()
-		if !m.Opcode().IsResponse() {
-			c.keep(corr, m)
-			continue
-		}
-		got[corr] = m
-	}
+	corrs := c.pipeline(frames...)
+	got := c.responses(corrs)
 	acked, done := 0, 0
 	for i := range n {
-		ok, isOK := got[first+uint32(i)].(*protocol.AckOK)
+		ok, isOK := got[corrs[i]].(*protocol.AckOK)
 		if !isOK || len(ok.Unknown) != 0 || ok.Acked+ok.AlreadyDone != 1 {
-			t.Fatalf("answer to Ack %d: %#v", i, got[first+uint32(i)])
+			t.Fatalf("answer to Ack %d: %#v", i, got[corrs[i]])
 		}
 		acked += int(ok.Acked)
 		done += int(ok.AlreadyDone)
@@ -264,8 +244,8 @@ func TestAcksArrivingTogetherShareCommits(t *testing.T) {
 	if acked != n-1 || done != 1 {
 		t.Fatalf("acked %d, already done %d; want %d and 1", acked, done, n-1)
 	}
-	if nack, isOK := got[first+n].(*protocol.NackOK); !isOK || nack.Nacked != 1 {
-		t.Fatalf("answer to the Nack: %#v", got[first+n])
+	if nack, isOK := got[corrs[n]].(*protocol.NackOK); !isOK || nack.Nacked != 1 {
+		t.Fatalf("answer to the Nack: %#v", got[corrs[n]])
 	}
 	// One after the other, the n acks and the nack would take n+1 commits.
 	if r := rounds.Load() - before; r > n/2 {
@@ -274,6 +254,156 @@ func TestAcksArrivingTogetherShareCommits(t *testing.T) {
 	if st := e.groupStats("burst", ""); st.Pending != 1 || st.InFlight != 0 {
 		t.Fatalf("stats = %+v, want only the nacked message pending", st)
 	}
+}
+
+// TestNacksArrivingTogetherShareCommits: Nack requests that arrive together run at once, like
+// acks (a consumer whose downstream is down nacks every message): each gets its own answer, the
+// messages come back with their next attempt, and the nacks share the engine's commits instead of
+// waiting for one commit each.
+func TestNacksArrivingTogetherShareCommits(t *testing.T) {
+	t.Parallel()
+	var rounds atomic.Int64
+	e := newEnvWAL(t, wal.Config{OnSync: func(time.Duration, int, int) { rounds.Add(1) }}, nil, nil)
+	c := e.dial(nil)
+	const n = 40
+	payloads := make([]string, n)
+	for i := range payloads {
+		payloads[i] = fmt.Sprint("m", i)
+	}
+	c.publish("outage", payloads...)
+	c.subscribe(&protocol.Subscribe{Topic: "outage", MaxInFlight: n})
+	ds := c.deliveriesN(n)
+
+	frames := make([]protocol.Message, n)
+	for i, d := range ds {
+		frames[i] = &protocol.Nack{Delay: 100 * time.Millisecond, Reason: "downstream unavailable", Refs: refs(d)}
+	}
+	before := rounds.Load()
+	corrs := c.pipeline(frames...)
+	got := c.responses(corrs)
+	r := rounds.Load() - before
+	for i, corr := range corrs {
+		m := got[corr]
+		if ok, isOK := m.(*protocol.NackOK); !isOK || ok.Nacked != 1 || ok.DeadLettered != 0 || len(ok.NotHeld) != 0 {
+			t.Fatalf("answer to Nack %d: %#v", i, m)
+		}
+	}
+	// One after the other, the n nacks would take n commits. (The nacks delay the redeliveries,
+	// whose claims write records too, so that they do not add commit rounds here.)
+	if r > n/2 {
+		t.Fatalf("%d commit rounds for %d nacks that arrived together; want at most %d", r, n, n/2)
+	}
+	again := c.deliveriesN(n)
+	seen := make(map[int64]bool, n)
+	for _, d := range again {
+		if d.Attempt != 2 || seen[d.Offset] {
+			t.Fatalf("redelivery %+v: want each message once, attempt 2", d)
+		}
+		seen[d.Offset] = true
+	}
+	for _, d := range ds {
+		if !seen[d.Offset] {
+			t.Fatalf("message at offset %d not redelivered", d.Offset)
+		}
+	}
+}
+
+// TestGatheredRequestsKeepOrder: Acks, Nacks and Extends sent in one write, where each request
+// depends on earlier ones of another kind, get the answers of running them one at a time: a group
+// of one kind never runs before an earlier request or after a later one. The script runs once one
+// request at a time (each waits for its answer) and once in one write, against the same expected
+// answers. The last two requests, two Nacks of one delivery in one group, may run in either
+// order: one gives it back, the other finds it not held.
+func TestGatheredRequestsKeepOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	type step struct {
+		req  protocol.Message
+		want string
+	}
+	script := func(d []protocol.Delivery) []step {
+		return []step{
+			{&protocol.Ack{Refs: refs(d[0])}, "AckOK acked=1 done=0 unknown=[]"},
+			{&protocol.Ack{Refs: refs(d[1])}, "AckOK acked=1 done=0 unknown=[]"},
+			// d0 was acked just before.
+			{&protocol.Nack{Delay: time.Hour, Refs: refs(d[0], d[2])}, "NackOK nacked=1 dead=0 notheld=[d0]"},
+			{&protocol.Nack{Delay: time.Hour, Refs: refs(d[3])}, "NackOK nacked=1 dead=0 notheld=[]"},
+			// d2 was nacked just before.
+			{&protocol.Extend{Duration: time.Hour, Refs: refs(d[2], d[4])}, "ExtendOK extended=1 notheld=[d2]"},
+			{&protocol.Extend{Duration: time.Hour, Refs: refs(d[5])}, "ExtendOK extended=1 notheld=[]"},
+			// Any member may ack a nacked message (d2); d1 was acked before.
+			{&protocol.Ack{Refs: refs(d[2], d[4], d[1])}, "AckOK acked=2 done=1 unknown=[]"},
+			// d4 was acked just before.
+			{&protocol.Nack{ToDLQ: true, Refs: refs(d[4], d[5])}, "NackOK nacked=0 dead=1 notheld=[d4]"},
+			{&protocol.Extend{Refs: refs(d[5], d[6])}, "ExtendOK extended=1 notheld=[d5]"},
+			{&protocol.Nack{Delay: time.Hour, Refs: refs(d[6])}, "NackOK nacked=1 dead=0 notheld=[]"},
+			{&protocol.Nack{Delay: time.Hour, Refs: refs(d[6])}, "NackOK nacked=0 dead=0 notheld=[d6]"},
+		}
+	}
+	const n = 7
+	for _, together := range []bool{false, true} {
+		topic := fmt.Sprint("mixed-together-", together)
+		c := e.dial(nil)
+		c.publish(topic, "0", "1", "2", "3", "4", "5", "6")
+		c.subscribe(&protocol.Subscribe{Topic: topic, MaxInFlight: n})
+		ds := c.deliveriesN(n)
+		steps := script(ds)
+		got := make([]string, len(steps))
+		if together {
+			reqs := make([]protocol.Message, len(steps))
+			for i, s := range steps {
+				reqs[i] = s.req
+			}
+			corrs := c.pipeline(reqs...)
+			answers := c.responses(corrs)
+			for i, corr := range corrs {
+				got[i] = answerSummary(ds, answers[corr])
+			}
+		} else {
+			for i, s := range steps {
+				got[i] = answerSummary(ds, c.request(s.req))
+			}
+		}
+		last := len(steps) - 2
+		if together && got[last] < got[last+1] {
+			got[last], got[last+1] = got[last+1], got[last] // either order (see the test comment)
+		}
+		for i, s := range steps {
+			if got[i] != s.want {
+				t.Errorf("together=%v: answer to request %d (%s): %s, want %s", together, i, s.req.Opcode(), got[i], s.want)
+			}
+		}
+		// d3 and d6 wait for redelivery, d5 is dead-lettered, the others are done.
+		if st := e.groupStats(topic, ""); st.Pending != 2 || st.InFlight != 0 || st.DeadLettered != 1 {
+			t.Errorf("together=%v: stats %+v, want 2 pending, none in flight, 1 dead-lettered", together, st)
+		}
+	}
+}
+
+// answerSummary renders an answer to Ack, Nack or Extend, naming refs by their index in ds.
+func answerSummary(ds []protocol.Delivery, m protocol.ServerMessage) string {
+	names := func(rs []protocol.Ref) string {
+		var out []string
+		for _, r := range rs {
+			name := fmt.Sprintf("%d:%d:%d", r.SubscriptionID, r.Partition, r.Offset)
+			for i, d := range ds {
+				if d.SubscriptionID == r.SubscriptionID && d.Partition == r.Partition && d.Offset == r.Offset {
+					name = fmt.Sprint("d", i)
+				}
+			}
+			out = append(out, name)
+		}
+		return "[" + strings.Join(out, " ") + "]"
+	}
+	switch m := m.(type) {
+	case *protocol.AckOK:
+		return fmt.Sprintf("AckOK acked=%d done=%d unknown=%s", m.Acked, m.AlreadyDone, names(m.Unknown))
+	case *protocol.NackOK:
+		return fmt.Sprintf("NackOK nacked=%d dead=%d notheld=%s", m.Nacked, m.DeadLettered, names(m.NotHeld))
+	case *protocol.ExtendOK:
+		return fmt.Sprintf("ExtendOK extended=%d notheld=%s", m.Extended, names(m.NotHeld))
+	}
+	return fmt.Sprintf("%T %v", m, m)
 }
 
 // TestNackGoesToAnotherMember: a nacked delivery is redelivered at once to the other member of the

@@ -26,9 +26,11 @@
 // Ordering (docs/protocol.md section 6): a connection's publishes to one topic are appended in
 // the order received (one worker, a FIFO queue, one engine call at a time); every other request
 // runs on the reader, in the order received, and never waits behind a publish's fsync, except
-// that the Acks read one after the other without waiting for the socket (at most 64) run at the
-// same time, so that they share the engine's commits (binarySession.runAcks: acks commute); each
-// publish is answered after it is durable. The worker groups the publishes queued while its
+// that consecutive Acks read one after the other without waiting for the socket (at most 64) run
+// at the same time, so that they share the engine's commits, and so do consecutive Nacks
+// (binarySession.runGroup: a group holds one kind and runs before the next request; inside it
+// only requests naming the same delivery can tell the order); each publish is
+// answered after it is durable. The worker groups the publishes queued while its
 // previous engine call waited for its fsync, so many synchronous publishers sharing one
 // connection share fsyncs (a request with an invalid message is appended again alone, so that
 // it fails without failing its neighbours; see publish.go). The reader wakes the worker once it
