@@ -380,6 +380,32 @@ func TestExtendKeepsLease(t *testing.T) {
 	expectPayloads(t, "redelivered", gs, "l", 2)
 }
 
+// TestExtendShorterLeaseFreesCredit: an Extend that shortens the leases (1 h to 1 s) of a member
+// whose credit they fill gives that credit back when the new deadline passes, so the expired
+// messages come back to the member; before, the member's earliest-deadline mark stayed at the
+// old 1 h, its credit stayed used, and nothing was delivered for an hour.
+func TestExtendShorterLeaseFreesCredit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("short", storage.TopicConfig{Semantics: storage.Queue, AckWait: time.Hour})
+	m := e.subscribe(SubscribeParams{Pattern: "short", MaxInFlight: 2})
+	e.publishN("short", "s", 2)
+	ds := recv(t, m, 2)
+	sub := ds[0].SubscriptionID
+	refs := []storage.DeliveryRef{ds[0].Ref(), ds[1].Ref()}
+	if _, err := m.Extend(e.ctx(), sub, refs, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2*time.Second + storage.RedeliveryBackoff(1))
+	e.b.wakeAll()
+	again := recv(t, m, 2)
+	for _, d := range again {
+		if d.Attempt != 2 {
+			t.Fatalf("redelivery of offset %d with attempt %d, want 2", d.Offset, d.Attempt)
+		}
+	}
+}
+
 func TestDLQAfterMaxDeliveriesAndReplay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)

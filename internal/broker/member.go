@@ -653,6 +653,7 @@ func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.De
 		notHeld[r] = true
 	}
 	m.mu.Lock()
+	earlier := false
 	for _, r := range refs {
 		key := leaseKey{sub: subID, partition: r.Partition, offset: r.Offset}
 		if notHeld[r] {
@@ -663,9 +664,18 @@ func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.De
 		// take credit back.
 		if _, ok := m.inflight[key]; ok {
 			m.inflight[key] = res.Deadline
+			// A shorter lease frees the member's credit sooner: minDeadline must not stay later
+			// (pruneLocked looks only from it on), and the dispatchers, which sleep until the
+			// earliest expiry they knew, must look again.
+			if m.minDeadline.IsZero() || res.Deadline.Before(m.minDeadline) {
+				m.minDeadline, earlier = res.Deadline, true
+			}
 		}
 	}
 	m.mu.Unlock()
+	if earlier {
+		m.wakeSubs()
+	}
 	return res, nil
 }
 
