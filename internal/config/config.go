@@ -91,11 +91,11 @@ type Postgres struct {
 	// published meanwhile. Adds up to that much latency under load (a claim after a quiet period
 	// is not delayed). Defaults to 20 ms; 0 claims at every wake-up.
 	ClaimInterval time.Duration `yaml:"claim_interval"`
-	// DeliveryTxTimeout bounds one combined claim/ack transaction (pgstore.Config.DeliveryTxTimeout):
-	// when the database does not answer in time (network black hole, a row lock held by another
-	// session, a stuck server), its claims and acks fail with TIMEOUT (retryable) instead of
-	// waiting until TCP gives up. Such a transaction takes milliseconds, seconds under heavy load.
-	// Defaults to 10 s; between 10 ms and 1 h.
+	// DeliveryTxTimeout bounds one combined claim/ack/nack/extend transaction
+	// (pgstore.Config.DeliveryTxTimeout): when the database does not answer in time (network black
+	// hole, a row lock held by another session, a stuck server), its operations fail with TIMEOUT
+	// (retryable) instead of waiting until TCP gives up. Such a transaction takes milliseconds,
+	// seconds under heavy load. Defaults to 10 s; between 10 ms and 1 h.
 	DeliveryTxTimeout time.Duration `yaml:"delivery_tx_timeout"`
 }
 

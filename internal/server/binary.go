@@ -412,9 +412,10 @@ type groupReq struct {
 }
 
 // gathered reports whether run gathers requests like m: Ack and Nack. Not Extend: the embedded
-// engine does not persist leases (an Extend waits for no fsync), and on PostgreSQL each Extend
-// is a transaction that locks its subscription's rows, so running several at once gained
-// nothing there (32-34 ms one at a time against 37-48 ms together for 40 Extends).
+// engine does not persist leases (an Extend waits for no fsync), and on PostgreSQL, when each
+// Extend was a transaction of its own, running several at once gained nothing (32-34 ms one at a
+// time against 37-48 ms together for 40 Extends; they share the lanes' transactions since, not
+// measured again).
 func gathered(m protocol.ClientMessage) bool {
 	switch m.(type) {
 	case *protocol.Ack, *protocol.Nack:
@@ -428,9 +429,8 @@ func gathered(m protocol.ClientMessage) bool {
 // engine commit: one that acks many small batches (a member whose credit comes back in pieces)
 // or nacks every message (a downstream outage). Run together, they share the commits, and each
 // still gets its own answer: on the embedded engine the acks and nacks of a group share fsyncs
-// (group commit; 40 Nacks in one burst: 0.6 ms against 6.1 ms one at a time); on PostgreSQL acks
-// share the combined delivery transactions, and nacks, a transaction each that locks its
-// subscription's rows, still gain a little (32-42 ms against 46-49 ms).
+// (group commit; 40 Nacks in one burst: 0.6 ms against 6.1 ms one at a time); on PostgreSQL they
+// share the combined delivery transactions of the lanes (pgstore/combine.go).
 //
 // The group holds one kind and runs before the next request is read, so the order between
 // requests of different kinds holds. Inside a group the order is open, which shows only when two

@@ -13,30 +13,34 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 )
 
-// Claims and acks of an Engine share transactions. Every delivery transaction locks the
-// sub_partitions rows of its subscriptions and holds them until its commit is flushed; on a small
-// machine, a transaction per claim and per ack (two per delivered batch and group) spends the
-// CPU on statements, round trips and WAL flushes, and the flushes queue behind each other. So the
-// operations queue on a lane (subscription id modulo deliveryLanes): while a transaction of the
-// lane runs, later operations wait, and the next transaction takes all of them, whatever their
-// subscriptions, loading every subscription once (one round trip for all of them) and saving
-// them with the COMMIT (one more). A lane with nothing running starts a transaction at once: an
-// idle engine adds no delay.
+// Claims, acks, nacks and extends of an Engine share transactions. Every delivery transaction
+// locks the sub_partitions rows of its subscriptions and holds them until its commit is flushed;
+// on a small machine, a transaction per claim and per ack (two per delivered batch and group), or
+// per nack in a nack storm (a consumer that gives back every message while its downstream is
+// down), spends the CPU on statements, round trips and WAL flushes, and the flushes queue behind
+// each other. So the operations queue on a lane (subscription id modulo deliveryLanes): while a
+// transaction of the lane runs, later operations wait, and the next transaction takes all of them,
+// whatever their subscriptions, loading every subscription once (one round trip for all of them)
+// and saving them with the COMMIT (one more). A lane with nothing running starts a transaction at
+// once: an idle engine adds no delay.
 //
 // Lock order: a transaction locks its subscriptions in id order, each one's partitions in order,
 // as every other transaction that locks several sub_partitions rows (retention: one partition,
 // subscriptions in id order), so that transactions of several instances never deadlock.
 //
-// Operations of one subscription run in arrival order on the state loaded once, so each gets the
-// result it would have got alone. One that fails on its own (a cancelled subscription, a bad
-// partition) fails alone; when the transaction fails, every operation runs again in a
-// transaction of its own so that one cannot fail the others.
+// Operations of one subscription run in arrival order on the state loaded once (every delivery
+// row and replayed DLQ entry: loadDue), so each gets the result it would have got alone: a run of
+// acks together, claims, nacks and extends one by one. One that fails on its own (a cancelled
+// subscription, a bad partition) fails alone; when the transaction fails, every operation runs
+// again in a transaction of its own so that one cannot fail the others.
 //
 // A lane's transaction is bounded by Config.DeliveryTxTimeout (runOps): without a deadline, a
 // database that stops answering without closing the connection (a network black hole, a row lock
-// another session holds, a stuck server) would hold every claim and ack of the lane until TCP
-// gives up, which can take hours. A transaction that exceeds it fails all of its operations with a
-// timeout error, and the lane goes on with the operations that queued meanwhile.
+// another session holds, a stuck server) would hold every operation of the lane until TCP gives
+// up, which can take hours. A transaction that exceeds it fails all of its operations (nacks and
+// extends included) with a timeout error, and the lane goes on with the operations that queued
+// meanwhile. Releases do not use the lanes: a member leaves rarely, and a release reads only the
+// member's rows (loadMember).
 
 // deliveryLanes is the number of delivery transactions of an Engine that run at once.
 const deliveryLanes = 2
@@ -44,17 +48,29 @@ const deliveryLanes = 2
 // slowLaneTx is the duration above which a lane's transaction is logged (debug).
 const slowLaneTx = 100 * time.Millisecond
 
-// dop is a claim or an ack waiting for its lane.
+// dop is a claim, an ack, a nack or an extend waiting for its lane.
 type dop struct {
-	sub   int64
-	claim *storage.DeliveriesClaimParams // nil for an ack
-	refs  []storage.DeliveryRef          // an ack's refs
+	sub    int64
+	claim  *storage.DeliveriesClaimParams  // set for a claim
+	nack   *storage.DeliveriesNackParams   // set for a nack
+	extend *storage.DeliveriesExtendParams // set for an extend
+	refs   []storage.DeliveryRef           // an ack's refs (an ack has none of the three above)
 
-	claimRes *storage.DeliveriesClaimResult
-	ackRes   *storage.DeliveriesAckResult
-	err      error
-	done     chan struct{} // closed when the results are set
-	lead     chan []*dop   // hands this operation the next batch of its lane to run (which includes it)
+	claimRes  *storage.DeliveriesClaimResult
+	ackRes    *storage.DeliveriesAckResult
+	nackRes   *storage.DeliveriesNackResult
+	extendRes *storage.DeliveriesExtendResult
+	err       error
+	done      chan struct{} // closed when the results are set
+	lead      chan []*dop   // hands this operation the next batch of its lane to run (which includes it)
+}
+
+// isAck reports whether op is an ack.
+func (op *dop) isAck() bool { return op.claim == nil && op.nack == nil && op.extend == nil }
+
+// setErr clears the results of op and sets its error.
+func (op *dop) setErr(err error) {
+	op.claimRes, op.ackRes, op.nackRes, op.extendRes, op.err = nil, nil, nil, nil, err
 }
 
 // opLane queues the operations of its subscriptions while one of its transactions runs.
@@ -148,7 +164,8 @@ func (e *Engine) runLane(ctx context.Context, lane *opLane, batch []*dop) {
 // That is safe for at-least-once delivery: a claim reported failed but committed leaves leases
 // nobody was given, which expire, and the messages are delivered again (the attempt counts); an
 // ack reported failed but committed is harmless to retry, the engine reporting its messages as
-// AlreadyDone, not as an error.
+// AlreadyDone, not as an error; a nack reported failed but committed gave the messages back (a
+// retry lists them as NotHeld), and an extend is set again by its retry.
 //
 // The connection is not reused: pgx closes a connection whose context ended in the middle of a
 // query (after sending PostgreSQL a cancel request, so that its backend stops waiting and gives
@@ -166,7 +183,7 @@ func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 		err = e.txTimeout(err)
 		e.log.Warn("pgstore: delivery transaction timed out", "timeout", e.cfg.DeliveryTxTimeout, "operations", len(batch), "err", err)
 		for _, op := range batch {
-			op.claimRes, op.ackRes, op.err = nil, nil, err
+			op.setErr(err)
 		}
 		return
 	case len(batch) > 1:
@@ -176,8 +193,7 @@ func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 		}
 		return
 	}
-	op := batch[0]
-	op.claimRes, op.ackRes, op.err = nil, nil, err
+	batch[0].setErr(err)
 }
 
 // txTimeout is the error of the operations of a delivery transaction that failed with err after
@@ -196,7 +212,7 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
 	var subs []int64
 	bySub := map[int64][]*dop{}
 	for _, op := range batch {
-		op.claimRes, op.ackRes, op.err = nil, nil, nil
+		op.setErr(nil)
 		if bySub[op.sub] == nil {
 			subs = append(subs, op.sub)
 		}
@@ -206,7 +222,7 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
 
 	b := &pgx.Batch{}
 	for _, id := range subs {
-		e.queueLoad(b, id, loadDue, nil, "")
+		e.queueLoad(b, id, loadDue, "")
 	}
 	br := tx.SendBatch(ctx, b)
 	states := make([]*dstate, len(subs))
@@ -233,20 +249,27 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
 		}
 		ops := bySub[id]
 		for j := 0; j < len(ops); {
-			if ops[j].claim == nil { // a run of acks is applied together
+			op := ops[j]
+			switch {
+			case op.isAck(): // a run of acks is applied together
 				k := j + 1
-				for k < len(ops) && ops[k].claim == nil {
+				for k < len(ops) && ops[k].isAck() {
 					k++
 				}
 				ackOn(st, ops[j:k], now)
 				j = k
 				continue
+			case op.nack != nil:
+				op.nackRes = nackOn(st, op.nack, now)
+			case op.extend != nil:
+				op.extendRes = extendOn(st, op.extend, now)
+			default:
+				res, err := e.claimOn(ctx, tx, st, op.claim, now)
+				if err != nil && !opError(err) {
+					return err
+				}
+				op.claimRes, op.err = res, err
 			}
-			res, err := e.claimOn(ctx, tx, st, ops[j].claim, now)
-			if err != nil && !opError(err) {
-				return err
-			}
-			ops[j].claimRes, ops[j].err = res, err
 			j++
 		}
 		e.queueSave(save, st, now)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
 	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -153,6 +154,190 @@ func TestDeliveriesCombinedAcrossSubscriptions(t *testing.T) {
 		t.Fatalf("second claim of the acked subscription: %d deliveries, want the 2 left", len(pre.Deliveries))
 	}
 	run(true)
+}
+
+// TestDeliveriesNackExtendCombined: nacks and extends of several subscriptions that queue while
+// their lane's transaction waits run together in the next transaction, with claims, each with the
+// answer it would have got alone, in arrival order within a subscription (an extend of a message
+// nacked just before finds it not held): a nack with a delay, a nack ToDLQ that dead-letters, an
+// extend with the topic's ack wait and one with a duration, a nack by a member that does not hold
+// the message, a nack listing a ref twice. Afterwards the state is what they said: the nacked
+// message comes back after its delay, the dead-lettered ones are in the DLQ, the extended leases
+// have their new deadlines.
+func TestDeliveriesNackExtendCombined(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(logBase)
+	cfg := testConfig(t, clock)
+	cfg.MaxConns = 8
+	e := logOpen(t, cfg)
+	ctx := t.Context()
+	const ackWait = 30 * time.Second
+	logTopic(t, e, "nx.t", storage.TopicConfig{Semantics: storage.PubSub, AckWait: ackWait, MaxDeliveries: 5})
+	subs := laneSubs(t, e, "nx.t", 5)
+	blocked, nacker, dlqer, extender, stranger := subs[0], subs[1], subs[2], subs[3], subs[4]
+	logPublish(t, e, "nx.t", 0, "a", "b", "c")
+	t0 := clock.Now()
+	for _, s := range subs[1:] {
+		if res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 3}))(t); len(res.Deliveries) != 3 {
+			t.Fatalf("claim of %d: %d deliveries, want 3", s.ID, len(res.Deliveries))
+		}
+	}
+	ref := func(o int64) storage.DeliveryRef { return storage.DeliveryRef{Partition: 0, Offset: o} }
+	refs := func(os ...int64) []storage.DeliveryRef {
+		out := make([]storage.DeliveryRef, len(os))
+		for i, o := range os {
+			out[i] = ref(o)
+		}
+		return out
+	}
+	nack := func(p storage.DeliveriesNackParams) func() (*storage.DeliveriesNackResult, error) {
+		return func() (*storage.DeliveriesNackResult, error) { return e.DeliveriesNack(ctx, &p) }
+	}
+	extend := func(p storage.DeliveriesExtendParams) func() (*storage.DeliveriesExtendResult, error) {
+		return func() (*storage.DeliveriesExtendResult, error) { return e.DeliveriesExtend(ctx, &p) }
+	}
+
+	// Hold the blocked subscription's rows from outside, so that the lane's transaction waits.
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), blocked.ID)
+	first := goOp("claim of the blocked subscription", func() (*storage.DeliveriesClaimResult, error) {
+		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: blocked.ID, Member: "m", Max: 10})
+	})
+	awaitBlockedBy(t, e, b.pid())
+	lane := &e.lanes[0]
+	txs0, ops0 := e.laneTxs.Load(), e.laneOps.Load()
+	type queuedOp struct {
+		ch    <-chan opOut
+		check func(res any) error
+	}
+	var queued []queuedOp
+	add := func(ch <-chan opOut, check func(res any) error) {
+		queued = append(queued, queuedOp{ch, check})
+		awaitPending(t, lane, len(queued)) // one at a time: the arrival order is known
+	}
+	wantNack := func(nacked, dead int, notHeld ...int64) func(any) error {
+		return func(res any) error {
+			r := res.(*storage.DeliveriesNackResult)
+			if r.Nacked != nacked || r.DeadLettered != dead || !slices.Equal(r.NotHeld, refs(notHeld...)) {
+				return fmt.Errorf("got %+v, want %d nacked, %d dead-lettered, not held %v", *r, nacked, dead, notHeld)
+			}
+			return nil
+		}
+	}
+	wantExtend := func(extended int, deadline time.Time, notHeld ...int64) func(any) error {
+		return func(res any) error {
+			r := res.(*storage.DeliveriesExtendResult)
+			if r.Extended != extended || !r.Deadline.Equal(deadline) || !slices.Equal(r.NotHeld, refs(notHeld...)) {
+				return fmt.Errorf("got %+v, want %d extended until %s, not held %v", *r, extended, deadline, notHeld)
+			}
+			return nil
+		}
+	}
+	add(goOp("nack with a delay", nack(storage.DeliveriesNackParams{SubscriptionID: nacker.ID, Member: "m",
+		Refs: refs(0), Delay: 10 * time.Second, Reason: "later"})), wantNack(1, 0))
+	add(goOp("extend after the nack, ack wait", extend(storage.DeliveriesExtendParams{SubscriptionID: nacker.ID, Member: "m",
+		Refs: refs(0, 1)})), wantExtend(1, t0.Add(ackWait), 0))
+	add(goOp("nack ToDLQ", nack(storage.DeliveriesNackParams{SubscriptionID: dlqer.ID, Member: "m",
+		Refs: refs(0, 1), ToDLQ: true, Reason: "bad"})), wantNack(0, 2))
+	add(goOp("extend by 2m", extend(storage.DeliveriesExtendParams{SubscriptionID: extender.ID, Member: "m",
+		Refs: refs(0, 1, 2), Duration: 2 * time.Minute})), wantExtend(3, t0.Add(2*time.Minute)))
+	add(goOp("nack by a member that holds nothing", nack(storage.DeliveriesNackParams{SubscriptionID: stranger.ID, Member: "other",
+		Refs: refs(0)})), wantNack(0, 0, 0))
+	add(goOp("nack listing a ref twice", nack(storage.DeliveriesNackParams{SubscriptionID: stranger.ID, Member: "m",
+		Refs: refs(1, 1)})), wantNack(1, 0, 1))
+	add(goOp("claim after the nacks", func() (*storage.DeliveriesClaimResult, error) {
+		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: stranger.ID, Member: "m2", Max: 10})
+	}), func(res any) error {
+		if got := offsetsOfDeliveries(res.(*storage.DeliveriesClaimResult).Deliveries); !slices.Equal(got, []int64{1}) {
+			return fmt.Errorf("offsets %v, want [1] (nacked just before, no delay)", got)
+		}
+		return nil
+	})
+	b.release()
+
+	if o := <-first; o.err != nil || len(o.res.(*storage.DeliveriesClaimResult).Deliveries) != 3 {
+		t.Errorf("%s: %+v, %v; want 3 deliveries", o.what, o.res, o.err)
+	}
+	for _, q := range queued {
+		o := <-q.ch
+		if o.err != nil {
+			t.Errorf("%s: %v", o.what, o.err)
+			continue
+		}
+		if err := q.check(o.res); err != nil {
+			t.Errorf("%s: %v", o.what, err)
+		}
+	}
+	if n := e.laneTxs.Load() - txs0; n != 1 {
+		t.Errorf("the queued operations ran in %d lane transactions, want 1", n)
+	}
+	if n := e.laneOps.Load() - ops0; n != int64(len(queued)) {
+		t.Errorf("%d operations ran on the lane, want the %d queued", n, len(queued))
+	}
+
+	// The state afterwards. The nacked message is not due before its delay, then comes back.
+	claim := func(s *storage.Subscription) []*storage.Delivery {
+		t.Helper()
+		return must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m3", Max: 10}))(t).Deliveries
+	}
+	if ds := claim(nacker); len(ds) != 0 {
+		t.Errorf("claim of the nacker before the delay: offsets %v, want none", offsetsOfDeliveries(ds))
+	}
+	dead := must(e.DLQList(ctx, &storage.DLQListParams{SubscriptionID: dlqer.ID, Limit: 10}))(t)
+	if len(dead) != 2 {
+		t.Fatalf("DLQ of %d: %d entries, want 2", dlqer.ID, len(dead))
+	}
+	for i, d := range dead {
+		if d.Message.Offset != int64(i) || d.Reason != storage.DLQRejected || d.LastError != "bad" || d.Attempts != 1 {
+			t.Errorf("DLQ entry %d: offset %d, reason %s, last error %q, attempts %d; want offset %d, rejected, \"bad\", 1",
+				i, d.Message.Offset, d.Reason, d.LastError, d.Attempts, i)
+		}
+	}
+	if ds := claim(dlqer); len(ds) != 0 {
+		t.Errorf("claim of the dead-lettering subscription: offsets %v, want none", offsetsOfDeliveries(ds))
+	}
+	// The leases as stored: the extended ones with their new deadlines.
+	type lease struct {
+		offsets []int64
+		state   string
+		due     time.Time
+	}
+	leases := func(s *storage.Subscription) []lease {
+		t.Helper()
+		rows := must(e.pool.Query(ctx, e.sql(`SELECT offsets, state, due FROM spool.deliveries WHERE sub_id = $1 ORDER BY lo`), s.ID))(t)
+		var out []lease
+		for rows.Next() {
+			var l lease
+			if err := rows.Scan(&l.offsets, &l.state, &l.due); err != nil {
+				t.Fatal(err)
+			}
+			l.due = l.due.UTC()
+			out = append(out, l)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	wantLeases := func(s *storage.Subscription, what string, want ...lease) {
+		t.Helper()
+		got := leases(s)
+		ok := len(got) == len(want)
+		for i := 0; ok && i < len(got); i++ {
+			ok = slices.Equal(got[i].offsets, want[i].offsets) && got[i].state == want[i].state && got[i].due.Equal(want[i].due)
+		}
+		if !ok {
+			t.Errorf("delivery rows of the %s: %+v, want %+v", what, got, want)
+		}
+	}
+	wantLeases(extender, "extender", lease{[]int64{0, 1, 2}, stLeased, t0.Add(2 * time.Minute)})
+	wantLeases(nacker, "nacker",
+		lease{[]int64{0}, stWaiting, t0.Add(10 * time.Second)},
+		lease{[]int64{1}, stLeased, t0.Add(ackWait)},
+		lease{[]int64{2}, stLeased, t0.Add(ackWait)})
+	clock.Advance(10 * time.Second)
+	if ds := claim(nacker); len(ds) != 1 || ds[0].Offset != 0 || ds[0].Attempt != 2 {
+		t.Errorf("claim of the nacker after the delay: offsets %v, want [0] on its second attempt", offsetsOfDeliveries(ds))
+	}
 }
 
 // laneTimeout is the DeliveryTxTimeout of the lane timeout tests: long enough for a claim or an
@@ -337,6 +522,52 @@ func TestDeliveriesLaneTimeout(t *testing.T) {
 	}
 	if ar := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: refsOf(res.Deliveries)}))(t); ar.Acked != 1 {
 		t.Fatalf("ack of the new message: %+v, want 1 acked", *ar)
+	}
+}
+
+// TestDeliveriesLaneTimeoutNackExtend: a nack and an extend whose lane transaction waits for rows
+// another session holds fail after Config.DeliveryTxTimeout with a retryable TIMEOUT, like claims
+// and acks; nothing of them was applied: once the session lets go, the member still holds the
+// messages (an extend finds them held), and a nack gives them back.
+func TestDeliveriesLaneTimeoutNackExtend(t *testing.T) {
+	t.Parallel()
+	e := openLaneTimeout(t, 4)
+	ctx := t.Context()
+	logTopic(t, e, "slow.t", storage.TopicConfig{Semantics: storage.PubSub})
+	sub := logSub(t, e, "slow.t", "g")
+	logPublish(t, e, "slow.t", 0, "a", "b")
+	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 2}))(t)
+	if len(pre.Deliveries) != 2 {
+		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
+	}
+	held := refsOf(pre.Deliveries)
+
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+	t0 := time.Now()
+	checkTimeoutErr(t, awaitOut(t, goOp("nack", func() (*storage.DeliveriesNackResult, error) {
+		return e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: sub.ID, Member: "m", Refs: held, ToDLQ: true})
+	}), t0, "the nack"))
+	t0 = time.Now()
+	checkTimeoutErr(t, awaitOut(t, goOp("extend", func() (*storage.DeliveriesExtendResult, error) {
+		return e.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{SubscriptionID: sub.ID, Member: "m", Refs: held, Duration: time.Hour})
+	}), t0, "the extend"))
+	checkPoolIdle(t, e)
+	b.release()
+
+	if n := must(e.DLQList(ctx, &storage.DLQListParams{SubscriptionID: sub.ID, Limit: 10}))(t); len(n) != 0 {
+		t.Fatalf("the timed-out nack (ToDLQ) dead-lettered %d messages", len(n))
+	}
+	xr := must(e.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{SubscriptionID: sub.ID, Member: "m", Refs: held, Duration: time.Minute}))(t)
+	if xr.Extended != 2 || len(xr.NotHeld) != 0 {
+		t.Fatalf("extend after the blocker let go: %+v, want both still held and extended", *xr)
+	}
+	nr := must(e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: sub.ID, Member: "m", Refs: held}))(t)
+	if nr.Nacked != 2 || len(nr.NotHeld) != 0 {
+		t.Fatalf("nack after the blocker let go: %+v, want both nacked", *nr)
+	}
+	res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10}))(t)
+	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{0, 1}) || res.Deliveries[0].Attempt != 2 {
+		t.Fatalf("claim after the nack: offsets %v, want [0 1] on their second attempt", got)
 	}
 }
 

@@ -116,8 +116,7 @@ type dstate struct {
 type loadMode int
 
 const (
-	loadDue    loadMode = iota // every row (claims and acks, which share transactions: combine.go)
-	loadRefs                   // rows listing one of the refs (nack, extend)
+	loadDue    loadMode = iota // every row (claims, acks, nacks and extends, which share transactions: combine.go)
 	loadMember                 // the member's leased rows (release)
 )
 
@@ -126,16 +125,16 @@ const (
 // the replayed DLQ entries, in one round trip. It fails with storage.ErrSubscriptionNotFound, and
 // with storage.ErrSubscriptionNotActive for a CANCELLED subscription. With async, the transaction
 // commits without waiting for its WAL flush: only releases use it (a crash that forgets a release
-// leaves the lease to expire, and the message comes back later with a higher attempt). Claims and
-// extends commit synchronously: a claim is durable before its deliveries leave the broker, so a
-// database crash never hands a message out again with the same attempt number, and an extended
-// lease never shrinks back.
-func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMode, refs []storage.DeliveryRef, member string, async bool) (*dstate, error) {
+// leaves the lease to expire, and the message comes back later with a higher attempt). The
+// transactions of the lanes (claims, acks, nacks and extends: combine.go) commit synchronously:
+// a claim is durable before its deliveries leave the broker, so a database crash never hands a
+// message out again with the same attempt number, and an extended lease never shrinks back.
+func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMode, member string, async bool) (*dstate, error) {
 	b := &pgx.Batch{}
 	if async {
 		b.Queue("SET LOCAL synchronous_commit = off")
 	}
-	e.queueLoad(b, id, mode, refs, member)
+	e.queueLoad(b, id, mode, member)
 	br := tx.SendBatch(ctx, b)
 	if async {
 		if _, err := br.Exec(); err != nil {
@@ -158,7 +157,7 @@ const loadQueries = 5
 
 // queueLoad queues the loadQueries statements that read (and lock) the delivery state of
 // subscription id (see loadState).
-func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, refs []storage.DeliveryRef, member string) {
+func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string) {
 	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
@@ -179,11 +178,6 @@ func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, refs []storage
 		// one scan of them costs less than a scan for the due ones plus one for the earliest due
 		// time of the others.
 		b.Queue(e.sql(rowCols), id)
-	case loadRefs:
-		ps, os := splitRefs(refs)
-		b.Queue(e.sql(rowCols+`AND EXISTS (
-			SELECT 1 FROM unnest($2::int[], $3::bigint[]) AS r(p, o)
-			WHERE r.p = d.partition AND r.o >= d.lo AND r.o <= d.offsets[cardinality(d.offsets)] AND r.o = ANY (d.offsets))`), id, ps, os)
 	case loadMember:
 		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
 	}
@@ -294,15 +288,6 @@ func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 		return nil, wrap(err)
 	}
 	return st, nil
-}
-
-func splitRefs(refs []storage.DeliveryRef) ([]int32, []int64) {
-	ps := make([]int32, len(refs))
-	os := make([]int64, len(refs))
-	for i, r := range refs {
-		ps[i], os[i] = r.Partition, r.Offset
-	}
-	return ps, os
 }
 
 // take removes offset o from its row and returns the row (nil if no loaded row lists it).
@@ -1084,7 +1069,8 @@ func held(state, holder string, due time.Time, member string, now time.Time) boo
 // DeliveriesNack gives back messages Member holds: due again after Delay (at once when 0), or
 // dead-lettered with ToDLQ (reason rejected) or on their max_deliveries-th delivery (reason
 // max_deliveries), with Reason as the entry's last error. Refs the member does not hold are
-// listed in NotHeld. Durable when it returns.
+// listed in NotHeld. Durable when it returns. Nacks share the transactions of claims and acks (see
+// submit).
 func (e *Engine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
 	if p == nil {
 		return nil, invalid("nil params")
@@ -1092,68 +1078,66 @@ func (e *Engine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackPa
 	if p.Delay < 0 {
 		return nil, invalid("delay must not be negative, got %s", p.Delay)
 	}
-	var res *storage.DeliveriesNackResult
-	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
-		res = &storage.DeliveriesNackResult{}
-		now := e.now()
-		due := now.Add(p.Delay).Truncate(time.Microsecond)
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadRefs, p.Refs, "", false)
-		if err != nil {
-			return err
-		}
-		maxDel := st.cfg.MaxDeliveries
-		reason := storage.DLQMaxDeliveries
-		if p.ToDLQ {
-			reason = storage.DLQRejected
-		}
-		nacked := map[*drow][]int64{}
-		seen := map[dref]bool{}
-		for _, r := range p.Refs {
-			k := dref{r.Partition, r.Offset}
-			if rp := st.replay[k]; rp != nil {
-				switch {
-				case !held(rp.state, rp.member, rp.due, p.Member, now):
-					res.NotHeld = append(res.NotHeld, r)
-				case p.ToDLQ || rp.attempt >= maxDel:
-					rp.dead, rp.changed = &dlqOutcome{reason: reason, lastErr: p.Reason, attempt: rp.attempt}, true
-					delete(st.replay, k)
-					res.DeadLettered++
-				default:
-					rp.state, rp.due, rp.changed = stWaiting, due, true
-					res.Nacked++
-				}
-				continue
-			}
-			row := st.index[k]
-			if row == nil || seen[k] || !held(row.state, row.member, row.due, p.Member, now) {
-				res.NotHeld = append(res.NotHeld, r)
-				continue
-			}
-			if p.ToDLQ || row.attempt >= maxDel {
-				st.take(r.Partition, r.Offset)
-				st.deadLetter(r.Partition, r.Offset, reason, p.Reason, row.attempt)
-				res.DeadLettered++
-				continue
-			}
-			seen[k] = true
-			nacked[row] = append(nacked[row], r.Offset)
-			res.Nacked++
-		}
-		for _, row := range slices.Clone(st.rows) {
-			if offs := nacked[row]; len(offs) > 0 {
-				st.moveOffsets(row, offs, stWaiting, row.attempt, p.Member, due)
-			}
-		}
-		return e.save(ctx, tx, st, now)
-	})
-	if err != nil {
+	op := &dop{sub: p.SubscriptionID, nack: p}
+	if err := e.submit(ctx, op); err != nil {
 		return nil, err
 	}
-	return res, nil
+	return op.nackRes, op.err
+}
+
+// nackOn runs nack p on the loaded state st of its subscription; the caller saves st.
+func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage.DeliveriesNackResult {
+	res := &storage.DeliveriesNackResult{}
+	due := now.Add(p.Delay).Truncate(time.Microsecond)
+	maxDel := st.cfg.MaxDeliveries
+	reason := storage.DLQMaxDeliveries
+	if p.ToDLQ {
+		reason = storage.DLQRejected
+	}
+	nacked := map[*drow][]int64{}
+	seen := map[dref]bool{}
+	for _, r := range p.Refs {
+		k := dref{r.Partition, r.Offset}
+		if rp := st.replay[k]; rp != nil {
+			switch {
+			case !held(rp.state, rp.member, rp.due, p.Member, now):
+				res.NotHeld = append(res.NotHeld, r)
+			case p.ToDLQ || rp.attempt >= maxDel:
+				rp.dead, rp.changed = &dlqOutcome{reason: reason, lastErr: p.Reason, attempt: rp.attempt}, true
+				delete(st.replay, k)
+				res.DeadLettered++
+			default:
+				rp.state, rp.due, rp.changed = stWaiting, due, true
+				res.Nacked++
+			}
+			continue
+		}
+		row := st.index[k]
+		if row == nil || seen[k] || !held(row.state, row.member, row.due, p.Member, now) {
+			res.NotHeld = append(res.NotHeld, r)
+			continue
+		}
+		if p.ToDLQ || row.attempt >= maxDel {
+			st.take(r.Partition, r.Offset)
+			st.deadLetter(r.Partition, r.Offset, reason, p.Reason, row.attempt)
+			res.DeadLettered++
+			continue
+		}
+		seen[k] = true
+		nacked[row] = append(nacked[row], r.Offset)
+		res.Nacked++
+	}
+	for _, row := range slices.Clone(st.rows) {
+		if offs := nacked[row]; len(offs) > 0 {
+			st.moveOffsets(row, offs, stWaiting, row.attempt, p.Member, due)
+		}
+	}
+	return res
 }
 
 // DeliveriesExtend sets the lease deadline of messages Member holds to now + Duration (the topic's
-// ack_wait when 0), also when that is earlier than the current deadline.
+// ack_wait when 0), also when that is earlier than the current deadline. Extends share the
+// transactions of claims and acks (see submit).
 func (e *Engine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExtendParams) (*storage.DeliveriesExtendResult, error) {
 	if p == nil {
 		return nil, invalid("nil params")
@@ -1161,55 +1145,52 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExte
 	if p.Duration < 0 {
 		return nil, invalid("duration must not be negative, got %s", p.Duration)
 	}
-	var res *storage.DeliveriesExtendResult
-	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
-		res = &storage.DeliveriesExtendResult{}
-		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadRefs, p.Refs, "", false)
-		if err != nil {
-			return err
-		}
-		d := p.Duration
-		if d == 0 {
-			d = st.cfg.AckWait
-		}
-		deadline := now.Add(d).Truncate(time.Microsecond)
-		res.Deadline = deadline
-		extended := map[*drow][]int64{}
-		seen := map[dref]bool{}
-		for _, r := range p.Refs {
-			k := dref{r.Partition, r.Offset}
-			if rp := st.replay[k]; rp != nil {
-				if held(rp.state, rp.member, rp.due, p.Member, now) {
-					rp.due, rp.changed = deadline, true
-					res.Extended++
-				} else {
-					res.NotHeld = append(res.NotHeld, r)
-				}
-				continue
-			}
-			row := st.index[k]
-			if row == nil || !held(row.state, row.member, row.due, p.Member, now) {
-				res.NotHeld = append(res.NotHeld, r)
-				continue
-			}
-			res.Extended++
-			if !seen[k] {
-				seen[k] = true
-				extended[row] = append(extended[row], r.Offset)
-			}
-		}
-		for _, row := range slices.Clone(st.rows) {
-			if offs := extended[row]; len(offs) > 0 {
-				st.moveOffsets(row, offs, stLeased, row.attempt, row.member, deadline)
-			}
-		}
-		return e.save(ctx, tx, st, now)
-	})
-	if err != nil {
+	op := &dop{sub: p.SubscriptionID, extend: p}
+	if err := e.submit(ctx, op); err != nil {
 		return nil, err
 	}
-	return res, nil
+	return op.extendRes, op.err
+}
+
+// extendOn runs extend p on the loaded state st of its subscription; the caller saves st.
+func extendOn(st *dstate, p *storage.DeliveriesExtendParams, now time.Time) *storage.DeliveriesExtendResult {
+	res := &storage.DeliveriesExtendResult{}
+	d := p.Duration
+	if d == 0 {
+		d = st.cfg.AckWait
+	}
+	deadline := now.Add(d).Truncate(time.Microsecond)
+	res.Deadline = deadline
+	extended := map[*drow][]int64{}
+	seen := map[dref]bool{}
+	for _, r := range p.Refs {
+		k := dref{r.Partition, r.Offset}
+		if rp := st.replay[k]; rp != nil {
+			if held(rp.state, rp.member, rp.due, p.Member, now) {
+				rp.due, rp.changed = deadline, true
+				res.Extended++
+			} else {
+				res.NotHeld = append(res.NotHeld, r)
+			}
+			continue
+		}
+		row := st.index[k]
+		if row == nil || !held(row.state, row.member, row.due, p.Member, now) {
+			res.NotHeld = append(res.NotHeld, r)
+			continue
+		}
+		res.Extended++
+		if !seen[k] {
+			seen[k] = true
+			extended[row] = append(extended[row], r.Offset)
+		}
+	}
+	for _, row := range slices.Clone(st.rows) {
+		if offs := extended[row]; len(offs) > 0 {
+			st.moveOffsets(row, offs, stLeased, row.attempt, row.member, deadline)
+		}
+	}
+	return res
 }
 
 // DeliveriesRelease gives back every lease Member holds on the subscription (expired ones not yet
@@ -1226,7 +1207,7 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesRel
 	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesReleaseResult{}
 		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadMember, nil, p.Member, true)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadMember, p.Member, true)
 		if err != nil {
 			return err
 		}

@@ -71,17 +71,20 @@
 //
 // # Combined delivery transactions
 //
-// Claims and acks do not get a transaction each (combine.go): they queue on one of
-// deliveryLanes lanes (by subscription id), and while a transaction of a lane runs, the
-// operations that arrive wait for the next one, which runs all of them: every subscription loaded
-// once, all loads in one round trip, all saves with the COMMIT. Operations of one subscription run
-// in arrival order on its state, each with the answer it would have got alone; one that fails on
-// its own fails alone, and a failed transaction runs its operations again one by one. On two
-// cores with 16 groups this halved the p99 end-to-end latency (docs/benchmarks.md): fewer
-// transactions, statements, round trips and WAL flushes per delivered message. A lane's
+// Claims, acks, nacks and extends do not get a transaction each (combine.go): they queue on one of
+// deliveryLanes lanes (by subscription id), and while a transaction of a lane runs, the operations
+// that arrive wait for the next one, which runs all of them: every subscription loaded once (all
+// its delivery rows and replayed DLQ entries), all loads in one round trip, all saves with the
+// COMMIT. A nack storm (a consumer that gives back every message while its downstream is down) thus
+// costs a transaction per lane batch, not per nack. Releases keep a transaction each. Operations of
+// one subscription run in arrival order on its state, each with the answer it would have got alone;
+// one that fails on its own fails alone, and a failed transaction runs its operations again one by
+// one. On two cores with 16 groups this halved the p99 end-to-end latency (docs/benchmarks.md):
+// fewer transactions, statements, round trips and WAL flushes per delivered message. A lane's
 // transaction is bounded by Config.DeliveryTxTimeout: one that exceeds it (a database that stopped
-// answering, a row lock held elsewhere) fails all of its operations with a timeout at once,
-// without running them again one by one, and the lane goes on with the next batch.
+// answering, a row lock held elsewhere) fails all of its operations (claims, acks, nacks and
+// extends) with a timeout at once, without running them again one by one, and the lane goes on with
+// the next batch.
 //
 // # Message cache
 //

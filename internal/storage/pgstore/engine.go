@@ -55,10 +55,10 @@ type Config struct {
 	// database (fan-out to many groups reads each message from PostgreSQL once per instance).
 	// Defaults to 64 MiB; negative disables it.
 	MessageCacheBytes int64
-	// DeliveryTxTimeout bounds a combined claim/ack transaction (combine.go), from waiting for a
-	// pool connection to its COMMIT. Such a transaction takes milliseconds, seconds under heavy
-	// load; one that has not finished in time (a database that stopped answering, a row lock
-	// another session holds) is abandoned, and every claim and ack it carried fails with an error
+	// DeliveryTxTimeout bounds a combined claim/ack/nack/extend transaction (combine.go), from
+	// waiting for a pool connection to its COMMIT. Such a transaction takes milliseconds, seconds
+	// under heavy load; one that has not finished in time (a database that stopped answering, a row
+	// lock another session holds) is abandoned, and every operation it carried fails with an error
 	// wrapping context.DeadlineExceeded (the protocol's TIMEOUT, retryable) instead of making the
 	// operations queued behind it on its lane wait until TCP gives up. Defaults to 10 s; between
 	// 10 ms and 1 h.
@@ -167,7 +167,7 @@ type Engine struct {
 	notify notifyState
 	// cache holds recent messages for claims (nil when disabled).
 	cache *msgCache
-	// lanes queue claims and acks into shared transactions (combine.go).
+	// lanes queue claims, acks, nacks and extends into shared transactions (combine.go).
 	lanes [deliveryLanes]opLane
 	// laneTxs and laneOps count the transactions of the lanes and the operations they ran.
 	laneTxs, laneOps atomic.Int64
