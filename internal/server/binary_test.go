@@ -214,13 +214,7 @@ func TestAcksArrivingTogetherShareCommits(t *testing.T) {
 	e := newEnvWAL(t, wal.Config{OnSync: func(time.Duration, int, int) { rounds.Add(1) }}, nil, nil)
 	c := e.dial(nil)
 	const n = 40
-	payloads := make([]string, n)
-	for i := range payloads {
-		payloads[i] = fmt.Sprint("m", i)
-	}
-	c.publish("burst", payloads...)
-	c.subscribe(&protocol.Subscribe{Topic: "burst", MaxInFlight: n})
-	ds := c.deliveriesN(n)
+	ds := c.holdN("burst", n)
 
 	// n-2 Acks of one ref each, a second Ack of the first ref, then a Nack of the last
 	// delivery, all in one write.
@@ -266,13 +260,7 @@ func TestNacksArrivingTogetherShareCommits(t *testing.T) {
 	e := newEnvWAL(t, wal.Config{OnSync: func(time.Duration, int, int) { rounds.Add(1) }}, nil, nil)
 	c := e.dial(nil)
 	const n = 40
-	payloads := make([]string, n)
-	for i := range payloads {
-		payloads[i] = fmt.Sprint("m", i)
-	}
-	c.publish("outage", payloads...)
-	c.subscribe(&protocol.Subscribe{Topic: "outage", MaxInFlight: n})
-	ds := c.deliveriesN(n)
+	ds := c.holdN("outage", n)
 
 	frames := make([]protocol.Message, n)
 	for i, d := range ds {

@@ -318,6 +318,19 @@ func (c *bclient) subscribe(s *protocol.Subscribe) *protocol.SubscribeOK {
 }
 
 // publish publishes payloads to topic in one batch.
+// holdN publishes n messages to topic, subscribes with room for all of them and returns their
+// deliveries, which the connection then holds.
+func (c *bclient) holdN(topic string, n int) []protocol.Delivery {
+	c.t.Helper()
+	payloads := make([]string, n)
+	for i := range payloads {
+		payloads[i] = fmt.Sprint("m", i)
+	}
+	c.publish(topic, payloads...)
+	c.subscribe(&protocol.Subscribe{Topic: topic, MaxInFlight: uint32(n)})
+	return c.deliveriesN(n)
+}
+
 func (c *bclient) publish(topic string, payloads ...string) *protocol.PublishOK {
 	c.t.Helper()
 	msgs := make([]protocol.PublishMessage, len(payloads))
