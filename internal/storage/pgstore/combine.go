@@ -40,7 +40,7 @@ import (
 // up, which can take hours. A transaction that exceeds it fails all of its operations (nacks and
 // extends included) with a timeout error, and the lane goes on with the operations that queued
 // meanwhile. Releases do not use the lanes: a member leaves rarely, and a release reads only the
-// member's rows (loadMember).
+// member's rows (loadMember); DeliveriesRelease bounds its transaction by the same deadline.
 
 // deliveryLanes is the number of delivery transactions of an Engine that run at once.
 const deliveryLanes = 2

@@ -672,3 +672,42 @@ func TestConfigDeliveryTxTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliveriesReleaseTimeout: a release (a member leaving), which runs in a transaction of its
+// own, is bounded by Config.DeliveryTxTimeout too: while another session holds the subscription's
+// rows it fails with the retryable timeout, having changed nothing, and works once the rows are
+// free.
+func TestDeliveriesReleaseTimeout(t *testing.T) {
+	t.Parallel()
+	e := openLaneTimeout(t, 4)
+	ctx := t.Context()
+	logTopic(t, e, "leave.t", storage.TopicConfig{Semantics: storage.PubSub})
+	sub := logSub(t, e, "leave.t", "g")
+	logPublish(t, e, "leave.t", 0, "a", "b")
+	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 2}))(t)
+	if len(pre.Deliveries) != 2 {
+		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
+	}
+
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+	t0 := time.Now()
+	checkTimeoutErr(t, awaitOut(t, goOp("release", func() (*storage.DeliveriesReleaseResult, error) {
+		return e.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: sub.ID, Member: "m"})
+	}), t0, "the release"))
+	checkPoolIdle(t, e)
+	b.release()
+
+	// The member still holds both: the timed-out release changed nothing.
+	xr := must(e.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{SubscriptionID: sub.ID, Member: "m", Refs: refsOf(pre.Deliveries), Duration: time.Minute}))(t)
+	if xr.Extended != 2 {
+		t.Fatalf("extend after the timed-out release: %+v, want both still held", *xr)
+	}
+	rr := must(e.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: sub.ID, Member: "m"}))(t)
+	if rr.Released != 2 {
+		t.Fatalf("release after the blocker let go: %+v, want 2 released", *rr)
+	}
+	res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "n", Max: 10}))(t)
+	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{0, 1}) {
+		t.Fatalf("claim after the release: offsets %v, want [0 1]", got)
+	}
+}
