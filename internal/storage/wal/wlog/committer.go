@@ -283,9 +283,12 @@ func (c *Committer) run() {
 		c.mu.Unlock()
 		if len(batch) > 0 {
 			c.commit(batch)
-			clear(batch)
-			c.spare = batch[:0]
 		}
+		// The taken queue becomes the spare even when it is empty (a stale wake-up, see gather):
+		// else the new queue and the spare would share an array, and the next pass would take a
+		// queue that enqueue goes on writing into.
+		clear(batch)
+		c.spare = batch[:0]
 		if closed {
 			// Nothing can be queued once closed is set, and the queue was taken with it.
 			return
