@@ -72,10 +72,7 @@ func TestDeliveriesCombinedAcrossSubscriptions(t *testing.T) {
 	logPublish(t, e, "fan.t", 1, "d")
 	logPublish(t, e, "bad.t", 0, "x")
 	// The acked subscription holds two leases to ack.
-	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: acked.ID, Member: "m", Max: 2}))(t)
-	if len(pre.Deliveries) != 2 {
-		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
-	}
+	pre := claimN(t, e, acked.ID, "m", 2)
 	must(e.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: cancelled.ID, State: storage.Paused}))(t)
 
 	run := func(block bool) {
@@ -104,7 +101,7 @@ func TestDeliveriesCombinedAcrossSubscriptions(t *testing.T) {
 		ackOut := make(chan error, 1)
 		go func() {
 			res, err := e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: acked.ID, Member: "m",
-				Refs: []storage.DeliveryRef{pre.Deliveries[0].Ref(), pre.Deliveries[1].Ref(), {Partition: 7, Offset: 0}}})
+				Refs: []storage.DeliveryRef{pre[0].Ref(), pre[1].Ref(), {Partition: 7, Offset: 0}}})
 			if err == nil && (res.Acked != 2 || len(res.Unknown) != 1) {
 				err = fmt.Errorf("ack result %+v, want 2 acked and partition 7 unknown", *res)
 			}
@@ -149,10 +146,7 @@ func TestDeliveriesCombinedAcrossSubscriptions(t *testing.T) {
 	for _, s := range []*storage.Subscription{blocked, claimed} {
 		must(e.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: s.ID, Member: "m"}))(t)
 	}
-	pre = must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: acked.ID, Member: "m", Max: 2}))(t)
-	if len(pre.Deliveries) != 2 {
-		t.Fatalf("second claim of the acked subscription: %d deliveries, want the 2 left", len(pre.Deliveries))
-	}
+	pre = claimN(t, e, acked.ID, "m", 2)
 	run(true)
 }
 
@@ -198,7 +192,7 @@ func TestDeliveriesNackExtendCombined(t *testing.T) {
 	}
 
 	// Hold the blocked subscription's rows from outside, so that the lane's transaction waits.
-	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), blocked.ID)
+	b := lockSub(t, e, blocked.ID)
 	first := goOp("claim of the blocked subscription", func() (*storage.DeliveriesClaimResult, error) {
 		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: blocked.ID, Member: "m", Max: 10})
 	})
@@ -247,7 +241,7 @@ func TestDeliveriesNackExtendCombined(t *testing.T) {
 	add(goOp("claim after the nacks", func() (*storage.DeliveriesClaimResult, error) {
 		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: stranger.ID, Member: "m2", Max: 10})
 	}), func(res any) error {
-		if got := offsetsOfDeliveries(res.(*storage.DeliveriesClaimResult).Deliveries); !slices.Equal(got, []int64{1}) {
+		if got := storagetest.OffsetsOf(res.(*storage.DeliveriesClaimResult).Deliveries); !slices.Equal(got, []int64{1}) {
 			return fmt.Errorf("offsets %v, want [1] (nacked just before, no delay)", got)
 		}
 		return nil
@@ -280,7 +274,7 @@ func TestDeliveriesNackExtendCombined(t *testing.T) {
 		return must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m3", Max: 10}))(t).Deliveries
 	}
 	if ds := claim(nacker); len(ds) != 0 {
-		t.Errorf("claim of the nacker before the delay: offsets %v, want none", offsetsOfDeliveries(ds))
+		t.Errorf("claim of the nacker before the delay: offsets %v, want none", storagetest.OffsetsOf(ds))
 	}
 	dead := must(e.DLQList(ctx, &storage.DLQListParams{SubscriptionID: dlqer.ID, Limit: 10}))(t)
 	if len(dead) != 2 {
@@ -293,7 +287,7 @@ func TestDeliveriesNackExtendCombined(t *testing.T) {
 		}
 	}
 	if ds := claim(dlqer); len(ds) != 0 {
-		t.Errorf("claim of the dead-lettering subscription: offsets %v, want none", offsetsOfDeliveries(ds))
+		t.Errorf("claim of the dead-lettering subscription: offsets %v, want none", storagetest.OffsetsOf(ds))
 	}
 	// The leases as stored: the extended ones with their new deadlines.
 	type lease struct {
@@ -336,7 +330,7 @@ func TestDeliveriesNackExtendCombined(t *testing.T) {
 		lease{[]int64{2}, stLeased, t0.Add(ackWait)})
 	clock.Advance(10 * time.Second)
 	if ds := claim(nacker); len(ds) != 1 || ds[0].Offset != 0 || ds[0].Attempt != 2 {
-		t.Errorf("claim of the nacker after the delay: offsets %v, want [0] on its second attempt", offsetsOfDeliveries(ds))
+		t.Errorf("claim of the nacker after the delay: offsets %v, want [0] on its second attempt", storagetest.OffsetsOf(ds))
 	}
 }
 
@@ -370,6 +364,36 @@ func lockRows(t *testing.T, query string, args ...any) *blocker {
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a failed test releases the rows too
 	must(tx.Exec(t.Context(), query, args...))(t)
 	return &blocker{t: t, conn: conn, tx: tx}
+}
+
+// openHeld opens an engine whose lane transactions time out after laneTimeout, with a PUB_SUB
+// topic, one subscription of it, the payloads published to partition 0, and two of them held by
+// member "m".
+func openHeld(t *testing.T, topic string, payloads ...string) (*Engine, *storage.Subscription, []*storage.Delivery) {
+	t.Helper()
+	e := openLaneTimeout(t, 4)
+	logTopic(t, e, topic, storage.TopicConfig{Semantics: storage.PubSub})
+	sub := logSub(t, e, topic, "g")
+	logPublish(t, e, topic, 0, payloads...)
+	return e, sub, claimN(t, e, sub.ID, "m", 2)
+}
+
+// claimN claims n deliveries of subscription id for member, failing the test unless it gets
+// exactly n.
+func claimN(t *testing.T, e *Engine, id int64, member string, n int) []*storage.Delivery {
+	t.Helper()
+	res := must(e.DeliveriesClaim(t.Context(), &storage.DeliveriesClaimParams{SubscriptionID: id, Member: member, Max: n}))(t)
+	if len(res.Deliveries) != n {
+		t.Fatalf("claimed %d deliveries of subscription %d, want %d", len(res.Deliveries), id, n)
+	}
+	return res.Deliveries
+}
+
+// lockSub locks the sub_partitions rows of subscription id from a session of its own, as every
+// delivery transaction of that subscription needs them first.
+func lockSub(t *testing.T, e *Engine, id int64) *blocker {
+	t.Helper()
+	return lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), id)
 }
 
 func (b *blocker) pid() int { return int(b.conn.PgConn().PID()) }
@@ -442,14 +466,6 @@ func checkPoolIdle(t *testing.T, e *Engine) {
 	}
 }
 
-func refsOf(ds []*storage.Delivery) []storage.DeliveryRef {
-	refs := make([]storage.DeliveryRef, len(ds))
-	for i, d := range ds {
-		refs[i] = d.Ref()
-	}
-	return refs
-}
-
 // TestDeliveriesLaneTimeout: a claim and an ack whose lane transaction waits for rows another
 // session holds fail after Config.DeliveryTxTimeout with a retryable TIMEOUT instead of waiting
 // for that session; once it lets go, the same subscription claims and acks normally, and nothing
@@ -458,26 +474,19 @@ func refsOf(ds []*storage.Delivery) []storage.DeliveryRef {
 // ack waits in its last batch, the one carrying the COMMIT, whose outcome is then unknown).
 func TestDeliveriesLaneTimeout(t *testing.T) {
 	t.Parallel()
-	e := openLaneTimeout(t, 4)
+	e, sub, pre := openHeld(t, "slow.t", "a", "b", "c", "d")
 	ctx := t.Context()
-	logTopic(t, e, "slow.t", storage.TopicConfig{Semantics: storage.PubSub})
-	sub := logSub(t, e, "slow.t", "g")
-	logPublish(t, e, "slow.t", 0, "a", "b", "c", "d")
-	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 2}))(t)
-	if len(pre.Deliveries) != 2 {
-		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
-	}
 	claim := func() (*storage.DeliveriesClaimResult, error) {
 		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10})
 	}
 
 	// The subscription's sub_partitions rows are held: a claim, then an ack, time out.
-	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+	b := lockSub(t, e, sub.ID)
 	t0 := time.Now()
 	checkTimeoutErr(t, awaitOut(t, goOp("claim", claim), t0, "the claim"))
 	t0 = time.Now()
 	ack := goOp("ack", func() (*storage.DeliveriesAckResult, error) {
-		return e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: refsOf(pre.Deliveries)})
+		return e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: storagetest.RefsOf(pre)})
 	})
 	checkTimeoutErr(t, awaitOut(t, ack, t0, "the ack"))
 	checkPoolIdle(t, e)
@@ -487,10 +496,10 @@ func TestDeliveriesLaneTimeout(t *testing.T) {
 	// messages not leased before (the timed-out claim leased none), and the ack below completes
 	// all four (the timed-out ack completed none).
 	res := must(claim())(t)
-	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{2, 3}) {
+	if got := storagetest.OffsetsOf(res.Deliveries); !slices.Equal(got, []int64{2, 3}) {
 		t.Fatalf("claim after the blocker let go: offsets %v, want [2 3]", got)
 	}
-	all := append(refsOf(pre.Deliveries), refsOf(res.Deliveries)...)
+	all := append(storagetest.RefsOf(pre), storagetest.RefsOf(res.Deliveries)...)
 
 	// The delivery rows are held: the ack's last batch (its DELETEs and the COMMIT) waits.
 	b = lockRows(t, e.sql(`SELECT 1 FROM spool.deliveries WHERE sub_id = $1 FOR UPDATE`), sub.ID)
@@ -513,14 +522,14 @@ func TestDeliveriesLaneTimeout(t *testing.T) {
 		t.Logf("the timed-out ack had committed: %d acked now, %d already done", ar.Acked, ar.AlreadyDone)
 	}
 	if res := must(claim())(t); len(res.Deliveries) != 0 {
-		t.Fatalf("claim after every message was acked: offsets %v, want none", offsetsOfDeliveries(res.Deliveries))
+		t.Fatalf("claim after every message was acked: offsets %v, want none", storagetest.OffsetsOf(res.Deliveries))
 	}
 	logPublish(t, e, "slow.t", 0, "e")
 	res = must(claim())(t)
-	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{4}) {
+	if got := storagetest.OffsetsOf(res.Deliveries); !slices.Equal(got, []int64{4}) {
 		t.Fatalf("claim of a new message: offsets %v, want [4]", got)
 	}
-	if ar := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: refsOf(res.Deliveries)}))(t); ar.Acked != 1 {
+	if ar := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: "m", Refs: storagetest.RefsOf(res.Deliveries)}))(t); ar.Acked != 1 {
 		t.Fatalf("ack of the new message: %+v, want 1 acked", *ar)
 	}
 }
@@ -531,18 +540,11 @@ func TestDeliveriesLaneTimeout(t *testing.T) {
 // messages (an extend finds them held), and a nack gives them back.
 func TestDeliveriesLaneTimeoutNackExtend(t *testing.T) {
 	t.Parallel()
-	e := openLaneTimeout(t, 4)
+	e, sub, pre := openHeld(t, "slow.t", "a", "b")
 	ctx := t.Context()
-	logTopic(t, e, "slow.t", storage.TopicConfig{Semantics: storage.PubSub})
-	sub := logSub(t, e, "slow.t", "g")
-	logPublish(t, e, "slow.t", 0, "a", "b")
-	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 2}))(t)
-	if len(pre.Deliveries) != 2 {
-		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
-	}
-	held := refsOf(pre.Deliveries)
+	held := storagetest.RefsOf(pre)
 
-	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+	b := lockSub(t, e, sub.ID)
 	t0 := time.Now()
 	checkTimeoutErr(t, awaitOut(t, goOp("nack", func() (*storage.DeliveriesNackResult, error) {
 		return e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: sub.ID, Member: "m", Refs: held, ToDLQ: true})
@@ -566,17 +568,9 @@ func TestDeliveriesLaneTimeoutNackExtend(t *testing.T) {
 		t.Fatalf("nack after the blocker let go: %+v, want both nacked", *nr)
 	}
 	res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10}))(t)
-	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{0, 1}) || res.Deliveries[0].Attempt != 2 {
+	if got := storagetest.OffsetsOf(res.Deliveries); !slices.Equal(got, []int64{0, 1}) || res.Deliveries[0].Attempt != 2 {
 		t.Fatalf("claim after the nack: offsets %v, want [0 1] on their second attempt", got)
 	}
-}
-
-func offsetsOfDeliveries(ds []*storage.Delivery) []int64 {
-	out := make([]int64, len(ds))
-	for i, d := range ds {
-		out[i] = d.Offset
-	}
-	return out
 }
 
 // TestDeliveriesLaneTimeoutBatch: operations that queue on a lane behind a transaction waiting for
@@ -593,10 +587,7 @@ func TestDeliveriesLaneTimeoutBatch(t *testing.T) {
 	blocked, other, acker := subs[0], subs[1], subs[2]
 	logPublish(t, e, "fan.t", 0, "a", "b", "c")
 	logPublish(t, e, "fan.t", 1, "d")
-	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: acker.ID, Member: "m", Max: 2}))(t)
-	if len(pre.Deliveries) != 2 {
-		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
-	}
+	pre := claimN(t, e, acker.ID, "m", 2)
 	claim := func(s *storage.Subscription, member string) func() (*storage.DeliveriesClaimResult, error) {
 		return func() (*storage.DeliveriesClaimResult, error) {
 			return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: member, Max: 10})
@@ -608,7 +599,7 @@ func TestDeliveriesLaneTimeoutBatch(t *testing.T) {
 		}
 	}
 
-	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), blocked.ID)
+	b := lockSub(t, e, blocked.ID)
 	t0 := time.Now()
 	outs := []<-chan opOut{goOp("first claim of the blocked subscription", claim(blocked, "m"))}
 	awaitBlockedBy(t, e, b.pid())
@@ -617,7 +608,7 @@ func TestDeliveriesLaneTimeoutBatch(t *testing.T) {
 	queued := []<-chan opOut{
 		goOp("claim of another subscription", claim(other, "m")),
 		goOp("second claim of the blocked subscription", claim(blocked, "m2")),
-		goOp("ack of another subscription", ack(acker, refsOf(pre.Deliveries))),
+		goOp("ack of another subscription", ack(acker, storagetest.RefsOf(pre))),
 		goOp("claim of another subscription", claim(acker, "m2")),
 		goOp("ack of the blocked subscription", ack(blocked, []storage.DeliveryRef{{Partition: 0, Offset: 0}})),
 	}
@@ -643,7 +634,7 @@ func TestDeliveriesLaneTimeoutBatch(t *testing.T) {
 	if res := must(claim(acker, "m")())(t); len(res.Deliveries) != 2 {
 		t.Errorf("claim of %d after the blocker let go: %d deliveries, want the 2 not leased before", acker.ID, len(res.Deliveries))
 	}
-	if ar := must(ack(acker, refsOf(pre.Deliveries))())(t); ar.Acked != 2 {
+	if ar := must(ack(acker, storagetest.RefsOf(pre))())(t); ar.Acked != 2 {
 		t.Errorf("ack after the blocker let go: %+v, want 2 acked", *ar)
 	}
 }
@@ -679,17 +670,10 @@ func TestConfigDeliveryTxTimeout(t *testing.T) {
 // free.
 func TestDeliveriesReleaseTimeout(t *testing.T) {
 	t.Parallel()
-	e := openLaneTimeout(t, 4)
+	e, sub, pre := openHeld(t, "leave.t", "a", "b")
 	ctx := t.Context()
-	logTopic(t, e, "leave.t", storage.TopicConfig{Semantics: storage.PubSub})
-	sub := logSub(t, e, "leave.t", "g")
-	logPublish(t, e, "leave.t", 0, "a", "b")
-	pre := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 2}))(t)
-	if len(pre.Deliveries) != 2 {
-		t.Fatalf("claimed %d, want 2", len(pre.Deliveries))
-	}
 
-	b := lockRows(t, e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+	b := lockSub(t, e, sub.ID)
 	t0 := time.Now()
 	checkTimeoutErr(t, awaitOut(t, goOp("release", func() (*storage.DeliveriesReleaseResult, error) {
 		return e.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: sub.ID, Member: "m"})
@@ -698,7 +682,7 @@ func TestDeliveriesReleaseTimeout(t *testing.T) {
 	b.release()
 
 	// The member still holds both: the timed-out release changed nothing.
-	xr := must(e.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{SubscriptionID: sub.ID, Member: "m", Refs: refsOf(pre.Deliveries), Duration: time.Minute}))(t)
+	xr := must(e.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{SubscriptionID: sub.ID, Member: "m", Refs: storagetest.RefsOf(pre), Duration: time.Minute}))(t)
 	if xr.Extended != 2 {
 		t.Fatalf("extend after the timed-out release: %+v, want both still held", *xr)
 	}
@@ -707,7 +691,7 @@ func TestDeliveriesReleaseTimeout(t *testing.T) {
 		t.Fatalf("release after the blocker let go: %+v, want 2 released", *rr)
 	}
 	res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "n", Max: 10}))(t)
-	if got := offsetsOfDeliveries(res.Deliveries); !slices.Equal(got, []int64{0, 1}) {
+	if got := storagetest.OffsetsOf(res.Deliveries); !slices.Equal(got, []int64{0, 1}) {
 		t.Fatalf("claim after the release: offsets %v, want [0 1]", got)
 	}
 }

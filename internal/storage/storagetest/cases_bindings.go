@@ -113,7 +113,7 @@ func testBindingOverlap(t *testing.T, x *env) {
 	equal(t, groups["h"], "#", "pattern of h's subscription")
 	x.publish("orders.eu.created", toPartition(1, "x"))
 	for _, s := range subs {
-		requireRefs(t, refsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(1, 0)}, "group %s", s.Group)
+		requireRefs(t, RefsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(1, 0)}, "group %s", s.Group)
 	}
 }
 

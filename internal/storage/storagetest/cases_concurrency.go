@@ -114,7 +114,7 @@ func (c *concurrentRun) run(t *testing.T) {
 						c.delivered[sub][d.Ref()]++
 					}
 					c.mu.Unlock()
-					ar, err := x.e.DeliveriesAck(x.ctx, &storage.DeliveriesAckParams{SubscriptionID: sub, Member: member, Refs: refsOf(res.Deliveries)})
+					ar, err := x.e.DeliveriesAck(x.ctx, &storage.DeliveriesAckParams{SubscriptionID: sub, Member: member, Refs: RefsOf(res.Deliveries)})
 					if err != nil {
 						t.Errorf("subscription %d %s: ack: %v", sub, member, err)
 						return
@@ -329,7 +329,7 @@ func testConcurrentRetention(t *testing.T, x *env) {
 	}
 	ds := x.claim(s.ID, "m", 2)
 	equal(t, len(ds), 2, "claimed")
-	x.nack(storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m", Refs: refsOf(ds), ToDLQ: true})
+	x.nack(storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m", Refs: RefsOf(ds), ToDLQ: true})
 	x.advance(2*time.Hour + time.Second)
 	results := make([]*storage.RetentionResult, 4)
 	var wg sync.WaitGroup

@@ -144,9 +144,9 @@ func testClaimPartitions(t *testing.T, x *env) {
 	q := x.queueSub("filt")
 	x.publish("filt", toPartition(0, "a"), toPartition(1, "b"), toPartition(2, "c"), toPartition(1, "d"))
 	ds := x.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m1", Max: 10, Partitions: []int32{1}}).Deliveries
-	requireRefs(t, refsOf(ds), []storage.DeliveryRef{ref(1, 0), ref(1, 1)}, "claim limited to partition 1")
+	requireRefs(t, RefsOf(ds), []storage.DeliveryRef{ref(1, 0), ref(1, 1)}, "claim limited to partition 1")
 	ds = x.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m2", Max: 10, Partitions: []int32{0, 2}}).Deliveries
-	requireRefs(t, refsOf(ds), []storage.DeliveryRef{ref(0, 0), ref(2, 0)}, "claim limited to partitions 0 and 2")
+	requireRefs(t, RefsOf(ds), []storage.DeliveryRef{ref(0, 0), ref(2, 0)}, "claim limited to partitions 0 and 2")
 }
 
 func testClaimInvalid(t *testing.T, x *env) {
@@ -363,7 +363,7 @@ func testNackOldestDueFirst(t *testing.T, x *env) {
 	for range 4 {
 		ds := x.claim(q.ID, "m2", 1)
 		requireAttempts(t, ds, map[bool]int{true: 2, false: 1}[len(got) < 3], "claim")
-		got = append(got, offsetsOf(ds)...)
+		got = append(got, OffsetsOf(ds)...)
 	}
 	deepEqual(t, got, []int64{1, 2, 0, 3}, "redeliveries in due order (1 due at +2 s, 2 at +3 s, 0 at +5 s), then the new message")
 }

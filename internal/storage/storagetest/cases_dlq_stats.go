@@ -121,9 +121,9 @@ func testDLQReplayAll(t *testing.T, x *env) {
 	equal(t, n, 3, "replayed")
 	x.requireStats(q.ID, wantStats{pending: 3, redelivering: 3}, "after replay")
 	ds := x.claimAll(q.ID, "m1")
-	requireRefs(t, refsOf(ds), refSpan(0, 0, 3), "replayed messages")
+	requireRefs(t, RefsOf(ds), refSpan(0, 0, 3), "replayed messages")
 	requireAttempts(t, ds, 1, "replayed messages")
-	x.ack(q.ID, "m1", refsOf(ds)...)
+	x.ack(q.ID, "m1", RefsOf(ds)...)
 	x.requireStats(q.ID, wantStats{}, "after acking the replayed messages")
 }
 
@@ -182,7 +182,7 @@ func testStatsScenario(t *testing.T, x *env) {
 	requireOffsets(t, ds, []int64{3, 5, 6, 7, 8, 9}, "the delayed redelivery, then the rest")
 	x.requireStats(q.ID, wantStats{pending: 6, inFlight: 6, dead: 1}, "S8 everything leased")
 	floor(3, 10, "S8")
-	x.ack(q.ID, "m1", refsOf(ds)...)
+	x.ack(q.ID, "m1", RefsOf(ds)...)
 	x.requireStats(q.ID, wantStats{dead: 1}, "S9 everything done")
 	floor(10, 10, "S9")
 	x.publishN("stats", 0, 2)

@@ -238,7 +238,7 @@ func testRetentionMaxStrict(t *testing.T, x *env) {
 	equal(t, len(x.claimAll(a.ID, "m")), 0, "nothing left to deliver")
 	x.publish("cap", toPartition(0, "new"))
 	ds = x.claimAll(a.ID, "m")
-	requireRefs(t, refsOf(ds), []storage.DeliveryRef{ref(0, 12)}, "offsets continue")
+	requireRefs(t, RefsOf(ds), []storage.DeliveryRef{ref(0, 12)}, "offsets continue")
 	requireAttempts(t, ds, 1, "the new message")
 }
 

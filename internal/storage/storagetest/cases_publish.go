@@ -244,7 +244,7 @@ func testPublishExpiresAt(t *testing.T, x *env) {
 	x.advance(11 * time.Second)
 	ds := x.claimAll(q.ID, "m1")
 	requireOffsets(t, ds, []int64{1, 2}, "an expired message is dropped undelivered")
-	x.ack(q.ID, "m1", refsOf(ds)...)
+	x.ack(q.ID, "m1", RefsOf(ds)...)
 	x.requireStats(q.ID, wantStats{}, "an expired message is not pending")
 	x.requireFloor(q.ID, 0, 3, 3, "ack floor passes the expired message")
 }

@@ -270,7 +270,7 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			now := x.now()
 			md.claimed(s, p, res, now)
 			if len(res.Deliveries) > 0 {
-				md.acked(s, refsOf(res.Deliveries), x.ack(s.id, "drainer", refsOf(res.Deliveries)...))
+				md.acked(s, RefsOf(res.Deliveries), x.ack(s.id, "drainer", RefsOf(res.Deliveries)...))
 			}
 			md.checkDLQ(s, x.dlq(s.id), now, true)
 			for _, m := range s.msgs {

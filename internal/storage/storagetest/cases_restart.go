@@ -138,7 +138,7 @@ func testRestartFull(t *testing.T, x *env) {
 	x.advance(2 * time.Hour)
 	ds = x.claimAll(q.ID, "m3")
 	want := []storage.DeliveryRef{ref(0, 3), ref(0, 5), ref(0, 6), ref(0, 7), ref(0, 8), ref(0, 9), ref(1, 0), ref(1, 1), ref(1, 2), ref(1, 3)}
-	requireRefs(t, refsOf(ds), want, "redelivered after restart: everything not acked or dead-lettered")
+	requireRefs(t, RefsOf(ds), want, "redelivered after restart: everything not acked or dead-lettered")
 	for _, d := range ds {
 		if prev, ok := attempts[d.Ref()]; ok {
 			isTrue(t, d.Attempt > prev, "%d:%d: attempt %d after restart, was %d before", d.Partition, d.Offset, d.Attempt, prev)
@@ -146,13 +146,13 @@ func testRestartFull(t *testing.T, x *env) {
 			equal(t, d.Attempt, 1, "attempt of %d:%d, never delivered before", d.Partition, d.Offset)
 		}
 	}
-	x.ack(q.ID, "m3", refsOf(ds)...)
+	x.ack(q.ID, "m3", RefsOf(ds)...)
 	ds = x.claimAll(g1.ID, "f1")
 	requireOffsets(t, ds, []int64{1, 2}, "g1 gets its unacked messages again")
 	for _, d := range ds {
 		isTrue(t, d.Attempt > 1, "g1: attempt %d of offset %d after restart, was 1 before", d.Attempt, d.Offset)
 	}
-	x.ack(g1.ID, "f1", refsOf(ds)...)
+	x.ack(g1.ID, "f1", RefsOf(ds)...)
 	requireOffsets(t, x.drain(g3.ID, "f3"), []int64{0, 1, 2}, "the binding's subscription")
 
 	// Offsets continue; new subscriptions get new IDs; bindings still subscribe new topics.

@@ -83,7 +83,7 @@ func testSubPubSub(t *testing.T, x *env) {
 	x.publishN("news", 0, 3)
 	da := x.claimAll(a.ID, "m1")
 	requireOffsets(t, da, []int64{0, 1, 2}, "group a gets every message")
-	x.ack(a.ID, "m1", refsOf(da)...)
+	x.ack(a.ID, "m1", RefsOf(da)...)
 	db := x.claimAll(b.ID, "m1")
 	requireOffsets(t, db, []int64{0, 1, 2}, "group b gets every message, whatever a did")
 	requireAttempts(t, db, 1, "group b")
@@ -121,7 +121,7 @@ func testSubFromNow(t *testing.T, x *env) {
 	x.requireFloor(s2.ID, 1, 1, 1, "FROM_NOW partition 1")
 	x.publish("now.parts", toPartition(1, "d"))
 	ds := x.claimAll(s2.ID, "m1")
-	requireRefs(t, refsOf(ds), []storage.DeliveryRef{ref(1, 1)}, "FROM_NOW over partitions")
+	requireRefs(t, RefsOf(ds), []storage.DeliveryRef{ref(1, 1)}, "FROM_NOW over partitions")
 }
 
 func testSubFromBeginning(t *testing.T, x *env) {
@@ -131,7 +131,7 @@ func testSubFromBeginning(t *testing.T, x *env) {
 	x.requireStats(s.ID, wantStats{pending: 3, lag: 3}, "FROM_BEGINNING")
 	x.publish("beg", toPartition(1, "d"))
 	ds := x.claimAll(s.ID, "m1")
-	requireRefs(t, refsOf(ds), []storage.DeliveryRef{ref(0, 0), ref(0, 1), ref(1, 0), ref(1, 1)}, "FROM_BEGINNING deliveries")
+	requireRefs(t, RefsOf(ds), []storage.DeliveryRef{ref(0, 0), ref(0, 1), ref(1, 0), ref(1, 1)}, "FROM_BEGINNING deliveries")
 }
 
 func testSubFromTimestamp(t *testing.T, x *env) {
@@ -175,7 +175,7 @@ func testSubFromTimestampPartitions(t *testing.T, x *env) {
 	s := x.subscribe("tsp", "g", storage.StartPosition{Kind: storage.FromTimestamp, Time: t1})
 	x.requireFloor(s.ID, 0, 1, 1, "partition 0 starts at its first message at or after the time")
 	x.requireFloor(s.ID, 1, 0, 0, "partition 1 starts at its first message at or after the time")
-	requireRefs(t, refsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(0, 1), ref(1, 0), ref(1, 1)}, "FROM_TIMESTAMP over partitions")
+	requireRefs(t, RefsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(0, 1), ref(1, 0), ref(1, 1)}, "FROM_TIMESTAMP over partitions")
 }
 
 func testSubFromMessageID(t *testing.T, x *env) {
@@ -210,10 +210,10 @@ func testSubFromMessageIDPartitions(t *testing.T, x *env) {
 	}
 	// From p0:1 (published at +10 s): p0 from 1, p1 from its first message at or after +10 s (p1:1).
 	s := x.subscribe("midp", "a", storage.StartPosition{Kind: storage.FromMessageID, Partition: 0, Offset: 1})
-	requireRefs(t, refsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(0, 1), ref(0, 2), ref(1, 1), ref(1, 2)}, "from 0:1")
+	requireRefs(t, RefsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(0, 1), ref(0, 2), ref(1, 1), ref(1, 2)}, "from 0:1")
 	// From p1:1 (published at +15 s): p1 from 1, p0 from p0:2 (+20 s).
 	s = x.subscribe("midp", "b", storage.StartPosition{Kind: storage.FromMessageID, Partition: 1, Offset: 1})
-	requireRefs(t, refsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(0, 2), ref(1, 1), ref(1, 2)}, "from 1:1")
+	requireRefs(t, RefsOf(x.claimAll(s.ID, "m1")), []storage.DeliveryRef{ref(0, 2), ref(1, 1), ref(1, 2)}, "from 1:1")
 	_, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "midp", Group: "c",
 		Start: storage.StartPosition{Kind: storage.FromMessageID, Partition: 1, Offset: 4}})
 	errIs(t, err, storage.ErrOffsetOutOfRange, "FROM_MESSAGE_ID 1:4 above partition 1's high water")

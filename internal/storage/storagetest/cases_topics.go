@@ -287,7 +287,7 @@ func testTopicQueueToPubSub(t *testing.T, x *env) {
 	requireAttempts(t, ds, 1, "pending messages under the new group")
 	res := x.ack(billing.ID, "m1", ref(0, 1))
 	equal(t, res.Acked, 1, "the lease taken before the change is still acked")
-	x.ack(billing.ID, "m2", refsOf(ds)...)
+	x.ack(billing.ID, "m2", RefsOf(ds)...)
 	x.requireStats(billing.ID, wantStats{}, "billing after acking everything")
 
 	audit := x.subscribe("conv", "audit", fromBeginning)

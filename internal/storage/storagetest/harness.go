@@ -216,7 +216,7 @@ func (x *env) drain(sub int64, member string) []*storage.Delivery {
 	x.t.Helper()
 	ds := x.claimAll(sub, member)
 	if len(ds) > 0 {
-		res := x.ack(sub, member, refsOf(ds)...)
+		res := x.ack(sub, member, RefsOf(ds)...)
 		equal(x.t, res.Acked, len(ds), "drain: acked")
 	}
 	return ds
@@ -329,7 +329,8 @@ func (x *env) read(topic string, partition int32, from int64) []*storage.Message
 
 func ref(p int32, o int64) storage.DeliveryRef { return storage.DeliveryRef{Partition: p, Offset: o} }
 
-func refsOf(ds []*storage.Delivery) []storage.DeliveryRef {
+// RefsOf returns the delivery references of ds, in order.
+func RefsOf(ds []*storage.Delivery) []storage.DeliveryRef {
 	out := make([]storage.DeliveryRef, len(ds))
 	for i, d := range ds {
 		out[i] = d.Ref()
@@ -337,7 +338,8 @@ func refsOf(ds []*storage.Delivery) []storage.DeliveryRef {
 	return out
 }
 
-func offsetsOf(ds []*storage.Delivery) []int64 {
+// OffsetsOf returns the offsets of ds, in order.
+func OffsetsOf(ds []*storage.Delivery) []int64 {
 	out := make([]int64, len(ds))
 	for i, d := range ds {
 		out[i] = d.Offset
@@ -377,7 +379,7 @@ func requireRefs(t testing.TB, got, want []storage.DeliveryRef, what string, arg
 // requireOffsets checks the offsets of deliveries, in order.
 func requireOffsets(t testing.TB, ds []*storage.Delivery, want []int64, what string, args ...any) {
 	t.Helper()
-	got := offsetsOf(ds)
+	got := OffsetsOf(ds)
 	if len(got) == 0 && len(want) == 0 {
 		return
 	}

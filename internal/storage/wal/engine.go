@@ -402,8 +402,9 @@ func (e *Engine) fail(err error) {
 func (e *Engine) now() time.Time { return time.Unix(0, e.clock.Now().UnixNano()).UTC() }
 
 // queueState queues a state record; done (may be nil) is called once it is durable, by the
-// goroutine that completes the state log's appends (wlog.Committer.AppendAsync). The caller holds e.mu (shared or exclusive) so that the record's place in the
-// state log matches the order of the in-memory change it describes.
+// goroutine that completes the state log's appends (wlog.Committer.AppendAsync). The caller holds
+// e.mu (shared or exclusive) so that the record's place in the state log matches the order of the
+// in-memory change it describes.
 func (e *Engine) queueState(rec []byte, done func(error)) {
 	e.committer.AppendAsync(e.state, []wlog.Record{{Timestamp: e.clock.Now().UnixNano(), Body: rec}}, func(_ int64, err error) {
 		if err != nil {
