@@ -183,7 +183,7 @@ func BenchmarkRead_1KiB_Batch100(b *testing.B) {
 }
 
 // BenchmarkFdatasync compares write+fdatasync into a growing file, a fallocated one and a
-// zero-filled one: the measurement behind zero-filled segments (doc.go, "Durability").
+// zero-filled one: the measurement behind writing zeros ahead of the records (doc.go, "Durability").
 func BenchmarkFdatasync(b *testing.B) {
 	for _, size := range []int{1 << 10, 4 << 10, 16 << 10} {
 		for _, mode := range []string{"append", "fallocate", "zerofill"} {

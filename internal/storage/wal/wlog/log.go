@@ -111,7 +111,6 @@ type Log struct {
 	closed    atomic.Bool
 	failed    atomic.Pointer[error] // copy of werr for the lock-free check in Append
 	committer atomic.Pointer[Committer]
-	stopBg    atomic.Bool // stops the spare preparation
 
 	mu   sync.RWMutex
 	segs []*segment // oldest first; the last is the active segment. Replaced, never shrunk in place.
@@ -578,7 +577,6 @@ func (l *Log) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	l.stopBg.Store(true)
 	l.dropSpareLocked()
 	l.bg.Wait()
 	var err error

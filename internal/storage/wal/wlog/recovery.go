@@ -322,7 +322,7 @@ func (l *Log) loadLast(s *segment, hasIdx bool) error {
 	if dirtyEnd > stop {
 		l.log.Warn("wal torn tail truncated", slog.String("path", s.path), slog.Int64("offset", stop),
 			slog.String("reason", why), slog.Int("records", len(s.wpos)), slog.Int64("cleared_bytes", dirtyEnd-stop))
-		if err := writeZeros(s.f, stop, dirtyEnd, nil); err != nil {
+		if err := writeZeros(s.f, stop, dirtyEnd); err != nil {
 			return fmt.Errorf("wlog: clear torn tail of %s: %w", s.path, err)
 		}
 		changed = true

@@ -72,13 +72,9 @@ func (l *Log) idxPath(base int64) string { return filepath.Join(l.dir, indexName
 // zeros is a read-only source of zero bytes for zero-filling and clearing.
 var zeros [1 << 20]byte
 
-// writeZeros writes zeros over [off, end) of f in chunks of up to 1 MiB. stop, if not nil, aborts
-// between chunks.
-func writeZeros(f File, off, end int64, stop *atomic.Bool) error {
+// writeZeros writes zeros over [off, end) of f in chunks of up to 1 MiB.
+func writeZeros(f File, off, end int64) error {
 	for off < end {
-		if stop != nil && stop.Load() {
-			return errStopped
-		}
 		n := min(end-off, int64(len(zeros)))
 		if _, err := f.WriteAt(zeros[:n], off); err != nil {
 			return err
@@ -88,12 +84,10 @@ func writeZeros(f File, off, end int64, stop *atomic.Bool) error {
 	return nil
 }
 
-var errStopped = errors.New("wlog: stopped")
-
-// prepareFile creates (or replaces) the file at path with size bytes of preallocated zeros and makes
-// it durable. With zeroFill the zeros are written (so later fdatasyncs do not convert unwritten
-// extents, see doc.go); otherwise they are only allocated. The caller renames it into place.
-func (l *Log) prepareFile(path string, size int64, zeroFill bool, stop *atomic.Bool) (File, error) {
+// prepareFile creates (or replaces) the file at path with size bytes preallocated (fallocate: the
+// blocks are reserved and read as zeros, but not written; the committer zero-fills them ahead of
+// the records, see zeroAhead) and makes it durable. The caller renames it into place.
+func (l *Log) prepareFile(path string, size int64) (File, error) {
 	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("wlog: create %s: %w", path, err)
@@ -105,11 +99,6 @@ func (l *Log) prepareFile(path string, size int64, zeroFill bool, stop *atomic.B
 	}
 	if err := f.Allocate(0, size); err != nil {
 		return fail("preallocate", err)
-	}
-	if zeroFill {
-		if err := writeZeros(f, 0, size, stop); err != nil {
-			return fail("zero-fill", err)
-		}
 	}
 	if err := f.Datasync(); err != nil {
 		return fail("sync", err)
@@ -150,12 +139,10 @@ func (l *Log) installSegment(f File, tmpPath string, base int64) (*segment, erro
 	}, nil
 }
 
-// createSegment creates a new, empty segment synchronously. Without a prepared spare it is only
-// preallocated, not zero-filled: zero-filling 64 MiB would stall the caller for a fraction of a
-// second.
+// createSegment creates a new, empty segment synchronously (when no spare was prepared).
 func (l *Log) createSegment(base int64) (*segment, error) {
 	tmp := l.segPath(base) + tmpExt
-	f, err := l.prepareFile(tmp, l.opts.SegmentBytes, false, nil)
+	f, err := l.prepareFile(tmp, l.opts.SegmentBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -163,8 +150,8 @@ func (l *Log) createSegment(base int64) (*segment, error) {
 }
 
 // spare is a segment file prepared ahead by a background goroutine, like etcd's file pipeline:
-// preallocated and zero-filled before it is needed, so the cut does not wait for it and appends
-// to it get the fast fdatasync of overwritten blocks.
+// preallocated and made durable before it is needed, so that the round that cuts does not wait for
+// the allocation and its journal commit. It is not zero-filled (see zeroAhead).
 type spare struct {
 	path string
 	done chan struct{} // closed when f or err is set
@@ -186,7 +173,7 @@ func (l *Log) startSpareLocked() {
 	l.bg.Go(func() {
 		defer close(sp.done)
 		start := time.Now()
-		sp.f, sp.err = l.prepareFile(sp.path, size, true, &l.stopBg)
+		sp.f, sp.err = l.prepareFile(sp.path, size)
 		if sp.err == nil {
 			l.log.Debug("wal segment prepared", slog.Duration("took", time.Since(start)))
 		}
@@ -200,19 +187,14 @@ func (l *Log) nextSegmentLocked(base int64) (*segment, error) {
 		l.spare = nil
 		<-sp.done
 		if sp.err == nil {
-			s, err := l.installSegment(sp.f, sp.path, base)
-			if err == nil {
-				s.zeroed = s.size
-			}
-			return s, err
+			return l.installSegment(sp.f, sp.path, base)
 		}
 		l.log.Warn("wal segment preparation failed; creating it now", slog.Any("err", sp.err))
 	}
 	return l.createSegment(base)
 }
 
-// dropSpareLocked stops the spare preparation and removes the spare file. Log.wmu must be held and
-// stopBg set.
+// dropSpareLocked waits for the spare preparation and removes the spare file. Log.wmu must be held.
 func (l *Log) dropSpareLocked() {
 	sp := l.spare
 	if sp == nil {
