@@ -126,14 +126,14 @@ func claimInterval(cfg config.Config) time.Duration {
 // pgConfig is the PostgreSQL engine configuration of cfg.
 func pgConfig(cfg config.Config, logger *slog.Logger) pgstore.Config {
 	return pgstore.Config{
-		URL:               cfg.Store,
-		Schema:            cfg.Postgres.Schema,
-		Logger:            logger,
-		Migrate:           cfg.Postgres.Migrate,
-		MaxConns:          int32(cfg.Postgres.MaxConns),
-		BucketWidth:       cfg.Postgres.BucketWidth,
-		PollInterval:      cfg.Postgres.PollInterval,
-		DeliveryTxTimeout: cfg.Postgres.DeliveryTxTimeout,
+		URL:          cfg.Store,
+		Schema:       cfg.Postgres.Schema,
+		Logger:       logger,
+		Migrate:      cfg.Postgres.Migrate,
+		MaxConns:     int32(cfg.Postgres.MaxConns),
+		BucketWidth:  cfg.Postgres.BucketWidth,
+		PollInterval: cfg.Postgres.PollInterval,
+		TxTimeout:    cfg.Postgres.TxTimeout,
 	}
 }
 

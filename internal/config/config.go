@@ -91,12 +91,13 @@ type Postgres struct {
 	// published meanwhile. Adds up to that much latency under load (a claim after a quiet period
 	// is not delayed). Defaults to 20 ms; 0 claims at every wake-up.
 	ClaimInterval time.Duration `yaml:"claim_interval"`
-	// DeliveryTxTimeout bounds one combined claim/ack/nack/extend transaction
-	// (pgstore.Config.DeliveryTxTimeout): when the database does not answer in time (network black
-	// hole, a row lock held by another session, a stuck server), its operations fail with TIMEOUT
-	// (retryable) instead of waiting until TCP gives up. Such a transaction takes milliseconds,
-	// seconds under heavy load. Defaults to 10 s; between 10 ms and 1 h.
-	DeliveryTxTimeout time.Duration `yaml:"delivery_tx_timeout"`
+	// TxTimeout bounds the database transaction of a claim, ack, nack or extend (a combined one),
+	// a release, a publish by the broker and a DLQ list, purge or replay
+	// (pgstore.Config.TxTimeout): when the database does not answer in time (network black hole,
+	// a row lock held by another session, a stuck server or synchronous standby), the request
+	// fails with TIMEOUT (retryable) instead of waiting until TCP gives up. Such a transaction
+	// takes milliseconds, seconds under heavy load. Defaults to 10 s; between 10 ms and 1 h.
+	TxTimeout time.Duration `yaml:"tx_timeout"`
 }
 
 // Broker configures the broker.
@@ -125,7 +126,7 @@ func Defaults() Config {
 		ShutdownTimeout: 30 * time.Second,
 		WAL:             WAL{SegmentBytes: 64 << 20},
 		Postgres: Postgres{Schema: "spool", Migrate: true, MaxConns: 32, BucketWidth: time.Hour, PollInterval: time.Second,
-			ClaimInterval: 20 * time.Millisecond, DeliveryTxTimeout: 10 * time.Second},
+			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second},
 		Broker: Broker{
 			AutoCreate:          true,
 			AutoCreateSemantics: string(storage.Queue),
@@ -336,8 +337,8 @@ func (c Config) Validate() error {
 		return bad("postgres.poll_interval", "must be between 1ms and 1m, got %s", c.Postgres.PollInterval)
 	case c.Postgres.ClaimInterval < 0 || c.Postgres.ClaimInterval > time.Second:
 		return bad("postgres.claim_interval", "must be between 0 and 1s, got %s", c.Postgres.ClaimInterval)
-	case c.Postgres.DeliveryTxTimeout < 10*time.Millisecond || c.Postgres.DeliveryTxTimeout > time.Hour:
-		return bad("postgres.delivery_tx_timeout", "must be between 10ms and 1h, got %s", c.Postgres.DeliveryTxTimeout)
+	case c.Postgres.TxTimeout < 10*time.Millisecond || c.Postgres.TxTimeout > time.Hour:
+		return bad("postgres.tx_timeout", "must be between 10ms and 1h, got %s", c.Postgres.TxTimeout)
 	case c.Broker.AutoCreateSemantics != string(storage.Queue) && c.Broker.AutoCreateSemantics != string(storage.PubSub):
 		return bad("broker.auto_create_semantics", "must be QUEUE or PUB_SUB, got %q", c.Broker.AutoCreateSemantics)
 	case c.Broker.DefaultMaxInFlight < 1 || c.Broker.DefaultMaxInFlight > c.Server.MaxCredit:

@@ -119,7 +119,9 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "store", flags: map[string]string{"store": "mysql://x"}, want: "store: must be empty"},
 		{name: "store password redacted", flags: map[string]string{"store": "mysql://u:secret@h"}, want: "u:***@h"},
 		{name: "listen", flags: map[string]string{"listen": ""}, want: "listen: must not be empty"},
-		{name: "delivery tx timeout", env: []string{"SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=-1s"}, want: "postgres.delivery_tx_timeout"},
+		{name: "tx timeout negative", env: []string{"SPOOL_POSTGRES_TX_TIMEOUT=-1s"}, want: "postgres.tx_timeout"},
+		{name: "tx timeout too small", flags: map[string]string{"postgres.tx_timeout": "5ms"}, want: "postgres.tx_timeout: must be between 10ms and 1h"},
+		{name: "tx timeout too large", file: "postgres:\n  tx_timeout: 61m\n", want: "postgres.tx_timeout: must be between 10ms and 1h"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := ""
@@ -143,12 +145,25 @@ func TestPostgresStoreIsValid(t *testing.T) {
 	if err != nil || !IsPostgresURL(cfg.Store) {
 		t.Fatalf("%+v %v", cfg.Store, err)
 	}
-	if cfg.Postgres.DeliveryTxTimeout != 10*time.Second {
-		t.Fatalf("default postgres.delivery_tx_timeout %s, want 10s", cfg.Postgres.DeliveryTxTimeout)
+	if cfg.Postgres.TxTimeout != 10*time.Second {
+		t.Fatalf("default postgres.tx_timeout %s, want 10s", cfg.Postgres.TxTimeout)
 	}
-	cfg, err = Load("", []string{"SPOOL_STORE=postgres://spool@localhost/spool", "SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=3s"}, nil)
-	if err != nil || cfg.Postgres.DeliveryTxTimeout != 3*time.Second {
-		t.Fatalf("SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=3s: %s, %v", cfg.Postgres.DeliveryTxTimeout, err)
+	cfg, err = Load("", []string{"SPOOL_STORE=postgres://spool@localhost/spool", "SPOOL_POSTGRES_TX_TIMEOUT=3s"}, nil)
+	if err != nil || cfg.Postgres.TxTimeout != 3*time.Second {
+		t.Fatalf("SPOOL_POSTGRES_TX_TIMEOUT=3s: %s, %v", cfg.Postgres.TxTimeout, err)
+	}
+	file := writeFile(t, "postgres:\n  tx_timeout: 1h\n")
+	cfg, err = Load(file, []string{"SPOOL_STORE=postgres://spool@localhost/spool"}, nil)
+	if err != nil || cfg.Postgres.TxTimeout != time.Hour {
+		t.Fatalf("postgres.tx_timeout 1h in the file: %s, %v", cfg.Postgres.TxTimeout, err)
+	}
+	cfg, err = Load(file, []string{"SPOOL_STORE=postgres://spool@localhost/spool", "SPOOL_POSTGRES_TX_TIMEOUT=10ms"}, nil)
+	if err != nil || cfg.Postgres.TxTimeout != 10*time.Millisecond {
+		t.Fatalf("SPOOL_POSTGRES_TX_TIMEOUT=10ms over the file's 1h: %s, %v", cfg.Postgres.TxTimeout, err)
+	}
+	// The setting's name before it covered publishes and DLQ operations is no setting any more.
+	if got := UnknownEnv([]string{"SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=3s", "SPOOL_POSTGRES_TX_TIMEOUT=3s"}); !slices.Equal(got, []string{"SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT"}) {
+		t.Fatalf("UnknownEnv: %v, want the old variable only", got)
 	}
 }
 

@@ -34,7 +34,7 @@ import (
 // subscription, a bad partition) fails alone; when the transaction fails, every operation runs
 // again in a transaction of its own so that one cannot fail the others.
 //
-// A lane's transaction is bounded by Config.DeliveryTxTimeout (runOps): without a deadline, a
+// A lane's transaction is bounded by Config.TxTimeout (runOps): without a deadline, a
 // database that stops answering without closing the connection (a network black hole, a row lock
 // another session holds, a stuck server) would hold every operation of the lane until TCP gives
 // up, which can take hours. A transaction that exceeds it fails all of its operations (nacks and
@@ -149,7 +149,7 @@ func (e *Engine) runLane(ctx context.Context, lane *opLane, batch []*dop) {
 	}
 }
 
-// runOps runs batch in one transaction bounded by Config.DeliveryTxTimeout. If the transaction
+// runOps runs batch in one transaction bounded by Config.TxTimeout. If the transaction
 // fails, each operation runs again alone; if it exceeded its deadline, every operation fails with
 // the timeout error instead (see txTimeout).
 //
@@ -172,7 +172,7 @@ func (e *Engine) runLane(ctx context.Context, lane *opLane, batch []*dop) {
 // up its locks), and runPipeTx, which rolls back with a context of its own (no deadline from ctx,
 // bounded by maxRollbackWait), finds it closed and releases it; the pool drops it.
 func (e *Engine) runOps(ctx context.Context, batch []*dop) {
-	tctx, cancel := context.WithTimeout(ctx, e.cfg.DeliveryTxTimeout)
+	tctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
 	err := e.pipeTx(tctx, func(tx pgx.Tx) error { return e.opsTx(tctx, tx, batch) })
 	timedOut := tctx.Err() != nil // ctx itself has no deadline (runLane)
 	cancel()
@@ -181,7 +181,7 @@ func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 		return
 	case timedOut:
 		err = e.txTimeout(err)
-		e.log.Warn("pgstore: delivery transaction timed out", "timeout", e.cfg.DeliveryTxTimeout, "operations", len(batch), "err", err)
+		e.log.Warn("pgstore: delivery transaction timed out", "timeout", e.cfg.TxTimeout, "operations", len(batch), "err", err)
 		for _, op := range batch {
 			op.setErr(err)
 		}
@@ -196,14 +196,31 @@ func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 	batch[0].setErr(err)
 }
 
-// txTimeout is the error of the operations of a delivery transaction that failed with err after
-// exceeding Config.DeliveryTxTimeout. It wraps context.DeadlineExceeded, which the protocol reports
-// as TIMEOUT (retryable: "the request may or may not have taken effect").
+// txTimeout is the error of a request whose transaction (a lane's, a release, a publish, a DLQ
+// operation) failed with err after exceeding Config.TxTimeout. It wraps context.DeadlineExceeded,
+// which the protocol reports as TIMEOUT (retryable: "the request may or may not have taken
+// effect").
 func (e *Engine) txTimeout(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("pgstore: delivery transaction exceeded %s: %w", e.cfg.DeliveryTxTimeout, err)
+		return fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w", e.cfg.TxTimeout, err)
 	}
-	return fmt.Errorf("pgstore: delivery transaction exceeded %s: %w (%w)", e.cfg.DeliveryTxTimeout, context.DeadlineExceeded, err)
+	return fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w (%w)", e.cfg.TxTimeout, context.DeadlineExceeded, err)
+}
+
+// withTxTimeout runs fn (operation what: a release, a publish, a DLQ operation) with ctx bounded
+// by Config.TxTimeout. When fn fails after that deadline passed (and ctx itself has not ended),
+// the error is txTimeout's, logged as a warning.
+func withTxTimeout[T any](e *Engine, ctx context.Context, what string, fn func(ctx context.Context) (T, error)) (T, error) {
+	tctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
+	defer cancel()
+	res, err := fn(tctx)
+	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
+		err = e.txTimeout(err)
+		e.log.Warn("pgstore: transaction timed out", "operation", what, "timeout", e.cfg.TxTimeout, "err", err)
+		var zero T
+		return zero, err
+	}
+	return res, err
 }
 
 // opsTx runs the operations of batch in transaction tx.

@@ -334,16 +334,16 @@ func TestDeliveriesNackExtendCombined(t *testing.T) {
 	}
 }
 
-// laneTimeout is the DeliveryTxTimeout of the lane timeout tests: long enough for a claim or an
-// ack on an idle test database under -race, short enough to keep the tests fast.
-const laneTimeout = 500 * time.Millisecond
+// testTxTimeout is the TxTimeout of the timeout tests: long enough for a claim, an ack, a publish
+// or a DLQ operation on an idle test database under -race, short enough to keep the tests fast.
+const testTxTimeout = 500 * time.Millisecond
 
-// openLaneTimeout opens an engine whose lane transactions time out after laneTimeout.
-func openLaneTimeout(t *testing.T, conns int32) *Engine {
+// openTxTimeout opens an engine whose transactions time out after testTxTimeout.
+func openTxTimeout(t *testing.T, conns int32) *Engine {
 	t.Helper()
 	cfg := testConfig(t, nil)
 	cfg.MaxConns = conns
-	cfg.DeliveryTxTimeout = laneTimeout
+	cfg.TxTimeout = testTxTimeout
 	return logOpen(t, cfg)
 }
 
@@ -366,12 +366,12 @@ func lockRows(t *testing.T, query string, args ...any) *blocker {
 	return &blocker{t: t, conn: conn, tx: tx}
 }
 
-// openHeld opens an engine whose lane transactions time out after laneTimeout, with a PUB_SUB
+// openHeld opens an engine whose transactions time out after testTxTimeout, with a PUB_SUB
 // topic, one subscription of it, the payloads published to partition 0, and two of them held by
 // member "m".
 func openHeld(t *testing.T, topic string, payloads ...string) (*Engine, *storage.Subscription, []*storage.Delivery) {
 	t.Helper()
-	e := openLaneTimeout(t, 4)
+	e := openTxTimeout(t, 4)
 	logTopic(t, e, topic, storage.TopicConfig{Semantics: storage.PubSub})
 	sub := logSub(t, e, topic, "g")
 	logPublish(t, e, topic, 0, payloads...)
@@ -422,32 +422,32 @@ func goOp[T any](what string, op func() (T, error)) <-chan opOut {
 	return ch
 }
 
-// awaitOut returns the outcome of ch, failing the test if it has not come 10 lane deadlines after
-// start (without the deadline, the operation would wait as long as the blocker holds its rows; the
-// margin is for a loaded machine, since one deadline is the expected wait).
+// awaitOut returns the outcome of ch, failing the test if it has not come 10 transaction
+// deadlines after start (without the deadline, the operation would wait as long as the blocker
+// holds its rows; the margin is for a loaded machine, since one deadline is the expected wait).
 func awaitOut(t *testing.T, ch <-chan opOut, start time.Time, what string) opOut {
 	t.Helper()
 	select {
 	case o := <-ch:
 		return o
-	case <-time.After(time.Until(start.Add(10 * laneTimeout))):
-		t.Fatalf("%s: no answer %s after the start (the lane deadline is %s): it waits for the blocked rows",
-			what, 10*laneTimeout, laneTimeout)
+	case <-time.After(time.Until(start.Add(10 * testTxTimeout))):
+		t.Fatalf("%s: no answer %s after the start (the transaction deadline is %s): it waits for the blocked rows",
+			what, 10*testTxTimeout, testTxTimeout)
 		return opOut{}
 	}
 }
 
-// checkTimeoutErr checks that err is the error of a lane transaction that exceeded laneTimeout,
+// checkTimeoutErr checks that err is the error of a transaction that exceeded testTxTimeout,
 // and that the protocol reports it as TIMEOUT, retryable.
 func checkTimeoutErr(t *testing.T, o opOut) {
 	t.Helper()
 	t.Logf("%s: %v", o.what, o.err)
 	if o.err == nil {
-		t.Errorf("%s: got %+v, want the delivery transaction timeout", o.what, o.res)
+		t.Errorf("%s: got %+v, want the transaction timeout", o.what, o.res)
 		return
 	}
-	if !errors.Is(o.err, context.DeadlineExceeded) || !strings.Contains(o.err.Error(), "delivery transaction exceeded "+laneTimeout.String()) {
-		t.Errorf("%s: got %v, want a delivery transaction timeout wrapping context.DeadlineExceeded", o.what, o.err)
+	if !errors.Is(o.err, context.DeadlineExceeded) || !strings.Contains(o.err.Error(), "transaction exceeded tx_timeout "+testTxTimeout.String()) {
+		t.Errorf("%s: got %v, want a transaction timeout wrapping context.DeadlineExceeded", o.what, o.err)
 	}
 	if pe := errmap.ErrorFrom(o.err); pe.Code != protocol.CodeTimeout || !pe.Retryable {
 		t.Errorf("%s: protocol error %s (code %d, retryable %v), want TIMEOUT, retryable", o.what, pe.Name, pe.Code, pe.Retryable)
@@ -467,7 +467,7 @@ func checkPoolIdle(t *testing.T, e *Engine) {
 }
 
 // TestDeliveriesLaneTimeout: a claim and an ack whose lane transaction waits for rows another
-// session holds fail after Config.DeliveryTxTimeout with a retryable TIMEOUT instead of waiting
+// session holds fail after Config.TxTimeout with a retryable TIMEOUT instead of waiting
 // for that session; once it lets go, the same subscription claims and acks normally, and nothing
 // of the timed-out transactions was applied. The blocked rows are first the subscription's
 // sub_partitions rows (the transaction waits in its first batch) and then its delivery rows (an
@@ -535,7 +535,7 @@ func TestDeliveriesLaneTimeout(t *testing.T) {
 }
 
 // TestDeliveriesLaneTimeoutNackExtend: a nack and an extend whose lane transaction waits for rows
-// another session holds fail after Config.DeliveryTxTimeout with a retryable TIMEOUT, like claims
+// another session holds fail after Config.TxTimeout with a retryable TIMEOUT, like claims
 // and acks; nothing of them was applied: once the session lets go, the member still holds the
 // messages (an extend finds them held), and a nack gives them back.
 func TestDeliveriesLaneTimeoutNackExtend(t *testing.T) {
@@ -580,7 +580,7 @@ func TestDeliveriesLaneTimeoutNackExtend(t *testing.T) {
 // lets go, every subscription of the lane gets all its messages.
 func TestDeliveriesLaneTimeoutBatch(t *testing.T) {
 	t.Parallel()
-	e := openLaneTimeout(t, 8)
+	e := openTxTimeout(t, 8)
 	ctx := t.Context()
 	logTopic(t, e, "fan.t", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
 	subs := laneSubs(t, e, "fan.t", 3)
@@ -639,33 +639,33 @@ func TestDeliveriesLaneTimeoutBatch(t *testing.T) {
 	}
 }
 
-// TestConfigDeliveryTxTimeout: zero takes the default; a negative or too small DeliveryTxTimeout is
+// TestConfigTxTimeout: zero takes the default; a negative or too small TxTimeout is
 // an invalid argument, at Validate and at Open (before connecting).
-func TestConfigDeliveryTxTimeout(t *testing.T) {
+func TestConfigTxTimeout(t *testing.T) {
 	t.Parallel()
 	cfg := Config{URL: "postgres://spool@127.0.0.1:1/none"}
 	if err := cfg.Validate(); err != nil {
-		t.Fatalf("zero DeliveryTxTimeout: %v", err)
+		t.Fatalf("zero TxTimeout: %v", err)
 	}
-	if d := cfg.withDefaults().DeliveryTxTimeout; d != DefaultDeliveryTxTimeout {
-		t.Fatalf("default DeliveryTxTimeout %s, want %s", d, DefaultDeliveryTxTimeout)
+	if d := cfg.withDefaults().TxTimeout; d != DefaultTxTimeout {
+		t.Fatalf("default TxTimeout %s, want %s", d, DefaultTxTimeout)
 	}
 	for _, d := range []time.Duration{-time.Second, time.Millisecond, 2 * time.Hour} {
-		cfg.DeliveryTxTimeout = d
-		if err := cfg.Validate(); !errors.Is(err, storage.ErrInvalidArgument) || !strings.Contains(err.Error(), "delivery_tx_timeout") {
-			t.Errorf("DeliveryTxTimeout %s: Validate: %v, want an invalid argument naming delivery_tx_timeout", d, err)
+		cfg.TxTimeout = d
+		if err := cfg.Validate(); !errors.Is(err, storage.ErrInvalidArgument) || !strings.Contains(err.Error(), "tx_timeout") {
+			t.Errorf("TxTimeout %s: Validate: %v, want an invalid argument naming tx_timeout", d, err)
 		}
 		if e, err := Open(t.Context(), cfg); !errors.Is(err, storage.ErrInvalidArgument) {
 			if e != nil {
 				_ = e.Close()
 			}
-			t.Errorf("DeliveryTxTimeout %s: Open: %v, want an invalid argument", d, err)
+			t.Errorf("TxTimeout %s: Open: %v, want an invalid argument", d, err)
 		}
 	}
 }
 
 // TestDeliveriesReleaseTimeout: a release (a member leaving), which runs in a transaction of its
-// own, is bounded by Config.DeliveryTxTimeout too: while another session holds the subscription's
+// own, is bounded by Config.TxTimeout too: while another session holds the subscription's
 // rows it fails with the retryable timeout, having changed nothing, and works once the rows are
 // free.
 func TestDeliveriesReleaseTimeout(t *testing.T) {

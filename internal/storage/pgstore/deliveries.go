@@ -1196,7 +1196,7 @@ func extendOn(st *dstate, p *storage.DeliveriesExtendParams, now time.Time) *sto
 // DeliveriesRelease gives back every lease Member holds on the subscription (expired ones not yet
 // processed included): due at once, attempts kept; those on their max_deliveries-th delivery go to
 // the DLQ (reason max_deliveries, last error "member left"). It runs in a transaction of its own
-// (not on a lane: a member leaves rarely), bounded by Config.DeliveryTxTimeout like the lanes'
+// (not on a lane: a member leaves rarely), bounded by Config.TxTimeout like the lanes'
 // (a member that leaves while the database does not answer would otherwise hold the broker's
 // teardown of its connection); a release that timed out leaves the leases to expire.
 func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
@@ -1206,13 +1206,9 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesRel
 	if p.Member == "" {
 		return nil, invalid("member must not be empty")
 	}
-	tctx, cancel := context.WithTimeout(ctx, e.cfg.DeliveryTxTimeout)
-	defer cancel()
-	res, err := e.release(tctx, p)
-	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
-		return nil, e.txTimeout(err)
-	}
-	return res, err
+	return withTxTimeout(e, ctx, "release", func(ctx context.Context) (*storage.DeliveriesReleaseResult, error) {
+		return e.release(ctx, p)
+	})
 }
 
 // release runs DeliveriesRelease's transaction.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
 	"github.com/spoolmq/spool/internal/testutil"
 )
 
@@ -445,4 +446,54 @@ func BenchmarkAckCombined(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDLQTimeout: DLQ operations whose transaction waits for a lock another session holds fail
+// after Config.TxTimeout with a retryable TIMEOUT and change nothing. A replay and a purge wait for
+// the subscription's sub_partitions rows, a list for the DLQ table (an ACCESS EXCLUSIVE lock, as
+// an ALTER TABLE or a VACUUM FULL takes). Once the session lets go, both entries are still in the
+// DLQ, and a replay delivers them again.
+func TestDLQTimeout(t *testing.T) {
+	t.Parallel()
+	e, sub, pre := openHeld(t, "dead.t", "a", "b")
+	ctx := t.Context()
+	must(e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: sub.ID, Member: "m", Refs: storagetest.RefsOf(pre), ToDLQ: true}))(t)
+	list := func() ([]*storage.DLQEntry, error) {
+		return e.DLQList(ctx, &storage.DLQListParams{SubscriptionID: sub.ID})
+	}
+	if n := len(must(list())(t)); n != 2 {
+		t.Fatalf("DLQ after the nack: %d entries, want 2", n)
+	}
+
+	b := lockSub(t, e, sub.ID)
+	t0 := time.Now()
+	checkTimeoutErr(t, awaitOut(t, goOp("replay", func() (int, error) {
+		return e.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: sub.ID})
+	}), t0, "the replay"))
+	t0 = time.Now()
+	checkTimeoutErr(t, awaitOut(t, goOp("purge", func() (int, error) {
+		return e.DLQPurge(ctx, &storage.DLQPurgeParams{SubscriptionID: sub.ID})
+	}), t0, "the purge"))
+	checkPoolIdle(t, e)
+	b.release()
+	if n := len(must(list())(t)); n != 2 {
+		t.Fatalf("DLQ after the timed-out replay and purge: %d entries, want 2", n)
+	}
+	if res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10}))(t); len(res.Deliveries) != 0 {
+		t.Fatalf("claim after the timed-out replay: offsets %v, want none", storagetest.OffsetsOf(res.Deliveries))
+	}
+
+	b = lockRows(t, e.sql(`LOCK TABLE spool.dlq IN ACCESS EXCLUSIVE MODE`))
+	t0 = time.Now()
+	checkTimeoutErr(t, awaitOut(t, goOp("list", list), t0, "the list"))
+	checkPoolIdle(t, e)
+	b.release()
+
+	if n := must(e.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: sub.ID}))(t); n != 2 {
+		t.Fatalf("replay after the blockers let go: %d entries, want 2", n)
+	}
+	res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10}))(t)
+	if got := storagetest.OffsetsOf(res.Deliveries); len(got) != 2 {
+		t.Fatalf("claim after the replay: offsets %v, want the 2 replayed messages", got)
+	}
 }

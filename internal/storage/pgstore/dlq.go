@@ -13,7 +13,8 @@ import (
 )
 
 // DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
-// (default 100). A CANCELLED subscription has none.
+// (default 100). A CANCELLED subscription has none. Bounded by Config.TxTimeout (past it: TIMEOUT,
+// retryable).
 func (e *Engine) DLQList(ctx context.Context, p *storage.DLQListParams) ([]*storage.DLQEntry, error) {
 	if p == nil {
 		return nil, invalid("nil params")
@@ -24,6 +25,13 @@ func (e *Engine) DLQList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "DLQ list", func(ctx context.Context) ([]*storage.DLQEntry, error) {
+		return e.dlqList(ctx, p)
+	})
+}
+
+// dlqList runs DLQList with ctx bounded by Config.TxTimeout.
+func (e *Engine) dlqList(ctx context.Context, p *storage.DLQListParams) ([]*storage.DLQEntry, error) {
 	limit := p.Limit
 	if limit == 0 {
 		limit = 100
@@ -64,34 +72,45 @@ func (e *Engine) DLQList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 }
 
 // DLQPurge removes DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored)
-// and returns how many. Durable when it returns.
+// and returns how many. Durable when it returns. Bounded by Config.TxTimeout like DLQReplay.
 func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, error) {
 	if p == nil {
 		return 0, invalid("nil params")
 	}
-	return e.dlqMove(ctx, p.SubscriptionID, p.IDs, false, `DELETE FROM spool.dlq
+	return e.dlqMove(ctx, "DLQ purge", p.SubscriptionID, p.IDs, false, `DELETE FROM spool.dlq
 		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`)
 }
 
 // DLQReplay moves DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored) back
 // to their subscription only, due at once with a fresh attempt count, and returns how many. A
 // replayed message is delivered from the entry's copy, so it does not matter whether the log still
-// holds it. Durable when it returns.
+// holds it. Durable when it returns. Its transaction is bounded by Config.TxTimeout: past it, the
+// call fails with TIMEOUT (retryable) and the transaction is rolled back, unless the deadline came
+// during the COMMIT (a hung synchronous standby), whose outcome is then unknown; running the
+// replay again is harmless (entries already replayed are no longer in the DLQ).
 func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int, error) {
 	if p == nil {
 		return 0, invalid("nil params")
 	}
-	return e.dlqMove(ctx, p.SubscriptionID, p.IDs, true, `UPDATE spool.dlq SET replay = 'waiting', replay_attempt = 0,
+	return e.dlqMove(ctx, "DLQ replay", p.SubscriptionID, p.IDs, true, `UPDATE spool.dlq SET replay = 'waiting', replay_attempt = 0,
 			replay_member = '', replay_due = $3
 		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`)
 }
 
-// dlqMove runs a purge or replay statement ($1 subscription, $2 IDs, $3 now withNow) under the
-// subscription's sub_partitions locks and returns how many entries it changed.
-func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, withNow bool, stmt string) (int, error) {
+// dlqMove runs a purge or replay (what) statement ($1 subscription, $2 IDs, $3 now withNow) under
+// the subscription's sub_partitions locks, bounded by Config.TxTimeout, and returns how many
+// entries it changed.
+func (e *Engine) dlqMove(ctx context.Context, what string, id int64, ids []int64, withNow bool, stmt string) (int, error) {
 	if ids == nil {
 		ids = []int64{}
 	}
+	return withTxTimeout(e, ctx, what, func(ctx context.Context) (int, error) {
+		return e.dlqMoveTx(ctx, id, ids, withNow, stmt)
+	})
+}
+
+// dlqMoveTx runs dlqMove's transaction.
+func (e *Engine) dlqMoveTx(ctx context.Context, id int64, ids []int64, withNow bool, stmt string) (int, error) {
 	var n int
 	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		s, err := e.loadSub(ctx, tx, id, noLock)

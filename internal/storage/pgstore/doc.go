@@ -81,10 +81,12 @@
 // one that fails on its own fails alone, and a failed transaction runs its operations again one by
 // one. On two cores with 16 groups this halved the p99 end-to-end latency (docs/benchmarks.md):
 // fewer transactions, statements, round trips and WAL flushes per delivered message. A lane's
-// transaction is bounded by Config.DeliveryTxTimeout: one that exceeds it (a database that stopped
+// transaction is bounded by Config.TxTimeout: one that exceeds it (a database that stopped
 // answering, a row lock held elsewhere) fails all of its operations (claims, acks, nacks and
 // extends) with a timeout at once, without running them again one by one, and the lane goes on with
-// the next batch.
+// the next batch. The same deadline bounds releases, broker publishes (MessagesAppend; not
+// PublishTx, whose transaction is the application's) and DLQ lists, purges and replays
+// (withTxTimeout); a timed-out one is rolled back and fails with the same retryable timeout.
 //
 // # Message cache
 //

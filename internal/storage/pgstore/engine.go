@@ -55,14 +55,16 @@ type Config struct {
 	// database (fan-out to many groups reads each message from PostgreSQL once per instance).
 	// Defaults to 64 MiB; negative disables it.
 	MessageCacheBytes int64
-	// DeliveryTxTimeout bounds a combined claim/ack/nack/extend transaction (combine.go), from
-	// waiting for a pool connection to its COMMIT. Such a transaction takes milliseconds, seconds
-	// under heavy load; one that has not finished in time (a database that stopped answering, a row
-	// lock another session holds) is abandoned, and every operation it carried fails with an error
-	// wrapping context.DeadlineExceeded (the protocol's TIMEOUT, retryable) instead of making the
-	// operations queued behind it on its lane wait until TCP gives up. Defaults to 10 s; between
-	// 10 ms and 1 h.
-	DeliveryTxTimeout time.Duration
+	// TxTimeout bounds the transaction of a request, from waiting for a pool connection to its
+	// COMMIT, for claims, acks, nacks and extends (a combined lane transaction, combine.go),
+	// releases, broker publishes (MessagesAppend; not PublishTx, whose transaction belongs to the
+	// application) and DLQ lists, purges and replays. Such a transaction takes milliseconds,
+	// seconds under heavy load; one that has not finished in time (a database that stopped
+	// answering, a row lock another session holds) is abandoned and rolled back, and the request
+	// fails with an error wrapping context.DeadlineExceeded (the protocol's TIMEOUT, retryable)
+	// instead of waiting until TCP gives up. Catalog operations, reads and statistics only use
+	// the caller's context. Defaults to 10 s; between 10 ms and 1 h.
+	TxTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -74,7 +76,7 @@ const (
 	DefaultNotifyDelay       = 2 * time.Millisecond
 	DefaultInstanceHeartbeat = 5 * time.Second
 	DefaultMessageCacheBytes = 64 << 20
-	DefaultDeliveryTxTimeout = 10 * time.Second
+	DefaultTxTimeout         = 10 * time.Second
 )
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -107,8 +109,8 @@ func (c Config) withDefaults() Config {
 	if c.MessageCacheBytes == 0 {
 		c.MessageCacheBytes = DefaultMessageCacheBytes
 	}
-	if c.DeliveryTxTimeout == 0 {
-		c.DeliveryTxTimeout = DefaultDeliveryTxTimeout
+	if c.TxTimeout == 0 {
+		c.TxTimeout = DefaultTxTimeout
 	}
 	return c
 }
@@ -135,8 +137,8 @@ func (c Config) Validate() error {
 		return bad("notify_delay", "must be between 0 and 1s, got %s", c.NotifyDelay)
 	case c.InstanceHeartbeat < 10*time.Millisecond || c.InstanceHeartbeat > time.Minute:
 		return bad("instance_heartbeat", "must be between 10ms and 1m, got %s", c.InstanceHeartbeat)
-	case c.DeliveryTxTimeout < 10*time.Millisecond || c.DeliveryTxTimeout > time.Hour:
-		return bad("delivery_tx_timeout", "must be between 10ms and 1h, got %s", c.DeliveryTxTimeout)
+	case c.TxTimeout < 10*time.Millisecond || c.TxTimeout > time.Hour:
+		return bad("tx_timeout", "must be between 10ms and 1h, got %s", c.TxTimeout)
 	}
 	return nil
 }

@@ -115,16 +115,79 @@ func backendPID(t *testing.T, tx pgx.Tx) int {
 // awaitBlockedBy polls until some backend waits for a lock held by pid.
 func awaitBlockedBy(t *testing.T, e *Engine, pid int) {
 	t.Helper()
-	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("a backend waiting for backend %d", pid), func() error {
+	awaitWaiters(t, e, pid, true)
+}
+
+// awaitWaiters polls until some backend waits for a lock held by pid (waiting) or none does.
+func awaitWaiters(t *testing.T, e *Engine, pid int, waiting bool) {
+	t.Helper()
+	what := fmt.Sprintf("a backend waiting for backend %d", pid)
+	if !waiting {
+		what = fmt.Sprintf("no backend waiting for backend %d", pid)
+	}
+	testutil.Eventually(t, 10*time.Second, what, func() error {
 		var n int
 		if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", pid).Scan(&n); err != nil {
 			return err
 		}
-		if n == 0 {
+		if waiting && n == 0 {
 			return errors.New("none yet")
+		}
+		if !waiting && n > 0 {
+			return fmt.Errorf("%d still waiting", n)
 		}
 		return nil
 	})
+}
+
+// TestMessagesAppendTimeout: a publish whose transaction waits for a row another session holds
+// fails after Config.TxTimeout with a retryable TIMEOUT instead of waiting for that session, and
+// stores nothing: once the session lets go, the partition's high-water mark has not moved, a read
+// finds no trace of it, and the next publish takes the offset the timed-out one would have taken.
+// The held row is first the topic's (the publish waits in its first batch, for its FOR SHARE
+// lock), then the partition's (it waits in its last batch, the one carrying the COMMIT; the test
+// lets go only once PostgreSQL cancelled the wait, so that the outcome is known: rolled back).
+func TestMessagesAppendTimeout(t *testing.T) {
+	t.Parallel()
+	e := openTxTimeout(t, 4)
+	ctx := t.Context()
+	logTopic(t, e, "pub.t", storage.TopicConfig{Semantics: storage.PubSub})
+	logPublish(t, e, "pub.t", 0, "a")
+	publish := func() (*storage.MessagesAppendResult, error) {
+		return e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "pub.t",
+			Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("lost")}}})
+	}
+	read := func() []string {
+		var out []string
+		for _, m := range must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "pub.t", Partition: 0}))(t) {
+			out = append(out, fmt.Sprintf("%d=%s", m.Offset, m.Payload))
+		}
+		return out
+	}
+	for _, held := range []struct{ what, query string }{
+		{"the topic row", `SELECT 1 FROM spool.topics WHERE name = $1 FOR UPDATE`},
+		{"the partition row", `SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
+			WHERE t.name = $1 AND p.partition = 0 FOR UPDATE OF p`},
+	} {
+		b := lockRows(t, e.sql(held.query), "pub.t")
+		t0 := time.Now()
+		checkTimeoutErr(t, awaitOut(t, goOp("publish", publish), t0, "the publish waiting for "+held.what))
+		awaitWaiters(t, e, b.pid(), false)
+		checkPoolIdle(t, e)
+		b.release()
+
+		ts := must(e.TopicStats(ctx, "pub.t"))(t)
+		if hw := ts.Partitions[0].HighWater; hw != 1 {
+			t.Fatalf("after the publish that waited for %s timed out: high-water mark %d, want 1", held.what, hw)
+		}
+		equalStrings(t, read(), []string{"0=a"}, "partition 0 after the publish that waited for "+held.what+" timed out")
+	}
+
+	pos := logPublish(t, e, "pub.t", 0, "b")
+	if pos[0].Offset != 1 {
+		t.Fatalf("publish after the blockers let go: offset %d, want 1", pos[0].Offset)
+	}
+	equalStrings(t, read(), []string{"0=a", "1=b"}, "partition 0 after the last publish")
 }
 
 // TestLogCommitOrderSamePartition: transaction A takes offset 0 first and commits last; B, to the

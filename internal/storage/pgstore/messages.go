@@ -325,7 +325,19 @@ func isNoPartition(err error) bool { return pgCode(err) == "23514" }
 // together to the next partition in round-robin order. PublishedAt is the engine clock, made
 // non-decreasing per partition (also across instances). Safe for concurrent use; publishers to
 // the same partition serialize on its row until they commit.
+//
+// The call (bucket creation included) is bounded by Config.TxTimeout: past it, the transaction is
+// abandoned and rolled back, and the call fails with txTimeout's error (TIMEOUT, retryable). A
+// timeout while the batch carrying the COMMIT waits leaves the outcome unknown (see runOps): the
+// publisher retries, and the messages may then be stored twice, which at-least-once allows.
 func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
+	return withTxTimeout(e, ctx, "publish", func(ctx context.Context) (*storage.MessagesAppendResult, error) {
+		return e.messagesAppend(ctx, p)
+	})
+}
+
+// messagesAppend runs MessagesAppend with ctx bounded by Config.TxTimeout.
+func (e *Engine) messagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
 	now, err := e.prepareAppend(ctx, p)
 	if err != nil {
 		return nil, err
