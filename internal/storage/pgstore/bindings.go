@@ -14,6 +14,7 @@ import (
 // BindingCreate registers a durable group on a topic pattern: TopicCreate of a matching PUB_SUB
 // topic subscribes the group from the topic's beginning, atomically with the creation (see
 // TopicCreate for how the two serialize across instances). Existing topics are not subscribed.
+// Bounded by Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreateParams) (*storage.Binding, error) {
 	if params == nil {
 		return nil, invalid("nil params")
@@ -32,8 +33,15 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: encode start position: %w", err)
 	}
+	return withTxTimeout(e, ctx, "binding create", func(ctx context.Context) (*storage.Binding, error) {
+		return e.bindingCreate(ctx, params, start, startJSON)
+	})
+}
+
+// bindingCreate runs BindingCreate with ctx bounded by Config.TxTimeout.
+func (e *Engine) bindingCreate(ctx context.Context, params *storage.BindingCreateParams, start storage.StartPosition, startJSON []byte) (*storage.Binding, error) {
 	var out *storage.Binding
-	err = e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.tx(ctx, func(tx pgx.Tx) error {
 		b := &storage.Binding{Group: params.Group, Pattern: params.Pattern, Start: start, CreatedAt: e.now()}
 		_, err := tx.Exec(ctx, e.sql("INSERT INTO spool.bindings (group_name, pattern, start, created_at) VALUES ($1, $2, $3, $4)"),
 			b.Group, b.Pattern, startJSON, b.CreatedAt)
@@ -52,11 +60,20 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 	return out, nil
 }
 
-// BindingDelete removes a binding; the subscriptions it created stay.
+// BindingDelete removes a binding; the subscriptions it created stay. Bounded by Config.TxTimeout
+// (past it: TIMEOUT, retryable).
 func (e *Engine) BindingDelete(ctx context.Context, params *storage.BindingDeleteParams) error {
 	if params == nil {
 		return invalid("nil params")
 	}
+	_, err := withTxTimeout(e, ctx, "binding delete", func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, e.bindingDelete(ctx, params)
+	})
+	return err
+}
+
+// bindingDelete runs BindingDelete with ctx bounded by Config.TxTimeout.
+func (e *Engine) bindingDelete(ctx context.Context, params *storage.BindingDeleteParams) error {
 	return e.tx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, e.sql("DELETE FROM spool.bindings WHERE group_name = $1 AND pattern = $2"), params.Group, params.Pattern)
 		if err != nil {
@@ -69,11 +86,17 @@ func (e *Engine) BindingDelete(ctx context.Context, params *storage.BindingDelet
 	})
 }
 
-// BindingList lists all bindings ordered by group, then pattern (byte-wise).
+// BindingList lists all bindings ordered by group, then pattern (byte-wise). Bounded by
+// Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) BindingList(ctx context.Context) ([]*storage.Binding, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "binding list", e.bindingList)
+}
+
+// bindingList runs BindingList with ctx bounded by Config.TxTimeout.
+func (e *Engine) bindingList(ctx context.Context) ([]*storage.Binding, error) {
 	rows, err := e.pool.Query(ctx, e.sql("SELECT group_name, pattern, start, created_at FROM spool.bindings ORDER BY group_name, pattern"))
 	if err != nil {
 		return nil, e.mapErr(fmt.Errorf("pgstore: list bindings: %w", err))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -197,9 +198,9 @@ func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 }
 
 // txTimeout is the error of a request whose transaction (a lane's, a release, a publish, a DLQ
-// operation) failed with err after exceeding Config.TxTimeout. It wraps context.DeadlineExceeded,
-// which the protocol reports as TIMEOUT (retryable: "the request may or may not have taken
-// effect").
+// or catalog operation, a read) failed with err after exceeding Config.TxTimeout. It wraps
+// context.DeadlineExceeded, which the protocol reports as TIMEOUT (retryable: "the request may or
+// may not have taken effect").
 func (e *Engine) txTimeout(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w", e.cfg.TxTimeout, err)
@@ -207,9 +208,9 @@ func (e *Engine) txTimeout(err error) error {
 	return fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w (%w)", e.cfg.TxTimeout, context.DeadlineExceeded, err)
 }
 
-// withTxTimeout runs fn (operation what: a release, a publish, a DLQ operation) with ctx bounded
-// by Config.TxTimeout. When fn fails after that deadline passed (and ctx itself has not ended),
-// the error is txTimeout's, logged as a warning.
+// withTxTimeout runs fn (operation what: a release, a publish, a DLQ or catalog operation, a read,
+// statistics) with ctx bounded by Config.TxTimeout. When fn fails after that deadline passed (and
+// ctx itself has not ended), the error is txTimeout's, logged as a warning.
 func withTxTimeout[T any](e *Engine, ctx context.Context, what string, fn func(ctx context.Context) (T, error)) (T, error) {
 	tctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
 	defer cancel()
@@ -221,6 +222,53 @@ func withTxTimeout[T any](e *Engine, ctx context.Context, what string, fn func(c
 		return zero, err
 	}
 	return res, err
+}
+
+// txLocksBounded runs fn in a transaction (retried after a serialization failure or a deadlock,
+// as by Engine.tx) of which only the first part is bounded by Config.TxTimeout: waiting for a
+// pooled connection, the BEGIN and fn's statements until fn calls locked, once it holds every lock
+// it needs. What follows (a delete of as many rows as a subscription's DLQ holds, which may
+// legitimately take longer, and the COMMIT) is bounded by ctx only. When the deadline passes
+// first, the call fails with txTimeout's error (logged as a warning, operation what) and the
+// transaction is rolled back; locked then returns an error wrapping context.DeadlineExceeded,
+// which fn must return. When fn does not call locked, the whole transaction, COMMIT included, is
+// bounded. Each attempt has a deadline of its own.
+func (e *Engine) txLocksBounded(ctx context.Context, what string, fn func(ctx context.Context, tx pgx.Tx, locked func() error) error) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	const running, holding, timedOut = 0, 1, 2
+	for attempt := 0; ; attempt++ {
+		tctx, cancel := context.WithCancel(ctx)
+		var phase atomic.Int32
+		timer := time.AfterFunc(e.cfg.TxTimeout, func() {
+			if phase.CompareAndSwap(running, timedOut) {
+				cancel()
+			}
+		})
+		done := func() error {
+			if phase.CompareAndSwap(running, holding) || phase.Load() == holding {
+				timer.Stop()
+				return nil
+			}
+			return fmt.Errorf("pgstore: taking the locks: %w", context.DeadlineExceeded)
+		}
+		err := pgx.BeginTxFunc(tctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return fn(tctx, tx, done) })
+		timer.Stop()
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case phase.Load() == timedOut && ctx.Err() == nil:
+			err = e.txTimeout(err)
+			e.log.Warn("pgstore: transaction timed out", "operation", what, "timeout", e.cfg.TxTimeout, "err", err)
+			return err
+		case attempt < maxTxRetries && retryable(err):
+			e.log.Debug("pgstore: retrying transaction", "attempt", attempt+1, "err", err)
+			continue
+		}
+		return e.mapErr(err)
+	}
 }
 
 // opsTx runs the operations of batch in transaction tx.

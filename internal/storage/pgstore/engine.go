@@ -58,12 +58,15 @@ type Config struct {
 	// TxTimeout bounds the transaction of a request, from waiting for a pool connection to its
 	// COMMIT, for claims, acks, nacks and extends (a combined lane transaction, combine.go),
 	// releases, broker publishes (MessagesAppend; not PublishTx, whose transaction belongs to the
-	// application) and DLQ lists, purges and replays. Such a transaction takes milliseconds,
-	// seconds under heavy load; one that has not finished in time (a database that stopped
-	// answering, a row lock another session holds) is abandoned and rolled back, and the request
-	// fails with an error wrapping context.DeadlineExceeded (the protocol's TIMEOUT, retryable)
-	// instead of waiting until TCP gives up. Catalog operations, reads and statistics only use
-	// the caller's context. Defaults to 10 s; between 10 ms and 1 h.
+	// application), DLQ lists, purges and replays, catalog operations (topics, subscriptions,
+	// bindings), MessagesRead, TopicStats and SubscriptionStats. Topic and subscription deletes
+	// (and subscription changes to CANCELLED or DELETED) are bounded only until they hold their
+	// locks, not during the delete of their delivery state and DLQ. Such a transaction takes
+	// milliseconds, seconds under heavy load; one that has not finished in time (a database that
+	// stopped answering, a row lock another session holds) is abandoned and rolled back, and the
+	// request fails with an error wrapping context.DeadlineExceeded (the protocol's TIMEOUT,
+	// retryable) instead of waiting until TCP gives up. Retention, the LISTEN connection and
+	// Close do not use it. Defaults to 10 s; between 10 ms and 1 h.
 	TxTimeout time.Duration
 }
 

@@ -402,7 +402,8 @@ func wrapAppendErr(topic string, err error) error {
 // (from the first retained one when Offset is below it), without leasing them, in one statement
 // (one snapshot). An Offset above the high-water mark fails with storage.ErrOffsetOutOfRange; at
 // the high-water mark the result is empty. A partition the topic does not have fails with
-// storage.ErrInvalidArgument.
+// storage.ErrInvalidArgument. It does not wait for messages to come. Bounded by Config.TxTimeout
+// (past it: TIMEOUT, retryable).
 func (e *Engine) MessagesRead(ctx context.Context, p *storage.MessagesReadParams) ([]*storage.Message, error) {
 	if p == nil {
 		return nil, invalid("nil params")
@@ -413,6 +414,13 @@ func (e *Engine) MessagesRead(ctx context.Context, p *storage.MessagesReadParams
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "read", func(ctx context.Context) ([]*storage.Message, error) {
+		return e.messagesRead(ctx, p)
+	})
+}
+
+// messagesRead runs MessagesRead with ctx bounded by Config.TxTimeout.
+func (e *Engine) messagesRead(ctx context.Context, p *storage.MessagesReadParams) ([]*storage.Message, error) {
 	limit := p.Limit
 	if limit == 0 {
 		limit = 100
@@ -475,11 +483,19 @@ func (e *Engine) MessagesRead(ctx context.Context, p *storage.MessagesReadParams
 
 // TopicStats describes a topic's partitions from spool.partitions: LowOffset is low_offset,
 // HighWater next_offset, Bytes the stored size (message Size plus a fixed per-row overhead) of the
-// retained messages, Messages the sum of HighWater - LowOffset.
+// retained messages, Messages the sum of HighWater - LowOffset. Bounded by Config.TxTimeout (past
+// it: TIMEOUT, retryable).
 func (e *Engine) TopicStats(ctx context.Context, name string) (*storage.TopicStats, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "topic stats", func(ctx context.Context) (*storage.TopicStats, error) {
+		return e.topicStats(ctx, name)
+	})
+}
+
+// topicStats runs TopicStats with ctx bounded by Config.TxTimeout.
+func (e *Engine) topicStats(ctx context.Context, name string) (*storage.TopicStats, error) {
 	rows, err := e.pool.Query(ctx, e.sql(`
 		SELECT p.partition, p.low_offset, p.next_offset, p.bytes
 		FROM spool.topics t LEFT JOIN spool.partitions p ON p.topic_id = t.id

@@ -68,11 +68,19 @@ func (e *Engine) subStats(ctx context.Context, q querier, s *subRow) (*storage.S
 // nack delay, a NotBefore time, a replayed DLQ entry), so Pending = Lag + InFlight + Redelivering,
 // less the messages acked before they were delivered (which stay in Lag until the cursor passes
 // them). Leases that expired and were not processed by a claim yet count as InFlight. A CANCELLED
-// subscription has no delivery state: its figures are zero.
+// subscription has no delivery state: its figures are zero. Bounded by Config.TxTimeout (past it:
+// TIMEOUT, retryable).
 func (e *Engine) SubscriptionStats(ctx context.Context, id int64) (*storage.SubscriptionStats, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "subscription stats", func(ctx context.Context) (*storage.SubscriptionStats, error) {
+		return e.subscriptionStats(ctx, id)
+	})
+}
+
+// subscriptionStats runs SubscriptionStats with ctx bounded by Config.TxTimeout.
+func (e *Engine) subscriptionStats(ctx context.Context, id int64) (*storage.SubscriptionStats, error) {
 	s, err := e.loadSub(ctx, e.pool, id, noLock)
 	if err != nil {
 		return nil, e.mapErr(err)

@@ -167,14 +167,24 @@ func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, p
 // topic a durable subscription needs a group with no other non-cancelled subscription on the
 // topic; an ephemeral one without a group gets "$ephemeral-<id>" and belongs to this instance
 // (removed at Close, or by maintenance when the instance's heartbeat is stale). The topic row is
-// locked FOR SHARE, so a concurrent TopicUpdate or TopicDelete waits.
+// locked FOR SHARE, so a concurrent TopicUpdate or TopicDelete waits. Bounded by
+// Config.TxTimeout (past it: TIMEOUT, retryable): the subscription gets one sub_partitions row per
+// partition and no delivery state (nothing is copied), and its start offsets take an index lookup
+// per partition.
 func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.SubscriptionCreateParams) (*storage.Subscription, error) {
 	start, err := params.Check()
 	if err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "subscription create", func(ctx context.Context) (*storage.Subscription, error) {
+		return e.subscriptionCreate(ctx, params, start)
+	})
+}
+
+// subscriptionCreate runs SubscriptionCreate with ctx bounded by Config.TxTimeout.
+func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.SubscriptionCreateParams, start storage.StartPosition) (*storage.Subscription, error) {
 	var out *storage.Subscription
-	err = e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.tx(ctx, func(tx pgx.Tx) error {
 		t, err := e.loadTopic(ctx, tx, params.Topic, forShare)
 		if err != nil {
 			return err
@@ -215,6 +225,16 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		return nil, err
 	}
 	return out, nil
+}
+
+// lockSubState locks a subscription's sub_partitions rows (in partition order) before
+// dropSubState deletes them, so that the wait for delivery transactions holding them is bounded
+// with the locks (txLocksBounded) and not with the delete.
+func (e *Engine) lockSubState(ctx context.Context, tx pgx.Tx, id int64) error {
+	if _, err := tx.Exec(ctx, e.sql("SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE"), id); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: lock delivery state: %w", id, err)
+	}
+	return nil
 }
 
 // dropSubState removes a subscription's delivery state (CANCELLED and DELETED subscriptions have
@@ -262,11 +282,19 @@ func (e *Engine) setSubState(ctx context.Context, tx pgx.Tx, id int64, state sto
 }
 
 // SubscriptionDelete deletes a subscription and its delivery state at once. A durable one is kept
-// as DELETED (SubscriptionList with IncludeDeleted); an ephemeral one is forgotten.
+// as DELETED (SubscriptionList with IncludeDeleted); an ephemeral one is forgotten. Taking the
+// locks is bounded by Config.TxTimeout (past it: TIMEOUT, retryable; nothing is deleted); the
+// delete is not, since it removes as many rows as the subscription's DLQ holds (txLocksBounded).
 func (e *Engine) SubscriptionDelete(ctx context.Context, id int64) error {
-	return e.tx(ctx, func(tx pgx.Tx) error {
+	return e.txLocksBounded(ctx, "subscription delete", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
 		s, err := e.loadSub(ctx, tx, id, forNoKeyUpdate)
 		if err != nil {
+			return err
+		}
+		if err := e.lockSubState(ctx, tx, id); err != nil {
+			return err
+		}
+		if err := locked(); err != nil {
 			return err
 		}
 		_, err = e.deleteSub(ctx, tx, s)
@@ -274,36 +302,42 @@ func (e *Engine) SubscriptionDelete(ctx context.Context, id int64) error {
 	})
 }
 
-// SubscriptionGet returns a subscription that is not DELETED.
+// SubscriptionGet returns a subscription that is not DELETED. Bounded by Config.TxTimeout (past
+// it: TIMEOUT, retryable).
 func (e *Engine) SubscriptionGet(ctx context.Context, id int64) (*storage.Subscription, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	s, err := e.loadSub(ctx, e.pool, id, noLock)
-	if err != nil {
-		return nil, e.mapErr(err)
-	}
-	return &s.Subscription, nil
+	return withTxTimeout(e, ctx, "subscription get", func(ctx context.Context) (*storage.Subscription, error) {
+		s, err := e.loadSub(ctx, e.pool, id, noLock)
+		if err != nil {
+			return nil, e.mapErr(err)
+		}
+		return &s.Subscription, nil
+	})
 }
 
 // SubscriptionGetByGroup returns the newest subscription of (topic, group) that is not DELETED.
+// Bounded by Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) SubscriptionGetByGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	s, err := scanSub(e.pool.QueryRow(ctx, e.sql("SELECT "+subColumns+` FROM spool.subscriptions
-		WHERE topic = $1 AND group_name = $2 AND state <> 'DELETED' ORDER BY id DESC LIMIT 1`), topic, group))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: topic %q group %q", storage.ErrSubscriptionNotFound, topic, group)
-	}
-	if err != nil {
-		return nil, e.mapErr(fmt.Errorf("pgstore: subscription of topic %q group %q: %w", topic, group, err))
-	}
-	return &s.Subscription, nil
+	return withTxTimeout(e, ctx, "subscription get", func(ctx context.Context) (*storage.Subscription, error) {
+		s, err := scanSub(e.pool.QueryRow(ctx, e.sql("SELECT "+subColumns+` FROM spool.subscriptions
+			WHERE topic = $1 AND group_name = $2 AND state <> 'DELETED' ORDER BY id DESC LIMIT 1`), topic, group))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("%w: topic %q group %q", storage.ErrSubscriptionNotFound, topic, group)
+		}
+		if err != nil {
+			return nil, e.mapErr(fmt.Errorf("pgstore: subscription of topic %q group %q: %w", topic, group, err))
+		}
+		return &s.Subscription, nil
+	})
 }
 
 // SubscriptionList lists subscriptions ordered by ID, optionally of one topic, DELETED ones only
-// with IncludeDeleted.
+// with IncludeDeleted. Bounded by Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) SubscriptionList(ctx context.Context, params *storage.SubscriptionListParams) ([]*storage.Subscription, error) {
 	var p storage.SubscriptionListParams
 	if params != nil {
@@ -312,6 +346,13 @@ func (e *Engine) SubscriptionList(ctx context.Context, params *storage.Subscript
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "subscription list", func(ctx context.Context) ([]*storage.Subscription, error) {
+		return e.subscriptionList(ctx, &p)
+	})
+}
+
+// subscriptionList runs SubscriptionList with ctx bounded by Config.TxTimeout.
+func (e *Engine) subscriptionList(ctx context.Context, p *storage.SubscriptionListParams) ([]*storage.Subscription, error) {
 	rows, err := e.pool.Query(ctx, e.sql("SELECT "+subColumns+` FROM spool.subscriptions
 		WHERE ($1 = '' OR topic = $1) AND ($2 OR state <> 'DELETED') ORDER BY id`), p.Topic, p.IncludeDeleted)
 	if err != nil {
@@ -337,7 +378,9 @@ func (e *Engine) SubscriptionList(ctx context.Context, params *storage.Subscript
 
 // SubscriptionUpdate changes a subscription's state following storage.CanTransition (setting the
 // current state again is storage.ErrInvalidTransition too). CANCELLED drops the delivery state at
-// once; DELETED is SubscriptionDelete.
+// once; DELETED is SubscriptionDelete. Bounded by Config.TxTimeout (past it: TIMEOUT, retryable;
+// nothing changes), except, for CANCELLED and DELETED, the delete of the delivery state and DLQ
+// once the locks are taken (as SubscriptionDelete).
 func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.SubscriptionUpdateParams) (*storage.Subscription, error) {
 	if params == nil {
 		return nil, invalid("nil params")
@@ -348,13 +391,22 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 		return nil, invalid("subscription state %q", params.State)
 	}
 	var out *storage.Subscription
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	// A transaction that does not call locked is bounded whole, COMMIT included.
+	err := e.txLocksBounded(ctx, "subscription update", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
 		s, err := e.loadSub(ctx, tx, params.ID, forNoKeyUpdate)
 		if err != nil {
 			return err
 		}
 		if !storage.CanTransition(s.State, params.State) {
 			return fmt.Errorf("%w: subscription %d from %s to %s", storage.ErrInvalidTransition, params.ID, s.State, params.State)
+		}
+		if params.State == storage.Deleted || params.State == storage.Cancelled {
+			if err := e.lockSubState(ctx, tx, s.ID); err != nil {
+				return err
+			}
+			if err := locked(); err != nil {
+				return err
+			}
 		}
 		switch params.State {
 		case storage.Deleted:

@@ -49,7 +49,7 @@ func checkTopic(name string, cfg storage.TopicConfig) (storage.TopicConfig, []by
 // Bindings cannot change while topics are being created (SHARE lock on spool.bindings), so a
 // binding either subscribes a new topic or was created after the topic was visible. Concurrent
 // creates of one name, also by other broker instances: one wins, the others get
-// storage.ErrTopicExists.
+// storage.ErrTopicExists. Bounded by Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreateParams) (*storage.Topic, error) {
 	if params == nil {
 		return nil, invalid("nil params")
@@ -58,8 +58,20 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 	if err != nil {
 		return nil, err
 	}
+	out, err := withTxTimeout(e, ctx, "topic create", func(ctx context.Context) (*storage.Topic, error) {
+		return e.topicCreate(ctx, params, cfg, cfgJSON)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.announce(storage.Notification{Kind: storage.NotifyTopicCreated, Topic: params.Name})
+	return out, nil
+}
+
+// topicCreate runs TopicCreate's transaction with ctx bounded by Config.TxTimeout.
+func (e *Engine) topicCreate(ctx context.Context, params *storage.TopicCreateParams, cfg storage.TopicConfig, cfgJSON []byte) (*storage.Topic, error) {
 	var out *storage.Topic
-	err = e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.tx(ctx, func(tx pgx.Tx) error {
 		now := e.now()
 		var groups, patterns []string
 		if cfg.Semantics == storage.PubSub {
@@ -102,7 +114,6 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 	if err != nil {
 		return nil, err
 	}
-	e.announce(storage.Notification{Kind: storage.NotifyTopicCreated, Topic: params.Name})
 	return out, nil
 }
 
@@ -130,23 +141,31 @@ func (e *Engine) matchingBindings(ctx context.Context, q querier, topic string) 
 	return groups, patterns, nil
 }
 
-// TopicGet returns a topic.
+// TopicGet returns a topic. Bounded by Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) TopicGet(ctx context.Context, name string) (*storage.Topic, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	t, err := e.loadTopic(ctx, e.pool, name, noLock)
-	if err != nil {
-		return nil, e.mapErr(err)
-	}
-	return t.topic(), nil
+	return withTxTimeout(e, ctx, "topic get", func(ctx context.Context) (*storage.Topic, error) {
+		t, err := e.loadTopic(ctx, e.pool, name, noLock)
+		if err != nil {
+			return nil, e.mapErr(err)
+		}
+		return t.topic(), nil
+	})
 }
 
-// TopicList lists all topics ordered by name (byte-wise).
+// TopicList lists all topics ordered by name (byte-wise). Bounded by Config.TxTimeout (past it:
+// TIMEOUT, retryable).
 func (e *Engine) TopicList(ctx context.Context) ([]*storage.Topic, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "topic list", e.topicList)
+}
+
+// topicList runs TopicList with ctx bounded by Config.TxTimeout.
+func (e *Engine) topicList(ctx context.Context) ([]*storage.Topic, error) {
 	rows, err := e.pool.Query(ctx, e.sql("SELECT name, config, created_at FROM spool.topics ORDER BY name"))
 	if err != nil {
 		return nil, e.mapErr(fmt.Errorf("pgstore: list topics: %w", err))
@@ -177,7 +196,8 @@ func (e *Engine) TopicList(ctx context.Context) ([]*storage.Topic, error) {
 // storage.ErrTopicHasSubscriptions while more than one subscription is ACTIVE or PAUSED (or the
 // one that is is ephemeral), renames the one live durable subscription to the queue group, or
 // creates the queue subscription (from the first retained message) when none is live. The topic
-// row is locked (FOR UPDATE) for the whole change.
+// row is locked (FOR UPDATE) for the whole change. Bounded by Config.TxTimeout (past it: TIMEOUT,
+// retryable).
 func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdateParams) (*storage.Topic, error) {
 	if params == nil {
 		return nil, invalid("nil params")
@@ -186,8 +206,15 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 	if err != nil {
 		return nil, err
 	}
+	return withTxTimeout(e, ctx, "topic update", func(ctx context.Context) (*storage.Topic, error) {
+		return e.topicUpdate(ctx, params, cfg, cfgJSON)
+	})
+}
+
+// topicUpdate runs TopicUpdate with ctx bounded by Config.TxTimeout.
+func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdateParams, cfg storage.TopicConfig, cfgJSON []byte) (*storage.Topic, error) {
 	var out *storage.Topic
-	err = e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.tx(ctx, func(tx pgx.Tx) error {
 		t, err := e.loadTopic(ctx, tx, params.Name, forUpdate)
 		if err != nil {
 			return err
@@ -319,7 +346,10 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 // than the queue subscription is ACTIVE or PAUSED, or while the queue subscription (ACTIVE or
 // PAUSED) has messages not done. Locks, in the documented order: the topic, its partitions (which
 // waits for publishers in flight), its subscriptions and their partitions, so the check sees
-// every committed message and no claim or ack runs meanwhile.
+// every committed message and no claim or ack runs meanwhile. Taking those locks (and the check)
+// is bounded by Config.TxTimeout (past it: TIMEOUT, retryable; nothing is deleted); the delete
+// itself is not, since it removes the delivery state and DLQ entries of every subscription of the
+// topic, which may legitimately take longer (txLocksBounded).
 func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeleteParams) error {
 	if params == nil {
 		return invalid("nil params")
@@ -327,7 +357,7 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 	if err := names.ValidateTopic(params.Name); err != nil {
 		return validName(err)
 	}
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	err := e.txLocksBounded(ctx, "topic delete", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
 		t, err := e.loadTopic(ctx, tx, params.Name, forUpdate)
 		if err != nil {
 			return err
@@ -361,6 +391,9 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 						storage.ErrTopicHasSubscriptions, params.Name, st.Pending)
 				}
 			}
+		}
+		if err := locked(); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, e.sql("DELETE FROM spool.topics WHERE id = $1"), t.id); err != nil {
 			return fmt.Errorf("pgstore: topic delete %q: %w", params.Name, err)
