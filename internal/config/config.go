@@ -92,8 +92,9 @@ type Postgres struct {
 	// is not delayed). Defaults to 20 ms; 0 claims at every wake-up.
 	ClaimInterval time.Duration `yaml:"claim_interval"`
 	// TxTimeout bounds the database transaction of a claim, ack, nack or extend (a combined one),
-	// a release, a publish by the broker, a DLQ list, purge or replay, a catalog operation, a
-	// read and statistics; topic and subscription deletes until they hold their locks
+	// a release, a publish by the broker, a DLQ list, a catalog operation, a read and
+	// statistics; topic and subscription deletes and DLQ purges and replays until they hold
+	// their locks
 	// (pgstore.Config.TxTimeout): when the database does not answer in time (network black hole,
 	// a row lock held by another session, a stuck server or synchronous standby), the request
 	// fails with TIMEOUT (retryable) instead of waiting until TCP gives up. Such a transaction

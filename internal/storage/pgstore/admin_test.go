@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -203,31 +204,72 @@ func TestAdminTimeout(t *testing.T) {
 	}
 }
 
-// TestAdminDeleteAfterLocksNotBounded: once SubscriptionDelete holds its locks, the delete of the
-// delivery state and DLQ entries (as many rows as the DLQ holds) is not bounded by
-// Config.TxTimeout: a delete that waits there (here for a DLQ row another session holds) longer
-// than the deadline still completes once that session lets go.
+// TestAdminDeleteAfterLocksNotBounded: the calls that change as many rows as a subscription's DLQ
+// holds (a subscription delete, a DLQ purge or replay) bound only the wait for their locks, not
+// the statement that follows: a DLQ of millions of entries must stay deletable. Here the statement
+// waits for a DLQ row another session holds, past three deadlines, and the call still succeeds
+// once the row is let go.
 func TestAdminDeleteAfterLocksNotBounded(t *testing.T) {
 	t.Parallel()
-	e, sub, held := openHeld(t, "adm.dlq", "a", "b")
-	ctx := t.Context()
-	must(e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: sub.ID, Member: "m", Refs: storagetest.RefsOf(held), ToDLQ: true}))(t)
+	for _, tc := range []struct {
+		name  string
+		op    func(ctx context.Context, e *Engine, sub *storage.Subscription) (int, error)
+		check func(t *testing.T, e *Engine, sub *storage.Subscription, n int)
+	}{{
+		name: "SubscriptionDelete",
+		op: func(ctx context.Context, e *Engine, sub *storage.Subscription) (int, error) {
+			return 0, e.SubscriptionDelete(ctx, sub.ID)
+		},
+		check: func(t *testing.T, e *Engine, sub *storage.Subscription, _ int) {
+			if s, err := e.SubscriptionGet(t.Context(), sub.ID); !errors.Is(err, storage.ErrSubscriptionNotFound) {
+				t.Errorf("subscription after the delete: %+v, %v; want storage.ErrSubscriptionNotFound", s, err)
+			}
+		},
+	}, {
+		name: "DLQPurge",
+		op: func(ctx context.Context, e *Engine, sub *storage.Subscription) (int, error) {
+			return e.DLQPurge(ctx, &storage.DLQPurgeParams{SubscriptionID: sub.ID})
+		},
+		check: func(t *testing.T, e *Engine, sub *storage.Subscription, n int) {
+			left := must(e.DLQList(t.Context(), &storage.DLQListParams{SubscriptionID: sub.ID}))(t)
+			if n != 2 || len(left) != 0 {
+				t.Errorf("purge: %d purged, %d left; want 2 and 0", n, len(left))
+			}
+		},
+	}, {
+		name: "DLQReplay",
+		op: func(ctx context.Context, e *Engine, sub *storage.Subscription) (int, error) {
+			return e.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: sub.ID})
+		},
+		check: func(t *testing.T, e *Engine, sub *storage.Subscription, n int) {
+			res := must(e.DeliveriesClaim(t.Context(), &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10}))(t)
+			if got := storagetest.OffsetsOf(res.Deliveries); n != 2 || len(got) != 2 {
+				t.Errorf("replay: %d replayed, then claimed offsets %v; want 2 and the 2 replayed messages", n, got)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, sub, held := openHeld(t, "adm.dlq", "a", "b")
+			ctx := t.Context()
+			must(e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: sub.ID, Member: "m", Refs: storagetest.RefsOf(held), ToDLQ: true}))(t)
 
-	b := lockRows(t, e.sql(`SELECT 1 FROM spool.dlq WHERE sub_id = $1 FOR UPDATE`), sub.ID)
-	t0 := time.Now()
-	out := goOp("delete", func() (any, error) { return nil, e.SubscriptionDelete(ctx, sub.ID) })
-	awaitBlockedBy(t, e, b.pid())
-	// The delete cannot finish while the DLQ row is held: an answer now is the deadline's.
-	select {
-	case o := <-out:
-		t.Fatalf("delete while a DLQ row is held: %v after %s, want it to wait past the deadline %s", o.err, time.Since(t0), testTxTimeout)
-	case <-time.After(time.Until(t0.Add(3 * testTxTimeout))):
-	}
-	b.release()
-	if o := awaitOut(t, out, time.Now(), "the delete"); o.err != nil {
-		t.Fatalf("delete once the DLQ row was let go: %v", o.err)
-	}
-	if s, err := e.SubscriptionGet(ctx, sub.ID); !errors.Is(err, storage.ErrSubscriptionNotFound) {
-		t.Errorf("subscription after the delete: %+v, %v; want storage.ErrSubscriptionNotFound", s, err)
+			b := lockRows(t, e.sql(`SELECT 1 FROM spool.dlq WHERE sub_id = $1 FOR UPDATE`), sub.ID)
+			t0 := time.Now()
+			out := goOp(tc.name, func() (int, error) { return tc.op(ctx, e, sub) })
+			awaitBlockedBy(t, e, b.pid())
+			// The call cannot finish while the DLQ row is held: an answer now is the deadline's.
+			select {
+			case o := <-out:
+				t.Fatalf("%s while a DLQ row is held: %v after %s, want it to wait past the deadline %s", tc.name, o.err, time.Since(t0), testTxTimeout)
+			case <-time.After(time.Until(t0.Add(3 * testTxTimeout))):
+			}
+			b.release()
+			o := awaitOut(t, out, time.Now(), tc.name)
+			if o.err != nil {
+				t.Fatalf("%s once the DLQ row was let go: %v", tc.name, o.err)
+			}
+			tc.check(t, e, sub, o.res.(int))
+		})
 	}
 }

@@ -72,7 +72,8 @@ func (e *Engine) dlqList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 }
 
 // DLQPurge removes DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored)
-// and returns how many. Durable when it returns. Bounded by Config.TxTimeout like DLQReplay.
+// and returns how many. Durable when it returns. Taking its locks is bounded by Config.TxTimeout
+// like DLQReplay's (see dlqMove).
 func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, error) {
 	if p == nil {
 		return 0, invalid("nil params")
@@ -84,10 +85,9 @@ func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, 
 // DLQReplay moves DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored) back
 // to their subscription only, due at once with a fresh attempt count, and returns how many. A
 // replayed message is delivered from the entry's copy, so it does not matter whether the log still
-// holds it. Durable when it returns. Its transaction is bounded by Config.TxTimeout: past it, the
-// call fails with TIMEOUT (retryable) and the transaction is rolled back, unless the deadline came
-// during the COMMIT (a hung synchronous standby), whose outcome is then unknown; running the
-// replay again is harmless (entries already replayed are no longer in the DLQ).
+// holds it. Durable when it returns. Taking its locks is bounded by Config.TxTimeout: past it, the
+// call fails with TIMEOUT (retryable) and nothing changes; the update itself is not bounded (see
+// dlqMove).
 func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int, error) {
 	if p == nil {
 		return 0, invalid("nil params")
@@ -98,21 +98,15 @@ func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int
 }
 
 // dlqMove runs a purge or replay (what) statement ($1 subscription, $2 IDs, $3 now withNow) under
-// the subscription's sub_partitions locks, bounded by Config.TxTimeout, and returns how many
-// entries it changed.
+// the subscription's sub_partitions locks and returns how many entries it changed. Taking the
+// locks is bounded by Config.TxTimeout; the statement is not, since it changes as many rows as the
+// DLQ holds (txLocksBounded): a DLQ of millions of entries must still be purgeable.
 func (e *Engine) dlqMove(ctx context.Context, what string, id int64, ids []int64, withNow bool, stmt string) (int, error) {
 	if ids == nil {
 		ids = []int64{}
 	}
-	return withTxTimeout(e, ctx, what, func(ctx context.Context) (int, error) {
-		return e.dlqMoveTx(ctx, id, ids, withNow, stmt)
-	})
-}
-
-// dlqMoveTx runs dlqMove's transaction.
-func (e *Engine) dlqMoveTx(ctx context.Context, id int64, ids []int64, withNow bool, stmt string) (int, error) {
 	var n int
-	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
+	err := e.txLocksBounded(ctx, what, func(ctx context.Context, tx pgx.Tx, locked func() error) error {
 		s, err := e.loadSub(ctx, tx, id, noLock)
 		if err != nil {
 			return err
@@ -120,19 +114,21 @@ func (e *Engine) dlqMoveTx(ctx context.Context, id int64, ids []int64, withNow b
 		if s.State == storage.Cancelled {
 			return fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, id, s.State)
 		}
-		b := &pgx.Batch{}
-		b.Queue(e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
+		if err := e.lockSubState(ctx, tx, id); err != nil {
+			return err
+		}
+		if err := locked(); err != nil {
+			return err
+		}
 		args := []any{id, ids}
 		if withNow {
 			args = append(args, e.now())
 		}
-		b.Queue(e.sql(stmt), args...).Exec(func(ct pgconn.CommandTag) error {
-			n = int(ct.RowsAffected())
-			return nil
-		})
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		ct, err := tx.Exec(ctx, e.sql(stmt), args...)
+		if err != nil {
 			return fmt.Errorf("pgstore: subscription %d: DLQ: %w", id, err)
 		}
+		n = int(ct.RowsAffected())
 		return nil
 	})
 	if err != nil {

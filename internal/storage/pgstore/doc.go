@@ -85,10 +85,11 @@
 // answering, a row lock held elsewhere) fails all of its operations (claims, acks, nacks and
 // extends) with a timeout at once, without running them again one by one, and the lane goes on with
 // the next batch. The same deadline bounds releases, broker publishes (MessagesAppend; not
-// PublishTx, whose transaction is the application's), DLQ lists, purges and replays, catalog
-// operations, reads and statistics (withTxTimeout); a timed-out one is rolled back and fails with
-// the same retryable timeout. Topic and subscription deletes are bounded until they hold their
-// locks, not during the delete of a DLQ of any size (txLocksBounded). Retention is not bounded.
+// PublishTx, whose transaction is the application's), DLQ lists, catalog operations, reads and
+// statistics (withTxTimeout); a timed-out one is rolled back and fails with the same retryable
+// timeout. Topic and subscription deletes and DLQ purges and replays are bounded until they hold
+// their locks, not during the statement that changes a DLQ of any size (txLocksBounded).
+// Retention is not bounded.
 //
 // # Message cache
 //

@@ -58,10 +58,10 @@ type Config struct {
 	// TxTimeout bounds the transaction of a request, from waiting for a pool connection to its
 	// COMMIT, for claims, acks, nacks and extends (a combined lane transaction, combine.go),
 	// releases, broker publishes (MessagesAppend; not PublishTx, whose transaction belongs to the
-	// application), DLQ lists, purges and replays, catalog operations (topics, subscriptions,
-	// bindings), MessagesRead, TopicStats and SubscriptionStats. Topic and subscription deletes
-	// (and subscription changes to CANCELLED or DELETED) are bounded only until they hold their
-	// locks, not during the delete of their delivery state and DLQ. Such a transaction takes
+	// application), DLQ lists, catalog operations (topics, subscriptions, bindings),
+	// MessagesRead, TopicStats and SubscriptionStats. Topic and subscription deletes (and
+	// subscription changes to CANCELLED or DELETED) and DLQ purges and replays are bounded only
+	// until they hold their locks, not during the statement that changes their DLQ rows. Such a transaction takes
 	// milliseconds, seconds under heavy load; one that has not finished in time (a database that
 	// stopped answering, a row lock another session holds) is abandoned and rolled back, and the
 	// request fails with an error wrapping context.DeadlineExceeded (the protocol's TIMEOUT,
