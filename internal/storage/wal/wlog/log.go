@@ -496,15 +496,39 @@ func (l *Log) DeleteBefore(index int64) (records int64, bytes int64, err error) 
 	if k == 0 {
 		return 0, 0, nil
 	}
+	// A segment is freed in steps (removeFile), which a crash can interrupt: it is renamed to a
+	// temporary name first, durably, so that Open never finds a shortened segment under its name
+	// (it removes leftover temporary files).
+	doomed := make([]string, 0, len(drop))
 	for _, s := range drop {
 		_ = s.f.Close()
-		for _, p := range []string{s.path, l.idxPath(s.base)} {
-			if rerr := l.fs.Remove(p); rerr != nil && !isNotExist(rerr) && err == nil {
-				err = fmt.Errorf("wlog: delete %s: %w", p, rerr)
+		idx := l.idxPath(s.base)
+		if rerr := l.fs.Remove(idx); rerr != nil && !isNotExist(rerr) && err == nil {
+			err = fmt.Errorf("wlog: delete %s: %w", idx, rerr)
+		}
+		tmp := s.path + tmpExt
+		if rerr := l.fs.Rename(s.path, tmp); rerr != nil {
+			if rerr := l.fs.Remove(s.path); rerr != nil && !isNotExist(rerr) && err == nil {
+				err = fmt.Errorf("wlog: delete %s: %w", s.path, rerr)
 			}
+			continue
+		}
+		doomed = append(doomed, tmp)
+	}
+	serr := l.fs.SyncDir(l.dir)
+	for _, p := range doomed {
+		remove := l.fs.Remove
+		if serr == nil {
+			remove = func(p string) error { return removeFile(l.fs, p) }
+		}
+		if rerr := remove(p); rerr != nil && !isNotExist(rerr) && err == nil {
+			err = fmt.Errorf("wlog: delete %s: %w", p, rerr)
 		}
 	}
-	if serr := l.fs.SyncDir(l.dir); serr != nil && err == nil {
+	if serr == nil {
+		serr = l.fs.SyncDir(l.dir)
+	}
+	if serr != nil && err == nil {
 		err = fmt.Errorf("wlog: sync dir %s: %w", l.dir, serr)
 	}
 	l.log.Debug("wal segments deleted", slog.Int("segments", k), slog.Int64("records", records))

@@ -84,6 +84,36 @@ func writeZeros(f File, off, end int64) error {
 	return nil
 }
 
+// deleteChunk is how much of a file each step of removeFile frees, and maxDeletePause the longest
+// pause after a step.
+const (
+	deleteChunk    = 4 << 20
+	maxDeletePause = 10 * time.Millisecond
+)
+
+// removeFile removes the file at path, first truncating it away deleteChunk at a time from its
+// end, each step followed by a pause as long as the step took (at most maxDeletePause). On a file
+// system mounted with online discard, freeing a 64 MiB segment at once sends the disk one large
+// discard, and the committer's fdatasyncs waited 8-15 ms behind it on the development VM (ext4,
+// virtio); freed in steps, they stayed under ~2-4 ms. Where freeing blocks is cheap, so are the
+// steps and their pauses. The truncation is best effort: if it fails, the file is removed anyway.
+func removeFile(fsys FS, path string) error {
+	if f, err := fsys.OpenFile(path, os.O_WRONLY, 0); err == nil {
+		if st, err := f.Stat(); err == nil {
+			for size := st.Size(); size > deleteChunk; {
+				size -= deleteChunk
+				t := time.Now()
+				if f.Truncate(size) != nil {
+					break
+				}
+				time.Sleep(min(time.Since(t), maxDeletePause))
+			}
+		}
+		_ = f.Close()
+	}
+	return fsys.Remove(path)
+}
+
 // prepareFile creates (or replaces) the file at path with size bytes preallocated (fallocate: the
 // blocks are reserved and read as zeros, but not written; the committer zero-fills them ahead of
 // the records, see zeroAhead) and makes it durable. The caller renames it into place.
