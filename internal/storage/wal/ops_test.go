@@ -170,6 +170,26 @@ func TestCrashLeftovers(t *testing.T) {
 	equal(t, len(ms), 3, "messages kept")
 }
 
+// TestTopicDeleteFreesSegmentsInSteps: a deleted topic's segments are freed a few MiB at a time
+// (wlog.RemoveFile), not in one unlink each, which on a file system mounted with online discard
+// stalls every other log's fdatasync while the disk discards the whole file.
+func TestTopicDeleteFreesSegmentsInSteps(t *testing.T) {
+	t.Parallel()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	h := newHarness(t, func(c *Config) { c.FS = efs; c.SegmentBytes = 16 << 20 })
+	h.createTopic("big", storage.TopicConfig{Partitions: 2})
+	h.publishN("big", 10)
+	before := efs.Count(wlogtest.OpTruncate)
+	h.must(h.e.TopicDelete(h.ctx, &storage.TopicDeleteParams{Name: "big", Force: true}), "delete")
+	if _, err := os.Stat(filepath.Join(h.dir, topicsDir, "big")); !os.IsNotExist(err) {
+		t.Fatalf("topic directory still there: %v", err)
+	}
+	// Two preallocated 16 MiB segments, freed 4 MiB at a time: 3 truncations each.
+	if n := efs.Count(wlogtest.OpTruncate) - before; n < 6 {
+		t.Fatalf("%d truncations while deleting two 16 MiB segments, want at least 6 (freed in steps)", n)
+	}
+}
+
 // TestTopicDeleteRemovesFiles and re-creation starts empty.
 func TestTopicDeleteRemovesFiles(t *testing.T) {
 	t.Parallel()

@@ -181,8 +181,10 @@ func (e *Engine) removeAll(path string) error {
 		if isNotExist(err) {
 			return nil
 		}
-		// A file, not a directory.
-		return e.fs.Remove(path)
+		// A file, not a directory: a segment is freed in steps (wlog.RemoveFile), which a crash
+		// may interrupt; what removeAll removes belongs to a deleted topic or partition, and
+		// recovery removes what is left (removeOrphans).
+		return wlog.RemoveFile(e.fs, path)
 	}
 	for _, ent := range ents {
 		if err := e.removeAll(filepath.Join(path, ent.Name())); err != nil {

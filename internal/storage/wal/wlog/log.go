@@ -496,7 +496,7 @@ func (l *Log) DeleteBefore(index int64) (records int64, bytes int64, err error) 
 	if k == 0 {
 		return 0, 0, nil
 	}
-	// A segment is freed in steps (removeFile), which a crash can interrupt: it is renamed to a
+	// A segment is freed in steps (RemoveFile), which a crash can interrupt: it is renamed to a
 	// temporary name first, durably, so that Open never finds a shortened segment under its name
 	// (it removes leftover temporary files).
 	doomed := make([]string, 0, len(drop))
@@ -519,7 +519,7 @@ func (l *Log) DeleteBefore(index int64) (records int64, bytes int64, err error) 
 	for _, p := range doomed {
 		remove := l.fs.Remove
 		if serr == nil {
-			remove = func(p string) error { return removeFile(l.fs, p) }
+			remove = func(p string) error { return RemoveFile(l.fs, p) }
 		}
 		if rerr := remove(p); rerr != nil && !isNotExist(rerr) && err == nil {
 			err = fmt.Errorf("wlog: delete %s: %w", p, rerr)

@@ -84,20 +84,22 @@ func writeZeros(f File, off, end int64) error {
 	return nil
 }
 
-// deleteChunk is how much of a file each step of removeFile frees, and maxDeletePause the longest
+// deleteChunk is how much of a file each step of RemoveFile frees, and maxDeletePause the longest
 // pause after a step.
 const (
 	deleteChunk    = 4 << 20
 	maxDeletePause = 10 * time.Millisecond
 )
 
-// removeFile removes the file at path, first truncating it away deleteChunk at a time from its
-// end, each step followed by a pause as long as the step took (at most maxDeletePause). On a file
+// RemoveFile removes the file at path (with fsys), first truncating it away deleteChunk (4 MiB) at
+// a time from its end, each step followed by a pause as long as the step took (at most maxDeletePause). On a file
 // system mounted with online discard, freeing a 64 MiB segment at once sends the disk one large
 // discard, and the committer's fdatasyncs waited 8-15 ms behind it on the development VM (ext4,
 // virtio); freed in steps, they stayed under ~2-4 ms. Where freeing blocks is cheap, so are the
 // steps and their pauses. The truncation is best effort: if it fails, the file is removed anyway.
-func removeFile(fsys FS, path string) error {
+// A crash can leave the file shortened: the caller must make sure that nothing reads it as a
+// segment then (DeleteBefore renames it to a temporary name first).
+func RemoveFile(fsys FS, path string) error {
 	if f, err := fsys.OpenFile(path, os.O_WRONLY, 0); err == nil {
 		if st, err := f.Stat(); err == nil {
 			for size := st.Size(); size > deleteChunk; {
