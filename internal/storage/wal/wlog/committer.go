@@ -118,12 +118,11 @@ func putRequest(r *request) {
 	requestPool.Put(r)
 }
 
-// zeroAhead is how far a round writes zeros after its records. Segments are only fallocated:
-// writing into fallocated (unwritten) blocks makes every fdatasync commit an extent change to the
-// journal, while converting them a chunk at a time costs one larger sync per chunk, spread evenly
-// over the appends. Segments used to be zero-filled whole by the background spare preparation,
-// but writing and syncing 64 MiB at once stalled the committer's syncs for 20-30 ms at every
-// segment roll (the disk's queue and cache flush carry the burst).
+// zeroAhead is how far a round writes zeros after its records into a segment that was not
+// zero-filled whole (the first segment of a log, or a spare whose zeroing a roll stopped, see
+// zeroSpare): writing into fallocated (unwritten) blocks makes every fdatasync commit an extent
+// change to the journal, while converting them a chunk at a time costs one larger sync per chunk
+// (~850 us instead of ~185 on the development VM).
 const zeroAhead = 1 << 20
 
 // maxKeptBuf is the largest write buffer the committer keeps between rounds.

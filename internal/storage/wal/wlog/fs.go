@@ -41,6 +41,11 @@ type File interface {
 	// Datasync flushes data, and the metadata needed to read it back, to stable storage
 	// (fdatasync). Implementations without fdatasync call Sync.
 	Datasync() error
+	// SyncRange writes the dirty pages of [off, off+n) back to the disk and waits for them
+	// (sync_file_range with WAIT_BEFORE, WRITE and WAIT_AFTER): no metadata and no flush of the
+	// disk's cache, so it makes nothing durable; it paces background writes. Implementations
+	// without it do nothing.
+	SyncRange(off, n int64) error
 	// Truncate changes the size of the file.
 	Truncate(size int64) error
 	// Allocate reserves disk blocks for [off, off+size), extending the file if needed; the new

@@ -33,6 +33,29 @@ func (f osFile) Datasync() error {
 	return nil
 }
 
+// SyncRange calls sync_file_range(2) with WAIT_BEFORE, WRITE and WAIT_AFTER.
+func (f osFile) SyncRange(off, n int64) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			serr = unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+			if serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &fs.PathError{Op: "sync_file_range", Path: f.Name(), Err: serr}
+	}
+	return nil
+}
+
 // Allocate calls fallocate(2) mode 0, falling back to extending the file when the filesystem does
 // not support it.
 func (f osFile) Allocate(off, size int64) error {

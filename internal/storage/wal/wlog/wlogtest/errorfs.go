@@ -17,18 +17,19 @@ type Op string
 
 // The operations ErrorFS can fail and counts.
 const (
-	OpOpen     Op = "open"
-	OpRemove   Op = "remove"
-	OpRename   Op = "rename"
-	OpReadDir  Op = "readdir"
-	OpMkdirAll Op = "mkdirall"
-	OpSyncDir  Op = "syncdir"
-	OpStat     Op = "stat"
-	OpRead     Op = "read"     // File.ReadAt
-	OpWrite    Op = "write"    // File.WriteAt
-	OpSync     Op = "sync"     // File.Sync and File.Datasync
-	OpTruncate Op = "truncate" // File.Truncate
-	OpAllocate Op = "allocate" // File.Allocate
+	OpOpen      Op = "open"
+	OpRemove    Op = "remove"
+	OpRename    Op = "rename"
+	OpReadDir   Op = "readdir"
+	OpMkdirAll  Op = "mkdirall"
+	OpSyncDir   Op = "syncdir"
+	OpStat      Op = "stat"
+	OpRead      Op = "read"      // File.ReadAt
+	OpWrite     Op = "write"     // File.WriteAt
+	OpSync      Op = "sync"      // File.Sync and File.Datasync
+	OpTruncate  Op = "truncate"  // File.Truncate
+	OpSyncRange Op = "syncrange" // File.SyncRange
+	OpAllocate  Op = "allocate"  // File.Allocate
 )
 
 // Injector decides the outcome of an operation on path: the error to return, or nil to run it.
@@ -194,6 +195,13 @@ func (f *errorFile) Datasync() error {
 		return err
 	}
 	return f.File.Datasync()
+}
+
+func (f *errorFile) SyncRange(off, n int64) error {
+	if err := f.e.before(OpSyncRange, f.Name()); err != nil {
+		return err
+	}
+	return f.File.SyncRange(off, n)
 }
 
 func (f *errorFile) Truncate(size int64) error {
