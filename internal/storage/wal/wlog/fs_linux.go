@@ -9,9 +9,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Datasync calls fdatasync(2). It goes through SyscallConn so that a concurrent Close cannot
-// reuse the descriptor under it.
-func (f osFile) Datasync() error {
+// syscall runs call on f's descriptor, again as long as it fails with EINTR, and wraps its error
+// in an fs.PathError naming op and the file. It goes through SyscallConn so that a concurrent
+// Close cannot reuse the descriptor under it.
+func (f osFile) syscall(op string, call func(fd int) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -19,8 +20,7 @@ func (f osFile) Datasync() error {
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		for {
-			serr = unix.Fdatasync(int(fd))
-			if serr != unix.EINTR {
+			if serr = call(int(fd)); serr != unix.EINTR {
 				return
 			}
 		}
@@ -28,57 +28,27 @@ func (f osFile) Datasync() error {
 		return err
 	}
 	if serr != nil {
-		return &fs.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+		return &fs.PathError{Op: op, Path: f.Name(), Err: serr}
 	}
 	return nil
 }
 
+// Datasync calls fdatasync(2).
+func (f osFile) Datasync() error { return f.syscall("fdatasync", unix.Fdatasync) }
+
 // SyncRange calls sync_file_range(2) with WAIT_BEFORE, WRITE and WAIT_AFTER.
 func (f osFile) SyncRange(off, n int64) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			serr = unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
-			if serr != unix.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return &fs.PathError{Op: "sync_file_range", Path: f.Name(), Err: serr}
-	}
-	return nil
+	return f.syscall("sync_file_range", func(fd int) error {
+		return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+	})
 }
 
 // Allocate calls fallocate(2) mode 0, falling back to extending the file when the filesystem does
 // not support it.
 func (f osFile) Allocate(off, size int64) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) {
-		for {
-			ferr = unix.Fallocate(int(fd), 0, off, size)
-			if ferr != unix.EINTR {
-				return
-			}
-		}
-	}); err != nil {
-		return err
-	}
-	if errors.Is(ferr, unix.EOPNOTSUPP) || errors.Is(ferr, unix.ENOSYS) {
+	err := f.syscall("fallocate", func(fd int) error { return unix.Fallocate(fd, 0, off, size) })
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
 		return allocateByTruncate(f.File, off, size)
 	}
-	if ferr != nil {
-		return &fs.PathError{Op: "fallocate", Path: f.Name(), Err: ferr}
-	}
-	return nil
+	return err
 }
