@@ -84,14 +84,16 @@
 // parallel when a round carries several logs), then publishes each log's records (NextIndex
 // advances) and completes its waiters as soon as that log's own fdatasync returned: readers never
 // see a record that is not durable, and the appends of a log do not wait for another log's sync
-// (the second of two concurrent fdatasyncs takes ~1.8 times as long as one). New segment files are made in place as ".tmp" (preallocated, header
-// written, fdatasync), then renamed, and the directory is fsynced; deletions are followed by a
-// directory fsync too. DeleteBefore renames a segment to ".tmp" (made durable, so that a crash
-// never leaves a shortened segment under its name) and frees it 4 MiB at a time by truncating it
-// from its end, pausing after each step as long as it took: on a file system mounted with online
-// discard, unlinking 64 MiB at once sends one large discard, and a standalone fdatasync loop on
-// the development VM waited 8-15 ms behind each such unlink; freed in steps, under ~2-4 ms. A failed write or sync is sticky: every later append to the log fails with
-// it, and the sync is never retried (after a failed fsync the page cache cannot be trusted).
+// (the second of two concurrent fdatasyncs takes ~1.8 times as long as one). New segment files
+// are made in place as ".tmp" (preallocated, header written, fdatasync), then renamed, and the
+// directory is fsynced; deletions are followed by a directory fsync too. DeleteBefore renames a
+// segment to ".tmp" (made durable, so that a crash never leaves a shortened segment under its
+// name) and frees it 4 MiB at a time by truncating it from its end, pausing after each step as
+// long as it took: on a file system mounted with online discard, unlinking 64 MiB at once sends
+// one large discard, and a standalone fdatasync loop on the development VM waited 8-15 ms behind
+// each such unlink; freed in steps, under ~2-4 ms. A failed write or sync is sticky: every later
+// append to the log fails with it, and the sync is never retried (after a failed fsync the page
+// cache cannot be trusted).
 //
 // Segments are preallocated (fallocate) and zero-filled before records go into them, so that
 // the records go into blocks already written: on ext4 the first write into a fallocated

@@ -516,11 +516,11 @@ func (l *Log) DeleteBefore(index int64) (records int64, bytes int64, err error) 
 		doomed = append(doomed, tmp)
 	}
 	serr := l.fs.SyncDir(l.dir)
+	remove := l.fs.Remove // the rename may not be durable: no shortened file under the old name
+	if serr == nil {
+		remove = func(p string) error { return RemoveFile(l.fs, p) }
+	}
 	for _, p := range doomed {
-		remove := l.fs.Remove
-		if serr == nil {
-			remove = func(p string) error { return RemoveFile(l.fs, p) }
-		}
 		if rerr := remove(p); rerr != nil && !isNotExist(rerr) && err == nil {
 			err = fmt.Errorf("wlog: delete %s: %w", p, rerr)
 		}

@@ -1,9 +1,11 @@
 package wlog_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
@@ -483,4 +486,80 @@ func TestReadAtNextIndexDuringRoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRecords(t, l, 0, l.NextIndex())
+}
+
+// TestSpareWithAFailedWritebackIsNotUsed: when writing the zeros of the next segment back fails
+// (a disk error), that file is not used: after a failed writeback its page cache cannot be
+// trusted. The roll creates a fresh segment instead, says why, and leaves no spare behind.
+func TestSpareWithAFailedWritebackIsNotUsed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var logBuf lockedBuffer
+	opened, failed := make(chan struct{}), make(chan struct{})
+	var openOnce, failOnce sync.Once
+	efs := wlogtest.NewErrorFS(nil, func(op wlogtest.Op, path string) error {
+		if !strings.HasPrefix(filepath.Base(path), "spare") {
+			return nil
+		}
+		switch op {
+		case wlogtest.OpOpen:
+			openOnce.Do(func() { close(opened) })
+		case wlogtest.OpSyncRange:
+			failOnce.Do(func() { close(failed) })
+			return wlogtest.ErrInjected
+		}
+		return nil
+	})
+	l := openLog(t, dir, wlog.Options{FS: efs, SegmentBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
+	c := newCommitter(t, wlog.CommitterOptions{Sync: wlog.SyncAlways})
+	body := make([]byte, 1000)
+	appendOne := func() {
+		t.Helper()
+		if _, err := c.Append(context.Background(), l, []wlog.Record{{Body: body}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for waited := false; len(l.Segments()) < 2; {
+		appendOne()
+		select {
+		case <-opened:
+			if !waited { // the spare is being prepared: let its first chunk fail before the roll
+				select {
+				case <-failed:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the spare's zeros were not written back in 30 s")
+				}
+				waited = true
+			}
+		default:
+		}
+	}
+	if !strings.Contains(logBuf.String(), "wal segment preparation failed") || !strings.Contains(logBuf.String(), wlogtest.ErrInjected.Error()) {
+		t.Fatalf("log after the roll:\n%s\nwant the failed preparation reported", logBuf.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "spare.seg.tmp")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("spare file after the roll: %v, want it removed", err)
+	}
+	recs, err := l.Read(0, int(l.NextIndex()), 0)
+	if err != nil || int64(len(recs)) != l.NextIndex() {
+		t.Fatalf("Read = %d records, %v; want %d", len(recs), err, l.NextIndex())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for a logger that writes from several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -93,9 +93,9 @@ const (
 
 // RemoveFile removes the file at path (with fsys), first truncating it away deleteChunk (4 MiB) at
 // a time from its end, each step followed by a pause as long as the step took (at most maxPause).
-// On a file system mounted with online discard, freeing a 64 MiB segment at once sends the disk one large
-// discard, and the committer's fdatasyncs waited 8-15 ms behind it on the development VM (ext4,
-// virtio); freed in steps, they stayed under ~2-4 ms. Where freeing blocks is cheap, so are the
+// On a file system mounted with online discard, freeing a 64 MiB segment at once sends the disk
+// one large discard, and the committer's fdatasyncs waited 8-15 ms behind it on the development
+// VM (ext4, virtio); freed in steps, they stayed under ~2-4 ms. Where freeing blocks is cheap, so are the
 // steps and their pauses. The truncation is best effort: if it fails, the file is removed anyway.
 // A crash can leave the file shortened: the caller must make sure that nothing reads it as a
 // segment then (DeleteBefore renames it to a temporary name first).
@@ -117,8 +117,8 @@ func RemoveFile(fsys FS, path string) error {
 }
 
 // prepareFile creates (or replaces) the file at path with size bytes preallocated (fallocate: the
-// blocks are reserved and read as zeros, but not written; the committer zero-fills them ahead of
-// the records, see zeroAhead) and makes it durable. The caller renames it into place.
+// blocks are reserved and read as zeros, but not written: see zeroSpare and zeroAhead) and makes
+// it durable. The caller renames it into place.
 func (l *Log) prepareFile(path string, size int64) (File, error) {
 	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -187,13 +187,12 @@ func (l *Log) createSegment(base int64) (*segment, error) {
 // (zeroSpare), so that the rounds that write into it need not (see zeroAhead), until it is done or
 // told to stop.
 type spare struct {
-	path string
-	done chan struct{} // closed when the goroutine ended: f or err is set, zeroed is final
-	stop chan struct{} // closed (once, under Log.wmu) before the spare is installed or dropped
-	f    File
-	err  error
-	// zeroed: bytes [0, zeroed) were written with zeros. The goroutine's until done.
-	zeroed int64
+	path   string
+	done   chan struct{} // closed when the goroutine ended: f or err is set, zeroed is final
+	stop   chan struct{} // closed (once, under Log.wmu) before the spare is installed or dropped
+	f      File
+	err    error
+	zeroed int64 // bytes [0, zeroed) were written with zeros; written by the goroutine until done
 }
 
 // spareChunk is how much of a spare each step of zeroSpare writes, and zeroTurn lets one spare at
@@ -208,17 +207,19 @@ var zeroTurn = make(chan struct{}, 1)
 // carries next to the committer's syncs. Writing 64 MiB at once and syncing it made the
 // committer's syncs take 22-29 ms for ~100 ms at every roll; zeroing in the rounds instead (one
 // round per MiB carries the zeros) made those rounds take ~850 us instead of ~185. It stops at
-// sp.stop, between chunks, or at an error (the committer's zeroAhead covers what is left: zeroing
-// is an optimization, fallocated blocks read as zeros). A spare zeroed whole is fdatasynced once,
-// so that the first round into it does not carry the extent changes. It never waits for its turn
-// or its pause once stopped: the round that cuts waits for at most the chunk in progress.
-func zeroSpare(sp *spare, size int64) {
+// sp.stop, between chunks (the committer's zeroAhead covers what is left: zeroing is an
+// optimization, fallocated blocks read as zeros). A spare zeroed whole is fdatasynced once, so
+// that the first round into it does not carry the extent changes. It never waits for its turn or
+// its pause once stopped: the round that cuts waits for at most the chunk in progress. It returns
+// the error of a write or a sync: the file is then not used (after a failed writeback its page
+// cache cannot be trusted).
+func zeroSpare(sp *spare, size int64) error {
 	for sp.zeroed < size {
 		n := min(spareChunk, size-sp.zeroed)
 		select {
 		case zeroTurn <- struct{}{}:
 		case <-sp.stop:
-			return
+			return nil
 		}
 		t := time.Now()
 		_, err := sp.f.WriteAt(zeros[:n], sp.zeroed)
@@ -228,7 +229,7 @@ func zeroSpare(sp *spare, size int64) {
 		took := time.Since(t)
 		<-zeroTurn
 		if err != nil {
-			return
+			return err
 		}
 		sp.zeroed += n
 		pause := time.NewTimer(min(took, maxPause))
@@ -236,10 +237,10 @@ func zeroSpare(sp *spare, size int64) {
 		case <-pause.C:
 		case <-sp.stop:
 			pause.Stop()
-			return
+			return nil
 		}
 	}
-	_ = sp.f.Datasync()
+	return sp.f.Datasync()
 }
 
 func (l *Log) sparePath() string { return filepath.Join(l.dir, "spare"+segmentExt+tmpExt) }
@@ -257,10 +258,16 @@ func (l *Log) startSpareLocked() {
 		defer close(sp.done)
 		start := time.Now()
 		sp.f, sp.err = l.prepareFile(sp.path, size)
-		if sp.err == nil {
-			zeroSpare(sp, size)
-			l.log.Debug("wal segment prepared", slog.Duration("took", time.Since(start)), slog.Int64("zeroed", sp.zeroed))
+		if sp.err != nil {
+			return
 		}
+		if err := zeroSpare(sp, size); err != nil {
+			_ = sp.f.Close()
+			_ = l.fs.Remove(sp.path)
+			sp.f, sp.err = nil, fmt.Errorf("wlog: zero-fill %s: %w", sp.path, err)
+			return
+		}
+		l.log.Debug("wal segment prepared", slog.Duration("took", time.Since(start)), slog.Int64("zeroed", sp.zeroed))
 	})
 }
 
@@ -283,7 +290,8 @@ func (l *Log) nextSegmentLocked(base int64) (*segment, error) {
 	return l.createSegment(base)
 }
 
-// dropSpareLocked waits for the spare preparation and removes the spare file. Log.wmu must be held.
+// dropSpareLocked stops the spare preparation, waits for it and removes the spare file. Log.wmu
+// must be held.
 func (l *Log) dropSpareLocked() {
 	sp := l.spare
 	if sp == nil {
