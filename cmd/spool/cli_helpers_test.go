@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // cliWaitTimeout bounds every wait of these tests; nothing is timed, a test fails only when an
@@ -96,7 +95,7 @@ func (r cliResult) String() string {
 }
 
 // env returns a command environment whose SPOOL_ADDR and SPOOL_HTTP point at the stack.
-func (s *cliStack) env(stdin string, stdout, stderr *cliBuffer) *cliEnv {
+func (s *cliStack) env(stdin string, stdout, stderr *testutil.SyncBuffer) *cliEnv {
 	return &cliEnv{
 		stdin: strings.NewReader(stdin), stdout: stdout, stderr: stderr, loc: time.UTC,
 		getenv: func(k string) string {
@@ -116,7 +115,7 @@ func (s *cliStack) run(t *testing.T, stdin string, args ...string) cliResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cliWaitTimeout)
 	defer cancel()
-	var out, errb cliBuffer
+	var out, errb testutil.SyncBuffer
 	code := runCLI(ctx, s.env(stdin, &out, &errb), cliCommands[args[0]], args[1:])
 	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
 }
@@ -139,24 +138,6 @@ func (s *cliStack) fails(t *testing.T, code int, want string, args ...string) cl
 		t.Fatalf("spool %s: want exit %d and %q on stderr, got %v", strings.Join(args, " "), code, want, r)
 	}
 	return r
-}
-
-// cliBuffer is a bytes.Buffer safe for a command writing while the test reads.
-type cliBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *cliBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *cliBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // cliTableRows parses a table printed by cli.Table (columns separated by two or more spaces) into

@@ -264,7 +264,7 @@ func TestSubInterruptReleases(t *testing.T) {
 
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
-	var out, errb cliBuffer
+	var out, errb testutil.SyncBuffer
 	code := make(chan int, 1)
 	go func() { code <- runCLI(ctx, s.env("", &out, &errb), runSub, []string{"--ack=false", topic}) }()
 	testutil.Eventually(t, cliWaitTimeout, "sub prints the delivery", func() error {
@@ -364,7 +364,7 @@ func TestSubEndsWithItsGroup(t *testing.T) {
 	s := startCLIStack(t)
 	const topic = "cli.fanout"
 	s.ok(t, "", "topic", "create", topic, "--semantics", "PUB_SUB")
-	var out, errb cliBuffer
+	var out, errb testutil.SyncBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- runCLI(t.Context(), s.env("", &out, &errb), runSub, []string{"--group", "g", topic})

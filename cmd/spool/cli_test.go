@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -88,7 +89,7 @@ func TestDeliveryLine(t *testing.T) {
 // printed in input order, failures on stderr.
 func TestPublisherPrintsInInputOrder(t *testing.T) {
 	t.Parallel()
-	var out, errb cliBuffer
+	var out, errb testutil.SyncBuffer
 	e := &cliEnv{stdout: &out, stderr: &errb}
 	p := &publisher{e: e, o: &pubOptions{topic: "t"}, results: map[int]pubResult{}, next: 1, start: time.Now()}
 	pos := func(off int64) pubResult { return pubResult{pos: client.Position{Partition: 0, Offset: off}} }

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 var (
@@ -822,7 +822,7 @@ func TestPatternMembersGetFirstMessagesOfTopicCreatedElsewhere(t *testing.T) {
 
 func TestRetentionJob(t *testing.T) {
 	t.Parallel()
-	logs := &lockedBuffer{}
+	logs := &testutil.SyncBuffer{}
 	e := newEnv(t, func(c *Config) {
 		c.RetentionInterval = 5 * time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -846,24 +846,6 @@ func TestRetentionJob(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestChurnLosesNothing(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // runSpool runs the spool binary with the client environment of b (SPOOL_ADDR and SPOOL_HTTP in
@@ -87,7 +89,7 @@ func TestCLIBinary(t *testing.T) {
 // subProc is a long-running `spool sub` started by a test, with its output captured.
 type subProc struct {
 	cmd      *exec.Cmd
-	out, err *syncBuffer
+	out, err *testutil.SyncBuffer
 	exited   chan struct{}
 	waitErr  error // cmd.Wait's result, set before exited is closed
 }
@@ -95,7 +97,7 @@ type subProc struct {
 // startSub starts `spool sub args...` against b. The test's cleanup kills it if it still runs.
 func startSub(t *testing.T, b *broker, args ...string) *subProc {
 	t.Helper()
-	s := &subProc{cmd: exec.Command(spoolBin, append([]string{"sub"}, args...)...), out: &syncBuffer{}, err: &syncBuffer{}, exited: make(chan struct{})}
+	s := &subProc{cmd: exec.Command(spoolBin, append([]string{"sub"}, args...)...), out: &testutil.SyncBuffer{}, err: &testutil.SyncBuffer{}, exited: make(chan struct{})}
 	s.cmd.Env = append(os.Environ(), "SPOOL_ADDR="+b.tcp)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.err
 	if err := s.cmd.Start(); err != nil {

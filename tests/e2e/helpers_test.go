@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -84,27 +82,9 @@ type broker struct {
 	extra   []string
 	env     []string
 	cmd     *exec.Cmd
-	logs    *syncBuffer
+	logs    *testutil.SyncBuffer
 	exited  chan struct{}
 	waitErr error
-}
-
-// syncBuffer collects a process's stderr.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newBroker prepares a broker on free ports with a temporary data directory; start runs it.
@@ -124,7 +104,7 @@ func (b *broker) start() {
 	args := append([]string{"serve", "--listen", b.tcp, "--http", b.http, "--data-dir", b.dataDir}, b.extra...)
 	b.cmd = exec.Command(spoolBin, args...)
 	b.cmd.Env = append(os.Environ(), b.env...)
-	b.logs = &syncBuffer{}
+	b.logs = &testutil.SyncBuffer{}
 	b.cmd.Stdout, b.cmd.Stderr = b.logs, b.logs
 	if err := b.cmd.Start(); err != nil {
 		b.t.Fatalf("start spool: %v", err)
@@ -285,13 +265,13 @@ func ncPath(t *testing.T) string {
 // shell runs a bash command line as a user would type it, with its output captured.
 type shell struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testutil.SyncBuffer
 	exited chan struct{}
 }
 
 func startShell(t *testing.T, script string) *shell {
 	t.Helper()
-	s := &shell{cmd: exec.Command("bash", "-c", script), out: &syncBuffer{}, exited: make(chan struct{})}
+	s := &shell{cmd: exec.Command("bash", "-c", script), out: &testutil.SyncBuffer{}, exited: make(chan struct{})}
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	// Its own process group, so that kill ends the pipeline's nc too.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

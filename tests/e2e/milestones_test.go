@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -427,7 +428,7 @@ func TestConfigAndStoreFlag(t *testing.T) {
 	cmd := exec.Command(spoolBin, "serve", "--config", file)
 	b.cmd = cmd
 	// start() adds the listen flags; here the file alone must be enough.
-	b.logs = &syncBuffer{}
+	b.logs = &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = b.logs, b.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

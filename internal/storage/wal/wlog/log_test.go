@@ -1,7 +1,6 @@
 package wlog_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 func TestAppendReadReopen(t *testing.T) {
@@ -494,7 +494,7 @@ func TestReadAtNextIndexDuringRoll(t *testing.T) {
 func TestSpareWithAFailedWritebackIsNotUsed(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	var logBuf lockedBuffer
+	var logBuf testutil.SyncBuffer
 	opened, failed := make(chan struct{}), make(chan struct{})
 	var openOnce, failOnce sync.Once
 	efs := wlogtest.NewErrorFS(nil, func(op wlogtest.Op, path string) error {
@@ -544,22 +544,4 @@ func TestSpareWithAFailedWritebackIsNotUsed(t *testing.T) {
 	if err != nil || int64(len(recs)) != l.NextIndex() {
 		t.Fatalf("Read = %d records, %v; want %d", len(recs), err, l.NextIndex())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer for a logger that writes from several goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
