@@ -51,18 +51,22 @@ func (e *Engine) maintain(ctx context.Context) error {
 	if err := e.ensureBucket(ctx, now.Add(e.bucket.width)); err != nil {
 		return err
 	}
-	return e.removeStaleInstances(ctx, now)
+	_, err := e.removeStaleInstances(ctx, now)
+	return err
 }
 
 // removeStaleInstances deletes the ephemeral subscriptions of instances whose heartbeat is older
 // than staleHeartbeats intervals (their members are gone with them), then the instance rows.
-func (e *Engine) removeStaleInstances(ctx context.Context, now time.Time) error {
+// It reports false, doing nothing, when another transaction (of this or another instance) holds
+// the job's lock.
+func (e *Engine) removeStaleInstances(ctx context.Context, now time.Time) (ran bool, err error) {
 	cutoff := now.Add(-staleHeartbeats * max(e.cfg.InstanceHeartbeat, time.Minute))
-	return e.tx(ctx, func(tx pgx.Tx) error {
+	err = e.tx(ctx, func(tx pgx.Tx) error {
 		ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "instances"))
 		if err != nil || !ok {
 			return err
 		}
+		ran = true
 		tag, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.subscriptions WHERE ephemeral AND owner IN (
 			SELECT id FROM spool.instances WHERE heartbeat_at < $1 AND id <> $2)`), cutoff, e.instanceUUID())
 		if err != nil {
@@ -77,4 +81,5 @@ func (e *Engine) removeStaleInstances(ctx context.Context, now time.Time) error 
 		}
 		return nil
 	})
+	return ran && err == nil, err
 }
