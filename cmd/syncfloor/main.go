@@ -1,0 +1,195 @@
+// Command syncfloor measures the ceiling of this machine for synchronous publishers: the fewest
+// moving parts that can do what the Spool benchmark "10 publishers, each waiting for its
+// acknowledgement over TCP, fsync before the acknowledgement" asks. It is not part of the broker;
+// it is the reference to divide Spool's figures by, since the machines we measure on are shared
+// and their speed drifts by a third within minutes (docs/benchmarks.md): a ratio measured in one
+// window means something, an absolute figure alone does not.
+//
+// It starts a server as a child process (as spool serve is one) and runs the publishers in its
+// own process (as spool bench does), over loopback TCP. The server is minimal: a goroutine per
+// connection reads a length-prefixed frame, queues it for the committer and waits; the committer
+// writes every queued frame into a preallocated, zero-filled file with one pwrite, fdatasyncs it
+// and releases the waiters, which answer with 16 bytes. Like Spool's committer it gathers: it
+// waits (at most maxGather) until as many requests are queued as the last round carried. No
+// protocol, no records, no index, no broker: what it costs is the kernel's and the Go runtime's
+// share of every message, which Spool pays too.
+//
+//	syncfloor -publishers 10 -size 1024 -duration 10s
+//
+// It prints messages per second and the CPU time per message of the server and of the
+// publishers' process.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "syncfloor:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("syncfloor", flag.ContinueOnError)
+	publishers := fs.Int("publishers", 10, "publishers, each on its own connection, each waiting for its answer")
+	size := fs.Int("size", 1024, "payload bytes per message")
+	duration := fs.Duration("duration", 10*time.Second, "measured time")
+	warmup := fs.Duration("warmup", 2*time.Second, "time before the measurement starts")
+	dir := fs.String("dir", "", "directory of the server's file (default: a temporary directory)")
+	fileSize := fs.Int64("file-size", 256<<20, "size of the server's preallocated file; writes wrap around")
+	gather := fs.Bool("gather", true, "the committer waits for as many requests as its last round carried")
+	child := fs.String("serve", "", "internal: run the server on this file (the child process)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *child != "" {
+		return serveChild(*child, *fileSize, *gather)
+	}
+	switch {
+	case *publishers < 1:
+		return fmt.Errorf("-publishers must be at least 1, got %d", *publishers)
+	case *size < 16 || *size > 1<<20:
+		return fmt.Errorf("-size must be between 16 and 1048576, got %d", *size)
+	case *duration <= 0 || *warmup < 0:
+		return errors.New("-duration must be positive and -warmup not negative")
+	case *fileSize < 1<<20:
+		return fmt.Errorf("-file-size must be at least 1 MiB, got %d", *fileSize)
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "syncfloor-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	return measure(out, filepath.Join(*dir, "floor.dat"), *fileSize, *gather, *publishers, *size, *warmup, *duration)
+}
+
+// measure starts the server child, runs the publishers and prints the figures.
+func measure(out io.Writer, file string, fileSize int64, gather bool, publishers, size int, warmup, duration time.Duration) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "-serve", file, "-file-size", strconv.FormatInt(fileSize, 10), "-gather="+strconv.FormatBool(gather))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		stdin.Close() // the child exits when its stdin closes
+		cmd.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	ask := func(q string) (string, error) {
+		if _, err := fmt.Fprintln(stdin, q); err != nil {
+			return "", err
+		}
+		if !lines.Scan() {
+			return "", fmt.Errorf("server: no answer to %q (%v)", q, lines.Err())
+		}
+		return lines.Text(), nil
+	}
+	addr, err := ask("addr")
+	if err != nil {
+		return err
+	}
+	load, err := startLoad(addr, publishers, size)
+	if err != nil {
+		return err
+	}
+	defer load.stop()
+	time.Sleep(warmup)
+	srv0, err := ask("cpu")
+	if err != nil {
+		return err
+	}
+	cli0, n0, t0 := selfCPU(), load.count(), time.Now()
+	time.Sleep(duration)
+	srv1, err := ask("cpu")
+	if err != nil {
+		return err
+	}
+	cli1, n1, elapsed := selfCPU(), load.count(), time.Since(t0)
+	if err := load.stop(); err != nil {
+		return err
+	}
+	s0, err0 := time.ParseDuration(srv0)
+	s1, err1 := time.ParseDuration(srv1)
+	if err := errors.Join(err0, err1); err != nil {
+		return fmt.Errorf("server cpu: %w", err)
+	}
+	msgs := n1 - n0
+	if msgs == 0 {
+		return errors.New("no message was acknowledged in the measured time")
+	}
+	perMsg := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(msgs) }
+	fmt.Fprintf(out, "%d publishers, %d-byte payloads, gather %v: %d messages in %v, %.0f msg/s\n",
+		publishers, size, gather, msgs, elapsed.Round(time.Millisecond), float64(msgs)/elapsed.Seconds())
+	fmt.Fprintf(out, "cpu per message: server %.1f us, publishers %.1f us\n", perMsg(s1-s0), perMsg(cli1-cli0))
+	return nil
+}
+
+// serveChild is the server process: it answers "addr" with its listening address and "cpu"
+// with its CPU time so far, one line each, on stdin and stdout, and exits when stdin closes.
+func serveChild(file string, fileSize int64, gather bool) error {
+	s, err := newServer(file, fileSize, gather)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	go s.accept(ln)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() && ctx.Err() == nil {
+		switch q := strings.TrimSpace(in.Text()); q {
+		case "addr":
+			fmt.Println(ln.Addr())
+		case "cpu":
+			fmt.Println(selfCPU())
+		default:
+			return fmt.Errorf("unknown request %q", q)
+		}
+	}
+	return in.Err()
+}
+
+// selfCPU returns the user and system CPU time of this process so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
