@@ -54,6 +54,17 @@ type File interface {
 	Allocate(off, size int64) error
 }
 
+// FlushSharer is implemented by an FS whose files may share one cache flush (see the Committer:
+// the logs of a round are written back without a flush and made durable by the cache flush of one
+// fdatasync on the same device). FlushDomain reports the device of dir and whether that holds
+// there: the filesystem overwrites written blocks in place, so that a write into blocks that were
+// already written, and whose metadata is durable, needs no metadata to be read back (ext4 and xfs;
+// not copy-on-write filesystems such as btrfs or zfs, where every write allocates), and its
+// fdatasync flushes the device's cache even when the file has nothing to write back.
+type FlushSharer interface {
+	FlushDomain(dir string) (dev uint64, ok bool)
+}
+
 // OSFS returns the FS of the operating system.
 func OSFS() FS { return osFS{} }
 

@@ -52,3 +52,26 @@ func (f osFile) Allocate(off, size int64) error {
 	}
 	return err
 }
+
+// Filesystem magic numbers (statfs f_type) of the filesystems where files may share a cache
+// flush (FlushSharer): ext2/3/4 and xfs overwrite written blocks in place.
+const (
+	ext4Magic = 0xEF53
+	xfsMagic  = 0x58465342
+)
+
+// FlushDomain implements FlushSharer.
+func (osFS) FlushDomain(dir string) (uint64, bool) {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil {
+		return 0, false
+	}
+	if sfs.Type != ext4Magic && sfs.Type != xfsMagic {
+		return 0, false
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, false
+	}
+	return uint64(st.Dev), true
+}

@@ -126,6 +126,11 @@ type Log struct {
 
 	bg    sync.WaitGroup // spare preparation
 	round logRound       // committer goroutine only
+
+	// flushDev is the device of dir and flushShare whether the log's rounds may share a cache
+	// flush there (FlushSharer); set by Open.
+	flushDev   uint64
+	flushShare bool
 }
 
 // Open opens or creates the log in dir. It recovers: a torn tail of the last segment is truncated
@@ -142,6 +147,9 @@ func Open(dir string, opts Options) (*Log, error) {
 		log: o.Logger.With(slog.String("component", "wal"), slog.String("dir", dir))}
 	if err := l.mkdirDurable(dir); err != nil {
 		return nil, err
+	}
+	if fsh, ok := o.FS.(FlushSharer); ok {
+		l.flushDev, l.flushShare = fsh.FlushDomain(dir)
 	}
 	bases, idx, err := l.listDir()
 	if err != nil {

@@ -32,11 +32,16 @@ type segment struct {
 	sealed  bool     // a newer segment exists
 
 	// Writer state, guarded by Log.wmu.
-	size       int64    // file size: preallocated bytes
-	wpos       []uint32 // frame offsets of the written records; pos is a prefix of it
-	wend       int64    // where the next frame goes
-	zeroed     int64    // bytes [0, zeroed) were written (data or zeros); see zeroAhead
-	wmin, wmax int64    // timestamps of the written records
+	size   int64    // file size: preallocated bytes
+	wpos   []uint32 // frame offsets of the written records; pos is a prefix of it
+	wend   int64    // where the next frame goes
+	zeroed int64    // bytes [0, zeroed) were written (data or zeros); see zeroAhead
+	// durable: bytes [0, durable) were written and an fdatasync of this file made their blocks'
+	// metadata durable after that (durable <= zeroed). A round that writes only there changes no
+	// metadata: it may share another log's cache flush (Committer.shareFlush). 0 for a segment
+	// recovered by Open until its first sync.
+	durable    int64
+	wmin, wmax int64 // timestamps of the written records
 
 	// removed is set by DeleteBefore before it closes the file, so that a reader that fails on the
 	// closed file reports ErrOffsetOutOfRange rather than an I/O error.
@@ -167,7 +172,7 @@ func (l *Log) installSegment(f File, tmpPath string, base int64) (*segment, erro
 	}
 	return &segment{
 		base: base, path: path, f: f, created: h.created, size: st.Size(),
-		end: SegmentHeaderBytes, wend: SegmentHeaderBytes, zeroed: SegmentHeaderBytes,
+		end: SegmentHeaderBytes, wend: SegmentHeaderBytes, zeroed: SegmentHeaderBytes, durable: SegmentHeaderBytes,
 	}, nil
 }
 
@@ -281,7 +286,9 @@ func (l *Log) nextSegmentLocked(base int64) (*segment, error) {
 		if sp.err == nil {
 			s, err := l.installSegment(sp.f, sp.path, base)
 			if err == nil {
+				// installSegment's fdatasync came after the zeroer stopped: its zeros are durable.
 				s.zeroed = max(s.zeroed, sp.zeroed)
+				s.durable = s.zeroed
 			}
 			return s, err
 		}
