@@ -80,11 +80,14 @@
 //
 // # Durability
 //
-// The committer writes a round of appends into the page cache, calls fdatasync once per log (in
-// parallel when a round carries several logs), then publishes each log's records (NextIndex
-// advances) and completes its waiters as soon as that log's own fdatasync returned: readers never
-// see a record that is not durable, and the appends of a log do not wait for another log's sync
-// (the second of two concurrent fdatasyncs takes ~1.8 times as long as one). New segment files
+// The committer writes a round of appends into the page cache, makes each log durable, then
+// publishes each log's records (NextIndex advances) and completes its waiters as soon as that
+// log is durable: readers never see a record that is not durable. A log syncs with fdatasync (in
+// parallel when a round carries several logs), or rides on another log's cache flush when that is
+// safe (Committer.shareFlush: same device of an overwrite-in-place filesystem, FlushSharer, and a
+// round that writes only into blocks whose metadata an fdatasync already made durable): it is
+// written back with sync_file_range and completes once the anchor's fdatasync returned (two
+// concurrent fdatasyncs take ~1.8 times as long as one). New segment files
 // are made in place as ".tmp" (preallocated, header written, fdatasync), then renamed, and the
 // directory is fsynced; deletions are followed by a directory fsync too. DeleteBefore renames a
 // segment to ".tmp" (made durable, so that a crash never leaves a shortened segment under its
