@@ -138,6 +138,9 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 		return 0, errors.New("checksum mismatch")
 	}
 	index := int64(binary.LittleEndian.Uint64(b[12:20]))
+	if index < 0 {
+		return 0, fmt.Errorf("state log index %d out of range", index)
+	}
 	d := dec{b: body[snapshotHeaderBytes:]}
 	nextSubID := int64(d.uvarint())
 	var meta snapshotMeta
