@@ -25,6 +25,7 @@
 //	shutdown_timeout: 30s
 //	wal:
 //	  unsafe_no_sync: false
+//	  shared_flush: true
 //	broker:
 //	  auto_create: true
 //	  auto_create_semantics: QUEUE

@@ -57,6 +57,9 @@ type Config struct {
 	// OnSync, if set, is called after every group-commit round with its duration and the number of
 	// records and logs it made durable (metrics, benchmarks). It must not block.
 	OnSync func(took time.Duration, records, logs int)
+	// NoSharedFlush makes every log fdatasync itself in every round (wlog.Options.NoSharedFlush):
+	// no log of a round rides on another's cache flush.
+	NoSharedFlush bool
 
 	// claimHorizon is how far ahead of the cursor claims record the claim horizon (horizonAhead;
 	// tests make it small).
@@ -285,7 +288,8 @@ const (
 )
 
 func (e *Engine) logOptions() wlog.Options {
-	return wlog.Options{FS: e.fs, SegmentBytes: e.cfg.SegmentBytes, MaxRecordBytes: maxRecordBytes, Logger: e.logger, Clock: e.clock}
+	return wlog.Options{FS: e.fs, SegmentBytes: e.cfg.SegmentBytes, MaxRecordBytes: maxRecordBytes, Logger: e.logger, Clock: e.clock,
+		NoSharedFlush: e.cfg.NoSharedFlush}
 }
 
 // lockDir takes an exclusive flock on dir/LOCK.

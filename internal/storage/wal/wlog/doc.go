@@ -84,8 +84,9 @@
 // publishes each log's records (NextIndex advances) and completes its waiters as soon as that
 // log is durable: readers never see a record that is not durable. A log syncs with fdatasync (in
 // parallel when a round carries several logs), or rides on another log's cache flush when that is
-// safe (Committer.shareFlush: same device of an overwrite-in-place filesystem, FlushSharer, and a
-// round that writes only into blocks whose metadata an fdatasync already made durable): it is
+// safe (Committer.shareFlush: same device of an ext4 filesystem that does not journal data,
+// FlushSharer, and a round that writes only into blocks whose metadata an fdatasync already made
+// durable; Options.NoSharedFlush turns it off): it is
 // written back with sync_file_range and completes once the anchor's fdatasync returned (two
 // concurrent fdatasyncs take ~1.8 times as long as one). New segment files
 // are made in place as ".tmp" (preallocated, header written, fdatasync), then renamed, and the

@@ -57,10 +57,11 @@ type File interface {
 // FlushSharer is implemented by an FS whose files may share one cache flush (see the Committer:
 // the logs of a round are written back without a flush and made durable by the cache flush of one
 // fdatasync on the same device). FlushDomain reports the device of dir and whether that holds
-// there: the filesystem overwrites written blocks in place, so that a write into blocks that were
-// already written, and whose metadata is durable, needs no metadata to be read back (ext4 and xfs;
-// not copy-on-write filesystems such as btrfs or zfs, where every write allocates), and its
-// fdatasync flushes the device's cache even when the file has nothing to write back.
+// there: the filesystem overwrites written blocks in place without copy on write or data
+// journalling, so that a write into blocks that were already written, and whose metadata is
+// durable, needs no metadata to be read back, and its fdatasync sends a cache flush after it
+// starts even when the file has nothing to write back. The OS implementation answers true for
+// ext4 only (see FlushDomain in fs_linux.go).
 type FlushSharer interface {
 	FlushDomain(dir string) (dev uint64, ok bool)
 }

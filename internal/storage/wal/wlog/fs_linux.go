@@ -4,7 +4,11 @@ package wlog
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
+	"os"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,25 +57,79 @@ func (f osFile) Allocate(off, size int64) error {
 	return err
 }
 
-// Filesystem magic numbers (statfs f_type) of the filesystems where files may share a cache
-// flush (FlushSharer): ext2/3/4 and xfs overwrite written blocks in place.
-const (
-	ext4Magic = 0xEF53
-	xfsMagic  = 0x58465342
-)
+// ext4Magic is the statfs f_type of ext2/3/4, the one filesystem where files may share a cache
+// flush (FlushSharer): it overwrites written blocks in place. xfs does too, except for blocks
+// shared by reflink or dedupe (the mkfs default since 2019), where an overwrite is copy on write
+// and needs a log force that a write-back does not do: it is left out.
+const ext4Magic = 0xEF53
 
-// FlushDomain implements FlushSharer.
+// fsJournalDataFlag is FS_JOURNAL_DATA_FL (chattr +j): the file's data goes through the journal.
+const fsJournalDataFlag = 0x00004000
+
+// FlushDomain implements FlushSharer: dir's files may share a cache flush when dir is on ext4,
+// mounted without data=journal and not itself marked +j (its new files would inherit it: their
+// data would go through the journal, and a write-back would leave it in a transaction the
+// anchor's fdatasync need not commit), and the kernel is at least 5.2 (sync_file_range waits for
+// the write-back as WB_SYNC_ALL since then).
 func (osFS) FlushDomain(dir string) (uint64, bool) {
-	var sfs unix.Statfs_t
-	if err := unix.Statfs(dir, &sfs); err != nil {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil || !kernelAtLeast(unix.ByteSliceToString(uts.Release[:]), 5, 2) {
 		return 0, false
 	}
-	if sfs.Type != ext4Magic && sfs.Type != xfsMagic {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil || sfs.Type != ext4Magic {
 		return 0, false
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
 		return 0, false
 	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil || journalsData(mountinfo, unix.Major(st.Dev), unix.Minor(st.Dev)) {
+		return 0, false
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil || flags&fsJournalDataFlag != 0 {
+		return 0, false
+	}
 	return uint64(st.Dev), true
+}
+
+// kernelAtLeast reports whether a kernel release string ("6.1.0-18-amd64") is at least
+// major.minor; false when it cannot be parsed.
+func kernelAtLeast(release string, major, minor int) bool {
+	var maj, mnr int
+	if _, err := fmt.Sscanf(release, "%d.%d", &maj, &mnr); err != nil {
+		return false
+	}
+	return maj > major || maj == major && mnr >= minor
+}
+
+// journalsData reports whether a mount of the device major:minor in mountinfo (the format of
+// /proc/self/mountinfo) has data=journal among its superblock options; true when the device is
+// not listed (nothing is known).
+func journalsData(mountinfo []byte, major, minor uint32) bool {
+	dev := fmt.Sprintf("%d:%d", major, minor)
+	found := false
+	for line := range strings.SplitSeq(string(mountinfo), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 3 || fields[2] != dev {
+			continue
+		}
+		// Optional fields end at "-"; then fstype, source, superblock options.
+		sep := slices.Index(fields, "-")
+		if sep < 0 || sep+3 >= len(fields) {
+			return true
+		}
+		found = true
+		if slices.Contains(strings.Split(fields[sep+3], ","), "data=journal") {
+			return true
+		}
+	}
+	return !found
 }

@@ -35,6 +35,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Clock stamps segment headers with their creation time. Defaults to the system clock.
 	Clock storage.Clock
+	// NoSharedFlush makes every round of this log fdatasync the log itself, even where it could
+	// ride on another log's cache flush (Committer.shareFlush, FlushSharer). For storage stacks
+	// where the conditions of sharing cannot be checked from here.
+	NoSharedFlush bool
 }
 
 // DefaultSegmentBytes is the default Options.SegmentBytes.
@@ -148,7 +152,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err := l.mkdirDurable(dir); err != nil {
 		return nil, err
 	}
-	if fsh, ok := o.FS.(FlushSharer); ok {
+	if fsh, ok := o.FS.(FlushSharer); ok && !o.NoSharedFlush {
 		l.flushDev, l.flushShare = fsh.FlushDomain(dir)
 	}
 	bases, idx, err := l.listDir()

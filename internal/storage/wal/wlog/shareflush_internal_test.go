@@ -26,6 +26,8 @@ type flushFS struct {
 	held  chan struct{} // closed when that Datasync started waiting
 	rel   chan struct{}
 	fail  string // directory whose next Datasync fails
+	// failRange: directory whose next SyncRange fails
+	failRange string
 }
 
 type flushFile struct {
@@ -97,7 +99,17 @@ func (file *flushFile) Datasync() error {
 }
 
 func (file *flushFile) SyncRange(off, n int64) error {
-	file.fs.note(fmt.Sprintf("syncrange %s %d+%d", file.dir, off, n))
+	f := file.fs
+	f.note(fmt.Sprintf("syncrange %s %d+%d", file.dir, off, n))
+	f.mu.Lock()
+	fail := f.failRange == file.dir
+	if fail {
+		f.failRange = ""
+	}
+	f.mu.Unlock()
+	if fail {
+		return errFlush
+	}
 	return file.File.SyncRange(off, n)
 }
 
@@ -106,13 +118,20 @@ func (file *flushFile) SyncRange(off, n int64) error {
 // of its own that zeroes ahead and syncs).
 func shareLogs(t *testing.T, share bool, dirs ...string) (*flushFS, *Committer, []*Log) {
 	t.Helper()
+	return shareLogsWith(t, share, Options{}, dirs...)
+}
+
+// shareLogsWith is shareLogs with Options (FS and SegmentBytes are set).
+func shareLogsWith(t *testing.T, share bool, opts Options, dirs ...string) (*flushFS, *Committer, []*Log) {
+	t.Helper()
 	ffs := &flushFS{FS: OSFS(), share: share}
+	opts.FS, opts.SegmentBytes = ffs, 8<<20
 	c := NewCommitter(CommitterOptions{})
 	t.Cleanup(func() { c.Close() })
 	root := t.TempDir()
 	var logs []*Log
 	for _, d := range dirs {
-		l, err := Open(filepath.Join(root, d), Options{FS: ffs, SegmentBytes: 8 << 20})
+		l, err := Open(filepath.Join(root, d), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +218,8 @@ func TestLogsOfARoundShareOneFlush(t *testing.T) {
 }
 
 // TestLogsOfARoundFlushAlone: a log syncs itself when it may not ride: another device, a
-// filesystem that does not overwrite in place, or a round that writes past what an fdatasync of
+// filesystem that does not overwrite in place, sharing switched off (Options.NoSharedFlush), a
+// segment recovered by Open that no fdatasync made durable yet, or a round that writes past what an fdatasync of
 // its segment made durable (zeros written ahead by this round change the blocks' metadata).
 func TestLogsOfARoundFlushAlone(t *testing.T) {
 	bothSync := func(t *testing.T, ops []string, a, b string) {
@@ -228,6 +248,35 @@ func TestLogsOfARoundFlushAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 		bothSync(t, ops, "a-1", "a-2")
+	})
+	t.Run("switched off", func(t *testing.T) {
+		ffs, c, logs := shareLogsWith(t, true, Options{NoSharedFlush: true}, "a-1", "a-2")
+		ops, errs := roundOf(t, ffs, c, logs, []byte("x"))
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		bothSync(t, ops, "a-1", "a-2")
+	})
+	t.Run("recovered segment before its first sync", func(t *testing.T) {
+		ffs, c, logs := shareLogs(t, true, "a-1", "a-2")
+		dir := logs[1].dir
+		if err := logs[1].Close(); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(dir, Options{FS: ffs, SegmentBytes: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ffs.take()
+		ops, errs := roundOf(t, ffs, c, []*Log{logs[0], l}, []byte("x"))
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		// The recovered log must fdatasync: it is the anchor, and the other may ride on it.
+		if !slices.Contains(ops, "datasync a-2") || slices.ContainsFunc(ops, func(op string) bool { return strings.HasPrefix(op, "syncrange a-2") }) {
+			t.Fatalf("round ran %q, want an fdatasync of the recovered log", ops)
+		}
 	})
 	t.Run("past the durable blocks", func(t *testing.T) {
 		ffs, c, logs := shareLogs(t, true, "a-1", "a-2")
@@ -270,5 +319,27 @@ func TestSharedFlushFailureFailsTheRider(t *testing.T) {
 	ops := ffs.take()
 	if slices.Contains(ops, "datasync a-2") {
 		t.Fatalf("ops %q: the rider synced itself", ops)
+	}
+}
+
+// TestFailedWriteBackFailsTheRider: when a rider's write-back fails, its appends fail and its log
+// is failed; the anchor's round is unaffected.
+func TestFailedWriteBackFailsTheRider(t *testing.T) {
+	ffs, c, logs := shareLogs(t, true, "a-1", "a-2")
+	ffs.mu.Lock()
+	ffs.failRange = "a-2"
+	ffs.mu.Unlock()
+	ops, errs := roundOf(t, ffs, c, logs, []byte("x"))
+	if errs[0] != nil || !errors.Is(errs[1], errFlush) {
+		t.Fatalf("anchor: %v, rider: %v; want the rider alone to fail", errs[0], errs[1])
+	}
+	if slices.Contains(ops, "datasync a-2") {
+		t.Fatalf("ops %q: the rider synced after its write-back failed", ops)
+	}
+	if _, err := c.Append(context.Background(), logs[1], []Record{{Timestamp: 4, Body: []byte("y")}}); err == nil {
+		t.Fatal("the rider's log accepted an append after its write-back failed")
+	}
+	if _, err := c.Append(context.Background(), logs[0], []Record{{Timestamp: 4, Body: []byte("y")}}); err != nil {
+		t.Fatalf("the anchor's log: %v", err)
 	}
 }
