@@ -46,6 +46,11 @@ type File interface {
 	// disk's cache, so it makes nothing durable; it paces background writes. Implementations
 	// without it do nothing.
 	SyncRange(off, n int64) error
+	// StartWriteback starts writing the dirty pages of [off, off+n) back to the disk (n = 0: to
+	// the end of the file) without waiting for the writes (sync_file_range with WRITE only): a
+	// later SyncRange or Datasync of the range then waits for writes already in flight. It makes
+	// nothing durable. Implementations without it do nothing.
+	StartWriteback(off, n int64) error
 	// Truncate changes the size of the file.
 	Truncate(size int64) error
 	// Allocate reserves disk blocks for [off, off+size), extending the file if needed; the new

@@ -47,6 +47,13 @@ func (f osFile) SyncRange(off, n int64) error {
 	})
 }
 
+// StartWriteback calls sync_file_range(2) with WRITE only.
+func (f osFile) StartWriteback(off, n int64) error {
+	return f.syscall("sync_file_range", func(fd int) error {
+		return unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
+	})
+}
+
 // Allocate calls fallocate(2) mode 0, falling back to extending the file when the filesystem does
 // not support it.
 func (f osFile) Allocate(off, size int64) error {

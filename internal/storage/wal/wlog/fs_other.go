@@ -11,5 +11,8 @@ func (f osFile) Allocate(off, size int64) error { return allocateByTruncate(f.Fi
 // SyncRange does nothing: sync_file_range is Linux only.
 func (f osFile) SyncRange(off, n int64) error { return nil }
 
+// StartWriteback does nothing: sync_file_range is Linux only.
+func (f osFile) StartWriteback(off, n int64) error { return nil }
+
 // FlushDomain implements FlushSharer: never (SyncRange does nothing here).
 func (osFS) FlushDomain(string) (uint64, bool) { return 0, false }

@@ -98,6 +98,11 @@ func (file *flushFile) Datasync() error {
 	return file.File.Datasync()
 }
 
+func (file *flushFile) StartWriteback(off, n int64) error {
+	file.fs.note(fmt.Sprintf("writeback %s %d+%d", file.dir, off, n))
+	return file.File.StartWriteback(off, n)
+}
+
 func (file *flushFile) SyncRange(off, n int64) error {
 	f := file.fs
 	f.note(fmt.Sprintf("syncrange %s %d+%d", file.dir, off, n))
@@ -182,9 +187,11 @@ func TestLogsOfARoundShareOneFlush(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{fmt.Sprintf("syncrange a-2 %d+%d", SegmentHeaderBytes+FrameBytes(5), FrameBytes(6)), "datasync a-1"}
+	rider := fmt.Sprintf("a-2 %d+%d", SegmentHeaderBytes+FrameBytes(5), FrameBytes(6))
+	anchor := fmt.Sprintf("a-1 %d+0", SegmentHeaderBytes+FrameBytes(5)+FrameBytes(4))
+	want := []string{"writeback " + rider, "writeback " + anchor, "syncrange " + rider, "datasync a-1"}
 	if !slices.Equal(ops, want) {
-		t.Fatalf("round ran %q, want %q (the rider written back before the anchor's one fdatasync)", ops, want)
+		t.Fatalf("round ran %q, want %q (both written back at once, the rider waited for, then the anchor's one fdatasync)", ops, want)
 	}
 
 	// The rider completes only when the anchor's fdatasync returned.

@@ -29,6 +29,7 @@ const (
 	OpSync      Op = "sync"      // File.Sync and File.Datasync
 	OpTruncate  Op = "truncate"  // File.Truncate
 	OpSyncRange Op = "syncrange" // File.SyncRange
+	OpWriteback Op = "writeback" // File.StartWriteback
 	OpAllocate  Op = "allocate"  // File.Allocate
 )
 
@@ -202,6 +203,13 @@ func (f *errorFile) SyncRange(off, n int64) error {
 		return err
 	}
 	return f.File.SyncRange(off, n)
+}
+
+func (f *errorFile) StartWriteback(off, n int64) error {
+	if err := f.e.before(OpWriteback, f.Name()); err != nil {
+		return err
+	}
+	return f.File.StartWriteback(off, n)
 }
 
 func (f *errorFile) Truncate(size int64) error {
