@@ -226,44 +226,37 @@ func TestLogsOfARoundShareOneFlush(t *testing.T) {
 
 // TestLogsOfARoundFlushAlone: a log syncs itself when it may not ride: another device, a
 // filesystem that does not overwrite in place, sharing switched off (Options.NoSharedFlush), a
-// segment recovered by Open that no fdatasync made durable yet, or a round that writes past what an fdatasync of
-// its segment made durable (zeros written ahead by this round change the blocks' metadata).
+// round that writes past what an fdatasync of its segment made durable (zeros written ahead by
+// this round change the blocks' metadata), or a segment recovered by Open that no fdatasync made
+// durable yet (it anchors instead).
 func TestLogsOfARoundFlushAlone(t *testing.T) {
-	bothSync := func(t *testing.T, ops []string, a, b string) {
-		t.Helper()
-		if !slices.Contains(ops, "datasync "+a) || !slices.Contains(ops, "datasync "+b) {
-			t.Fatalf("round ran %q, want an fdatasync of each log", ops)
-		}
-		for _, op := range ops {
-			if strings.HasPrefix(op, "syncrange") {
+	for _, tc := range []struct {
+		name  string
+		share bool
+		opts  Options
+		dirs  [2]string
+		body  []byte
+	}{
+		{name: "other device", share: true, dirs: [2]string{"a-1", "b-1"}, body: []byte("x")},
+		{name: "no shared flush on this filesystem", dirs: [2]string{"a-1", "a-2"}, body: []byte("x")},
+		{name: "switched off", share: true, opts: Options{NoSharedFlush: true}, dirs: [2]string{"a-1", "a-2"}, body: []byte("x")},
+		// The round crosses the first zeroAhead chunk.
+		{name: "past the durable blocks", share: true, dirs: [2]string{"a-1", "a-2"}, body: make([]byte, zeroAhead)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ffs, c, logs := shareLogsWith(t, tc.share, tc.opts, tc.dirs[:]...)
+			ops, errs := roundOf(t, ffs, c, logs, tc.body)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(ops, "datasync "+tc.dirs[0]) || !slices.Contains(ops, "datasync "+tc.dirs[1]) {
+				t.Fatalf("round ran %q, want an fdatasync of each log", ops)
+			}
+			if slices.ContainsFunc(ops, func(op string) bool { return strings.HasPrefix(op, "syncrange") }) {
 				t.Fatalf("round ran %q: a log rode on another's flush", ops)
 			}
-		}
+		})
 	}
-	t.Run("other device", func(t *testing.T) {
-		ffs, c, logs := shareLogs(t, true, "a-1", "b-1")
-		ops, errs := roundOf(t, ffs, c, logs, []byte("x"))
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-		bothSync(t, ops, "a-1", "b-1")
-	})
-	t.Run("no shared flush on this filesystem", func(t *testing.T) {
-		ffs, c, logs := shareLogs(t, false, "a-1", "a-2")
-		ops, errs := roundOf(t, ffs, c, logs, []byte("x"))
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-		bothSync(t, ops, "a-1", "a-2")
-	})
-	t.Run("switched off", func(t *testing.T) {
-		ffs, c, logs := shareLogsWith(t, true, Options{NoSharedFlush: true}, "a-1", "a-2")
-		ops, errs := roundOf(t, ffs, c, logs, []byte("x"))
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-		bothSync(t, ops, "a-1", "a-2")
-	})
 	t.Run("recovered segment before its first sync", func(t *testing.T) {
 		ffs, c, logs := shareLogs(t, true, "a-1", "a-2")
 		dir := logs[1].dir
@@ -284,14 +277,6 @@ func TestLogsOfARoundFlushAlone(t *testing.T) {
 		if !slices.Contains(ops, "datasync a-2") || slices.ContainsFunc(ops, func(op string) bool { return strings.HasPrefix(op, "syncrange a-2") }) {
 			t.Fatalf("round ran %q, want an fdatasync of the recovered log", ops)
 		}
-	})
-	t.Run("past the durable blocks", func(t *testing.T) {
-		ffs, c, logs := shareLogs(t, true, "a-1", "a-2")
-		ops, errs := roundOf(t, ffs, c, logs, make([]byte, zeroAhead)) // crosses the first chunk
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-		bothSync(t, ops, "a-1", "a-2")
 	})
 }
 
