@@ -161,6 +161,10 @@ type Engine struct {
 	retentionMu sync.Mutex // serializes RetentionApply
 	quit        chan struct{}
 	wg          sync.WaitGroup
+	// trashKick (capacity 1) wakes the trash loop: a directory was moved into trash/; trashSeq
+	// numbers the moved directories.
+	trashKick chan struct{}
+	trashSeq  atomic.Int64
 }
 
 type bindingKey struct{ group, pattern string }
@@ -251,6 +255,7 @@ func Open(dir string, cfg Config) (*Engine, error) {
 		busy:      make(map[string]chan struct{}),
 		notifyFns: make(map[uint64]func(storage.Notification)),
 		snapReq:   make(chan struct{}, 1),
+		trashKick: make(chan struct{}, 1),
 		quit:      make(chan struct{}),
 	}
 	if e.fs == nil {
@@ -274,8 +279,9 @@ func Open(dir string, cfg Config) (*Engine, error) {
 		e.closeFiles()
 		return nil, err
 	}
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.snapshotLoop()
+	go e.trashLoop() // empties what a deletion before a crash or Close left in trash/
 	e.logger.Info("wal engine open", slog.String("dir", dir), slog.Int("topics", len(e.topics)),
 		slog.Int("subscriptions", len(e.subs)), slog.Duration("took", e.clock.Now().Sub(start)))
 	return e, nil
@@ -285,6 +291,8 @@ const (
 	topicsDir = "topics"
 	stateDir  = "state"
 	lockName  = "LOCK"
+	// trashDir holds the directories of deleted topics until the trash loop has removed them.
+	trashDir = "trash"
 )
 
 func (e *Engine) logOptions() wlog.Options {

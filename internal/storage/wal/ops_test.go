@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,10 +185,78 @@ func TestTopicDeleteFreesSegmentsInSteps(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.dir, topicsDir, "big")); !os.IsNotExist(err) {
 		t.Fatalf("topic directory still there: %v", err)
 	}
+	waitTrashEmpty(t, h.dir)
 	// Two preallocated 16 MiB segments, freed 4 MiB at a time: 3 truncations each.
 	if n := efs.Count(wlogtest.OpTruncate) - before; n < 6 {
 		t.Fatalf("%d truncations while deleting two 16 MiB segments, want at least 6 (freed in steps)", n)
 	}
+}
+
+// waitTrashEmpty waits until the trash loop removed everything moved into trash/.
+func waitTrashEmpty(t *testing.T, dir string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, "the trash emptied", func() error {
+		ents, err := os.ReadDir(filepath.Join(dir, trashDir))
+		if err != nil || len(ents) > 0 {
+			return fmt.Errorf("trash: %d entries (%v)", len(ents), err)
+		}
+		return nil
+	})
+}
+
+// TestTopicDeleteDoesNotWaitForFreeing: TopicDelete returns once the deletion is durable and the
+// directory moved aside, while its segments are still being freed; a topic of the same name can
+// be created and used at once; Close stops the freeing between files, and the next Open finishes
+// it.
+func TestTopicDeleteDoesNotWaitForFreeing(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	var blocked atomic.Int32
+	efs := wlogtest.NewErrorFS(nil, func(op wlogtest.Op, path string) error {
+		if op == wlogtest.OpTruncate && strings.Contains(path, string(filepath.Separator)+trashDir+string(filepath.Separator)) {
+			blocked.Add(1)
+			<-release
+		}
+		return nil
+	})
+	h := newHarness(t, func(c *Config) { c.FS = efs; c.SegmentBytes = 16 << 20 })
+	h.createTopic("big", storage.TopicConfig{Partitions: 2})
+	h.publishN("big", 10)
+	done := make(chan error, 1)
+	go func() { done <- h.e.TopicDelete(h.ctx, &storage.TopicDeleteParams{Name: "big", Force: true}) }()
+	select {
+	case err := <-done:
+		h.must(err, "delete")
+	case <-time.After(10 * time.Second):
+		t.Fatal("TopicDelete waits for its segments to be freed")
+	}
+	testutil.Eventually(t, 10*time.Second, "the freeing started", func() error {
+		if blocked.Load() == 0 {
+			return errors.New("no truncation in the trash yet")
+		}
+		return nil
+	})
+	h.createTopic("big", storage.TopicConfig{})
+	h.publishN("big", 3)
+	ms, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "big"})
+	h.must(err, "read")
+	equal(t, len(ms), 3, "messages of the new topic")
+
+	closed := make(chan error, 1)
+	go func() { closed <- h.e.Close() }()
+	<-h.e.quit // Close has begun: the freeing stops after the file it is blocked in
+	releaseOnce.Do(func() { close(release) })
+	h.must(<-closed, "close")
+	if ents, _ := os.ReadDir(filepath.Join(h.dir, trashDir)); len(ents) == 0 {
+		t.Fatal("the trash is empty after Close stopped the freeing (want the rest left for the next Open)")
+	}
+	h.open()
+	waitTrashEmpty(t, h.dir)
+	ms, err = h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "big"})
+	h.must(err, "read after reopen")
+	equal(t, len(ms), 3, "messages of the new topic after reopen")
 }
 
 // TestTopicDeleteRemovesFiles and re-creation starts empty.

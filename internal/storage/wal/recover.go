@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -157,7 +158,7 @@ func (e *Engine) removeOrphans() {
 		t := e.topics[ent.Name()]
 		if t == nil {
 			e.logger.Warn("wal: removing directory of an unknown topic", slog.String("topic", ent.Name()))
-			if err := e.removeAll(filepath.Join(root, ent.Name())); err != nil {
+			if err := e.discardDir(filepath.Join(root, ent.Name())); err != nil {
 				e.logger.Warn("wal: remove orphan topic", slog.String("topic", ent.Name()), slog.Any("error", err))
 			}
 			continue
@@ -174,8 +175,72 @@ func (e *Engine) removeOrphans() {
 	}
 }
 
+// discardDir removes the directory tree at path (a deleted topic's) in the background: it moves
+// it into trash/ under a name of its own, durably, so that a topic of the same name can be
+// created at once, and wakes the trash loop, which frees it segment by segment (wlog.RemoveFile:
+// ~35 ms per 64 MiB segment on a file system mounted with discard, which TopicDelete no longer
+// waits for). If the move fails, it removes the tree itself.
+func (e *Engine) discardDir(path string) error {
+	trash := filepath.Join(e.dir, trashDir)
+	dst := filepath.Join(trash, fmt.Sprintf("%d-%d", e.clock.Now().UnixNano(), e.trashSeq.Add(1)))
+	err := e.fs.MkdirAll(trash, 0o755)
+	if err == nil {
+		err = e.fs.Rename(path, dst)
+	}
+	if err == nil {
+		// The old name must be gone durably before a topic of the same name creates it again.
+		err = errors.Join(e.fs.SyncDir(filepath.Dir(path)), e.fs.SyncDir(trash))
+		select {
+		case e.trashKick <- struct{}{}:
+		default:
+		}
+		return err
+	}
+	if isNotExist(err) {
+		return nil
+	}
+	e.logger.Warn("wal: move a deleted directory to the trash; removing it now", slog.String("dir", path), slog.Any("error", err))
+	return e.removeAll(path)
+}
+
+// trashLoop empties trash/ at start and whenever discardDir moved a directory there, until Close,
+// which stops it between two files (what is left is removed after the next Open).
+func (e *Engine) trashLoop() {
+	defer e.wg.Done()
+	for {
+		ents, err := e.fs.ReadDir(filepath.Join(e.dir, trashDir))
+		if err != nil && !isNotExist(err) {
+			e.logger.Warn("wal: list the trash", slog.Any("error", err))
+		}
+		for _, ent := range ents {
+			if err := e.removeAllUntil(filepath.Join(e.dir, trashDir, ent.Name()), e.quit); err != nil {
+				if errors.Is(err, errStopped) {
+					return
+				}
+				e.logger.Warn("wal: empty the trash", slog.String("dir", ent.Name()), slog.Any("error", err))
+			}
+		}
+		select {
+		case <-e.quit:
+			return
+		case <-e.trashKick:
+		}
+	}
+}
+
+// errStopped is returned by removeAllUntil when stop was closed.
+var errStopped = errors.New("wal: stopped")
+
 // removeAll removes a directory tree through the FS seam.
-func (e *Engine) removeAll(path string) error {
+func (e *Engine) removeAll(path string) error { return e.removeAllUntil(path, nil) }
+
+// removeAllUntil is removeAll, returning errStopped before the next file once stop is closed.
+func (e *Engine) removeAllUntil(path string, stop <-chan struct{}) error {
+	select {
+	case <-stop:
+		return errStopped
+	default:
+	}
 	ents, err := e.fs.ReadDir(path)
 	if err != nil {
 		if isNotExist(err) {
@@ -187,7 +252,7 @@ func (e *Engine) removeAll(path string) error {
 		return wlog.RemoveFile(e.fs, path)
 	}
 	for _, ent := range ents {
-		if err := e.removeAll(filepath.Join(path, ent.Name())); err != nil {
+		if err := e.removeAllUntil(filepath.Join(path, ent.Name()), stop); err != nil {
 			return err
 		}
 	}

@@ -234,7 +234,7 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 	for _, p := range t.parts {
 		errs = append(errs, p.log.Close())
 	}
-	errs = append(errs, e.removeAll(e.topicDir(params.Name)))
+	errs = append(errs, e.discardDir(e.topicDir(params.Name)))
 	if err := errors.Join(errs...); err != nil {
 		// The topic is deleted; the next Open removes what is left.
 		e.logger.Warn("wal: remove topic files", "topic", params.Name, "error", err)
