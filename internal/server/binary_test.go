@@ -90,7 +90,10 @@ func TestHandshakeRefused(t *testing.T) {
 
 func TestHandshakeTimeout(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *Config) { c.HandshakeTimeout = 100 * time.Millisecond }, nil)
+	// Not shorter: the deadline runs from the accept, and a server goroutine that first reads
+	// after it (a loaded CI machine once took over 100 ms) closes without a word, as for a
+	// connection that sent nothing.
+	e := newEnv(t, func(c *Config) { c.HandshakeTimeout = 500 * time.Millisecond }, nil)
 	nc := e.dialRaw()
 	if _, err := nc.Write(protocol.Preamble[:]); err != nil {
 		t.Fatal(err)
