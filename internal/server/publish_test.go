@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -286,5 +289,72 @@ func TestGoodbyeAfterPipelinedPublishes(t *testing.T) {
 	}
 	if info.Stats.Messages != n {
 		t.Fatalf("%d messages stored, want %d", info.Stats.Messages, n)
+	}
+}
+
+// promptSpy records the Prompt hint of every MessagesAppend to one topic and passes the call on
+// to the real engine.
+type promptSpy struct {
+	storage.Engine
+	topic   string
+	mu      sync.Mutex
+	prompts []bool
+}
+
+func (s *promptSpy) MessagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
+	if p.Topic == s.topic {
+		s.mu.Lock()
+		s.prompts = append(s.prompts, p.Prompt)
+		s.mu.Unlock()
+	}
+	return s.Engine.MessagesAppend(ctx, p)
+}
+
+// take returns the hints recorded since the last take.
+func (s *promptSpy) take() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.prompts
+	s.prompts = nil
+	return p
+}
+
+// TestPublishPromptMarking: the server marks a Publish prompt (the engine may wait for it and its
+// like before a commit round) only when a connection that publishes one request at a time and
+// consumes nothing sends it within promptWithin of its last answer: never after a pause, never on a
+// connection with a subscription.
+func TestPublishPromptMarking(t *testing.T) {
+	t.Parallel()
+	spy := &promptSpy{topic: "prompt.t"}
+	e := newEnv(t, nil, func(c *broker.Config) { spy.Engine = c.Engine; c.Engine = spy })
+	c := e.dial(nil)
+	c.publish("prompt.t", "first") // creates the topic
+	spy.take()
+
+	// After a pause longer than promptWithin: never prompt.
+	for range 5 {
+		time.Sleep(2 * promptWithin)
+		c.publish("prompt.t", "late")
+	}
+	if got := spy.take(); !slices.Equal(got, []bool{false, false, false, false, false}) {
+		t.Fatalf("publishes after a pause marked %v, want none prompt", got)
+	}
+
+	// Right after the previous answer: prompt, unless this machine took longer than promptWithin
+	// to send it; at least one of 50 must make it.
+	for range 50 {
+		c.publish("prompt.t", "quick")
+	}
+	if got := spy.take(); len(got) != 50 || !slices.Contains(got, true) {
+		t.Fatalf("50 publishes right after their answers marked %v, want some prompt", got)
+	}
+
+	// A connection with a subscription is never prompt (its publishes go to the publish worker).
+	c.subscribe(&protocol.Subscribe{Topic: "prompt.other", MaxInFlight: 1})
+	for range 20 {
+		c.publish("prompt.t", "subscribed")
+	}
+	if got := spy.take(); len(got) == 0 || slices.Contains(got, true) {
+		t.Fatalf("publishes of a subscribed connection marked %v, want none prompt", got)
 	}
 }
