@@ -457,12 +457,15 @@ func (c *Committer) shareFlush(logs []*Log) *Log {
 	}
 	var anchor *Log
 	for _, l := range logs {
-		rd := &l.round
-		if l.flushShare && rd.err == nil && rd.wrote && (anchor == nil || !l.mayRideLocked()) {
+		if rd := &l.round; !l.flushShare || rd.err != nil || !rd.wrote {
+			continue
+		}
+		if !l.mayRideLocked() { // it syncs anyway: the best anchor
 			anchor = l
-			if !l.mayRideLocked() {
-				break
-			}
+			break
+		}
+		if anchor == nil {
+			anchor = l
 		}
 	}
 	if anchor == nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,10 +78,10 @@ const fsJournalDataFlag = 0x00004000
 // mounted without data=journal and not itself marked +j (its new files would inherit it: their
 // data would go through the journal, and a write-back would leave it in a transaction the
 // anchor's fdatasync need not commit), and the kernel is at least 5.2 (sync_file_range waits for
-// the write-back as WB_SYNC_ALL since then).
+// the write-back as WB_SYNC_ALL since then). Every log calls it at Open: the kernel version and
+// each device's mount options are read once per process (a remount is not seen).
 func (osFS) FlushDomain(dir string) (uint64, bool) {
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil || !kernelAtLeast(unix.ByteSliceToString(uts.Release[:]), 5, 2) {
+	if !kernelSharesFlush() {
 		return 0, false
 	}
 	var sfs unix.Statfs_t
@@ -91,8 +92,7 @@ func (osFS) FlushDomain(dir string) (uint64, bool) {
 	if err := unix.Stat(dir, &st); err != nil {
 		return 0, false
 	}
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil || journalsData(mountinfo, unix.Major(st.Dev), unix.Minor(st.Dev)) {
+	if deviceJournalsData(uint64(st.Dev)) {
 		return 0, false
 	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -105,6 +105,27 @@ func (osFS) FlushDomain(dir string) (uint64, bool) {
 		return 0, false
 	}
 	return uint64(st.Dev), true
+}
+
+// kernelSharesFlush reports whether the running kernel is at least 5.2 (FlushDomain).
+var kernelSharesFlush = sync.OnceValue(func() bool {
+	var uts unix.Utsname
+	return unix.Uname(&uts) == nil && kernelAtLeast(unix.ByteSliceToString(uts.Release[:]), 5, 2)
+})
+
+// journaledDevices caches deviceJournalsData per device.
+var journaledDevices sync.Map // uint64 -> bool
+
+// deviceJournalsData reports whether a mount of dev has data=journal (journalsData over
+// /proc/self/mountinfo, read once per device); true when it cannot be read.
+func deviceJournalsData(dev uint64) bool {
+	if v, ok := journaledDevices.Load(dev); ok {
+		return v.(bool)
+	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	j := err != nil || journalsData(mountinfo, unix.Major(dev), unix.Minor(dev))
+	journaledDevices.Store(dev, j)
+	return j
 }
 
 // kernelAtLeast reports whether a kernel release string ("6.1.0-18-amd64") is at least
