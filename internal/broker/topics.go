@@ -51,6 +51,56 @@ func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.A
 	return res.Positions, nil
 }
 
+// PublishAsync is PublishWith without waiting: done is called exactly once with PublishWith's
+// outcome, either before PublishAsync returns (the batch was refused, the topic had to be
+// created first, or the engine cannot append asynchronously and PublishAsync appended
+// synchronously) or later from an engine goroutine once the batch is durable
+// (storage.AsyncAppender). done must not block and must not call the broker or the engine
+// synchronously. Appends of one caller are queued in call order.
+func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions, done func([]storage.MessagePosition, error)) {
+	ae, ok := b.engine.(storage.AsyncAppender)
+	if !ok {
+		done(b.PublishWith(ctx, topic, msgs, opts))
+		return
+	}
+	if err := b.checkRunning(); err != nil {
+		done(nil, err)
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
+		return
+	}
+	if err := names.ValidateTopic(topic); err != nil {
+		done(nil, invalidName(err))
+		return
+	}
+	if len(msgs) == 0 {
+		done(nil, invalid("publish to %q: no messages", topic))
+		return
+	}
+	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs, Prompt: opts.Prompt}
+	appended := func(res *storage.MessagesAppendResult, err error) {
+		if err != nil {
+			done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
+			return
+		}
+		done(res.Positions, nil)
+	}
+	err := ae.MessagesAppendAsync(params, appended)
+	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
+		// Rare (the first publish to a topic): create it here, then append as usual.
+		if err := b.autoCreateTopic(ctx, topic); err != nil {
+			done(nil, err)
+			return
+		}
+		err = ae.MessagesAppendAsync(params, appended)
+	}
+	if err != nil {
+		appended(nil, err)
+	}
+}
+
 // autoCreateTopic creates topic with the auto-create configuration and attaches waiting members.
 func (b *Broker) autoCreateTopic(ctx context.Context, topic string) error {
 	_, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: topic, Config: b.autoCreateConfig})

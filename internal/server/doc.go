@@ -19,21 +19,23 @@
 //	to the publish   every queued Publish,  through SubscribeParams.Notify, shared by the
 //	stage, runs the  one engine call per    members), packs Deliver frames or MESSAGE lines,
 //	others against   topic for the whole    sends Heartbeat when silent, flushes; never
-//	the broker in    queue (one fsync),     blocks on the broker
-//	order; owns the  answers each request
-//	members          with its positions
+//	the broker in    queue (one fsync);     blocks on the broker
+//	order; owns the  the engine's
+//	members          completion answers
 //
 // Ordering (docs/protocol.md section 6): a connection's publishes to one topic are appended in
-// the order received (one worker, a FIFO queue, one engine call at a time); every other request
+// the order received (one worker, a FIFO queue, engine calls queued one after the other); every other request
 // runs on the reader, in the order received, and never waits behind a publish's fsync, except
 // that consecutive Acks read one after the other without waiting for the socket (at most 64) run
 // at the same time, so that they share the engine's commits, and so do consecutive Nacks
 // (binarySession.runGroup: a group holds one kind and runs before the next request; inside it
 // only requests naming the same delivery can tell the order); each publish is
-// answered after it is durable. The worker groups the publishes queued while its
-// previous engine call waited for its fsync, so many synchronous publishers sharing one
-// connection share fsyncs (a request with an invalid message is appended again alone, so that
-// it fails without failing its neighbours; see publish.go). The reader wakes the worker once it
+// answered after it is durable. The worker does not wait for its engine calls on the embedded
+// engine (broker.PublishAsync: the completion answers, on the engine's committing goroutine); it
+// groups the publishes that arrived meanwhile, so many synchronous publishers sharing one
+// connection share fsyncs and the next round follows the last at once (a request with an
+// invalid message is appended again alone, so that it fails without failing its neighbours; see
+// publish.go). The reader wakes the worker once it
 // has taken the frames already received, so that a burst goes in one round. One shortcut: when
 // nothing is queued, no other frame has arrived and the connection has no subscription, the
 // reader appends a Publish itself (a hand-off less for a connection that publishes one request
@@ -127,7 +129,9 @@
 // session fields the goroutines share;
 // pubStage.mu guards the publish queue and is never held while calling anything;
 // Member.SetMaxInFlight is called under it (Credit, Goodbye), so it comes before the broker's
-// locks. The broker never calls back into a connection: it only signals the Notify channel.
+// locks. The broker never calls back into a connection: it only signals the Notify channel. The
+// completion of an asynchronous append answers on the engine's goroutine (wmu by TryLock,
+// conn.mu, pubStage.mu); no goroutine of the connection calls the engine holding one of them.
 //
 // # Metrics
 //

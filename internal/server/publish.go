@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
@@ -18,12 +19,15 @@ import (
 //
 // The reader does not run a Publish itself: it queues it here and goes on reading, and wakes the
 // worker once it has taken the frames already received. The stage's worker goroutine takes every
-// queued request at once, groups them per topic (keeping the order
-// of each topic's requests), and appends each topic's requests with one broker call, so that
-// they share one fsync; each request is answered with its own positions. While that call waits
-// for its fsync, the next requests queue up: under load a round carries many requests, and when
-// idle a request is appended alone at once. Acks, nacks, extends and every other request stay on
-// the reader, in order among themselves, and never wait behind a publish's fsync.
+// queued request at once, groups them per topic (keeping the order of each topic's requests),
+// and appends each topic's requests with one broker call, so that they share one fsync; each
+// request is answered with its own positions. The worker does not wait for the fsync: it hands
+// the call to the engine (broker.PublishAsync), whose completion answers the call's requests,
+// and takes the requests that arrived meanwhile, queued in the engine behind the previous ones
+// (an engine that cannot append asynchronously, PostgreSQL, runs the call on the worker, and the
+// next requests queue up meanwhile). A request counts against the connection's pipelining limit
+// until it is answered. Acks, nacks, extends and every other request stay on the reader, in
+// order among themselves, and never wait behind a publish's fsync.
 //
 // One exception saves a goroutine hand-off on the most common path, a connection that publishes
 // one request at a time and consumes nothing: when nothing is queued, no other frame has arrived
@@ -182,9 +186,9 @@ func (c *conn) waitPublishes() bool {
 	}
 }
 
-// stopPublishes ends the publish stage after the session ended: the worker answers what is still
-// queued (appended unless the connection was interrupted or broke, CLOSED otherwise) and returns.
-// Reader goroutine only.
+// stopPublishes ends the publish stage after the session ended: the worker appends what is
+// still queued (answered CLOSED instead when the connection was interrupted or broke) and
+// returns, and the appends still in the engine are answered. Reader goroutine only.
 func (c *conn) stopPublishes() {
 	p := &c.pub
 	p.mu.Lock()
@@ -196,6 +200,13 @@ func (c *conn) stopPublishes() {
 	}
 	notify(p.wake)
 	<-p.done
+	// The engine completes every append it queued, also when it closes.
+	for {
+		if n, _ := p.load(); n == 0 {
+			return
+		}
+		<-p.progress
+	}
 }
 
 // publishLoop is the worker goroutine of the publish stage.
@@ -224,24 +235,34 @@ func (b *binarySession) publishLoop() {
 				items[i] = outItem{corr: r.corr, msg: protocol.ErrClosed.Errorf("the connection is closing; the publish was not processed")}
 			}
 			c.enqueueAll(items)
+			b.answered(batch)
 		default:
 			b.publishRound(batch)
 		}
-		size := 0
-		for _, r := range batch {
-			size += r.size
-		}
-		p.mu.Lock()
-		p.pending -= len(batch)
-		p.bytes -= size
-		p.mu.Unlock()
-		notify(p.progress)
 	}
 }
 
+// answered takes reqs off the stage's load once they were answered.
+func (b *binarySession) answered(reqs []pubReq) {
+	p := &b.c.pub
+	size := 0
+	for _, r := range reqs {
+		size += r.size
+	}
+	p.mu.Lock()
+	p.pending -= len(reqs)
+	p.bytes -= size
+	p.mu.Unlock()
+	notify(p.progress)
+}
+
 // publishRound appends the requests of one round: per topic, in order, in calls of at most
-// protocol.MaxBatch messages (a single larger request goes alone), and sends their answers
-// (answer: written by the worker itself when the writer is idle, else queued for it).
+// protocol.MaxBatch messages (a single larger request goes alone). The calls do not wait for
+// their appends (broker.PublishAsync): the engine's completion of each call sends its answers
+// (answer: written to the socket at once when the writer is idle, else queued for it), so that
+// the worker takes the requests that arrive meanwhile at once, and the engine commits them
+// right after (on a connection that many goroutines publish through synchronously, the next
+// round no longer waits for the worker to wake up).
 func (b *binarySession) publishRound(batch []pubReq) {
 	var topics []string
 	byTopic := make(map[string][]pubReq, 1)
@@ -251,7 +272,6 @@ func (b *binarySession) publishRound(batch []pubReq) {
 		}
 		byTopic[r.msg.Topic] = append(byTopic[r.msg.Topic], r)
 	}
-	out := make([]outItem, 0, len(batch))
 	for _, topic := range topics {
 		reqs := byTopic[topic]
 		for len(reqs) > 0 {
@@ -260,54 +280,61 @@ func (b *binarySession) publishRound(batch []pubReq) {
 				msgs += len(reqs[n].msg.Messages)
 				n++
 			}
-			out = b.appendMerged(out, topic, reqs[:n], msgs)
+			b.appendMerged(topic, reqs[:n], msgs)
 			reqs = reqs[n:]
 		}
 	}
-	b.answer(out...)
 }
 
-// appendMerged appends reqs (one topic, total messages in all) with one broker call and adds
-// their answers to out; see the stage's comment for the fallback on errors.
-func (b *binarySession) appendMerged(out []outItem, topic string, reqs []pubReq, total int) []outItem {
+// appendMerged appends reqs (one topic, total messages in all) with one broker call, whose
+// completion answers them; see the stage's comment for the fallback on errors.
+func (b *binarySession) appendMerged(topic string, reqs []pubReq, total int) {
 	c := b.c
-	if len(reqs) == 1 {
-		return append(out, b.appendOne(reqs[0]))
-	}
 	now := c.srv.cfg.Clock.Now()
 	msgs := make([]storage.AppendMessage, 0, total)
 	for _, r := range reqs {
 		msgs = appendMessagesTo(msgs, r.msg.Messages, now)
 	}
-	ps, err := c.srv.broker.Publish(c.ctx, topic, msgs)
-	if err != nil && (errors.Is(err, storage.ErrInvalidArgument) || errors.Is(err, storage.ErrMessageTooLarge)) {
+	// A refusal that one request can cause alone comes before anything is queued, so done runs
+	// on this goroutine, before PublishAsync returns: the requests are appended again one by one.
+	var returned atomic.Bool
+	c.srv.broker.PublishAsync(c.ctx, topic, msgs, broker.PublishOptions{}, func(ps []storage.MessagePosition, err error) {
+		if len(reqs) > 1 && !returned.Load() && (errors.Is(err, storage.ErrInvalidArgument) || errors.Is(err, storage.ErrMessageTooLarge)) {
+			for _, r := range reqs {
+				b.appendMerged(topic, []pubReq{r}, len(r.msg.Messages))
+			}
+			return
+		}
+		if err == nil && len(ps) != total {
+			err = errors.New("server: the engine returned a position count that does not match the batch")
+		}
+		out := make([]outItem, 0, len(reqs))
+		off := 0
 		for _, r := range reqs {
-			out = append(out, b.appendOne(r))
+			n := len(r.msg.Messages)
+			if err != nil {
+				out = append(out, b.published(r, nil, err))
+				continue
+			}
+			out = append(out, b.published(r, ps[off:off+n], nil))
+			off += n
 		}
-		return out
-	}
-	if err == nil && len(ps) != total {
-		err = errors.New("server: the engine returned a position count that does not match the batch")
-	}
-	off := 0
-	for _, r := range reqs {
-		n := len(r.msg.Messages)
-		c.observePublish(topic, n, r.start, err)
-		if err != nil {
-			out = append(out, outItem{corr: r.corr, msg: b.errorFrame(err)})
-			continue
-		}
-		out = append(out, outItem{corr: r.corr, msg: &protocol.PublishOK{Positions: positions(ps[off : off+n])}})
-		off += n
-	}
-	return out
+		b.answer(out...)
+		b.answered(reqs)
+	})
+	returned.Store(true)
 }
 
 // appendOne appends one request with its own broker call and returns its answer.
 func (b *binarySession) appendOne(r pubReq) outItem {
 	c := b.c
 	ps, err := c.srv.broker.PublishWith(c.ctx, r.msg.Topic, appendMessages(r.msg.Messages, c.srv.cfg.Clock.Now()), broker.PublishOptions{Prompt: r.prompt})
-	c.observePublish(r.msg.Topic, len(r.msg.Messages), r.start, err)
+	return b.published(r, ps, err)
+}
+
+// published counts the outcome of r's append and returns its answer.
+func (b *binarySession) published(r pubReq, ps []storage.MessagePosition, err error) outItem {
+	b.c.observePublish(r.msg.Topic, len(r.msg.Messages), r.start, err)
 	if err != nil {
 		return outItem{corr: r.corr, msg: b.errorFrame(err)}
 	}

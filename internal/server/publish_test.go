@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/spoolmq/spool/internal/testutil"
 	"net"
 	"slices"
 	"strings"
@@ -212,7 +213,15 @@ func TestPublishRoundMerges(t *testing.T) {
 	for i := range reqs {
 		reqs[i].start = time.Now()
 	}
+	c.pub.pending = len(reqs) // as queuePublish counts them
 	sess.publishRound(reqs)
+	// The engine's completions answer them.
+	testutil.Eventually(t, 10*time.Second, "every request answered", func() error {
+		if n, _ := c.pub.load(); n != 0 {
+			return fmt.Errorf("%d not answered", n)
+		}
+		return nil
+	})
 	out, _ := c.take(true)
 	if len(out) != len(reqs) {
 		t.Fatalf("%d answers for %d requests", len(out), len(reqs))
@@ -356,5 +365,72 @@ func TestPublishPromptMarking(t *testing.T) {
 	}
 	if got := spy.take(); len(got) == 0 || slices.Contains(got, true) {
 		t.Fatalf("publishes of a subscribed connection marked %v, want none prompt", got)
+	}
+}
+
+// holdSpy passes every call on to the real engine; while holding, the completions of
+// MessagesAppendAsync (the appends themselves are queued in the engine at once) wait until
+// release, and each held append is signalled on heldNow.
+type holdSpy struct {
+	storage.Engine
+	mu      sync.Mutex
+	hold    chan struct{} // nil: not holding
+	heldNow chan struct{}
+}
+
+func (s *holdSpy) MessagesAppendAsync(p *storage.MessagesAppendParams, done func(*storage.MessagesAppendResult, error)) error {
+	s.mu.Lock()
+	hold := s.hold
+	s.mu.Unlock()
+	ae := s.Engine.(storage.AsyncAppender)
+	if hold == nil {
+		return ae.MessagesAppendAsync(p, done)
+	}
+	return ae.MessagesAppendAsync(p, func(res *storage.MessagesAppendResult, err error) {
+		s.heldNow <- struct{}{}
+		go func() {
+			<-hold
+			done(res, err)
+		}()
+	})
+}
+
+// TestPublishWorkerDoesNotWaitForItsAppends: the publish worker hands its appends to the engine
+// and goes on: a Publish that arrives while the previous ones wait for their commit is appended
+// at once (with one goroutine publishing through the connection after another, the next round
+// does not wait for the worker), after them, and the engine's completions answer each.
+func TestPublishWorkerDoesNotWaitForItsAppends(t *testing.T) {
+	t.Parallel()
+	spy := &holdSpy{heldNow: make(chan struct{}, 8)}
+	e := newEnv(t, nil, func(c *broker.Config) { spy.Engine = c.Engine; c.Engine = spy })
+	c := e.dial(nil)
+	first := c.publish("worker.t", "m0").Positions[0].Offset // creates the topic
+
+	release := make(chan struct{})
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseAll) // before the server closes, also when the test fails
+	spy.mu.Lock()
+	spy.hold = release
+	spy.mu.Unlock()
+	held := func(what string) {
+		t.Helper()
+		select {
+		case <-spy.heldNow:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never reached the engine", what)
+		}
+	}
+	// Two publishes in one write go to the worker (the first sees the second behind it).
+	corrs := c.pipeline(pub("worker.t", "m1"), pub("worker.t", "m2"))
+	held("the first round")
+	corrs = append(corrs, c.pipeline(pub("worker.t", "m3"))...)
+	held("a publish sent while the first round waits for its commit")
+	releaseAll()
+	got := c.responses(corrs)
+	for i, corr := range corrs {
+		ok, isOK := got[corr].(*protocol.PublishOK)
+		if !isOK || ok.Positions[0].Offset != first+1+int64(i) {
+			t.Fatalf("answer to publish %d: %#v, want offset %d", i, got[corr], first+1+int64(i))
+		}
 	}
 }

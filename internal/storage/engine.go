@@ -261,6 +261,22 @@ type AppendMessage struct {
 // PartitionAuto lets the engine choose the partition of an AppendMessage.
 const PartitionAuto int32 = -1
 
+// AsyncAppender is implemented by an engine that can append without a goroutine waiting for the
+// commit (the embedded engine): a server then answers a publish from the engine's completion
+// instead of waking the connection's goroutine for it, which saves a goroutine hand-off per
+// synchronous publish.
+type AsyncAppender interface {
+	// MessagesAppendAsync validates the batch and queues it like Engine.MessagesAppend. It returns
+	// an error, and done is never called, when nothing was queued (the same errors as
+	// MessagesAppend: invalid batch, unknown topic, closed or failed engine). Otherwise done is
+	// called exactly once, with MessagesAppend's outcome, when the batch is durable or failed
+	// (or, when the engine is closing, with ErrClosed, possibly before MessagesAppendAsync
+	// returns). done runs on a goroutine of the engine that commits other appends meanwhile: it
+	// must not block and must not call the engine. Batches queued one after the other by one
+	// goroutine keep that order in each partition.
+	MessagesAppendAsync(params *MessagesAppendParams, done func(*MessagesAppendResult, error)) error
+}
+
 // MessagesAppendParams are the parameters of Engine.MessagesAppend.
 type MessagesAppendParams struct {
 	Topic    string

@@ -24,6 +24,7 @@ func publishCases() []testCase {
 		{name: "not_before", fn: testPublishNotBefore},
 		{name: "expires_at", fn: testPublishExpiresAt},
 		{name: "block_writes_on_zero_subscriptions", fn: testPublishBlockWrites},
+		{name: "async_append", fn: testPublishAsync},
 	}
 }
 
@@ -272,4 +273,70 @@ func testPublishBlockWrites(t *testing.T, x *env) {
 	// A QUEUE topic always has its subscription.
 	x.createTopic("blocked.q", storage.TopicConfig{BlockWritesOnZeroSubscriptions: true})
 	x.publish("blocked.q", msg("ok"))
+}
+
+// testPublishAsync: an engine that appends asynchronously (storage.AsyncAppender) refuses a bad
+// batch before queueing it (done is not called), keeps the order of the batches one goroutine
+// queues, calls each done exactly once, and the messages are readable when it runs.
+func testPublishAsync(t *testing.T, x *env) {
+	ae, ok := x.rec.engine().(storage.AsyncAppender) // the recorder does not track appends
+	if !ok {
+		t.Skip("engine does not implement storage.AsyncAppender")
+	}
+	x.createTopic("async", storage.TopicConfig{MaxMessageBytes: 64})
+	never := func(*storage.MessagesAppendResult, error) { t.Error("done called for a refused batch") }
+	err := ae.MessagesAppendAsync(&storage.MessagesAppendParams{Topic: "nope", Messages: []storage.AppendMessage{toPartition(0, "x")}}, never)
+	errIs(t, err, storage.ErrTopicNotFound, "async append to an unknown topic")
+	err = ae.MessagesAppendAsync(&storage.MessagesAppendParams{Topic: "async", Messages: []storage.AppendMessage{toPartition(0, strings.Repeat("z", 100))}}, never)
+	errIs(t, err, storage.ErrMessageTooLarge, "async append of an oversize message")
+
+	const n = 20
+	type outcome struct {
+		i    int
+		res  *storage.MessagesAppendResult
+		err  error
+		read int // messages readable when done ran
+	}
+	outs := make(chan outcome, 2*n)
+	for i := range n {
+		err := ae.MessagesAppendAsync(&storage.MessagesAppendParams{Topic: "async", Messages: []storage.AppendMessage{toPartition(0, fmt.Sprint("a", i))}},
+			func(res *storage.MessagesAppendResult, err error) {
+				// done must not call the engine: the check reads from another goroutine.
+				got := make(chan int, 1)
+				go func() {
+					ms, _ := x.e.MessagesRead(x.ctx, &storage.MessagesReadParams{Topic: "async", Partition: 0, Limit: 2 * n})
+					got <- len(ms)
+				}()
+				o := outcome{i: i, res: res, err: err}
+				go func() { o.read = <-got; outs <- o }()
+			})
+		noErr(t, err, "async append %d", i)
+	}
+	seen := make(map[int]bool, n)
+	for range n {
+		select {
+		case o := <-outs:
+			noErr(t, o.err, "outcome of async append %d", o.i)
+			if seen[o.i] {
+				t.Fatalf("done of async append %d called twice", o.i)
+			}
+			seen[o.i] = true
+			equal(t, len(o.res.Positions), 1, "positions of async append %d", o.i)
+			equal(t, o.res.Positions[0].Offset, int64(o.i), "offset of async append %d (queue order)", o.i)
+			if o.read < o.i+1 {
+				t.Fatalf("async append %d done, but only %d messages readable", o.i, o.read)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d async appends completed", len(seen), n)
+		}
+	}
+	select {
+	case o := <-outs:
+		t.Fatalf("an extra done call (append %d)", o.i)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ms := x.read("async", 0, 0)
+	for i, m := range ms {
+		equal(t, string(m.Payload), fmt.Sprint("a", i), "payload at offset %d", i)
+	}
 }

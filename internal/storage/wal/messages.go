@@ -80,25 +80,52 @@ func putRecordBuf(b *[]byte) {
 // A batch that spans partitions is one write per partition log; an I/O failure of one of them
 // (which stops the engine, see Close) can leave the others written.
 func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
-	if params == nil || len(params.Messages) == 0 {
-		return nil, invalid("no messages to append")
-	}
-	if err := names.ValidateTopic(params.Topic); err != nil {
-		return nil, validName(err)
-	}
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
+	}
+	type outcome struct {
+		res *storage.MessagesAppendResult
+		err error
+	}
+	ch := make(chan outcome, 1)
+	if err := e.MessagesAppendAsync(params, func(res *storage.MessagesAppendResult, err error) {
+		ch <- outcome{res, err}
+	}); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		o := <-ch
+		return o.res, o.err
+	}
+	select {
+	case o := <-ch:
+		return o.res, o.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
+	}
+}
+
+// MessagesAppendAsync is MessagesAppend without a waiting goroutine (storage.AsyncAppender):
+// it validates and queues the batch like MessagesAppend and returns; done runs on the committer
+// goroutine (or the goroutine that synced the batch's last partition log) once every partition's
+// append completed.
+func (e *Engine) MessagesAppendAsync(params *storage.MessagesAppendParams, done func(*storage.MessagesAppendResult, error)) error {
+	if params == nil || len(params.Messages) == 0 {
+		return invalid("no messages to append")
+	}
+	if err := names.ValidateTopic(params.Topic); err != nil {
+		return validName(err)
 	}
 	msgs := params.Messages
 	e.mu.RLock()
 	if err := e.checkLocked(); err != nil {
 		e.mu.RUnlock()
-		return nil, err
+		return err
 	}
 	t := e.topics[params.Topic]
 	if t == nil {
 		e.mu.RUnlock()
-		return nil, topicNotFound(params.Topic)
+		return topicNotFound(params.Topic)
 	}
 	cfg := t.meta.Config
 	n := len(t.parts)
@@ -106,17 +133,17 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 		m := &msgs[i]
 		if size := appendSize(m); size > cfg.MaxMessageBytes {
 			e.mu.RUnlock()
-			return nil, fmt.Errorf("%w: message %d of the batch is %d bytes, topic %q allows %d",
+			return fmt.Errorf("%w: message %d of the batch is %d bytes, topic %q allows %d",
 				storage.ErrMessageTooLarge, i, size, params.Topic, cfg.MaxMessageBytes)
 		}
 		if m.Partition != storage.PartitionAuto && (m.Partition < 0 || int(m.Partition) >= n) {
 			e.mu.RUnlock()
-			return nil, invalid("message %d: partition %d out of range, topic %q has %d", i, m.Partition, params.Topic, n)
+			return invalid("message %d: partition %d out of range, topic %q has %d", i, m.Partition, params.Topic, n)
 		}
 	}
 	if cfg.Semantics == storage.PubSub && cfg.BlockWritesOnZeroSubscriptions && !hasActiveLocked(t) {
 		e.mu.RUnlock()
-		return nil, fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, params.Topic)
+		return fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, params.Topic)
 	}
 
 	// Assign partitions.
@@ -145,7 +172,6 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 		b.idx = append(b.idx, i)
 	}
 
-	done := make(chan struct{})
 	var remaining atomic.Int32
 	remaining.Store(int32(used))
 	t.inflight.Add(used)
@@ -195,23 +221,20 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 			b.first, b.err = first, err
 			t.inflight.Done()
 			if remaining.Add(-1) == 0 {
-				close(done)
+				done(e.appended(params, batches))
 			}
 		})
 		p.mu.Unlock()
 	}
 	e.mu.RUnlock()
+	return nil
+}
 
-	if ctx != nil {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
-		}
-	} else {
-		<-done
-	}
-	// Every append completed: the committer no longer holds the records.
+// appended is the outcome of an append whose partition appends all completed: it frees the
+// records (the committer no longer holds them), fails the engine on a write error and notifies
+// of the new messages.
+func (e *Engine) appended(params *storage.MessagesAppendParams, batches []*partBatch) (*storage.MessagesAppendResult, error) {
+	msgs := params.Messages
 	for _, b := range batches {
 		if b != nil {
 			putRecordBuf(b.buf)
