@@ -318,6 +318,64 @@ func delivery(handle uint32, offset int64, payload string) protocol.Delivery {
 func TestSubscribeFraming(t *testing.T) {
 	t.Parallel()
 
+	// A consumer that receives one delivery at a time (each after the previous handler returned)
+	// acks each at once when its window is narrow (the broker may wait for that credit: each Ack
+	// comes before the next delivery is sent), and coalesces the acks for ackDelay when it is wide
+	// (at least ackCoalesceCredit per handler; the peer reads the frames as they come).
+	t.Run("LoneAcksLeaveAtOnceInANarrowWindow", func(t *testing.T) {
+		t.Parallel()
+		_, c, p := pipeClient(t, nil)
+		handled := make(chan struct{}, 1)
+		subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g", MaxInFlight: 8}, func(context.Context, *Delivery) error {
+			handled <- struct{}{}
+			return nil
+		})
+		for i := range 20 {
+			p.write(0, &protocol.Deliver{Deliveries: []protocol.Delivery{delivery(1, int64(i), "p")}})
+			recv(t, handled, "handler")
+			corr, ack := expect[*protocol.Ack](p)
+			if len(ack.Refs) != 1 || ack.Refs[0].Offset != int64(i) {
+				t.Fatalf("ack %d: %+v", i, ack.Refs)
+			}
+			p.write(corr, &protocol.AckOK{Acked: 1})
+		}
+	})
+	t.Run("LoneAcksCoalesceInAWideWindow", func(t *testing.T) {
+		t.Parallel()
+		_, c, p := pipeClient(t, nil)
+		handled := make(chan struct{}, 1)
+		subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g", MaxInFlight: ackCoalesceCredit}, func(context.Context, *Delivery) error {
+			handled <- struct{}{}
+			return nil
+		})
+		const n = 50
+		type count struct{ frames, refs int }
+		counted := make(chan count, 1)
+		go func() { // reads what the client writes as it comes (the pipe does not buffer)
+			var k count
+			for k.refs < n {
+				_, m, err := p.r.ReadClientMessage()
+				if err != nil {
+					break
+				}
+				if ack, ok := m.(*protocol.Ack); ok {
+					k.frames++
+					k.refs += len(ack.Refs)
+				}
+			}
+			counted <- k
+		}()
+		for i := range n {
+			p.write(0, &protocol.Deliver{Deliveries: []protocol.Delivery{delivery(1, int64(i), "p")}})
+			recv(t, handled, "handler")
+		}
+		k := recv(t, counted, "the acks")
+		if k.refs != n || k.frames > n/2 {
+			t.Fatalf("%d acks in %d frames for %d lone deliveries, want them coalesced", k.refs, k.frames, n)
+		}
+		t.Logf("%d acks in %d frames", k.refs, k.frames)
+	})
+
 	t.Run("AcksAreBatched", func(t *testing.T) {
 		t.Parallel()
 		_, c, p := pipeClient(t, nil)

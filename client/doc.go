@@ -56,7 +56,10 @@
 // deliveries are settled, so the client sends Credit frames only for Subscription.AddCredit.
 // Acks are coalesced into batched Ack frames: an ack waits up to a millisecond for others (or
 // until 256 are pending), and goes at once when no other delivery of its subscription is waiting
-// for a handler (nothing more would join it soon). PublishAsync coalesces the messages queued
+// for a handler (nothing more would join it soon) and the subscription's window is narrow (less
+// than 64 credit per handler goroutine: the broker may be waiting for that credit). With a wider
+// window a consumer that receives one delivery at a time still sends an Ack frame per millisecond
+// rather than one per delivery. PublishAsync coalesces the messages queued
 // while earlier requests are on their way into one Publish request per topic. The writer sends
 // every frame queued since its last write in one system call; a caller that waits for its answer
 // (Publish, PublishBatch, Subscribe...) writes the queued frames itself when the writer is idle,
