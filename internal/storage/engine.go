@@ -262,9 +262,9 @@ type AppendMessage struct {
 const PartitionAuto int32 = -1
 
 // AsyncAppender is implemented by an engine that can append without a goroutine waiting for the
-// commit (the embedded engine): a server then answers a publish from the engine's completion
-// instead of waking the connection's goroutine for it, which saves a goroutine hand-off per
-// synchronous publish.
+// commit (the embedded engine): a connection's publish worker then hands its appends over and
+// goes on with the publishes that arrived meanwhile, and the engine's completion answers them
+// (broker.PublishAsync).
 type AsyncAppender interface {
 	// MessagesAppendAsync validates the batch and queues it like Engine.MessagesAppend. It returns
 	// an error, and done is never called, when nothing was queued (the same errors as
