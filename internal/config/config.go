@@ -71,6 +71,11 @@ type WAL struct {
 	// storage stacks whose guarantees differ from the filesystem's own (every log then
 	// fdatasyncs itself). Defaults to true.
 	SharedFlush bool `yaml:"shared_flush"`
+	// SlowSync is the duration of an fdatasync, or of a whole group-commit round, above which the
+	// engine logs a warning ("wal sync slow" with the file; "wal commit round slow" with the
+	// round's phases: write, write_back, sync, other). Lower it to see the disk stalls behind a
+	// latency tail. Defaults to 1s.
+	SlowSync time.Duration `yaml:"slow_sync"`
 }
 
 // Postgres configures the PostgreSQL engine.
@@ -132,7 +137,7 @@ func Defaults() Config {
 		DataDir:         "./spool-data",
 		LogLevel:        "info",
 		ShutdownTimeout: 30 * time.Second,
-		WAL:             WAL{SegmentBytes: 64 << 20, SharedFlush: true},
+		WAL:             WAL{SegmentBytes: 64 << 20, SharedFlush: true, SlowSync: time.Second},
 		Postgres: Postgres{Schema: "spool", Migrate: true, MaxConns: 32, BucketWidth: time.Hour, PollInterval: time.Second,
 			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second},
 		Broker: Broker{
@@ -335,6 +340,8 @@ func (c Config) Validate() error {
 		return bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
 	case c.WAL.SegmentBytes < 1<<20:
 		return bad("wal.segment_bytes", "must be at least 1 MiB, got %d", c.WAL.SegmentBytes)
+	case c.WAL.SlowSync < time.Millisecond || c.WAL.SlowSync > time.Hour:
+		return bad("wal.slow_sync", "must be between 1ms and 1h, got %s", c.WAL.SlowSync)
 	case c.Store != "" && !pgSchemaName(c.Postgres.Schema):
 		return bad("postgres.schema", "must be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes), got %q", c.Postgres.Schema)
 	case c.Postgres.MaxConns < 2 || c.Postgres.MaxConns > 1000:

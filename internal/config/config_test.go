@@ -26,7 +26,8 @@ func TestDefaults(t *testing.T) {
 	}
 	if cfg.Listen != ":9092" || cfg.HTTP != ":8080" || cfg.DataDir != "./spool-data" || cfg.Store != "" ||
 		cfg.Server.MaxConnections != 10_000 || cfg.Server.HeartbeatInterval != 10*time.Second ||
-		cfg.Server.SessionTimeout != 30*time.Second || !cfg.Broker.AutoCreate || cfg.Broker.AutoCreateSemantics != "QUEUE" {
+		cfg.Server.SessionTimeout != 30*time.Second || !cfg.Broker.AutoCreate || cfg.Broker.AutoCreateSemantics != "QUEUE" ||
+		cfg.WAL.SlowSync != time.Second {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 }
@@ -122,6 +123,8 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "tx timeout negative", env: []string{"SPOOL_POSTGRES_TX_TIMEOUT=-1s"}, want: "postgres.tx_timeout"},
 		{name: "tx timeout too small", flags: map[string]string{"postgres.tx_timeout": "5ms"}, want: "postgres.tx_timeout: must be between 10ms and 1h"},
 		{name: "tx timeout too large", file: "postgres:\n  tx_timeout: 61m\n", want: "postgres.tx_timeout: must be between 10ms and 1h"},
+		{name: "slow sync zero", env: []string{"SPOOL_WAL_SLOW_SYNC=0s"}, want: "wal.slow_sync: must be between 1ms and 1h"},
+		{name: "slow sync too large", file: "wal:\n  slow_sync: 2h\n", want: "wal.slow_sync: must be between 1ms and 1h"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := ""

@@ -26,6 +26,7 @@
 //	wal:
 //	  unsafe_no_sync: false
 //	  shared_flush: true
+//	  slow_sync: 1s
 //	broker:
 //	  auto_create: true
 //	  auto_create_semantics: QUEUE

@@ -60,6 +60,9 @@ type Config struct {
 	// NoSharedFlush makes every log fdatasync itself in every round (wlog.Options.NoSharedFlush):
 	// no log of a round rides on another's cache flush.
 	NoSharedFlush bool
+	// SlowSync is the duration of an fdatasync or of a whole group-commit round above which a
+	// warning is logged (wlog.CommitterOptions.SlowSync). Defaults to 1 s.
+	SlowSync time.Duration
 
 	// claimHorizon is how far ahead of the cursor claims record the claim horizon (horizonAhead;
 	// tests make it small).
@@ -71,6 +74,7 @@ const (
 	DefaultSegmentBytes          = 64 << 20
 	DefaultStateLogSnapshotBytes = 64 << 20
 	DefaultRetentionCutAge       = time.Hour
+	DefaultSlowSync              = time.Second
 	minSegmentBytes              = 4 << 10
 	maxSegmentBytes              = 1 << 30
 	// maxRecordBytes bounds one record of any log: the largest message (MaxMessageBytesLimit) with
@@ -95,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.RetentionCutAge == 0 {
 		c.RetentionCutAge = DefaultRetentionCutAge
 	}
+	if c.SlowSync == 0 {
+		c.SlowSync = DefaultSlowSync
+	}
 	if c.claimHorizon <= 0 {
 		c.claimHorizon = horizonAhead
 	}
@@ -117,6 +124,8 @@ func (c Config) Validate() error {
 		return bad("StateLogSnapshotBytes", "must be positive, got %d", c.StateLogSnapshotBytes)
 	case c.RetentionCutAge < 0:
 		return bad("RetentionCutAge", "must not be negative, got %s", c.RetentionCutAge)
+	case c.SlowSync < 0:
+		return bad("SlowSync", "must not be negative, got %s", c.SlowSync)
 	}
 	return nil
 }
@@ -274,7 +283,7 @@ func Open(dir string, cfg Config) (*Engine, error) {
 	if cfg.Sync == UnsafeNoSync {
 		mode = wlog.SyncNone
 	}
-	e.committer = wlog.NewCommitter(wlog.CommitterOptions{Sync: mode, OnSync: cfg.OnSync, Logger: e.logger})
+	e.committer = wlog.NewCommitter(wlog.CommitterOptions{Sync: mode, OnSync: cfg.OnSync, Logger: e.logger, SlowSync: cfg.SlowSync})
 	if err := e.recover(); err != nil {
 		e.closeFiles()
 		return nil, err

@@ -30,9 +30,12 @@ type CommitterOptions struct {
 	// (write and sync) and the number of records and distinct logs it made durable (metrics,
 	// benchmarks). It must not block.
 	OnSync func(took time.Duration, records int, logs int)
-	// Logger receives slow-sync warnings. Nil discards.
+	// Logger receives slow-sync and slow-round warnings (the caller names the component). Nil
+	// discards.
 	Logger *slog.Logger
-	// SlowSync is the sync duration above which a warning is logged. Defaults to 1 s.
+	// SlowSync is the duration of an fdatasync, and of a whole round, above which a warning is
+	// logged ("wal sync slow" with the file, "wal commit round slow" with the round's phases).
+	// Defaults to 1 s.
 	SlowSync time.Duration
 }
 
@@ -141,7 +144,7 @@ func NewCommitter(opts CommitterOptions) *Committer {
 	if opts.SlowSync <= 0 {
 		opts.SlowSync = time.Second
 	}
-	c := &Committer{opts: opts, log: opts.Logger.With(slog.String("component", "wal")), wake: make(chan struct{}, 1), arrived: make(chan struct{}, 1)}
+	c := &Committer{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), arrived: make(chan struct{}, 1)}
 	c.wg.Go(c.run)
 	return c
 }
@@ -374,12 +377,14 @@ func (c *Committer) commit(batch []*request) {
 	if cap(c.buf) > maxKeptBuf {
 		c.buf = nil
 	}
+	wrote := time.Now()
 
 	// Sync, then complete: the logs that may share a cache flush ride on one fdatasync
 	// (shareFlush); every other log has its own, in parallel, and its requests complete as soon as
 	// its own sync returns (nothing orders two logs' durability; a request spanning logs waits for
 	// all its parts). The riders complete once their anchor's sync returned.
 	anchor := c.shareFlush(logs)
+	flushed := time.Now()
 	own := c.own[:0]
 	for _, l := range logs {
 		if !l.round.rides {
@@ -418,10 +423,18 @@ func (c *Committer) commit(batch []*request) {
 		c.syncT = (3*c.syncT + syncT) / 4
 	}
 	c.expect = gathered + c.gatherable.Load()
+	took := time.Since(start)
+	if took > c.opts.SlowSync {
+		// Which phase: the writes into the page cache, the riders' write-back (shareFlush), the
+		// longest fdatasync, or the rest (completing the requests, waiting for a CPU).
+		c.log.Warn("wal commit round slow", slog.Duration("took", took), slog.Duration("write", wrote.Sub(start)),
+			slog.Duration("write_back", flushed.Sub(wrote)), slog.Duration("sync", syncT),
+			slog.Duration("other", took-flushed.Sub(start)-syncT), slog.Int("records", records), slog.Int("logs", len(logs)))
+	}
 	clear(logs)
 	c.logs = logs[:0]
 	if c.opts.OnSync != nil {
-		c.opts.OnSync(time.Since(start), records, len(logs))
+		c.opts.OnSync(took, records, len(logs))
 	}
 }
 

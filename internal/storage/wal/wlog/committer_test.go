@@ -3,8 +3,10 @@ package wlog_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // TestConcurrentAppenders checks under -race that concurrent Append calls get dense, unique
@@ -508,4 +511,87 @@ func TestLogsOfARoundCompleteAlone(t *testing.T) {
 		t.Fatalf("rounds %+v, %+v; want one record of one log, then two records of two logs", r1, r2)
 	}
 	stopOnce.Do(func() { close(stop) })
+}
+
+// TestSlowRoundIsLogged: a round over CommitterOptions.SlowSync is logged with its phases, so that
+// a latency tail can be traced to the disk (sync) or to the process (other: completing the
+// requests, waiting for a CPU); a quick round is not.
+func TestSlowRoundIsLogged(t *testing.T) {
+	t.Parallel()
+	const slow = 40 * time.Millisecond
+	var slowSync atomic.Bool
+	efs := wlogtest.NewErrorFS(nil, func(op wlogtest.Op, _ string) error {
+		if op == wlogtest.OpSync && slowSync.Load() {
+			time.Sleep(2 * slow)
+		}
+		return nil
+	})
+	var out testutil.SyncBuffer
+	logger := slog.New(slog.NewJSONHandler(&out, nil))
+	l := openLog(t, t.TempDir(), wlog.Options{FS: efs, Logger: logger})
+	c := newCommitter(t, wlog.CommitterOptions{SlowSync: slow, Logger: logger})
+	rounds := func() []map[string]any {
+		var got []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var m map[string]any
+			if line != "" && json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "wal commit round slow" {
+				got = append(got, m)
+			}
+		}
+		return got
+	}
+	phase := func(m map[string]any, key string) time.Duration {
+		v, ok := m[key].(float64) // slog's JSON handler writes durations in nanoseconds
+		if !ok {
+			t.Fatalf("no %q in %v", key, m)
+		}
+		return time.Duration(v)
+	}
+
+	if _, err := c.Append(context.Background(), l, []wlog.Record{rec(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rounds(); len(got) != 0 {
+		t.Fatalf("a quick round logged %v", got)
+	}
+
+	// A slow fdatasync: the sync phase.
+	slowSync.Store(true)
+	if _, err := c.Append(context.Background(), l, []wlog.Record{rec(1)}); err != nil {
+		t.Fatal(err)
+	}
+	slowSync.Store(false)
+	// The round logs after it completed its requests.
+	testutil.Eventually(t, 10*time.Second, "the slow round logged", func() error {
+		if n := len(rounds()); n != 1 {
+			return fmt.Errorf("%d slow rounds logged", n)
+		}
+		return nil
+	})
+	got := rounds()
+	if len(got) != 1 || phase(got[0], "sync") < 2*slow || phase(got[0], "took") < phase(got[0], "sync") || phase(got[0], "other") > slow {
+		t.Fatalf("slow sync logged %v, want one round with its time in sync", got)
+	}
+	if !strings.Contains(out.String(), `"msg":"wal sync slow"`) {
+		t.Fatalf("no sync warning in %s", out.String())
+	}
+
+	// A slow completion: the other phase.
+	done := make(chan error, 1)
+	c.AppendAsync(l, []wlog.Record{rec(2)}, func(_ int64, err error) {
+		time.Sleep(2 * slow)
+		done <- err
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the second slow round logged", func() error {
+		if n := len(rounds()); n != 2 {
+			return fmt.Errorf("%d slow rounds logged", n)
+		}
+		return nil
+	})
+	if m := rounds()[1]; phase(m, "other") < 2*slow || phase(m, "sync") > slow {
+		t.Fatalf("slow completion logged %v, want its time in other", m)
+	}
 }

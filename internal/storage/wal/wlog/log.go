@@ -148,7 +148,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{dir: dir, opts: o, fs: o.FS, clock: o.Clock,
-		log: o.Logger.With(slog.String("component", "wal"), slog.String("dir", dir))}
+		log: o.Logger.With(slog.String("dir", dir))}
 	if err := l.mkdirDurable(dir); err != nil {
 		return nil, err
 	}
