@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -923,5 +924,82 @@ func TestChurnLosesNothing(t *testing.T) {
 	}
 	if ms := e.b.Members(); len(ms) != 0 {
 		t.Fatalf("members left: %+v", ms)
+	}
+}
+
+// syncOnly hides the engine's storage.AsyncAppender, as the PostgreSQL engine has none.
+type syncOnly struct{ storage.Engine }
+
+// TestPublishAsync: PublishAsync calls done exactly once: later, with the positions, when the
+// engine appends asynchronously (also for a topic it auto-creates first); before it returns for a
+// refused batch; and synchronously, with the same outcome, on an engine that cannot append
+// asynchronously. A subscriber receives what it published.
+func TestPublishAsync(t *testing.T) {
+	t.Parallel()
+	type outcome struct {
+		ps  []storage.MessagePosition
+		err error
+	}
+	publish := func(t *testing.T, e *env, topic string, payloads ...string) (outcome, bool) {
+		t.Helper()
+		msgs := make([]storage.AppendMessage, len(payloads))
+		for i, p := range payloads {
+			msgs[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte(p)}
+		}
+		got := make(chan outcome, 2)
+		var returned atomic.Bool
+		inline := false
+		e.b.PublishAsync(e.ctx(), topic, msgs, PublishOptions{}, func(ps []storage.MessagePosition, err error) {
+			inline = !returned.Load()
+			got <- outcome{ps, err}
+		})
+		returned.Store(true)
+		o := <-got
+		select {
+		case extra := <-got:
+			t.Fatalf("done called twice: %+v then %+v", o, extra)
+		case <-time.After(20 * time.Millisecond):
+		}
+		return o, inline
+	}
+	for _, tc := range []struct {
+		name   string
+		engine func(storage.Engine) storage.Engine
+		inline bool // every outcome comes before PublishAsync returns
+	}{
+		{"async engine", func(e storage.Engine) storage.Engine { return e }, false},
+		{"engine without AsyncAppender", func(e storage.Engine) storage.Engine { return syncOnly{e} }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, nil)
+			// Swapped before any member or call exists: nothing else reads it yet (retention is off).
+			e.b.engine = tc.engine(e.b.engine)
+			m := e.subscribe(SubscribeParams{Pattern: "async.t"})
+			o, inline := publish(t, e, "async.t", "a", "b") // auto-creates the topic
+			if o.err != nil || len(o.ps) != 2 || o.ps[0].Offset != 0 || o.ps[1].Offset != 1 {
+				t.Fatalf("publish: %+v", o)
+			}
+			if inline != tc.inline {
+				t.Fatalf("done before PublishAsync returned: %v, want %v", inline, tc.inline)
+			}
+			o, inline = publish(t, e, "async.t", "c")
+			if o.err != nil || len(o.ps) != 1 || o.ps[0].Offset != 2 || inline != tc.inline {
+				t.Fatalf("second publish: %+v (inline %v)", o, inline)
+			}
+			ack(t, m, recv(t, m, 3)...)
+
+			// Refusals come before PublishAsync returns, with the broker's errors.
+			for _, bad := range []struct {
+				topic string
+				msgs  []string
+				want  error
+			}{{"a..b", []string{"x"}, storage.ErrInvalidArgument}, {"async.t", nil, storage.ErrInvalidArgument}} {
+				o, inline := publish(t, e, bad.topic, bad.msgs...)
+				if !errors.Is(o.err, bad.want) || !inline {
+					t.Fatalf("publish to %q of %d messages: %v (inline %v), want %v before it returns", bad.topic, len(bad.msgs), o.err, inline, bad.want)
+				}
+			}
+		})
 	}
 }
