@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // TestMain lets the test binary be the server child of measure (os.Executable is the test binary).
@@ -42,7 +45,12 @@ func TestServerWritesWhatItAcknowledges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(200 * time.Millisecond)
+			testutil.Eventually(t, 20*time.Second, "100 messages acknowledged", func() error {
+				if n := l.count(); n < 100 {
+					return fmt.Errorf("%d acknowledged", n)
+				}
+				return nil
+			})
 			if err := l.stop(); err != nil {
 				t.Fatal(err)
 			}

@@ -930,17 +930,19 @@ func TestChurnLosesNothing(t *testing.T) {
 // syncOnly hides the engine's storage.AsyncAppender, as the PostgreSQL engine has none.
 type syncOnly struct{ storage.Engine }
 
-// TestPublishAsync: PublishAsync calls done exactly once: later, with the positions, when the
-// engine appends asynchronously (also for a topic it auto-creates first); before it returns for a
-// refused batch; and synchronously, with the same outcome, on an engine that cannot append
-// asynchronously. A subscriber receives what it published.
+// TestPublishAsync: PublishAsync refuses a bad batch with an error and never calls done;
+// otherwise it calls done exactly once with the positions: later when the engine appends
+// asynchronously (also for a topic it auto-creates first), and before it returns on an engine
+// that cannot append asynchronously. A subscriber receives what it published.
 func TestPublishAsync(t *testing.T) {
 	t.Parallel()
 	type outcome struct {
 		ps  []storage.MessagePosition
 		err error
 	}
-	publish := func(t *testing.T, e *env, topic string, payloads ...string) (outcome, bool) {
+	// publish returns PublishAsync's error, or done's outcome and whether done ran before
+	// PublishAsync returned; it fails when done runs twice, or at all after an error.
+	publish := func(t *testing.T, e *env, topic string, payloads ...string) (o outcome, inline bool, err error) {
 		t.Helper()
 		msgs := make([]storage.AppendMessage, len(payloads))
 		for i, p := range payloads {
@@ -948,24 +950,25 @@ func TestPublishAsync(t *testing.T) {
 		}
 		got := make(chan outcome, 2)
 		var returned atomic.Bool
-		inline := false
-		e.b.PublishAsync(e.ctx(), topic, msgs, PublishOptions{}, func(ps []storage.MessagePosition, err error) {
+		err = e.b.PublishAsync(e.ctx(), topic, msgs, PublishOptions{}, func(ps []storage.MessagePosition, err error) {
 			inline = !returned.Load()
 			got <- outcome{ps, err}
 		})
 		returned.Store(true)
-		o := <-got
+		if err == nil {
+			o = <-got
+		}
 		select {
 		case extra := <-got:
-			t.Fatalf("done called twice: %+v then %+v", o, extra)
+			t.Fatalf("done called with %+v after %+v, error %v", extra, o, err)
 		case <-time.After(20 * time.Millisecond):
 		}
-		return o, inline
+		return o, inline, err
 	}
 	for _, tc := range []struct {
 		name   string
 		engine func(storage.Engine) storage.Engine
-		inline bool // every outcome comes before PublishAsync returns
+		inline bool // done runs before PublishAsync returns
 	}{
 		{"async engine", func(e storage.Engine) storage.Engine { return e }, false},
 		{"engine without AsyncAppender", func(e storage.Engine) storage.Engine { return syncOnly{e} }, true},
@@ -976,28 +979,26 @@ func TestPublishAsync(t *testing.T) {
 			// Swapped before any member or call exists: nothing else reads it yet (retention is off).
 			e.b.engine = tc.engine(e.b.engine)
 			m := e.subscribe(SubscribeParams{Pattern: "async.t"})
-			o, inline := publish(t, e, "async.t", "a", "b") // auto-creates the topic
-			if o.err != nil || len(o.ps) != 2 || o.ps[0].Offset != 0 || o.ps[1].Offset != 1 {
-				t.Fatalf("publish: %+v", o)
+			o, inline, err := publish(t, e, "async.t", "a", "b") // auto-creates the topic
+			if err != nil || o.err != nil || len(o.ps) != 2 || o.ps[0].Offset != 0 || o.ps[1].Offset != 1 {
+				t.Fatalf("publish: %+v, %v", o, err)
 			}
 			if inline != tc.inline {
 				t.Fatalf("done before PublishAsync returned: %v, want %v", inline, tc.inline)
 			}
-			o, inline = publish(t, e, "async.t", "c")
-			if o.err != nil || len(o.ps) != 1 || o.ps[0].Offset != 2 || inline != tc.inline {
-				t.Fatalf("second publish: %+v (inline %v)", o, inline)
+			o, inline, err = publish(t, e, "async.t", "c")
+			if err != nil || o.err != nil || len(o.ps) != 1 || o.ps[0].Offset != 2 || inline != tc.inline {
+				t.Fatalf("second publish: %+v, %v (inline %v)", o, err, inline)
 			}
 			ack(t, m, recv(t, m, 3)...)
 
-			// Refusals come before PublishAsync returns, with the broker's errors.
+			// Refusals are PublishAsync's error; done is not called.
 			for _, bad := range []struct {
 				topic string
 				msgs  []string
-				want  error
-			}{{"a..b", []string{"x"}, storage.ErrInvalidArgument}, {"async.t", nil, storage.ErrInvalidArgument}} {
-				o, inline := publish(t, e, bad.topic, bad.msgs...)
-				if !errors.Is(o.err, bad.want) || !inline {
-					t.Fatalf("publish to %q of %d messages: %v (inline %v), want %v before it returns", bad.topic, len(bad.msgs), o.err, inline, bad.want)
+			}{{"a..b", []string{"x"}}, {"async.t", nil}} {
+				if _, _, err := publish(t, e, bad.topic, bad.msgs...); !errors.Is(err, storage.ErrInvalidArgument) {
+					t.Fatalf("publish to %q of %d messages: %v, want ErrInvalidArgument", bad.topic, len(bad.msgs), err)
 				}
 			}
 		})

@@ -51,33 +51,33 @@ func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.A
 	return res.Positions, nil
 }
 
-// PublishAsync is PublishWith without waiting: done is called exactly once with PublishWith's
-// outcome, either before PublishAsync returns (the batch was refused, the topic had to be
-// created first, or the engine cannot append asynchronously and PublishAsync appended
-// synchronously) or later from an engine goroutine once the batch is durable
-// (storage.AsyncAppender). done must not block and must not call the broker or the engine
-// synchronously. Appends of one caller are queued in call order.
-func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions, done func([]storage.MessagePosition, error)) {
+// PublishAsync is PublishWith without waiting for the append. It returns PublishWith's error
+// when the batch was refused or not appended, and then never calls done. Otherwise done is called
+// exactly once with the positions: later, from an engine goroutine, once the batch is durable
+// (storage.AsyncAppender), or with the append's error (a write failure, the engine closing);
+// on an engine that cannot append asynchronously (PostgreSQL) PublishAsync appends synchronously
+// and calls done before it returns. done must not block and must not call the broker or the
+// engine synchronously. Appends of one caller are queued in call order.
+func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions, done func([]storage.MessagePosition, error)) error {
 	ae, ok := b.engine.(storage.AsyncAppender)
 	if !ok {
-		done(b.PublishWith(ctx, topic, msgs, opts))
-		return
+		ps, err := b.PublishWith(ctx, topic, msgs, opts)
+		if err == nil {
+			done(ps, nil)
+		}
+		return err
 	}
 	if err := b.checkRunning(); err != nil {
-		done(nil, err)
-		return
+		return err
 	}
 	if err := ctx.Err(); err != nil {
-		done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
-		return
+		return fmt.Errorf("broker: publish to %q: %w", topic, err)
 	}
 	if err := names.ValidateTopic(topic); err != nil {
-		done(nil, invalidName(err))
-		return
+		return invalidName(err)
 	}
 	if len(msgs) == 0 {
-		done(nil, invalid("publish to %q: no messages", topic))
-		return
+		return invalid("publish to %q: no messages", topic)
 	}
 	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs, Prompt: opts.Prompt}
 	appended := func(res *storage.MessagesAppendResult, err error) {
@@ -91,14 +91,14 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
 		// Rare (the first publish to a topic): create it here, then append as usual.
 		if err := b.autoCreateTopic(ctx, topic); err != nil {
-			done(nil, err)
-			return
+			return err
 		}
 		err = ae.MessagesAppendAsync(params, appended)
 	}
 	if err != nil {
-		appended(nil, err)
+		return fmt.Errorf("broker: publish to %q: %w", topic, err)
 	}
+	return nil
 }
 
 // autoCreateTopic creates topic with the auto-create configuration and attaches waiting members.

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
@@ -295,34 +294,40 @@ func (b *binarySession) appendMerged(topic string, reqs []pubReq, total int) {
 	for _, r := range reqs {
 		msgs = appendMessagesTo(msgs, r.msg.Messages, now)
 	}
-	// A refusal that one request can cause alone comes before anything is queued, so done runs
-	// on this goroutine, before PublishAsync returns: the requests are appended again one by one.
-	var returned atomic.Bool
-	c.srv.broker.PublishAsync(c.ctx, topic, msgs, broker.PublishOptions{}, func(ps []storage.MessagePosition, err error) {
-		if len(reqs) > 1 && !returned.Load() && (errors.Is(err, storage.ErrInvalidArgument) || errors.Is(err, storage.ErrMessageTooLarge)) {
-			for _, r := range reqs {
-				b.appendMerged(topic, []pubReq{r}, len(r.msg.Messages))
-			}
-			return
-		}
-		if err == nil && len(ps) != total {
-			err = errors.New("server: the engine returned a position count that does not match the batch")
-		}
-		out := make([]outItem, 0, len(reqs))
-		off := 0
-		for _, r := range reqs {
-			n := len(r.msg.Messages)
-			if err != nil {
-				out = append(out, b.published(r, nil, err))
-				continue
-			}
-			out = append(out, b.published(r, ps[off:off+n], nil))
-			off += n
-		}
-		b.answer(out...)
-		b.answered(reqs)
+	err := c.srv.broker.PublishAsync(c.ctx, topic, msgs, broker.PublishOptions{}, func(ps []storage.MessagePosition, err error) {
+		b.answerMerged(reqs, total, ps, err)
 	})
-	returned.Store(true)
+	switch {
+	case err == nil:
+	case len(reqs) > 1 && (errors.Is(err, storage.ErrInvalidArgument) || errors.Is(err, storage.ErrMessageTooLarge)):
+		// Refused before anything was appended, for a reason one request can cause alone.
+		for _, r := range reqs {
+			b.appendMerged(topic, []pubReq{r}, len(r.msg.Messages))
+		}
+	default:
+		b.answerMerged(reqs, total, nil, err)
+	}
+}
+
+// answerMerged answers the requests of one broker call (total messages in all) with their
+// positions or err, and takes them off the stage's load.
+func (b *binarySession) answerMerged(reqs []pubReq, total int, ps []storage.MessagePosition, err error) {
+	if err == nil && len(ps) != total {
+		err = errors.New("server: the engine returned a position count that does not match the batch")
+	}
+	out := make([]outItem, 0, len(reqs))
+	off := 0
+	for _, r := range reqs {
+		n := len(r.msg.Messages)
+		if err != nil {
+			out = append(out, b.published(r, nil, err))
+			continue
+		}
+		out = append(out, b.published(r, ps[off:off+n], nil))
+		off += n
+	}
+	b.answer(out...)
+	b.answered(reqs)
 }
 
 // appendOne appends one request with its own broker call and returns its answer.

@@ -83,26 +83,23 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
-	type outcome struct {
-		res *storage.MessagesAppendResult
-		err error
-	}
-	ch := make(chan outcome, 1)
-	if err := e.MessagesAppendAsync(params, func(res *storage.MessagesAppendResult, err error) {
-		ch <- outcome{res, err}
-	}); err != nil {
+	// The outcome is worked out here, not on the committer goroutine, which completes the
+	// appends of every caller one after the other.
+	ch := make(chan []*partBatch, 1)
+	if err := e.queueAppend(params, func(batches []*partBatch) { ch <- batches }); err != nil {
 		return nil, err
 	}
+	var batches []*partBatch
 	if ctx == nil {
-		o := <-ch
-		return o.res, o.err
+		batches = <-ch
+	} else {
+		select {
+		case batches = <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
+		}
 	}
-	select {
-	case o := <-ch:
-		return o.res, o.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
-	}
+	return e.appended(params, batches)
 }
 
 // MessagesAppendAsync is MessagesAppend without a waiting goroutine (storage.AsyncAppender):
@@ -110,6 +107,13 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 // goroutine (or the goroutine that synced the batch's last partition log) once every partition's
 // append completed.
 func (e *Engine) MessagesAppendAsync(params *storage.MessagesAppendParams, done func(*storage.MessagesAppendResult, error)) error {
+	return e.queueAppend(params, func(batches []*partBatch) { done(e.appended(params, batches)) })
+}
+
+// queueAppend validates a batch and queues it in the partition logs' committer; it returns an
+// error when nothing was queued. Otherwise complete runs once every partition's append
+// completed, on the goroutine that completed the last one, with the batches to pass to appended.
+func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func([]*partBatch)) error {
 	if params == nil || len(params.Messages) == 0 {
 		return invalid("no messages to append")
 	}
@@ -221,7 +225,7 @@ func (e *Engine) MessagesAppendAsync(params *storage.MessagesAppendParams, done 
 			b.first, b.err = first, err
 			t.inflight.Done()
 			if remaining.Add(-1) == 0 {
-				done(e.appended(params, batches))
+				complete(batches)
 			}
 		})
 		p.mu.Unlock()

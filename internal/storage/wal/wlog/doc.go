@@ -86,10 +86,9 @@
 // parallel when a round carries several logs), or rides on another log's cache flush when that is
 // safe (Committer.shareFlush: same device of an ext4 filesystem that does not journal data,
 // FlushSharer, and a round that writes only into blocks whose metadata an fdatasync already made
-// durable; Options.NoSharedFlush turns it off): it is
-// written back with sync_file_range (its write-back and the anchor's are started together) and
-// completes once the anchor's fdatasync returned (two
-// concurrent fdatasyncs take ~1.8 times as long as one). New segment files
+// durable; Options.NoSharedFlush turns it off): it is written back with sync_file_range (its
+// write-back and the anchor's are started together) and completes once the anchor's fdatasync
+// returned (two concurrent fdatasyncs take ~1.8 times as long as one). New segment files
 // are made in place as ".tmp" (preallocated, header written, fdatasync), then renamed, and the
 // directory is fsynced; deletions are followed by a directory fsync too. DeleteBefore renames a
 // segment to ".tmp" (made durable, so that a crash never leaves a shortened segment under its
