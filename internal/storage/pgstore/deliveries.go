@@ -181,9 +181,13 @@ func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string)
 	case loadMember:
 		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
 	}
-	b.Queue(e.sql(`SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
-		FROM spool.dlq WHERE sub_id = $1 AND replay IS NOT NULL ORDER BY id`), id)
+	b.Queue(e.sql(loadReplayedSQL), id)
 }
+
+// loadReplayedSQL reads a subscription's replayed DLQ entries through their partial index
+// (dlq_replayed, 0005), without reading the entries of its DLQ, which may be millions.
+const loadReplayedSQL = `SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
+	FROM spool.dlq WHERE sub_id = $1 AND replay IS NOT NULL ORDER BY id`
 
 // readState reads the results of queueLoad's statements, all of them also when it fails (so that
 // the statements queued after them can be read next).

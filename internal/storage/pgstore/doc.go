@@ -17,7 +17,8 @@
 // once): 0001 the catalog and the message log, 0002 the delivery state and the DLQs, 0003 the SQL
 // function spool.publish, 0004 autovacuum settings for the tables every claim and ack rewrites
 // (deliveries, sub_partitions, partitions: vacuumed and analyzed after a fixed number of changes,
-// unthrottled, instead of a share of the table). SQL in this package is written against "spool."
+// unthrottled, instead of a share of the table), 0005 a partial index of the replayed DLQ entries
+// (which every delivery operation loads, however long the DLQ). SQL in this package is written against "spool."
 // and rendered for the configured schema (Engine.sql).
 //
 // # No commit-order gaps

@@ -10,14 +10,16 @@ import (
 // statsSQL computes a subscription's figures per partition in one statement (one snapshot): its
 // floor and cursor, the partition's high-water mark, the leased, waiting and acked-ahead offsets
 // of its delivery rows; and, on every row, the subscription's replayed DLQ entries (leased,
-// waiting) and DLQ length.
+// waiting) and DLQ length. The replayed entries are counted through their partial index
+// (dlq_replayed, 0005), and the DLQ length as all entries less those, which an index-only scan of
+// the primary key can count: a DLQ of millions still costs a count of its index entries.
 const statsSQL = `
 SELECT sp.partition, sp.ack_floor, sp.cursor, coalesce(p.next_offset, sp.cursor),
 	coalesce(d.leased, 0), coalesce(d.waiting, 0), coalesce(d.acked, 0),
-	(SELECT count(*) FROM spool.dlq q WHERE q.sub_id = $1 AND q.replay = 'leased'),
-	(SELECT count(*) FROM spool.dlq q WHERE q.sub_id = $1 AND q.replay = 'waiting'),
-	(SELECT count(*) FROM spool.dlq q WHERE q.sub_id = $1 AND q.replay IS NULL)
+	r.leased, r.waiting, (SELECT count(*) FROM spool.dlq q WHERE q.sub_id = $1) - r.leased - r.waiting
 FROM spool.sub_partitions sp
+CROSS JOIN (SELECT count(*) FILTER (WHERE q.replay = 'leased') AS leased, count(*) FILTER (WHERE q.replay = 'waiting') AS waiting
+	FROM spool.dlq q WHERE q.sub_id = $1 AND q.replay IS NOT NULL) r
 LEFT JOIN spool.partitions p ON p.topic_id = $2 AND p.partition = sp.partition
 LEFT JOIN LATERAL (
 	SELECT sum(cardinality(x.offsets)) FILTER (WHERE x.state = 'leased') AS leased,

@@ -1,0 +1,215 @@
+package pgstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// searchExpect returns, per partition of topic, the first retained offset published at or after
+// at (or the high-water mark), computed from MessagesRead and TopicStats.
+func searchExpect(t *testing.T, e *Engine, topic string, at time.Time) []int64 {
+	t.Helper()
+	st := must(e.TopicStats(t.Context(), topic))(t)
+	out := make([]int64, len(st.Partitions))
+	for i, p := range st.Partitions {
+		out[i] = p.HighWater
+		ms := must(e.MessagesRead(t.Context(), &storage.MessagesReadParams{Topic: topic, Partition: p.Partition, Limit: 1000}))(t)
+		for _, m := range ms {
+			if !m.PublishedAt.Before(at) {
+				out[i] = m.Offset
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestSubscriptionStartSearchBoundaries checks the start offsets of subscriptions from a time (the
+// binary search of searchTimeSQL) and from a message id against a scan of the retained messages:
+// runs of equal publish times (one batch, and a clock behind the partition's last publish time),
+// an empty partition, times before the first and after the last retained message, exactly at and
+// a microsecond around every publish time, and a prefix removed by retention.
+func TestSubscriptionStartSearchBoundaries(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	const topic = "search"
+	logTopic(t, e, topic, storage.TopicConfig{Semantics: storage.PubSub, Partitions: 3, MessageRetention: time.Hour,
+		ZeroSubscriptionRetention: time.Hour, MaxRetention: 48 * time.Hour})
+	// Partition 0: an old prefix that retention removes, then runs of equal times. Partition 1:
+	// empty. Partition 2: one message per time step.
+	logPublish(t, e, topic, 0, "old0", "old1", "old2")
+	logPublish(t, e, topic, 2, "old")
+	clock.Advance(2 * time.Hour)
+	for i := range 12 {
+		switch i % 3 {
+		case 0:
+			logPublish(t, e, topic, 0, "a", "b", "c") // one batch: one time
+		case 1:
+			logPublish(t, e, topic, 0, "d")
+			clock.Advance(-time.Second) // behind the partition: the same time again
+			logPublish(t, e, topic, 0, "e")
+			clock.Advance(time.Second)
+		}
+		logPublish(t, e, topic, 2, fmt.Sprintf("m%d", i))
+		clock.Advance(time.Duration(i+1) * time.Millisecond)
+	}
+	res := must(e.RetentionApply(ctx))(t)
+	if res.MessagesDeleted != 4 {
+		t.Fatalf("retention: %+v, want the 4 old messages deleted", *res)
+	}
+	st := must(e.TopicStats(ctx, topic))(t)
+	if st.Partitions[0].LowOffset != 3 || st.Partitions[1].HighWater != 0 || st.Partitions[2].LowOffset != 1 {
+		t.Fatalf("topic stats %+v: want partition 0 from 3, 1 empty, 2 from 1", st.Partitions)
+	}
+
+	var times []time.Time
+	for p := range int32(3) {
+		for _, m := range must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: p, Limit: 1000}))(t) {
+			times = append(times, m.PublishedAt, m.PublishedAt.Add(-time.Microsecond), m.PublishedAt.Add(time.Microsecond))
+		}
+	}
+	times = append(times, logBase.Add(-time.Hour), logBase, clock.Now().Add(time.Hour))
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	times = slices.CompactFunc(times, func(a, b time.Time) bool { return a.Equal(b) })
+
+	group := 0
+	starts := func(sp storage.StartPosition) []int64 {
+		t.Helper()
+		group++
+		s := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: topic, Group: fmt.Sprintf("g%d", group), Start: sp}))(t)
+		return subStarts(t, e, s.ID)
+	}
+	for _, at := range times {
+		want := searchExpect(t, e, topic, at)
+		if got := starts(storage.StartPosition{Kind: storage.FromTimestamp, Time: at}); !slices.Equal(got, want) {
+			t.Errorf("from time %s: starts %v, want %v", at.Format(time.RFC3339Nano), got, want)
+		}
+	}
+	// From a message id: that offset in its partition (the first retained one below it), the
+	// others from its publish time.
+	ms := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: 0, Limit: 1000}))(t)
+	for o := int64(0); o <= st.Partitions[0].HighWater; o++ {
+		want := searchExpect(t, e, topic, clock.Now())
+		want[0] = max(o, st.Partitions[0].LowOffset)
+		if i := want[0] - st.Partitions[0].LowOffset; i < int64(len(ms)) {
+			want = searchExpect(t, e, topic, ms[i].PublishedAt)
+			want[0] = ms[i].Offset
+		}
+		if got := starts(storage.StartPosition{Kind: storage.FromMessageID, Partition: 0, Offset: o}); !slices.Equal(got, want) {
+			t.Errorf("from message 0:%d: starts %v, want %v", o, got, want)
+		}
+	}
+}
+
+// TestSearchTimeReadsLogarithmic checks that the time search reads a number of pages that grows
+// with the log of the partition's length, wherever the time falls in a bucket: a scan in offset
+// order filtered on the time read every message of the bucket before the first match (the whole
+// bucket for a time near its end).
+func TestSearchTimeReadsLogarithmic(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	const n = 200_000
+	logTopic(t, e, "big", storage.TopicConfig{Semantics: storage.PubSub})
+	var id int64
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT id FROM spool.topics WHERE name = 'big'")).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	// n messages, one per millisecond, in the bucket of logBase (the engine's bucket width is an
+	// hour: they all fit), as MessagesAppend would have written them.
+	t0 := time.Unix(e.bucketStart(logBase), 0).UTC()
+	if err := e.ensureBucket(ctx, t0); err != nil {
+		t.Fatal(err)
+	}
+	scaleExec(t, e, `INSERT INTO spool.messages (topic_id, partition, "offset", published_at, payload, size)
+		SELECT $1, 0, g, $2::timestamptz + g * interval '1 millisecond', '\x00'::bytea, 1 FROM generate_series(0, $3 - 1) g`, id, t0, n)
+	scaleExec(t, e, `UPDATE spool.partitions SET next_offset = $2::bigint, low_published_at = $3,
+		last_published_at = $3::timestamptz + ($2::bigint - 1) * interval '1 millisecond', bytes = $2::bigint * 65 WHERE topic_id = $1`, id, n, t0)
+	scaleExec(t, e, "ANALYZE spool.messages")
+	for _, o := range []int64{0, n / 2, n - 1} {
+		at := t0.Add(time.Duration(o) * time.Millisecond)
+		var got int64
+		if err := e.pool.QueryRow(ctx, e.sql(`SELECT lo FROM (`+searchTimeSQL+`) s (partition, lo)`), id, at).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != o {
+			t.Fatalf("search %s: offset %d, want %d", at, got, o)
+		}
+		var plan []struct {
+			Plan struct {
+				SharedHit  int64 `json:"Shared Hit Blocks"`
+				SharedRead int64 `json:"Shared Read Blocks"`
+			} `json:"Plan"`
+		}
+		var js []byte
+		if err := e.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(searchTimeSQL), id, at).Scan(&js); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
+			t.Fatalf("plan %s: %v", js, err)
+		}
+		// About 18 steps of a few pages each; the scan read more than a thousand pages for the end.
+		if pages := plan[0].Plan.SharedHit + plan[0].Plan.SharedRead; pages > 200 {
+			t.Errorf("search for offset %d of %d read %d pages, want O(log n)", o, n, pages)
+		}
+	}
+}
+
+// TestDLQReplayedReadsFewPages checks that what every delivery operation and SubscriptionStats
+// read of a long DLQ stays small: the replayed entries (loadReplayedSQL, under the delivery
+// transactions' enable_seqscan off) come from their partial index, not from a read of every entry
+// of the subscription.
+func TestDLQReplayedReadsFewPages(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "dlq", storage.TopicConfig{Semantics: storage.PubSub})
+	s := logSub(t, e, "dlq", "g")
+	const n = 20_000
+	scaleExec(t, e, `INSERT INTO spool.dlq (sub_id, id, topic_id, partition, "offset", published_at, payload, reason, attempts, dead_at)
+		SELECT $1, nextval('spool.dlq_ids'), (SELECT topic_id FROM spool.subscriptions WHERE id = $1), 0, g, $2, '\x00'::bytea,
+			'max_deliveries', 5, $2
+		FROM generate_series(0, $3::int - 1) g`, s.ID, logBase, n)
+	scaleExec(t, e, `UPDATE spool.dlq SET replay = 'waiting', replay_due = $2 WHERE sub_id = $1 AND id IN (5, 500)`, s.ID, logBase)
+	scaleExec(t, e, "ANALYZE spool.dlq")
+
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	var js []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(loadReplayedSQL), s.ID).Scan(&js); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan struct {
+			Rows       int64 `json:"Actual Rows"`
+			SharedHit  int64 `json:"Shared Hit Blocks"`
+			SharedRead int64 `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", js, err)
+	}
+	if plan[0].Plan.Rows != 2 {
+		t.Fatalf("replayed entries: %d rows, want 2", plan[0].Plan.Rows)
+	}
+	// A scan of the subscription's entries reads hundreds of pages.
+	if pages := plan[0].Plan.SharedHit + plan[0].Plan.SharedRead; pages > 20 {
+		t.Errorf("loading 2 replayed entries of a DLQ of %d read %d pages: %s", n, pages, js)
+	}
+	st := must(e.SubscriptionStats(ctx, s.ID))(t)
+	if st.DeadLettered != n-2 || st.Redelivering != 2 {
+		t.Fatalf("stats: %d dead-lettered, %d redelivering; want %d and 2", st.DeadLettered, st.Redelivering, n-2)
+	}
+}
