@@ -114,6 +114,30 @@ func (p *partRetention) cut() int64 {
 	return min(c, p.next)
 }
 
+// retentionBoundsSQL reads, for each partition of topic $1 that holds messages, its low and next
+// offsets, the bounds of the three times in $2 (max_retention, message_retention and
+// zero_subscription_retention before now: partRetention's boundMax, boundMsg and boundZero, by
+// the binary search of searchTimesCTE, so that a group holding millions of messages older than
+// message_retention does not make every run read them) and the floors of its subscriptions, in
+// one snapshot.
+const retentionBoundsSQL = searchTimesCTE + `SELECT p.partition, p.low_offset, p.next_offset,
+	coalesce(b1.off, p.next_offset), coalesce(b2.off, p.next_offset), coalesce(b3.off, p.next_offset),
+	coalesce(f.min_hold, -1), coalesce(f.min_all, -1)
+FROM spool.partitions p
+LEFT JOIN found b1 ON b1.partition = p.partition AND b1.k = 1
+LEFT JOIN found b2 ON b2.partition = p.partition AND b2.k = 2
+LEFT JOIN found b3 ON b3.partition = p.partition AND b3.k = 3
+LEFT JOIN (
+	SELECT sp.partition,
+		min(sp.ack_floor) FILTER (WHERE sb.state IN ('ACTIVE', 'PAUSED')) AS min_hold,
+		min(sp.ack_floor) AS min_all
+	FROM spool.subscriptions sb JOIN spool.sub_partitions sp ON sp.sub_id = sb.id
+	WHERE sb.topic_id = $1 AND sb.state IN ('ACTIVE', 'PAUSED', 'DEAD')
+	GROUP BY sp.partition
+) f ON f.partition = p.partition
+WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
+ORDER BY p.partition`
+
 // retainTopic applies retention to one topic inside tx; see RetentionApply.
 func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now time.Time, res *storage.RetentionResult) error {
 	ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "retention:"+strconv.FormatInt(topicID, 10)))
@@ -134,30 +158,11 @@ func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now 
 	}
 	cfg = cfg.WithDefaults()
 
-	rows, err := tx.Query(ctx, e.sql(`
-		SELECT p.partition, p.low_offset, p.next_offset,
-			coalesce((SELECT m."offset" FROM spool.messages m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-				AND m."offset" >= p.low_offset AND m."offset" < p.next_offset AND m.published_at >= $2
-				ORDER BY m."offset" LIMIT 1), p.next_offset),
-			coalesce((SELECT m."offset" FROM spool.messages m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-				AND m."offset" >= p.low_offset AND m."offset" < p.next_offset AND m.published_at >= $3
-				ORDER BY m."offset" LIMIT 1), p.next_offset),
-			coalesce((SELECT m."offset" FROM spool.messages m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-				AND m."offset" >= p.low_offset AND m."offset" < p.next_offset AND m.published_at >= $4
-				ORDER BY m."offset" LIMIT 1), p.next_offset),
-			coalesce(f.min_hold, -1), coalesce(f.min_all, -1)
-		FROM spool.partitions p
-		LEFT JOIN (
-			SELECT sp.partition,
-				min(sp.ack_floor) FILTER (WHERE s.state IN ('ACTIVE', 'PAUSED')) AS min_hold,
-				min(sp.ack_floor) AS min_all
-			FROM spool.subscriptions s JOIN spool.sub_partitions sp ON sp.sub_id = s.id
-			WHERE s.topic_id = $1 AND s.state IN ('ACTIVE', 'PAUSED', 'DEAD')
-			GROUP BY sp.partition
-		) f ON f.partition = p.partition
-		WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
-		ORDER BY p.partition`),
-		topicID, now.Add(-cfg.MaxRetention), now.Add(-cfg.MessageRetention), now.Add(-cfg.ZeroSubscriptionRetention))
+	if err := noJIT(ctx, tx); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, e.sql(retentionBoundsSQL), topicID,
+		[]time.Time{now.Add(-cfg.MaxRetention), now.Add(-cfg.MessageRetention), now.Add(-cfg.ZeroSubscriptionRetention)})
 	if err != nil {
 		return err
 	}

@@ -236,7 +236,7 @@ func TestScaleSubscriptionCreateFromTime(t *testing.T) {
 				})
 				t.Logf("%s SubscriptionCreate FromMessageID %s (offset %d): %s", tp.name, pt.name, off, fmtDur(ds))
 			}
-			explain(t, e, fmt.Sprintf("searchTimeSQL %s %s", tp.name, pt.name), searchTimeSQL, tp.id, at)
+			explain(t, e, fmt.Sprintf("searchTimeSQL %s %s", tp.name, pt.name), searchTimeSQL, tp.id, []time.Time{at})
 		}
 	}
 }

@@ -135,7 +135,7 @@ func TestSearchTimeReadsLogarithmic(t *testing.T) {
 	for _, o := range []int64{0, n / 2, n - 1} {
 		at := t0.Add(time.Duration(o) * time.Millisecond)
 		var got int64
-		if err := e.pool.QueryRow(ctx, e.sql(`SELECT lo FROM (`+searchTimeSQL+`) s (partition, lo)`), id, at).Scan(&got); err != nil {
+		if err := e.pool.QueryRow(ctx, e.sql(`SELECT lo FROM (`+searchTimeSQL+`) s (partition, lo)`), id, []time.Time{at}).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
 		if got != o {
@@ -148,7 +148,7 @@ func TestSearchTimeReadsLogarithmic(t *testing.T) {
 			} `json:"Plan"`
 		}
 		var js []byte
-		if err := e.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(searchTimeSQL), id, at).Scan(&js); err != nil {
+		if err := e.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(searchTimeSQL), id, []time.Time{at}).Scan(&js); err != nil {
 			t.Fatal(err)
 		}
 		if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
@@ -211,5 +211,68 @@ func TestDLQReplayedReadsFewPages(t *testing.T) {
 	st := must(e.SubscriptionStats(ctx, s.ID))(t)
 	if st.DeadLettered != n-2 || st.Redelivering != 2 {
 		t.Fatalf("stats: %d dead-lettered, %d redelivering; want %d and 2", st.DeadLettered, st.Redelivering, n-2)
+	}
+}
+
+// TestRetentionReadsLogarithmic checks that retention finds its cut points with the binary search:
+// a group holding every message of a partition keeps 100,000 of them older than
+// message_retention, and a run used to read all of those to find where message_retention starts,
+// every run, for as long as the group held them. It also checks the cut once the group is gone.
+func TestRetentionReadsLogarithmic(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	const n = 200_000
+	logTopic(t, e, "held", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Hour,
+		ZeroSubscriptionRetention: time.Hour, MaxRetention: 48 * time.Hour})
+	var id int64
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT id FROM spool.topics WHERE name = 'held'")).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(e.bucketStart(logBase), 0).UTC()
+	if err := e.ensureBucket(ctx, t0); err != nil {
+		t.Fatal(err)
+	}
+	scaleExec(t, e, `INSERT INTO spool.messages (topic_id, partition, "offset", published_at, payload, size)
+		SELECT $1, 0, g, $2::timestamptz + g * interval '1 millisecond', '\x00'::bytea, 1 FROM generate_series(0, $3 - 1) g`, id, t0, n)
+	scaleExec(t, e, `UPDATE spool.partitions SET next_offset = $2::bigint, low_published_at = $3,
+		last_published_at = $3::timestamptz + ($2::bigint - 1) * interval '1 millisecond', bytes = $2::bigint * 65 WHERE topic_id = $1`, id, n, t0)
+	scaleExec(t, e, "ANALYZE spool.messages")
+	s := logSub(t, e, "held", "g") // from the beginning: holds every message
+	// message_retention and zero_subscription_retention start at the middle message.
+	clock.Advance(t0.Add(time.Hour + n/2*time.Millisecond).Sub(clock.Now()))
+
+	now := clock.Now()
+	times := []time.Time{now.Add(-48 * time.Hour), now.Add(-time.Hour), now.Add(-time.Hour)}
+	var js []byte
+	if err := e.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(retentionBoundsSQL), id, times).Scan(&js); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan struct {
+			SharedHit  int64 `json:"Shared Hit Blocks"`
+			SharedRead int64 `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", js, err)
+	}
+	// Three searches of about 18 steps; the scans read some 1,400 pages for each middle time.
+	pages := plan[0].Plan.SharedHit + plan[0].Plan.SharedRead
+	if pages > 600 {
+		t.Errorf("retention bounds read %d pages, want O(log n)", pages)
+	}
+	t.Logf("retention bounds: %d pages", pages)
+
+	must(e.RetentionApply(ctx))(t)
+	if st := must(e.TopicStats(ctx, "held"))(t); st.Partitions[0].LowOffset != 0 {
+		t.Fatalf("held by a group from the beginning: low offset %d, want 0", st.Partitions[0].LowOffset)
+	}
+	if err := e.SubscriptionDelete(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	must(e.RetentionApply(ctx))(t)
+	if st := must(e.TopicStats(ctx, "held"))(t); st.Partitions[0].LowOffset != n/2 {
+		t.Fatalf("no group: low offset %d, want %d (the first message within zero_subscription_retention)", st.Partitions[0].LowOffset, n/2)
 	}
 }

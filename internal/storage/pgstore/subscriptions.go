@@ -99,49 +99,62 @@ func (e *Engine) resolveStart(ctx context.Context, tx pgx.Tx, t *topicRow, sp st
 	return starts, nil
 }
 
-// searchTimeSQL returns, for every partition of topic $1, the first retained offset published at
-// or after $2, or the partition's high-water mark when there is none (partition, offset; in
-// partition order).
+// searchTimesCTE defines found (partition, k, off): for every partition of topic $1 and every
+// time $2[k] (k from 1), the first retained offset published at or after it, or the partition's
+// high-water mark when there is none. The statements that use it (searchTimeSQL, retention's
+// retentionBoundsSQL) add their SELECT after it, so that the offsets come from one snapshot.
 //
 // published_at does not decrease with the offset in a partition, so it is a binary search over
-// [low_offset, next_offset], all partitions together, one step per round of the recursive query
-// (about log2 of the retained count): each step reads the message at the middle offset through the
-// position index. A scan "published_at >= $2 ORDER BY offset LIMIT 1" would instead read every
-// message of the bucket that holds $2 up to the first match (millions in a busy bucket: the whole
-// bucket for a time near its end). Each step also knows that the message it reads was published
-// within [lo_at, hi_at] (the times read at the bounds so far, at first the partition's
-// low_published_at and last_published_at), which lets PostgreSQL skip the buckets outside it. A
-// missing message (a corrupt log) counts as published before $2. (OFFSET 0 keeps the planner
-// from copying the read into each of the four uses of x.at; PostgreSQL 15 still plans it twice:
-// two index probes per step.)
-const searchTimeSQL = `WITH RECURSIVE s (partition, lo, hi, lo_at, hi_at) AS (
-	SELECT p.partition, p.low_offset, p.next_offset,
+// [low_offset, next_offset], all partitions and times together, one step per round of the
+// recursive query (about log2 of the retained count): each step reads the message at the middle
+// offset through the position index. A scan "published_at >= $2 ORDER BY offset LIMIT 1" would
+// instead read every message of the bucket that holds the time up to the first match (millions in
+// a busy bucket: the whole bucket for a time near its end). Each step also knows that the message
+// it reads was published within [lo_at, hi_at] (the times read at the bounds so far, at first the
+// partition's low_published_at and last_published_at), which lets PostgreSQL skip the buckets
+// outside it. A missing message (a corrupt log) counts as published before the time. (OFFSET 0
+// keeps the planner from copying the read into each of the four uses of x.at; PostgreSQL 15 still
+// plans it twice: two index probes per step.) The planner prices every step as a read of every
+// bucket and would compile the statement with JIT past a hundred buckets (0.4 s for a search of a
+// millisecond): run it after noJIT.
+const searchTimesCTE = `WITH RECURSIVE s (partition, k, target, lo, hi, lo_at, hi_at) AS (
+	SELECT p.partition, t.k, t.target, p.low_offset, p.next_offset,
 		coalesce(p.low_published_at, '-infinity'::timestamptz), coalesce(p.last_published_at, 'infinity'::timestamptz)
-	FROM spool.partitions p WHERE p.topic_id = $1
+	FROM spool.partitions p CROSS JOIN unnest($2::timestamptz[]) WITH ORDINALITY AS t (target, k)
+	WHERE p.topic_id = $1
 	UNION ALL
-	SELECT s.partition,
-		CASE WHEN x.at >= $2::timestamptz THEN s.lo ELSE c.mid + 1 END,
-		CASE WHEN x.at >= $2::timestamptz THEN c.mid ELSE s.hi END,
-		CASE WHEN x.at < $2::timestamptz THEN x.at ELSE s.lo_at END,
-		CASE WHEN x.at >= $2::timestamptz THEN x.at ELSE s.hi_at END
+	SELECT s.partition, s.k, s.target,
+		CASE WHEN x.at >= s.target THEN s.lo ELSE c.mid + 1 END,
+		CASE WHEN x.at >= s.target THEN c.mid ELSE s.hi END,
+		CASE WHEN x.at < s.target THEN x.at ELSE s.lo_at END,
+		CASE WHEN x.at >= s.target THEN x.at ELSE s.hi_at END
 	FROM s
 	CROSS JOIN LATERAL (SELECT (s.lo + s.hi) / 2 AS mid) c
 	CROSS JOIN LATERAL (SELECT (SELECT m.published_at FROM spool.messages m
 		WHERE m.topic_id = $1 AND m.partition = s.partition AND m."offset" = c.mid
 		  AND m.published_at >= s.lo_at AND m.published_at <= s.hi_at) AS at OFFSET 0) x
-	WHERE s.lo < s.hi)
-SELECT partition, lo FROM s WHERE lo >= hi ORDER BY partition`
+	WHERE s.lo < s.hi),
+found (partition, k, off) AS (SELECT partition, k, lo FROM s WHERE lo >= hi)
+`
+
+// searchTimeSQL returns, for every partition of topic $1, the first retained offset published at
+// or after the one time in $2 (an array), or the partition's high-water mark when there is none
+// (partition, offset; in partition order). See searchTimesCTE.
+const searchTimeSQL = searchTimesCTE + `SELECT partition, off FROM found ORDER BY partition`
+
+// noJIT turns JIT compiling off for the rest of tx (see searchTimesCTE).
+func noJIT(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SET LOCAL jit = off")
+	return err
+}
 
 // searchTime sets starts[i] to the first retained offset of partition i published at or after
 // at, or to its high-water mark when there is none. The partition rows must be locked.
 func (e *Engine) searchTime(ctx context.Context, tx pgx.Tx, t *topicRow, at time.Time, starts []int64) error {
-	// The planner prices every step of the search as a read of every bucket (about 20 steps times
-	// the bucket count) and would compile it with JIT past a hundred buckets: 0.4 s of compiling
-	// for a search of a millisecond (a week of hourly buckets, PostgreSQL 15).
-	if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
+	if err := noJIT(ctx, tx); err != nil {
 		return fmt.Errorf("pgstore: topic %q: search by time: %w", t.name, err)
 	}
-	rows, err := tx.Query(ctx, e.sql(searchTimeSQL), t.id, at)
+	rows, err := tx.Query(ctx, e.sql(searchTimeSQL), t.id, []time.Time{at})
 	if err != nil {
 		return fmt.Errorf("pgstore: topic %q: search by time: %w", t.name, err)
 	}
