@@ -287,7 +287,7 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
 
 	b := &pgx.Batch{}
 	for _, id := range subs {
-		e.queueLoad(b, id, loadDue, "")
+		e.queueLoad(b, id, loadDue, "", wantFor(bySub[id]))
 	}
 	br := tx.SendBatch(ctx, b)
 	states := make([]*dstate, len(subs))

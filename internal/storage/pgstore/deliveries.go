@@ -129,12 +129,12 @@ const (
 // transactions of the lanes (claims, acks, nacks and extends: combine.go) commit synchronously:
 // a claim is durable before its deliveries leave the broker, so a database crash never hands a
 // message out again with the same attempt number, and an extended lease never shrinks back.
-func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMode, member string, async bool) (*dstate, error) {
+func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMode, member string, want replayWant, async bool) (*dstate, error) {
 	b := &pgx.Batch{}
 	if async {
 		b.Queue("SET LOCAL synchronous_commit = off")
 	}
-	e.queueLoad(b, id, mode, member)
+	e.queueLoad(b, id, mode, member, want)
 	br := tx.SendBatch(ctx, b)
 	if async {
 		if _, err := br.Exec(); err != nil {
@@ -157,7 +157,7 @@ const loadQueries = 5
 
 // queueLoad queues the loadQueries statements that read (and lock) the delivery state of
 // subscription id (see loadState).
-func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string) {
+func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string, want replayWant) {
 	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
@@ -181,13 +181,78 @@ func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string)
 	case loadMember:
 		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
 	}
-	b.Queue(e.sql(loadReplayedSQL), id)
+	if want.ps == nil {
+		want.ps, want.os = []int32{}, []int64{}
+	}
+	var waiting any = want.waiting
+	if want.waiting < 0 {
+		waiting = nil // LIMIT NULL: every one
+	}
+	b.Queue(e.sql(loadReplayedSQL), id, waiting, want.ps, want.os)
 }
 
-// loadReplayedSQL reads a subscription's replayed DLQ entries through their partial index
-// (dlq_replayed, 0005), without reading the entries of its DLQ, which may be millions.
+// loadReplayedSQL reads the replayed DLQ entries of subscription $1 that a transaction can need,
+// through the partial indexes of the replayed entries (0005), never the entries of its DLQ nor
+// every replayed entry (an operator who replays a DLQ of a million entries makes a million
+// replayed entries, waiting): every leased one (few: the members' credit bounds them; claims
+// expire them, releases give them back, nacks and extends need the lease), the $2 waiting ones
+// due first (what claims take, and the earliest due time, for NextDue), and those at the
+// positions ($3 partitions, $4 offsets) that the transaction's acks, nacks and extends name (an
+// ack completes a replayed copy in any state). See replayWant.
 const loadReplayedSQL = `SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
-	FROM spool.dlq WHERE sub_id = $1 AND replay IS NOT NULL ORDER BY id`
+	FROM spool.dlq WHERE sub_id = $1 AND replay = 'leased'
+UNION
+(SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
+	FROM spool.dlq WHERE sub_id = $1 AND replay = 'waiting' ORDER BY replay_due, id LIMIT $2)
+UNION
+SELECT q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_member, q.replay_due
+	FROM unnest($3::int[], $4::bigint[]) AS r (p, o)
+	JOIN spool.dlq q ON q.sub_id = $1 AND q.replay IS NOT NULL AND q.partition = r.p AND q."offset" = r.o
+ORDER BY id`
+
+// replayWant says which replayed DLQ entries a load reads besides the leased ones
+// (loadReplayedSQL): waiting, the first due (more than the transaction's claims can take, so
+// that the earliest due time of those left is among them; all of them when a claim is limited to
+// some partitions, since those due first may all be in others), and those at refs.
+type replayWant struct {
+	waiting int // -1: all
+	ps      []int32
+	os      []int64
+}
+
+// minReplayWaiting is the fewest waiting replayed entries a load of claims reads.
+const minReplayWaiting = 256
+
+// wantFor returns what the operations ops of one subscription need of its replayed entries.
+func wantFor(ops []*dop) replayWant {
+	w := replayWant{ps: []int32{}, os: []int64{}}
+	add := func(refs []storage.DeliveryRef) {
+		for _, r := range refs {
+			w.ps, w.os = append(w.ps, r.Partition), append(w.os, r.Offset)
+		}
+	}
+	claims, all := 0, false
+	for _, op := range ops {
+		switch {
+		case op.claim != nil:
+			claims += op.claim.Max
+			all = all || op.claim.Partitions != nil
+		case op.nack != nil:
+			add(op.nack.Refs)
+		case op.extend != nil:
+			add(op.extend.Refs)
+		default:
+			add(op.refs)
+		}
+	}
+	switch {
+	case all:
+		w.waiting = -1
+	case claims > 0:
+		w.waiting = minReplayWaiting + 2*claims
+	}
+	return w
+}
 
 // readState reads the results of queueLoad's statements, all of them also when it fails (so that
 // the statements queued after them can be read next).
@@ -1221,7 +1286,7 @@ func (e *Engine) release(ctx context.Context, p *storage.DeliveriesReleaseParams
 	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesReleaseResult{}
 		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadMember, p.Member, true)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadMember, p.Member, replayWant{}, true)
 		if err != nil {
 			return err
 		}

@@ -312,5 +312,26 @@ func TestScaleDLQ(t *testing.T) {
 	explain(t, e, "DLQList last page", `SELECT m.id, m.reason, m.attempts, m.last_error, m.dead_at, m.partition, m."offset", `+msgCols+`
 		FROM spool.dlq m WHERE m.sub_id = $1 AND m.replay IS NULL AND m.id > $2 ORDER BY m.id LIMIT $3`, s.ID, maxID-50, 100)
 	explain(t, e, "SubscriptionStats", statsSQL, s.ID, topicID)
-	explain(t, e, "delivery load: replayed DLQ entries", loadReplayedSQL, s.ID)
+	explain(t, e, "delivery load: replayed DLQ entries (a claim of 2)", loadReplayedSQL, s.ID, minReplayWaiting+4, []int32{}, []int64{})
+
+	// The operator replays the whole DLQ: every entry is replayed, waiting for redelivery.
+	start = time.Now()
+	replayed := must(e.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: s.ID}))(t)
+	t.Logf("DLQReplay of all %d entries: %s", replayed, time.Since(start).Round(time.Millisecond))
+	ds = timed(t, runs, func(i int) error {
+		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100})
+		if err != nil {
+			return err
+		}
+		var refs []storage.DeliveryRef
+		for _, d := range res.Deliveries {
+			refs = append(refs, d.Ref())
+		}
+		if len(refs) == 0 {
+			return fmt.Errorf("claim %d after the replay: nothing", i)
+		}
+		_, err = e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs})
+		return err
+	})
+	t.Logf("DeliveriesClaim (max 100) + DeliveriesAck with %d replayed DLQ entries: %s", replayed, fmtDur(ds))
 }

@@ -1,14 +1,43 @@
 package pgstore
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/spoolmq/spool/internal/storage"
 )
+
+// rowQuerier is what planOf needs of a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// planOf runs query (rendered for e's schema) with EXPLAIN (ANALYZE, BUFFERS) on q and returns
+// the rows it returned and the pages (shared buffers hit or read) it used.
+func planOf(t *testing.T, e *Engine, q rowQuerier, query string, args ...any) (rows, pages int64) {
+	t.Helper()
+	var js []byte
+	if err := q.QueryRow(t.Context(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(query), args...).Scan(&js); err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct {
+		Plan struct {
+			Rows       int64 `json:"Actual Rows"`
+			SharedHit  int64 `json:"Shared Hit Blocks"`
+			SharedRead int64 `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("plan %s: %v", js, err)
+	}
+	return plan[0].Plan.Rows, plan[0].Plan.SharedHit + plan[0].Plan.SharedRead
+}
 
 // searchExpect returns, per partition of topic, the first retained offset published at or after
 // at (or the high-water mark), computed from MessagesRead and TopicStats.
@@ -141,21 +170,8 @@ func TestSearchTimeReadsLogarithmic(t *testing.T) {
 		if got != o {
 			t.Fatalf("search %s: offset %d, want %d", at, got, o)
 		}
-		var plan []struct {
-			Plan struct {
-				SharedHit  int64 `json:"Shared Hit Blocks"`
-				SharedRead int64 `json:"Shared Read Blocks"`
-			} `json:"Plan"`
-		}
-		var js []byte
-		if err := e.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(searchTimeSQL), id, []time.Time{at}).Scan(&js); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
-			t.Fatalf("plan %s: %v", js, err)
-		}
 		// About 18 steps of a few pages each; the scan read more than a thousand pages for the end.
-		if pages := plan[0].Plan.SharedHit + plan[0].Plan.SharedRead; pages > 200 {
+		if _, pages := planOf(t, e, e.pool, searchTimeSQL, id, []time.Time{at}); pages > 200 {
 			t.Errorf("search for offset %d of %d read %d pages, want O(log n)", o, n, pages)
 		}
 	}
@@ -187,26 +203,14 @@ func TestDLQReplayedReadsFewPages(t *testing.T) {
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
 		t.Fatal(err)
 	}
-	var js []byte
-	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(loadReplayedSQL), s.ID).Scan(&js); err != nil {
-		t.Fatal(err)
-	}
-	var plan []struct {
-		Plan struct {
-			Rows       int64 `json:"Actual Rows"`
-			SharedHit  int64 `json:"Shared Hit Blocks"`
-			SharedRead int64 `json:"Shared Read Blocks"`
-		} `json:"Plan"`
-	}
-	if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
-		t.Fatalf("plan %s: %v", js, err)
-	}
-	if plan[0].Plan.Rows != 2 {
-		t.Fatalf("replayed entries: %d rows, want 2", plan[0].Plan.Rows)
+	// A claim of 10 and an ack of the two replayed entries (the transaction's refs).
+	rows, pages := planOf(t, e, tx, loadReplayedSQL, s.ID, minReplayWaiting+20, []int32{0, 0}, []int64{4, 499})
+	if rows != 2 {
+		t.Fatalf("replayed entries: %d rows, want 2", rows)
 	}
 	// A scan of the subscription's entries reads hundreds of pages.
-	if pages := plan[0].Plan.SharedHit + plan[0].Plan.SharedRead; pages > 20 {
-		t.Errorf("loading 2 replayed entries of a DLQ of %d read %d pages: %s", n, pages, js)
+	if pages > 20 {
+		t.Errorf("loading 2 replayed entries of a DLQ of %d read %d pages", n, pages)
 	}
 	st := must(e.SubscriptionStats(ctx, s.ID))(t)
 	if st.DeadLettered != n-2 || st.Redelivering != 2 {
@@ -244,21 +248,8 @@ func TestRetentionReadsLogarithmic(t *testing.T) {
 
 	now := clock.Now()
 	times := []time.Time{now.Add(-48 * time.Hour), now.Add(-time.Hour), now.Add(-time.Hour)}
-	var js []byte
-	if err := e.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+e.sql(retentionBoundsSQL), id, times).Scan(&js); err != nil {
-		t.Fatal(err)
-	}
-	var plan []struct {
-		Plan struct {
-			SharedHit  int64 `json:"Shared Hit Blocks"`
-			SharedRead int64 `json:"Shared Read Blocks"`
-		} `json:"Plan"`
-	}
-	if err := json.Unmarshal(js, &plan); err != nil || len(plan) != 1 {
-		t.Fatalf("plan %s: %v", js, err)
-	}
 	// Three searches of about 18 steps; the scans read some 1,400 pages for each middle time.
-	pages := plan[0].Plan.SharedHit + plan[0].Plan.SharedRead
+	_, pages := planOf(t, e, e.pool, retentionBoundsSQL, id, times)
 	if pages > 600 {
 		t.Errorf("retention bounds read %d pages, want O(log n)", pages)
 	}
@@ -274,5 +265,75 @@ func TestRetentionReadsLogarithmic(t *testing.T) {
 	must(e.RetentionApply(ctx))(t)
 	if st := must(e.TopicStats(ctx, "held"))(t); st.Partitions[0].LowOffset != n/2 {
 		t.Fatalf("no group: low offset %d, want %d (the first message within zero_subscription_retention)", st.Partitions[0].LowOffset, n/2)
+	}
+}
+
+// TestDLQReplayOfManyEntries replays a DLQ of thousands of entries, as an operator does after an
+// outage, and checks that a delivery transaction loads only the replayed entries it can need (a
+// claim's worth of the waiting ones due first, the leased ones, those its refs name), not every
+// replayed entry; that a late ack still completes an entry far down the waiting order; and that
+// claims deliver every entry exactly once, with NextDue saying "now" while any is left.
+func TestDLQReplayOfManyEntries(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "replay", storage.TopicConfig{Semantics: storage.PubSub})
+	s := logSub(t, e, "replay", "g")
+	const n = 5_000
+	scaleExec(t, e, `INSERT INTO spool.dlq (sub_id, id, topic_id, partition, "offset", published_at, payload, reason, attempts, dead_at)
+		SELECT $1, nextval('spool.dlq_ids'), (SELECT topic_id FROM spool.subscriptions WHERE id = $1), 0, g, $2, '\x00'::bytea,
+			'max_deliveries', 5, $2
+		FROM generate_series(0, $3::int - 1) g`, s.ID, logBase, n)
+	if got := must(e.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: s.ID}))(t); got != n {
+		t.Fatalf("replayed %d entries, want %d", got, n)
+	}
+	scaleExec(t, e, "ANALYZE spool.dlq")
+
+	// What a claim of 100 and an ack of the last entry load.
+	want := wantFor([]*dop{{sub: s.ID, claim: &storage.DeliveriesClaimParams{Max: 100}}, {sub: s.ID, refs: []storage.DeliveryRef{{Partition: 0, Offset: n - 1}}}})
+	rows, _ := planOf(t, e, e.pool, loadReplayedSQL, s.ID, want.waiting, want.ps, want.os)
+	if rows != int64(minReplayWaiting+200+1) {
+		t.Errorf("a claim of 100 and an ack loaded %d of %d replayed entries, want %d", rows, n, minReplayWaiting+200+1)
+	}
+
+	// A late ack of the last entry in the waiting order completes its replayed copy.
+	ack := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m",
+		Refs: []storage.DeliveryRef{{Partition: 0, Offset: n - 1}}}))(t)
+	if ack.Acked != 1 {
+		t.Fatalf("ack of the last replayed entry: %+v, want it acked", *ack)
+	}
+	if st := must(e.SubscriptionStats(ctx, s.ID))(t); st.Redelivering != n-1 {
+		t.Fatalf("stats after the ack: %d redelivering, want %d", st.Redelivering, n-1)
+	}
+
+	seen := make(map[int64]bool, n)
+	for claims := 0; ; claims++ {
+		if claims > n/100+2 {
+			t.Fatalf("%d claims and %d of %d entries delivered", claims, len(seen), n-1)
+		}
+		res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100}))(t)
+		if len(res.Deliveries) == 0 {
+			break
+		}
+		var refs []storage.DeliveryRef
+		for _, d := range res.Deliveries {
+			if seen[d.Message.Offset] {
+				t.Fatalf("offset %d delivered twice", d.Message.Offset)
+			}
+			seen[d.Message.Offset] = true
+			refs = append(refs, d.Ref())
+		}
+		if left := n - 1 - len(seen); left > 0 && res.NextDue.After(e.now()) {
+			t.Fatalf("after %d of %d deliveries: NextDue %s, want now (%d replayed entries are due)", len(seen), n-1, res.NextDue, left)
+		}
+		if got := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs}))(t); got.Acked != len(refs) {
+			t.Fatalf("ack: %+v, want %d acked", *got, len(refs))
+		}
+	}
+	if len(seen) != n-1 || seen[n-1] {
+		t.Fatalf("delivered %d entries (the acked one: %v), want the other %d", len(seen), seen[n-1], n-1)
+	}
+	if st := must(e.SubscriptionStats(ctx, s.ID))(t); st.Redelivering != 0 || st.DeadLettered != 0 {
+		t.Fatalf("stats at the end: %+v", *st)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // floor and cursor, the partition's high-water mark, the leased, waiting and acked-ahead offsets
 // of its delivery rows; and, on every row, the subscription's replayed DLQ entries (leased,
 // waiting) and DLQ length. The replayed entries are counted through their partial index
-// (dlq_replayed, 0005), and the DLQ length as all entries less those, which an index-only scan of
+// (dlq_replay_due, 0005), and the DLQ length as all entries less those, which an index-only scan of
 // the primary key can count: a DLQ of millions still costs a count of its index entries.
 const statsSQL = `
 SELECT sp.partition, sp.ack_floor, sp.cursor, coalesce(p.next_offset, sp.cursor),
