@@ -335,3 +335,59 @@ func TestScaleDLQ(t *testing.T) {
 	})
 	t.Logf("DeliveriesClaim (max 100) + DeliveriesAck with %d replayed DLQ entries: %s", replayed, fmtDur(ds))
 }
+
+// TestScaleNackedBacklog measures the delivery operations of a subscription whose consumers nacked
+// a large backlog with a delay (a downstream outage: every claim batch comes back, due later):
+// SPOOL_PG_SCALE_NACKED messages (default 200,000), claimed 100 at a time and nacked for an
+// hour, which leaves one waiting row of delivery state per claim batch.
+func TestScaleNackedBacklog(t *testing.T) {
+	e := scaleEngine(t)
+	ctx := t.Context()
+	n := scaleEnv(t, "SPOOL_PG_SCALE_NACKED", 200_000)
+	logTopic(t, e, "nacked", storage.TopicConfig{Semantics: storage.PubSub, MaxDeliveries: 100})
+	s := logSub(t, e, "nacked", "g")
+	start := time.Now()
+	batch := make([]storage.AppendMessage, 1000)
+	for i := range batch {
+		batch[i] = storage.AppendMessage{Partition: 0, Payload: make([]byte, 16)}
+	}
+	for sent := int64(0); sent < n+1000; sent += int64(len(batch)) {
+		must(e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "nacked", Messages: batch}))(t)
+	}
+	t.Logf("%d messages published in %s", n+1000, time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	for done := int64(0); done < n; done += 100 {
+		res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100}))(t)
+		var refs []storage.DeliveryRef
+		for _, d := range res.Deliveries {
+			refs = append(refs, d.Ref())
+		}
+		must(e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m", Refs: refs, Delay: time.Hour}))(t)
+	}
+	var rows int64
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.deliveries WHERE sub_id = $1"), s.ID).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d messages claimed and nacked (1 h) 100 at a time in %s: %d delivery rows", n, time.Since(start).Round(time.Millisecond), rows)
+	ds := timed(t, 5, func(i int) error {
+		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100})
+		if err != nil {
+			return err
+		}
+		var refs []storage.DeliveryRef
+		for _, d := range res.Deliveries {
+			refs = append(refs, d.Ref())
+		}
+		if len(refs) == 0 {
+			return fmt.Errorf("claim %d: nothing", i)
+		}
+		_, err = e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs})
+		return err
+	})
+	t.Logf("DeliveriesClaim (max 100) + DeliveriesAck of new messages behind %d nacked ones: %s", n, fmtDur(ds))
+	ds = timed(t, 5, func(int) error {
+		_, err := e.SubscriptionStats(ctx, s.ID)
+		return err
+	})
+	t.Logf("SubscriptionStats with %d nacked messages in %d rows: %s", n, rows, fmtDur(ds))
+}
