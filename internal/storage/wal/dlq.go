@@ -2,7 +2,6 @@ package wal
 
 import (
 	"context"
-	"math"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -42,25 +41,6 @@ func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]
 	return out, nil
 }
 
-// selectIDs returns the IDs of the subscription's DLQ entries among ids (all of them when ids is
-// empty), so the state record names exactly what the operation moved.
-func selectIDs(s *sub, ids []int64) []int64 {
-	var want map[int64]bool
-	if len(ids) > 0 {
-		want = make(map[int64]bool, len(ids))
-		for _, id := range ids {
-			want[id] = true
-		}
-	}
-	var out []int64
-	for _, d := range s.st.DLQ(0, math.MaxInt) {
-		if want == nil || want[d.ID] {
-			out = append(out, d.ID)
-		}
-	}
-	return out
-}
-
 // DLQPurge removes DLQ entries (all of them when IDs is empty) and returns how many. Durable when
 // it returns.
 func (e *Engine) DLQPurge(ctx context.Context, params *storage.DLQPurgeParams) (int, error) {
@@ -93,7 +73,7 @@ func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool
 		return 0, err
 	}
 	s.mu.Lock()
-	sel := selectIDs(s, ids)
+	sel := s.st.DLQSelect(ids)
 	var ch <-chan error
 	if len(sel) > 0 {
 		nowNs := e.now().UnixNano()

@@ -73,13 +73,16 @@
 // # Snapshot and recovery
 //
 // When the state log has grown by Config.StateLogSnapshotBytes since the last snapshot (and on
-// Close) the engine takes Engine.mu exclusively, which stops every state change, encodes the
-// whole state, queues a marker record and releases the lock. The marker's index K splits the
-// state log exactly: everything before it is in the snapshot, everything after it is not. Once
-// the marker is durable the snapshot is written as snapshot-K.bin (temp file, fsync, rename,
-// fsync of the directory), older snapshots are removed, the state log's active segment is sealed
-// and segments entirely before K are deleted. Recovery time is thus bounded by the live state
-// plus at most StateLogSnapshotBytes of records, not by history.
+// Close) the engine takes Engine.mu exclusively, which stops every state change, copies the whole
+// state (sharing the DLQ entries and replayed message copies, which are never modified once
+// added), queues a marker record and releases the lock; the copy is encoded after that, so a long
+// DLQ (a million entries: ~0.5 ms to copy, ~300 ms to encode) does not stop the engine while it
+// is encoded. The marker's index K splits the state log exactly: everything before it is in the
+// snapshot, everything after it is not. Once the marker is durable the snapshot is written as
+// snapshot-K.bin (temp file, fsync, rename, fsync of the directory), older snapshots are
+// removed, the state log's active segment is sealed and segments entirely before K are deleted.
+// Recovery time is thus bounded by the live state plus at most StateLogSnapshotBytes of records,
+// not by history.
 //
 // Open loads the newest valid snapshot, replays the state log from its index, opens the partition
 // logs (their own recovery truncates torn tails and reports corruption), removes directories of

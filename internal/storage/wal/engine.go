@@ -174,6 +174,10 @@ type Engine struct {
 	// numbers the moved directories.
 	trashKick chan struct{}
 	trashSeq  atomic.Int64
+
+	// snapshotEncodeHook, if set (tests, before any snapshot can run), is called on the snapshot
+	// goroutine right before a snapshot is encoded.
+	snapshotEncodeHook func()
 }
 
 type bindingKey struct{ group, pattern string }

@@ -49,9 +49,35 @@ func snapshotName(index int64) string {
 	return fmt.Sprintf("%s%020d%s", snapshotPrefix, index, snapshotExt)
 }
 
+// snapshotState is the persistent state exported for a snapshot: taken with Engine.mu held
+// exclusively, encoded after it is released. It shares the DLQ entries and replayed message copies
+// with the live state, which never modifies them once added (a change replaces an entry).
+type snapshotState struct {
+	nextSubID int64
+	metaJSON  []byte
+	subs      []snapshotSub // ID order
+}
+
+// snapshotSub is one subscription's delivery state in a snapshotState.
+type snapshotSub struct {
+	id      int64
+	parts   []substate.PartState
+	dlq     []*storage.DLQEntry
+	nextDLQ int64
+}
+
 // encodeSnapshotLocked encodes the whole persistent state. e.mu must be held exclusively (so no
 // subscription mutex is held by anyone).
 func (e *Engine) encodeSnapshotLocked(index int64) []byte {
+	return e.exportSnapshotLocked().encode(index)
+}
+
+// exportSnapshotLocked captures the whole persistent state for a snapshot. e.mu must be held
+// exclusively (so no subscription mutex is held by anyone). It copies the state but not the DLQ
+// entries' messages, so its cost does not grow with their size; the encoding, which does, is done
+// by encode once the lock is released (a DLQ of a million entries takes hundreds of milliseconds
+// to encode, which must not stop every operation of the engine).
+func (e *Engine) exportSnapshotLocked() *snapshotState {
 	var meta snapshotMeta
 	for _, t := range e.topics {
 		meta.Topics = append(meta.Topics, t.meta)
@@ -76,20 +102,28 @@ func (e *Engine) encodeSnapshotLocked(index int64) []byte {
 	if err != nil {
 		panic(fmt.Sprintf("wal: marshal snapshot metadata: %v", err))
 	}
+	st := &snapshotState{nextSubID: e.nextSubID, metaJSON: metaJSON, subs: make([]snapshotSub, len(withState))}
+	for i, s := range withState {
+		parts, dlq, nextDLQ := s.st.Export()
+		st.subs[i] = snapshotSub{id: s.meta.ID, parts: parts, dlq: dlq, nextDLQ: nextDLQ}
+	}
+	return st
+}
 
-	en := enc{b: make([]byte, 0, 4096+len(metaJSON))}
+// encode encodes the exported state as a snapshot file of state log index index.
+func (st *snapshotState) encode(index int64) []byte {
+	en := enc{b: make([]byte, 0, 4096+len(st.metaJSON))}
 	en.b = append(en.b, snapshotMagic...)
 	en.b = binary.LittleEndian.AppendUint32(en.b, snapshotVersion)
 	en.b = binary.LittleEndian.AppendUint64(en.b, uint64(index))
-	en.uvarint(uint64(e.nextSubID))
-	en.bytes(metaJSON)
-	en.uvarint(uint64(len(withState)))
-	for _, s := range withState {
-		parts, dlq, nextDLQ := s.st.Export()
-		en.uvarint(uint64(s.meta.ID))
-		en.uvarint(uint64(nextDLQ))
-		en.uvarint(uint64(len(parts)))
-		for _, ps := range parts {
+	en.uvarint(uint64(st.nextSubID))
+	en.bytes(st.metaJSON)
+	en.uvarint(uint64(len(st.subs)))
+	for _, s := range st.subs {
+		en.uvarint(uint64(s.id))
+		en.uvarint(uint64(s.nextDLQ))
+		en.uvarint(uint64(len(s.parts)))
+		for _, ps := range s.parts {
 			en.uvarint(uint64(ps.Floor))
 			en.uvarint(uint64(ps.Cursor))
 			en.uvarint(uint64(ps.Horizon))
@@ -115,8 +149,8 @@ func (e *Engine) encodeSnapshotLocked(index int64) []byte {
 				en.message(es.Msg)
 			}
 		}
-		en.uvarint(uint64(len(dlq)))
-		for _, d := range dlq {
+		en.uvarint(uint64(len(s.dlq)))
+		for _, d := range s.dlq {
 			en.dlqEntry(d)
 		}
 	}
@@ -234,9 +268,9 @@ func (e *Engine) snapshot(final bool) error {
 	}
 	// The marker's index K is where replay resumes: every record queued before it (all changes
 	// the snapshot holds, since changes queue their records with e.mu held) has an index < K, every
-	// later one > K. The index is only known once the marker is written, so the body is encoded
-	// now and the header patched afterwards.
-	data := e.encodeSnapshotLocked(0)
+	// later one > K. The state is exported now and encoded once the lock is released; the index
+	// is only known once the marker is written, so the header is patched afterwards.
+	st := e.exportSnapshotLocked()
 	type result struct {
 		index int64
 		err   error
@@ -247,6 +281,10 @@ func (e *Engine) snapshot(final bool) error {
 	e.stateBytes.Store(0)
 	e.mu.Unlock()
 
+	if e.snapshotEncodeHook != nil {
+		e.snapshotEncodeHook()
+	}
+	data := st.encode(0)
 	r := <-ch
 	if r.err != nil {
 		e.fail(fmt.Errorf("wal: state log append: %w", r.err))

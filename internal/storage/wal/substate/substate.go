@@ -55,11 +55,18 @@ type Sub struct {
 	waiting entryHeap
 	dlq     []*storage.DLQEntry // ID order
 	nextDLQ int64
+	// deadLow is a lower bound of the DeadAt times (unix ns) of the DLQ entries (math.MinInt64
+	// until a DLQExpire looked at them all), so a DLQExpire with nothing to expire does not look
+	// at every entry.
+	deadLow int64
+	// dlqVisits counts the DLQ entries that removals looked at or moved (tests: removing a few
+	// entries of a long DLQ must not cost the whole DLQ).
+	dlqVisits int64
 }
 
 // New returns the state of a subscription whose partition i starts at starts[i] (floor and cursor).
 func New(starts []int64) *Sub {
-	s := &Sub{nextDLQ: 1}
+	s := &Sub{nextDLQ: 1, deadLow: math.MinInt64}
 	for _, o := range starts {
 		s.AddPartition(o)
 	}
@@ -466,12 +473,49 @@ func (s *Sub) AddDLQ(d *storage.DLQEntry) {
 	if d.ID >= s.nextDLQ {
 		s.nextDLQ = d.ID + 1
 	}
-	i, found := slices.BinarySearchFunc(s.dlq, d.ID, func(x *storage.DLQEntry, id int64) int { return cmp.Compare(x.ID, id) })
+	s.deadLow = min(s.deadLow, d.DeadAt.UnixNano())
+	i, found := s.dlqIndex(d.ID)
 	if found {
 		s.dlq[i] = d
 		return
 	}
 	s.dlq = slices.Insert(s.dlq, i, d)
+}
+
+// dlqIndex returns the position of DLQ entry id, or where it would be inserted.
+func (s *Sub) dlqIndex(id int64) (int, bool) {
+	return slices.BinarySearchFunc(s.dlq, id, func(x *storage.DLQEntry, id int64) int { return cmp.Compare(x.ID, id) })
+}
+
+// DLQSelect returns the IDs among ids that are in the DLQ (every ID when ids is empty), in ID
+// order, without duplicates. It costs O(len(ids) log n), not O(n), unless ids is empty.
+func (s *Sub) DLQSelect(ids []int64) []int64 {
+	if len(ids) == 0 {
+		out := make([]int64, len(s.dlq))
+		for i, d := range s.dlq {
+			out[i] = d.ID
+		}
+		return out
+	}
+	var out []int64
+	for _, i := range s.dlqPositions(ids) {
+		out = append(out, s.dlq[i].ID)
+	}
+	return out
+}
+
+// dlqPositions returns the positions of the DLQ entries with the given IDs, increasing.
+func (s *Sub) dlqPositions(ids []int64) []int {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	var pos []int
+	for _, id := range sorted {
+		if i, found := s.dlqIndex(id); found {
+			pos = append(pos, i)
+		}
+	}
+	return pos
 }
 
 // NextDLQID is the ID the next DLQ entry gets.
@@ -483,7 +527,7 @@ func (s *Sub) DLQLen() int { return len(s.dlq) }
 // DLQ returns up to limit entries with an ID above afterID, in ID order. The entries are shared:
 // callers must not modify them.
 func (s *Sub) DLQ(afterID int64, limit int) []*storage.DLQEntry {
-	i, _ := slices.BinarySearchFunc(s.dlq, afterID+1, func(x *storage.DLQEntry, id int64) int { return cmp.Compare(x.ID, id) })
+	i, _ := s.dlqIndex(afterID + 1)
 	end := len(s.dlq)
 	if limit < end-i {
 		end = i + limit
@@ -494,46 +538,69 @@ func (s *Sub) DLQ(afterID int64, limit int) []*storage.DLQEntry {
 	return slices.Clone(s.dlq[i:end])
 }
 
-// selectDLQ removes and returns the entries with the given IDs (all when ids is empty).
-func (s *Sub) selectDLQ(ids []int64, keep func(*storage.DLQEntry) bool) []*storage.DLQEntry {
-	var want map[int64]bool
-	if len(ids) > 0 {
-		want = make(map[int64]bool, len(ids))
-		for _, id := range ids {
-			want[id] = true
-		}
+// selectDLQ removes and returns the entries with the given IDs (all when ids is empty). Explicit
+// IDs are found by binary search and only the entries after the first of them move, so removing a
+// few entries of a long DLQ does not look at all of it.
+func (s *Sub) selectDLQ(ids []int64) []*storage.DLQEntry {
+	if len(ids) == 0 {
+		taken := s.dlq
+		s.dlqVisits += int64(len(taken))
+		s.dlq = nil
+		return taken
 	}
-	var taken []*storage.DLQEntry
-	kept := s.dlq[:0]
-	for _, d := range s.dlq {
-		if (want == nil || want[d.ID]) && (keep == nil || !keep(d)) {
-			taken = append(taken, d)
-			continue
-		}
-		kept = append(kept, d)
+	pos := s.dlqPositions(ids)
+	if len(pos) == 0 {
+		return nil
 	}
-	clear(s.dlq[len(kept):])
-	s.dlq = kept
+	taken := make([]*storage.DLQEntry, len(pos))
+	w := pos[0]
+	for k, i := range pos {
+		taken[k] = s.dlq[i]
+		end := len(s.dlq)
+		if k+1 < len(pos) {
+			end = pos[k+1]
+		}
+		w += copy(s.dlq[w:], s.dlq[i+1:end])
+		s.dlqVisits += int64(end - i)
+	}
+	clear(s.dlq[w:])
+	s.dlq = s.dlq[:w]
 	return taken
 }
 
 // DLQPurge removes the entries with the given IDs (all when empty) and returns how many.
-func (s *Sub) DLQPurge(ids []int64) int { return len(s.selectDLQ(ids, nil)) }
+func (s *Sub) DLQPurge(ids []int64) int { return len(s.selectDLQ(ids)) }
 
-// DLQExpire removes the entries dead before the given time (unix ns) and returns their IDs.
+// DLQExpire removes the entries dead before the given time (unix ns) and returns their IDs. It
+// looks at the entries only when one may have died before then (deadLow), so a call with nothing
+// to expire costs O(1) whatever the DLQ's length.
 func (s *Sub) DLQExpire(before int64) []int64 {
-	taken := s.selectDLQ(nil, func(d *storage.DLQEntry) bool { return d.DeadAt.UnixNano() >= before })
-	ids := make([]int64, len(taken))
-	for i, d := range taken {
-		ids[i] = d.ID
+	if len(s.dlq) == 0 || before <= s.deadLow {
+		return nil
 	}
+	var ids []int64
+	low := int64(math.MaxInt64)
+	kept := s.dlq[:0]
+	for _, d := range s.dlq {
+		at := d.DeadAt.UnixNano()
+		if at < before {
+			ids = append(ids, d.ID)
+			continue
+		}
+		low = min(low, at)
+		kept = append(kept, d)
+	}
+	s.dlqVisits += int64(len(s.dlq))
+	clear(s.dlq[len(kept):])
+	s.dlq = kept
+	s.deadLow = low
 	return ids
 }
 
 // DLQReplay moves the entries with the given IDs (all when empty) back into the subscription as
 // replayed messages due at due, with a fresh attempt count. It returns how many.
 func (s *Sub) DLQReplay(ids []int64, due int64) int {
-	taken := s.selectDLQ(ids, nil)
+	taken := s.selectDLQ(ids)
 	for _, d := range taken {
 		pt := s.part(d.Message.Partition)
 		if pt == nil {
@@ -752,7 +819,7 @@ func exportEntries(m map[int64]*Entry) []EntryState {
 
 // Import rebuilds a state from its persisted form.
 func Import(parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) *Sub {
-	s := &Sub{nextDLQ: max(nextDLQ, 1)}
+	s := &Sub{nextDLQ: max(nextDLQ, 1), deadLow: math.MinInt64}
 	for i, ps := range parts {
 		pt := &part{floor: ps.Floor, cursor: max(ps.Cursor, ps.Floor), horizon: ps.Horizon, suspect: ps.Suspect}
 		s.parts = append(s.parts, pt)

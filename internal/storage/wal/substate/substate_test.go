@@ -577,3 +577,64 @@ func TestUncleanRestartAndSuspectOffsets(t *testing.T) {
 		t.Fatalf("after clamp: horizon %d suspect %d", back.Horizon(0), back.Suspect(0))
 	}
 }
+
+// TestLongDLQRemovalsDoNotScan checks that removing a few entries of a long DLQ (purge or replay
+// by ID) and a DLQExpire that has nothing to expire do not look at the whole DLQ, and that the
+// results stay right when DeadAt times are out of ID order (the clock went back).
+func TestLongDLQRemovalsDoNotScan(t *testing.T) {
+	t.Parallel()
+	const n = 10_000
+	s := New([]int64{0})
+	for i := range n {
+		s.AddDLQ(&storage.DLQEntry{Message: storage.Message{Offset: int64(i), Payload: []byte("x")},
+			Reason: storage.DLQRejected, DeadAt: time.Unix(0, int64(100+i)*sec)})
+	}
+	// The first expiry looks at every entry (nothing is known about them yet), later ones with
+	// nothing to expire at none.
+	if ids := s.DLQExpire(100 * sec); len(ids) != 0 {
+		t.Fatalf("expired %v", ids)
+	}
+	visits := s.dlqVisits
+	for range 100 {
+		if ids := s.DLQExpire(100 * sec); len(ids) != 0 {
+			t.Fatalf("expired %v", ids)
+		}
+	}
+	if got := s.dlqVisits - visits; got != 0 {
+		t.Fatalf("100 DLQExpire calls with nothing to expire looked at %d entries", got)
+	}
+	// Purge and replay of IDs near the end move only the entries after them.
+	visits = s.dlqVisits
+	if got := s.DLQSelect([]int64{n - 1, n - 3, n - 3, n + 5}); !reflect.DeepEqual(got, []int64{n - 3, n - 1}) {
+		t.Fatalf("select %v", got)
+	}
+	if got := s.DLQPurge([]int64{n - 1, n - 3, n + 5}); got != 2 {
+		t.Fatalf("purged %d", got)
+	}
+	if got := s.DLQReplay([]int64{n - 5}, 0); got != 1 {
+		t.Fatalf("replayed %d", got)
+	}
+	if got := s.dlqVisits - visits; got > 10 {
+		t.Fatalf("purging and replaying 3 entries near the end of a DLQ of %d looked at %d entries", n, got)
+	}
+	if s.DLQLen() != n-3 {
+		t.Fatalf("dlq %d", s.DLQLen())
+	}
+	for _, id := range []int64{n - 1, n - 3, n - 5} {
+		if got := s.DLQ(id-1, 1); len(got) == 1 && got[0].ID == id {
+			t.Fatalf("entry %d still in the DLQ", id)
+		}
+	}
+	// An entry dead earlier than every other one (clock went back) expires with them.
+	s.AddDLQ(&storage.DLQEntry{Message: storage.Message{Offset: n}, DeadAt: time.Unix(0, 50*sec)})
+	if ids := s.DLQExpire(60 * sec); !reflect.DeepEqual(ids, []int64{n + 1}) {
+		t.Fatalf("expired %v", ids)
+	}
+	if ids := s.DLQExpire(103 * sec); !reflect.DeepEqual(ids, []int64{1, 2, 3}) {
+		t.Fatalf("expired %v", ids)
+	}
+	if s.DLQLen() != n-6 || s.DLQ(0, 1)[0].ID != 4 {
+		t.Fatalf("dlq %d, first %d", s.DLQLen(), s.DLQ(0, 1)[0].ID)
+	}
+	checkInvariants(t, s)
+}
