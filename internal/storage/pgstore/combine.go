@@ -313,6 +313,9 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
 			continue
 		}
 		ops := bySub[id]
+		if err := e.loadAckedRows(ctx, tx, st, ops); err != nil {
+			return err
+		}
 		for j := 0; j < len(ops); {
 			op := ops[j]
 			switch {

@@ -128,7 +128,7 @@ const (
 // transactions of the lanes (claims, acks, nacks and extends: combine.go) commit synchronously:
 // a claim is durable before its deliveries leave the broker, so a database crash never hands a
 // message out again with the same attempt number, and an extended lease never shrinks back.
-func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMode, member string, want replayWant, async bool) (*dstate, error) {
+func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMode, member string, want loadWant, async bool) (*dstate, error) {
 	b := &pgx.Batch{}
 	if async {
 		b.Queue("SET LOCAL synchronous_commit = off")
@@ -156,7 +156,7 @@ const loadQueries = 5
 
 // queueLoad queues the loadQueries statements that read (and lock) the delivery state of
 // subscription id (see loadState).
-func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string, want replayWant) {
+func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string, want loadWant) {
 	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
@@ -171,21 +171,26 @@ func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string,
 		CROSS JOIN LATERAL (SELECT * FROM spool.deliveries x
 			WHERE x.sub_id = sp.sub_id AND x.partition = sp.partition AND x.lo >= sp.ack_floor OFFSET 0) d
 		WHERE sp.sub_id = $1 `
-	switch mode {
-	case loadDue:
-		// Every row: a subscription has few live rows (about one per outstanding claim batch), and
-		// one scan of them costs less than a scan for the due ones plus one for the earliest due
-		// time of the others.
-		b.Queue(e.sql(rowCols), id)
-	case loadMember:
-		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
-	}
 	if want.ps == nil {
 		want.ps, want.os = []int32{}, []int64{}
 	}
 	var waiting any = want.waiting
 	if want.waiting < 0 {
 		waiting = nil // LIMIT NULL: every one
+	}
+	switch mode {
+	case loadDue:
+		// The rows the transaction can need: a subscription has few leased and acked rows (the
+		// members' credit bounds the leased ones), but the consumers of a backlog that they nack
+		// with a delay leave one waiting row per nacked batch, thousands, which every
+		// transaction would read. So: every leased and acked row, and the want.waiting waiting
+		// ones due first (see loadWant); the rows of other waiting offsets that its acks name
+		// are read afterwards (loadAckedRows).
+		b.Queue(e.sql(rowCols+`AND d.state <> 'waiting'
+UNION ALL
+(`+rowCols+`AND d.state = 'waiting' ORDER BY d.due, d.partition, d.lo LIMIT $2)`), id, waiting)
+	case loadMember:
+		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
 	}
 	b.Queue(e.sql(loadReplayedSQL), id, waiting, want.ps, want.os)
 }
@@ -197,7 +202,7 @@ func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string,
 // expire them, releases give them back, nacks and extends need the lease), the $2 waiting ones
 // due first (what claims take, and the earliest due time, for NextDue), and those at the
 // positions ($3 partitions, $4 offsets) that the transaction's acks, nacks and extends name (an
-// ack completes a replayed copy in any state). See replayWant.
+// ack completes a replayed copy in any state). See loadWant.
 const loadReplayedSQL = `SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
 	FROM spool.dlq WHERE sub_id = $1 AND replay = 'leased'
 UNION
@@ -209,22 +214,24 @@ SELECT q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_membe
 	JOIN spool.dlq q ON q.sub_id = $1 AND q.replay IS NOT NULL AND q.partition = r.p AND q."offset" = r.o
 ORDER BY id`
 
-// replayWant says which replayed DLQ entries a load reads besides the leased ones
-// (loadReplayedSQL): waiting, the first due (more than the transaction's claims can take, so
-// that the earliest due time of those left is among them; all of them when a claim is limited to
-// some partitions, since those due first may all be in others), and those at refs.
-type replayWant struct {
+// loadWant says which waiting delivery rows and replayed DLQ entries a load reads besides the
+// leased (and acked) ones (queueLoad, loadReplayedSQL): of each, waiting, the first due (more than
+// the transaction's claims can take, so that the earliest due time of those left is among them;
+// all of them when a claim is limited to some partitions, since those due first may all be in
+// others); and the replayed entries at refs.
+type loadWant struct {
 	waiting int // -1: all
 	ps      []int32
 	os      []int64
 }
 
-// minReplayWaiting is the fewest waiting replayed entries a load of claims reads.
-const minReplayWaiting = 256
+// minLoadWaiting is the fewest waiting rows (and replayed entries) a load of claims reads.
+const minLoadWaiting = 256
 
-// wantFor returns what the operations ops of one subscription need of its replayed entries.
-func wantFor(ops []*dop) replayWant {
-	w := replayWant{ps: []int32{}, os: []int64{}}
+// wantFor returns what the operations ops of one subscription need of its waiting rows and
+// replayed entries.
+func wantFor(ops []*dop) loadWant {
+	w := loadWant{ps: []int32{}, os: []int64{}}
 	add := func(refs []storage.DeliveryRef) {
 		for _, r := range refs {
 			w.ps, w.os = append(w.ps, r.Partition), append(w.os, r.Offset)
@@ -248,7 +255,7 @@ func wantFor(ops []*dop) replayWant {
 	case all:
 		w.waiting = -1
 	case claims > 0:
-		w.waiting = minReplayWaiting + 2*claims
+		w.waiting = minLoadWaiting + 2*claims
 	}
 	return w
 }
@@ -328,13 +335,9 @@ func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 	}
 	rows, _ = br.Query()
 	for rows.Next() {
-		r := &drow{stored: true}
-		if err := rows.Scan(&r.partition, &r.key, &r.offsets, &r.state, &r.attempt, &r.member, &r.due); err != nil {
+		r, err := scanRow(rows)
+		if err != nil {
 			return nil, wrap(err)
-		}
-		r.due = r.due.UTC()
-		if !slices.IsSorted(r.offsets) {
-			slices.Sort(r.offsets)
 		}
 		st.rows = append(st.rows, r)
 	}
@@ -358,6 +361,19 @@ func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 	return st, nil
 }
 
+// scanRow reads a stored delivery row (partition, lo, offsets, state, attempt, member, due).
+func scanRow(rows pgx.Rows) (*drow, error) {
+	r := &drow{stored: true}
+	if err := rows.Scan(&r.partition, &r.key, &r.offsets, &r.state, &r.attempt, &r.member, &r.due); err != nil {
+		return nil, err
+	}
+	r.due = r.due.UTC()
+	if !slices.IsSorted(r.offsets) {
+		slices.Sort(r.offsets)
+	}
+	return r, nil
+}
+
 // rowOf returns the loaded row that lists offset o of partition p and has not had it taken
 // out, or nil. It looks through the rows (their offsets are sorted) instead of keeping a map of
 // every listed offset: a subscription whose consumers nacked a backlog with a delay has a
@@ -373,6 +389,73 @@ func (st *dstate) rowOf(p int32, o int64) *drow {
 		}
 	}
 	return nil
+}
+
+// loadAckedRows reads the waiting rows that list offsets the acks among ops name and that the
+// load left out (queueLoad reads only the waiting rows due first): an ack completes an offset
+// in any state, also one whose lease expired, which is then waiting for its redelivery. A
+// transaction whose acks name only loaded rows (the usual: the member acks what it holds) makes
+// no query. The subscription's sub_partitions rows are locked, so the rows are as loaded.
+func (e *Engine) loadAckedRows(ctx context.Context, tx pgx.Tx, st *dstate, ops []*dop) error {
+	var ps []int32
+	var os []int64
+	for _, op := range ops {
+		if !op.isAck() {
+			continue
+		}
+		for _, r := range op.refs {
+			dp := st.partOf[r.Partition]
+			if dp == nil || r.Offset < dp.floor || r.Offset >= dp.cursor || st.replay[dref{r.Partition, r.Offset}] != nil ||
+				st.rowOf(r.Partition, r.Offset) != nil {
+				continue
+			}
+			ps, os = append(ps, r.Partition), append(os, r.Offset)
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	loaded := make(map[dref]bool, len(st.rows))
+	for _, r := range st.rows {
+		if r.stored {
+			loaded[dref{r.partition, r.key}] = true
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(e.sql(`SELECT DISTINCT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due
+		FROM unnest($2::int[], $3::bigint[]) AS r (p, o)
+		JOIN spool.sub_partitions sp ON sp.sub_id = $1 AND sp.partition = r.p
+		JOIN spool.deliveries d ON d.sub_id = $1 AND d.partition = r.p AND d.lo >= sp.ack_floor AND d.lo <= r.o
+			AND r.o = ANY (d.offsets)
+		WHERE d.state = 'waiting'`), st.sub.ID, ps, os)
+	br := tx.SendBatch(ctx, b) // a pipelined transaction has no Query
+	err := readAckedRows(br, st, loaded)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: subscription %d: load acked rows: %w", st.sub.ID, err)
+	}
+	return nil
+}
+
+// readAckedRows adds the rows of loadAckedRows's query that st has not loaded yet.
+func readAckedRows(br pgx.BatchResults, st *dstate, loaded map[dref]bool) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRow(rows)
+		if err != nil {
+			return err
+		}
+		if !loaded[dref{r.partition, r.key}] {
+			st.rows = append(st.rows, r)
+		}
+	}
+	return rows.Err()
 }
 
 // take removes offset o from its row and returns the row (nil if no loaded row lists it).
@@ -1299,7 +1382,7 @@ func (e *Engine) release(ctx context.Context, p *storage.DeliveriesReleaseParams
 	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesReleaseResult{}
 		now := e.now()
-		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadMember, p.Member, replayWant{}, true)
+		st, err := e.loadState(ctx, tx, p.SubscriptionID, loadMember, p.Member, loadWant{}, true)
 		if err != nil {
 			return err
 		}

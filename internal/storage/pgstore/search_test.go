@@ -204,7 +204,7 @@ func TestDLQReplayedReadsFewPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim of 10 and an ack of the two replayed entries (the transaction's refs).
-	rows, pages := planOf(t, e, tx, loadReplayedSQL, s.ID, minReplayWaiting+20, []int32{0, 0}, []int64{4, 499})
+	rows, pages := planOf(t, e, tx, loadReplayedSQL, s.ID, minLoadWaiting+20, []int32{0, 0}, []int64{4, 499})
 	if rows != 2 {
 		t.Fatalf("replayed entries: %d rows, want 2", rows)
 	}
@@ -292,8 +292,8 @@ func TestDLQReplayOfManyEntries(t *testing.T) {
 	// What a claim of 100 and an ack of the last entry load.
 	want := wantFor([]*dop{{sub: s.ID, claim: &storage.DeliveriesClaimParams{Max: 100}}, {sub: s.ID, refs: []storage.DeliveryRef{{Partition: 0, Offset: n - 1}}}})
 	rows, _ := planOf(t, e, e.pool, loadReplayedSQL, s.ID, want.waiting, want.ps, want.os)
-	if rows != int64(minReplayWaiting+200+1) {
-		t.Errorf("a claim of 100 and an ack loaded %d of %d replayed entries, want %d", rows, n, minReplayWaiting+200+1)
+	if rows != int64(minLoadWaiting+200+1) {
+		t.Errorf("a claim of 100 and an ack loaded %d of %d replayed entries, want %d", rows, n, minLoadWaiting+200+1)
 	}
 
 	// A late ack of the last entry in the waiting order completes its replayed copy.
@@ -335,5 +335,93 @@ func TestDLQReplayOfManyEntries(t *testing.T) {
 	}
 	if st := must(e.SubscriptionStats(ctx, s.ID))(t); st.Redelivering != 0 || st.DeadLettered != 0 {
 		t.Fatalf("stats at the end: %+v", *st)
+	}
+}
+
+// TestNackedBacklogLoadsFewRows nacks a backlog with a delay, batch by batch, as consumers do
+// while a downstream service is down, which leaves a waiting row of delivery state per batch. It
+// checks that a claim loads the leased and acked rows and only a claim's worth of the waiting
+// ones due first, not all of them; that a late ack still completes an offset of a waiting row the
+// load left out; and that once due, claims deliver every other nacked offset exactly once, with
+// NextDue saying "now" while any is left.
+func TestNackedBacklogLoadsFewRows(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "nacked", storage.TopicConfig{Semantics: storage.PubSub, MaxDeliveries: 100})
+	s := logSub(t, e, "nacked", "g")
+	const n, batch = 3_000, 5
+	msgs := make([]string, 100)
+	for i := range msgs {
+		msgs[i] = fmt.Sprintf("m%d", i)
+	}
+	for range n / len(msgs) {
+		logPublish(t, e, "nacked", 0, msgs...)
+	}
+	var last storage.DeliveryRef
+	for done := 0; done < n; done += batch {
+		res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: batch}))(t)
+		var refs []storage.DeliveryRef
+		for _, d := range res.Deliveries {
+			refs = append(refs, d.Ref())
+		}
+		if len(refs) != batch {
+			t.Fatalf("claim at %d: %d deliveries, want %d", done, len(refs), batch)
+		}
+		// Due times one microsecond apart: the last batch is due last.
+		clock.Advance(time.Microsecond)
+		must(e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m", Refs: refs, Delay: time.Hour}))(t)
+		last = refs[batch-1]
+	}
+	scaleExec(t, e, "ANALYZE spool.deliveries")
+
+	// What a claim of 10 loads: no leased or acked rows, the first 256+20 waiting ones.
+	want := wantFor([]*dop{{sub: s.ID, claim: &storage.DeliveriesClaimParams{Max: 10}}})
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &pgx.Batch{}
+	e.queueLoad(b, s.ID, loadDue, "", want)
+	st, err := readState(tx.SendBatch(ctx, b), s.ID)
+	_ = tx.Rollback(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.rows) != minLoadWaiting+20 {
+		t.Errorf("a claim of 10 loaded %d of the %d waiting rows, want %d", len(st.rows), n/batch, minLoadWaiting+20)
+	}
+
+	// A late ack of the last nacked offset (its row is due last: not loaded) completes it.
+	ack := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: []storage.DeliveryRef{last}}))(t)
+	if ack.Acked != 1 {
+		t.Fatalf("late ack of %+v: %+v, want it acked", last, *ack)
+	}
+
+	clock.Advance(2 * time.Hour)
+	seen := make(map[int64]bool, n)
+	for claims := 0; ; claims++ {
+		if claims > n/100+2 {
+			t.Fatalf("%d claims and %d of %d offsets delivered", claims, len(seen), n-1)
+		}
+		res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100}))(t)
+		if len(res.Deliveries) == 0 {
+			break
+		}
+		var refs []storage.DeliveryRef
+		for _, d := range res.Deliveries {
+			if seen[d.Message.Offset] {
+				t.Fatalf("offset %d delivered twice", d.Message.Offset)
+			}
+			seen[d.Message.Offset] = true
+			refs = append(refs, d.Ref())
+		}
+		if left := n - 1 - len(seen); left > 0 && res.NextDue.After(e.now()) {
+			t.Fatalf("after %d of %d redeliveries: NextDue %s, want now (%d are due)", len(seen), n-1, res.NextDue, left)
+		}
+		must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs}))(t)
+	}
+	if len(seen) != n-1 || seen[last.Offset] {
+		t.Fatalf("redelivered %d offsets (the acked one: %v), want the other %d", len(seen), seen[last.Offset], n-1)
 	}
 }
