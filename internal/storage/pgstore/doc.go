@@ -56,10 +56,14 @@
 // [floor, cursor) that no such row lists is done.
 //
 // A delivery operation loads the subscription's state in one batch (loadState), decides in
-// memory and writes the changes back in one batch (save). Claims, acks, nacks and extends commit
-// synchronously: a claim is durable before its deliveries leave the broker, so a database crash
-// never hands a message out again with the same attempt number, and an ack or an extended lease
-// never goes back. Only DeliveriesRelease commits with synchronous_commit off (a lost release
+// memory and writes the changes back in one batch (save). The load reads what the operation can
+// need, never what grows with a backlog: the leased and acked rows, the waiting rows and replayed
+// DLQ entries due first (more than its claims can take, so the earliest due time of the rest is
+// among them: loadWant), the replayed entries its refs name, and, in one more query only when an
+// ack names an offset of a waiting row left out, that row (loadAckedRows). Claims, acks, nacks
+// and extends commit synchronously: a claim is durable before its deliveries leave the broker, so
+// a database crash never hands a message out again with the same attempt number, and an ack or
+// an extended lease never goes back. Only DeliveriesRelease commits with synchronous_commit off (a lost release
 // only lets the leases expire).
 //
 // # Pipelined transactions
