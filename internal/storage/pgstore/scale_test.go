@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -290,21 +291,7 @@ func TestScaleDLQ(t *testing.T) {
 		return err
 	})
 	t.Logf("SubscriptionStats with %d DLQ entries: %s", n, fmtDur(ds))
-	ds = timed(t, runs, func(i int) error {
-		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 2})
-		if err != nil {
-			return err
-		}
-		var refs []storage.DeliveryRef
-		for _, d := range res.Deliveries {
-			refs = append(refs, d.Ref())
-		}
-		if len(refs) == 0 {
-			return fmt.Errorf("claim %d: nothing", i)
-		}
-		_, err = e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs})
-		return err
-	})
+	ds = timed(t, runs, func(int) error { return claimAck(ctx, e, s.ID, 2) })
 	t.Logf("DeliveriesClaim (max 2) + DeliveriesAck with %d DLQ entries: %s", n, fmtDur(ds))
 
 	explain(t, e, "DLQList first page", `SELECT m.id, m.reason, m.attempts, m.last_error, m.dead_at, m.partition, m."offset", `+msgCols+`
@@ -318,21 +305,7 @@ func TestScaleDLQ(t *testing.T) {
 	start = time.Now()
 	replayed := must(e.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: s.ID}))(t)
 	t.Logf("DLQReplay of all %d entries: %s", replayed, time.Since(start).Round(time.Millisecond))
-	ds = timed(t, runs, func(i int) error {
-		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100})
-		if err != nil {
-			return err
-		}
-		var refs []storage.DeliveryRef
-		for _, d := range res.Deliveries {
-			refs = append(refs, d.Ref())
-		}
-		if len(refs) == 0 {
-			return fmt.Errorf("claim %d after the replay: nothing", i)
-		}
-		_, err = e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs})
-		return err
-	})
+	ds = timed(t, runs, func(int) error { return claimAck(ctx, e, s.ID, 100) })
 	t.Logf("DeliveriesClaim (max 100) + DeliveriesAck with %d replayed DLQ entries: %s", replayed, fmtDur(ds))
 }
 
@@ -369,25 +342,29 @@ func TestScaleNackedBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d messages claimed and nacked (1 h) 100 at a time in %s: %d delivery rows", n, time.Since(start).Round(time.Millisecond), rows)
-	ds := timed(t, 5, func(i int) error {
-		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100})
-		if err != nil {
-			return err
-		}
-		var refs []storage.DeliveryRef
-		for _, d := range res.Deliveries {
-			refs = append(refs, d.Ref())
-		}
-		if len(refs) == 0 {
-			return fmt.Errorf("claim %d: nothing", i)
-		}
-		_, err = e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs})
-		return err
-	})
+	ds := timed(t, 5, func(int) error { return claimAck(ctx, e, s.ID, 100) })
 	t.Logf("DeliveriesClaim (max 100) + DeliveriesAck of new messages behind %d nacked ones: %s", n, fmtDur(ds))
 	ds = timed(t, 5, func(int) error {
 		_, err := e.SubscriptionStats(ctx, s.ID)
 		return err
 	})
 	t.Logf("SubscriptionStats with %d nacked messages in %d rows: %s", n, rows, fmtDur(ds))
+}
+
+// claimAck claims up to max messages of subscription id for member "m" and acks them; it fails
+// when the claim returns none.
+func claimAck(ctx context.Context, e *Engine, id int64, max int) error {
+	res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: id, Member: "m", Max: max})
+	if err != nil {
+		return err
+	}
+	var refs []storage.DeliveryRef
+	for _, d := range res.Deliveries {
+		refs = append(refs, d.Ref())
+	}
+	if len(refs) == 0 {
+		return fmt.Errorf("claim of %d: nothing", max)
+	}
+	_, err = e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: id, Member: "m", Refs: refs})
+	return err
 }

@@ -146,21 +146,7 @@ func TestSearchTimeReadsLogarithmic(t *testing.T) {
 	ctx := t.Context()
 	const n = 200_000
 	logTopic(t, e, "big", storage.TopicConfig{Semantics: storage.PubSub})
-	var id int64
-	if err := e.pool.QueryRow(ctx, e.sql("SELECT id FROM spool.topics WHERE name = 'big'")).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	// n messages, one per millisecond, in the bucket of logBase (the engine's bucket width is an
-	// hour: they all fit), as MessagesAppend would have written them.
-	t0 := time.Unix(e.bucketStart(logBase), 0).UTC()
-	if err := e.ensureBucket(ctx, t0); err != nil {
-		t.Fatal(err)
-	}
-	scaleExec(t, e, `INSERT INTO spool.messages (topic_id, partition, "offset", published_at, payload, size)
-		SELECT $1, 0, g, $2::timestamptz + g * interval '1 millisecond', '\x00'::bytea, 1 FROM generate_series(0, $3 - 1) g`, id, t0, n)
-	scaleExec(t, e, `UPDATE spool.partitions SET next_offset = $2::bigint, low_published_at = $3,
-		last_published_at = $3::timestamptz + ($2::bigint - 1) * interval '1 millisecond', bytes = $2::bigint * 65 WHERE topic_id = $1`, id, n, t0)
-	scaleExec(t, e, "ANALYZE spool.messages")
+	id, t0 := loadMillis(t, e, "big", n)
 	for _, o := range []int64{0, n / 2, n - 1} {
 		at := t0.Add(time.Duration(o) * time.Millisecond)
 		var got int64
@@ -229,19 +215,7 @@ func TestRetentionReadsLogarithmic(t *testing.T) {
 	const n = 200_000
 	logTopic(t, e, "held", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Hour,
 		ZeroSubscriptionRetention: time.Hour, MaxRetention: 48 * time.Hour})
-	var id int64
-	if err := e.pool.QueryRow(ctx, e.sql("SELECT id FROM spool.topics WHERE name = 'held'")).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Unix(e.bucketStart(logBase), 0).UTC()
-	if err := e.ensureBucket(ctx, t0); err != nil {
-		t.Fatal(err)
-	}
-	scaleExec(t, e, `INSERT INTO spool.messages (topic_id, partition, "offset", published_at, payload, size)
-		SELECT $1, 0, g, $2::timestamptz + g * interval '1 millisecond', '\x00'::bytea, 1 FROM generate_series(0, $3 - 1) g`, id, t0, n)
-	scaleExec(t, e, `UPDATE spool.partitions SET next_offset = $2::bigint, low_published_at = $3,
-		last_published_at = $3::timestamptz + ($2::bigint - 1) * interval '1 millisecond', bytes = $2::bigint * 65 WHERE topic_id = $1`, id, n, t0)
-	scaleExec(t, e, "ANALYZE spool.messages")
+	id, t0 := loadMillis(t, e, "held", n)
 	s := logSub(t, e, "held", "g") // from the beginning: holds every message
 	// message_retention and zero_subscription_retention start at the middle message.
 	clock.Advance(t0.Add(time.Hour + n/2*time.Millisecond).Sub(clock.Now()))
@@ -306,30 +280,7 @@ func TestDLQReplayOfManyEntries(t *testing.T) {
 		t.Fatalf("stats after the ack: %d redelivering, want %d", st.Redelivering, n-1)
 	}
 
-	seen := make(map[int64]bool, n)
-	for claims := 0; ; claims++ {
-		if claims > n/100+2 {
-			t.Fatalf("%d claims and %d of %d entries delivered", claims, len(seen), n-1)
-		}
-		res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100}))(t)
-		if len(res.Deliveries) == 0 {
-			break
-		}
-		var refs []storage.DeliveryRef
-		for _, d := range res.Deliveries {
-			if seen[d.Message.Offset] {
-				t.Fatalf("offset %d delivered twice", d.Message.Offset)
-			}
-			seen[d.Message.Offset] = true
-			refs = append(refs, d.Ref())
-		}
-		if left := n - 1 - len(seen); left > 0 && res.NextDue.After(e.now()) {
-			t.Fatalf("after %d of %d deliveries: NextDue %s, want now (%d replayed entries are due)", len(seen), n-1, res.NextDue, left)
-		}
-		if got := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs}))(t); got.Acked != len(refs) {
-			t.Fatalf("ack: %+v, want %d acked", *got, len(refs))
-		}
-	}
+	seen := drainOnce(t, e, s.ID, n-1)
 	if len(seen) != n-1 || seen[n-1] {
 		t.Fatalf("delivered %d entries (the acked one: %v), want the other %d", len(seen), seen[n-1], n-1)
 	}
@@ -399,14 +350,27 @@ func TestNackedBacklogLoadsFewRows(t *testing.T) {
 	}
 
 	clock.Advance(2 * time.Hour)
-	seen := make(map[int64]bool, n)
+	seen := drainOnce(t, e, s.ID, n-1)
+	if len(seen) != n-1 || seen[last.Offset] {
+		t.Fatalf("redelivered %d offsets (the acked one: %v), want the other %d", len(seen), seen[last.Offset], n-1)
+	}
+}
+
+// drainOnce claims (100 at a time) and acks the due messages of subscription id until a claim
+// returns none, and returns the offsets delivered. It fails on an offset delivered twice, on a
+// claim whose NextDue is later than now while fewer than want were delivered (the rest were
+// due), and after more claims than want needs.
+func drainOnce(t *testing.T, e *Engine, id int64, want int) map[int64]bool {
+	t.Helper()
+	ctx := t.Context()
+	seen := make(map[int64]bool, want)
 	for claims := 0; ; claims++ {
-		if claims > n/100+2 {
-			t.Fatalf("%d claims and %d of %d offsets delivered", claims, len(seen), n-1)
+		if claims > want/100+2 {
+			t.Fatalf("%d claims and %d of %d offsets delivered", claims, len(seen), want)
 		}
-		res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 100}))(t)
+		res := must(e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: id, Member: "m", Max: 100}))(t)
 		if len(res.Deliveries) == 0 {
-			break
+			return seen
 		}
 		var refs []storage.DeliveryRef
 		for _, d := range res.Deliveries {
@@ -416,12 +380,33 @@ func TestNackedBacklogLoadsFewRows(t *testing.T) {
 			seen[d.Message.Offset] = true
 			refs = append(refs, d.Ref())
 		}
-		if left := n - 1 - len(seen); left > 0 && res.NextDue.After(e.now()) {
-			t.Fatalf("after %d of %d redeliveries: NextDue %s, want now (%d are due)", len(seen), n-1, res.NextDue, left)
+		if left := want - len(seen); left > 0 && res.NextDue.After(e.now()) {
+			t.Fatalf("after %d of %d deliveries: NextDue %s, want now (%d are due)", len(seen), want, res.NextDue, left)
 		}
-		must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: refs}))(t)
+		if got := must(e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: id, Member: "m", Refs: refs}))(t); got.Acked != len(refs) {
+			t.Fatalf("ack: %+v, want %d acked", *got, len(refs))
+		}
 	}
-	if len(seen) != n-1 || seen[last.Offset] {
-		t.Fatalf("redelivered %d offsets (the acked one: %v), want the other %d", len(seen), seen[last.Offset], n-1)
+}
+
+// loadMillis writes n messages into partition 0 of topic, one per millisecond from the start of
+// logBase's bucket (the engine's bucket width is an hour: they all fit in it), as MessagesAppend
+// would have, and returns the topic's id and the first message's time.
+func loadMillis(t *testing.T, e *Engine, topic string, n int64) (int64, time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	var id int64
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT id FROM spool.topics WHERE name = $1"), topic).Scan(&id); err != nil {
+		t.Fatal(err)
 	}
+	t0 := time.Unix(e.bucketStart(logBase), 0).UTC()
+	if err := e.ensureBucket(ctx, t0); err != nil {
+		t.Fatal(err)
+	}
+	scaleExec(t, e, `INSERT INTO spool.messages (topic_id, partition, "offset", published_at, payload, size)
+		SELECT $1, 0, g, $2::timestamptz + g * interval '1 millisecond', '\x00'::bytea, 1 FROM generate_series(0, $3 - 1) g`, id, t0, n)
+	scaleExec(t, e, `UPDATE spool.partitions SET next_offset = $2::bigint, low_published_at = $3,
+		last_published_at = $3::timestamptz + ($2::bigint - 1) * interval '1 millisecond', bytes = $2::bigint * 65 WHERE topic_id = $1`, id, n, t0)
+	scaleExec(t, e, "ANALYZE spool.messages")
+	return id, t0
 }
