@@ -319,7 +319,8 @@ type SeedGroup struct {
 	State storage.SubscriptionState `json:"state"`
 	// Members counts the consumers of this broker in the group on this topic.
 	Members int `json:"members"`
-	// Consumers describe them: their credit and the deliveries each holds (pending per consumer).
+	// Consumers describe them: their credit and the deliveries each holds (pending per consumer);
+	// their subscription IDs are left out (see Group.Members).
 	Consumers    []Member `json:"consumers"`
 	Pending      int64    `json:"pending"`
 	Lag          int64    `json:"lag"`
@@ -340,7 +341,7 @@ func (h *Handler) seedGroups(w http.ResponseWriter, r *http.Request) error {
 	members := memberMap(h.b)
 	out := SeedGroups{Groups: make([]SeedGroup, 0, len(infos))}
 	for _, gi := range infos {
-		g := groupJSON(gi, members)
+		g := groupJSON(gi, members, true)
 		out.Groups = append(out.Groups, SeedGroup{
 			Topic: g.Topic, Group: g.Group, State: g.State, Members: g.MemberCount, Consumers: g.Members,
 			Pending: g.Pending, Lag: g.Lag, InFlight: g.InFlight, DeadLettered: g.DeadLettered,

@@ -88,6 +88,18 @@
 // the session open; the lease of pulled messages is the topic's ack_wait (no per-request lease).
 // Handler.Close ends every session (their leases are released and redelivered at once).
 //
+// # Listings at scale
+//
+// The listings read each topic's or subscription's figures once: GET /api/v1/topics,
+// GET /admin/topics and /metrics cost is linear in topics plus subscriptions (at 10,000 topics
+// and 12,000 subscriptions on the embedded engine: 17-45 ms; /metrics 0.4 s, mostly building and
+// encoding its 170,000 series), and no listing holds a broker or engine lock for more than one
+// topic or subscription at a time, so publishing and dispatch go on. GET /api/v1/topics pages with
+// limit and offset, but still reads every topic's figures (to filter by pattern and count total);
+// the group listings do not page. A member appears in the group listings once per subscription it
+// is attached to, with its subscription_count but not its subscription IDs (a wildcard member on n
+// topics would repeat n IDs n times); GET /api/v1/members and the single-group GET list them.
+//
 // # Seed paths
 //
 // GET /admin/topics lists topics with "subscribers" (consumers attached here), "subscriptions"

@@ -94,12 +94,14 @@ func (h *Handler) routeTable() []*route {
 		// Groups (subscriptions).
 		{method: "GET", path: "/api/v1/groups", handle: h.listGroups, doc: opDoc{
 			id: "listGroups", tag: "groups", summary: "List subscriptions (consumer groups on topics) with their health.",
+			desc: "Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
 			query: []queryParam{{"topic", "string", "only this topic"}, {"group", "string", "only this group"},
 				{"state", "string", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED"}},
 			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
 		{method: "GET", path: "/api/v1/topics/{topic}/groups", handle: h.listTopicGroups, doc: opDoc{
 			id: "listTopicGroups", tag: "groups", summary: "List the subscriptions of a topic with their health.",
-			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
+			desc: "Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
+			ok:   200, resp: typeOf[GroupList](), errs: errsRead}},
 		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}", handle: h.getGroup, doc: opDoc{
 			id: "getGroup", tag: "groups", summary: "Get a subscription with its health.",
 			desc: "group is the consumer group, $queue for the subscription of a QUEUE topic.",
@@ -166,7 +168,8 @@ func (h *Handler) routeTable() []*route {
 			ok: 200, resp: typeOf[SeedTopics](), errs: errsRead}},
 		{method: "GET", path: "/admin/groups", handle: h.seedGroups, doc: opDoc{
 			id: "seedGroups", tag: "seed", summary: "Seed 002 M4-3: groups (one entry per subscription) with member counts.",
-			ok: 200, resp: typeOf[SeedGroups](), errs: errsRead}},
+			desc: "Consumers carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
+			ok:   200, resp: typeOf[SeedGroups](), errs: errsRead}},
 		{method: "POST", path: "/admin/dlq/replay", handle: h.seedReplay, doc: opDoc{
 			id: "seedReplay", tag: "seed", summary: "Seed 002 M4-6: replay DLQ entries to the group that dead-lettered them.",
 			desc: "Accepts {\"topic\",\"group\",\"ids\"|\"all\"} or the seed's {\"message_id\":\"dlq-12\",\"target_topic\":\"orders\"}.",

@@ -196,7 +196,7 @@ func (h *Handler) writeGroups(w http.ResponseWriter, r *http.Request, keep func(
 	out := GroupList{Groups: []Group{}}
 	for _, g := range infos {
 		if keep(g) {
-			out.Groups = append(out.Groups, groupJSON(g, members))
+			out.Groups = append(out.Groups, groupJSON(g, members, true))
 		}
 	}
 	if len(out.Groups) == 0 && mustTopic != "" {
@@ -217,7 +217,7 @@ func (h *Handler) writeGroup(w http.ResponseWriter, r *http.Request, topic, grou
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, groupJSON(g, memberMap(h.b)))
+	writeJSON(w, http.StatusOK, groupJSON(g, memberMap(h.b), false))
 	return nil
 }
 

@@ -88,8 +88,12 @@ type MemberInfo struct {
 	InFlight int `json:"in_flight"`
 	// Delivered counts the deliveries handed to the member since it subscribed.
 	Delivered int64 `json:"delivered"`
-	// Subscriptions are the IDs of the subscriptions the member is attached to.
-	Subscriptions []int64 `json:"subscriptions"`
+	// SubscriptionCount is the number of subscriptions the member is attached to.
+	SubscriptionCount int `json:"subscription_count"`
+	// Subscriptions are the IDs of the subscriptions the member is attached to, in ID order. A
+	// listing that describes a member once per subscription leaves them out (a wildcard member on
+	// n topics would repeat n IDs n times): the admin API's group listings do.
+	Subscriptions []int64 `json:"subscriptions,omitempty"`
 }
 
 // EndedSubscription tells a member that it was detached from one of its subscriptions for a reason
@@ -280,6 +284,7 @@ func (m *Member) Info() MemberInfo {
 		info.Subscriptions = append(info.Subscriptions, id)
 	}
 	sortInt64s(info.Subscriptions)
+	info.SubscriptionCount = len(info.Subscriptions)
 	return info
 }
 

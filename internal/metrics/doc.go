@@ -14,7 +14,11 @@
 // which on PostgreSQL is shared by every broker instance: every instance reports the same values,
 // so aggregate them across instances with max(), not sum(). A scrape costs one Broker.Topics and
 // one Broker.Groups call: a few engine calls per topic and per subscription (sparse state, no work
-// per message) and short read locks; scrapes are serialized and bounded by a timeout.
+// per message) and short read locks; scrapes are serialized and bounded by a timeout. A scrape
+// has 7 series per topic and 10 per (topic, group) (4 of them spool_subscription_state):
+// 10,000 topics with 12,000 subscriptions give 170,000 series and 9.5 MB of text; on the embedded
+// engine reading the broker takes 35 ms of the scrape's 0.4 s, the rest is building and encoding
+// the series (internal/admin/scale_test.go), and publishes are not held up meanwhile.
 //
 // # Names
 //
