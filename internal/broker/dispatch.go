@@ -83,12 +83,19 @@ func (s *subState) memberIDs() []string {
 
 // run is the dispatcher goroutine: it dispatches whenever woken (messages appended, a member
 // gained credit, joined or left, the subscription was resumed or got messages replayed), when the
-// earliest NextDue or lease deadline passes, and at least every poll interval.
+// earliest NextDue or lease deadline passes, and when it has not looked for a while: every poll
+// interval at first, then, as long as it delivers nothing, twice as long after each poll up to
+// maxIdlePolls poll intervals (idlePoll); a delivery starts over (a wake-up makes a pass at once
+// but does not: a member's returned credit wakes dispatchers that may have nothing to claim). The polls are a
+// safety net (every change that makes messages claimable wakes the dispatchers, also those of
+// other instances on PostgreSQL), and an idle broker with thousands of subscriptions must not
+// claim thousands of times a second for nothing.
 func (s *subState) run() {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var lastPass time.Time
+	quiet := 0 // polls in a row that delivered nothing
 	for {
 		if iv := b.claimInterval; iv > 0 {
 			// Let what is published meanwhile gather into one claim (see Config.ClaimInterval).
@@ -105,11 +112,14 @@ func (s *subState) run() {
 			lastPass = time.Now()
 		}
 		s.handled.Store(s.wakes.Load())
-		wait, gone := s.dispatch()
+		wait, delivered, gone := s.dispatch(idlePoll(b.pollInterval, quiet))
 		if gone {
 			// The subscription no longer exists in the engine: detach its members.
 			b.detachSub(s, fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, s.id, s.topic))
 			return
+		}
+		if delivered {
+			quiet = 0
 		}
 		timer.Reset(wait)
 		s.idle.Store(true)
@@ -120,20 +130,31 @@ func (s *subState) run() {
 			return
 		case <-s.wake:
 		case <-timer.C:
+			quiet++
 		}
 		s.idle.Store(false)
 	}
 }
 
+// maxIdlePolls bounds how far idle polls back off: an idle dispatcher looks at its subscription
+// at least every maxIdlePolls poll intervals (16 s by default).
+const maxIdlePolls = 16
+
+// idlePoll returns the longest wait of a dispatcher after quiet polls in a row found nothing:
+// poll, doubling with each, at most maxIdlePolls times poll.
+func idlePoll(poll time.Duration, quiet int) time.Duration {
+	return poll * time.Duration(min(1<<min(quiet, 30), maxIdlePolls))
+}
+
 // dispatch claims for members with credit, round robin, until nothing more is claimable, and
-// returns how long to wait before the next look without a wake-up. gone reports that the
-// subscription does not exist any more.
+// returns how long to wait before the next look without a wake-up (at most poll), and whether it
+// delivered anything. gone reports that the subscription does not exist any more.
 //
 // Termination: a claim that returns fewer deliveries than asked for without AvoidMember means the
 // subscription is drained for now. With AvoidMember it means that what is left was last delivered
 // to that member; the next member claims it, so two short claims in a row by different members
 // mean drained too.
-func (s *subState) dispatch() (wait time.Duration, gone bool) {
+func (s *subState) dispatch(poll time.Duration) (wait time.Duration, delivered, gone bool) {
 	b := s.b
 	s.claimMu.Lock()
 	defer s.claimMu.Unlock()
@@ -145,7 +166,7 @@ func (s *subState) dispatch() (wait time.Duration, gone bool) {
 	for {
 		select {
 		case <-s.stop:
-			return 0, false
+			return 0, delivered, false
 		default:
 		}
 		m, k, others := s.pick(after)
@@ -158,10 +179,12 @@ func (s *subState) dispatch() (wait time.Duration, gone bool) {
 		})
 		if err != nil {
 			m.unreserve(k)
-			return s.claimFailed(err)
+			wait, gone := s.claimFailed(err)
+			return wait, delivered, gone
 		}
 		m.deliver(s, res.Deliveries, k)
 		if len(res.Deliveries) > 0 {
+			delivered = true
 			s.mu.Lock()
 			s.served = m
 			s.mu.Unlock()
@@ -177,7 +200,7 @@ func (s *subState) dispatch() (wait time.Duration, gone bool) {
 		}
 	}
 	s.setProblem("")
-	return s.waitFor(nextDue), false
+	return s.waitFor(nextDue, poll), delivered, false
 }
 
 // pick chooses the first member with credit after member after (from the start of the list if
@@ -196,7 +219,7 @@ func (s *subState) pick(after *Member) (m *Member, k int, others bool) {
 	for i := range n {
 		c := s.members[(start+i)%n]
 		c.mu.Lock()
-		k = c.reserveLocked(now)
+		k = c.reserveLocked(now, s)
 		c.mu.Unlock()
 		if k > 0 {
 			m = c
@@ -247,8 +270,8 @@ func (s *subState) setProblem(p string) bool {
 }
 
 // waitFor returns how long to sleep: until the engine's NextDue, until the earliest lease deadline
-// of a member (an expired lease gives its credit back), at most the poll interval.
-func (s *subState) waitFor(nextDue time.Time) time.Duration {
+// of a member (an expired lease gives its credit back), at most poll.
+func (s *subState) waitFor(nextDue time.Time, poll time.Duration) time.Duration {
 	s.mu.Lock()
 	members := slices.Clone(s.members)
 	s.mu.Unlock()
@@ -256,7 +279,7 @@ func (s *subState) waitFor(nextDue time.Time) time.Duration {
 	for _, m := range members {
 		nextDue = earliest(nextDue, m.nextExpiry(now))
 	}
-	wait := s.b.pollInterval
+	wait := poll
 	if !nextDue.IsZero() {
 		// A minimum keeps a NextDue in the past (clock skew, an engine quirk) from spinning.
 		wait = min(wait, max(time.Millisecond, nextDue.Sub(now)))

@@ -61,8 +61,11 @@
 //   - an admin call resumes the subscription or replays its DLQ,
 //   - a timer fires: at the NextDue of the last claim (a backoff elapses, a lease expires, a delayed
 //     message matures), at the earliest lease deadline of its members (an expired lease gives credit
-//     back), and at least every Config.PollInterval (wake-ups that cannot reach this process: a
-//     resume through another instance, a lost database notification, clock skew).
+//     back), and when it has not looked for a while: after Config.PollInterval, then, while these
+//     polls deliver nothing, twice as long each time up to 16 poll intervals (wake-ups that cannot
+//     reach this process: a lost database notification, clock skew). A delivery starts over; a
+//     wake-up makes a pass at once but does not (a returned credit may wake it for nothing). A
+//     member's returned credit wakes only the dispatchers that found it without credit.
 //
 // Extend does not wake it: it changes no credit. A dispatch round picks the members with credit in
 // round-robin order, starting after the last one that received deliveries (so messages published

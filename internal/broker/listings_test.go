@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -84,5 +85,60 @@ func TestTopicsListsSubscriptionsOnce(t *testing.T) {
 			t.Errorf("Topic(%s): %d subscriptions, %d members; Topics: %d, %d", info.Topic.Name,
 				one.Subscriptions, one.Members, info.Subscriptions, info.Members)
 		}
+	}
+}
+
+// claimCounter counts the engine's claims.
+type claimCounter struct {
+	storage.Engine
+	claims atomic.Int64
+}
+
+func (c *claimCounter) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
+	c.claims.Add(1)
+	return c.Engine.DeliveriesClaim(ctx, p)
+}
+
+// TestIdlePollsBackOff: an idle dispatcher's polls, which find nothing, come farther and farther
+// apart, up to maxIdlePolls poll intervals: with a 2 ms poll interval it claims at most every
+// 32 ms once backed off, not every 2 ms. (Slow timers can only make fewer claims: the bound
+// cannot fail for a busy machine.)
+func TestIdlePollsBackOff(t *testing.T) {
+	t.Parallel()
+	const poll = 2 * time.Millisecond
+	e := newEnv(t, func(c *Config) { c.PollInterval = poll })
+	cc := &claimCounter{Engine: e.b.engine}
+	e.b.engine = cc // before any member exists: nothing else reads it yet
+	if _, err := e.b.CreateTopic(e.ctx(), "idle.t", storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
+		t.Fatal(err)
+	}
+	e.subscribe(SubscribeParams{Pattern: "idle.t", Group: "a"}) // closed by Stop
+	// Backed off after 2+4+8+16 ms: wait for 6 polls, then count over 320 ms.
+	deadline := time.Now().Add(10 * time.Second)
+	for cc.claims.Load() < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims in 10 s", cc.claims.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c0, t0 := cc.claims.Load(), time.Now()
+	time.Sleep(320 * time.Millisecond)
+	n, took := cc.claims.Load()-c0, time.Since(t0)
+	// Every 32 ms at most: took/32ms + 1; polling every 2 ms would make about 160.
+	if limit := int64(took/(maxIdlePolls*poll)) + 2; n > limit {
+		t.Errorf("an idle dispatcher claimed %d times in %s, want at most %d (one per %s)", n, took, limit, maxIdlePolls*poll)
+	}
+}
+
+func TestIdlePoll(t *testing.T) {
+	t.Parallel()
+	want := []time.Duration{1, 2, 4, 8, 16, 16, 16}
+	for quiet, w := range want {
+		if got := idlePoll(time.Second, quiet); got != w*time.Second {
+			t.Errorf("idlePoll(1s, %d) = %s, want %s", quiet, got, w*time.Second)
+		}
+	}
+	if got := idlePoll(time.Second, 1000); got != maxIdlePolls*time.Second {
+		t.Errorf("idlePoll(1s, 1000) = %s", got)
 	}
 }

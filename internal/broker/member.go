@@ -50,9 +50,11 @@ type Member struct {
 	ended []EndedSubscription
 	// reserved counts deliveries being claimed for this member right now.
 	reserved int
-	// starved is set when a dispatcher found no credit because of another dispatcher's
-	// reservation; returning unused reserved credit then wakes the member's subscriptions.
-	starved bool
+	// starved holds the subscriptions whose dispatcher found no credit because of another
+	// dispatcher's reservation; returning unused reserved credit then wakes them (only them: a
+	// member on a thousand subscriptions whose idle dispatchers each woke all the others when
+	// their claims found nothing kept them claiming without end).
+	starved map[*subState]struct{}
 	// inflight maps the deliveries the member holds to their lease deadline.
 	inflight map[leaseKey]time.Time
 	// minDeadline is at most the earliest deadline in inflight (zero when empty).
@@ -328,11 +330,15 @@ func (m *Member) credit(now time.Time) int {
 	return m.creditLocked(now)
 }
 
-// reserveLocked reserves all the member's credit for a claim. m.mu must be held.
-func (m *Member) reserveLocked(now time.Time) int {
+// reserveLocked reserves all the member's credit for a claim of s's dispatcher. m.mu must be
+// held.
+func (m *Member) reserveLocked(now time.Time, s *subState) int {
 	k := m.creditLocked(now)
 	if k == 0 && m.reserved > 0 {
-		m.starved = true
+		if m.starved == nil {
+			m.starved = map[*subState]struct{}{}
+		}
+		m.starved[s] = struct{}{}
 	}
 	m.reserved += k
 	return k
@@ -346,19 +352,16 @@ func (m *Member) unreserve(k int) {
 	m.returnCreditLocked(nil)
 }
 
-// returnCreditLocked wakes the member's other subscriptions when reserved credit came back unused
-// while another dispatcher found the member without credit: without it that dispatcher would
+// returnCreditLocked wakes the subscriptions whose dispatcher found the member without credit
+// (other than from) when reserved credit came back unused: without it such a dispatcher would
 // idle although the member can take its messages now. m.mu must be held.
 func (m *Member) returnCreditLocked(from *subState) {
-	if !m.starved {
-		return
-	}
-	m.starved = false
-	for _, s := range m.subs {
+	for s := range m.starved {
 		if s != from {
 			s.wakeUp()
 		}
 	}
+	clear(m.starved)
 }
 
 // deliver hands claimed deliveries of s to the member and ends the reservation of k. If the member

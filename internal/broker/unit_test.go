@@ -64,7 +64,7 @@ func TestMemberCreditAccounting(t *testing.T) {
 		t.Fatalf("initial credit = %d, want 3", got)
 	}
 	m.mu.Lock()
-	k := m.reserveLocked(now)
+	k := m.reserveLocked(now, s)
 	m.mu.Unlock()
 	if k != 3 || m.credit(now) != 0 {
 		t.Fatalf("reserve = %d, credit after = %d; want 3 and 0", k, m.credit(now))
@@ -108,7 +108,7 @@ func TestMemberDeliverAfterLeaveDrops(t *testing.T) {
 	s := &subState{b: b, id: 7, topic: "t", wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	now := clock.Now()
 	m.mu.Lock()
-	k := m.reserveLocked(now)
+	k := m.reserveLocked(now, s)
 	m.mu.Unlock()
 	// m is not attached to s (it left while the claim ran): the deliveries are dropped and the
 	// reservation ends.
@@ -185,9 +185,10 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-// Two subscriptions share a member (a wildcard member). While the dispatcher of one has reserved
-// the member's credit for a claim, the other finds no credit and idles; when the claim comes back
-// short, the unused credit must wake the other.
+// Three subscriptions share a member (a wildcard member). While the dispatcher of one has reserved
+// the member's credit for a claim, another finds no credit and idles; when the claim comes back
+// short, the unused credit must wake that one, and only that one: the third did not look (waking
+// every subscription of a member on a thousand topics kept idle dispatchers claiming for ever).
 func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
@@ -195,7 +196,8 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	m := newMember(b, "m1", SubscribeParams{Pattern: "t.*"}, 4, storage.StartPosition{})
 	s1 := &subState{b: b, id: 1, topic: "t.a", wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	s2 := &subState{b: b, id: 2, topic: "t.b", wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	for _, s := range []*subState{s1, s2} {
+	s3 := &subState{b: b, id: 3, topic: "t.c", wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	for _, s := range []*subState{s1, s2, s3} {
 		s.members = []*Member{m}
 		m.subs[s.id] = s
 	}
@@ -215,6 +217,9 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	}
 	if len(s1.wake) != 0 {
 		t.Fatal("s1 woken by its own returned credit")
+	}
+	if len(s3.wake) != 0 {
+		t.Fatal("s3 woken by returned credit it never asked for")
 	}
 	if picked, k, _ := s2.pick(nil); picked != m || k != 3 {
 		t.Fatalf("s2 pick after the return = %v, %d; want m1 with 3", picked, k)

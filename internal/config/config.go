@@ -124,7 +124,8 @@ type Broker struct {
 	DefaultMaxInFlight int `yaml:"default_max_in_flight"`
 	// RetentionInterval is how often retention runs. Defaults to 1 minute.
 	RetentionInterval time.Duration `yaml:"retention_interval"`
-	// PollInterval is the longest an idle dispatcher waits before it looks again. Defaults to 1 s.
+	// PollInterval is how long an idle dispatcher first waits before it looks again; it backs off
+	// to 16 times that while it finds nothing. Defaults to 1 s.
 	PollInterval time.Duration `yaml:"poll_interval"`
 }
 

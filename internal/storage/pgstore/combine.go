@@ -174,11 +174,18 @@ func (e *Engine) runLane(ctx context.Context, lane *opLane, batch []*dop) {
 // bounded by maxRollbackWait), finds it closed and releases it; the pool drops it.
 func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 	tctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
-	err := e.pipeTx(tctx, func(tx pgx.Tx) error { return e.opsTx(tctx, tx, batch) })
+	var nacked []string
+	err := e.pipeTx(tctx, func(tx pgx.Tx) error {
+		nacked = nacked[:0]
+		return e.opsTx(tctx, tx, batch, &nacked)
+	})
 	timedOut := tctx.Err() != nil // ctx itself has no deadline (runLane)
 	cancel()
 	switch {
 	case err == nil:
+		for _, topic := range nacked {
+			e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: topic})
+		}
 		return
 	case timedOut:
 		err = e.txTimeout(err)
@@ -271,8 +278,9 @@ func (e *Engine) txLocksBounded(ctx context.Context, what string, fn func(ctx co
 	}
 }
 
-// opsTx runs the operations of batch in transaction tx.
-func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
+// opsTx runs the operations of batch in transaction tx, and appends to nacked the topics of the
+// subscriptions whose nacks gave messages back (to announce once it committed).
+func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]string) error {
 	now := e.now()
 	var subs []int64
 	bySub := map[int64][]*dop{}
@@ -329,6 +337,9 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop) error {
 				continue
 			case op.nack != nil:
 				op.nackRes = nackOn(st, op.nack, now)
+				if op.nackRes.Nacked > 0 && !slices.Contains(*nacked, st.sub.Topic) {
+					*nacked = append(*nacked, st.sub.Topic)
+				}
 			case op.extend != nil:
 				op.extendRes = extendOn(st, op.extend, now)
 			default:

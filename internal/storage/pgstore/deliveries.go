@@ -1371,13 +1371,18 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesRel
 	if p.Member == "" {
 		return nil, invalid("member must not be empty")
 	}
-	return withTxTimeout(e, ctx, "release", func(ctx context.Context) (*storage.DeliveriesReleaseResult, error) {
-		return e.release(ctx, p)
+	var topic string
+	res, err := withTxTimeout(e, ctx, "release", func(ctx context.Context) (*storage.DeliveriesReleaseResult, error) {
+		return e.release(ctx, p, &topic)
 	})
+	if err == nil && res.Released > 0 {
+		e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: topic})
+	}
+	return res, err
 }
 
-// release runs DeliveriesRelease's transaction.
-func (e *Engine) release(ctx context.Context, p *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
+// release runs DeliveriesRelease's transaction and sets *topic to the subscription's topic.
+func (e *Engine) release(ctx context.Context, p *storage.DeliveriesReleaseParams, topic *string) (*storage.DeliveriesReleaseResult, error) {
 	var res *storage.DeliveriesReleaseResult
 	err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 		res = &storage.DeliveriesReleaseResult{}
@@ -1386,6 +1391,7 @@ func (e *Engine) release(ctx context.Context, p *storage.DeliveriesReleaseParams
 		if err != nil {
 			return err
 		}
+		*topic = st.sub.Topic
 		maxDel := st.cfg.MaxDeliveries
 		for _, r := range slices.Clone(st.rows) {
 			if r.state != stLeased || r.member != p.Member {

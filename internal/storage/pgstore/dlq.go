@@ -78,8 +78,9 @@ func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, 
 	if p == nil {
 		return 0, invalid("nil params")
 	}
+	var topic string
 	return e.dlqMove(ctx, "DLQ purge", p.SubscriptionID, p.IDs, false, `DELETE FROM spool.dlq
-		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`)
+		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`, &topic)
 }
 
 // DLQReplay moves DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored) back
@@ -92,16 +93,22 @@ func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int
 	if p == nil {
 		return 0, invalid("nil params")
 	}
-	return e.dlqMove(ctx, "DLQ replay", p.SubscriptionID, p.IDs, true, `UPDATE spool.dlq SET replay = 'waiting', replay_attempt = 0,
+	var topic string
+	n, err := e.dlqMove(ctx, "DLQ replay", p.SubscriptionID, p.IDs, true, `UPDATE spool.dlq SET replay = 'waiting', replay_attempt = 0,
 			replay_member = '', replay_due = $3
-		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`)
+		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`, &topic)
+	if err == nil && n > 0 {
+		e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: topic})
+	}
+	return n, err
 }
 
 // dlqMove runs a purge or replay (what) statement ($1 subscription, $2 IDs, $3 now withNow) under
-// the subscription's sub_partitions locks and returns how many entries it changed. Taking the
+// the subscription's sub_partitions locks, sets *topic to the subscription's topic and returns how
+// many entries it changed. Taking the
 // locks is bounded by Config.TxTimeout; the statement is not, since it changes as many rows as the
 // DLQ holds (txLocksBounded): a DLQ of millions of entries must still be purgeable.
-func (e *Engine) dlqMove(ctx context.Context, what string, id int64, ids []int64, withNow bool, stmt string) (int, error) {
+func (e *Engine) dlqMove(ctx context.Context, what string, id int64, ids []int64, withNow bool, stmt string, topic *string) (int, error) {
 	if ids == nil {
 		ids = []int64{}
 	}
@@ -114,6 +121,7 @@ func (e *Engine) dlqMove(ctx context.Context, what string, id int64, ids []int64
 		if s.State == storage.Cancelled {
 			return fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, id, s.State)
 		}
+		*topic = s.Topic
 		if err := e.lockSubState(ctx, tx, id); err != nil {
 			return err
 		}

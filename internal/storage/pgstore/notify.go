@@ -93,6 +93,15 @@ func (e *Engine) callLocal(n storage.Notification) {
 // connection) about n. Call it after the transaction that made n true committed. Never blocks.
 func (e *Engine) announce(n storage.Notification) {
 	e.callLocal(n)
+	e.announceToOthers(n)
+}
+
+// announceToOthers sends n to the other instances only (NOTIFY, coalesced by the notifier
+// goroutine). It is for changes of delivery state that make messages claimable (a release or a
+// nack by a member of this instance, a DLQ replay, a resume): this instance's broker wakes its
+// own dispatchers, but a member connected to another instance would otherwise only learn of
+// them at its dispatcher's next poll.
+func (e *Engine) announceToOthers(n storage.Notification) {
 	ns := &e.notify
 	ns.pendingMu.Lock()
 	if ns.pending == nil {

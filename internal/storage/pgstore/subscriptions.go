@@ -473,5 +473,9 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 	if err != nil {
 		return nil, err
 	}
+	if out.State == storage.Active {
+		// Resumed (or revived): members connected to other instances may claim again.
+		e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: out.Topic})
+	}
 	return out, nil
 }
