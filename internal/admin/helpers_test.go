@@ -43,7 +43,13 @@ type env struct {
 
 func newEnv(t *testing.T, mod func(*Config)) *env {
 	t.Helper()
-	eng, err := wal.Open(t.TempDir(), wal.Config{})
+	return newEnvWith(t, wal.Config{}, metrics.CollectorOptions{}, mod)
+}
+
+// newEnvWith is newEnv on an engine with walCfg and metrics collected with opts.
+func newEnvWith(t *testing.T, walCfg wal.Config, opts metrics.CollectorOptions, mod func(*Config)) *env {
+	t.Helper()
+	eng, err := wal.Open(t.TempDir(), walCfg)
 	if err != nil {
 		t.Fatalf("wal.Open: %v", err)
 	}
@@ -56,7 +62,7 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	if err := m.RegisterBroker(b, metrics.CollectorOptions{}); err != nil {
+	if err := m.RegisterBroker(b, opts); err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{Broker: b, Gatherer: reg, Metrics: m, Logger: testLogger(t)}

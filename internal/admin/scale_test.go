@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"slices"
@@ -14,8 +13,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
@@ -54,42 +51,17 @@ type scaleEnv struct {
 
 func newScaleEnv(t *testing.T, topics, groups int) *scaleEnv {
 	t.Helper()
-	eng, err := wal.Open(t.TempDir(), wal.Config{Sync: wal.UnsafeNoSync, SegmentBytes: 16 << 10})
-	if err != nil {
-		t.Fatalf("wal.Open: %v", err)
-	}
-	b, err := broker.New(broker.Config{Engine: eng, Logger: testLogger(t), RetentionInterval: -1})
-	if err != nil {
-		t.Fatalf("broker.New: %v", err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		t.Fatalf("broker.Start: %v", err)
-	}
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	if err := m.RegisterBroker(b, metrics.CollectorOptions{Timeout: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(Config{Broker: b, Gatherer: reg, Metrics: m, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatalf("admin.New: %v", err)
-	}
-	e := &scaleEnv{env: &env{t: t, b: b, eng: eng, reg: reg, h: h, srv: httptest.NewServer(h)}, topics: topics, groups: groups}
-	t.Cleanup(func() {
-		e.srv.Close()
+	// Small segments: every topic's log preallocates one.
+	e := &scaleEnv{env: newEnvWith(t, wal.Config{Sync: wal.UnsafeNoSync, SegmentBytes: 16 << 10},
+		metrics.CollectorOptions{Timeout: time.Minute}, nil), topics: topics, groups: groups}
+	b := e.b
+	t.Cleanup(func() { // before the env's: the members first
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := h.Close(ctx); err != nil {
-			t.Errorf("Handler.Close: %v", err)
-		}
 		for _, m := range e.members {
 			if err := m.Close(ctx); err != nil {
 				t.Errorf("member.Close: %v", err)
 			}
-		}
-		e.stopBroker()
-		if err := eng.Close(); err != nil {
-			t.Errorf("engine.Close: %v", err)
 		}
 	})
 
