@@ -174,10 +174,7 @@ func TestDLQReplayedReadsFewPages(t *testing.T) {
 	logTopic(t, e, "dlq", storage.TopicConfig{Semantics: storage.PubSub})
 	s := logSub(t, e, "dlq", "g")
 	const n = 20_000
-	scaleExec(t, e, `INSERT INTO spool.dlq (sub_id, id, topic_id, partition, "offset", published_at, payload, reason, attempts, dead_at)
-		SELECT $1, nextval('spool.dlq_ids'), (SELECT topic_id FROM spool.subscriptions WHERE id = $1), 0, g, $2, '\x00'::bytea,
-			'max_deliveries', 5, $2
-		FROM generate_series(0, $3::int - 1) g`, s.ID, logBase, n)
+	deadLetter(t, e, s.ID, n)
 	scaleExec(t, e, `UPDATE spool.dlq SET replay = 'waiting', replay_due = $2 WHERE sub_id = $1 AND id IN (5, 500)`, s.ID, logBase)
 	scaleExec(t, e, "ANALYZE spool.dlq")
 
@@ -254,10 +251,7 @@ func TestDLQReplayOfManyEntries(t *testing.T) {
 	logTopic(t, e, "replay", storage.TopicConfig{Semantics: storage.PubSub})
 	s := logSub(t, e, "replay", "g")
 	const n = 5_000
-	scaleExec(t, e, `INSERT INTO spool.dlq (sub_id, id, topic_id, partition, "offset", published_at, payload, reason, attempts, dead_at)
-		SELECT $1, nextval('spool.dlq_ids'), (SELECT topic_id FROM spool.subscriptions WHERE id = $1), 0, g, $2, '\x00'::bytea,
-			'max_deliveries', 5, $2
-		FROM generate_series(0, $3::int - 1) g`, s.ID, logBase, n)
+	deadLetter(t, e, s.ID, n)
 	if got := must(e.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: s.ID}))(t); got != n {
 		t.Fatalf("replayed %d entries, want %d", got, n)
 	}
@@ -409,4 +403,14 @@ func loadMillis(t *testing.T, e *Engine, topic string, n int64) (int64, time.Tim
 		last_published_at = $3::timestamptz + ($2::bigint - 1) * interval '1 millisecond', bytes = $2::bigint * 65 WHERE topic_id = $1`, id, n, t0)
 	scaleExec(t, e, "ANALYZE spool.messages")
 	return id, t0
+}
+
+// deadLetter puts n entries (partition 0, offsets 0 to n-1, ids from the sequence) into the DLQ
+// of subscription id, as dead-lettering at max_deliveries would have.
+func deadLetter(t *testing.T, e *Engine, id int64, n int) {
+	t.Helper()
+	scaleExec(t, e, `INSERT INTO spool.dlq (sub_id, id, topic_id, partition, "offset", published_at, payload, reason, attempts, dead_at)
+		SELECT $1, nextval('spool.dlq_ids'), (SELECT topic_id FROM spool.subscriptions WHERE id = $1), 0, g, $2, '\x00'::bytea,
+			'max_deliveries', 5, $2
+		FROM generate_series(0, $3::int - 1) g`, id, logBase, n)
 }
