@@ -85,11 +85,11 @@ func (s *subState) memberIDs() []string {
 // gained credit, joined or left, the subscription was resumed or got messages replayed), when the
 // earliest NextDue or lease deadline passes, and when it has not looked for a while: every poll
 // interval at first, then, as long as it delivers nothing, twice as long after each poll up to
-// maxIdlePolls poll intervals (idlePoll); a delivery starts over (a wake-up makes a pass at once
-// but does not: a member's returned credit wakes dispatchers that may have nothing to claim). The polls are a
-// safety net (every change that makes messages claimable wakes the dispatchers, also those of
-// other instances on PostgreSQL), and an idle broker with thousands of subscriptions must not
-// claim thousands of times a second for nothing.
+// maxIdlePolls poll intervals (idlePoll). A delivery starts over; a wake-up makes a pass at once
+// but does not (a member's returned credit wakes dispatchers that may have nothing to claim). The
+// polls are a safety net (every change that makes messages claimable wakes the dispatchers, also
+// those of other instances on PostgreSQL), and an idle broker with thousands of subscriptions
+// must not claim thousands of times a second for nothing.
 func (s *subState) run() {
 	b := s.b
 	timer := time.NewTimer(time.Hour)
