@@ -28,25 +28,13 @@ type PublishOptions struct {
 
 // PublishWith is Publish with hints for the engine.
 func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions) ([]storage.MessagePosition, error) {
-	if err := b.checkRunning(); err != nil {
-		return nil, err
-	}
-	if err := names.ValidateTopic(topic); err != nil {
-		return nil, invalidName(err)
-	}
-	if len(msgs) == 0 {
-		return nil, invalid("publish to %q: no messages", topic)
-	}
-	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs, Prompt: opts.Prompt}
-	res, err := b.engine.MessagesAppend(ctx, params)
-	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
-		if err := b.autoCreateTopic(ctx, topic); err != nil {
-			return nil, err
-		}
+	var res *storage.MessagesAppendResult
+	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) (err error) {
 		res, err = b.engine.MessagesAppend(ctx, params)
-	}
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("broker: publish to %q: %w", topic, err)
+		return nil, err
 	}
 	return res.Positions, nil
 }
@@ -67,11 +55,28 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 		}
 		return err
 	}
-	if err := b.checkRunning(); err != nil {
-		return err
-	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("broker: publish to %q: %w", topic, err)
+	}
+	appended := func(res *storage.MessagesAppendResult, err error) {
+		if err != nil {
+			done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
+			return
+		}
+		done(res.Positions, nil)
+	}
+	return b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) error {
+		return ae.MessagesAppendAsync(params, appended)
+	})
+}
+
+// appendTo checks a publish of msgs to topic and runs appendFn with its parameters; when the
+// engine does not know the topic and auto-create is on, it creates the topic (rare: the first
+// publish to it) and runs appendFn again.
+func (b *Broker) appendTo(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions,
+	appendFn func(*storage.MessagesAppendParams) error) error {
+	if err := b.checkRunning(); err != nil {
+		return err
 	}
 	if err := names.ValidateTopic(topic); err != nil {
 		return invalidName(err)
@@ -80,20 +85,12 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 		return invalid("publish to %q: no messages", topic)
 	}
 	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs, Prompt: opts.Prompt}
-	appended := func(res *storage.MessagesAppendResult, err error) {
-		if err != nil {
-			done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
-			return
-		}
-		done(res.Positions, nil)
-	}
-	err := ae.MessagesAppendAsync(params, appended)
+	err := appendFn(params)
 	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
-		// Rare (the first publish to a topic): create it here, then append as usual.
 		if err := b.autoCreateTopic(ctx, topic); err != nil {
 			return err
 		}
-		err = ae.MessagesAppendAsync(params, appended)
+		err = appendFn(params)
 	}
 	if err != nil {
 		return fmt.Errorf("broker: publish to %q: %w", topic, err)

@@ -15,26 +15,33 @@ import (
 )
 
 // The scale tests measure operations whose cost could grow with the size of a topic's log or of a
-// DLQ, on data loaded with direct SQL shaped like what the engine writes. They only run with
-// SPOOL_PG_SCALE=1 (and a database, see testURL):
+// DLQ, on data loaded with direct SQL shaped like what the engine writes, and check their results.
+// By default (CI) they run on small data sets; the measurements of docs/benchmarks.md use the full
+// sizes, with SPOOL_PG_SCALE=1 (and a database, see testURL):
 //
 //	SPOOL_PG_SCALE=1 SPOOL_TEST_REQUIRE_PG=1 TEST_DATABASE_URL=... \
 //	    go test -count=1 -v -timeout 30m -run 'TestScale' ./internal/storage/pgstore/
 //
-// SPOOL_PG_SCALE_MESSAGES (default 5000000) is the number of messages of each test topic,
-// SPOOL_PG_SCALE_SPAN_SECONDS (default 7200) the time they span (bucket width 1h: messages per bucket =
-// messages / span hours), SPOOL_PG_SCALE_DLQ (default 1000000) the DLQ length. Timings and plans
-// are logged (-v).
+// SPOOL_PG_SCALE_MESSAGES (full 5000000, small 20000) is the number of messages of each test
+// topic, SPOOL_PG_SCALE_SPAN_SECONDS (7200) the time they span (bucket width 1h: messages per
+// bucket = messages / span hours), SPOOL_PG_SCALE_DLQ (full 1000000, small 10000) the DLQ length,
+// SPOOL_PG_SCALE_NACKED (full 200000, small 2000) the nacked backlog. Timings and plans are logged
+// (-v).
 
 // scaleBase is the fake clock of the scale tests: the messages end just before it.
 var scaleBase = time.Date(2031, time.March, 14, 12, 0, 0, 0, time.UTC)
 
-// scaleEnv returns the integer environment variable name, or def.
-func scaleEnv(t *testing.T, name string, def int64) int64 {
+// scaleEnv returns the integer environment variable name, or by default full with SPOOL_PG_SCALE=1
+// and small without.
+func scaleEnv(t *testing.T, name string, full, small int64) int64 {
 	t.Helper()
 	v := os.Getenv(name)
-	if v == "" {
-		return def
+	switch {
+	case v != "":
+	case os.Getenv("SPOOL_PG_SCALE") == "1":
+		return full
+	default:
+		return small
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n <= 0 {
@@ -43,13 +50,9 @@ func scaleEnv(t *testing.T, name string, def int64) int64 {
 	return n
 }
 
-// scaleEngine skips the test unless SPOOL_PG_SCALE=1, else opens an engine on a fresh schema
-// with a fake clock at scaleBase.
+// scaleEngine opens an engine on a fresh schema with a fake clock at scaleBase.
 func scaleEngine(t *testing.T) *Engine {
 	t.Helper()
-	if os.Getenv("SPOOL_PG_SCALE") != "1" {
-		t.Skip("scale test: set SPOOL_PG_SCALE=1 to run it")
-	}
 	cfg := testConfig(t, storagetest.NewFakeClock(scaleBase))
 	cfg.MaxConns = 4
 	return logOpen(t, cfg)
@@ -177,8 +180,8 @@ func subStarts(t *testing.T, e *Engine, id int64) []int64 {
 func TestScaleSubscriptionCreateFromTime(t *testing.T) {
 	e := scaleEngine(t)
 	ctx := t.Context()
-	n := scaleEnv(t, "SPOOL_PG_SCALE_MESSAGES", 5_000_000)
-	span := time.Duration(scaleEnv(t, "SPOOL_PG_SCALE_SPAN_SECONDS", 7200)) * time.Second
+	n := scaleEnv(t, "SPOOL_PG_SCALE_MESSAGES", 5_000_000, 20_000)
+	span := time.Duration(scaleEnv(t, "SPOOL_PG_SCALE_SPAN_SECONDS", 7200, 7200)) * time.Second
 	t0 := scaleBase.Add(-span)
 	topics := []struct {
 		name  string
@@ -247,7 +250,7 @@ func TestScaleSubscriptionCreateFromTime(t *testing.T) {
 func TestScaleDLQ(t *testing.T) {
 	e := scaleEngine(t)
 	ctx := t.Context()
-	n := scaleEnv(t, "SPOOL_PG_SCALE_DLQ", 1_000_000)
+	n := scaleEnv(t, "SPOOL_PG_SCALE_DLQ", 1_000_000, 10_000)
 	logTopic(t, e, "dlq", storage.TopicConfig{Semantics: storage.PubSub})
 	s := logSub(t, e, "dlq", "g")
 	var topicID int64
@@ -316,7 +319,7 @@ func TestScaleDLQ(t *testing.T) {
 func TestScaleNackedBacklog(t *testing.T) {
 	e := scaleEngine(t)
 	ctx := t.Context()
-	n := scaleEnv(t, "SPOOL_PG_SCALE_NACKED", 200_000)
+	n := scaleEnv(t, "SPOOL_PG_SCALE_NACKED", 200_000, 2_000)
 	logTopic(t, e, "nacked", storage.TopicConfig{Semantics: storage.PubSub, MaxDeliveries: 100})
 	s := logSub(t, e, "nacked", "g")
 	start := time.Now()
