@@ -61,7 +61,7 @@ type Config struct {
 	// no log of a round rides on another's cache flush.
 	NoSharedFlush bool
 	// SlowSync is the duration of an fdatasync or of a whole group-commit round above which a
-	// warning is logged (wlog.CommitterOptions.SlowSync). Defaults to 1 s.
+	// warning is logged (wlog.CommitterOptions.SlowSync). 0 means its default, 1 s.
 	SlowSync time.Duration
 
 	// claimHorizon is how far ahead of the cursor claims record the claim horizon (horizonAhead;
@@ -74,7 +74,6 @@ const (
 	DefaultSegmentBytes          = 64 << 20
 	DefaultStateLogSnapshotBytes = 64 << 20
 	DefaultRetentionCutAge       = time.Hour
-	DefaultSlowSync              = time.Second
 	minSegmentBytes              = 4 << 10
 	maxSegmentBytes              = 1 << 30
 	// maxRecordBytes bounds one record of any log: the largest message (MaxMessageBytesLimit) with
@@ -98,9 +97,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetentionCutAge == 0 {
 		c.RetentionCutAge = DefaultRetentionCutAge
-	}
-	if c.SlowSync == 0 {
-		c.SlowSync = DefaultSlowSync
 	}
 	if c.claimHorizon <= 0 {
 		c.claimHorizon = horizonAhead
