@@ -171,64 +171,53 @@ func TestNotifyPollerFallback(t *testing.T) {
 
 // TestDeliveryChangesNotifyOtherInstances: a release, a nack, a DLQ replay and a resume on one
 // instance give messages back to a subscription, and wake the callbacks of another instance
-// through NOTIFY, whose members could claim them (the poller is too slow to be the cause).
+// through NOTIFY, whose members could claim them (the poller is too slow to be the cause). Each
+// change has a topic of its own: once the notification of a topic's publish arrived, nothing but
+// the change can notify that topic again.
 func TestDeliveryChangesNotifyOtherInstances(t *testing.T) {
 	t.Parallel()
 	e1, e2 := twoInstances(t, time.Minute)
 	ctx := t.Context()
 	ch, unregister := recorder(e2)
 	defer unregister()
-	logTopic(t, e1, "n.d", storage.TopicConfig{Semantics: storage.PubSub})
-	s := logSub(t, e1, "n.d", "g")
-	logPublish(t, e1, "n.d", 0, "a", "b", "c")
-	want := storage.Notification{Kind: storage.NotifyMessages, Topic: "n.d"}
-	awaitNotification(t, ch, want)
-	// drain empties ch once no notification came for 100 ms (the NOTIFY of an earlier change may
-	// still be on its way).
-	drain := func() {
-		for {
-			select {
-			case <-ch:
-			case <-time.After(100 * time.Millisecond):
-				return
-			}
-		}
-	}
-	claim := func() []storage.DeliveryRef {
+	// setup creates topic with a group holding one claimed message and returns the subscription
+	// and the claimed delivery, once the publish's notification reached e2.
+	setup := func(topic string) (int64, []storage.DeliveryRef) {
 		t.Helper()
+		logTopic(t, e1, topic, storage.TopicConfig{Semantics: storage.PubSub})
+		s := logSub(t, e1, topic, "g")
+		logPublish(t, e1, topic, 0, "a")
+		awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: topic})
 		res := must(e1.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 1}))(t)
 		if len(res.Deliveries) != 1 {
-			t.Fatalf("claim: %d deliveries, want 1", len(res.Deliveries))
+			t.Fatalf("%s: claim: %d deliveries, want 1", topic, len(res.Deliveries))
 		}
-		return []storage.DeliveryRef{res.Deliveries[0].Ref()}
+		return s.ID, []storage.DeliveryRef{res.Deliveries[0].Ref()}
 	}
 
-	claim()
-	drain()
-	if res := must(e1.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: s.ID, Member: "m"}))(t); res.Released != 1 {
+	id, _ := setup("n.release")
+	if res := must(e1.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: id, Member: "m"}))(t); res.Released != 1 {
 		t.Fatalf("release: %+v", *res)
 	}
-	awaitNotification(t, ch, want)
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.release"})
 
-	refs := claim()
-	drain()
-	if res := must(e1.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m", Refs: refs}))(t); res.Nacked != 1 {
+	id, refs := setup("n.nack")
+	if res := must(e1.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: id, Member: "m", Refs: refs}))(t); res.Nacked != 1 {
 		t.Fatalf("nack: %+v", *res)
 	}
-	awaitNotification(t, ch, want)
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.nack"})
 
-	refs = claim()
-	if res := must(e1.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "m", Refs: refs, ToDLQ: true}))(t); res.DeadLettered != 1 {
+	id, refs = setup("n.replay")
+	if res := must(e1.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: id, Member: "m", Refs: refs, ToDLQ: true}))(t); res.DeadLettered != 1 {
 		t.Fatalf("nack to the DLQ: %+v", *res)
 	}
-	drain()
-	if n := must(e1.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: s.ID}))(t); n != 1 {
+	if n := must(e1.DLQReplay(ctx, &storage.DLQReplayParams{SubscriptionID: id}))(t); n != 1 {
 		t.Fatalf("replayed %d", n)
 	}
-	awaitNotification(t, ch, want)
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.replay"})
 
-	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: s.ID, State: storage.Paused}))(t)
-	drain()
-	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: s.ID, State: storage.Active}))(t)
-	awaitNotification(t, ch, want)
+	id, _ = setup("n.resume")
+	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: id, State: storage.Paused}))(t)
+	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: id, State: storage.Active}))(t)
+	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.resume"})
 }
