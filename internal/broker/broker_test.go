@@ -940,9 +940,15 @@ func TestPublishAsync(t *testing.T) {
 		ps  []storage.MessagePosition
 		err error
 	}
+	// calls counts the done calls of one PublishAsync, which must be want once the engine is
+	// closed (it completes every append it queued): 1 after a nil error, 0 after an error.
+	type calls struct {
+		n    atomic.Int32
+		want int32
+	}
 	// publish returns PublishAsync's error, or done's outcome and whether done ran before
-	// PublishAsync returned; it fails when done runs twice, or at all after an error.
-	publish := func(t *testing.T, e *env, topic string, payloads ...string) (o outcome, inline bool, err error) {
+	// PublishAsync returned; it adds the call's counter to counted.
+	publish := func(t *testing.T, e *env, counted *[]*calls, topic string, payloads ...string) (o outcome, inline bool, err error) {
 		t.Helper()
 		msgs := make([]storage.AppendMessage, len(payloads))
 		for i, p := range payloads {
@@ -950,19 +956,18 @@ func TestPublishAsync(t *testing.T) {
 		}
 		got := make(chan outcome, 2)
 		var returned atomic.Bool
+		c := &calls{}
 		err = e.b.PublishAsync(e.ctx(), topic, msgs, PublishOptions{}, func(ps []storage.MessagePosition, err error) {
+			c.n.Add(1)
 			inline = !returned.Load()
 			got <- outcome{ps, err}
 		})
 		returned.Store(true)
 		if err == nil {
+			c.want = 1
 			o = <-got
 		}
-		select {
-		case extra := <-got:
-			t.Fatalf("done called with %+v after %+v, error %v", extra, o, err)
-		case <-time.After(20 * time.Millisecond):
-		}
+		*counted = append(*counted, c)
 		return o, inline, err
 	}
 	for _, tc := range []struct {
@@ -979,14 +984,15 @@ func TestPublishAsync(t *testing.T) {
 			// Swapped before any member or call exists: nothing else reads it yet (retention is off).
 			e.b.engine = tc.engine(e.b.engine)
 			m := e.subscribe(SubscribeParams{Pattern: "async.t"})
-			o, inline, err := publish(t, e, "async.t", "a", "b") // auto-creates the topic
+			var counted []*calls
+			o, inline, err := publish(t, e, &counted, "async.t", "a", "b") // auto-creates the topic
 			if err != nil || o.err != nil || len(o.ps) != 2 || o.ps[0].Offset != 0 || o.ps[1].Offset != 1 {
 				t.Fatalf("publish: %+v, %v", o, err)
 			}
 			if inline != tc.inline {
 				t.Fatalf("done before PublishAsync returned: %v, want %v", inline, tc.inline)
 			}
-			o, inline, err = publish(t, e, "async.t", "c")
+			o, inline, err = publish(t, e, &counted, "async.t", "c")
 			if err != nil || o.err != nil || len(o.ps) != 1 || o.ps[0].Offset != 2 || inline != tc.inline {
 				t.Fatalf("second publish: %+v, %v (inline %v)", o, err, inline)
 			}
@@ -997,8 +1003,14 @@ func TestPublishAsync(t *testing.T) {
 				topic string
 				msgs  []string
 			}{{"a..b", []string{"x"}}, {"async.t", nil}} {
-				if _, _, err := publish(t, e, bad.topic, bad.msgs...); !errors.Is(err, storage.ErrInvalidArgument) {
+				if _, _, err := publish(t, e, &counted, bad.topic, bad.msgs...); !errors.Is(err, storage.ErrInvalidArgument) {
 					t.Fatalf("publish to %q of %d messages: %v, want ErrInvalidArgument", bad.topic, len(bad.msgs), err)
+				}
+			}
+			e.close() // every append the engine queued is completed
+			for i, c := range counted {
+				if n := c.n.Load(); n != c.want {
+					t.Errorf("publish %d: done called %d times, want %d", i, n, c.want)
 				}
 			}
 		})
