@@ -23,6 +23,9 @@ type Capabilities struct {
 	// Restart cases and restarts inside the Randomized case, and lets the invariant checker reopen
 	// an engine a case closed.
 	Restart bool
+	// AsyncAppend: the engine implements storage.AsyncAppender. The case that checks it is left
+	// out of the run without it.
+	AsyncAppend bool
 }
 
 // seedFlag fixes the seed of the randomized case; SPOOL_SEED does the same.
@@ -33,6 +36,8 @@ type testCase struct {
 	name string
 	// restart marks cases that need Capabilities.Restart.
 	restart bool
+	// async marks cases that need Capabilities.AsyncAppend.
+	async bool
 	fn      func(t *testing.T, x *env)
 }
 
@@ -73,6 +78,9 @@ func Run(t *testing.T, caps Capabilities, newStore NewStoreFunc) {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
 			for _, c := range g.cases {
+				if c.async && !caps.AsyncAppend {
+					continue
+				}
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
 					if c.restart && !caps.Restart {
