@@ -38,7 +38,7 @@ type testCase struct {
 	restart bool
 	// async marks cases that need Capabilities.AsyncAppend.
 	async bool
-	fn      func(t *testing.T, x *env)
+	fn    func(t *testing.T, x *env)
 }
 
 type group struct {
