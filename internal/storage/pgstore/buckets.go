@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // bucketState is the in-memory state of the message log: the buckets (partitions of
@@ -119,6 +120,15 @@ func (e *Engine) createBucket(ctx context.Context, start int64) error {
 		if exists {
 			return nil
 		}
+		var leftover bool
+		if err := tx.QueryRow(ctx, e.sql("SELECT to_regclass('spool."+name+"') IS NOT NULL")).Scan(&leftover); err != nil {
+			return err
+		}
+		if leftover {
+			// Retention removed it from spool.buckets and is detaching it (dropBucket): it is
+			// attached again if it holds retained messages, else dropped; then it can be made.
+			return errBucketDetaching
+		}
 		rng := "FROM (" + pgTimeLiteral(from) + ") TO (" + pgTimeLiteral(to) + ")"
 		ddl := "CREATE TABLE spool." + name + " (LIKE spool.messages INCLUDING ALL);\n" +
 			"ALTER TABLE spool." + name + " ADD CONSTRAINT " + name + "_range CHECK (published_at >= " + pgTimeLiteral(from) +
@@ -138,6 +148,10 @@ func (e *Engine) createBucket(ctx context.Context, start int64) error {
 	return nil
 }
 
+// errBucketDetaching is the error of a publish whose bucket retention is detaching: retryable,
+// nothing was written.
+var errBucketDetaching = errors.New("its bucket is being detached by retention: retry")
+
 // bucket is a row of spool.buckets.
 type bucket struct {
 	name     string
@@ -146,15 +160,26 @@ type bucket struct {
 	startKey int64
 }
 
-// dropBuckets detaches and drops the buckets that hold no retained message: those ending at or
-// before the low_published_at of every partition that has retained messages, and at or before
-// now. It returns how many it dropped.
+// dropBuckets detaches and drops the buckets that hold no retained message and that no open or
+// later transaction can write to; it returns how many it dropped.
+//
+// A publisher writes at greatest(its clock, the partition's last_published_at) while it holds the
+// partition's row lock (takeOffsetsSQL, spool.publish), so every write a partition can still
+// receive is at or after its committed last_published_at, and at or after low_published_at when
+// it holds retained messages. A bucket is a candidate when it ends at or before now, at or before
+// the low_published_at of every partition holding retained messages, and, for a partition that
+// holds none whose row a publisher holds now (an open transaction, possibly an application's
+// that published and then works for minutes), at or before its last_published_at (writeFloorSQL):
+// such a transaction has taken its offset and may not have written yet, and its committed
+// low_published_at is not visible to us.
 //
 // Each bucket is removed from spool.buckets first (under the bucket lock), detached with DETACH
 // PARTITION CONCURRENTLY (outside a transaction block and without holding any lock of ours, so a
 // transactional publisher creating a bucket meanwhile cannot deadlock with it), then checked: if a
-// row at or above its partition's low offset is in it (a publisher with a clock far behind wrote
-// there meanwhile), it is attached again; otherwise dropped.
+// row at or above its partition's low offset is in it (a publisher whose clock is behind ours by
+// more than the bucket's age wrote there meanwhile), it is attached again; otherwise dropped.
+// Claims never take a missing offset above a partition's low offset for removed (see claimRead),
+// so such a bucket is only late, never lost.
 func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 	var candidates []bucket
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
@@ -166,11 +191,25 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, e.sql(`
-			DELETE FROM spool.buckets b
-			WHERE b.end_at <= $1
-			  AND b.end_at <= coalesce((SELECT min(low_published_at) FROM spool.partitions), 'infinity')
-			RETURNING name, start_at, end_at`), now)
+		var limit time.Time
+		if err := tx.QueryRow(ctx, e.sql(candidateLimitSQL), now).Scan(&limit); err != nil {
+			return err
+		}
+		if limit.IsZero() {
+			return nil // no bucket ends before the limit of retained messages
+		}
+		var floor pgtype.Timestamptz
+		if err := tx.QueryRow(ctx, e.sql(writeFloorSQL), limit).Scan(&floor); err != nil {
+			return err
+		}
+		if floor.Valid && floor.InfinityModifier == pgtype.NegativeInfinity {
+			return nil // a publisher holds a partition that never published: any bucket may be its
+		}
+		if floor.Valid && floor.InfinityModifier == pgtype.Finite && floor.Time.Before(limit) {
+			limit = floor.Time
+		}
+		rows, err := tx.Query(ctx, e.sql(`DELETE FROM spool.buckets b WHERE b.end_at <= $1
+			RETURNING name, start_at, end_at`), limit)
 		if err != nil {
 			return err
 		}
@@ -203,6 +242,31 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 	}
 	return dropped, firstErr
 }
+
+// candidateLimitSQL is the latest end of a bucket that may be dropped as far as committed data
+// says: the newest bucket end at or before now ($1) and at or before the low_published_at of every
+// partition holding retained messages; NULL when there is none.
+const candidateLimitSQL = `SELECT max(b.end_at) FROM spool.buckets b
+WHERE b.end_at <= $1
+  AND b.end_at <= coalesce((SELECT min(low_published_at) FROM spool.partitions), 'infinity')`
+
+// writeFloorSQL is the earliest publish time that an open transaction can still write at, among
+// the partitions that hold no retained message and last published before $1: the
+// last_published_at ('-infinity' when it never published) of those whose row is locked now (a
+// publisher holds it until it commits or rolls back). NULL when none is locked. The rows that are
+// free are locked FOR SHARE until the transaction ends, which a publisher arriving meanwhile
+// waits for; it then writes at its own clock, after $1 (a bucket ended before now).
+const writeFloorSQL = `WITH quiet AS MATERIALIZED (
+	SELECT topic_id, partition, last_published_at FROM spool.partitions
+	WHERE low_published_at IS NULL AND (last_published_at IS NULL OR last_published_at < $1)
+), free AS MATERIALIZED (
+	SELECT p.topic_id, p.partition FROM spool.partitions p
+	WHERE p.low_published_at IS NULL AND (p.last_published_at IS NULL OR p.last_published_at < $1)
+	FOR SHARE SKIP LOCKED
+)
+SELECT min(coalesce(q.last_published_at, '-infinity'))
+FROM quiet q
+WHERE NOT EXISTS (SELECT 1 FROM free f WHERE f.topic_id = q.topic_id AND f.partition = q.partition)`
 
 // dropBucket detaches and drops one bucket already removed from spool.buckets; see dropBuckets.
 func (e *Engine) dropBucket(ctx context.Context, b bucket) error {

@@ -819,6 +819,9 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 			m = msgs[dref{-1 - a.p, a.rp.id}]
 		}
 		if m == nil {
+			if a.rp == nil && a.o >= st.partOf[a.p].low {
+				return nil, missingMessage(st, a.p, a.o)
+			}
 			// The message is gone (retention): nothing to deliver, it is done.
 			if a.rp != nil {
 				a.rp.acked = true
@@ -948,7 +951,7 @@ func (nc *newClaim) take(dp *dpart, m *storage.Message) bool {
 	if nc.remaining == 0 {
 		return false
 	}
-	dp.cursor = m.Offset + 1 // offsets skipped on the way are gone (retention)
+	dp.cursor = m.Offset + 1
 	if r := nc.st.rowOf(dp.p, m.Offset); r != nil {
 		// Acked before delivery (an acked row); nothing else lists offsets at the cursor.
 		nc.st.take(dp.p, m.Offset)
@@ -1101,14 +1104,16 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 				if m.Offset < dp.cursor {
 					continue
 				}
+				if m.Offset > dp.cursor {
+					return nil, missingMessage(st, dp.p, dp.cursor)
+				}
 				if !nc.take(dp, m) {
 					full = true
 					break
 				}
 			}
-			if !full && int32(len(ms)) < pl.lim {
-				// Fewer messages than the high-water mark promised: the rest was removed.
-				dp.cursor = max(dp.cursor, dp.hw)
+			if !full && int32(len(ms)) < pl.lim && dp.cursor < dp.hw {
+				return nil, missingMessage(st, dp.p, dp.cursor)
 			}
 			nc.skipAcked(dp)
 		}
@@ -1119,6 +1124,16 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 			return msgs, nil
 		}
 	}
+}
+
+// missingMessage is the error of a claim that did not find a message at or above its partition's
+// low offset and below its high-water mark. Only retention removes messages, by raising the low
+// offset first, so such a message is not readable for now (its bucket is being detached and
+// attached again, see dropBuckets), never gone: the claim fails and changes nothing rather than
+// let the cursor or the ack floor pass it, and the broker retries it.
+func missingMessage(st *dstate, p int32, o int64) error {
+	return fmt.Errorf("pgstore: subscription %d: message %d:%d of topic %q is not readable (above the partition's low offset %d): claim retried later",
+		st.sub.ID, p, o, st.sub.Topic, st.partOf[p].low)
 }
 
 // fillMsg completes a scanned message with its optional columns.

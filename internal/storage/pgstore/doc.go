@@ -39,8 +39,10 @@
 // spool.messages is append-only and range-partitioned on published_at into buckets of
 // Config.BucketWidth (recorded in spool.settings at creation). Retention advances each
 // partition's logical low_offset (one UPDATE per topic partition, never per message) and then
-// drops whole buckets that hold no retained message: a bucket ending at or before every live
-// partition's low_published_at. Buckets are created ahead of time by maintenance, and on demand
+// drops whole buckets that hold no retained message and that no open or later transaction can
+// write to (dropBuckets; an application's transaction that published and has not committed keeps
+// its bucket). A claim never passes an offset at or above a partition's low_offset that it cannot
+// read (missingMessage): only retention removes messages, by raising low_offset first. Buckets are created ahead of time by maintenance, and on demand
 // when a publish finds none (CREATE TABLE + ATTACH PARTITION, which does not block readers).
 // Detaching uses DETACH PARTITION CONCURRENTLY. Topic deletion removes the topic's rows in the
 // catalog only; its messages (topic ids are never reused) go with their buckets.
