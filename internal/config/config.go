@@ -63,7 +63,8 @@ type WAL struct {
 	// UnsafeNoSync acknowledges publishes and acks before they are fsynced: a machine crash (not a
 	// process crash) loses acknowledged messages. Defaults to false.
 	UnsafeNoSync bool `yaml:"unsafe_no_sync"`
-	// SegmentBytes is the size log segments are preallocated to. Defaults to 64 MiB.
+	// SegmentBytes is the largest size log segments are preallocated to (they start at 64 KiB and
+	// grow four times with each segment that fills). Defaults to 64 MiB.
 	SegmentBytes int64 `yaml:"segment_bytes"`
 	// SharedFlush lets the logs of a group-commit round share one cache flush where the engine
 	// can check that this is safe (ext4 without data=journal, kernel 5.2 or later; see

@@ -41,9 +41,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Sync is the durability mode. Defaults to SyncAlways.
 	Sync SyncMode
-	// SegmentBytes is the size partition and state log segments are preallocated to and cut at.
-	// Defaults to 64 MiB.
+	// SegmentBytes is the largest size partition and state log segments are preallocated to.
+	// Defaults to 64 MiB. A new log's first segment is FirstSegmentBytes; each segment that fills
+	// is followed by one four times as large, up to SegmentBytes (wlog.Options).
 	SegmentBytes int64
+	// FirstSegmentBytes is the size of a new log's first segment (wlog.Options.FirstSegmentBytes):
+	// what an empty topic partition reserves on disk. Defaults to 64 KiB; at most SegmentBytes.
+	FirstSegmentBytes int64
 	// StateLogSnapshotBytes is the number of state log bytes written since the last snapshot that
 	// triggers a new snapshot (and the compaction of the state log). Defaults to 64 MiB.
 	StateLogSnapshotBytes int64
@@ -116,6 +120,8 @@ func (c Config) Validate() error {
 		return bad("Sync", "must be SyncAlways or UnsafeNoSync, got %d", c.Sync)
 	case c.SegmentBytes < minSegmentBytes || c.SegmentBytes > maxSegmentBytes:
 		return bad("SegmentBytes", "must be between %d and %d, got %d", minSegmentBytes, maxSegmentBytes, c.SegmentBytes)
+	case c.FirstSegmentBytes != 0 && (c.FirstSegmentBytes < minSegmentBytes || c.FirstSegmentBytes > c.SegmentBytes):
+		return bad("FirstSegmentBytes", "must be between %d and SegmentBytes (%d), got %d", minSegmentBytes, c.SegmentBytes, c.FirstSegmentBytes)
 	case c.StateLogSnapshotBytes < 1:
 		return bad("StateLogSnapshotBytes", "must be positive, got %d", c.StateLogSnapshotBytes)
 	case c.RetentionCutAge < 0:
@@ -305,7 +311,7 @@ const (
 )
 
 func (e *Engine) logOptions() wlog.Options {
-	return wlog.Options{FS: e.fs, SegmentBytes: e.cfg.SegmentBytes, MaxRecordBytes: maxRecordBytes, Logger: e.logger, Clock: e.clock,
+	return wlog.Options{FS: e.fs, SegmentBytes: e.cfg.SegmentBytes, FirstSegmentBytes: e.cfg.FirstSegmentBytes, MaxRecordBytes: maxRecordBytes, Logger: e.logger, Clock: e.clock,
 		NoSharedFlush: e.cfg.NoSharedFlush}
 }
 

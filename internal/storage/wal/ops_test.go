@@ -38,6 +38,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Sync: 7}, "Sync"},
 		{Config{SegmentBytes: 100}, "SegmentBytes"},
 		{Config{SegmentBytes: 4 << 30}, "SegmentBytes"},
+		{Config{FirstSegmentBytes: -1}, "FirstSegmentBytes"},
+		{Config{SegmentBytes: 1 << 20, FirstSegmentBytes: 2 << 20}, "FirstSegmentBytes"},
 		{Config{StateLogSnapshotBytes: -1}, "StateLogSnapshotBytes"},
 		{Config{RetentionCutAge: -time.Second}, "RetentionCutAge"},
 	}
@@ -177,7 +179,7 @@ func TestCrashLeftovers(t *testing.T) {
 func TestTopicDeleteFreesSegmentsInSteps(t *testing.T) {
 	t.Parallel()
 	efs := wlogtest.NewErrorFS(nil, nil)
-	h := newHarness(t, func(c *Config) { c.FS = efs; c.SegmentBytes = 16 << 20 })
+	h := newHarness(t, func(c *Config) { c.FS = efs; c.SegmentBytes, c.FirstSegmentBytes = 16<<20, 16<<20 })
 	h.createTopic("big", storage.TopicConfig{Partitions: 2})
 	h.publishN("big", 10)
 	before := efs.Count(wlogtest.OpTruncate)
@@ -221,7 +223,7 @@ func TestTopicDeleteDoesNotWaitForFreeing(t *testing.T) {
 		}
 		return nil
 	})
-	h := newHarness(t, func(c *Config) { c.FS = efs; c.SegmentBytes = 16 << 20 })
+	h := newHarness(t, func(c *Config) { c.FS = efs; c.SegmentBytes, c.FirstSegmentBytes = 16<<20, 16<<20 })
 	h.createTopic("big", storage.TopicConfig{Partitions: 2})
 	h.publishN("big", 10)
 	done := make(chan error, 1)

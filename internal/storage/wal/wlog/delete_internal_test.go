@@ -70,7 +70,7 @@ func TestDeleteFreesSegmentsInSteps(t *testing.T) {
 	ofs := &opFS{FS: OSFS()}
 	const segBytes = 2*deleteChunk + 1<<20
 	dir := t.TempDir()
-	l, err := Open(dir, Options{FS: ofs, SegmentBytes: segBytes})
+	l, err := Open(dir, Options{FS: ofs, SegmentBytes: segBytes, FirstSegmentBytes: segBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

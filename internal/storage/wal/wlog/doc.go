@@ -51,8 +51,10 @@
 // for a frame that verifies. A body is at most Options.MaxRecordBytes; a length above that is
 // damage, and never makes a reader allocate more.
 //
-// After the last frame the segment holds zeros up to its preallocated size (Options.SegmentBytes,
-// 64 MiB by default). A record that does not fit in the rest of the active segment goes into a
+// After the last frame the segment holds zeros up to its preallocated size, which is its own: a
+// new log's first segment is Options.FirstSegmentBytes (64 KiB by default), and each next one the
+// smallest FirstSegmentBytes x 4^k of at least twice what the one before used, at most
+// Options.SegmentBytes (64 MiB by default). A record that does not fit in the rest of the active segment goes into a
 // new one (a record larger than a whole segment gets a segment of its own, which grows past the
 // preallocated size).
 //
@@ -129,8 +131,9 @@
 //   - a frame that verifies: corruption. Open fails with an error wrapping storage.ErrCorrupt
 //     that names the file and the offset of the bad frame.
 //
-// A last segment shorter than its header is recreated empty; one shorter than its preallocated
-// size is extended again. Damage to a sealed segment that has a valid index is found by Read (every
+// A last segment shorter than its header is recreated empty; one shorter than FirstSegmentBytes
+// (which only damage makes) is extended to it; any other keeps its size, whatever SegmentBytes
+// is now. Damage to a sealed segment that has a valid index is found by Read (every
 // frame's checksum is verified on read) and by Verify, not by Open: recovery time does not grow
 // with retained history.
 //

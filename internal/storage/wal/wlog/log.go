@@ -20,10 +20,17 @@ import (
 type Options struct {
 	// FS is the filesystem seam. Defaults to the OS (OSFS).
 	FS FS
-	// SegmentBytes is the size a segment is preallocated to and cut at: a record that does not fit
-	// in the active segment starts a new one (a record larger than a whole segment gets a segment
-	// of its own, grown past this size). Between 1 KiB and 2 GiB. Defaults to 64 MiB.
+	// SegmentBytes is the largest size a segment is preallocated to. Each segment is cut at its
+	// own size (a record that does not fit in the active segment starts a new one; a record
+	// larger than a whole segment gets a segment of its own, grown past its size). Between 1 KiB
+	// and 2 GiB. Defaults to 64 MiB.
 	SegmentBytes int64
+	// FirstSegmentBytes is the size of the first segment of a new log. Each next segment is the
+	// smallest FirstSegmentBytes x 4^k that is at least twice what the one before used, at most
+	// SegmentBytes (nextSegmentBytes): a busy log reaches SegmentBytes after a few segments, an
+	// empty or quiet one reserves little disk. Clamped to [1 KiB, SegmentBytes]. Defaults to
+	// 64 KiB.
+	FirstSegmentBytes int64
 	// MaxRecordBytes bounds one record body, between 1 and 1 GiB. It also bounds what Open
 	// allocates for a frame, so it must not shrink below the largest record already in the log.
 	// Defaults to 16 MiB.
@@ -44,6 +51,9 @@ type Options struct {
 // DefaultSegmentBytes is the default Options.SegmentBytes.
 const DefaultSegmentBytes = 64 << 20
 
+// DefaultFirstSegmentBytes is the default Options.FirstSegmentBytes.
+const DefaultFirstSegmentBytes = 64 << 10
+
 // DefaultMaxRecordBytes is the default Options.MaxRecordBytes.
 const DefaultMaxRecordBytes = 16 << 20
 
@@ -57,6 +67,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxRecordBytes == 0 {
 		o.MaxRecordBytes = DefaultMaxRecordBytes
 	}
+	if o.FirstSegmentBytes == 0 {
+		o.FirstSegmentBytes = DefaultFirstSegmentBytes
+	}
+	o.FirstSegmentBytes = min(max(o.FirstSegmentBytes, minSegmentBytes), o.SegmentBytes)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -167,7 +181,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	if len(bases) == 0 {
-		s, err := l.createSegment(o.FirstIndex)
+		s, err := l.createSegment(o.FirstIndex, o.FirstSegmentBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -589,7 +603,7 @@ func (l *Log) rollLocked() error {
 		l.log.Warn("wal index not written", slog.String("path", old.path), slog.Any("err", err))
 	}
 	l.staleIdx, l.idxValid = false, false
-	ns, err := l.nextSegmentLocked(l.next)
+	ns, err := l.nextSegmentLocked(l.next, l.nextSegmentBytes(old.wend))
 	if err != nil {
 		return err
 	}
@@ -600,6 +614,18 @@ func (l *Log) rollLocked() error {
 	l.mu.Unlock()
 	l.log.Debug("wal segment cut", slog.String("sealed", old.path), slog.Int64("base", ns.base))
 	return nil
+}
+
+// nextSegmentBytes is the size of the segment that follows one that used used bytes: the smallest
+// FirstSegmentBytes x 4^k of at least twice that, at most SegmentBytes. A segment cut because it
+// was full (used is over half its size) is followed by one four times as large; one cut early
+// (Cut) by one at most as large as it was.
+func (l *Log) nextSegmentBytes(used int64) int64 {
+	n := l.opts.FirstSegmentBytes
+	for n < 2*used && n < l.opts.SegmentBytes {
+		n *= 4
+	}
+	return min(n, l.opts.SegmentBytes)
 }
 
 // Close closes the log's files; it is safe to call twice. Appends still queued in a committer fail

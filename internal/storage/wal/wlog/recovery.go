@@ -336,7 +336,10 @@ func (l *Log) loadLast(s *segment, hasIdx bool) error {
 		size = max(size, SegmentHeaderBytes)
 		changed = true
 	}
-	if target := max(l.opts.SegmentBytes, s.wend); size < target {
+	// A segment's size is its own (segments grow from FirstSegmentBytes; SegmentBytes may have
+	// changed since) and the next roll happens when it is full; only a file shorter than any
+	// segment is made (damage, or a file system that lost the preallocation) is extended.
+	if target := max(l.opts.FirstSegmentBytes, s.wend); size < target {
 		if !tornHeader && dirtyEnd == stop {
 			l.log.Warn("wal segment shorter than preallocated; extended", slog.String("path", s.path),
 				slog.Int64("file_size", size), slog.Int64("size", target))

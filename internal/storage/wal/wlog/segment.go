@@ -176,10 +176,11 @@ func (l *Log) installSegment(f File, tmpPath string, base int64) (*segment, erro
 	}, nil
 }
 
-// createSegment creates a new, empty segment synchronously (when no spare was prepared).
-func (l *Log) createSegment(base int64) (*segment, error) {
+// createSegment creates a new, empty segment of size bytes synchronously (when no spare was
+// prepared).
+func (l *Log) createSegment(base, size int64) (*segment, error) {
 	tmp := l.segPath(base) + tmpExt
-	f, err := l.prepareFile(tmp, l.opts.SegmentBytes)
+	f, err := l.prepareFile(tmp, size)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +259,7 @@ func (l *Log) startSpareLocked() {
 	}
 	sp := &spare{path: l.sparePath(), done: make(chan struct{}), stop: make(chan struct{})}
 	l.spare = sp
-	size := l.opts.SegmentBytes
+	size := l.nextSegmentBytes(l.active().size) // the active segment is over half full
 	l.bg.Go(func() {
 		defer close(sp.done)
 		start := time.Now()
@@ -277,8 +278,8 @@ func (l *Log) startSpareLocked() {
 }
 
 // nextSegmentLocked returns the new segment based at base: the spare if one was prepared (waiting
-// for it if needed), else a synchronously created one. Log.wmu must be held.
-func (l *Log) nextSegmentLocked(base int64) (*segment, error) {
+// for it if needed), else a synchronously created one of size bytes. Log.wmu must be held.
+func (l *Log) nextSegmentLocked(base, size int64) (*segment, error) {
 	if sp := l.spare; sp != nil {
 		l.spare = nil
 		close(sp.stop) // the zeroer stops after its chunk: the records go there next
@@ -294,7 +295,7 @@ func (l *Log) nextSegmentLocked(base int64) (*segment, error) {
 		}
 		l.log.Warn("wal segment preparation failed; creating it now", slog.Any("err", sp.err))
 	}
-	return l.createSegment(base)
+	return l.createSegment(base, size)
 }
 
 // dropSpareLocked stops the spare preparation, waits for it and removes the spare file. Log.wmu

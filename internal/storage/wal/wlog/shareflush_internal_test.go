@@ -130,7 +130,7 @@ func shareLogs(t *testing.T, share bool, dirs ...string) (*flushFS, *Committer, 
 func shareLogsWith(t *testing.T, share bool, opts Options, dirs ...string) (*flushFS, *Committer, []*Log) {
 	t.Helper()
 	ffs := &flushFS{FS: OSFS(), share: share}
-	opts.FS, opts.SegmentBytes = ffs, 8<<20
+	opts.FS, opts.SegmentBytes, opts.FirstSegmentBytes = ffs, 8<<20, 8<<20
 	c := NewCommitter(CommitterOptions{})
 	t.Cleanup(func() { c.Close() })
 	root := t.TempDir()
@@ -263,7 +263,7 @@ func TestLogsOfARoundFlushAlone(t *testing.T) {
 		if err := logs[1].Close(); err != nil {
 			t.Fatal(err)
 		}
-		l, err := Open(dir, Options{FS: ffs, SegmentBytes: 8 << 20})
+		l, err := Open(dir, Options{FS: ffs, SegmentBytes: 8 << 20, FirstSegmentBytes: 8 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func (f *extentFile) SyncRange(off, n int64) error {
 func zeroLog(t *testing.T) (*Log, *Committer, *extentFS) {
 	t.Helper()
 	efs := &extentFS{FS: OSFS()}
-	l, err := Open(t.TempDir(), Options{FS: efs, SegmentBytes: 8 * zeroAhead})
+	l, err := Open(t.TempDir(), Options{FS: efs, SegmentBytes: 8 * zeroAhead, FirstSegmentBytes: 8 * zeroAhead})
 	if err != nil {
 		t.Fatal(err)
 	}
