@@ -72,8 +72,11 @@ type Engine interface {
 
 	// RetentionApply deletes what retention allows at the engine's current time: completed
 	// messages older than message_retention, messages no subscription needs past
-	// zero_subscription_retention, everything older than max_retention (counted), and DLQ entries
-	// older than max_retention. Safe to run concurrently and on several broker instances.
+	// zero_subscription_retention, everything older than max_retention, and DLQ entries older
+	// than max_retention. Every removed message a subscription had not completed is counted in
+	// RetentionResult.Expired with its reason. Every duration is honoured, however short: an
+	// engine that deletes whole segments seals a partition's active segment when its oldest
+	// message may go. Safe to run concurrently and on several broker instances.
 	RetentionApply(ctx context.Context) (*RetentionResult, error)
 
 	// SubscriptionCreate creates a subscription on a topic at a start position. For a QUEUE topic
@@ -330,15 +333,61 @@ type Notification struct {
 
 // RetentionResult is the result of Engine.RetentionApply.
 type RetentionResult struct {
-	// MessagesDeleted counts messages removed because nothing needs them any more.
+	// MessagesDeleted counts messages removed that every subscription with state (ACTIVE, PAUSED,
+	// DEAD) had completed, or that no subscription ever needed.
 	MessagesDeleted int64
-	// MessagesExpired counts messages removed by max_retention (or zero_subscription_retention)
-	// while a subscription had not completed them: the removals invariant 1 requires to count.
+	// MessagesExpired counts messages removed while a subscription with state had not completed
+	// them: the removals invariant 1 requires to count. Expired breaks it down.
 	MessagesExpired int64
+	// Expired is MessagesExpired by topic and reason, without zero counts, in the order they were
+	// counted (topics by name). Add to it with AddExpired.
+	Expired []ExpiredCount
 	// DLQEntriesExpired counts DLQ entries removed by max_retention.
 	DLQEntriesExpired int64
 	// BytesDeleted is the storage reclaimed.
 	BytesDeleted int64
+}
+
+// ExpiryReason is the retention rule that removed messages a subscription had not completed: the
+// reason label of spool_messages_expired_total. When several rules allow a removal, the first
+// one listed here is the reason.
+type ExpiryReason string
+
+const (
+	// ExpiredMaxRetention: the messages were older than max_retention, the cap on everything.
+	ExpiredMaxRetention ExpiryReason = "max_retention"
+	// ExpiredZeroSubscription: no subscription held retention (those left were DEAD; on a QUEUE
+	// topic, its queue subscription was DEAD) and the messages were older than
+	// zero_subscription_retention.
+	ExpiredZeroSubscription ExpiryReason = "zero_subscription"
+	// ExpiredDeadSubscription: every subscription holding retention (ACTIVE, PAUSED) had completed
+	// the messages and they were older than message_retention, but a DEAD subscription had not.
+	ExpiredDeadSubscription ExpiryReason = "dead_subscription"
+)
+
+// ExpiredCount is a number of messages of one topic that retention removed for one reason while
+// a subscription had not completed them.
+type ExpiredCount struct {
+	Topic    string
+	Reason   ExpiryReason
+	Messages int64
+}
+
+// AddExpired counts n > 0 messages of topic expired for reason, in MessagesExpired and Expired.
+// Engines count topic by topic: n is merged into an entry of the same topic and reason among the
+// last entries of that topic, else appended.
+func (r *RetentionResult) AddExpired(topic string, reason ExpiryReason, n int64) {
+	if n <= 0 {
+		return
+	}
+	r.MessagesExpired += n
+	for i := len(r.Expired) - 1; i >= 0 && r.Expired[i].Topic == topic; i-- {
+		if r.Expired[i].Reason == reason {
+			r.Expired[i].Messages += n
+			return
+		}
+	}
+	r.Expired = append(r.Expired, ExpiredCount{Topic: topic, Reason: reason, Messages: n})
 }
 
 // SubscriptionCreateParams are the parameters of Engine.SubscriptionCreate.

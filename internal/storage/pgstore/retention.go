@@ -27,10 +27,10 @@ import (
 // Removing means advancing the partition's low_offset and low_published_at (one UPDATE per topic
 // partition, with the row locked, never a statement per message) and raising the delivery state
 // of the subscriptions to the new low (trimDeliveryState). Removed messages that a subscription
-// with state had not completed (below its ack floor) count as MessagesExpired, the others as
-// MessagesDeleted; BytesDeleted is their stored size. DLQ entries dead for longer than
-// max_retention are removed (expireDLQ). Then the buckets that hold no retained message are
-// detached and dropped (dropBuckets): that is when the storage is reclaimed.
+// with state had not completed (at or above its ack floor) count as MessagesExpired, by reason
+// (countExpired), the others as MessagesDeleted; BytesDeleted is their stored size. DLQ entries
+// dead for longer than max_retention are removed (expireDLQ). Then the buckets that hold no
+// retained message are detached and dropped (dropBuckets): that is when the storage is reclaimed.
 //
 // Safe on several instances at once: each topic is handled under pg_try_advisory_xact_lock (an
 // instance that does not get it skips the topic, another is doing it), and the bucket work under
@@ -68,16 +68,18 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 		var tr storage.RetentionResult
 		err := e.tx(ctx, func(tx pgx.Tx) error {
 			tr = storage.RetentionResult{}
-			return e.retainTopic(ctx, tx, t.id, now, &tr)
+			return e.retainTopic(ctx, tx, t.id, t.name, now, &tr)
 		})
 		if err != nil {
 			return res, fmt.Errorf("pgstore: retention of topic %q: %w", t.name, err)
 		}
 		res.MessagesDeleted += tr.MessagesDeleted
-		res.MessagesExpired += tr.MessagesExpired
+		for _, x := range tr.Expired {
+			res.AddExpired(x.Topic, x.Reason, x.Messages)
+		}
 		res.DLQEntriesExpired += tr.DLQEntriesExpired
 		res.BytesDeleted += tr.BytesDeleted
-		if tr != (storage.RetentionResult{}) {
+		if tr.MessagesDeleted+tr.MessagesExpired+tr.DLQEntriesExpired+tr.BytesDeleted != 0 {
 			e.log.Debug("pgstore: retention", "topic", t.name, "deleted", tr.MessagesDeleted, "expired", tr.MessagesExpired,
 				"dlq_expired", tr.DLQEntriesExpired, "bytes", tr.BytesDeleted)
 		}
@@ -114,6 +116,26 @@ func (p *partRetention) cut() int64 {
 	return min(c, p.next)
 }
 
+// countExpired counts in res the messages of [low, cut) that a subscription with state had not
+// completed (from minAll on) and returns how many: those older than max_retention (below
+// boundMax) with reason max_retention, the others with the rule that let cut pass them (as
+// RetentionResult's reasons are ordered: zero_subscription without a subscription holding
+// retention, dead_subscription with one, since only a DEAD one can be behind it).
+func (p *partRetention) countExpired(res *storage.RetentionResult, topic string, cut int64) int64 {
+	if p.minAll < 0 || cut <= p.minAll {
+		return 0
+	}
+	from := max(p.low, p.minAll)
+	byMax := max(min(cut, p.boundMax)-from, 0)
+	res.AddExpired(topic, storage.ExpiredMaxRetention, byMax)
+	reason := storage.ExpiredDeadSubscription
+	if p.minHold < 0 {
+		reason = storage.ExpiredZeroSubscription
+	}
+	res.AddExpired(topic, reason, cut-from-byMax)
+	return cut - from
+}
+
 // retentionBoundsSQL reads, for each partition of topic $1 that holds messages, its low and next
 // offsets, the bounds of the three times in $2 (max_retention, message_retention and
 // zero_subscription_retention before now: partRetention's boundMax, boundMsg and boundZero, by
@@ -139,7 +161,7 @@ WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
 ORDER BY p.partition`
 
 // retainTopic applies retention to one topic inside tx; see RetentionApply.
-func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now time.Time, res *storage.RetentionResult) error {
+func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, name string, now time.Time, res *storage.RetentionResult) error {
 	ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "retention:"+strconv.FormatInt(topicID, 10)))
 	if err != nil || !ok {
 		return err
@@ -224,13 +246,8 @@ func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, now 
 		if err := e.trimDeliveryState(ctx, tx, topicID, p.partition, cut); err != nil {
 			return err
 		}
-		removed := cut - p.low
-		var expired int64
-		if p.minAll >= 0 && cut > p.minAll {
-			expired = cut - max(p.low, p.minAll)
-		}
-		res.MessagesExpired += expired
-		res.MessagesDeleted += removed - expired
+		expired := p.countExpired(res, name, cut)
+		res.MessagesDeleted += cut - p.low - expired
 		res.BytesDeleted += bytes
 	}
 	n, err := e.expireDLQ(ctx, tx, topicID, now.Add(-cfg.MaxRetention))

@@ -15,12 +15,13 @@ func notifyCases() []testCase {
 }
 
 func retentionCases() []testCase {
-	return []testCase{
+	cases := []testCase{
 		{name: "keeps_what_subscriptions_need", fn: testRetentionKeeps},
 		{name: "zero_subscription_retention_keeps", fn: testRetentionZeroSubscriptions},
 		{name: "max_retention_removes_everything_old", fn: testRetentionMaxStrict},
 		{name: "max_retention_keeps_younger", fn: testRetentionMaxKeepsYounger},
 	}
+	return append(cases, shortRetentionCases()...)
 }
 
 // notifyRecorder collects notifications; its callback never blocks.
@@ -127,6 +128,7 @@ func (x *env) retention(topic string) (*storage.RetentionResult, int64) {
 		}
 	}
 	equal(x.t, res.MessagesDeleted+res.MessagesExpired, removed, "deleted + expired messages = messages removed from the logs (%+v)", *res)
+	x.checkExpired(res)
 	if removed > 0 {
 		isTrue(x.t, res.BytesDeleted > 0, "messages removed but BytesDeleted is %d", res.BytesDeleted)
 	}
@@ -224,6 +226,7 @@ func testRetentionMaxStrict(t *testing.T, x *env) {
 	res, removed := x.retention("cap")
 	equal(t, removed, int64(20), "every message older than max_retention is removed")
 	equal(t, res.MessagesExpired, int64(20), "every message was needed by paused subscription p: all count as expired")
+	deepEqual(t, res.Expired, []storage.ExpiredCount{{Topic: "cap", Reason: storage.ExpiredMaxRetention, Messages: 20}}, "expired by topic and reason")
 	equal(t, res.DLQEntriesExpired, int64(1), "DLQ entries older than max_retention")
 	deepEqual(t, x.lowOffsets("cap"), []int64{12, 8}, "low offsets")
 	deepEqual(t, x.highWaters("cap"), []int64{12, 8}, "high waters unchanged")

@@ -51,10 +51,6 @@ type Config struct {
 	// StateLogSnapshotBytes is the number of state log bytes written since the last snapshot that
 	// triggers a new snapshot (and the compaction of the state log). Defaults to 64 MiB.
 	StateLogSnapshotBytes int64
-	// RetentionCutAge is the age of the oldest message of a partition's active segment after which
-	// RetentionApply seals it when everything in it may be deleted, so quiet topics are trimmed too.
-	// Defaults to 1 h.
-	RetentionCutAge time.Duration
 	// FS is the filesystem seam. Defaults to the OS. The directory lock (flock) is only taken with
 	// the OS filesystem.
 	FS wlog.FS
@@ -77,7 +73,6 @@ type Config struct {
 const (
 	DefaultSegmentBytes          = 64 << 20
 	DefaultStateLogSnapshotBytes = 64 << 20
-	DefaultRetentionCutAge       = time.Hour
 	minSegmentBytes              = 4 << 10
 	maxSegmentBytes              = 1 << 30
 	// maxRecordBytes bounds one record of any log: the largest message (MaxMessageBytesLimit) with
@@ -98,9 +93,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StateLogSnapshotBytes == 0 {
 		c.StateLogSnapshotBytes = DefaultStateLogSnapshotBytes
-	}
-	if c.RetentionCutAge == 0 {
-		c.RetentionCutAge = DefaultRetentionCutAge
 	}
 	if c.claimHorizon <= 0 {
 		c.claimHorizon = horizonAhead
@@ -124,8 +116,6 @@ func (c Config) Validate() error {
 		return bad("FirstSegmentBytes", "must be between %d and SegmentBytes (%d), got %d", minSegmentBytes, c.SegmentBytes, c.FirstSegmentBytes)
 	case c.StateLogSnapshotBytes < 1:
 		return bad("StateLogSnapshotBytes", "must be positive, got %d", c.StateLogSnapshotBytes)
-	case c.RetentionCutAge < 0:
-		return bad("RetentionCutAge", "must not be negative, got %s", c.RetentionCutAge)
 	case c.SlowSync < 0:
 		return bad("SlowSync", "must not be negative, got %s", c.SlowSync)
 	}

@@ -41,7 +41,6 @@ func TestConfigValidate(t *testing.T) {
 		{Config{FirstSegmentBytes: -1}, "FirstSegmentBytes"},
 		{Config{SegmentBytes: 1 << 20, FirstSegmentBytes: 2 << 20}, "FirstSegmentBytes"},
 		{Config{StateLogSnapshotBytes: -1}, "StateLogSnapshotBytes"},
-		{Config{RetentionCutAge: -time.Second}, "RetentionCutAge"},
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()
@@ -317,7 +316,7 @@ func TestEphemeralSubscriptionsAreNotPersisted(t *testing.T) {
 }
 
 // TestRetentionTrimsFiles: whole segments go once completed and old enough; a quiet active
-// segment is sealed after RetentionCutAge; a PAUSED subscription holds retention until
+// segment is sealed once what it holds may go; a PAUSED subscription holds retention until
 // max_retention, which counts what it removes and advances the floor.
 func TestRetentionTrimsFiles(t *testing.T) {
 	t.Parallel()
@@ -359,7 +358,8 @@ func TestRetentionTrimsFiles(t *testing.T) {
 	h.crash()
 	equal(t, h.stats(slow.ID).Partitions[0].AckFloor, 40, "slow floor after restart")
 
-	// A quiet topic whose messages are all completed: the active segment is cut after the cut age.
+	// A quiet topic whose messages are all completed: the active segment is cut once they are
+	// older than message_retention.
 	for range 5 {
 		h.publish("r", storage.AppendMessage{Partition: -1, Payload: []byte(payload)})
 	}
@@ -386,7 +386,7 @@ func TestRetentionTrimsFiles(t *testing.T) {
 // zero_subscription_retention.
 func TestZeroSubscriptionRetention(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.SegmentBytes = 4 << 10; c.RetentionCutAge = time.Minute })
+	h := newHarness(t, func(c *Config) { c.SegmentBytes = 4 << 10 })
 	h.createTopic("z", storage.TopicConfig{Semantics: storage.PubSub, ZeroSubscriptionRetention: time.Hour})
 	h.publishN("z", 30)
 	h.clock.Advance(59 * time.Minute)

@@ -15,7 +15,39 @@ type partPlan struct {
 	p       *partition
 	cut     int64 // delete whole segments below this index
 	cutHead bool  // seal the active segment first
-	expired int64 // messages below cut that a subscription had not completed
+	// expired counts, by reason (the index in expiryReasons), the messages below cut that a
+	// subscription with state had not completed.
+	expired [len(expiryReasons)]int64
+}
+
+// expiryReasons are the reasons of RetentionResult.Expired, in the order they take precedence.
+var expiryReasons = [...]storage.ExpiryReason{storage.ExpiredMaxRetention, storage.ExpiredZeroSubscription, storage.ExpiredDeadSubscription}
+
+// retentionRule decides, for one partition at one time, what retention may remove.
+type retentionRule struct {
+	now int64 // unix ns
+	cfg storage.TopicConfig
+	// minHold and minAll are the lowest floors of the subscriptions that hold retention and of all
+	// those with state (-1: none).
+	minHold, minAll int64
+}
+
+// removable reports whether the records below end, the newest of which was published at newest,
+// may be removed, and the index in expiryReasons of the rule that allows it: the reason of those
+// of them a subscription with state had not completed (offset >= minAll).
+func (r retentionRule) removable(end, newest int64) (reason int, ok bool) {
+	age := r.now - newest
+	switch {
+	case age > int64(r.cfg.MaxRetention):
+		return 0, true
+	case r.minHold >= 0:
+		// Only DEAD subscriptions can be behind minHold.
+		return 2, end <= r.minHold && age > int64(r.cfg.MessageRetention)
+	default:
+		// Below minAll every subscription completed them: nothing there is expired.
+		return 1, age > int64(r.cfg.ZeroSubscriptionRetention) ||
+			(r.minAll >= 0 && end <= r.minAll && age > int64(r.cfg.MessageRetention))
+	}
 }
 
 // RetentionApply deletes what retention allows at the engine's current time, topic by topic and
@@ -31,11 +63,16 @@ type partPlan struct {
 //     than message_retention;
 //   - any segment whose newest message is older than max_retention.
 //
-// The active segment is sealed first when it alone blocks that and its oldest message is older
-// than Config.RetentionCutAge. Removed messages that some subscription had not completed are
-// counted in MessagesExpired and the floors of those subscriptions are force-advanced (recorded
-// in the state log before any file is deleted); the others in MessagesDeleted. DLQ entries dead
-// for longer than max_retention are removed and counted. Calls are serialized.
+// The active segment is sealed (wlog.Log.Cut) when those rules allow its oldest message to go,
+// however short the durations: deleted at once when they allow all of it, else at a later run,
+// once they allow its newest message too. An empty active segment is never sealed, and one is
+// sealed only when retention will delete at least part of it, so a partition rolls at most once
+// per run and keeps at most one such sealed segment waiting. Removed messages that some
+// subscription with state had not completed are counted in MessagesExpired and Expired, with the
+// reason of the rule that removed them (the precedence of storage.ExpiryReason), and the floors
+// of those subscriptions are force-advanced (recorded in the state log before any file is
+// deleted); the others in MessagesDeleted. DLQ entries dead for longer than max_retention are
+// removed and counted. Calls are serialized.
 func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, error) {
 	e.retentionMu.Lock()
 	defer e.retentionMu.Unlock()
@@ -104,6 +141,7 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 				minHold = f
 			}
 		}
+		rule := retentionRule{now: nowNs, cfg: cfg, minHold: minHold, minAll: minAll}
 		first := p.log.FirstIndex()
 		plan := partPlan{p: p, cut: first}
 		for _, seg := range p.log.Segments() {
@@ -111,31 +149,28 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 				break
 			}
 			end := seg.BaseIndex + seg.Count
-			age := nowNs - seg.MaxTime
-			ok := age > int64(cfg.MaxRetention)
-			if !ok && minHold >= 0 {
-				ok = end <= minHold && age > int64(cfg.MessageRetention)
-			}
-			if !ok && minHold < 0 {
-				ok = age > int64(cfg.ZeroSubscriptionRetention) ||
-					(minAll >= 0 && end <= minAll && age > int64(cfg.MessageRetention))
-			}
+			reason, ok := rule.removable(end, seg.MaxTime)
 			if !ok {
+				// Seal the active segment once its oldest message may go: a later run deletes
+				// it when its newest may too.
+				if _, old := rule.removable(seg.BaseIndex+1, seg.MinTime); old && !seg.Sealed {
+					plan.cutHead = true
+				}
 				break
 			}
 			if !seg.Sealed {
-				if nowNs-seg.MinTime < int64(e.cfg.RetentionCutAge) {
-					break
-				}
 				plan.cutHead = true
+			}
+			if minAll >= 0 && end > minAll {
+				e.countExpired(&plan, rule, reason, max(seg.BaseIndex, minAll), end)
 			}
 			plan.cut = end
 		}
 		if plan.cut <= first {
+			if plan.cutHead {
+				plans = append(plans, plan)
+			}
 			continue
-		}
-		if minAll >= 0 && plan.cut > minAll {
-			plan.expired = plan.cut - max(first, minAll)
 		}
 		for _, s := range withState {
 			if s.st.Floor(int32(pi)) < plan.cut {
@@ -186,8 +221,14 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			e.logger.Warn("wal: retention delete", slog.String("dir", plan.p.dir), slog.Any("error", err))
 			continue
 		}
-		exp := min(recs, plan.expired)
-		res.MessagesExpired += exp
+		// recs is what was planned: the segments below cut are sealed, and only this
+		// (serialized) call deletes. min guards the counts all the same.
+		var exp int64
+		for i, n := range plan.expired {
+			n = min(n, recs-exp)
+			res.AddExpired(t.meta.Name, expiryReasons[i], n)
+			exp += n
+		}
 		res.MessagesDeleted += recs - exp
 		res.BytesDeleted += bytes
 		if recs > 0 {
@@ -196,4 +237,20 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		}
 	}
 	return nil
+}
+
+// countExpired adds to plan the messages [from, end) of one removable segment that a subscription
+// had not completed, for reason (an index in expiryReasons). Those older than max_retention count
+// as max_retention, as on PostgreSQL, which removes message by message: the segment is removable
+// by another rule, but its oldest messages may be past the cap.
+func (e *Engine) countExpired(plan *partPlan, rule retentionRule, reason int, from, end int64) {
+	if reason != 0 {
+		bound, err := plan.p.log.SearchTime(rule.now - int64(rule.cfg.MaxRetention))
+		if err == nil && bound > from {
+			n := min(bound, end) - from
+			plan.expired[0] += n
+			from += n
+		}
+	}
+	plan.expired[reason] += end - from
 }

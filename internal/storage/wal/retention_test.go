@@ -1,0 +1,104 @@
+package wal
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+)
+
+// segments returns the segments of partition 0 of topic and the number of segment files in its
+// directory.
+func (h *harness) segments(topic string) ([]wlog.SegmentInfo, int) {
+	h.t.Helper()
+	h.e.mu.RLock()
+	p := h.e.topics[topic].parts[0]
+	h.e.mu.RUnlock()
+	ents, err := os.ReadDir(p.dir)
+	h.must(err, "read dir")
+	files := 0
+	for _, e := range ents {
+		if filepath.Ext(e.Name()) == ".seg" {
+			files++
+		}
+	}
+	return p.log.Segments(), files
+}
+
+// TestRetentionSealsOnlyWhatItFrees: with a 3 s message_retention the active segment is sealed
+// at a run only when its oldest message may go, never when nothing could be removed (an idle
+// topic, an empty segment, messages a subscription has not completed): a partition rolls at most
+// once per run and keeps at most one sealed segment waiting, so short retention neither makes
+// publishes roll segments nor leaves a trail of preallocated files.
+func TestRetentionSealsOnlyWhatItFrees(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createTopic("idle", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: 3 * time.Second, ZeroSubscriptionRetention: 3 * time.Second})
+	h.createTopic("held", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: 3 * time.Second})
+	s := h.subscribe("held", "s", storage.StartPosition{})
+	h.publishN("held", 10)
+	run := func() *storage.RetentionResult {
+		t.Helper()
+		res, err := h.e.RetentionApply(h.ctx)
+		h.must(err, "retention")
+		return res
+	}
+	one := func(topic, what string) {
+		t.Helper()
+		segs, files := h.segments(topic)
+		equal(t, len(segs), 1, what+": segments")
+		equal(t, files, 1, what+": segment files")
+	}
+	for range 5 {
+		h.clock.Advance(10 * time.Second)
+		equal(t, run().MessagesDeleted, 0, "nothing completed")
+		one("idle", "an idle topic")
+		one("held", "messages s has not completed")
+	}
+
+	// Completed: one run seals and deletes the whole active segment; later runs leave the new,
+	// empty one alone.
+	h.ack(s.ID, refs(h.claimAll(s.ID, "m"))...)
+	equal(t, run().MessagesDeleted, 10, "completed and older than 3s")
+	for range 5 {
+		h.clock.Advance(10 * time.Second)
+		equal(t, run().MessagesDeleted, 0, "nothing left")
+		one("held", "an empty active segment")
+	}
+
+	// Busy: a message a second, acked at once, retention every second. A segment is sealed only
+	// once its oldest message is older than 3s, at most one sealed segment waits for its newest
+	// to age, and everything older than 3s plus one run's worth goes.
+	var deleted, cuts int64
+	var lastBase int64 = -1
+	for i := range 60 {
+		h.clock.Advance(time.Second)
+		h.publishN("held", 1)
+		h.ack(s.ID, refs(h.claimAll(s.ID, "m"))...)
+		deleted += run().MessagesDeleted
+		segs, files := h.segments("held")
+		if len(segs) > 2 || files != len(segs) {
+			t.Fatalf("second %d: %d segments, %d files: at most the active one and one sealed one waiting", i, len(segs), files)
+		}
+		if base := segs[len(segs)-1].BaseIndex; base != lastBase {
+			cuts++
+			lastBase = base
+		}
+		// Offset 10+j was published at second j. A segment is sealed at the first run its oldest
+		// is older than 3s (so it holds at most 5 seconds) and deleted at the first run its
+		// newest is: nothing published more than 10 s ago is left.
+		if want := int64(10 + i - 10); segs[0].BaseIndex < want {
+			t.Fatalf("second %d: first retained offset %d, want at least %d", i, segs[0].BaseIndex, want)
+		}
+	}
+	if cuts > 60/4+1 {
+		t.Fatalf("%d cuts in 60 runs: a segment is sealed only once its oldest message is older than 3s", cuts)
+	}
+	if deleted < 50 {
+		t.Fatalf("deleted %d of 60 messages acked over 60 s with a 3s retention", deleted)
+	}
+	t.Logf("60 runs: %d cuts, %d deleted", cuts, deleted)
+}
