@@ -167,6 +167,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		DisableAutoCreate:  !cfg.Broker.AutoCreate,
 		AutoCreateConfig:   storage.TopicConfig{Semantics: storage.Semantics(cfg.Broker.AutoCreateSemantics)},
 		RetentionInterval:  cfg.Broker.RetentionInterval,
+		OnRetention:        m.ObserveRetention,
 		DefaultMaxInFlight: cfg.Broker.DefaultMaxInFlight,
 		PollInterval:       cfg.Broker.PollInterval,
 		ClaimInterval:      claimInterval(cfg),

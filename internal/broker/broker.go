@@ -48,6 +48,10 @@ type Config struct {
 	// RetentionInterval is how often the broker calls Engine.RetentionApply. Defaults to 1 minute;
 	// a negative value disables the job (another broker instance or a test runs it).
 	RetentionInterval time.Duration
+	// OnRetention, if set, is called after every run of the retention job with what it removed,
+	// also with the partial result of a run that failed (what it removed is gone all the same):
+	// metrics count RetentionResult.Expired there (invariant 1). It must not block.
+	OnRetention func(*storage.RetentionResult)
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -86,6 +90,7 @@ type Broker struct {
 	autoCreate         bool
 	autoCreateConfig   storage.TopicConfig
 	retentionInterval  time.Duration
+	onRetention        func(*storage.RetentionResult)
 	pollInterval       time.Duration
 	claimInterval      time.Duration
 	defaultMaxInFlight int
@@ -147,6 +152,7 @@ func New(cfg Config) (*Broker, error) {
 		autoCreate:         !cfg.DisableAutoCreate,
 		autoCreateConfig:   autoCfg,
 		retentionInterval:  cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
+		onRetention:        cfg.OnRetention,
 		pollInterval:       cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		claimInterval:      cfg.ClaimInterval,
 		defaultMaxInFlight: maxInFlight,
@@ -333,16 +339,32 @@ func (b *Broker) retentionLoop() {
 	}
 }
 
-// runRetention applies retention once and logs what it removed.
+// runRetention applies retention once, reports what it removed to Config.OnRetention (also what a
+// failed run removed before it failed) and logs it: the totals at INFO, and at WARN each topic
+// and reason of messages removed while a subscription had not completed them.
 func (b *Broker) runRetention(ctx context.Context) {
 	start := time.Now()
 	res, err := b.engine.RetentionApply(ctx)
+	if res != nil {
+		if b.onRetention != nil {
+			b.onRetention(res)
+		}
+		b.logRetention(ctx, res, time.Since(start))
+	}
 	if err != nil {
 		if errors.Is(err, storage.ErrClosed) || ctx.Err() != nil {
 			return
 		}
 		b.logger.WarnContext(ctx, "retention failed", slog.Any("error", err))
-		return
+	}
+}
+
+// logRetention logs what a retention run removed, if anything.
+func (b *Broker) logRetention(ctx context.Context, res *storage.RetentionResult, took time.Duration) {
+	ctx = context.WithoutCancel(ctx) // a run cut short by Stop still says what it removed
+	for _, x := range res.Expired {
+		b.logger.WarnContext(ctx, "retention expired messages a subscription had not completed",
+			slog.String("topic", x.Topic), slog.String("reason", string(x.Reason)), slog.Int64("messages", x.Messages))
 	}
 	if res.MessagesDeleted+res.MessagesExpired+res.DLQEntriesExpired == 0 {
 		return
@@ -352,7 +374,7 @@ func (b *Broker) runRetention(ctx context.Context) {
 		slog.Int64("messages_expired", res.MessagesExpired),
 		slog.Int64("dlq_entries_expired", res.DLQEntriesExpired),
 		slog.Int64("bytes_deleted", res.BytesDeleted),
-		slog.Duration("took", time.Since(start)))
+		slog.Duration("took", took))
 }
 
 // eventQueue is an unbounded queue of topic notifications. Its mutex is a leaf: nothing else is

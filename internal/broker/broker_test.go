@@ -849,6 +849,48 @@ func TestRetentionJob(t *testing.T) {
 	})
 }
 
+// TestRetentionReportsExpired: a retention run hands its result to Config.OnRetention (what the
+// metrics count) and logs each topic and reason of messages removed while a subscription had not
+// completed them at WARN, besides the totals at INFO.
+func TestRetentionReportsExpired(t *testing.T) {
+	t.Parallel()
+	logs := &testutil.SyncBuffer{}
+	var got []*storage.RetentionResult
+	e := newEnv(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.OnRetention = func(res *storage.RetentionResult) { got = append(got, res) }
+	})
+	e.createTopic("cap", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Second, MaxRetention: 3 * time.Second})
+	_, err := e.engine.SubscriptionCreate(e.ctx(), &storage.SubscriptionCreateParams{Topic: "cap", Group: "g",
+		Start: storage.StartPosition{Kind: storage.FromBeginning}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishN("cap", "c", 5)
+	e.b.runRetention(e.ctx()) // nothing is old yet: reported, not logged
+	e.clock.Advance(4 * time.Second)
+	e.b.runRetention(e.ctx())
+	if len(got) != 2 {
+		t.Fatalf("OnRetention called %d times for 2 runs", len(got))
+	}
+	want := []storage.ExpiredCount{{Topic: "cap", Reason: storage.ExpiredMaxRetention, Messages: 5}}
+	if got[0].MessagesExpired != 0 || !slices.Equal(got[1].Expired, want) || got[1].MessagesExpired != 5 {
+		t.Fatalf("results %+v, %+v; want the second to expire %+v", *got[0], *got[1], want)
+	}
+	out := logs.String()
+	for _, s := range []string{
+		`level=WARN msg="retention expired messages a subscription had not completed" component=broker topic=cap reason=max_retention messages=5`,
+		`msg="retention applied" component=broker messages_deleted=0 messages_expired=5`,
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("log lacks %s:\n%s", s, out)
+		}
+	}
+	if n := strings.Count(out, `msg="retention`); n != 2 {
+		t.Errorf("%d log lines about retention, want 2:\n%s", n, out)
+	}
+}
+
 func TestChurnLosesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)

@@ -99,10 +99,11 @@
 //
 // Every goroutine is owned by the Broker and counted in its WaitGroup: one notifier (topic created
 // and deleted notifications, which need engine calls; the engine's callback itself never blocks),
-// one retention job (Engine.RetentionApply every Config.RetentionInterval, logged at INFO when it
-// removed something), and one dispatcher per subscription with members. Stop unregisters from the
-// engine, closes every member, closes the quit channel and waits for the WaitGroup. The engine is
-// closed by its owner after Stop.
+// one retention job (Engine.RetentionApply every Config.RetentionInterval, reported to
+// Config.OnRetention, logged at INFO when it removed something and at WARN per topic and reason
+// when it removed messages a subscription had not completed), and one dispatcher per
+// subscription with members. Stop unregisters from the engine, closes every member, closes the
+// quit channel and waits for the WaitGroup. The engine is closed by its owner after Stop.
 //
 // # Lock order
 //

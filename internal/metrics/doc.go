@@ -4,8 +4,8 @@
 // # Two kinds of metrics
 //
 // Hook metrics are counters and histograms that the code which sees an event updates through the
-// methods of Metrics (ObservePublish, ObserveDelivery, ObserveAck, ObserveNack, ObserveFsync,
-// ConnectionOpened, ObserveHTTPRequest, ...). They count what this process did. Every method is
+// methods of Metrics (ObservePublish, ObserveDelivery, ObserveAck, ObserveNack, ObserveRetention,
+// ObserveFsync, ConnectionOpened, ObserveHTTPRequest, ...). They count what this process did. Every method is
 // safe for concurrent use, cheap (an atomic add or a histogram observation after a label lookup)
 // and a no-op on a nil *Metrics, so callers with optional metrics need no checks.
 //
@@ -73,7 +73,8 @@
 //	spool_metrics_collect_duration_seconds    gauge    how long reading the broker took at this scrape.
 //	spool_metrics_collect_errors_total        counter  scrapes at which reading the broker failed.
 //
-// Hook metrics (updated by the server, the admin API and the engine through Metrics' methods):
+// Hook metrics (updated by the server, the admin API, the broker's retention job and the engine
+// through Metrics' methods):
 //
 //	spool_messages_published_total{topic}           counter   messages this process accepted (ObservePublish).
 //	spool_publish_duration_seconds                  histogram duration of a publish call, including the fsync (ObservePublish).
@@ -88,6 +89,18 @@
 //	                                                          engine decides on its own (lease expiry or a nack on the last attempt)
 //	                                                          are not reported to the broker; the DLQ size is
 //	                                                          spool_subscription_dead_lettered.
+//	spool_messages_expired_total{topic,reason}      counter   messages the retention job of this process removed while a subscription
+//	                                                          (ACTIVE, PAUSED or DEAD) had not completed them (ObserveRetention, wired
+//	                                                          to broker.Config.OnRetention): the removals invariant 1 requires to count.
+//	                                                          reason is the rule that removed them, the first that applies:
+//	                                                          max_retention (older than max_retention), zero_subscription (no
+//	                                                          subscription held retention, a DEAD one had not completed them, older
+//	                                                          than zero_subscription_retention), dead_subscription (every ACTIVE and
+//	                                                          PAUSED subscription had completed them, a DEAD one had not, older than
+//	                                                          message_retention). Completed messages that retention deletes, messages
+//	                                                          no subscription needed and expired DLQ entries are not counted. On
+//	                                                          PostgreSQL each topic's run is done by one instance: sum() across
+//	                                                          instances.
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
 //	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
@@ -102,5 +115,6 @@
 // spool_topic_* gauges. Not exported yet, because the broker and engine do not expose them: the
 // age of a subscription's oldest unacked message (seed 002's "time lag"), last heartbeat per
 // group, processed counts per group since creation, cleanup job figures (backlog, messages
-// deleted, dead groups detected) and backfill progress.
+// deleted, dead groups detected; messages expired are spool_messages_expired_total) and backfill
+// progress.
 package metrics

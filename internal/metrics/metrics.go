@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // Label values of a few series.
@@ -33,6 +35,7 @@ type Metrics struct {
 	acked           *prometheus.CounterVec
 	nacked          *prometheus.CounterVec
 	deadLettered    *prometheus.CounterVec
+	expired         *prometheus.CounterVec
 	fsyncDuration   prometheus.Histogram
 	fsyncRecords    prometheus.Histogram
 	connections     *prometheus.GaugeVec
@@ -87,6 +90,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "spool_messages_dead_lettered_total",
 			Help: "Messages dead-lettered by a request of this process (nack to the DLQ); expiries the engine dead-letters are not counted.",
 		}, []string{"topic", "group"}),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_expired_total",
+			Help: "Messages the retention job of this process removed while a subscription had not completed them, by the rule that removed them (max_retention, zero_subscription, dead_subscription).",
+		}, []string{"topic", "reason"}),
 		fsyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "spool_wal_fsync_duration_seconds",
 			Help: "Duration of one group-commit round (write and fsync) of the embedded engine, in seconds.",
@@ -120,7 +127,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.publishDuration, m.publishErrors, m.delivered, m.redelivered,
-			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.fsyncDuration, m.fsyncRecords,
+			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.fsyncDuration, m.fsyncRecords,
 			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration)
 	}
 	return m
@@ -204,6 +211,18 @@ func (m *Metrics) ObserveDeadLettered(topic, group string, n int) {
 	m.deadLettered.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
 }
 
+// ObserveRetention records what one run of the retention job removed: every entry of res.Expired
+// (messages removed while a subscription had not completed them) in spool_messages_expired_total.
+// Its signature is that of broker.Config.OnRetention. It never blocks.
+func (m *Metrics) ObserveRetention(res *storage.RetentionResult) {
+	if m == nil || res == nil {
+		return
+	}
+	for _, x := range res.Expired {
+		m.expired.WithLabelValues(x.Topic, string(x.Reason)).Add(float64(x.Messages))
+	}
+}
+
 // ObserveFsync records one group-commit round of the embedded engine: its duration and the
 // records it made durable. Its signature is that of wal.Config.OnSync, so the server passes
 // m.ObserveFsync there; logs (how many log files the round synced) is not recorded. It never
@@ -254,7 +273,7 @@ func (m *Metrics) ForgetTopic(topic string) {
 	l := prometheus.Labels{"topic": topic}
 	for _, v := range []*prometheus.MetricVec{
 		m.published.MetricVec, m.delivered.MetricVec, m.redelivered.MetricVec, m.endToEnd.MetricVec,
-		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec,
+		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec, m.expired.MetricVec,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -145,6 +145,13 @@ func TestHooks(t *testing.T) {
 	m.ConnectionOpened(ProtocolBinary)
 	m.ConnectionClosed(ProtocolBinary)
 	m.ObserveHTTPRequest("GET /healthz", 200, time.Millisecond)
+	m.ObserveRetention(&storage.RetentionResult{MessagesDeleted: 9, MessagesExpired: 7, Expired: []storage.ExpiredCount{
+		{Topic: "orders", Reason: storage.ExpiredMaxRetention, Messages: 4},
+		{Topic: "orders", Reason: storage.ExpiredDeadSubscription, Messages: 3},
+	}})
+	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 2, Expired: []storage.ExpiredCount{
+		{Topic: "orders", Reason: storage.ExpiredMaxRetention, Messages: 2},
+	}})
 
 	topic := map[string]string{"topic": "orders"}
 	billing := map[string]string{"topic": "orders", "group": "billing"}
@@ -163,6 +170,8 @@ func TestHooks(t *testing.T) {
 		{"spool_messages_acked_total", billing, 4},
 		{"spool_messages_nacked_total", billing, 3},
 		{"spool_messages_dead_lettered_total", billing, 3},
+		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "max_retention"}, 6},
+		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "dead_subscription"}, 3},
 		{"spool_wal_fsync_duration_seconds", nil, 1},
 		{"spool_wal_fsync_records", nil, 1},
 		{"spool_connections", map[string]string{"protocol": "binary"}, 1},
@@ -177,7 +186,7 @@ func TestHooks(t *testing.T) {
 	}
 
 	m.ForgetTopic("orders")
-	for _, name := range []string{"spool_messages_published_total", "spool_messages_delivered_total", "spool_end_to_end_latency_seconds"} {
+	for _, name := range []string{"spool_messages_published_total", "spool_messages_delivered_total", "spool_end_to_end_latency_seconds", "spool_messages_expired_total"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
 			t.Errorf("after ForgetTopic: %d series of %s (err %v)", n, name, err)
 		}
@@ -194,6 +203,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.ObserveNack("a", "", 1, true)
 	m.ObserveDeadLettered("a", "", 1)
 	m.ObserveFsync(time.Millisecond, 1, 1)
+	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 1, Expired: []storage.ExpiredCount{{Topic: "a", Reason: storage.ExpiredMaxRetention, Messages: 1}}})
 	m.ConnectionOpened(ProtocolText)
 	m.ConnectionClosed(ProtocolText)
 	m.ObserveHTTPRequest("x", 200, 0)
@@ -234,6 +244,7 @@ func TestLint(t *testing.T) {
 	m.ConnectionOpened(ProtocolBinary)
 	m.ObserveHTTPRequest("GET /x", 200, time.Millisecond)
 	m.ObservePublishError("CLOSED")
+	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 1, Expired: []storage.ExpiredCount{{Topic: "lint.topic", Reason: storage.ExpiredZeroSubscription, Messages: 1}}})
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
