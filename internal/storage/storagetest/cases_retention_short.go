@@ -17,6 +17,7 @@ func shortRetentionCases() []testCase {
 		{name: "zero_subscription_retention_seconds", fn: testRetentionZeroShort},
 		{name: "max_retention_seconds", fn: testRetentionMaxShort},
 		{name: "expired_counts_exactly_what_was_needed", fn: testRetentionExpiredExact},
+		{name: "expired_reason_by_age", fn: testRetentionExpiredByAge},
 	}
 }
 
@@ -186,4 +187,24 @@ func testRetentionExpiredExact(t *testing.T, x *env) {
 	equal(t, res.MessagesDeleted, int64(5+4+7), "deleted: what every subscription had completed")
 	equal(t, partStats(t, x.stats(d.ID), 0).AckFloor, int64(20), "d's floor moves past what was removed")
 	equal(t, partStats(t, x.stats(b.ID), 0).AckFloor, int64(10), "b's floor moves past what was removed")
+}
+
+// testRetentionExpiredByAge: when one run removes messages a DEAD subscription needed, those
+// older than max_retention count as max_retention and the younger ones as zero_subscription, the
+// same on every engine, even one that removes all of them in one piece (a segment).
+func testRetentionExpiredByAge(t *testing.T, x *env) {
+	x.createTopic("age", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Second,
+		ZeroSubscriptionRetention: 2 * time.Second, MaxRetention: 5 * time.Second})
+	d := x.subscribe("age", "d", fromBeginning)
+	x.setState(d.ID, storage.Dead)
+	x.publishN("age", 0, 4)
+	x.advance(4 * time.Second)
+	x.publishN("age", 0, 3)
+	x.advance(3 * time.Second)
+	res, removed := x.retention("age")
+	equal(t, removed, int64(7), "everything is older than zero_subscription_retention (2s)")
+	deepEqual(t, res.Expired, []storage.ExpiredCount{
+		{Topic: "age", Reason: storage.ExpiredMaxRetention, Messages: 4},
+		{Topic: "age", Reason: storage.ExpiredZeroSubscription, Messages: 3},
+	}, "expired by reason: the 4 older than max_retention (5s), the 3 younger")
 }
