@@ -162,7 +162,7 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 				plan.cutHead = true
 			}
 			if minAll >= 0 && end > minAll {
-				e.countExpired(&plan, rule, reason, max(seg.BaseIndex, minAll), end)
+				e.countExpired(&plan, rule, reason, seg.MinTime, max(seg.BaseIndex, minAll), end)
 			}
 			plan.cut = end
 		}
@@ -239,12 +239,13 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 	return nil
 }
 
-// countExpired adds to plan the messages [from, end) of one removable segment that a subscription
-// had not completed, for reason (an index in expiryReasons). Those older than max_retention count
-// as max_retention, as on PostgreSQL, which removes message by message: the segment is removable
-// by another rule, but its oldest messages may be past the cap.
-func (e *Engine) countExpired(plan *partPlan, rule retentionRule, reason int, from, end int64) {
-	if reason != 0 {
+// countExpired adds to plan the messages [from, end) of one removable segment, whose oldest
+// message was published at oldest, that a subscription had not completed, for reason (an index in
+// expiryReasons). Those older than max_retention count as max_retention, as on PostgreSQL, which
+// removes message by message: the segment is removable by another rule, but its oldest messages
+// may be past the cap (found with the log's time search, which reads a few timestamps).
+func (e *Engine) countExpired(plan *partPlan, rule retentionRule, reason int, oldest, from, end int64) {
+	if reason != 0 && rule.now-oldest > int64(rule.cfg.MaxRetention) {
 		bound, err := plan.p.log.SearchTime(rule.now - int64(rule.cfg.MaxRetention))
 		if err == nil && bound > from {
 			n := min(bound, end) - from
