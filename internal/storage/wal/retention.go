@@ -20,8 +20,19 @@ type partPlan struct {
 	expired [len(expiryReasons)]int64
 }
 
-// expiryReasons are the reasons of RetentionResult.Expired, in the order they take precedence.
-var expiryReasons = [...]storage.ExpiryReason{storage.ExpiredMaxRetention, storage.ExpiredZeroSubscription, storage.ExpiredDeadSubscription}
+// expiryReasons are the reasons of RetentionResult.Expired, in the order they take precedence,
+// indexed by the constants below.
+var expiryReasons = [...]storage.ExpiryReason{
+	byMaxRetention:     storage.ExpiredMaxRetention,
+	byZeroSubscription: storage.ExpiredZeroSubscription,
+	byDeadSubscription: storage.ExpiredDeadSubscription,
+}
+
+const (
+	byMaxRetention = iota
+	byZeroSubscription
+	byDeadSubscription
+)
 
 // retentionRule decides, for one partition at one time, what retention may remove.
 type retentionRule struct {
@@ -39,13 +50,13 @@ func (r retentionRule) removable(end, newest int64) (reason int, ok bool) {
 	age := r.now - newest
 	switch {
 	case age > int64(r.cfg.MaxRetention):
-		return 0, true
+		return byMaxRetention, true
 	case r.minHold >= 0:
 		// Only DEAD subscriptions can be behind minHold.
-		return 2, end <= r.minHold && age > int64(r.cfg.MessageRetention)
+		return byDeadSubscription, end <= r.minHold && age > int64(r.cfg.MessageRetention)
 	default:
 		// Below minAll every subscription completed them: nothing there is expired.
-		return 1, age > int64(r.cfg.ZeroSubscriptionRetention) ||
+		return byZeroSubscription, age > int64(r.cfg.ZeroSubscriptionRetention) ||
 			(r.minAll >= 0 && end <= r.minAll && age > int64(r.cfg.MessageRetention))
 	}
 }
@@ -245,11 +256,11 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 // removes message by message: the segment is removable by another rule, but its oldest messages
 // may be past the cap (found with the log's time search, which reads a few timestamps).
 func (e *Engine) countExpired(plan *partPlan, rule retentionRule, reason int, oldest, from, end int64) {
-	if reason != 0 && rule.now-oldest > int64(rule.cfg.MaxRetention) {
+	if reason != byMaxRetention && rule.now-oldest > int64(rule.cfg.MaxRetention) {
 		bound, err := plan.p.log.SearchTime(rule.now - int64(rule.cfg.MaxRetention))
 		if err == nil && bound > from {
 			n := min(bound, end) - from
-			plan.expired[0] += n
+			plan.expired[byMaxRetention] += n
 			from += n
 		}
 	}
