@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,7 +147,7 @@ func BenchmarkConsume_1KiB(b *testing.B) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
-		b.Fatal(fmt.Sprintf("consumed %d of %d", got.Load(), b.N))
+		b.Fatalf("consumed %d of %d", got.Load(), b.N)
 	}
 	took := time.Since(start)
 	b.StopTimer()

@@ -65,7 +65,7 @@ func (s *subState) wakeUp() {
 // fence waits until no claim is in progress.
 func (s *subState) fence() {
 	s.claimMu.Lock()
-	//nolint:staticcheck // An empty critical section is the point: it orders us after a claim.
+	//lint:ignore SA2001 an empty critical section is the point: it orders us after a claim.
 	s.claimMu.Unlock()
 }
 

@@ -156,7 +156,7 @@ func TestPublishSubscribeAck(t *testing.T) {
 	c.publish("orders.created", "d")
 	d := c.deliveriesN(1)[0]
 	ext := expectOK[*protocol.ExtendOK](c, &protocol.Extend{Duration: time.Hour, Refs: append(refs(d), high)})
-	if ext.Extended != 1 || len(ext.NotHeld) != 1 || ext.Deadline.Sub(time.Now()) < 59*time.Minute {
+	if ext.Extended != 1 || len(ext.NotHeld) != 1 || time.Until(ext.Deadline) < 59*time.Minute {
 		t.Fatalf("ExtendOK = %+v", ext)
 	}
 

@@ -419,10 +419,10 @@ func testTopicDeleteQueue(t *testing.T, x *env) {
 // is.
 func testTopicDeleteQueuePending(t *testing.T, x *env) {
 	x.createTopic("del.work", storage.TopicConfig{Partitions: 2})
-	q := x.queueSub("del.work")
+	x.queueSub("del.work")
 	noErr(t, x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "del.work"}), "TopicDelete of an empty queue")
 	x.createTopic("del.work", storage.TopicConfig{Partitions: 2})
-	q = x.queueSub("del.work")
+	q := x.queueSub("del.work")
 	x.publishN("del.work", 1, 3)
 	err := x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "del.work"})
 	errIs(t, err, storage.ErrTopicHasSubscriptions, "TopicDelete of a queue with 3 pending messages")

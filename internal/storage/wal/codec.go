@@ -19,7 +19,6 @@ type enc struct{ b []byte }
 func (e *enc) u8(v byte)        { e.b = append(e.b, v) }
 func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
-func (e *enc) int(v int)        { e.b = binary.AppendVarint(e.b, int64(v)) }
 func (e *enc) bytes(v []byte) {
 	e.uvarint(uint64(len(v)))
 	e.b = append(e.b, v...)
@@ -103,8 +102,6 @@ func (d *dec) varint() int64 {
 	d.b = d.b[n:]
 	return v
 }
-
-func (d *dec) int() int { return int(d.varint()) }
 
 // count reads a length that must not exceed the remaining input divided by minSize (the smallest
 // encoding of one element).

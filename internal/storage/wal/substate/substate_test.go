@@ -260,8 +260,8 @@ func TestDLQReplayPurgeExpire(t *testing.T) {
 	t.Parallel()
 	s := New([]int64{0})
 	for o := int64(0); o < 5; o++ {
-		e := s.Deliver(0, o, "a", 10*sec)
-		_, e = s.Nack(0, o, "a", 0, 0, true, 5)
+		s.Deliver(0, o, "a", 10*sec)
+		_, e := s.Nack(0, o, "a", 0, 0, true, 5)
 		d := dlqEntry(e, storage.DLQRejected)
 		d.DeadAt = time.Unix(0, o*sec)
 		s.DeadLetter(e, d)

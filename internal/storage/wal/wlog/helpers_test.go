@@ -55,12 +55,6 @@ func (s *logSink) has(level slog.Level, msg string) bool {
 	return false
 }
 
-func (s *logSink) reset() {
-	s.mu.Lock()
-	s.msgs = nil
-	s.mu.Unlock()
-}
-
 func newSink(t testing.TB) (*logSink, *slog.Logger) {
 	s := &logSink{t: t}
 	return s, slog.New(s)
@@ -169,14 +163,4 @@ func copyDir(t testing.TB, src string) string {
 		}
 	}
 	return dst
-}
-
-// segFiles returns the segment files of dir, oldest first.
-func segFiles(t testing.TB, dir string) []string {
-	t.Helper()
-	m, err := filepath.Glob(filepath.Join(dir, "*.seg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
