@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxLen is the maximum length of a topic name, pattern or group name in bytes.
@@ -51,7 +52,7 @@ func ValidateGroup(group string) error {
 	}
 	for i := 0; i < len(group); i++ {
 		if c := group[i]; !isNameByte(c) && c != '.' {
-			return fmt.Errorf("%w: group name %q: byte %q at %d is not one of [A-Za-z0-9_.-]", ErrInvalidName, group, c, i)
+			return fmt.Errorf("%w: group name %q: %s at byte %d is not one of [A-Za-z0-9_.-]", ErrInvalidName, group, charAt(group, i), i)
 		}
 	}
 	return nil
@@ -85,8 +86,8 @@ func validate(what, s string, wildcards bool) error {
 		default:
 			for j := 0; j < len(seg); j++ {
 				if !isNameByte(seg[j]) {
-					return fmt.Errorf("%w: %s %q: segment %q contains %q; allowed are [A-Za-z0-9_-], '.' between segments%s",
-						ErrInvalidName, what, s, seg, seg[j], wildcardHint(wildcards))
+					return fmt.Errorf("%w: %s %q: segment %q contains %s; allowed are [A-Za-z0-9_-], '.' between segments%s",
+						ErrInvalidName, what, s, seg, charAt(seg, j), wildcardHint(wildcards))
 				}
 			}
 		}
@@ -94,6 +95,17 @@ func validate(what, s string, wildcards bool) error {
 			return nil
 		}
 	}
+}
+
+// charAt describes the character that starts at byte i of s for an error message: the whole
+// UTF-8 character quoted ('é', not the 'Ã' of its first byte), or the byte in hex when s is not
+// valid UTF-8 there.
+func charAt(s string, i int) string {
+	r, size := utf8.DecodeRuneInString(s[i:])
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf("byte 0x%02x (not UTF-8)", s[i])
+	}
+	return fmt.Sprintf("%q", r)
 }
 
 func wildcardHint(wildcards bool) string {

@@ -126,3 +126,23 @@ func matchReference(p, t []string) bool {
 	}
 	return (p[0] == "*" || p[0] == t[0]) && matchReference(p[1:], t[1:])
 }
+
+// TestInvalidCharacterNamed checks that an error names the offending character whole: the
+// topic "café" used to be reported as containing 'Ã', the first byte of 'é'.
+func TestInvalidCharacterNamed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{ValidateTopic("café"), `contains 'é'`},
+		{ValidatePattern("orders.*.naïve"), `contains 'ï'`},
+		{ValidateTopic("a\xffb"), "contains byte 0xff (not UTF-8)"},
+		{ValidateGroup("grüppe"), `'ü' at byte 2`},
+		{ValidateTopic("a b"), `contains ' '`},
+	} {
+		if c.err == nil || !errors.Is(c.err, ErrInvalidName) || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("error %v, want one mentioning %s", c.err, c.want)
+		}
+	}
+}
