@@ -156,6 +156,13 @@ func TestTopics(t *testing.T) {
 		t.Fatalf("update: %+v", got.Config)
 	}
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"partitions": 1}).fails(400, "INVALID_ARGUMENT")
+	// 0 is refused as 0 (it used to be read as the default, 1, and refused as "got 1"), also on a
+	// one-partition topic where 1 would have passed silently.
+	for _, topic := range []string{"orders.created", "events"} {
+		if d := e.do("PUT", "/api/v1/topics/"+topic+"/config", map[string]any{"partitions": 0}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, "got 0") {
+			t.Errorf("partitions 0 on %s: %q", topic, d.Message)
+		}
+	}
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"semantics": "PUB_SUB"}).fails(400, "INVALID_ARGUMENT")
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"max_deliveries": 0, "bogus": 1}).fails(400, "INVALID_ARGUMENT")
 	e.do("PUT", "/api/v1/topics/missing/config", map[string]any{"max_deliveries": 3}).fails(404, "TOPIC_NOT_FOUND")
@@ -206,6 +213,13 @@ func TestPublish(t *testing.T) {
 	e.do("POST", "/api/v1/topics/auto.created/messages", map[string]any{"payload": "a", "partition": 5}).fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics/auto.created/messages", map[string]any{"payload": "a", "ttl": "-1s"}).fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics/a..b/messages", map[string]any{"payload": "a"}).fails(400, "INVALID_ARGUMENT")
+	// A body without a message publishes nothing (it used to append one empty message).
+	if d := e.do("POST", "/api/v1/topics/auto.created/messages", map[string]any{"messages": []any{}}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, "messages is empty") {
+		t.Errorf("empty messages: %q", d.Message)
+	}
+	if d := e.do("POST", "/api/v1/topics/auto.created/messages", map[string]any{}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, "no message in the body") {
+		t.Errorf("empty object: %q", d.Message)
+	}
 	e.do("POST", "/api/v1/topics/auto.created/messages", map[string]any{"payload": strings.Repeat("x", 5000)}).fails(413, "FRAME_TOO_LARGE")
 	e.do("POST", "/api/v1/topics", map[string]any{"name": "small", "max_message_bytes": 10}).ok(201, nil)
 	e.do("POST", "/api/v1/topics/small/messages", map[string]any{"payload": strings.Repeat("x", 11)}).fails(413, "MESSAGE_TOO_LARGE")

@@ -47,7 +47,7 @@
 // # Publish
 //
 // POST /api/v1/topics/{topic}/messages takes one message or {"messages": [...]} (all or
-// nothing). Payload and key are given as text (payload, key) or base64 (payload_base64,
+// nothing); a body with no message ({} or an empty list) is refused. Payload and key are given as text (payload, key) or base64 (payload_base64,
 // key_base64); responses give them as text when they are valid UTF-8 and as base64 otherwise.
 // A body with another Content-Type than JSON is published as the payload of one message
 // (curl --data-binary @file -H 'Content-Type: application/octet-stream').

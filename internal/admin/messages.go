@@ -118,6 +118,10 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 		switch {
 		case len(list) > 0 && !req.PublishMessage.empty():
 			return invalidf("give messages or the fields of one message, not both")
+		case req.Messages != nil && len(list) == 0:
+			return invalidf("messages is empty: give at least one message")
+		case len(list) == 0 && req.PublishMessage.empty():
+			return invalidf("no message in the body: give payload (or payload_base64) or messages")
 		case len(list) == 0:
 			list = []PublishMessage{req.PublishMessage}
 		case len(list) > maxPublishBatch:

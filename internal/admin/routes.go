@@ -85,7 +85,7 @@ func (h *Handler) routeTable() []*route {
 			ok:    204, errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/messages", publish: true, handle: h.publish, doc: opDoc{
 			id: "publish", tag: "messages", summary: "Publish messages.",
-			desc: "A JSON body is one message or {\"messages\": [...]}, all or nothing; the topic is auto-created unless auto-create is off. " +
+			desc: "A JSON body is one message or {\"messages\": [...]}, all or nothing ({} or an empty list is refused); the topic is auto-created unless auto-create is off. " +
 				"Any other Content-Type publishes the raw body as one message's payload (query parameters key and partition).",
 			query: []queryParam{{"key", "string", "raw body only: the message key"}, {"partition", "integer", "raw body only: the partition"}},
 			body:  typeOf[PublishRequest](), rawBody: true,
