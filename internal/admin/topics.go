@@ -132,6 +132,11 @@ func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) erro
 	if err := decodeJSON(r, &req, false); err != nil {
 		return err
 	}
+	// The current count is at least 1, so 0 came from the body; left to the defaults it would
+	// become 1 and be refused as "got 1".
+	if req.Partitions == 0 {
+		return invalidf("partitions must be between 1 and %d, got 0", storage.MaxPartitions)
+	}
 	t, err := h.b.UpdateTopic(r.Context(), broker.UpdateTopicParams{
 		Name: name, Config: req.TopicConfig.storage(), QueueToGroup: req.QueueToGroup,
 	})
