@@ -302,8 +302,8 @@ func (h *Handler) extend(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if req.Duration < 0 || time.Duration(req.Duration) > broker.MaxLeaseDuration {
-		return invalidf("duration must be between 0 (the topic's ack_wait) and %s, got %s", broker.MaxLeaseDuration, time.Duration(req.Duration))
+	if err := broker.CheckLeaseDuration("duration", time.Duration(req.Duration)); err != nil {
+		return err
 	}
 	s, sub, err := h.leaseHolder(r.Context(), topic, group, req.SubscriptionID)
 	if err != nil {

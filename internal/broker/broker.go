@@ -24,9 +24,20 @@ const (
 	// DefaultPollInterval is how soon an idle dispatcher first looks at its subscription again
 	// without a wake-up (see Config.PollInterval).
 	DefaultPollInterval = time.Second
-	// MaxLeaseDuration bounds SubscribeParams.LeaseDuration, like a topic's ack_wait.
+	// MaxLeaseDuration bounds every lease a client asks for: SubscribeParams.LeaseDuration, an
+	// Extend (binary protocol and HTTP) and the text mode's text_ack_wait, like a topic's ack_wait.
 	MaxLeaseDuration = 24 * time.Hour
 )
+
+// CheckLeaseDuration returns an error wrapping storage.ErrInvalidArgument (INVALID_ARGUMENT on
+// the wire) unless d, the lease duration named what, is between 0 (the topic's ack_wait) and
+// MaxLeaseDuration.
+func CheckLeaseDuration(what string, d time.Duration) error {
+	if d < 0 || d > MaxLeaseDuration {
+		return invalid("%s must be between 0 (the topic's ack_wait) and %s, got %s", what, MaxLeaseDuration, d)
+	}
+	return nil
+}
 
 // Config configures a Broker. The zero value of every field but Engine is valid and means the
 // default.

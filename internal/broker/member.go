@@ -621,7 +621,7 @@ func (m *Member) NackBatch(ctx context.Context, subID int64, refs []storage.Deli
 }
 
 // Extend pushes the lease deadlines of deliveries of subscription subID to d from now (0: the
-// topic's ack_wait) and returns the new deadline. Refs the member does not hold make Extend return
+// topic's ack_wait; at most MaxLeaseDuration) and returns the new deadline. Refs the member does not hold make Extend return
 // an error wrapping storage.ErrLeaseNotHeld after the others were extended.
 func (m *Member) Extend(ctx context.Context, subID int64, refs []storage.DeliveryRef, d time.Duration) (time.Time, error) {
 	res, err := m.ExtendBatch(ctx, subID, refs, d)
@@ -641,8 +641,8 @@ func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.De
 	if len(refs) == 0 {
 		return nil, invalid("extend: no delivery refs")
 	}
-	if d < 0 {
-		return nil, invalid("extend duration must not be negative, got %s", d)
+	if err := CheckLeaseDuration("extend duration", d); err != nil {
+		return nil, err
 	}
 	if err := validateRefs(refs); err != nil {
 		return nil, err

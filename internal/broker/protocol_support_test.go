@@ -119,6 +119,10 @@ func TestBatchResults(t *testing.T) {
 	if err != nil || ext.Extended != 1 || len(ext.NotHeld) != 1 || !ext.Deadline.Equal(e.clock.Now().Add(time.Hour)) {
 		t.Fatalf("ExtendBatch = %+v, %v", ext, err)
 	}
+	// A lease longer than MaxLeaseDuration is refused and changes nothing.
+	if _, err := m.ExtendBatch(e.ctx(), sub, []storage.DeliveryRef{ds[1].Ref()}, MaxLeaseDuration+time.Millisecond); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Fatalf("ExtendBatch over MaxLeaseDuration: %v, want ErrInvalidArgument", err)
+	}
 	nack, err := m.NackBatch(e.ctx(), sub, []storage.DeliveryRef{ds[1].Ref(), unknown}, NackOptions{ToDLQ: true})
 	if err != nil || nack.DeadLettered != 1 || len(nack.NotHeld) != 1 {
 		t.Fatalf("NackBatch = %+v, %v", nack, err)

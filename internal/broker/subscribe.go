@@ -84,8 +84,8 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	if p.MaxInFlight < 0 || p.MaxInFlight > MaxInFlightLimit {
 		return nil, invalid("max_in_flight must be between 0 (default) and %d, got %d", MaxInFlightLimit, p.MaxInFlight)
 	}
-	if p.LeaseDuration < 0 || p.LeaseDuration > MaxLeaseDuration {
-		return nil, invalid("lease duration must be between 0 (the topic's ack_wait) and %s, got %s", MaxLeaseDuration, p.LeaseDuration)
+	if err := CheckLeaseDuration("lease duration", p.LeaseDuration); err != nil {
+		return nil, err
 	}
 	start, err := validateStart(p.Start)
 	if err != nil {

@@ -526,6 +526,10 @@ func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 // extendResult runs an Extend request and returns its answer (ExtendOK or Error).
 func (b *binarySession) extendResult(m *protocol.Extend) protocol.Message {
 	c := b.c
+	// Checked before any ref: refs this connection holds no lease for never reach the broker.
+	if err := broker.CheckLeaseDuration("extend duration", m.Duration); err != nil {
+		return b.errorFrame(err)
+	}
 	res := &protocol.ExtendOK{}
 	for _, g := range groupRefs(m.Refs) {
 		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {

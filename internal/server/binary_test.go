@@ -159,6 +159,20 @@ func TestPublishSubscribeAck(t *testing.T) {
 	if ext.Extended != 1 || len(ext.NotHeld) != 1 || time.Until(ext.Deadline) < 59*time.Minute {
 		t.Fatalf("ExtendOK = %+v", ext)
 	}
+	// Leases are bounded by broker.MaxLeaseDuration (24 h), as over HTTP: the wire's largest
+	// duration (2^32-1 ms, 49.7 days) is refused, held or not, and the lease keeps its deadline.
+	for _, m := range []*protocol.Extend{
+		{Duration: protocol.MaxDuration, Refs: refs(d)},
+		{Duration: broker.MaxLeaseDuration + time.Millisecond, Refs: refs(d)},
+		{Duration: protocol.MaxDuration, Refs: []protocol.Ref{high}},
+	} {
+		if pe := c.expectErr(m, protocol.CodeInvalidArgument); !strings.Contains(pe.Message, "24h0m0s") {
+			t.Fatalf("Extend %s: %v", m.Duration, pe)
+		}
+	}
+	if ext := expectOK[*protocol.ExtendOK](c, &protocol.Extend{Duration: broker.MaxLeaseDuration, Refs: refs(d)}); ext.Extended != 1 {
+		t.Fatalf("Extend by the maximum: %+v", ext)
+	}
 
 	// Unsubscribe releases what the handle holds; no delivery for it follows.
 	un := expectOK[*protocol.UnsubscribeOK](c, &protocol.Unsubscribe{Handle: sub.Handle})
