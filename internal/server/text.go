@@ -32,6 +32,8 @@ type textSession struct {
 	// interactive is set by any command but PUBLISH and AUTH: the session is no longer closed
 	// after text_publisher_idle.
 	interactive bool
+	// started is set once the first line arrived: until then the handshake timeout applies.
+	started bool
 
 	// w and line are the writer goroutine's.
 	w    *bufio.Writer
@@ -68,7 +70,12 @@ func (t *textSession) run() {
 			return
 		}
 		var deadline time.Time
-		if !t.interactive {
+		switch {
+		case !t.started:
+			// The first line has the handshake timeout from the accept (docs/protocol.md 11.5),
+			// not text_publisher_idle: a person typing the first command is not cut off after 1 s.
+			deadline = c.opened.Add(c.srv.cfg.HandshakeTimeout)
+		case !t.interactive:
 			deadline = time.Now().Add(c.srv.cfg.TextPublisherIdle)
 		}
 		if !c.setReadDeadline(deadline) {
@@ -77,10 +84,17 @@ func (t *textSession) run() {
 		line, err := t.lr.ReadLine()
 		switch {
 		case err == nil:
+			t.started = true
 		case errors.Is(err, protocol.ErrLineTooLong):
+			t.started = true
 			t.reply(text.AppendErr(nil, err))
 			continue
 		case c.interrupted.Load():
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded) && !t.started:
+			c.srv.stats.sessionTimeouts.Add(1)
+			c.logger.Debug("no first line within the handshake timeout, closing")
+			t.reply(text.AppendErr(nil, protocol.ErrSessionTimeout.Errorf("no complete line within %s of connecting", c.srv.cfg.HandshakeTimeout)))
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			c.logger.Debug("publisher session idle, closing")

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -253,5 +254,29 @@ func TestTextBinaryPayloadAndShutdown(t *testing.T) {
 	bc.expectClosed() // answers nothing to the server's Goodbye: closed after the grace period
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTextFirstLineHandshakeTimeout: the first line of a text session has the handshake timeout
+// (docs/protocol.md 11.5), not text_publisher_idle, and running out of it is answered with ERR
+// SESSION_TIMEOUT instead of a silent close. text_publisher_idle is an hour here, so only the
+// handshake timeout can end the session.
+func TestTextFirstLineHandshakeTimeout(t *testing.T) {
+	t.Parallel()
+	// Not shorter: see TestHandshakeTimeout.
+	e := newEnv(t, func(c *Config) {
+		c.HandshakeTimeout = 500 * time.Millisecond
+		c.TextPublisherIdle = time.Hour
+	}, nil)
+	c := e.dialText()
+	if _, err := io.WriteString(c.nc, "PUBL"); err != nil {
+		t.Fatal(err)
+	}
+	got := c.expectEOF()
+	if len(got) != 1 || got[0] != "ERR SESSION_TIMEOUT no complete line within 500ms of connecting" {
+		t.Fatalf("got %q, want one ERR SESSION_TIMEOUT line", got)
+	}
+	if st := e.srv.Stats(); st.SessionTimeouts != 1 {
+		t.Fatalf("stats %+v, want 1 session timeout", st)
 	}
 }
