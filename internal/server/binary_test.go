@@ -75,6 +75,25 @@ func TestHandshakeRefused(t *testing.T) {
 			t.Fatalf("got %v, want one UNEXPECTED_FRAME", got)
 		}
 	})
+	// An opcode version 1 does not define is unexpected before Hello too (it was UNKNOWN_OPCODE).
+	t.Run("unknown opcode first", func(t *testing.T) {
+		nc := e.dialRaw()
+		var frame [12]byte
+		binary.BigEndian.PutUint32(frame[0:], 8)
+		binary.BigEndian.PutUint16(frame[4:], 0x3f)
+		binary.BigEndian.PutUint32(frame[8:], 4)
+		if _, err := nc.Write(append(protocol.Preamble[:], frame[:]...)); err != nil {
+			t.Fatal(err)
+		}
+		c := &bclient{t: t, nc: nc, r: protocol.NewReader(nc, 0)}
+		if err := c.r.ReadPreamble(); err != nil {
+			t.Fatalf("server preamble: %v", err)
+		}
+		got := c.expectClosed()
+		if len(got) != 1 || got[0].(*protocol.Error).Code != protocol.CodeUnexpectedFrame {
+			t.Fatalf("got %v, want one UNEXPECTED_FRAME", got)
+		}
+	})
 	t.Run("bad preamble closes without an answer", func(t *testing.T) {
 		nc := e.dialRaw()
 		if _, err := nc.Write([]byte("\x00XYZ")); err != nil {
