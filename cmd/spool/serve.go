@@ -45,7 +45,8 @@ func serve(ctx context.Context, args []string) error {
 		fmt.Fprint(fs.Output(), "Usage: spool serve [flags]\n\n"+
 			"Runs the broker: TCP (binary protocol and text mode), HTTP (admin API, /metrics, /healthz, /readyz).\n"+
 			"Settings come from the defaults, then --config (or $SPOOL_CONFIG), then SPOOL_* variables\n"+
-			"(SPOOL_<KEY>, e.g. SPOOL_SERVER_MAX_CONNECTIONS), then these flags.\n\nFlags:\n")
+			"(SPOOL_<KEY>, e.g. SPOOL_SERVER_MAX_CONNECTIONS; any other SPOOL_* variable but SPOOL_CONFIG,\n"+
+			"SPOOL_ADDR and SPOOL_TEST_* is an error), then these flags.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	configFile := fs.String("config", "", "YAML configuration file (default $SPOOL_CONFIG, else none)")
@@ -68,9 +69,6 @@ func serve(ctx context.Context, args []string) error {
 	}
 	level, _ := cfg.SlogLevel()
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if unknown := config.UnknownEnv(os.Environ()); len(unknown) > 0 {
-		logger.Warn("ignoring SPOOL_ variables that name no setting", slog.Any("variables", unknown))
-	}
 	return run(ctx, cfg, logger)
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -157,8 +158,8 @@ func Defaults() Config {
 // SPOOL_CONFIG in env when file is empty; no file at all is fine), then the SPOOL_* variables of
 // env (in os.Environ form), then flags (keyed by the dotted path of the setting: "listen",
 // "data_dir", "server.max_connections"). Each later source overrides the earlier ones. Unknown
-// keys in the file and unknown flag keys are errors; SPOOL_* variables that name no setting are
-// ignored (see UnknownEnv). The result is validated.
+// keys in the file, unknown flag keys and SPOOL_* variables that name no setting are errors
+// (except OtherEnv and the test harness's SPOOL_TEST_* variables). The result is validated.
 func Load(file string, env []string, flags map[string]string) (Config, error) {
 	cfg := Defaults()
 	if file == "" {
@@ -169,9 +170,7 @@ func Load(file string, env []string, flags map[string]string) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("config file: %w", err)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
+		if err := decodeFile(data, &cfg); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", file, err)
 		}
 	}
@@ -184,6 +183,9 @@ func Load(file string, env []string, flags map[string]string) (Config, error) {
 		}
 		f, ok := fields[byEnv[name]]
 		if !ok {
+			if notSetting(name) {
+				return Config{}, unknownEnvError(name, byEnv)
+			}
 			continue
 		}
 		if err := f.set(value); err != nil {
@@ -210,23 +212,112 @@ func Load(file string, env []string, flags map[string]string) (Config, error) {
 	return cfg, nil
 }
 
-// UnknownEnv returns the SPOOL_* variables of env that name no setting (typos, or variables of
-// other tools), so that spool serve can warn about them.
-func UnknownEnv(env []string) []string {
-	cfg := Defaults()
-	byEnv := envNames(settings(&cfg))
-	var out []string
-	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, EnvPrefix) || name == EnvConfigFile {
-			continue
-		}
-		if _, ok := byEnv[name]; !ok {
-			out = append(out, name)
+// OtherEnv are the SPOOL_* variables that name no setting but are no mistake either: the
+// configuration file (EnvConfigFile) and the broker address of the client commands (spool pub,
+// sub, ...; SPOOL_HTTP, their admin API address, is also the setting http). Variables starting
+// with TestEnvPrefix belong to the test harness.
+var OtherEnv = []string{EnvConfigFile, "SPOOL_ADDR"}
+
+// TestEnvPrefix starts the variables of the test harness (SPOOL_TEST_REQUIRE_PG, ...), which Load
+// leaves alone.
+const TestEnvPrefix = EnvPrefix + "TEST_"
+
+// notSetting reports whether name, a variable that names no setting, is an error for Load: it
+// has the SPOOL_ prefix and is neither in OtherEnv nor a test harness variable.
+func notSetting(name string) bool {
+	return strings.HasPrefix(name, EnvPrefix) && !strings.HasPrefix(name, TestEnvPrefix) && !slices.Contains(OtherEnv, name)
+}
+
+// unknownEnvError is the error of a SPOOL_* variable that names no setting, like an unknown key
+// in the file: a typo would otherwise leave the setting at its default without a word. It names
+// the closest setting's variable when one is a few edits away.
+func unknownEnvError(name string, byEnv map[string]string) error {
+	best, bestDist := "", 0
+	for env := range byEnv {
+		if d := editDistance(name, env); best == "" || d < bestDist || d == bestDist && env < best {
+			best, bestDist = env, d
 		}
 	}
-	sort.Strings(out)
-	return out
+	hint := ""
+	if best != "" && bestDist <= max(2, len(name)/3) {
+		hint = fmt.Sprintf(" (did you mean %s?)", best)
+	}
+	return fmt.Errorf("environment %s: no such setting%s; a setting's variable is SPOOL_ and its key in upper case (server.max_connections: SPOOL_SERVER_MAX_CONNECTIONS)", name, hint)
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// decodeFile decodes a YAML configuration file onto cfg. Unknown keys are errors. Errors of the
+// decoder name a line only ("line 2: cannot unmarshal !!str `many` into int"); each is prefixed
+// with the dotted key at that line ("server.max_connections (line 2): ...").
+func decodeFile(data []byte, cfg *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(cfg)
+	if err == nil || errors.Is(err, io.EOF) { // io.EOF: an empty file
+		return nil
+	}
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err // a syntax error: the line is all there is
+	}
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil {
+		return err
+	}
+	keys := make(map[int]string)
+	var walk func(prefix string, n *yaml.Node)
+	walk = func(prefix string, n *yaml.Node) {
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(prefix, c)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				path := prefix + k.Value
+				// Block style has one key per line; in a flow mapping the first key of a line wins.
+				if _, ok := keys[k.Line]; !ok {
+					keys[k.Line] = path
+				}
+				if _, ok := keys[v.Line]; !ok && v.Kind != yaml.MappingNode {
+					keys[v.Line] = path
+				}
+				walk(path+".", v)
+			}
+		}
+	}
+	walk("", &root)
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		var line int
+		if _, serr := fmt.Sscanf(m, "line %d:", &line); serr == nil && keys[line] != "" {
+			_, rest, _ := strings.Cut(m, ": ")
+			m = fmt.Sprintf("%s (line %d): %s", keys[line], line, rest)
+		}
+		msgs[i] = m
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // Keys lists every setting's dotted key, sorted (for documentation and tests).

@@ -51,7 +51,8 @@ broker:
 		"SPOOL_DATA_DIR=/from/env",
 		"SPOOL_SERVER_MAX_CONNECTIONS=20",
 		"SPOOL_BROKER_AUTO_CREATE=true",
-		"SPOOL_TEST_SOMETHING_ELSE=ignored",
+		"SPOOL_TEST_SOMETHING_ELSE=ignored", // the test harness's
+		"SPOOL_ADDR=localhost:1",            // the client commands'
 		"PATH=/bin",
 	}
 	flags := map[string]string{"data_dir": "/from/flag", "server.session_timeout": "8s"}
@@ -75,9 +76,6 @@ broker:
 		if ok != true {
 			t.Errorf("%s wrong: %+v", k, cfg)
 		}
-	}
-	if got := UnknownEnv(env); !slices.Equal(got, []string{"SPOOL_TEST_SOMETHING_ELSE"}) {
-		t.Errorf("UnknownEnv = %v", got)
 	}
 }
 
@@ -107,8 +105,14 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		flags map[string]string
 		want  string
 	}{
-		{name: "unknown file key", file: "listn: x\n", want: "field listn not found"},
-		{name: "bad yaml type", file: "server:\n  max_connections: many\n", want: "line 2"},
+		{name: "unknown file key", file: "listn: x\n", want: "listn (line 1): field listn not found"},
+		{name: "bad yaml type", file: "server:\n  max_connections: many\n", want: "server.max_connections (line 2): cannot unmarshal"},
+		{name: "bad yaml duration", file: "listen: x\nwal:\n  unsafe_no_sync: false\n  slow_sync: soon\n", want: "wal.slow_sync (line 4): cannot unmarshal"},
+		{name: "bad yaml section", file: "server: 5\n", want: "server (line 1): cannot unmarshal"},
+		{name: "yaml syntax", file: "server:\n\tx: 1\n", want: "line 2"},
+		// An unknown SPOOL_* variable is an error like an unknown key in the file.
+		{name: "unknown env", env: []string{"SPOOL_SERVER_MAX_CONECTIONS=5"}, want: "environment SPOOL_SERVER_MAX_CONECTIONS: no such setting (did you mean SPOOL_SERVER_MAX_CONNECTIONS?)"},
+		{name: "unknown env far from any", env: []string{"SPOOL_FROBNICATE=1"}, want: "environment SPOOL_FROBNICATE: no such setting; a setting's variable is"},
 		{name: "bad env integer", env: []string{"SPOOL_SERVER_MAX_CONNECTIONS=many"}, want: "SPOOL_SERVER_MAX_CONNECTIONS"},
 		{name: "bad env duration", env: []string{"SPOOL_SHUTDOWN_TIMEOUT=10"}, want: "SPOOL_SHUTDOWN_TIMEOUT: invalid duration"},
 		{name: "bad env bool", env: []string{"SPOOL_WAL_UNSAFE_NO_SYNC=maybe"}, want: "SPOOL_WAL_UNSAFE_NO_SYNC"},
@@ -164,9 +168,11 @@ func TestPostgresStoreIsValid(t *testing.T) {
 	if err != nil || cfg.Postgres.TxTimeout != 10*time.Millisecond {
 		t.Fatalf("SPOOL_POSTGRES_TX_TIMEOUT=10ms over the file's 1h: %s, %v", cfg.Postgres.TxTimeout, err)
 	}
-	// The setting's name before it covered publishes and DLQ operations is no setting any more.
-	if got := UnknownEnv([]string{"SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=3s", "SPOOL_POSTGRES_TX_TIMEOUT=3s"}); !slices.Equal(got, []string{"SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT"}) {
-		t.Fatalf("UnknownEnv: %v, want the old variable only", got)
+	// The setting's name before it covered publishes and DLQ operations is no setting any more:
+	// an error that names the new one.
+	_, err = Load("", []string{"SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT=3s", "SPOOL_POSTGRES_TX_TIMEOUT=3s"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "environment SPOOL_POSTGRES_DELIVERY_TX_TIMEOUT: no such setting (did you mean SPOOL_POSTGRES_TX_TIMEOUT?)") {
+		t.Fatalf("the old variable: %v", err)
 	}
 }
 

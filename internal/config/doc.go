@@ -6,11 +6,14 @@
 //
 // Load starts from Defaults, then applies, each overriding the previous one:
 //
-//  1. the YAML file given with --config (or named by SPOOL_CONFIG); unknown keys are errors;
+//  1. the YAML file given with --config (or named by SPOOL_CONFIG); unknown keys are errors, and
+//     errors name the dotted key and its line ("server.max_connections (line 2): ...");
 //  2. environment variables: every key has one, SPOOL_ and its dotted path in upper case with
 //     underscores (server.max_connections -> SPOOL_SERVER_MAX_CONNECTIONS, data_dir ->
-//     SPOOL_DATA_DIR); SPOOL_* variables that name no key are ignored (UnknownEnv lists them for a
-//     warning, since other tools use the prefix too);
+//     SPOOL_DATA_DIR); a SPOOL_* variable that names no key is an error, like an unknown key in
+//     the file (a typo would leave the setting at its default), naming the closest variable;
+//     except SPOOL_CONFIG, SPOOL_ADDR (the client commands' broker address) and the test
+//     harness's SPOOL_TEST_* (OtherEnv, TestEnvPrefix);
 //  3. the flags given on the command line (only those actually given).
 //
 // Values in the environment and in flags are strings: durations use Go's syntax ("30s", "5m"),
