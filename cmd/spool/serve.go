@@ -233,15 +233,11 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		defer cancel()
 		return errors.Join(fmt.Errorf("listen %s: %w", cfg.HTTP, err), srv.Stop(sctx))
 	}
-	httpSrv := &http.Server{
-		Handler:           adminHandler,
-		ReadHeaderTimeout: 10 * time.Second,
-		// Longer than the longest pull wait (admin.DefaultMaxPullWait).
-		WriteTimeout: admin.DefaultMaxPullWait + 30*time.Second,
-		ErrorLog:     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	// Header, body, write and idle timeouts, and at most http_max_connections connections
+	// (admin.NewServer, admin.LimitListener).
+	httpSrv := admin.NewServer(adminHandler, logger)
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- httpSrv.Serve(hl) }()
+	go func() { httpDone <- httpSrv.Serve(admin.LimitListener(hl, cfg.HTTPMaxConnections)) }()
 	if cfg.DebugListen != "" {
 		stopDebug, err := serveDebug(cfg.DebugListen, logger)
 		if err != nil {

@@ -65,6 +65,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxPublishBodyBytes bounds publish bodies. Defaults to DefaultMaxPublishBodyBytes.
 	MaxPublishBodyBytes int64
+	// BodyReadTimeout bounds the reading of a request body from the start of its handler.
+	// Defaults to DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
 	// PullMaxBatch is the most messages one pull may ask for. Defaults to DefaultPullMaxBatch.
 	PullMaxBatch int
 	// PullMaxInFlight bounds the leases of a pull session (see the package documentation).
@@ -89,6 +92,7 @@ type Handler struct {
 	ready       func() error
 	maxBody     int64
 	maxPubBody  int64
+	bodyTimeout time.Duration
 	metricsHTTP http.Handler
 	pulls       *pulls
 
@@ -114,7 +118,7 @@ func New(cfg Config) (*Handler, error) {
 	}{
 		{"MaxBodyBytes", cfg.MaxBodyBytes}, {"MaxPublishBodyBytes", cfg.MaxPublishBodyBytes},
 		{"PullMaxBatch", int64(cfg.PullMaxBatch)}, {"PullMaxInFlight", int64(cfg.PullMaxInFlight)},
-		{"PullIdleTimeout", int64(cfg.PullIdleTimeout)},
+		{"PullIdleTimeout", int64(cfg.PullIdleTimeout)}, {"BodyReadTimeout", int64(cfg.BodyReadTimeout)},
 		{"DefaultPullWait", int64(cfg.DefaultPullWait)}, {"MaxPullWait", int64(cfg.MaxPullWait)},
 	} {
 		if f.v < 0 {
@@ -133,15 +137,16 @@ func New(cfg Config) (*Handler, error) {
 	}
 	logger = logger.With("component", "admin")
 	h := &Handler{
-		b:          cfg.Broker,
-		metrics:    cfg.Metrics,
-		logger:     logger,
-		ready:      cfg.Ready,
-		maxBody:    cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		maxPubBody: cmp.Or(cfg.MaxPublishBodyBytes, DefaultMaxPublishBodyBytes),
-		mux:        http.NewServeMux(),
-		pathMux:    http.NewServeMux(),
-		allow:      make(map[string][]string),
+		b:           cfg.Broker,
+		metrics:     cfg.Metrics,
+		logger:      logger,
+		ready:       cfg.Ready,
+		maxBody:     cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxPubBody:  cmp.Or(cfg.MaxPublishBodyBytes, DefaultMaxPublishBodyBytes),
+		bodyTimeout: cmp.Or(cfg.BodyReadTimeout, DefaultBodyReadTimeout),
+		mux:         http.NewServeMux(),
+		pathMux:     http.NewServeMux(),
+		allow:       make(map[string][]string),
 	}
 	if h.ready == nil {
 		h.ready = BrokerReady(cfg.Broker)
@@ -249,8 +254,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.metrics.ObserveHTTPRequest("unmatched", sw.code(), time.Since(start))
 }
 
-// wrap adds to a route's handler: the request id, the body limit, JSON errors, panic recovery,
-// logging and request metrics.
+// wrap adds to a route's handler: the request id, the body limits (size and read time), JSON
+// errors, panic recovery, logging and request metrics.
 func (h *Handler) wrap(rt *route) http.Handler {
 	pattern := rt.pattern()
 	limit := h.maxBody
@@ -261,6 +266,12 @@ func (h *Handler) wrap(rt *route) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		rid := setRequestID(sw, r)
+		if r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(h.bodyTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, timeout: h.bodyTimeout}
+			}
+		}
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(sw, r.Body, limit)
 		}

@@ -44,6 +44,15 @@
 // Config.MaxPullWait (30 s: the HTTP server's WriteTimeout must be longer). List pages hold at most
 // 1000 entries. JSON bodies reject unknown fields.
 //
+// # Limits
+//
+// Request bodies are bounded in size (Config.MaxBodyBytes, 1 MiB; publishes
+// Config.MaxPublishBodyBytes, 16 MiB: 413 FRAME_TOO_LARGE) and in time (Config.BodyReadTimeout,
+// 30 s from the start of the handler: 408 SESSION_TIMEOUT). NewServer adds the header timeout
+// (10 s), the write timeout (longer than the longest pull) and the idle timeout of keep-alive
+// connections (2 min); LimitListener bounds the open connections (spool serve:
+// http_max_connections, 1024) and answers one more with 503 OVERLOADED, Retry-After: 1.
+//
 // # Publish
 //
 // POST /api/v1/topics/{topic}/messages takes one message or {"messages": [...]} (all or

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
 )
 
 // decodeJSON decodes the request body into v. Unknown fields, trailing data and a body that is not
@@ -46,12 +47,14 @@ func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
 }
 
 // readBody reads the request body. A body over the limit keeps its *http.MaxBytesError
-// (FRAME_TOO_LARGE); another read failure is INVALID_ARGUMENT.
+// (FRAME_TOO_LARGE), one too slow its SESSION_TIMEOUT (408); another read failure is
+// INVALID_ARGUMENT.
 func readBody(r *http.Request) ([]byte, error) {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var pe *protocol.Error // SESSION_TIMEOUT from deadlineBody
+		if errors.As(err, &mbe) || errors.As(err, &pe) {
 			return nil, err
 		}
 		return nil, invalidf("reading request body: %v", err)

@@ -35,6 +35,9 @@ type Config struct {
 	// HTTP is the address of the HTTP listener (admin API, /metrics, /healthz, /readyz). Defaults
 	// to ":8080".
 	HTTP string `yaml:"http"`
+	// HTTPMaxConnections bounds the open connections of the HTTP listener; one more is answered
+	// 503 OVERLOADED (Retry-After: 1) and closed. Defaults to 1024.
+	HTTPMaxConnections int `yaml:"http_max_connections"`
 	// DataDir is the directory of the embedded engine. Defaults to "./spool-data".
 	DataDir string `yaml:"data_dir"`
 	// Store selects the engine: empty for the embedded engine in DataDir, or a postgres:// URL
@@ -135,12 +138,13 @@ type Broker struct {
 func Defaults() Config {
 	srv := server.DefaultConfig()
 	return Config{
-		Listen:          ":9092",
-		HTTP:            ":8080",
-		DataDir:         "./spool-data",
-		LogLevel:        "info",
-		ShutdownTimeout: 30 * time.Second,
-		WAL:             WAL{SegmentBytes: 64 << 20, SharedFlush: true, SlowSync: time.Second},
+		Listen:             ":9092",
+		HTTP:               ":8080",
+		HTTPMaxConnections: 1024,
+		DataDir:            "./spool-data",
+		LogLevel:           "info",
+		ShutdownTimeout:    30 * time.Second,
+		WAL:                WAL{SegmentBytes: 64 << 20, SharedFlush: true, SlowSync: time.Second},
 		Postgres: Postgres{Schema: "spool", Migrate: true, MaxConns: 32, BucketWidth: time.Hour, PollInterval: time.Second,
 			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second},
 		Broker: Broker{
@@ -425,6 +429,8 @@ func (c Config) Validate() error {
 		return bad("listen", "must not be empty")
 	case c.HTTP == "":
 		return bad("http", "must not be empty")
+	case c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000:
+		return bad("http_max_connections", "must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
 	case c.Store == "" && c.DataDir == "":
 		return bad("data_dir", "must not be empty with the embedded engine")
 	case c.Store != "" && !IsPostgresURL(c.Store):

@@ -23,6 +23,7 @@
 //
 //	listen: ":9092"
 //	http: ":8080"
+//	http_max_connections: 1024
 //	data_dir: /var/lib/spool
 //	log_level: info
 //	shutdown_timeout: 30s
