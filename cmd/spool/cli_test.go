@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/internal/config"
 	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -206,5 +207,19 @@ func TestUsage(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "Usage: spool ") || r.stdout != "" {
 			t.Errorf("spool %s: want exit 2 and %q, got %v", strings.Join(tc.args, " "), tc.want, r)
 		}
+	}
+}
+
+// TestStartupLogNamesTheEngine: with --store postgres://... the "spool serving" line names the
+// store (without its password), not the data_dir it does not use.
+func TestStartupLogNamesTheEngine(t *testing.T) {
+	t.Parallel()
+	cfg := config.Defaults()
+	if a := engineAttr(cfg); a.Key != "data_dir" || a.Value.String() != "./spool-data" {
+		t.Errorf("embedded engine: %v", a)
+	}
+	cfg.Store = "postgres://spool:secret@db:5432/spool"
+	if a := engineAttr(cfg); a.Key != "store" || a.Value.String() != "postgres://spool:***@db:5432/spool" {
+		t.Errorf("PostgreSQL engine: %v", a)
 	}
 }

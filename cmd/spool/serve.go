@@ -112,6 +112,15 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 	return eng, nil
 }
 
+// engineAttr names the engine in the start-up log: the store URL without its password on
+// PostgreSQL (data_dir is not used there), else the embedded engine's data_dir.
+func engineAttr(cfg config.Config) slog.Attr {
+	if cfg.Store != "" {
+		return slog.String("store", cfg.Redacted())
+	}
+	return slog.String("data_dir", cfg.DataDir)
+}
+
 // claimInterval is the broker's ClaimInterval: postgres.claim_interval on the PostgreSQL engine,
 // 0 on the embedded engine (a claim there is a memory operation).
 func claimInterval(cfg config.Config) time.Duration {
@@ -247,7 +256,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	}
 
 	logger.Info("spool serving", slog.String("version", version), slog.String("tcp", ln.Addr().String()),
-		slog.String("http", hl.Addr().String()), slog.String("data_dir", cfg.DataDir))
+		slog.String("http", hl.Addr().String()), engineAttr(cfg))
 
 	var runErr error
 	select {
