@@ -17,6 +17,9 @@ type Delivery struct {
 	// Partition and Offset identify the message inside its topic.
 	Partition int32
 	Offset    int64
+	// Partitions is the topic's partition count when the message was delivered (0 if the broker
+	// did not know it), which decides the form of MessageID.
+	Partitions int
 	// Attempt is 1 for the first delivery and grows with every redelivery.
 	Attempt int
 	// PublishTime is when the message was appended (broker clock).
@@ -44,6 +47,7 @@ func newDelivery(s *Subscription, cn *conn, pd *protocol.Delivery) *Delivery {
 		Topic:          pd.Topic,
 		Partition:      pd.Partition,
 		Offset:         pd.Offset,
+		Partitions:     int(pd.Partitions),
 		Attempt:        int(pd.Attempt),
 		PublishTime:    pd.PublishTime,
 		LeaseDeadline:  pd.LeaseDeadline,
@@ -58,8 +62,11 @@ func newDelivery(s *Subscription, cn *conn, pd *protocol.Delivery) *Delivery {
 	}
 }
 
-// MessageID returns the message id "partition:offset" (see Position.MessageID).
-func (d *Delivery) MessageID() string { return fmt.Sprintf("%d:%d", d.Partition, d.Offset) }
+// MessageID returns the message id users see everywhere (see Position.MessageID): the offset on a
+// one-partition topic, "partition:offset" otherwise.
+func (d *Delivery) MessageID() string {
+	return protocol.WireMessageID(uint32(max(d.Partitions, 0)), d.Partition, d.Offset)
+}
 
 // Ack completes the delivery for its subscription and waits for the broker's answer (the ack is
 // then durable). It shares its Ack frame with the acks queued at the same moment. It fails with

@@ -62,15 +62,22 @@ type Position struct {
 	// Duplicate reports that the message was dropped as a duplicate of an earlier one with the same
 	// ProducerID; the position is the earlier message's.
 	Duplicate bool
+	// Partitions is the topic's partition count when the broker answered (0 if it did not know
+	// it), which decides the form of MessageID.
+	Partitions int
 }
 
-// MessageID returns the message id "partition:offset", accepted wherever the broker expects a
-// message id (FromMessageID, the admin API). On a one-partition topic the broker shows the offset
-// alone.
-func (p Position) MessageID() string { return fmt.Sprintf("%d:%d", p.Partition, p.Offset) }
+// MessageID returns the message id users see everywhere (BRIEF.md 2b: the text mode, the admin
+// API, the CLI): the offset on a one-partition topic, "partition:offset" otherwise (and when
+// Partitions is unknown). Both forms are accepted wherever the broker expects a message id
+// (FromMessageID, the admin API).
+func (p Position) MessageID() string {
+	return protocol.WireMessageID(uint32(max(p.Partitions, 0)), p.Partition, p.Offset)
+}
 
-func positionFrom(p protocol.Position) Position {
-	return Position{Partition: p.Partition, Offset: p.Offset, PublishTime: p.PublishTime, Duplicate: p.Duplicate}
+func positionFrom(p protocol.Position, partitions uint32) Position {
+	return Position{Partition: p.Partition, Offset: p.Offset, PublishTime: p.PublishTime, Duplicate: p.Duplicate,
+		Partitions: int(partitions)}
 }
 
 // Publish appends msg to topic and returns its position once the broker acknowledged it, that is
@@ -140,7 +147,7 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []Message)
 			}
 			pos := make([]Position, len(ok.Positions))
 			for i, p := range ok.Positions {
-				pos[i] = positionFrom(p)
+				pos[i] = positionFrom(p, ok.Partitions)
 			}
 			return pos, nil
 		}
@@ -569,7 +576,7 @@ func (c *Client) asyncDone(ops []*asyncOp, resp protocol.ServerMessage, err erro
 			err = fmt.Errorf("%w: unexpected answer %T to a publish of %d messages", protocol.ErrMalformedFrame, resp, len(ops))
 		} else {
 			for i, op := range ops {
-				c.finishAsync(op, positionFrom(ok.Positions[i]), nil)
+				c.finishAsync(op, positionFrom(ok.Positions[i], ok.Partitions), nil)
 			}
 			return
 		}

@@ -13,7 +13,7 @@ type Deliver struct {
 
 // Delivery is one message leased to a member.
 //
-//	handle u32 | subscription_id i64 | topic string | partition i32 | offset i64 |
+//	handle u32 | subscription_id i64 | topic string | partitions u32 | partition i32 | offset i64 |
 //	generation u32 | attempt u32 | lease_deadline time | publish_time time |
 //	producer_id string | key bytes | headers headers | payload bytes
 type Delivery struct {
@@ -23,8 +23,10 @@ type Delivery struct {
 	SubscriptionID int64
 	// Topic is the message's topic (a pattern handle receives several topics).
 	Topic string
-	// Partition and Offset identify the message inside the topic; its user-facing id is
-	// FormatMessageID(partitions, Partition, Offset).
+	// Partitions is the topic's partition count, for the message's user-facing id
+	// FormatMessageID(Partitions, Partition, Offset); 0 means unknown (show "partition:offset").
+	Partitions uint32
+	// Partition and Offset identify the message inside the topic.
 	Partition int32
 	Offset    int64
 	// Generation is 0 in shared groups; in ordered groups the partition's owner generation, to
@@ -45,7 +47,7 @@ type Delivery struct {
 }
 
 // Minimum encoded size of a Delivery.
-const sizeDelivery = 4 + 8 + 4 + 4 + 8 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4
+const sizeDelivery = 4 + 8 + 4 + 4 + 4 + 8 + 4 + 4 + 8 + 8 + 4 + 4 + 4 + 4
 
 // DeliverOverhead is the size of a Deliver frame without its deliveries: the frame header and the
 // count.
@@ -77,6 +79,7 @@ func (m *Deliver) Encode(dst []byte) ([]byte, error) {
 		e.u32(d.Handle)
 		e.i64(d.SubscriptionID)
 		e.str("deliveries.topic", d.Topic)
+		e.u32(d.Partitions)
 		e.i32(d.Partition)
 		e.i64(d.Offset)
 		e.u32(d.Generation)
@@ -102,6 +105,7 @@ func (m *Deliver) Decode(src []byte) error {
 				Handle:         d.u32("deliveries.handle"),
 				SubscriptionID: d.i64("deliveries.subscription_id"),
 				Topic:          d.str("deliveries.topic"),
+				Partitions:     d.u32("deliveries.partitions"),
 				Partition:      d.i32("deliveries.partition"),
 				Offset:         d.i64("deliveries.offset"),
 				Generation:     d.u32("deliveries.generation"),

@@ -2,11 +2,16 @@ package protocol
 
 import "time"
 
-// PublishOK answers a Publish: the position of each message, in the order of the batch.
+// PublishOK answers a Publish: the topic's partition count and the position of each message, in
+// the order of the batch.
 //
-//	count u32 | count × Position
+//	partitions u32 | count u32 | count × Position
 type PublishOK struct {
-	Positions []Position
+	// Partitions is the topic's partition count, so that a client shows the message id users see
+	// everywhere else: FormatMessageID(Partitions, Partition, Offset). 0 means unknown (show
+	// "partition:offset").
+	Partitions uint32
+	Positions  []Position
 }
 
 // Position is where a published message was stored.
@@ -33,6 +38,7 @@ func (*PublishOK) FromServer() {}
 // Encode appends the body to dst.
 func (m *PublishOK) Encode(dst []byte) ([]byte, error) {
 	e := newEnc(dst, OpPublishOK)
+	e.u32(m.Partitions)
 	e.batch("positions", len(m.Positions))
 	for _, p := range m.Positions {
 		e.i32(p.Partition)
@@ -46,7 +52,7 @@ func (m *PublishOK) Encode(dst []byte) ([]byte, error) {
 // Decode replaces m with the body in src.
 func (m *PublishOK) Decode(src []byte) error {
 	d := newDec(src, OpPublishOK)
-	*m = PublishOK{}
+	*m = PublishOK{Partitions: d.u32("partitions")}
 	if n := d.batch("positions", sizePosition); n > 0 {
 		m.Positions = make([]Position, n)
 		for i := range m.Positions {

@@ -292,6 +292,15 @@ func TestDeliveryRef(t *testing.T) {
 
 func TestMessageID(t *testing.T) {
 	t.Parallel()
+	// The partition count on the wire: 0 is unknown and keeps the partition.
+	for _, c := range []struct {
+		parts uint32
+		id    string
+	}{{0, "0:17"}, {1, "17"}, {4, "0:17"}} {
+		if got := WireMessageID(c.parts, 0, 17); got != c.id {
+			t.Errorf("WireMessageID(%d, 0, 17) = %q, want %q", c.parts, got, c.id)
+		}
+	}
 	for _, c := range []struct {
 		parts int
 		p     int32

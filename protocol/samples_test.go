@@ -42,7 +42,7 @@ func samples() []sample {
 				Payload: []byte(`{"id":1}`), ProducerID: "p-1", NotBefore: t1, TTL: time.Hour},
 			{Partition: 3, Payload: []byte("hello-world")},
 		}}},
-		{"publish_ok", 2, &PublishOK{Positions: []Position{
+		{"publish_ok", 2, &PublishOK{Partitions: 4, Positions: []Position{
 			{Partition: 1, Offset: 100, PublishTime: t1},
 			{Partition: 3, Offset: 7, PublishTime: t1, Duplicate: true},
 		}}},
@@ -72,10 +72,10 @@ func samples() []sample {
 		{"goodbye", 10, &Goodbye{Code: CodeClosed, Reason: "server shutting down"}},
 		{"goodbye_ok", 10, &GoodbyeOK{}},
 		{"deliver", 0, &Deliver{Deliveries: []Delivery{
-			{Handle: 1, SubscriptionID: 7, Topic: "orders.eu.created", Partition: 0, Offset: 41, Attempt: 1,
+			{Handle: 1, SubscriptionID: 7, Topic: "orders.eu.created", Partitions: 1, Partition: 0, Offset: 41, Attempt: 1,
 				LeaseDeadline: t2, PublishTime: t1, ProducerID: "p-1", Key: []byte("customer-42"),
 				Headers: map[string]string{"content-type": "application/json"}, Payload: []byte(`{"id":1}`)},
-			{Handle: 1, SubscriptionID: 9, Topic: "orders.us.created", Partition: 2, Offset: 1 << 40, Generation: 3,
+			{Handle: 1, SubscriptionID: 9, Topic: "orders.us.created", Partitions: 4, Partition: 2, Offset: 1 << 40, Generation: 3,
 				Attempt: 2, LeaseDeadline: t2, PublishTime: t1, Payload: []byte("hello-world")},
 		}}},
 		{"subscription_ended", 0, &SubscriptionEnded{Handle: 1, SubscriptionID: 9, Topic: "orders.us.created",

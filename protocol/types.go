@@ -165,6 +165,15 @@ func FormatMessageID(partitions int, partition int32, offset int64) string {
 	return strconv.FormatInt(int64(partition), 10) + ":" + strconv.FormatInt(offset, 10)
 }
 
+// WireMessageID is FormatMessageID for the partition count a PublishOK or a Delivery carries, where
+// 0 means unknown and gives "partition:offset" (always accepted as a message id).
+func WireMessageID(partitions uint32, partition int32, offset int64) string {
+	if partitions == 0 {
+		return strconv.FormatInt(int64(partition), 10) + ":" + strconv.FormatInt(offset, 10)
+	}
+	return FormatMessageID(int(partitions), partition, offset)
+}
+
 // ParseMessageID parses a message id made by FormatMessageID: "offset" (partition 0) or
 // "partition:offset", both non-negative decimal numbers.
 func ParseMessageID(id string) (partition int32, offset int64, err error) {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -319,13 +321,13 @@ func TestPubStdinKeepsInputOrder(t *testing.T) {
 		t.Fatalf("pub of %d lines printed %d ids; stderr %q", n, len(ids), r.stderr)
 	}
 	for i, id := range ids {
-		if id != "0:"+strconv.Itoa(i) {
-			t.Fatalf("id %d is %q, want 0:%d (input order)", i, id, i)
+		if id != strconv.Itoa(i) {
+			t.Fatalf("id %d is %q, want %d (input order)", i, id, i)
 		}
 	}
-	r = s.ok(t, "", "sub", "--from", "0:2998", "--max", "2", "cli.bulk")
-	if r.stdout != "cli.bulk 0:2998 attempt=1 m2998\ncli.bulk 0:2999 attempt=1 m2999\n" {
-		t.Fatalf("sub --from 0:2998 printed %q", r.stdout)
+	r = s.ok(t, "", "sub", "--from", "2998", "--max", "2", "cli.bulk")
+	if r.stdout != "cli.bulk 2998 attempt=1 m2998\ncli.bulk 2999 attempt=1 m2999\n" {
+		t.Fatalf("sub --from 2998 printed %q", r.stdout)
 	}
 	r = s.ok(t, "", "pub", "--quiet", "--count", "5", "cli.bulk", "q")
 	if r.stdout != "" || !strings.Contains(r.stderr, "published 5 messages") {
@@ -349,7 +351,7 @@ func TestAddressesFromEnvAndFlags(t *testing.T) {
 	host := strings.TrimPrefix(s.httpURL, "http://") // host:port works as well as a URL
 	down.ok(t, "", "topic", "create", "cli.env", "--http", host)
 	r = down.ok(t, "", "pub", "--addr", s.addr, "cli.env", "hello")
-	if r.stdout != "0:0\n" || r.stderr != "" {
+	if r.stdout != "0\n" || r.stderr != "" {
 		t.Fatalf("pub --addr: %v", r)
 	}
 	if r := down.ok(t, "", "topic", "list", "--http", s.httpURL); !strings.Contains(r.stdout, "cli.env") {
@@ -387,5 +389,54 @@ func TestSubEndsWithItsGroup(t *testing.T) {
 		}
 	case <-time.After(cliWaitTimeout):
 		t.Fatal("sub still runs after its group was cancelled")
+	}
+}
+
+// TestMessageIDsAgree: spool pub, spool sub (text and --json) and the admin API show the same
+// message id (BRIEF.md 2b): the offset alone on a one-partition topic, partition:offset on a topic
+// with more. pub and sub used to print partition:offset always.
+func TestMessageIDsAgree(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	s.ok(t, "", "topic", "create", "cli.one")
+	s.ok(t, "", "topic", "create", "cli.two", "--partitions", "2")
+	for _, c := range []struct {
+		topic    string
+		args     []string
+		id, next string
+	}{
+		{"cli.one", nil, "0", "1"},
+		{"cli.two", []string{"--partition", "1"}, "1:0", "1:1"},
+	} {
+		args := append(append([]string{"pub"}, c.args...), c.topic, "x")
+		if r := s.ok(t, "", args...); r.stdout != c.id+"\n" {
+			t.Errorf("pub to %s printed %q, want %s", c.topic, r.stdout, c.id)
+		}
+		args = append(append([]string{"pub", "--json"}, c.args...), c.topic, "y")
+		if r := s.ok(t, "", args...); !strings.Contains(r.stdout, `"id":"`+c.next+`"`) {
+			t.Errorf("pub --json to %s printed %q, want id %s", c.topic, r.stdout, c.next)
+		}
+		if r := s.ok(t, "", "sub", "--from", "beginning", "--max", "1", c.topic); r.stdout != c.topic+" "+c.id+" attempt=1 x\n" {
+			t.Errorf("sub of %s printed %q, want id %s", c.topic, r.stdout, c.id)
+		}
+		// A QUEUE topic: the first sub acked the first message.
+		if r := s.ok(t, "", "sub", "--json", "--max", "1", c.topic); !strings.Contains(r.stdout, `"id":"`+c.next+`"`) {
+			t.Errorf("sub --json of %s printed %q, want id %s", c.topic, r.stdout, c.next)
+		}
+	}
+	// The admin API, for the next message of each topic.
+	for _, c := range []struct{ topic, body, id string }{
+		{"cli.one", `{"payload":"z"}`, "2"},
+		{"cli.two", `{"payload":"z","partition":1}`, "1:2"},
+	} {
+		res, err := http.Post(s.httpURL+"/api/v1/topics/"+c.topic+"/messages", "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.Contains(string(body), `"id":"`+c.id+`"`) {
+			t.Errorf("HTTP publish to %s answered %s, want id %s", c.topic, body, c.id)
+		}
 	}
 }

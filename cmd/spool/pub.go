@@ -30,9 +30,10 @@ const (
 var pubSpec = cmdSpec{
 	name: "pub",
 	args: "[flags] <topic> [payload ...]",
-	desc: `Publishes messages over the binary protocol and prints the id (partition:offset) of each, in
-input order. Each payload argument is one message; --count repeats them, and "{{n}}" in a payload
-becomes the message's number (1, 2, ...). --file publishes a file's contents as one message ("-":
+	desc: `Publishes messages over the binary protocol and prints the id of each (the offset on a
+one-partition topic, partition:offset otherwise, as everywhere), in input order. Each payload
+argument is one message; --count repeats them, and "{{n}}" in a payload becomes the message's
+number (1, 2, ...). --file publishes a file's contents as one message ("-":
 all of stdin). Without payloads or --file, every line of stdin is one message (empty lines
 included), published asynchronously in pipelined batches; with stderr on a terminal a count is
 shown every second. A summary goes to stderr when more than one message was published. Every

@@ -275,6 +275,8 @@ func (s *subscriber) print(d *client.Delivery) {
 // deliveryLine is the human line of a delivery:
 //
 //	orders.created 0:42 attempt=1 key=user-7 [trace=abc] {"id":1}
+//
+// (the message id is 42 alone on a one-partition topic).
 func deliveryLine(d *client.Delivery) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s attempt=%d", d.Topic, d.MessageID(), d.Attempt)

@@ -704,6 +704,7 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 			return wrote, nil
 		}
 		pd := delivery(h.id, d)
+		pd.Partitions = uint32(c.srv.partitionCount(c.ctx, d.Topic, d.Partition))
 		n := pd.EncodedLen()
 		if n > maxBody {
 			b.tooLarge(h, d, n)

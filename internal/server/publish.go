@@ -343,5 +343,10 @@ func (b *binarySession) published(r pubReq, ps []storage.MessagePosition, err er
 	if err != nil {
 		return outItem{corr: r.corr, msg: b.errorFrame(err)}
 	}
-	return outItem{corr: r.corr, msg: &protocol.PublishOK{Positions: positions(ps)}}
+	var top int32
+	for _, p := range ps {
+		top = max(top, p.Partition)
+	}
+	parts := b.c.srv.partitionCount(b.c.ctx, r.msg.Topic, top)
+	return outItem{corr: r.corr, msg: &protocol.PublishOK{Partitions: uint32(parts), Positions: positions(ps)}}
 }
