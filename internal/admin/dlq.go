@@ -21,11 +21,11 @@ type DLQList struct {
 // partitions returns the partition count of topic, for message ids; 0 if it cannot be read (ids
 // are then "partition:offset" except for partition 0).
 func (h *Handler) partitions(ctx context.Context, topic string) int {
-	info, err := h.b.Topic(ctx, topic)
+	n, err := h.b.TopicPartitions(ctx, topic)
 	if err != nil {
 		return 0
 	}
-	return info.Topic.Config.Partitions
+	return n
 }
 
 func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {

@@ -208,3 +208,19 @@ func TestRoundRobinNewMessages(t *testing.T) {
 		t.Fatalf("split %d/%d, want 5/5", na, nb)
 	}
 }
+
+// TestTopicPartitions: the cheap partition count used for message ids.
+func TestTopicPartitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("parts.three", storage.TopicConfig{Partitions: 3})
+	if n, err := e.b.TopicPartitions(e.ctx(), "parts.three"); err != nil || n != 3 {
+		t.Fatalf("TopicPartitions = %d, %v; want 3", n, err)
+	}
+	if _, err := e.b.TopicPartitions(e.ctx(), "parts.missing"); !errors.Is(err, storage.ErrTopicNotFound) {
+		t.Fatalf("missing topic: %v", err)
+	}
+	if _, err := e.b.TopicPartitions(e.ctx(), "bad..name"); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Fatalf("bad name: %v", err)
+	}
+}

@@ -437,11 +437,10 @@ func (s *Server) partitionCount(ctx context.Context, topic string, partition int
 	if v, ok := s.partitions.Load(topic); ok && int(partition) < v.(int) {
 		return v.(int)
 	}
-	info, err := s.broker.Topic(ctx, topic)
+	n, err := s.broker.TopicPartitions(ctx, topic)
 	if err != nil {
 		return int(partition) + 2 // unknown: format "partition:offset", which is always accepted
 	}
-	n := info.Topic.Config.Partitions
 	s.partitions.Store(topic, n)
 	return n
 }
