@@ -36,8 +36,8 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 // Error statuses common to the API routes that read the broker.
 var (
 	errsRead  = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusServiceUnavailable}
-	errsWrite = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge,
-		http.StatusServiceUnavailable}
+	errsWrite = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusRequestTimeout, http.StatusConflict,
+		http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}
 )
 
 // routeTable lists every route of the handler. The OpenAPI document is built from it.
