@@ -76,7 +76,7 @@ func (p *peer) handshake(mod func(*protocol.HelloOK)) *protocol.Hello {
 		p.t.Fatalf("peer: got %T corr %d, want Hello", m, corr)
 	}
 	resp := &protocol.HelloOK{
-		Version: 1, ServerName: "peer", SessionID: "s1",
+		Version: protocol.MaxVersion, ServerName: "peer", SessionID: "s1",
 		HeartbeatInterval: 10 * time.Second, SessionTimeout: 30 * time.Second,
 		MaxFrameSize: protocol.DefaultMaxFrameSize, MaxMessageSize: protocol.DefaultMaxMessageSize,
 	}

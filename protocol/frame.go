@@ -42,11 +42,15 @@ const (
 // Protocol versions this package speaks. A version names the layout of every frame body except
 // Hello, HelloOK and Error, which never change.
 const (
-	// Version1 is the first protocol version.
+	// Version1 is the first, pre-release layout: PublishOK and deliveries without the topic's
+	// partition count. No longer spoken: a version-1 peer gets UNSUPPORTED_VERSION.
 	Version1 uint16 = 1
+	// Version2 adds the topic's partition count to PublishOK and to every delivery, so that clients
+	// show the message ids users see everywhere else (BRIEF 2b).
+	Version2 uint16 = 2
 	// MinVersion and MaxVersion are the range this package implements.
-	MinVersion = Version1
-	MaxVersion = Version1
+	MinVersion = Version2
+	MaxVersion = Version2
 )
 
 // Opcode identifies the type of a frame's body. Bit 0x80 is set on responses: the response to a

@@ -15,7 +15,8 @@ func TestNegotiateVersion(t *testing.T) {
 	if v, err := NegotiateVersion(1, 5); err != nil || v != MaxVersion {
 		t.Fatalf("got %d, %v", v, err)
 	}
-	for _, r := range [][2]uint16{{2, 5}, {0, 0}, {3, 1}} {
+	// Version 1 (the pre-release layout) is no longer spoken.
+	for _, r := range [][2]uint16{{MaxVersion + 1, 5}, {0, 0}, {3, 1}, {1, 1}} {
 		if _, err := NegotiateVersion(r[0], r[1]); !errors.Is(err, ErrUnsupportedVersion) {
 			t.Fatalf("%v: want UNSUPPORTED_VERSION, got %v", r, err)
 		}
@@ -59,7 +60,7 @@ func frameBytes(t *testing.T, pre bool, corr uint32, m Message) []byte {
 
 func TestClientHandshake(t *testing.T) {
 	t.Parallel()
-	okMsg := &HelloOK{Version: 1, ServerName: "s", HeartbeatInterval: 10 * time.Second, SessionTimeout: 30 * time.Second,
+	okMsg := &HelloOK{Version: MaxVersion, ServerName: "s", HeartbeatInterval: 10 * time.Second, SessionTimeout: 30 * time.Second,
 		MaxFrameSize: 2 << 20, MaxMessageSize: 1 << 20}
 	t.Run("ok", func(t *testing.T) {
 		t.Parallel()

@@ -28,12 +28,12 @@ func samples() []sample {
 	}
 	return []sample{
 		{"hello", 1, &Hello{
-			MinVersion: 1, MaxVersion: 1, ClientName: "billing-worker-3", Token: "s3cr3t",
+			MinVersion: 2, MaxVersion: 2, ClientName: "billing-worker-3", Token: "s3cr3t",
 			HeartbeatInterval: 10 * time.Second,
 			Properties:        map[string]string{"client.library": "spool-go", "client.version": "0.1.0"},
 		}},
 		{"hello_ok", 1, &HelloOK{
-			Version: 1, ServerName: "spool-1", SessionID: "01J9ZQ6M3X", HeartbeatInterval: 10 * time.Second,
+			Version: 2, ServerName: "spool-1", SessionID: "01J9ZQ6M3X", HeartbeatInterval: 10 * time.Second,
 			SessionTimeout: 30 * time.Second, MaxFrameSize: DefaultMaxFrameSize, MaxMessageSize: DefaultMaxMessageSize,
 			Properties: map[string]string{"server.version": "0.1.0"},
 		}},

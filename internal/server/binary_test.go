@@ -23,7 +23,7 @@ func TestHandshake(t *testing.T) {
 
 	c := e.dial(nil)
 	h := c.hello
-	if h.Version != protocol.Version1 || h.ServerName != "test" || h.SessionID == "" ||
+	if h.Version != protocol.Version2 || h.ServerName != "test" || h.SessionID == "" ||
 		h.HeartbeatInterval != DefaultHeartbeatInterval || h.SessionTimeout != DefaultSessionTimeout ||
 		h.MaxFrameSize != protocol.DefaultMaxFrameSize || h.MaxMessageSize != storage.DefaultMaxMessageBytes ||
 		h.Properties["server.version"] != "1.2.3" {
@@ -56,8 +56,14 @@ func TestHandshakeRefused(t *testing.T) {
 
 	t.Run("unsupported version", func(t *testing.T) {
 		_, err := e.tryDial(&protocol.Hello{MinVersion: 7, MaxVersion: 9})
-		if pe := protocol.AsError(err); pe == nil || pe.Code != protocol.CodeUnsupportedVersion || !strings.Contains(pe.Message, "server 1 to 1") {
+		if pe := protocol.AsError(err); pe == nil || pe.Code != protocol.CodeUnsupportedVersion || !strings.Contains(pe.Message, "server 2 to 2") {
 			t.Fatalf("handshake with versions 7-9: %v", err)
+		}
+	})
+	t.Run("version 1 (pre-release layout)", func(t *testing.T) {
+		_, err := e.tryDial(&protocol.Hello{MinVersion: 1, MaxVersion: 1})
+		if pe := protocol.AsError(err); pe == nil || pe.Code != protocol.CodeUnsupportedVersion {
+			t.Fatalf("handshake with version 1: %v", err)
 		}
 	})
 	t.Run("first frame not Hello", func(t *testing.T) {
