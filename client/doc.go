@@ -16,7 +16,7 @@
 //
 // Publishing is at-least-once. Publish returns once the broker stored the message durably. The
 // client retries by itself what certainly had no effect (a request that never left the client,
-// OVERLOADED, RATE_LIMITED, STORAGE_UNAVAILABLE). A request whose outcome is unknown (the
+// OVERLOADED, RATE_LIMITED, STORAGE_UNAVAILABLE, STORAGE_FULL). A request whose outcome is unknown (the
 // connection broke after it was sent; INTERNAL, TIMEOUT, CLOSED) is retried only when every
 // message carries a Message.ProducerID, which lets the broker drop the duplicate; otherwise the
 // error (wrapping ErrConnectionLost, or the broker's *protocol.Error) is returned and the message

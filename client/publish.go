@@ -98,8 +98,8 @@ func (c *Client) Publish(ctx context.Context, topic string, msg Message) (Positi
 // Publishing is at-least-once. While the client is reconnecting, PublishBatch waits for the
 // connection until ctx ends. It retries by itself, with backoff, until ctx ends:
 //   - requests that never left the client before the connection broke;
-//   - OVERLOADED, RATE_LIMITED and STORAGE_UNAVAILABLE, which mean nothing was appended (waiting
-//     at least the broker's retry_after hint);
+//   - OVERLOADED, RATE_LIMITED, STORAGE_UNAVAILABLE and STORAGE_FULL, which mean nothing was
+//     appended (waiting at least the broker's retry_after hint);
 //   - requests whose outcome is unknown (the connection broke after sending; INTERNAL, TIMEOUT,
 //     CLOSED) only when every message has a ProducerID, so that the broker drops the duplicate if
 //     the first attempt was in fact stored.
@@ -179,7 +179,7 @@ func retryPublish(err error, unsent, idempotent bool) (bool, time.Duration) {
 		return unsent || idempotent, 0
 	case errors.As(err, &pe) && pe.Retryable:
 		switch pe.Code {
-		case protocol.CodeOverloaded, protocol.CodeRateLimited, protocol.CodeStorageUnavailable:
+		case protocol.CodeOverloaded, protocol.CodeRateLimited, protocol.CodeStorageUnavailable, protocol.CodeStorageFull:
 			return true, pe.RetryAfter // nothing was appended
 		}
 		return idempotent, pe.RetryAfter // INTERNAL, TIMEOUT, CLOSED, newer codes: outcome unknown

@@ -15,7 +15,7 @@ import (
 // language (docs/protocol.md section 9): a code never changes its meaning, its name or its retry
 // flag, and a retired code is never reused. New codes may be added in any protocol version.
 //
-// The table's entries are the package variables ErrMalformedFrame ... ErrUnavailable. They are
+// The table's entries are the package variables ErrMalformedFrame ... ErrStorageFull. They are
 // sentinels: test with errors.Is (which compares codes, so a received *Error with the code of
 // ErrTopicNotFound matches ErrTopicNotFound whatever its message), never modify them, and create
 // errors with a message through WithMessage or Errorf.
@@ -74,6 +74,7 @@ const (
 	CodeRateLimited        uint16 = 203
 	CodeTimeout            uint16 = 204
 	CodeStorageUnavailable uint16 = 205
+	CodeStorageFull        uint16 = 206
 )
 
 // The error-code table. Each variable is the sentinel of one code; see docs/protocol.md section 9
@@ -160,9 +161,13 @@ var (
 	// ErrTimeout: the server gave up waiting for its storage. The request may or may not have
 	// taken effect.
 	ErrTimeout = &Error{Code: CodeTimeout, Name: "TIMEOUT", Retryable: true}
-	// ErrStorageUnavailable: the storage cannot accept writes now (disk full, read-only mode,
-	// database unreachable). Reads and deliveries of stored messages may continue.
+	// ErrStorageUnavailable: the storage cannot be used now (database unreachable, shutting down or
+	// out of connections, out of file handles, the embedded engine stopped after a write failure).
+	// Nothing was stored by the request. Deliveries of stored messages may continue.
 	ErrStorageUnavailable = &Error{Code: CodeStorageUnavailable, Name: "STORAGE_UNAVAILABLE", Retryable: true}
+	// ErrStorageFull: the storage is out of space (disk full, disk quota, PostgreSQL disk_full).
+	// Nothing was stored by the request; it may succeed once space was freed.
+	ErrStorageFull = &Error{Code: CodeStorageFull, Name: "STORAGE_FULL", Retryable: true}
 )
 
 // errorTable lists every entry, ordered by code. It is the single source of the table.
@@ -175,6 +180,7 @@ var errorTable = []*Error{
 	ErrInvalidTransition, ErrLeaseNotHeld, ErrMessageTooLarge, ErrOffsetOutOfRange,
 	ErrBindingExists, ErrBindingNotFound, ErrStaleGeneration,
 	ErrClosed, ErrInternal, ErrOverloaded, ErrRateLimited, ErrTimeout, ErrStorageUnavailable,
+	ErrStorageFull,
 }
 
 var (

@@ -44,7 +44,7 @@ func TestErrorCodesNeverChange(t *testing.T) {
 		"MESSAGE_TOO_LARGE": 110, "OFFSET_OUT_OF_RANGE": 111, "BINDING_EXISTS": 112, "BINDING_NOT_FOUND": 113,
 		"STALE_GENERATION": 114,
 		"CLOSED":           200, "INTERNAL": 201, "OVERLOADED": 202, "RATE_LIMITED": 203, "TIMEOUT": 204,
-		"STORAGE_UNAVAILABLE": 205,
+		"STORAGE_UNAVAILABLE": 205, "STORAGE_FULL": 206,
 	}
 	table := Errors()
 	if len(table) != len(want) {
