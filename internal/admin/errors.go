@@ -66,6 +66,8 @@ func statusForCode(code uint16) int {
 		return http.StatusTooManyRequests
 	case protocol.CodeClosed, protocol.CodeOverloaded, protocol.CodeStorageUnavailable:
 		return http.StatusServiceUnavailable
+	case protocol.CodeStorageFull:
+		return http.StatusInsufficientStorage
 	case protocol.CodeTimeout:
 		return http.StatusGatewayTimeout
 	}
@@ -103,9 +105,10 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		}
 	}
 	if status >= 500 {
+		// The full error, with the file paths and hosts the response leaves out.
 		h.logger.WarnContext(r.Context(), "http request failed", slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.Int("status", status), slog.String("code", body.Error.Code),
-			slog.String("error", body.Error.Message))
+			slog.Any("error", err))
 	}
 	writeJSON(w, status, body)
 }

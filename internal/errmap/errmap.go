@@ -6,6 +6,7 @@ package errmap
 import (
 	"context"
 	"errors"
+	"regexp"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/names"
@@ -36,6 +37,8 @@ var sentinels = []struct {
 	{storage.ErrInvalidArgument, protocol.ErrInvalidArgument},
 	{names.ErrInvalidName, protocol.ErrInvalidArgument},
 	{storage.ErrClosed, protocol.ErrClosed},
+	{storage.ErrFull, protocol.ErrStorageFull},
+	{storage.ErrUnavailable, protocol.ErrStorageUnavailable},
 	{broker.ErrNotRunning, protocol.ErrClosed},
 	{broker.ErrMemberClosed, protocol.ErrClosed},
 	{context.DeadlineExceeded, protocol.ErrTimeout},
@@ -49,10 +52,19 @@ var sentinels = []struct {
 //     (protocol.AsError);
 //   - a storage sentinel: its code from docs/protocol.md section 9.2 (ErrTopicNotFound ->
 //     TOPIC_NOT_FOUND, ...); names.ErrInvalidName -> INVALID_ARGUMENT;
+//   - a *storage.IOError (a failure of the files or the database): STORAGE_FULL or
+//     STORAGE_UNAVAILABLE by its Kind (nothing was stored), INTERNAL when its outcome is unknown;
+//     the message is its Public text only, never the cause (which names files and hosts);
 //   - broker.ErrNotRunning, broker.ErrMemberClosed, storage.ErrClosed: CLOSED (retryable);
 //   - context.DeadlineExceeded: TIMEOUT; context.Canceled (the server or the request is going
 //     away): CLOSED;
 //   - storage.ErrCorrupt and anything else: INTERNAL.
+//
+// Client-facing messages never carry the server's file paths: the message of an availability or
+// internal error (codes 200-299) built from err's text has each word that holds a "/" replaced by
+// "<path>" (the full error belongs in the server's log). Errors of a request's content (codes
+// 100-199) keep err's text, which is about the client's own input, and *protocol.Error texts were
+// written for clients.
 //
 // Apart from the first two cases the result is a new value; the package sentinels are never
 // modified. Safe for concurrent use.
@@ -64,10 +76,34 @@ func ErrorFrom(err error) *protocol.Error {
 	if errors.As(err, &pe) {
 		return protocol.AsError(err)
 	}
-	for _, s := range sentinels {
-		if errors.Is(err, s.err) {
-			return s.proto.WithMessage(err.Error())
+	var ioe *storage.IOError
+	if errors.As(err, &ioe) {
+		switch {
+		case ioe.Kind == nil:
+			return protocol.ErrInternal.WithMessage(scrub(ioe.Public()))
+		case errors.Is(ioe.Kind, storage.ErrFull):
+			return protocol.ErrStorageFull.WithMessage(scrub(ioe.Public()))
+		default:
+			return protocol.ErrStorageUnavailable.WithMessage(scrub(ioe.Public()))
 		}
 	}
-	return protocol.ErrInternal.WithMessage(err.Error())
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			if s.proto.Code < 200 {
+				// Errors of the request's content: the text is about the client's own input.
+				return s.proto.WithMessage(err.Error())
+			}
+			return s.proto.WithMessage(scrub(err.Error()))
+		}
+	}
+	return protocol.ErrInternal.WithMessage(scrub(err.Error()))
+}
+
+// pathWord is a word holding a "/": a file path (absolute or relative, as in PostgreSQL's
+// messages) or a URL.
+var pathWord = regexp.MustCompile(`[^\s"'(),;]*/[^\s"'(),;]*`)
+
+// scrub replaces the paths in a client-facing message with "<path>".
+func scrub(msg string) string {
+	return pathWord.ReplaceAllString(msg, "<path>")
 }

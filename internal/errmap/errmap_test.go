@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/broker"
@@ -44,6 +47,9 @@ func TestErrorFrom(t *testing.T) {
 		{fmt.Errorf("%w: file x at 12", storage.ErrCorrupt), protocol.ErrInternal},
 		{errors.New("boom"), protocol.ErrInternal},
 		{protocol.ErrOverloaded.WithMessage("busy"), protocol.ErrOverloaded},
+		{fmt.Errorf("broker: ack: %w", &storage.IOError{Kind: storage.ErrFull, Reason: "no space left on device", Err: errors.New("x")}), protocol.ErrStorageFull},
+		{&storage.IOError{Kind: storage.ErrUnavailable, Reason: "database unreachable", Err: errors.New("x")}, protocol.ErrStorageUnavailable},
+		{&storage.IOError{Reason: "no space left on device", Err: errors.New("x")}, protocol.ErrInternal},
 	}
 	for _, c := range cases {
 		got := ErrorFrom(c.err)
@@ -56,5 +62,44 @@ func TestErrorFrom(t *testing.T) {
 		if got == c.want {
 			t.Errorf("ErrorFrom(%v) returned the sentinel itself", c.err)
 		}
+	}
+}
+
+// TestStorageFailures: a failure of the files or the database answers the code of its kind, with a
+// message that names neither the file nor the cause's details; other availability and internal
+// errors lose their paths too; errors of the request's content keep their text.
+func TestStorageFailures(t *testing.T) {
+	t.Parallel()
+	cause := &os.PathError{Op: "write", Path: "/var/lib/spool/topics/t/0/00000000000000000000.seg", Err: syscall.ENOSPC}
+	cases := []struct {
+		err  error
+		want *protocol.Error
+	}{
+		{fmt.Errorf("wal: append: %w", &storage.IOError{Kind: storage.ErrFull, Reason: "no space left on device", Err: cause}), protocol.ErrStorageFull},
+		{&storage.IOError{Kind: storage.ErrUnavailable, Reason: "too many open files", Err: cause}, protocol.ErrStorageUnavailable},
+		{&storage.IOError{Reason: "no space left on device", Err: cause}, protocol.ErrInternal},
+		{fmt.Errorf("%w: wlog: %v at 12", storage.ErrCorrupt, cause), protocol.ErrInternal},
+		{fmt.Errorf("%w (%v)", storage.ErrClosed, cause), protocol.ErrClosed},
+		{fmt.Errorf("wal: %w", cause), protocol.ErrInternal},
+	}
+	for _, c := range cases {
+		got := ErrorFrom(c.err)
+		if got.Code != c.want.Code || got.Retryable != c.want.Retryable {
+			t.Errorf("ErrorFrom(%v) = %+v, want code %s", c.err, got, c.want.Name)
+		}
+		if strings.Contains(got.Message, "/var/lib") || strings.Contains(got.Message, ".seg") {
+			t.Errorf("ErrorFrom(%v): message %q carries the path", c.err, got.Message)
+		}
+	}
+	full := ErrorFrom(cases[0].err)
+	if full.Message != "storage full: no space left on device" {
+		t.Errorf("STORAGE_FULL message %q", full.Message)
+	}
+	if !strings.Contains(ErrorFrom(cases[2].err).Message, "may or may not") {
+		t.Errorf("unknown outcome not said: %q", ErrorFrom(cases[2].err).Message)
+	}
+	in := fmt.Errorf("%w: topic %q: segment %q is invalid", names.ErrInvalidName, "a/b", "a/b")
+	if got := ErrorFrom(in); got.Message != in.Error() {
+		t.Errorf("INVALID_ARGUMENT message changed: %q", got.Message)
 	}
 }

@@ -294,14 +294,24 @@ func (b *binarySession) replyErr(corr uint32, err error) {
 	b.reply(corr, b.errorFrame(err))
 }
 
-// errorFrame returns the Error frame for err (mapped by errmap.ErrorFrom); unexpected errors are
-// logged.
+// errorFrame returns the Error frame for err (mapped by errmap.ErrorFrom); unexpected errors and
+// storage failures are logged with every detail (the frame's message has no paths).
 func (b *binarySession) errorFrame(err error) *protocol.Error {
 	e := errmap.ErrorFrom(err)
-	if e.Code == protocol.CodeInternal {
-		b.c.logger.Warn("request failed", slog.Any("error", err))
+	if logged(e) {
+		b.c.logger.Warn("request failed", slog.String("code", e.Name), slog.Any("error", err))
 	}
 	return e
+}
+
+// logged reports whether an error answered to a client is worth the server's log: an unexpected
+// error or a failure of the storage, whose details (files, hosts) the client's message leaves out.
+func logged(e *protocol.Error) bool {
+	switch e.Code {
+	case protocol.CodeInternal, protocol.CodeStorageUnavailable, protocol.CodeStorageFull:
+		return true
+	}
+	return false
 }
 
 // handle runs one request (a Publish is queued for the publish stage; size is its frame body

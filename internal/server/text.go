@@ -158,11 +158,12 @@ func (t *textSession) ok(format string, args ...any) {
 	t.reply(text.AppendOK(nil, fmt.Sprintf(format, args...)))
 }
 
-// fail replies ERR for err (mapped by errmap.ErrorFrom); unexpected errors are logged.
+// fail replies ERR for err (mapped by errmap.ErrorFrom); unexpected errors and storage failures
+// are logged with every detail.
 func (t *textSession) fail(err error) {
 	e := errmap.ErrorFrom(err)
-	if e.Code == protocol.CodeInternal {
-		t.c.logger.Warn("command failed", slog.Any("error", err))
+	if logged(e) {
+		t.c.logger.Warn("command failed", slog.String("code", e.Name), slog.Any("error", err))
 	}
 	t.reply(text.AppendErr(nil, e))
 }

@@ -64,3 +64,56 @@ var (
 	// with the file and byte offset.
 	ErrCorrupt = errors.New("storage: data corrupt")
 )
+
+// Failures of the storage itself (files, database). Engines return them inside an *IOError.
+var (
+	// ErrUnavailable reports that the engine cannot use its storage now: the database is
+	// unreachable, shutting down or out of connections, the process is out of file handles, or the
+	// engine stopped accepting changes after a write failure. The call that returns it stored
+	// nothing; the same call may succeed later (after the database is back, or the broker was
+	// restarted on a repaired disk).
+	ErrUnavailable = errors.New("storage unavailable")
+
+	// ErrFull reports that the storage is out of space: disk full, disk quota exceeded, PostgreSQL
+	// disk_full. The call that returns it stored nothing; the same call may succeed once space was
+	// freed (on the embedded engine, after the broker was restarted).
+	ErrFull = errors.New("storage full")
+)
+
+// IOError is a failure of an engine's storage (a file system or database error), classified for
+// clients. Engines return it instead of the bare cause so that the wire protocol and the HTTP API
+// answer the right code (STORAGE_UNAVAILABLE, STORAGE_FULL, or INTERNAL when the outcome is
+// unknown) with a message that carries no file path, host name, SQL or database message: Error
+// (for logs) has every detail, Public (for clients) only Kind and Reason.
+type IOError struct {
+	// Kind is ErrUnavailable or ErrFull when the call stored nothing. Nil means the outcome is
+	// unknown: the failure hit the call's own write (a write or fsync that failed midway, a
+	// database connection lost after the COMMIT was sent), which may or may not be durable.
+	Kind error
+	// Reason says what failed in a few client-safe words ("no space left on device", "database
+	// unreachable"); never a path or a server message.
+	Reason string
+	// Err is the cause, with every detail (paths included): for logs only.
+	Err error
+}
+
+// Error returns the full text, cause included: for logs, never for clients.
+func (e *IOError) Error() string {
+	return e.Public() + ": " + e.Err.Error()
+}
+
+// Public returns the text a client may see: the kind and the reason, no path and no cause.
+func (e *IOError) Public() string {
+	if e.Kind == nil {
+		return "storage failure while the request was written (" + e.Reason + "): it may or may not have taken effect"
+	}
+	return e.Kind.Error() + ": " + e.Reason
+}
+
+// Unwrap returns Kind (when set) and the cause, for errors.Is and errors.As.
+func (e *IOError) Unwrap() []error {
+	if e.Kind == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Kind, e.Err}
+}
