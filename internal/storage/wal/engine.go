@@ -391,7 +391,7 @@ func (e *Engine) checkLocked() error {
 		return storage.ErrClosed
 	}
 	if err := e.failedErr(); err != nil {
-		return fmt.Errorf("wal: engine failed after a write error, reopen it: %w", err)
+		return refusedAfterFailure(fmt.Errorf("wal: engine failed after a write error, reopen it: %w", err))
 	}
 	return nil
 }
@@ -455,7 +455,7 @@ func wait(ctx context.Context, ch <-chan error) error {
 	select {
 	case err := <-ch:
 		if err != nil {
-			return fmt.Errorf("wal: state log append: %w", err)
+			return ioFailure(fmt.Errorf("wal: state log append: %w", err), writtenBefore(err))
 		}
 		return nil
 	case <-ctx.Done():

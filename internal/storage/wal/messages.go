@@ -246,15 +246,31 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, batches []*partB
 		}
 	}
 	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, len(msgs))}
+	// The batch stored nothing only if no partition's share was written (each was refused after
+	// an earlier failure); otherwise its outcome is unknown (see ioFailure).
+	var failed *partBatch
+	written := false
 	for _, b := range batches {
-		if b == nil {
-			continue
-		}
-		if b.err != nil {
+		switch {
+		case b == nil:
+		case b.err == nil:
+			written = true
+		default:
 			if !errors.Is(b.err, storage.ErrClosed) {
 				e.fail(fmt.Errorf("wal: append to %s: %w", b.p.dir, b.err))
 			}
-			return nil, fmt.Errorf("wal: append to topic %q partition %d: %w", params.Topic, b.p.index, b.err)
+			written = written || writtenBefore(b.err)
+			if failed == nil {
+				failed = b
+			}
+		}
+	}
+	if failed != nil {
+		return nil, ioFailure(fmt.Errorf("wal: append to topic %q partition %d: %w", params.Topic, failed.p.index, failed.err), written)
+	}
+	for _, b := range batches {
+		if b == nil {
+			continue
 		}
 		at := time.Unix(0, b.ts).UTC()
 		for j, i := range b.idx {

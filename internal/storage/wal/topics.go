@@ -68,12 +68,12 @@ func (e *Engine) createPartitions(name string, from, to int) ([]*partition, erro
 		dir := e.partitionDir(name, i)
 		if err := e.removeAll(dir); err != nil {
 			e.closePartitions(parts)
-			return nil, fmt.Errorf("wal: clear %s: %w", dir, err)
+			return nil, ioFailure(fmt.Errorf("wal: clear %s: %w", dir, err), false)
 		}
 		p, err := e.openPartition(name, i)
 		if err != nil {
 			e.closePartitions(parts)
-			return nil, err
+			return nil, ioFailure(err, false) // nothing refers to the new logs yet
 		}
 		parts = append(parts, p)
 	}

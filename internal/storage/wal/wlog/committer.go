@@ -2,6 +2,7 @@ package wlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -133,6 +134,11 @@ func putRequest(r *request) {
 // (~850 us instead of ~185 on the development VM).
 const zeroAhead = 1 << 20
 
+// ErrFailed marks an append refused because an earlier write or sync of its log failed: it wraps
+// that sticky error, and nothing of the refused append was written (unlike the appends of the
+// round that failed, which get the bare error and may or may not be on disk).
+var ErrFailed = errors.New("wlog: log failed earlier")
+
 // maxKeptBuf is the largest write buffer the committer keeps between rounds.
 const maxKeptBuf = 16 << 20
 
@@ -155,7 +161,7 @@ func (c *Committer) check(l *Log, recs []Record) error {
 		return storage.ErrClosed
 	}
 	if err := l.Err(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	if cur := l.committer.Load(); cur != c && (cur != nil || !l.committer.CompareAndSwap(nil, c)) {
 		return fmt.Errorf("%w: wlog: log %s is appended to by another committer", storage.ErrInvalidArgument, l.dir)
@@ -177,7 +183,9 @@ func (c *Committer) check(l *Log, recs []Record) error {
 // when Append returns recs is no longer referenced and the result is the truth.
 //
 // Errors: storage.ErrClosed (log or committer closed), storage.ErrMessageTooLarge (a body exceeds
-// MaxRecordBytes; nothing is appended), the log's sticky write or sync error.
+// MaxRecordBytes; nothing is appended), the write or sync error of the round that wrote recs (the
+// records may or may not be on disk), or ErrFailed wrapping the sticky error of an earlier round
+// (nothing of recs was written).
 func (c *Committer) Append(ctx context.Context, l *Log, recs []Record) (first int64, err error) {
 	if err := c.check(l, recs); err != nil {
 		return 0, err
@@ -583,7 +591,7 @@ func (l *Log) writeRoundLocked(buf []byte) []byte {
 		return buf
 	}
 	if l.werr != nil {
-		rd.err = l.werr
+		rd.err = fmt.Errorf("%w: %w", ErrFailed, l.werr)
 		return buf
 	}
 	a := l.active()

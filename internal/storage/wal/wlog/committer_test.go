@@ -267,21 +267,21 @@ func testSticky(t *testing.T, op wlogtest.Op) {
 	efs.SetInjector(wlogtest.FailNth(op, 1, wlogtest.ErrInjected))
 
 	_, err := c.Append(context.Background(), l, []wlog.Record{rec(5)})
-	if !errors.Is(err, wlogtest.ErrInjected) {
-		t.Fatalf("Append with failing %s: %v, want the injected error", op, err)
+	if !errors.Is(err, wlogtest.ErrInjected) || errors.Is(err, wlog.ErrFailed) {
+		t.Fatalf("Append with failing %s: %v, want the injected error (not ErrFailed: it was written)", op, err)
 	}
 	for i := range 3 {
 		_, err2 := c.Append(context.Background(), l, []wlog.Record{rec(5)})
-		if !errors.Is(err2, wlogtest.ErrInjected) || err2.Error() != err.Error() {
+		if !errors.Is(err2, wlogtest.ErrInjected) || !errors.Is(err2, wlog.ErrFailed) || !strings.HasSuffix(err2.Error(), err.Error()) {
 			t.Fatalf("Append %d after the failure: %v, want the sticky %v", i, err2, err)
 		}
 	}
 	asyncErr := make(chan error, 1)
 	c.AppendAsync(l, []wlog.Record{rec(5)}, func(_ int64, err error) { asyncErr <- err })
-	if err := <-asyncErr; !errors.Is(err, wlogtest.ErrInjected) {
+	if err := <-asyncErr; !errors.Is(err, wlogtest.ErrInjected) || !errors.Is(err, wlog.ErrFailed) {
 		t.Fatalf("AppendAsync after the failure: %v", err)
 	}
-	if err := l.Cut(); !errors.Is(err, wlogtest.ErrInjected) {
+	if err := l.Cut(); !errors.Is(err, wlogtest.ErrInjected) || !errors.Is(err, wlog.ErrFailed) {
 		t.Fatalf("Cut after the failure: %v", err)
 	}
 	if !errors.Is(l.Err(), wlogtest.ErrInjected) {

@@ -571,7 +571,7 @@ func (l *Log) Cut() error {
 		return storage.ErrClosed
 	}
 	if l.werr != nil {
-		return l.werr
+		return fmt.Errorf("%w: %w", ErrFailed, l.werr)
 	}
 	if len(l.active().wpos) == 0 {
 		return nil
