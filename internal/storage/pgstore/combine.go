@@ -260,7 +260,14 @@ func (e *Engine) txLocksBounded(ctx context.Context, what string, fn func(ctx co
 			}
 			return fmt.Errorf("pgstore: taking the locks: %w", context.DeadlineExceeded)
 		}
-		err := pgx.BeginTxFunc(tctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return fn(tctx, tx, done) })
+		committing := false // fn succeeded: BeginTxFunc sends the COMMIT
+		err := pgx.BeginTxFunc(tctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if err := fn(tctx, tx, done); err != nil {
+				return err
+			}
+			committing = true
+			return nil
+		})
 		timer.Stop()
 		cancel()
 		switch {
@@ -274,7 +281,7 @@ func (e *Engine) txLocksBounded(ctx context.Context, what string, fn func(ctx co
 			e.log.Debug("pgstore: retrying transaction", "attempt", attempt+1, "err", err)
 			continue
 		}
-		return e.mapErr(err)
+		return e.mapTxErr(err, committing)
 	}
 }
 

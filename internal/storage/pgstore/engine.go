@@ -281,12 +281,19 @@ func (e *Engine) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, fn)
+		committing := false // fn succeeded: BeginTxFunc sends the COMMIT
+		err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if err := fn(tx); err != nil {
+				return err
+			}
+			committing = true
+			return nil
+		})
 		if err != nil && attempt < maxTxRetries && retryable(err) {
 			e.log.Debug("pgstore: retrying transaction", "attempt", attempt+1, "err", err)
 			continue
 		}
-		return e.mapErr(err)
+		return e.mapTxErr(err, committing)
 	}
 }
 
@@ -302,16 +309,21 @@ func retryable(err error) bool {
 	return false
 }
 
-// mapErr turns errors of a closed engine into storage.ErrClosed and leaves storage sentinels and
-// everything else as they are.
-func (e *Engine) mapErr(err error) error {
+// mapErr turns errors of a closed engine into storage.ErrClosed, failures of the database into
+// *storage.IOError (classify; as for a read, or a transaction whose COMMIT was not sent) and
+// leaves storage sentinels and everything else as they are.
+func (e *Engine) mapErr(err error) error { return e.mapTxErr(err, false) }
+
+// mapTxErr is mapErr for a transaction whose COMMIT was sent when commitSent is true (a broken
+// connection then leaves the outcome unknown).
+func (e *Engine) mapTxErr(err error, commitSent bool) error {
 	if err == nil {
 		return nil
 	}
 	if e.closed.Load() && !isStorageErr(err) {
 		return fmt.Errorf("%w (%v)", storage.ErrClosed, err)
 	}
-	return err
+	return classify(err, commitSent)
 }
 
 func isStorageErr(err error) bool {
@@ -319,7 +331,7 @@ func isStorageErr(err error) bool {
 		storage.ErrTopicHasSubscriptions, storage.ErrNoSubscriptions, storage.ErrSubscriptionNotFound,
 		storage.ErrSubscriptionExists, storage.ErrSubscriptionNotActive, storage.ErrInvalidTransition,
 		storage.ErrLeaseNotHeld, storage.ErrMessageTooLarge, storage.ErrOffsetOutOfRange,
-		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt} {
+		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt, storage.ErrUnavailable, storage.ErrFull} {
 		if errors.Is(err, s) {
 			return true
 		}

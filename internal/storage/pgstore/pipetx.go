@@ -116,22 +116,25 @@ func (e *Engine) pipeTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		err := e.runPipeTx(ctx, fn)
+		var commitSent bool
+		err := e.runPipeTx(ctx, fn, &commitSent)
 		if err != nil && attempt < maxTxRetries && retryable(err) {
 			e.log.Debug("pgstore: retrying transaction", "attempt", attempt+1, "err", err)
 			continue
 		}
-		return e.mapErr(err)
+		return e.mapTxErr(err, commitSent)
 	}
 }
 
-func (e *Engine) runPipeTx(ctx context.Context, fn func(tx pgx.Tx) error) (err error) {
+// runPipeTx runs one attempt of pipeTx; *commitSent reports whether the COMMIT was sent.
+func (e *Engine) runPipeTx(ctx context.Context, fn func(tx pgx.Tx) error, commitSent *bool) (err error) {
 	pc, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	t := &pipeTx{conn: pc.Conn()}
 	defer func() {
+		*commitSent = t.committed
 		if err == nil {
 			pc.Release()
 			return
@@ -153,6 +156,7 @@ func (e *Engine) runPipeTx(ctx context.Context, fn func(tx pgx.Tx) error) (err e
 		return nil // nothing was sent: nothing to commit
 	}
 	if !t.committed {
+		t.committed = true
 		if _, err := t.conn.Exec(ctx, "COMMIT"); err != nil {
 			return err
 		}
