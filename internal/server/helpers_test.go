@@ -30,7 +30,7 @@ const waitTimeout = 20 * time.Second
 // env is a server on 127.0.0.1:0 over a broker on a real wal engine in a temporary directory.
 type env struct {
 	t      testing.TB
-	engine *wal.Engine
+	engine storage.Engine
 	b      *broker.Broker
 	srv    *Server
 	addr   string
@@ -46,12 +46,17 @@ func newEnv(t testing.TB, mod func(*Config), bmod func(*broker.Config)) *env {
 // newEnvWAL is newEnv with the engine configuration wcfg.
 func newEnvWAL(t testing.TB, wcfg wal.Config, mod func(*Config), bmod func(*broker.Config)) *env {
 	t.Helper()
-	e := &env{t: t}
 	eng, err := wal.Open(t.TempDir(), wcfg)
 	if err != nil {
 		t.Fatalf("wal.Open: %v", err)
 	}
-	e.engine = eng
+	return newEnvEngine(t, eng, mod, bmod)
+}
+
+// newEnvEngine is newEnv over the engine eng, which the env closes.
+func newEnvEngine(t testing.TB, eng storage.Engine, mod func(*Config), bmod func(*broker.Config)) *env {
+	t.Helper()
+	e := &env{t: t, engine: eng}
 	bcfg := broker.Config{Engine: eng, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 50 * time.Millisecond}
 	if bmod != nil {
 		bmod(&bcfg)
