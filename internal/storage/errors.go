@@ -1,6 +1,9 @@
 package storage
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors shared by every engine. Engines wrap them with detail ("%w: topic %q"); callers
 // test them with errors.Is. The wire protocol maps each of them to one error code (docs/protocol.md).
@@ -11,6 +14,12 @@ var (
 	// ErrInvalidArgument reports bad input: a name, a size, a setting or a combination of them.
 	// Nothing was changed.
 	ErrInvalidArgument = errors.New("invalid argument")
+
+	// ErrNotImplemented reports a setting that is part of the design but not built yet
+	// (completion_tracking refcount, a zombie_ttl other than its default): it is refused rather
+	// than accepted and ignored. It wraps ErrInvalidArgument (the protocol's INVALID_ARGUMENT):
+	// nothing was changed.
+	ErrNotImplemented = fmt.Errorf("%w: not implemented yet", ErrInvalidArgument)
 
 	// ErrTopicNotFound is returned when a named topic does not exist.
 	ErrTopicNotFound = errors.New("topic not found")

@@ -26,9 +26,14 @@ const (
 	// Watermark: per-subscription ack floors; retention below the minimum floor over subscriptions
 	// that hold retention. The default.
 	Watermark CompletionTracking = "watermark"
-	// Refcount: each message records the subscriptions it waits for at publish time.
+	// Refcount: each message records the subscriptions it waits for at publish time. Not built
+	// yet: a topic configured with it is refused with ErrNotImplemented.
 	Refcount CompletionTracking = "refcount"
 )
+
+// DefaultZombieTTL is the default of TopicConfig.ZombieTTL, the only value accepted until the
+// force-advance of stale ack floors is built.
+const DefaultZombieTTL = 7 * 24 * time.Hour
 
 // Limits that are part of the contract.
 const (
@@ -65,13 +70,16 @@ type TopicConfig struct {
 	// BlockWritesOnZeroSubscriptions rejects publishes to a PUB_SUB topic without an ACTIVE
 	// subscription with ErrNoSubscriptions. Defaults to false.
 	BlockWritesOnZeroSubscriptions bool `json:"block_writes_on_zero_subscriptions" yaml:"block_writes_on_zero_subscriptions"`
-	// CompletionTracking is watermark or refcount. Defaults to watermark.
+	// CompletionTracking is watermark, the default and the only mode built: refcount is refused
+	// with ErrNotImplemented.
 	CompletionTracking CompletionTracking `json:"completion_tracking" yaml:"completion_tracking"`
 	// MaxRetention is the hard cap on the age of any retained message, needed or not. Removals it
 	// causes are counted. Defaults to 30 days.
 	MaxRetention time.Duration `json:"max_retention" yaml:"max_retention"`
-	// ZombieTTL is the age after which a subscription's stale ack floor is force-advanced. Defaults to
-	// 7 days.
+	// ZombieTTL is meant to be the age after which a subscription's stale ack floor is
+	// force-advanced. Not built yet: nothing is force-advanced (only MaxRetention caps retention),
+	// so any value other than the default, DefaultZombieTTL (7 days), is refused with
+	// ErrNotImplemented, and the HTTP API and the CLI do not show it.
 	ZombieTTL time.Duration `json:"zombie_ttl" yaml:"zombie_ttl"`
 	// MaxMessageBytes bounds key + headers + payload of one message. Defaults to 1 MiB.
 	MaxMessageBytes int `json:"max_message_bytes" yaml:"max_message_bytes"`
@@ -104,7 +112,7 @@ func (c TopicConfig) WithDefaults() TopicConfig {
 		c.MaxRetention = 30 * 24 * time.Hour
 	}
 	if c.ZombieTTL == 0 {
-		c.ZombieTTL = 7 * 24 * time.Hour
+		c.ZombieTTL = DefaultZombieTTL
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
@@ -131,14 +139,17 @@ func (c TopicConfig) Validate() error {
 		return bad("message_retention", "must not be negative, got %s", c.MessageRetention)
 	case c.ZeroSubscriptionRetention < 0:
 		return bad("zero_subscription_retention", "must not be negative, got %s", c.ZeroSubscriptionRetention)
-	case c.CompletionTracking != Watermark && c.CompletionTracking != Refcount:
-		return bad("completion_tracking", "must be watermark or refcount, got %q", c.CompletionTracking)
+	case c.CompletionTracking == Refcount:
+		return fmt.Errorf("%w: completion_tracking refcount (only watermark is built)", ErrNotImplemented)
+	case c.CompletionTracking != Watermark:
+		return bad("completion_tracking", "must be watermark, got %q", c.CompletionTracking)
 	case c.MaxRetention < time.Second:
 		return bad("max_retention", "must be at least 1s, got %s", c.MaxRetention)
 	case c.MessageRetention > c.MaxRetention:
 		return bad("message_retention", "(%s) must not exceed max_retention (%s)", c.MessageRetention, c.MaxRetention)
-	case c.ZombieTTL < time.Second:
-		return bad("zombie_ttl", "must be at least 1s, got %s", c.ZombieTTL)
+	case c.ZombieTTL != DefaultZombieTTL:
+		return fmt.Errorf("%w: zombie_ttl %s (stale ack floors are never force-advanced; only max_retention caps retention): leave it unset",
+			ErrNotImplemented, c.ZombieTTL)
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
 		return bad("max_message_bytes", "must be between 1 and %d, got %d", MaxMessageBytesLimit, c.MaxMessageBytes)
 	}

@@ -2,7 +2,9 @@ package storage
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestStartNormalize(t *testing.T) {
@@ -58,6 +60,39 @@ func TestSubscriptionCreateParamsCheck(t *testing.T) {
 	} {
 		if _, err := bad.Check(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+}
+
+// TestUnbuiltSettingsRefused: completion_tracking refcount and a zombie_ttl other than the default
+// are not built, so they are refused with ErrNotImplemented (an INVALID_ARGUMENT) instead of being
+// stored and ignored; the defaults, spelled out or left zero, are accepted.
+func TestUnbuiltSettingsRefused(t *testing.T) {
+	for name, cfg := range map[string]TopicConfig{
+		"refcount":         {CompletionTracking: Refcount},
+		"zombie_ttl 3 d":   {ZombieTTL: 72 * time.Hour},
+		"zombie_ttl 1 s":   {ZombieTTL: time.Second},
+		"zombie_ttl 30 d":  {ZombieTTL: 30 * 24 * time.Hour},
+		"unknown tracking": {CompletionTracking: "exactly-once"},
+	} {
+		_, err := CheckTopic("t", cfg)
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+		if want := name != "unknown tracking"; errors.Is(err, ErrNotImplemented) != want {
+			t.Errorf("%s: %v: ErrNotImplemented %v, want %v", name, err, !want, want)
+		}
+		if want := name != "unknown tracking"; want && err != nil && !strings.Contains(err.Error(), "not implemented yet") {
+			t.Errorf("%s: %q does not say it is not implemented", name, err)
+		}
+	}
+	for name, cfg := range map[string]TopicConfig{
+		"zero":              {},
+		"spelled defaults":  {CompletionTracking: Watermark, ZombieTTL: DefaultZombieTTL},
+		"watermark, no ttl": {CompletionTracking: Watermark},
+	} {
+		if _, err := CheckTopic("t", cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }

@@ -130,6 +130,8 @@ func testTopicInvalidConfig(t *testing.T, x *env) {
 		"max_retention too short":   {MaxRetention: 500 * time.Millisecond},
 		"retention above max":       {MessageRetention: 48 * time.Hour, MaxRetention: 24 * time.Hour},
 		"zombie_ttl":                {ZombieTTL: time.Millisecond},
+		"zombie_ttl not built":      {ZombieTTL: 72 * time.Hour},
+		"refcount not built":        {CompletionTracking: storage.Refcount},
 		"max_message_bytes too big": {MaxMessageBytes: storage.MaxMessageBytesLimit + 1},
 		"max_message_bytes neg":     {MaxMessageBytes: -1},
 	}
