@@ -893,3 +893,39 @@ func TestPullLeases(t *testing.T) {
 		t.Errorf("expired handed-out message: %+v (present %v), want attempt 2", m, ok)
 	}
 }
+
+// TestUnbuiltSettings: completion_tracking refcount and a zombie_ttl other than the default are
+// refused with a clear "not implemented yet" (nothing is created or changed), and responses do
+// not show zombie_ttl, whose value would promise a force-advance that never happens.
+func TestUnbuiltSettings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for _, body := range []map[string]any{
+		{"name": "x", "completion_tracking": "refcount"},
+		{"name": "x", "zombie_ttl": "72h"},
+	} {
+		d := e.do("POST", "/api/v1/topics", body).fails(400, "INVALID_ARGUMENT")
+		if !strings.Contains(d.Message, "not implemented yet") {
+			t.Errorf("%v: message %q", body, d.Message)
+		}
+	}
+	e.do("GET", "/api/v1/topics/x", nil).fails(404, "TOPIC_NOT_FOUND")
+	r := e.do("POST", "/api/v1/topics", map[string]any{"name": "x", "zombie_ttl": "168h", "completion_tracking": "watermark"}).ok(201, nil)
+	if strings.Contains(string(r.body), "zombie") {
+		t.Errorf("create response shows zombie_ttl: %s", r.body)
+	}
+	for _, body := range []map[string]any{{"completion_tracking": "refcount"}, {"zombie_ttl": "1h"}} {
+		d := e.do("PUT", "/api/v1/topics/x/config", body).fails(400, "INVALID_ARGUMENT")
+		if !strings.Contains(d.Message, "not implemented yet") {
+			t.Errorf("update %v: message %q", body, d.Message)
+		}
+	}
+	r = e.do("GET", "/api/v1/topics/x", nil).ok(200, nil)
+	if strings.Contains(string(r.body), "zombie") || !strings.Contains(string(r.body), `"completion_tracking":"watermark"`) {
+		t.Errorf("topic: %s", r.body)
+	}
+	r = e.do("GET", "/api/v1/openapi.json", nil).ok(200, nil)
+	if strings.Contains(string(r.body), `"refcount"`) {
+		t.Error("the OpenAPI description offers refcount")
+	}
+}

@@ -101,7 +101,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // TopicConfig is storage.TopicConfig in the API: durations as strings. Zero fields mean the default
-// when creating a topic.
+// when creating a topic. Settings that are not built are refused (INVALID_ARGUMENT, "not implemented
+// yet"): completion_tracking refcount, and zombie_ttl other than its default 7 days, which is
+// accepted in requests but never shown in responses.
 type TopicConfig struct {
 	Semantics                      storage.Semantics          `json:"semantics,omitempty"`
 	Partitions                     int                        `json:"partitions,omitempty"`
@@ -127,8 +129,8 @@ func configJSON(c storage.TopicConfig) TopicConfig {
 		BlockWritesOnZeroSubscriptions: c.BlockWritesOnZeroSubscriptions,
 		CompletionTracking:             c.CompletionTracking,
 		MaxRetention:                   Duration(c.MaxRetention),
-		ZombieTTL:                      Duration(c.ZombieTTL),
-		MaxMessageBytes:                c.MaxMessageBytes,
+		// ZombieTTL is left out: nothing is force-advanced yet, and showing 7d would say otherwise.
+		MaxMessageBytes: c.MaxMessageBytes,
 	}
 }
 
