@@ -122,7 +122,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	cfg := addTopicConfigFlags(fs, false)
 	if _, err := parseArgs(fs, []string{"--semantics", "pub-sub", "--max-retention", "30d", "--block-writes-on-zero-subscriptions=false",
-		"--completion-tracking", "REFCOUNT", "--partitions", "4"}); err != nil {
+		"--completion-tracking", "WATERMARK", "--partitions", "4"}); err != nil {
 		t.Fatal(err)
 	}
 	body, err := cfg.body(fs)
@@ -130,7 +130,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"semantics": "PUB_SUB", "max_retention": "720h0m0s", "block_writes_on_zero_subscriptions": false,
-		"completion_tracking": "refcount", "partitions": 4}
+		"completion_tracking": "watermark", "partitions": 4}
 	if len(body) != len(want) {
 		t.Fatalf("body %v, want %v", body, want)
 	}
@@ -148,7 +148,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 	if _, err := cfg.body(fs); err == nil {
 		t.Fatal("--semantics fanout: want an error")
 	}
-	for _, name := range []string{"ack-wait", "message-retention", "zero-subscription-retention", "max-retention", "zombie-ttl"} {
+	for _, name := range []string{"ack-wait", "message-retention", "zero-subscription-retention", "max-retention"} {
 		if err := fs.Set(name, "2w"); err == nil {
 			t.Errorf("--%s 2w: want an error", name)
 		}
@@ -221,5 +221,24 @@ func TestStartupLogNamesTheEngine(t *testing.T) {
 	cfg.Store = "postgres://spool:secret@db:5432/spool"
 	if a := engineAttr(cfg); a.Key != "store" || a.Value.String() != "postgres://spool:***@db:5432/spool" {
 		t.Errorf("PostgreSQL engine: %v", a)
+	}
+}
+
+// TestHelpPromisesOnlyWhatIsBuilt: help texts offer no setting or behaviour that is not built
+// (refcount completion, zombie_ttl, DEAD groups and their backfill).
+func TestHelpPromisesOnlyWhatIsBuilt(t *testing.T) {
+	t.Parallel()
+	s := &cliStack{addr: "127.0.0.1:1", httpURL: "http://127.0.0.1:1"}
+	for _, args := range [][]string{
+		{"topic", "-h"}, {"topic", "create", "-h"}, {"topic", "update", "-h"}, {"topic", "describe", "-h"},
+		{"group", "-h"}, {"group", "resume", "-h"}, {"group", "pause", "-h"}, {"group", "describe", "-h"},
+	} {
+		r := s.run(t, "", args...)
+		help := strings.ToLower(r.stdout + r.stderr)
+		for _, promise := range []string{"refcount", "zombie", "backfill", "dead subscription", "or dead"} {
+			if strings.Contains(help, promise) {
+				t.Errorf("spool %s promises %q:\n%s", strings.Join(args, " "), promise, help)
+			}
+		}
 	}
 }

@@ -20,7 +20,7 @@ func runGroup(ctx context.Context, e *cliEnv, args []string) error {
 		{"list", "list subscriptions with their health", runGroupList},
 		{"describe", "show a subscription with its members and partitions", runGroupDescribe},
 		{"pause", "pause a subscription: it receives nothing and keeps holding retention", groupOp("pause")},
-		{"resume", "resume a PAUSED or DEAD subscription", groupOp("resume")},
+		{"resume", "resume a PAUSED subscription", groupOp("resume")},
 		{"cancel", "cancel a subscription: it releases everything (terminal)", groupOp("cancel")},
 	}, args)
 }
@@ -211,7 +211,7 @@ func groupOp(op string) cliFunc {
 	case "pause":
 		spec.desc = "Pauses a subscription: it receives nothing and keeps holding retention (bounded by max_retention)."
 	case "resume":
-		spec.desc = "Resumes a PAUSED or DEAD subscription; a DEAD one catches up with a bounded backfill."
+		spec.desc = "Resumes a PAUSED subscription: it is ACTIVE again and its deliveries continue where they stopped."
 	case "cancel":
 		spec.desc = "Cancels a subscription: it releases everything at once; terminal (subscribing again creates a new one)."
 	}

@@ -27,10 +27,10 @@ func runTopic(ctx context.Context, e *cliEnv, args []string) error {
 // topicConfigFlags are the flags of every TopicConfig field (admin.TopicConfig), for create and
 // update. Only the flags given on the command line are sent: an update changes exactly those.
 type topicConfigFlags struct {
-	semantics, completionTracking                                     string
-	partitions, maxDeliveries, maxMessageBytes                        int
-	blockWrites                                                       bool
-	ackWait, messageRetention, zeroSubRetention, maxRetention, zombie cli.DurationValue
+	semantics, completionTracking                             string
+	partitions, maxDeliveries, maxMessageBytes                int
+	blockWrites                                               bool
+	ackWait, messageRetention, zeroSubRetention, maxRetention cli.DurationValue
 }
 
 // flagField maps a flag to its field in the API's JSON.
@@ -44,7 +44,6 @@ var topicFlagFields = map[string]string{
 	"block-writes-on-zero-subscriptions": "block_writes_on_zero_subscriptions",
 	"completion-tracking":                "completion_tracking",
 	"max-retention":                      "max_retention",
-	"zombie-ttl":                         "zombie_ttl",
 	"max-message-bytes":                  "max_message_bytes",
 }
 
@@ -63,9 +62,10 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.Var(&t.messageRetention, "message-retention", "how long completed messages are kept for replay"+def("24h"))
 	fs.Var(&t.zeroSubRetention, "zero-subscription-retention", "how long a PUB_SUB topic without subscriptions keeps messages"+def("24h"))
 	fs.BoolVar(&t.blockWrites, "block-writes-on-zero-subscriptions", false, "refuse publishes to a PUB_SUB topic without an ACTIVE subscription")
-	fs.StringVar(&t.completionTracking, "completion-tracking", "", "watermark or refcount"+def("watermark"))
+	// refcount is refused by the server (not implemented yet); zombie_ttl has no flag: only its
+	// default is accepted, and it changes nothing yet.
+	fs.StringVar(&t.completionTracking, "completion-tracking", "", "watermark: retention follows each group's ack floor (the only mode built)"+def("watermark"))
 	fs.Var(&t.maxRetention, "max-retention", "hard cap on the age of any message"+def("30d"))
-	fs.Var(&t.zombie, "zombie-ttl", "age after which a stale subscription's ack floor is forced forward"+def("7d"))
 	fs.IntVar(&t.maxMessageBytes, "max-message-bytes", 0, "bound of key + headers + payload of one message"+def("1048576"))
 	return t
 }
@@ -252,7 +252,6 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("Block writes on zero subscriptions", strconv.FormatBool(c.BlockWritesOnZeroSubscriptions))
 	f.Add("Completion tracking", string(c.CompletionTracking))
 	f.Add("Max retention", cli.Duration(time.Duration(c.MaxRetention)))
-	f.Add("Zombie TTL", cli.Duration(time.Duration(c.ZombieTTL)))
 	f.Add("Max message size", cli.Bytes(int64(c.MaxMessageBytes)))
 	if err := f.Write(e.stdout); err != nil {
 		return err
