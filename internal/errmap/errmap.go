@@ -52,6 +52,8 @@ var sentinels = []struct {
 //     (protocol.AsError);
 //   - a storage sentinel: its code from docs/protocol.md section 9.2 (ErrTopicNotFound ->
 //     TOPIC_NOT_FOUND, ...); names.ErrInvalidName -> INVALID_ARGUMENT;
+//   - an error wrapping context.DeadlineExceeded: TIMEOUT, even if it also wraps a storage
+//     failure (a transaction deadline that closed the database connection);
 //   - a *storage.IOError (a failure of the files or the database): STORAGE_FULL or
 //     STORAGE_UNAVAILABLE by its Kind (nothing was stored), INTERNAL when its outcome is unknown;
 //     the message is its Public text only, never the cause (which names files and hosts);
@@ -75,6 +77,11 @@ func ErrorFrom(err error) *protocol.Error {
 	var pe *protocol.Error
 	if errors.As(err, &pe) {
 		return protocol.AsError(err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A deadline that passed stays TIMEOUT even when the failure it caused was classified as
+		// a storage failure (pgstore: the connection its deadline closed).
+		return protocol.ErrTimeout.WithMessage(scrub(err.Error()))
 	}
 	var ioe *storage.IOError
 	if errors.As(err, &ioe) {

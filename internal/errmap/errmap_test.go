@@ -81,6 +81,8 @@ func TestStorageFailures(t *testing.T) {
 		{fmt.Errorf("%w: wlog: %v at 12", storage.ErrCorrupt, cause), protocol.ErrInternal},
 		{fmt.Errorf("%w (%v)", storage.ErrClosed, cause), protocol.ErrClosed},
 		{fmt.Errorf("wal: %w", cause), protocol.ErrInternal},
+		{fmt.Errorf("pgstore: transaction exceeded tx_timeout 10s: %w (%w)", context.DeadlineExceeded,
+			&storage.IOError{Kind: storage.ErrUnavailable, Reason: "database connection lost", Err: cause}), protocol.ErrTimeout},
 	}
 	for _, c := range cases {
 		got := ErrorFrom(c.err)
