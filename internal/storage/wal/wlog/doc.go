@@ -98,8 +98,9 @@
 // long as it took: on a file system mounted with online discard, unlinking 64 MiB at once sends
 // one large discard, and a standalone fdatasync loop on the development VM waited 8-15 ms behind
 // each such unlink; freed in steps, under ~2-4 ms. A failed write or sync is sticky: every later
-// append to the log fails with it, and the sync is never retried (after a failed fsync the page
-// cache cannot be trusted).
+// append to the log fails with it, wrapped in ErrFailed (which says that nothing of that append
+// was written, unlike the appends of the round that failed), and the sync is never retried (after
+// a failed fsync the page cache cannot be trusted).
 //
 // Segments are preallocated (fallocate) and zero-filled before records go into them, so that
 // the records go into blocks already written: on ext4 the first write into a fallocated
