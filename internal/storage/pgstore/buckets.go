@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // bucketState is the in-memory state of the message log: the buckets (partitions of
@@ -148,9 +150,10 @@ func (e *Engine) createBucket(ctx context.Context, start int64) error {
 	return nil
 }
 
-// errBucketDetaching is the error of a publish whose bucket retention is detaching: retryable,
-// nothing was written.
-var errBucketDetaching = errors.New("its bucket is being detached by retention: retry")
+// errBucketDetaching is the error of a publish whose bucket retention is detaching: storage
+// unavailable (retryable), nothing was written.
+var errBucketDetaching = &storage.IOError{Kind: storage.ErrUnavailable, Reason: "time bucket being detached by retention, retry",
+	Err: errors.New("the bucket is unregistered and its table not yet attached again or dropped")}
 
 // bucket is a row of spool.buckets.
 type bucket struct {

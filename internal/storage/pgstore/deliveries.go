@@ -1132,8 +1132,9 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 // attached again, see dropBuckets), never gone: the claim fails and changes nothing rather than
 // let the cursor or the ack floor pass it, and the broker retries it.
 func missingMessage(st *dstate, p int32, o int64) error {
-	return fmt.Errorf("pgstore: subscription %d: message %d:%d of topic %q is not readable (above the partition's low offset %d): claim retried later",
-		st.sub.ID, p, o, st.sub.Topic, st.partOf[p].low)
+	return &storage.IOError{Kind: storage.ErrUnavailable, Reason: "message not readable, claim retried",
+		Err: fmt.Errorf("pgstore: subscription %d: message %d:%d of topic %q is not readable (above the partition's low offset %d)",
+			st.sub.ID, p, o, st.sub.Topic, st.partOf[p].low)}
 }
 
 // fillMsg completes a scanned message with its optional columns.

@@ -98,7 +98,8 @@ func TestRetentionSparesBucketsOfOpenPublishers(t *testing.T) {
 }
 
 // TestClaimStopsAtUnreadableMessage: a message above its partition's low offset that a claim cannot
-// read (its bucket is detached) is never passed: the claim fails, retryable, and changes nothing,
+// read (its bucket is detached) is never passed: the claim fails (storage unavailable, retryable)
+// and changes nothing,
 // for a new message and for a redelivery; once the bucket is back, both are delivered.
 func TestClaimStopsAtUnreadableMessage(t *testing.T) {
 	t.Parallel()
@@ -120,7 +121,7 @@ func TestClaimStopsAtUnreadableMessage(t *testing.T) {
 	must(e.pool.Exec(ctx, e.sql(detach)))(t)
 	for i := range 2 {
 		_, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 100})
-		if err == nil || !strings.Contains(err.Error(), "not readable") {
+		if !errors.Is(err, storage.ErrUnavailable) || !strings.Contains(err.Error(), "not readable") {
 			t.Fatalf("claim %d with offsets 0 and 1 unreadable: %v, want an error", i, err)
 		}
 	}
@@ -155,8 +156,8 @@ func TestPublishIntoDetachingBucketIsRetryable(t *testing.T) {
 	must(e.pool.Exec(ctx, e.sql("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name)))(t)
 
 	_, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "late", Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("x")}}})
-	if !errors.Is(err, errBucketDetaching) {
-		t.Fatalf("publish into a detaching bucket: %v, want errBucketDetaching", err)
+	if !errors.Is(err, errBucketDetaching) || !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("publish into a detaching bucket: %v, want errBucketDetaching (storage unavailable)", err)
 	}
 	if st := must(e.TopicStats(ctx, "late"))(t); st.Partitions[0].HighWater != 0 {
 		t.Fatalf("high water after the failed publish: %d", st.Partitions[0].HighWater)
