@@ -95,6 +95,8 @@ type Handler struct {
 	bodyTimeout time.Duration
 	metricsHTTP http.Handler
 	pulls       *pulls
+	// cop refuses cross-origin browser requests that change something (see checkMutation).
+	cop *http.CrossOriginProtection
 
 	mux *http.ServeMux
 	// pathMux matches paths without methods, to tell 405 from 404.
@@ -147,6 +149,7 @@ func New(cfg Config) (*Handler, error) {
 		mux:         http.NewServeMux(),
 		pathMux:     http.NewServeMux(),
 		allow:       make(map[string][]string),
+		cop:         http.NewCrossOriginProtection(),
 	}
 	if h.ready == nil {
 		h.ready = BrokerReady(cfg.Broker)
@@ -291,10 +294,59 @@ func (h *Handler) wrap(rt *route) http.Handler {
 			h.logger.DebugContext(r.Context(), "http request", slog.String("route", pattern), slog.String("path", r.URL.Path),
 				slog.Int("status", sw.code()), slog.Duration("took", took), slog.String("request_id", rid))
 		}()
+		if err := h.checkMutation(rt, r); err != nil {
+			h.writeError(sw, r, err)
+			return
+		}
 		if err := rt.handle(sw, r); err != nil {
 			h.writeError(sw, r, err)
 		}
 	})
+}
+
+// checkMutation keeps web pages from driving the API through a browser (CSRF): a request that
+// may change something (any method but GET, HEAD and OPTIONS) is refused with 403 FORBIDDEN when
+// the browser says it comes from another origin (Sec-Fetch-Site, or an Origin that is not the
+// Host: http.CrossOriginProtection), and with 415 UNSUPPORTED_MEDIA_TYPE when it has a body that
+// is not JSON. Only a raw publish takes another Content-Type, and not one of the three that a
+// page may send to another site without asking it first (text/plain, form data, multipart):
+// application/octet-stream, for example.
+func (h *Handler) checkMutation(rt *route, r *http.Request) error {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil
+	}
+	if err := h.cop.Check(r); err != nil {
+		h.logger.WarnContext(r.Context(), "cross-origin request refused", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("origin", r.Header.Get("Origin")), slog.String("sec_fetch_site", r.Header.Get("Sec-Fetch-Site")))
+		return httpErr(http.StatusForbidden, "FORBIDDEN", "cross-origin request refused (%v): the API changes nothing for another site's pages", err)
+	}
+	if r.ContentLength == 0 {
+		return nil
+	}
+	ct := r.Header.Get("Content-Type")
+	if isJSON(ct) || rt.publish && ct != "" && !browserSimpleType(ct) {
+		return nil
+	}
+	want := "application/json"
+	if rt.publish {
+		want += " (or, for a raw payload, a type such as application/octet-stream; not text/plain or form data)"
+	}
+	if ct == "" {
+		ct = "none"
+	}
+	return httpErr(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", "request body of Content-Type %s: want %s", ct, want)
+}
+
+// browserSimpleType reports whether a Content-Type is one a page may send to another site without
+// a preflight (the CORS "simple" types).
+func browserSimpleType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	switch strings.ToLower(strings.TrimSpace(mt)) {
+	case "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
+		return true
+	}
+	return false
 }
 
 // setRequestID takes the request's X-Request-Id (a correlation id set by a proxy or the caller) or

@@ -118,7 +118,7 @@ func TestTopics(t *testing.T) {
 	e.do("POST", "/api/v1/topics", "{not json").fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics", "").fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics", map[string]any{}).fails(400, "INVALID_ARGUMENT")
-	e.do("POST", "/api/v1/topics", []byte("name=x"), "Content-Type", "application/x-www-form-urlencoded").fails(400, "INVALID_ARGUMENT")
+	e.do("POST", "/api/v1/topics", []byte("name=x"), "Content-Type", "application/x-www-form-urlencoded").fails(415, "UNSUPPORTED_MEDIA_TYPE")
 
 	var list TopicList
 	r = e.do("GET", "/api/v1/topics", nil).ok(200, &list)

@@ -59,7 +59,18 @@
 // nothing); a body with no message ({} or an empty list) is refused. Payload and key are given as text (payload, key) or base64 (payload_base64,
 // key_base64); responses give them as text when they are valid UTF-8 and as base64 otherwise.
 // A body with another Content-Type than JSON is published as the payload of one message
-// (curl --data-binary @file -H 'Content-Type: application/octet-stream').
+// (curl --data-binary @file -H 'Content-Type: application/octet-stream'), except the types a web
+// page may send to another site without asking it first (text/plain, form data, multipart): 415.
+//
+// # Requests from browsers (CSRF)
+//
+// A web page must not be able to drive the API through a visitor's browser. Every request but GET,
+// HEAD and OPTIONS is refused with 403 FORBIDDEN when the browser marks it cross-origin
+// (Sec-Fetch-Site, or an Origin header whose host is not the request's Host:
+// http.CrossOriginProtection), and with 415 UNSUPPORTED_MEDIA_TYPE when it carries a body that is
+// not JSON (but for the raw publish above). Requests without those headers (curl, the CLI, other
+// programs) and same-origin pages are served as before. This does not replace authentication: a
+// program that reaches the port can do anything the API allows.
 //
 // # Pull
 //

@@ -35,9 +35,11 @@ func typeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
 
 // Error statuses common to the API routes that read the broker.
 var (
-	errsRead  = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusServiceUnavailable}
-	errsWrite = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusRequestTimeout, http.StatusConflict,
-		http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}
+	errsRead = []int{http.StatusBadRequest, http.StatusNotFound, http.StatusServiceUnavailable}
+	// errsWrite adds what checkMutation refuses: cross-origin browser requests (403) and bodies
+	// that are not JSON (415).
+	errsWrite = []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusRequestTimeout,
+		http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusServiceUnavailable}
 )
 
 // routeTable lists every route of the handler. The OpenAPI document is built from it.
@@ -86,7 +88,7 @@ func (h *Handler) routeTable() []*route {
 		{method: "POST", path: "/api/v1/topics/{topic}/messages", publish: true, handle: h.publish, doc: opDoc{
 			id: "publish", tag: "messages", summary: "Publish messages.",
 			desc: "A JSON body is one message or {\"messages\": [...]}, all or nothing ({} or an empty list is refused); the topic is auto-created unless auto-create is off. " +
-				"Any other Content-Type publishes the raw body as one message's payload (query parameters key and partition).",
+				"Any other Content-Type publishes the raw body as one message's payload (query parameters key and partition), except text/plain, form data and multipart (415).",
 			query: []queryParam{{"key", "string", "raw body only: the message key"}, {"partition", "integer", "raw body only: the partition"}},
 			body:  typeOf[PublishRequest](), rawBody: true,
 			ok: 201, resp: typeOf[PublishResult](), errs: errsWrite}},
