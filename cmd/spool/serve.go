@@ -35,6 +35,7 @@ var serveFlags = map[string]string{
 	"store":          "store",
 	"log-level":      "log_level",
 	"unsafe-no-sync": "wal.unsafe_no_sync",
+	"insecure":       "insecure",
 }
 
 // serve runs the broker until ctx is cancelled (SIGINT, SIGTERM), then shuts down in order (see
@@ -57,6 +58,7 @@ func serve(ctx context.Context, args []string) error {
 	fs.String("store", def.Store, "engine: empty for the embedded engine in --data-dir, or a postgres:// URL (PostgreSQL engine)")
 	fs.String("log-level", def.LogLevel, "debug, info, warn or error (JSON logs on stderr)")
 	fs.Bool("unsafe-no-sync", def.WAL.UnsafeNoSync, "acknowledge before fsync: a machine crash loses acknowledged messages")
+	fs.Bool("insecure", def.Insecure, "let --listen and --http be addresses other hosts reach, without authentication (trusted networks only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,6 +116,17 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 
 // engineAttr names the engine in the start-up log: the store URL without its password on
 // PostgreSQL (data_dir is not used there), else the embedded engine's data_dir.
+// logExposure says who can reach the listeners: loopback only (and how to open them), or other
+// hosts without authentication (--insecure).
+func logExposure(logger *slog.Logger, cfg config.Config) {
+	if config.IsLoopback(cfg.Listen) && config.IsLoopback(cfg.HTTP) {
+		logger.Info("listening on loopback only: other hosts cannot connect; on a trusted network pass --insecure with --listen and --http (authentication is not built yet)")
+		return
+	}
+	logger.Warn("listening without authentication on addresses other hosts may reach (--insecure): anyone who connects can publish, consume, purge and delete",
+		slog.String("tcp", cfg.Listen), slog.String("http", cfg.HTTP))
+}
+
 func engineAttr(cfg config.Config) slog.Attr {
 	if cfg.Store != "" {
 		return slog.String("store", cfg.Redacted())
@@ -257,6 +270,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 
 	logger.Info("spool serving", slog.String("version", version), slog.String("tcp", ln.Addr().String()),
 		slog.String("http", hl.Addr().String()), engineAttr(cfg))
+	logExposure(logger, cfg)
 
 	var runErr error
 	select {

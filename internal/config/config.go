@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"reflect"
 	"slices"
@@ -30,11 +32,17 @@ const EnvConfigFile = EnvPrefix + "CONFIG"
 // file; the dotted path of a key ("server.max_connections") is also the name of its environment
 // variable (SPOOL_SERVER_MAX_CONNECTIONS) and of its entry in Load's flags map.
 type Config struct {
-	// Listen is the TCP address of the binary protocol and the text mode. Defaults to ":9092".
+	// Listen is the TCP address of the binary protocol and the text mode. Defaults to
+	// "127.0.0.1:9092"; an address other hosts reach needs Insecure.
 	Listen string `yaml:"listen"`
 	// HTTP is the address of the HTTP listener (admin API, /metrics, /healthz, /readyz). Defaults
-	// to ":8080".
+	// to "127.0.0.1:8080"; an address other hosts reach needs Insecure.
 	HTTP string `yaml:"http"`
+	// Insecure lets Listen and HTTP be addresses that other hosts reach (":9092", a LAN address)
+	// although the broker has no authentication yet: whoever reaches them may publish, consume,
+	// purge DLQs and delete topics. For a trusted network only. Defaults to false: both must be
+	// loopback addresses (127.0.0.0/8, ::1, localhost).
+	Insecure bool `yaml:"insecure"`
 	// HTTPMaxConnections bounds the open connections of the HTTP listener; one more is answered
 	// 503 OVERLOADED (Retry-After: 1) and closed. Defaults to 1024.
 	HTTPMaxConnections int `yaml:"http_max_connections"`
@@ -138,8 +146,8 @@ type Broker struct {
 func Defaults() Config {
 	srv := server.DefaultConfig()
 	return Config{
-		Listen:             ":9092",
-		HTTP:               ":8080",
+		Listen:             "127.0.0.1:9092",
+		HTTP:               "127.0.0.1:8080",
 		HTTPMaxConnections: 1024,
 		DataDir:            "./spool-data",
 		LogLevel:           "info",
@@ -429,6 +437,10 @@ func (c Config) Validate() error {
 		return bad("listen", "must not be empty")
 	case c.HTTP == "":
 		return bad("http", "must not be empty")
+	case !c.Insecure && !IsLoopback(c.Listen):
+		return bad("listen", "%q can be reached from other hosts, and Spool has no authentication yet: use a loopback address (127.0.0.1:9092), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.Listen)
+	case !c.Insecure && !IsLoopback(c.HTTP):
+		return bad("http", "%q can be reached from other hosts, and Spool has no authentication yet: use a loopback address (127.0.0.1:8080), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.HTTP)
 	case c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000:
 		return bad("http_max_connections", "must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
 	case c.Store == "" && c.DataDir == "":
@@ -515,3 +527,17 @@ func redact(s string) string {
 
 // Redacted returns Store without its password, for logs.
 func (c Config) Redacted() string { return redact(c.Store) }
+
+// IsLoopback reports whether a listen address (host:port) binds only loopback interfaces: a
+// loopback IP or "localhost". An empty host (every interface) or any other name is not.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}

@@ -24,7 +24,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != ":9092" || cfg.HTTP != ":8080" || cfg.DataDir != "./spool-data" || cfg.Store != "" ||
+	if cfg.Listen != "127.0.0.1:9092" || cfg.HTTP != "127.0.0.1:8080" || cfg.Insecure || cfg.DataDir != "./spool-data" || cfg.Store != "" ||
 		cfg.Server.MaxConnections != 10_000 || cfg.Server.HeartbeatInterval != 10*time.Second ||
 		cfg.Server.SessionTimeout != 30*time.Second || !cfg.Broker.AutoCreate || cfg.Broker.AutoCreateSemantics != "QUEUE" ||
 		cfg.WAL.SlowSync != time.Second {
@@ -38,6 +38,7 @@ func TestPrecedence(t *testing.T) {
 	file := writeFile(t, `
 listen: ":1111"
 http: ":2222"
+insecure: true
 data_dir: /from/file
 server:
   max_connections: 10
@@ -81,9 +82,9 @@ broker:
 
 func TestConfigFileFromEnv(t *testing.T) {
 	t.Parallel()
-	file := writeFile(t, "listen: \":4444\"\n")
+	file := writeFile(t, "listen: \"127.0.0.1:4444\"\n")
 	cfg, err := Load("", []string{"SPOOL_CONFIG=" + file}, nil)
-	if err != nil || cfg.Listen != ":4444" {
+	if err != nil || cfg.Listen != "127.0.0.1:4444" {
 		t.Fatalf("cfg %+v, %v", cfg.Listen, err)
 	}
 	if _, err := Load("", nil, nil); err != nil {
@@ -191,6 +192,30 @@ func TestKeysHaveEnvNames(t *testing.T) {
 	for _, k := range keys {
 		if strings.Contains(k, "logger") || strings.Contains(k, "clock") || strings.Contains(k, "version") {
 			t.Errorf("non-setting field exposed: %s", k)
+		}
+	}
+}
+
+// TestExposedWithoutAuthenticationRefused: without authentication (not built yet) the listeners
+// bind loopback only; an address other hosts reach is refused unless insecure is set, with a
+// message that says how to open them.
+func TestExposedWithoutAuthenticationRefused(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{":9092", "0.0.0.0:9092", "[::]:9092", "10.1.2.3:9092", "spool.example.com:9092", "nonsense"} {
+		for _, key := range []string{"listen", "http"} {
+			_, err := Load("", nil, map[string]string{key: addr})
+			if err == nil || !strings.Contains(err.Error(), key+": ") || !strings.Contains(err.Error(), "--insecure") {
+				t.Errorf("%s %q without insecure: %v", key, addr, err)
+			}
+			cfg, err := Load("", []string{"SPOOL_INSECURE=true"}, map[string]string{key: addr})
+			if addr != "nonsense" && (err != nil || !cfg.Insecure) {
+				t.Errorf("%s %q with insecure: %v", key, addr, err)
+			}
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:9092", "127.0.0.2:1", "[::1]:9092", "localhost:9092", "LOCALHOST:0"} {
+		if _, err := Load("", nil, map[string]string{"listen": addr}); err != nil {
+			t.Errorf("loopback %q: %v", addr, err)
 		}
 	}
 }

@@ -21,8 +21,9 @@
 //
 // # Example file
 //
-//	listen: ":9092"
-//	http: ":8080"
+//	listen: "127.0.0.1:9092"
+//	http: "127.0.0.1:8080"
+//	insecure: false   # true lets listen and http be reachable from other hosts (no authentication yet)
 //	http_max_connections: 1024
 //	data_dir: /var/lib/spool
 //	log_level: info
