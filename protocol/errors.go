@@ -68,6 +68,7 @@ const (
 	CodeBindingExists      uint16 = 112
 	CodeBindingNotFound    uint16 = 113
 	CodeStaleGeneration    uint16 = 114
+	CodeLimitExceeded      uint16 = 115
 	CodeClosed             uint16 = 200
 	CodeInternal           uint16 = 201
 	CodeOverloaded         uint16 = 202
@@ -146,6 +147,10 @@ var (
 	// ErrStaleGeneration: ordered groups: the ref's generation is older than the partition's
 	// current owner generation; the member lost the partition and its ack is refused.
 	ErrStaleGeneration = &Error{Code: CodeStaleGeneration, Name: "STALE_GENERATION"}
+	// ErrLimitExceeded: the request would take the server past a configured bound (broker
+	// max_topics, max_partitions). Nothing changed; not retryable until an operator raises the
+	// bound or frees room (deletes topics).
+	ErrLimitExceeded = &Error{Code: CodeLimitExceeded, Name: "LIMIT_EXCEEDED"}
 
 	// ErrClosed: the broker is shutting down or the engine is closed. Retry on another connection
 	// (or instance) after a backoff.
@@ -178,7 +183,7 @@ var errorTable = []*Error{
 	ErrInvalidArgument, ErrTopicNotFound, ErrTopicExists, ErrTopicHasSubscriptions,
 	ErrNoSubscriptions, ErrSubscriptionNotFound, ErrSubscriptionExists, ErrSubscriptionNotActive,
 	ErrInvalidTransition, ErrLeaseNotHeld, ErrMessageTooLarge, ErrOffsetOutOfRange,
-	ErrBindingExists, ErrBindingNotFound, ErrStaleGeneration,
+	ErrBindingExists, ErrBindingNotFound, ErrStaleGeneration, ErrLimitExceeded,
 	ErrClosed, ErrInternal, ErrOverloaded, ErrRateLimited, ErrTimeout, ErrStorageUnavailable,
 	ErrStorageFull,
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -189,6 +190,8 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		RetentionInterval:  cfg.Broker.RetentionInterval,
 		OnRetention:        m.ObserveRetention,
 		DefaultMaxInFlight: cfg.Broker.DefaultMaxInFlight,
+		MaxTopics:          cmp.Or(cfg.Broker.MaxTopics, -1), // config 0: no bound
+		MaxPartitions:      cfg.Broker.MaxPartitions,
 		PollInterval:       cfg.Broker.PollInterval,
 		ClaimInterval:      claimInterval(cfg),
 	})

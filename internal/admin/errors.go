@@ -58,7 +58,8 @@ func statusForCode(code uint16) int {
 		return http.StatusNotFound
 	case protocol.CodeTopicExists, protocol.CodeTopicHasSubs, protocol.CodeNoSubscriptions,
 		protocol.CodeSubExists, protocol.CodeSubNotActive, protocol.CodeInvalidTransition,
-		protocol.CodeLeaseNotHeld, protocol.CodeBindingExists, protocol.CodeStaleGeneration:
+		protocol.CodeLeaseNotHeld, protocol.CodeBindingExists, protocol.CodeStaleGeneration,
+		protocol.CodeLimitExceeded:
 		return http.StatusConflict
 	case protocol.CodeFrameTooLarge, protocol.CodeMessageTooLarge, protocol.CodeLineTooLong:
 		return http.StatusRequestEntityTooLarge

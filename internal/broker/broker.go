@@ -39,6 +39,15 @@ func CheckLeaseDuration(what string, d time.Duration) error {
 	return nil
 }
 
+// Defaults of the bounds on what clients can make the broker keep (Config).
+const (
+	// DefaultMaxTopics is the default Config.MaxTopics: each topic partition costs at least its
+	// first log segment (64 KiB on the embedded engine), a file handle while open and memory.
+	DefaultMaxTopics = 10_000
+	// DefaultMaxPartitions is the default Config.MaxPartitions.
+	DefaultMaxPartitions = 1024
+)
+
 // Config configures a Broker. The zero value of every field but Engine is valid and means the
 // default.
 type Config struct {
@@ -56,6 +65,14 @@ type Config struct {
 	// storage.TopicConfig.WithDefaults; its Semantics (setting auto_create_semantics) defaults to
 	// QUEUE.
 	AutoCreateConfig storage.TopicConfig
+	// MaxTopics bounds the topics the engine keeps: creating one more (CreateTopic or an
+	// auto-creating publish) fails with storage.ErrLimitExceeded (LIMIT_EXCEEDED). Defaults to
+	// DefaultMaxTopics; negative means no bound.
+	MaxTopics int
+	// MaxPartitions bounds a topic's partitions on create and update (at most
+	// storage.MaxPartitions): more fail with storage.ErrLimitExceeded. Defaults to
+	// DefaultMaxPartitions.
+	MaxPartitions int
 	// RetentionInterval is how often the broker calls Engine.RetentionApply. Defaults to 1 minute;
 	// a negative value disables the job (another broker instance or a test runs it).
 	RetentionInterval time.Duration
@@ -100,6 +117,8 @@ type Broker struct {
 	clock              storage.Clock
 	autoCreate         bool
 	autoCreateConfig   storage.TopicConfig
+	maxTopics          int // 0: no bound
+	maxPartitions      int
 	retentionInterval  time.Duration
 	onRetention        func(*storage.RetentionResult)
 	pollInterval       time.Duration
@@ -144,9 +163,20 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.PollInterval < 0 {
 		return nil, invalid("broker config: PollInterval must not be negative, got %s", cfg.PollInterval)
 	}
+	maxTopics := cmp.Or(cfg.MaxTopics, DefaultMaxTopics)
+	if maxTopics < 0 {
+		maxTopics = 0 // no bound
+	}
+	maxParts := cmp.Or(cfg.MaxPartitions, DefaultMaxPartitions)
+	if maxParts < 1 || maxParts > storage.MaxPartitions {
+		return nil, invalid("broker config: MaxPartitions must be between 1 and %d, got %d", storage.MaxPartitions, cfg.MaxPartitions)
+	}
 	autoCfg := cfg.AutoCreateConfig.WithDefaults()
 	if err := autoCfg.Validate(); err != nil {
 		return nil, fmt.Errorf("broker config: AutoCreateConfig: %w", err)
+	}
+	if autoCfg.Partitions > maxParts {
+		return nil, invalid("broker config: AutoCreateConfig has %d partitions, more than MaxPartitions (%d)", autoCfg.Partitions, maxParts)
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -162,6 +192,8 @@ func New(cfg Config) (*Broker, error) {
 		clock:              clock,
 		autoCreate:         !cfg.DisableAutoCreate,
 		autoCreateConfig:   autoCfg,
+		maxTopics:          maxTopics,
+		maxPartitions:      maxParts,
 		retentionInterval:  cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
 		onRetention:        cfg.OnRetention,
 		pollInterval:       cmp.Or(cfg.PollInterval, DefaultPollInterval),

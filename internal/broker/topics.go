@@ -100,7 +100,7 @@ func (b *Broker) appendTo(ctx context.Context, topic string, msgs []storage.Appe
 
 // autoCreateTopic creates topic with the auto-create configuration and attaches waiting members.
 func (b *Broker) autoCreateTopic(ctx context.Context, topic string) error {
-	_, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: topic, Config: b.autoCreateConfig})
+	_, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: topic, Config: b.autoCreateConfig, MaxTopics: b.maxTopics})
 	switch {
 	case err == nil:
 		b.logger.InfoContext(ctx, "topic auto-created", slog.String("topic", topic),
@@ -125,7 +125,10 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, cfg storage.Topic
 	if err != nil {
 		return nil, fmt.Errorf("broker: create topic %q: %w", name, err)
 	}
-	t, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: name, Config: cfg})
+	if err := b.checkPartitions(cfg.Partitions); err != nil {
+		return nil, fmt.Errorf("broker: create topic %q: %w", name, err)
+	}
+	t, err := b.engine.TopicCreate(ctx, &storage.TopicCreateParams{Name: name, Config: cfg, MaxTopics: b.maxTopics})
 	if err != nil {
 		return nil, fmt.Errorf("broker: create topic %q: %w", name, err)
 	}
@@ -167,6 +170,11 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 	old, err := b.engine.TopicGet(ctx, p.Name)
 	if err != nil {
 		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+	}
+	if cfg.Partitions > old.Config.Partitions {
+		if err := b.checkPartitions(cfg.Partitions); err != nil {
+			return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+		}
 	}
 	if old.Config.Semantics == storage.Queue && cfg.Semantics == storage.PubSub && p.QueueToGroup == "" {
 		return nil, invalid("update topic %q: changing QUEUE to PUB_SUB needs QueueToGroup, the group the queue subscription becomes", p.Name)
@@ -390,4 +398,12 @@ func (b *Broker) topicInfoCounted(ctx context.Context, t *storage.Topic, subs in
 	}
 	b.mu.RUnlock()
 	return info, nil
+}
+
+// checkPartitions refuses a partition count above the broker's bound (Config.MaxPartitions).
+func (b *Broker) checkPartitions(n int) error {
+	if n > b.maxPartitions {
+		return fmt.Errorf("%w: %d partitions, this broker allows at most %d per topic (broker.max_partitions)", storage.ErrLimitExceeded, n, b.maxPartitions)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -135,6 +136,12 @@ type Broker struct {
 	AutoCreateSemantics string `yaml:"auto_create_semantics"`
 	// DefaultMaxInFlight is the credit of a consumer that asks for none. Defaults to 10.
 	DefaultMaxInFlight int `yaml:"default_max_in_flight"`
+	// MaxTopics bounds the topics the broker keeps (explicit and auto-created): one more is
+	// refused with LIMIT_EXCEEDED. 0 means no bound. Defaults to 10,000.
+	MaxTopics int `yaml:"max_topics"`
+	// MaxPartitions bounds a topic's partitions (create, and growth by update). At most 4096.
+	// Defaults to 1024.
+	MaxPartitions int `yaml:"max_partitions"`
 	// RetentionInterval is how often retention runs. Defaults to 1 minute.
 	RetentionInterval time.Duration `yaml:"retention_interval"`
 	// PollInterval is how long an idle dispatcher first waits before it looks again; it backs off
@@ -159,6 +166,8 @@ func Defaults() Config {
 			AutoCreate:          true,
 			AutoCreateSemantics: string(storage.Queue),
 			DefaultMaxInFlight:  10,
+			MaxTopics:           broker.DefaultMaxTopics,
+			MaxPartitions:       broker.DefaultMaxPartitions,
 			RetentionInterval:   time.Minute,
 			PollInterval:        time.Second,
 		},
@@ -467,6 +476,10 @@ func (c Config) Validate() error {
 		return bad("postgres.tx_timeout", "must be between 10ms and 1h, got %s", c.Postgres.TxTimeout)
 	case c.Broker.AutoCreateSemantics != string(storage.Queue) && c.Broker.AutoCreateSemantics != string(storage.PubSub):
 		return bad("broker.auto_create_semantics", "must be QUEUE or PUB_SUB, got %q", c.Broker.AutoCreateSemantics)
+	case c.Broker.MaxTopics < 0:
+		return bad("broker.max_topics", "must not be negative (0: no bound), got %d", c.Broker.MaxTopics)
+	case c.Broker.MaxPartitions < 1 || c.Broker.MaxPartitions > storage.MaxPartitions:
+		return bad("broker.max_partitions", "must be between 1 and %d, got %d", storage.MaxPartitions, c.Broker.MaxPartitions)
 	case c.Broker.DefaultMaxInFlight < 1 || c.Broker.DefaultMaxInFlight > c.Server.MaxCredit:
 		return bad("broker.default_max_in_flight", "must be between 1 and server.max_credit (%d), got %d", c.Server.MaxCredit, c.Broker.DefaultMaxInFlight)
 	case c.Broker.RetentionInterval <= 0:

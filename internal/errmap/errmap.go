@@ -34,6 +34,7 @@ var sentinels = []struct {
 	{storage.ErrOffsetOutOfRange, protocol.ErrOffsetOutOfRange},
 	{storage.ErrBindingExists, protocol.ErrBindingExists},
 	{storage.ErrBindingNotFound, protocol.ErrBindingNotFound},
+	{storage.ErrLimitExceeded, protocol.ErrLimitExceeded},
 	{storage.ErrInvalidArgument, protocol.ErrInvalidArgument},
 	{names.ErrInvalidName, protocol.ErrInvalidArgument},
 	{storage.ErrClosed, protocol.ErrClosed},

@@ -418,6 +418,10 @@ type TopicCreateParams struct {
 	Name string
 	// Config is completed with TopicConfig.WithDefaults and validated.
 	Config TopicConfig
+	// MaxTopics, when positive, refuses the creation with ErrLimitExceeded if the engine already
+	// holds that many topics; checked atomically with the creation (on PostgreSQL across broker
+	// instances too).
+	MaxTopics int
 }
 
 // TopicDeleteParams are the parameters of Engine.TopicDelete.

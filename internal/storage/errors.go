@@ -69,6 +69,11 @@ var (
 	// ErrBindingNotFound is returned by BindingDelete for an unknown (group, pattern).
 	ErrBindingNotFound = errors.New("binding not found")
 
+	// ErrLimitExceeded is returned when a request would take the server past a configured bound
+	// on what clients can make it keep (topics, partitions per topic). Nothing was changed; the
+	// request succeeds only after an operator raised the bound or freed room.
+	ErrLimitExceeded = errors.New("limit exceeded")
+
 	// ErrCorrupt reports on-disk corruption that recovery must not silently repair. Engines wrap it
 	// with the file and byte offset.
 	ErrCorrupt = errors.New("storage: data corrupt")

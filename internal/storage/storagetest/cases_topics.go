@@ -15,6 +15,7 @@ func topicCases() []testCase {
 		{name: "create_defaults", fn: testTopicCreateDefaults},
 		{name: "create_custom_config", fn: testTopicCreateCustom},
 		{name: "create_twice", fn: testTopicCreateTwice},
+		{name: "create_past_max_topics", fn: testTopicCreateMaxTopics},
 		{name: "invalid_names", fn: testTopicInvalidNames},
 		{name: "invalid_config", fn: testTopicInvalidConfig},
 		{name: "list_ordered_by_name", fn: testTopicList},
@@ -76,6 +77,39 @@ func testTopicCreateCustom(t *testing.T, x *env) {
 	deepEqual(t, x.getTopic("sensors.temp").Config, cfg.WithDefaults(), "TopicGet config")
 	equal(t, len(x.highWaters("sensors.temp")), 3, "partitions in TopicStats")
 	equal(t, len(x.listSubs("sensors.temp")), 0, "a PUB_SUB topic without bindings has no subscription")
+}
+
+// Past MaxTopics a creation fails with ErrLimitExceeded and creates nothing, concurrent creations
+// included; once a topic is deleted there is room again.
+func testTopicCreateMaxTopics(t *testing.T, x *env) {
+	x.createTopic("lim.a", storage.TopicConfig{})
+	x.createTopic("lim.b", storage.TopicConfig{})
+	_, err := x.e.TopicCreate(x.ctx, &storage.TopicCreateParams{Name: "lim.c", Config: pubSub(1), MaxTopics: 2})
+	errIs(t, err, storage.ErrLimitExceeded, "TopicCreate past MaxTopics")
+	_, err = x.e.TopicGet(x.ctx, "lim.c")
+	errIs(t, err, storage.ErrTopicNotFound, "TopicGet of the refused topic")
+	errs := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			_, err := x.e.TopicCreate(x.ctx, &storage.TopicCreateParams{Name: "lim.r" + string(rune('0'+i)), Config: pubSub(1), MaxTopics: 4})
+			errs <- err
+		}()
+	}
+	created := 0
+	for range 4 {
+		if err := <-errs; err == nil {
+			created++
+		} else {
+			errIs(t, err, storage.ErrLimitExceeded, "concurrent TopicCreate")
+		}
+	}
+	equal(t, created, 2, "concurrent creations up to MaxTopics 4 with 2 topics")
+	topics, err := x.e.TopicList(x.ctx)
+	noErr(t, err, "TopicList")
+	equal(t, len(topics), 4, "topics")
+	noErr(t, x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "lim.a"}), "TopicDelete")
+	_, err = x.e.TopicCreate(x.ctx, &storage.TopicCreateParams{Name: "lim.c", Config: pubSub(1), MaxTopics: 4})
+	noErr(t, err, "TopicCreate after a delete")
 }
 
 func testTopicCreateTwice(t *testing.T, x *env) {

@@ -147,6 +147,8 @@ type Engine struct {
 	// busy holds topic names whose directories are being created, grown or removed outside mu;
 	// a second operation on the name waits for the channel to close.
 	busy map[string]chan struct{}
+	// creating counts the TopicCreate calls past their MaxTopics check and not yet returned.
+	creating int
 
 	notifyMu  sync.Mutex
 	notifyFns map[uint64]func(storage.Notification)

@@ -102,12 +102,22 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 		if e.topics[params.Name] != nil {
 			return fmt.Errorf("%w: %q", storage.ErrTopicExists, params.Name)
 		}
+		// Creations in progress count: their names are reserved and not yet topics.
+		if n := len(e.topics) + e.creating; params.MaxTopics > 0 && n >= params.MaxTopics {
+			return fmt.Errorf("%w: %d topics, the most this broker keeps (broker.max_topics); delete topics or raise it", storage.ErrLimitExceeded, n)
+		}
+		e.creating++ // the name is reserved right after this check, under the same lock
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	defer func() {
+		e.mu.Lock()
+		e.creating--
+		e.mu.Unlock()
+	}()
 	parts, err := e.createPartitions(params.Name, 0, cfg.Partitions)
 	if err != nil {
 		return nil, err
