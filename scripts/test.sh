@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test of Spool: vet, the race-enabled test suite, and a short fuzz pass over every
-# decoder. Starts a throwaway PostgreSQL cluster (installing PostgreSQL with apt when it is missing)
+# Runs every test of Spool: gofmt, vet, staticcheck, the race-enabled test suite, and a short fuzz
+# pass over every decoder. Starts a throwaway PostgreSQL cluster (installing PostgreSQL with apt when it is missing)
 # and exports TEST_DATABASE_URL for the tests that need it; stops and removes it on exit.
 #
 # Environment:
@@ -90,6 +90,10 @@ if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit
 
 log "go vet"
 go vet ./...
+
+log "staticcheck"
+# Pinned; go run fetches it through the module proxy once and caches the build.
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 log "go test -race"
 # shellcheck disable=SC2086
