@@ -86,6 +86,9 @@ type logRound struct {
 	// rides: the round is written back without a flush and made durable by another log's
 	// fdatasync (Committer.shareFlush).
 	rides bool
+	// undone: the round cleared records it had written (undoLocked), possibly past the blocks
+	// an fdatasync made durable: it syncs itself, never rides.
+	undone bool
 	// Set by Committer.finish.
 	records  int           // records made durable
 	gathered int64         // prompt requests
@@ -111,6 +114,9 @@ type request struct {
 	prompt bool // AppendOptions.Prompt
 	first  int64
 	err    error
+	// noRoom is set by the round when the request needed a segment the log could not make
+	// (ErrNoSegment): it fails alone, the round's other requests complete as usual.
+	noRoom error
 }
 
 var requestPool = sync.Pool{New: func() any { return &request{ch: make(chan struct{}, 1)} }}
@@ -123,7 +129,7 @@ func getRequest(l *Log, recs []Record) *request {
 }
 
 func putRequest(r *request) {
-	r.l, r.recs, r.done, r.first, r.err, r.preset, r.prompt = nil, nil, nil, 0, nil, false, false
+	r.l, r.recs, r.done, r.first, r.err, r.preset, r.prompt, r.noRoom = nil, nil, nil, 0, nil, false, false, nil
 	requestPool.Put(r)
 }
 
@@ -138,6 +144,12 @@ const zeroAhead = 1 << 20
 // that sticky error, and nothing of the refused append was written (unlike the appends of the
 // round that failed, which get the bare error and may or may not be on disk).
 var ErrFailed = errors.New("wlog: log failed earlier")
+
+// ErrNoSegment marks an append that needed a new segment the log could not make (no space left,
+// no file handle): it wraps the cause, nothing of the append was written, and the log goes on (the
+// next round tries again, so appends resume once space is freed). The appends of the same round
+// that fit before it are written and synced as usual.
+var ErrNoSegment = errors.New("wlog: could not make the next segment, nothing written")
 
 // maxKeptBuf is the largest write buffer the committer keeps between rounds.
 const maxKeptBuf = 16 << 20
@@ -424,7 +436,7 @@ func (c *Committer) commit(batch []*request) {
 		gathered += rd.gathered
 		syncT = max(syncT, rd.syncT)
 		clear(rd.reqs)
-		rd.reqs, rd.firstSeg, rd.start, rd.wrote, rd.err, rd.rides = rd.reqs[:0], nil, 0, false, nil, false
+		rd.reqs, rd.firstSeg, rd.start, rd.wrote, rd.err, rd.rides, rd.undone = rd.reqs[:0], nil, 0, false, nil, false, false
 		rd.records, rd.gathered, rd.syncT = 0, 0, 0
 	}
 	if c.opts.Sync == SyncAlways {
@@ -532,7 +544,7 @@ func (c *Committer) shareFlush(logs []*Log) *Log {
 func (l *Log) mayRideLocked() bool {
 	rd := &l.round
 	a := l.active()
-	return l.flushShare && rd.err == nil && rd.wrote && rd.firstSeg == a && a.wend <= a.durable
+	return l.flushShare && rd.err == nil && rd.wrote && !rd.undone && rd.firstSeg == a && a.wend <= a.durable
 }
 
 // finishRider completes the round of a log that rode on anchor's flush: durable if its
@@ -557,13 +569,17 @@ func (c *Committer) completeRound(l *Log) {
 	}
 	l.wmu.Unlock()
 	for _, r := range rd.reqs {
-		if rd.err == nil {
+		err := rd.err
+		if err == nil {
+			err = r.noRoom
+		}
+		if err == nil {
 			rd.records += len(r.recs)
 		}
 		if r.prompt {
 			rd.gathered++
 		}
-		complete(r, rd.err)
+		complete(r, err)
 	}
 }
 
@@ -621,8 +637,10 @@ func (l *Log) writeRoundLocked(buf []byte) []byte {
 		}
 		return nil
 	}
-	for _, r := range rd.reqs {
+requests:
+	for ri, r := range rd.reqs {
 		r.first = l.next
+		cp := l.checkpoint(a)
 		for i := range r.recs {
 			rec := &r.recs[i]
 			fb := FrameBytes(len(rec.Body))
@@ -632,8 +650,22 @@ func (l *Log) writeRoundLocked(buf []byte) []byte {
 					return buf
 				}
 				if err := l.rollLocked(); err != nil {
-					rd.err = l.setErrLocked(err)
-					return buf
+					if !errors.Is(err, ErrNoSegment) || cp.seg != a {
+						rd.err = l.setErrLocked(err)
+						return buf
+					}
+					// No room for the next segment: r and the requests after it fail alone;
+					// r's records written into a are cleared, the ones before r are kept.
+					if err := l.undoLocked(cp); err != nil {
+						rd.err = err
+						return buf
+					}
+					rd.undone = true
+					for _, q := range rd.reqs[ri:] {
+						q.noRoom = err
+					}
+					buf = buf[:0]
+					break requests
 				}
 				a = l.active()
 				start, buf = a.wend, buf[:0]
@@ -662,6 +694,37 @@ func (l *Log) writeRoundLocked(buf []byte) []byte {
 		l.startSpareLocked()
 	}
 	return buf
+}
+
+// writerCheckpoint is the writer state of a log before a request's records (undoLocked).
+type writerCheckpoint struct {
+	seg        *segment
+	wend       int64
+	nwpos      int
+	wmin, wmax int64
+	next       int64
+}
+
+// checkpoint records the writer state of active segment a. Log.wmu must be held.
+func (l *Log) checkpoint(a *segment) writerCheckpoint {
+	return writerCheckpoint{seg: a, wend: a.wend, nwpos: len(a.wpos), wmin: a.wmin, wmax: a.wmax, next: l.next}
+}
+
+// undoLocked takes back the records written into cp.seg since cp: it writes zeros over their
+// frames (written, not yet synced; the round's sync makes the zeros durable with the records
+// before cp, so a crash never recovers a part of the undone request) and restores the writer
+// state. The blocks are preallocated: the zeros need no space. A write failure is sticky.
+func (l *Log) undoLocked(cp writerCheckpoint) error {
+	s := cp.seg
+	if s.wend > cp.wend {
+		if err := writeZeros(s.f, cp.wend, s.wend); err != nil {
+			return l.setErrLocked(fmt.Errorf("wlog: clear %s at %d: %w", s.path, cp.wend, err))
+		}
+		s.zeroed = max(s.zeroed, s.wend)
+	}
+	s.wend, s.wpos, s.wmin, s.wmax = cp.wend, s.wpos[:cp.nwpos], cp.wmin, cp.wmax
+	l.next = cp.next
+	return nil
 }
 
 // syncLocked makes the active segment durable. Log.wmu must be held (by the committer goroutine

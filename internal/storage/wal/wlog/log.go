@@ -577,6 +577,9 @@ func (l *Log) Cut() error {
 		return nil
 	}
 	if err := l.rollLocked(); err != nil {
+		if errors.Is(err, ErrNoSegment) {
+			return err // nothing changed: the log goes on in its active segment
+		}
 		return l.setErrLocked(err)
 	}
 	return nil
@@ -594,8 +597,15 @@ func (l *Log) active() *segment {
 // active, based at l.next. Log.wmu must be held.
 func (l *Log) rollLocked() error {
 	old := l.active()
-	// The data first: an index must never name records that could still be lost.
+	// The new segment first: if it cannot be made (no space, no file handle), nothing changed and
+	// the log goes on in old (ErrNoSegment).
+	ns, err := l.nextSegmentLocked(l.next, l.nextSegmentBytes(old.wend))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNoSegment, err)
+	}
+	// The data before the index: an index must never name records that could still be lost.
 	if err := old.f.Datasync(); err != nil {
+		_ = ns.f.Close()
 		return fmt.Errorf("wlog: sync %s: %w", old.path, err)
 	}
 	if err := l.writeIndex(old.sidecar()); err != nil {
@@ -603,10 +613,6 @@ func (l *Log) rollLocked() error {
 		l.log.Warn("wal index not written", slog.String("path", old.path), slog.Any("err", err))
 	}
 	l.staleIdx, l.idxValid = false, false
-	ns, err := l.nextSegmentLocked(l.next, l.nextSegmentBytes(old.wend))
-	if err != nil {
-		return err
-	}
 	ns.publishLocked()
 	l.mu.Lock()
 	old.sealed = true

@@ -434,6 +434,7 @@ func TestReadAtNextIndexDuringRoll(t *testing.T) {
 	c := newCommitter(t, wlog.CommitterOptions{})
 	l := openLog(t, t.TempDir(), wlog.Options{FS: efs, SegmentBytes: 1024})
 	var rolled, blocked atomic.Bool
+	var syncsAfterRoll atomic.Int32
 	blockedCh, release := make(chan struct{}), make(chan struct{})
 	var releaseOnce sync.Once
 	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
@@ -442,8 +443,9 @@ func TestReadAtNextIndexDuringRoll(t *testing.T) {
 		if op == wlogtest.OpRename && strings.HasSuffix(path, ".seg") {
 			rolled.Store(true) // a new segment was installed
 		}
-		if op == wlogtest.OpSync && rolled.Load() {
-			// Hold every sync from then on: the round's own sync among them.
+		// The first sync after that is the sealed segment's (the roll's, before the new segment
+		// becomes active); hold every one from the second on: the round's own sync among them.
+		if op == wlogtest.OpSync && rolled.Load() && syncsAfterRoll.Add(1) >= 2 {
 			if blocked.CompareAndSwap(false, true) {
 				close(blockedCh)
 			}
