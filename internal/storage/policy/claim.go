@@ -112,6 +112,9 @@ func (c *Claim) Start(in Input) error {
 	return nil
 }
 
+// Member returns the claiming member.
+func (c *Claim) Member() string { return c.member }
+
 // Now returns the claim's time.
 func (c *Claim) Now() int64 { return c.now }
 

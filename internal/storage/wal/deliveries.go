@@ -9,17 +9,14 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 	"github.com/spoolmq/spool/internal/storage/wal/substate"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 )
 
-// Claim scanning bounds: a claim reads new messages in chunks and looks at no more than
-// claimScanLimit records that it does not deliver (expired or delayed messages), so one claim
-// cannot hold the subscription for long; the result's NextDue then says "now".
-const (
-	claimReadChunk = 512
-	claimScanLimit = 4096
-)
+// claimReadChunk is how many records a claim reads from a log at a time (it looks at no more than
+// policy.ScanLimit records that it does not deliver).
+const claimReadChunk = 512
 
 // recordBatch collects the state records of one operation, queued together.
 type recordBatch [][]byte
@@ -137,8 +134,10 @@ const horizonAhead = 1024
 // max_deliveries.
 const possiblyDelivered = "max_deliveries reached: the last delivery may have been lost in an engine crash"
 
-// claim does the work of DeliveriesClaim under the locks. The returned channel, if not nil, must
-// be waited for (with no lock held) before the deliveries are handed out.
+// claim does the work of DeliveriesClaim under the locks, following the plan of a policy.Claim
+// (the rules are there; this reads the logs, changes the state and records it). The returned
+// channel, if not nil, must be waited for (with no lock held) before the deliveries are handed
+// out.
 func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, <-chan error, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -154,34 +153,17 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	}
 	t := s.topic
 	cfg := t.meta.Config
-	parts := params.Partitions
-	var allowed func(int32) bool
-	if parts != nil {
-		set := make(map[int32]bool, len(parts))
-		for _, p := range parts {
-			if p < 0 || int(p) >= len(t.parts) {
-				return nil, nil, invalid("partition %d out of range, topic %q has %d", p, t.meta.Name, len(t.parts))
-			}
-			set[p] = true
-		}
-		allowed = func(p int32) bool { return set[p] }
-	} else {
-		parts = make([]int32, len(t.parts))
-		for i := range parts {
-			parts[i] = int32(i)
-		}
-	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := e.now()
-	nowNs := now.UnixNano()
-	lease := cfg.AckWait
-	if params.LeaseDuration > 0 {
-		lease = params.LeaseDuration
+	var pl policy.Claim
+	if err := pl.Start(policy.Input{Params: params, Topic: t.meta.Name, Partitions: len(t.parts), AckWait: cfg.AckWait,
+		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(s.rr)}); err != nil {
+		return nil, nil, err
 	}
-	deadlineNs := nowNs + int64(lease)
-	deadline := time.Unix(0, deadlineNs).UTC()
+	s.rr++
+	deadline := time.Unix(0, pl.Deadline()).UTC()
 	var recs recordBatch
 	var items []claimItem
 	mustWait := false
@@ -190,8 +172,8 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	durableClaim := s.durableClaim.Load()
 
 	// 1. Expired leases.
-	for _, en := range s.st.ExpireLeases(nowNs, cfg.MaxDeliveries, substate.Backoff) {
-		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "lease expired", now); r != nil {
+	for _, en := range s.st.ExpireLeases(&pl) {
+		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, policy.ExpiredError, now); r != nil {
 			recs = append(recs, r)
 		}
 	}
@@ -203,19 +185,19 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	}
 	// tooMany dead-letters an entry whose attempt exceeds max_deliveries instead of delivering it.
 	tooMany := func(en *substate.Entry) bool {
-		if en.Attempt <= cfg.MaxDeliveries {
+		if !pl.TooMany(en.Attempt) {
 			return false
 		}
 		en.Attempt = cfg.MaxDeliveries
 		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, possiblyDelivered, now); r != nil {
 			recs = append(recs, r)
 		}
+		pl.Unlease()
 		return true
 	}
 
 	// 2. Due redeliveries.
-	due, nextWait, hasWait := s.st.TakeDue(nowNs, params.Member, params.AvoidMember, allowed, params.Max, deadlineNs)
-	for _, en := range due {
+	for _, en := range s.st.TakeDue(&pl) {
 		if en.Claim > durableClaim {
 			// Its previous delivery is not durably recorded yet: this claim waits until it is
 			// (its own records come later), so a message never has two unrecorded deliveries.
@@ -236,136 +218,112 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
 			s.st.Drop(en.Partition, en.Offset)
 			items = append(items, claimItem{kind: claimComplete, partition: en.Partition, offset: en.Offset})
+			pl.Unlease()
 			continue
 		}
 		deliver(en, &m)
 		items = append(items, claimItem{kind: claimDeliver, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
 	}
 
-	// 3. New messages.
+	// 3. New messages, partition after partition in the plan's order.
 	var cursors []cursorItem
 	var horizons []horizonItem
 	var horizonPtrs []*atomic.Int64
-	scanned := 0
-	moreNow := false
-	if remaining := params.Max - len(res.Deliveries); remaining > 0 && len(parts) > 0 {
-		first := s.rr % len(parts)
-		s.rr++
-		for k := 0; k < len(parts) && remaining > 0 && !moreNow; k++ {
-			pi := parts[(first+k)%len(parts)]
-			l := t.parts[pi].log
-			c0 := s.st.Cursor(pi)
-			hz := s.durableHorizon(pi)
-			for remaining > 0 {
-				c := s.st.Cursor(pi)
-				hw := l.NextIndex()
-				if c >= hw {
-					break
-				}
-				if scanned >= claimScanLimit {
-					moreNow = true
-					break
-				}
-				if fi := l.FirstIndex(); c < fi {
-					// Retention removed messages this subscription had not consumed (it did not
-					// hold retention): they are gone for it.
-					s.st.ForceFloor(pi, fi)
+	for k := 0; !pl.Full(); k++ {
+		pi, ok := pl.Partition(k)
+		if !ok {
+			break
+		}
+		l := t.parts[pi].log
+		c0 := s.st.Cursor(pi)
+		hz := s.durableHorizon(pi)
+	read:
+		for !pl.Full() {
+			c := s.st.Cursor(pi)
+			hw := l.NextIndex()
+			if c >= hw {
+				break
+			}
+			if fi := l.FirstIndex(); c < fi {
+				// Retention removed messages this subscription had not consumed (it did not
+				// hold retention): they are gone for it.
+				s.st.ForceFloor(pi, fi)
+				continue
+			}
+			batch, err := l.Read(c, min(pl.Remaining()+16, claimReadChunk), readBatchBytes)
+			if err != nil {
+				if errors.Is(err, storage.ErrOffsetOutOfRange) {
 					continue
 				}
-				batch, err := l.Read(c, min(remaining+16, claimReadChunk), readBatchBytes)
-				if err != nil {
-					if errors.Is(err, storage.ErrOffsetOutOfRange) {
-						continue
-					}
-					e.logger.Error("wal: read for claim", slog.String("topic", t.meta.Name), slog.Int("partition", int(pi)), slog.Any("error", err))
-					break
+				e.logger.Error("wal: read for claim", slog.String("topic", t.meta.Name), slog.Int("partition", int(pi)), slog.Any("error", err))
+				break
+			}
+			if len(batch) == 0 {
+				break
+			}
+			for i, rec := range batch {
+				o := c + int64(i)
+				if o != s.st.Cursor(pi) {
+					continue // completed before delivery (acked ahead): skipped by the cursor
 				}
-				if len(batch) == 0 {
-					break
+				var m storage.Message
+				if err := decodeRecord(t.meta.Name, pi, o, rec, &m); err != nil {
+					e.logger.Error("wal: undecodable message skipped", slog.Any("error", err))
+					s.st.Complete(pi, o)
+					items = append(items, claimItem{kind: claimComplete, partition: pi, offset: o})
+					continue
 				}
-				for i, rec := range batch {
-					o := c + int64(i)
-					if o != s.st.Cursor(pi) {
-						continue // completed before delivery (acked ahead): skipped by the cursor
-					}
-					var m storage.Message
-					if err := decodeRecord(t.meta.Name, pi, o, rec, &m); err != nil {
-						e.logger.Error("wal: undecodable message skipped", slog.Any("error", err))
-						s.st.Complete(pi, o)
-						items = append(items, claimItem{kind: claimComplete, partition: pi, offset: o})
-						continue
-					}
-					switch {
-					case !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt):
-						scanned++
-						s.st.Complete(pi, o)
-						items = append(items, claimItem{kind: claimComplete, partition: pi, offset: o})
-					case m.NotBefore.After(now):
-						scanned++
-						nb := m.NotBefore.UnixNano()
-						if en := s.st.Delay(pi, o, nb); en != nil && en.Attempt > 0 {
-							// Suspect: its possible delivery before the crash is unrecorded, so its
-							// next one waits for this record (see below).
-							en.Claim = seq
-						}
-						items = append(items, claimItem{kind: claimDelay, partition: pi, offset: o, n: nb})
-						if !hasWait || nb < nextWait {
-							nextWait, hasWait = nb, true
-						}
-					default:
-						en := s.st.Deliver(pi, o, params.Member, deadlineNs)
-						if tooMany(en) { // a suspect offset (attempt 2) and max_deliveries 1
-							scanned++
-							continue
-						}
+				switch pl.Take(&m) {
+				case policy.Stop:
+					break read
+				case policy.Complete:
+					s.st.Complete(pi, o)
+					items = append(items, claimItem{kind: claimComplete, partition: pi, offset: o})
+				case policy.Delay:
+					nb := m.NotBefore.UnixNano()
+					if en := s.st.Delay(pi, o, nb); en != nil && en.Attempt > 0 {
+						// Suspect: its possible delivery before the crash is unrecorded, so its
+						// next one waits for this record (see below).
 						en.Claim = seq
-						if o >= hz.Load() {
-							mustWait = true // beyond the durable horizon: wait for the one queued below
-						}
-						if en.Attempt > 1 {
-							// A suspect message: it may have been delivered before a crash, without
-							// a record. This delivery must be recorded before it is handed out, or
-							// a second crash would make it suspect again and repeat attempt 2.
-							mustWait = true
-						}
-						deliver(en, &m)
-						items = append(items, claimItem{kind: claimDeliver, partition: pi, offset: o, n: int64(en.Attempt)})
-						remaining--
 					}
-					if remaining == 0 {
-						break
+					items = append(items, claimItem{kind: claimDelay, partition: pi, offset: o, n: nb})
+				case policy.Lease:
+					en := s.st.Deliver(pi, o, params.Member, pl.Deadline())
+					if tooMany(en) { // a suspect offset (attempt 2) and max_deliveries 1
+						continue
 					}
+					en.Claim = seq
+					if o >= hz.Load() {
+						mustWait = true // beyond the durable horizon: wait for the one queued below
+					}
+					if en.Attempt > 1 {
+						// A suspect message: it may have been delivered before a crash, without
+						// a record. This delivery must be recorded before it is handed out, or
+						// a second crash would make it suspect again and repeat attempt 2.
+						mustWait = true
+					}
+					deliver(en, &m)
+					items = append(items, claimItem{kind: claimDeliver, partition: pi, offset: o, n: int64(en.Attempt)})
 				}
 			}
-			if c := s.st.Cursor(pi); c != c0 {
-				cursors = append(cursors, cursorItem{partition: pi, cursor: c})
-				// Keep the recorded horizon ahead of the cursor (by at least twice what this claim
-				// took, so large claims do not wait every time).
-				if ahead, moved := e.cfg.claimHorizon, c-c0; c+max(ahead/2, moved) > s.st.Horizon(pi) {
-					h := c + max(ahead, 2*moved)
-					s.st.SetHorizon(pi, h)
-					horizons = append(horizons, horizonItem{partition: pi, horizon: h})
-					horizonPtrs = append(horizonPtrs, hz)
-				}
+		}
+		if c := s.st.Cursor(pi); c != c0 {
+			cursors = append(cursors, cursorItem{partition: pi, cursor: c})
+			// Keep the recorded horizon ahead of the cursor (by at least twice what this claim
+			// took, so large claims do not wait every time).
+			if ahead, moved := e.cfg.claimHorizon, c-c0; c+max(ahead/2, moved) > s.st.Horizon(pi) {
+				h := c + max(ahead, 2*moved)
+				s.st.SetHorizon(pi, h)
+				horizons = append(horizons, horizonItem{partition: pi, horizon: h})
+				horizonPtrs = append(horizonPtrs, hz)
 			}
 		}
 	}
 
-	// NextDue: the earliest of a waiting entry's due time and a lease deadline.
-	var next int64
-	has := false
-	if hasWait {
-		next, has = max(nextWait, nowNs), true
+	if d, ok := s.st.NextDeadline(); ok {
+		pl.Leased(d)
 	}
-	if d, ok := s.st.NextDeadline(); ok && (!has || d < next) {
-		next, has = d, true
-	}
-	if moreNow {
-		next, has = nowNs, true
-	}
-	if has {
-		res.NextDue = time.Unix(0, next).UTC()
-	}
+	res.NextDue = pl.NextDueTime()
 	if len(horizons) > 0 {
 		// First in the batch: a claim record is never durable without the horizon it relied on.
 		recs = append(recordBatch{encodeHorizon(s.meta.ID, horizons)}, recs...)

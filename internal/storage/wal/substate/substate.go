@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 )
 
 // Entry is one message of a subscription that is leased or waiting: a pending offset above the
@@ -264,57 +265,61 @@ func (s *Sub) UncleanRestart() {
 // longer exists in the log).
 func (s *Sub) Complete(p int32, o int64) { s.markDone(p, o) }
 
-// ExpireLeases processes every lease whose deadline is at or before now. A message below
-// maxDeliveries waits until its deadline plus backoff(attempt); the others are returned, out of
+// ExpireLeases processes every lease that expired at the claim c (policy.Claim.Expire), earliest
+// deadline first: a message waits until the due time c gives it; the others are returned, out of
 // both heaps, and the caller must pass each to DeadLetter or Drop.
-func (s *Sub) ExpireLeases(now int64, maxDeliveries int, backoff func(attempt int) int64) []*Entry {
+func (s *Sub) ExpireLeases(c *policy.Claim) []*Entry {
 	var dead []*Entry
 	for {
 		e := s.leases.top()
-		if e == nil || e.Time > now {
+		if e == nil {
+			return dead
+		}
+		x, due := c.Expire(e.Time, e.Attempt)
+		if x == policy.Held {
 			return dead
 		}
 		s.leases.pop()
 		e.Leased = false
-		if e.Attempt >= maxDeliveries {
+		if x == policy.DeadLetter {
 			dead = append(dead, e)
 			continue
 		}
-		e.Time += backoff(e.Attempt)
+		e.Time = due
 		s.waiting.push(e)
 	}
 }
 
-// TakeDue leases to member up to max waiting entries due at or before now, oldest due first. It
-// skips entries of partitions allowed rejects (nil allows all) and, with avoid, entries whose last
-// delivery went to member. next is the due time of the first waiting entry it did not consider
-// (hasNext false if none): at or before now when max was reached.
-func (s *Sub) TakeDue(now int64, member string, avoid bool, allowed func(int32) bool, max int, deadline int64) (got []*Entry, next int64, hasNext bool) {
+// TakeDue presents the waiting entries to the claim c in its order (due time, partition, offset:
+// the heap's) and leases those it takes to its member until its deadline, with the next attempt
+// number. The entries it passes over stay waiting.
+func (s *Sub) TakeDue(c *policy.Claim) (got []*Entry) {
 	var aside []*Entry
-	for len(got) < max {
+	for {
 		e := s.waiting.top()
-		if e == nil || e.Time > now {
+		if e == nil {
+			break
+		}
+		take, stop := c.Redeliver(e.Time, e.Partition, e.Member, 1)
+		if stop {
 			break
 		}
 		s.waiting.pop()
-		if (allowed != nil && !allowed(e.Partition)) || (avoid && e.Member == member) {
+		if take == 0 {
 			aside = append(aside, e)
 			continue
 		}
 		e.Attempt++
 		e.Leased = true
-		e.Member = member
-		e.Time = deadline
+		e.Member = c.Member()
+		e.Time = c.Deadline()
 		s.leases.push(e)
 		got = append(got, e)
-	}
-	if e := s.waiting.top(); e != nil {
-		next, hasNext = e.Time, true
 	}
 	for _, e := range aside {
 		s.waiting.push(e)
 	}
-	return got, next, hasNext
+	return got
 }
 
 // NextDeadline returns the earliest lease deadline.
@@ -854,9 +859,6 @@ func Import(parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) *Sub {
 	}
 	return s
 }
-
-// Backoff adapts storage.RedeliveryBackoff to ExpireLeases.
-func Backoff(attempt int) int64 { return int64(storage.RedeliveryBackoff(attempt)) }
 
 // maxGap bounds how far past the cursor a replayed claim may name an offset. The engine never
 // skips offsets (claims read them in order), so a gap only comes from damaged input; filling it

@@ -8,9 +8,36 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 )
 
 const sec = int64(time.Second)
+
+// claimAt returns the plan of a claim at now by member (up to max, AvoidMember avoid, limited
+// to parts when not nil, leasing until deadline) over the partitions of s.
+func claimAt(s *Sub, now int64, member string, avoid bool, parts []int32, max, maxDel int, deadline int64) *policy.Claim {
+	c := &policy.Claim{}
+	p := &storage.DeliveriesClaimParams{Member: member, Max: max, AvoidMember: avoid, Partitions: parts}
+	if err := c.Start(policy.Input{Params: p, Partitions: s.Partitions(), AckWait: time.Duration(deadline - now),
+		MaxDeliveries: maxDel, Now: now}); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// expire runs ExpireLeases at now with maxDel.
+func expire(s *Sub, now int64, maxDel int) []*Entry {
+	return s.ExpireLeases(claimAt(s, now, "x", false, nil, 1, maxDel, now))
+}
+
+// takeDue runs TakeDue for a claim (see claimAt) and returns its redeliveries and the due time it
+// reports for NextDue.
+func takeDue(s *Sub, now int64, member string, avoid bool, parts []int32, max int, deadline int64) ([]*Entry, int64, bool) {
+	c := claimAt(s, now, member, avoid, parts, max, 100, deadline)
+	got := s.TakeDue(c)
+	next, ok := c.NextDue()
+	return got, next, ok
+}
 
 // checkInvariants verifies the structural invariants documented in doc.go.
 func checkInvariants(t *testing.T, s *Sub) {
@@ -144,7 +171,7 @@ func TestExpiryBackoffThenDLQ(t *testing.T) {
 	now := int64(0)
 	for attempt := 1; attempt <= max; attempt++ {
 		now += 31 * sec
-		dead := s.ExpireLeases(now, max, Backoff)
+		dead := expire(s, now, max)
 		if attempt == max {
 			if len(dead) != 1 || dead[0].Attempt != max {
 				t.Fatalf("attempt %d: dead = %v", attempt, dead)
@@ -155,13 +182,13 @@ func TestExpiryBackoffThenDLQ(t *testing.T) {
 		if len(dead) != 0 {
 			t.Fatalf("attempt %d: dead too early", attempt)
 		}
-		due := (now - sec) + Backoff(attempt) // deadline was now-1s
-		got, next, ok := s.TakeDue(due-1, "b", false, nil, 10, 0)
+		due := (now - sec) + int64(storage.RedeliveryBackoff(attempt)) // deadline was now-1s
+		got, next, ok := takeDue(s, due-1, "b", false, nil, 10, 0)
 		if len(got) != 0 || !ok || next != due {
 			t.Fatalf("attempt %d: before backoff got %d, next %d (want %d)", attempt, len(got), next, due)
 		}
 		now = due
-		got, _, _ = s.TakeDue(now, "b", false, nil, 10, now+30*sec)
+		got, _, _ = takeDue(s, now, "b", false, nil, 10, now+30*sec)
 		if len(got) != 1 || got[0].Attempt != attempt+1 || got[0].Member != "b" {
 			t.Fatalf("attempt %d: redelivery %+v", attempt, got)
 		}
@@ -184,21 +211,21 @@ func TestTakeDueOrderAvoidAndFilter(t *testing.T) {
 	s.Nack(1, 0, "b", 0, 2*sec, false, 5)
 	s.Nack(0, 0, "a", 0, 3*sec, false, 5)
 	checkInvariants(t, s)
-	got, _, _ := s.TakeDue(5*sec, "c", false, nil, 2, 20*sec)
+	got, _, _ := takeDue(s, 5*sec, "c", false, nil, 2, 20*sec)
 	if len(got) != 2 || got[0].Offset != 2 || got[0].Partition != 0 || got[1].Partition != 1 {
 		t.Fatalf("oldest due first: %+v %+v", got[0], got[1])
 	}
 	// The remaining one (0:0) was last delivered to "a": avoided for a (and left out of next),
 	// given to c.
-	got, next, ok := s.TakeDue(5*sec, "a", true, nil, 5, 20*sec)
+	got, next, ok := takeDue(s, 5*sec, "a", true, nil, 5, 20*sec)
 	if len(got) != 0 || ok {
 		t.Fatalf("avoid: got %d next %d %v", len(got), next, ok)
 	}
-	got, _, _ = s.TakeDue(5*sec, "a", false, func(p int32) bool { return p == 1 }, 5, 20*sec)
+	got, _, _ = takeDue(s, 5*sec, "a", false, []int32{1}, 5, 20*sec)
 	if len(got) != 0 {
 		t.Fatal("partition filter ignored")
 	}
-	got, _, _ = s.TakeDue(5*sec, "c", true, nil, 5, 20*sec)
+	got, _, _ = takeDue(s, 5*sec, "c", true, nil, 5, 20*sec)
 	if len(got) != 1 || got[0].Offset != 0 || got[0].Attempt != 2 {
 		t.Fatalf("got %+v", got)
 	}
@@ -239,7 +266,7 @@ func TestNackExtendRelease(t *testing.T) {
 		t.Fatalf("counts %d %d", in, wt)
 	}
 	// Release on the max-th delivery dead-letters.
-	got, _, _ := s.TakeDue(sec, "b", false, nil, 10, 20*sec)
+	got, _, _ := takeDue(s, sec, "b", false, nil, 10, 20*sec)
 	if len(got) != 3 {
 		t.Fatal(len(got))
 	}
@@ -279,7 +306,7 @@ func TestDLQReplayPurgeExpire(t *testing.T) {
 	if n := s.DLQReplay([]int64{2, 4, 99}, 0); n != 2 {
 		t.Fatalf("replayed %d", n)
 	}
-	got, _, _ := s.TakeDue(sec, "b", false, nil, 10, 20*sec)
+	got, _, _ := takeDue(s, sec, "b", false, nil, 10, 20*sec)
 	if len(got) != 2 || got[0].Offset != 1 || got[0].Attempt != 1 || got[0].Msg == nil {
 		t.Fatalf("replayed delivery %+v", got)
 	}
@@ -365,8 +392,8 @@ func TestRandomOpsKeepInvariants(t *testing.T) {
 				case 0, 1:
 					hw[p] += int64(rng.IntN(5))
 				case 2, 3: // claim
-					deadLetter(s.ExpireLeases(now, maxDel, Backoff))
-					got, _, _ := s.TakeDue(now, m, rng.IntN(2) == 0, nil, 3, now+10*sec)
+					deadLetter(expire(s, now, maxDel))
+					got, _, _ := takeDue(s, now, m, rng.IntN(2) == 0, nil, 3, now+10*sec)
 					for range 3 - len(got) {
 						c := s.Cursor(p)
 						if c >= hw[p] {
