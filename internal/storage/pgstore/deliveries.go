@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 )
 
 // Delivery state in memory: what one delivery operation loads of a subscription (under its
@@ -643,11 +644,6 @@ func scanMsg(rows pgx.Rows, topic string, lead ...any) (*storage.Message, error)
 	return m, nil
 }
 
-// Claim scanning bounds: a claim looks at no more than claimScanLimit new messages it does not
-// deliver (expired, delayed, acked ahead), so that one claim cannot hold the subscription's locks
-// for long; its NextDue then says "now".
-const claimScanLimit = 4096
-
 // claimRotor rotates the partition a claim reads new messages from first.
 var claimRotor atomic.Uint32
 
@@ -687,59 +683,56 @@ type redelivery struct {
 }
 
 // claimOn runs claim p on the loaded state st of its subscription (it may read messages in tx);
-// the caller saves st. It fails before changing st, or with a database error.
+// the caller saves st. It follows the plan of a policy.Claim (the rules are there; this presents
+// the loaded rows to it, reads the messages and changes the rows). It fails before changing st,
+// or with a database error.
 func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.DeliveriesClaimParams, now time.Time) (*storage.DeliveriesClaimResult, error) {
 	if st.sub.State != storage.Active {
 		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, st.sub.ID, st.sub.State)
 	}
 	cfg := st.cfg
-	var allowed map[int32]bool
-	if p.Partitions != nil {
-		allowed = make(map[int32]bool, len(p.Partitions))
-		for _, q := range p.Partitions {
-			if q < 0 || int(q) >= cfg.Partitions {
-				return nil, invalid("partition %d out of range, topic %q has %d", q, st.sub.Topic, cfg.Partitions)
-			}
-			allowed[q] = true
-		}
+	nc := &newClaim{st: st}
+	pl := &nc.pl
+	if err := pl.Start(policy.Input{Params: p, Topic: st.sub.Topic, Partitions: cfg.Partitions, AckWait: cfg.AckWait,
+		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(claimRotor.Add(1)), Resolution: time.Microsecond}); err != nil {
+		return nil, err
 	}
-	ok := func(q int32) bool { return allowed == nil || allowed[q] }
-	lease := cfg.AckWait
-	if p.LeaseDuration > 0 {
-		lease = p.LeaseDuration
-	}
-	deadline := now.Add(lease).Truncate(time.Microsecond)
+	deadline := time.Unix(0, pl.Deadline()).UTC()
 
 	// 1. Expired leases.
 	for _, r := range slices.Clone(st.rows) {
-		if r.state != stLeased || now.Before(r.due) {
+		if r.state != stLeased {
 			continue
 		}
-		if r.attempt >= cfg.MaxDeliveries {
+		switch x, due := pl.Expire(r.due.UnixNano(), r.attempt); x {
+		case policy.DeadLetter:
 			for _, o := range slices.Clone(r.live()) {
 				st.take(r.partition, o)
-				st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, "lease expired", r.attempt)
+				st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, policy.ExpiredError, r.attempt)
 			}
-			continue
+		case policy.Wait:
+			r.state, r.due, r.changed = stWaiting, time.Unix(0, due).UTC(), true
 		}
-		r.state, r.due, r.changed = stWaiting, r.due.Add(storage.RedeliveryBackoff(r.attempt)), true
 	}
 	for _, rp := range st.replays {
-		if rp.state != stLeased || now.Before(rp.due) {
+		if rp.state != stLeased || rp.dead != nil || rp.acked {
 			continue
 		}
-		rp.changed = true
-		if rp.attempt >= cfg.MaxDeliveries {
-			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "lease expired", attempt: rp.attempt}
+		switch x, due := pl.Expire(rp.due.UnixNano(), rp.attempt); x {
+		case policy.DeadLetter:
+			rp.changed = true
+			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: policy.ExpiredError, attempt: rp.attempt}
 			delete(st.replay, dref{rp.partition, rp.offset})
-			continue
+		case policy.Wait:
+			rp.changed = true
+			rp.state, rp.due = stWaiting, time.Unix(0, due).UTC()
 		}
-		rp.state, rp.due = stWaiting, rp.due.Add(storage.RedeliveryBackoff(rp.attempt))
 	}
 
-	// 2. Due redeliveries, oldest due first.
+	// 2. Due redeliveries, in the plan's order (due time, partition, offset); the waiting ones not
+	// due yet count for NextDue.
 	type cand struct {
-		due    time.Time
+		due    int64
 		p      int32
 		o      int64
 		member string
@@ -748,17 +741,28 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 	}
 	var cands []cand
 	for _, r := range st.rows {
-		if live := r.live(); r.state == stWaiting && len(live) > 0 && !now.Before(r.due) {
-			cands = append(cands, cand{due: r.due, p: r.partition, o: live[0], member: r.member, r: r})
+		live := r.live()
+		if r.state != stWaiting || len(live) == 0 {
+			continue
+		}
+		if due := r.due.UnixNano(); due > pl.Now() {
+			pl.Waiting(due)
+		} else {
+			cands = append(cands, cand{due: due, p: r.partition, o: live[0], member: r.member, r: r})
 		}
 	}
 	for _, rp := range st.replays {
-		if rp.dead == nil && rp.state == stWaiting && !now.Before(rp.due) {
-			cands = append(cands, cand{due: rp.due, p: rp.partition, o: rp.offset, member: rp.member, rp: rp})
+		if rp.dead != nil || rp.acked || rp.state != stWaiting {
+			continue
+		}
+		if due := rp.due.UnixNano(); due > pl.Now() {
+			pl.Waiting(due)
+		} else {
+			cands = append(cands, cand{due: due, p: rp.partition, o: rp.offset, member: rp.member, rp: rp})
 		}
 	}
 	slices.SortFunc(cands, func(a, b cand) int {
-		if c := a.due.Compare(b.due); c != 0 {
+		if c := cmpInt(a.due, b.due); c != 0 {
 			return c
 		}
 		if a.p != b.p {
@@ -766,32 +770,32 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		}
 		return cmpInt(a.o, b.o)
 	})
-	remaining := p.Max
 	var again []redelivery
 	for _, c := range cands {
-		if remaining == 0 {
+		n := 1
+		if c.r != nil {
+			n = len(c.r.live())
+		}
+		take, stop := pl.Redeliver(c.due, c.p, c.member, n)
+		if stop {
 			break
 		}
-		if !ok(c.p) || (p.AvoidMember && c.member == p.Member) {
+		if take == 0 {
 			continue
 		}
 		if rp := c.rp; rp != nil {
 			rp.state, rp.attempt, rp.member, rp.due, rp.changed = stLeased, rp.attempt+1, p.Member, deadline, true
 			again = append(again, redelivery{p: rp.partition, o: rp.offset, attempt: rp.attempt, rp: rp})
-			remaining--
 			continue
 		}
-		live := c.r.live()
-		taken := slices.Clone(live[:min(remaining, len(live))])
+		taken := slices.Clone(c.r.live()[:take])
 		nr := st.moveOffsets(c.r, taken, stLeased, c.r.attempt+1, p.Member, deadline)
 		for _, o := range taken {
 			again = append(again, redelivery{p: nr.partition, o: o, attempt: nr.attempt, row: nr})
 		}
-		remaining -= len(taken)
 	}
 
-	// 3. New messages.
-	nc := &newClaim{st: st, now: now, remaining: remaining}
+	// 3. New messages, from the partitions in the plan's order.
 	for _, dp := range st.parts {
 		if dp.cursor < dp.low {
 			dp.cursor = dp.low // retention removed what this subscription had not consumed
@@ -799,14 +803,14 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		nc.skipAcked(dp)
 	}
 	var order []*dpart
-	for _, dp := range st.parts {
-		if ok(dp.p) {
+	for k := 0; ; k++ {
+		q, ok := pl.Partition(k)
+		if !ok {
+			break
+		}
+		if dp := st.partOf[q]; dp != nil {
 			order = append(order, dp)
 		}
-	}
-	if n := len(order); n > 1 {
-		k := int(claimRotor.Add(1) % uint32(n))
-		order = append(order[k:], order[:k]...)
 	}
 	msgs, err := e.claimRead(ctx, tx, st, again, nc, order)
 	if err != nil {
@@ -844,48 +848,18 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		st.add(k.p, nc.delayed[k], stWaiting, 0, "", k.due)
 	}
 
-	// NextDue: the earliest lease deadline or due time of what is left.
-	var minLease, minWait time.Time
-	earlier := func(cur *time.Time, t time.Time) {
-		if cur.IsZero() || t.Before(*cur) {
-			*cur = t
-		}
-	}
+	// NextDue: the plan has the waiting ones; the leases left are these.
 	for _, r := range st.rows {
-		if len(r.live()) == 0 {
-			continue
-		}
-		switch r.state {
-		case stLeased:
-			earlier(&minLease, r.due)
-		case stWaiting:
-			earlier(&minWait, r.due)
+		if r.state == stLeased && len(r.live()) > 0 {
+			pl.Leased(r.due.UnixNano())
 		}
 	}
 	for _, rp := range st.replays {
-		if rp.dead != nil || rp.acked {
-			continue
-		}
-		if rp.state == stLeased {
-			earlier(&minLease, rp.due)
-		} else {
-			earlier(&minWait, rp.due)
+		if rp.dead == nil && !rp.acked && rp.state == stLeased {
+			pl.Leased(rp.due.UnixNano())
 		}
 	}
-	var next time.Time
-	if !minWait.IsZero() {
-		next = minWait
-		if next.Before(now) {
-			next = now
-		}
-	}
-	if !minLease.IsZero() && (next.IsZero() || minLease.Before(next)) {
-		next = minLease
-	}
-	if nc.moreNow {
-		next = now
-	}
-	res.NextDue = next
+	res.NextDue = pl.NextDueTime()
 	return res, nil
 }
 
@@ -908,10 +882,7 @@ type delayKey struct {
 // newClaim is the progress of a claim through new messages.
 type newClaim struct {
 	st        *dstate
-	now       time.Time
-	remaining int
-	scanned   int
-	moreNow   bool
+	pl        policy.Claim // the plan
 	fresh     []*storage.Message
 	leased    map[int32][]int64
 	delayed   map[delayKey][]int64
@@ -945,25 +916,25 @@ func (nc *newClaim) ackedAhead(dp *dpart) int64 {
 	return n
 }
 
-// take handles the new message m of partition dp (m.Offset >= dp.cursor). It reports false when
-// the claim is full and m was left for later.
+// take handles the new message m of partition dp (m.Offset >= dp.cursor) as the plan says. It
+// reports false when the claim is full and m was left for later.
 func (nc *newClaim) take(dp *dpart, m *storage.Message) bool {
-	if nc.remaining == 0 {
+	if nc.pl.Full() {
 		return false
 	}
-	dp.cursor = m.Offset + 1
 	if r := nc.st.rowOf(dp.p, m.Offset); r != nil {
 		// Acked before delivery (an acked row); nothing else lists offsets at the cursor.
+		dp.cursor = m.Offset + 1
 		nc.st.take(dp.p, m.Offset)
-		nc.scanned++
+		nc.pl.Skipped()
 		return true
 	}
-	switch {
-	case !m.ExpiresAt.IsZero() && !nc.now.Before(m.ExpiresAt):
-		nc.scanned++
+	switch nc.pl.Take(m) {
+	case policy.Stop:
+		return false
+	case policy.Complete:
 		nc.st.touch(dp.p)
-	case m.NotBefore.After(nc.now):
-		nc.scanned++
+	case policy.Delay:
 		dk := delayKey{dp.p, m.NotBefore}
 		if nc.delayed == nil {
 			nc.delayed = map[delayKey][]int64{}
@@ -972,14 +943,14 @@ func (nc *newClaim) take(dp *dpart, m *storage.Message) bool {
 			nc.delayKeys = append(nc.delayKeys, dk)
 		}
 		nc.delayed[dk] = append(nc.delayed[dk], m.Offset)
-	default:
+	case policy.Lease:
 		if nc.leased == nil {
 			nc.leased = map[int32][]int64{}
 		}
 		nc.leased[dp.p] = append(nc.leased[dp.p], m.Offset)
 		nc.fresh = append(nc.fresh, m)
-		nc.remaining--
 	}
+	dp.cursor = m.Offset + 1
 	return true
 }
 
@@ -1042,8 +1013,8 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 			lim int32
 		}
 		var plan []planned
-		alloc := nc.remaining
-		if !nc.moreNow {
+		alloc := nc.pl.Remaining()
+		if !nc.pl.Full() {
 			for _, dp := range order {
 				avail := dp.hw - dp.cursor
 				if avail <= 0 || alloc <= 0 {
@@ -1117,10 +1088,7 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 			}
 			nc.skipAcked(dp)
 		}
-		if nc.scanned >= claimScanLimit {
-			nc.moreNow = true
-		}
-		if nc.remaining == 0 || nc.moreNow {
+		if nc.pl.Full() {
 			return msgs, nil
 		}
 	}
