@@ -163,7 +163,13 @@ func ExpireAt(now, deadline int64, attempt, maxDeliveries int) (Expiry, int64) {
 	case attempt >= maxDeliveries:
 		return DeadLetter, 0
 	}
-	return Wait, deadline + int64(storage.RedeliveryBackoff(attempt))
+	return Wait, ExpiredDue(deadline, attempt)
+}
+
+// ExpiredDue is when a message whose attempt-th lease expired at deadline (below max_deliveries)
+// becomes due again: after the backoff of its attempt (storage.RedeliveryBackoff).
+func ExpiredDue(deadline int64, attempt int) int64 {
+	return deadline + int64(storage.RedeliveryBackoff(attempt))
 }
 
 // Claimable reports whether a waiting message due at due, in partition p, whose last delivery

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 )
 
 // model is the in-memory reference the randomized case (C5) compares the engine with: per
@@ -74,39 +75,60 @@ const (
 // lease state a restart made unknown): it goes to the DLQ when the engine processes the expiry,
 // which may not have happened yet.
 func (s *mSub) limbo(m *mMsg, now time.Time) bool {
-	return m.state == stLeased && m.attempt >= s.topic.maxDeliveries && (m.uncertain || !now.Before(m.deadline))
+	if m.state != stLeased {
+		return false
+	}
+	if m.uncertain {
+		return m.attempt >= s.topic.maxDeliveries
+	}
+	x, _ := policy.ExpireAt(now.UnixNano(), m.deadline.UnixNano(), m.attempt, s.topic.maxDeliveries)
+	return x == policy.DeadLetter
 }
 
-func (s *mSub) avail(m *mMsg, now time.Time, member string, avoid bool) availability {
-	avoided := func(a availability) availability {
-		if avoid && m.member == member {
-			if m.avoidUnknown || m.uncertain {
-				return availMaybe
-			}
-			return availNo
-		}
-		return a
+// plan returns the plan (policy.Claim) of claim p on s at now: the model asks it what the rules
+// say about each message.
+func (md *model) plan(s *mSub, p storage.DeliveriesClaimParams, now time.Time) *policy.Claim {
+	md.t.Helper()
+	pl := &policy.Claim{}
+	if err := pl.Start(policy.Input{Params: &p, Topic: s.topic.name, Partitions: s.topic.partitions, AckWait: s.topic.ackWait,
+		MaxDeliveries: s.topic.maxDeliveries, Now: now.UnixNano()}); err != nil {
+		md.fail("claim on %s: %v", s.name, err)
 	}
+	return pl
+}
+
+// avail says whether the claim planned by pl may (or must) redeliver message r, as the policy's
+// rules say, with what a restart or a replay leaves open.
+func (s *mSub) avail(r storage.DeliveryRef, m *mMsg, pl *policy.Claim) availability {
+	var due int64
 	switch m.state {
 	case stLeased:
-		if m.attempt >= s.topic.maxDeliveries {
-			return availNo
-		}
 		if m.uncertain {
+			if m.attempt >= s.topic.maxDeliveries {
+				return availNo // to the DLQ once its lease expires
+			}
 			return availMaybe
 		}
-		if now.Before(m.deadline.Add(storage.RedeliveryBackoff(m.attempt))) {
+		x, d := pl.Expire(m.deadline.UnixNano(), m.attempt)
+		if x != policy.Wait {
 			return availNo
 		}
-		return avoided(availYes)
+		due = d
 	case stWaiting:
 		if m.uncertain {
 			return availMaybe
 		}
-		if now.Before(m.due) {
-			return availNo
-		}
-		return avoided(availYes)
+		due = m.due.UnixNano()
+	default:
+		return availNo
+	}
+	switch {
+	case pl.Claimable(due, r.Partition, m.member):
+		return availYes
+	case due > pl.Now():
+		return availNo
+	case m.member == pl.Member() && (m.avoidUnknown || m.uncertain):
+		return availMaybe // avoided, unless the engine lost track of the member (replay, restart)
 	}
 	return availNo
 }
@@ -145,13 +167,15 @@ func (md *model) published(tp *mTopic, msgs []storage.AppendMessage, pos []stora
 func (md *model) claimed(s *mSub, p storage.DeliveriesClaimParams, res *storage.DeliveriesClaimResult, now time.Time) {
 	md.t.Helper()
 	what := fmt.Sprintf("claim on %s by %s (max %d, avoid %v) at %s", s.name, p.Member, p.Max, p.AvoidMember, fmtTime(now))
+	pl := md.plan(s, p, now)
+	deadline := time.Unix(0, pl.Deadline())
 	got := map[storage.DeliveryRef]bool{}
 	sawNew := false
 	for _, d := range res.Deliveries {
 		r := d.Ref()
 		got[r] = true
-		if !d.LeaseDeadline.Equal(now.Add(s.topic.ackWait)) {
-			md.fail("%s: %d:%d lease deadline %s, want now + ack_wait %s", what, r.Partition, r.Offset, fmtTime(d.LeaseDeadline), s.topic.ackWait)
+		if !d.LeaseDeadline.Equal(deadline) {
+			md.fail("%s: %d:%d lease deadline %s, want %s (now + ack_wait %s)", what, r.Partition, r.Offset, fmtTime(d.LeaseDeadline), fmtTime(deadline), s.topic.ackWait)
 		}
 		if r.Partition < 0 || int(r.Partition) >= s.topic.partitions {
 			md.fail("%s: partition %d", what, r.Partition)
@@ -179,7 +203,7 @@ func (md *model) claimed(s *mSub, p storage.DeliveriesClaimParams, res *storage.
 		if m == nil {
 			md.fail("%s: %d:%d is below the cursor but was never delivered", what, r.Partition, r.Offset)
 		}
-		if a := s.avail(m, now, p.Member, p.AvoidMember); a == availNo {
+		if a := s.avail(r, m, pl); a == availNo {
 			md.fail("%s: %d:%d delivered but not claimable: %s", what, r.Partition, r.Offset, m.describe())
 		}
 		switch {
@@ -195,7 +219,7 @@ func (md *model) claimed(s *mSub, p storage.DeliveriesClaimParams, res *storage.
 	// message delivered every claimable redelivery first.
 	room := len(res.Deliveries) < p.Max
 	for r, m := range s.msgs {
-		if got[r] || s.avail(m, now, p.Member, p.AvoidMember) != availYes {
+		if got[r] || s.avail(r, m, pl) != availYes {
 			continue
 		}
 		if room {
@@ -236,7 +260,7 @@ func (md *model) checkNextDue(s *mSub, next, now time.Time, what string) {
 			if m.attempt >= s.topic.maxDeliveries {
 				continue
 			}
-			at = m.deadline.Add(storage.RedeliveryBackoff(m.attempt))
+			at = time.Unix(0, policy.ExpiredDue(m.deadline.UnixNano(), m.attempt))
 		default:
 			waiting = true
 			at = m.due
