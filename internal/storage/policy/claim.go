@@ -62,7 +62,7 @@ type Claim struct {
 	now, deadline int64
 	maxDeliveries int
 	parts         int     // the topic's partition count
-	allowed       []int32 // sorted, no duplicates; nil: every partition
+	allowed       []int32 // sorted, no duplicates (Params.Partitions when it is); nil: every partition
 	first         int     // index (in the allowed order) of the partition read first
 
 	remaining int
@@ -101,9 +101,12 @@ func (c *Claim) Start(in Input) error {
 				return storage.Invalid("partition %d out of range, topic %q has %d", q, in.Topic, in.Partitions)
 			}
 		}
-		c.allowed = slices.Clone(p.Partitions)
-		slices.Sort(c.allowed)
-		c.allowed = slices.Compact(c.allowed)
+		c.allowed = p.Partitions // read only
+		if !increasing(c.allowed) {
+			c.allowed = slices.Clone(p.Partitions)
+			slices.Sort(c.allowed)
+			c.allowed = slices.Compact(c.allowed)
+		}
 		n = len(c.allowed)
 	}
 	if n > 0 {
@@ -114,6 +117,16 @@ func (c *Claim) Start(in Input) error {
 
 // Member returns the claiming member.
 func (c *Claim) Member() string { return c.member }
+
+// increasing reports whether ps is sorted without duplicates.
+func increasing(ps []int32) bool {
+	for i := 1; i < len(ps); i++ {
+		if ps[i] <= ps[i-1] {
+			return false
+		}
+	}
+	return true
+}
 
 // Now returns the claim's time.
 func (c *Claim) Now() int64 { return c.now }

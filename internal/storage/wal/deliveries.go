@@ -262,6 +262,9 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				break
 			}
 			for i, rec := range batch {
+				if pl.Full() {
+					break read // before decoding a message it would not take
+				}
 				o := c + int64(i)
 				if o != s.st.Cursor(pi) {
 					continue // completed before delivery (acked ahead): skipped by the cursor
