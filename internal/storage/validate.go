@@ -56,7 +56,7 @@ func CheckTopic(name string, cfg TopicConfig) (TopicConfig, error) {
 // returns the normalized start position.
 func (p *SubscriptionCreateParams) Check() (StartPosition, error) {
 	if p == nil {
-		return StartPosition{}, Invalid("nil params")
+		return StartPosition{}, nilParams()
 	}
 	if err := names.ValidateTopic(p.Topic); err != nil {
 		return StartPosition{}, InvalidName(err)
@@ -72,4 +72,158 @@ func (p *SubscriptionCreateParams) Check() (StartPosition, error) {
 		}
 	}
 	return p.Start.Normalize()
+}
+
+// The Check methods below validate an Engine method's parameters before the engine touches
+// anything, so both engines refuse the same calls with the same errors: a nil params, and the
+// fields that are wrong whatever the state. What depends on the state (a partition out of
+// range, an unknown subscription) is the engine's.
+
+// nilParams is the error of a method called with nil parameters.
+func nilParams() error { return Invalid("nil params") }
+
+// Check validates the parameters of BindingCreate (group, pattern, start position) and returns
+// the normalized start position.
+func (p *BindingCreateParams) Check() (StartPosition, error) {
+	if p == nil {
+		return StartPosition{}, nilParams()
+	}
+	if err := names.ValidateGroup(p.Group); err != nil {
+		return StartPosition{}, InvalidName(err)
+	}
+	if err := names.ValidatePattern(p.Pattern); err != nil {
+		return StartPosition{}, InvalidName(err)
+	}
+	return p.Start.Normalize()
+}
+
+// Check validates the parameters of BindingDelete.
+func (p *BindingDeleteParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	return nil
+}
+
+// Check validates the parameters of DeliveriesAck.
+func (p *DeliveriesAckParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	return nil
+}
+
+// Check validates the parameters of DeliveriesClaim: Max at least 1, a member, a lease duration
+// not negative. The partitions are checked against the topic by the engine (policy.Claim).
+func (p *DeliveriesClaimParams) Check() error {
+	switch {
+	case p == nil:
+		return nilParams()
+	case p.Max < 1:
+		return Invalid("max must be at least 1, got %d", p.Max)
+	case p.Member == "":
+		return Invalid("member must not be empty")
+	case p.LeaseDuration < 0:
+		return Invalid("lease duration must not be negative, got %s", p.LeaseDuration)
+	}
+	return nil
+}
+
+// Check validates the parameters of DeliveriesExtend: a duration not negative.
+func (p *DeliveriesExtendParams) Check() error {
+	switch {
+	case p == nil:
+		return nilParams()
+	case p.Duration < 0:
+		return Invalid("duration must not be negative, got %s", p.Duration)
+	}
+	return nil
+}
+
+// Check validates the parameters of DeliveriesNack: a delay not negative.
+func (p *DeliveriesNackParams) Check() error {
+	switch {
+	case p == nil:
+		return nilParams()
+	case p.Delay < 0:
+		return Invalid("delay must not be negative, got %s", p.Delay)
+	}
+	return nil
+}
+
+// Check validates the parameters of DeliveriesRelease: a member.
+func (p *DeliveriesReleaseParams) Check() error {
+	switch {
+	case p == nil:
+		return nilParams()
+	case p.Member == "":
+		return Invalid("member must not be empty")
+	}
+	return nil
+}
+
+// Check validates the parameters of DLQList: a limit not negative.
+func (p *DLQListParams) Check() error {
+	switch {
+	case p == nil:
+		return nilParams()
+	case p.Limit < 0:
+		return Invalid("limit must not be negative, got %d", p.Limit)
+	}
+	return nil
+}
+
+// Check validates the parameters of DLQPurge.
+func (p *DLQPurgeParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	return nil
+}
+
+// Check validates the parameters of DLQReplay.
+func (p *DLQReplayParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	return nil
+}
+
+// Check validates the parameters of SubscriptionUpdate: a known state (the transition is the
+// engine's to check, CanTransition).
+func (p *SubscriptionUpdateParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	switch p.State {
+	case Active, Paused, Dead, Cancelled, Deleted:
+		return nil
+	}
+	return Invalid("subscription state %q", p.State)
+}
+
+// Check validates the parameters of TopicCreate and returns the configuration completed with
+// defaults (CheckTopic).
+func (p *TopicCreateParams) Check() (TopicConfig, error) {
+	if p == nil {
+		return TopicConfig{}, nilParams()
+	}
+	return CheckTopic(p.Name, p.Config)
+}
+
+// Check validates the parameters of TopicDelete: the topic's name.
+func (p *TopicDeleteParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	return InvalidName(names.ValidateTopic(p.Name))
+}
+
+// Check validates the parameters of TopicUpdate and returns the configuration completed with
+// defaults (CheckTopic). QueueToGroup is checked by the engine when the change needs it.
+func (p *TopicUpdateParams) Check() (TopicConfig, error) {
+	if p == nil {
+		return TopicConfig{}, nilParams()
+	}
+	return CheckTopic(p.Name, p.Config)
 }

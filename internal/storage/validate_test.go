@@ -96,3 +96,69 @@ func TestUnbuiltSettingsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestParamsCheck: the Check methods refuse nil parameters and the fields that are wrong whatever
+// the state with ErrInvalidArgument, and accept good ones.
+func TestParamsCheck(t *testing.T) {
+	firstErr := func(_ any, err error) error { return err }
+	bad := map[string]error{
+		"nil BindingCreate":       firstErr((*BindingCreateParams)(nil).Check()),
+		"binding group":           firstErr((&BindingCreateParams{Group: "not valid", Pattern: "a.*"}).Check()),
+		"binding pattern":         firstErr((&BindingCreateParams{Group: "g", Pattern: "a.#.b"}).Check()),
+		"binding start":           firstErr((&BindingCreateParams{Group: "g", Pattern: "a.*", Start: StartPosition{Kind: "X"}}).Check()),
+		"nil BindingDelete":       (*BindingDeleteParams)(nil).Check(),
+		"nil DeliveriesAck":       (*DeliveriesAckParams)(nil).Check(),
+		"nil DeliveriesClaim":     (*DeliveriesClaimParams)(nil).Check(),
+		"claim max 0":             (&DeliveriesClaimParams{Member: "m"}).Check(),
+		"claim without member":    (&DeliveriesClaimParams{Max: 1}).Check(),
+		"claim negative lease":    (&DeliveriesClaimParams{Max: 1, Member: "m", LeaseDuration: -1}).Check(),
+		"nil DeliveriesExtend":    (*DeliveriesExtendParams)(nil).Check(),
+		"extend negative":         (&DeliveriesExtendParams{Duration: -1}).Check(),
+		"nil DeliveriesNack":      (*DeliveriesNackParams)(nil).Check(),
+		"nack negative delay":     (&DeliveriesNackParams{Delay: -1}).Check(),
+		"nil DeliveriesRelease":   (*DeliveriesReleaseParams)(nil).Check(),
+		"release without member":  (&DeliveriesReleaseParams{}).Check(),
+		"nil DLQList":             (*DLQListParams)(nil).Check(),
+		"DLQ list negative limit": (&DLQListParams{Limit: -1}).Check(),
+		"nil DLQPurge":            (*DLQPurgeParams)(nil).Check(),
+		"nil DLQReplay":           (*DLQReplayParams)(nil).Check(),
+		"nil SubscriptionCreate":  firstErr((*SubscriptionCreateParams)(nil).Check()),
+		"nil SubscriptionUpdate":  (*SubscriptionUpdateParams)(nil).Check(),
+		"unknown state":           (&SubscriptionUpdateParams{State: "SLEEPING"}).Check(),
+		"nil TopicCreate":         firstErr((*TopicCreateParams)(nil).Check()),
+		"topic create bad name":   firstErr((&TopicCreateParams{Name: "a b"}).Check()),
+		"nil TopicDelete":         (*TopicDeleteParams)(nil).Check(),
+		"topic delete bad name":   (&TopicDeleteParams{Name: "a b"}).Check(),
+		"nil TopicUpdate":         firstErr((*TopicUpdateParams)(nil).Check()),
+		"topic update bad config": firstErr((&TopicUpdateParams{Name: "t", Config: TopicConfig{Partitions: -1}}).Check()),
+	}
+	for what, err := range bad {
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", what, err)
+		}
+	}
+	good := map[string]error{
+		"binding":   firstErr((&BindingCreateParams{Group: "g", Pattern: "a.*"}).Check()),
+		"claim":     (&DeliveriesClaimParams{Max: 1, Member: "m", Partitions: []int32{0}}).Check(),
+		"extend":    (&DeliveriesExtendParams{}).Check(),
+		"nack":      (&DeliveriesNackParams{ToDLQ: true}).Check(),
+		"release":   (&DeliveriesReleaseParams{Member: "m"}).Check(),
+		"DLQ list":  (&DLQListParams{}).Check(),
+		"state":     (&SubscriptionUpdateParams{State: Paused}).Check(),
+		"create":    firstErr((&TopicCreateParams{Name: "t"}).Check()),
+		"delete":    (&TopicDeleteParams{Name: "t"}).Check(),
+		"update":    firstErr((&TopicUpdateParams{Name: "t"}).Check()),
+		"ack":       (&DeliveriesAckParams{}).Check(),
+		"purge":     (&DLQPurgeParams{}).Check(),
+		"replay":    (&DLQReplayParams{}).Check(),
+		"unbinding": (&BindingDeleteParams{}).Check(),
+	}
+	for what, err := range good {
+		if err != nil {
+			t.Errorf("%s: %v, want no error", what, err)
+		}
+	}
+	if err := (*DeliveriesAckParams)(nil).Check(); err == nil || err.Error() != "invalid argument: nil params" {
+		t.Errorf("nil params error: %v", err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
@@ -16,16 +15,7 @@ import (
 // TopicCreate for how the two serialize across instances). Existing topics are not subscribed.
 // Bounded by Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreateParams) (*storage.Binding, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if err := names.ValidateGroup(params.Group); err != nil {
-		return nil, validName(err)
-	}
-	if err := names.ValidatePattern(params.Pattern); err != nil {
-		return nil, validName(err)
-	}
-	start, err := params.Start.Normalize()
+	start, err := params.Check()
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +53,8 @@ func (e *Engine) bindingCreate(ctx context.Context, params *storage.BindingCreat
 // BindingDelete removes a binding; the subscriptions it created stay. Bounded by Config.TxTimeout
 // (past it: TIMEOUT, retryable).
 func (e *Engine) BindingDelete(ctx context.Context, params *storage.BindingDeleteParams) error {
-	if params == nil {
-		return invalid("nil params")
+	if err := params.Check(); err != nil {
+		return err
 	}
 	_, err := withTxTimeout(e, ctx, "binding delete", func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, e.bindingDelete(ctx, params)

@@ -656,15 +656,8 @@ var claimRotor atomic.Uint32
 // the next. New messages past ExpiresAt are completed without a delivery; those whose NotBefore is
 // in the future wait for it (attempt 0).
 func (e *Engine) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
-	switch {
-	case p == nil:
-		return nil, invalid("nil params")
-	case p.Max < 1:
-		return nil, invalid("max must be at least 1, got %d", p.Max)
-	case p.Member == "":
-		return nil, invalid("member must not be empty")
-	case p.LeaseDuration < 0:
-		return nil, invalid("lease duration must not be negative, got %s", p.LeaseDuration)
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	op := &dop{sub: p.SubscriptionID, claim: p}
 	if err := e.submit(ctx, op); err != nil {
@@ -1133,8 +1126,8 @@ func fillMsg(m *storage.Message, headers []byte, producerID *string, notBefore, 
 // first. Refs above the high-water mark or in partitions that do not exist are listed in Unknown.
 // Acks and claims of one Engine are combined into shared transactions (see submit).
 func (e *Engine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
-	if p == nil {
-		return nil, invalid("nil params")
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	op := &dop{sub: p.SubscriptionID, refs: p.Refs}
 	if err := e.submit(ctx, op); err != nil {
@@ -1221,11 +1214,8 @@ func held(state, holder string, due time.Time, member string, now time.Time) boo
 // listed in NotHeld. Durable when it returns. Nacks share the transactions of claims and acks (see
 // submit).
 func (e *Engine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
-	if p == nil {
-		return nil, invalid("nil params")
-	}
-	if p.Delay < 0 {
-		return nil, invalid("delay must not be negative, got %s", p.Delay)
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	op := &dop{sub: p.SubscriptionID, nack: p}
 	if err := e.submit(ctx, op); err != nil {
@@ -1288,11 +1278,8 @@ func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage
 // ack_wait when 0), also when that is earlier than the current deadline. Extends share the
 // transactions of claims and acks (see submit).
 func (e *Engine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExtendParams) (*storage.DeliveriesExtendResult, error) {
-	if p == nil {
-		return nil, invalid("nil params")
-	}
-	if p.Duration < 0 {
-		return nil, invalid("duration must not be negative, got %s", p.Duration)
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	op := &dop{sub: p.SubscriptionID, extend: p}
 	if err := e.submit(ctx, op); err != nil {
@@ -1349,11 +1336,8 @@ func extendOn(st *dstate, p *storage.DeliveriesExtendParams, now time.Time) *sto
 // (a member that leaves while the database does not answer would otherwise hold the broker's
 // teardown of its connection); a release that timed out leaves the leases to expire.
 func (e *Engine) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
-	if p == nil {
-		return nil, invalid("nil params")
-	}
-	if p.Member == "" {
-		return nil, invalid("member must not be empty")
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	var topic string
 	res, err := withTxTimeout(e, ctx, "release", func(ctx context.Context) (*storage.DeliveriesReleaseResult, error) {

@@ -16,11 +16,8 @@ import (
 // (default 100). A CANCELLED subscription has none. Bounded by Config.TxTimeout (past it: TIMEOUT,
 // retryable).
 func (e *Engine) DLQList(ctx context.Context, p *storage.DLQListParams) ([]*storage.DLQEntry, error) {
-	if p == nil {
-		return nil, invalid("nil params")
-	}
-	if p.Limit < 0 {
-		return nil, invalid("limit must not be negative, got %d", p.Limit)
+	if err := p.Check(); err != nil {
+		return nil, err
 	}
 	if err := e.checkOpen(); err != nil {
 		return nil, err
@@ -75,8 +72,8 @@ func (e *Engine) dlqList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 // and returns how many. Durable when it returns. Taking its locks is bounded by Config.TxTimeout
 // like DLQReplay's (see dlqMove).
 func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, error) {
-	if p == nil {
-		return 0, invalid("nil params")
+	if err := p.Check(); err != nil {
+		return 0, err
 	}
 	var topic string
 	return e.dlqMove(ctx, "DLQ purge", p.SubscriptionID, p.IDs, false, `DELETE FROM spool.dlq
@@ -90,8 +87,8 @@ func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, 
 // call fails with TIMEOUT (retryable) and nothing changes; the update itself is not bounded (see
 // dlqMove).
 func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int, error) {
-	if p == nil {
-		return 0, invalid("nil params")
+	if err := p.Check(); err != nil {
+		return 0, err
 	}
 	var topic string
 	n, err := e.dlqMove(ctx, "DLQ replay", p.SubscriptionID, p.IDs, true, `UPDATE spool.dlq SET replay = 'waiting', replay_attempt = 0,

@@ -428,13 +428,8 @@ func (e *Engine) subscriptionList(ctx context.Context, p *storage.SubscriptionLi
 // nothing changes), except, for CANCELLED and DELETED, the delete of the delivery state and DLQ
 // once the locks are taken (as SubscriptionDelete).
 func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.SubscriptionUpdateParams) (*storage.Subscription, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	switch params.State {
-	case storage.Active, storage.Paused, storage.Dead, storage.Cancelled, storage.Deleted:
-	default:
-		return nil, invalid("subscription state %q", params.State)
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	var out *storage.Subscription
 	// A transaction that does not call locked is bounded whole, COMMIT included.

@@ -28,10 +28,9 @@ func (e *Engine) now() time.Time {
 // isUniqueViolation reports a unique_violation (SQLSTATE 23505).
 func isUniqueViolation(err error) bool { return pgCode(err) == "23505" }
 
-// checkTopic validates a topic name and configuration (storage.CheckTopic) and returns the
-// configuration completed with defaults, and as stored in spool.topics.
-func checkTopic(name string, cfg storage.TopicConfig) (storage.TopicConfig, []byte, error) {
-	cfg, err := storage.CheckTopic(name, cfg)
+// checkTopic takes the result of a TopicCreateParams or TopicUpdateParams Check and adds the
+// configuration as stored in spool.topics.
+func checkTopic(cfg storage.TopicConfig, err error) (storage.TopicConfig, []byte, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
@@ -51,10 +50,7 @@ func checkTopic(name string, cfg storage.TopicConfig) (storage.TopicConfig, []by
 // creates of one name, also by other broker instances: one wins, the others get
 // storage.ErrTopicExists. Bounded by Config.TxTimeout (past it: TIMEOUT, retryable).
 func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreateParams) (*storage.Topic, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	cfg, cfgJSON, err := checkTopic(params.Name, params.Config)
+	cfg, cfgJSON, err := checkTopic(params.Check())
 	if err != nil {
 		return nil, err
 	}
@@ -212,10 +208,7 @@ func (e *Engine) topicList(ctx context.Context) ([]*storage.Topic, error) {
 // row is locked (FOR UPDATE) for the whole change. Bounded by Config.TxTimeout (past it: TIMEOUT,
 // retryable).
 func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdateParams) (*storage.Topic, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	cfg, cfgJSON, err := checkTopic(params.Name, params.Config)
+	cfg, cfgJSON, err := checkTopic(params.Check())
 	if err != nil {
 		return nil, err
 	}
@@ -364,11 +357,8 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 // itself is not, since it removes the delivery state and DLQ entries of every subscription of the
 // topic, which may legitimately take longer (txLocksBounded).
 func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeleteParams) error {
-	if params == nil {
-		return invalid("nil params")
-	}
-	if err := names.ValidateTopic(params.Name); err != nil {
-		return validName(err)
+	if err := params.Check(); err != nil {
+		return err
 	}
 	err := e.txLocksBounded(ctx, "topic delete", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
 		t, err := e.loadTopic(ctx, tx, params.Name, forUpdate)

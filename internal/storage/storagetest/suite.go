@@ -63,6 +63,7 @@ func groups() []group {
 		{"Retention", retentionCases()},
 		{"Restart", restartCases()},
 		{"Close", closeCases()},
+		{"Params", paramsCases()},
 		{"Concurrency", concurrencyCases()},
 		{"Randomized", randomizedCases()},
 	}

@@ -95,17 +95,8 @@ func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQ
 // claim horizon, a delivery of a message whose previous delivery is not durably recorded yet, and
 // the first delivery of a message that may have been delivered before a crash.
 func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if params.Max < 1 {
-		return nil, invalid("max must be at least 1, got %d", params.Max)
-	}
-	if params.Member == "" {
-		return nil, invalid("member must not be empty")
-	}
-	if params.LeaseDuration < 0 {
-		return nil, invalid("lease duration must not be negative, got %s", params.LeaseDuration)
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
@@ -369,8 +360,8 @@ func (e *Engine) updateSub(ctx context.Context, id int64, durable bool, fn func(
 // high-water mark or in partitions that do not exist are listed in Unknown. A replayed DLQ copy
 // of a message is completed first.
 func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
-	if params == nil {
-		return nil, invalid("nil params")
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	res := &storage.DeliveriesAckResult{}
 	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
@@ -410,11 +401,8 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 // DLQ entry's last error. Refs the member does not hold (lease expired, another member, never
 // delivered) are listed in NotHeld. The outcome is durable when the call returns.
 func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if params.Delay < 0 {
-		return nil, invalid("delay must not be negative, got %s", params.Delay)
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	res := &storage.DeliveriesNackResult{}
 	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
@@ -457,11 +445,8 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 // DeliveriesExtend moves the lease deadline of messages Member holds to now + Duration (the
 // topic's ack_wait when 0). Leases are not persisted, so neither is this.
 func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.DeliveriesExtendParams) (*storage.DeliveriesExtendResult, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if params.Duration < 0 {
-		return nil, invalid("duration must not be negative, got %s", params.Duration)
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	res := &storage.DeliveriesExtendResult{}
 	err := e.updateSub(ctx, params.SubscriptionID, false, func(s *sub) recordBatch {
@@ -490,11 +475,8 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.Deliverie
 // DeliveriesRelease gives back every lease Member holds: due at once, attempts kept; those on
 // their max_deliveries-th delivery go to the DLQ (reason max_deliveries).
 func (e *Engine) DeliveriesRelease(ctx context.Context, params *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if params.Member == "" {
-		return nil, invalid("member must not be empty")
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	res := &storage.DeliveriesReleaseResult{}
 	err := e.updateSub(ctx, params.SubscriptionID, false, func(s *sub) recordBatch {

@@ -9,11 +9,8 @@ import (
 // DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
 // (default 100). A CANCELLED subscription has none.
 func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]*storage.DLQEntry, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if params.Limit < 0 {
-		return nil, invalid("limit must not be negative, got %d", params.Limit)
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	limit := params.Limit
 	if limit == 0 {
@@ -44,8 +41,8 @@ func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]
 // DLQPurge removes DLQ entries (all of them when IDs is empty) and returns how many. Durable when
 // it returns.
 func (e *Engine) DLQPurge(ctx context.Context, params *storage.DLQPurgeParams) (int, error) {
-	if params == nil {
-		return 0, invalid("nil params")
+	if err := params.Check(); err != nil {
+		return 0, err
 	}
 	return e.dlqMove(ctx, params.SubscriptionID, params.IDs, false)
 }
@@ -55,8 +52,8 @@ func (e *Engine) DLQPurge(ctx context.Context, params *storage.DLQPurgeParams) (
 // from the entry's copy, so it does not matter whether the log still holds it. Durable when it
 // returns.
 func (e *Engine) DLQReplay(ctx context.Context, params *storage.DLQReplayParams) (int, error) {
-	if params == nil {
-		return 0, invalid("nil params")
+	if err := params.Check(); err != nil {
+		return 0, err
 	}
 	return e.dlqMove(ctx, params.SubscriptionID, params.IDs, true)
 }

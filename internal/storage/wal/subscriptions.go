@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
@@ -293,13 +292,8 @@ func (e *Engine) SubscriptionStats(ctx context.Context, id int64) (*storage.Subs
 // current state again is an invalid transition too). CANCELLED drops the delivery state at once; DELETED is
 // SubscriptionDelete.
 func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.SubscriptionUpdateParams) (*storage.Subscription, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	switch params.State {
-	case storage.Active, storage.Paused, storage.Dead, storage.Cancelled, storage.Deleted:
-	default:
-		return nil, invalid("subscription state %q", params.State)
+	if err := params.Check(); err != nil {
+		return nil, err
 	}
 	e.mu.Lock()
 	if err := e.checkLocked(); err != nil {
@@ -332,16 +326,7 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 // BindingCreate registers a durable group on a topic pattern: TopicCreate of a matching PUB_SUB
 // topic subscribes the group from the topic's beginning, atomically with the creation.
 func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreateParams) (*storage.Binding, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	if err := names.ValidateGroup(params.Group); err != nil {
-		return nil, validName(err)
-	}
-	if err := names.ValidatePattern(params.Pattern); err != nil {
-		return nil, validName(err)
-	}
-	start, err := params.Start.Normalize()
+	start, err := params.Check()
 	if err != nil {
 		return nil, err
 	}
@@ -368,8 +353,8 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 
 // BindingDelete removes a binding; the subscriptions it created stay.
 func (e *Engine) BindingDelete(ctx context.Context, params *storage.BindingDeleteParams) error {
-	if params == nil {
-		return invalid("nil params")
+	if err := params.Check(); err != nil {
+		return err
 	}
 	e.mu.Lock()
 	if err := e.checkLocked(); err != nil {

@@ -91,10 +91,7 @@ func (e *Engine) closePartitions(parts []*partition) {
 // storage.QueueGroup, from the beginning); a PUB_SUB topic gets one subscription per matching
 // binding (its group, from the beginning), in the same state record as the topic.
 func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreateParams) (*storage.Topic, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	cfg, err := params.Check()
 	if err != nil {
 		return nil, err
 	}
@@ -200,11 +197,8 @@ func queuePendingLocked(t *topic, s *sub) bool {
 // Force it fails with storage.ErrTopicHasSubscriptions while a durable PUB_SUB subscription is
 // ACTIVE or PAUSED, or while the queue subscription (ACTIVE or PAUSED) has messages not yet done.
 func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeleteParams) error {
-	if params == nil {
-		return invalid("nil params")
-	}
-	if err := names.ValidateTopic(params.Name); err != nil {
-		return validName(err)
+	if err := params.Check(); err != nil {
+		return err
 	}
 	check := func() error {
 		t := e.topics[params.Name]
@@ -313,10 +307,7 @@ func (e *Engine) TopicStats(ctx context.Context, name string) (*storage.TopicSta
 // the one live durable subscription to the queue group, or creates the queue subscription (from
 // the first retained message) when none is live.
 func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdateParams) (*storage.Topic, error) {
-	if params == nil {
-		return nil, invalid("nil params")
-	}
-	cfg, err := storage.CheckTopic(params.Name, params.Config)
+	cfg, err := params.Check()
 	if err != nil {
 		return nil, err
 	}
