@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // Value types shared by several messages.
@@ -157,12 +159,10 @@ func (m GroupMode) String() string {
 }
 
 // FormatMessageID formats the message id shown to users (BRIEF.md section 2b): the offset when
-// the topic has one partition, "partition:offset" otherwise.
+// the topic has one partition, "partition:offset" otherwise. The format is storage.MessageID's,
+// the one the engines and the admin API use.
 func FormatMessageID(partitions int, partition int32, offset int64) string {
-	if partitions <= 1 {
-		return strconv.FormatInt(offset, 10)
-	}
-	return strconv.FormatInt(int64(partition), 10) + ":" + strconv.FormatInt(offset, 10)
+	return storage.MessageID(partitions, partition, offset)
 }
 
 // WireMessageID is FormatMessageID for the partition count a PublishOK or a Delivery carries, where
@@ -175,16 +175,12 @@ func WireMessageID(partitions uint32, partition int32, offset int64) string {
 }
 
 // ParseMessageID parses a message id made by FormatMessageID: "offset" (partition 0) or
-// "partition:offset", both non-negative decimal numbers.
+// "partition:offset", both non-negative decimal numbers (storage.ParseMessageID), failing with
+// ErrInvalidArgument.
 func ParseMessageID(id string) (partition int32, offset int64, err error) {
-	p, o, found := strings.Cut(id, ":")
-	if !found {
-		o, p = p, "0"
-	}
-	pp, err1 := strconv.ParseInt(p, 10, 32)
-	oo, err2 := strconv.ParseInt(o, 10, 64)
-	if err1 != nil || err2 != nil || pp < 0 || oo < 0 {
+	p, o, err := storage.ParseMessageID(id)
+	if err != nil {
 		return 0, 0, fmt.Errorf("%w: message id %q: want OFFSET or PARTITION:OFFSET", ErrInvalidArgument, id)
 	}
-	return int32(pp), oo, nil
+	return p, o, nil
 }
