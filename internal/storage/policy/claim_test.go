@@ -184,6 +184,16 @@ func TestClaim(t *testing.T) {
 			want:   outcome{next: now + sec, hasNext: true},
 		},
 		{
+			name: "the backoff grows fourfold per attempt and stops at 5 minutes",
+			store: store{msgs: [][]storage.Message{msgs(0, 2)}, cursor: []int64{2},
+				entries: []*entry{
+					{p: 0, o: 0, attempt: 3, member: "x", leased: true, at: now - 13*sec},    // 16 s: due now + 3 s
+					{p: 0, o: 1, attempt: 9, member: "x", leased: true, at: now - 298*sec}}}, // 5 min: due now + 2 s
+			params: params(5),
+			maxDel: 10,
+			want:   outcome{next: now + 2*sec, hasNext: true},
+		},
+		{
 			name: "expired lease whose backoff passed is redelivered with the next attempt",
 			store: store{msgs: [][]storage.Message{msgs(0, 2)}, cursor: []int64{1},
 				entries: []*entry{{p: 0, o: 0, attempt: 2, member: "x", leased: true, at: now - 4*sec}}},
