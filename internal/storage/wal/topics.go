@@ -110,10 +110,13 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 		return nil, err
 	}
 	defer release()
+	counted := true // in e.creating until the topic is in e.topics (under the same lock)
 	defer func() {
-		e.mu.Lock()
-		e.creating--
-		e.mu.Unlock()
+		if counted {
+			e.mu.Lock()
+			e.creating--
+			e.mu.Unlock()
+		}
 	}()
 	parts, err := e.createPartitions(params.Name, 0, cfg.Partitions)
 	if err != nil {
@@ -150,6 +153,8 @@ func (e *Engine) TopicCreate(ctx context.Context, params *storage.TopicCreatePar
 		}
 	}
 	e.applyTopicCreate(&rec)
+	e.creating--
+	counted = false
 	t := e.topics[params.Name]
 	t.parts = parts
 	ch := e.queueStateWait(encodeJSON(recTopicCreate, &rec))
