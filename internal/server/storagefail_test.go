@@ -89,7 +89,7 @@ func (f *failEnv) expectText(topic string, name string) {
 // expectHTTP publishes over HTTP and checks the status and the JSON error.
 func (f *failEnv) expectHTTP(topic string, status int, name string) {
 	f.t.Helper()
-	resp, err := f.httpCli.Post(f.http.URL+"/api/v1/topics/"+topic+"/messages", "text/plain", strings.NewReader("over-http"))
+	resp, err := f.httpCli.Post(f.http.URL+"/api/v1/topics/"+topic+"/messages", "application/octet-stream", strings.NewReader("over-http"))
 	if err != nil {
 		f.t.Fatalf("HTTP publish: %v", err)
 	}
