@@ -19,6 +19,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
+	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -185,13 +186,20 @@ func New(cfg Config) (*Handler, error) {
 
 // BrokerReady returns a readiness probe for Config.Ready: it fails (with broker.ErrNotRunning,
 // storage.ErrClosed, or a timeout after DefaultReadyTimeout) unless the broker is running and its
-// engine answers a cheap read.
+// engine answers a cheap read, and while its storage is full (broker.StorageFull: publishes are
+// refused, so a load balancer should send publishers elsewhere; deliveries go on).
 func BrokerReady(b *broker.Broker) func() error {
 	return func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultReadyTimeout)
 		defer cancel()
-		_, err := b.Bindings(ctx)
-		return err
+		if _, err := b.Bindings(ctx); err != nil {
+			return err
+		}
+		if since, full := b.StorageFull(); full {
+			return fmt.Errorf("%w since %s: publishes are refused (STORAGE_FULL) until space is freed; deliveries of stored messages go on",
+				storage.ErrFull, since.UTC().Format(time.RFC3339))
+		}
+		return nil
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -112,13 +113,16 @@ const (
 // dispatches deliveries to them under credit-based flow control. Every method is safe for
 // concurrent use. See the package documentation for the design.
 type Broker struct {
-	engine             storage.Engine
-	logger             *slog.Logger
-	clock              storage.Clock
-	autoCreate         bool
-	autoCreateConfig   storage.TopicConfig
-	maxTopics          int // 0: no bound
-	maxPartitions      int
+	engine           storage.Engine
+	logger           *slog.Logger
+	clock            storage.Clock
+	autoCreate       bool
+	autoCreateConfig storage.TopicConfig
+	maxTopics        int // 0: no bound
+	maxPartitions    int
+	// storageFullSince is when publishes started failing with storage.ErrFull (unix ns), 0 while
+	// they are stored (noteStorage).
+	storageFullSince   atomic.Int64
 	retentionInterval  time.Duration
 	onRetention        func(*storage.RetentionResult)
 	pollInterval       time.Duration

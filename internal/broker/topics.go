@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
@@ -33,6 +34,7 @@ func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.A
 		res, err = b.engine.MessagesAppend(ctx, params)
 		return err
 	})
+	b.noteStorage(err)
 	if err != nil {
 		return nil, err
 	}
@@ -59,15 +61,47 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 		return fmt.Errorf("broker: publish to %q: %w", topic, err)
 	}
 	appended := func(res *storage.MessagesAppendResult, err error) {
+		b.noteStorage(err)
 		if err != nil {
 			done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
 			return
 		}
 		done(res.Positions, nil)
 	}
-	return b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) error {
+	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) error {
 		return ae.MessagesAppendAsync(params, appended)
 	})
+	if err != nil {
+		b.noteStorage(err) // refused when queued; a queued append notes its outcome in appended
+	}
+	return err
+}
+
+// noteStorage records the outcome of a publish for StorageFull: one refused because the storage
+// is out of space (storage.ErrFull) starts the condition, a successful one ends it.
+func (b *Broker) noteStorage(err error) {
+	switch {
+	case err == nil:
+		if b.storageFullSince.Load() != 0 {
+			b.storageFullSince.Store(0)
+			b.logger.Info("publishes stored again: the storage has room")
+		}
+	case errors.Is(err, storage.ErrFull):
+		if b.storageFullSince.CompareAndSwap(0, b.clock.Now().UnixNano()) {
+			b.logger.Warn("storage full: publishes are refused (STORAGE_FULL) until space is freed; deliveries of stored messages go on",
+				slog.Any("error", err))
+		}
+	}
+}
+
+// StorageFull reports whether the last publish that reached the storage was refused because it
+// is out of space (disk full, quota, PostgreSQL disk_full), and since when; a publish that is
+// stored again ends it. Readiness and the spool_storage_full metric show it.
+func (b *Broker) StorageFull() (since time.Time, full bool) {
+	if ns := b.storageFullSince.Load(); ns != 0 {
+		return time.Unix(0, ns), true
+	}
+	return time.Time{}, false
 }
 
 // appendTo checks a publish of msgs to topic and runs appendFn with its parameters; when the

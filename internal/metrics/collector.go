@@ -23,6 +23,8 @@ type BrokerSource interface {
 	Groups(ctx context.Context) ([]*broker.GroupInfo, error)
 	// Members describes the broker's live members.
 	Members() []broker.MemberInfo
+	// StorageFull reports whether publishes are refused because the storage is out of space.
+	StorageFull() (since time.Time, full bool)
 }
 
 // DefaultCollectTimeout bounds the reading of the broker at one scrape.
@@ -116,6 +118,8 @@ var (
 		"Live members (consumers) of this broker.", nil, nil)
 	descBrokerUp = prometheus.NewDesc("spool_broker_up",
 		"1 if the broker answered this scrape, 0 if not.", nil, nil)
+	descStorageFull = prometheus.NewDesc("spool_storage_full",
+		"1 while publishes are refused because the storage is out of space (from a publish refused with STORAGE_FULL until one is stored again), else 0.", nil, nil)
 	descCollectDuration = prometheus.NewDesc("spool_metrics_collect_duration_seconds",
 		"Time reading the broker took at this scrape.", nil, nil)
 	descCollectErrors = prometheus.NewDesc("spool_metrics_collect_errors_total",
@@ -124,7 +128,7 @@ var (
 	allDescs = []*prometheus.Desc{descQueueDepth, descConsumerLag, descThroughput, descTopicMessages,
 		descTopicBytes, descTopicPartitions, descTopicSubs, descTopicMembers, descSubState, descSubPending,
 		descSubInFlight, descSubRedelivering, descSubDLQ, descSubMembers, descBrokerMembers, descBrokerUp,
-		descCollectDuration, descCollectErrors}
+		descStorageFull, descCollectDuration, descCollectErrors}
 
 	// exportedStates are the states spool_subscription_state has a series for (DELETED
 	// subscriptions are not listed by the broker).
@@ -169,6 +173,11 @@ func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descCollectErrors, prometheus.CounterValue, float64(c.errors.Load()))
 	ch <- prometheus.MustNewConstMetric(descBrokerUp, prometheus.GaugeValue, 1)
+	full := 0.0
+	if _, ok := c.src.StorageFull(); ok {
+		full = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descStorageFull, prometheus.GaugeValue, full)
 	ch <- prometheus.MustNewConstMetric(descBrokerMembers, prometheus.GaugeValue, float64(len(c.src.Members())))
 
 	depths := QueueDepths(topics, groups)

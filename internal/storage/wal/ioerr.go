@@ -11,8 +11,10 @@ import (
 
 // writtenBefore reports whether err, an append's error from the committer, may have left the
 // append's records on disk: every error but a refusal because of an earlier failure
-// (wlog.ErrFailed), which wrote nothing.
-func writtenBefore(err error) bool { return !errors.Is(err, wlog.ErrFailed) }
+// (wlog.ErrFailed) and no room for a new segment (wlog.ErrNoSegment), which wrote nothing.
+func writtenBefore(err error) bool {
+	return !errors.Is(err, wlog.ErrFailed) && !errors.Is(err, wlog.ErrNoSegment)
+}
 
 // ioFailure classifies a failure of the engine's files for clients (a *storage.IOError; see
 // docs/storage.md, "Storage failures"). written says that some of the call's records may be on

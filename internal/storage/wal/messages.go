@@ -247,7 +247,9 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, batches []*partB
 	}
 	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, len(msgs))}
 	// The batch stored nothing only if no partition's share was written (each was refused after
-	// an earlier failure); otherwise its outcome is unknown (see ioFailure).
+	// an earlier failure, or found no room for a new segment); otherwise its outcome is unknown
+	// (see ioFailure). No room for a segment (wlog.ErrNoSegment) leaves the log working: the
+	// engine does not fail, and publishes resume once space is freed.
 	var failed *partBatch
 	written := false
 	for _, b := range batches {
@@ -256,7 +258,7 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, batches []*partB
 		case b.err == nil:
 			written = true
 		default:
-			if !errors.Is(b.err, storage.ErrClosed) {
+			if !errors.Is(b.err, storage.ErrClosed) && !errors.Is(b.err, wlog.ErrNoSegment) {
 				e.fail(fmt.Errorf("wal: append to %s: %w", b.p.dir, b.err))
 			}
 			written = written || writtenBefore(b.err)
