@@ -44,7 +44,8 @@ func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.A
 // PublishAsync is PublishWith without waiting for the append. It returns PublishWith's error
 // when the batch was refused or not appended, and then never calls done. Otherwise done is called
 // exactly once with the positions: later, from an engine goroutine, once the batch is durable
-// (storage.AsyncAppender), or with the append's error (a write failure, the engine closing);
+// (storage.AsyncAppender; before PublishAsync returns for a batch of duplicates only, see
+// storage.Engine.MessagesAppend), or with the append's error (a write failure, the engine closing);
 // on an engine that cannot append asynchronously (PostgreSQL) PublishAsync appends synchronously
 // and calls done before it returns. done must not block and must not call the broker or the
 // engine synchronously. Appends of one caller are queued in call order.

@@ -60,6 +60,12 @@ type Engine interface {
 	// messages are durable (per the engine's durability setting) and visible, and the result gives
 	// their positions in the order of the batch. A batch is all or nothing. It fails with
 	// ErrTopicNotFound for an unknown topic: auto-creation is the broker's job.
+	//
+	// De-duplication: a message whose ProducerID the topic has seen within its dedup_window (an
+	// earlier append, also before a restart, or an earlier message of the same batch) is not
+	// stored; its position is the first message's, with Duplicate set. The check is atomic with the
+	// append: of concurrent appends with the same ProducerID exactly one stores it. An append
+	// whose messages are all duplicates stores nothing and still succeeds.
 	MessagesAppend(ctx context.Context, params *MessagesAppendParams) (*MessagesAppendResult, error)
 	// MessagesRead reads retained messages of one partition from an offset, without leasing them
 	// (browsing, admin, audit).
@@ -252,10 +258,12 @@ type DLQReplayParams struct {
 type AppendMessage struct {
 	// Partition is the target partition; -1 (PartitionAuto) picks hash(Key) mod partitions when a
 	// key is given and spreads keyless messages otherwise.
-	Partition  int32
-	Key        []byte
-	Headers    map[string]string
-	Payload    []byte
+	Partition int32
+	Key       []byte
+	Headers   map[string]string
+	Payload   []byte
+	// ProducerID is the producer's own id of the message, for de-duplication (see
+	// Engine.MessagesAppend); empty: never a duplicate. At most MaxProducerIDLen bytes.
 	ProducerID string
 	NotBefore  time.Time
 	ExpiresAt  time.Time
@@ -274,7 +282,8 @@ type AsyncAppender interface {
 	// MessagesAppend: invalid batch, unknown topic, closed or failed engine). Otherwise done is
 	// called exactly once, with MessagesAppend's outcome, when the batch is durable or failed
 	// (or, when the engine is closing, with ErrClosed, possibly before MessagesAppendAsync
-	// returns). done runs on a goroutine of the engine that commits other appends meanwhile: it
+	// returns; or, for a batch of duplicates only whose originals are durable, before it returns).
+	// done runs on a goroutine of the engine that commits other appends meanwhile: it
 	// must not block and must not call the engine. Batches queued one after the other by one
 	// goroutine keep that order in each partition.
 	MessagesAppendAsync(params *MessagesAppendParams, done func(*MessagesAppendResult, error)) error
@@ -296,6 +305,9 @@ type MessagePosition struct {
 	Partition   int32
 	Offset      int64
 	PublishedAt time.Time
+	// Duplicate: the message was not stored because an earlier message with the same ProducerID
+	// was appended to the topic within its dedup_window; the position is that message's.
+	Duplicate bool
 }
 
 // MessagesAppendResult is the result of Engine.MessagesAppend.

@@ -47,6 +47,13 @@ const (
 	DefaultMaxMessageBytes = 1 << 20
 	// MaxMessageBytesLimit is the largest max_message_bytes a topic may be configured with.
 	MaxMessageBytesLimit = 8 << 20
+	// MaxProducerIDLen bounds the producer id of a message in bytes.
+	MaxProducerIDLen = 1024
+	// DefaultDedupWindow is the default dedup_window (BRIEF.md section 5).
+	DefaultDedupWindow = 2 * time.Minute
+	// MaxDedupWindow bounds dedup_window: the engines keep every producer id of the window (in
+	// memory on the embedded engine), so the window bounds that memory.
+	MaxDedupWindow = 24 * time.Hour
 )
 
 // TopicConfig is the per-topic configuration. The zero value of a field means "the default" and
@@ -83,6 +90,12 @@ type TopicConfig struct {
 	ZombieTTL time.Duration `json:"zombie_ttl" yaml:"zombie_ttl"`
 	// MaxMessageBytes bounds key + headers + payload of one message. Defaults to 1 MiB.
 	MaxMessageBytes int `json:"max_message_bytes" yaml:"max_message_bytes"`
+	// DedupWindow is how long the engine remembers a message's ProducerID: a second message with
+	// the same ProducerID appended to the topic within that time is dropped and answered with the
+	// first one's position (MessagePosition.Duplicate). 1 ms to MaxDedupWindow; defaults to
+	// 2 min. There is no "off": messages without a ProducerID are never de-duplicated. Omitted
+	// from JSON when zero, so configs stored before it existed keep their bytes.
+	DedupWindow time.Duration `json:"dedup_window,omitempty" yaml:"dedup_window"`
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -116,6 +129,9 @@ func (c TopicConfig) WithDefaults() TopicConfig {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = DefaultDedupWindow
 	}
 	return c
 }
@@ -152,6 +168,8 @@ func (c TopicConfig) Validate() error {
 			ErrNotImplemented, c.ZombieTTL)
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
 		return bad("max_message_bytes", "must be between 1 and %d, got %d", MaxMessageBytesLimit, c.MaxMessageBytes)
+	case c.DedupWindow < time.Millisecond || c.DedupWindow > MaxDedupWindow:
+		return bad("dedup_window", "must be between 1ms and %s, got %s", MaxDedupWindow, c.DedupWindow)
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ func testTopicCreateDefaults(t *testing.T, x *env) {
 		MaxRetention:                   30 * 24 * time.Hour,
 		ZombieTTL:                      7 * 24 * time.Hour,
 		MaxMessageBytes:                1 << 20,
+		DedupWindow:                    2 * time.Minute,
 	}
 	deepEqual(t, tp.Config, want, "TopicCreate config with defaults (BRIEF section 5)")
 	deepEqual(t, want, storage.TopicConfig{}.WithDefaults(), "WithDefaults agrees with BRIEF section 5")
@@ -168,6 +169,8 @@ func testTopicInvalidConfig(t *testing.T, x *env) {
 		"refcount not built":        {CompletionTracking: storage.Refcount},
 		"max_message_bytes too big": {MaxMessageBytes: storage.MaxMessageBytesLimit + 1},
 		"max_message_bytes neg":     {MaxMessageBytes: -1},
+		"dedup_window negative":     {DedupWindow: -time.Second},
+		"dedup_window too long":     {DedupWindow: 25 * time.Hour},
 	}
 	for what, cfg := range bad {
 		_, err := x.e.TopicCreate(x.ctx, &storage.TopicCreateParams{Name: "bad.config", Config: cfg})

@@ -50,6 +50,7 @@ func groups() []group {
 	return []group{
 		{"Topics", topicCases()},
 		{"Publish", publishCases()},
+		{"Dedup", dedupCases()},
 		{"Subscriptions", subscriptionCases()},
 		{"Bindings", bindingCases()},
 		{"Claim", claimCases()},

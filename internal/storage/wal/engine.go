@@ -185,6 +185,8 @@ type topic struct {
 	// inflight counts appends queued to the partition logs and not completed; TopicDelete waits
 	// for it before closing the logs.
 	inflight sync.WaitGroup
+	// dedup holds the producer ids of the last dedup_window (dedup.go).
+	dedup dedupTable
 }
 
 // partition is one partition log.

@@ -26,6 +26,9 @@ func TestGoldenFormats(t *testing.T) {
 		Payload: []byte("pay"), PublishedAt: at, ProducerID: "pid", ExpiresAt: at.Add(time.Hour)}
 	de := &storage.DLQEntry{ID: 2, SubscriptionID: 3, Message: msg, Reason: storage.DLQMaxDeliveries, Attempts: 5, LastError: "lease expired", DeadAt: at}
 	cfg := storage.TopicConfig{Partitions: 2}.WithDefaults()
+	// The records pin the bytes of a config written before dedup_window existed (JSON metadata
+	// gains fields without a format version); TestGoldenDedupWindowDefault checks how it reads.
+	cfg.DedupWindow = 0
 	sub := storage.Subscription{ID: 3, Topic: "a.b", Group: "g", State: storage.Active, Start: storage.StartPosition{Kind: storage.FromNow}, CreatedAt: at, UpdatedAt: at}
 	records := []struct {
 		name string
@@ -145,4 +148,43 @@ func TestGoldenFormatsV1(t *testing.T) {
 		}
 	}
 	equal(t, parts[0].Cursor, int64(3), "cursor from the version 1 snapshot")
+}
+
+// TestGoldenDedupWindowDefault: a topic whose records were written before dedup_window existed (the
+// golden topic create record) reads with the default window, and a written window survives a
+// replay.
+func TestGoldenDedupWindowDefault(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", snapshotVersion)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var rec []byte
+	for i := 0; i+1 < len(lines); i += 2 {
+		if lines[i] == "topic create" {
+			rec, err = hex.DecodeString(lines[i+1])
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if bytes.Contains(rec, []byte("dedup_window")) {
+		t.Fatal("the golden topic create record has a dedup_window")
+	}
+	e := bareEngine()
+	if err := e.applyRecord(rec); err != nil {
+		t.Fatal(err)
+	}
+	if got := cloneTopic(e.topics["a.b"]).Config.DedupWindow; got != storage.DefaultDedupWindow {
+		t.Fatalf("dedup_window of an old topic: %s, want the default %s", got, storage.DefaultDedupWindow)
+	}
+	cfg := storage.TopicConfig{DedupWindow: time.Hour}.WithDefaults()
+	e2 := bareEngine()
+	if err := e2.applyRecord(encodeJSON(recTopicCreate, &topicCreateRec{Topic: storage.Topic{Name: "c", Config: cfg}})); err != nil {
+		t.Fatal(err)
+	}
+	if got := cloneTopic(e2.topics["c"]).Config.DedupWindow; got != time.Hour {
+		t.Fatalf("dedup_window after replay: %s, want 1h", got)
+	}
 }

@@ -70,9 +70,11 @@ func putRecordBuf(b *[]byte) {
 
 // MessagesAppend appends a batch of messages to a topic and returns once they are durable and
 // visible. Everything is validated before anything is written: sizes against max_message_bytes
-// (storage.ErrMessageTooLarge), explicit partitions (storage.ErrInvalidArgument) and, for a
-// PUB_SUB topic with block_writes_on_zero_subscriptions, the presence of an ACTIVE subscription
-// (storage.ErrNoSubscriptions, checked atomically with the append). Keyed messages go to
+// (storage.ErrMessageTooLarge), explicit partitions and producer ids longer than
+// storage.MaxProducerIDLen (storage.ErrInvalidArgument) and, for a PUB_SUB topic with
+// block_writes_on_zero_subscriptions, the presence of an ACTIVE subscription
+// (storage.ErrNoSubscriptions, checked atomically with the append). Messages whose producer id
+// the topic saw within its dedup_window are not stored (dedup.go). Keyed messages go to
 // storage.PartitionForKey; the keyless messages of one call go together to the next partition in
 // round-robin order (so a batch stays one write). PublishedAt is the engine clock, made
 // non-decreasing per partition.
@@ -85,35 +87,44 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 	}
 	// The outcome is worked out here, not on the committer goroutine, which completes the
 	// appends of every caller one after the other.
-	ch := make(chan []*partBatch, 1)
-	if err := e.queueAppend(params, func(batches []*partBatch) { ch <- batches }); err != nil {
+	ch := make(chan *appendOp, 1)
+	if err := e.queueAppend(params, func(op *appendOp) { ch <- op }); err != nil {
 		return nil, err
 	}
-	var batches []*partBatch
+	var op *appendOp
 	if ctx == nil {
-		batches = <-ch
+		op = <-ch
 	} else {
 		select {
-		case batches = <-ch:
+		case op = <-ch:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
 		}
 	}
-	return e.appended(params, batches)
+	return e.appended(params, op)
 }
 
 // MessagesAppendAsync is MessagesAppend without a waiting goroutine (storage.AsyncAppender):
 // it validates and queues the batch like MessagesAppend and returns; done runs on the committer
 // goroutine (or the goroutine that synced the batch's last partition log) once every partition's
-// append completed.
+// append completed. A batch of duplicates only that are all known calls done before
+// MessagesAppendAsync returns, on the caller's goroutine (with no lock held).
 func (e *Engine) MessagesAppendAsync(params *storage.MessagesAppendParams, done func(*storage.MessagesAppendResult, error)) error {
-	return e.queueAppend(params, func(batches []*partBatch) { done(e.appended(params, batches)) })
+	return e.queueAppend(params, func(op *appendOp) { done(e.appended(params, op)) })
+}
+
+// appendOp is an append in flight: its partition batches and its de-duplication.
+type appendOp struct {
+	batches []*partBatch // by partition; nil where the append has no message
+	dedup   *dedupPlan   // nil when no message has a producer id
 }
 
 // queueAppend validates a batch and queues it in the partition logs' committer; it returns an
 // error when nothing was queued. Otherwise complete runs once every partition's append
-// completed, on the goroutine that completed the last one, with the batches to pass to appended.
-func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func([]*partBatch)) error {
+// completed and every duplicate of a pending append got its position, on the goroutine that
+// completed the last one (the caller's, before queueAppend returns, when there was nothing to
+// wait for), with the op to pass to appended.
+func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func(*appendOp)) error {
 	if params == nil || len(params.Messages) == 0 {
 		return invalid("no messages to append")
 	}
@@ -131,7 +142,7 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 		e.mu.RUnlock()
 		return topicNotFound(params.Topic)
 	}
-	cfg := t.meta.Config
+	cfg := t.meta.Config.WithDefaults() // dedup_window of a topic created before it existed
 	n := len(t.parts)
 	for i := range msgs {
 		m := &msgs[i]
@@ -144,17 +155,40 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 			e.mu.RUnlock()
 			return invalid("message %d: partition %d out of range, topic %q has %d", i, m.Partition, params.Topic, n)
 		}
+		if len(m.ProducerID) > storage.MaxProducerIDLen {
+			e.mu.RUnlock()
+			return invalid("message %d: producer id is %d bytes, at most %d allowed", i, len(m.ProducerID), storage.MaxProducerIDLen)
+		}
 	}
 	if cfg.Semantics == storage.PubSub && cfg.BlockWritesOnZeroSubscriptions && !hasActiveLocked(t) {
 		e.mu.RUnlock()
 		return fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, params.Topic)
 	}
 
+	// From here on the append is queued whatever happens: reservations are only resolved by the
+	// completion of the partition appends.
+	op := &appendOp{batches: make([]*partBatch, n)}
+	var remaining atomic.Int32
+	remaining.Store(1) // released below, once everything is queued
+	finish := func() {
+		if remaining.Add(-1) == 0 {
+			complete(op)
+		}
+	}
+	now := e.clock.Now().UnixNano()
+	op.dedup = t.dedup.reserve(msgs, now, cfg.DedupWindow, finish)
+	if op.dedup != nil {
+		remaining.Add(int32(op.dedup.waiting))
+	}
+
 	// Assign partitions.
-	batches := make([]*partBatch, n)
+	batches := op.batches
 	used := 0
 	keyless := int32(-1)
 	for i := range msgs {
+		if !op.dedup.stored(i) {
+			continue
+		}
 		m := &msgs[i]
 		p := m.Partition
 		if p == storage.PartitionAuto {
@@ -176,8 +210,7 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 		b.idx = append(b.idx, i)
 	}
 
-	var remaining atomic.Int32
-	remaining.Store(int32(used))
+	remaining.Add(int32(used))
 	t.inflight.Add(used)
 	// Encode outside the partition locks: the body does not hold the publish time (the frame
 	// timestamp does).
@@ -208,7 +241,6 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 			start = ends[j]
 		}
 	}
-	now := e.clock.Now().UnixNano()
 	for _, b := range batches {
 		if b == nil {
 			continue
@@ -223,23 +255,26 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 		}
 		e.committer.AppendAsyncWith(p.log, b.recs, wlog.AppendOptions{Prompt: params.Prompt}, func(first int64, err error) {
 			b.first, b.err = first, err
+			at := time.Unix(0, b.ts).UTC()
+			t.dedup.resolve(op.dedup, b.idx, func(j int) storage.MessagePosition {
+				return storage.MessagePosition{Partition: b.p.index, Offset: first + int64(j), PublishedAt: at}
+			}, err)
 			t.inflight.Done()
-			if remaining.Add(-1) == 0 {
-				complete(batches)
-			}
+			finish()
 		})
 		p.mu.Unlock()
 	}
 	e.mu.RUnlock()
+	finish()
 	return nil
 }
 
 // appended is the outcome of an append whose partition appends all completed: it frees the
 // records (the committer no longer holds them), fails the engine on a write error and notifies
 // of the new messages.
-func (e *Engine) appended(params *storage.MessagesAppendParams, batches []*partBatch) (*storage.MessagesAppendResult, error) {
+func (e *Engine) appended(params *storage.MessagesAppendParams, op *appendOp) (*storage.MessagesAppendResult, error) {
 	msgs := params.Messages
-	for _, b := range batches {
+	for _, b := range op.batches {
 		if b != nil {
 			putRecordBuf(b.buf)
 			b.buf, b.recs = nil, nil
@@ -252,7 +287,7 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, batches []*partB
 	// engine does not fail, and publishes resume once space is freed.
 	var failed *partBatch
 	written := false
-	for _, b := range batches {
+	for _, b := range op.batches {
 		switch {
 		case b == nil:
 		case b.err == nil:
@@ -270,16 +305,40 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, batches []*partB
 	if failed != nil {
 		return nil, ioFailure(fmt.Errorf("wal: append to topic %q partition %d: %w", params.Topic, failed.p.index, failed.err), written)
 	}
-	for _, b := range batches {
+	stored := false
+	for _, b := range op.batches {
 		if b == nil {
 			continue
 		}
+		stored = true
 		at := time.Unix(0, b.ts).UTC()
 		for j, i := range b.idx {
 			res.Positions[i] = storage.MessagePosition{Partition: b.p.index, Offset: b.first + int64(j), PublishedAt: at}
 		}
 	}
-	e.notify(storage.Notification{Kind: storage.NotifyMessages, Topic: params.Topic})
+	if dp := op.dedup; dp != nil {
+		dp.mu.Lock()
+		err := dp.err
+		dp.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("wal: append to topic %q: the earlier append of a producer id failed: %w", params.Topic, err)
+		}
+		for i := range msgs {
+			if dp.dup[i] {
+				res.Positions[i] = dp.pos[i]
+			}
+		}
+		// Duplicates inside the batch, after every other position is known.
+		for i, j := range dp.dupOf {
+			if j >= 0 {
+				res.Positions[i] = res.Positions[j]
+				res.Positions[i].Duplicate = true
+			}
+		}
+	}
+	if stored {
+		e.notify(storage.Notification{Kind: storage.NotifyMessages, Topic: params.Topic})
+	}
 	return res, nil
 }
 

@@ -58,6 +58,11 @@ func (e *Engine) recover() error {
 	}
 	e.removeOrphans()
 	now := e.now()
+	for _, t := range e.topics {
+		if err := e.rebuildDedup(t, now); err != nil {
+			return err
+		}
+	}
 	// The first record of this run, durable before Open returns: after an unclean shutdown the
 	// rule of applyUnclean (applied now and on every later replay of the record); after a clean
 	// one a marker, so that the log no longer ends with the clean-close record.

@@ -230,3 +230,22 @@ func DecodeMessage(body []byte, m *storage.Message) error {
 	}
 	return d.err
 }
+
+// ProducerID returns the producer id of a record body (empty if it has none), reading only the
+// fields before it: what the embedded engine's de-duplication table is rebuilt from at Open. The
+// result aliases body. It checks only what it reads; DecodeMessage checks the whole record.
+func ProducerID(body []byte) ([]byte, error) {
+	d := decoder{b: body}
+	if len(body) < 2 {
+		d.fail("short record body (%d bytes)", len(body))
+		return nil, d.err
+	}
+	if body[0] != TypeMessageV1 {
+		d.fail("unknown record type %#x", body[0])
+		return nil, d.err
+	}
+	d.off = 2
+	d.bytes("key")
+	id := d.bytes("producer id")
+	return id, d.err
+}

@@ -1,0 +1,50 @@
+package wal
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// TestDedupMemoryBounded: the producer ids of a topic are forgotten once their window passed, on
+// the next append and on RetentionApply for an idle topic; a crash and reopen rebuilds only the
+// ids of the last window (from the partition logs), and the crash between the commit and the
+// answer still de-duplicates the retry.
+func TestDedupMemoryBounded(t *testing.T) {
+	h := newHarness(t)
+	h.createTopic("mem", storage.TopicConfig{Partitions: 2, DedupWindow: time.Minute})
+	ids := func(from, n int) []storage.AppendMessage {
+		var ms []storage.AppendMessage
+		for i := from; i < from+n; i++ {
+			ms = append(ms, storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte("x"), ProducerID: fmt.Sprintf("id-%d", i)})
+		}
+		return ms
+	}
+	table := func() *dedupTable { return &h.e.topics["mem"].dedup }
+	h.publish("mem", ids(0, 500)...)
+	equal(t, table().len(), 500, "ids remembered inside the window")
+	h.clock.Advance(time.Minute)
+	h.publish("mem", ids(500, 1)...)
+	equal(t, table().len(), 1, "ids remembered after the window passed, one append later")
+	h.clock.Advance(time.Minute)
+	_, err := h.e.RetentionApply(h.ctx)
+	h.must(err, "RetentionApply")
+	equal(t, table().len(), 0, "ids of an idle topic after RetentionApply")
+
+	h.publish("mem", ids(1000, 300)...)
+	h.clock.Advance(40 * time.Second)
+	last := h.publish("mem", ids(2000, 200)...)
+	h.crash()
+	equal(t, table().len(), 500, "ids rebuilt after a crash: both appends are inside the window")
+	h.clock.Advance(30 * time.Second)
+	h.crash()
+	equal(t, table().len(), 200, "ids rebuilt after a crash: only the last append is inside the window")
+	again := h.publish("mem", ids(2000, 200)...)
+	for i, p := range again {
+		if !p.Duplicate || p.Partition != last[i].Partition || p.Offset != last[i].Offset {
+			t.Fatalf("retry after a crash, message %d: %+v, want the duplicate of %+v", i, p, last[i])
+		}
+	}
+}
