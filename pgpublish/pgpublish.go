@@ -52,7 +52,9 @@ type Message struct {
 	Payload []byte
 	// Partition, when set, is the target partition.
 	Partition *int32
-	// ProducerID is the producer's own id of the message.
+	// ProducerID is the producer's own id of the message (at most 1024 bytes): a message whose
+	// ProducerID the topic saw within its dedup_window (published by the broker or by this
+	// package) is not stored; its Position is the earlier message's, with Duplicate set.
 	ProducerID string
 	// NotBefore delays delivery; ExpiresAt drops the message undelivered after it (zero: unset).
 	NotBefore time.Time
@@ -64,6 +66,9 @@ type Position struct {
 	Partition   int32
 	Offset      int64
 	PublishedAt time.Time
+	// Duplicate: the message was not stored; the position is that of the earlier message with the
+	// same ProducerID.
+	Duplicate bool
 }
 
 // Publish publishes msgs to topic inside tx, in one round trip, in schema DefaultSchema. On error
@@ -78,7 +83,7 @@ func PublishSchema(ctx context.Context, tx pgx.Tx, schema, topic string, msgs ..
 		return nil, nil
 	}
 	fn := pgx.Identifier{schema, "publish"}.Sanitize()
-	q := "SELECT partition, \"offset\", published_at FROM " + fn + "($1, $2, $3, $4, $5, $6, $7, $8)"
+	q := "SELECT partition, \"offset\", published_at, duplicate FROM " + fn + "($1, $2, $3, $4, $5, $6, $7, $8)"
 	b := &pgx.Batch{}
 	for i := range msgs {
 		m := &msgs[i]
@@ -103,7 +108,7 @@ func PublishSchema(ctx context.Context, tx pgx.Tx, schema, topic string, msgs ..
 	out := make([]Position, len(msgs))
 	for i := range msgs {
 		p := &out[i]
-		if err := br.QueryRow().Scan(&p.Partition, &p.Offset, &p.PublishedAt); err != nil {
+		if err := br.QueryRow().Scan(&p.Partition, &p.Offset, &p.PublishedAt, &p.Duplicate); err != nil {
 			_ = br.Close()
 			return nil, fmt.Errorf("pgpublish: publish to %q, message %d: %w", topic, i, classify(err))
 		}

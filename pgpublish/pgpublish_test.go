@@ -168,3 +168,63 @@ func TestPublishErrors(t *testing.T) {
 		t.Fatalf("refused publishes left high-water marks adding up to %d", n)
 	}
 }
+
+// TestPublishDedup: spool.publish de-duplicates by producer id with the broker's own publishes
+// (one table for both): a second copy, in the same transaction, in a later one or through the
+// engine, is not stored and answers the first one's position with Duplicate; a rolled-back
+// publish does not keep its id.
+func TestPublishDedup(t *testing.T) {
+	eng, pool, schema := setup(t)
+	ctx := t.Context()
+	publish := func(commit bool, msgs ...pgpublish.Message) []pgpublish.Position {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos, err := pgpublish.PublishSchema(ctx, tx, schema, "orders", msgs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pos
+	}
+	publish(false, pgpublish.Message{Payload: []byte("x"), ProducerID: "gone"})
+	pos := publish(true,
+		pgpublish.Message{Key: []byte("k"), Payload: []byte("a"), ProducerID: "order-1"},
+		pgpublish.Message{Key: []byte("other"), Payload: []byte("a2"), ProducerID: "order-1"},
+		pgpublish.Message{Payload: []byte("b"), ProducerID: "gone"})
+	if pos[0].Duplicate || pos[2].Duplicate {
+		t.Fatalf("first copies are duplicates: %+v", pos)
+	}
+	same := func(got, want pgpublish.Position, what string) {
+		t.Helper()
+		if !got.Duplicate || got.Partition != want.Partition || got.Offset != want.Offset || !got.PublishedAt.Equal(want.PublishedAt) {
+			t.Errorf("%s: %+v, want the duplicate of %+v", what, got, want)
+		}
+	}
+	same(pos[1], pos[0], "second copy in the same transaction")
+	same(publish(true, pgpublish.Message{Payload: []byte("a3"), ProducerID: "order-1"})[0], pos[0], "copy in a later transaction")
+	res, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "orders",
+		Messages: []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("a4"), ProducerID: "order-1"},
+			{Partition: storage.PartitionAuto, Payload: []byte("c"), ProducerID: "order-2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Positions[0]
+	same(pgpublish.Position{Partition: got.Partition, Offset: got.Offset, PublishedAt: got.PublishedAt, Duplicate: got.Duplicate}, pos[0],
+		"copy published through the engine")
+	c := res.Positions[1]
+	same(publish(true, pgpublish.Message{Payload: []byte("c2"), ProducerID: "order-2"})[0],
+		pgpublish.Position{Partition: c.Partition, Offset: c.Offset, PublishedAt: c.PublishedAt}, "copy of the engine's message through spool.publish")
+	if n := highWater(t, eng); n != 3 {
+		t.Fatalf("messages stored: %d, want 3 (order-1, gone, order-2)", n)
+	}
+}

@@ -71,6 +71,7 @@ func (e *Engine) loadTopic(ctx context.Context, q querier, name string, lock loc
 	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
 		return nil, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
 	}
+	t.cfg = t.cfg.WithDefaults() // settings added after the topic was stored (dedup_window)
 	return &t, nil
 }
 

@@ -39,10 +39,11 @@ func (e *Engine) maintenanceLoop() {
 	}
 }
 
-// maintain pre-creates the current and the next bucket and removes the ephemeral subscriptions
-// (and rows) of instances whose heartbeat is stale (see staleHeartbeats). Both jobs are
-// safe on several instances at once: bucket creation takes the bucket lock, and the cleanup runs
-// under pg_try_advisory_xact_lock (an instance that does not get it skips the job).
+// maintain pre-creates the current and the next bucket, removes the ephemeral subscriptions
+// (and rows) of instances whose heartbeat is stale (see staleHeartbeats) and deletes expired
+// producer ids. The jobs are safe on several instances at once: bucket creation takes the bucket
+// lock, the cleanup runs under pg_try_advisory_xact_lock (an instance that does not get it skips
+// the job), and the prune deletes only expired rows.
 func (e *Engine) maintain(ctx context.Context) error {
 	now := e.clock.Now()
 	if err := e.ensureBucket(ctx, now); err != nil {
@@ -51,8 +52,20 @@ func (e *Engine) maintain(ctx context.Context) error {
 	if err := e.ensureBucket(ctx, now.Add(e.bucket.width)); err != nil {
 		return err
 	}
-	_, err := e.removeStaleInstances(ctx, now)
-	return err
+	if _, err := e.removeStaleInstances(ctx, now); err != nil {
+		return err
+	}
+	return e.pruneProducerIDs(ctx, now)
+}
+
+// pruneProducerIDs deletes the producer ids whose dedup_window ended (migrations/0006): a publish
+// takes over an expired id anyway, so this only bounds the table. Safe on several instances at
+// once (a row deleted twice is deleted once).
+func (e *Engine) pruneProducerIDs(ctx context.Context, now time.Time) error {
+	if _, err := e.pool.Exec(ctx, e.sql("DELETE FROM spool.producer_ids WHERE expires_at <= $1"), now); err != nil {
+		return fmt.Errorf("pgstore: prune producer ids: %w", err)
+	}
+	return nil
 }
 
 // removeStaleInstances deletes the ephemeral subscriptions of instances whose heartbeat is older

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -58,6 +59,17 @@ type appendPlan struct {
 	notBefore  []pgtype.Timestamptz
 	expiresAt  []pgtype.Timestamptz
 	size       []int32
+	// stored counts the rows: the messages that are not duplicates.
+	stored int
+	// Producer ids claimed by this append and their rows' positions (setPositionsSQL).
+	idID   []string
+	idPart []int32
+	idBack []int64
+	// dups: the messages not stored, by batch index; dupOf[i] >= 0 for an earlier message of the
+	// batch with the same id, else dupPos[i] is the stored message's position.
+	dups   []bool
+	dupOf  []int
+	dupPos []storage.MessagePosition
 }
 
 // prepareAppend validates what does not need the topic and ensures the bucket of the publish
@@ -94,14 +106,133 @@ func validateAppend(p *storage.MessagesAppendParams) error {
 		if !pgText(m.ProducerID) {
 			return invalid("message %d: producer id must be valid UTF-8 without NUL", i)
 		}
+		if len(m.ProducerID) > storage.MaxProducerIDLen {
+			return invalid("message %d: producer id is %d bytes, at most %d allowed", i, len(m.ProducerID), storage.MaxProducerIDLen)
+		}
 	}
 	return nil
 }
 
+// defaultDedupWindowNS is storage.DefaultDedupWindow in the SQL of topics whose config has no
+// dedup_window (created before it existed).
+var defaultDedupWindowNS = strconv.FormatInt(int64(storage.DefaultDedupWindow), 10)
+
+// claimIDsSQL claims the producer ids $2 (distinct, sorted: the lock order of the rows) of topic
+// $1 at $3 (see migrations/0006_producer_ids.sql): new ids are inserted, expired ones taken over,
+// both with partition -1 until setPositionsSQL; it returns the ids claimed. Any other id is a
+// duplicate (dupPositionsSQL). A row another transaction holds is waited for.
+var claimIDsSQL = `INSERT INTO spool.producer_ids AS d (topic_id, producer_id, expires_at, partition, "offset", published_at)
+SELECT t.id, v.id, $3::timestamptz + coalesce(nullif((t.config->>'dedup_window')::bigint, 0), ` + defaultDedupWindowNS + `) / 1000 * interval '1 microsecond',
+	-1, -1, $3::timestamptz
+FROM spool.topics t CROSS JOIN unnest($2::text[]) AS v(id)
+WHERE t.name = $1
+ORDER BY v.id
+ON CONFLICT (topic_id, producer_id) DO UPDATE
+	SET expires_at = excluded.expires_at, partition = -1, "offset" = -1, published_at = excluded.published_at
+	WHERE d.expires_at <= $3::timestamptz
+RETURNING d.producer_id`
+
+// dupPositionsSQL reads the positions of the ids of $2 that claimIDsSQL did not claim (run right
+// after it in the same transaction: its own claims still have partition -1).
+const dupPositionsSQL = `SELECT d.producer_id, d.partition, d."offset", d.published_at
+FROM spool.producer_ids d JOIN spool.topics t ON t.id = d.topic_id
+WHERE t.name = $1 AND d.producer_id = ANY($2::text[]) AND d.partition >= 0`
+
+// setPositionsSQL records the positions of the messages whose ids the append claimed, computed
+// like insertMessagesSQL's offsets.
+const setPositionsSQL = `UPDATE spool.producer_ids d SET partition = v.partition, "offset" = p.next_offset - v.back,
+	published_at = p.last_published_at
+FROM unnest($2::text[], $3::int[], $4::bigint[]) AS v(id, partition, back)
+JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition
+WHERE d.topic_id = $1 AND d.producer_id = v.id`
+
+// producerIDs returns the distinct producer ids of a batch, sorted.
+func producerIDs(msgs []storage.AppendMessage) []string {
+	var ids []string
+	for i := range msgs {
+		if msgs[i].ProducerID != "" {
+			ids = append(ids, msgs[i].ProducerID)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// loadTopicClaim is loadTopic (FOR SHARE) and, in the same round trip, the claim of the batch's
+// producer ids: it returns the topic, the ids claimed and the positions of the others.
+func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids []string, now time.Time) (*topicRow, map[string]bool, map[string]storage.MessagePosition, error) {
+	b := &pgx.Batch{}
+	b.Queue(e.sql("SELECT id, name, config, created_at FROM spool.topics WHERE name = $1"+forShare.clause()), name)
+	b.Queue(e.sql(claimIDsSQL), name, ids, now)
+	b.Queue(e.sql(dupPositionsSQL), name, ids)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	var t topicRow
+	var cfg []byte
+	err := br.QueryRow().Scan(&t.id, &t.name, &cfg, &t.createdAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pgstore: load topic %q: %w", name, err)
+	}
+	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
+	}
+	claimed := map[string]bool{}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, nil, nil, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+		}
+		claimed[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+	}
+	known := map[string]storage.MessagePosition{}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
+	}
+	for rows.Next() {
+		var id string
+		var pos storage.MessagePosition
+		if err := rows.Scan(&id, &pos.Partition, &pos.Offset, &pos.PublishedAt); err != nil {
+			rows.Close()
+			return nil, nil, nil, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
+		}
+		pos.PublishedAt = pos.PublishedAt.UTC()
+		pos.Duplicate = true
+		known[id] = pos
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
+	}
+	return &t, claimed, known, nil
+}
+
 // planAppend loads and locks the topic (FOR SHARE: it cannot change or go away until the
-// transaction ends), validates the batch against its configuration and assigns partitions.
-func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams) (*appendPlan, error) {
-	t, err := e.loadTopic(ctx, tx, p.Topic, forShare)
+// transaction ends), claims the batch's producer ids (in the same round trip), validates the
+// batch against the topic's configuration and assigns partitions to the messages that are not
+// duplicates.
+func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams, now time.Time) (*appendPlan, error) {
+	var t *topicRow
+	var claimed map[string]bool
+	var known map[string]storage.MessagePosition
+	var err error
+	if ids := producerIDs(p.Messages); len(ids) > 0 {
+		t, claimed, known, err = e.loadTopicClaim(ctx, tx, p.Topic, ids, now.Truncate(time.Microsecond))
+	} else {
+		t, err = e.loadTopic(ctx, tx, p.Topic, forShare)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -130,9 +261,38 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	}
 
 	plan := &appendPlan{topic: t}
+	if claimed != nil {
+		plan.dups = make([]bool, len(msgs))
+		plan.dupOf = make([]int, len(msgs))
+		plan.dupPos = make([]storage.MessagePosition, len(msgs))
+		first := map[string]int{}
+		for i := range msgs {
+			plan.dupOf[i] = -1
+			id := msgs[i].ProducerID
+			if id == "" {
+				continue
+			}
+			if j, ok := first[id]; ok {
+				plan.dups[i], plan.dupOf[i] = true, j
+				continue
+			}
+			first[id] = i
+			if claimed[id] {
+				continue
+			}
+			pos, ok := known[id]
+			if !ok {
+				return nil, fmt.Errorf("pgstore: append to %q: producer id %q neither claimed nor found", p.Topic, id)
+			}
+			plan.dups[i], plan.dupPos[i] = true, pos
+		}
+	}
 	byPart := map[int32]*partShare{}
 	keyless := int32(-1)
 	for i := range msgs {
+		if plan.dups != nil && plan.dups[i] {
+			continue
+		}
 		m := &msgs[i]
 		part := m.Partition
 		if part == storage.PartitionAuto {
@@ -155,7 +315,12 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	}
 	slices.SortFunc(plan.shares, func(a, b *partShare) int { return int(a.partition) - int(b.partition) })
 
-	k := len(msgs)
+	// The rows, in share order (a row's offset comes from its partition and back, not its place).
+	k := 0
+	for _, s := range plan.shares {
+		k += len(s.idx)
+	}
+	plan.stored = k
 	plan.partition = make([]int32, k)
 	plan.back = make([]int64, k)
 	plan.key = make([][]byte, k)
@@ -165,33 +330,38 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	plan.notBefore = make([]pgtype.Timestamptz, k)
 	plan.expiresAt = make([]pgtype.Timestamptz, k)
 	plan.size = make([]int32, k)
+	r := 0
 	for _, s := range plan.shares {
 		for j, i := range s.idx {
 			m := &msgs[i]
 			size := appendSize(m)
 			s.bytes += int64(size + messageOverhead)
-			plan.partition[i] = s.partition
-			plan.back[i] = int64(len(s.idx) - j)
-			plan.key[i] = m.Key
+			plan.partition[r] = s.partition
+			plan.back[r] = int64(len(s.idx) - j)
+			plan.key[r] = m.Key
 			if len(m.Headers) > 0 {
 				b, err := json.Marshal(m.Headers)
 				if err != nil {
 					return nil, invalid("message %d: headers: %v", i, err)
 				}
 				h := string(b)
-				plan.headers[i] = &h
+				plan.headers[r] = &h
 			}
 			if m.Payload == nil {
-				plan.payload[i] = []byte{}
+				plan.payload[r] = []byte{}
 			} else {
-				plan.payload[i] = m.Payload
+				plan.payload[r] = m.Payload
 			}
 			if m.ProducerID != "" {
-				plan.producerID[i] = &m.ProducerID
+				plan.producerID[r] = &m.ProducerID
+				plan.idID = append(plan.idID, m.ProducerID)
+				plan.idPart = append(plan.idPart, s.partition)
+				plan.idBack = append(plan.idBack, plan.back[r])
 			}
-			plan.notBefore[i] = optTime(m.NotBefore)
-			plan.expiresAt[i] = optTime(m.ExpiresAt)
-			plan.size[i] = int32(size)
+			plan.notBefore[r] = optTime(m.NotBefore)
+			plan.expiresAt[r] = optTime(m.ExpiresAt)
+			plan.size[r] = int32(size)
+			r++
 		}
 	}
 	return plan, nil
@@ -232,12 +402,26 @@ JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition`
 // of each partition in the plan.
 func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nmsgs int, now time.Time, notify string) (*storage.MessagesAppendResult, error) {
 	now = now.Truncate(time.Microsecond)
+	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, nmsgs)}
+	if plan.stored == 0 {
+		// Duplicates only: nothing to write (a pipelined transaction still sends its COMMIT).
+		if pt, ok := tx.(*pipeTx); ok {
+			if err := pt.SendBatch(ctx, &pgx.Batch{}).Close(); err != nil {
+				return nil, err
+			}
+		}
+		plan.fillDups(res)
+		return res, nil
+	}
 	b := &pgx.Batch{}
 	for _, s := range plan.shares {
 		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes)
 	}
 	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, plan.payload,
 		plan.producerID, plan.notBefore, plan.expiresAt, plan.size)
+	if len(plan.idID) > 0 {
+		b.Queue(e.sql(setPositionsSQL), plan.topic.id, plan.idID, plan.idPart, plan.idBack)
+	}
 	if notify != "" {
 		b.Queue("SELECT pg_notify($1, $2)", e.channel(), notify)
 	}
@@ -258,6 +442,12 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		br.Close()
 		return nil, err
 	}
+	if len(plan.idID) > 0 {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("pgstore: record producer ids: %w", err)
+		}
+	}
 	if notify != "" {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -267,16 +457,31 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	if err := br.Close(); err != nil {
 		return nil, err
 	}
-	if tag.RowsAffected() != int64(nmsgs) {
-		return nil, fmt.Errorf("pgstore: append to %q inserted %d rows of %d", plan.topic.name, tag.RowsAffected(), nmsgs)
+	if tag.RowsAffected() != int64(plan.stored) {
+		return nil, fmt.Errorf("pgstore: append to %q inserted %d rows of %d", plan.topic.name, tag.RowsAffected(), plan.stored)
 	}
-	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, nmsgs)}
 	for _, s := range plan.shares {
 		for j, i := range s.idx {
 			res.Positions[i] = storage.MessagePosition{Partition: s.partition, Offset: s.first + int64(j), PublishedAt: s.at}
 		}
 	}
+	plan.fillDups(res)
 	return res, nil
+}
+
+// fillDups sets the positions of the messages that were not stored, once the others are known.
+func (plan *appendPlan) fillDups(res *storage.MessagesAppendResult) {
+	for i, dup := range plan.dups {
+		if dup && plan.dupOf[i] < 0 {
+			res.Positions[i] = plan.dupPos[i]
+		}
+	}
+	for i, j := range plan.dupOf {
+		if j >= 0 {
+			res.Positions[i] = res.Positions[j]
+			res.Positions[i].Duplicate = true
+		}
+	}
 }
 
 // maxShareTime is the latest publish time of a plan's partitions (after a failed insert: the
@@ -344,18 +549,19 @@ func (e *Engine) messagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 	}
 	var res *storage.MessagesAppendResult
 	var topicID int64
+	var stored int
 	for attempt := 0; ; attempt++ {
 		var plan *appendPlan
 		// Two round trips: BEGIN with the topic's row, then the offsets, the rows and COMMIT.
 		err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			plan, err = e.planAppend(ctx, tx, p)
+			plan, err = e.planAppend(ctx, tx, p, now)
 			if err != nil {
 				return err
 			}
 			finalBatch(tx)
 			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
-			topicID = plan.topic.id
+			topicID, stored = plan.topic.id, plan.stored
 			return err
 		})
 		if err != nil && attempt == 0 && isNoPartition(err) {
@@ -369,8 +575,10 @@ func (e *Engine) messagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 		}
 		break
 	}
-	e.cacheAppended(topicID, p, res)
-	e.announce(storage.Notification{Kind: storage.NotifyMessages, Topic: p.Topic})
+	if stored > 0 {
+		e.cacheAppended(topicID, p, res)
+		e.announce(storage.Notification{Kind: storage.NotifyMessages, Topic: p.Topic})
+	}
 	return res, nil
 }
 
@@ -382,6 +590,9 @@ func (e *Engine) cacheAppended(topicID int64, p *storage.MessagesAppendParams, r
 	}
 	byPart := map[int32][]*storage.Message{}
 	for i, pos := range res.Positions {
+		if pos.Duplicate {
+			continue // not stored by this append
+		}
 		byPart[pos.Partition] = append(byPart[pos.Partition], appendedMessage(p.Topic, &p.Messages[i], pos))
 	}
 	for part, ms := range byPart {

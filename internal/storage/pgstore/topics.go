@@ -190,6 +190,7 @@ func (e *Engine) topicList(ctx context.Context) ([]*storage.Topic, error) {
 		if err := json.Unmarshal(cfg, &t.cfg); err != nil {
 			return nil, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, t.name, err)
 		}
+		t.cfg = t.cfg.WithDefaults() // settings added after the topic was stored (dedup_window)
 		out = append(out, t.topic())
 	}
 	if err := rows.Err(); err != nil {
