@@ -440,3 +440,30 @@ func TestMessageIDsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIPubProducerID: spool pub --producer-id stores a message once per producer id (within the
+// topic's dedup window) and prints the first message's id, marked, for a repeat; "{{n}}" in the
+// producer id numbers the messages of one run; topic create --dedup-window sets the window.
+func TestCLIPubProducerID(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	const topic = "cli.dedup"
+	s.ok(t, "", "topic", "create", topic, "--dedup-window", "10m")
+	if r := s.ok(t, "", "topic", "describe", topic); !strings.Contains(r.stdout, "10m") {
+		t.Fatalf("topic describe does not show the dedup window: %q", r.stdout)
+	}
+	if r := s.ok(t, "", "pub", "--producer-id", "order-1001", topic, "x"); r.stdout != "0\n" {
+		t.Fatalf("first publish printed %q", r.stdout)
+	}
+	if r := s.ok(t, "", "pub", "--producer-id", "order-1001", topic, "x"); r.stdout != "0 (duplicate)\n" {
+		t.Fatalf("second publish printed %q, want the first one's id marked as a duplicate", r.stdout)
+	}
+	r := s.ok(t, "", "pub", "--count", "2", "--producer-id", "row-{{n}}", topic, "r{{n}}")
+	if ids := strings.Fields(r.stdout); !slices.Equal(ids, []string{"1", "2"}) {
+		t.Fatalf("pub --count 2 with numbered producer ids printed %q", r.stdout)
+	}
+	r = s.ok(t, "", "pub", "--count", "3", "--producer-id", "row-{{n}}", topic, "r{{n}}")
+	if r.stdout != "1 (duplicate)\n2 (duplicate)\n3\n" {
+		t.Fatalf("pub repeating row-1 and row-2 printed %q", r.stdout)
+	}
+}

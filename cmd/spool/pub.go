@@ -37,12 +37,17 @@ number (1, 2, ...). --file publishes a file's contents as one message ("-":
 all of stdin). Without payloads or --file, every line of stdin is one message (empty lines
 included), published asynchronously in pipelined batches; with stderr on a terminal a count is
 shown every second. A summary goes to stderr when more than one message was published. Every
-message is acknowledged durably by the broker before its id is printed.`,
+message is acknowledged durably by the broker before its id is printed. With --producer-id, the
+broker stores a message only once per producer id within the topic's dedup_window (default 2 min):
+a repeat is answered with the first message's id, marked "(duplicate)", and the client may safely
+retry a publish whose outcome it did not learn.`,
 	examples: []string{
 		`spool pub orders.created 'hello world'`,
 		`spool pub --key user-7 --header trace=abc orders.created '{"id":1}'`,
 		`spool pub --count 1000 --quiet orders.created 'order {{n}}'`,
 		`spool pub --file invoice.pdf invoices`,
+		`spool pub --producer-id order-1001 orders.created '{"id":1001}'`,
+		`spool pub --count 100 --producer-id 'import-7-{{n}}' orders.created 'row {{n}}'`,
 		`seq 100000 | spool pub orders.created`,
 	},
 }
@@ -55,6 +60,7 @@ type pubOptions struct {
 	file      string
 	count     int
 	key       string
+	producer  string
 	headers   map[string]string
 	partition int
 	json      bool
@@ -74,6 +80,7 @@ func runPub(ctx context.Context, e *cliEnv, args []string) error {
 		o.headers[k] = v
 		return nil
 	})
+	fs.StringVar(&o.producer, "producer-id", "", "producer id of each message, for de-duplication by the broker; \"{{n}}\" becomes the message's number")
 	fs.IntVar(&o.partition, "partition", -1, "publish to this partition; -1: by key, else the broker chooses")
 	fs.IntVar(&o.count, "count", 1, "publish each payload argument (or --file) this many times")
 	fs.StringVar(&o.file, "file", "", "publish the contents of this file as one message (\"-\": all of stdin)")
@@ -320,14 +327,17 @@ func (p *publisher) run(ctx context.Context, src messageSource) error {
 		}
 		p.sent++
 		seq := p.sent
-		p.c.PublishAsync(p.o.topic, p.message(payload), func(pos client.Position, err error) {
+		p.c.PublishAsync(p.o.topic, p.message(payload, seq), func(pos client.Position, err error) {
 			p.done(seq, pubResult{pos: pos, err: err})
 		})
 	}
 }
 
-func (p *publisher) message(payload []byte) client.Message {
+func (p *publisher) message(payload []byte, seq int) client.Message {
 	m := client.Message{Payload: payload}
+	if p.o.producer != "" {
+		m.ProducerID = strings.ReplaceAll(p.o.producer, countPlaceholder, strconv.Itoa(seq))
+	}
 	if p.o.key != "" {
 		m.Key = []byte(p.o.key)
 	}

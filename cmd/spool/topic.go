@@ -31,6 +31,7 @@ type topicConfigFlags struct {
 	partitions, maxDeliveries, maxMessageBytes                int
 	blockWrites                                               bool
 	ackWait, messageRetention, zeroSubRetention, maxRetention cli.DurationValue
+	dedupWindow                                               cli.DurationValue
 }
 
 // flagField maps a flag to its field in the API's JSON.
@@ -45,6 +46,7 @@ var topicFlagFields = map[string]string{
 	"completion-tracking":                "completion_tracking",
 	"max-retention":                      "max_retention",
 	"max-message-bytes":                  "max_message_bytes",
+	"dedup-window":                       "dedup_window",
 }
 
 func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
@@ -67,6 +69,7 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.StringVar(&t.completionTracking, "completion-tracking", "", "watermark: retention follows each group's ack floor (the only mode built)"+def("watermark"))
 	fs.Var(&t.maxRetention, "max-retention", "hard cap on the age of any message"+def("30d"))
 	fs.IntVar(&t.maxMessageBytes, "max-message-bytes", 0, "bound of key + headers + payload of one message"+def("1048576"))
+	fs.Var(&t.dedupWindow, "dedup-window", "how long a producer id is remembered: a message repeating one is not stored again"+def("2m"))
 	return t
 }
 
@@ -253,6 +256,7 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("Completion tracking", string(c.CompletionTracking))
 	f.Add("Max retention", cli.Duration(time.Duration(c.MaxRetention)))
 	f.Add("Max message size", cli.Bytes(int64(c.MaxMessageBytes)))
+	f.Add("Dedup window", cli.Duration(time.Duration(c.DedupWindow)))
 	if err := f.Write(e.stdout); err != nil {
 		return err
 	}

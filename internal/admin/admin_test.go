@@ -929,3 +929,28 @@ func TestUnbuiltSettings(t *testing.T) {
 		t.Error("the OpenAPI description offers refcount")
 	}
 }
+
+// TestPublishProducerID: a second HTTP publish with the same producer_id is not stored and answers
+// the first message's position with duplicate=true; dedup_window is a topic setting.
+func TestPublishProducerID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "orders", "dedup_window": "10m"}).ok(201, nil)
+	var tp Topic
+	e.do("GET", "/api/v1/topics/orders", nil).ok(200, &tp)
+	if tp.Config.DedupWindow != Duration(10*time.Minute) {
+		t.Fatalf("dedup_window: %+v", tp.Config)
+	}
+	var first, second PublishResult
+	e.do("POST", "/api/v1/topics/orders/messages", map[string]any{"producer_id": "order-1001", "payload": "x"}).ok(201, &first)
+	e.do("POST", "/api/v1/topics/orders/messages", map[string]any{"producer_id": "order-1001", "payload": "x"}).ok(201, &second)
+	if first.Messages[0].Duplicate || !second.Messages[0].Duplicate || second.Messages[0].Offset != first.Messages[0].Offset ||
+		second.Messages[0].ID != first.Messages[0].ID {
+		t.Fatalf("first %+v, second %+v: want the second to be the first's duplicate", first, second)
+	}
+	e.do("GET", "/api/v1/topics/orders", nil).ok(200, &tp)
+	if tp.Stats.Messages != 1 {
+		t.Fatalf("messages stored: %d, want 1", tp.Stats.Messages)
+	}
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "bad", "dedup_window": "48h"}).fails(400, "INVALID_ARGUMENT")
+}

@@ -116,6 +116,7 @@ type TopicConfig struct {
 	MaxRetention                   Duration                   `json:"max_retention,omitempty"`
 	ZombieTTL                      Duration                   `json:"zombie_ttl,omitempty"`
 	MaxMessageBytes                int                        `json:"max_message_bytes,omitempty"`
+	DedupWindow                    Duration                   `json:"dedup_window,omitempty"`
 }
 
 func configJSON(c storage.TopicConfig) TopicConfig {
@@ -131,6 +132,7 @@ func configJSON(c storage.TopicConfig) TopicConfig {
 		MaxRetention:                   Duration(c.MaxRetention),
 		// ZombieTTL is left out: nothing is force-advanced yet, and showing 7d would say otherwise.
 		MaxMessageBytes: c.MaxMessageBytes,
+		DedupWindow:     Duration(c.DedupWindow),
 	}
 }
 
@@ -147,6 +149,7 @@ func (c TopicConfig) storage() storage.TopicConfig {
 		MaxRetention:                   time.Duration(c.MaxRetention),
 		ZombieTTL:                      time.Duration(c.ZombieTTL),
 		MaxMessageBytes:                c.MaxMessageBytes,
+		DedupWindow:                    time.Duration(c.DedupWindow),
 	}
 }
 

@@ -23,7 +23,8 @@ type PublishMessage struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
 	PayloadBase64 *string           `json:"payload_base64,omitempty"`
-	// ProducerID is the producer's own message id, for de-duplication.
+	// ProducerID is the producer's own message id, for de-duplication: a message whose producer
+	// id the topic saw within its dedup_window is not stored again (PublishedMessage.Duplicate).
 	ProducerID string `json:"producer_id,omitempty"`
 	// Delay holds the message back from delivery for that long (broker clock).
 	Delay Duration `json:"delay,omitempty"`
@@ -44,6 +45,8 @@ type PublishedMessage struct {
 	Partition   int32     `json:"partition"`
 	Offset      int64     `json:"offset"`
 	PublishedAt time.Time `json:"published_at"`
+	// Duplicate: not stored, an earlier message had the same producer_id; the position is its.
+	Duplicate bool `json:"duplicate,omitempty"`
 }
 
 // PublishResult is the response of a publish: the positions in the order of the request.
@@ -170,6 +173,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	for i, p := range pos {
 		out.Messages[i] = PublishedMessage{
 			ID: storage.MessageID(parts, p.Partition, p.Offset), Partition: p.Partition, Offset: p.Offset, PublishedAt: p.PublishedAt,
+			Duplicate: p.Duplicate,
 		}
 	}
 	writeJSON(w, http.StatusCreated, out)

@@ -61,7 +61,7 @@ func appendMessagesTo(out []storage.AppendMessage, msgs []protocol.PublishMessag
 func positions(ps []storage.MessagePosition) []protocol.Position {
 	out := make([]protocol.Position, len(ps))
 	for i, p := range ps {
-		out[i] = protocol.Position{Partition: p.Partition, Offset: p.Offset, PublishTime: p.PublishedAt}
+		out[i] = protocol.Position{Partition: p.Partition, Offset: p.Offset, PublishTime: p.PublishedAt, Duplicate: p.Duplicate}
 	}
 	return out
 }

@@ -141,7 +141,7 @@
 //
 // # Not yet
 //
-// Authentication (AUTH and Hello.token are accepted and ignored), TLS, ordered groups, producer
-// de-duplication (Position.duplicate is always false), concurrent appends of one connection's
-// publishes to different topics (one round appends its topics one after the other).
+// Authentication (AUTH and Hello.token are accepted and ignored), TLS, ordered groups, concurrent
+// appends of one connection's publishes to different topics (one round appends its topics one
+// after the other).
 package server
