@@ -1,6 +1,8 @@
 // Package crash kills a process that publishes with durable acks at random moments, many times in a
 // row, and checks after every restart that each acknowledged publish is in the log exactly once and
 // is delivered to every subscription that requires it, and that an acknowledged ack is never undone.
+// dedup_test.go kills a publisher with producer ids between the commit and the answer, on both
+// engines, and checks that its retries never store a second copy.
 package crash
 
 import (
@@ -30,6 +32,13 @@ const (
 
 // TestMain turns the test binary into the child process when childEnv is set.
 func TestMain(m *testing.M) {
+	if store := os.Getenv(dedupStoreEnv); store != "" {
+		if err := runDedupChild(store); err != nil {
+			fmt.Fprintln(os.Stdout, "ERR", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv(childEnv); dir != "" {
 		if err := runChild(dir); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
