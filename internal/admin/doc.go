@@ -62,6 +62,9 @@
 // A body with another Content-Type than JSON is published as the payload of one message
 // (curl --data-binary @file -H 'Content-Type: application/octet-stream'), except the types a web
 // page may send to another site without asking it first (text/plain, form data, multipart): 415.
+// A JSON message may carry a producer_id: a message whose producer_id the topic saw within its
+// dedup_window (default 2 min) is not stored again, and its entry in the answer is the first
+// message's, with "duplicate": true.
 //
 // # Requests from browsers (CSRF)
 //

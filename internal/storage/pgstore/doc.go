@@ -18,8 +18,9 @@
 // function spool.publish, 0004 autovacuum settings for the tables every claim and ack rewrites
 // (deliveries, sub_partitions, partitions: vacuumed and analyzed after a fixed number of changes,
 // unthrottled, instead of a share of the table), 0005 a partial index of the replayed DLQ entries
-// (which every delivery operation loads, however long the DLQ). SQL in this package is written against "spool."
-// and rendered for the configured schema (Engine.sql).
+// (which every delivery operation loads, however long the DLQ), 0006 the producer ids of
+// de-duplication (spool.producer_ids; spool.publish de-duplicates and returns duplicate). SQL in
+// this package is written against "spool." and rendered for the configured schema (Engine.sql).
 //
 // # No commit-order gaps
 //

@@ -523,18 +523,21 @@ func isNoPartition(err error) bool { return pgCode(err) == "23514" }
 // MessagesAppend appends a batch of messages to a topic in one transaction and returns once it
 // committed. Everything is validated before anything is written: sizes against max_message_bytes
 // (storage.ErrMessageTooLarge), explicit partitions (storage.ErrInvalidArgument), header names,
-// values and producer ids that PostgreSQL cannot store as text (valid UTF-8 without NUL,
-// storage.ErrInvalidArgument) and, for a PUB_SUB topic with block_writes_on_zero_subscriptions,
-// the presence of an ACTIVE subscription (storage.ErrNoSubscriptions, checked while the topic row
-// is locked). Keyed messages go to storage.PartitionForKey; the keyless messages of one call go
-// together to the next partition in round-robin order. PublishedAt is the engine clock, made
+// values and producer ids that PostgreSQL cannot store as text (valid UTF-8 without NUL) or
+// longer than storage.MaxProducerIDLen (storage.ErrInvalidArgument) and, for a PUB_SUB topic with
+// block_writes_on_zero_subscriptions, the presence of an ACTIVE subscription
+// (storage.ErrNoSubscriptions, checked while the topic row is locked). Messages whose producer id
+// the topic saw within its dedup_window are not stored (spool.producer_ids, migrations/0006).
+// Keyed messages go to storage.PartitionForKey; the keyless messages of one call go together to
+// the next partition in round-robin order. PublishedAt is the engine clock, made
 // non-decreasing per partition (also across instances). Safe for concurrent use; publishers to
 // the same partition serialize on its row until they commit.
 //
 // The call (bucket creation included) is bounded by Config.TxTimeout: past it, the transaction is
 // abandoned and rolled back, and the call fails with txTimeout's error (TIMEOUT, retryable). A
 // timeout while the batch carrying the COMMIT waits leaves the outcome unknown (see runOps): the
-// publisher retries, and the messages may then be stored twice, which at-least-once allows.
+// publisher retries, and the messages without a producer id may then be stored twice, which
+// at-least-once allows; those with one are answered as duplicates (planAppend).
 func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
 	return withTxTimeout(e, ctx, "publish", func(ctx context.Context) (*storage.MessagesAppendResult, error) {
 		return e.messagesAppend(ctx, p)

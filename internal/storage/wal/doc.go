@@ -95,6 +95,14 @@
 // DLQ (reason max_deliveries), as its lease expiry would have sent it. The records of the restart
 // (unclean restart or a marker, then those dead-letterings) are durable before Open returns.
 //
+// # Producer de-duplication
+//
+// Each topic keeps the producer ids of its last dedup_window in memory (dedup.go): reserved by an
+// append before it queues its records, resolved when they are durable, dropped once expired.
+// Nothing goes to the state log: the id is in the message record, and Open rebuilds the tables
+// from the partition logs' records of the last window. The table's mutex is taken with Engine.mu
+// held shared and never while queueing a record (the committer's completions take it).
+//
 // # Lock order
 //
 //	Engine.snapMu -> Engine.retentionMu -> Engine.mu -> sub.mu (several: in ID order) -> partition.mu
