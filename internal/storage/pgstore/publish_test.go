@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -222,5 +223,88 @@ func TestPublishSQLFunction(t *testing.T) {
 	q := must(e.SubscriptionGetByGroup(ctx, "sql.t", storage.QueueGroup))(t)
 	if got := claimPayloads(t, e, q.ID); int64(len(got)) != st.Messages+1 {
 		t.Fatalf("claimed %d messages, want %d: %q", len(got), st.Messages+1, got)
+	}
+}
+
+// TestPublishTxDedup: PublishTx de-duplicates by producer id like MessagesAppend: inside one
+// transaction, against a committed copy, and a rolled-back transaction leaves its ids unclaimed.
+func TestPublishTxDedup(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "tx.dd", storage.TopicConfig{Partitions: 2})
+	msg := func(id, payload string) storage.AppendMessage {
+		return storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte(payload), ProducerID: id}
+	}
+	publishTx := func(msgs ...storage.AppendMessage) []storage.MessagePosition {
+		t.Helper()
+		tx := must(e.pool.Begin(ctx))(t)
+		defer tx.Rollback(context.Background())
+		res := must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "tx.dd", Messages: msgs}))(t)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return res.Positions
+	}
+	tx := must(e.pool.Begin(ctx))(t)
+	must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "tx.dd", Messages: []storage.AppendMessage{msg("a", "rolled back")}}))(t)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	tx = must(e.pool.Begin(ctx))(t)
+	first := must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "tx.dd", Messages: []storage.AppendMessage{msg("a", "1"), msg("b", "2")}}))(t).Positions
+	again := must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "tx.dd", Messages: []storage.AppendMessage{msg("b", "3")}}))(t).Positions
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if first[0].Duplicate || first[1].Duplicate {
+		t.Fatalf("first copies marked duplicate (the rolled-back id must not count): %+v", first)
+	}
+	if !again[0].Duplicate || again[0].Offset != first[1].Offset || again[0].Partition != first[1].Partition {
+		t.Fatalf("b again in the same transaction: %+v, want the duplicate of %+v", again[0], first[1])
+	}
+	later := publishTx(msg("a", "4"), msg("c", "5"))
+	if !later[0].Duplicate || later[0].Offset != first[0].Offset || later[1].Duplicate {
+		t.Fatalf("a again, c new, in a later transaction: %+v", later)
+	}
+	st := must(e.TopicStats(ctx, "tx.dd"))(t)
+	if st.Messages != 3 {
+		t.Fatalf("messages stored: %d, want 3 (a, b, c)", st.Messages)
+	}
+}
+
+// TestProducerIDsPruned: maintenance deletes the producer ids whose window ended, and only those:
+// spool.producer_ids stays bounded by the window.
+func TestProducerIDsPruned(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "pr.short", storage.TopicConfig{DedupWindow: time.Minute})
+	logTopic(t, e, "pr.long", storage.TopicConfig{DedupWindow: time.Hour})
+	for _, topic := range []string{"pr.short", "pr.long"} {
+		var msgs []storage.AppendMessage
+		for i := range 20 {
+			msgs = append(msgs, storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte("x"), ProducerID: fmt.Sprintf("id-%d", i)})
+		}
+		must(e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: topic, Messages: msgs}))(t)
+	}
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.producer_ids")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 40 {
+		t.Fatalf("producer ids: %d, want 40", n)
+	}
+	clock.Advance(time.Minute)
+	if err := e.maintain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 20 {
+		t.Fatalf("producer ids after the short window: %d, want the long topic's 20", n)
 	}
 }
