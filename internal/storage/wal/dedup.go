@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -91,9 +92,8 @@ type dedupPlan struct {
 	dupOf []int
 	// known[i]: message i is a duplicate of a stored message whose position is known (set) or of
 	// a pending append (filled in by a waiter before the append completes).
-	dup     []bool
-	pos     []storage.MessagePosition
-	waiting int // duplicates of pending appends
+	dup []bool
+	pos []storage.MessagePosition
 	// mine are the entries this append reserved, by message index.
 	mine map[int]*dedupEntry
 	err  error // a pending append that failed
@@ -106,10 +106,11 @@ func (dp *dedupPlan) stored(i int) bool {
 }
 
 // reserve works out the duplicates of a batch and reserves the ids of the messages it will store,
-// at now with the topic's window. It returns nil when no message has a producer id. Waiters of
-// duplicates of pending appends are registered with onDone, which they call once their position
-// (or error) is set.
-func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window time.Duration, onDone func()) *dedupPlan {
+// at now with the topic's window. It returns nil when no message has a producer id. For each
+// duplicate of a pending append it adds one to waiting, before that append can complete (under
+// the lock resolve takes), and registers a waiter that sets the position (or error) and calls
+// onDone.
+func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window time.Duration, waiting *atomic.Int32, onDone func()) *dedupPlan {
 	var dp *dedupPlan
 	var first map[string]int
 	d.mu.Lock()
@@ -144,7 +145,7 @@ func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window tim
 				dp.pos[i].Duplicate = true
 				continue
 			}
-			dp.waiting++
+			waiting.Add(1)
 			en.waiters = append(en.waiters, func(pos storage.MessagePosition, err error) {
 				dp.mu.Lock()
 				if err != nil {

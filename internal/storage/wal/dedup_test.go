@@ -2,6 +2,7 @@ package wal
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +46,55 @@ func TestDedupMemoryBounded(t *testing.T) {
 	for i, p := range again {
 		if !p.Duplicate || p.Partition != last[i].Partition || p.Offset != last[i].Offset {
 			t.Fatalf("retry after a crash, message %d: %+v, want the duplicate of %+v", i, p, last[i])
+		}
+	}
+}
+
+// TestDedupPendingStress: many appends of the same ids at once, so that most are duplicates of an
+// append still in flight (pending): every answer must carry the one stored copy's position, set
+// before the append returns (an append must not complete before the append it waits for).
+func TestDedupPendingStress(t *testing.T) {
+	h := newHarness(t)
+	h.createTopic("stress", storage.TopicConfig{Partitions: 2})
+	const writers, ids = 8, 300
+	answers := make([][]storage.MessagePosition, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for k := range ids {
+				id := fmt.Sprintf("id-%d", k)
+				res, err := h.e.MessagesAppend(h.ctx, &storage.MessagesAppendParams{Topic: "stress", Messages: []storage.AppendMessage{
+					{Partition: storage.PartitionAuto, Payload: []byte("x"), ProducerID: id},
+					{Partition: storage.PartitionAuto, Payload: []byte("y"), ProducerID: id + "-b"}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				answers[w] = append(answers[w], res.Positions...)
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 2 * ids {
+		stored := 0
+		var want storage.MessagePosition
+		for w := range writers {
+			p := answers[w][i]
+			if p.PublishedAt.IsZero() {
+				t.Fatalf("message %d of writer %d: no position: %+v", i, w, p)
+			}
+			if !p.Duplicate {
+				stored++
+				want = p
+			}
+		}
+		if stored != 1 {
+			t.Fatalf("message %d stored %d times", i, stored)
+		}
+		for w := range writers {
+			if p := answers[w][i]; p.Partition != want.Partition || p.Offset != want.Offset || !p.PublishedAt.Equal(want.PublishedAt) {
+				t.Fatalf("message %d of writer %d: %+v, want the position of the stored copy %+v", i, w, p, want)
+			}
 		}
 	}
 }

@@ -176,10 +176,8 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 		}
 	}
 	now := e.clock.Now().UnixNano()
-	op.dedup = t.dedup.reserve(msgs, now, cfg.DedupWindow, finish)
-	if op.dedup != nil {
-		remaining.Add(int32(op.dedup.waiting))
-	}
+	// The waiters of duplicates of pending appends are counted in remaining before they can run.
+	op.dedup = t.dedup.reserve(msgs, now, cfg.DedupWindow, &remaining, finish)
 
 	// Assign partitions.
 	batches := op.batches
