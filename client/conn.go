@@ -31,10 +31,6 @@ const (
 	writeKeepCap = 1 << 20
 )
 
-// nowait is the nil context given to enqueue and start for frames that must not wait for room in
-// the write buffer (see enqueue).
-var nowait context.Context
-
 // States of a call.
 const (
 	callPending uint32 = iota
@@ -302,14 +298,19 @@ func (cn *conn) wakeWriter() {
 
 // enqueue encodes m with corr into the write buffer; cl (may be nil) records the batch. With
 // flushAcks the pending acks are encoded first, so that they precede m on the wire. It waits
-// while the buffer is over writeQueueMax (until ctx ends or the connection breaks), except with a
-// nil ctx: the reader goroutine's own frames (HeartbeatOK, GoodbyeOK, giving back a handle) never
-// wait, because the writer may be blocked on a broker that waits for this reader. Errors: the
+// while the buffer is over writeQueueMax (until ctx ends or the connection breaks). Errors: the
 // connection is closed (ErrConnectionLost), m cannot be encoded (wrapping
 // protocol.ErrInvalidArgument) or its frame is too large (*protocol.FrameTooLargeError).
 func (cn *conn) enqueue(ctx context.Context, corr uint32, m protocol.Message, cl *call, flushAcks bool) error {
+	return cn.put(ctx, true, corr, m, cl, flushAcks)
+}
+
+// put is enqueue; without block it never waits for room: the reader goroutine's own frames
+// (HeartbeatOK, GoodbyeOK, giving back a handle) must not, because the writer may be blocked on a
+// broker that waits for this reader.
+func (cn *conn) put(ctx context.Context, block bool, corr uint32, m protocol.Message, cl *call, flushAcks bool) error {
 	cn.wmu.Lock()
-	for ctx != nil && len(cn.wbuf) >= writeQueueMax && !cn.wclosed {
+	for block && len(cn.wbuf) >= writeQueueMax && !cn.wclosed {
 		ch := cn.wtaken
 		cn.wmu.Unlock()
 		select {
@@ -401,13 +402,22 @@ func (cn *conn) keepSpare(buf []byte) {
 // send writes a frame that expects no answer (HeartbeatOK, GoodbyeOK, Credit), without waiting
 // for room in the write buffer.
 func (cn *conn) send(corr uint32, m protocol.Message) error {
-	return cn.enqueue(nowait, corr, m, nil, false)
+	return cn.put(context.Background(), false, corr, m, nil, false)
 }
 
 // start sends a request. hook (may be nil) runs when it completes; with wait, the call has a done
-// channel for conn.wait. An error means the request was not sent and nothing will complete it. A
-// nil ctx does not wait for room in the write buffer (see enqueue).
+// channel for conn.wait. An error means the request was not sent and nothing will complete it.
 func (cn *conn) start(ctx context.Context, m protocol.ClientMessage, hook func(*call, bool), wait, flushAcks bool) (*call, error) {
+	return cn.startWith(ctx, true, m, hook, wait, flushAcks)
+}
+
+// startNoWait is start for a frame that must not wait for room in the write buffer and whose
+// answer nobody waits for (see put).
+func (cn *conn) startNoWait(m protocol.ClientMessage, flushAcks bool) {
+	_, _ = cn.startWith(context.Background(), false, m, nil, false, flushAcks)
+}
+
+func (cn *conn) startWith(ctx context.Context, block bool, m protocol.ClientMessage, hook func(*call, bool), wait, flushAcks bool) (*call, error) {
 	cl := &call{hook: hook}
 	if wait {
 		cl.done = make(chan struct{})
@@ -421,7 +431,7 @@ func (cn *conn) start(ctx context.Context, m protocol.ClientMessage, hook func(*
 	corr := cn.nextCorrLocked()
 	cn.calls[corr] = cl
 	cn.mu.Unlock()
-	if err := cn.enqueue(ctx, corr, m, cl, flushAcks); err != nil {
+	if err := cn.put(ctx, block, corr, m, cl, flushAcks); err != nil {
 		cn.mu.Lock()
 		if cn.calls[corr] == cl {
 			delete(cn.calls, corr)
@@ -801,7 +811,7 @@ func (cn *conn) maybeGoodbyeOK() {
 	}
 	cn.goodbyeAnswered = true
 	cn.mu.Unlock()
-	_ = cn.enqueue(nowait, corr, &protocol.GoodbyeOK{}, nil, true)
+	_ = cn.put(context.Background(), false, corr, &protocol.GoodbyeOK{}, nil, true)
 }
 
 // enterHandler counts a delivery of this connection entering a handler; false when the

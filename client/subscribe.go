@@ -340,7 +340,7 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 			cn.registerHandle(ok.Handle, s)
 			return
 		}
-		_, _ = cn.start(nowait, &protocol.Unsubscribe{Handle: ok.Handle}, nil, false, false)
+		cn.startNoWait(&protocol.Unsubscribe{Handle: ok.Handle}, false)
 	}
 	cl, err := cn.start(ctx, req, hook, true, false)
 	if err != nil {
@@ -443,7 +443,7 @@ func (s *Subscription) end(err error) {
 	s.c.removeSub(s)
 	if cn != nil && h != 0 {
 		cn.unregisterHandle(h)
-		_, _ = cn.start(nowait, &protocol.Unsubscribe{Handle: h}, nil, false, true)
+		cn.startNoWait(&protocol.Unsubscribe{Handle: h}, true)
 	}
 	// Done is closed by the last handler goroutine to return, or by Subscribe's abort when they
 	// were never started.
@@ -502,7 +502,7 @@ func (s *Subscription) Close(ctx context.Context) error {
 				err = fmt.Errorf("client: unsubscribe %q: %w", s.params.Topic, uerr)
 			}
 		} else {
-			_, _ = cn.start(nowait, &protocol.Unsubscribe{Handle: h}, nil, false, true)
+			cn.startNoWait(&protocol.Unsubscribe{Handle: h}, true)
 		}
 		cn.unregisterHandle(h)
 	}

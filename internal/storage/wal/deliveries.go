@@ -98,7 +98,7 @@ func (e *Engine) DeliveriesClaim(ctx context.Context, params *storage.Deliveries
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	res, ch, err := e.claim(params)

@@ -483,11 +483,4 @@ func (e *Engine) snapshotLoop() {
 	}
 }
 
-func ctxErr(ctx context.Context) error {
-	if ctx == nil {
-		return nil
-	}
-	return ctx.Err()
-}
-
 func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }

@@ -82,7 +82,7 @@ func putRecordBuf(b *[]byte) {
 // A batch that spans partitions is one write per partition log; an I/O failure of one of them
 // (which stops the engine, see Close) can leave the others written.
 func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	// The outcome is worked out here, not on the committer goroutine, which completes the
@@ -92,14 +92,10 @@ func (e *Engine) MessagesAppend(ctx context.Context, params *storage.MessagesApp
 		return nil, err
 	}
 	var op *appendOp
-	if ctx == nil {
-		op = <-ch
-	} else {
-		select {
-		case op = <-ch:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
-		}
+	select {
+	case op = <-ch:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wal: append may or may not complete: %w", ctx.Err())
 	}
 	return e.appended(params, op)
 }

@@ -100,7 +100,7 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 	slices.SortFunc(topics, func(a, b *topic) int { return strings.Compare(a.meta.Name, b.meta.Name) })
 	res := &storage.RetentionResult{}
 	for _, t := range topics {
-		if err := ctxErr(ctx); err != nil {
+		if err := ctx.Err(); err != nil {
 			return res, err
 		}
 		if err := e.retainTopic(ctx, t, res); err != nil {

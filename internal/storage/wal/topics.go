@@ -24,7 +24,7 @@ func topicNotFound(name string) error { return fmt.Errorf("%w: %q", storage.ErrT
 // function releases the name.
 func (e *Engine) reserveName(ctx context.Context, name string, check func() error) (func(), error) {
 	for {
-		if err := ctxErr(ctx); err != nil {
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		e.mu.Lock()
@@ -34,10 +34,6 @@ func (e *Engine) reserveName(ctx context.Context, name string, check func() erro
 		}
 		if ch, ok := e.busy[name]; ok {
 			e.mu.Unlock()
-			if ctx == nil {
-				<-ch
-				continue
-			}
 			select {
 			case <-ch:
 				continue
