@@ -2,15 +2,12 @@ package metrics
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolmq/spool/internal/broker"
@@ -41,21 +38,7 @@ func TestExpiredMetric(t *testing.T) {
 		t.Parallel()
 		url := spooltest.DatabaseURL(t)
 		testExpiredMetric(t, func(clock storage.Clock) storage.Engine {
-			var b [6]byte
-			_, _ = rand.Read(b[:])
-			schema := "t_metrics_" + hex.EncodeToString(b[:])
-			t.Cleanup(func() {
-				ctx := context.Background()
-				conn, err := pgx.Connect(ctx, url)
-				if err != nil {
-					t.Errorf("drop schema %s: %v", schema, err)
-					return
-				}
-				defer conn.Close(ctx)
-				if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-					t.Errorf("drop schema %s: %v", schema, err)
-				}
-			})
+			schema := spooltest.PGSchema(t, url, "t_metrics_")
 			eng, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: schema, Clock: clock, Migrate: true,
 				MaxConns: 4, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {

@@ -3,8 +3,6 @@ package crash
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -189,22 +187,7 @@ func TestCrashProducerIDsWAL(t *testing.T) {
 
 func TestCrashProducerIDsPostgres(t *testing.T) {
 	url := testutil.DatabaseURL(t)
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_crash_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-		}
-	})
+	schema := testutil.PGSchema(t, url, "t_crash_")
 	testCrashProducerIDs(t, "pg:"+schema+":"+url)
 }
 

@@ -2,15 +2,11 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"sort"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/internal/testutil"
@@ -24,23 +20,7 @@ func pgURL(t *testing.T) string { return testutil.DatabaseURL(t) }
 // freshSchema returns a new schema name and drops the schema when the test ends.
 func freshSchema(t *testing.T, url string) string {
 	t.Helper()
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	schema := "e2e_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		cx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		conn, err := pgx.Connect(cx, url)
-		if err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(cx)
-		if _, err := conn.Exec(cx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-		}
-	})
-	return schema
+	return testutil.PGSchema(t, url, "e2e_")
 }
 
 // newPGBroker prepares a broker process on the PostgreSQL engine (url, schema).

@@ -1,13 +1,8 @@
 package pgstore
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/testutil"
@@ -19,23 +14,7 @@ func testURL(t testing.TB) string { return testutil.DatabaseURL(t) }
 // testSchema makes a fresh schema name for one test and drops the schema at the end.
 func testSchema(t testing.TB) string {
 	t.Helper()
-	url := testURL(t)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "t_" + hex.EncodeToString(b[:])
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	return schema
+	return testutil.PGSchema(t, testURL(t), "t_")
 }
 
 // testConfig is the engine configuration of the tests over a fresh schema.
