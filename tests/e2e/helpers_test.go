@@ -103,7 +103,7 @@ func (b *broker) start() {
 	b.t.Helper()
 	args := append([]string{"serve", "--listen", b.tcp, "--http", b.http, "--data-dir", b.dataDir}, b.extra...)
 	b.cmd = exec.Command(spoolBin, args...)
-	b.cmd.Env = append(os.Environ(), b.env...)
+	b.cmd.Env = childEnv(b.env...)
 	b.logs = &testutil.SyncBuffer{}
 	b.cmd.Stdout, b.cmd.Stderr = b.logs, b.logs
 	if err := b.cmd.Start(); err != nil {
@@ -313,4 +313,18 @@ func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	t.Cleanup(cancel)
 	return c
+}
+
+// childEnv is the environment of a spool process a test starts: the test's own without its SPOOL_*
+// variables (a developer's test knobs, such as SPOOL_PG_SCALE, are not settings, and spool serve
+// refuses unknown SPOOL_* variables), but SPOOL_TEST_*, plus extra.
+func childEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "SPOOL_") && !strings.HasPrefix(kv, "SPOOL_TEST_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
 }

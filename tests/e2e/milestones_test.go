@@ -426,6 +426,7 @@ func TestConfigAndStoreFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(spoolBin, "serve", "--config", file)
+	cmd.Env = childEnv()
 	b.cmd = cmd
 	// start() adds the listen flags; here the file alone must be enough.
 	b.logs = &testutil.SyncBuffer{}
@@ -450,11 +451,15 @@ func TestConfigAndStoreFlag(t *testing.T) {
 	b.stop()
 
 	// A database that does not answer: a clear error naming the store, without its password.
-	out, err := exec.Command(spoolBin, "serve", "--store", "postgres://spool:secret@127.0.0.1:1/spool", "--data-dir", t.TempDir()).CombinedOutput()
+	pgServe := exec.Command(spoolBin, "serve", "--store", "postgres://spool:secret@127.0.0.1:1/spool", "--data-dir", t.TempDir())
+	pgServe.Env = childEnv()
+	out, err := pgServe.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "open PostgreSQL engine postgres://spool:***@127.0.0.1:1/spool") || strings.Contains(string(out), "secret") {
 		t.Fatalf("--store postgres://: %v\n%s", err, out)
 	}
-	out, err = exec.Command(spoolBin, "serve", "--listen", "").CombinedOutput()
+	emptyListen := exec.Command(spoolBin, "serve", "--listen", "")
+	emptyListen.Env = childEnv()
+	out, err = emptyListen.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "listen: must not be empty") {
 		t.Fatalf("--listen '': %v\n%s", err, out)
 	}
