@@ -16,7 +16,9 @@ import (
 // restart rules (leases are gone; a message lost on its max_deliveries-th lease goes to the DLQ).
 func (e *Engine) recover() error {
 	var err error
-	e.state, err = wlog.Open(filepath.Join(e.dir, stateDir), e.logOptions())
+	stateOpts := e.logOptions()
+	stateOpts.KeepSpare = true // acks and claims go on when the disk fills (one segment in reserve)
+	e.state, err = wlog.Open(filepath.Join(e.dir, stateDir), stateOpts)
 	if err != nil {
 		return fmt.Errorf("wal: open state log: %w", err)
 	}

@@ -690,7 +690,7 @@ requests:
 		return buf
 	}
 	rd.wrote = true
-	if a.wend > a.size/2 {
+	if a.wend > a.size/2 || l.opts.KeepSpare {
 		l.startSpareLocked()
 	}
 	return buf

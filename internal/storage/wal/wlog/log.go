@@ -42,6 +42,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Clock stamps segment headers with their creation time. Defaults to the system clock.
 	Clock storage.Clock
+	// KeepSpare prepares the next segment ahead at all times (from Open and after every roll),
+	// not only once the active segment is half full: a log that must go on when the disk fills
+	// (the engine's state log, which acks and claims write to) keeps one segment in reserve.
+	KeepSpare bool
 	// NoSharedFlush makes every round of this log fdatasync the log itself, even where it could
 	// ride on another log's cache flush (Committer.shareFlush, FlushSharer). For storage stacks
 	// where the conditions of sharing cannot be checked from here.
@@ -205,6 +209,11 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.next = last.base + int64(len(last.pos))
 	l.durable.Store(l.next)
 	l.first.Store(segs[0].base)
+	if o.KeepSpare {
+		l.wmu.Lock()
+		l.startSpareLocked()
+		l.wmu.Unlock()
+	}
 	return l, nil
 }
 

@@ -3,11 +3,16 @@ package wlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // TestNoRoomForNextSegment: an append that needs a new segment the log cannot make (the disk is
@@ -59,4 +64,43 @@ func TestNoRoomForNextSegment(t *testing.T) {
 	if len(l.Segments()) < 2 {
 		t.Fatalf("segments %+v, want the new ones", l.Segments())
 	}
+}
+
+// TestKeepSpareGivesRoomOnAFullDisk: a log with KeepSpare prepares its next segment from Open on,
+// so that when the disk fills it can still cut one segment (the engine's state log: acks and
+// claims go on); the cut after that one finds no room and fails alone (ErrNoSegment).
+func TestKeepSpareGivesRoomOnAFullDisk(t *testing.T) {
+	t.Parallel()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	dir := t.TempDir()
+	l := openLog(t, dir, wlog.Options{FS: efs, SegmentBytes: 16 << 10, FirstSegmentBytes: 1024, KeepSpare: true})
+	c := newCommitter(t, wlog.CommitterOptions{})
+	spare := filepath.Join(dir, "spare.seg.tmp")
+	testutil.Eventually(t, 10*time.Second, "the spare prepared at Open", func() error {
+		if st, err := os.Stat(spare); err != nil || st.Size() != 4096 {
+			return fmt.Errorf("spare: %v %v", st, err)
+		}
+		return nil
+	})
+	efs.SetInjector(func(op wlogtest.Op, path string) error {
+		if op == wlogtest.OpAllocate {
+			return syscall.ENOSPC // the disk is full from now on
+		}
+		return nil
+	})
+	var n int64
+	for len(l.Segments()) < 2 {
+		if _, err := c.Append(context.Background(), l, []wlog.Record{rec(n)}); err != nil {
+			t.Fatalf("append %d on a full disk, with a spare ready: %v", n, err)
+		}
+		n++
+	}
+	var err error
+	for ; err == nil; n++ {
+		_, err = c.Append(context.Background(), l, []wlog.Record{rec(n)})
+	}
+	if !errors.Is(err, wlog.ErrNoSegment) || l.Err() != nil {
+		t.Fatalf("append %d once the spare is used: %v (log error %v), want ErrNoSegment", n, err, l.Err())
+	}
+	checkRecords(t, l, 0, n-1)
 }
