@@ -21,6 +21,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
 // EnvPrefix starts the name of every environment variable that overrides a setting.
@@ -436,10 +437,28 @@ func (f field) set(s string) error {
 	return nil
 }
 
-// Validate reports the first invalid setting, named by its key.
+// KeyError is the error of an invalid setting: Key is its dotted key ("server.tls.key_file").
+type KeyError struct {
+	Key string
+	// Err says what is wrong (for a TLS file, a *tlsconf.FileError).
+	Err error
+}
+
+func (e *KeyError) Error() string {
+	if fe, ok := e.Err.(*tlsconf.FileError); ok {
+		return "config: " + e.Key + ": " + fe.Detail() // the key once
+	}
+	return "config: " + e.Key + ": " + e.Err.Error()
+}
+
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Validate reports the first invalid setting as a *KeyError, named by its key. TLS files
+// (server.tls) are read, so that a missing or unreadable one stops the start, not the first
+// handshake.
 func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) error {
-		return fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...))
+		return &KeyError{Key: key, Err: fmt.Errorf(format, args...)}
 	}
 	switch {
 	case c.Listen == "":
@@ -492,7 +511,16 @@ func (c Config) Validate() error {
 	}
 	if err := c.Server.Validate(); err != nil {
 		// server.Config names its fields by their yaml keys; prefix the section.
-		return fmt.Errorf("config: server.%s", strings.TrimPrefix(err.Error(), storage.ErrInvalidArgument.Error()+": "))
+		msg := strings.TrimPrefix(err.Error(), storage.ErrInvalidArgument.Error()+": ")
+		key, rest, _ := strings.Cut(msg, " ")
+		return &KeyError{Key: "server." + key, Err: errors.New(rest)}
+	}
+	if err := c.Server.TLS.Check(); err != nil {
+		var fe *tlsconf.FileError
+		if errors.As(err, &fe) {
+			return &KeyError{Key: "server.tls." + fe.Key, Err: fe}
+		}
+		return &KeyError{Key: "server.tls", Err: err}
 	}
 	return nil
 }
@@ -501,7 +529,7 @@ func (c Config) Validate() error {
 func (c Config) SlogLevel() (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
-		return 0, fmt.Errorf("config: log_level: must be debug, info, warn or error, got %q", c.LogLevel)
+		return 0, &KeyError{Key: "log_level", Err: fmt.Errorf("must be debug, info, warn or error, got %q", c.LogLevel)}
 	}
 	return l, nil
 }

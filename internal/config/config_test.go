@@ -1,12 +1,15 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
 func writeFile(t *testing.T, content string) string {
@@ -217,5 +220,41 @@ func TestExposedWithoutAuthenticationRefused(t *testing.T) {
 		if _, err := Load("", nil, map[string]string{"listen": addr}); err != nil {
 			t.Errorf("loopback %q: %v", addr, err)
 		}
+	}
+}
+
+// TestTLSFileErrorsAreTyped: a missing key file, an unreadable or unusable certificate and a bad
+// client CA are *KeyError naming the key (and *tlsconf.FileError inside), found at load time.
+func TestTLSFileErrorsAreTyped(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		key   string
+		inMsg string
+	}{
+		{"cert without key", []string{"SPOOL_SERVER_TLS_CERT_FILE=" + garbage}, "server.tls.key_file", "must be set"},
+		{"key without cert", []string{"SPOOL_SERVER_TLS_KEY_FILE=" + garbage}, "server.tls.cert_file", "must be set"},
+		{"unreadable cert", []string{"SPOOL_SERVER_TLS_CERT_FILE=" + missing, "SPOOL_SERVER_TLS_KEY_FILE=" + garbage}, "server.tls.cert_file", "no such file"},
+		{"unreadable key", []string{"SPOOL_SERVER_TLS_CERT_FILE=" + garbage, "SPOOL_SERVER_TLS_KEY_FILE=" + missing}, "server.tls.key_file", "no such file"},
+		{"not a certificate", []string{"SPOOL_SERVER_TLS_CERT_FILE=" + garbage, "SPOOL_SERVER_TLS_KEY_FILE=" + garbage}, "server.tls.cert_file", "PEM"},
+	} {
+		_, err := Load("", tc.env, nil)
+		var ke *KeyError
+		var fe *tlsconf.FileError
+		if !errors.As(err, &ke) || ke.Key != tc.key || !errors.As(err, &fe) || !strings.Contains(err.Error(), tc.inMsg) ||
+			strings.Count(err.Error(), "cert_file")+strings.Count(err.Error(), "key_file") > 2 {
+			t.Errorf("%s: got %v (%T), want a *KeyError for %s mentioning %q", tc.name, err, err, tc.key, tc.inMsg)
+		}
+	}
+	var ke *KeyError
+	if _, err := Load("", []string{"SPOOL_SERVER_MAX_CONNECTIONS=0"}, nil); !errors.As(err, &ke) || ke.Key != "server.max_connections" {
+		t.Errorf("server section: got %v, want a *KeyError for server.max_connections", err)
 	}
 }

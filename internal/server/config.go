@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/tlsconf"
 	"github.com/spoolmq/spool/protocol"
 	"github.com/spoolmq/spool/protocol/text"
 )
@@ -100,6 +102,10 @@ type Config struct {
 	// TextPublisherIdle closes a text session that sent nothing but PUBLISH and AUTH after that
 	// long without input. Defaults to 1 s.
 	TextPublisherIdle time.Duration `yaml:"text_publisher_idle"`
+	// TLS names the certificate, key and optional client CA of both listeners (TCP and HTTP);
+	// spool serve loads them into TLSConfig and the HTTP server's. The server itself reads
+	// TLSConfig only.
+	TLS tlsconf.Files `yaml:"tls"`
 
 	// MaxMessageSize is announced in HelloOK as the server's default max message size (each topic
 	// enforces its own max_message_bytes). Defaults to 1 MiB.
@@ -111,6 +117,9 @@ type Config struct {
 	// Metrics receives the server's hook metrics: connections, publishes, deliveries, acks and
 	// nacks. Nil records nothing.
 	Metrics *metrics.Metrics `yaml:"-"`
+	// TLSConfig, when set, wraps every accepted connection in TLS before its first bytes tell the
+	// binary protocol from the text mode (the handshake is bounded by HandshakeTimeout).
+	TLSConfig *tls.Config `yaml:"-"`
 	// Clock is the broker's clock, used for TTLs and heartbeat times. Defaults to
 	// storage.SystemClock. (Timeouts use the network poller's real time.)
 	Clock storage.Clock `yaml:"-"`

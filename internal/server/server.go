@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -162,7 +163,8 @@ func (s *Server) Start(ctx context.Context, ln net.Listener) error {
 	s.wg.Add(1)
 	go s.acceptLoop(ln)
 	s.logger.InfoContext(ctx, "tcp server listening", slog.String("addr", ln.Addr().String()),
-		slog.Int("max_connections", s.cfg.MaxConnections), slog.Int("max_frame_size", s.cfg.MaxFrameSize))
+		slog.Int("max_connections", s.cfg.MaxConnections), slog.Int("max_frame_size", s.cfg.MaxFrameSize),
+		slog.Bool("tls", s.cfg.TLSConfig != nil))
 	return nil
 }
 
@@ -324,6 +326,11 @@ func (s *Server) acceptLoop(ln net.Listener) {
 		}
 		backoff = 0
 		s.stats.accepted.Add(1)
+		if s.cfg.TLSConfig != nil {
+			// The handshake runs on the connection's first read (mode detection, or the
+			// OVERLOADED answer), under its deadline, not in this loop.
+			nc = tls.Server(nc, s.cfg.TLSConfig)
+		}
 		s.mu.Lock()
 		switch {
 		case s.state != stateRunning:
