@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/internal/cli"
+	"github.com/spoolmq/spool/internal/tlsconf"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -55,6 +57,34 @@ type cliEnv struct {
 	httpClient *http.Client
 	// clientOpts are added to every Dial (tests: a logger).
 	clientOpts []client.Opt
+	// tls holds the --tls-* flags once addrFlag or httpFlag defined them.
+	tls *tlsFlags
+}
+
+// tlsFlags are --tls-ca, --tls-cert and --tls-key: any of them makes the command connect with TLS
+// (the broker's listeners with server.tls set).
+type tlsFlags struct {
+	ca, cert, key *string
+}
+
+// defineTLSFlags defines the --tls-* flags on fs (once).
+func (e *cliEnv) defineTLSFlags(fs *flag.FlagSet) {
+	if fs.Lookup("tls-ca") != nil {
+		return
+	}
+	e.tls = &tlsFlags{
+		ca:   fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS; default: the system's CAs)"),
+		cert: fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key; connect with TLS)"),
+		key:  fs.String("tls-key", "", "PEM private key of --tls-cert"),
+	}
+}
+
+// tlsConfig returns the TLS configuration of the --tls-* flags, nil when none was given.
+func (e *cliEnv) tlsConfig() (*tls.Config, error) {
+	if e.tls == nil || *e.tls.ca == "" && *e.tls.cert == "" && *e.tls.key == "" {
+		return nil, nil
+	}
+	return tlsconf.ClientConfig(*e.tls.ca, *e.tls.cert, *e.tls.key)
 }
 
 // osEnv is the environment of the real process.
@@ -238,6 +268,7 @@ func (e *cliEnv) addrFlag(fs *flag.FlagSet) *string {
 	if def == "" {
 		def = defaultAddr
 	}
+	e.defineTLSFlags(fs)
 	return fs.String("addr", def, "broker address host:port, binary protocol ($"+envAddr+" overrides the default)")
 }
 
@@ -247,12 +278,26 @@ func (e *cliEnv) httpFlag(fs *flag.FlagSet) *string {
 	if def == "" {
 		def = defaultHTTPAddr
 	}
-	return fs.String("http", def, "admin API address, a URL or host:port ($"+envHTTP+" overrides the default)")
+	e.defineTLSFlags(fs)
+	return fs.String("http", def, "admin API address, a URL or host:port; https://host:port with TLS ($"+envHTTP+" overrides the default)")
 }
 
 // admin returns the admin API client of --http.
 func (e *cliEnv) admin(fs *flag.FlagSet, addr string) (*cli.AdminClient, error) {
-	c, err := cli.NewAdminClient(addr, e.httpClient)
+	hc := e.httpClient
+	tc, err := e.tlsConfig()
+	if err != nil {
+		return nil, usagef(fs, "%v", err)
+	}
+	if tc != nil {
+		if base, err := cli.BaseURL(addr); err == nil && !strings.HasPrefix(base, "https://") {
+			return nil, usagef(fs, "--tls-* flags need an https:// admin API address, got %q", addr)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tc
+		hc = &http.Client{Timeout: cli.DefaultAdminTimeout, Transport: tr}
+	}
+	c, err := cli.NewAdminClient(addr, hc)
 	if err != nil {
 		return nil, usagef(fs, "%v", err)
 	}
@@ -294,6 +339,13 @@ func (c *brokerClient) Close(ctx context.Context) error {
 func (e *cliEnv) dial(ctx context.Context, addr, name string, hooks ...any) (*brokerClient, error) {
 	notes := &connNotices{e: e}
 	opts := append([]client.Opt{client.ClientName("spool " + name), client.Hooks(append([]any{notes}, hooks...)...)}, e.clientOpts...)
+	tc, err := e.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, client.TLSConfig(tc))
+	}
 	c, err := client.Dial(ctx, addr, opts...)
 	if err != nil {
 		var pe *protocol.Error

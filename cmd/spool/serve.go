@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,8 +12,10 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +29,7 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/pgstore"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
 // serveFlags maps the flags of spool serve to their configuration keys.
@@ -216,9 +220,24 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		return err
 	}
 
+	// TLS of both listeners (server.tls), its certificate reloaded on SIGHUP.
+	var tlsSrv *tlsconf.Server
+	if cfg.Server.TLS.Enabled() {
+		if tlsSrv, err = tlsconf.NewServer(cfg.Server.TLS); err != nil {
+			return fmt.Errorf("config: server.tls.%w", err)
+		}
+		stopReload := reloadOnSIGHUP(tlsSrv, logger)
+		defer stopReload()
+	}
+
 	// TCP server.
 	srvCfg := cfg.Server
 	srvCfg.Logger, srvCfg.Metrics, srvCfg.Version = logger, m, version
+	var httpTLS *tls.Config
+	if tlsSrv != nil {
+		srvCfg.TLSConfig = tlsSrv.Config()
+		httpTLS = tlsSrv.Config("http/1.1")
+	}
 	srv, err := server.New(srvCfg, b)
 	if err != nil {
 		return err
@@ -262,7 +281,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	// (admin.NewServer, admin.LimitListener).
 	httpSrv := admin.NewServer(adminHandler, logger)
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- httpSrv.Serve(admin.LimitListener(hl, cfg.HTTPMaxConnections)) }()
+	go func() { httpDone <- httpSrv.Serve(admin.LimitListener(hl, cfg.HTTPMaxConnections, httpTLS)) }()
 	if cfg.DebugListen != "" {
 		stopDebug, err := serveDebug(cfg.DebugListen, logger)
 		if err != nil {
@@ -272,7 +291,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	}
 
 	logger.Info("spool serving", slog.String("version", version), slog.String("tcp", ln.Addr().String()),
-		slog.String("http", hl.Addr().String()), engineAttr(cfg))
+		slog.String("http", hl.Addr().String()), engineAttr(cfg), tlsAttr(tlsSrv))
 	logExposure(logger, cfg)
 
 	var runErr error
@@ -286,6 +305,54 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		httpDone <- herr
 	}
 	return errors.Join(runErr, shutdown(stopCtx, logger, &shuttingDown, srv, adminHandler, httpSrv, httpDone))
+}
+
+// tlsAttr describes the listeners' TLS in the start-up log: off, on, or mutual (client
+// certificates required), with the certificate's expiry.
+func tlsAttr(s *tlsconf.Server) slog.Attr {
+	switch {
+	case s == nil:
+		return slog.String("tls", "off")
+	case s.Mutual():
+		return slog.Group("tls", slog.String("mode", "mutual"), slog.Time("cert_not_after", s.NotAfter()))
+	}
+	return slog.Group("tls", slog.String("mode", "on"), slog.Time("cert_not_after", s.NotAfter()))
+}
+
+// reloadOnSIGHUP reloads the TLS certificate and key on each SIGHUP until stop is called: new
+// handshakes get the new certificate, open connections keep theirs. A file that does not load
+// leaves the current certificate in place and is logged as an error.
+func reloadOnSIGHUP(s *tlsconf.Server, logger *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		for {
+			select {
+			case <-hup:
+				reloadTLS(s, logger)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-exited
+	}
+}
+
+// reloadTLS reloads the certificate once and logs the outcome.
+func reloadTLS(s *tlsconf.Server, logger *slog.Logger) {
+	if err := s.Reload(); err != nil {
+		logger.Error("tls certificate reload failed, keeping the current certificate", slog.Any("error", err),
+			slog.Time("cert_not_after", s.NotAfter()))
+		return
+	}
+	logger.Info("tls certificate reloaded", slog.Time("cert_not_after", s.NotAfter()))
 }
 
 // serveDebug serves net/http/pprof on addr until the returned function is called.

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,8 +53,10 @@ func NewServer(h *Handler, logger *slog.Logger) *http.Server {
 // LimitListener returns ln accepting at most maxConns open connections at a time. A connection
 // over the limit is answered at once with 503 and the JSON error OVERLOADED (retryable,
 // Retry-After: 1) and closed, so that the client knows why, instead of waiting in the backlog.
-func LimitListener(ln net.Listener, maxConns int) net.Listener {
-	return &limitListener{Listener: ln, max: int64(maxConns), refusal: refusal(maxConns)}
+// With tlsCfg, every connection, the refused ones too, speaks TLS; http.Server gets the *tls.Conn
+// (it runs the handshake within ReadHeaderTimeout and fills Request.TLS).
+func LimitListener(ln net.Listener, maxConns int, tlsCfg *tls.Config) net.Listener {
+	return &limitListener{Listener: ln, max: int64(maxConns), refusal: refusal(maxConns), tls: tlsCfg}
 }
 
 type limitListener struct {
@@ -61,6 +64,15 @@ type limitListener struct {
 	max     int64
 	open    atomic.Int64
 	refusal []byte
+	tls     *tls.Config
+}
+
+// wrap returns c in TLS when the listener has a configuration.
+func (l *limitListener) wrap(c net.Conn) net.Conn {
+	if l.tls == nil {
+		return c
+	}
+	return tls.Server(c, l.tls)
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -71,10 +83,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
-			go refuse(c, l.refusal)
+			go refuse(l.wrap(c), l.refusal)
 			continue
 		}
-		return &limitConn{Conn: c, release: func() { l.open.Add(-1) }}, nil
+		return l.wrap(&limitConn{Conn: c, release: func() { l.open.Add(-1) }}), nil
 	}
 }
 
