@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/bench"
+	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
 func init() {
@@ -81,6 +82,13 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("bench: unexpected arguments %q", bf.fs.Args())
 	}
 	cfg := bf.config()
+	if *bf.tlsCA != "" || *bf.tlsCert != "" || *bf.tlsKey != "" {
+		tc, err := tlsconf.ClientConfig(*bf.tlsCA, *bf.tlsCert, *bf.tlsKey)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		cfg.TLS = tc
+	}
 	if *bf.cpuProfile != "" {
 		stop, err := startCPUProfile(*bf.cpuProfile)
 		if err != nil {
@@ -106,6 +114,9 @@ type benchFlags struct {
 	cfg        bench.Config
 	json       *bool
 	cpuProfile *string
+	tlsCA      *string
+	tlsCert    *string
+	tlsKey     *string
 }
 
 // startCPUProfile writes the load generator's CPU profile to path until stop is called.
@@ -166,6 +177,9 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 		fs.IntVar(&c.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "credit of each consumer")
 		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last publish acknowledgements, then for the last deliveries, after the schedule")
 	}
+	b.tlsCA = fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS; default: the system's CAs)")
+	b.tlsCert = fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key; connect with TLS)")
+	b.tlsKey = fs.String("tls-key", "", "PEM private key of --tls-cert")
 	b.json = fs.Bool("json", false, "print the result as JSON instead of a summary")
 	b.cpuProfile = fs.String("cpuprofile", "", "write the load generator's CPU profile (pprof) of the whole run to this file")
 	return b

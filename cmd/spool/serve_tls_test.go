@@ -238,6 +238,12 @@ func TestServeTLS(t *testing.T) {
 		t.Fatalf("spool topic list --tls-*: exit %d: %s %s", code, out.String(), errb.String())
 	}
 
+	// spool bench over TLS: the topic through the HTTPS admin API, publishes on the TLS port.
+	var bout testutil.SyncBuffer
+	if err := benchMain(wctx, append([]string{"publish", "--addr", cfg.Listen, "--admin", "https://" + cfg.HTTP, "--count", "20", "--warmup", "0"}, tlsArgs...), &bout, &bout); err != nil {
+		t.Fatalf("spool bench --tls-*: %v\n%s", err, bout.String())
+	}
+
 	// SIGHUP with a new certificate: new connections get it, the open one keeps working.
 	cert2, key2, serial2 := ca.issue(true)
 	writeFile(t, path("server.pem"), cert2)

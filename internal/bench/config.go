@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -65,6 +66,8 @@ type Config struct {
 	// topic is then auto-created by the first publish (QUEUE), which allows one group only.
 	Admin   string
 	NoAdmin bool
+	// TLS, when set, is the TLS configuration of the broker connections and of an https:// Admin.
+	TLS *tls.Config
 	// Topic is the topic to use. Defaults to a fresh one per run, "bench.<run id>", created
 	// with Semantics, Partitions and the retention overrides, and deleted after the run. A given
 	// topic that exists is used as it is (its semantics read through the admin API) and kept.

@@ -104,7 +104,7 @@ func (r *runner) setupTopic(ctx context.Context) error {
 	if cfg.NoAdmin {
 		return nil
 	}
-	r.adm = newAdmin(cfg.Admin)
+	r.adm = newAdmin(cfg.Admin, cfg.TLS)
 	spec := topicSpec{semantics: cfg.Semantics, partitions: cfg.Partitions,
 		messageRetention: cfg.MessageRetention, maxRetention: cfg.MaxRetention}
 	exists, err := r.adm.createTopic(ctx, name, spec)
@@ -153,6 +153,9 @@ func (r *runner) queue() bool {
 // dial connects one client of the run.
 func (r *runner) dial(ctx context.Context, name string, opts ...client.Opt) (*client.Client, error) {
 	opts = append([]client.Opt{client.ClientName(name), client.Logger(r.cfg.Logger)}, opts...)
+	if r.cfg.TLS != nil {
+		opts = append(opts, client.TLSConfig(r.cfg.TLS))
+	}
 	c, err := client.Dial(ctx, r.cfg.Addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect to %s: %w", r.cfg.Addr, err)

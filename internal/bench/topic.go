@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,11 +37,17 @@ type adminAPI struct {
 	hc   *http.Client
 }
 
-func newAdmin(base string) *adminAPI {
+func newAdmin(base string, tlsCfg *tls.Config) *adminAPI {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	return &adminAPI{base: strings.TrimRight(base, "/"), hc: &http.Client{Timeout: adminTimeout}}
+	hc := &http.Client{Timeout: adminTimeout}
+	if tlsCfg != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsCfg
+		hc.Transport = tr
+	}
+	return &adminAPI{base: strings.TrimRight(base, "/"), hc: hc}
 }
 
 // topicSpec is what a run asks of the topic it creates.
