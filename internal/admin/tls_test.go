@@ -1,0 +1,114 @@
+package admin
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// TestLimitListenerTLS: with a TLS configuration every connection speaks TLS, the one refused
+// over the limit too (its 503 OVERLOADED arrives inside TLS), and closing a TLS connection frees
+// its place.
+func TestLimitListenerTLS(t *testing.T) {
+	t.Parallel()
+	cert, pool := testCert(t)
+	e := newEnv(t, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(e.h, testLogger(t))
+	done := make(chan error, 1)
+	go func() {
+		done <- srv.Serve(LimitListener(ln, 1, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	addr := ln.Addr().String()
+	get := func() (*http.Response, net.Conn, error) {
+		nc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "spool"})
+		if err != nil {
+			return nil, nil, err
+		}
+		_ = nc.SetDeadline(time.Now().Add(waitTimeout))
+		if _, err := io.WriteString(nc, "GET /healthz HTTP/1.1\r\nHost: spool\r\n\r\n"); err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		res, err := http.ReadResponse(bufio.NewReader(nc), nil)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return res, nc, nil
+	}
+	res, first, err := get()
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("first connection: %v %v", res, err)
+	}
+	res.Body.Close()
+	res, second, err := get()
+	if err != nil {
+		t.Fatalf("over the limit: %v", err)
+	}
+	second.Close()
+	if d := decodeError(t, res); res.StatusCode != http.StatusServiceUnavailable || d.Code != "OVERLOADED" {
+		t.Fatalf("over the limit: %d %+v", res.StatusCode, d)
+	}
+	first.Close()
+	testutil.Eventually(t, waitTimeout, "a place after the close", func() error {
+		res, nc, err := get()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			return fmt.Errorf("status %d", res.StatusCode)
+		}
+		return nil
+	})
+}
+
+// testCert returns a self-signed certificate for the name "spool" and a pool that trusts it.
+func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), DNSNames: []string{"spool"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
