@@ -279,7 +279,7 @@ func (e *cliEnv) httpFlag(fs *flag.FlagSet) *string {
 		def = defaultHTTPAddr
 	}
 	e.defineTLSFlags(fs)
-	return fs.String("http", def, "admin API address, a URL or host:port; https://host:port with TLS ($"+envHTTP+" overrides the default)")
+	return fs.String("http", def, "admin API address, a URL or host:port (https:// with the --tls-* flags) ($"+envHTTP+" overrides the default)")
 }
 
 // admin returns the admin API client of --http.
@@ -290,6 +290,9 @@ func (e *cliEnv) admin(fs *flag.FlagSet, addr string) (*cli.AdminClient, error) 
 		return nil, usagef(fs, "%v", err)
 	}
 	if tc != nil {
+		if base, err := cli.BaseURL(addr); err == nil && !strings.Contains(addr, "://") {
+			addr = "https://" + strings.TrimPrefix(base, "http://") // host:port: TLS was asked for
+		}
 		if base, err := cli.BaseURL(addr); err == nil && !strings.HasPrefix(base, "https://") {
 			return nil, usagef(fs, "--tls-* flags need an https:// admin API address, got %q", addr)
 		}

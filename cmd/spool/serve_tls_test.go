@@ -237,6 +237,13 @@ func TestServeTLS(t *testing.T) {
 	if code := runCLI(wctx, e, runTopic, append([]string{"list", "--http", "https://" + cfg.HTTP}, tlsArgs...)); code != 0 || !strings.Contains(out.String(), "tls.t") {
 		t.Fatalf("spool topic list --tls-*: exit %d: %s %s", code, out.String(), errb.String())
 	}
+	// host:port (serve's listen form) with --tls-* means https; an http:// URL is a usage error.
+	if code := runCLI(wctx, e, runTopic, append([]string{"list", "--http", cfg.HTTP}, tlsArgs...)); code != 0 {
+		t.Fatalf("spool topic list --http host:port --tls-*: exit %d: %s", code, errb.String())
+	}
+	if code := runCLI(wctx, e, runTopic, append([]string{"list", "--http", "http://" + cfg.HTTP}, tlsArgs...)); code != 2 || !strings.Contains(errb.String(), "need an https://") {
+		t.Fatalf("spool topic list --http http://... --tls-*: exit %d: %s", code, errb.String())
+	}
 
 	// spool bench over TLS: the topic through the HTTPS admin API, publishes on the TLS port.
 	var bout testutil.SyncBuffer
