@@ -52,7 +52,9 @@ func serve(ctx context.Context, args []string) error {
 			"Runs the broker: TCP (binary protocol and text mode), HTTP (admin API, /metrics, /healthz, /readyz).\n"+
 			"Settings come from the defaults, then --config (or $SPOOL_CONFIG), then SPOOL_* variables\n"+
 			"(SPOOL_<KEY>, e.g. SPOOL_SERVER_MAX_CONNECTIONS; any other SPOOL_* variable but SPOOL_CONFIG,\n"+
-			"SPOOL_ADDR and SPOOL_TEST_* is an error), then these flags.\n\nFlags:\n")
+			"SPOOL_ADDR and SPOOL_TEST_* is an error), then these flags.\n"+
+			"TLS on both listeners: server.tls.cert_file and key_file (SPOOL_SERVER_TLS_CERT_FILE, ...),\n"+
+			"client_ca_file for mutual TLS; SIGHUP reloads the certificate (docs/protocol.md 2.1.1).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	configFile := fs.String("config", "", "YAML configuration file (default $SPOOL_CONFIG, else none)")

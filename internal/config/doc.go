@@ -43,6 +43,14 @@
 //	  session_timeout: 30s
 //	  text_ack_wait: 24h
 //	  text_publisher_idle: 1s
+//	  tls:                       # TLS on the TCP and HTTP listeners (both files, or neither)
+//	    cert_file: /etc/spool/server.pem
+//	    key_file: /etc/spool/server.key
+//	    client_ca_file: /etc/spool/ca.pem   # optional: mutual TLS (client certificates required)
+//
+// Validate names the offending key in a *KeyError. It also reads the server.tls files, so that a
+// missing or unusable certificate, key or CA stops the start (the *KeyError then wraps a
+// *tlsconf.FileError). SIGHUP reloads cert_file and key_file in spool serve.
 //
 // Keys lists every key. Nothing here is shared mutable state: Defaults returns a new value each
 // time, and every function is safe for concurrent use.
