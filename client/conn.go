@@ -296,18 +296,13 @@ func (cn *conn) wakeWriter() {
 	}
 }
 
-// enqueue encodes m with corr into the write buffer; cl (may be nil) records the batch. With
-// flushAcks the pending acks are encoded first, so that they precede m on the wire. It waits
-// while the buffer is over writeQueueMax (until ctx ends or the connection breaks). Errors: the
+// put encodes m with corr into the write buffer; cl (may be nil) records the batch. With
+// flushAcks the pending acks are encoded first, so that they precede m on the wire. With block it
+// waits while the buffer is over writeQueueMax (until ctx ends or the connection breaks); without,
+// it never waits: the reader goroutine's own frames (HeartbeatOK, GoodbyeOK, giving back a handle)
+// must not, because the writer may be blocked on a broker that waits for this reader. Errors: the
 // connection is closed (ErrConnectionLost), m cannot be encoded (wrapping
 // protocol.ErrInvalidArgument) or its frame is too large (*protocol.FrameTooLargeError).
-func (cn *conn) enqueue(ctx context.Context, corr uint32, m protocol.Message, cl *call, flushAcks bool) error {
-	return cn.put(ctx, true, corr, m, cl, flushAcks)
-}
-
-// put is enqueue; without block it never waits for room: the reader goroutine's own frames
-// (HeartbeatOK, GoodbyeOK, giving back a handle) must not, because the writer may be blocked on a
-// broker that waits for this reader.
 func (cn *conn) put(ctx context.Context, block bool, corr uint32, m protocol.Message, cl *call, flushAcks bool) error {
 	cn.wmu.Lock()
 	for block && len(cn.wbuf) >= writeQueueMax && !cn.wclosed {
