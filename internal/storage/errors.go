@@ -92,6 +92,13 @@ var (
 	// disk_full. The call that returns it stored nothing; the same call may succeed once space was
 	// freed (on the embedded engine, after the broker was restarted).
 	ErrFull = errors.New("storage full")
+
+	// ErrPartitionDamaged is the cause (IOError.Err) of every refusal of a partition whose log the
+	// embedded engine found damaged (storage.ErrCorrupt): at Open, or by a later read. The error is
+	// an *IOError of Kind ErrUnavailable; the other partitions and topics work normally. The
+	// partition stays unavailable until an operator repairs it with `spool data truncate` and the
+	// broker restarts.
+	ErrPartitionDamaged = errors.New("partition damaged")
 )
 
 // IOError is a failure of an engine's storage (a file system or database error), classified for

@@ -378,6 +378,10 @@ type PartitionStats struct {
 	LowOffset int64 `json:"low_offset"`
 	HighWater int64 `json:"high_water"`
 	Bytes     int64 `json:"bytes"`
+	// Damaged reports a partition the embedded engine found damaged (storage.ErrPartitionDamaged):
+	// it is unavailable until repaired. When it was damaged at Open, the offsets and size are 0
+	// (unknown).
+	Damaged bool `json:"damaged,omitempty"`
 }
 
 // TopicStats describes a topic's log.

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -213,6 +214,9 @@ func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 	from := now.Add(-window).UnixNano() + 1
 	var entries []*dedupEntry
 	for _, p := range t.parts {
+		if p.damaged() != nil {
+			continue
+		}
 		start, err := p.log.SearchTime(from)
 		if err != nil {
 			return fmt.Errorf("wal: rebuild producer ids of topic %q partition %d: %w", t.meta.Name, p.index, err)
@@ -229,6 +233,12 @@ func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 			}
 			return true, nil
 		})
+		if errors.Is(err, storage.ErrCorrupt) {
+			// A damaged sealed segment (Open trusts its index): the partition is unavailable,
+			// the ids read before the damage are kept.
+			e.markDamaged(t.meta.Name, p, err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("wal: rebuild producer ids of topic %q partition %d: %w", t.meta.Name, p.index, err)
 		}

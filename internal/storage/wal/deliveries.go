@@ -68,7 +68,7 @@ func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQ
 		msg = *en.Msg
 	} else {
 		var err error
-		msg, err = readMessage(s.topic, en.Partition, en.Offset)
+		msg, err = e.readMessage(s.topic, en.Partition, en.Offset)
 		if err != nil {
 			e.logger.Warn("wal: message to dead-letter is gone, dropped", slog.Int64("subscription", s.meta.ID),
 				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
@@ -149,6 +149,19 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	defer s.mu.Unlock()
 	now := e.now()
 	var pl policy.Claim
+	if healthy := healthyParts(t, params.Partitions); healthy != nil {
+		// Damaged partitions are left out: the others are served (their redeliveries wait).
+		if len(healthy) == 0 {
+			for _, p := range t.parts {
+				if p.damaged() != nil {
+					return nil, nil, unavailable(t.meta.Name, p)
+				}
+			}
+		}
+		cp := *params
+		cp.Partitions = healthy
+		params = &cp
+	}
 	if err := pl.Start(policy.Input{Params: params, Topic: t.meta.Name, Partitions: len(t.parts), AckWait: cfg.AckWait,
 		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(s.rr)}); err != nil {
 		return nil, nil, err
@@ -203,7 +216,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 			items = append(items, claimItem{kind: claimReplayed, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
 			continue
 		}
-		m, err := readMessage(t, en.Partition, en.Offset)
+		m, err := e.readMessage(t, en.Partition, en.Offset)
 		if err != nil {
 			e.logger.Warn("wal: message to redeliver is gone, dropped", slog.Int64("subscription", s.meta.ID),
 				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
@@ -246,7 +259,11 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				if errors.Is(err, storage.ErrOffsetOutOfRange) {
 					continue
 				}
-				e.logger.Error("wal: read for claim", slog.String("topic", t.meta.Name), slog.Int("partition", int(pi)), slog.Any("error", err))
+				if errors.Is(err, storage.ErrCorrupt) {
+					e.markDamaged(t.meta.Name, t.parts[pi], err) // skipped by the next claims
+				} else {
+					e.logger.Error("wal: read for claim", slog.String("topic", t.meta.Name), slog.Int("partition", int(pi)), slog.Any("error", err))
+				}
 				break
 			}
 			if len(batch) == 0 {
@@ -369,7 +386,11 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 		for _, r := range params.Refs {
 			hw := int64(-1)
 			if r.Partition >= 0 && int(r.Partition) < len(s.topic.parts) {
-				hw = s.topic.parts[r.Partition].log.NextIndex()
+				if p := s.topic.parts[r.Partition]; p.log != nil {
+					hw = p.log.NextIndex()
+				} else {
+					hw = s.st.Cursor(r.Partition) // damaged at Open: what was delivered before
+				}
 			}
 			switch s.st.Ack(r.Partition, r.Offset, hw) {
 			case substate.Acked:

@@ -193,7 +193,10 @@ type topic struct {
 type partition struct {
 	index int32
 	dir   string
-	log   *wlog.Log
+	log   *wlog.Log // nil when the log failed to open (damage is then set)
+	// damage is the cause (with file and offset) when the partition's log is damaged: set at
+	// Open, or by the first read that met corruption (markDamaged). Never cleared.
+	damage atomic.Pointer[error]
 	// mu serializes appends so frame timestamps (PublishedAt) never decrease.
 	mu     sync.Mutex
 	lastTS int64

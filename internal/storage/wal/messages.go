@@ -156,6 +156,10 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 			return invalid("message %d: producer id is %d bytes, at most %d allowed", i, len(m.ProducerID), storage.MaxProducerIDLen)
 		}
 	}
+	if err := checkDamagedTargets(t, msgs); err != nil {
+		e.mu.RUnlock()
+		return err
+	}
 	if cfg.Semantics == storage.PubSub && cfg.BlockWritesOnZeroSubscriptions && !hasActiveLocked(t) {
 		e.mu.RUnlock()
 		return fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, params.Topic)
@@ -189,7 +193,8 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 			if len(m.Key) > 0 {
 				p = storage.PartitionForKey(m.Key, n)
 			} else {
-				if keyless < 0 {
+				// Past damaged partitions (checkDamagedTargets made sure one is healthy).
+				for k := 0; k < n && (keyless < 0 || t.parts[keyless].damaged() != nil); k++ {
 					keyless = int32((t.rr.Add(1) - 1) % uint32(n))
 				}
 				p = keyless
@@ -351,12 +356,49 @@ func decodeRecord(topicName string, p int32, offset int64, rec wlog.Record, m *s
 	return nil
 }
 
-// readMessage reads one message of a partition.
-func readMessage(t *topic, p int32, offset int64) (storage.Message, error) {
+// checkDamagedTargets refuses a batch with a message for a damaged partition (its own, or its
+// key's), or with keyless messages when every partition is damaged: nothing is stored.
+func checkDamagedTargets(t *topic, msgs []storage.AppendMessage) error {
+	n := len(t.parts)
+	healthy := 0
+	for _, p := range t.parts {
+		if p.damaged() == nil {
+			healthy++
+		}
+	}
+	if healthy == n {
+		return nil
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		p := m.Partition
+		if p == storage.PartitionAuto {
+			if len(m.Key) == 0 {
+				if healthy == 0 {
+					return unavailable(t.meta.Name, t.parts[0])
+				}
+				continue
+			}
+			p = storage.PartitionForKey(m.Key, n)
+		}
+		if t.parts[p].damaged() != nil {
+			return unavailable(t.meta.Name, t.parts[p])
+		}
+	}
+	return nil
+}
+
+// readMessage reads one message of a partition. A damaged partition's error is unavailable's
+// (the partition is marked damaged when the read meets the damage).
+func (e *Engine) readMessage(t *topic, p int32, offset int64) (storage.Message, error) {
 	var m storage.Message
-	recs, err := t.parts[p].log.Read(offset, 1, 0)
+	part := t.parts[p]
+	if part.damaged() != nil {
+		return m, unavailable(t.meta.Name, part)
+	}
+	recs, err := part.log.Read(offset, 1, 0)
 	if err != nil {
-		return m, err
+		return m, e.readFailure(t.meta.Name, part, err)
 	}
 	if len(recs) == 0 {
 		return m, fmt.Errorf("%w: offset %d is at the high-water mark", storage.ErrOffsetOutOfRange, offset)
@@ -392,7 +434,11 @@ func (e *Engine) MessagesRead(ctx context.Context, params *storage.MessagesReadP
 	if params.Partition < 0 || int(params.Partition) >= len(t.parts) {
 		return nil, invalid("partition %d out of range, topic %q has %d", params.Partition, params.Topic, len(t.parts))
 	}
-	l := t.parts[params.Partition].log
+	part := t.parts[params.Partition]
+	if part.damaged() != nil {
+		return nil, unavailable(params.Topic, part)
+	}
+	l := part.log
 	for {
 		hw := l.NextIndex()
 		if params.Offset > hw {
@@ -408,7 +454,7 @@ func (e *Engine) MessagesRead(ctx context.Context, params *storage.MessagesReadP
 			continue // retention removed the segment meanwhile
 		}
 		if err != nil {
-			return nil, fmt.Errorf("wal: read topic %q partition %d: %w", params.Topic, params.Partition, err)
+			return nil, e.readFailure(params.Topic, part, fmt.Errorf("wal: read topic %q partition %d: %w", params.Topic, params.Partition, err))
 		}
 		out := make([]*storage.Message, len(recs))
 		for i, rec := range recs {

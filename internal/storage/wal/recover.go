@@ -81,6 +81,9 @@ func (e *Engine) recover() error {
 		}
 		for i, p := range s.topic.parts {
 			pi := int32(i)
+			if p.damaged() != nil {
+				continue // damaged: its state waits for the repair (clamped at the next Open)
+			}
 			if hw := p.log.NextIndex(); s.st.Cursor(pi) > hw || s.st.Floor(pi) > hw {
 				e.logger.Warn("wal: subscription state beyond the log's end (records lost), clamped",
 					slog.Int64("subscription", s.meta.ID), slog.Int("partition", i), slog.Int64("high_water", hw))
@@ -93,7 +96,7 @@ func (e *Engine) recover() error {
 		// Leases were lost with the restart. Messages on their last allowed delivery are
 		// dead-lettered as an expiry would have; the others are due at once (restored that way).
 		maxDel := s.topic.meta.Config.MaxDeliveries
-		for _, en := range s.st.Exhausted(maxDel) {
+		for _, en := range s.st.Exhausted(maxDel, func(p int32) bool { return s.topic.parts[p].damaged() == nil }) {
 			// A delivery never carries an attempt above max_deliveries, so that is all it can
 			// have had (an unclean restart may have counted one more).
 			en.Attempt = min(en.Attempt, maxDel)
@@ -139,6 +142,12 @@ func (e *Engine) openTopicLogs(t *topic, from int) error {
 func (e *Engine) openPartition(name string, i int) (*partition, error) {
 	dir := e.partitionDir(name, i)
 	l, err := wlog.Open(dir, e.logOptions())
+	if errors.Is(err, storage.ErrCorrupt) {
+		// One damaged partition does not stop the engine: it is kept without a log, unavailable.
+		p := &partition{index: int32(i), dir: dir}
+		e.markDamaged(name, p, fmt.Errorf("wal: open partition log %s: %w", dir, err))
+		return p, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("wal: open partition log %s: %w", dir, err)
 	}

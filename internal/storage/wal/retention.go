@@ -143,6 +143,9 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 	var plans []partPlan
 	var floors []floorItem
 	for pi, p := range t.parts {
+		if p.damaged() != nil {
+			continue // left as it is for the repair
+		}
 		minHold, minAll := int64(-1), int64(-1)
 		for _, s := range withState {
 			f := s.st.Floor(int32(pi))

@@ -36,6 +36,11 @@ func (e *Engine) subWithState(id int64) (*sub, error) {
 
 // resolveStartLocked turns a start position into the first offset of every partition.
 func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64, error) {
+	for _, p := range t.parts {
+		if p.damaged() != nil {
+			return nil, unavailable(t.meta.Name, p) // its start cannot be resolved
+		}
+	}
 	starts := make([]int64, len(t.parts))
 	searchAll := func(ts int64) error {
 		for i, p := range t.parts {
@@ -80,7 +85,7 @@ func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64
 		o := max(sp.Offset, l.FirstIndex())
 		ts := e.clock.Now().UnixNano()
 		if o < hw {
-			m, err := readMessage(t, sp.Partition, o)
+			m, err := e.readMessage(t, sp.Partition, o)
 			if err != nil {
 				return nil, fmt.Errorf("wal: read start message: %w", err)
 			}
@@ -275,7 +280,10 @@ func (e *Engine) SubscriptionStats(ctx context.Context, id int64) (*storage.Subs
 		return st, nil
 	}
 	for i, p := range s.topic.parts {
-		hw := p.log.NextIndex()
+		hw := s.st.Cursor(int32(i)) // damaged at Open: its log's end is unknown
+		if p.log != nil {
+			hw = p.log.NextIndex()
+		}
 		floor, cursor, pending := s.st.PartStats(int32(i), hw)
 		st.Pending += pending
 		st.Lag += max(hw-cursor, 0)

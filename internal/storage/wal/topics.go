@@ -187,6 +187,9 @@ func queuePendingLocked(t *topic, s *sub) bool {
 		return false
 	}
 	for i, p := range t.parts {
+		if p.log == nil {
+			return true // damaged at Open: what it holds is unknown
+		}
 		if _, _, pending := s.st.PartStats(int32(i), p.log.NextIndex()); pending > 0 {
 			return true
 		}
@@ -237,7 +240,9 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 	t.inflight.Wait()
 	var errs []error
 	for _, p := range t.parts {
-		errs = append(errs, p.log.Close())
+		if p.log != nil {
+			errs = append(errs, p.log.Close())
+		}
 	}
 	errs = append(errs, e.discardDir(e.topicDir(params.Name)))
 	if err := errors.Join(errs...); err != nil {
@@ -290,7 +295,12 @@ func (e *Engine) TopicStats(ctx context.Context, name string) (*storage.TopicSta
 	}
 	ts := &storage.TopicStats{Topic: name, Partitions: make([]storage.PartitionStats, len(t.parts))}
 	for i, p := range t.parts {
-		ps := storage.PartitionStats{Partition: int32(i), LowOffset: p.log.FirstIndex(), HighWater: p.log.NextIndex()}
+		ps := storage.PartitionStats{Partition: int32(i), Damaged: p.damaged() != nil}
+		if p.log == nil {
+			ts.Partitions[i] = ps // damaged at Open: offsets and size unknown
+			continue
+		}
+		ps.LowOffset, ps.HighWater = p.log.FirstIndex(), p.log.NextIndex()
 		for _, s := range p.log.Segments() {
 			ps.Bytes += s.Bytes
 		}
@@ -401,7 +411,9 @@ func (e *Engine) planSemanticsChangeLocked(t *topic, old, cfg storage.TopicConfi
 		default:
 			starts := make([]int64, cfg.Partitions)
 			for i, p := range t.parts {
-				starts[i] = p.log.FirstIndex()
+				if p.log != nil { // damaged at Open: 0, raised to its first offset at the Open after the repair
+					starts[i] = p.log.FirstIndex()
+				}
 			}
 			rec.NewSubs = append(rec.NewSubs, subRec{
 				Sub: storage.Subscription{

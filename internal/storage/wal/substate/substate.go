@@ -731,11 +731,12 @@ func (s *Sub) RestoreCursor(p int32, cursor int64) {
 
 // Exhausted removes and returns the waiting entries whose attempt reached maxDeliveries. After a
 // restart they are the leases that were lost on their last allowed delivery; the caller
-// dead-letters them.
-func (s *Sub) Exhausted(maxDeliveries int) []*Entry {
+// dead-letters them. Entries of partitions for which take returns false stay (a damaged
+// partition's: their messages cannot be read to dead-letter them).
+func (s *Sub) Exhausted(maxDeliveries int, take func(p int32) bool) []*Entry {
 	var out []*Entry
 	for _, e := range s.waiting {
-		if e.Attempt >= maxDeliveries {
+		if e.Attempt >= maxDeliveries && take(e.Partition) {
 			out = append(out, e)
 		}
 	}

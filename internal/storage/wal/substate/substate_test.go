@@ -504,7 +504,7 @@ func TestRestoreMatchesLive(t *testing.T) {
 		t.Fatalf("live %+v\nreplay %+v", a, b)
 	}
 	// 0, 2, 3 and 4 were delivered once; 5 (NotBefore) never.
-	ex := re.Exhausted(1)
+	ex := re.Exhausted(1, func(int32) bool { return true })
 	if len(ex) != 4 {
 		t.Fatalf("exhausted %d, want 4", len(ex))
 	}
