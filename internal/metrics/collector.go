@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,9 @@ var (
 		"Bytes of the topic's log segments.", topicLabels, nil)
 	descTopicPartitions = prometheus.NewDesc("spool_topic_partitions",
 		"Partitions of the topic.", topicLabels, nil)
+	descPartitionDamaged = prometheus.NewDesc("spool_partition_damaged",
+		"1 for each partition the embedded engine found damaged (unavailable until repaired with spool data truncate); absent for healthy ones.",
+		[]string{"topic", "partition"}, nil)
 	descTopicSubs = prometheus.NewDesc("spool_topic_subscriptions",
 		"Subscriptions of the topic that are not DELETED.", topicLabels, nil)
 	descTopicMembers = prometheus.NewDesc("spool_topic_members",
@@ -126,7 +130,7 @@ var (
 		"Scrapes at which reading the broker failed.", nil, nil)
 
 	allDescs = []*prometheus.Desc{descQueueDepth, descConsumerLag, descThroughput, descTopicMessages,
-		descTopicBytes, descTopicPartitions, descTopicSubs, descTopicMembers, descSubState, descSubPending,
+		descTopicBytes, descTopicPartitions, descPartitionDamaged, descTopicSubs, descTopicMembers, descSubState, descSubPending,
 		descSubInFlight, descSubRedelivering, descSubDLQ, descSubMembers, descBrokerMembers, descBrokerUp,
 		descStorageFull, descCollectDuration, descCollectErrors}
 
@@ -236,6 +240,9 @@ func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
 		var appended int64
 		for _, p := range t.Stats.Partitions {
 			appended += p.HighWater
+			if p.Damaged {
+				ch <- prometheus.MustNewConstMetric(descPartitionDamaged, prometheus.GaugeValue, 1, name, strconv.Itoa(int(p.Partition)))
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(descThroughput, prometheus.CounterValue, float64(appended), name)
 		gauge(descQueueDepth, float64(depths[name]))
