@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 	spooltest "github.com/spoolmq/spool/internal/testutil"
 )
 
@@ -29,7 +31,13 @@ func TestMain(m *testing.M) {
 // newBroker starts a broker on a real wal engine in a temporary directory; both stop at cleanup.
 func newBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	eng, err := wal.Open(t.TempDir(), wal.Config{})
+	return newBrokerIn(t, t.TempDir())
+}
+
+// newBrokerIn is newBroker on the data directory dir.
+func newBrokerIn(t *testing.T, dir string) *broker.Broker {
+	t.Helper()
+	eng, err := wal.Open(dir, wal.Config{})
 	if err != nil {
 		t.Fatalf("wal.Open: %v", err)
 	}
@@ -457,5 +465,53 @@ func TestBrokerCollector(t *testing.T) {
 	}
 	if got := mustSample(t, reg, "spool_metrics_collect_errors_total", nil); got < 1 {
 		t.Errorf("collect errors = %v, want >= 1", got)
+	}
+}
+
+// TestPartitionDamagedMetric: a partition whose log is damaged shows as spool_partition_damaged
+// 1; the healthy ones have no series.
+func TestPartitionDamagedMetric(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	eng, err := wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: "t", Config: storage.TopicConfig{Partitions: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "t",
+			Messages: []storage.AppendMessage{{Partition: 1, Payload: []byte("payload")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(dir, "topics", "t", "1", "00000000000000000000.seg")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[wlog.SegmentHeaderBytes+wlog.FrameHeaderBytes+1] ^= 1
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(strings.TrimSuffix(seg, ".seg") + ".idx"); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	if err := m.RegisterBroker(newBrokerIn(t, dir), CollectorOptions{Logger: testLogger(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustSample(t, reg, "spool_partition_damaged", map[string]string{"topic": "t", "partition": "1"}); got != 1 {
+		t.Fatalf("spool_partition_damaged{t,1} = %v, want 1", got)
+	}
+	if _, ok := sample(t, reg, "spool_partition_damaged", map[string]string{"topic": "t", "partition": "0"}); ok {
+		t.Fatal("spool_partition_damaged of a healthy partition")
 	}
 }
