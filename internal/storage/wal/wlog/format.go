@@ -175,9 +175,25 @@ func frameCheck(b []byte, maxLen int) string {
 	return ""
 }
 
-// corruptf returns an error wrapping storage.ErrCorrupt that names the file and byte offset.
+// CorruptError is damage found in a segment file: errors.Is(err, storage.ErrCorrupt) holds, and
+// errors.As gives the file and the byte offset (the start of the first damaged frame, or of the
+// header) to repair tools (Inspect).
+type CorruptError struct {
+	Path   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%v: in file %q at offset %d: %s", storage.ErrCorrupt, e.Path, e.Offset, e.Reason)
+}
+
+// Unwrap returns storage.ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return storage.ErrCorrupt }
+
+// corruptf returns a *CorruptError naming the file and byte offset.
 func corruptf(path string, off int64, format string, args ...any) error {
-	return fmt.Errorf("%w: in file %q at offset %d: %s", storage.ErrCorrupt, path, off, fmt.Sprintf(format, args...))
+	return &CorruptError{Path: path, Offset: off, Reason: fmt.Sprintf(format, args...)}
 }
 
 // sidecar is the content of a sidecar index file.
