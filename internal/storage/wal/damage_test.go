@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -168,5 +169,86 @@ func TestDamagedSealedSegment(t *testing.T) {
 				errIs(t, err, storage.ErrPartitionDamaged, "read")
 			}
 		})
+	}
+}
+
+// TestRepairDamagedPartition: VerifyDir finds a flipped bit with its file and offset (and refuses
+// to run beside an engine); TruncatePartition shows what it gives up, and with apply cuts the log
+// so that the partition works again with the records before the damage, and the subscription
+// positions above the new end are clamped.
+func TestRepairDamagedPartition(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	setupDamage(t, h)
+	q := h.queueSub("bad")
+	ds := h.claim(q.ID, "m", 100)
+	equal(t, len(ds), 10, "deliveries before the damage")
+	h.ack(q.ID, refs(ds)...)
+
+	_, err := VerifyDir(h.dir)
+	errIs(t, err, ErrDirInUse, "verify beside an engine")
+	_, err = TruncatePartition(h.dir, "bad", 0, true)
+	errIs(t, err, ErrDirInUse, "truncate beside an engine")
+	h.must(h.e.Close(), "close")
+	h.e = nil
+
+	// Damage the third record of bad/0 (every frame has the same size).
+	seg := segmentFiles(t, filepath.Join(h.dir, topicsDir, "bad", "0"))[0]
+	b, err := os.ReadFile(seg)
+	h.must(err, "read segment")
+	frame := wlog.FrameBytes(int(binary.LittleEndian.Uint32(b[wlog.SegmentHeaderBytes:])) - 8)
+	at := wlog.SegmentHeaderBytes + 2*frame
+	b[at+wlog.FrameHeaderBytes+3] ^= 0x01
+	h.must(os.WriteFile(seg, b, 0o644), "write segment")
+	h.must(os.Remove(strings.TrimSuffix(seg, ".seg")+".idx"), "remove index")
+
+	reports, err := VerifyDir(h.dir)
+	h.must(err, "verify")
+	var damaged []LogReport
+	for _, r := range reports {
+		if r.Damage != nil {
+			damaged = append(damaged, r)
+		}
+	}
+	if len(reports) != 4 || len(damaged) != 1 || damaged[0].Topic != "bad" || damaged[0].Partition != 0 {
+		t.Fatalf("reports %+v, damaged %+v", reports, damaged)
+	}
+	d := damaged[0].Damage
+	if d.Err.Path != seg || d.Err.Offset != at || d.Index != 2 || d.End != 5 || d.Bytes != 3*frame {
+		t.Fatalf("damage %v: gives up [%d, %d) %d bytes; want at %d, [2, 5) %d bytes", d.Err, d.Index, d.End, d.Bytes, at, 3*frame)
+	}
+
+	d2, err := TruncatePartition(h.dir, "bad", 0, false)
+	h.must(err, "truncate without apply")
+	equal(t, d2.Index, 2, "first record given up")
+	_, err = TruncatePartition(h.dir, "../bad", 0, true)
+	errIs(t, err, storage.ErrInvalidArgument, "truncate of a bad topic name")
+	_, err = TruncatePartition(h.dir, "bad", 7, true)
+	errIs(t, err, storage.ErrInvalidArgument, "truncate of a missing partition")
+	d3, err := TruncatePartition(h.dir, "bad", 0, true)
+	h.must(err, "truncate")
+	equal(t, d3.End, 5, "end of the log given up")
+	reports, err = VerifyDir(h.dir)
+	h.must(err, "verify after the truncation")
+	for _, r := range reports {
+		if r.Damage != nil {
+			t.Fatalf("damage after the truncation: %+v", r)
+		}
+	}
+
+	h.open()
+	st, err := h.e.TopicStats(h.ctx, "bad")
+	h.must(err, "stats")
+	equal(t, st.Partitions[0].Damaged, false, "damaged after the repair")
+	equal(t, st.Partitions[0].HighWater, 2, "high water after the repair")
+	msgs, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "bad", Partition: 0})
+	h.must(err, "read")
+	equal(t, len(msgs), 2, "messages kept")
+	// The queue's cursor (5) was clamped to the new end: the next message is delivered.
+	pos := h.publish("bad", storage.AppendMessage{Partition: 0, Payload: []byte("after")})
+	equal(t, pos[0].Offset, 2, "offset of the next message")
+	ds = h.claim(q.ID, "m", 100)
+	if len(ds) != 1 || string(ds[0].Payload) != "after" {
+		t.Fatalf("deliveries after the repair: %v", ds)
 	}
 }

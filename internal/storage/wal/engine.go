@@ -314,20 +314,33 @@ func (e *Engine) logOptions() wlog.Options {
 
 // lockDir takes an exclusive flock on dir/LOCK.
 func (e *Engine) lockDir() error {
-	path := filepath.Join(e.dir, lockName)
+	f, err := lockDir(e.dir)
+	if err != nil {
+		return err
+	}
+	e.lockFile = f
+	return nil
+}
+
+// ErrDirInUse reports a data directory whose LOCK another engine (or offline tool) holds.
+var ErrDirInUse = errors.New("data directory in use")
+
+// lockDir takes an exclusive flock on dir/LOCK, held until the returned file is closed: by an
+// engine, or by the offline tools (repair.go) so that they never run beside one.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return fmt.Errorf("wal: open lock file: %w", err)
+		return nil, fmt.Errorf("wal: open lock file: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("wal: directory %s is in use by another engine (lock %s held)", e.dir, path)
+			return nil, fmt.Errorf("%w: wal: directory %s is in use by another engine (lock %s held)", ErrDirInUse, dir, path)
 		}
-		return fmt.Errorf("wal: lock %s: %w", path, err)
+		return nil, fmt.Errorf("wal: lock %s: %w", path, err)
 	}
-	e.lockFile = f
-	return nil
+	return f, nil
 }
 
 // closeFiles closes every log, the committer and the lock, ignoring state (failed Open, Close).
