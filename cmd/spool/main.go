@@ -4,6 +4,7 @@
 //	spool pub|sub ...              publish and consume over the binary protocol
 //	spool topic|group|dlq ...      administer over the HTTP API
 //	spool bench ...                measure throughput and end-to-end latency
+//	spool data verify|truncate     check a data directory, cut a damaged partition (broker stopped)
 //
 // Each subcommand lives in its own file and registers itself with addCommand from an init
 // function, so adding one does not touch this file. "spool help" lists them.

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+func runDataCLI(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	var out, errb testutil.SyncBuffer
+	code := runCLI(context.Background(), &cliEnv{stdout: &out, stderr: &errb}, runData, args)
+	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// TestDataVerifyTruncate: spool data verify finds a flipped bit with its file and offset and
+// what truncating gives up; truncate refuses without --yes, then cuts the log, after which the
+// engine serves the partition with the earlier messages. Both refuse to run beside an engine.
+func TestDataVerifyTruncate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	eng, err := wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: "orders", Config: storage.TopicConfig{Partitions: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "orders",
+			Messages: []storage.AppendMessage{{Partition: 1, Payload: []byte("payload")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := runDataCLI(t, "verify", "--data-dir", dir); r.code != 1 || !strings.Contains(r.stderr, "in use") {
+		t.Fatalf("verify beside an engine: %v", r)
+	}
+	if r := runDataCLI(t, "truncate", "--data-dir", dir, "--topic", "orders", "--partition", "1", "--yes"); r.code != 1 || !strings.Contains(r.stderr, "in use") {
+		t.Fatalf("truncate beside an engine: %v", r)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := runDataCLI(t, "verify", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, "3 logs verified, 0 damaged") {
+		t.Fatalf("verify of a healthy directory: %v", r)
+	}
+
+	// Flip a bit in the second message of partition 1.
+	seg := filepath.Join(dir, "topics", "orders", "1", "00000000000000000000.seg")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := wlog.FrameBytes(int(binary.LittleEndian.Uint32(b[wlog.SegmentHeaderBytes:])) - 8)
+	at := wlog.SegmentHeaderBytes + frame
+	b[at+wlog.FrameHeaderBytes] ^= 0x80
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	r := runDataCLI(t, "verify", "--data-dir", dir)
+	for _, want := range []string{
+		`topic "orders" partition 0: ok`,
+		`topic "orders" partition 1: DAMAGED in file ` + seg + fmt.Sprintf(" at byte %d: frame checksum mismatch", at),
+		fmt.Sprintf("truncating gives up 3 messages, offsets 1 to 3, %d bytes", 3*frame),
+		"spool data truncate --data-dir " + dir + " --topic orders --partition 1 --yes",
+		"3 logs verified, 1 damaged",
+	} {
+		if r.code != 1 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("verify: want %q in %v", want, r)
+		}
+	}
+	r = runDataCLI(t, "truncate", "--data-dir", dir, "--topic", "orders", "--partition", "1")
+	if r.code != 1 || !strings.Contains(r.stdout, fmt.Sprintf("truncating would give up 3 messages, offsets 1 to 3, %d bytes", 3*frame)) ||
+		!strings.Contains(r.stderr, "nothing changed: run again with --yes") {
+		t.Fatalf("truncate without --yes: %v", r)
+	}
+	if r := runDataCLI(t, "truncate", "--data-dir", dir, "--topic", "orders"); r.code != 2 || !strings.Contains(r.stderr, "--topic and --partition are required") {
+		t.Fatalf("truncate without --partition: %v", r)
+	}
+	r = runDataCLI(t, "truncate", "--data-dir", dir, "--topic", "orders", "--partition", "1", "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("truncated at offset 1: gave up 3 messages, offsets 1 to 3, %d bytes", 3*frame)) {
+		t.Fatalf("truncate: %v", r)
+	}
+	if r := runDataCLI(t, "verify", "--data-dir", dir); r.code != 0 {
+		t.Fatalf("verify after the truncation: %v", r)
+	}
+
+	eng, err = wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	msgs, err := eng.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "orders", Partition: 1})
+	if err != nil || len(msgs) != 1 || string(msgs[0].Payload) != "payload" {
+		t.Fatalf("read after the repair: %v %v", msgs, err)
+	}
+}
