@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -151,9 +152,9 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	var pl policy.Claim
 	if healthy := healthyParts(t, params.Partitions); healthy != nil {
 		// Damaged partitions are left out: the others are served (their redeliveries wait).
-		if len(healthy) == 0 {
+		if len(healthy) == 0 { // every partition it may read is damaged
 			for _, p := range t.parts {
-				if p.damaged() != nil {
+				if p.damaged() != nil && (params.Partitions == nil || slices.Contains(params.Partitions, p.index)) {
 					return nil, nil, unavailable(t.meta.Name, p)
 				}
 			}
