@@ -252,3 +252,30 @@ func TestRepairDamagedPartition(t *testing.T) {
 		t.Fatalf("deliveries after the repair: %v", ds)
 	}
 }
+
+// TestLeaseInDamagedPartitionKept: a lease that expires on its last delivery while its partition
+// is damaged cannot be dead-lettered (its message cannot be read): it stays pending, waiting for
+// the repair, instead of being dropped.
+func TestLeaseInDamagedPartitionKept(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.SegmentBytes = 4 << 10 })
+	h.createTopic("t", storage.TopicConfig{Partitions: 2, MaxDeliveries: 1, AckWait: time.Minute})
+	for range 150 {
+		h.publish("t", storage.AppendMessage{Partition: 0, Payload: []byte("0123456789abcdef")})
+	}
+	q := h.queueSub("t")
+	ds := h.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 3, Partitions: []int32{0}}).Deliveries
+	equal(t, len(ds), 3, "leases")
+	segs := segmentFiles(t, filepath.Join(h.dir, topicsDir, "t", "0"))
+	flipInFirstFrame(t, segs[1]) // not the leased messages' segment
+	infos := h.e.topics["t"].parts[0].log.Segments()
+	_, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "t", Partition: 0, Offset: infos[1].BaseIndex})
+	errIs(t, err, storage.ErrPartitionDamaged, "read of the damage")
+
+	h.clock.Advance(2 * time.Minute)
+	equal(t, len(h.claim(q.ID, "m", 10)), 0, "deliveries once partition 0 is damaged")
+	st := h.stats(q.ID)
+	equal(t, st.DeadLettered, 0, "dead-lettered")
+	equal(t, st.Redelivering, 3, "kept waiting")
+	equal(t, st.InFlight, 0, "in flight")
+}

@@ -70,6 +70,13 @@ func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQ
 	} else {
 		var err error
 		msg, err = e.readMessage(s.topic, en.Partition, en.Offset)
+		if errors.Is(err, storage.ErrPartitionDamaged) {
+			// Not gone: unreadable until the repair. It stays pending instead of being dropped.
+			e.logger.Warn("wal: message to dead-letter is in a damaged partition, kept", slog.Int64("subscription", s.meta.ID),
+				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset))
+			s.st.Keep(en)
+			return nil
+		}
 		if err != nil {
 			e.logger.Warn("wal: message to dead-letter is gone, dropped", slog.Int64("subscription", s.meta.ID),
 				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))

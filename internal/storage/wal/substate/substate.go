@@ -470,6 +470,11 @@ func (s *Sub) Drop(p int32, o int64) {
 	s.markDone(p, o)
 }
 
+// Keep puts back, waiting, an entry ExpireLeases, Release or Nack handed out to be
+// dead-lettered that the caller cannot dead-letter (its message is in a damaged partition): it
+// stays pending, for a claim after the repair.
+func (s *Sub) Keep(e *Entry) { s.setWaiting(e, e.Time) }
+
 // AddDLQ adds d to the DLQ, assigning d.ID when zero.
 func (s *Sub) AddDLQ(d *storage.DLQEntry) {
 	if d.ID == 0 {
