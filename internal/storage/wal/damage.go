@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 )
 
 // Damaged partitions. A partition whose log is damaged (storage.ErrCorrupt: at Open, or met by a
@@ -25,8 +26,12 @@ func (p *partition) damaged() error {
 // the file and offset) and logs it at ERROR the first time.
 func (e *Engine) markDamaged(topic string, p *partition, cause error) {
 	if p.damage.CompareAndSwap(nil, &cause) {
+		attrs := []any{slog.String("topic", topic), slog.Int("partition", int(p.index))}
+		if ce := (*wlog.CorruptError)(nil); errors.As(cause, &ce) {
+			attrs = append(attrs, slog.String("file", ce.Path), slog.Int64("offset", ce.Offset))
+		}
 		e.logger.Error("wal: partition damaged, unavailable until repaired (spool data verify, spool data truncate)",
-			slog.String("topic", topic), slog.Int("partition", int(p.index)), slog.String("dir", p.dir), slog.Any("error", cause))
+			append(attrs, slog.Any("error", cause))...)
 	}
 }
 

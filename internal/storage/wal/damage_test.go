@@ -3,6 +3,8 @@ package wal
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // flipInFirstFrame flips a bit in the body of the first frame of a segment file.
@@ -103,7 +106,8 @@ func TestDamagedLastSegment(t *testing.T) {
 	for _, withIndex := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no index", true: "index"}[withIndex], func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t)
+			var logs testutil.SyncBuffer
+			h := newHarness(t, func(c *Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
 			setupDamage(t, h)
 			h.must(h.e.Close(), "close")
 			dir := filepath.Join(h.dir, topicsDir, "bad", "0")
@@ -113,6 +117,11 @@ func TestDamagedLastSegment(t *testing.T) {
 				h.must(os.Remove(strings.TrimSuffix(segs[len(segs)-1], ".seg")+".idx"), "remove index")
 			}
 			h.open()
+			// Logged once at ERROR, with the file and offset as attributes.
+			want := fmt.Sprintf(`"topic":"bad","partition":0,"file":%q,"offset":%d,`, segs[len(segs)-1], wlog.SegmentHeaderBytes)
+			if n := strings.Count(logs.String(), `"level":"ERROR","msg":"wal: partition damaged`); n != 1 || !strings.Contains(logs.String(), want) {
+				t.Fatalf("%d ERROR lines, want one with %s, in:\n%s", n, want, logs.String())
+			}
 			checkDamaged(t, h)
 			h.restart() // still damaged, still opens
 			st, err := h.e.TopicStats(h.ctx, "bad")
