@@ -288,3 +288,28 @@ func TestLeaseInDamagedPartitionKept(t *testing.T) {
 	equal(t, st.Redelivering, 3, "kept waiting")
 	equal(t, st.InFlight, 0, "in flight")
 }
+
+// TestRedeliveryFindsDamage: a redelivery whose read finds the damage leaves the message
+// pending (not dropped) with its attempt count, and partition 0 is damaged from then on.
+func TestRedeliveryFindsDamage(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createTopic("t", storage.TopicConfig{Partitions: 2})
+	for range 3 {
+		h.publish("t", storage.AppendMessage{Partition: 0, Payload: []byte("0123456789abcdef")})
+	}
+	q := h.queueSub("t")
+	ds := h.claim(q.ID, "m", 10)
+	equal(t, len(ds), 3, "deliveries")
+	_, err := h.e.DeliveriesNack(h.ctx, &storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m", Refs: refs(ds)})
+	h.must(err, "nack")
+	flipInFirstFrame(t, segmentFiles(t, filepath.Join(h.dir, topicsDir, "t", "0"))[0])
+
+	equal(t, len(h.claim(q.ID, "m", 10)), 0, "redeliveries of the damaged messages")
+	st := h.stats(q.ID)
+	equal(t, st.Redelivering, 3, "waiting")
+	equal(t, st.InFlight, 0, "in flight")
+	ts, err := h.e.TopicStats(h.ctx, "t")
+	h.must(err, "stats")
+	equal(t, ts.Partitions[0].Damaged, true, "damaged")
+}

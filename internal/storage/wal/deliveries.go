@@ -225,6 +225,14 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 			continue
 		}
 		m, err := e.readMessage(t, en.Partition, en.Offset)
+		if errors.Is(err, storage.ErrPartitionDamaged) {
+			// Not gone: unreadable until the repair (this read found the damage). It waits,
+			// undelivered, with its attempt count.
+			en.Attempt--
+			s.st.Keep(en)
+			pl.Unlease()
+			continue
+		}
 		if err != nil {
 			e.logger.Warn("wal: message to redeliver is gone, dropped", slog.Int64("subscription", s.meta.ID),
 				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))

@@ -470,9 +470,10 @@ func (s *Sub) Drop(p int32, o int64) {
 	s.markDone(p, o)
 }
 
-// Keep puts back, waiting, an entry ExpireLeases, Release or Nack handed out to be
-// dead-lettered that the caller cannot dead-letter (its message is in a damaged partition): it
-// stays pending, for a claim after the repair.
+// Keep puts back, waiting, an entry the caller cannot deliver or dead-letter because its message
+// is in a damaged partition (one TakeDue leased, with the attempt it counted taken back; one
+// ExpireLeases, Release or Nack handed out to be dead-lettered): it stays pending, for a claim
+// after the repair.
 func (s *Sub) Keep(e *Entry) { s.setWaiting(e, e.Time) }
 
 // AddDLQ adds d to the DLQ, assigning d.ID when zero.
