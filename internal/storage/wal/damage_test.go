@@ -313,3 +313,56 @@ func TestRedeliveryFindsDamage(t *testing.T) {
 	h.must(err, "stats")
 	equal(t, ts.Partitions[0].Damaged, true, "damaged")
 }
+
+// TestSubscribeWithDamagedPartition: subscriptions can be created on a topic with a damaged
+// partition; there they start from the beginning, or (from now) from the end the partition has
+// after the repair. A start at a message of the damaged partition is refused.
+func TestSubscribeWithDamagedPartition(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	for range 5 {
+		h.publish("t", storage.AppendMessage{Partition: 0, Payload: []byte("0123456789abcdef")})
+	}
+	h.must(h.e.Close(), "close")
+	seg := segmentFiles(t, filepath.Join(h.dir, topicsDir, "t", "0"))[0]
+	b, err := os.ReadFile(seg)
+	h.must(err, "read segment")
+	frame := wlog.FrameBytes(int(binary.LittleEndian.Uint32(b[wlog.SegmentHeaderBytes:])) - 8)
+	b[wlog.SegmentHeaderBytes+2*frame+wlog.FrameHeaderBytes+3] ^= 0x01 // the third message
+	h.must(os.WriteFile(seg, b, 0o644), "write segment")
+	h.must(os.Remove(strings.TrimSuffix(seg, ".seg")+".idx"), "remove index")
+	h.open()
+
+	now := h.subscribe("t", "now", storage.StartPosition{Kind: storage.FromNow})
+	begin := h.subscribe("t", "begin", storage.StartPosition{Kind: storage.FromBeginning})
+	_, err = h.e.SubscriptionCreate(h.ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "at",
+		Start: storage.StartPosition{Kind: storage.FromMessageID, Partition: 0, Offset: 1}})
+	errIs(t, err, storage.ErrPartitionDamaged, "start at a message of the damaged partition")
+	h.publish("t", storage.AppendMessage{Partition: 1, Payload: []byte("p1")})
+	for _, s := range []*storage.Subscription{now, begin} {
+		ds := h.claim(s.ID, "m", 10)
+		if len(ds) != 1 || string(ds[0].Payload) != "p1" {
+			t.Fatalf("%s: deliveries %v", s.Group, ds)
+		}
+		h.ack(s.ID, refs(ds)...)
+		equal(t, h.stats(s.ID).Pending, 0, s.Group+" pending")
+	}
+	h.restart() // still damaged: the starts are kept as they are
+
+	h.must(h.e.Close(), "close")
+	h.e = nil
+	d, err := TruncatePartition(h.dir, "t", 0, true)
+	h.must(err, "truncate")
+	equal(t, d.Index, 2, "new end")
+	h.open()
+	h.publish("t", storage.AppendMessage{Partition: 0, Payload: []byte("new")})
+	got := map[string][]string{}
+	for _, s := range []*storage.Subscription{now, begin} {
+		for _, d := range h.claim(s.ID, "m", 10) {
+			got[s.Group] = append(got[s.Group], fmt.Sprintf("%d:%d:%s", d.Partition, d.Offset, d.Payload))
+		}
+	}
+	equal(t, strings.Join(got["now"], " "), "0:2:new", "deliveries from now")
+	equal(t, strings.Join(got["begin"], " "), "0:0:0123456789abcdef 0:1:0123456789abcdef 0:2:new", "deliveries from the beginning")
+}

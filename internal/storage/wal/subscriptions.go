@@ -34,19 +34,24 @@ func (e *Engine) subWithState(id int64) (*sub, error) {
 	return s, nil
 }
 
-// resolveStartLocked turns a start position into the first offset of every partition.
+// endAfterRepair is the start (floor and cursor) given to a partition damaged at Open by a
+// subscription from now: above any offset, so that the Open after the repair clamps it to the
+// partition's new end (nothing can be published to it meanwhile).
+const endAfterRepair = int64(1) << 62
+
+// resolveStartLocked turns a start position into the first offset of every partition. A
+// partition damaged at Open (no log) starts from its beginning, or from its end after the repair
+// for FromNow (endAfterRepair); a start at one of its messages is refused.
 func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64, error) {
-	for _, p := range t.parts {
-		if p.damaged() != nil {
-			return nil, unavailable(t.meta.Name, p) // its start cannot be resolved
-		}
-	}
 	starts := make([]int64, len(t.parts))
 	searchAll := func(ts int64) error {
 		for i, p := range t.parts {
+			if p.log == nil {
+				continue // 0: raised to its first retained offset by the Open after the repair
+			}
 			o, err := p.log.SearchTime(ts)
 			if err != nil {
-				return fmt.Errorf("wal: search topic %q partition %d by time: %w", t.meta.Name, i, err)
+				return e.readFailure(t.meta.Name, p, fmt.Errorf("wal: search topic %q partition %d by time: %w", t.meta.Name, i, err))
 			}
 			starts[i] = max(o, p.log.FirstIndex())
 		}
@@ -55,16 +60,23 @@ func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64
 	switch sp.Kind {
 	case storage.FromNow:
 		for i, p := range t.parts {
-			starts[i] = p.log.NextIndex()
+			starts[i] = endAfterRepair
+			if p.log != nil {
+				starts[i] = p.log.NextIndex()
+			}
 		}
 	case storage.FromBeginning:
 		for i, p := range t.parts {
-			starts[i] = p.log.FirstIndex()
+			if p.log != nil {
+				starts[i] = p.log.FirstIndex()
+			}
 		}
 	case storage.FromTimestamp:
 		if sp.Time.IsZero() {
 			for i, p := range t.parts {
-				starts[i] = p.log.FirstIndex()
+				if p.log != nil {
+					starts[i] = p.log.FirstIndex()
+				}
 			}
 			break
 		}
@@ -74,6 +86,9 @@ func (e *Engine) resolveStartLocked(t *topic, sp storage.StartPosition) ([]int64
 	case storage.FromMessageID:
 		if int(sp.Partition) >= len(t.parts) {
 			return nil, invalid("start position: partition %d out of range, topic %q has %d", sp.Partition, t.meta.Name, len(t.parts))
+		}
+		if p := t.parts[sp.Partition]; p.damaged() != nil {
+			return nil, unavailable(t.meta.Name, p)
 		}
 		l := t.parts[sp.Partition].log
 		hw := l.NextIndex()
