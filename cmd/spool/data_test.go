@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
@@ -104,5 +107,78 @@ func TestDataVerifyTruncate(t *testing.T) {
 	msgs, err := eng.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "orders", Partition: 1})
 	if err != nil || len(msgs) != 1 || string(msgs[0].Payload) != "payload" {
 		t.Fatalf("read after the repair: %v %v", msgs, err)
+	}
+}
+
+// TestDamagedPartitionServed: a broker on a data directory with a damaged partition starts, and
+// spool topic describe (admin API) names the damaged partition, in text and in JSON.
+func TestDamagedPartitionServed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	eng, err := wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: "orders", Config: storage.TopicConfig{Partitions: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(2) {
+		if _, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "orders",
+			Messages: []storage.AppendMessage{{Partition: p, Payload: []byte("payload")}, {Partition: p, Payload: []byte("payload")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(dir, "topics", "orders", "1", "00000000000000000000.seg")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[wlog.SegmentHeaderBytes+wlog.FrameHeaderBytes] ^= 0x80
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(strings.TrimSuffix(seg, ".seg") + ".idx"); err != nil {
+		t.Fatal(err)
+	}
+
+	eng, err = wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatalf("open with a damaged partition: %v", err)
+	}
+	br, err := broker.New(broker.Config{Engine: eng, RetentionInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Config{Broker: br})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, cliWaitTimeout)
+		defer cancel()
+		_ = h.Close(sctx)
+		hs.Close()
+		_ = br.Stop(sctx)
+		_ = eng.Close()
+	})
+	s := &cliStack{addr: "127.0.0.1:1", httpURL: hs.URL, broker: br}
+	r := s.ok(t, "", "topic", "describe", "orders")
+	if !strings.Contains(r.stdout, "Damaged partitions: 1 (unavailable until repaired") {
+		t.Fatalf("describe: %v", r)
+	}
+	var info struct {
+		Stats storage.TopicStats `json:"stats"`
+	}
+	cliDecodeJSON(t, s.ok(t, "", "topic", "describe", "orders", "--json").stdout, &info)
+	if len(info.Stats.Partitions) != 2 || info.Stats.Partitions[0].Damaged || !info.Stats.Partitions[1].Damaged {
+		t.Fatalf("stats: %+v", info.Stats)
 	}
 }

@@ -263,12 +263,20 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	if t.Stats != nil && len(t.Stats.Partitions) > 0 {
 		fmt.Fprintln(e.stdout, "\nPartitions:")
 		tab := cli.NewTable("PARTITION", "LOW-OFFSET", "HIGH-WATER", "MESSAGES", "SIZE")
+		var damaged []string
 		for _, p := range t.Stats.Partitions {
 			tab.Row(strconv.Itoa(int(p.Partition)), strconv.FormatInt(p.LowOffset, 10), strconv.FormatInt(p.HighWater, 10),
 				strconv.FormatInt(p.HighWater-p.LowOffset, 10), cli.Bytes(p.Bytes))
+			if p.Damaged {
+				damaged = append(damaged, strconv.Itoa(int(p.Partition)))
+			}
 		}
 		if err := tab.Write(e.stdout); err != nil {
 			return err
+		}
+		if len(damaged) > 0 {
+			fmt.Fprintf(e.stdout, "Damaged partitions: %s (unavailable until repaired: see the broker's log, spool data verify)\n",
+				strings.Join(damaged, ", "))
 		}
 	}
 	fmt.Fprintln(e.stdout, "\nGroups:")
