@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -884,4 +885,49 @@ func TestResubscribeMemberIDStillTaken(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAsyncPublishClosedWhileRetryingTellsWhy: an async publish the broker keeps refusing with a
+// retryable code (STORAGE_UNAVAILABLE: a damaged partition, a database that is down) and that
+// Close ends fails with the broker's last answer in its error, not "closed" alone (spool pub
+// printed "client: closed" and hid the cause).
+func TestAsyncPublishClosedWhileRetryingTellsWhy(t *testing.T) {
+	t.Parallel()
+	_, c, p := pipeClient(t, nil)
+	retried := make(chan struct{}) // the second attempt arrived: the client took in the first refusal
+	peerDone := make(chan struct{})
+	go func() {
+		defer close(peerDone)
+		attempts := 0
+		for {
+			_ = p.nc.SetReadDeadline(time.Now().Add(waitTimeout))
+			corr, m, err := p.r.ReadClientMessage()
+			if err != nil {
+				return
+			}
+			switch m.(type) {
+			case *protocol.Publish:
+				if attempts++; attempts == 2 {
+					close(retried)
+				}
+				p.write(corr, protocol.ErrStorageUnavailable.WithMessage("partition damaged"))
+			case *protocol.Goodbye:
+				p.write(corr, &protocol.GoodbyeOK{})
+				_ = p.nc.Close()
+				return
+			}
+		}
+	}()
+	result := make(chan error, 1)
+	c.PublishAsync("t", Message{Payload: []byte("x")}, func(_ Position, err error) { result <- err })
+	recv(t, retried, "a retry of the refused publish")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = c.Close(ctx)
+	err := recv(t, result, "the publish's outcome")
+	_ = p.nc.Close()
+	<-peerDone // the fixture's cleanup reads the connection next
+	if !errors.Is(err, protocol.ErrStorageUnavailable) || !strings.Contains(err.Error(), "partition damaged") {
+		t.Fatalf("publish ended by Close while retrying: %v, want the last STORAGE_UNAVAILABLE in it", err)
+	}
 }

@@ -400,7 +400,7 @@ func (c *Client) requeue(ops []*asyncOp) {
 	if c.pub.closed {
 		c.pub.mu.Unlock()
 		for _, op := range ops {
-			c.finishAsync(op, Position{}, fmt.Errorf("client: publish to %q: %w", op.topic, ErrClientClosed))
+			c.finishAsync(op, Position{}, op.closedErr())
 		}
 		return
 	}
@@ -505,8 +505,17 @@ func (c *Client) stopPublishing() {
 	c.pub.queue = nil
 	c.pub.mu.Unlock()
 	for _, op := range ops {
-		c.finishAsync(op, Position{}, fmt.Errorf("client: publish to %q: %w", op.topic, ErrClientClosed))
+		c.finishAsync(op, Position{}, op.closedErr())
 	}
+}
+
+// closedErr is the error of an op failed by Close: ErrClientClosed, with the broker's last answer
+// when the op was being retried (a STORAGE_UNAVAILABLE the user must see, not only "closed").
+func (op *asyncOp) closedErr() error {
+	if op.lastErr != nil {
+		return fmt.Errorf("client: publish to %q: %w after %d attempts (last error: %w)", op.topic, ErrClientClosed, op.attempts, op.lastErr)
+	}
+	return fmt.Errorf("client: publish to %q: %w", op.topic, ErrClientClosed)
 }
 
 // sendAsync coalesces ops into Publish requests, one per topic (in order), within MaxBatch and the
@@ -605,6 +614,16 @@ func (c *Client) asyncDone(ops []*asyncOp, resp protocol.ServerMessage, err erro
 		return
 	}
 	for _, op := range ops {
-		c.finishAsync(op, Position{}, fmt.Errorf("client: publish to %q: %w", topic, err))
+		c.finishAsync(op, Position{}, op.failedErr(err))
 	}
+}
+
+// failedErr is the error of an op whose attempt failed for good with err, with the answer to the
+// attempt before when it was being retried (the connection closing under a retry must not hide
+// the STORAGE_UNAVAILABLE that made it retry).
+func (op *asyncOp) failedErr(err error) error {
+	if op.lastErr != nil && op.lastErr != err {
+		return fmt.Errorf("client: publish to %q: %w (attempt %d; the attempt before: %w)", op.topic, err, op.attempts+1, op.lastErr)
+	}
+	return fmt.Errorf("client: publish to %q: %w", op.topic, err)
 }
