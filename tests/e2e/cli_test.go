@@ -98,7 +98,7 @@ type subProc struct {
 func startSub(t *testing.T, b *broker, args ...string) *subProc {
 	t.Helper()
 	s := &subProc{cmd: exec.Command(spoolBin, append([]string{"sub"}, args...)...), out: &testutil.SyncBuffer{}, err: &testutil.SyncBuffer{}, exited: make(chan struct{})}
-	s.cmd.Env = childEnv("SPOOL_ADDR="+b.tcp)
+	s.cmd.Env = childEnv("SPOOL_ADDR=" + b.tcp)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.err
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
