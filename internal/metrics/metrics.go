@@ -42,6 +42,7 @@ type Metrics struct {
 	connectionsTot  *prometheus.CounterVec
 	httpRequests    *prometheus.CounterVec
 	httpDuration    *prometheus.HistogramVec
+	authDenied      *prometheus.CounterVec
 }
 
 // New creates the hook metrics and registers them with reg. A nil reg creates them without
@@ -124,11 +125,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			// 500 µs to about 33 s (long-polling pulls).
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9),
 		}, []string{"route"}),
+		authDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_auth_denied_total",
+			Help: "Requests refused by authentication (reason unauthenticated) or authorization (forbidden).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.publishDuration, m.publishErrors, m.delivered, m.redelivered,
 			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.fsyncDuration, m.fsyncRecords,
-			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration)
+			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration, m.authDenied)
 	}
 	return m
 }
@@ -262,6 +267,15 @@ func (m *Metrics) ObserveHTTPRequest(route string, code int, took time.Duration)
 	}
 	m.httpRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 	m.httpDuration.WithLabelValues(route).Observe(took.Seconds())
+}
+
+// ObserveAuthDenied records a request refused by authentication or authorization; reason is
+// auth.ReasonUnauthenticated or auth.ReasonForbidden.
+func (m *Metrics) ObserveAuthDenied(reason string) {
+	if m == nil {
+		return
+	}
+	m.authDenied.WithLabelValues(reason).Inc()
 }
 
 // ForgetTopic deletes the hook series of a deleted topic so that they do not outlive it. Call it

@@ -1,0 +1,299 @@
+// Package auth authenticates clients and authorizes their requests: named principals, each with a
+// token (kept in the configuration as a salted hash) or a client certificate common name, and
+// permissions to publish, consume and administer topics named by wildcard patterns. Its functions
+// are pure: the TCP server and the HTTP admin API call them, and log and count denials.
+package auth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spoolmq/spool/internal/names"
+)
+
+// Actions of a permission.
+const (
+	Publish = "publish"
+	Consume = "consume"
+	Admin   = "admin"
+)
+
+// Reasons of a denial: the reason label of spool_auth_denied_total.
+const (
+	// ReasonUnauthenticated: no credential, or one that names no principal.
+	ReasonUnauthenticated = "unauthenticated"
+	// ReasonForbidden: a principal without the permission.
+	ReasonForbidden = "forbidden"
+)
+
+// MinTokenLength is the shortest token HashToken accepts: tokens are random secrets, not
+// passwords (see HashToken).
+const MinTokenLength = 16
+
+// Config is the "auth" section of the configuration file. With no principals, authentication is
+// off: every client may do everything.
+type Config struct {
+	// Principals are the clients that may connect.
+	Principals []Principal `yaml:"principals"`
+	// OpenMetrics keeps GET /metrics open to unauthenticated scrapers. Defaults to true; false
+	// needs a principal with an admin permission on "#". /healthz and /readyz are always open.
+	OpenMetrics bool `yaml:"open_metrics"`
+}
+
+// Principal is a named client.
+type Principal struct {
+	// Name identifies the principal in logs. Required and unique.
+	Name string `yaml:"name"`
+	// TokenHash is the hash of the principal's token, as printed by `spool token hash`.
+	TokenHash string `yaml:"token_hash"`
+	// CertCN is the subject common name of the principal's client certificate (mutual TLS).
+	CertCN string `yaml:"cert_cn"`
+	// Permissions are what the principal may do; nothing else is allowed.
+	Permissions []Permission `yaml:"permissions"`
+}
+
+// Permission allows one action on the topics matching a pattern.
+type Permission struct {
+	// Action is publish, consume or admin.
+	Action string `yaml:"action"`
+	// Topics is a topic name or wildcard pattern ("orders.#", "orders.*.created").
+	Topics string `yaml:"topics"`
+	// Groups restricts consume to the consumer groups matching this glob ("billing-*": '*' is any
+	// run of characters). Empty: any group, and consuming without a group.
+	Groups string `yaml:"groups"`
+}
+
+// Enabled reports whether authentication is on.
+func (c Config) Enabled() bool { return len(c.Principals) > 0 }
+
+// Validate reports the first invalid principal or permission; the key names it
+// ("principals[1].permissions[0].topics").
+func (c Config) Validate() (key string, err error) {
+	seen := make(map[string]bool)
+	cns := make(map[string]bool)
+	for i, p := range c.Principals {
+		k := fmt.Sprintf("principals[%d]", i)
+		switch {
+		case p.Name == "":
+			return k + ".name", errors.New("must not be empty")
+		case seen[p.Name]:
+			return k + ".name", fmt.Errorf("%q names two principals", p.Name)
+		case p.TokenHash == "" && p.CertCN == "":
+			return k, fmt.Errorf("principal %q needs a token_hash or a cert_cn", p.Name)
+		case p.CertCN != "" && cns[p.CertCN]:
+			return k + ".cert_cn", fmt.Errorf("%q names two principals", p.CertCN)
+		}
+		seen[p.Name] = true
+		if p.CertCN != "" {
+			cns[p.CertCN] = true
+		}
+		if p.TokenHash != "" {
+			if _, _, err := parseHash(p.TokenHash); err != nil {
+				return k + ".token_hash", err
+			}
+		}
+		for j, perm := range p.Permissions {
+			pk := fmt.Sprintf("%s.permissions[%d]", k, j)
+			switch perm.Action {
+			case Publish, Consume, Admin:
+			default:
+				return pk + ".action", fmt.Errorf("must be publish, consume or admin, got %q", perm.Action)
+			}
+			if err := names.ValidatePattern(perm.Topics); err != nil {
+				return pk + ".topics", err
+			}
+			if perm.Groups != "" && perm.Action != Consume {
+				return pk + ".groups", fmt.Errorf("applies to consume only, not %s", perm.Action)
+			}
+		}
+	}
+	return "", nil
+}
+
+// hashScheme prefixes a token hash.
+const hashScheme = "sha256"
+
+// HashToken returns the hash of token to put in the configuration:
+// "sha256:<salt>:<digest>", where salt is 16 random bytes and digest is SHA-256(salt || token),
+// both in hex. A plain salted SHA-256 and not a slow password hash (bcrypt, argon2): tokens are
+// random secrets of at least MinTokenLength characters (openssl rand -hex 32), which no dictionary
+// guesses, and every connection and HTTP request checks one, which a slow hash would make costly.
+// The salt keeps equal tokens from having equal hashes.
+func HashToken(token string) (string, error) {
+	if len(token) < MinTokenLength {
+		return "", fmt.Errorf("token too short: %d characters, want at least %d random ones (openssl rand -hex 32)", len(token), MinTokenLength)
+	}
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt) // never fails (crypto/rand)
+	return hashScheme + ":" + hex.EncodeToString(salt) + ":" + hex.EncodeToString(digest(salt, token)), nil
+}
+
+func digest(salt []byte, token string) []byte {
+	h := sha256.New()
+	h.Write(salt)
+	h.Write([]byte(token))
+	return h.Sum(nil)
+}
+
+// parseHash splits a token hash into its salt and digest.
+func parseHash(s string) (salt, sum []byte, err error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 || parts[0] != hashScheme {
+		return nil, nil, errors.New("must be sha256:<salt>:<digest>, as printed by spool token hash")
+	}
+	salt, err1 := hex.DecodeString(parts[1])
+	sum, err2 := hex.DecodeString(parts[2])
+	if err1 != nil || err2 != nil || len(salt) == 0 || len(sum) != sha256.Size {
+		return nil, nil, errors.New("must be sha256:<salt>:<digest> in hex, as printed by spool token hash")
+	}
+	return salt, sum, nil
+}
+
+// CheckToken reports whether token is the one hash was made of, in constant time.
+func CheckToken(hash, token string) bool {
+	salt, sum, err := parseHash(hash)
+	if err != nil {
+		return false
+	}
+	return subtle.ConstantTimeCompare(digest(salt, token), sum) == 1
+}
+
+// Authorizer answers who a credential names and what a principal may do. Nil means
+// authentication is off: every method allows everything.
+type Authorizer struct {
+	principals  []*Principal
+	byCN        map[string]*Principal
+	openMetrics bool
+}
+
+// New returns the authorizer of cfg, or nil when cfg has no principals. cfg must be valid.
+func New(cfg Config) (*Authorizer, error) {
+	if !cfg.Enabled() {
+		return nil, nil
+	}
+	if key, err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("auth: %s: %w", key, err)
+	}
+	a := &Authorizer{byCN: make(map[string]*Principal), openMetrics: cfg.OpenMetrics}
+	for i := range cfg.Principals {
+		p := cfg.Principals[i]
+		a.principals = append(a.principals, &p)
+		if p.CertCN != "" {
+			a.byCN[p.CertCN] = &p
+		}
+	}
+	return a, nil
+}
+
+// Enabled reports whether authentication is on.
+func (a *Authorizer) Enabled() bool { return a != nil }
+
+// OpenMetrics reports whether /metrics is open without credentials.
+func (a *Authorizer) OpenMetrics() bool { return a == nil || a.openMetrics }
+
+// ByToken returns the principal whose token is token. Every principal's hash is checked, so the
+// time taken does not tell which one matched.
+func (a *Authorizer) ByToken(token string) (*Principal, bool) {
+	if token == "" {
+		return nil, false
+	}
+	var found *Principal
+	for _, p := range a.principals {
+		if p.TokenHash != "" && CheckToken(p.TokenHash, token) && found == nil {
+			found = p
+		}
+	}
+	return found, found != nil
+}
+
+// ByCertCN returns the principal of a verified client certificate's subject common name.
+func (a *Authorizer) ByCertCN(cn string) (*Principal, bool) {
+	if cn == "" {
+		return nil, false
+	}
+	p, ok := a.byCN[cn]
+	return p, ok
+}
+
+// Can reports whether p may do action on topic (a topic name). A nil principal may do nothing.
+func (p *Principal) Can(action, topic string) bool {
+	if p == nil {
+		return false
+	}
+	for _, perm := range p.Permissions {
+		if perm.Action == action && names.Match(perm.Topics, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// CanConsume reports whether p may consume topic in group ("" for no group).
+func (p *Principal) CanConsume(topic, group string) bool {
+	if p == nil {
+		return false
+	}
+	for _, perm := range p.Permissions {
+		if perm.Action == Consume && names.Match(perm.Topics, topic) && groupMatch(perm.Groups, group) {
+			return true
+		}
+	}
+	return false
+}
+
+// MayConsumeGroup reports whether some consume permission of p admits group: a wildcard
+// subscription needs one, and then binds only the topics CanConsume allows.
+func (p *Principal) MayConsumeGroup(group string) bool {
+	if p == nil {
+		return false
+	}
+	for _, perm := range p.Permissions {
+		if perm.Action == Consume && groupMatch(perm.Groups, group) {
+			return true
+		}
+	}
+	return false
+}
+
+// CanAdminAll reports whether p has admin on every topic (a permission on "#"): the admin
+// requests that name no topic (listings of every topic, bindings, members) need it.
+func (p *Principal) CanAdminAll() bool {
+	if p == nil {
+		return false
+	}
+	for _, perm := range p.Permissions {
+		if perm.Action == Admin && perm.Topics == "#" {
+			return true
+		}
+	}
+	return false
+}
+
+// groupMatch reports whether group matches glob: empty glob matches any group and none; '*'
+// matches any run of characters.
+func groupMatch(glob, group string) bool {
+	if glob == "" {
+		return true
+	}
+	parts := strings.Split(glob, "*")
+	if len(parts) == 1 {
+		return glob == group
+	}
+	if !strings.HasPrefix(group, parts[0]) {
+		return false
+	}
+	rest := group[len(parts[0]):]
+	for _, mid := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, mid)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(mid):]
+	}
+	return strings.HasSuffix(rest, parts[len(parts)-1])
+}
