@@ -28,6 +28,8 @@ type Member struct {
 	// notify, when not nil, gets a non-blocking send after deliveries were put in ch and after a
 	// subscription ended under the member.
 	notify chan<- struct{}
+	// allow is SubscribeParams.Allow: nil, or the topics the member may be attached to.
+	allow func(topic string) bool
 
 	// attachMu serializes attaching and closing (it is held across engine calls; the engine's
 	// notification callback never takes it).
@@ -127,6 +129,7 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 		start:         start,
 		leaseDuration: p.LeaseDuration,
 		notify:        p.Notify,
+		allow:         p.Allow,
 		maxInFlight:   maxInFlight,
 		ch:            make(chan *storage.Delivery, maxInFlight),
 		closedCh:      make(chan struct{}),

@@ -43,6 +43,10 @@ type SubscribeParams struct {
 	// connection serving many members waits on one channel this way instead of on each member's.
 	// Several members may share it.
 	Notify chan<- struct{}
+	// Allow, when not nil, says which topics matching Pattern the member may be attached to
+	// (authorization: a principal's wildcard subscription binds only the topics it may consume).
+	// A topic it refuses is skipped, now and when created later. It must be fast and pure.
+	Allow func(topic string) bool
 }
 
 // validateStart normalizes a start position (storage.StartPosition.Normalize) and, stricter than
@@ -217,7 +221,7 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	_, attached := m.topics[topic]
 	closed := m.closed
 	m.mu.Unlock()
-	if closed || attached {
+	if closed || attached || m.allow != nil && !m.allow(topic) {
 		return nil
 	}
 	sub, owned, err := b.resolveSubscription(ctx, m, topic, created)
