@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/storage"
@@ -155,6 +156,12 @@ func (b *binarySession) handshake() bool {
 	if err != nil {
 		b.fail(f.CorrelationID, protocol.AsError(err))
 		return false
+	}
+	if c.authOn() {
+		if e := c.authenticate(hello.Token); e != nil {
+			b.fail(f.CorrelationID, e)
+			return false
+		}
 	}
 	cfg := c.srv.cfg
 	interval, timeout := cfg.negotiateHeartbeat(hello.HeartbeatInterval)
@@ -335,7 +342,10 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) 
 	case *protocol.Hello:
 		b.reply(corr, protocol.ErrUnexpectedFrame.Errorf("the session is already open"))
 	case *protocol.Publish:
-		if b.inlinePublish() {
+		if e := b.c.authorize(auth.Publish, m.Topic, ""); e != nil {
+			b.c.observePublish(m.Topic, len(m.Messages), time.Now(), e)
+			b.reply(corr, e)
+		} else if b.inlinePublish() {
 			now := time.Now()
 			prompt := b.c.nw.Since(now) < promptWithin
 			b.reply(corr, b.appendOne(pubReq{corr: corr, msg: m, start: now, size: size, prompt: prompt}).msg)
@@ -375,7 +385,12 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		b.replyErr(corr, err)
 		return
 	}
+	if e := c.authorize(auth.Consume, m.Topic, m.Group); e != nil {
+		b.reply(corr, e)
+		return
+	}
 	member, err := c.srv.broker.Subscribe(c.ctx, broker.SubscribeParams{
+		Allow:         c.consumeFilter(m.Group),
 		Pattern:       m.Topic,
 		Group:         m.Group,
 		MemberID:      m.MemberID,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
@@ -120,6 +121,9 @@ type Config struct {
 	// TLSConfig, when set, wraps every accepted connection in TLS before its first bytes tell the
 	// binary protocol from the text mode (the handshake is bounded by HandshakeTimeout).
 	TLSConfig *tls.Config `yaml:"-"`
+	// Auth authenticates and authorizes clients (binary Hello token, text AUTH, or a client
+	// certificate's common name). Nil: authentication is off and every client may do everything.
+	Auth *auth.Authorizer `yaml:"-"`
 	// Clock is the broker's clock, used for TTLs and heartbeat times. Defaults to
 	// storage.SystemClock. (Timeouts use the network poller's real time.)
 	Clock storage.Clock `yaml:"-"`

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/storage"
@@ -106,6 +107,8 @@ type conn struct {
 	// (binarySession.answer): what they left unwritten, and the time of the last write, from
 	// which the heartbeat counts silence.
 	nw *netwrite.Writer
+	// principal is the authenticated client when Config.Auth is on (reader goroutine only).
+	principal *auth.Principal
 
 	// mu guards the fields below. Lock order: conn.mu before the broker's locks (SetMaxInFlight is
 	// called under it); the broker never calls back into the connection.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/names"
@@ -178,6 +179,18 @@ func (t *textSession) exec(cmd text.Command) bool {
 		t.interactive = true
 	}
 	switch cmd.Verb {
+	case text.VerbAuth, text.VerbPing, text.VerbHelp, text.VerbQuit, text.VerbVerbose:
+	default:
+		// Without AUTH, a verified client certificate may name the principal; else the
+		// command is refused and the session closed (NOT_AUTHENTICATED closes the connection).
+		if t.c.authOn() && t.c.principal == nil {
+			if e := t.c.authenticate(""); e != nil {
+				t.reply(text.AppendErr(nil, e))
+				return true
+			}
+		}
+	}
+	switch cmd.Verb {
 	case text.VerbPublish:
 		t.publish(cmd)
 	case text.VerbJoinGroup:
@@ -200,7 +213,15 @@ func (t *textSession) exec(cmd text.Command) bool {
 			t.ok("verbose off")
 		}
 	case text.VerbAuth:
-		t.ok("authentication is not required by this server")
+		if !t.c.authOn() {
+			t.ok("authentication is not required by this server")
+			break
+		}
+		if e := t.c.authenticate(cmd.Token); e != nil {
+			t.reply(text.AppendErr(nil, e))
+			return true
+		}
+		t.ok("authenticated as %s", t.c.principal.Name)
 	case text.VerbPing:
 		t.ok("PONG")
 	case text.VerbHelp:
@@ -222,6 +243,11 @@ func (t *textSession) exec(cmd text.Command) bool {
 func (t *textSession) publish(cmd text.Command) {
 	c := t.c
 	start := time.Now()
+	if e := c.authorize(auth.Publish, cmd.Topic, ""); e != nil {
+		c.observePublish(cmd.Topic, 1, start, e)
+		t.fail(e)
+		return
+	}
 	ps, err := c.srv.broker.Publish(c.ctx, cmd.Topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: cmd.Payload}})
 	c.observePublish(cmd.Topic, 1, start, err)
 	if err != nil {
@@ -257,7 +283,12 @@ func (t *textSession) subscribe(cmd text.Command) {
 		// A second SUBSCRIBE after one JOIN_GROUP is a second member of the group.
 		memberID = fmt.Sprintf("%s-%d", t.memberID, t.memberSeq+1)
 	}
+	if e := c.authorize(auth.Consume, cmd.Topic, t.group); e != nil {
+		t.fail(e)
+		return
+	}
 	member, err := c.srv.broker.Subscribe(c.ctx, broker.SubscribeParams{
+		Allow:         c.consumeFilter(t.group),
 		Pattern:       cmd.Topic,
 		Group:         t.group,
 		MemberID:      memberID,

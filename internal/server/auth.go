@@ -1,0 +1,102 @@
+package server
+
+import (
+	"crypto/tls"
+	"log/slog"
+
+	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/names"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// authOn reports whether the server authenticates its clients (Config.Auth).
+func (c *conn) authOn() bool { return c.srv.cfg.Auth.Enabled() }
+
+// authenticate finds the principal of a session: the token of Hello or AUTH when one is given,
+// else the verified client certificate's common name (mutual TLS). It sets c.principal, or
+// returns NOT_AUTHENTICATED (logged and counted). Reader goroutine only.
+func (c *conn) authenticate(token string) *protocol.Error {
+	a := c.srv.cfg.Auth
+	var p *auth.Principal
+	var ok bool
+	via := "token"
+	if token != "" {
+		p, ok = a.ByToken(token)
+	} else {
+		via = "certificate"
+		p, ok = a.ByCertCN(c.certCN())
+	}
+	if !ok {
+		msg := "a valid token is required"
+		if token != "" {
+			msg = "the token names no principal"
+		}
+		return c.denied(auth.ReasonUnauthenticated, "", "connect", "", protocol.ErrNotAuthenticated.WithMessage(msg))
+	}
+	c.principal = p
+	c.logger.Debug("authenticated", slog.String("principal", p.Name), slog.String("via", via))
+	return nil
+}
+
+// certCN returns the subject common name of the connection's verified client certificate, or "".
+func (c *conn) certCN() string {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return ""
+	}
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
+		return ""
+	}
+	return st.PeerCertificates[0].Subject.CommonName
+}
+
+// authorize returns nil when authentication is off or the session's principal may do action on
+// topic (with group for consume); otherwise NOT_AUTHENTICATED or PERMISSION_DENIED, logged and
+// counted. A wildcard pattern to consume needs a consume permission admitting group; the
+// subscription then binds only the topics the principal may consume (consumeFilter).
+func (c *conn) authorize(action, topic, group string) *protocol.Error {
+	if !c.authOn() {
+		return nil
+	}
+	p := c.principal
+	if p == nil {
+		return c.denied(auth.ReasonUnauthenticated, "", action, topic, protocol.ErrNotAuthenticated.WithMessage("authenticate first"))
+	}
+	var ok bool
+	switch {
+	case action == auth.Consume && names.IsPattern(topic):
+		ok = p.MayConsumeGroup(group)
+	case action == auth.Consume:
+		ok = p.CanConsume(topic, group)
+	default:
+		ok = p.Can(action, topic)
+	}
+	if ok {
+		return nil
+	}
+	what := topic
+	if group != "" {
+		what += " in group " + group
+	}
+	return c.denied(auth.ReasonForbidden, p.Name, action, topic,
+		protocol.ErrPermissionDenied.Errorf("principal %s may not %s %s", p.Name, action, what))
+}
+
+// consumeFilter is the broker's SubscribeParams.Allow of a subscription in group: nil when
+// authentication is off, else the topics the session's principal may consume.
+func (c *conn) consumeFilter(group string) func(string) bool {
+	if !c.authOn() {
+		return nil
+	}
+	p := c.principal
+	return func(topic string) bool { return p.CanConsume(topic, group) }
+}
+
+// denied logs and counts a refused request and returns e. The token is never logged.
+func (c *conn) denied(reason, principal, action, topic string, e *protocol.Error) *protocol.Error {
+	c.srv.cfg.Metrics.ObserveAuthDenied(reason)
+	c.logger.Warn("request denied", slog.String("reason", reason), slog.String("principal", principal),
+		slog.String("action", action), slog.String("topic", topic))
+	return e
+}

@@ -1,0 +1,215 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/metrics"
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// Tokens of the principals of authEnv.
+const (
+	aliceToken = "alice-0123456789abcdef" // publish orders.#, consume orders.# in billing-*
+	bobToken   = "bob-0123456789abcdef"   // consume everything, any group
+)
+
+// authEnv starts a server with authentication on; reg holds its metrics.
+func authEnv(t *testing.T) (*env, *prometheus.Registry) {
+	t.Helper()
+	hash := func(tok string) string {
+		h, err := auth.HashToken(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, err := auth.New(auth.Config{Principals: []auth.Principal{
+		{Name: "alice", TokenHash: hash(aliceToken), Permissions: []auth.Permission{
+			{Action: auth.Publish, Topics: "orders.#"},
+			{Action: auth.Consume, Topics: "orders.#", Groups: "billing-*"},
+		}},
+		{Name: "bob", TokenHash: hash(bobToken), Permissions: []auth.Permission{{Action: auth.Consume, Topics: "#"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	return newEnv(t, func(c *Config) { c.Auth, c.Metrics = a, m; fastPublisherIdle(c) }, nil), reg
+}
+
+// deniedCount returns spool_auth_denied_total{reason}.
+func deniedCount(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "spool_auth_denied_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// topicExists reports whether the engine has topic.
+func (e *env) topicExists(topic string) bool {
+	e.t.Helper()
+	_, err := e.engine.TopicGet(context.Background(), topic)
+	if err != nil && !errors.Is(err, storage.ErrTopicNotFound) {
+		e.t.Fatal(err)
+	}
+	return err == nil
+}
+
+func TestAuthBinaryHello(t *testing.T) {
+	t.Parallel()
+	e, reg := authEnv(t)
+	for _, tok := range []string{"", "wrong-0123456789abcdef"} {
+		_, err := e.tryDial(&protocol.Hello{ClientName: "test", Token: tok})
+		if !errors.Is(err, protocol.ErrNotAuthenticated) {
+			t.Errorf("Hello with token %q: got %v, want NOT_AUTHENTICATED", tok, err)
+		}
+	}
+	if n := deniedCount(t, reg, auth.ReasonUnauthenticated); n != 2 {
+		t.Errorf("spool_auth_denied_total{reason=unauthenticated} = %v, want 2", n)
+	}
+	c := e.dial(&protocol.Hello{ClientName: "test", Token: aliceToken})
+	c.publish("orders.eu", "one")
+	// Publish outside orders.#: refused, and the topic is not auto-created.
+	c.expectErr(&protocol.Publish{Topic: "billing.x", Messages: []protocol.PublishMessage{{Partition: protocol.PartitionAuto, Payload: []byte("x")}}}, protocol.CodePermissionDenied)
+	if e.topicExists("billing.x") {
+		t.Error("a refused publish created billing.x")
+	}
+	// Consume: only in a billing-* group.
+	c.expectErr(&protocol.Subscribe{Topic: "orders.eu", Group: "other", MaxInFlight: 1}, protocol.CodePermissionDenied)
+	c.expectErr(&protocol.Subscribe{Topic: "orders.eu", MaxInFlight: 1}, protocol.CodePermissionDenied)
+	ok := c.subscribe(&protocol.Subscribe{Topic: "orders.eu", Group: "billing-1", MaxInFlight: 1})
+	if len(ok.Subscriptions) != 1 {
+		t.Fatalf("SubscribeOK %+v", ok)
+	}
+	if got := payloadsOf(c.deliveriesN(1)); !slices.Equal(got, []string{"one"}) {
+		t.Fatalf("delivered %q", got)
+	}
+	if n := deniedCount(t, reg, auth.ReasonForbidden); n != 3 {
+		t.Errorf("spool_auth_denied_total{reason=forbidden} = %v, want 3", n)
+	}
+	// The session stays usable after a denial.
+	c.publish("orders.eu", "two")
+}
+
+// TestAuthWildcardBindsPermittedTopics: a wildcard subscription binds only the topics the
+// principal may consume, those that exist and those created later.
+func TestAuthWildcardBindsPermittedTopics(t *testing.T) {
+	t.Parallel()
+	e, _ := authEnv(t)
+	ctx := context.Background()
+	for _, topic := range []string{"orders.a", "billing.a"} {
+		if _, err := e.b.Publish(ctx, topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte(topic)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.dial(&protocol.Hello{ClientName: "test", Token: aliceToken})
+	ok := c.subscribe(&protocol.Subscribe{Topic: "#", Group: "billing-1", MaxInFlight: 10, Start: protocol.StartPosition{Kind: protocol.StartFromBeginning}})
+	var topics []string
+	for _, s := range ok.Subscriptions {
+		topics = append(topics, s.Topic)
+	}
+	if !slices.Equal(topics, []string{"orders.a"}) {
+		t.Fatalf("# bound %q, want only orders.a", topics)
+	}
+	// Topics created later: billing.b first, then orders.b. Topics are attached in creation
+	// order, so once orders.b's message arrived billing.b was considered (and refused).
+	for _, topic := range []string{"billing.b", "orders.b"} {
+		if _, err := e.b.Publish(ctx, topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte(topic)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := payloadsOf(c.deliveriesN(2)); !slices.Equal(got, []string{"orders.a", "orders.b"}) {
+		t.Fatalf("delivered %q, want orders.a, orders.b", got)
+	}
+	info, err := e.memberInfo(ok.MemberID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.SubscriptionCount != 2 {
+		t.Errorf("member attached to %d subscriptions, want 2 (orders.a, orders.b)", info.SubscriptionCount)
+	}
+	// bob may consume everything: the same pattern binds all four topics.
+	bc := e.dial(&protocol.Hello{ClientName: "bob", Token: bobToken})
+	if ok := bc.subscribe(&protocol.Subscribe{Topic: "#", MaxInFlight: 10}); len(ok.Subscriptions) != 4 {
+		t.Errorf("bob's # bound %d topics, want 4", len(ok.Subscriptions))
+	}
+}
+
+func TestAuthText(t *testing.T) {
+	t.Parallel()
+	e, reg := authEnv(t)
+	// A command before AUTH: refused, nothing published, the session closed.
+	c := e.dialText()
+	c.send("PUBLISH orders.x hello")
+	if got := c.expectEOF(); len(got) != 1 || !strings.HasPrefix(got[0], "ERR NOT_AUTHENTICATED") {
+		t.Fatalf("got %q, want ERR NOT_AUTHENTICATED", got)
+	}
+	if e.topicExists("orders.x") {
+		t.Error("an unauthenticated PUBLISH created orders.x")
+	}
+	// A bad token: refused and closed.
+	c = e.dialText()
+	c.send("AUTH wrong-0123456789abcdef")
+	if got := c.expectEOF(); len(got) != 1 || !strings.HasPrefix(got[0], "ERR NOT_AUTHENTICATED") {
+		t.Fatalf("got %q, want ERR NOT_AUTHENTICATED", got)
+	}
+	// PING needs no authentication.
+	c = e.dialText()
+	c.send("PING")
+	c.expect("OK PONG")
+	c.send("AUTH " + aliceToken)
+	c.expect("OK authenticated as alice")
+	c.send("PUBLISH orders.x hello")
+	c.expect("OK ")
+	c.send("PUBLISH billing.x hello")
+	c.expect("ERR PERMISSION_DENIED")
+	c.send("SUBSCRIBE orders.x")
+	c.expect("ERR PERMISSION_DENIED") // no group: alice consumes in billing-* groups only
+	c.send("JOIN_GROUP billing-1 c1", "SUBSCRIBE orders.x")
+	c.expect("OK group billing-1")
+	c.expect("OK subscribed orders.x")
+	c.expectLine("MESSAGE orders.x hello")
+	if e.topicExists("billing.x") {
+		t.Error("a refused PUBLISH created billing.x")
+	}
+	if n := deniedCount(t, reg, auth.ReasonUnauthenticated); n != 2 {
+		t.Errorf("unauthenticated denials = %v, want 2", n)
+	}
+	if n := deniedCount(t, reg, auth.ReasonForbidden); n != 2 {
+		t.Errorf("forbidden denials = %v, want 2", n)
+	}
+}
+
+// TestAuthOffAcceptsAnyToken: without principals nothing changes (tokens are ignored).
+func TestAuthOffAcceptsAnyToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	c := e.dial(&protocol.Hello{ClientName: "test", Token: "anything"})
+	c.publish("billing.x", "x")
+	tc := e.dialText()
+	tc.send("AUTH whatever")
+	tc.expect("OK authentication is not required")
+}
