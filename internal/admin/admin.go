@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
@@ -59,6 +60,10 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Logger receives the handler's logs. Nil discards them.
 	Logger *slog.Logger
+	// Auth authenticates and authorizes requests (Authorization: Bearer, or a client
+	// certificate). Nil: authentication is off. /healthz, /readyz and the OpenAPI document are
+	// always open, /metrics unless auth.open_metrics is off.
+	Auth *auth.Authorizer
 	// Ready is the readiness probe of GET /readyz: nil error means ready. Defaults to
 	// BrokerReady(Broker), which fails while the broker is not running or its engine is closed.
 	Ready func() error
@@ -91,6 +96,7 @@ type Handler struct {
 	metrics     *metrics.Metrics
 	logger      *slog.Logger
 	ready       func() error
+	auth        *auth.Authorizer
 	maxBody     int64
 	maxPubBody  int64
 	bodyTimeout time.Duration
@@ -144,6 +150,7 @@ func New(cfg Config) (*Handler, error) {
 		metrics:     cfg.Metrics,
 		logger:      logger,
 		ready:       cfg.Ready,
+		auth:        cfg.Auth,
 		maxBody:     cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
 		maxPubBody:  cmp.Or(cfg.MaxPublishBodyBytes, DefaultMaxPublishBodyBytes),
 		bodyTimeout: cmp.Or(cfg.BodyReadTimeout, DefaultBodyReadTimeout),
@@ -302,6 +309,13 @@ func (h *Handler) wrap(rt *route) http.Handler {
 			h.logger.DebugContext(r.Context(), "http request", slog.String("route", pattern), slog.String("path", r.URL.Path),
 				slog.Int("status", sw.code()), slog.Duration("took", took), slog.String("request_id", rid))
 		}()
+		if err := h.authorize(rt, r); err != nil {
+			if errors.Is(err, protocol.ErrNotAuthenticated) {
+				sw.Header().Set("WWW-Authenticate", `Bearer realm="spool"`)
+			}
+			h.writeError(sw, r, err)
+			return
+		}
 		if err := h.checkMutation(rt, r); err != nil {
 			h.writeError(sw, r, err)
 			return

@@ -1,0 +1,97 @@
+package admin
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// access is what a route needs when authentication is on.
+type access int
+
+const (
+	// accessAdmin: admin on the route's {topic}, or on "#" for routes without one.
+	accessAdmin access = iota
+	// accessOpen: nothing (probes, the OpenAPI document).
+	accessOpen
+	// accessMetrics: nothing when auth.open_metrics is on (the default), else admin on "#".
+	accessMetrics
+	// accessPublish: publish on {topic}.
+	accessPublish
+	// accessConsume: consume on {topic} in {group}.
+	accessConsume
+)
+
+// routeAccess says what a route needs, by its operation id; a route not listed needs admin.
+func routeAccess(rt *route) access {
+	switch rt.doc.id {
+	case "healthz", "readyz", "openapi":
+		return accessOpen
+	case "metrics":
+		return accessMetrics
+	case "publish":
+		return accessPublish
+	case "pull", "ack", "nack", "extend":
+		return accessConsume
+	}
+	return accessAdmin
+}
+
+// authorize returns nil when authentication is off or the request's principal may use the route;
+// otherwise NOT_AUTHENTICATED (401) or PERMISSION_DENIED (403), logged at WARN and counted. The
+// principal is named by "Authorization: Bearer <token>", else by the verified client
+// certificate's common name (mutual TLS).
+func (h *Handler) authorize(rt *route, r *http.Request) error {
+	a := h.auth
+	acc := routeAccess(rt)
+	if !a.Enabled() || acc == accessOpen || acc == accessMetrics && a.OpenMetrics() {
+		return nil
+	}
+	var p *auth.Principal
+	var ok bool
+	if hdr := r.Header.Get("Authorization"); hdr != "" {
+		scheme, token, _ := strings.Cut(hdr, " ")
+		if strings.EqualFold(scheme, "Bearer") {
+			p, ok = a.ByToken(strings.TrimSpace(token))
+		}
+	} else if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+		p, ok = a.ByCertCN(r.TLS.PeerCertificates[0].Subject.CommonName)
+	}
+	if !ok {
+		return h.denied(r, auth.ReasonUnauthenticated, "", "", protocol.ErrNotAuthenticated.WithMessage(
+			"this request needs a valid token: Authorization: Bearer <token>"))
+	}
+	topic, group := r.PathValue("topic"), r.PathValue("group")
+	var action string
+	switch acc {
+	case accessPublish:
+		action, ok = auth.Publish, p.Can(auth.Publish, topic)
+	case accessConsume:
+		action, ok = auth.Consume, p.CanConsume(topic, group)
+	case accessAdmin:
+		action = auth.Admin
+		if topic != "" {
+			ok = p.Can(auth.Admin, topic)
+		} else {
+			ok = p.CanAdminAll()
+		}
+	default: // accessMetrics with closed metrics
+		action, ok = auth.Admin, p.CanAdminAll()
+	}
+	if ok {
+		return nil
+	}
+	return h.denied(r, auth.ReasonForbidden, p.Name, action, protocol.ErrPermissionDenied.Errorf(
+		"principal %s may not %s %s %s", p.Name, action, r.Method, r.URL.Path))
+}
+
+// denied logs and counts a refused request and returns e. The token is never logged.
+func (h *Handler) denied(r *http.Request, reason, principal, action string, e *protocol.Error) error {
+	h.metrics.ObserveAuthDenied(reason)
+	h.logger.WarnContext(r.Context(), "request denied", slog.String("reason", reason), slog.String("principal", principal),
+		slog.String("action", action), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	return e
+}

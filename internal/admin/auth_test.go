@@ -1,0 +1,105 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+const (
+	pubToken   = "publisher-0123456789abcdef" // publish and consume orders.#
+	adminToken = "admin-0123456789abcdef"     // admin on #
+)
+
+// authEnv is an env with two principals; openMetrics is auth.open_metrics.
+func authEnv(t *testing.T, openMetrics bool) *env {
+	t.Helper()
+	hash := func(tok string) string {
+		h, err := auth.HashToken(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, err := auth.New(auth.Config{OpenMetrics: openMetrics, Principals: []auth.Principal{
+		{Name: "publisher", TokenHash: hash(pubToken), Permissions: []auth.Permission{
+			{Action: auth.Publish, Topics: "orders.#"}, {Action: auth.Consume, Topics: "orders.#"},
+		}},
+		{Name: "ops", TokenHash: hash(adminToken), Permissions: []auth.Permission{{Action: auth.Admin, Topics: "#"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, func(c *Config) { c.Auth = a })
+}
+
+func bearer(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+
+func TestAuthHTTP(t *testing.T) {
+	e := authEnv(t, true)
+	msg := map[string]any{"payload": "aGk="}
+	// No token, a wrong token: 401 with WWW-Authenticate, nothing published.
+	r := e.do("POST", "/api/v1/topics/orders.x/messages", msg)
+	r.fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
+	if !strings.HasPrefix(r.header.Get("WWW-Authenticate"), "Bearer") {
+		t.Errorf("401 without WWW-Authenticate: Bearer: %q", r.header.Get("WWW-Authenticate"))
+	}
+	e.do("POST", "/api/v1/topics/orders.x/messages", msg, bearer("wrong-0123456789abcdef")...).fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
+	e.do("GET", "/api/v1/topics", nil, "Authorization", "Basic "+pubToken).fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
+	// Publish inside and outside the permission.
+	e.do("POST", "/api/v1/topics/orders.x/messages", msg, bearer(pubToken)...).ok(http.StatusCreated, nil)
+	e.do("POST", "/api/v1/topics/billing.x/messages", msg, bearer(pubToken)...).fails(http.StatusForbidden, "PERMISSION_DENIED")
+	if _, err := e.eng.TopicGet(context.Background(), "billing.x"); !errors.Is(err, storage.ErrTopicNotFound) {
+		t.Errorf("a refused publish left billing.x: %v", err)
+	}
+	// Consume: pull on orders.x is allowed.
+	e.do("POST", "/api/v1/topics/orders.x/groups/g/pull", map[string]any{"max": 1, "wait": "0s"}, bearer(pubToken)...).ok(http.StatusOK, nil)
+	// Admin endpoints: refused for the publisher, allowed for ops.
+	e.do("DELETE", "/api/v1/topics/orders.x?force=true", nil, bearer(pubToken)...).fails(http.StatusForbidden, "PERMISSION_DENIED")
+	e.do("GET", "/api/v1/topics", nil, bearer(pubToken)...).fails(http.StatusForbidden, "PERMISSION_DENIED")
+	e.do("GET", "/api/v1/topics", nil, bearer(adminToken)...).ok(http.StatusOK, nil)
+	if _, err := e.eng.TopicGet(context.Background(), "orders.x"); err != nil {
+		t.Errorf("a refused delete changed orders.x: %v", err)
+	}
+	e.do("DELETE", "/api/v1/topics/orders.x?force=true", nil, bearer(adminToken)...).ok(http.StatusNoContent, nil)
+	// ops may administer but not publish.
+	e.do("POST", "/api/v1/topics/orders.y/messages", msg, bearer(adminToken)...).fails(http.StatusForbidden, "PERMISSION_DENIED")
+	// Probes, the OpenAPI document and (open_metrics) /metrics need nothing.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/api/v1/openapi.json"} {
+		e.do("GET", p, nil).ok(http.StatusOK, nil)
+	}
+	denied := func(reason string) float64 {
+		mfs, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "spool_auth_denied_total" && m.GetLabel()[0].GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	if got := denied(auth.ReasonUnauthenticated); got != 3 {
+		t.Errorf("unauthenticated denials %v, want 3", got)
+	}
+	if got := denied(auth.ReasonForbidden); got != 4 {
+		t.Errorf("forbidden denials %v, want 4", got)
+	}
+}
+
+func TestAuthHTTPClosedMetrics(t *testing.T) {
+	e := authEnv(t, false)
+	e.do("GET", "/metrics", nil).fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
+	e.do("GET", "/metrics", nil, bearer(pubToken)...).fails(http.StatusForbidden, "PERMISSION_DENIED")
+	e.do("GET", "/metrics", nil, bearer(adminToken)...).ok(http.StatusOK, nil)
+	e.do("GET", "/healthz", nil).ok(http.StatusOK, nil)
+	e.do("GET", "/readyz", nil).ok(http.StatusOK, nil)
+}
