@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
@@ -41,9 +42,10 @@ type Config struct {
 	// to "127.0.0.1:8080"; an address other hosts reach needs Insecure.
 	HTTP string `yaml:"http"`
 	// Insecure lets Listen and HTTP be addresses that other hosts reach (":9092", a LAN address)
-	// although the broker has no authentication yet: whoever reaches them may publish, consume,
-	// purge DLQs and delete topics. For a trusted network only. Defaults to false: both must be
-	// loopback addresses (127.0.0.0/8, ::1, localhost).
+	// although authentication is off (no auth.principals): whoever reaches them may publish,
+	// consume, purge DLQs and delete topics. For a trusted network only. Defaults to false: without
+	// authentication both must be loopback addresses (127.0.0.0/8, ::1, localhost); with it they
+	// may be any address.
 	Insecure bool `yaml:"insecure"`
 	// HTTPMaxConnections bounds the open connections of the HTTP listener; one more is answered
 	// 503 OVERLOADED (Retry-After: 1) and closed. Defaults to 1024.
@@ -70,6 +72,9 @@ type Config struct {
 	Broker Broker `yaml:"broker"`
 	// Server configures the TCP server (protocol limits and timeouts); see server.Config.
 	Server server.Config `yaml:"server"`
+	// Auth configures authentication and authorization (auth.principals, file only; see
+	// auth.Config). Without principals every client may do everything.
+	Auth auth.Config `yaml:"auth"`
 }
 
 // WAL configures the embedded engine.
@@ -173,6 +178,7 @@ func Defaults() Config {
 			PollInterval:        time.Second,
 		},
 		Server: srv,
+		Auth:   auth.Config{OpenMetrics: true},
 	}
 }
 
@@ -396,6 +402,9 @@ func settings(cfg *Config) map[string]field {
 			}
 			key := prefix + tag
 			fv := v.Field(i)
+			if fv.Kind() == reflect.Slice {
+				continue // lists (auth.principals) are set in the file only
+			}
 			if fv.Kind() == reflect.Struct && fv.Type() != reflect.TypeFor[time.Duration]() {
 				walk(key+".", fv)
 				continue
@@ -465,10 +474,10 @@ func (c Config) Validate() error {
 		return bad("listen", "must not be empty")
 	case c.HTTP == "":
 		return bad("http", "must not be empty")
-	case !c.Insecure && !IsLoopback(c.Listen):
-		return bad("listen", "%q can be reached from other hosts, and Spool has no authentication yet: use a loopback address (127.0.0.1:9092), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.Listen)
-	case !c.Insecure && !IsLoopback(c.HTTP):
-		return bad("http", "%q can be reached from other hosts, and Spool has no authentication yet: use a loopback address (127.0.0.1:8080), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.HTTP)
+	case !c.Insecure && !c.Auth.Enabled() && !IsLoopback(c.Listen):
+		return bad("listen", "%q can be reached from other hosts, and authentication is off: configure auth.principals, use a loopback address (127.0.0.1:9092), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.Listen)
+	case !c.Insecure && !c.Auth.Enabled() && !IsLoopback(c.HTTP):
+		return bad("http", "%q can be reached from other hosts, and authentication is off: configure auth.principals, use a loopback address (127.0.0.1:8080), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.HTTP)
 	case c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000:
 		return bad("http_max_connections", "must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
 	case c.Store == "" && c.DataDir == "":
@@ -505,6 +514,9 @@ func (c Config) Validate() error {
 		return bad("broker.retention_interval", "must be positive, got %s", c.Broker.RetentionInterval)
 	case c.Broker.PollInterval <= 0:
 		return bad("broker.poll_interval", "must be positive, got %s", c.Broker.PollInterval)
+	}
+	if key, err := c.Auth.Validate(); err != nil {
+		return &KeyError{Key: "auth." + key, Err: err}
 	}
 	if _, err := c.SlogLevel(); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
@@ -199,7 +200,7 @@ func TestKeysHaveEnvNames(t *testing.T) {
 	}
 }
 
-// TestExposedWithoutAuthenticationRefused: without authentication (not built yet) the listeners
+// TestExposedWithoutAuthenticationRefused: without authentication (no auth.principals) the listeners
 // bind loopback only; an address other hosts reach is refused unless insecure is set, with a
 // message that says how to open them.
 func TestExposedWithoutAuthenticationRefused(t *testing.T) {
@@ -256,5 +257,55 @@ func TestTLSFileErrorsAreTyped(t *testing.T) {
 	var ke *KeyError
 	if _, err := Load("", []string{"SPOOL_SERVER_MAX_CONNECTIONS=0"}, nil); !errors.As(err, &ke) || ke.Key != "server.max_connections" {
 		t.Errorf("server section: got %v, want a *KeyError for server.max_connections", err)
+	}
+}
+
+// TestAuthSection: principals come from the file; with them the listeners may be any address;
+// an invalid principal is a *KeyError naming it; the list is no variable.
+func TestAuthSection(t *testing.T) {
+	t.Parallel()
+	h, err := auth.HashToken("0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, `
+listen: ":9092"
+http: "0.0.0.0:8080"
+auth:
+  open_metrics: false
+  principals:
+    - name: billing
+      token_hash: "`+h+`"
+      permissions:
+        - {action: publish, topics: "orders.#"}
+        - {action: consume, topics: "orders.*", groups: "billing-*"}
+    - name: ops
+      cert_cn: ops.example.com
+      permissions:
+        - {action: admin, topics: "#"}
+`)
+	cfg, err := Load(file, nil, nil)
+	if err != nil {
+		t.Fatalf("exposed listeners with authentication: %v", err)
+	}
+	if len(cfg.Auth.Principals) != 2 || cfg.Auth.OpenMetrics || cfg.Auth.Principals[0].Permissions[1].Groups != "billing-*" {
+		t.Fatalf("auth section read as %+v", cfg.Auth)
+	}
+	if !Defaults().Auth.OpenMetrics {
+		t.Error("open_metrics defaults to false")
+	}
+	bad := writeFile(t, `
+auth:
+  principals:
+    - name: billing
+      token_hash: "plain"
+`)
+	var ke *KeyError
+	if _, err := Load(bad, nil, nil); !errors.As(err, &ke) || ke.Key != "auth.principals[0].token_hash" {
+		t.Errorf("a plain token_hash: got %v, want a *KeyError for auth.principals[0].token_hash", err)
+	}
+	keys := Keys()
+	if !slices.Contains(keys, "auth.open_metrics") || slices.Contains(keys, "auth.principals") {
+		t.Errorf("keys %v: want auth.open_metrics and not auth.principals", keys)
 	}
 }

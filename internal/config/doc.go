@@ -23,7 +23,7 @@
 //
 //	listen: "127.0.0.1:9092"
 //	http: "127.0.0.1:8080"
-//	insecure: false   # true lets listen and http be reachable from other hosts (no authentication yet)
+//	insecure: false   # true lets listen and http be reachable from other hosts without authentication
 //	http_max_connections: 1024
 //	data_dir: /var/lib/spool
 //	log_level: info
@@ -47,6 +47,18 @@
 //	    cert_file: /etc/spool/server.pem
 //	    key_file: /etc/spool/server.key
 //	    client_ca_file: /etc/spool/ca.pem   # optional: mutual TLS (client certificates required)
+//	auth:                        # authentication on: listen and http may be any address
+//	  open_metrics: true         # /metrics without credentials (/healthz, /readyz always)
+//	  principals:                # file only (no variable or flag)
+//	    - name: billing
+//	      token_hash: "sha256:..."   # spool token hash < token-file
+//	      permissions:
+//	        - {action: publish, topics: "orders.#"}
+//	        - {action: consume, topics: "orders.*", groups: "billing-*"}
+//	    - name: ops
+//	      cert_cn: ops.example.com   # client certificate subject CN (mutual TLS)
+//	      permissions:
+//	        - {action: admin, topics: "#"}
 //
 // Validate names the offending key in a *KeyError. It also reads the server.tls files, so that a
 // missing or unusable certificate, key or CA stops the start (the *KeyError then wraps a
