@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/config"
 	"github.com/spoolmq/spool/internal/metrics"
@@ -65,7 +66,7 @@ func serve(ctx context.Context, args []string) error {
 	fs.String("store", def.Store, "engine: empty for the embedded engine in --data-dir, or a postgres:// URL (PostgreSQL engine)")
 	fs.String("log-level", def.LogLevel, "debug, info, warn or error (JSON logs on stderr)")
 	fs.Bool("unsafe-no-sync", def.WAL.UnsafeNoSync, "acknowledge before fsync: a machine crash loses acknowledged messages")
-	fs.Bool("insecure", def.Insecure, "let --listen and --http be addresses other hosts reach, without authentication (trusted networks only)")
+	fs.Bool("insecure", def.Insecure, "let --listen and --http be addresses other hosts reach although auth.principals is empty: no authentication (trusted networks only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -123,15 +124,25 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 
 // engineAttr names the engine in the start-up log: the store URL without its password on
 // PostgreSQL (data_dir is not used there), else the embedded engine's data_dir.
-// logExposure says who can reach the listeners: loopback only (and how to open them), or other
-// hosts without authentication (--insecure).
+// logExposure says who can reach the listeners and who may use them: with authentication on, the
+// principals (and a warning when tokens cross the network without TLS); without it, loopback only
+// (and how to open them), or anyone (--insecure).
 func logExposure(logger *slog.Logger, cfg config.Config) {
-	if config.IsLoopback(cfg.Listen) && config.IsLoopback(cfg.HTTP) {
-		logger.Info("listening on loopback only: other hosts cannot connect; on a trusted network pass --insecure with --listen and --http (authentication is not built yet)")
-		return
+	loopback := config.IsLoopback(cfg.Listen) && config.IsLoopback(cfg.HTTP)
+	switch {
+	case cfg.Auth.Enabled():
+		logger.Info("authentication on: clients need a token or a client certificate naming a principal",
+			slog.Int("principals", len(cfg.Auth.Principals)), slog.Bool("open_metrics", cfg.Auth.OpenMetrics))
+		if !loopback && !cfg.Server.TLS.Enabled() {
+			logger.Warn("listening on addresses other hosts may reach without TLS: tokens and messages cross the network in clear (set server.tls)",
+				slog.String("tcp", cfg.Listen), slog.String("http", cfg.HTTP))
+		}
+	case loopback:
+		logger.Info("listening on loopback only: other hosts cannot connect; configure auth.principals to listen on any address, or pass --insecure with --listen and --http on a trusted network")
+	default:
+		logger.Warn("listening without authentication on addresses other hosts may reach (--insecure): anyone who connects can publish, consume, purge and delete",
+			slog.String("tcp", cfg.Listen), slog.String("http", cfg.HTTP))
 	}
-	logger.Warn("listening without authentication on addresses other hosts may reach (--insecure): anyone who connects can publish, consume, purge and delete",
-		slog.String("tcp", cfg.Listen), slog.String("http", cfg.HTTP))
 }
 
 func engineAttr(cfg config.Config) slog.Attr {
@@ -232,9 +243,15 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		defer stopReload()
 	}
 
+	// Authentication and authorization of both listeners (auth.principals; nil: off).
+	authz, err := auth.New(cfg.Auth)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+
 	// TCP server.
 	srvCfg := cfg.Server
-	srvCfg.Logger, srvCfg.Metrics, srvCfg.Version = logger, m, version
+	srvCfg.Logger, srvCfg.Metrics, srvCfg.Version, srvCfg.Auth = logger, m, version, authz
 	var httpTLS *tls.Config
 	if tlsSrv != nil {
 		srvCfg.TLSConfig = tlsSrv.Config()
@@ -261,6 +278,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		Gatherer: reg,
 		Metrics:  m,
 		Logger:   logger,
+		Auth:     authz,
 		Ready: func() error {
 			if shuttingDown.Load() {
 				return errors.New("shutting down")
