@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/config"
+	"github.com/spoolmq/spool/internal/testutil"
+	"github.com/spoolmq/spool/protocol"
+)
+
+// TestServeAuth runs spool serve with authentication and mutual TLS on addresses other hosts
+// reach (allowed without insecure because authentication is on): the client certificate's CN
+// names one principal, a Bearer token another; each may do what its permissions say only.
+func TestServeAuth(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	certPEM, keyPEM, _ := ca.issue(true)
+	clientCert, clientKey, _ := ca.issue(false) // CN "spool test leaf"
+	for name, data := range map[string][]byte{"ca.pem": ca.pem, "server.pem": certPEM, "server.key": keyPEM} {
+		writeFile(t, filepath.Join(dir, name), data)
+	}
+	const opsToken = "ops-0123456789abcdef"
+	opsHash, err := auth.HashToken(opsToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Defaults()
+	cfg.Listen, cfg.HTTP = ":0", ":0"
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.ShutdownTimeout = cliWaitTimeout
+	cfg.Server.TLS.CertFile, cfg.Server.TLS.KeyFile, cfg.Server.TLS.ClientCAFile =
+		filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem")
+	cfg.Auth.Principals = []auth.Principal{
+		{Name: "leaf", CertCN: "spool test leaf", Permissions: []auth.Permission{{Action: auth.Publish, Topics: "tls.#"}}},
+		{Name: "ops", TokenHash: opsHash, Permissions: []auth.Permission{{Action: auth.Admin, Topics: "#"}}},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("exposed listeners with authentication: %v", err)
+	}
+	var logs testutil.SyncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- run(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil))) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	serving, seen := waitLog(t, &logs, "spool serving", 0)
+	waitLog(t, &logs, "authentication on: clients need a token or a client certificate naming a principal", seen)
+	local := func(addr any) string {
+		_, port, err := net.SplitHostPort(addr.(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	tcpAddr, httpAddr := local(serving["tcp"]), local(serving["http"])
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.pem)
+	pair, err := tls.X509KeyPair(clientCert, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
+	wctx, wcancel := context.WithTimeout(context.Background(), cliWaitTimeout)
+	defer wcancel()
+
+	// The certificate names leaf: publish on tls.# only.
+	c, err := client.Dial(wctx, tcpAddr, client.TLSConfig(clientTLS))
+	if err != nil {
+		t.Fatalf("client with a certificate naming a principal: %v", err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Publish(wctx, "tls.t", client.Message{Payload: []byte("one")}); err != nil {
+		t.Fatalf("leaf publish on tls.t: %v", err)
+	}
+	if _, err := c.Publish(wctx, "other.t", client.Message{Payload: []byte("x")}); !errors.Is(err, protocol.ErrPermissionDenied) {
+		t.Fatalf("leaf publish on other.t: %v, want PERMISSION_DENIED", err)
+	}
+	// A wrong token is refused even with a good certificate.
+	if c2, err := client.Dial(wctx, tcpAddr, client.TLSConfig(clientTLS), client.Token("wrong-0123456789abcdef")); !errors.Is(err, protocol.ErrNotAuthenticated) {
+		if c2 != nil {
+			c2.Close(context.Background())
+		}
+		t.Fatalf("wrong token: %v, want NOT_AUTHENTICATED", err)
+	}
+
+	// HTTP: the certificate alone (leaf) may not list topics, the ops token may; probes are open.
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS}, Timeout: cliWaitTimeout}
+	get := func(path, token string) int {
+		req, err := http.NewRequestWithContext(wctx, "GET", "https://"+httpAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/api/v1/topics", "", http.StatusForbidden},
+		{"/api/v1/topics", "wrong-0123456789abcdef", http.StatusUnauthorized},
+		{"/api/v1/topics", opsToken, http.StatusOK},
+		{"/healthz", "", http.StatusOK},
+		{"/readyz", "", http.StatusOK},
+		{"/metrics", "", http.StatusOK},
+	} {
+		if got := get(tc.path, tc.token); got != tc.want {
+			t.Errorf("GET %s (token %q): %d, want %d", tc.path, tc.token, got, tc.want)
+		}
+	}
+	waitLog(t, &logs, "request denied", seen)
+}
