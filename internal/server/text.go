@@ -179,14 +179,14 @@ func (t *textSession) exec(cmd text.Command) bool {
 		t.interactive = true
 	}
 	switch cmd.Verb {
-	case text.VerbAuth, text.VerbPing, text.VerbHelp, text.VerbQuit, text.VerbVerbose:
+	case text.VerbAuth, text.VerbPing, text.VerbHelp, text.VerbQuit:
 	default:
 		// Without AUTH, a verified client certificate may name the principal; else the
-		// command is refused and the session closed (NOT_AUTHENTICATED closes the connection).
+		// command is refused (in text mode NOT_AUTHENTICATED leaves the session open).
 		if t.c.authOn() && t.c.principal == nil {
 			if e := t.c.authenticate(""); e != nil {
 				t.reply(text.AppendErr(nil, e))
-				return true
+				return false
 			}
 		}
 	}
@@ -218,8 +218,8 @@ func (t *textSession) exec(cmd text.Command) bool {
 			break
 		}
 		if e := t.c.authenticate(cmd.Token); e != nil {
-			t.reply(text.AppendErr(nil, e))
-			return true
+			t.reply(text.AppendErr(nil, e)) // the session stays: AUTH may be sent again
+			break
 		}
 		t.ok("authenticated as %s", t.c.principal.Name)
 	case text.VerbPing:
