@@ -34,8 +34,11 @@ import (
 // Environment variables and defaults of the client commands' addresses. Flags override the
 // variables, which override the defaults.
 const (
-	envAddr         = "SPOOL_ADDR"
-	envHTTP         = "SPOOL_HTTP"
+	envAddr = "SPOOL_ADDR"
+	envHTTP = "SPOOL_HTTP"
+	// envToken is the token of the client commands (brokers with authentication); --token-file
+	// overrides it.
+	envToken        = "SPOOL_TOKEN"
 	defaultAddr     = "localhost:9092"
 	defaultHTTPAddr = "http://localhost:8080"
 	// closeTimeout bounds the clean shutdown of a command's client (flush, unsubscribe, Goodbye)
@@ -62,9 +65,11 @@ type cliEnv struct {
 }
 
 // tlsFlags are --tls-ca, --tls-cert and --tls-key: any of them makes the command connect with TLS
-// (the broker's listeners with server.tls set).
+// (the broker's listeners with server.tls set); and --token-file, the credential of a broker with
+// authentication.
 type tlsFlags struct {
 	ca, cert, key *string
+	tokenFile     *string
 }
 
 // defineTLSFlags defines the --tls-* flags on fs (once).
@@ -73,10 +78,36 @@ func (e *cliEnv) defineTLSFlags(fs *flag.FlagSet) {
 		return
 	}
 	e.tls = &tlsFlags{
-		ca:   fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS; default: the system's CAs)"),
-		cert: fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key; connect with TLS)"),
-		key:  fs.String("tls-key", "", "PEM private key of --tls-cert"),
+		ca:        fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS; default: the system's CAs)"),
+		cert:      fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key; connect with TLS)"),
+		key:       fs.String("tls-key", "", "PEM private key of --tls-cert"),
+		tokenFile: fs.String("token-file", "", "file whose first line is the token of a broker with authentication ($"+envToken+" otherwise)"),
 	}
+}
+
+// token returns the credential: the first line of --token-file, else $SPOOL_TOKEN, else "".
+func (e *cliEnv) token() (string, error) {
+	if e.tls == nil || *e.tls.tokenFile == "" {
+		return e.getenv(envToken), nil
+	}
+	data, err := os.ReadFile(*e.tls.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	return strings.TrimRight(line, "\r"), nil
+}
+
+// bearer adds "Authorization: Bearer <token>" to every request of an admin API client.
+type bearer struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.base.RoundTrip(r)
 }
 
 // tlsConfig returns the TLS configuration of the --tls-* flags, nil when none was given.
@@ -300,6 +331,22 @@ func (e *cliEnv) admin(fs *flag.FlagSet, addr string) (*cli.AdminClient, error) 
 		tr.TLSClientConfig = tc
 		hc = &http.Client{Timeout: cli.DefaultAdminTimeout, Transport: tr}
 	}
+	token, err := e.token()
+	if err != nil {
+		return nil, usagef(fs, "%v", err)
+	}
+	if token != "" {
+		if hc == nil {
+			hc = &http.Client{Timeout: cli.DefaultAdminTimeout}
+		}
+		base := hc.Transport
+		if base == nil {
+			base = http.DefaultTransport
+		}
+		withToken := *hc
+		withToken.Transport = &bearer{token: token, base: base}
+		hc = &withToken
+	}
 	c, err := cli.NewAdminClient(addr, hc)
 	if err != nil {
 		return nil, usagef(fs, "%v", err)
@@ -348,6 +395,13 @@ func (e *cliEnv) dial(ctx context.Context, addr, name string, hooks ...any) (*br
 	}
 	if tc != nil {
 		opts = append(opts, client.TLSConfig(tc))
+	}
+	token, err := e.token()
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		opts = append(opts, client.Token(token))
 	}
 	c, err := client.Dial(ctx, addr, opts...)
 	if err != nil {

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/internal/auth"
@@ -131,4 +133,27 @@ func TestServeAuth(t *testing.T) {
 		}
 	}
 	waitLog(t, &logs, "request denied", seen)
+
+	// The CLI: --token-file or $SPOOL_TOKEN, with the client certificate.
+	writeFile(t, filepath.Join(dir, "client.pem"), clientCert)
+	writeFile(t, filepath.Join(dir, "client.key"), clientKey)
+	writeFile(t, filepath.Join(dir, "ops.token"), []byte(opsToken+"\n"))
+	tlsArgs := []string{"--tls-ca", filepath.Join(dir, "ca.pem"), "--tls-cert", filepath.Join(dir, "client.pem"), "--tls-key", filepath.Join(dir, "client.key")}
+	var out, errb testutil.SyncBuffer
+	e := &cliEnv{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, loc: time.UTC}
+	if code := runCLI(wctx, e, runTopic, append([]string{"list", "--http", httpAddr}, tlsArgs...)); code != 1 || !strings.Contains(errb.String(), "PERMISSION_DENIED") {
+		t.Fatalf("spool topic list as leaf: exit %d: %s", code, errb.String())
+	}
+	if code := runCLI(wctx, e, runTopic, append([]string{"list", "--http", httpAddr, "--token-file", filepath.Join(dir, "ops.token")}, tlsArgs...)); code != 0 || !strings.Contains(out.String(), "tls.t") {
+		t.Fatalf("spool topic list --token-file: exit %d: %s %s", code, out.String(), errb.String())
+	}
+	e.getenv = func(k string) string {
+		if k == envToken {
+			return "wrong-0123456789abcdef"
+		}
+		return ""
+	}
+	if code := runCLI(wctx, e, runPub, append([]string{"--addr", tcpAddr, "tls.t", "two"}, tlsArgs...)); code != 1 || strings.Count(errb.String(), "NOT_AUTHENTICATED") != 1 {
+		t.Fatalf("spool pub with a wrong $SPOOL_TOKEN: exit %d: %s", code, errb.String())
+	}
 }

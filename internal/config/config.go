@@ -241,10 +241,10 @@ func Load(file string, env []string, flags map[string]string) (Config, error) {
 }
 
 // OtherEnv are the SPOOL_* variables that name no setting but are no mistake either: the
-// configuration file (EnvConfigFile) and the broker address of the client commands (spool pub,
-// sub, ...; SPOOL_HTTP, their admin API address, is also the setting http). Variables starting
-// with TestEnvPrefix belong to the test harness.
-var OtherEnv = []string{EnvConfigFile, "SPOOL_ADDR"}
+// configuration file (EnvConfigFile), the broker address and the token of the client commands
+// (spool pub, sub, ...; SPOOL_HTTP, their admin API address, is also the setting http).
+// Variables starting with TestEnvPrefix belong to the test harness.
+var OtherEnv = []string{EnvConfigFile, "SPOOL_ADDR", "SPOOL_TOKEN"}
 
 // TestEnvPrefix starts the variables of the test harness (SPOOL_TEST_REQUIRE_PG, ...), which Load
 // leaves alone.
