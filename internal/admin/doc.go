@@ -73,8 +73,17 @@
 // (Sec-Fetch-Site, or an Origin header whose host is not the request's Host:
 // http.CrossOriginProtection), and with 415 UNSUPPORTED_MEDIA_TYPE when it carries a body that is
 // not JSON (but for the raw publish above). Requests without those headers (curl, the CLI, other
-// programs) and same-origin pages are served as before. This does not replace authentication: a
-// program that reaches the port can do anything the API allows.
+// programs) and same-origin pages are served as before. This does not replace authentication.
+//
+// # Authentication
+//
+// With Config.Auth set, every route but /healthz, /readyz, the OpenAPI document and (unless
+// auth.open_metrics is off) /metrics needs a principal, named by "Authorization: Bearer <token>"
+// or by the verified client certificate's common name, with the route's permission: publish on
+// the topic for the publish route, consume on the topic and group for pull, ack, nack and extend,
+// admin on the topic for the other routes with a topic, admin on "#" for those without one. The
+// check runs before the CSRF check and the handler: 401 NOT_AUTHENTICATED (with
+// WWW-Authenticate: Bearer) or 403 PERMISSION_DENIED, logged and counted (see authorize).
 //
 // # Pull
 //
