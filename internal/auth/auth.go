@@ -246,8 +246,56 @@ func (p *Principal) CanConsume(topic, group string) bool {
 	return false
 }
 
+// CanConsumePattern reports whether one consume permission of p admitting group covers every
+// topic pattern matches (Covers). A durable group's wildcard subscription needs it: its binding
+// makes every matching topic created later get a subscription for the group, which would hold
+// the retention of topics the principal may not consume.
+func (p *Principal) CanConsumePattern(pattern, group string) bool {
+	if p == nil {
+		return false
+	}
+	for _, perm := range p.Permissions {
+		if perm.Action == Consume && groupMatch(perm.Groups, group) && Covers(perm.Topics, pattern) {
+			return true
+		}
+	}
+	return false
+}
+
+// Covers reports whether every topic that pattern matches also matches perm (both valid
+// patterns): segment by segment, a final '#' of perm covers anything left, a '*' of perm covers
+// one segment ('*' or a name, not '#', which may stand for several), a name covers the same name.
+func Covers(perm, pattern string) bool {
+	if pattern == "#" {
+		// Every topic (one segment at least, topics are never empty): "*.#" covers it too.
+		return perm == "#" || perm == "*.#"
+	}
+	for {
+		qseg, qrest, qmore := strings.Cut(perm, ".")
+		if qseg == "#" && !qmore {
+			return true
+		}
+		pseg, prest, pmore := strings.Cut(pattern, ".")
+		if pseg == "#" {
+			return false // '#' of pattern matches any number of segments; perm has no final '#' here
+		}
+		if qseg != "*" && qseg != pseg {
+			return false
+		}
+		switch {
+		case !qmore && !pmore:
+			return true
+		case !pmore:
+			return qrest == "#" // pattern ended: only a final '#' (zero segments) of perm remains
+		case !qmore:
+			return false
+		}
+		perm, pattern = qrest, prest
+	}
+}
+
 // MayConsumeGroup reports whether some consume permission of p admits group: a wildcard
-// subscription needs one, and then binds only the topics CanConsume allows.
+// subscription without a group needs one, and then binds only the topics CanConsume allows.
 func (p *Principal) MayConsumeGroup(group string) bool {
 	if p == nil {
 		return false

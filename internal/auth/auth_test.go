@@ -3,6 +3,8 @@ package auth
 import (
 	"strings"
 	"testing"
+
+	"github.com/spoolmq/spool/internal/names"
 )
 
 const tokenA = "0123456789abcdef-alice"
@@ -133,6 +135,65 @@ func TestValidate(t *testing.T) {
 		}
 		if a, err := New(cfg); a != nil || err == nil {
 			t.Errorf("New accepted an invalid config (%s)", c.key)
+		}
+	}
+}
+
+func TestCovers(t *testing.T) {
+	for _, c := range []struct {
+		perm, pattern string
+		want          bool
+	}{
+		{"#", "#", true}, {"#", "a.*.b", true}, {"orders.#", "orders.#", true}, {"orders.#", "orders", true},
+		{"orders.#", "orders.*", true}, {"orders.#", "orders.eu.#", true}, {"orders.#", "#", false},
+		{"orders.#", "billing.*", false}, {"orders.*", "orders.*", true}, {"orders.*", "orders.eu", true},
+		{"orders.*", "orders.#", false}, {"orders.*", "orders.*.x", false}, {"orders.*", "orders", false},
+		{"orders.eu", "orders.*", false}, {"orders.eu", "orders.eu", true}, {"*.eu", "orders.eu", true},
+		{"*.eu", "*.eu", true}, {"*.eu", "*.*", false}, {"a.*.#", "a.b", true}, {"a.*.#", "a", false}, {"a.*.#", "a.b.c.d", true},
+	} {
+		if got := Covers(c.perm, c.pattern); got != c.want {
+			t.Errorf("Covers(%q, %q) = %v, want %v", c.perm, c.pattern, got, c.want)
+		}
+	}
+}
+
+// TestCoversAgreesWithMatch: over every pattern and topic of up to 3 segments of {a, b, *, #},
+// Covers(q, p) holds exactly when every topic p matches (up to 4 segments of {a, b, c}) also
+// matches q.
+func TestCoversAgreesWithMatch(t *testing.T) {
+	var patterns, topics []string
+	var gen func(prefix string, n int, segs []string, out *[]string)
+	gen = func(prefix string, n int, segs []string, out *[]string) {
+		if n == 0 {
+			return
+		}
+		for _, s := range segs {
+			p := s
+			if prefix != "" {
+				p = prefix + "." + s
+			}
+			if names.ValidatePattern(p) == nil {
+				*out = append(*out, p)
+			}
+			if s != "#" {
+				gen(p, n-1, segs, out)
+			}
+		}
+	}
+	gen("", 3, []string{"a", "b", "*", "#"}, &patterns)
+	gen("", 4, []string{"a", "b", "c"}, &topics)
+	for _, q := range patterns {
+		for _, p := range patterns {
+			want := true
+			for _, topic := range topics {
+				if names.Match(p, topic) && !names.Match(q, topic) {
+					want = false
+					break
+				}
+			}
+			if got := Covers(q, p); got != want {
+				t.Errorf("Covers(%q, %q) = %v, want %v", q, p, got, want)
+			}
 		}
 	}
 }

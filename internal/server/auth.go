@@ -53,8 +53,9 @@ func (c *conn) certCN() string {
 
 // authorize returns nil when authentication is off or the session's principal may do action on
 // topic (with group for consume); otherwise NOT_AUTHENTICATED or PERMISSION_DENIED, logged and
-// counted. A wildcard pattern to consume needs a consume permission admitting group; the
-// subscription then binds only the topics the principal may consume (consumeFilter).
+// counted. A wildcard pattern to consume in a group must be covered by one consume permission
+// (auth.Covers); without a group it needs a consume permission admitting no group, and binds
+// only the topics the principal may consume (consumeFilter).
 func (c *conn) authorize(action, topic, group string) *protocol.Error {
 	if !c.authOn() {
 		return nil
@@ -65,6 +66,10 @@ func (c *conn) authorize(action, topic, group string) *protocol.Error {
 	}
 	var ok bool
 	switch {
+	case action == auth.Consume && names.IsPattern(topic) && group != "":
+		// A durable group's binding subscribes the group to every matching topic created
+		// later: the principal must be allowed them all.
+		ok = p.CanConsumePattern(topic, group)
 	case action == auth.Consume && names.IsPattern(topic):
 		ok = p.MayConsumeGroup(group)
 	case action == auth.Consume:

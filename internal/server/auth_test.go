@@ -18,6 +18,7 @@ import (
 const (
 	aliceToken = "alice-0123456789abcdef" // publish orders.#, consume orders.# in billing-*
 	bobToken   = "bob-0123456789abcdef"   // consume everything, any group
+	carolToken = "carol-0123456789abcdef" // consume orders.#, any group
 )
 
 // authEnv starts a server with authentication on; reg holds its metrics.
@@ -36,6 +37,7 @@ func authEnv(t *testing.T) (*env, *prometheus.Registry) {
 			{Action: auth.Consume, Topics: "orders.#", Groups: "billing-*"},
 		}},
 		{Name: "bob", TokenHash: hash(bobToken), Permissions: []auth.Permission{{Action: auth.Consume, Topics: "#"}}},
+		{Name: "carol", TokenHash: hash(carolToken), Permissions: []auth.Permission{{Action: auth.Consume, Topics: "orders.#"}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -113,19 +115,24 @@ func TestAuthBinaryHello(t *testing.T) {
 	c.publish("orders.eu", "two")
 }
 
-// TestAuthWildcardBindsPermittedTopics: a wildcard subscription binds only the topics the
-// principal may consume, those that exist and those created later.
+// TestAuthWildcardBindsPermittedTopics: a wildcard subscription without a group binds only the
+// topics the principal may consume, those that exist and those created later; one in a group
+// (a durable binding, which subscribes the group to every matching topic created later) must be
+// covered by the principal's permission.
 func TestAuthWildcardBindsPermittedTopics(t *testing.T) {
 	t.Parallel()
 	e, _ := authEnv(t)
 	ctx := context.Background()
-	for _, topic := range []string{"orders.a", "billing.a"} {
+	publish := func(topic string) {
+		t.Helper()
 		if _, err := e.b.Publish(ctx, topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte(topic)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c := e.dial(&protocol.Hello{ClientName: "test", Token: aliceToken})
-	ok := c.subscribe(&protocol.Subscribe{Topic: "#", Group: "billing-1", MaxInFlight: 10, Start: protocol.StartPosition{Kind: protocol.StartFromBeginning}})
+	publish("orders.a")
+	publish("billing.a")
+	c := e.dial(&protocol.Hello{ClientName: "test", Token: carolToken})
+	ok := c.subscribe(&protocol.Subscribe{Topic: "#", MaxInFlight: 10, Start: protocol.StartPosition{Kind: protocol.StartFromBeginning}})
 	var topics []string
 	for _, s := range ok.Subscriptions {
 		topics = append(topics, s.Topic)
@@ -135,11 +142,8 @@ func TestAuthWildcardBindsPermittedTopics(t *testing.T) {
 	}
 	// Topics created later: billing.b first, then orders.b. Topics are attached in creation
 	// order, so once orders.b's message arrived billing.b was considered (and refused).
-	for _, topic := range []string{"billing.b", "orders.b"} {
-		if _, err := e.b.Publish(ctx, topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte(topic)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publish("billing.b")
+	publish("orders.b")
 	if got := payloadsOf(c.deliveriesN(2)); !slices.Equal(got, []string{"orders.a", "orders.b"}) {
 		t.Fatalf("delivered %q, want orders.a, orders.b", got)
 	}
@@ -150,6 +154,15 @@ func TestAuthWildcardBindsPermittedTopics(t *testing.T) {
 	if info.SubscriptionCount != 2 {
 		t.Errorf("member attached to %d subscriptions, want 2 (orders.a, orders.b)", info.SubscriptionCount)
 	}
+	// In a group: # is refused (no binding is created), orders.* is covered.
+	c.expectErr(&protocol.Subscribe{Topic: "#", Group: "g", MaxInFlight: 1}, protocol.CodePermissionDenied)
+	if bs, err := e.engine.BindingList(ctx); err != nil || len(bs) != 0 {
+		t.Fatalf("bindings after a refused subscribe: %v, %v", bs, err)
+	}
+	c.subscribe(&protocol.Subscribe{Topic: "orders.*", Group: "g", MaxInFlight: 1})
+	ac := e.dial(&protocol.Hello{ClientName: "alice", Token: aliceToken})
+	ac.expectErr(&protocol.Subscribe{Topic: "orders.*", Group: "other", MaxInFlight: 1}, protocol.CodePermissionDenied)
+	ac.subscribe(&protocol.Subscribe{Topic: "orders.*", Group: "billing-1", MaxInFlight: 1})
 	// bob may consume everything: the same pattern binds all four topics.
 	bc := e.dial(&protocol.Hello{ClientName: "bob", Token: bobToken})
 	if ok := bc.subscribe(&protocol.Subscribe{Topic: "#", MaxInFlight: 10}); len(ok.Subscriptions) != 4 {
