@@ -103,3 +103,30 @@ func TestAuthHTTPClosedMetrics(t *testing.T) {
 	e.do("GET", "/healthz", nil).ok(http.StatusOK, nil)
 	e.do("GET", "/readyz", nil).ok(http.StatusOK, nil)
 }
+
+// TestOpenAPIAuth: the routes that need a principal declare the bearer scheme and 401/403; the
+// probes do not.
+func TestOpenAPIAuth(t *testing.T) {
+	e := newEnv(t, nil)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Security  []map[string]any `json:"security"`
+			Responses map[string]any   `json:"responses"`
+		} `json:"paths"`
+		Comps struct {
+			Security map[string]any `json:"securitySchemes"`
+		} `json:"components"`
+	}
+	e.do("GET", "/api/v1/openapi.json", nil).ok(http.StatusOK, &doc)
+	if doc.Comps.Security["bearer"] == nil {
+		t.Error("no bearer security scheme")
+	}
+	pub := doc.Paths["/api/v1/topics/{topic}/messages"]["post"]
+	if len(pub.Security) != 1 || pub.Responses["401"] == nil || pub.Responses["403"] == nil {
+		t.Errorf("publish: security %v, responses %v", pub.Security, pub.Responses)
+	}
+	health := doc.Paths["/healthz"]["get"]
+	if len(health.Security) != 0 || health.Responses["401"] != nil {
+		t.Errorf("/healthz: security %v, responses %v", health.Security, health.Responses)
+	}
+}

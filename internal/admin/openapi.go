@@ -77,6 +77,14 @@ func buildOpenAPI(routes []*route) map[string]any {
 		if d.body != nil {
 			errs = append(errs, http.StatusRequestEntityTooLarge)
 		}
+		if routeAccess(rt) != accessOpen {
+			// With authentication configured (auth.principals); /metrics only without open_metrics.
+			op["security"] = []any{map[string]any{"bearer": []string{}}}
+			errs = append(errs, http.StatusUnauthorized)
+			if !slices.Contains(errs, http.StatusForbidden) {
+				errs = append(errs, http.StatusForbidden)
+			}
+		}
 		for _, s := range errs {
 			responses[strconv.Itoa(s)] = map[string]any{
 				"description": http.StatusText(s),
@@ -100,9 +108,12 @@ func buildOpenAPI(routes []*route) map[string]any {
 				"{\"error\":{\"code\",\"message\",\"retryable\"}} with the codes of the wire protocol (docs/protocol.md section 9.2) " +
 				"plus NOT_FOUND and METHOD_NOT_ALLOWED.",
 		},
-		"tags":       tagList,
-		"paths":      paths,
-		"components": map[string]any{"schemas": g.comps},
+		"tags":  tagList,
+		"paths": paths,
+		"components": map[string]any{"schemas": g.comps, "securitySchemes": map[string]any{
+			"bearer": map[string]any{"type": "http", "scheme": "bearer",
+				"description": "A principal's token, when the broker has authentication (auth.principals; docs/protocol.md section 5.1.1). A client certificate naming a principal (mutual TLS) also works."},
+		}},
 	}
 }
 
