@@ -518,6 +518,11 @@ func (c Config) Validate() error {
 	if key, err := c.Auth.Validate(); err != nil {
 		return &KeyError{Key: "auth." + key, Err: err}
 	}
+	for i, p := range c.Auth.Principals {
+		if p.CertCN != "" && c.Server.TLS.ClientCAFile == "" {
+			return bad(fmt.Sprintf("auth.principals[%d].cert_cn", i), "needs server.tls.client_ca_file (mutual TLS): without it no client certificate is verified")
+		}
+	}
 	if _, err := c.SlogLevel(); err != nil {
 		return err
 	}

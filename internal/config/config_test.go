@@ -268,28 +268,37 @@ func TestAuthSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := writeFile(t, `
-listen: ":9092"
-http: "0.0.0.0:8080"
+	billing := `
 auth:
   open_metrics: false
   principals:
     - name: billing
-      token_hash: "`+h+`"
+      token_hash: "` + h + `"
       permissions:
         - {action: publish, topics: "orders.#"}
         - {action: consume, topics: "orders.*", groups: "billing-*"}
+`
+	cfg, err := Load(writeFile(t, "listen: \":9092\"\nhttp: \"0.0.0.0:8080\"\n"+billing), nil, nil)
+	if err != nil {
+		t.Fatalf("exposed listeners with authentication: %v", err)
+	}
+	if len(cfg.Auth.Principals) != 1 || cfg.Auth.OpenMetrics || cfg.Auth.Principals[0].Permissions[1].Groups != "billing-*" {
+		t.Fatalf("auth section read as %+v", cfg.Auth)
+	}
+	// A cert_cn needs mutual TLS: without client_ca_file no certificate is verified.
+	ops := billing + `
     - name: ops
       cert_cn: ops.example.com
       permissions:
         - {action: admin, topics: "#"}
-`)
-	cfg, err := Load(file, nil, nil)
-	if err != nil {
-		t.Fatalf("exposed listeners with authentication: %v", err)
+`
+	var ke *KeyError
+	if _, err := Load(writeFile(t, ops), nil, nil); !errors.As(err, &ke) || ke.Key != "auth.principals[1].cert_cn" {
+		t.Fatalf("cert_cn without client_ca_file: got %v, want a *KeyError for auth.principals[1].cert_cn", err)
 	}
-	if len(cfg.Auth.Principals) != 2 || cfg.Auth.OpenMetrics || cfg.Auth.Principals[0].Permissions[1].Groups != "billing-*" {
-		t.Fatalf("auth section read as %+v", cfg.Auth)
+	// With one, validation goes on to the TLS files (here missing).
+	if _, err := Load(writeFile(t, ops), []string{"SPOOL_SERVER_TLS_CLIENT_CA_FILE=/nonexistent/ca.pem"}, nil); !errors.As(err, &ke) || !strings.HasPrefix(ke.Key, "server.tls.") {
+		t.Fatalf("cert_cn with client_ca_file: got %v, want the TLS files checked", err)
 	}
 	if !Defaults().Auth.OpenMetrics {
 		t.Error("open_metrics defaults to false")
@@ -300,7 +309,6 @@ auth:
     - name: billing
       token_hash: "plain"
 `)
-	var ke *KeyError
 	if _, err := Load(bad, nil, nil); !errors.As(err, &ke) || ke.Key != "auth.principals[0].token_hash" {
 		t.Errorf("a plain token_hash: got %v, want a *KeyError for auth.principals[0].token_hash", err)
 	}
