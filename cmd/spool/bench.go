@@ -89,6 +89,14 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		cfg.TLS = tc
 	}
+	cfg.Token = os.Getenv(envToken)
+	if *bf.tokenFile != "" {
+		tok, err := readTokenFile(*bf.tokenFile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		cfg.Token = tok
+	}
 	if *bf.cpuProfile != "" {
 		stop, err := startCPUProfile(*bf.cpuProfile)
 		if err != nil {
@@ -117,6 +125,7 @@ type benchFlags struct {
 	tlsCA      *string
 	tlsCert    *string
 	tlsKey     *string
+	tokenFile  *string
 }
 
 // startCPUProfile writes the load generator's CPU profile to path until stop is called.
@@ -180,6 +189,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	b.tlsCA = fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS; default: the system's CAs)")
 	b.tlsCert = fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key; connect with TLS)")
 	b.tlsKey = fs.String("tls-key", "", "PEM private key of --tls-cert")
+	b.tokenFile = fs.String("token-file", "", "file whose first line is the token of a broker with authentication ($"+envToken+" otherwise)")
 	b.json = fs.Bool("json", false, "print the result as JSON instead of a summary")
 	b.cpuProfile = fs.String("cpuprofile", "", "write the load generator's CPU profile (pprof) of the whole run to this file")
 	return b

@@ -90,7 +90,12 @@ func (e *cliEnv) token() (string, error) {
 	if e.tls == nil || *e.tls.tokenFile == "" {
 		return e.getenv(envToken), nil
 	}
-	data, err := os.ReadFile(*e.tls.tokenFile)
+	return readTokenFile(*e.tls.tokenFile)
+}
+
+// readTokenFile returns the first line of a --token-file.
+func readTokenFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}

@@ -156,4 +156,17 @@ func TestServeAuth(t *testing.T) {
 	if code := runCLI(wctx, e, runPub, append([]string{"--addr", tcpAddr, "tls.t", "two"}, tlsArgs...)); code != 1 || strings.Count(errb.String(), "NOT_AUTHENTICATED") != 1 {
 		t.Fatalf("spool pub with a wrong $SPOOL_TOKEN: exit %d: %s", code, errb.String())
 	}
+
+	// spool bench: the leaf certificate may publish on tls.# but not create topics; with the
+	// ops token (admin, not publish) it creates the topic, and its publishes are refused (the
+	// run reports them): the token reached both the admin API and the TCP port.
+	var bout testutil.SyncBuffer
+	benchArgs := append([]string{"publish", "--addr", tcpAddr, "--admin", "https://" + httpAddr, "--count", "5", "--warmup", "0"}, tlsArgs...)
+	if err := benchMain(wctx, benchArgs, &bout, &bout); err == nil || !strings.Contains(err.Error(), "PERMISSION_DENIED") {
+		t.Fatalf("spool bench as leaf: %v\n%s", err, bout.String())
+	}
+	if err := benchMain(wctx, append(benchArgs, "--token-file", filepath.Join(dir, "ops.token")), &bout, &bout); err != nil ||
+		!strings.Contains(bout.String(), "created by the run") || !strings.Contains(bout.String(), "PERMISSION_DENIED: principal ops may not publish") {
+		t.Fatalf("spool bench with the ops token: %v\n%s", err, bout.String())
+	}
 }

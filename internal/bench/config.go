@@ -68,6 +68,9 @@ type Config struct {
 	NoAdmin bool
 	// TLS, when set, is the TLS configuration of the broker connections and of an https:// Admin.
 	TLS *tls.Config
+	// Token, when set, is sent in every connection's Hello and as the admin API's Bearer token
+	// (brokers with authentication).
+	Token string
 	// Topic is the topic to use. Defaults to a fresh one per run, "bench.<run id>", created
 	// with Semantics, Partitions and the retention overrides, and deleted after the run. A given
 	// topic that exists is used as it is (its semantics read through the admin API) and kept.

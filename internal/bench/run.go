@@ -104,7 +104,7 @@ func (r *runner) setupTopic(ctx context.Context) error {
 	if cfg.NoAdmin {
 		return nil
 	}
-	r.adm = newAdmin(cfg.Admin, cfg.TLS)
+	r.adm = newAdmin(cfg.Admin, cfg.TLS, cfg.Token)
 	spec := topicSpec{semantics: cfg.Semantics, partitions: cfg.Partitions,
 		messageRetention: cfg.MessageRetention, maxRetention: cfg.MaxRetention}
 	exists, err := r.adm.createTopic(ctx, name, spec)
@@ -155,6 +155,9 @@ func (r *runner) dial(ctx context.Context, name string, opts ...client.Opt) (*cl
 	opts = append([]client.Opt{client.ClientName(name), client.Logger(r.cfg.Logger)}, opts...)
 	if r.cfg.TLS != nil {
 		opts = append(opts, client.TLSConfig(r.cfg.TLS))
+	}
+	if r.cfg.Token != "" {
+		opts = append(opts, client.Token(r.cfg.Token))
 	}
 	c, err := client.Dial(ctx, r.cfg.Addr, opts...)
 	if err != nil {

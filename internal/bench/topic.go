@@ -33,11 +33,12 @@ type TopicInfo struct {
 
 // adminAPI is a minimal client of the broker's HTTP admin API.
 type adminAPI struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string
 }
 
-func newAdmin(base string, tlsCfg *tls.Config) *adminAPI {
+func newAdmin(base string, tlsCfg *tls.Config, token string) *adminAPI {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
@@ -47,7 +48,7 @@ func newAdmin(base string, tlsCfg *tls.Config) *adminAPI {
 		tr.TLSClientConfig = tlsCfg
 		hc.Transport = tr
 	}
-	return &adminAPI{base: strings.TrimRight(base, "/"), hc: hc}
+	return &adminAPI{base: strings.TrimRight(base, "/"), hc: hc, token: token}
 }
 
 // topicSpec is what a run asks of the topic it creates.
@@ -125,6 +126,9 @@ func (a *adminAPI) do(ctx context.Context, method, path string, body []byte) (in
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
