@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -100,7 +102,38 @@ func TestServeAuth(t *testing.T) {
 		t.Fatalf("wrong token: %v, want NOT_AUTHENTICATED", err)
 	}
 
-	// HTTP: the certificate alone (leaf) may not list topics, the ops token may; probes are open.
+	// Text mode: the certificate authenticates without AUTH.
+	tc, err := tls.DialWithDialer(&net.Dialer{Timeout: cliWaitTimeout}, "tcp", tcpAddr, clientTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	_ = tc.SetDeadline(time.Now().Add(cliWaitTimeout))
+	br := bufio.NewReader(tc)
+	for _, step := range []struct{ line, want string }{
+		{"PUBLISH tls.t text", "OK "},
+		{"PUBLISH other.t text", "ERR PERMISSION_DENIED "},
+	} {
+		if _, err := io.WriteString(tc, step.line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if reply, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(reply, step.want) {
+			t.Fatalf("text %q: %q, %v; want %q", step.line, reply, err, step.want)
+		}
+	}
+
+	// HTTP: the certificate alone (leaf) may publish on tls.# but not list topics, the ops token
+	// may list them; probes are open.
+	pubReq, err := http.NewRequestWithContext(wctx, "POST", "https://"+httpAddr+"/api/v1/topics/tls.t/messages", strings.NewReader(`{"payload":"http"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubReq.Header.Set("Content-Type", "application/json")
+	if resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS}, Timeout: cliWaitTimeout}).Do(pubReq); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("HTTP publish as leaf: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS}, Timeout: cliWaitTimeout}
 	get := func(path, token string) int {
 		req, err := http.NewRequestWithContext(wctx, "GET", "https://"+httpAddr+path, nil)
