@@ -119,6 +119,16 @@
 // rest (their readers return, members leave, writers flush, sockets close), then wait for every
 // goroutine. The broker and the engine are stopped by their owner afterwards (spool serve).
 //
+// # Authentication
+//
+// With Config.Auth (package auth; nil: off) a binary session authenticates in its handshake
+// (Hello.token, else the verified client certificate's CN; NOT_AUTHENTICATED closes) and a text
+// session with AUTH or its certificate (NOT_AUTHENTICATED answers, the session stays). The
+// principal is the reader goroutine's (conn.principal): Publish and Subscribe are authorized
+// there before anything reaches the broker (PERMISSION_DENIED changes nothing), and a wildcard
+// Subscribe passes the broker a filter (SubscribeParams.Allow) so that it binds only the topics
+// the principal may consume. Denials are logged at WARN and counted (auth.go).
+//
 // # Lock order
 //
 //	Server.mu (never held while calling a connection) ;
@@ -137,11 +147,10 @@
 //
 // Config.Metrics (package metrics; nil records nothing) counts connections by mode, publishes
 // (with their latency or error code), deliveries, acks, nacks and dead-lettering by topic and
-// group.
+// group, and authentication denials by reason.
 //
 // # Not yet
 //
-// Authentication (AUTH and Hello.token are accepted and ignored), TLS, ordered groups, concurrent
-// appends of one connection's publishes to different topics (one round appends its topics one
-// after the other).
+// Ordered groups, concurrent appends of one connection's publishes to different topics (one round
+// appends its topics one after the other). (TLS is built: Config.TLSConfig.)
 package server
