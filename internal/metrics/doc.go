@@ -110,6 +110,8 @@
 //	spool_connections_total{protocol}               counter   connections accepted.
 //	spool_http_requests_total{route,code}           counter   HTTP requests by route pattern and status code.
 //	spool_http_request_duration_seconds{route}      histogram HTTP request duration by route pattern.
+//	spool_auth_denied_total{reason}                 counter   requests refused by authentication ("unauthenticated") or
+//	                                                          authorization ("forbidden"), TCP and HTTP (ObserveAuthDenied).
 //
 // # Seed figures and what is missing
 //
