@@ -470,8 +470,18 @@ func TestLogMaintenance(t *testing.T) {
 	mine := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "eph", Group: "mine", Ephemeral: true}))(t)
 	theirs := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "eph", Group: "theirs", Ephemeral: true}))(t)
 	const dead = "00000000-0000-4000-8000-000000000001"
-	must(e.pool.Exec(ctx, e.sql("INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)"), dead, now.Add(-time.Hour)))(t)
-	must(e.pool.Exec(ctx, e.sql("UPDATE spool.subscriptions SET owner = $1 WHERE id = $2"), dead, theirs.ID))(t)
+	// In one transaction: the engine's own maintenance loop may run between two statements and
+	// remove the stale instance row before the subscription names it as its owner.
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, e.sql("INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)"), dead, now.Add(-time.Hour)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, e.sql("UPDATE spool.subscriptions SET owner = $1 WHERE id = $2"), dead, theirs.ID)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	clock.Advance(time.Hour) // our own heartbeat is stale by the fake clock too: it must stay
 	// The engine's own maintenance loop may hold the job's lock at this moment (its first run,
 	// at Open, can be slow on a loaded machine); the job is then skipped, so retry until it ran.
