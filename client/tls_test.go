@@ -2,16 +2,10 @@ package client
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"testing"
-	"time"
 
+	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -19,7 +13,7 @@ import (
 // the host of the address.
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	cert, pool := selfSigned(t, "pipe")
+	cert, pool := testutil.SelfSignedCert(t, "pipe")
 	n := newPipeNet(t)
 	ch := make(chan error, 1)
 	var c *Client
@@ -53,35 +47,4 @@ func TestTLS(t *testing.T) {
 	if err := recv(t, res, "publish"); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// selfSigned returns a certificate for host and a pool that trusts it.
-func selfSigned(t *testing.T, host string) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: host},
-		DNSNames:              []string{host},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }

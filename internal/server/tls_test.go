@@ -2,19 +2,15 @@ package server
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -22,7 +18,7 @@ import (
 // one port, and a connection over MaxConnections gets its OVERLOADED answer inside TLS too.
 func TestTLSBothModesAndLimit(t *testing.T) {
 	t.Parallel()
-	cert, pool := serverCert(t)
+	cert, pool := testutil.SelfSignedCert(t, "127.0.0.1")
 	e := newEnv(t, func(c *Config) {
 		c.MaxConnections = 1
 		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
@@ -70,30 +66,4 @@ func TestTLSBothModesAndLimit(t *testing.T) {
 	if l := textLine(dial(), "PING"); !strings.HasPrefix(l, "ERR OVERLOADED") {
 		t.Fatalf("over the limit: %q", l)
 	}
-}
-
-// serverCert returns a self-signed certificate for 127.0.0.1 and a pool that trusts it.
-func serverCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
