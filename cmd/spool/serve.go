@@ -109,7 +109,8 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 			slog.Duration("took", time.Since(start)))
 		return eng, nil
 	}
-	walCfg := wal.Config{Logger: logger, SegmentBytes: cfg.WAL.SegmentBytes, OnSync: m.ObserveFsync, NoSharedFlush: !cfg.WAL.SharedFlush, SlowSync: cfg.WAL.SlowSync}
+	walCfg := wal.Config{Logger: logger, SegmentBytes: cfg.WAL.SegmentBytes, OnSync: m.ObserveFsync, NoSharedFlush: !cfg.WAL.SharedFlush, SlowSync: cfg.WAL.SlowSync,
+		MaxProducerIDs: cfg.WAL.MaxProducerIDs}
 	if cfg.WAL.UnsafeNoSync {
 		walCfg.Sync = wal.UnsafeNoSync
 		logger.Warn("fsync is off (wal.unsafe_no_sync): a machine crash loses acknowledged messages")

@@ -22,6 +22,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
@@ -85,6 +86,10 @@ type WAL struct {
 	// SegmentBytes is the largest size log segments are preallocated to (they start at 64 KiB and
 	// grow four times with each segment that fills). Defaults to 64 MiB.
 	SegmentBytes int64 `yaml:"segment_bytes"`
+	// MaxProducerIDs bounds the producer ids remembered for de-duplication, all topics together
+	// (each in memory until its dedup_window ends): past it, publishes with new ids get
+	// RATE_LIMITED. Defaults to 1,000,000.
+	MaxProducerIDs int `yaml:"max_producer_ids"`
 	// SharedFlush lets the logs of a group-commit round share one cache flush where the engine
 	// can check that this is safe (ext4 without data=journal, kernel 5.2 or later; see
 	// docs/storage.md, "Durability"): one fdatasync instead of one per log. Set it to false on
@@ -165,7 +170,7 @@ func Defaults() Config {
 		DataDir:            "./spool-data",
 		LogLevel:           "info",
 		ShutdownTimeout:    30 * time.Second,
-		WAL:                WAL{SegmentBytes: 64 << 20, SharedFlush: true, SlowSync: time.Second},
+		WAL:                WAL{SegmentBytes: 64 << 20, SharedFlush: true, SlowSync: time.Second, MaxProducerIDs: wal.DefaultMaxProducerIDs},
 		Postgres: Postgres{Schema: "spool", Migrate: true, MaxConns: 32, BucketWidth: time.Hour, PollInterval: time.Second,
 			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second},
 		Broker: Broker{
@@ -486,6 +491,8 @@ func (c Config) Validate() error {
 		return bad("store", "must be empty (embedded engine) or a postgres:// URL, got %q", redact(c.Store))
 	case c.ShutdownTimeout <= 0:
 		return bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
+	case c.WAL.MaxProducerIDs < 1:
+		return bad("wal.max_producer_ids", "must be at least 1, got %d", c.WAL.MaxProducerIDs)
 	case c.WAL.SegmentBytes < 1<<20:
 		return bad("wal.segment_bytes", "must be at least 1 MiB, got %d", c.WAL.SegmentBytes)
 	case c.WAL.SlowSync < time.Millisecond || c.WAL.SlowSync > time.Hour:

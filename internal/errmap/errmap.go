@@ -35,6 +35,7 @@ var sentinels = []struct {
 	{storage.ErrBindingExists, protocol.ErrBindingExists},
 	{storage.ErrBindingNotFound, protocol.ErrBindingNotFound},
 	{storage.ErrLimitExceeded, protocol.ErrLimitExceeded},
+	{storage.ErrRateLimited, protocol.ErrRateLimited},
 	{storage.ErrInvalidArgument, protocol.ErrInvalidArgument},
 	{names.ErrInvalidName, protocol.ErrInvalidArgument},
 	{storage.ErrClosed, protocol.ErrClosed},

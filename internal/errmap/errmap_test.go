@@ -28,6 +28,8 @@ func TestErrorFrom(t *testing.T) {
 		{fmt.Errorf("%w: %w", storage.ErrInvalidArgument, names.ErrInvalidName), protocol.ErrInvalidArgument},
 		{names.ErrInvalidName, protocol.ErrInvalidArgument},
 		{fmt.Errorf("%w: %w: 2 MiB", storage.ErrInvalidArgument, storage.ErrMessageTooLarge), protocol.ErrMessageTooLarge},
+		{fmt.Errorf("wal: %w: topic", storage.ErrRateLimited), protocol.ErrRateLimited},
+		{storage.ErrLimitExceeded, protocol.ErrLimitExceeded},
 		{storage.ErrTopicExists, protocol.ErrTopicExists},
 		{storage.ErrTopicHasSubscriptions, protocol.ErrTopicHasSubscriptions},
 		{storage.ErrNoSubscriptions, protocol.ErrNoSubscriptions},

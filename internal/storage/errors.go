@@ -69,6 +69,11 @@ var (
 	// ErrBindingNotFound is returned by BindingDelete for an unknown (group, pattern).
 	ErrBindingNotFound = errors.New("binding not found")
 
+	// ErrRateLimited is returned when a request would take the server past a bound that frees up by
+	// itself (the producer ids remembered within their de-duplication windows): nothing was
+	// changed, and the same request succeeds later.
+	ErrRateLimited = errors.New("rate limited")
+
 	// ErrLimitExceeded is returned when a request would take the server past a configured bound
 	// on what clients can make it keep (topics, partitions per topic). Nothing was changed; the
 	// request succeeds only after an operator raised the bound or freed room.

@@ -68,6 +68,7 @@ func (e *Engine) applyTopicDelete(r *topicDeleteRec) {
 	for _, s := range t.subs {
 		e.applySubDelete(&subDeleteRec{ID: s.meta.ID, At: r.At})
 	}
+	t.dedup.drop(&e.dedupIDs)
 	delete(e.topics, r.Name)
 }
 

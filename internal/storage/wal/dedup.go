@@ -50,8 +50,10 @@ type dedupTable struct {
 	head  int
 }
 
-// pruneLocked drops the entries expired at now (unix ns) from the head of the queue.
-func (d *dedupTable) pruneLocked(now int64) {
+// pruneLocked drops the entries expired at now (unix ns) from the head of the queue, and counts
+// them out of total (the engine's count of queued entries, Engine.dedupIDs).
+func (d *dedupTable) pruneLocked(now int64, total *atomic.Int64) {
+	dropped := 0
 	for d.head < len(d.queue) {
 		en := d.queue[d.head]
 		if en.expires > now || en.pending {
@@ -62,7 +64,9 @@ func (d *dedupTable) pruneLocked(now int64) {
 		}
 		d.queue[d.head] = nil
 		d.head++
+		dropped++
 	}
+	total.Add(-int64(dropped))
 	// Reuse the space before head once it is most of the slice.
 	if d.head > 64 && d.head*2 > len(d.queue) {
 		n := copy(d.queue, d.queue[d.head:])
@@ -73,10 +77,41 @@ func (d *dedupTable) pruneLocked(now int64) {
 }
 
 // prune drops expired entries.
-func (d *dedupTable) prune(now int64) {
+func (d *dedupTable) prune(now int64, total *atomic.Int64) {
 	d.mu.Lock()
-	d.pruneLocked(now)
+	d.pruneLocked(now, total)
 	d.mu.Unlock()
+}
+
+// drop forgets every entry (the topic was deleted) and counts them out of total.
+func (d *dedupTable) drop(total *atomic.Int64) {
+	d.mu.Lock()
+	total.Add(-int64(len(d.queue) - d.head))
+	d.ids, d.queue, d.head = nil, nil, 0
+	d.mu.Unlock()
+}
+
+// newIDs counts the producer ids of msgs that reserve would remember anew at now (not known, or
+// expired; repeats inside the batch once).
+func (d *dedupTable) newIDs(msgs []storage.AppendMessage, now int64) int {
+	n := 0
+	var seen map[string]bool
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range msgs {
+		id := msgs[i].ProducerID
+		if id == "" || seen[id] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[id] = true
+		if en := d.ids[id]; en == nil || (!en.pending && en.expires <= now) {
+			n++
+		}
+	}
+	return n
 }
 
 // len returns the number of ids remembered (tests).
@@ -111,12 +146,12 @@ func (dp *dedupPlan) stored(i int) bool {
 // duplicate of a pending append it adds one to waiting, before that append can complete (under
 // the lock resolve takes), and registers a waiter that sets the position (or error) and calls
 // onDone.
-func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window time.Duration, waiting *atomic.Int32, onDone func()) *dedupPlan {
+func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window time.Duration, waiting *atomic.Int32, onDone func(), total *atomic.Int64) *dedupPlan {
 	var dp *dedupPlan
 	var first map[string]int
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.pruneLocked(now)
+	d.pruneLocked(now, total)
 	for i := range msgs {
 		id := msgs[i].ProducerID
 		if id == "" {
@@ -162,6 +197,7 @@ func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window tim
 		en := &dedupEntry{id: id, expires: now + int64(window), pending: true}
 		d.ids[id] = en
 		d.queue = append(d.queue, en)
+		total.Add(1)
 		dp.mine[i] = en
 	}
 	return dp
@@ -247,6 +283,7 @@ func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 	d := &t.dedup
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	e.dedupIDs.Add(-int64(len(d.queue) - d.head))
 	d.ids, d.queue, d.head = nil, nil, 0
 	if len(entries) == 0 {
 		return nil
@@ -256,6 +293,7 @@ func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 		d.ids[en.id] = en // later expiry wins
 	}
 	d.queue = entries
-	d.pruneLocked(now.UnixNano())
+	e.dedupIDs.Add(int64(len(entries)))
+	d.pruneLocked(now.UnixNano(), &e.dedupIDs)
 	return nil
 }

@@ -98,3 +98,43 @@ func TestDedupPendingStress(t *testing.T) {
 		}
 	}
 }
+
+// TestDedupIDsCapped: the producer ids the engine remembers are bounded (Config.MaxProducerIDs, all
+// topics together): an append that would remember more is refused with ErrRateLimited and stores
+// nothing, a repeat of a remembered id is still answered as a duplicate, and new ids are taken
+// again once old ones expired or their topic was deleted; the count survives a crash (rebuilt).
+func TestDedupIDsCapped(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxProducerIDs = 10 })
+	h.createTopic("cap.a", storage.TopicConfig{DedupWindow: time.Minute})
+	h.createTopic("cap.b", storage.TopicConfig{DedupWindow: time.Hour})
+	msg := func(id string) storage.AppendMessage {
+		return storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte(id), ProducerID: id}
+	}
+	var first []storage.MessagePosition
+	for i := range 6 {
+		first = append(first, h.publish("cap.a", msg(fmt.Sprint("a", i)))...)
+	}
+	for i := range 4 {
+		h.publish("cap.b", msg(fmt.Sprint("b", i)))
+	}
+	_, err := h.e.MessagesAppend(h.ctx, &storage.MessagesAppendParams{Topic: "cap.b", Messages: []storage.AppendMessage{msg("b-new")}})
+	errIs(t, err, storage.ErrRateLimited, "an 11th producer id")
+	st, err := h.e.TopicStats(h.ctx, "cap.b")
+	h.must(err, "TopicStats")
+	equal(t, st.Messages, int64(4), "messages of cap.b after the refused append")
+	if again := h.publish("cap.a", msg("a0")); !again[0].Duplicate || again[0].Offset != first[0].Offset {
+		t.Fatalf("a repeat while the table is full: %+v, want the duplicate of %+v", again[0], first[0])
+	}
+	h.publish("cap.b", storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte("no id")}) // ids are not needed
+
+	h.crash()
+	_, err = h.e.MessagesAppend(h.ctx, &storage.MessagesAppendParams{Topic: "cap.b", Messages: []storage.AppendMessage{msg("b-new")}})
+	errIs(t, err, storage.ErrRateLimited, "an 11th producer id after a crash")
+
+	h.clock.Advance(time.Minute) // cap.a's ids expire
+	h.publish("cap.b", msg("b-new"))
+	h.must(h.e.TopicDelete(h.ctx, &storage.TopicDeleteParams{Name: "cap.b", Force: true}), "TopicDelete")
+	for i := range 9 {
+		h.publish("cap.a", msg(fmt.Sprint("a-late", i)))
+	}
+}

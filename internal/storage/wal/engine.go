@@ -45,6 +45,12 @@ type Config struct {
 	// Defaults to 64 MiB. A new log's first segment is FirstSegmentBytes; each segment that fills
 	// is followed by one four times as large, up to SegmentBytes (wlog.Options).
 	SegmentBytes int64
+	// MaxProducerIDs bounds the producer ids the engine remembers for de-duplication, all topics
+	// together (each is kept in memory until its dedup_window ends: ~170 bytes plus the id). An
+	// append that would remember more fails with storage.ErrRateLimited (RATE_LIMITED, retryable;
+	// the ids it repeats are still answered as duplicates) until older ids expire. Defaults to
+	// DefaultMaxProducerIDs.
+	MaxProducerIDs int
 	// FirstSegmentBytes is the size of a new log's first segment (wlog.Options.FirstSegmentBytes):
 	// what an empty topic partition reserves on disk. Defaults to 64 KiB; at most SegmentBytes.
 	FirstSegmentBytes int64
@@ -71,7 +77,9 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultSegmentBytes          = 64 << 20
+	DefaultSegmentBytes = 64 << 20
+	// DefaultMaxProducerIDs is the default Config.MaxProducerIDs: ~200 MB of ids at most.
+	DefaultMaxProducerIDs        = 1_000_000
 	DefaultStateLogSnapshotBytes = 64 << 20
 	minSegmentBytes              = 4 << 10
 	maxSegmentBytes              = 1 << 30
@@ -94,6 +102,9 @@ func (c Config) withDefaults() Config {
 	if c.StateLogSnapshotBytes == 0 {
 		c.StateLogSnapshotBytes = DefaultStateLogSnapshotBytes
 	}
+	if c.MaxProducerIDs == 0 {
+		c.MaxProducerIDs = DefaultMaxProducerIDs
+	}
 	if c.claimHorizon <= 0 {
 		c.claimHorizon = horizonAhead
 	}
@@ -114,6 +125,8 @@ func (c Config) Validate() error {
 		return bad("SegmentBytes", "must be between %d and %d, got %d", minSegmentBytes, maxSegmentBytes, c.SegmentBytes)
 	case c.FirstSegmentBytes != 0 && (c.FirstSegmentBytes < minSegmentBytes || c.FirstSegmentBytes > c.SegmentBytes):
 		return bad("FirstSegmentBytes", "must be between %d and SegmentBytes (%d), got %d", minSegmentBytes, c.SegmentBytes, c.FirstSegmentBytes)
+	case c.MaxProducerIDs < 0:
+		return bad("MaxProducerIDs", "must not be negative, got %d", c.MaxProducerIDs)
 	case c.StateLogSnapshotBytes < 1:
 		return bad("StateLogSnapshotBytes", "must be positive, got %d", c.StateLogSnapshotBytes)
 	case c.SlowSync < 0:
@@ -156,7 +169,10 @@ type Engine struct {
 
 	// failed is the sticky write failure: a state or message write failed (atomic, because
 	// committer callbacks may run on a goroutine that holds mu).
-	failed      atomic.Pointer[error]
+	failed atomic.Pointer[error]
+	// dedupIDs counts the producer ids every topic's table remembers (queued entries), bounded by
+	// Config.MaxProducerIDs.
+	dedupIDs    atomic.Int64
 	stateBytes  atomic.Int64 // state log bytes queued since the last snapshot
 	snapPending atomic.Bool  // a snapshot request is queued
 	snapReq     chan struct{}

@@ -165,6 +165,26 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 		return fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, params.Topic)
 	}
 
+	// The producer ids the engine remembers are bounded (Config.MaxProducerIDs): an append that
+	// would remember new ones past the bound is refused before anything is reserved. Concurrent
+	// appends may pass the check together: the bound holds up to their new ids.
+	if max := int64(e.cfg.MaxProducerIDs); e.dedupIDs.Load() >= max-int64(len(msgs)) {
+		now := e.clock.Now().UnixNano()
+		n := int64(t.dedup.newIDs(msgs, now))
+		if n > 0 && e.dedupIDs.Load()+n > max {
+			// Expired ids of idle topics still count until pruned: prune them all first (only
+			// near the bound).
+			for _, other := range e.topics {
+				other.dedup.prune(now, &e.dedupIDs)
+			}
+		}
+		if n > 0 && e.dedupIDs.Load()+n > max {
+			e.mu.RUnlock()
+			return fmt.Errorf("%w: topic %q: %d new producer ids, and the engine remembers %d of at most %d until their dedup_window ends: retry later, shorten dedup_window or publish without producer ids",
+				storage.ErrRateLimited, params.Topic, n, e.dedupIDs.Load(), max)
+		}
+	}
+
 	// From here on the append is queued whatever happens: reservations are only resolved by the
 	// completion of the partition appends.
 	op := &appendOp{batches: make([]*partBatch, n)}
@@ -177,7 +197,7 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 	}
 	now := e.clock.Now().UnixNano()
 	// The waiters of duplicates of pending appends are counted in remaining before they can run.
-	op.dedup = t.dedup.reserve(msgs, now, cfg.DedupWindow, &remaining, finish)
+	op.dedup = t.dedup.reserve(msgs, now, cfg.DedupWindow, &remaining, finish, &e.dedupIDs)
 
 	// Assign partitions.
 	batches := op.batches

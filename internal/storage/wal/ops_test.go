@@ -41,6 +41,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{FirstSegmentBytes: -1}, "FirstSegmentBytes"},
 		{Config{SegmentBytes: 1 << 20, FirstSegmentBytes: 2 << 20}, "FirstSegmentBytes"},
 		{Config{StateLogSnapshotBytes: -1}, "StateLogSnapshotBytes"},
+		{Config{MaxProducerIDs: -1}, "MaxProducerIDs"},
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()

@@ -123,7 +123,7 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 	now := e.now()
 	nowNs := now.UnixNano()
 	cfg := t.meta.Config
-	t.dedup.prune(nowNs) // producer ids of an idle topic expire too
+	t.dedup.prune(nowNs, &e.dedupIDs) // producer ids of an idle topic expire too
 	var withState []*sub
 	for _, s := range t.subs {
 		if s.st != nil {
