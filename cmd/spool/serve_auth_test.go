@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -51,18 +50,9 @@ func TestServeAuth(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("exposed listeners with authentication: %v", err)
 	}
-	var logs testutil.SyncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- run(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil))) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	serving, seen := waitLog(t, &logs, "spool serving", 0)
-	waitLog(t, &logs, "authentication on: clients need a token or a client certificate naming a principal", seen)
+	logs := startRun(t, cfg)
+	serving, seen := waitLog(t, logs, "spool serving", 0)
+	waitLog(t, logs, "authentication on: clients need a token or a client certificate naming a principal", seen)
 	local := func(addr any) string {
 		_, port, err := net.SplitHostPort(addr.(string))
 		if err != nil {
@@ -165,7 +155,7 @@ func TestServeAuth(t *testing.T) {
 			t.Errorf("GET %s (token %q): %d, want %d", tc.path, tc.token, got, tc.want)
 		}
 	}
-	waitLog(t, &logs, "request denied", seen)
+	waitLog(t, logs, "request denied", seen)
 
 	// The CLI: --token-file or $SPOOL_TOKEN, with the client certificate.
 	writeFile(t, filepath.Join(dir, "client.pem"), clientCert)

@@ -107,6 +107,22 @@ func freeLoopbackAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startRun runs spool serve's run with cfg until the end of the test and returns its JSON logs.
+func startRun(t *testing.T, cfg config.Config) *testutil.SyncBuffer {
+	t.Helper()
+	logs := &testutil.SyncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- run(ctx, cfg, slog.New(slog.NewJSONHandler(logs, nil))) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	return logs
+}
+
 // waitLog waits until the JSON log in buf has a line with msg and returns it.
 func waitLog(t *testing.T, buf *testutil.SyncBuffer, msg string, from int) (map[string]any, int) {
 	t.Helper()
@@ -148,17 +164,8 @@ func TestServeTLS(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var logs testutil.SyncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- run(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil))) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	serving, seen := waitLog(t, &logs, "spool serving", 0)
+	logs := startRun(t, cfg)
+	serving, seen := waitLog(t, logs, "spool serving", 0)
 	if tl, _ := serving["tls"].(map[string]any); tl["mode"] != "mutual" {
 		t.Errorf("start-up log tls = %v, want mode mutual", serving["tls"])
 	}
@@ -258,7 +265,7 @@ func TestServeTLS(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	_, seen = waitLog(t, &logs, "tls certificate reloaded", seen)
+	_, seen = waitLog(t, logs, "tls certificate reloaded", seen)
 	if got, err := textPublish(clientTLS); err != nil || got.Cmp(serial2) != 0 {
 		t.Fatalf("after reload: serial %v, %v; want the new serial %v", got, err, serial2)
 	}
@@ -271,7 +278,7 @@ func TestServeTLS(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, &logs, "tls certificate reload failed, keeping the current certificate", seen)
+	waitLog(t, logs, "tls certificate reload failed, keeping the current certificate", seen)
 	if got, err := textPublish(clientTLS); err != nil || got.Cmp(serial2) != 0 {
 		t.Fatalf("after a failed reload: serial %v, %v; want %v still", got, err, serial2)
 	}
