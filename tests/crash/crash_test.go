@@ -250,6 +250,27 @@ func complete(l string) bool {
 	return len(f) == 4 && f[0] == "PUB" || len(f) == 3 && (f[0] == "ACK" || f[0] == "GOT") || strings.HasPrefix(l, "ERR")
 }
 
+// readLog calls fn with every message of topic's partitions, in offset order per partition.
+func readLog(t *testing.T, eng storage.Engine, topic string, it int, fn func(m *storage.Message)) {
+	t.Helper()
+	for p := range int32(partitions) {
+		next := int64(0)
+		for {
+			msgs, err := eng.MessagesRead(context.Background(), &storage.MessagesReadParams{Topic: topic, Partition: p, Offset: next, Limit: 1000})
+			if err != nil {
+				t.Fatalf("iteration %d: read: %v", it, err)
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			for _, m := range msgs {
+				next = m.Offset + 1
+				fn(m)
+			}
+		}
+	}
+}
+
 // verify reopens the engine after a kill and checks the log and the deliveries.
 func verify(t *testing.T, dir string, it int, published map[string]pos, childAcked, childGot map[pos]bool, verified map[string]bool, final bool) {
 	t.Helper()
@@ -263,28 +284,18 @@ func verify(t *testing.T, dir string, it int, published map[string]pos, childAck
 	// 1. The log: offsets gapless from 0, every payload at most once, every acknowledged publish
 	//    present exactly once at the position it was acknowledged with.
 	seen := map[string]pos{}
-	for p := range int32(partitions) {
-		next := int64(0)
-		for {
-			msgs, err := eng.MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: p, Offset: next, Limit: 1000})
-			if err != nil {
-				t.Fatalf("iteration %d: read: %v", it, err)
-			}
-			if len(msgs) == 0 {
-				break
-			}
-			for _, m := range msgs {
-				if m.Offset != next {
-					t.Fatalf("iteration %d: partition %d: offset %d after %d (gap)", it, p, m.Offset, next-1)
-				}
-				next++
-				if old, dup := seen[string(m.Payload)]; dup {
-					t.Fatalf("iteration %d: payload %s stored twice: %v and %d:%d", it, m.Payload, old, p, m.Offset)
-				}
-				seen[string(m.Payload)] = pos{p, m.Offset}
-			}
+	next := make([]int64, partitions)
+	readLog(t, eng, topic, it, func(m *storage.Message) {
+		p := m.Partition
+		if m.Offset != next[p] {
+			t.Fatalf("iteration %d: partition %d: offset %d after %d (gap)", it, p, m.Offset, next[p]-1)
 		}
-	}
+		next[p]++
+		if old, dup := seen[string(m.Payload)]; dup {
+			t.Fatalf("iteration %d: payload %s stored twice: %v and %d:%d", it, m.Payload, old, p, m.Offset)
+		}
+		seen[string(m.Payload)] = pos{p, m.Offset}
+	})
 	for payload, want := range published {
 		got, ok := seen[payload]
 		if !ok {

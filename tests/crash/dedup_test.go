@@ -361,28 +361,16 @@ func verifyProducerIDs(t *testing.T, store string, it int, answers map[string]po
 	}
 	defer eng.Close()
 	seen := map[string]pos{}
-	for p := range int32(partitions) {
-		next := int64(0)
-		for {
-			msgs, err := eng.MessagesRead(ctx, &storage.MessagesReadParams{Topic: dedupTopic, Partition: p, Offset: next, Limit: 1000})
-			if err != nil {
-				t.Fatalf("iteration %d: read: %v", it, err)
-			}
-			if len(msgs) == 0 {
-				break
-			}
-			for _, m := range msgs {
-				next = m.Offset + 1
-				if m.ProducerID != string(m.Payload) {
-					t.Fatalf("iteration %d: message %d:%d has producer id %q and payload %q", it, p, m.Offset, m.ProducerID, m.Payload)
-				}
-				if old, dup := seen[m.ProducerID]; dup {
-					t.Fatalf("iteration %d: producer id %s stored twice: at %v and %d:%d", it, m.ProducerID, old, p, m.Offset)
-				}
-				seen[m.ProducerID] = pos{p, m.Offset}
-			}
+	readLog(t, eng, dedupTopic, it, func(m *storage.Message) {
+		p := m.Partition
+		if m.ProducerID != string(m.Payload) {
+			t.Fatalf("iteration %d: message %d:%d has producer id %q and payload %q", it, p, m.Offset, m.ProducerID, m.Payload)
 		}
-	}
+		if old, dup := seen[m.ProducerID]; dup {
+			t.Fatalf("iteration %d: producer id %s stored twice: at %v and %d:%d", it, m.ProducerID, old, p, m.Offset)
+		}
+		seen[m.ProducerID] = pos{p, m.Offset}
+	})
 	for id := range answered {
 		got, ok := seen[id]
 		if !ok {
