@@ -351,6 +351,16 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 				op.extendRes = extendOn(st, op.extend, now)
 			default:
 				res, err := e.claimOn(ctx, tx, st, op.claim, now)
+				if errors.Is(err, errMessageMissing) {
+					// st is half changed: not saved, so every operation of this subscription in
+					// the transaction fails (retryable) and the others go on.
+					for _, o := range ops {
+						o.claimRes, o.ackRes, o.nackRes, o.extendRes, o.err = nil, nil, nil, nil, err
+					}
+					st = nil
+					j = len(ops)
+					continue
+				}
 				if err != nil && !opError(err) {
 					return err
 				}
@@ -358,7 +368,9 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 			}
 			j++
 		}
-		e.queueSave(save, st, now)
+		if st != nil {
+			e.queueSave(save, st, now)
+		}
 	}
 	finalBatch(tx)
 	if save.Len() == 0 {

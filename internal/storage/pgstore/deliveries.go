@@ -678,7 +678,8 @@ type redelivery struct {
 // claimOn runs claim p on the loaded state st of its subscription (it may read messages in tx);
 // the caller saves st. It follows the plan of a policy.Claim (the rules are there; this presents
 // the loaded rows to it, reads the messages and changes the rows). It fails before changing st,
-// or with a database error.
+// with a database error, or with missingMessage's error after changing st (then st must not be
+// saved).
 func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.DeliveriesClaimParams, now time.Time) (*storage.DeliveriesClaimResult, error) {
 	if st.sub.State != storage.Active {
 		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, st.sub.ID, st.sub.State)
@@ -1091,12 +1092,18 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 // low offset and below its high-water mark. Only retention removes messages, by raising the low
 // offset first, so such a message is not readable for now (its bucket is being detached and
 // attached again, see dropBuckets), never gone: the claim fails and changes nothing rather than
-// let the cursor or the ack floor pass it, and the broker retries it.
+// let the cursor or the ack floor pass it (STORAGE_UNAVAILABLE; the broker's dispatcher claims
+// again after its poll interval).
 func missingMessage(st *dstate, p int32, o int64) error {
-	return &storage.IOError{Kind: storage.ErrUnavailable, Reason: "message not readable, claim retried",
-		Err: fmt.Errorf("pgstore: subscription %d: message %d:%d of topic %q is not readable (above the partition's low offset %d)",
-			st.sub.ID, p, o, st.sub.Topic, st.partOf[p].low)}
+	return &storage.IOError{Kind: storage.ErrUnavailable, Reason: "message not readable, retry",
+		Err: fmt.Errorf("%w: pgstore: subscription %d: message %d:%d of topic %q is not readable (above the partition's low offset %d)",
+			errMessageMissing, st.sub.ID, p, o, st.sub.Topic, st.partOf[p].low)}
 }
+
+// errMessageMissing marks missingMessage's error: the claim changed its subscription's loaded state
+// before it found the gap, so that state is not saved (opsTx fails the subscription's operations
+// of the transaction, and only them).
+var errMessageMissing = errors.New("message missing above the low offset")
 
 // fillMsg completes a scanned message with its optional columns.
 func fillMsg(m *storage.Message, headers []byte, producerID *string, notBefore, expiresAt pgtype.Timestamptz) error {
