@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,7 +23,7 @@ const (
 )
 
 // authEnv starts a server with authentication on; reg holds its metrics.
-func authEnv(t *testing.T) (*env, *prometheus.Registry) {
+func authEnv(t *testing.T, mods ...func(*Config)) (*env, *prometheus.Registry) {
 	t.Helper()
 	hash := func(tok string) string {
 		h, err := auth.HashToken(tok)
@@ -44,7 +45,13 @@ func authEnv(t *testing.T) (*env, *prometheus.Registry) {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	return newEnv(t, func(c *Config) { c.Auth, c.Metrics = a, m; fastPublisherIdle(c) }, nil), reg
+	return newEnv(t, func(c *Config) {
+		c.Auth, c.Metrics = a, m
+		fastPublisherIdle(c)
+		for _, mod := range mods {
+			mod(c)
+		}
+	}, nil), reg
 }
 
 // deniedCount returns spool_auth_denied_total{reason}.
@@ -220,4 +227,39 @@ func TestAuthOffAcceptsAnyToken(t *testing.T) {
 	tc := e.dialText()
 	tc.send("AUTH whatever")
 	tc.expect("OK authentication is not required")
+}
+
+// TestAuthTextUnauthenticatedIsBounded: with authentication on, a text client without credentials
+// cannot hold its connection: the handshake deadline stays while it sends PINGs (each answered),
+// and the third refused AUTH closes the session.
+func TestAuthTextUnauthenticatedIsBounded(t *testing.T) {
+	t.Parallel()
+	e, _ := authEnv(t, func(c *Config) { c.HandshakeTimeout = 500 * time.Millisecond })
+	c := e.dialText()
+	for range 3 {
+		c.send("AUTH wrong-0123456789abcdef")
+		c.expect("ERR NOT_AUTHENTICATED")
+	}
+	c.expectEOF()
+
+	c = e.dialText()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond): // the pace of the PINGs, not a synchronization
+			}
+			if _, err := c.nc.Write([]byte("PING\n")); err != nil {
+				return
+			}
+		}
+	}()
+	// Well past the 500 ms handshake deadline: the session must be closed by then.
+	if err := c.nc.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c.expectEOF()
 }

@@ -33,6 +33,8 @@ type textSession struct {
 	// interactive is set by any command but PUBLISH and AUTH: the session is no longer closed
 	// after text_publisher_idle.
 	interactive bool
+	// authFailures counts refused AUTH commands; the session ends at maxAuthFailures.
+	authFailures int
 	// started is set once the first line arrived: until then the handshake timeout applies.
 	started bool
 
@@ -72,9 +74,11 @@ func (t *textSession) run() {
 		}
 		var deadline time.Time
 		switch {
-		case !t.started:
+		case !t.started, c.authOn() && c.principal == nil:
 			// The first line has the handshake timeout from the accept (docs/protocol.md 11.5),
 			// not text_publisher_idle: a person typing the first command is not cut off after 1 s.
+			// With authentication on, so has everything until the session is authenticated: a
+			// client without credentials cannot hold the connection with PINGs.
 			deadline = c.opened.Add(c.srv.cfg.HandshakeTimeout)
 		case !t.interactive:
 			deadline = time.Now().Add(c.srv.cfg.TextPublisherIdle)
@@ -169,6 +173,10 @@ func (t *textSession) fail(err error) {
 	t.reply(text.AppendErr(nil, e))
 }
 
+// maxAuthFailures is how many refused AUTH commands a text session gets before it is closed (no
+// unbounded guessing on one connection).
+const maxAuthFailures = 3
+
 // exec runs one command. It reports true when the session ends (QUIT).
 func (t *textSession) exec(cmd text.Command) bool {
 	switch cmd.Verb {
@@ -176,7 +184,11 @@ func (t *textSession) exec(cmd text.Command) bool {
 		return false
 	case text.VerbPublish, text.VerbAuth:
 	default:
-		t.interactive = true
+		// Only an authenticated session (or one without authentication) stops being closed
+		// when idle: a client without credentials keeps the handshake deadline.
+		if !t.c.authOn() || t.c.principal != nil {
+			t.interactive = true
+		}
 	}
 	switch cmd.Verb {
 	case text.VerbAuth, text.VerbPing, text.VerbHelp, text.VerbQuit:
@@ -218,7 +230,10 @@ func (t *textSession) exec(cmd text.Command) bool {
 			break
 		}
 		if e := t.c.authenticate(cmd.Token); e != nil {
-			t.reply(text.AppendErr(nil, e)) // the session stays: AUTH may be sent again
+			t.reply(text.AppendErr(nil, e)) // the session stays: AUTH may be sent again, a few times
+			if t.authFailures++; t.authFailures >= maxAuthFailures {
+				return true
+			}
 			break
 		}
 		t.ok("authenticated as %s", t.c.principal.Name)
