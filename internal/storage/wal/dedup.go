@@ -36,6 +36,8 @@ type dedupEntry struct {
 	// pending: the append that stores the message has not completed; waiters are called with its
 	// outcome. Guarded by dedupTable.mu.
 	pending bool
+	// dead: its append failed; it is no longer counted in Engine.dedupIDs.
+	dead    bool
 	waiters []func(storage.MessagePosition, error)
 	pos     storage.MessagePosition // once not pending
 }
@@ -64,7 +66,9 @@ func (d *dedupTable) pruneLocked(now int64, total *atomic.Int64) {
 		}
 		d.queue[d.head] = nil
 		d.head++
-		dropped++
+		if !en.dead {
+			dropped++
+		}
 	}
 	total.Add(-int64(dropped))
 	// Reuse the space before head once it is most of the slice.
@@ -86,9 +90,20 @@ func (d *dedupTable) prune(now int64, total *atomic.Int64) {
 // drop forgets every entry (the topic was deleted) and counts them out of total.
 func (d *dedupTable) drop(total *atomic.Int64) {
 	d.mu.Lock()
-	total.Add(-int64(len(d.queue) - d.head))
+	total.Add(-int64(d.countedLocked()))
 	d.ids, d.queue, d.head = nil, nil, 0
 	d.mu.Unlock()
+}
+
+// countedLocked is how many queued entries count toward Engine.dedupIDs.
+func (d *dedupTable) countedLocked() int {
+	n := 0
+	for _, en := range d.queue[d.head:] {
+		if !en.dead {
+			n++
+		}
+	}
+	return n
 }
 
 // newIDs counts the producer ids of msgs that reserve would remember anew at now (not known, or
@@ -126,7 +141,7 @@ func (d *dedupTable) len() int {
 type dedupPlan struct {
 	// dupOf[i] >= 0: message i is a duplicate of message dupOf[i] of the same batch. -1 otherwise.
 	dupOf []int
-	// known[i]: message i is a duplicate of a stored message whose position is known (set) or of
+	// dup[i]: message i is a duplicate of a stored message whose position is known (set) or of
 	// a pending append (filled in by a waiter before the append completes).
 	dup []bool
 	pos []storage.MessagePosition
@@ -147,6 +162,9 @@ func (dp *dedupPlan) stored(i int) bool {
 // the lock resolve takes), and registers a waiter that sets the position (or error) and calls
 // onDone.
 func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window time.Duration, waiting *atomic.Int32, onDone func(), total *atomic.Int64) *dedupPlan {
+	if !slices.ContainsFunc(msgs, func(m storage.AppendMessage) bool { return m.ProducerID != "" }) {
+		return nil // no lock on the path of appends without producer ids
+	}
 	var dp *dedupPlan
 	var first map[string]int
 	d.mu.Lock()
@@ -205,7 +223,7 @@ func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window tim
 
 // resolve completes the reservations of message indexes idx (stored at positions pos, or failed
 // with err) and calls their waiters, with no lock held.
-func (d *dedupTable) resolve(dp *dedupPlan, idx []int, pos func(j int) storage.MessagePosition, err error) {
+func (d *dedupTable) resolve(dp *dedupPlan, idx []int, pos func(j int) storage.MessagePosition, err error, total *atomic.Int64) {
 	if dp == nil || len(dp.mine) == 0 {
 		return
 	}
@@ -222,11 +240,13 @@ func (d *dedupTable) resolve(dp *dedupPlan, idx []int, pos func(j int) storage.M
 		}
 		en.pending = false
 		if err != nil {
-			// Forget the id, so that a retry stores the message.
+			// Forget the id, so that a retry stores the message; it no longer counts toward
+			// MaxProducerIDs (its queue slot goes when it reaches the head).
 			if d.ids[en.id] == en {
 				delete(d.ids, en.id)
 			}
-			en.expires = 0
+			en.expires, en.dead = 0, true
+			total.Add(-1)
 		} else {
 			en.pos = pos(j)
 		}
@@ -283,7 +303,7 @@ func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 	d := &t.dedup
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	e.dedupIDs.Add(-int64(len(d.queue) - d.head))
+	e.dedupIDs.Add(-int64(d.countedLocked()))
 	d.ids, d.queue, d.head = nil, nil, 0
 	if len(entries) == 0 {
 		return nil

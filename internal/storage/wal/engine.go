@@ -78,7 +78,8 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultSegmentBytes = 64 << 20
-	// DefaultMaxProducerIDs is the default Config.MaxProducerIDs: ~200 MB of ids at most.
+	// DefaultMaxProducerIDs is the default Config.MaxProducerIDs: ~200 MB with short ids (each
+	// ~170 bytes plus the id, which may be up to storage.MaxProducerIDLen bytes).
 	DefaultMaxProducerIDs        = 1_000_000
 	DefaultStateLogSnapshotBytes = 64 << 20
 	minSegmentBytes              = 4 << 10

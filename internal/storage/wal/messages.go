@@ -277,7 +277,7 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 			at := time.Unix(0, b.ts).UTC()
 			t.dedup.resolve(op.dedup, b.idx, func(j int) storage.MessagePosition {
 				return storage.MessagePosition{Partition: b.p.index, Offset: first + int64(j), PublishedAt: at}
-			}, err)
+			}, err, &e.dedupIDs)
 			t.inflight.Done()
 			finish()
 		})
@@ -340,7 +340,7 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, op *appendOp) (*
 		err := dp.err
 		dp.mu.Unlock()
 		if err != nil {
-			return nil, fmt.Errorf("wal: append to topic %q: the earlier append of a producer id failed: %w", params.Topic, err)
+			return nil, ioFailure(fmt.Errorf("wal: append to topic %q: the earlier append of a producer id failed: %w", params.Topic, err), stored)
 		}
 		for i := range msgs {
 			if dp.dup[i] {
