@@ -122,7 +122,9 @@ type Broker struct {
 	maxPartitions    int
 	// storageFullSince is when publishes started failing with storage.ErrFull (unix ns), 0 while
 	// they are stored (noteStorage).
-	storageFullSince   atomic.Int64
+	storageFullSince atomic.Int64
+	// storageFullLast is the last such refusal (unix ns): StorageFull expires without newer ones.
+	storageFullLast    atomic.Int64
 	retentionInterval  time.Duration
 	onRetention        func(*storage.RetentionResult)
 	pollInterval       time.Duration

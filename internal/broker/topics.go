@@ -88,21 +88,28 @@ func (b *Broker) noteStorage(err error) {
 			b.logger.Info("publishes stored again: the storage has room")
 		}
 	case errors.Is(err, storage.ErrFull):
-		if b.storageFullSince.CompareAndSwap(0, b.clock.Now().UnixNano()) {
+		now := b.clock.Now().UnixNano()
+		b.storageFullLast.Store(now)
+		if b.storageFullSince.CompareAndSwap(0, now) {
 			b.logger.Warn("storage full: publishes are refused (STORAGE_FULL) until space is freed; deliveries of stored messages go on",
 				slog.Any("error", err))
 		}
 	}
 }
 
-// StorageFull reports whether the last publish that reached the storage was refused because it
-// is out of space (disk full, quota, PostgreSQL disk_full), and since when; a publish that is
-// stored again ends it. Readiness and the spool_storage_full metric show it.
+// storageFullFor is how long a refusal for lack of space counts without a newer one: readiness
+// must come back even when no publish arrives (a load balancer sends none to an unready broker).
+const storageFullFor = 10 * time.Second
+
+// StorageFull reports whether a publish was refused because the storage is out of space (disk
+// full, quota, PostgreSQL disk_full) within the last storageFullFor and none was stored since,
+// and since when. Readiness and the spool_storage_full metric show it.
 func (b *Broker) StorageFull() (since time.Time, full bool) {
-	if ns := b.storageFullSince.Load(); ns != 0 {
-		return time.Unix(0, ns), true
+	ns := b.storageFullSince.Load()
+	if ns == 0 || b.clock.Now().Sub(time.Unix(0, b.storageFullLast.Load())) > storageFullFor {
+		return time.Time{}, false
 	}
-	return time.Time{}, false
+	return time.Unix(0, ns), true
 }
 
 // appendTo checks a publish of msgs to topic and runs appendFn with its parameters; when the

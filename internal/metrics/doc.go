@@ -72,7 +72,8 @@
 //	                                                   timeout); the broker metrics above are absent when 0.
 //	spool_storage_full                        gauge    1 while publishes are refused because the storage is out of
 //	                                                   space (from a publish refused with STORAGE_FULL until one is
-//	                                                   stored again; /readyz answers 503 STORAGE_FULL meanwhile).
+//	                                                   stored again, or 10 s after the last refusal; /readyz
+//	                                                   answers 503 STORAGE_FULL meanwhile).
 //	spool_metrics_collect_duration_seconds    gauge    how long reading the broker took at this scrape.
 //	spool_metrics_collect_errors_total        counter  scrapes at which reading the broker failed.
 //
