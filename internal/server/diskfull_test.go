@@ -17,7 +17,8 @@ import (
 
 // mountTmpfs mounts a tmpfs of size bytes on a new directory and unmounts it at the end of the
 // test: a real small file system that fills up. It needs root (CAP_SYS_ADMIN); without it the test
-// is skipped, except under scripts/test.sh (SPOOL_TEST_REQUIRE_PG=1, CI), where it fails.
+// is skipped, except where SPOOL_TEST_REQUIRE_MOUNT=1 (scripts/test.sh sets it when it runs as
+// root, as in CI): there it fails.
 func mountTmpfs(t *testing.T, size string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "mnt")
@@ -25,8 +26,8 @@ func mountTmpfs(t *testing.T, size string) string {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		if os.Getenv("SPOOL_TEST_REQUIRE_PG") == "1" {
-			t.Fatalf("mount a tmpfs (the test script runs as root): %v", err)
+		if os.Getenv("SPOOL_TEST_REQUIRE_MOUNT") == "1" {
+			t.Fatalf("mount a tmpfs (SPOOL_TEST_REQUIRE_MOUNT=1): %v", err)
 		}
 		t.Skipf("mount a tmpfs needs root: %v", err)
 	}
