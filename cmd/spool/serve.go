@@ -53,7 +53,7 @@ func serve(ctx context.Context, args []string) error {
 			"Runs the broker: TCP (binary protocol and text mode), HTTP (admin API, /metrics, /healthz, /readyz).\n"+
 			"Settings come from the defaults, then --config (or $SPOOL_CONFIG), then SPOOL_* variables\n"+
 			"(SPOOL_<KEY>, e.g. SPOOL_SERVER_MAX_CONNECTIONS; any other SPOOL_* variable but SPOOL_CONFIG,\n"+
-			"SPOOL_ADDR and SPOOL_TEST_* is an error), then these flags.\n"+
+			"SPOOL_ADDR, SPOOL_TOKEN and SPOOL_TEST_* is an error), then these flags.\n"+
 			"TLS on both listeners: server.tls.cert_file and key_file (SPOOL_SERVER_TLS_CERT_FILE, ...),\n"+
 			"client_ca_file for mutual TLS; SIGHUP reloads the certificate (docs/protocol.md 2.1.1).\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -123,8 +123,6 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 	return eng, nil
 }
 
-// engineAttr names the engine in the start-up log: the store URL without its password on
-// PostgreSQL (data_dir is not used there), else the embedded engine's data_dir.
 // logExposure says who can reach the listeners and who may use them: with authentication on, the
 // principals (and a warning when tokens cross the network without TLS); without it, loopback only
 // (and how to open them), or anyone (--insecure).
@@ -146,6 +144,8 @@ func logExposure(logger *slog.Logger, cfg config.Config) {
 	}
 }
 
+// engineAttr names the engine in the start-up log: the store URL without its password on
+// PostgreSQL (data_dir is not used there), else the embedded engine's data_dir.
 func engineAttr(cfg config.Config) slog.Attr {
 	if cfg.Store != "" {
 		return slog.String("store", cfg.Redacted())

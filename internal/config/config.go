@@ -483,6 +483,8 @@ func (c Config) Validate() error {
 		return bad("listen", "%q can be reached from other hosts, and authentication is off: configure auth.principals, use a loopback address (127.0.0.1:9092), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.Listen)
 	case !c.Insecure && !c.Auth.Enabled() && !IsLoopback(c.HTTP):
 		return bad("http", "%q can be reached from other hosts, and authentication is off: configure auth.principals, use a loopback address (127.0.0.1:8080), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.HTTP)
+	case c.DebugListen != "" && !c.Insecure && !IsLoopback(c.DebugListen):
+		return bad("debug_listen", "%q can be reached from other hosts, and the profiling listener has no authentication: use a loopback address, or set insecure: true on a trusted network", c.DebugListen)
 	case c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000:
 		return bad("http_max_connections", "must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
 	case c.Store == "" && c.DataDir == "":

@@ -317,3 +317,18 @@ auth:
 		t.Errorf("keys %v: want auth.open_metrics and not auth.principals", keys)
 	}
 }
+
+// TestDebugListenLoopbackOnly: the profiling listener has no authentication, with or without
+// auth.principals: an address other hosts reach needs insecure.
+func TestDebugListenLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	if _, err := Load("", nil, map[string]string{"debug_listen": ":6060"}); err == nil || !strings.Contains(err.Error(), "debug_listen") {
+		t.Fatalf("debug_listen :6060 without insecure: %v", err)
+	}
+	if _, err := Load("", nil, map[string]string{"debug_listen": "127.0.0.1:6060"}); err != nil {
+		t.Fatalf("debug_listen on loopback: %v", err)
+	}
+	if _, err := Load("", []string{"SPOOL_INSECURE=true"}, map[string]string{"debug_listen": ":6060"}); err != nil {
+		t.Fatalf("debug_listen :6060 with insecure: %v", err)
+	}
+}

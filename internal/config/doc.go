@@ -12,7 +12,8 @@
 //     underscores (server.max_connections -> SPOOL_SERVER_MAX_CONNECTIONS, data_dir ->
 //     SPOOL_DATA_DIR); a SPOOL_* variable that names no key is an error, like an unknown key in
 //     the file (a typo would leave the setting at its default), naming the closest variable;
-//     except SPOOL_CONFIG, SPOOL_ADDR (the client commands' broker address) and the test
+//     except SPOOL_CONFIG, SPOOL_ADDR and SPOOL_TOKEN (the client commands' broker address and
+//     token) and the test
 //     harness's SPOOL_TEST_* (OtherEnv, TestEnvPrefix);
 //  3. the flags given on the command line (only those actually given).
 //

@@ -143,9 +143,6 @@ func (c *Claim) Allowed(p int32) bool {
 	return ok
 }
 
-// Filtered reports whether the claim is limited to some partitions (Params.Partitions).
-func (c *Claim) Filtered() bool { return c.allowed != nil }
-
 // Expiry is what happens to a lease at a claim.
 type Expiry uint8
 
