@@ -65,7 +65,13 @@ type limitListener struct {
 	open    atomic.Int64
 	refusal []byte
 	tls     *tls.Config
+	// refusing bounds the goroutines answering connections over the limit (each may run a TLS
+	// handshake); past it a connection is closed at once, as the TCP server does.
+	refusing atomic.Int64
 }
+
+// maxRefusing is how many refusals may be answered at once.
+const maxRefusing = 64
 
 // wrap returns c in TLS when the listener has a configuration.
 func (l *limitListener) wrap(c net.Conn) net.Conn {
@@ -83,7 +89,15 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
-			go refuse(l.wrap(c), l.refusal)
+			if l.refusing.Add(1) > maxRefusing {
+				l.refusing.Add(-1)
+				_ = c.Close()
+				continue
+			}
+			go func() {
+				defer l.refusing.Add(-1)
+				refuse(l.wrap(c), l.refusal)
+			}()
 			continue
 		}
 		return l.wrap(&limitConn{Conn: c, release: func() { l.open.Add(-1) }}), nil
