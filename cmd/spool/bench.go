@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/bench"
+	"github.com/spoolmq/spool/internal/bench/floor"
 	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
@@ -36,6 +37,10 @@ Modes:
             omission). Reports the achieved publish rate, the rate consumed while publishing and
             the backlog when publishing ended (did the consumers keep up), deliveries/s and
             p50/p90/p99/p99.9/max end-to-end latency
+  floor     no broker: this machine's ceiling for --publishers synchronous publishers, each on its
+            own connection, fsync before each answer (a minimal group-commit server in a child
+            process, publishers in this one); reports msg/s and CPU per message. Divide the
+            publish figures by it, measured in the same window (docs/benchmarks.md)
 
 A run uses a fresh topic, created through the HTTP admin API (--admin) as --semantics (PUB_SUB by
 default) with --partitions and the retention overrides, and deleted afterwards; the warm-up is
@@ -55,6 +60,7 @@ Examples:
       --max-retention 2m --pg postgres://spool@127.0.0.1/spool
   spool bench publish --publishers 10 --clients 1
   spool bench publish --async
+  spool bench floor --publishers 10 --duration 10s
 
 Flags:
 `
@@ -65,13 +71,16 @@ func runBench(ctx context.Context, args []string) error {
 }
 
 func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == modeFloor {
+		return benchFloor(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != bench.ModePublish && args[0] != bench.ModeE2E) {
 		fmt.Fprint(stderr, benchUsage)
 		newBenchFlags(bench.ModeE2E, stderr).fs.PrintDefaults()
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return flag.ErrHelp
 		}
-		return errors.New("bench: give the mode, publish or e2e")
+		return errors.New("bench: give the mode, publish, e2e or floor")
 	}
 	mode := args[0]
 	bf := newBenchFlags(mode, stderr)
@@ -203,4 +212,45 @@ func (b *benchFlags) config() bench.Config {
 		c.Warmup = -time.Nanosecond
 	}
 	return c
+}
+
+// modeFloor is spool bench floor: the machine's ceiling, no broker.
+const modeFloor = "floor"
+
+// benchFloor is spool bench floor, and with --serve the server child it starts (spool bench floor
+// --serve FILE runs itself).
+func benchFloor(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench floor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	c := floor.Defaults()
+	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "publishers, each on its own connection, each waiting for its answer")
+	fs.IntVar(&c.Size, "size", c.Size, "payload bytes per message")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "measured time")
+	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the measurement starts")
+	fs.StringVar(&c.Dir, "dir", "", "directory of the server's file (default: a temporary directory)")
+	fs.Int64Var(&c.FileSize, "file-size", c.FileSize, "size of the server's preallocated file; writes wrap around")
+	fs.BoolVar(&c.Gather, "gather", c.Gather, "the committer waits for as many requests as its last round carried")
+	serveFile := fs.String("serve", "", "internal: run the server child on this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench floor: unexpected arguments %q", fs.Args())
+	}
+	if *serveFile != "" {
+		return floor.Serve(*serveFile, c.FileSize, c.Gather)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench floor: %w", err)
+	}
+	c.Child = []string{self, "bench", modeFloor}
+	if err := floor.Run(c, stdout); err != nil {
+		return fmt.Errorf("bench floor: %w", err)
+	}
+	return nil
 }

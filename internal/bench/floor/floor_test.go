@@ -1,8 +1,9 @@
-package main
+package floor
 
 import (
 	"bytes"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -16,13 +17,29 @@ import (
 	"github.com/spoolmq/spool/internal/testutil"
 )
 
-// TestMain lets the test binary be the server child of measure (os.Executable is the test binary).
+// TestMain lets the test binary be the server child of measure: Config.Child is the test binary.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "-serve" {
-		main()
+	if len(os.Args) > 1 && os.Args[1] == "--serve" {
+		fs := flag.NewFlagSet("child", flag.ExitOnError)
+		file := fs.String("serve", "", "")
+		size := fs.Int64("file-size", 0, "")
+		gather := fs.Bool("gather", true, "")
+		fs.Parse(os.Args[1:])
+		if err := Serve(*file, *size, *gather); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		return
 	}
 	os.Exit(m.Run())
+}
+
+// testConfig is a short measurement run by the test binary.
+func testConfig(t *testing.T) Config {
+	c := Defaults()
+	c.Publishers, c.Duration, c.Warmup, c.FileSize, c.Dir = 3, 300*time.Millisecond, 50*time.Millisecond, 16<<20, t.TempDir()
+	c.Child = []string{os.Args[0]}
+	return c
 }
 
 // TestServerWritesWhatItAcknowledges: every acknowledged message is in the file, at the offset
@@ -100,8 +117,7 @@ func TestServerWritesWhatItAcknowledges(t *testing.T) {
 // TestMeasure runs the whole tool: server child, publishers, figures.
 func TestMeasure(t *testing.T) {
 	var out bytes.Buffer
-	err := run([]string{"-publishers", "3", "-duration", "300ms", "-warmup", "50ms", "-file-size", "16777216", "-dir", t.TempDir()}, &out)
-	if err != nil {
+	if err := Run(testConfig(t), &out); err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(\d+) messages in .*, (\d+) msg/s\ncpu per message: server ([\d.]+) us, publishers ([\d.]+) us\n$`).FindStringSubmatch(out.String())
@@ -116,17 +132,19 @@ func TestMeasure(t *testing.T) {
 	}
 }
 
-// TestBadFlags: bad values are refused with a message naming the flag, before anything starts.
-func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"-publishers", "0"},
-		{"-size", "8"},
-		{"-duration", "0s"},
-		{"-file-size", "1000"},
+// TestBadConfig: bad values are refused with a message naming the setting, before anything starts.
+func TestBadConfig(t *testing.T) {
+	for name, bad := range map[string]func(*Config){
+		"publishers": func(c *Config) { c.Publishers = 0 },
+		"size":       func(c *Config) { c.Size = 8 },
+		"duration":   func(c *Config) { c.Duration = 0 },
+		"file-size":  func(c *Config) { c.FileSize = 1000 },
 	} {
-		err := run(args, &bytes.Buffer{})
-		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "-")) {
-			t.Errorf("%v: %v, want an error naming the flag", args, err)
+		c := testConfig(t)
+		bad(&c)
+		err := Run(c, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want an error naming it", name, err)
 		}
 	}
 }

@@ -1,9 +1,9 @@
-// Command syncfloor measures the ceiling of this machine for synchronous publishers: the fewest
-// moving parts that can do what the Spool benchmark "10 publishers, each waiting for its
-// acknowledgement over TCP, fsync before the acknowledgement" asks. It is not part of the broker;
-// it is the reference to divide Spool's figures by, since the machines we measure on are shared
-// and their speed drifts by a third within minutes (docs/benchmarks.md): a ratio measured in one
-// window means something, an absolute figure alone does not.
+// Package floor measures the ceiling of this machine for synchronous publishers (spool bench
+// floor): the fewest moving parts that can do what the Spool benchmark "10 publishers, each
+// waiting for its acknowledgement over TCP, fsync before the acknowledgement" asks. It is not part
+// of the broker; it is the reference to divide Spool's figures by, since the machines we measure
+// on are shared and their speed drifts by a third within minutes (docs/benchmarks.md): a ratio
+// measured in one window means something, an absolute figure alone does not.
 //
 // It starts a server as a child process (as spool serve is one) and runs the publishers in its
 // own process (as spool bench does), over loopback TCP. The server is minimal: a goroutine per
@@ -14,17 +14,14 @@
 // protocol, no records, no index, no broker: what it costs is the kernel's and the Go runtime's
 // share of every message, which Spool pays too.
 //
-//	syncfloor -publishers 10 -size 1024 -duration 10s
-//
 // It prints messages per second and the CPU time per message of the server and of the
 // publishers' process.
-package main
+package floor
 
 import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -38,57 +35,69 @@ import (
 	"time"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "syncfloor:", err)
-		os.Exit(1)
-	}
+// Config is one measurement.
+type Config struct {
+	Publishers int           // publishers, each on its own connection, each waiting for its answer
+	Size       int           // payload bytes per message
+	Duration   time.Duration // measured time
+	Warmup     time.Duration // time before the measurement starts
+	Dir        string        // directory of the server's file (default: a temporary directory)
+	FileSize   int64         // size of the server's preallocated file; writes wrap around
+	Gather     bool          // the committer waits for as many requests as its last round carried
+	// Child is the command line that runs this program's server child; the child's own flags
+	// (ChildArgs) are appended to it. spool runs itself as "spool bench floor".
+	Child []string
 }
 
-func run(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("syncfloor", flag.ContinueOnError)
-	publishers := fs.Int("publishers", 10, "publishers, each on its own connection, each waiting for its answer")
-	size := fs.Int("size", 1024, "payload bytes per message")
-	duration := fs.Duration("duration", 10*time.Second, "measured time")
-	warmup := fs.Duration("warmup", 2*time.Second, "time before the measurement starts")
-	dir := fs.String("dir", "", "directory of the server's file (default: a temporary directory)")
-	fileSize := fs.Int64("file-size", 256<<20, "size of the server's preallocated file; writes wrap around")
-	gather := fs.Bool("gather", true, "the committer waits for as many requests as its last round carried")
-	child := fs.String("serve", "", "internal: run the server on this file (the child process)")
-	if err := fs.Parse(args); err != nil {
+// Defaults returns the defaults of every setting but Child.
+func Defaults() Config {
+	return Config{Publishers: 10, Size: 1024, Duration: 10 * time.Second, Warmup: 2 * time.Second,
+		FileSize: 256 << 20, Gather: true}
+}
+
+// Check validates c, naming the setting that is wrong.
+func (c Config) Check() error {
+	switch {
+	case c.Publishers < 1:
+		return fmt.Errorf("publishers must be at least 1, got %d", c.Publishers)
+	case c.Size < 16 || c.Size > 1<<20:
+		return fmt.Errorf("size must be between 16 and 1048576, got %d", c.Size)
+	case c.Duration <= 0 || c.Warmup < 0:
+		return errors.New("duration must be positive and warmup not negative")
+	case c.FileSize < 1<<20:
+		return fmt.Errorf("file-size must be at least 1 MiB, got %d", c.FileSize)
+	case len(c.Child) == 0:
+		return errors.New("no child command line")
+	}
+	return nil
+}
+
+// ChildArgs are the arguments that make the child serve file.
+func ChildArgs(file string, fileSize int64, gather bool) []string {
+	return []string{"--serve", file, "--file-size", strconv.FormatInt(fileSize, 10), "--gather=" + strconv.FormatBool(gather)}
+}
+
+// Run measures the floor and prints the figures to out.
+func Run(c Config, out io.Writer) error {
+	if err := c.Check(); err != nil {
 		return err
 	}
-	if *child != "" {
-		return serveChild(*child, *fileSize, *gather)
-	}
-	switch {
-	case *publishers < 1:
-		return fmt.Errorf("-publishers must be at least 1, got %d", *publishers)
-	case *size < 16 || *size > 1<<20:
-		return fmt.Errorf("-size must be between 16 and 1048576, got %d", *size)
-	case *duration <= 0 || *warmup < 0:
-		return errors.New("-duration must be positive and -warmup not negative")
-	case *fileSize < 1<<20:
-		return fmt.Errorf("-file-size must be at least 1 MiB, got %d", *fileSize)
-	}
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "syncfloor-")
+	if c.Dir == "" {
+		d, err := os.MkdirTemp("", "spool-floor-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(d)
-		*dir = d
+		c.Dir = d
 	}
-	return measure(out, filepath.Join(*dir, "floor.dat"), *fileSize, *gather, *publishers, *size, *warmup, *duration)
+	return measure(out, c, filepath.Join(c.Dir, "floor.dat"))
 }
 
 // measure starts the server child, runs the publishers and prints the figures.
-func measure(out io.Writer, file string, fileSize int64, gather bool, publishers, size int, warmup, duration time.Duration) error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(self, "-serve", file, "-file-size", strconv.FormatInt(fileSize, 10), "-gather="+strconv.FormatBool(gather))
+func measure(out io.Writer, c Config, file string) error {
+	fileSize, gather, publishers, size, warmup, duration := c.FileSize, c.Gather, c.Publishers, c.Size, c.Warmup, c.Duration
+	args := append(append([]string(nil), c.Child[1:]...), ChildArgs(file, fileSize, gather)...)
+	cmd := exec.Command(c.Child[0], args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -155,9 +164,9 @@ func measure(out io.Writer, file string, fileSize int64, gather bool, publishers
 	return nil
 }
 
-// serveChild is the server process: it answers "addr" with its listening address and "cpu"
+// Serve is the server process: it answers "addr" with its listening address and "cpu"
 // with its CPU time so far, one line each, on stdin and stdout, and exits when stdin closes.
-func serveChild(file string, fileSize int64, gather bool) error {
+func Serve(file string, fileSize int64, gather bool) error {
 	s, err := newServer(file, fileSize, gather)
 	if err != nil {
 		return err
