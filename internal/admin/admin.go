@@ -183,6 +183,7 @@ func New(cfg Config) (*Handler, error) {
 	for _, rt := range h.routeTable() {
 		h.register(rt)
 	}
+	h.registerUI()
 	doc, err := json.Marshal(buildOpenAPI(h.routes))
 	if err != nil {
 		return nil, fmt.Errorf("admin: openapi document: %w", err)

@@ -28,7 +28,7 @@ const (
 // routeAccess says what a route needs, by its operation id; a route not listed needs admin.
 func routeAccess(rt *route) access {
 	switch rt.doc.id {
-	case "healthz", "readyz", "openapi":
+	case "healthz", "readyz", "openapi", "ui":
 		return accessOpen
 	case "metrics":
 		return accessMetrics

@@ -1,0 +1,461 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/spoolmq/spool/internal/admin/ui"
+)
+
+// The dashboard tests drive the real page in headless Chromium against a real broker and admin
+// handler on loopback. Each writes a PNG of every page it visits to $SPOOL_TEST_ARTIFACTS (the
+// screenshots in docs/img come from there), else to a temporary directory.
+
+// chromiumPath finds the browser: $SPOOL_TEST_CHROMIUM, else chromium (Debian's package),
+// chromium-browser or google-chrome on PATH. Without one the test skips, unless
+// SPOOL_TEST_REQUIRE_CHROMIUM is set: scripts/test.sh installs chromium and sets it, so there the
+// dashboard is always tested.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SPOOL_TEST_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("SPOOL_TEST_REQUIRE_CHROMIUM") != "" {
+		t.Fatal("no chromium on PATH but SPOOL_TEST_REQUIRE_CHROMIUM is set (apt-get install chromium)")
+	}
+	t.Skip("no chromium on PATH (apt-get install chromium); set SPOOL_TEST_REQUIRE_CHROMIUM=1 to fail instead")
+	return ""
+}
+
+// browser is one headless Chromium tab on the dashboard at base. It records what the page logs
+// and every request it makes, and checks at the end that the page threw nothing, logged no error
+// (a Content-Security-Policy violation is one) and asked nothing of another origin.
+type browser struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+	dir  string
+
+	mu       sync.Mutex
+	problems []string
+	requests []string
+	statuses map[string][]int // API path (without query) -> statuses seen
+	// allowErrors: log lines that a test expects (the browser logs each 401 it receives).
+	allowErrors []string
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	t.Helper()
+	exe := chromiumPath(t)
+	dir := os.Getenv("SPOOL_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("lang", "en-US"),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to run as root with its sandbox
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	b := &browser{t: t, ctx: ctx, base: base, dir: dir, statuses: map[string][]int{}}
+	t.Cleanup(func() {
+		b.check()
+		cancel()
+		acancel()
+	})
+	// Listen starts the browser and opens the tab (without a timeout: it would stop the browser).
+	if err := chromedp.Listen(ctx, b.event); err != nil {
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+	b.do(chromedp.EmulateViewport(1360, 900))
+	t.Logf("dashboard screenshots in %s", dir)
+	return b
+}
+
+// event records one event of the tab; it runs on chromedp's reader goroutine and must be fast.
+func (b *browser) event(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		b.requests = append(b.requests, ev.Request.URL)
+	case *network.EventResponseReceived:
+		if path, ok := strings.CutPrefix(ev.Response.URL, b.base); ok && strings.HasPrefix(path, "/api/") {
+			path, _, _ = strings.Cut(path, "?")
+			b.statuses[path] = append(b.statuses[path], int(ev.Response.Status))
+		}
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil {
+			msg += " " + d.Exception.Description
+		}
+		b.problems = append(b.problems, fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber, msg))
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+			b.problems = append(b.problems, fmt.Sprintf("console.%s", ev.Type))
+		}
+	case *log.EventEntryAdded:
+		if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
+			for _, ok := range b.allowErrors {
+				if strings.Contains(ev.Entry.Text, ok) {
+					return
+				}
+			}
+			b.problems = append(b.problems, fmt.Sprintf("log %s (%s): %s %s", ev.Entry.Level, ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+		}
+	}
+}
+
+func (b *browser) check() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.problems {
+		b.t.Errorf("page problem: %s", p)
+	}
+	for _, u := range b.requests {
+		if !strings.HasPrefix(u, b.base+"/") && !strings.HasPrefix(u, "data:") {
+			b.t.Errorf("the page requested %s, outside its origin %s: it must work offline", u, b.base)
+		}
+	}
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, waitTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatalf("browser: %v", err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page and decodes its value into T.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, waitTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// waitJS waits until the expression is truthy in the page (it is evaluated at each animation
+// frame), failing after waitTimeout with what the page shows.
+func (b *browser) waitJS(what, expr string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, waitTimeout)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(waitTimeout))); err != nil {
+		body := eval[string](b, `document.body.innerText`)
+		b.t.Fatalf("waiting for %s (%s): %v\npage text:\n%s", what, expr, err, body)
+	}
+}
+
+// js quotes s as a JavaScript string literal.
+func js(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
+// text is the expression of the trimmed text of the first element matching a CSS selector ("" if
+// none).
+func text(sel string) string {
+	return fmt.Sprintf(`((document.querySelector(%s)||{}).textContent||'').trim()`, js(sel))
+}
+
+// waitText waits until the element's text is want.
+func (b *browser) waitText(sel, want string) {
+	b.t.Helper()
+	b.waitJS(fmt.Sprintf("%s to read %q", sel, want), fmt.Sprintf(`%s === %s`, text(sel), js(want)))
+}
+
+// click waits for the element and clicks it. The tables are drawn again at each poll, so the
+// click is the element's own click(), not a mouse event at coordinates taken a moment earlier.
+func (b *browser) click(sel string) {
+	b.t.Helper()
+	b.waitJS(sel, fmt.Sprintf(`document.querySelector(%s) !== null`, js(sel)))
+	eval[chromedp.Void](b, fmt.Sprintf(`document.querySelector(%s).click()`, js(sel)))
+}
+
+// loads is how many times the page has loaded its data (the page counts them on body).
+func (b *browser) loads() int {
+	return eval[int](b, `Number(document.body.dataset.loaded || 0)`)
+}
+
+// waitLoads waits until the page has loaded its data n more times than when before was read.
+func (b *browser) waitLoads(before, n int) {
+	b.t.Helper()
+	b.waitJS(fmt.Sprintf("%d more loads", n), fmt.Sprintf(`Number(document.body.dataset.loaded || 0) >= %d`, before+n))
+}
+
+// screenshot writes a PNG of the viewport to name in the artifacts directory and checks it is one.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, waitTimeout)
+	defer cancel()
+	data, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		b.t.Fatalf("screenshot %s is not a PNG: %v", name, err)
+	}
+	if r := img.Bounds(); r.Dx() != 1360 || r.Dy() != 900 {
+		b.t.Errorf("screenshot %s is %dx%d, want 1360x900", name, r.Dx(), r.Dy())
+	}
+	path := filepath.Join(b.dir, name)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot %s (%d bytes)", path, len(data))
+}
+
+func (b *browser) sawStatus(path string, status int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Contains(b.statuses[path], status)
+}
+
+func TestDashboardAssets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for _, name := range ui.Names() {
+		r := e.do("GET", "/ui/"+name, nil).ok(http.StatusOK, nil)
+		if r.header.Get("Content-Security-Policy") == "" || r.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("/ui/%s: security headers missing: %v", name, r.header)
+		}
+		etag := r.header.Get("ETag")
+		if etag == "" {
+			t.Errorf("/ui/%s without ETag", name)
+		}
+		e.do("GET", "/ui/"+name, nil, "If-None-Match", etag).ok(http.StatusNotModified, nil)
+	}
+	r := e.do("GET", "/", nil).ok(http.StatusOK, nil)
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+		t.Errorf("GET / Content-Type %q", ct)
+	}
+	if !bytes.Contains(r.body, []byte(`src="/ui/app.js"`)) {
+		t.Errorf("GET / is not the dashboard: %s", r.body)
+	}
+	// Nothing is loaded from another site.
+	for _, name := range ui.Names() {
+		body := e.do("GET", "/ui/"+name, nil).body
+		for _, bad := range []string{"http://", "https://", "//cdn"} {
+			if i := bytes.Index(body, []byte(bad)); i >= 0 && !bytes.HasPrefix(body[i:], []byte("http://www.w3.org/2000/svg")) {
+				t.Errorf("/ui/%s refers to another site: %q", name, body[i:min(i+60, len(body))])
+			}
+		}
+	}
+	e.do("GET", "/ui/nope.js", nil).fails(http.StatusNotFound, "NOT_FOUND")
+	e.do("GET", "/ui/../admin.go", nil).fails(http.StatusNotFound, "NOT_FOUND")
+	e.do("GET", "/nope", nil).fails(http.StatusNotFound, "NOT_FOUND")
+	e.do("POST", "/", nil).fails(http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
+	// The files are open when authentication is on; the data is not.
+	a := authEnv(t, true)
+	a.do("GET", "/", nil).ok(http.StatusOK, nil)
+	a.do("GET", "/ui/app.js", nil).ok(http.StatusOK, nil)
+	a.do("GET", "/api/v1/topics", nil).fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
+}
+
+// TestDashboard walks the dashboard's pages over real data: the topic list (depth, live
+// update), a topic (its group's state, members, lag, DLQ count), the group's DLQ (inspect,
+// replay, purge with confirmation), checking each action's effect through the API.
+func TestDashboard(t *testing.T) {
+	// The pull session's member stays for the whole test, so the group has one member.
+	e := newEnv(t, func(c *Config) { c.PullIdleTimeout = time.Hour })
+	const topic, group = "orders.created", "billing"
+	e.do("POST", "/api/v1/topics", map[string]any{"name": topic, "semantics": "PUB_SUB"}).ok(http.StatusCreated, nil)
+	// Markup in data must stay text: the page builds no element from it.
+	evil := `{"order":42,"note":"<img src=x id=pwned-payload onerror=alert(1)>"}`
+	e.do("POST", "/api/v1/topics/"+topic+"/messages", map[string]any{"messages": []map[string]any{
+		{"payload": `{"order":40}`},
+		{"payload": `{"order":41}`},
+		{"payload": evil, "key": "customer-7", "headers": map[string]string{"trace-id": "abc123", "x-html": "<b id=pwned-header>"}},
+	}}).ok(http.StatusCreated, nil)
+	msgs := e.pullN(topic, group, 3, map[string]any{"start": map[string]any{"kind": "FROM_BEGINNING"}})
+	e.do("POST", "/api/v1/topics/"+topic+"/groups/"+group+"/ack", map[string]any{"ids": []string{msgs[0].ID, msgs[1].ID}}).ok(http.StatusOK, nil)
+	reason := "card declined <script id=pwned-reason>alert(1)</script>"
+	e.do("POST", "/api/v1/topics/"+topic+"/groups/"+group+"/nack", map[string]any{"ids": []string{msgs[2].ID}, "to_dlq": true, "reason": reason}).ok(http.StatusOK, nil)
+
+	b := newBrowser(t, e.srv.URL)
+	row := `tr[data-topic="` + topic + `"] `
+
+	// Topics: depth, groups, health.
+	b.do(chromedp.Navigate(e.srv.URL + "/"))
+	b.waitText(row+`[data-col=depth]`, "3")
+	b.waitText(row+`[data-col=groups]`, "1")
+	b.waitJS("the topic's health to say WARN (a DLQ entry)", text(row+`[data-col=health]`)+`.startsWith('WARN')`)
+	// Live update: two more messages appear without a reload, and the rate is measured.
+	n := b.loads()
+	e.do("POST", "/api/v1/topics/"+topic+"/messages", map[string]any{"messages": []map[string]any{{"payload": "a"}, {"payload": "b"}}}).ok(http.StatusCreated, nil)
+	b.waitText(row+`[data-col=depth]`, "5")
+	b.waitLoads(n, 2)
+	b.waitJS("a publish rate", text(row+`[data-col=rate]`)+`.endsWith('/s')`)
+	b.screenshot("dashboard-topics.png")
+
+	// Topic: the group's state, members, lag and DLQ count.
+	b.click(row + `a`)
+	grow := `tr[data-group="` + group + `"] `
+	b.waitText(grow+`[data-col=state]`, "ACTIVE")
+	b.waitJS("one member", text(grow+`[data-col=members]`)+`.startsWith('1')`)
+	b.waitText(grow+`[data-col=lag]`, "2") // the two messages published last were not pulled
+	b.waitText(grow+`[data-col=dlq]`, "1 →")
+	b.waitText(`[data-card=depth] .value`, "5")
+	b.screenshot("dashboard-topic.png")
+
+	// DLQ: the entry, then the inspector with payload, headers and reason as text.
+	b.click(grow + `[data-col=dlq] a`)
+	b.waitJS("the DLQ entry", `document.querySelectorAll('tr[data-entry]').length === 1`)
+	b.waitText(`tr[data-entry] [data-col=last_error]`, reason)
+	b.waitText(`tr[data-entry] [data-col=message]`, msgs[2].ID+"key customer-7")
+	b.click(`tr[data-entry]`)
+	b.waitJS("the inspector", `document.getElementById('inspect-payload') !== null`)
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, []byte(evil), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if got := eval[string](b, `document.getElementById('inspect-payload').textContent`); got != pretty.String() {
+		t.Errorf("inspected payload %q, want %q", got, pretty.String())
+	}
+	b.waitJS("the trace-id header", text(`#inspect-headers`)+`.includes('trace-idabc123')`)
+	if n := eval[int](b, `document.querySelectorAll('#pwned-payload, #pwned-header, #pwned-reason').length`); n != 0 {
+		t.Errorf("message data became markup: %d elements", n)
+	}
+	b.screenshot("dashboard-dlq.png")
+
+	// Replay from the inspector, after the confirmation: the DLQ is empty and the message is
+	// delivered again to the group.
+	b.click(`#inspect-replay`)
+	b.waitJS("the confirmation", `!document.getElementById('confirm').hidden`)
+	b.waitJS("the replay question", text(`#confirm-text`)+`.startsWith('Replay 1 entry')`)
+	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitJS("the inspector to say the entry is gone", `document.getElementById('inspect-gone') !== null`)
+	var dl DLQList
+	e.do("GET", "/api/v1/topics/"+topic+"/groups/"+group+"/dlq", nil).ok(http.StatusOK, &dl)
+	if len(dl.Entries) != 0 {
+		t.Fatalf("DLQ after replay: %+v", dl.Entries)
+	}
+	again := e.pullN(topic, group, 3, nil) // the replayed message and the two published later
+	var replayed *PulledMessage
+	for i := range again {
+		if again[i].ID == msgs[2].ID {
+			replayed = &again[i]
+		}
+	}
+	if replayed == nil || replayed.Attempt != 1 {
+		t.Fatalf("pull after replay: %+v, want %s again with a fresh attempt count", again, msgs[2].ID)
+	}
+	var ack []string
+	for _, m := range again {
+		if m.ID != msgs[2].ID {
+			ack = append(ack, m.ID)
+		}
+	}
+	e.do("POST", "/api/v1/topics/"+topic+"/groups/"+group+"/ack", map[string]any{"ids": ack}).ok(http.StatusOK, nil)
+	e.do("POST", "/api/v1/topics/"+topic+"/groups/"+group+"/nack", map[string]any{"ids": []string{msgs[2].ID}, "to_dlq": true, "reason": "still bad"}).ok(http.StatusOK, nil)
+
+	// The new entry shows up by itself. Purge all: cancelling changes nothing, confirming purges.
+	b.waitText(`tr[data-entry] [data-col=last_error]`, "still bad")
+	b.click(`#purge-all`)
+	b.waitJS("the purge question", text(`#confirm-text`)+`.startsWith('Purge all 1 entries')`)
+	b.do(chromedp.Click(chromedp.ID("confirm-cancel")))
+	b.waitJS("the dialog to close", `document.getElementById('confirm').hidden`)
+	e.do("GET", "/api/v1/topics/"+topic+"/groups/"+group+"/dlq", nil).ok(http.StatusOK, &dl)
+	if len(dl.Entries) != 1 {
+		t.Fatalf("DLQ after a cancelled purge: %+v", dl.Entries)
+	}
+	b.click(`#purge-all`)
+	b.waitJS("the confirmation", `!document.getElementById('confirm').hidden`)
+	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitJS("the empty DLQ", text(`#entries`)+` === 'The dead-letter queue is empty.'`)
+	e.do("GET", "/api/v1/topics/"+topic+"/groups/"+group+"/dlq", nil).ok(http.StatusOK, &dl)
+	if len(dl.Entries) != 0 {
+		t.Fatalf("DLQ after purge: %+v", dl.Entries)
+	}
+	var g Group
+	e.do("GET", "/api/v1/topics/"+topic+"/groups/"+group, nil).ok(http.StatusOK, &g)
+	if g.Pending != 0 || g.DeadLettered != 0 {
+		t.Fatalf("group after purge: pending %d, dead-lettered %d; want nothing left", g.Pending, g.DeadLettered)
+	}
+	b.waitText(`[data-card=dead_lettered] .value`, "0")
+}
+
+// TestDashboardAuth: with principals configured, the page asks for a token (its API calls get
+// 401), refuses a wrong one, works with a good one kept in session storage only, and signs out.
+func TestDashboardAuth(t *testing.T) {
+	e := authEnv(t, true)
+	e.do("POST", "/api/v1/topics/orders.x/messages", map[string]any{"payload": "hi"}, bearer(pubToken)...).ok(http.StatusCreated, nil)
+	e.do("GET", "/api/v1/topics", nil).fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
+
+	b := newBrowser(t, e.srv.URL)
+	b.allowErrors = []string{"401 (Unauthorized)", "403 (Forbidden)"} // the browser logs each refusal
+	b.do(chromedp.Navigate(e.srv.URL + "/"))
+	b.waitJS("the sign-in dialog", `!document.getElementById('login').hidden`)
+	if !b.sawStatus("/api/v1/topics", http.StatusUnauthorized) {
+		t.Errorf("the page's API call without a token did not get 401: %v", b.statuses)
+	}
+	if n := eval[int](b, `document.querySelectorAll('tr[data-topic]').length`); n != 0 {
+		t.Errorf("topics shown without a token: %d", n)
+	}
+	b.screenshot("dashboard-login.png")
+
+	// A wrong token is refused and not kept.
+	b.do(chromedp.SendKeys(chromedp.ID("token"), "wrong-0123456789abcdef"), chromedp.Click(chromedp.ID("login-submit")))
+	b.waitJS("the refusal", text(`#login-error`)+`.startsWith('That token was refused')`)
+	if tok := eval[*string](b, `sessionStorage.getItem('spool.token')`); tok != nil {
+		t.Errorf("a refused token was kept: %q", *tok)
+	}
+	// A principal without admin rights sees why the API refuses it.
+	b.do(chromedp.SendKeys(chromedp.ID("token"), pubToken), chromedp.Click(chromedp.ID("login-submit")))
+	b.waitJS("the permission banner", text(`#banner`)+`.startsWith('PERMISSION_DENIED')`)
+	// The admin token works; it is in this tab's session storage, nowhere else.
+	b.click(`#signout`)
+	b.waitJS("the sign-in dialog", `!document.getElementById('login').hidden`)
+	b.do(chromedp.SendKeys(chromedp.ID("token"), adminToken), chromedp.Click(chromedp.ID("login-submit")))
+	b.waitText(`tr[data-topic="orders.x"] [data-col=depth]`, "1")
+	if tok := eval[string](b, `sessionStorage.getItem('spool.token')`); tok != adminToken {
+		t.Errorf("session storage holds %q", tok)
+	}
+	if n := eval[int](b, `localStorage.length + document.cookie.length`); n != 0 {
+		t.Errorf("the token went to local storage or a cookie")
+	}
+	// Signing out forgets the token and asks again.
+	b.click(`#signout`)
+	b.waitJS("the sign-in dialog", `!document.getElementById('login').hidden`)
+	if tok := eval[*string](b, `sessionStorage.getItem('spool.token')`); tok != nil {
+		t.Errorf("token kept after sign-out")
+	}
+}
