@@ -137,6 +137,13 @@ func (b *browser) event(ev any) {
 	}
 }
 
+// allow makes log errors containing one of texts expected.
+func (b *browser) allow(texts ...string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.allowErrors = append(b.allowErrors, texts...)
+}
+
 func (b *browser) check() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -411,6 +418,13 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("group after purge: pending %d, dead-lettered %d; want nothing left", g.Pending, g.DeadLettered)
 	}
 	b.waitText(`[data-card=dead_lettered] .value`, "0")
+
+	// The broker stops answering: the page says so and keeps the last data on screen.
+	b.allow("ERR_CONNECTION_REFUSED")
+	e.srv.Close()
+	b.waitJS("the unreachable banner", text(`#banner`)+`.startsWith('UNREACHABLE')`)
+	b.waitText(`#live`, "broker unreachable")
+	b.waitText(`[data-card=dead_lettered] .value`, "0")
 }
 
 // TestDashboardAuth: with principals configured, the page asks for a token (its API calls get
@@ -421,7 +435,7 @@ func TestDashboardAuth(t *testing.T) {
 	e.do("GET", "/api/v1/topics", nil).fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
 
 	b := newBrowser(t, e.srv.URL)
-	b.allowErrors = []string{"401 (Unauthorized)", "403 (Forbidden)"} // the browser logs each refusal
+	b.allow("401 (Unauthorized)", "403 (Forbidden)") // the browser logs each refusal
 	b.do(chromedp.Navigate(e.srv.URL + "/"))
 	b.waitJS("the sign-in dialog", `!document.getElementById('login').hidden`)
 	if !b.sawStatus("/api/v1/topics", http.StatusUnauthorized) {
