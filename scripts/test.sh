@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of Spool: gofmt, vet, staticcheck, the race-enabled test suite, and a short fuzz
 # pass over every decoder. Starts a throwaway PostgreSQL cluster (installing PostgreSQL with apt when it is missing)
-# and exports TEST_DATABASE_URL for the tests that need it; stops and removes it on exit.
+# and exports TEST_DATABASE_URL for the tests that need it; stops and removes it on exit. Installs
+# netcat and Chromium with apt when they are missing (the seed-002 nc checks, the dashboard tests).
 #
 # Environment:
 #   TEST_DATABASE_URL  use this database instead of starting a throwaway cluster (PostgreSQL tests
@@ -80,6 +81,12 @@ if ! command -v nc >/dev/null 2>&1; then
 	install_packages netcat-openbsd
 fi
 export SPOOL_TEST_REQUIRE_NC=1
+# The dashboard tests drive Debian's headless Chromium (internal/admin/ui_test.go); here they must
+# run, not skip.
+if ! command -v chromium >/dev/null 2>&1; then
+	install_packages chromium
+fi
+export SPOOL_TEST_REQUIRE_CHROMIUM=1
 # PostgreSQL tests must run here: without a database they fail instead of skipping.
 export SPOOL_TEST_REQUIRE_PG=1
 # As root (CI), the disk-full test mounts a small tmpfs; it must not skip there.
