@@ -298,8 +298,9 @@ func TestDashboardAssets(t *testing.T) {
 }
 
 // TestDashboard walks the dashboard's pages over real data: the topic list (depth, live
-// update), a topic (its group's state, members, lag, DLQ count), the group's DLQ (inspect,
-// replay, purge with confirmation), checking each action's effect through the API.
+// update), a topic (its group's state, members, lag, DLQ count; pause and resume), the group's
+// DLQ (inspect, replay, purge with confirmation), checking each action's effect through the API,
+// and a broker that stops answering.
 func TestDashboard(t *testing.T) {
 	// The pull session's member stays for the whole test, so the group has one member.
 	e := newEnv(t, func(c *Config) { c.PullIdleTimeout = time.Hour })
@@ -317,6 +318,8 @@ func TestDashboard(t *testing.T) {
 	reason := "card declined <script id=pwned-reason>alert(1)</script>"
 	e.do("POST", "/api/v1/topics/"+topic+"/groups/"+group+"/nack", map[string]any{"ids": []string{msgs[2].ID}, "to_dlq": true, "reason": reason}).ok(http.StatusOK, nil)
 
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "audit.log", "semantics": "PUB_SUB"}).ok(http.StatusCreated, nil)
+
 	b := newBrowser(t, e.srv.URL)
 	row := `tr[data-topic="` + topic + `"] `
 
@@ -325,6 +328,7 @@ func TestDashboard(t *testing.T) {
 	b.waitText(row+`[data-col=depth]`, "3")
 	b.waitText(row+`[data-col=groups]`, "1")
 	b.waitJS("the topic's health to say WARN (a DLQ entry)", text(row+`[data-col=health]`)+`.startsWith('WARN')`)
+	b.waitJS("a topic nobody consumes", text(`tr[data-topic="audit.log"] [data-col=health]`)+`.startsWith('NO GROUPS')`)
 	// Live update: two more messages appear without a reload, and the rate is measured.
 	n := b.loads()
 	e.do("POST", "/api/v1/topics/"+topic+"/messages", map[string]any{"messages": []map[string]any{{"payload": "a"}, {"payload": "b"}}}).ok(http.StatusCreated, nil)
@@ -343,12 +347,35 @@ func TestDashboard(t *testing.T) {
 	b.waitText(`[data-card=depth] .value`, "5")
 	b.screenshot("dashboard-topic.png")
 
+	// Pause (after the confirmation) and resume the group from its row.
+	b.click(grow + `[data-action=pause]`)
+	b.waitJS("the pause question", text(`#confirm-text`)+`.startsWith('Pause group billing on topic orders.created?')`)
+	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitText(grow+`[data-col=state]`, "PAUSED")
+	var g Group
+	e.do("GET", "/api/v1/topics/"+topic+"/groups/"+group, nil).ok(http.StatusOK, &g)
+	if g.State != "PAUSED" {
+		t.Fatalf("group state after pause: %s", g.State)
+	}
+	b.click(grow + `[data-action=resume]`)
+	b.waitText(grow+`[data-col=state]`, "ACTIVE")
+	e.do("GET", "/api/v1/topics/"+topic+"/groups/"+group, nil).ok(http.StatusOK, &g)
+	if g.State != "ACTIVE" {
+		t.Fatalf("group state after resume: %s", g.State)
+	}
+
 	// DLQ: the entry, then the inspector with payload, headers and reason as text.
 	b.click(grow + `[data-col=dlq] a`)
 	b.waitJS("the DLQ entry", `document.querySelectorAll('tr[data-entry]').length === 1`)
 	b.waitText(`tr[data-entry] [data-col=last_error]`, reason)
 	b.waitText(`tr[data-entry] [data-col=message]`, msgs[2].ID+"key customer-7")
-	b.click(`tr[data-entry]`)
+	// The keyboard works too, and the focus survives the redraws of the live updates.
+	eval[chromedp.Void](b, `document.querySelector('tr[data-entry]').focus()`)
+	b.waitLoads(b.loads(), 2)
+	if !eval[bool](b, `document.activeElement.matches('tr[data-entry]')`) {
+		t.Errorf("the focused DLQ row lost the focus at a refresh")
+	}
+	b.do(chromedp.KeyEvent("\r"))
 	b.waitJS("the inspector", `document.getElementById('inspect-payload') !== null`)
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, []byte(evil), "", "  "); err != nil {
@@ -412,7 +439,6 @@ func TestDashboard(t *testing.T) {
 	if len(dl.Entries) != 0 {
 		t.Fatalf("DLQ after purge: %+v", dl.Entries)
 	}
-	var g Group
 	e.do("GET", "/api/v1/topics/"+topic+"/groups/"+group, nil).ok(http.StatusOK, &g)
 	if g.Pending != 0 || g.DeadLettered != 0 {
 		t.Fatalf("group after purge: pending %d, dead-lettered %d; want nothing left", g.Pending, g.DeadLettered)

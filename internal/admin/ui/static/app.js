@@ -94,7 +94,13 @@
     svg.setAttribute('height', h);
     svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
     svg.setAttribute('aria-hidden', 'true');
-    if (hist.length >= 2) {
+    const base = document.createElementNS(NS, 'line');
+    base.setAttribute('x1', 1);
+    base.setAttribute('x2', w - 1);
+    base.setAttribute('y1', h - 1.5);
+    base.setAttribute('y2', h - 1.5);
+    svg.append(base);
+    if (hist.length >= 3) {
       const top = Math.max(...hist) || 1;
       const step = (w - 2) / (HIST - 1);
       const pts = hist.map((v, i) => {
@@ -219,7 +225,7 @@
   }
 
   function healthCell(h) {
-    return el('td', { 'data-col': 'health' }, badge(h.level, LABEL[h.level]),
+    return el('td', { 'data-col': 'health' }, badge(h.level, h.label || LABEL[h.level]),
       h.why.length ? el('span', { class: 'health-why', text: h.why.join(' · ') }) : null);
   }
 
@@ -309,6 +315,27 @@
       el('tbody', {}, rows)));
   }
 
+  // focusSel and restoreFocus keep the keyboard focus across a redraw: focusSel names the focused
+  // control by its row (data-entry, data-group or data-topic) and its kind; restoreFocus focuses
+  // the same control of the new row when the focus was lost (the old one left the page).
+  function focusSel() {
+    const a = document.activeElement;
+    const row = a && a !== document.body ? a.closest('[data-entry],[data-group],[data-topic]') : null;
+    if (!row) return null;
+    const attr = ['data-entry', 'data-group', 'data-topic'].find((n) => row.hasAttribute(n));
+    let sel = `[${attr}="${CSS.escape(row.getAttribute(attr))}"]`;
+    if (a !== row) {
+      const action = a.getAttribute('data-action');
+      sel += ' ' + (action ? `[data-action="${CSS.escape(action)}"]` : a.tagName.toLowerCase());
+    }
+    return sel;
+  }
+  function restoreFocus(sel) {
+    if (!sel || (document.activeElement && document.activeElement !== document.body)) return;
+    const again = document.querySelector(sel);
+    if (again) again.focus();
+  }
+
   const num = (v, col) => el('td', { class: 'num', 'data-col': col, text: fmtNum(v) });
 
   // ---------- view: topics ----------
@@ -362,7 +389,7 @@
         if (f && !t.name.toLowerCase().includes(f)) continue;
         const groups = byTopic.get(t.name) || [];
         let worst = { level: 'ok', why: [] };
-        if (!groups.length) worst = { level: 'idle', why: ['no subscription'] };
+        if (!groups.length) worst = { level: 'idle', label: 'NO GROUPS', why: ['no subscription: nothing consumes it'] };
         for (const { g, h } of groups) {
           if (RANK[h.level] > RANK[worst.level]) worst = { level: h.level, why: [] };
           if (h.level === worst.level && h.level !== 'ok') worst.why.push(g.group + ': ' + h.why.join(', '));
@@ -444,14 +471,21 @@
         }
         const dlq = el('td', { class: 'num', 'data-col': 'dlq' },
           el('a', { href: dlqHref(g.topic, g.group), title: 'Open the dead-letter queue', text: fmtNum(g.dead_lettered) + ' →' }));
+        let action = null;
+        if (g.state === 'ACTIVE' && !g.ephemeral) {
+          action = el('button', { type: 'button', class: 'ghost', 'data-action': 'pause', text: 'Pause group', onclick: () => this.groupOp(g, 'pause') });
+        } else if (g.state === 'PAUSED' || g.state === 'DEAD') {
+          action = el('button', { type: 'button', 'data-action': 'resume', text: 'Resume group', onclick: () => this.groupOp(g, 'resume') });
+        }
         return el('tr', { 'data-group': g.group },
           name, el('td', { 'data-col': 'state' }, stateBadge(g.state)), healthCell(h), members,
           num(g.lag, 'lag'), num(g.pending, 'pending'), num(g.in_flight, 'in_flight'), num(g.redelivering, 'redelivering'),
-          el('td', { class: 'num', 'data-col': 'done_rate' }, fmtRate(done.rate), spark(done.hist)), dlq);
+          el('td', { class: 'num', 'data-col': 'done_rate' }, fmtRate(done.rate), spark(done.hist)), dlq,
+          el('td', { 'data-col': 'actions' }, action));
       });
       $('groups').replaceChildren(table(
         ['Group', 'State', 'Health', 'Members', { text: 'Lag', num: true }, { text: 'Pending', num: true },
-          { text: 'In flight', num: true }, { text: 'Redelivering', num: true }, { text: 'Done rate', num: true }, { text: 'DLQ', num: true }],
+          { text: 'In flight', num: true }, { text: 'Redelivering', num: true }, { text: 'Done rate', num: true }, { text: 'DLQ', num: true }, ''],
         rows, t.config.semantics === 'PUB_SUB'
           ? 'No consumer group yet: messages are kept for zero_subscription_retention (' + fmtDur(t.config.zero_subscription_retention) + ').'
           : 'No consumer yet.'));
@@ -475,6 +509,24 @@
         kv('completion_tracking', c.completion_tracking || '—'), kv('max_message_bytes', fmtBytes(c.max_message_bytes)),
         kv('dedup_window', fmtDur(c.dedup_window)));
     },
+  };
+
+  // groupOp pauses (after asking) or resumes a subscription.
+  topicView.groupOp = async function groupOp(g, op) {
+    if (op === 'pause') {
+      const ok = await confirmDialog({
+        title: `Pause group ${g.group}?`, ok: 'Pause group',
+        text: `Pause group ${g.group} on topic ${g.topic}? It receives nothing until resumed, and keeps holding retention (up to max_retention).`,
+      });
+      if (!ok) return;
+    }
+    try {
+      const res = await api(groupPath(g.topic, g.group) + '/' + op, { method: 'POST' });
+      toast(`Group ${g.group} is ${res.state}.`);
+    } catch (e) {
+      if (e.status !== 401) toast(`${op === 'pause' ? 'Pause' : 'Resume'} failed: ${e}`, true);
+    }
+    refresh();
   };
 
   // ---------- view: a group's dead-letter queue ----------
@@ -527,6 +579,11 @@
       this.draw();
     },
     draw() {
+      const sel = focusSel();
+      this.drawAll();
+      restoreFocus(sel);
+    },
+    drawAll() {
       const g = this.group;
       const r = this.r;
       $('head').replaceChildren(el('h1', { text: 'Dead letters of ' + r.group }), stateBadge(g.state),
@@ -550,8 +607,10 @@
         })),
         { text: 'Entry', num: true }, 'Message', 'Reason', { text: 'Attempts', num: true }, 'Last error', 'Dead at'];
       const rows = this.entries.map((e) => el('tr', {
-        class: 'clickable' + (this.inspect === e.id ? ' selected' : ''), 'data-entry': e.id,
+        class: 'clickable' + (this.inspect === e.id ? ' selected' : ''), 'data-entry': e.id, tabindex: 0,
+        title: 'Inspect this entry', 'aria-selected': String(this.inspect === e.id),
         onclick: (ev) => { if (ev.target.closest('input')) return; this.show(e); },
+        onkeydown: (ev) => { if (ev.key === 'Enter' && !ev.target.closest('input')) this.show(e); },
       },
       el('td', { class: 'check' }, el('input', {
         type: 'checkbox', 'aria-label': 'Select entry ' + e.id, checked: this.selected.has(e.id),
@@ -721,8 +780,10 @@
     const gen = ui.gen;
     const r = ui.route;
     try {
+      const focused = focusSel();
       await views[r.view].load(r);
       if (gen !== ui.gen) return;
+      restoreFocus(focused);
       ui.lastOK = new Date();
       hideBanner();
       if (!ui.paused) setLive('ok', 'live · updated ' + fmtTime(ui.lastOK).slice(11));
@@ -751,7 +812,7 @@
   function init() {
     $('pause').addEventListener('click', () => {
       ui.paused = !ui.paused;
-      $('pause').textContent = ui.paused ? 'Resume' : 'Pause';
+      $('pause').textContent = ui.paused ? 'Resume updates' : 'Pause updates';
       if (ui.paused) { clearTimeout(ui.timer); setLive('paused', 'paused'); } else refresh();
     });
     $('signout').addEventListener('click', () => {
