@@ -50,7 +50,7 @@ func serve(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: spool serve [flags]\n\n"+
-			"Runs the broker: TCP (binary protocol and text mode), HTTP (admin API, /metrics, /healthz, /readyz).\n"+
+			"Runs the broker: TCP (binary protocol and text mode), HTTP (admin API, dashboard at /, /metrics, /healthz, /readyz).\n"+
 			"Settings come from the defaults, then --config (or $SPOOL_CONFIG), then SPOOL_* variables\n"+
 			"(SPOOL_<KEY>, e.g. SPOOL_SERVER_MAX_CONNECTIONS; any other SPOOL_* variable but SPOOL_CONFIG,\n"+
 			"SPOOL_ADDR, SPOOL_TOKEN and SPOOL_TEST_* is an error), then these flags.\n"+
@@ -61,7 +61,7 @@ func serve(ctx context.Context, args []string) error {
 	configFile := fs.String("config", "", "YAML configuration file (default $SPOOL_CONFIG, else none)")
 	def := config.Defaults()
 	fs.String("listen", def.Listen, "TCP address of the binary protocol and the text mode")
-	fs.String("http", def.HTTP, "HTTP address of the admin API, /metrics, /healthz and /readyz")
+	fs.String("http", def.HTTP, "HTTP address of the admin API, the dashboard (/), /metrics, /healthz and /readyz")
 	fs.String("data-dir", def.DataDir, "directory of the embedded engine")
 	fs.String("store", def.Store, "engine: empty for the embedded engine in --data-dir, or a postgres:// URL (PostgreSQL engine)")
 	fs.String("log-level", def.LogLevel, "debug, info, warn or error (JSON logs on stderr)")

@@ -39,7 +39,7 @@ type Config struct {
 	// Listen is the TCP address of the binary protocol and the text mode. Defaults to
 	// "127.0.0.1:9092"; an address other hosts reach needs Insecure.
 	Listen string `yaml:"listen"`
-	// HTTP is the address of the HTTP listener (admin API, /metrics, /healthz, /readyz). Defaults
+	// HTTP is the address of the HTTP listener (admin API, dashboard, /metrics, /healthz, /readyz). Defaults
 	// to "127.0.0.1:8080"; an address other hosts reach needs Insecure.
 	HTTP string `yaml:"http"`
 	// Insecure lets Listen and HTTP be addresses that other hosts reach (":9092", a LAN address)

@@ -400,6 +400,10 @@ func TestBinaryProtocolAndHTTP(t *testing.T) {
 	if code, _ := b.get("/healthz"); code != 200 {
 		t.Fatalf("/healthz %d", code)
 	}
+	// The binary serves the dashboard (internal/admin/ui) at the root of its HTTP port.
+	if code, body := b.get("/"); code != 200 || !strings.Contains(body, `src="/ui/app.js"`) {
+		t.Fatalf("GET / (dashboard): %d %.200s", code, body)
+	}
 	eventually(t, "metrics", func() error {
 		code, body := b.get("/metrics")
 		for _, want := range []string{"queue_depth{", "consumer_lag{", "message_throughput{",
