@@ -378,13 +378,13 @@
         if (!byTopic.has(g.topic)) byTopic.set(g.topic, []);
         byTopic.get(g.topic).push({ g, h });
       }
-      let total = 0, depth = 0;
+      let total = null, depth = 0;
       const rows = [];
       const f = this.filter.trim().toLowerCase();
       for (const t of tl.topics) {
         const st = t.stats || { messages: 0, bytes: 0, partitions: [] };
         const s = rates.get(t.name);
-        if (s.rate) total += s.rate;
+        if (s.rate !== null) total = (total || 0) + s.rate;
         depth += st.messages;
         if (f && !t.name.toLowerCase().includes(f)) continue;
         const groups = byTopic.get(t.name) || [];
@@ -397,7 +397,7 @@
         if (worst.level === 'idle' && groups.length) worst.level = 'ok';
         const maxLag = groups.length ? Math.max(...groups.map(({ g }) => g.lag)) : null;
         const damaged = st.partitions.filter((p) => p.damaged).length;
-        if (damaged) { worst.level = 'crit'; worst.why.unshift(damaged + ' partition(s) damaged'); }
+        if (damaged) worst = { level: 'crit', why: [damaged + ' partition(s) damaged: unavailable until repaired', ...worst.why] };
         rows.push(el('tr', { class: 'clickable', 'data-topic': t.name, onclick: (e) => { if (!e.target.closest('a')) location.hash = topicHref(t.name); } },
           el('td', { class: 'name' }, el('a', { href: topicHref(t.name), text: t.name })),
           el('td', {}, badge('info', t.config.semantics)),
