@@ -499,3 +499,46 @@ func TestDashboardAuth(t *testing.T) {
 		t.Errorf("token kept after sign-out")
 	}
 }
+
+// TestDashboardDLQSelection: a DLQ longer than a page shows "Show more"; entries are selected
+// one by one or all at once, and only the selected ones are purged.
+func TestDashboardDLQSelection(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PullIdleTimeout, c.PullMaxBatch = time.Hour, 200 })
+	const n = 101 // one more than the page
+	msgs := make([]map[string]any, n)
+	for i := range msgs {
+		msgs[i] = map[string]any{"payload": fmt.Sprintf("job %d", i)}
+	}
+	e.do("POST", "/api/v1/topics/jobs/messages", map[string]any{"messages": msgs}).ok(http.StatusCreated, nil)
+	pulled := e.pullN("jobs", "$queue", n, nil)
+	ids := make([]string, len(pulled))
+	for i, m := range pulled {
+		ids[i] = m.ID
+	}
+	e.do("POST", "/api/v1/topics/jobs/groups/$queue/nack", map[string]any{"ids": ids, "to_dlq": true, "reason": "bad job"}).ok(http.StatusOK, nil)
+
+	b := newBrowser(t, e.srv.URL)
+	b.do(chromedp.Navigate(e.srv.URL + "/#/topics/jobs/groups/%24queue/dlq"))
+	rows := `document.querySelectorAll('tr[data-entry]').length`
+	b.waitJS("a page of entries", rows+` === 100`)
+	b.waitText(`[data-card=dead_lettered] .value`, "101")
+	b.click(`#more button`)
+	b.waitJS("every entry", rows+` === 101`)
+	// Select all, then leave the first entry out: 100 selected.
+	b.click(`#select-all`)
+	b.waitText(`#purge-selected`, "Purge selected (101)")
+	b.click(`tr[data-entry] input[type=checkbox]`)
+	b.waitText(`#purge-selected`, "Purge selected (100)")
+	b.waitJS("select-all half checked", `document.getElementById('select-all').indeterminate`)
+	first := eval[string](b, `document.querySelector('tr[data-entry]').dataset.entry`)
+	b.click(`#purge-selected`)
+	b.waitJS("the purge question", text(`#confirm-text`)+`.startsWith('Purge 100 entries from the DLQ of group $queue on topic jobs?')`)
+	b.do(chromedp.Click(chromedp.ID("confirm-ok")))
+	b.waitJS("one entry left", rows+` === 1`)
+	var dl DLQList
+	e.do("GET", "/api/v1/topics/jobs/groups/$queue/dlq", nil).ok(http.StatusOK, &dl)
+	if len(dl.Entries) != 1 || fmt.Sprint(dl.Entries[0].ID) != first {
+		t.Fatalf("DLQ after purging the selection: %+v, want entry %s alone", dl.Entries, first)
+	}
+	b.waitText(`#purge-selected`, "Purge selected (0)")
+}
