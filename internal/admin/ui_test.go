@@ -542,3 +542,23 @@ func TestDashboardDLQSelection(t *testing.T) {
 	}
 	b.waitText(`#purge-selected`, "Purge selected (0)")
 }
+
+// TestDashboardLagGrowing: a group whose lag rose at each of the last five polls is flagged.
+func TestDashboardLagGrowing(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PullIdleTimeout = time.Hour })
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "events", "semantics": "PUB_SUB"}).ok(http.StatusCreated, nil)
+	e.do("POST", "/api/v1/topics/events/groups/slow/pull", map[string]any{"max": 1, "wait": "0s"}).ok(http.StatusOK, nil)
+
+	b := newBrowser(t, e.srv.URL)
+	b.do(chromedp.Navigate(e.srv.URL + "/#/topics/events"))
+	health := `tr[data-group="slow"] [data-col=health]`
+	b.waitText(health, "OK")
+	// One more message before each poll: the lag the page sees rises five times in a row.
+	for i := range 5 {
+		n := b.loads()
+		e.do("POST", "/api/v1/topics/events/messages", map[string]any{"payload": fmt.Sprint(i)}).ok(http.StatusCreated, nil)
+		b.waitLoads(n, 1)
+	}
+	b.waitJS("lag growing", text(health)+`.includes('lag growing')`)
+	b.waitText(`tr[data-group="slow"] [data-col=lag]`, "5")
+}

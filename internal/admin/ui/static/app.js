@@ -190,7 +190,7 @@
     return s;
   }
 
-  // lagTrend keeps a group's recent lag values; growing says it rose over the last five polls
+  // lagGrowing keeps a group's recent lag values and says whether it rose over the last five polls
   // without ever falling.
   const lags = new Map();
   function lagGrowing(key, lag) {
