@@ -89,6 +89,8 @@ type logRound struct {
 	// undone: the round cleared records it had written (undoLocked), possibly past the blocks
 	// an fdatasync made durable: it syncs itself, never rides.
 	undone bool
+	// pins are the segments whose files the round pinned (Files), released by completeRound.
+	pins []*segment
 	// Set by Committer.finish.
 	records  int           // records made durable
 	gathered int64         // prompt requests
@@ -144,6 +146,11 @@ const zeroAhead = 1 << 20
 // that sticky error, and nothing of the refused append was written (unlike the appends of the
 // round that failed, which get the bare error and may or may not be on disk).
 var ErrFailed = errors.New("wlog: log failed earlier")
+
+// ErrNotOpened marks an append refused because the file of its log's active segment, closed while
+// the log was idle (Files), could not be opened again (too many open files): it wraps the cause,
+// nothing of the append was written, and the log goes on (the next append tries again).
+var ErrNotOpened = errors.New("wlog: could not open the active segment, nothing written")
 
 // ErrNoSegment marks an append that needed a new segment the log could not make (no space left,
 // no file handle): it wraps the cause, nothing of the append was written, and the log goes on (the
@@ -516,7 +523,7 @@ func (c *Committer) shareFlush(logs []*Log) *Log {
 		rd.rides = true
 		riders++
 		a := l.active()
-		if err := a.f.StartWriteback(rd.start, a.wend-rd.start); err != nil {
+		if err := a.file().StartWriteback(rd.start, a.wend-rd.start); err != nil {
 			rd.err = l.setErrLocked(fmt.Errorf("wlog: write back %s: %w", a.path, err))
 		}
 	}
@@ -524,7 +531,7 @@ func (c *Committer) shareFlush(logs []*Log) *Log {
 		return anchor
 	}
 	if rd := &anchor.round; rd.firstSeg == anchor.active() {
-		_ = anchor.active().f.StartWriteback(rd.start, 0) // an error shows in its fdatasync
+		_ = anchor.active().file().StartWriteback(rd.start, 0) // an error shows in its fdatasync
 	}
 	for _, l := range logs {
 		rd := &l.round
@@ -532,7 +539,7 @@ func (c *Committer) shareFlush(logs []*Log) *Log {
 			continue
 		}
 		a := l.active()
-		if err := a.f.SyncRange(rd.start, a.wend-rd.start); err != nil {
+		if err := a.file().SyncRange(rd.start, a.wend-rd.start); err != nil {
 			rd.err = l.setErrLocked(fmt.Errorf("wlog: write back %s: %w", a.path, err))
 		}
 	}
@@ -567,6 +574,11 @@ func (c *Committer) completeRound(l *Log) {
 	if rd.err == nil {
 		l.publishRoundLocked()
 	}
+	for i, s := range rd.pins {
+		s.h.release()
+		rd.pins[i] = nil
+	}
+	rd.pins = rd.pins[:0]
 	l.wmu.Unlock()
 	for _, r := range rd.reqs {
 		err := rd.err
@@ -624,6 +636,13 @@ func (l *Log) writeRoundLocked(buf []byte) []byte {
 		}
 		l.staleIdx, l.idxValid = false, false
 	}
+	// The round's segments stay open until it completes (Files); an idle log's file is opened
+	// again here.
+	if _, err := a.h.acquire(); err != nil {
+		rd.err = fmt.Errorf("%w: %w", ErrNotOpened, err)
+		return buf
+	}
+	rd.pins = append(rd.pins, a)
 	rd.firstSeg = a
 	start := a.wend
 	rd.start = start
@@ -632,7 +651,7 @@ func (l *Log) writeRoundLocked(buf []byte) []byte {
 		if len(buf) == 0 {
 			return nil
 		}
-		if _, err := a.f.WriteAt(buf, start); err != nil {
+		if _, err := a.file().WriteAt(buf, start); err != nil {
 			return l.setErrLocked(fmt.Errorf("wlog: write %s at %d: %w", a.path, start, err))
 		}
 		return nil
@@ -668,6 +687,7 @@ requests:
 					break requests
 				}
 				a = l.active()
+				rd.pins = append(rd.pins, a) // rollLocked pinned it for us
 				start, buf = a.wend, buf[:0]
 			}
 			off := a.wend
@@ -717,7 +737,7 @@ func (l *Log) checkpoint(a *segment) writerCheckpoint {
 func (l *Log) undoLocked(cp writerCheckpoint) error {
 	s := cp.seg
 	if s.wend > cp.wend {
-		if err := writeZeros(s.f, cp.wend, s.wend); err != nil {
+		if err := writeZeros(s.file(), cp.wend, s.wend); err != nil { // pinned by the round
 			return l.setErrLocked(fmt.Errorf("wlog: clear %s at %d: %w", s.path, cp.wend, err))
 		}
 		s.zeroed = max(s.zeroed, s.wend)
@@ -728,11 +748,11 @@ func (l *Log) undoLocked(cp writerCheckpoint) error {
 }
 
 // syncLocked makes the active segment durable. Log.wmu must be held (by the committer goroutine
-// that calls it, possibly through a helper goroutine).
+// that calls it, possibly through a helper goroutine), and the round must have pinned the segment.
 func (l *Log) syncLocked(slow time.Duration) error {
 	a := l.active()
 	t0 := time.Now()
-	err := a.f.Datasync()
+	err := a.file().Datasync()
 	if took := time.Since(t0); took > slow {
 		l.log.Warn("wal sync slow", slog.String("path", a.path), slog.Duration("took", took))
 	}

@@ -143,9 +143,26 @@
 // not an earlier one leaves a valid frame after a hole, which Open reports as corruption (the
 // conservative reading). After a crash (no clean Close) Open reads the whole last segment.
 //
+// # Open files
+//
+// Each segment's file is held by a handle of a Files pool, which the logs of an engine share
+// (Options.Files). Every read pins the files of the segments it reads for the duration of the
+// read (so that plan's spans stay readable without a lock), and a group-commit round pins the
+// active segment (and the one it rolls to) until its records are published. Unpinned open
+// files are idle; past the pool's bound the idle ones unused the longest are closed and opened
+// again on their next use. A busy log's active segment is pinned or recently used, so it is not
+// closed between its rounds: its fdatasyncs, preallocation and zero-filled blocks are those of
+// one file whatever the bound (closing a file keeps its data and its allocation; fdatasync acts
+// on the inode, whichever descriptor it is called on). Pinned files are never closed, so the
+// bound is exceeded only by files in use at the same moment. A spare counts as open while it is
+// prepared and is closed once ready (kept open with KeepSpare); Options.PinActive keeps the
+// active segment open for good (the engine's state log). A round whose active segment cannot be
+// opened again (EMFILE) fails with ErrNotOpened, having written nothing; the log goes on.
+//
 // # Concurrency
 //
 // Read, Scan, SearchTime, Segments, FirstIndex and NextIndex are safe concurrently with appends,
 // Cut and DeleteBefore, and never wait for a sync. Lock order: Log.wmu (writer) before Log.mu
-// (segment list, published index); Log.mu is never held across I/O.
+// (segment list, published index) before Files.mu (handles); Log.mu and Files.mu are never held
+// across I/O.
 package wlog

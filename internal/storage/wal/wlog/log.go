@@ -50,6 +50,14 @@ type Options struct {
 	// ride on another log's cache flush (Committer.shareFlush, FlushSharer). For storage stacks
 	// where the conditions of sharing cannot be checked from here.
 	NoSharedFlush bool
+	// PinActive keeps the active segment's file open at all times, whatever Files decides: for
+	// a log that must never fail to open it (the engine's state log, which every ack and claim
+	// writes to: an append it refuses stops the engine).
+	PinActive bool
+	// Files bounds the segment files open at once, shared by every log of an engine (see
+	// Files): idle segments are closed, least recently used first, and opened again on use. Nil
+	// gives the log a pool of its own without a bound.
+	Files *Files
 }
 
 // DefaultSegmentBytes is the default Options.SegmentBytes.
@@ -80,6 +88,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = storage.SystemClock{}
+	}
+	if o.Files == nil {
+		o.Files = NewFiles(0)
 	}
 	switch {
 	case o.SegmentBytes < minSegmentBytes || o.SegmentBytes > maxSegmentBytesLimit:
@@ -125,6 +136,7 @@ type Log struct {
 	dir   string
 	opts  Options
 	fs    FS
+	files *Files
 	log   *slog.Logger
 	clock storage.Clock
 
@@ -143,6 +155,8 @@ type Log struct {
 	staleIdx bool   // the active segment has an index file to remove before it is written
 	idxValid bool   // that index file matches the segment (a clean Close wrote it)
 	spare    *spare // next segment being prepared
+	// pinned is the segment whose file the log keeps pinned (Options.PinActive): the active one.
+	pinned *segment
 
 	maintMu sync.Mutex // serializes DeleteBefore
 
@@ -165,7 +179,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Log{dir: dir, opts: o, fs: o.FS, clock: o.Clock,
+	l := &Log{dir: dir, opts: o, fs: o.FS, files: o.Files, clock: o.Clock,
 		log: o.Logger.With(slog.String("dir", dir))}
 	if err := l.mkdirDurable(dir); err != nil {
 		return nil, err
@@ -180,7 +194,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	var segs []*segment
 	fail := func(err error) (*Log, error) {
 		for _, s := range segs {
-			_ = s.f.Close()
+			_ = s.h.retire()
 		}
 		return nil, err
 	}
@@ -189,6 +203,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.h.release()
 		s.publishLocked()
 		segs = append(segs, s)
 	}
@@ -209,6 +224,12 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.next = last.base + int64(len(last.pos))
 	l.durable.Store(l.next)
 	l.first.Store(segs[0].base)
+	if o.PinActive {
+		if _, err := last.h.acquire(); err != nil {
+			return fail(err)
+		}
+		l.pinned = last
+	}
 	if o.KeepSpare {
 		l.wmu.Lock()
 		l.startSpareLocked()
@@ -341,7 +362,7 @@ func (l *Log) readInto(index int64, max, maxBytes int, recs []Record, buf []byte
 	for _, sp := range spans {
 		base := int64(sp.pos[0])
 		b := buf[at : at+sp.stop-base]
-		if _, err := sp.seg.f.ReadAt(b, base); err != nil {
+		if err := sp.seg.readAt(b, base); err != nil {
 			return recs, buf, l.readErr(sp.seg, base, err)
 		}
 		for j, p := range sp.pos {
@@ -474,10 +495,18 @@ func (l *Log) searchTime(ts int64) (int64, error) {
 	}
 	// Invariant: the record at lo-1 is < ts, the one at hi is >= ts.
 	lo, hi := 1, len(pos)-1
+	if lo >= hi {
+		return s.base + int64(lo), nil
+	}
+	f, err := s.h.acquire()
+	if err != nil {
+		return 0, l.readErr(s, 0, err)
+	}
+	defer s.h.release()
 	var b [8]byte
 	for lo < hi {
 		m := int(uint(lo+hi) / 2)
-		if _, err := s.f.ReadAt(b[:], int64(pos[m])+8); err != nil {
+		if _, err := f.ReadAt(b[:], int64(pos[m])+8); err != nil {
 			return 0, l.readErr(s, int64(pos[m]), err)
 		}
 		if int64(le64(b[:])) >= ts {
@@ -536,7 +565,7 @@ func (l *Log) DeleteBefore(index int64) (records int64, bytes int64, err error) 
 	// (it removes leftover temporary files).
 	doomed := make([]string, 0, len(drop))
 	for _, s := range drop {
-		_ = s.f.Close()
+		_ = s.h.retire() // a reader's pin keeps it open until the read ends (readErr)
 		idx := l.idxPath(s.base)
 		if rerr := l.fs.Remove(idx); rerr != nil && !isNotExist(rerr) && err == nil {
 			err = fmt.Errorf("wlog: delete %s: %w", idx, rerr)
@@ -591,6 +620,7 @@ func (l *Log) Cut() error {
 		}
 		return l.setErrLocked(err)
 	}
+	l.active().h.release() // rollLocked's pin
 	return nil
 }
 
@@ -603,7 +633,8 @@ func (l *Log) active() *segment {
 }
 
 // rollLocked seals the active segment, whose records must all be written, and makes a new one
-// active, based at l.next. Log.wmu must be held.
+// active, based at l.next. The new segment's file is pinned once for the caller, who releases
+// it. Log.wmu must be held.
 func (l *Log) rollLocked() error {
 	old := l.active()
 	// The new segment first: if it cannot be made (no space, no file handle), nothing changed and
@@ -613,8 +644,9 @@ func (l *Log) rollLocked() error {
 		return fmt.Errorf("%w: %w", ErrNoSegment, err)
 	}
 	// The data before the index: an index must never name records that could still be lost.
-	if err := old.f.Datasync(); err != nil {
-		_ = ns.f.Close()
+	if err := old.datasync(); err != nil {
+		ns.h.release()
+		_ = ns.h.retire()
 		return fmt.Errorf("wlog: sync %s: %w", old.path, err)
 	}
 	if err := l.writeIndex(old.sidecar()); err != nil {
@@ -627,6 +659,12 @@ func (l *Log) rollLocked() error {
 	old.sealed = true
 	l.segs = append(l.segs, ns)
 	l.mu.Unlock()
+	old.h.setFlag(os.O_RDONLY) // never written again
+	if l.pinned != nil {
+		_, _ = ns.h.acquire() // cannot fail: the caller's pin keeps it open
+		l.pinned.h.release()
+		l.pinned = ns
+	}
 	l.log.Debug("wal segment cut", slog.String("sealed", old.path), slog.Int64("base", ns.base))
 	return nil
 }
@@ -658,17 +696,21 @@ func (l *Log) Close() error {
 	l.bg.Wait()
 	var err error
 	if a := l.active(); l.werr == nil && !(l.staleIdx && l.idxValid) {
-		if err = a.f.Datasync(); err != nil {
+		if err = a.datasync(); err != nil {
 			err = fmt.Errorf("wlog: sync %s: %w", a.path, err)
 		} else if ierr := l.writeIndex(a.sidecar()); ierr != nil {
 			l.log.Warn("wal index not written", slog.String("path", a.path), slog.Any("err", ierr))
 		}
 	}
+	if l.pinned != nil {
+		l.pinned.h.release()
+		l.pinned = nil
+	}
 	l.mu.Lock()
 	segs := l.segs
 	l.mu.Unlock()
 	for _, s := range segs {
-		if cerr := s.f.Close(); cerr != nil && err == nil {
+		if cerr := s.h.retire(); cerr != nil && err == nil {
 			err = fmt.Errorf("wlog: close %s: %w", s.path, cerr)
 		}
 	}

@@ -175,7 +175,7 @@ func (l *Log) readHeader(s *segment, size int64) (torn bool, err error) {
 		return true, nil
 	}
 	hb := make([]byte, SegmentHeaderBytes)
-	if _, err := s.f.ReadAt(hb, 0); err != nil {
+	if _, err := s.file().ReadAt(hb, 0); err != nil {
 		return false, fmt.Errorf("wlog: read header of %s: %w", s.path, err)
 	}
 	if allZero(hb) {
@@ -194,23 +194,24 @@ func (l *Log) readHeader(s *segment, size int64) (torn bool, err error) {
 
 // openSealed opens a segment that has a newer one after it; it must hold exactly expected
 // records. Any damage is corruption.
+// Its file is idle when it returns (Files).
 func (l *Log) openSealed(base, expected int64) (*segment, error) {
 	s := &segment{base: base, path: l.segPath(base), sealed: true}
-	f, err := l.fs.OpenFile(s.path, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("wlog: open %s: %w", s.path, err)
+	s.h = l.files.newHandle(l.fs, s.path, os.O_RDONLY)
+	if _, err := s.h.acquire(); err != nil {
+		return nil, err
 	}
-	s.f = f
-	s, err = l.loadSealed(s, expected)
+	_, err := l.loadSealed(s, expected)
+	s.h.release()
 	if err != nil {
-		_ = f.Close()
+		_ = s.h.retire()
 		return nil, err
 	}
 	return s, nil
 }
 
 func (l *Log) loadSealed(s *segment, expected int64) (*segment, error) {
-	st, err := s.f.Stat()
+	st, err := s.file().Stat()
 	if err != nil {
 		return nil, fmt.Errorf("wlog: stat %s: %w", s.path, err)
 	}
@@ -228,7 +229,7 @@ func (l *Log) loadSealed(s *segment, expected int64) (*segment, error) {
 		return s, nil
 	}
 	l.log.Info("wal index rebuilt", slog.String("path", s.path), slog.String("reason", why))
-	r := &chunkReader{f: s.f, size: s.size}
+	r := &chunkReader{f: s.file(), size: s.size}
 	why, err = l.scanFrames(s, r, expected)
 	if err != nil {
 		return nil, err
@@ -248,22 +249,24 @@ func (l *Log) loadSealed(s *segment, expected int64) (*segment, error) {
 }
 
 // openLast opens the newest segment, recovering a torn tail.
+// Its file is idle when it returns (Files).
 func (l *Log) openLast(base int64, hasIdx bool) (*segment, error) {
 	s := &segment{base: base, path: l.segPath(base)}
-	f, err := l.fs.OpenFile(s.path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("wlog: open %s: %w", s.path, err)
+	s.h = l.files.newHandle(l.fs, s.path, os.O_RDWR)
+	if _, err := s.h.acquire(); err != nil {
+		return nil, err
 	}
-	s.f = f
-	if err := l.loadLast(s, hasIdx); err != nil {
-		_ = f.Close()
+	err := l.loadLast(s, hasIdx)
+	s.h.release()
+	if err != nil {
+		_ = s.h.retire()
 		return nil, err
 	}
 	return s, nil
 }
 
 func (l *Log) loadLast(s *segment, hasIdx bool) error {
-	st, err := s.f.Stat()
+	st, err := s.file().Stat()
 	if err != nil {
 		return fmt.Errorf("wlog: stat %s: %w", s.path, err)
 	}
@@ -281,7 +284,7 @@ func (l *Log) loadLast(s *segment, hasIdx bool) error {
 			// Nothing may follow the indexed records: an append after the index was written means
 			// the index is stale.
 			w := make([]byte, 8)
-			if _, err := s.f.ReadAt(w, sc.end); err != nil || !allZero(w) {
+			if _, err := s.file().ReadAt(w, sc.end); err != nil || !allZero(w) {
 				why = "records follow the indexed ones"
 			}
 		}
@@ -295,7 +298,7 @@ func (l *Log) loadLast(s *segment, hasIdx bool) error {
 		l.log.Info("wal index of last segment unusable; scanning", slog.String("path", s.path), slog.String("reason", why))
 	}
 
-	r := &chunkReader{f: s.f, size: size}
+	r := &chunkReader{f: s.file(), size: size}
 	why := whyEOF
 	s.wend = SegmentHeaderBytes
 	if !tornHeader {
@@ -322,7 +325,7 @@ func (l *Log) loadLast(s *segment, hasIdx bool) error {
 	if dirtyEnd > stop {
 		l.log.Warn("wal torn tail truncated", slog.String("path", s.path), slog.Int64("offset", stop),
 			slog.String("reason", why), slog.Int("records", len(s.wpos)), slog.Int64("cleared_bytes", dirtyEnd-stop))
-		if err := writeZeros(s.f, stop, dirtyEnd); err != nil {
+		if err := writeZeros(s.file(), stop, dirtyEnd); err != nil {
 			return fmt.Errorf("wlog: clear torn tail of %s: %w", s.path, err)
 		}
 		changed = true
@@ -330,7 +333,7 @@ func (l *Log) loadLast(s *segment, hasIdx bool) error {
 	if tornHeader {
 		l.log.Warn("wal segment header torn; rewritten", slog.String("path", s.path), slog.Int64("file_size", size))
 		s.created = l.clock.Now().UnixNano()
-		if _, err := s.f.WriteAt(appendHeader(nil, segmentHeader{base: s.base, created: s.created}), 0); err != nil {
+		if _, err := s.file().WriteAt(appendHeader(nil, segmentHeader{base: s.base, created: s.created}), 0); err != nil {
 			return fmt.Errorf("wlog: rewrite header of %s: %w", s.path, err)
 		}
 		size = max(size, SegmentHeaderBytes)
@@ -344,14 +347,14 @@ func (l *Log) loadLast(s *segment, hasIdx bool) error {
 			l.log.Warn("wal segment shorter than preallocated; extended", slog.String("path", s.path),
 				slog.Int64("file_size", size), slog.Int64("size", target))
 		}
-		if err := s.f.Allocate(size, target-size); err != nil {
+		if err := s.file().Allocate(size, target-size); err != nil {
 			return fmt.Errorf("wlog: preallocate %s: %w", s.path, err)
 		}
 		size = target
 		changed = true
 	}
 	if changed {
-		if err := s.f.Datasync(); err != nil {
+		if err := s.file().Datasync(); err != nil {
 			return fmt.Errorf("wlog: sync %s: %w", s.path, err)
 		}
 	}

@@ -21,8 +21,8 @@ import (
 type segment struct {
 	base    int64
 	path    string
-	f       File
-	created int64 // unix ns, from the header
+	h       *handle // the file: pin it (acquire/release) around every use, see Files
+	created int64   // unix ns, from the header
 
 	// Guarded by Log.mu.
 	pos     []uint32 // frame offsets of the durable records
@@ -43,9 +43,34 @@ type segment struct {
 	durable    int64
 	wmin, wmax int64 // timestamps of the written records
 
-	// removed is set by DeleteBefore before it closes the file, so that a reader that fails on the
-	// closed file reports ErrOffsetOutOfRange rather than an I/O error.
+	// removed is set by DeleteBefore before it retires the file, so that a reader that fails on
+	// the retired or removed file reports ErrOffsetOutOfRange rather than an I/O error.
 	removed atomic.Bool
+}
+
+// file returns the segment's file; the caller must hold a pin of s.h.
+func (s *segment) file() File { return s.h.file() }
+
+// readAt reads len(b) bytes at off, pinning the file for the read.
+func (s *segment) readAt(b []byte, off int64) error {
+	f, err := s.h.acquire()
+	if err != nil {
+		return err
+	}
+	_, err = f.ReadAt(b, off)
+	s.h.release()
+	return err
+}
+
+// datasync makes the segment's written data durable (fdatasync), pinning the file for it.
+func (s *segment) datasync() error {
+	f, err := s.h.acquire()
+	if err != nil {
+		return err
+	}
+	err = f.Datasync()
+	s.h.release()
+	return err
 }
 
 // publishLocked makes the written records of s visible. Log.mu and Log.wmu must be held.
@@ -124,13 +149,18 @@ func RemoveFile(fsys FS, path string) error {
 // prepareFile creates (or replaces) the file at path with size bytes preallocated (fallocate: the
 // blocks are reserved and read as zeros, but not written: see zeroSpare and zeroAhead) and makes
 // it durable. The caller renames it into place.
+// The file takes a slot of the log's Files (reserve), which the caller gives back (unreserve)
+// when it closes the file, or to the segment's handle (installSegment).
 func (l *Log) prepareFile(path string, size int64) (File, error) {
+	l.files.reserve()
 	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
+		l.files.unreserve()
 		return nil, fmt.Errorf("wlog: create %s: %w", path, err)
 	}
 	fail := func(op string, err error) (File, error) {
 		_ = f.Close()
+		l.files.unreserve()
 		_ = l.fs.Remove(path)
 		return nil, fmt.Errorf("wlog: %s %s: %w", op, path, err)
 	}
@@ -144,11 +174,13 @@ func (l *Log) prepareFile(path string, size int64) (File, error) {
 }
 
 // installSegment writes the header of a new segment into the prepared file f (at tmpPath), makes
-// it durable and renames it to its final name: temp, write, fsync, rename, fsync dir.
+// it durable and renames it to its final name: temp, write, fsync, rename, fsync dir. f holds a
+// slot of l.files (reserve), which goes to the segment's handle, pinned once for the caller.
 func (l *Log) installSegment(f File, tmpPath string, base int64) (*segment, error) {
 	path := l.segPath(base)
 	fail := func(op string, err error) (*segment, error) {
 		_ = f.Close()
+		l.files.unreserve()
 		_ = l.fs.Remove(tmpPath)
 		return nil, fmt.Errorf("wlog: %s %s: %w", op, path, err)
 	}
@@ -168,16 +200,17 @@ func (l *Log) installSegment(f File, tmpPath string, base int64) (*segment, erro
 	}
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		_ = f.Close()
+		l.files.unreserve()
 		return nil, fmt.Errorf("wlog: sync dir %s: %w", l.dir, err)
 	}
 	return &segment{
-		base: base, path: path, f: f, created: h.created, size: st.Size(),
+		base: base, path: path, h: l.files.adopt(l.fs, path, os.O_RDWR, f), created: h.created, size: st.Size(),
 		end: SegmentHeaderBytes, wend: SegmentHeaderBytes, zeroed: SegmentHeaderBytes, durable: SegmentHeaderBytes,
 	}, nil
 }
 
 // createSegment creates a new, empty segment of size bytes synchronously (when no spare was
-// prepared).
+// prepared). Its file is pinned once for the caller.
 func (l *Log) createSegment(base, size int64) (*segment, error) {
 	tmp := l.segPath(base) + tmpExt
 	f, err := l.prepareFile(tmp, size)
@@ -269,21 +302,44 @@ func (l *Log) startSpareLocked() {
 		}
 		if err := zeroSpare(sp, size); err != nil {
 			_ = sp.f.Close()
+			l.files.unreserve()
 			_ = l.fs.Remove(sp.path)
 			sp.f, sp.err = nil, fmt.Errorf("wlog: zero-fill %s: %w", sp.path, err)
 			return
+		}
+		if sp.zeroed == size && !l.opts.KeepSpare {
+			// Ready and durable: its file is closed until the roll that installs it (an idle
+			// log's spare holds no file descriptor). A log that keeps a spare against a full
+			// disk keeps its file too: its roll must not need a descriptor either.
+			sp.err = sp.f.Close()
+			l.files.unreserve()
+			sp.f = nil
+			if sp.err != nil {
+				_ = l.fs.Remove(sp.path)
+				sp.err = fmt.Errorf("wlog: close %s: %w", sp.path, sp.err)
+				return
+			}
 		}
 		l.log.Debug("wal segment prepared", slog.Duration("took", time.Since(start)), slog.Int64("zeroed", sp.zeroed))
 	})
 }
 
 // nextSegmentLocked returns the new segment based at base: the spare if one was prepared (waiting
-// for it if needed), else a synchronously created one of size bytes. Log.wmu must be held.
+// for it if needed), else a synchronously created one of size bytes. Its file is pinned once for
+// the caller. Log.wmu must be held.
 func (l *Log) nextSegmentLocked(base, size int64) (*segment, error) {
 	if sp := l.spare; sp != nil {
 		l.spare = nil
 		close(sp.stop) // the zeroer stops after its chunk: the records go there next
 		<-sp.done
+		if sp.err == nil && sp.f == nil {
+			// Prepared whole, then closed: open it again.
+			l.files.reserve()
+			if sp.f, sp.err = l.fs.OpenFile(sp.path, os.O_RDWR, 0); sp.err != nil {
+				l.files.unreserve()
+				sp.f, sp.err = nil, fmt.Errorf("wlog: open %s: %w", sp.path, sp.err)
+			}
+		}
 		if sp.err == nil {
 			s, err := l.installSegment(sp.f, sp.path, base)
 			if err == nil {
@@ -310,6 +366,7 @@ func (l *Log) dropSpareLocked() {
 	<-sp.done
 	if sp.f != nil {
 		_ = sp.f.Close()
+		l.files.unreserve()
 	}
 	if err := l.fs.Remove(sp.path); err != nil && !isNotExist(err) {
 		l.log.Warn("wal spare segment not removed", slog.String("path", sp.path), slog.Any("err", err))
@@ -377,7 +434,7 @@ func (l *Log) loadIndex(s *segment, fileSize int64, expected int64) (sidecar, st
 	if n := len(sc.pos); n > 0 {
 		last := int64(sc.pos[n-1])
 		b := make([]byte, sc.end-last)
-		if _, err := s.f.ReadAt(b, last); err != nil {
+		if _, err := s.file().ReadAt(b, last); err != nil {
 			return sidecar{}, fmt.Sprintf("read last frame: %v", err)
 		}
 		if why := frameCheck(b, l.opts.MaxRecordBytes); why != "" || FrameBytes(int(le32(b)-8)) != int64(len(b)) {

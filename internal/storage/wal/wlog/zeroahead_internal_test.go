@@ -135,7 +135,7 @@ func TestSparesAreZeroedAhead(t *testing.T) {
 		}
 		l.wmu.Lock()
 		a := l.active()
-		written, limit := a.f.(*extentFile).end.Load(), (a.wend/zeroAhead+1)*zeroAhead
+		written, limit := a.h.f.(*extentFile).end.Load(), (a.wend/zeroAhead+1)*zeroAhead
 		l.wmu.Unlock()
 		if written > limit || written < a.wend {
 			t.Fatalf("first segment: written up to %d with records up to %d: want between them and %d", written, a.wend, limit)
@@ -143,6 +143,7 @@ func TestSparesAreZeroedAhead(t *testing.T) {
 	}
 
 	for roll := range 2 {
+		var zf *extentFile // the file the spare was zeroed through (closed once ready)
 		appendUntilRoll(t, l, c, func() {
 			// Let the spare's zeroing finish before the roll (it runs at the disk's pace).
 			l.wmu.Lock()
@@ -156,21 +157,24 @@ func TestSparesAreZeroedAhead(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("spare not prepared in 30 s")
 			}
+			efs.mu.Lock()
+			zf = efs.spares[len(efs.spares)-1]
+			efs.mu.Unlock()
 		})
 		l.wmu.Lock()
 		a := l.active()
-		ef := a.f.(*extentFile)
+		ef := a.h.f.(*extentFile) // reopened at the roll
 		zeroed, size := a.zeroed, a.size
 		l.wmu.Unlock()
 		if zeroed != size {
 			t.Fatalf("roll %d: segment installed with zeroed %d of %d: the spare was not zero-filled", roll, zeroed, size)
 		}
-		if w := ef.maxWrite.Load(); w > spareChunk {
+		if w := zf.maxWrite.Load(); w > spareChunk {
 			t.Fatalf("roll %d: a write of %d bytes into the spare, want at most %d", roll, w, spareChunk)
 		}
-		ef.mu.Lock()
-		worst := ef.worst
-		ef.mu.Unlock()
+		zf.mu.Lock()
+		worst := zf.worst
+		zf.mu.Unlock()
 		if worst > spareChunk {
 			t.Fatalf("roll %d: %d bytes of zeros left unsynced before the next chunk, want at most %d", roll, worst, spareChunk)
 		}
