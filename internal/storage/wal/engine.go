@@ -69,6 +69,14 @@ type Config struct {
 	// SlowSync is the duration of an fdatasync or of a whole group-commit round above which a
 	// warning is logged (wlog.CommitterOptions.SlowSync). 0 means its default, 1 s.
 	SlowSync time.Duration
+	// MaxOpenFiles bounds the segment files the engine keeps open (wlog.Files): the segments of
+	// partitions that were not read or written for the longest are closed past it and opened
+	// again on use, so that thousands of idle topics do not take a file descriptor each. Files
+	// in use at the same moment (a busy partition's active segment during its group-commit
+	// round, segments being read, the state log's active segment) are never closed, so the
+	// bound is exceeded only while more than that are in use at once. At most the process's
+	// soft RLIMIT_NOFILE; 0 means DefaultMaxOpenFiles (half of it).
+	MaxOpenFiles int
 
 	// claimHorizon is how far ahead of the cursor claims record the claim horizon (horizonAhead;
 	// tests make it small).
@@ -89,6 +97,27 @@ const (
 	maxRecordBytes = 16 << 20
 )
 
+// DefaultMaxOpenFiles is the default Config.MaxOpenFiles: half of the process's soft limit of open
+// files (RLIMIT_NOFILE, which Go raises to the hard limit at start), leaving the other half to
+// connections and everything else; 512 when the limit cannot be read.
+func DefaultMaxOpenFiles() int {
+	soft, ok := openFileLimit()
+	if !ok {
+		return 512
+	}
+	return max(int(min(soft/2, 1<<30)), 1)
+}
+
+// openFileLimit returns the process's soft RLIMIT_NOFILE, false when it cannot be read or is
+// unlimited.
+func openFileLimit() (uint64, bool) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == ^uint64(0) {
+		return 0, false
+	}
+	return rl.Cur, true
+}
+
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.Clock == nil {
@@ -105,6 +134,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxProducerIDs == 0 {
 		c.MaxProducerIDs = DefaultMaxProducerIDs
+	}
+	if c.MaxOpenFiles == 0 {
+		c.MaxOpenFiles = DefaultMaxOpenFiles()
 	}
 	if c.claimHorizon <= 0 {
 		c.claimHorizon = horizonAhead
@@ -132,6 +164,11 @@ func (c Config) Validate() error {
 		return bad("StateLogSnapshotBytes", "must be positive, got %d", c.StateLogSnapshotBytes)
 	case c.SlowSync < 0:
 		return bad("SlowSync", "must not be negative, got %s", c.SlowSync)
+	case c.MaxOpenFiles < 0:
+		return bad("MaxOpenFiles", "must not be negative, got %d", c.MaxOpenFiles)
+	}
+	if soft, ok := openFileLimit(); ok && uint64(c.MaxOpenFiles) > soft {
+		return bad("MaxOpenFiles", "must be at most the process's limit of open files (RLIMIT_NOFILE %d), got %d", soft, c.MaxOpenFiles)
 	}
 	return nil
 }
@@ -146,7 +183,8 @@ type Engine struct {
 	fs        wlog.FS
 	lockFile  *os.File
 	committer *wlog.Committer
-	state     *wlog.Log // the state log
+	state     *wlog.Log   // the state log
+	files     *wlog.Files // bounds the open segment files of every log (Config.MaxOpenFiles)
 
 	// mu guards the maps below and every topic's and subscription's metadata. Every change of
 	// delivery state (subscription mutex) is made with mu held at least for reading, and its state
@@ -286,6 +324,7 @@ func Open(dir string, cfg Config) (*Engine, error) {
 		snapReq:   make(chan struct{}, 1),
 		trashKick: make(chan struct{}, 1),
 		quit:      make(chan struct{}),
+		files:     wlog.NewFiles(cfg.MaxOpenFiles),
 	}
 	if e.fs == nil {
 		e.fs = wlog.OSFS()
@@ -326,8 +365,12 @@ const (
 
 func (e *Engine) logOptions() wlog.Options {
 	return wlog.Options{FS: e.fs, SegmentBytes: e.cfg.SegmentBytes, FirstSegmentBytes: e.cfg.FirstSegmentBytes, MaxRecordBytes: maxRecordBytes, Logger: e.logger, Clock: e.clock,
-		NoSharedFlush: e.cfg.NoSharedFlush}
+		NoSharedFlush: e.cfg.NoSharedFlush, Files: e.files}
 }
+
+// OpenFiles describes the segment files the engine holds open and its bound
+// (Config.MaxOpenFiles).
+func (e *Engine) OpenFiles() wlog.FilesStats { return e.files.Stats() }
 
 // lockDir takes an exclusive flock on dir/LOCK.
 func (e *Engine) lockDir() error {

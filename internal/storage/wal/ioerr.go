@@ -11,9 +11,10 @@ import (
 
 // writtenBefore reports whether err, an append's error from the committer, may have left the
 // append's records on disk: every error but a refusal because of an earlier failure
-// (wlog.ErrFailed) and no room for a new segment (wlog.ErrNoSegment), which wrote nothing.
+// (wlog.ErrFailed), no room for a new segment (wlog.ErrNoSegment) and an active segment whose file
+// could not be opened again (wlog.ErrNotOpened), which wrote nothing.
 func writtenBefore(err error) bool {
-	return !errors.Is(err, wlog.ErrFailed) && !errors.Is(err, wlog.ErrNoSegment)
+	return !errors.Is(err, wlog.ErrFailed) && !errors.Is(err, wlog.ErrNoSegment) && !errors.Is(err, wlog.ErrNotOpened)
 }
 
 // ioFailure classifies a failure of the engine's files for clients (a *storage.IOError; see

@@ -302,8 +302,9 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, op *appendOp) (*
 	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, len(msgs))}
 	// The batch stored nothing only if no partition's share was written (each was refused after
 	// an earlier failure, or found no room for a new segment); otherwise its outcome is unknown
-	// (see ioFailure). No room for a segment (wlog.ErrNoSegment) leaves the log working: the
-	// engine does not fail, and publishes resume once space is freed.
+	// (see ioFailure). No room for a segment (wlog.ErrNoSegment) or no file handle to reopen the
+	// active segment (wlog.ErrNotOpened) leaves the log working: the engine does not fail, and
+	// publishes resume once space or handles are freed.
 	var failed *partBatch
 	written := false
 	for _, b := range op.batches {
@@ -312,7 +313,7 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, op *appendOp) (*
 		case b.err == nil:
 			written = true
 		default:
-			if !errors.Is(b.err, storage.ErrClosed) && !errors.Is(b.err, wlog.ErrNoSegment) {
+			if !errors.Is(b.err, storage.ErrClosed) && !errors.Is(b.err, wlog.ErrNoSegment) && !errors.Is(b.err, wlog.ErrNotOpened) {
 				e.fail(fmt.Errorf("wal: append to %s: %w", b.p.dir, b.err))
 			}
 			written = written || writtenBefore(b.err)

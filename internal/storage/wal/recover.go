@@ -18,6 +18,7 @@ func (e *Engine) recover() error {
 	var err error
 	stateOpts := e.logOptions()
 	stateOpts.KeepSpare = true // acks and claims go on when the disk fills (one segment in reserve)
+	stateOpts.PinActive = true // and never fail to reopen its file (Config.MaxOpenFiles)
 	e.state, err = wlog.Open(filepath.Join(e.dir, stateDir), stateOpts)
 	if err != nil {
 		return fmt.Errorf("wal: open state log: %w", err)
