@@ -110,7 +110,7 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 		return eng, nil
 	}
 	walCfg := wal.Config{Logger: logger, SegmentBytes: cfg.WAL.SegmentBytes, OnSync: m.ObserveFsync, NoSharedFlush: !cfg.WAL.SharedFlush, SlowSync: cfg.WAL.SlowSync,
-		MaxProducerIDs: cfg.WAL.MaxProducerIDs}
+		MaxProducerIDs: cfg.WAL.MaxProducerIDs, MaxOpenFiles: cfg.WAL.MaxOpenFiles}
 	if cfg.WAL.UnsafeNoSync {
 		walCfg.Sync = wal.UnsafeNoSync
 		logger.Warn("fsync is off (wal.unsafe_no_sync): a machine crash loses acknowledged messages")
@@ -119,7 +119,8 @@ func openEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 	if err != nil {
 		return nil, fmt.Errorf("open embedded engine in %s: %w", cfg.DataDir, err)
 	}
-	logger.Info("engine open", slog.String("data_dir", cfg.DataDir), slog.Duration("took", time.Since(start)))
+	logger.Info("engine open", slog.String("data_dir", cfg.DataDir), slog.Int("max_open_files", eng.OpenFiles().Max),
+		slog.Duration("took", time.Since(start)))
 	return eng, nil
 }
 

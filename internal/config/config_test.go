@@ -135,6 +135,8 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "tx timeout too large", file: "postgres:\n  tx_timeout: 61m\n", want: "postgres.tx_timeout: must be between 10ms and 1h"},
 		{name: "slow sync zero", env: []string{"SPOOL_WAL_SLOW_SYNC=0s"}, want: "wal.slow_sync: must be between 1ms and 1h"},
 		{name: "slow sync too large", file: "wal:\n  slow_sync: 2h\n", want: "wal.slow_sync: must be between 1ms and 1h"},
+		{name: "max open files negative", env: []string{"SPOOL_WAL_MAX_OPEN_FILES=-1"}, want: "wal.max_open_files: must be 0 (half of the open file limit) or positive, got -1"},
+		{name: "max open files over the limit", file: "wal:\n  max_open_files: 1073741824\n", want: "wal.max_open_files: must be at most the process's open file limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := ""

@@ -33,6 +33,7 @@
 //	  unsafe_no_sync: false
 //	  shared_flush: true
 //	  slow_sync: 1s
+//	  max_open_files: 0   # segment files kept open; 0: half of ulimit -n
 //	broker:
 //	  auto_create: true
 //	  auto_create_semantics: QUEUE

@@ -101,16 +101,16 @@ const (
 // files (RLIMIT_NOFILE, which Go raises to the hard limit at start), leaving the other half to
 // connections and everything else; 512 when the limit cannot be read.
 func DefaultMaxOpenFiles() int {
-	soft, ok := openFileLimit()
+	soft, ok := OpenFileLimit()
 	if !ok {
 		return 512
 	}
 	return max(int(min(soft/2, 1<<30)), 1)
 }
 
-// openFileLimit returns the process's soft RLIMIT_NOFILE, false when it cannot be read or is
-// unlimited.
-func openFileLimit() (uint64, bool) {
+// OpenFileLimit returns the process's soft RLIMIT_NOFILE, the most Config.MaxOpenFiles may be;
+// false when it cannot be read or is unlimited.
+func OpenFileLimit() (uint64, bool) {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == ^uint64(0) {
 		return 0, false
@@ -167,7 +167,7 @@ func (c Config) Validate() error {
 	case c.MaxOpenFiles < 0:
 		return bad("MaxOpenFiles", "must not be negative, got %d", c.MaxOpenFiles)
 	}
-	if soft, ok := openFileLimit(); ok && uint64(c.MaxOpenFiles) > soft {
+	if soft, ok := OpenFileLimit(); ok && uint64(c.MaxOpenFiles) > soft {
 		return bad("MaxOpenFiles", "must be at most the process's limit of open files (RLIMIT_NOFILE %d), got %d", soft, c.MaxOpenFiles)
 	}
 	return nil

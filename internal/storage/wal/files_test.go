@@ -93,7 +93,7 @@ func TestOpenFilesBounded(t *testing.T) {
 // are refused with an error naming the field; 0 takes half of the limit.
 func TestMaxOpenFilesValidated(t *testing.T) {
 	errIs(t, Config{MaxOpenFiles: -1}.Validate(), storage.ErrInvalidArgument, "negative")
-	soft, ok := openFileLimit()
+	soft, ok := OpenFileLimit()
 	if ok {
 		err := Config{MaxOpenFiles: int(soft) + 1}.Validate()
 		errIs(t, err, storage.ErrInvalidArgument, "above RLIMIT_NOFILE")
