@@ -65,6 +65,10 @@ type Server struct {
 	cancelRoot context.CancelFunc
 	// acceptDone is closed when the accept loop returned.
 	acceptDone chan struct{}
+	// acceptStop is closed by Stop: it ends a back-off pause of the accept loop at once.
+	acceptStop chan struct{}
+	// pause waits d after a failed accept, or less if acceptStop closes (tests record it).
+	pause func(d time.Duration)
 	// connsChanged (capacity 1) is signalled when a connection ends.
 	connsChanged chan struct{}
 	// rejecters is a semaphore of goroutines answering connections over the limit.
@@ -137,16 +141,26 @@ func New(cfg Config, b *broker.Broker) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &Server{
+	s := &Server{
 		cfg:           cfg,
 		broker:        b,
 		logger:        logger.With("component", "server"),
 		sessionPrefix: strings.ToLower(rand.Text()[:6]),
 		acceptDone:    make(chan struct{}),
+		acceptStop:    make(chan struct{}),
 		connsChanged:  make(chan struct{}, 1),
 		rejecters:     make(chan struct{}, maxRejecters),
 		conns:         make(map[*conn]struct{}),
-	}, nil
+	}
+	s.pause = func(d time.Duration) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.acceptStop:
+		}
+	}
+	return s, nil
 }
 
 // Start serves ln (which the server then owns and closes) until Stop. It returns at once; the
@@ -216,6 +230,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.state = stateStopping
 	ln := s.ln
 	s.mu.Unlock()
+	close(s.acceptStop)
 
 	start := time.Now()
 	if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -298,11 +313,28 @@ func (s *Server) snapshot() []*conn {
 	return out
 }
 
+// Accept back-off: after a failed accept (out of file descriptors, EMFILE or ENFILE, and the
+// like) the loop waits acceptBackoffMin, doubling with each failure in a row up to
+// acceptBackoffMax, like net/http: it slows down instead of spinning, and connections wait in the
+// listen backlog until descriptors are free. It logs the first failure of a streak and every
+// acceptLogEvery-th at WARN, and the streak's end at INFO, not a line per failure.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+	acceptLogEvery   = 100
+)
+
+// nextAcceptBackoff is the pause after a failed accept that followed a pause of prev (0: none).
+func nextAcceptBackoff(prev time.Duration) time.Duration {
+	return min(max(2*prev, acceptBackoffMin), acceptBackoffMax)
+}
+
 // acceptLoop accepts connections until the listener is closed.
 func (s *Server) acceptLoop(ln net.Listener) {
 	defer s.wg.Done()
 	defer close(s.acceptDone)
 	var backoff time.Duration
+	failures, since := 0, time.Time{}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -318,11 +350,21 @@ func (s *Server) acceptLoop(ln net.Listener) {
 				}
 				return
 			}
-			// Out of file descriptors and similar: back off and retry, like net/http.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.logger.Warn("accept failed, retrying", slog.Any("error", err), slog.Duration("backoff", backoff))
-			time.Sleep(backoff) // backoff between failed accepts, not test synchronization
+			// Out of file descriptors and similar: back off and retry (see nextAcceptBackoff).
+			backoff = nextAcceptBackoff(backoff)
+			if failures++; failures == 1 {
+				since = time.Now()
+			}
+			if failures == 1 || failures%acceptLogEvery == 0 {
+				s.logger.Warn("accept failed, backing off; new connections wait", slog.Any("error", err),
+					slog.Int("failures", failures), slog.Duration("backoff", backoff))
+			}
+			s.pause(backoff)
 			continue
+		}
+		if failures > 0 {
+			s.logger.Info("accept recovered", slog.Int("failures", failures), slog.Duration("after", time.Since(since)))
+			failures = 0
 		}
 		backoff = 0
 		s.stats.accepted.Add(1)
