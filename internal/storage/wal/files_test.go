@@ -1,13 +1,17 @@
 package wal
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
 )
 
 // openFDs counts the process's open file descriptors.
@@ -104,4 +108,46 @@ func TestMaxOpenFilesValidated(t *testing.T) {
 	}
 	h := newHarness(t)
 	equal(t, h.e.OpenFiles().Max, DefaultMaxOpenFiles(), "engine bound by default")
+}
+
+// TestReopenFailsCleanly: when the closed file of an idle partition cannot be opened again
+// (EMFILE: the process's descriptors went to connections), a publish to it fails
+// STORAGE_UNAVAILABLE ("too many open files") with nothing written, a read fails the same way,
+// the engine goes on serving other partitions, and the partition works again once files can be
+// opened: the file bound never turns a lack of descriptors into a failed engine or a damaged
+// partition.
+func TestReopenFailsCleanly(t *testing.T) {
+	efs := wlogtest.NewErrorFS(nil, nil)
+	h := newHarness(t, func(c *Config) { c.FS = efs; c.MaxOpenFiles = 1 })
+	h.createTopic("idle", storage.TopicConfig{})
+	h.createTopic("busy", storage.TopicConfig{})
+	h.publishN("idle", 1)
+	h.publishN("busy", 1) // the bound of 1 closes idle's file (the state log's are pinned)
+	sep := string(filepath.Separator)
+	efs.SetInjector(func(op wlogtest.Op, path string) error {
+		if op == wlogtest.OpOpen && strings.Contains(path, sep+"idle"+sep) {
+			return syscall.EMFILE
+		}
+		return nil
+	})
+	_, err := h.e.MessagesAppend(h.ctx, &storage.MessagesAppendParams{Topic: "idle",
+		Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("lost")}}})
+	var ioe *storage.IOError
+	if !errors.As(err, &ioe) || ioe.Kind != storage.ErrUnavailable || !strings.Contains(ioe.Reason, "too many open files") {
+		t.Fatalf("publish to a partition whose file cannot be reopened: %v, want IOError unavailable, too many open files", err)
+	}
+	_, err = h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "idle", Partition: 0, Offset: 0, Limit: 10})
+	if !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("read of a partition whose file cannot be reopened: %v, want EMFILE", err)
+	}
+	h.publishN("busy", 1)
+	efs.SetInjector(nil)
+	pos := h.publish("idle", storage.AppendMessage{Partition: 0, Payload: []byte("m-after")})
+	equal(t, pos[0].Offset, int64(1), "offset after the refused publish (nothing of it written)")
+	msgs, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "idle", Partition: 0, Offset: 0, Limit: 10})
+	h.must(err, "read after")
+	equal(t, len(msgs), 2, "messages in idle")
+	st, err := h.e.TopicStats(h.ctx, "idle")
+	h.must(err, "stats")
+	equal(t, st.Partitions[0].Damaged, false, "damaged")
 }
