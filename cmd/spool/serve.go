@@ -303,7 +303,9 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	// (admin.NewServer, admin.LimitListener).
 	httpSrv := admin.NewServer(adminHandler, logger)
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- httpSrv.Serve(admin.LimitListener(hl, cfg.HTTPMaxConnections, httpTLS)) }()
+	go func() {
+		httpDone <- httpSrv.Serve(admin.LimitListener(hl, cfg.HTTPMaxConnections, httpTLS, logger.With("component", "admin")))
+	}()
 	if cfg.DebugListen != "" {
 		stopDebug, err := serveDebug(cfg.DebugListen, logger)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool/protocol"
@@ -54,9 +55,24 @@ func NewServer(h *Handler, logger *slog.Logger) *http.Server {
 // over the limit is answered at once with 503 and the JSON error OVERLOADED (retryable,
 // Retry-After: 1) and closed, so that the client knows why, instead of waiting in the backlog.
 // With tlsCfg, every connection, the refused ones too, speaks TLS; http.Server gets the *tls.Conn
-// (it runs the handshake within ReadHeaderTimeout and fills Request.TLS).
-func LimitListener(ln net.Listener, maxConns int, tlsCfg *tls.Config) net.Listener {
-	return &limitListener{Listener: ln, max: int64(maxConns), refusal: refusal(maxConns), tls: tlsCfg}
+// (it runs the handshake within ReadHeaderTimeout and fills Request.TLS). An accept that fails
+// for lack of file descriptors or memory is retried after a pause (see acceptBackoff), logged to
+// logger (nil discards) once per streak.
+func LimitListener(ln net.Listener, maxConns int, tlsCfg *tls.Config, logger *slog.Logger) net.Listener {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	l := &limitListener{Listener: ln, max: int64(maxConns), refusal: refusal(maxConns), tls: tlsCfg,
+		logger: logger, closed: make(chan struct{})}
+	l.pause = func(d time.Duration) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-l.closed:
+		}
+	}
+	return l
 }
 
 type limitListener struct {
@@ -68,6 +84,68 @@ type limitListener struct {
 	// refusing bounds the goroutines answering connections over the limit (each may run a TLS
 	// handshake); past it a connection is closed at once, as the TCP server does.
 	refusing atomic.Int64
+	logger   *slog.Logger
+	// closed is closed by Close: it ends an accept back-off pause at once.
+	closed    chan struct{}
+	closeOnce sync.Once
+	// pause waits d after a failed accept, or less if the listener closes (tests record it).
+	pause func(d time.Duration)
+}
+
+// Accept back-off: an accept that fails for lack of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM)
+// is retried after acceptBackoffMin, doubling with each failure in a row up to
+// acceptBackoffMax, so that running out of file descriptors slows accepts instead of spinning
+// (connections wait in the listen backlog). net/http's Serve would back off too, but logs a line
+// per failure: the listener logs the first failure of a streak and every acceptLogEvery-th at
+// WARN, and the streak's end at INFO. Other errors go to Serve as they are.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+	acceptLogEvery   = 100
+)
+
+// outOfResources reports whether err, a failed accept, is a lack of descriptors or memory.
+func outOfResources(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOBUFS) ||
+		errors.Is(err, syscall.ENOMEM)
+}
+
+// Close closes the listener and ends an accept back-off in progress.
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// acceptRetrying is Listener.Accept with the back-off above.
+func (l *limitListener) acceptRetrying() (net.Conn, error) {
+	var backoff time.Duration
+	failures, since := 0, time.Time{}
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			if failures > 0 {
+				l.logger.Info("http accept recovered", slog.Int("failures", failures), slog.Duration("after", time.Since(since)))
+			}
+			return c, nil
+		}
+		select {
+		case <-l.closed:
+			return nil, err
+		default:
+		}
+		if !outOfResources(err) {
+			return nil, err
+		}
+		backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+		if failures++; failures == 1 {
+			since = time.Now()
+		}
+		if failures == 1 || failures%acceptLogEvery == 0 {
+			l.logger.Warn("http accept failed, backing off; new connections wait", slog.Any("error", err),
+				slog.Int("failures", failures), slog.Duration("backoff", backoff))
+		}
+		l.pause(backoff)
+	}
 }
 
 // maxRefusing is how many refusals may be answered at once.
@@ -83,7 +161,7 @@ func (l *limitListener) wrap(c net.Conn) net.Conn {
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		c, err := l.acceptRetrying()
 		if err != nil {
 			return nil, err
 		}

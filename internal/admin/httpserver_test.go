@@ -80,7 +80,7 @@ func TestLimitListener(t *testing.T) {
 	}
 	srv := NewServer(e.h, testLogger(t))
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(LimitListener(ln, 1, nil)) }()
+	go func() { done <- srv.Serve(LimitListener(ln, 1, nil, nil)) }()
 	t.Cleanup(func() {
 		srv.Close()
 		if err := <-done; !errors.Is(err, http.ErrServerClosed) {

@@ -28,7 +28,7 @@ func TestLimitListenerTLS(t *testing.T) {
 	srv := NewServer(e.h, testLogger(t))
 	done := make(chan error, 1)
 	go func() {
-		done <- srv.Serve(LimitListener(ln, 1, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+		done <- srv.Serve(LimitListener(ln, 1, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil))
 	}()
 	t.Cleanup(func() {
 		srv.Close()
