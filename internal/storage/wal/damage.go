@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"syscall"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
@@ -44,11 +45,16 @@ func unavailable(topic string, p *partition) error {
 }
 
 // readFailure turns err, a failed read of partition p's log, into unavailable's error when it
-// is damage (marking the partition); other errors are returned as they are.
+// is damage (marking the partition), and into a storage.IOError (STORAGE_UNAVAILABLE, "too many
+// open files") when the segment's file, closed while idle (Config.MaxOpenFiles), could not be
+// opened again; other errors are returned as they are.
 func (e *Engine) readFailure(topic string, p *partition, err error) error {
-	if errors.Is(err, storage.ErrCorrupt) {
+	switch {
+	case errors.Is(err, storage.ErrCorrupt):
 		e.markDamaged(topic, p, err)
 		return unavailable(topic, p)
+	case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+		return ioFailure(err, false)
 	}
 	return err
 }
