@@ -19,3 +19,17 @@ func TestConformance(t *testing.T) {
 		}
 	})
 }
+
+// TestConformanceFewOpenFiles runs the suite with at most 2 segment files open (beside the state
+// log's, which stay open): every partition's files are closed between uses and opened again, so
+// every case also checks that reads, claims, retention and restarts see the same data through
+// reopened files.
+func TestConformanceFewOpenFiles(t *testing.T) {
+	t.Parallel()
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true}, func(t *testing.T) storagetest.OpenFunc {
+		dir := t.TempDir()
+		return func(clock storage.Clock) (storage.Engine, error) {
+			return Open(dir, Config{Clock: clock, SegmentBytes: 64 << 10, Logger: testLogger(t), MaxOpenFiles: 2})
+		}
+	})
+}

@@ -34,9 +34,9 @@ func TestOpenFilesBounded(t *testing.T) {
 		t.Skip("counts /proc/self/fd")
 	}
 	const maxFiles, topics = 16, 200
-	// slack: the LOCK file, the state log's spare while it is prepared, a directory fsync in
-	// progress.
-	const slack = 4
+	// slack: the LOCK file and files the engine holds for a moment outside the bound (a
+	// directory being fsynced, a snapshot being written); without the bound it was 400+.
+	const slack = 8
 	base := openFDs(t)
 	h := newHarness(t, func(c *Config) { c.MaxOpenFiles = maxFiles })
 	check := func(phase string) {
