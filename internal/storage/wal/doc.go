@@ -14,8 +14,11 @@
 //	<dir>/snapshot-<index>.bin          the latest snapshot; replay continues at state log <index>
 //
 // One wlog.Committer is shared by every log, so publishes to any partition, acks and metadata
-// changes of one moment share fsyncs (group commit). docs/storage.md ("State log and snapshot")
-// specifies the state record and snapshot formats.
+// changes of one moment share fsyncs (group commit). One wlog.Files is shared by every log too: at
+// most Config.MaxOpenFiles segment files stay open while idle (those of the partitions used the
+// longest ago are closed and reopened on use; the state log's active segment stays open), so an
+// engine with thousands of topics does not need a descriptor per partition. docs/storage.md
+// ("State log and snapshot") specifies the state record and snapshot formats.
 //
 // # State
 //
