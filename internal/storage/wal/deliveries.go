@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -275,9 +276,14 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				if errors.Is(err, storage.ErrOffsetOutOfRange) {
 					continue
 				}
-				if errors.Is(err, storage.ErrCorrupt) {
+				switch {
+				case errors.Is(err, storage.ErrCorrupt):
 					e.markDamaged(t.meta.Name, t.parts[pi], err) // skipped by the next claims
-				} else {
+				case errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE):
+					// The partition's idle file could not be reopened: its messages wait for
+					// the next claim. Every claim may meet it: logged every fdWarnEvery.
+					e.warnOutOfFiles(t.meta.Name, pi, err)
+				default:
 					e.logger.Error("wal: read for claim", slog.String("topic", t.meta.Name), slog.Int("partition", int(pi)), slog.Any("error", err))
 				}
 				break

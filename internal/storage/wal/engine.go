@@ -224,6 +224,11 @@ type Engine struct {
 	trashKick chan struct{}
 	trashSeq  atomic.Int64
 
+	// fdWarnAt is the engine clock (unix ns) of the last "out of file descriptors" warning of a
+	// claim, fdWarnMissed the claims that met the condition since (warnOutOfFiles).
+	fdWarnAt     atomic.Int64
+	fdWarnMissed atomic.Int64
+
 	// snapshotEncodeHook, if set (tests, before any snapshot can run), is called on the snapshot
 	// goroutine right before a snapshot is encoded.
 	snapshotEncodeHook func()
@@ -492,6 +497,25 @@ func (e *Engine) fail(err error) {
 	if e.failed.CompareAndSwap(nil, &err) {
 		e.logger.Error("wal write failed, engine refuses changes until reopened", slog.Any("error", err))
 	}
+}
+
+// fdWarnEvery is the shortest interval between two warnings of claims that could not reopen a
+// partition's file.
+const fdWarnEvery = 10 * time.Second
+
+// warnOutOfFiles logs that a claim could not read partition p of topic because its segment file
+// could not be opened again (EMFILE, ENFILE): at most once per fdWarnEvery, with the number of
+// such claims since the last warning, so that polling claims do not flood the log.
+func (e *Engine) warnOutOfFiles(topic string, p int32, err error) {
+	missed := e.fdWarnMissed.Add(1)
+	now := e.clock.Now().UnixNano()
+	last := e.fdWarnAt.Load()
+	if last != 0 && now-last < int64(fdWarnEvery) || !e.fdWarnAt.CompareAndSwap(last, now) {
+		return
+	}
+	e.fdWarnMissed.Add(-missed)
+	e.logger.Warn("wal: claim skipped a partition: out of file descriptors (raise ulimit -n or lower wal.max_open_files)",
+		slog.String("topic", topic), slog.Int("partition", int(p)), slog.Int64("claims", missed), slog.Any("error", err))
 }
 
 // now is the engine clock in UTC without a monotonic reading, so times compare and persist the

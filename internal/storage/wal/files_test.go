@@ -3,10 +3,12 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -118,7 +120,11 @@ func TestMaxOpenFilesValidated(t *testing.T) {
 // partition.
 func TestReopenFailsCleanly(t *testing.T) {
 	efs := wlogtest.NewErrorFS(nil, nil)
-	h := newHarness(t, func(c *Config) { c.FS = efs; c.MaxOpenFiles = 1 })
+	logs := &syncBuffer{}
+	h := newHarness(t, func(c *Config) {
+		c.FS, c.MaxOpenFiles = efs, 1
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
 	h.createTopic("idle", storage.TopicConfig{})
 	h.createTopic("busy", storage.TopicConfig{})
 	h.publishN("idle", 1)
@@ -141,7 +147,19 @@ func TestReopenFailsCleanly(t *testing.T) {
 		t.Fatalf("read of a partition whose file cannot be reopened: %v, want IOError unavailable, too many open files", err)
 	}
 	h.publishN("busy", 1)
+	// Claims skip the partition (its message waits), warning once per 10 s of the engine clock.
+	sub := h.queueSub("idle")
+	for range 3 {
+		equal(t, len(h.claim(sub.ID, "m1", 10)), 0, "deliveries while the file cannot be opened")
+	}
+	equal(t, strings.Count(logs.String(), "out of file descriptors"), 1, "warnings for 3 claims")
+	h.clock.Advance(fdWarnEvery)
+	h.claim(sub.ID, "m1", 10)
+	if out := logs.String(); strings.Count(out, "out of file descriptors") != 2 || !strings.Contains(out, "claims=3") {
+		t.Fatalf("want a second warning counting 3 claims after 10 s:\n%s", out)
+	}
 	efs.SetInjector(nil)
+	equal(t, len(h.claim(sub.ID, "m1", 10)), 1, "deliveries once the file opens")
 	pos := h.publish("idle", storage.AppendMessage{Partition: 0, Payload: []byte("m-after")})
 	equal(t, pos[0].Offset, int64(1), "offset after the refused publish (nothing of it written)")
 	msgs, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "idle", Partition: 0, Offset: 0, Limit: 10})
@@ -150,4 +168,22 @@ func TestReopenFailsCleanly(t *testing.T) {
 	st, err := h.e.TopicStats(h.ctx, "idle")
 	h.must(err, "stats")
 	equal(t, st.Partitions[0].Damaged, false, "damaged")
+}
+
+// syncBuffer collects log output from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
