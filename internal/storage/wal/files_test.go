@@ -93,6 +93,13 @@ func TestOpenFilesBounded(t *testing.T) {
 		}
 	}
 	check("published after restart")
+	h.must(h.e.Close(), "close")
+	if st := h.e.OpenFiles(); st.Open != 0 {
+		t.Fatalf("%d segment files counted open after Close", st.Open)
+	}
+	if n := openFDs(t) - base; n > 0 {
+		t.Fatalf("%d file descriptors left open after Close", n)
+	}
 }
 
 // TestMaxOpenFilesValidated: a negative bound and one above the process's limit of open files
