@@ -85,6 +85,7 @@ func (e *Engine) applySubUpdate(r *subUpdateRec) {
 	s.meta.UpdatedAt = r.At
 	if r.State == storage.Cancelled {
 		s.st = nil
+		e.dropDLQ(s)
 	}
 }
 
@@ -98,6 +99,7 @@ func (e *Engine) applySubDelete(r *subDeleteRec) {
 	}
 	s.topic = nil
 	s.st = nil
+	e.dropDLQ(s)
 	if s.meta.Ephemeral {
 		delete(e.subs, r.ID)
 		return
@@ -221,8 +223,11 @@ func (e *Engine) applyRecord(body []byte) error {
 		if err != nil {
 			return err
 		}
-		if st := e.stateOf(id); st != nil {
-			st.DeadLetterAt(de.Message.Partition, de.Message.Offset, de)
+		if s := e.subs[id]; s != nil && s.st != nil {
+			s.st.DeadLetterAt(de.Message.Partition, de.Message.Offset, de.ID)
+			if err := e.dlqReplayEntry(s, de); err != nil {
+				return err
+			}
 		}
 	case recDLQReplay, recDLQPurge:
 		id, at, ids, err := decodeDLQIDs(body)
@@ -231,11 +236,17 @@ func (e *Engine) applyRecord(body []byte) error {
 		}
 		// Records always list the IDs they moved: an empty list would mean "all" to DLQReplay and
 		// DLQPurge.
-		if st := e.stateOf(id); st != nil && len(ids) > 0 {
+		if s := e.subs[id]; s != nil && s.st != nil && len(ids) > 0 {
 			if typ == recDLQReplay {
-				st.DLQReplay(ids, at)
+				if err := e.dlqSyncPending(s); err != nil {
+					return err
+				}
+				if _, err := e.dlqOf(s, 0); err != nil {
+					return err
+				}
+				e.replayDLQLocked(s, s.st.DLQSelect(ids), at, true)
 			} else {
-				st.DLQPurge(ids)
+				s.st.DLQPurge(ids)
 			}
 		}
 	case recRetention:

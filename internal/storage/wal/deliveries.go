@@ -28,6 +28,7 @@ type recordBatch [][]byte
 // if not nil, is called from the committer goroutine once the records are durable; it must not
 // block.
 func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool, durable func()) <-chan error {
+	e.flushDLQLocked(s) // the DLQ records of the dead-letterings among recs
 	if len(recs) == 0 || s.meta.Ephemeral {
 		return nil
 	}
@@ -61,13 +62,21 @@ func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool, durable
 	return ch
 }
 
-// deadLetterLocked moves an entry to the subscription's DLQ with a copy of its message and returns
-// the DLQ state record (nil if the message no longer exists: the entry is dropped). e.mu (read)
-// and s.mu must be held.
+// deadLetterLocked moves an entry to the subscription's DLQ with a copy of its message (queued to
+// the DLQ log, appended by the operation's queueStates) and returns the DLQ state record (nil if
+// the message no longer exists: the entry is dropped; or if it cannot be read or stored now: the
+// entry is kept). e.mu (read) and s.mu must be held.
 func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQReason, lastErr string, now time.Time) []byte {
 	var msg storage.Message
-	if en.Msg != nil {
-		msg = *en.Msg
+	if en.Replayed() {
+		de, err := e.dlqRead(s, en.DLQ)
+		if err != nil {
+			e.logger.Error("wal: replayed DLQ message to dead-letter is unreadable, kept", slog.Int64("subscription", s.meta.ID),
+				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
+			s.st.Keep(en)
+			return nil
+		}
+		msg = de.Message
 	} else {
 		var err error
 		msg, err = e.readMessage(s.topic, en.Partition, en.Offset)
@@ -85,11 +94,30 @@ func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQ
 			return nil
 		}
 	}
+	dl, err := e.dlqOf(s, s.st.NextDLQID())
+	if err != nil {
+		e.logger.Error("wal: DLQ log unavailable, message kept", slog.Int64("subscription", s.meta.ID),
+			slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
+		s.st.Keep(en)
+		return nil
+	}
 	d := &storage.DLQEntry{
 		SubscriptionID: s.meta.ID, Message: msg, Reason: reason, Attempts: en.Attempt, LastError: lastErr, DeadAt: now,
 	}
-	s.st.DeadLetter(en, d)
+	d.ID = s.st.DeadLetter(en)
+	if err := dl.queueLocked(d); err != nil {
+		e.fail(err) // the DLQ log and the state disagree: stop before it gets worse
+	}
 	return encodeDLQ(s.meta.ID, d)
+}
+
+// dlqRead reads DLQ entry id of s from its DLQ log (a replayed copy's: durable). s.mu must be
+// held.
+func (e *Engine) dlqRead(s *sub, id int64) (*storage.DLQEntry, error) {
+	if s.dlq == nil {
+		return nil, fmt.Errorf("%w: wal: subscription %d has no DLQ log", storage.ErrCorrupt, s.meta.ID)
+	}
+	return s.dlq.readOne(s.meta.ID, id)
 }
 
 // DeliveriesClaim leases up to Max messages of an ACTIVE subscription to Member: first expired
@@ -220,8 +248,18 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 			continue
 		}
 		en.Claim = seq
-		if en.Msg != nil {
-			deliver(en, en.Msg)
+		if en.Replayed() {
+			de, err := e.dlqRead(s, en.DLQ)
+			if err != nil {
+				// Kept for a later claim, undelivered (this one is not recorded).
+				e.logger.Error("wal: replayed DLQ message unreadable", slog.Int64("subscription", s.meta.ID),
+					slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
+				en.Attempt--
+				s.st.Keep(en)
+				pl.Unlease()
+				continue
+			}
+			deliver(en, &de.Message)
 			items = append(items, claimItem{kind: claimReplayed, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
 			continue
 		}

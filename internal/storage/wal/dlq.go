@@ -7,7 +7,7 @@ import (
 )
 
 // DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
-// (default 100). A CANCELLED subscription has none.
+// (default 100), read from its DLQ log. A CANCELLED subscription has none.
 func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]*storage.DLQEntry, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
@@ -15,6 +15,10 @@ func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]
 	limit := params.Limit
 	if limit == 0 {
 		limit = 100
+	}
+	// Every entry dead-lettered before the call is readable.
+	if err := e.dlqDurable(ctx, params.SubscriptionID); err != nil {
+		return nil, err
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -28,12 +32,17 @@ func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]
 	out := []*storage.DLQEntry{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.st == nil {
+	if s.st == nil || s.dlq == nil {
 		return out, nil
 	}
-	for _, d := range s.st.DLQ(params.AfterID, limit) {
-		c := *d
-		out = append(out, &c)
+	entries, err := s.dlq.read(s.meta.ID, s.st.DLQIDs(params.AfterID, limit))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range entries {
+		if d != nil { // nil: dead-lettered after the call began, not durable yet
+			out = append(out, d)
+		}
 	}
 	return out, nil
 }
@@ -49,8 +58,8 @@ func (e *Engine) DLQPurge(ctx context.Context, params *storage.DLQPurgeParams) (
 
 // DLQReplay moves DLQ entries (all of them when IDs is empty) back to their subscription only,
 // due at once with a fresh attempt count, and returns how many. A replayed message is delivered
-// from the entry's copy, so it does not matter whether the log still holds it. Durable when it
-// returns.
+// from the entry's copy in the DLQ log, so it does not matter whether the partition log still
+// holds it. Durable when it returns.
 func (e *Engine) DLQReplay(ctx context.Context, params *storage.DLQReplayParams) (int, error) {
 	if err := params.Check(); err != nil {
 		return 0, err
@@ -58,7 +67,16 @@ func (e *Engine) DLQReplay(ctx context.Context, params *storage.DLQReplayParams)
 	return e.dlqMove(ctx, params.SubscriptionID, params.IDs, true)
 }
 
+// dlqIDsPerRecord bounds the IDs of one DLQ replay or purge record: 10 bytes each at most.
+const dlqIDsPerRecord = 1 << 20
+
 func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool) (int, error) {
+	if replay {
+		// A replay reads the entries: every entry dead-lettered before the call is readable.
+		if err := e.dlqDurable(ctx, id); err != nil {
+			return 0, err
+		}
+	}
 	e.mu.RLock()
 	if err := e.checkLocked(); err != nil {
 		e.mu.RUnlock()
@@ -74,15 +92,21 @@ func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool
 	var ch <-chan error
 	if len(sel) > 0 {
 		nowNs := e.now().UnixNano()
-		var rec []byte
+		typ, at := recDLQPurge, int64(0)
 		if replay {
-			s.st.DLQReplay(sel, nowNs)
-			rec = encodeDLQIDs(recDLQReplay, id, nowNs, sel)
+			sel = e.replayDLQLocked(s, sel, nowNs, false)
+			typ, at = recDLQReplay, nowNs
 		} else {
 			s.st.DLQPurge(sel)
-			rec = encodeDLQIDs(recDLQPurge, id, 0, sel)
 		}
-		ch = e.queueStates(s, recordBatch{rec}, true, nil)
+		// Records of at most dlqIDsPerRecord IDs (a record is at most maxRecordBytes).
+		var recs recordBatch
+		for rest := sel; len(rest) > 0; {
+			k := min(len(rest), dlqIDsPerRecord)
+			recs = append(recs, encodeDLQIDs(typ, id, at, rest[:k]))
+			rest = rest[k:]
+		}
+		ch = e.queueStates(s, recs, true, nil)
 	}
 	s.mu.Unlock()
 	e.mu.RUnlock()

@@ -11,6 +11,8 @@
 //	                                    record.AppendMessage (key, headers, payload, producer id,
 //	                                    NotBefore, ExpiresAt)
 //	<dir>/state/                        the state log: one wlog.Log of state records
+//	<dir>/dlq/<subscription id>/        a subscription's DLQ log (dlqlog.go): record index = DLQ
+//	                                    ID - 1, body = the entry with its copy of the message
 //	<dir>/snapshot-<index>.bin          the latest snapshot; replay continues at state log <index>
 //
 // One wlog.Committer is shared by every log, so publishes to any partition, acks and metadata
@@ -26,7 +28,9 @@
 // subscription's delivery state is a substate.Sub guarded by the subscription's own mutex: per
 // partition an ack floor, a cursor (next never-delivered offset) and, above the floor only, the
 // leased and waiting messages and a bitset of out-of-order completions; plus replayed DLQ messages
-// and the DLQ entries (with a copy of each message). An undelivered backlog costs no memory.
+// (each reads its message from the DLQ log) and the DLQ as an index of IDs, one bit each: the
+// entries and their messages are in the subscription's DLQ log, so a long DLQ costs neither memory
+// nor snapshot size. An undelivered backlog costs no memory.
 //
 // Every change is applied in memory and its state record queued before the locks are released;
 // operations that must be durable (acks, nacks, DLQ moves, metadata) then wait for the record's
@@ -68,7 +72,9 @@
 // ones): topic create (with its queue or binding subscriptions, atomically), topic update, topic
 // delete, binding create and delete, subscription create, update and delete, claim (per message:
 // delivered with attempt n, delayed until NotBefore, completed undelivered; and the new cursors),
-// ack, nack (due time), dead-letter (the DLQ entry with its message copy), DLQ replay and purge
+// ack, nack (due time), dead-letter (the DLQ entry with its message copy, also appended to the
+// DLQ log in the same group commit: the state record makes it durable, and Open appends to the DLQ
+// log what a crash kept from it), DLQ replay and purge
 // (explicit IDs), retention (force-advanced floors, expired DLQ IDs), the subscription ID
 // high-water mark (ephemeral subscriptions are never persisted, but their IDs are never reused),
 // clean close, unclean restart, and claim horizon. Leases and lease extensions are not persisted.
@@ -77,17 +83,19 @@
 //
 // When the state log has grown by Config.StateLogSnapshotBytes since the last snapshot (and on
 // Close) the engine takes Engine.mu exclusively, which stops every state change, copies the whole
-// state (sharing the DLQ entries and replayed message copies, which are never modified once
-// added), queues a marker record and releases the lock; the copy is encoded after that, so a long
-// DLQ (a million entries: ~0.5 ms to copy, ~300 ms to encode) does not stop the engine while it
-// is encoded. The marker's index K splits the state log exactly: everything before it is in the
-// snapshot, everything after it is not. Once the marker is durable the snapshot is written as
+// state (the DLQs as runs of IDs, not their entries), queues a marker record and releases the
+// lock; the copy is encoded after that. The marker's index K splits the state log exactly:
+// everything before it is in the snapshot, everything after it is not. Once the marker is durable,
+// and the DLQ log records queued before it (the snapshot names their entries), the snapshot is
+// written as
 // snapshot-K.bin (temp file, fsync, rename, fsync of the directory), older snapshots are
 // removed, the state log's active segment is sealed and segments entirely before K are deleted.
 // Recovery time is thus bounded by the live state plus at most StateLogSnapshotBytes of records,
 // not by history.
 //
-// Open loads the newest valid snapshot, replays the state log from its index, opens the partition
+// Open loads the newest valid snapshot (a version 2 or older one holds DLQ entries and replayed
+// copies with their messages: Open moves them to DLQ logs and asks for a new snapshot), replays the
+// state log from its index, completes the DLQ logs (dlqRecover), opens the partition
 // logs (their own recovery truncates torn tails and reports corruption), removes directories of
 // topics the state does not know (a crash between creating and recording them, or between
 // recording a deletion and removing the files), clamps state to the logs (floors to the first
@@ -109,6 +117,7 @@
 // # Lock order
 //
 //	Engine.snapMu -> Engine.retentionMu -> Engine.mu -> sub.mu (several: in ID order) -> partition.mu
+//	Engine.reapMu -> Engine.mu;  Engine.dlqMu is a leaf (the list of DLQ logs to remove)
 //
 // Engine.mu is held shared by every operation on messages and delivery state and exclusively by
 // metadata changes and the snapshot. A subscription's mutex is only taken with Engine.mu held, so
@@ -120,9 +129,10 @@
 //
 // # Goroutines
 //
-// The wlog.Committer's goroutine (group commit) and the engine's snapshot goroutine, both started
-// by Open and stopped by Close (which also waits for appends in flight and takes the final
-// snapshot). wlog may run a goroutine per log that prepares the next segment; Log.Close stops it.
+// The wlog.Committer's goroutine (group commit), the engine's snapshot goroutine and its trash
+// goroutine (which also closes and removes the DLQ logs of cancelled and deleted subscriptions once
+// their appends and the change are durable), all started by Open and stopped by Close (which also
+// waits for appends in flight and takes the final snapshot). wlog may run a goroutine per log that prepares the next segment; Log.Close stops it.
 //
 // # Deviations from the design brief
 //

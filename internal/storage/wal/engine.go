@@ -229,6 +229,18 @@ type Engine struct {
 	fdWarnAt     atomic.Int64
 	fdWarnMissed atomic.Int64
 
+	// DLQ logs (dlqlog.go). dlqDoomed holds the logs of cancelled and deleted subscriptions until
+	// the trash loop removes them (guarded by dlqMu). Recovery only: dlqFound lists the DLQ log
+	// directories not opened yet, dlqPend the entries to append to them, dlqMigrate the replayed
+	// copies of an old snapshot; dlqMigrated asks for a snapshot once Open is done.
+	dlqMu       sync.Mutex
+	reapMu      sync.Mutex // serializes reapDLQs
+	dlqDoomed   []*dlqLog
+	dlqFound    map[int64]struct{}
+	dlqPend     map[int64][]*storage.DLQEntry
+	dlqMigrate  []dlqMigrateCopy
+	dlqMigrated bool
+
 	// snapshotEncodeHook, if set (tests, before any snapshot can run), is called on the snapshot
 	// goroutine right before a snapshot is encoded.
 	snapshotEncodeHook func()
@@ -270,6 +282,7 @@ type sub struct {
 	mu    sync.Mutex
 	st    *substate.Sub // nil once CANCELLED or DELETED
 	rr    int           // first partition the next claim reads new messages from
+	dlq   *dlqLog       // the DLQ log (dlqlog.go); nil until the first dead-lettering
 
 	// Claim durability (see "Attempt numbers after a crash" in doc.go). claimSeq numbers the
 	// claims that deliver (guarded by mu); durableClaim is the highest of them whose records are
@@ -424,6 +437,16 @@ func (e *Engine) closeFiles() error {
 	if e.state != nil {
 		errs = append(errs, e.state.Close())
 	}
+	for _, s := range e.subs {
+		if s.dlq != nil {
+			errs = append(errs, s.dlq.log.Close())
+		}
+	}
+	e.dlqMu.Lock()
+	for _, dl := range e.dlqDoomed {
+		errs = append(errs, dl.log.Close())
+	}
+	e.dlqMu.Unlock()
 	if e.lockFile != nil {
 		errs = append(errs, e.lockFile.Close())
 	}

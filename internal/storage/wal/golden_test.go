@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/substate"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -71,7 +73,12 @@ func TestGoldenFormats(t *testing.T) {
 	st.SetHorizon(1, 1024)
 	st.UncleanRestart() // suspect offsets, attempts 2
 	st.Delay(1, 0, at.UnixNano())
-	st.AddDLQ(de)
+	st.DeadLetterAt(1, 5, 2) // DLQ entry 2 (de)
+	st.DeadLetterAt(1, 6, 0) // 3
+	st.DLQPurge([]int64{3})
+	st.DeadLetterAt(1, 7, 0) // 4
+	st.DLQPurge([]int64{4})
+	st.Replay(1, 7, 4, at.UnixNano())
 	fmt.Fprintf(&out, "snapshot\n%s\n", hex.EncodeToString(e.encodeSnapshotLocked(42)))
 
 	path := filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", snapshotVersion))
@@ -102,15 +109,12 @@ func TestGoldenFormats(t *testing.T) {
 	}
 }
 
-// TestGoldenFormatsV1: the records of format version 1 are still written with the same bytes, and
-// a version 1 snapshot (no claim horizon) still loads, with horizons at 0 (the first claim of each
-// partition then waits for a horizon record).
-func TestGoldenFormatsV1(t *testing.T) {
+// TestGoldenFormatsV1V2: the records of format versions 1 and 2 are still written with the same
+// bytes, and their snapshots still load: version 1 (no claim horizon) with horizons at 0 (the
+// first claim of each partition then waits for a horizon record); both with their DLQ entries,
+// which held the messages, in the DLQ index and noted for the DLQ log (dlqRecover appends them).
+func TestGoldenFormatsV1V2(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join("testdata", "formats_v1.golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cur, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", snapshotVersion)))
 	if err != nil {
 		t.Fatal(err)
@@ -123,31 +127,50 @@ func TestGoldenFormatsV1(t *testing.T) {
 		}
 		return m
 	}
-	v1, now := parse(b), parse(cur)
-	for name, hx := range v1 {
-		if name == "snapshot" {
-			continue
+	now := parse(cur)
+	for _, version := range []int{1, 2} {
+		b, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", version)))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if now[name] != hx {
-			t.Errorf("record %q: version 1 bytes %s, now %s", name, hx, now[name])
+		old := parse(b)
+		for name, hx := range old {
+			if name == "snapshot" {
+				continue
+			}
+			if now[name] != hx {
+				t.Errorf("record %q: version %d bytes %s, now %s", name, version, hx, now[name])
+			}
+		}
+		snap, err := hex.DecodeString(old["snapshot"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := bareEngine()
+		idx, err := e.decodeSnapshot(snap)
+		if err != nil || idx != 42 {
+			t.Fatalf("version %d snapshot: index %d, %v", version, idx, err)
+		}
+		st := e.subs[3].st
+		parts, dlq := st.Export()
+		if version == 1 {
+			for i, ps := range parts {
+				if ps.Horizon != 0 || ps.Suspect != 0 {
+					t.Errorf("partition %d: horizon %d suspect %d, want 0", i, ps.Horizon, ps.Suspect)
+				}
+			}
+		}
+		equal(t, parts[0].Cursor, int64(3), "cursor from the old snapshot")
+		if !reflect.DeepEqual(dlq, substate.DLQState{Next: 3, Live: [][2]int64{{2, 3}}}) {
+			t.Errorf("version %d: DLQ index %+v", version, dlq)
+		}
+		if p := e.dlqPend[3]; len(p) != 1 || p[0].ID != 2 || string(p[0].Message.Payload) != "pay" {
+			t.Errorf("version %d: DLQ entries for the DLQ log %+v", version, p)
+		}
+		if !e.dlqMigrated {
+			t.Errorf("version %d: no new snapshot asked for", version)
 		}
 	}
-	snap, err := hex.DecodeString(v1["snapshot"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := bareEngine()
-	idx, err := e.decodeSnapshot(snap)
-	if err != nil || idx != 42 {
-		t.Fatalf("version 1 snapshot: index %d, %v", idx, err)
-	}
-	parts, _, _ := e.subs[3].st.Export()
-	for i, ps := range parts {
-		if ps.Horizon != 0 || ps.Suspect != 0 {
-			t.Errorf("partition %d: horizon %d suspect %d, want 0", i, ps.Horizon, ps.Suspect)
-		}
-	}
-	equal(t, parts[0].Cursor, int64(3), "cursor from the version 1 snapshot")
 }
 
 // TestGoldenDedupWindowDefault: a topic whose records were written before dedup_window existed (the

@@ -23,6 +23,9 @@ func (e *Engine) recover() error {
 	if err != nil {
 		return fmt.Errorf("wal: open state log: %w", err)
 	}
+	if err := e.findDLQLogs(); err != nil {
+		return err
+	}
 	from, err := e.loadSnapshot()
 	if err != nil {
 		return err
@@ -53,6 +56,9 @@ func (e *Engine) recover() error {
 	})
 	if err != nil {
 		return fmt.Errorf("wal: replay state log: %w", err)
+	}
+	if err := e.dlqRecover(); err != nil {
+		return err
 	}
 	for _, t := range e.topics {
 		if err := e.openTopicLogs(t, 0); err != nil {
@@ -105,6 +111,7 @@ func (e *Engine) recover() error {
 				recs = append(recs, wlog.Record{Timestamp: now.UnixNano(), Body: rec})
 			}
 		}
+		e.flushDLQLocked(s)
 	}
 	if _, err := e.committer.Append(context.Background(), e.state, recs); err != nil {
 		return fmt.Errorf("wal: record the restart: %w", err)
@@ -113,7 +120,8 @@ func (e *Engine) recover() error {
 		e.logger.Info("wal: messages on their last delivery when the engine stopped dead-lettered", slog.Int("messages", dead))
 	}
 	e.stateBytes.Store(bytes)
-	if bytes >= e.cfg.StateLogSnapshotBytes {
+	if bytes >= e.cfg.StateLogSnapshotBytes || e.dlqMigrated {
+		// dlqMigrated: an old snapshot's DLQ was moved to DLQ logs; a new snapshot records it.
 		e.snapPending.Store(true)
 		e.snapReq <- struct{}{}
 	}
@@ -225,6 +233,7 @@ func (e *Engine) discardDir(path string) error {
 func (e *Engine) trashLoop() {
 	defer e.wg.Done()
 	for {
+		e.reapDLQs()
 		ents, err := e.fs.ReadDir(filepath.Join(e.dir, trashDir))
 		if err != nil && !isNotExist(err) {
 			e.logger.Warn("wal: list the trash", slog.Any("error", err))

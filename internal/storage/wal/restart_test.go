@@ -197,10 +197,20 @@ func projectWith(e *Engine, crashed bool) projection {
 		}
 		sp := subProjection{Meta: s.meta}
 		if s.st != nil {
-			var dlq []*storage.DLQEntry
-			sp.Parts, dlq, sp.NextDLQ = s.st.Export()
-			for _, d := range dlq {
-				sp.DLQ = append(sp.DLQ, *d)
+			var dlq substate.DLQState
+			sp.Parts, dlq = s.st.Export()
+			sp.NextDLQ = dlq.Next
+			if s.dlq != nil {
+				if s.dlq.last != nil {
+					<-s.dlq.last
+				}
+				entries, err := s.dlq.read(id, s.st.DLQIDs(0, s.st.DLQLen()))
+				if err != nil {
+					panic(err)
+				}
+				for _, d := range entries {
+					sp.DLQ = append(sp.DLQ, *d)
+				}
 			}
 			for i := range sp.Parts {
 				if ps := &sp.Parts[i]; crashed {

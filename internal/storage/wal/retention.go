@@ -3,11 +3,13 @@ package wal
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 )
 
 // partPlan is what retention removes from one partition.
@@ -198,12 +200,26 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		plans = append(plans, plan)
 	}
 	var expired []dlqExpiry
+	var compact []dlqCompaction
 	before := nowNs - int64(cfg.MaxRetention)
 	for _, s := range withState {
-		ids := s.st.DLQExpire(before)
-		res.DLQEntriesExpired += int64(len(ids))
-		if len(ids) > 0 && !s.meta.Ephemeral {
-			expired = append(expired, dlqExpiry{sub: s.meta.ID, ids: ids})
+		if s.dlq == nil {
+			continue
+		}
+		// Entries are in DeadAt order in their log (frame timestamps never decrease, so an entry
+		// dead-lettered while the clock was behind expires with the next ones: late, never early).
+		if s.st.DLQLen() > 0 {
+			if end, err := s.dlq.log.SearchTime(before); err != nil {
+				e.logger.Warn("wal: DLQ expiry", slog.Int64("subscription", s.meta.ID), slog.Any("error", err))
+			} else if ids := s.st.DLQExpireBelow(end + 1); len(ids) > 0 {
+				res.DLQEntriesExpired += int64(len(ids))
+				if !s.meta.Ephemeral {
+					expired = append(expired, dlqExpiry{sub: s.meta.ID, ids: ids})
+				}
+			}
+		}
+		if keep := dlqKeepFrom(s.st); keep > s.dlq.log.FirstIndex() {
+			compact = append(compact, dlqCompaction{s.dlq.log, keep})
 		}
 	}
 	// Queued before the subscriptions are unlocked, so no later change of theirs precedes it in
@@ -213,7 +229,7 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		ch = e.queueStateWait(encodeRetention(floors, expired))
 	}
 	unlockSubs()
-	if len(plans) > 0 {
+	if len(plans) > 0 || len(compact) > 0 {
 		t.inflight.Add(1) // TopicDelete waits for the file work below
 		defer t.inflight.Done()
 	}
@@ -222,6 +238,13 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		// The new floors are durable before the messages below them disappear.
 		if err := wait(context.WithoutCancel(ctx), ch); err != nil {
 			return err
+		}
+	}
+	for _, c := range compact {
+		// Whole segments of records no longer needed (the expiry above is durable: the records
+		// of expired entries are not read again after a crash either).
+		if _, _, err := c.log.DeleteBefore(c.before); err != nil && !errors.Is(err, storage.ErrClosed) {
+			e.logger.Warn("wal: DLQ log compaction", slog.String("dir", c.log.Dir()), slog.Any("error", err))
 		}
 	}
 	for _, plan := range plans {
@@ -252,6 +275,12 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		}
 	}
 	return nil
+}
+
+// dlqCompaction deletes the segments of a DLQ log below index before (retainTopic).
+type dlqCompaction struct {
+	log    *wlog.Log
+	before int64
 }
 
 // countExpired adds to plan the messages [from, end) of one removable segment, whose oldest

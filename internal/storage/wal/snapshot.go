@@ -24,8 +24,9 @@ import (
 // format; never change: add a version instead.
 const (
 	snapshotMagic = "SPOOLSNP"
-	// snapshotVersion is the version written. Version 1 (no claim horizon) is still read.
-	snapshotVersion = 2
+	// snapshotVersion is the version written. Versions 1 (no claim horizon) and 2 (DLQ entries and
+	// replayed copies with their messages, moved to DLQ logs at Open) are still read.
+	snapshotVersion = 3
 	snapshotPrefix  = "snapshot-"
 	snapshotExt     = ".bin"
 	// snapshotHeaderBytes: magic, version u32, state log index u64.
@@ -50,20 +51,21 @@ func snapshotName(index int64) string {
 }
 
 // snapshotState is the persistent state exported for a snapshot: taken with Engine.mu held
-// exclusively, encoded after it is released. It shares the DLQ entries and replayed message copies
-// with the live state, which never modifies them once added (a change replaces an entry).
+// exclusively, encoded after it is released.
 type snapshotState struct {
 	nextSubID int64
 	metaJSON  []byte
 	subs      []snapshotSub // ID order
+	// dlqSynced are the last appends queued to the DLQ logs: the snapshot is written once they are
+	// durable, so that every DLQ entry it holds is in its DLQ log.
+	dlqSynced []chan struct{}
 }
 
 // snapshotSub is one subscription's delivery state in a snapshotState.
 type snapshotSub struct {
-	id      int64
-	parts   []substate.PartState
-	dlq     []*storage.DLQEntry
-	nextDLQ int64
+	id    int64
+	parts []substate.PartState
+	dlq   substate.DLQState
 }
 
 // encodeSnapshotLocked encodes the whole persistent state. e.mu must be held exclusively (so no
@@ -73,10 +75,9 @@ func (e *Engine) encodeSnapshotLocked(index int64) []byte {
 }
 
 // exportSnapshotLocked captures the whole persistent state for a snapshot. e.mu must be held
-// exclusively (so no subscription mutex is held by anyone). It copies the state but not the DLQ
-// entries' messages, so its cost does not grow with their size; the encoding, which does, is done
-// by encode once the lock is released (a DLQ of a million entries takes hundreds of milliseconds
-// to encode, which must not stop every operation of the engine).
+// exclusively (so no subscription mutex is held by anyone). The DLQ entries are not part of it
+// (they are in the DLQ logs), only which IDs are in each DLQ; the encoding is done by encode once
+// the lock is released.
 func (e *Engine) exportSnapshotLocked() *snapshotState {
 	var meta snapshotMeta
 	for _, t := range e.topics {
@@ -104,8 +105,11 @@ func (e *Engine) exportSnapshotLocked() *snapshotState {
 	}
 	st := &snapshotState{nextSubID: e.nextSubID, metaJSON: metaJSON, subs: make([]snapshotSub, len(withState))}
 	for i, s := range withState {
-		parts, dlq, nextDLQ := s.st.Export()
-		st.subs[i] = snapshotSub{id: s.meta.ID, parts: parts, dlq: dlq, nextDLQ: nextDLQ}
+		parts, dlq := s.st.Export()
+		st.subs[i] = snapshotSub{id: s.meta.ID, parts: parts, dlq: dlq}
+		if s.dlq != nil && s.dlq.last != nil {
+			st.dlqSynced = append(st.dlqSynced, s.dlq.last)
+		}
 	}
 	return st
 }
@@ -121,7 +125,7 @@ func (st *snapshotState) encode(index int64) []byte {
 	en.uvarint(uint64(len(st.subs)))
 	for _, s := range st.subs {
 		en.uvarint(uint64(s.id))
-		en.uvarint(uint64(s.nextDLQ))
+		en.uvarint(uint64(s.dlq.Next))
 		en.uvarint(uint64(len(s.parts)))
 		for _, ps := range s.parts {
 			en.uvarint(uint64(ps.Floor))
@@ -146,12 +150,15 @@ func (st *snapshotState) encode(index int64) []byte {
 				en.uvarint(uint64(es.Offset))
 				en.uvarint(uint64(es.Attempt))
 				en.varint(es.Due)
-				en.message(es.Msg)
+				en.uvarint(uint64(es.DLQ))
 			}
 		}
-		en.uvarint(uint64(len(s.dlq)))
-		for _, d := range s.dlq {
-			en.dlqEntry(d)
+		en.uvarint(uint64(len(s.dlq.Live)))
+		prev := int64(0)
+		for _, r := range s.dlq.Live {
+			en.uvarint(uint64(r[0] - prev))
+			en.uvarint(uint64(r[1] - r[0]))
+			prev = r[1]
 		}
 	}
 	return binary.LittleEndian.AppendUint32(en.b, crc32.Checksum(en.b, castagnoli))
@@ -164,7 +171,7 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 		return 0, errors.New("bad magic or short file")
 	}
 	version := binary.LittleEndian.Uint32(b[8:12])
-	if version != 1 && version != snapshotVersion {
+	if version < 1 || version > snapshotVersion {
 		return 0, fmt.Errorf("unsupported snapshot version %d", version)
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
@@ -224,24 +231,60 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 			for j := range ps.Pending {
 				ps.Pending[j] = substate.EntryState{Offset: int64(d.uvarint()), Attempt: int(d.uvarint()), Due: d.varint()}
 			}
-			ps.Replayed = make([]substate.EntryState, d.count(8))
+			ps.Replayed = make([]substate.EntryState, d.count(4))
 			for j := range ps.Replayed {
 				es := substate.EntryState{Offset: int64(d.uvarint()), Attempt: int(d.uvarint()), Due: d.varint()}
-				es.Msg = new(storage.Message)
-				d.message(es.Msg)
+				if version >= 3 {
+					es.DLQ = int64(d.uvarint())
+				} else {
+					// The message was in the snapshot: recovery moves it to the DLQ log
+					// (dlqRecover) and gives the copy its ID there.
+					m := new(storage.Message)
+					d.message(m)
+					e.dlqMigrate = append(e.dlqMigrate, dlqMigrateCopy{sub: id, partition: int32(i), offset: es.Offset, msg: m})
+					es.DLQ = -1
+				}
 				ps.Replayed[j] = es
 			}
 		}
-		dlq := make([]*storage.DLQEntry, d.count(8))
-		for j := range dlq {
-			dlq[j] = d.dlqEntry(id)
+		dlq := substate.DLQState{Next: nextDLQ}
+		var old []*storage.DLQEntry
+		if version >= 3 {
+			dlq.Live = make([][2]int64, d.count(2))
+			prev := int64(0)
+			for j := range dlq.Live {
+				start := prev + int64(d.uvarint())
+				end := start + int64(d.uvarint())
+				if start < prev || end < start || end > nextDLQ {
+					return 0, fmt.Errorf("subscription %d: DLQ run [%d, %d) out of range", id, start, end)
+				}
+				dlq.Live[j] = [2]int64{start, end}
+				prev = end
+			}
+		} else {
+			// The entries were in the snapshot: recovery appends them to the DLQ log.
+			old = make([]*storage.DLQEntry, d.count(8))
+			for j := range old {
+				old[j] = d.dlqEntry(id)
+				if n := len(dlq.Live); n > 0 && dlq.Live[n-1][1] == old[j].ID {
+					dlq.Live[n-1][1]++
+				} else {
+					dlq.Live = append(dlq.Live, [2]int64{old[j].ID, old[j].ID + 1})
+				}
+			}
 		}
 		if d.err != nil {
 			break
 		}
 		if s := e.subs[id]; s != nil && s.topic != nil && s.meta.State != storage.Cancelled {
-			s.st = substate.Import(parts, dlq, nextDLQ)
+			s.st = substate.Import(parts, dlq)
+			if len(old) > 0 {
+				e.dlqPend[id] = old // ID order
+			}
 		}
+	}
+	if version < 3 {
+		e.dlqMigrated = true
 	}
 	if err := d.done("snapshot"); err != nil {
 		return 0, err
@@ -289,6 +332,12 @@ func (e *Engine) snapshot(final bool) error {
 	if r.err != nil {
 		e.fail(fmt.Errorf("wal: state log append: %w", r.err))
 		return r.err
+	}
+	for _, c := range st.dlqSynced {
+		<-c
+	}
+	if err := e.failedErr(); err != nil {
+		return err // a DLQ log append failed: the snapshot could name entries it lacks
 	}
 	binary.LittleEndian.PutUint64(data[12:20], uint64(r.index))
 	binary.LittleEndian.PutUint32(data[len(data)-4:], crc32.Checksum(data[:len(data)-4], castagnoli))
@@ -428,6 +477,9 @@ func (e *Engine) loadSnapshot() (int64, error) {
 }
 
 func (e *Engine) resetMaps() {
+	e.dlqPend = make(map[int64][]*storage.DLQEntry)
+	e.dlqMigrate = nil
+	e.dlqMigrated = false
 	e.topics = make(map[string]*topic)
 	e.subs = make(map[int64]*sub)
 	e.bindings = make(map[bindingKey]*storage.Binding)

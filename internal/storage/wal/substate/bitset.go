@@ -180,3 +180,20 @@ func (b *bitset) each(fn func(o int64)) {
 		}
 	}
 }
+
+// nextSet returns the first member >= o, or end when there is none below end.
+func (b *bitset) nextSet(o, end int64) int64 {
+	o = max(o, b.base)
+	for o < end {
+		i := (o - b.base) >> 6
+		if i >= int64(len(b.words)) {
+			return end
+		}
+		bit := uint((o - b.base) & 63)
+		if w := b.words[i] >> bit; w != 0 {
+			return min(o+int64(bits.TrailingZeros64(w)), end)
+		}
+		o += int64(64 - bit)
+	}
+	return end
+}

@@ -12,8 +12,8 @@
 //   - done: a bitset of offsets >= Floor that are done (acked out of order, or acked before they
 //     were delivered). The floor advances over the contiguous done prefix and the bitset is trimmed.
 //   - replayed: DLQ messages replayed into the subscription (BRIEF.md 4, "replay back to that group
-//     only"). They may lie below the floor, so they live apart from pending and carry their own copy
-//     of the message.
+//     only"). They may lie below the floor, so they live apart from pending; each names the DLQ ID
+//     whose record (in the engine's DLQ log) holds its copy of the message.
 //   - Horizon and suspect (attempt numbers after a crash, see package wal): the engine delivers
 //     an offset at or above the claim horizon only once a horizon record further ahead is durable;
 //     after an unclean shutdown (UncleanRestart) the offsets in [Cursor, suspect) may have been
@@ -22,6 +22,9 @@
 // Every offset in [Floor, Cursor) is either pending or done, never both. An undelivered backlog of
 // any length costs nothing here: only leased, waiting and out-of-order-done messages take memory (a
 // done message costs one bit).
+//
+// The DLQ is an index of IDs (dlq.go): a bitset of the IDs in it, from the lowest to the next ID.
+// The entries are records of the engine's DLQ log, found by ID.
 //
 // Two heaps order the entries of the whole subscription: leases by deadline (expiry processing) and
 // waiting entries by due time (redelivery goes first, oldest due first).

@@ -17,7 +17,7 @@ func less(a, b *Entry) bool {
 	}
 	// A replayed copy and a pending entry of the same offset cannot coexist, but keep the order
 	// total anyway.
-	return a.Msg == nil && b.Msg != nil
+	return a.DLQ < b.DLQ
 }
 
 func (h *entryHeap) push(e *Entry) {

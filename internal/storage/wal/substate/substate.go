@@ -5,12 +5,11 @@ import (
 	"math"
 	"slices"
 
-	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/policy"
 )
 
 // Entry is one message of a subscription that is leased or waiting: a pending offset above the
-// partition's floor, or a replayed DLQ message (Msg != nil).
+// partition's floor, or a replayed DLQ message (DLQ != 0).
 type Entry struct {
 	Partition int32
 	Offset    int64
@@ -23,8 +22,9 @@ type Entry struct {
 	Member string
 	// Time is the lease deadline or the due time, unix ns; 0 means due at once.
 	Time int64
-	// Msg is the copy of a replayed DLQ message; nil for a message read from the partition log.
-	Msg *storage.Message
+	// DLQ is the DLQ ID whose record (in the subscription's DLQ log) holds the copy of a replayed
+	// DLQ message; 0 for a message read from the partition log.
+	DLQ int64
 	// Claim is the engine's sequence number of the claim that made the last delivery, 0 when that
 	// delivery is known to be recorded durably (restored entries). The engine sets and reads it;
 	// this package only keeps it.
@@ -34,7 +34,7 @@ type Entry struct {
 }
 
 // Replayed reports whether the entry is a replayed DLQ message.
-func (e *Entry) Replayed() bool { return e.Msg != nil }
+func (e *Entry) Replayed() bool { return e.DLQ != 0 }
 
 // part is the state of one partition.
 type part struct {
@@ -54,20 +54,16 @@ type Sub struct {
 	parts   []*part
 	leases  entryHeap
 	waiting entryHeap
-	dlq     []*storage.DLQEntry // ID order
+	// The DLQ is an index of IDs (dlq.go): the entries themselves are in the engine's DLQ log.
+	dlqLive bitset // IDs in the DLQ, all in [dlqLow, nextDLQ)
+	dlqLow  int64  // no ID below it is in the DLQ
+	dlqN    int    // members of dlqLive
 	nextDLQ int64
-	// deadLow is a lower bound of the DeadAt times (unix ns) of the DLQ entries (math.MinInt64
-	// until a DLQExpire looked at them all), so a DLQExpire with nothing to expire does not look
-	// at every entry.
-	deadLow int64
-	// dlqVisits counts the DLQ entries that removals looked at or moved (tests: removing a few
-	// entries of a long DLQ must not cost the whole DLQ).
-	dlqVisits int64
 }
 
 // New returns the state of a subscription whose partition i starts at starts[i] (floor and cursor).
 func New(starts []int64) *Sub {
-	s := &Sub{nextDLQ: 1, deadLow: math.MinInt64}
+	s := &Sub{nextDLQ: 1, dlqLow: 1}
 	for _, o := range starts {
 		s.AddPartition(o)
 	}
@@ -443,16 +439,17 @@ func (s *Sub) Release(member string, now int64, maxDeliveries int) (released int
 }
 
 // DeadLetter removes the entry (a pending offset becomes done, a replayed copy goes away) and adds
-// d to the DLQ. d.ID is assigned when zero.
-func (s *Sub) DeadLetter(e *Entry, d *storage.DLQEntry) {
-	s.DeadLetterAt(e.Partition, e.Offset, d)
+// a DLQ entry for it: it returns the entry's ID.
+func (s *Sub) DeadLetter(e *Entry) int64 {
+	s.Drop(e.Partition, e.Offset)
+	return s.addDLQ(0)
 }
 
-// DeadLetterAt is DeadLetter by position (state log replay). A replayed copy of the offset is
-// taken first.
-func (s *Sub) DeadLetterAt(p int32, o int64, d *storage.DLQEntry) {
+// DeadLetterAt is DeadLetter by position, with the ID the entry got (state log replay). A
+// replayed copy of the offset is taken first.
+func (s *Sub) DeadLetterAt(p int32, o int64, id int64) {
 	s.Drop(p, o)
-	s.AddDLQ(d)
+	s.addDLQ(id)
 }
 
 // Drop forgets offset o of partition p: its replayed copy if there is one, else the offset
@@ -475,161 +472,6 @@ func (s *Sub) Drop(p int32, o int64) {
 // ExpireLeases, Release or Nack handed out to be dead-lettered): it stays pending, for a claim
 // after the repair.
 func (s *Sub) Keep(e *Entry) { s.setWaiting(e, e.Time) }
-
-// AddDLQ adds d to the DLQ, assigning d.ID when zero.
-func (s *Sub) AddDLQ(d *storage.DLQEntry) {
-	if d.ID == 0 {
-		d.ID = s.nextDLQ
-	}
-	if d.ID >= s.nextDLQ {
-		s.nextDLQ = d.ID + 1
-	}
-	s.deadLow = min(s.deadLow, d.DeadAt.UnixNano())
-	i, found := s.dlqIndex(d.ID)
-	if found {
-		s.dlq[i] = d
-		return
-	}
-	s.dlq = slices.Insert(s.dlq, i, d)
-}
-
-// dlqIndex returns the position of DLQ entry id, or where it would be inserted.
-func (s *Sub) dlqIndex(id int64) (int, bool) {
-	return slices.BinarySearchFunc(s.dlq, id, func(x *storage.DLQEntry, id int64) int { return cmp.Compare(x.ID, id) })
-}
-
-// DLQSelect returns the IDs among ids that are in the DLQ (every ID when ids is empty), in ID
-// order, without duplicates. It costs O(len(ids) log n), not O(n), unless ids is empty.
-func (s *Sub) DLQSelect(ids []int64) []int64 {
-	if len(ids) == 0 {
-		out := make([]int64, len(s.dlq))
-		for i, d := range s.dlq {
-			out[i] = d.ID
-		}
-		return out
-	}
-	var out []int64
-	for _, i := range s.dlqPositions(ids) {
-		out = append(out, s.dlq[i].ID)
-	}
-	return out
-}
-
-// dlqPositions returns the positions of the DLQ entries with the given IDs, increasing.
-func (s *Sub) dlqPositions(ids []int64) []int {
-	sorted := slices.Clone(ids)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	var pos []int
-	for _, id := range sorted {
-		if i, found := s.dlqIndex(id); found {
-			pos = append(pos, i)
-		}
-	}
-	return pos
-}
-
-// NextDLQID is the ID the next DLQ entry gets.
-func (s *Sub) NextDLQID() int64 { return s.nextDLQ }
-
-// DLQLen is the number of DLQ entries.
-func (s *Sub) DLQLen() int { return len(s.dlq) }
-
-// DLQ returns up to limit entries with an ID above afterID, in ID order. The entries are shared:
-// callers must not modify them.
-func (s *Sub) DLQ(afterID int64, limit int) []*storage.DLQEntry {
-	i, _ := s.dlqIndex(afterID + 1)
-	end := len(s.dlq)
-	if limit < end-i {
-		end = i + limit
-	}
-	if i >= end {
-		return nil
-	}
-	return slices.Clone(s.dlq[i:end])
-}
-
-// selectDLQ removes and returns the entries with the given IDs (all when ids is empty). Explicit
-// IDs are found by binary search and only the entries after the first of them move, so removing a
-// few entries of a long DLQ does not look at all of it.
-func (s *Sub) selectDLQ(ids []int64) []*storage.DLQEntry {
-	if len(ids) == 0 {
-		taken := s.dlq
-		s.dlqVisits += int64(len(taken))
-		s.dlq = nil
-		return taken
-	}
-	pos := s.dlqPositions(ids)
-	if len(pos) == 0 {
-		return nil
-	}
-	taken := make([]*storage.DLQEntry, len(pos))
-	w := pos[0]
-	for k, i := range pos {
-		taken[k] = s.dlq[i]
-		end := len(s.dlq)
-		if k+1 < len(pos) {
-			end = pos[k+1]
-		}
-		w += copy(s.dlq[w:], s.dlq[i+1:end])
-		s.dlqVisits += int64(end - i)
-	}
-	clear(s.dlq[w:])
-	s.dlq = s.dlq[:w]
-	return taken
-}
-
-// DLQPurge removes the entries with the given IDs (all when empty) and returns how many.
-func (s *Sub) DLQPurge(ids []int64) int { return len(s.selectDLQ(ids)) }
-
-// DLQExpire removes the entries dead before the given time (unix ns) and returns their IDs. It
-// looks at the entries only when one may have died before then (deadLow), so a call with nothing
-// to expire costs O(1) whatever the DLQ's length.
-func (s *Sub) DLQExpire(before int64) []int64 {
-	if len(s.dlq) == 0 || before <= s.deadLow {
-		return nil
-	}
-	var ids []int64
-	low := int64(math.MaxInt64)
-	kept := s.dlq[:0]
-	for _, d := range s.dlq {
-		at := d.DeadAt.UnixNano()
-		if at < before {
-			ids = append(ids, d.ID)
-			continue
-		}
-		low = min(low, at)
-		kept = append(kept, d)
-	}
-	s.dlqVisits += int64(len(s.dlq))
-	clear(s.dlq[len(kept):])
-	s.dlq = kept
-	s.deadLow = low
-	return ids
-}
-
-// DLQReplay moves the entries with the given IDs (all when empty) back into the subscription as
-// replayed messages due at due, with a fresh attempt count. It returns how many.
-func (s *Sub) DLQReplay(ids []int64, due int64) int {
-	taken := s.selectDLQ(ids)
-	for _, d := range taken {
-		pt := s.part(d.Message.Partition)
-		if pt == nil {
-			continue
-		}
-		if old := pt.replayed[d.Message.Offset]; old != nil {
-			s.unheap(old)
-		}
-		if pt.replayed == nil {
-			pt.replayed = make(map[int64]*Entry)
-		}
-		m := d.Message
-		e := &Entry{Partition: d.Message.Partition, Offset: d.Message.Offset, Msg: &m, idx: -1}
-		pt.replayed[e.Offset] = e
-		s.setWaiting(e, due)
-	}
-	return len(taken)
-}
 
 // ForceFloor moves the floor of partition p up to floor (retention removed the messages below it):
 // pending entries below it are dropped. It returns how many messages below floor were not done.
@@ -772,7 +614,8 @@ type EntryState struct {
 	Offset  int64
 	Attempt int
 	Due     int64
-	Msg     *storage.Message
+	// DLQ is the DLQ ID holding a replayed copy (0 for a pending offset).
+	DLQ int64
 }
 
 // PartState is the persisted form of a partition's state.
@@ -787,9 +630,8 @@ type PartState struct {
 	Replayed []EntryState // offset order
 }
 
-// Export returns the persisted form of the state: partitions, DLQ entries (shared, do not modify)
-// and the next DLQ ID.
-func (s *Sub) Export() (parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) {
+// Export returns the persisted form of the state: partitions and the DLQ index.
+func (s *Sub) Export() (parts []PartState, dlq DLQState) {
 	parts = make([]PartState, len(s.parts))
 	for i, pt := range s.parts {
 		ps := PartState{Floor: pt.floor, Cursor: pt.cursor, Horizon: pt.horizon}
@@ -807,10 +649,7 @@ func (s *Sub) Export() (parts []PartState, dlq []*storage.DLQEntry, nextDLQ int6
 		ps.Replayed = exportEntries(pt.replayed)
 		parts[i] = ps
 	}
-	if len(s.dlq) > 0 {
-		dlq = slices.Clone(s.dlq)
-	}
-	return parts, dlq, s.nextDLQ
+	return parts, s.exportDLQ()
 }
 
 func exportEntries(m map[int64]*Entry) []EntryState {
@@ -819,7 +658,7 @@ func exportEntries(m map[int64]*Entry) []EntryState {
 	}
 	out := make([]EntryState, 0, len(m))
 	for _, e := range m {
-		es := EntryState{Offset: e.Offset, Attempt: e.Attempt, Msg: e.Msg}
+		es := EntryState{Offset: e.Offset, Attempt: e.Attempt, DLQ: e.DLQ}
 		if !e.Leased {
 			es.Due = e.Time
 		}
@@ -830,8 +669,8 @@ func exportEntries(m map[int64]*Entry) []EntryState {
 }
 
 // Import rebuilds a state from its persisted form.
-func Import(parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) *Sub {
-	s := &Sub{nextDLQ: max(nextDLQ, 1), deadLow: math.MinInt64}
+func Import(parts []PartState, dlq DLQState) *Sub {
+	s := &Sub{nextDLQ: 1, dlqLow: 1}
 	for i, ps := range parts {
 		pt := &part{floor: ps.Floor, cursor: max(ps.Cursor, ps.Floor), horizon: ps.Horizon, suspect: ps.Suspect}
 		s.parts = append(s.parts, pt)
@@ -855,15 +694,13 @@ func Import(parts []PartState, dlq []*storage.DLQEntry, nextDLQ int64) *Sub {
 			if pt.replayed == nil {
 				pt.replayed = make(map[int64]*Entry, len(ps.Replayed))
 			}
-			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, Msg: es.Msg, idx: -1}
+			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, DLQ: es.DLQ, idx: -1}
 			pt.replayed[e.Offset] = e
 			s.waiting.push(e)
 		}
 		pt.advance()
 	}
-	for _, d := range dlq {
-		s.AddDLQ(d)
-	}
+	s.importDLQ(dlq)
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func checkInvariants(t *testing.T, s *Sub) {
 			}
 		}
 		for o, e := range pt.pending {
-			if o < pt.floor || o >= pt.cursor || e.Offset != o || e.Partition != int32(p) || e.Msg != nil {
+			if o < pt.floor || o >= pt.cursor || e.Offset != o || e.Partition != int32(p) || e.DLQ != 0 {
 				t.Fatalf("partition %d: bad pending entry %d %+v", p, o, e)
 			}
 			if !inHeap[e] {
@@ -85,7 +86,7 @@ func checkInvariants(t *testing.T, s *Sub) {
 			n++
 		}
 		for o, e := range pt.replayed {
-			if e.Offset != o || e.Msg == nil || !inHeap[e] {
+			if e.Offset != o || e.DLQ == 0 || !inHeap[e] {
 				t.Fatalf("partition %d: bad replayed entry %d %+v", p, o, e)
 			}
 			n++
@@ -94,20 +95,47 @@ func checkInvariants(t *testing.T, s *Sub) {
 	if n != len(inHeap) {
 		t.Fatalf("%d entries in maps, %d in heaps", n, len(inHeap))
 	}
-	for i := 1; i < len(s.dlq); i++ {
-		if s.dlq[i-1].ID >= s.dlq[i].ID {
-			t.Fatal("DLQ not in ID order")
-		}
+	if got := s.dlqLive.count(); got != s.dlqN {
+		t.Fatalf("dlqN %d, count %d", s.dlqN, got)
+	}
+	if s.dlqN > 0 && !s.dlqLive.test(s.dlqLow) {
+		t.Fatalf("dlqLow %d is not in the DLQ", s.dlqLow)
+	}
+	if s.dlqLive.countRange(0, s.dlqLow) != 0 || s.dlqLive.countRange(s.nextDLQ, s.nextDLQ+1<<20) != 0 {
+		t.Fatal("DLQ IDs outside [dlqLow, nextDLQ)")
 	}
 }
 
-func dlqEntry(e *Entry, reason storage.DLQReason) *storage.DLQEntry {
-	return &storage.DLQEntry{
-		Message:  storage.Message{Partition: e.Partition, Offset: e.Offset, Payload: []byte("x")},
-		Reason:   reason,
-		Attempts: e.Attempt,
-		DeadAt:   time.Unix(0, 5*sec),
+// dlqPositions stands for the engine's DLQ log in these tests: the position of each DLQ entry.
+var dlqPositions = struct {
+	sync.Mutex
+	m map[*Sub]map[int64][2]int64
+}{m: map[*Sub]map[int64][2]int64{}}
+
+// deadLetter dead-letters e as the engine does and remembers the position of its DLQ entry.
+func deadLetter(s *Sub, e *Entry) int64 {
+	p, o := e.Partition, e.Offset
+	id := s.DeadLetter(e)
+	dlqPositions.Lock()
+	defer dlqPositions.Unlock()
+	if dlqPositions.m[s] == nil {
+		dlqPositions.m[s] = map[int64][2]int64{}
 	}
+	dlqPositions.m[s][id] = [2]int64{int64(p), o}
+	return id
+}
+
+// replayDLQ replays the DLQ entries ids (all when empty) as the engine does and returns how many.
+func replayDLQ(s *Sub, ids []int64, due int64) int {
+	sel := s.DLQSelect(ids)
+	dlqPositions.Lock()
+	defer dlqPositions.Unlock()
+	for _, id := range sel {
+		s.DLQPurge([]int64{id})
+		pos := dlqPositions.m[s][id]
+		s.Replay(int32(pos[0]), pos[1], id, due)
+	}
+	return len(sel)
 }
 
 func TestFloorAdvancesOverContiguousDone(t *testing.T) {
@@ -176,7 +204,7 @@ func TestExpiryBackoffThenDLQ(t *testing.T) {
 			if len(dead) != 1 || dead[0].Attempt != max {
 				t.Fatalf("attempt %d: dead = %v", attempt, dead)
 			}
-			s.DeadLetter(dead[0], dlqEntry(dead[0], storage.DLQMaxDeliveries))
+			deadLetter(s, dead[0])
 			break
 		}
 		if len(dead) != 0 {
@@ -256,7 +284,7 @@ func TestNackExtendRelease(t *testing.T) {
 	if out, e := s.Nack(0, 2, "a", 0, 0, true, 5); out != DeadLetter || e.Offset != 2 {
 		t.Fatal("nack to DLQ")
 	} else {
-		s.DeadLetter(e, dlqEntry(e, storage.DLQRejected))
+		deadLetter(s, e)
 	}
 	rel, dead := s.Release("a", sec, 5)
 	if rel != 3 || len(dead) != 0 {
@@ -275,7 +303,7 @@ func TestNackExtendRelease(t *testing.T) {
 		t.Fatalf("dead %d", len(dead))
 	}
 	for _, e := range dead {
-		s.DeadLetter(e, dlqEntry(e, storage.DLQMaxDeliveries))
+		deadLetter(s, e)
 	}
 	if s.Floor(0) != 4 || s.DLQLen() != 4 {
 		t.Fatalf("floor %d dlq %d", s.Floor(0), s.DLQLen())
@@ -289,25 +317,22 @@ func TestDLQReplayPurgeExpire(t *testing.T) {
 	for o := int64(0); o < 5; o++ {
 		s.Deliver(0, o, "a", 10*sec)
 		_, e := s.Nack(0, o, "a", 0, 0, true, 5)
-		d := dlqEntry(e, storage.DLQRejected)
-		d.DeadAt = time.Unix(0, o*sec)
-		s.DeadLetter(e, d)
+		deadLetter(s, e)
 	}
 	if s.Floor(0) != 5 {
 		t.Fatal("dead-lettered messages do not count as done")
 	}
-	page := s.DLQ(0, 2)
-	if len(page) != 2 || page[0].ID != 1 || page[1].ID != 2 {
+	if page := s.DLQIDs(0, 2); !reflect.DeepEqual(page, []int64{1, 2}) {
 		t.Fatalf("page %v", page)
 	}
-	if page = s.DLQ(2, 100); len(page) != 3 || page[0].ID != 3 {
+	if page := s.DLQIDs(2, 100); !reflect.DeepEqual(page, []int64{3, 4, 5}) {
 		t.Fatalf("page 2 %v", page)
 	}
-	if n := s.DLQReplay([]int64{2, 4, 99}, 0); n != 2 {
+	if n := replayDLQ(s, []int64{2, 4, 99}, 0); n != 2 {
 		t.Fatalf("replayed %d", n)
 	}
 	got, _, _ := takeDue(s, sec, "b", false, nil, 10, 20*sec)
-	if len(got) != 2 || got[0].Offset != 1 || got[0].Attempt != 1 || got[0].Msg == nil {
+	if len(got) != 2 || got[0].Offset != 1 || got[0].Attempt != 1 || got[0].DLQ != 2 {
 		t.Fatalf("replayed delivery %+v", got)
 	}
 	if s.Ack(0, 1, 5) != Acked || s.Ack(0, 1, 5) != AlreadyDone {
@@ -317,12 +342,15 @@ func TestDLQReplayPurgeExpire(t *testing.T) {
 	if out != DeadLetter {
 		t.Fatal(out)
 	}
-	s.DeadLetter(e, dlqEntry(e, storage.DLQRejected))
+	deadLetter(s, e)
 	if s.DLQLen() != 4 || s.NextDLQID() != 7 {
 		t.Fatalf("dlq %d next %d", s.DLQLen(), s.NextDLQID())
 	}
-	if ids := s.DLQExpire(2 * sec); !reflect.DeepEqual(ids, []int64{1}) {
+	if ids := s.DLQExpireBelow(2); !reflect.DeepEqual(ids, []int64{1}) {
 		t.Fatalf("expired %v", ids)
+	}
+	if s.DLQFirst() != 3 || s.MinReplayedDLQ() != 7 {
+		t.Fatalf("first %d, lowest replayed %d", s.DLQFirst(), s.MinReplayedDLQ())
 	}
 	if n := s.DLQPurge([]int64{3}); n != 1 {
 		t.Fatalf("purged %d", n)
@@ -379,10 +407,10 @@ func TestRandomOpsKeepInvariants(t *testing.T) {
 			members := []string{"a", "b", "c"}
 			deadLetter := func(es []*Entry) {
 				for _, e := range es {
-					if e.Msg == nil {
+					if e.DLQ == 0 {
 						done[e.Partition][e.Offset] = true
 					}
-					s.DeadLetter(e, dlqEntry(e, storage.DLQMaxDeliveries))
+					deadLetter(s, e)
 				}
 			}
 			for step := 0; step < 3000; step++ {
@@ -445,7 +473,7 @@ func TestRandomOpsKeepInvariants(t *testing.T) {
 					_, dead := s.Release(m, now, maxDel)
 					deadLetter(dead)
 				case 9:
-					s.DLQReplay(nil, now)
+					replayDLQ(s, nil, now)
 				case 10, 11:
 					now += int64(rng.IntN(20)) * sec
 				}
@@ -461,12 +489,12 @@ func TestRandomOpsKeepInvariants(t *testing.T) {
 				}
 				if step%97 == 0 {
 					// Export/Import keeps everything persisted.
-					a, b, c := s.Export()
-					s2 := Import(a, b, c)
+					a, b := s.Export()
+					s2 := Import(a, b)
 					checkInvariants(t, s2)
-					a2, b2, c2 := s2.Export()
-					if !reflect.DeepEqual(a, a2) || !reflect.DeepEqual(b, b2) || c != c2 {
-						t.Fatalf("step %d: export/import differ:\n%+v %v %d\n%+v %v %d", step, a, b, c, a2, b2, c2)
+					a2, b2 := s2.Export()
+					if !reflect.DeepEqual(a, a2) || !reflect.DeepEqual(b, b2) {
+						t.Fatalf("step %d: export/import differ:\n%+v %v\n%+v %v", step, a, b, a2, b2)
 					}
 				}
 			}
@@ -498,8 +526,8 @@ func TestRestoreMatchesLive(t *testing.T) {
 	re.RestoreNack(0, 2, 7*sec, false)
 	checkInvariants(t, re)
 
-	a, _, _ := live.Export()
-	b, _, _ := re.Export()
+	a, _ := live.Export()
+	b, _ := re.Export()
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("live %+v\nreplay %+v", a, b)
 	}
@@ -509,7 +537,7 @@ func TestRestoreMatchesLive(t *testing.T) {
 		t.Fatalf("exhausted %d, want 4", len(ex))
 	}
 	for _, e := range ex {
-		re.DeadLetter(e, dlqEntry(e, storage.DLQMaxDeliveries))
+		re.DeadLetter(e)
 	}
 	checkInvariants(t, re)
 	if re.Floor(0) != 5 || re.DLQLen() != 4 {
@@ -557,9 +585,10 @@ func TestUncleanRestartAndSuspectOffsets(t *testing.T) {
 	s.Deliver(0, 0, "a", 10*sec)
 	s.Deliver(0, 1, "a", 10*sec)
 	s.Nack(0, 1, "a", 0, 5*sec, false, 9)
-	s.DLQReplay(nil, 0) // nothing to replay
-	s.AddDLQ(&storage.DLQEntry{Message: storage.Message{Partition: 0, Offset: 0, Payload: []byte("x")}})
-	s.DLQReplay(nil, 0) // a replayed copy of offset 0, attempt 0
+	replayDLQ(s, nil, 0) // nothing to replay
+	s.addDLQ(0)
+	s.DLQPurge([]int64{1})
+	s.Replay(0, 0, 1, 0) // a replayed copy of offset 0, attempt 0
 
 	s.UncleanRestart()
 	checkInvariants(t, s)
@@ -578,13 +607,13 @@ func TestUncleanRestartAndSuspectOffsets(t *testing.T) {
 		t.Fatalf("suspect offset 3 waiting for NotBefore: attempt %d, want 1", e.Attempt)
 	}
 
-	parts, dlq, next := s.Export()
+	parts, dlq := s.Export()
 	if parts[0].Horizon != 100 || parts[0].Suspect != 100 || parts[1].Suspect != 0 {
 		t.Fatalf("exported %+v", parts)
 	}
-	back := Import(parts, dlq, next)
+	back := Import(parts, dlq)
 	checkInvariants(t, back)
-	if p2, _, _ := back.Export(); !reflect.DeepEqual(parts, p2) {
+	if p2, _ := back.Export(); !reflect.DeepEqual(parts, p2) {
 		t.Fatalf("export/import:\n%+v\n%+v", parts, p2)
 	}
 	if e := back.Deliver(0, 4, "a", 10*sec); e.Attempt != 2 {
@@ -605,63 +634,50 @@ func TestUncleanRestartAndSuspectOffsets(t *testing.T) {
 	}
 }
 
-// TestLongDLQRemovalsDoNotScan checks that removing a few entries of a long DLQ (purge or replay
-// by ID) and a DLQExpire that has nothing to expire do not look at the whole DLQ, and that the
-// results stay right when DeadAt times are out of ID order (the clock went back).
-func TestLongDLQRemovalsDoNotScan(t *testing.T) {
+// TestDLQIndex: the DLQ index costs a bit per ID between its lowest entry and the next ID, finds
+// pages, selections and expiries by ID, and exports as runs (one for a contiguous DLQ).
+func TestDLQIndex(t *testing.T) {
 	t.Parallel()
-	const n = 10_000
+	const n = 100_000
 	s := New([]int64{0})
-	for i := range n {
-		s.AddDLQ(&storage.DLQEntry{Message: storage.Message{Offset: int64(i), Payload: []byte("x")},
-			Reason: storage.DLQRejected, DeadAt: time.Unix(0, int64(100+i)*sec)})
+	for range n {
+		s.addDLQ(0)
 	}
-	// The first expiry looks at every entry (nothing is known about them yet), later ones with
-	// nothing to expire at none.
-	if ids := s.DLQExpire(100 * sec); len(ids) != 0 {
-		t.Fatalf("expired %v", ids)
+	if _, d := s.Export(); len(d.Live) != 1 || d.Live[0] != [2]int64{1, n + 1} || d.Next != n+1 {
+		t.Fatalf("export of a contiguous DLQ: %+v", d)
 	}
-	visits := s.dlqVisits
-	for range 100 {
-		if ids := s.DLQExpire(100 * sec); len(ids) != 0 {
-			t.Fatalf("expired %v", ids)
-		}
+	if words := len(s.dlqLive.words); words > n/64+2 {
+		t.Fatalf("%d words for %d entries", words, n)
 	}
-	if got := s.dlqVisits - visits; got != 0 {
-		t.Fatalf("100 DLQExpire calls with nothing to expire looked at %d entries", got)
-	}
-	// Purge and replay of IDs near the end move only the entries after them.
-	visits = s.dlqVisits
 	if got := s.DLQSelect([]int64{n - 1, n - 3, n - 3, n + 5}); !reflect.DeepEqual(got, []int64{n - 3, n - 1}) {
 		t.Fatalf("select %v", got)
 	}
 	if got := s.DLQPurge([]int64{n - 1, n - 3, n + 5}); got != 2 {
 		t.Fatalf("purged %d", got)
 	}
-	if got := s.DLQReplay([]int64{n - 5}, 0); got != 1 {
-		t.Fatalf("replayed %d", got)
+	if got := s.DLQIDs(n-4, 3); !reflect.DeepEqual(got, []int64{n - 2, n}) {
+		t.Fatalf("page %v", got)
 	}
-	if got := s.dlqVisits - visits; got > 10 {
-		t.Fatalf("purging and replaying 3 entries near the end of a DLQ of %d looked at %d entries", n, got)
-	}
-	if s.DLQLen() != n-3 {
-		t.Fatalf("dlq %d", s.DLQLen())
-	}
-	for _, id := range []int64{n - 1, n - 3, n - 5} {
-		if got := s.DLQ(id-1, 1); len(got) == 1 && got[0].ID == id {
-			t.Fatalf("entry %d still in the DLQ", id)
-		}
-	}
-	// An entry dead earlier than every other one (clock went back) expires with them.
-	s.AddDLQ(&storage.DLQEntry{Message: storage.Message{Offset: n}, DeadAt: time.Unix(0, 50*sec)})
-	if ids := s.DLQExpire(60 * sec); !reflect.DeepEqual(ids, []int64{n + 1}) {
+	if ids := s.DLQExpireBelow(4); !reflect.DeepEqual(ids, []int64{1, 2, 3}) {
 		t.Fatalf("expired %v", ids)
 	}
-	if ids := s.DLQExpire(103 * sec); !reflect.DeepEqual(ids, []int64{1, 2, 3}) {
-		t.Fatalf("expired %v", ids)
+	if s.DLQLen() != n-5 || s.DLQFirst() != 4 {
+		t.Fatalf("dlq %d, first %d", s.DLQLen(), s.DLQFirst())
 	}
-	if s.DLQLen() != n-6 || s.DLQ(0, 1)[0].ID != 4 {
-		t.Fatalf("dlq %d, first %d", s.DLQLen(), s.DLQ(0, 1)[0].ID)
+	_, d := s.Export()
+	back := New([]int64{0})
+	back.importDLQ(d)
+	checkInvariants(t, back)
+	if _, d2 := back.Export(); !reflect.DeepEqual(d, d2) || back.DLQLen() != s.DLQLen() {
+		t.Fatalf("export/import: %+v\n%+v", d, d2)
+	}
+	// Entries lost from the log (outside [first, end)) are dropped.
+	if got := back.DLQLost(10, n-2); got != 6+2 { // 4..9, n-2 and n
+		t.Fatalf("lost %d", got)
+	}
+	if back.DLQPurge(nil) != n-5-8 || back.DLQLen() != 0 || back.DLQFirst() != n+1 {
+		t.Fatalf("after purge of all: %d entries, first %d", back.DLQLen(), back.DLQFirst())
 	}
 	checkInvariants(t, s)
+	checkInvariants(t, back)
 }

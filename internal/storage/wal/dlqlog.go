@@ -1,0 +1,521 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/substate"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+)
+
+// DLQ logs. Each subscription that ever dead-lettered a message has a DLQ log, <dir>/dlq/<id>/: a
+// segmented log (wlog) whose record index is the DLQ ID minus one, holding each entry with its
+// copy of the message. Memory keeps only which IDs are in the DLQ (substate, one bit each), and the
+// snapshot only that index, so neither grows with the entries. Records are never rewritten: a
+// purged, replayed or expired entry's record stays until every record of its segment is no longer
+// needed (retention deletes whole segments below the lowest ID still in the DLQ or read by a
+// replayed copy).
+//
+// The state log's dead-letter record (type 13) keeps the whole entry: it is what makes a
+// dead-lettering durable. The DLQ log is appended to in the same group commit without ordering
+// between the two logs, so after a crash Open appends to the DLQ log the entries of replayed
+// dead-letter records that it lacks, and a DLQ log that is ahead of the state (its records whose
+// state records were lost) only makes the next IDs skip those. A snapshot is written only once the
+// DLQ log records of every entry it holds are durable.
+
+const dlqDir = "dlq"
+
+// DLQ log record kinds: the first byte of a record body. Part of the on-disk format.
+const (
+	dlqRecFiller byte = 0 // no entry: an ID whose record was lost in a crash (keeps index = ID-1)
+	dlqRecEntry  byte = 1 // enc.dlqEntry: the entry and its message
+)
+
+// maxDLQFill bounds the filler records appended at once: more means damaged input, not a crash.
+const maxDLQFill = 1 << 24
+
+// dlqLog is a subscription's DLQ log. Its fields are guarded by the subscription's mutex (or used
+// by recovery alone).
+type dlqLog struct {
+	log    *wlog.Log
+	nextID int64 // the ID of the next record queued (its index + 1)
+	lastTS int64 // frame timestamps never decrease (SearchTime finds expired entries)
+	// last is closed when the last queued append is complete (durable or failed); nil when
+	// nothing was queued since the log was opened.
+	last chan struct{}
+	// batch holds the records queued by dead-letterings of the current operation, appended by
+	// flushDLQLocked before the operation releases the subscription's mutex.
+	batch []wlog.Record
+}
+
+func (e *Engine) dlqPath(id int64) string {
+	return filepath.Join(e.dir, dlqDir, strconv.FormatInt(id, 10))
+}
+
+// dlqOf returns the DLQ log of s, opening it (recovery found it) or, when firstID > 0, creating it
+// with firstID as the ID of its first record. It returns nil without an error when the log does not
+// exist and firstID is 0. s.mu must be held (or recovery).
+func (e *Engine) dlqOf(s *sub, firstID int64) (*dlqLog, error) {
+	if s.dlq != nil || e.committer == nil { // no committer: the codec tests' engine without files
+		return s.dlq, nil
+	}
+	_, found := e.dlqFound[s.meta.ID]
+	if !found && firstID <= 0 {
+		return nil, nil
+	}
+	opts := e.logOptions()
+	opts.FirstIndex = max(firstID-1, 0)
+	l, err := wlog.Open(e.dlqPath(s.meta.ID), opts)
+	if err != nil {
+		return nil, fmt.Errorf("wal: open DLQ log of subscription %d: %w", s.meta.ID, err)
+	}
+	delete(e.dlqFound, s.meta.ID)
+	dl := &dlqLog{log: l, nextID: l.NextIndex() + 1}
+	for _, seg := range l.Segments() {
+		dl.lastTS = max(dl.lastTS, seg.MaxTime)
+	}
+	s.dlq = dl
+	return dl, nil
+}
+
+// queueLocked adds the record of entry d (whose ID is at or above nextID: fillers stand for the
+// IDs between) to the batch. s.mu must be held.
+func (dl *dlqLog) queueLocked(d *storage.DLQEntry) error {
+	if d.ID < dl.nextID || d.ID-dl.nextID > maxDLQFill {
+		return fmt.Errorf("%w: wal: DLQ entry %d does not follow the DLQ log (next ID %d)", storage.ErrCorrupt, d.ID, dl.nextID)
+	}
+	for ; dl.nextID < d.ID; dl.nextID++ {
+		dl.batch = append(dl.batch, wlog.Record{Timestamp: dl.lastTS, Body: []byte{dlqRecFiller}})
+	}
+	dl.lastTS = max(dl.lastTS, d.DeadAt.UnixNano())
+	en := enc{b: make([]byte, 0, 64+len(d.Message.Payload)+len(d.Message.Key))}
+	en.u8(dlqRecEntry)
+	en.dlqEntry(d)
+	dl.batch = append(dl.batch, wlog.Record{Timestamp: dl.lastTS, Body: en.b})
+	dl.nextID++
+	return nil
+}
+
+// flushDLQLocked queues the DLQ records the current operation on s added. A failed append stops
+// the engine (the DLQ log no longer matches the IDs; the next Open rebuilds it from the state log).
+// s.mu must be held.
+func (e *Engine) flushDLQLocked(s *sub) {
+	dl := s.dlq
+	if dl == nil || len(dl.batch) == 0 {
+		return
+	}
+	ch := make(chan struct{})
+	e.committer.AppendAsync(dl.log, dl.batch, func(_ int64, err error) {
+		if err != nil {
+			e.fail(fmt.Errorf("wal: DLQ log append: %w", err))
+		}
+		close(ch)
+	})
+	dl.batch = nil
+	dl.last = ch
+}
+
+// decodeDLQRecord decodes the DLQ log record of entry id.
+func decodeDLQRecord(subID, id int64, body []byte) (*storage.DLQEntry, error) {
+	if len(body) == 0 || body[0] != dlqRecEntry {
+		return nil, fmt.Errorf("%w: wal: DLQ log of subscription %d: no entry at ID %d", storage.ErrCorrupt, subID, id)
+	}
+	d := dec{b: body[1:]}
+	de := d.dlqEntry(subID)
+	if err := d.done("DLQ log record"); err != nil {
+		return nil, fmt.Errorf("%w: %v", storage.ErrCorrupt, err)
+	}
+	if de.ID != id {
+		return nil, fmt.Errorf("%w: wal: DLQ log of subscription %d: entry %d at ID %d", storage.ErrCorrupt, subID, de.ID, id)
+	}
+	return de, nil
+}
+
+// read returns the entries of ids (increasing), nil for those whose records are not readable:
+// deleted (retention compacted the log after they left the DLQ) or not durable yet. Other read
+// errors are returned.
+func (dl *dlqLog) read(subID int64, ids []int64) ([]*storage.DLQEntry, error) {
+	out := make([]*storage.DLQEntry, len(ids))
+	err := dl.scan(ids, func(i int, body []byte) error {
+		de, err := decodeDLQRecord(subID, ids[i], body)
+		out[i] = de
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// scan calls fn with the record body of each of ids (increasing) that is readable (see read), in
+// order; body is only valid during the call.
+func (dl *dlqLog) scan(ids []int64, fn func(i int, body []byte) error) error {
+	for i := 0; i < len(ids); {
+		j := i + 1
+		for j < len(ids) && ids[j] == ids[j-1]+1 {
+			j++
+		}
+		for i < j {
+			if ids[i]-1 >= dl.log.NextIndex() {
+				i = j // not durable yet
+				break
+			}
+			recs, err := dl.log.Read(ids[i]-1, j-i, readBatchBytes)
+			if errors.Is(err, storage.ErrOffsetOutOfRange) {
+				i++
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				i = j
+				break
+			}
+			for _, r := range recs {
+				if err := fn(i, r.Body); err != nil {
+					return err
+				}
+				i++
+			}
+		}
+	}
+	return nil
+}
+
+// decodeDLQPosition decodes the message position of the DLQ log record of entry id (its prefix
+// only: a replay does not copy the payload).
+func decodeDLQPosition(subID, id int64, body []byte) (int32, int64, error) {
+	if len(body) == 0 || body[0] != dlqRecEntry {
+		return 0, 0, fmt.Errorf("%w: wal: DLQ log of subscription %d: no entry at ID %d", storage.ErrCorrupt, subID, id)
+	}
+	d := dec{b: body[1:]}
+	got := int64(d.uvarint())
+	d.str() // reason
+	d.uvarint()
+	d.str() // last error
+	d.time()
+	d.str() // topic
+	p := int32(d.varint())
+	o := d.varint()
+	if d.err != nil || got != id {
+		return 0, 0, fmt.Errorf("%w: wal: DLQ log of subscription %d: bad entry at ID %d", storage.ErrCorrupt, subID, id)
+	}
+	return p, o, nil
+}
+
+// readOne reads the entry of id; it must be durable.
+func (dl *dlqLog) readOne(subID, id int64) (*storage.DLQEntry, error) {
+	got, err := dl.read(subID, []int64{id})
+	if err != nil {
+		return nil, err
+	}
+	if got[0] == nil {
+		return nil, fmt.Errorf("%w: wal: DLQ entry %d of subscription %d is not in its log", storage.ErrCorrupt, id, subID)
+	}
+	return got[0], nil
+}
+
+// dlqDurable waits until the DLQ log records queued for subscription id so far are durable, so
+// that an operation that reads them finds every entry that was in the DLQ when it began.
+func (e *Engine) dlqDurable(ctx context.Context, id int64) error {
+	e.mu.RLock()
+	if e.closed {
+		e.mu.RUnlock()
+		return storage.ErrClosed
+	}
+	s, err := e.subLocked(id)
+	if err != nil {
+		e.mu.RUnlock()
+		return err
+	}
+	s.mu.Lock()
+	var ch chan struct{}
+	if s.dlq != nil {
+		ch = s.dlq.last
+	}
+	s.mu.Unlock()
+	e.mu.RUnlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return e.failedErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// replayChunk is how many DLQ entries a replay reads at a time.
+const replayChunk = 1024
+
+// replayDLQLocked moves the DLQ entries ids (in the DLQ, increasing) back into s as replayed copies
+// due at due, reading each entry's record for its position (replayChunk records at a time). It
+// returns the IDs moved. An entry whose record cannot be read stays in the DLQ, unless force (state
+// log replay: the live replay moved it), when it leaves the DLQ without a copy. s.mu must be held.
+func (e *Engine) replayDLQLocked(s *sub, ids []int64, due int64, force bool) []int64 {
+	moved := ids[:0:0]
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), replayChunk)]
+		ids = ids[len(chunk):]
+		read := make([]bool, len(chunk))
+		var err error
+		if s.dlq != nil {
+			err = s.dlq.scan(chunk, func(i int, body []byte) error {
+				p, o, err := decodeDLQPosition(s.meta.ID, chunk[i], body)
+				if err != nil {
+					return err
+				}
+				s.st.DLQPurge(chunk[i : i+1])
+				s.st.Replay(p, o, chunk[i], due)
+				read[i] = true
+				moved = append(moved, chunk[i])
+				return nil
+			})
+		}
+		for i, id := range chunk {
+			if read[i] {
+				continue
+			}
+			if force {
+				s.st.DLQPurge([]int64{id})
+			}
+			e.logger.Warn("wal: DLQ entry to replay is unreadable", slog.Int64("subscription", s.meta.ID),
+				slog.Int64("id", id), slog.Bool("dropped", force), slog.Any("error", err))
+		}
+	}
+	return moved
+}
+
+// dlqRecover is recovery's part for DLQ logs, once the state log is replayed: it appends the
+// entries the DLQ logs lack, gives the replayed copies of an old snapshot (format 2 and older, which
+// held their messages) a record each, makes new IDs follow the records each log holds, drops
+// what the state holds but the logs lost (only UnsafeNoSync loses durable records), and moves the
+// DLQ logs of subscriptions without state to the trash.
+func (e *Engine) dlqRecover() error {
+	for _, s := range e.subs {
+		if s.st == nil {
+			continue
+		}
+		if err := e.dlqSyncPending(s); err != nil {
+			return err
+		}
+		dl, err := e.dlqOf(s, 0)
+		if err != nil {
+			return err
+		}
+		first, end := s.st.NextDLQID(), s.st.NextDLQID()
+		if dl != nil {
+			s.st.RaiseNextDLQID(dl.nextID)
+			first, end = dl.log.FirstIndex()+1, dl.nextID
+		}
+		if n := s.st.DLQLost(first, end); n > 0 {
+			e.logger.Warn("wal: DLQ entries missing from the DLQ log (records lost), dropped",
+				slog.Int64("subscription", s.meta.ID), slog.Int("entries", n))
+		}
+		for _, en := range s.st.ReplayedEntries() {
+			if en.DLQ < 0 {
+				continue // an old snapshot's copy: given a record below
+			}
+			if en.DLQ < first || en.DLQ >= end {
+				e.logger.Warn("wal: replayed DLQ copy missing from the DLQ log (records lost), dropped",
+					slog.Int64("subscription", s.meta.ID), slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset))
+				s.st.Drop(en.Partition, en.Offset)
+			}
+		}
+	}
+	if len(e.dlqMigrate) > 0 {
+		bySub := map[*sub]bool{}
+		for _, m := range e.dlqMigrate {
+			s := e.subs[m.sub]
+			if s == nil || s.st == nil {
+				continue
+			}
+			en := s.st.ReplayedAt(m.partition, m.offset)
+			if en == nil || en.DLQ >= 0 {
+				continue // completed after the snapshot
+			}
+			id := s.st.NextDLQID()
+			dl, err := e.dlqOf(s, id)
+			if err != nil {
+				return err
+			}
+			s.st.RaiseNextDLQID(id + 1)
+			en.DLQ = id
+			if err := dl.queueLocked(&storage.DLQEntry{ID: id, SubscriptionID: m.sub, Message: *m.msg, DeadAt: m.msg.PublishedAt}); err != nil {
+				return err
+			}
+			bySub[s] = true
+		}
+		for s := range bySub {
+			if err := e.dlqAppendNow(s.dlq); err != nil {
+				return err
+			}
+		}
+		e.dlqMigrate = nil
+		e.dlqMigrated = true
+	}
+	for id := range e.dlqFound {
+		if err := e.discardDir(e.dlqPath(id)); err != nil {
+			e.logger.Warn("wal: remove the DLQ log of a deleted subscription", slog.Int64("subscription", id), slog.Any("error", err))
+		}
+	}
+	e.dlqFound = nil
+	return nil
+}
+
+// dlqMigrateCopy is a replayed copy of an old snapshot, which held the message (format 2 and
+// older): recovery gives it a DLQ log record (dlqRecover).
+type dlqMigrateCopy struct {
+	sub       int64
+	partition int32
+	offset    int64
+	msg       *storage.Message
+}
+
+// dlqReplayEntry notes, during recovery, entry d of subscription s (a replayed dead-letter
+// record, or an entry of an old snapshot): appended to the DLQ log by dlqSyncPending unless the
+// log has its record.
+func (e *Engine) dlqReplayEntry(s *sub, d *storage.DLQEntry) error {
+	dl, err := e.dlqOf(s, 0)
+	if err != nil {
+		return err
+	}
+	if dl != nil && d.ID < dl.nextID {
+		return nil
+	}
+	if p := e.dlqPend[s.meta.ID]; len(p) > 0 && d.ID <= p[len(p)-1].ID {
+		return nil
+	}
+	e.dlqPend[s.meta.ID] = append(e.dlqPend[s.meta.ID], d)
+	return nil
+}
+
+// dlqSyncPending appends the entries dlqReplayEntry noted for s and waits until they are durable.
+func (e *Engine) dlqSyncPending(s *sub) error {
+	p := e.dlqPend[s.meta.ID]
+	if len(p) == 0 {
+		return nil
+	}
+	delete(e.dlqPend, s.meta.ID)
+	dl, err := e.dlqOf(s, p[0].ID)
+	if err != nil || dl == nil {
+		return err
+	}
+	for _, d := range p {
+		if d.ID < dl.nextID {
+			continue // the log has it (an old snapshot's entry after an earlier migration)
+		}
+		if err := dl.queueLocked(d); err != nil {
+			return err
+		}
+	}
+	return e.dlqAppendNow(dl)
+}
+
+// dlqAppendNow appends the batch of dl and waits until it is durable (recovery).
+func (e *Engine) dlqAppendNow(dl *dlqLog) error {
+	if len(dl.batch) == 0 {
+		return nil
+	}
+	_, err := e.committer.Append(context.Background(), dl.log, dl.batch)
+	dl.batch = nil
+	if err != nil {
+		return fmt.Errorf("wal: rebuild DLQ log: %w", err)
+	}
+	return nil
+}
+
+// findDLQLogs lists the DLQ log directories at Open (they are opened when recovery needs them).
+func (e *Engine) findDLQLogs() error {
+	e.dlqFound = make(map[int64]struct{})
+	e.dlqPend = make(map[int64][]*storage.DLQEntry)
+	ents, err := e.fs.ReadDir(filepath.Join(e.dir, dlqDir))
+	if isNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("wal: list DLQ logs: %w", err)
+	}
+	for _, ent := range ents {
+		id, err := strconv.ParseInt(ent.Name(), 10, 64)
+		if err != nil || id <= 0 {
+			e.logger.Warn("wal: unexpected entry in the DLQ directory", slog.String("name", ent.Name()))
+			continue
+		}
+		e.dlqFound[id] = struct{}{}
+	}
+	return nil
+}
+
+// dropDLQ hands the DLQ log of s (cancelled or deleted) to the trash loop, which closes and
+// removes it once its appends and the state record of the change are durable (reapDLQs). e.mu must
+// be held exclusively.
+func (e *Engine) dropDLQ(s *sub) {
+	if s.dlq == nil {
+		return
+	}
+	e.dlqMu.Lock()
+	e.dlqDoomed = append(e.dlqDoomed, s.dlq)
+	e.dlqMu.Unlock()
+	s.dlq = nil
+	select {
+	case e.trashKick <- struct{}{}:
+	default:
+	}
+}
+
+// reapDLQs closes and removes the DLQ logs dropDLQ handed over (trash loop). Calls are serialized:
+// one returns once the logs handed over before it are removed.
+func (e *Engine) reapDLQs() {
+	e.reapMu.Lock()
+	defer e.reapMu.Unlock()
+	e.dlqMu.Lock()
+	doomed := e.dlqDoomed
+	e.dlqDoomed = nil
+	e.dlqMu.Unlock()
+	if len(doomed) == 0 {
+		return
+	}
+	for _, dl := range doomed {
+		if dl.last != nil {
+			<-dl.last
+		}
+	}
+	// The change that dropped them was queued with e.mu held: once it is released, a record queued
+	// now comes after it, and durable means that change is.
+	e.mu.RLock()
+	closed := e.closed
+	var ch <-chan error
+	if !closed && e.failedErr() == nil {
+		ch = e.queueStateWait([]byte{recMarker})
+	}
+	e.mu.RUnlock()
+	if ch == nil || <-ch != nil {
+		e.dlqMu.Lock()
+		e.dlqDoomed = append(e.dlqDoomed, doomed...) // closed by closeFiles, removed at the next Open
+		e.dlqMu.Unlock()
+		return
+	}
+	for _, dl := range doomed {
+		dir := dl.log.Dir()
+		if err := dl.log.Close(); err != nil {
+			e.logger.Warn("wal: close a DLQ log", slog.String("dir", dir), slog.Any("error", err))
+		}
+		if err := e.discardDir(dir); err != nil {
+			e.logger.Warn("wal: remove a DLQ log", slog.String("dir", dir), slog.Any("error", err))
+		}
+	}
+}
+
+// dlqKeepFrom returns the index below which a DLQ log holds no record still needed: none in the
+// DLQ, none read by a replayed copy.
+func dlqKeepFrom(st *substate.Sub) int64 {
+	return min(st.DLQFirst(), st.MinReplayedDLQ()) - 1
+}
