@@ -39,6 +39,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if dir := os.Getenv(dlqChildEnv); dir != "" {
+		if err := runDLQChild(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv(childEnv); dir != "" {
 		if err := runChild(dir); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -210,8 +217,14 @@ func TestCrashDurableAcks(t *testing.T) {
 // printed.
 func runAndKill(t *testing.T, dir string, it int, d time.Duration) []string {
 	t.Helper()
+	return runChildAndKill(t, childEnv, dir, it, d)
+}
+
+// runChildAndKill is runAndKill for the child selected by the environment variable env.
+func runChildAndKill(t *testing.T, env, dir string, it int, d time.Duration) []string {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+dir, "SPOOL_CRASH_RUN="+strconv.Itoa(it))
+	cmd.Env = append(os.Environ(), env+"="+dir, "SPOOL_CRASH_RUN="+strconv.Itoa(it))
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -247,7 +260,8 @@ func runAndKill(t *testing.T, dir string, it int, d time.Duration) []string {
 
 func complete(l string) bool {
 	f := strings.Fields(l)
-	return len(f) == 4 && f[0] == "PUB" || len(f) == 3 && (f[0] == "ACK" || f[0] == "GOT") || strings.HasPrefix(l, "ERR")
+	return len(f) == 4 && (f[0] == "PUB" || f[0] == "TOUCH" || f[0] == "PURGED" || f[0] == "REPLAYED") ||
+		len(f) == 3 && (f[0] == "ACK" || f[0] == "GOT" || f[0] == "DLQ") || strings.HasPrefix(l, "ERR")
 }
 
 // readLog calls fn with every message of topic's partitions, in offset order per partition.
