@@ -67,8 +67,9 @@ func (e *Engine) DLQReplay(ctx context.Context, params *storage.DLQReplayParams)
 	return e.dlqMove(ctx, params.SubscriptionID, params.IDs, true)
 }
 
-// dlqIDsPerRecord bounds the IDs of one DLQ replay or purge record: 10 bytes each at most.
-const dlqIDsPerRecord = 1 << 20
+// defaultDLQIDsPerRecord bounds the IDs of one DLQ replay, purge or retention record (10 bytes
+// each at most), so that a record stays below maxRecordBytes however long the DLQ.
+const defaultDLQIDsPerRecord = 1 << 20
 
 func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool) (int, error) {
 	if replay {
@@ -99,10 +100,10 @@ func (e *Engine) dlqMove(ctx context.Context, id int64, ids []int64, replay bool
 		} else {
 			s.st.DLQPurge(sel)
 		}
-		// Records of at most dlqIDsPerRecord IDs (a record is at most maxRecordBytes).
+		// Records of at most Config.dlqIDsPerRecord IDs (a record is at most maxRecordBytes).
 		var recs recordBatch
 		for rest := sel; len(rest) > 0; {
-			k := min(len(rest), dlqIDsPerRecord)
+			k := min(len(rest), e.cfg.dlqIDsPerRecord)
 			recs = append(recs, encodeDLQIDs(typ, id, at, rest[:k]))
 			rest = rest[k:]
 		}

@@ -49,9 +49,11 @@ func snapshotBytes(h *harness) int64 {
 }
 
 // TestDLQMemoryAndSnapshotDoNotGrow (issue 16 item 5): DLQ entries live in the DLQ log, not in
-// memory, and the snapshot does not encode them. 20,000 entries of 1 KiB took ~26 MB of heap and
-// made every snapshot ~21 MB larger; now the heap grows by less than 128 bytes (the logs' in-memory indexes: 4 bytes per record) per entry and the
-// snapshot by less than a KiB. Not parallel: the heap is measured with nothing else running.
+// memory, and the snapshot does not encode them. 20,000 entries of 1 KiB took ~29 MB of heap (1,480
+// bytes per entry) and made the snapshot ~21 MB larger; now the heap grows by ~70 bytes per entry,
+// most of it constant (the committer's write buffer, whose size follows the largest round, ~1-2
+// MB; the logs' in-memory indexes take 4 bytes per record), and the snapshot by a few bytes. Not
+// parallel: the heap is measured with nothing else running.
 func TestDLQMemoryAndSnapshotDoNotGrow(t *testing.T) {
 	const n = 20_000
 	h := newHarness(t, func(c *Config) { c.SegmentBytes = 16 << 20 })
@@ -68,8 +70,8 @@ func TestDLQMemoryAndSnapshotDoNotGrow(t *testing.T) {
 	equal(t, h.stats(q.ID).DeadLettered, int64(n+1000), "dead-lettered")
 	perEntry := float64(int64(heap1)-int64(heap0)) * 1024 / n
 	t.Logf("heap %d KiB -> %d KiB (%.0f bytes per DLQ entry); snapshot %d -> %d bytes", heap0, heap1, perEntry, snap0, snap1)
-	if perEntry > 128 {
-		t.Errorf("the heap grew by %.0f bytes per DLQ entry of 1 KiB, want at most 128", perEntry)
+	if perEntry > 256 {
+		t.Errorf("the heap grew by %.0f bytes per DLQ entry of 1 KiB, want at most 256", perEntry)
 	}
 	if snap1 > snap0+1024 {
 		t.Errorf("the snapshot grew from %d to %d bytes with %d DLQ entries, want at most 1 KiB more", snap0, snap1, n)
@@ -137,6 +139,20 @@ func TestDLQLogRebuiltAfterCrash(t *testing.T) {
 	h.must(err, "list")
 	equal(t, len(list), 2, "entries listed after one more crash")
 	equal(t, list[1].ID, int64(33), "ID")
+
+	// A DLQ log lost with entries the snapshot names (what moving a damaged one away does): Open
+	// drops them and goes on; the next entry gets a new ID.
+	h.restart()
+	h.e.crashForTest()
+	h.must(os.RemoveAll(h.e.dlqPath(q.ID)), "remove the DLQ log")
+	h.open()
+	equal(t, h.stats(q.ID).DeadLettered, int64(0), "entries of a lost DLQ log")
+	deadLetterN(h, "q", q.ID, 1, 1, []byte("after"))
+	list, err = h.e.DLQList(h.ctx, &storage.DLQListParams{SubscriptionID: q.ID})
+	h.must(err, "list")
+	equal(t, len(list), 1, "entries")
+	equal(t, list[0].ID, int64(34), "ID")
+	equal(t, string(list[0].Message.Payload), "after", "payload")
 }
 
 // TestDLQLogCompaction: the segments of a DLQ log go once none of their records is needed: not in
@@ -213,6 +229,36 @@ func TestDLQExpiryAndDeletion(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("DLQ log of the cancelled subscription: %v", err)
 	}
+}
+
+// TestDLQRecordsSplit: a replay, purge or expiry of more IDs than a record may hold writes several
+// records (a DLQ of millions must not make a record larger than the state log takes), replayed
+// alike.
+func TestDLQRecordsSplit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.dlqIDsPerRecord = 3 })
+	// max_deliveries 5: the crash below counts one delivery for each replayed copy.
+	h.createTopic("q", storage.TopicConfig{Partitions: 1, MaxDeliveries: 5, MaxRetention: time.Hour, MessageRetention: time.Hour})
+	q := h.queueSub("q")
+	deadLetterN(h, "q", q.ID, 20, 10, []byte("s"))
+	records := h.e.state.NextIndex()
+	n, err := h.e.DLQReplay(h.ctx, &storage.DLQReplayParams{SubscriptionID: q.ID, IDs: []int64{1, 2, 3, 4, 5, 6, 7}})
+	h.must(err, "replay")
+	equal(t, n, 7, "replayed")
+	n, err = h.e.DLQPurge(h.ctx, &storage.DLQPurgeParams{SubscriptionID: q.ID, IDs: []int64{8, 9, 10, 11}})
+	h.must(err, "purge")
+	equal(t, n, 4, "purged")
+	equal(t, h.e.state.NextIndex()-records, int64(3+2), "records of the replay and the purge")
+	h.clock.Advance(2 * time.Hour)
+	records = h.e.state.NextIndex()
+	res, err := h.e.RetentionApply(h.ctx)
+	h.must(err, "retention")
+	equal(t, res.DLQEntriesExpired, int64(9), "expired")
+	equal(t, h.e.state.NextIndex()-records, int64(3), "retention records")
+	h.crash()
+	equal(t, h.stats(q.ID).DeadLettered, int64(0), "entries after the crash")
+	ds := h.claim(q.ID, "m", 100)
+	equal(t, len(ds), 7, "replayed copies")
 }
 
 // TestDLQOfEphemeralSubscription: an ephemeral subscription's DLQ is on disk too; its log is gone

@@ -81,6 +81,9 @@ type Config struct {
 	// claimHorizon is how far ahead of the cursor claims record the claim horizon (horizonAhead;
 	// tests make it small).
 	claimHorizon int64
+	// dlqIDsPerRecord bounds the DLQ IDs of one DLQ replay, purge or retention record
+	// (defaultDLQIDsPerRecord; tests make it small).
+	dlqIDsPerRecord int
 }
 
 // Defaults of Config.
@@ -140,6 +143,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.claimHorizon <= 0 {
 		c.claimHorizon = horizonAhead
+	}
+	if c.dlqIDsPerRecord <= 0 {
+		c.dlqIDsPerRecord = defaultDLQIDsPerRecord
 	}
 	return c
 }

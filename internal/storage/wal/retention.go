@@ -226,7 +226,22 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 	// the state log.
 	var ch <-chan error
 	if len(floors) > 0 || len(expired) > 0 {
-		ch = e.queueStateWait(encodeRetention(floors, expired))
+		// Records of at most Config.dlqIDsPerRecord expired IDs; waiting for the last one waits
+		// for all.
+		for first := true; first || len(expired) > 0; first = false {
+			var part []dlqExpiry
+			for n := 0; len(expired) > 0 && n < e.cfg.dlqIDsPerRecord; {
+				x := &expired[0]
+				k := min(len(x.ids), e.cfg.dlqIDsPerRecord-n)
+				part = append(part, dlqExpiry{sub: x.sub, ids: x.ids[:k]})
+				n += k
+				if x.ids = x.ids[k:]; len(x.ids) == 0 {
+					expired = expired[1:]
+				}
+			}
+			ch = e.queueStateWait(encodeRetention(floors, part))
+			floors = nil
+		}
 	}
 	unlockSubs()
 	if len(plans) > 0 || len(compact) > 0 {
