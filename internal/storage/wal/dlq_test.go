@@ -200,6 +200,19 @@ func TestDLQLogCompaction(t *testing.T) {
 	if segs := dlqLog().Segments(); len(segs) != 1 {
 		t.Fatalf("%d segments left once nothing is needed, want the active one", len(segs))
 	}
+	// The next Open removes a DLQ log none of whose records is needed; the next dead-lettering
+	// makes a new one.
+	h.restart()
+	if _, err := os.Stat(h.e.dlqPath(q.ID)); !os.IsNotExist(err) {
+		t.Fatalf("empty DLQ log after a restart: %v", err)
+	}
+	deadLetterN(h, "q", q.ID, 1, 1, []byte("again"))
+	h.crash()
+	list, err := h.e.DLQList(h.ctx, &storage.DLQListParams{SubscriptionID: q.ID})
+	h.must(err, "list")
+	equal(t, len(list), 1, "entries")
+	equal(t, list[0].ID, int64(201), "ID")
+	equal(t, string(list[0].Message.Payload), "again", "payload")
 }
 
 // TestDLQExpiryAndDeletion: entries older than max_retention expire (found by the DLQ log's

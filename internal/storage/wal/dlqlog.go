@@ -296,8 +296,8 @@ func (e *Engine) replayDLQLocked(s *sub, ids []int64, due int64, force bool) []i
 // dlqRecover is recovery's part for DLQ logs, once the state log is replayed: it appends the
 // entries the DLQ logs lack, gives the replayed copies of an old snapshot (format 2 and older, which
 // held their messages) a record each, makes new IDs follow the records each log holds, drops
-// what the state holds but the logs lost (only UnsafeNoSync loses durable records), and moves the
-// DLQ logs of subscriptions without state to the trash.
+// what the state holds but the logs lost (only UnsafeNoSync loses durable records), and moves to
+// the trash the DLQ logs of subscriptions without state and those no record of which is needed.
 func (e *Engine) dlqRecover() error {
 	for _, s := range e.subs {
 		if s.st == nil {
@@ -327,6 +327,15 @@ func (e *Engine) dlqRecover() error {
 				e.logger.Warn("wal: replayed DLQ copy missing from the DLQ log (records lost), dropped",
 					slog.Int64("subscription", s.meta.ID), slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset))
 				s.st.Drop(en.Partition, en.Offset)
+			}
+		}
+		if dl != nil && s.st.DLQLen() == 0 && len(s.st.ReplayedEntries()) == 0 {
+			// No record is needed: the log goes, with its files (the next dead-lettering makes a
+			// new one, whose first ID is the next ID).
+			s.dlq = nil
+			dir := dl.log.Dir()
+			if err := errors.Join(dl.log.Close(), e.discardDir(dir)); err != nil {
+				e.logger.Warn("wal: remove an empty DLQ log", slog.String("dir", dir), slog.Any("error", err))
 			}
 		}
 	}
