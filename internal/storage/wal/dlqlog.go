@@ -37,7 +37,7 @@ const (
 )
 
 // maxDLQFill bounds the filler records appended at once: more means damaged input, not a crash.
-const maxDLQFill = 1 << 24
+const maxDLQFill = 1 << 20
 
 // dlqLog is a subscription's DLQ log. Its fields are guarded by the subscription's mutex (or used
 // by recovery alone).

@@ -235,7 +235,9 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 			for j := range ps.Replayed {
 				es := substate.EntryState{Offset: int64(d.uvarint()), Attempt: int(d.uvarint()), Due: d.varint()}
 				if version >= 3 {
-					es.DLQ = int64(d.uvarint())
+					if es.DLQ = int64(d.uvarint()); es.DLQ < 1 && d.err == nil {
+						return 0, fmt.Errorf("subscription %d: replayed copy of offset %d without a DLQ ID", id, es.Offset)
+					}
 				} else {
 					// The message was in the snapshot: recovery moves it to the DLQ log
 					// (dlqRecover) and gives the copy its ID there.
