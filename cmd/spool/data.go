@@ -32,8 +32,8 @@ func runData(ctx context.Context, e *cliEnv, args []string) error {
 var dataVerifySpec = cmdSpec{
 	name: "data verify",
 	args: "[flags]",
-	desc: `Reads every record of the state log and of every partition log in --data-dir and checks its
-checksum. For each damaged log it prints the file and byte offset of the first damage and what
+	desc: `Reads every record of the state log, of every partition log and of every DLQ log in
+--data-dir and checks its checksum. For each damaged log it prints the file and byte offset of the first damage and what
 "spool data truncate" would give up. Exits with status 1 when a log is damaged. Opening a log
 applies the recovery the broker does at start (a torn tail is cleared); nothing else is changed.`,
 	examples: []string{"spool data verify --data-dir /var/lib/spool"},
@@ -56,8 +56,11 @@ func runDataVerify(_ context.Context, e *cliEnv, args []string) error {
 	damaged := 0
 	for _, r := range reports {
 		name := "state log"
-		if r.Topic != "" {
+		switch {
+		case r.Topic != "":
 			name = fmt.Sprintf("topic %q partition %d", r.Topic, r.Partition)
+		case r.DLQ != 0:
+			name = fmt.Sprintf("DLQ log of subscription %d", r.DLQ)
 		}
 		if r.Damage == nil {
 			fmt.Fprintf(e.stdout, "%s: ok\n", name)
@@ -65,6 +68,11 @@ func runDataVerify(_ context.Context, e *cliEnv, args []string) error {
 		}
 		damaged++
 		fmt.Fprintf(e.stdout, "%s: DAMAGED in file %s at byte %d: %s\n", name, r.Damage.Err.Path, r.Damage.Err.Offset, r.Damage.Err.Reason)
+		if r.DLQ != 0 {
+			// The broker refuses to start with it; without it, it starts without that DLQ's entries.
+			fmt.Fprintf(e.stdout, "  a DLQ log cannot be truncated; moving %s out of the data directory lets the broker start without that DLQ's entries\n", r.Dir)
+			continue
+		}
 		if r.Topic == "" {
 			fmt.Fprintf(e.stdout, "  the state log cannot be truncated with spool data truncate\n")
 			continue

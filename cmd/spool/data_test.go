@@ -182,3 +182,63 @@ func TestDamagedPartitionServed(t *testing.T) {
 		t.Fatalf("stats: %+v", info.Stats)
 	}
 }
+
+// TestDataVerifyDLQLog: spool data verify checks DLQ logs too, and says what to do with a damaged
+// one (it cannot be truncated).
+func TestDataVerifyDLQLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := context.Background()
+	eng, err := wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := eng.SubscriptionGetByGroup(ctx, "orders", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := storage.AppendMessage{Partition: 0, Payload: []byte("payload")}
+	if _, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "orders", Messages: []storage.AppendMessage{msg, msg}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 2})
+	if err != nil || len(res.Deliveries) != 2 {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	if _, err := eng.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m",
+		Refs: []storage.DeliveryRef{res.Deliveries[0].Ref(), res.Deliveries[1].Ref()}, ToDLQ: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := runDataCLI(t, "verify", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("DLQ log of subscription %d: ok", q.ID)) {
+		t.Fatalf("verify of a healthy directory: %v", r)
+	}
+	dlqDir := filepath.Join(dir, "dlq", fmt.Sprint(q.ID))
+	seg := filepath.Join(dlqDir, "00000000000000000000.seg")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[wlog.SegmentHeaderBytes+wlog.FrameHeaderBytes] ^= 0x80 // the first of two entries (a bad last one is a torn tail)
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runDataCLI(t, "verify", "--data-dir", dir)
+	for _, want := range []string{
+		fmt.Sprintf("DLQ log of subscription %d: DAMAGED in file %s at byte %d", q.ID, seg, wlog.SegmentHeaderBytes),
+		"a DLQ log cannot be truncated; moving " + dlqDir + " out of the data directory",
+		"3 logs verified, 1 damaged", // state, orders/0, the DLQ log
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("verify output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.code != 1 {
+		t.Fatalf("verify of a damaged DLQ log: exit %d", r.code)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -272,6 +273,41 @@ func TestDLQRecordsSplit(t *testing.T) {
 	equal(t, h.stats(q.ID).DeadLettered, int64(0), "entries after the crash")
 	ds := h.claim(q.ID, "m", 100)
 	equal(t, len(ds), 7, "replayed copies")
+}
+
+// TestDamagedDLQLog: a damaged DLQ log stops Open with ErrCorrupt naming it, VerifyDir reports it
+// by subscription, and moving it away lets the engine open without its entries.
+func TestDamagedDLQLog(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createTopic("q", storage.TopicConfig{Partitions: 1, MaxDeliveries: 5})
+	q := h.queueSub("q")
+	deadLetterN(h, "q", q.ID, 5, 5, []byte("d"))
+	h.must(h.e.Close(), "close")
+	h.e = nil
+	dir := filepath.Join(h.dir, dlqDir, fmt.Sprint(q.ID))
+	seg := segmentFiles(t, dir)[0]
+	flipInFirstFrame(t, seg)
+	h.must(os.Remove(strings.TrimSuffix(seg, ".seg")+".idx"), "remove index")
+	_, err := Open(h.dir, h.cfg)
+	errIs(t, err, storage.ErrCorrupt, "open with a damaged DLQ log")
+	if err == nil || !strings.Contains(err.Error(), seg) {
+		t.Fatalf("the error does not name the file: %v", err)
+	}
+	reports, err := VerifyDir(h.dir)
+	h.must(err, "verify")
+	var damaged []LogReport
+	for _, r := range reports {
+		if r.Damage != nil {
+			damaged = append(damaged, r)
+		}
+	}
+	if len(damaged) != 1 || damaged[0].DLQ != q.ID || damaged[0].Dir != dir || damaged[0].Damage.Err.Path != seg {
+		t.Fatalf("reports %+v", reports)
+	}
+	h.must(os.Rename(dir, filepath.Join(t.TempDir(), "moved")), "move the DLQ log away")
+	h.open()
+	equal(t, h.stats(q.ID).DeadLettered, int64(0), "entries without the DLQ log")
 }
 
 // TestDLQOfEphemeralSubscription: an ephemeral subscription's DLQ is on disk too; its log is gone

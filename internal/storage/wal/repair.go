@@ -18,10 +18,13 @@ import (
 
 // LogReport is the result of reading one log of a data directory.
 type LogReport struct {
-	// Topic and Partition name a partition log; Topic is "" for the engine's state log.
+	// Topic and Partition name a partition log; Topic is "" for the engine's state log and for a
+	// DLQ log.
 	Topic     string
 	Partition int
-	Dir       string
+	// DLQ is the subscription ID of a DLQ log, 0 for the other logs.
+	DLQ int64
+	Dir string
 	// Damage is the first damage and what cutting the log there gives up; nil when healthy.
 	Damage *wlog.Damage
 }
@@ -39,7 +42,8 @@ func lockForRepair(dir string) (*os.File, error) {
 }
 
 // VerifyDir reads every record of every log of the data directory dir (the state log, then each
-// partition log, topics and partitions in order), checking every checksum. It refuses to run
+// partition log, topics and partitions in order, then each DLQ log, by subscription ID), checking
+// every checksum. It refuses to run
 // while an engine holds the directory (ErrDirInUse). Opening a log applies the recovery an
 // engine's Open does (a torn tail cleared, a missing index of a sealed segment rewritten);
 // nothing else is changed.
@@ -72,6 +76,20 @@ func VerifyDir(dir string) ([]LogReport, error) {
 		for _, p := range ps {
 			out = append(out, LogReport{Topic: t.Name(), Partition: p, Dir: filepath.Join(dir, topicsDir, t.Name(), strconv.Itoa(p))})
 		}
+	}
+	dlqs, err := os.ReadDir(filepath.Join(dir, dlqDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("wal: list DLQ logs: %w", err)
+	}
+	var subs []int64
+	for _, d := range dlqs {
+		if id, err := strconv.ParseInt(d.Name(), 10, 64); err == nil && id > 0 && d.IsDir() {
+			subs = append(subs, id)
+		}
+	}
+	slices.Sort(subs)
+	for _, id := range subs {
+		out = append(out, LogReport{Partition: -1, DLQ: id, Dir: filepath.Join(dir, dlqDir, strconv.FormatInt(id, 10))})
 	}
 	for i := range out {
 		if out[i].Damage, err = wlog.Inspect(out[i].Dir, repairOptions()); err != nil {
