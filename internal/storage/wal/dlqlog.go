@@ -523,6 +523,33 @@ func (e *Engine) reapDLQs() {
 	}
 }
 
+// dropIdleDLQLocked removes the DLQ log of s when none of its records is needed (the DLQ is empty
+// and no replayed copy reads from it) and nothing is being appended to it, and reports whether it
+// did: a drained DLQ gives back its disk and files at once. It runs with s.mu held, so that a
+// dead-lettering cannot open the log again meanwhile (it makes a new one, from the next ID). A
+// change that drained the DLQ may not be durable yet; if a crash loses it, Open finds its entries
+// or copies without their records and drops them, which is an outcome the change, not confirmed,
+// allowed. e.mu (read) and s.mu must be held.
+func (e *Engine) dropIdleDLQLocked(s *sub) bool {
+	dl := s.dlq
+	if s.st.DLQLen() > 0 || s.st.MinReplayedDLQ() < s.st.NextDLQID() || len(dl.batch) > 0 {
+		return false
+	}
+	if dl.last != nil {
+		select {
+		case <-dl.last:
+		default:
+			return false // an append in flight: at the next run
+		}
+	}
+	s.dlq = nil
+	dir := dl.log.Dir()
+	if err := errors.Join(dl.log.Close(), e.discardDir(dir)); err != nil {
+		e.logger.Warn("wal: remove an empty DLQ log", slog.String("dir", dir), slog.Any("error", err))
+	}
+	return true
+}
+
 // dlqKeepFrom returns the index below which a DLQ log holds no record still needed: none in the
 // DLQ, none read by a replayed copy.
 func dlqKeepFrom(st *substate.Sub) int64 {

@@ -206,6 +206,9 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		if s.dlq == nil {
 			continue
 		}
+		if e.dropIdleDLQLocked(s) {
+			continue
+		}
 		// Entries are in DeadAt order in their log (frame timestamps never decrease, so an entry
 		// dead-lettered while the clock was behind expires with the next ones: late, never early).
 		if s.st.DLQLen() > 0 {
