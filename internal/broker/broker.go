@@ -81,6 +81,10 @@ type Config struct {
 	// also with the partial result of a run that failed (what it removed is gone all the same):
 	// metrics count RetentionResult.Expired there (invariant 1). It must not block.
 	OnRetention func(*storage.RetentionResult)
+	// OnRetentionError, if set, is called when a run of the retention job fails, with the error it
+	// logs (not when the run stops because the broker or engine is closing): metrics count
+	// cleanup failures there. It must not block.
+	OnRetentionError func(error)
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -127,6 +131,7 @@ type Broker struct {
 	storageFullLast    atomic.Int64
 	retentionInterval  time.Duration
 	onRetention        func(*storage.RetentionResult)
+	onRetentionError   func(error)
 	pollInterval       time.Duration
 	claimInterval      time.Duration
 	defaultMaxInFlight int
@@ -202,6 +207,7 @@ func New(cfg Config) (*Broker, error) {
 		maxPartitions:      maxParts,
 		retentionInterval:  cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
 		onRetention:        cfg.OnRetention,
+		onRetentionError:   cfg.OnRetentionError,
 		pollInterval:       cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		claimInterval:      cfg.ClaimInterval,
 		defaultMaxInFlight: maxInFlight,
@@ -405,6 +411,9 @@ func (b *Broker) runRetention(ctx context.Context) {
 			return
 		}
 		b.logger.WarnContext(ctx, "retention failed", slog.Any("error", err))
+		if b.onRetentionError != nil {
+			b.onRetentionError(err)
+		}
 	}
 }
 

@@ -105,6 +105,9 @@
 //	                                                          no subscription needed and expired DLQ entries are not counted. On
 //	                                                          PostgreSQL each topic's run is done by one instance: sum() across
 //	                                                          instances.
+//	spool_cleanup_failures_total{task}              counter   failed runs of a cleanup job of this process; task "retention" (the
+//	                                                          message cleanup, wired to broker.Config.OnRetentionError), at 0 from
+//	                                                          the start (ObserveCleanupFailure).
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
 //	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
@@ -121,6 +124,6 @@
 // spool_topic_* gauges. Not exported yet, because the broker and engine do not expose them: the
 // age of a subscription's oldest unacked message (seed 002's "time lag"), last heartbeat per
 // group, processed counts per group since creation, cleanup job figures (backlog, messages
-// deleted, dead groups detected; messages expired are spool_messages_expired_total) and backfill
-// progress.
+// deleted, dead groups detected; messages expired are spool_messages_expired_total, failed
+// retention runs spool_cleanup_failures_total) and backfill progress.
 package metrics

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolmq/spool/internal/broker"
@@ -175,4 +176,58 @@ func countSeries(t *testing.T, g prometheus.Gatherer, name string) int {
 		}
 	}
 	return 0
+}
+
+// TestCleanupFailureMetric: a failed run of the broker's retention job, wired as serve wires it,
+// counts in spool_cleanup_failures_total{task="retention"}, which exists at 0 before any failure
+// (so that increase() in the alert rule sees the first one). The failure is real: the PostgreSQL
+// table retention reads is renamed under the engine.
+func TestCleanupFailureMetric(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := spooltest.DatabaseURL(t)
+	schema := spooltest.PGSchema(t, url, "t_metrics_")
+	eng, err := pgstore.Open(ctx, pgstore.Config{URL: url, Schema: schema, Migrate: true, MaxConns: 4,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("pgstore.Open: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	task := map[string]string{"task": TaskRetention}
+	if got := mustSample(t, reg, "spool_cleanup_failures_total", task); got != 0 {
+		t.Fatalf("spool_cleanup_failures_total = %v before any run, want 0", got)
+	}
+	b, err := broker.New(broker.Config{Engine: eng, Logger: slog.New(slog.DiscardHandler), RetentionInterval: 5 * time.Millisecond,
+		OnRetentionError: func(error) { m.ObserveCleanupFailure(TaskRetention) }})
+	if err != nil {
+		t.Fatalf("broker.New: %v", err)
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("broker.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		defer cancel()
+		if err := b.Stop(sctx); err != nil {
+			t.Errorf("broker.Stop: %v", err)
+		}
+		if err := eng.Close(); err != nil {
+			t.Errorf("engine.Close: %v", err)
+		}
+	})
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema, "topics"}.Sanitize()+" RENAME TO topics_gone"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a failed retention run counted", func() error {
+		if got := mustSample(t, reg, "spool_cleanup_failures_total", task); got < 1 {
+			return fmt.Errorf("spool_cleanup_failures_total = %v", got)
+		}
+		return nil
+	})
 }
