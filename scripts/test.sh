@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test of Spool: gofmt, vet, staticcheck, the race-enabled test suite, and a short fuzz
-# pass over every decoder. Starts a throwaway PostgreSQL cluster (installing PostgreSQL with apt when it is missing)
-# and exports TEST_DATABASE_URL for the tests that need it; stops and removes it on exit. Installs
-# netcat and Chromium with apt when they are missing (the seed-002 nc checks, the dashboard tests).
+# Runs every test of Spool: gofmt, vet, staticcheck, promtool over the alert rules in deploy/, the
+# race-enabled test suite, and a short fuzz pass over every decoder. Starts a throwaway PostgreSQL
+# cluster (installing PostgreSQL with apt when it is missing) and exports TEST_DATABASE_URL for
+# the tests that need it; stops and removes it on exit. Installs netcat and Chromium with apt when
+# they are missing (the seed-002 nc checks, the dashboard tests).
 #
 # Environment:
 #   TEST_DATABASE_URL  use this database instead of starting a throwaway cluster (PostgreSQL tests
@@ -18,7 +19,9 @@ log() { printf '\n=== %s\n' "$*"; }
 
 pg_tmp=""
 pg_bin=""
+promtool_tmp=""
 cleanup() {
+	if [ -n "$promtool_tmp" ]; then rm -rf "$promtool_tmp"; fi
 	if [ -n "$pg_tmp" ] && [ -d "$pg_tmp" ]; then
 		as_pg "$pg_bin/pg_ctl" -D "$pg_tmp/data" -m immediate stop >/dev/null 2>&1 || true
 		rm -rf "$pg_tmp"
@@ -87,6 +90,18 @@ if ! command -v chromium >/dev/null 2>&1; then
 	install_packages chromium
 fi
 export SPOOL_TEST_REQUIRE_CHROMIUM=1
+# promtool (Debian package prometheus) tests the alert rules and the dashboard's queries in
+# deploy/. The package is unpacked into a temporary directory, not installed: installing it would
+# start a Prometheus server on a machine with systemd.
+if ! command -v promtool >/dev/null 2>&1; then
+	log "fetching promtool (Debian package prometheus, unpacked only)"
+	if [ "$(id -u)" = 0 ] && [ -z "$apt_updated" ]; then apt-get update -qq; apt_updated=1; fi
+	promtool_tmp=$(mktemp -d /tmp/spool-promtool.XXXXXX)
+	chmod 777 "$promtool_tmp" # apt downloads as the _apt user
+	(cd "$promtool_tmp" && apt-get download -qq prometheus && dpkg-deb -x prometheus_*.deb root)
+	export PATH="$promtool_tmp/root/usr/bin:$PATH"
+fi
+export SPOOL_TEST_REQUIRE_PROMTOOL=1
 # PostgreSQL tests must run here: without a database they fail instead of skipping.
 export SPOOL_TEST_REQUIRE_PG=1
 # As root (CI), the disk-full test mounts a small tmpfs; it must not skip there.
@@ -103,6 +118,10 @@ go vet ./...
 log "staticcheck"
 # Pinned; go run fetches it through the module proxy once and caches the build.
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+log "promtool: alert rules (deploy/prometheus)"
+promtool check rules deploy/prometheus/spool-alerts.yml
+promtool test rules deploy/prometheus/*_test.yml
 
 log "go test -race"
 # shellcheck disable=SC2086

@@ -334,3 +334,46 @@ func TestDebugListenLoopbackOnly(t *testing.T) {
 		t.Fatalf("debug_listen :6060 with insecure: %v", err)
 	}
 }
+
+// TestDeployConfigLoads: the example configuration of the systemd unit (deploy/systemd/spool.yaml)
+// loads and is valid, with the data directory the unit passes, and so is its commented auth
+// section once uncommented.
+func TestDeployConfigLoads(t *testing.T) {
+	t.Parallel()
+	const file = "../../deploy/systemd/spool.yaml"
+	cfg, err := Load(file, nil, map[string]string{"data_dir": "/var/lib/spool"})
+	if err != nil {
+		t.Fatalf("Load(%s): %v", file, err)
+	}
+	if cfg.Listen != "127.0.0.1:9092" || cfg.DataDir != "/var/lib/spool" {
+		t.Fatalf("listen %q, data_dir %q", cfg.Listen, cfg.DataDir)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var auth []string
+	in := false
+	for line := range strings.Lines(string(data)) {
+		if strings.HasPrefix(line, "# auth:") {
+			in = true
+		}
+		if in && !strings.HasPrefix(line, "# ") {
+			break
+		}
+		if in {
+			auth = append(auth, strings.TrimPrefix(line, "# "))
+		}
+	}
+	if len(auth) < 5 {
+		t.Fatalf("no commented auth section in %s", file)
+	}
+	withAuth := filepath.Join(t.TempDir(), "spool.yaml")
+	body := strings.ReplaceAll(strings.Join(auth, ""), `"sha256:..."`, `"sha256:00:`+strings.Repeat("ab", 32)+`"`)
+	if err := os.WriteFile(withAuth, []byte("listen: \":9092\"\n"+body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(withAuth, nil, nil); err != nil {
+		t.Fatalf("the commented auth section does not load: %v\n%s", err, body)
+	}
+}
