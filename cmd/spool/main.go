@@ -5,6 +5,8 @@
 //	spool topic|group|dlq ...      administer over the HTTP API
 //	spool bench ...                measure throughput and end-to-end latency
 //	spool data verify|truncate     check a data directory, cut a damaged partition (broker stopped)
+//	spool completion bash|zsh|fish print a shell completion script
+//	spool --version                print the version (stamped with -ldflags "-X main.version=...")
 //
 // Each subcommand lives in its own file and registers itself with addCommand from an init
 // function, so adding one does not touch this file. "spool help" lists them.
@@ -53,7 +55,7 @@ func usage(w io.Writer) {
 	for _, c := range cmds {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, "\nRun \"spool <command> -h\" for the flags of a command.\n")
+	fmt.Fprint(w, "\nRun \"spool <command> -h\" for the flags of a command, \"spool --version\" for the version.\n")
 }
 
 func main() {
@@ -62,8 +64,15 @@ func main() {
 		os.Exit(2)
 	}
 	name, args := os.Args[1], os.Args[2:]
-	if name == "help" || name == "-h" || name == "--help" {
+	switch name {
+	case "help", "-h", "--help":
 		usage(os.Stdout)
+		return
+	case "version", "--version":
+		fmt.Println(versionLine())
+		return
+	case "__complete": // the shell completion scripts' helper (spool completion)
+		completeMain(args)
 		return
 	}
 	i := slices.IndexFunc(commands, func(c command) bool { return c.name == name })

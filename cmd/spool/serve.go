@@ -13,7 +13,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -179,7 +178,7 @@ func pgConfig(cfg config.Config, logger *slog.Logger) pgstore.Config {
 
 // run starts every component, waits for ctx (or a listener failure), and shuts down.
 func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error) {
-	version := buildVersion()
+	ver := buildVersion()
 
 	// Metrics: one registry, exported by the admin handler on /metrics.
 	reg := prometheus.NewRegistry()
@@ -254,7 +253,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 
 	// TCP server.
 	srvCfg := cfg.Server
-	srvCfg.Logger, srvCfg.Metrics, srvCfg.Version, srvCfg.Auth = logger, m, version, authz
+	srvCfg.Logger, srvCfg.Metrics, srvCfg.Version, srvCfg.Auth = logger, m, ver, authz
 	var httpTLS *tls.Config
 	if tlsSrv != nil {
 		srvCfg.TLSConfig = tlsSrv.Config()
@@ -315,7 +314,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		defer stopDebug()
 	}
 
-	logger.Info("spool serving", slog.String("version", version), slog.String("tcp", ln.Addr().String()),
+	logger.Info("spool serving", slog.String("version", ver), slog.String("tcp", ln.Addr().String()),
 		slog.String("http", hl.Addr().String()), engineAttr(cfg), tlsAttr(tlsSrv))
 	logExposure(logger, cfg)
 
@@ -432,12 +431,4 @@ func shutdown(stopCtx func() (context.Context, context.CancelFunc), logger *slog
 		logger.Error("shutdown", slog.Any("error", err))
 	}
 	return err
-}
-
-// buildVersion returns the module version of the binary, "dev" for a build from a work tree.
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }

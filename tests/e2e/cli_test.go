@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -154,5 +155,42 @@ func TestBenchFloorBinary(t *testing.T) {
 	}
 	if _, errOut, code := runSpool(t, &broker{}, "", "bench", "floor", "--size", "8"); code != 1 || !strings.Contains(errOut, "size must be between") {
 		t.Fatalf("--size 8: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestVersionAndCompletion: spool --version prints the version stamped with -ldflags, and the
+// bash completion script, sourced by a real bash, completes commands, subcommands and flags by
+// asking the binary (spool __complete).
+func TestVersionAndCompletion(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(spoolBin, "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "spool "+e2eVersion+" (") {
+		t.Fatalf("spool --version: %v, %q", err, out)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	script, err := exec.Command(spoolBin, "completion", "bash").Output()
+	if err != nil {
+		t.Fatalf("spool completion bash: %v", err)
+	}
+	for _, c := range []struct{ line, want string }{
+		{"spool to", "token topic"},
+		{"spool topic de", "delete describe"},
+		{"spool topic create orders --part", "--partitions"},
+		{"spool pub --producer", "--producer-id"},
+		{"spool completion z", "zsh"},
+		{"spool --vers", "--version"},
+	} {
+		words := strings.Fields(c.line)
+		cmd := exec.Command(bash, "--norc", "-c", string(script)+`
+COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _spool; echo "${COMPREPLY[*]}"`, "bash")
+		cmd.Args = append(cmd.Args, words...)
+		cmd.Env = append(childEnv(), "PATH="+filepath.Dir(spoolBin)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != c.want {
+			t.Errorf("completing %q: %v, got %q, want %q", c.line, err, out, c.want)
+		}
 	}
 }

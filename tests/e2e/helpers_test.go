@@ -26,6 +26,9 @@ const waitTimeout = 30 * time.Second
 // spoolBin is the binary under test, built once by TestMain.
 var spoolBin string
 
+// e2eVersion is the version stamped into spoolBin.
+const e2eVersion = "v0.0.0-e2e"
+
 // TestMain builds the real binary once (with the race detector when the tests run with it), runs
 // the tests, and removes it.
 func TestMain(m *testing.M) {
@@ -35,7 +38,8 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	spoolBin = filepath.Join(dir, "spool")
-	args := []string{"build", "-o", spoolBin}
+	// The version is stamped as a release build stamps it (TestVersionAndCompletion).
+	args := []string{"build", "-o", spoolBin, "-ldflags", "-X main.version=" + e2eVersion}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
