@@ -23,6 +23,9 @@ const (
 	accessPublish
 	// accessConsume: consume on {topic} in {group}.
 	accessConsume
+	// accessRead: consume (in any group) or admin on {topic}: reading messages without
+	// consuming them.
+	accessRead
 )
 
 // routeAccess says what a route needs, by its operation id; a route not listed needs admin.
@@ -36,6 +39,8 @@ func routeAccess(rt *route) access {
 		return accessPublish
 	case "pull", "ack", "nack", "extend":
 		return accessConsume
+	case "readMessages":
+		return accessRead
 	}
 	return accessAdmin
 }
@@ -71,6 +76,8 @@ func (h *Handler) authorize(rt *route, r *http.Request) error {
 		action, ok = auth.Publish, p.Can(auth.Publish, topic)
 	case accessConsume:
 		action, ok = auth.Consume, p.CanConsume(topic, group)
+	case accessRead:
+		action, ok = auth.Consume, p.Can(auth.Consume, topic) || p.Can(auth.Admin, topic)
 	case accessAdmin:
 		action = auth.Admin
 		if topic != "" {

@@ -93,6 +93,15 @@ func (h *Handler) routeTable() []*route {
 			body:  typeOf[PublishRequest](), rawBody: true,
 			ok: 201, resp: typeOf[PublishResult](), errs: errsWrite}},
 
+		{method: "GET", path: "/api/v1/topics/{topic}/messages", handle: h.readMessages, doc: opDoc{
+			id: "readMessages", tag: "messages", summary: "Read a partition's retained messages without consuming them.",
+			desc: "Changes no delivery state (no lease, cursor or ack). Needs the consume or admin permission on the topic. " +
+				"next_offset is the from of the next page.",
+			query: []queryParam{{"partition", "integer", "the partition (default 0, or the one of a partition:offset from)"},
+				{"from", "string", "an offset, a message id (partition:offset) or an RFC 3339 time (the first message published at or after it); default: the first retained message"},
+				{"limit", "integer", "page size, 1 to 1000 (default 100)"}},
+			ok: 200, resp: typeOf[MessageList](), errs: errsRead}},
+
 		// Groups (subscriptions).
 		{method: "GET", path: "/api/v1/groups", handle: h.listGroups, doc: opDoc{
 			id: "listGroups", tag: "groups", summary: "List subscriptions (consumer groups on topics) with their health.",

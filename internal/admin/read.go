@@ -1,0 +1,96 @@
+package admin
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// MessageList is a page of a partition's retained messages, read without consuming them.
+type MessageList struct {
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Messages  []Message `json:"messages"`
+	// NextOffset is the from of the next page: after the last message, or where this page would
+	// have started when it is empty.
+	NextOffset int64 `json:"next_offset"`
+}
+
+// readStart is where a read starts: an offset of a partition, or a time.
+type readStart struct {
+	partition    int32
+	hasPartition bool
+	offset       int64
+	at           time.Time
+}
+
+// parseReadStart reads the partition and from query parameters. from is an offset ("42"), a
+// message id ("3:42": partition 3, offset 42) or an RFC 3339 time ("2026-11-26T10:00:00Z": the
+// first message published at or after it); absent, the first retained message.
+func parseReadStart(r *http.Request) (readStart, error) {
+	var rs readStart
+	q := r.URL.Query()
+	if s := q.Get("partition"); s != "" {
+		p, err := strconv.ParseInt(s, 10, 32)
+		if err != nil || p < 0 {
+			return rs, invalidf("query parameter partition must be a non-negative integer, got %q", s)
+		}
+		rs.partition, rs.hasPartition = int32(p), true
+	}
+	from := q.Get("from")
+	switch {
+	case from == "":
+	case strings.Contains(from, "T"):
+		t, err := time.Parse(time.RFC3339Nano, from)
+		if err != nil {
+			return rs, invalidf("query parameter from: %q is not an RFC 3339 time (2026-11-26T10:00:00Z)", from)
+		}
+		rs.at = t
+	default:
+		p, off, err := storage.ParseMessageID(from)
+		if err != nil || off < 0 {
+			return rs, invalidf("query parameter from must be an offset, a message id (partition:offset) or an RFC 3339 time, got %q", from)
+		}
+		if strings.Contains(from, ":") {
+			if rs.hasPartition && p != rs.partition {
+				return rs, invalidf("from %q names partition %d, but partition is %d", from, p, rs.partition)
+			}
+			rs.partition = p
+		}
+		rs.offset = off
+	}
+	return rs, nil
+}
+
+// readMessages serves GET /api/v1/topics/{topic}/messages: retained messages of one partition
+// from an offset, a message id or a time, without changing any delivery state.
+func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request) error {
+	topic := r.PathValue("topic")
+	rs, err := parseReadStart(r)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", broker.DefaultReadLimit, broker.MaxReadLimit)
+	if err != nil {
+		return err
+	}
+	msgs, err := h.b.ReadMessages(r.Context(), broker.ReadParams{Topic: topic, Partition: rs.partition, Offset: rs.offset,
+		Time: rs.at, Limit: int(limit)})
+	if err != nil {
+		return err
+	}
+	parts := h.partitions(r.Context(), topic)
+	out := MessageList{Topic: topic, Partition: rs.partition, Messages: make([]Message, 0, len(msgs)), NextOffset: rs.offset}
+	for _, m := range msgs {
+		out.Messages = append(out.Messages, messageJSON(m, parts))
+	}
+	if len(msgs) > 0 {
+		out.NextOffset = msgs[len(msgs)-1].Offset + 1
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
