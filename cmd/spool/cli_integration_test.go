@@ -16,6 +16,8 @@ import (
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/testutil"
 )
 
@@ -465,5 +467,66 @@ func TestCLIPubProducerID(t *testing.T) {
 	r = s.ok(t, "", "pub", "--count", "3", "--producer-id", "row-{{n}}", topic, "r{{n}}")
 	if r.stdout != "1 (duplicate)\n2 (duplicate)\n3\n" {
 		t.Fatalf("pub repeating row-1 and row-2 printed %q", r.stdout)
+	}
+}
+
+// TestCLITopicReadAndPubDelayTTL: spool pub --delay and --ttl store the message's not-before and
+// expiry times (seen through spool topic read --json), and spool topic read prints a partition's
+// messages page after page, from an offset, a message id or a time, without consuming them.
+func TestCLITopicReadAndPubDelayTTL(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	const topic = "cli.read"
+	s.ok(t, "", "topic", "create", topic, "--semantics", "PUB_SUB", "--partitions", "2")
+	// Group g exists and has consumed nothing: its only member leaves before anything is published.
+	ctx := context.Background()
+	member, err := s.broker.Subscribe(ctx, broker.SubscribeParams{Pattern: topic, Group: "g",
+		Start: storage.StartPosition{Kind: storage.FromBeginning}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := member.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	s.ok(t, "", "pub", "--partition", "1", "--delay", "1h", "--ttl", "2h", "--header", "h=v", "--key", "k", topic, "later")
+	r := s.ok(t, "", "topic", "read", "--from", "1:0", "--json", topic)
+	msgs := cliJSONLines[admin.Message](t, r.stdout)
+	if len(msgs) != 1 || *msgs[0].Payload != "later" {
+		t.Fatalf("topic read --json: %q", r.stdout)
+	}
+	m := msgs[0]
+	if nb := m.NotBefore.Sub(before); nb < time.Hour || nb > time.Hour+cliWaitTimeout {
+		t.Errorf("not_before %s is not an hour after the publish (%s)", m.NotBefore, before)
+	}
+	// The broker takes the expiry's clock reading just before the append's.
+	if exp := m.ExpiresAt.Sub(m.PublishedAt); exp > 2*time.Hour || exp < 2*time.Hour-time.Second {
+		t.Errorf("expires_at - published_at = %s, want 2h", exp)
+	}
+	s.fails(t, 2, "--ttl and --delay must not be negative", "pub", "--ttl", "-1s", topic, "x")
+
+	for i := range 5 {
+		s.ok(t, "", "pub", "--partition", "1", topic, fmt.Sprintf("m%d", i))
+	}
+	// --limit 5 prints ids 1:0 to 1:4 of the six.
+	r = s.ok(t, "", "topic", "read", "--partition", "1", "--limit", "5", topic)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "1:0 ") || !strings.HasSuffix(lines[0], " key=k [h=v] later") ||
+		!strings.HasPrefix(lines[4], "1:4 ") || !strings.HasSuffix(lines[4], " m3") {
+		t.Fatalf("topic read --limit 5:\n%s", r.stdout)
+	}
+	if r = s.ok(t, "", "topic", "read", "--partition", "1", "--from", "5", topic); !strings.HasPrefix(r.stdout, "1:5 ") || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("topic read --from 5: %q", r.stdout)
+	}
+	if r = s.ok(t, "", "topic", "read", "--partition", "1", "--from", time.Now().Add(time.Hour).UTC().Format(time.RFC3339), topic); r.stdout != "" {
+		t.Fatalf("topic read from a future time: %q", r.stdout)
+	}
+	s.fails(t, 1, "INVALID_ARGUMENT", "topic", "read", "--from", "soon", topic)
+	// Nothing was consumed: group g still has all six pending and never delivered.
+	r = s.ok(t, "", "group", "describe", "--json", topic, "g")
+	var g admin.Group
+	cliDecodeJSON(t, r.stdout, &g)
+	if g.Pending != 6 || g.Lag != 6 || g.InFlight != 0 {
+		t.Fatalf("group g after reads: pending %d lag %d in flight %d, want 6, 6, 0", g.Pending, g.Lag, g.InFlight)
 	}
 }

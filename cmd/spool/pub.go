@@ -40,13 +40,15 @@ shown every second. A summary goes to stderr when more than one message was publ
 message is acknowledged durably by the broker before its id is printed. With --producer-id, the
 broker stores a message only once per producer id within the topic's dedup_window (default 2 min):
 a repeat is answered with the first message's id, marked "(duplicate)", and the client may safely
-retry a publish whose outcome it did not learn.`,
+retry a publish whose outcome it did not learn. --delay holds each message back from delivery,
+--ttl drops it undelivered once it is that old.`,
 	examples: []string{
 		`spool pub orders.created 'hello world'`,
 		`spool pub --key user-7 --header trace=abc orders.created '{"id":1}'`,
 		`spool pub --count 1000 --quiet orders.created 'order {{n}}'`,
 		`spool pub --file invoice.pdf invoices`,
 		`spool pub --producer-id order-1001 orders.created '{"id":1001}'`,
+		`spool pub --delay 30s --ttl 1h reminders 'call back'`,
 		`spool pub --count 100 --producer-id 'import-7-{{n}}' orders.created 'row {{n}}'`,
 		`seq 100000 | spool pub orders.created`,
 	},
@@ -63,6 +65,8 @@ type pubOptions struct {
 	producer  string
 	headers   map[string]string
 	partition int
+	ttl       time.Duration
+	delay     time.Duration
 	json      bool
 	quiet     bool
 }
@@ -82,6 +86,8 @@ func runPub(ctx context.Context, e *cliEnv, args []string) error {
 	})
 	fs.StringVar(&o.producer, "producer-id", "", "producer id of each message, for de-duplication by the broker; \"{{n}}\" becomes the message's number")
 	fs.IntVar(&o.partition, "partition", -1, "publish to this partition; -1: by key, else the broker chooses")
+	fs.DurationVar(&o.ttl, "ttl", 0, "drop each message undelivered once it is older than this (broker clock); 0: never")
+	fs.DurationVar(&o.delay, "delay", 0, "deliver each message no earlier than this long from now (counted on this machine's clock)")
 	fs.IntVar(&o.count, "count", 1, "publish each payload argument (or --file) this many times")
 	fs.StringVar(&o.file, "file", "", "publish the contents of this file as one message (\"-\": all of stdin)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per message instead of its id")
@@ -105,6 +111,8 @@ func runPub(ctx context.Context, e *cliEnv, args []string) error {
 		return usagef(fs, "pub: --partition must be a partition number, got %d", o.partition)
 	case o.json && o.quiet:
 		return usagef(fs, "pub: give --json or --quiet, not both")
+	case o.ttl < 0 || o.delay < 0:
+		return usagef(fs, "pub: --ttl and --delay must not be negative")
 	}
 
 	var src messageSource
@@ -346,6 +354,10 @@ func (p *publisher) message(payload []byte, seq int) client.Message {
 	}
 	if p.o.partition >= 0 {
 		m.PinPartition, m.Partition = true, int32(p.o.partition)
+	}
+	m.TTL = p.o.ttl
+	if p.o.delay > 0 {
+		m.NotBefore = time.Now().Add(p.o.delay)
 	}
 	return m
 }

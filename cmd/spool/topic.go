@@ -19,6 +19,7 @@ func runTopic(ctx context.Context, e *cliEnv, args []string) error {
 		{"create", "create a topic", runTopicCreate},
 		{"list", "list topics with their statistics", runTopicList},
 		{"describe", "show a topic's configuration, partitions and groups", runTopicDescribe},
+		{"read", "print a partition's messages without consuming them", runTopicRead},
 		{"update", "change a topic's configuration", runTopicUpdate},
 		{"delete", "delete a topic with its messages and subscriptions", runTopicDelete},
 	}, args)
