@@ -84,6 +84,14 @@ if ! command -v nc >/dev/null 2>&1; then
 	install_packages netcat-openbsd
 fi
 export SPOOL_TEST_REQUIRE_NC=1
+# ... and seed 002's HTTP checks with the real curl and jq.
+missing=""
+for tool in curl jq; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
+if [ -n "$missing" ]; then
+	# shellcheck disable=SC2086
+	install_packages $missing
+fi
+export SPOOL_TEST_REQUIRE_CURL=1
 # The dashboard tests drive Debian's headless Chromium (internal/admin/ui_test.go); here they must
 # run, not skip.
 if ! command -v chromium >/dev/null 2>&1; then

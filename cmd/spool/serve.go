@@ -281,6 +281,13 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		Metrics:  m,
 		Logger:   logger,
 		Auth:     authz,
+		Sessions: func() []admin.Session {
+			var out []admin.Session
+			for _, s := range srv.Sessions() {
+				out = append(out, admin.Session{ID: s.ID, Mode: s.Mode, Remote: s.Remote, Client: s.Client, Opened: s.Opened, Members: s.Members})
+			}
+			return out
+		},
 		Ready: func() error {
 			if shuttingDown.Load() {
 				return errors.New("shutting down")

@@ -64,6 +64,9 @@ type Config struct {
 	// certificate). Nil: authentication is off. /healthz, /readyz and the OpenAPI document are
 	// always open, /metrics unless auth.open_metrics is off.
 	Auth *auth.Authorizer
+	// Sessions lists the TCP server's connections for GET /admin/connections (from
+	// server.Server.Sessions). Nil: the list is empty.
+	Sessions func() []Session
 	// Ready is the readiness probe of GET /readyz: nil error means ready. Defaults to
 	// BrokerReady(Broker), which fails while the broker is not running or its engine is closed.
 	Ready func() error
@@ -96,6 +99,7 @@ type Handler struct {
 	metrics     *metrics.Metrics
 	logger      *slog.Logger
 	ready       func() error
+	sessions    func() []Session
 	auth        *auth.Authorizer
 	maxBody     int64
 	maxPubBody  int64
@@ -150,6 +154,7 @@ func New(cfg Config) (*Handler, error) {
 		metrics:     cfg.Metrics,
 		logger:      logger,
 		ready:       cfg.Ready,
+		sessions:    cfg.Sessions,
 		auth:        cfg.Auth,
 		maxBody:     cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
 		maxPubBody:  cmp.Or(cfg.MaxPublishBodyBytes, DefaultMaxPublishBodyBytes),
@@ -234,8 +239,12 @@ type route struct {
 	path string
 	// publish selects the publish body limit.
 	publish bool
-	handle  func(w http.ResponseWriter, r *http.Request) error
-	doc     opDoc
+	// curlForm accepts a JSON body sent as application/x-www-form-urlencoded, the type of
+	// curl -d: seed 002's POST /publish check sends it so. Cross-origin browser requests are still
+	// refused by the origin check.
+	curlForm bool
+	handle   func(w http.ResponseWriter, r *http.Request) error
+	doc      opDoc
 }
 
 func (rt *route) pattern() string { return rt.method + " " + rt.path }
@@ -348,7 +357,7 @@ func (h *Handler) checkMutation(rt *route, r *http.Request) error {
 		return nil
 	}
 	ct := r.Header.Get("Content-Type")
-	if isJSON(ct) || rt.publish && ct != "" && !browserSimpleType(ct) {
+	if isJSON(ct) || rt.publish && ct != "" && !browserSimpleType(ct) || rt.curlForm && isCurlForm(ct) {
 		return nil
 	}
 	want := "application/json"
@@ -359,6 +368,12 @@ func (h *Handler) checkMutation(rt *route, r *http.Request) error {
 		ct = "none"
 	}
 	return httpErr(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", "request body of Content-Type %s: want %s", ct, want)
+}
+
+// isCurlForm reports whether a Content-Type is application/x-www-form-urlencoded (curl -d).
+func isCurlForm(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/x-www-form-urlencoded")
 }
 
 // browserSimpleType reports whether a Content-Type is one a page may send to another site without

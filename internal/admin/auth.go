@@ -26,6 +26,9 @@ const (
 	// accessRead: consume (in any group) or admin on {topic}: reading messages without
 	// consuming them.
 	accessRead
+	// accessHandler: an authenticated principal; the handler checks the permission on the topic
+	// named in the body (seed 002's POST /publish) with h.allowed.
+	accessHandler
 )
 
 // routeAccess says what a route needs, by its operation id; a route not listed needs admin.
@@ -41,6 +44,8 @@ func routeAccess(rt *route) access {
 		return accessConsume
 	case "readMessages":
 		return accessRead
+	case "seedPublish":
+		return accessHandler
 	}
 	return accessAdmin
 }
@@ -55,22 +60,13 @@ func (h *Handler) authorize(rt *route, r *http.Request) error {
 	if !a.Enabled() || acc == accessOpen || acc == accessMetrics && a.OpenMetrics() {
 		return nil
 	}
-	var p *auth.Principal
-	var ok bool
-	if hdr := r.Header.Get("Authorization"); hdr != "" {
-		scheme, token, _ := strings.Cut(hdr, " ")
-		if strings.EqualFold(scheme, "Bearer") {
-			p, ok = a.ByToken(strings.TrimSpace(token))
-		}
-	} else if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
-		p, ok = a.ByCertCN(r.TLS.PeerCertificates[0].Subject.CommonName)
-	}
-	if !ok {
-		return h.denied(r, auth.ReasonUnauthenticated, "", "", protocol.ErrNotAuthenticated.WithMessage(
-			"this request needs a valid token: Authorization: Bearer <token>"))
+	p, err := h.principal(r)
+	if err != nil {
+		return err
 	}
 	topic, group := r.PathValue("topic"), r.PathValue("group")
 	var action string
+	var ok bool
 	switch acc {
 	case accessPublish:
 		action, ok = auth.Publish, p.Can(auth.Publish, topic)
@@ -78,6 +74,8 @@ func (h *Handler) authorize(rt *route, r *http.Request) error {
 		action, ok = auth.Consume, p.CanConsume(topic, group)
 	case accessRead:
 		action, ok = auth.Consume, p.Can(auth.Consume, topic) || p.Can(auth.Admin, topic)
+	case accessHandler:
+		return nil
 	case accessAdmin:
 		action = auth.Admin
 		if topic != "" {
@@ -93,6 +91,45 @@ func (h *Handler) authorize(rt *route, r *http.Request) error {
 	}
 	return h.denied(r, auth.ReasonForbidden, p.Name, action, protocol.ErrPermissionDenied.Errorf(
 		"principal %s may not %s %s %s", p.Name, action, r.Method, r.URL.Path))
+}
+
+// principal returns the principal of a request: named by "Authorization: Bearer <token>", else
+// by the verified client certificate's common name (mutual TLS); NOT_AUTHENTICATED (logged and
+// counted) without one.
+func (h *Handler) principal(r *http.Request) (*auth.Principal, error) {
+	a := h.auth
+	var p *auth.Principal
+	var ok bool
+	if hdr := r.Header.Get("Authorization"); hdr != "" {
+		scheme, token, _ := strings.Cut(hdr, " ")
+		if strings.EqualFold(scheme, "Bearer") {
+			p, ok = a.ByToken(strings.TrimSpace(token))
+		}
+	} else if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+		p, ok = a.ByCertCN(r.TLS.PeerCertificates[0].Subject.CommonName)
+	}
+	if !ok {
+		return nil, h.denied(r, auth.ReasonUnauthenticated, "", "", protocol.ErrNotAuthenticated.WithMessage(
+			"this request needs a valid token: Authorization: Bearer <token>"))
+	}
+	return p, nil
+}
+
+// allowed checks, for a route whose topic is in the body (accessHandler), that the request's
+// principal may do action on topic: nil when authentication is off.
+func (h *Handler) allowed(r *http.Request, action, topic string) error {
+	if !h.auth.Enabled() {
+		return nil
+	}
+	p, err := h.principal(r)
+	if err != nil {
+		return err
+	}
+	if p.Can(action, topic) {
+		return nil
+	}
+	return h.denied(r, auth.ReasonForbidden, p.Name, action, protocol.ErrPermissionDenied.Errorf(
+		"principal %s may not %s on topic %s", p.Name, action, topic))
 }
 
 // denied logs and counts a refused request and returns e. The token is never logged.

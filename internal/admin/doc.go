@@ -5,8 +5,12 @@
 //     configuration, delete), subscriptions ("groups": list with health, get, pause, resume,
 //     cancel), dead-letter queues per subscription (list, get, replay to that subscription only,
 //     purge), bindings, live members, publish over HTTP and pull-consume over HTTP (pull, ack,
-//     nack, extend) for languages without a client;
-//   - the seed 002 paths GET /admin/topics, GET /admin/groups and POST /admin/dlq/replay;
+//     nack, extend) for languages without a client, and reading a partition's messages without
+//     consuming them (GET /api/v1/topics/{topic}/messages?partition=&from=&limit=: from an
+//     offset, a message id or a time; consume or admin permission; no delivery state changes);
+//   - the seed 002 paths GET /admin/topics, GET /admin/groups, POST /admin/dlq/replay,
+//     POST /publish, GET /admin/pending, GET /admin/connections, GET /api/v1/metrics/topics and
+//     GET /api/v1/health/consumers;
 //   - GET /metrics (Prometheus, promhttp over Config.Gatherer), GET /healthz (the process serves),
 //     GET /readyz (Config.Ready: by default the broker is running and its engine answers);
 //   - its own OpenAPI 3 document at GET /api/v1/openapi.json, generated from the route table and
@@ -143,10 +147,22 @@
 // see SeedReplayRequest for how the seed shape is mapped, and why a replay redelivers the message
 // to its group instead of publishing a copy with a new id.
 //
+// POST /publish takes {"topic","message"} (also sent as application/x-www-form-urlencoded, as
+// curl -d sends it; cross-origin browser requests are still refused) and needs publish on that
+// topic. GET /admin/pending lists the deliveries leased to this broker's consumers (message id,
+// topic, group, consumer, lease deadline; not the attempt number, which the broker does not keep
+// per lease), earliest deadline first. GET /admin/connections lists the TCP connections (remote
+// address, mode, protocol version, client name, opened and duration, members; no heartbeat
+// status). GET /api/v1/metrics/topics?topic_pattern= gives per topic retained messages,
+// published_total (whose rate is the throughput; no rate is computed), bytes, queue_depth,
+// subscriptions and consumers. GET /api/v1/health/consumers?group_name= gives each group's state,
+// healthy (ACTIVE with a consumer on this broker), status (healthy, no_consumers, paused, dead,
+// cancelled), consumers, pending and in_flight: a consumer that dies leaves its group at once
+// (or after the session timeout), its leases released, so the group shows no_consumers.
+//
 // # Not served yet
 //
-// Seed 002 also names /admin/pending, /admin/connections, /api/v1/metrics/*, /api/v1/health/*,
-// rebalance and member-removal endpoints, message browsing (GET .../messages), authentication and
-// CORS. The broker exposes no last-heartbeat, processed count or oldest-unacked age per group yet,
-// so group health lacks them.
+// Seed 002 also names /api/v1/metrics (other than topics), /api/v1/health (other than consumers),
+// rebalance and member-removal endpoints and CORS. The broker exposes no last-heartbeat,
+// processed count or oldest-unacked age per group yet, so group health lacks them.
 package admin

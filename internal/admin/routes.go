@@ -185,5 +185,25 @@ func (h *Handler) routeTable() []*route {
 			id: "seedReplay", tag: "seed", summary: "Seed 002 M4-6: replay DLQ entries to the group that dead-lettered them.",
 			desc: "Accepts {\"topic\",\"group\",\"ids\"|\"all\"} or the seed's {\"message_id\":\"dlq-12\",\"target_topic\":\"orders\"}.",
 			body: typeOf[SeedReplayRequest](), ok: 200, resp: typeOf[SeedReplayResult](), errs: errsWrite}},
+		{method: "POST", path: "/publish", publish: true, curlForm: true, handle: h.seedPublish, doc: opDoc{
+			id: "seedPublish", tag: "seed", summary: "Seed 002 M1-18: publish one message, {\"topic\": \"test\", \"message\": \"hello\"}.",
+			desc: "A string message is stored as its text, any other JSON value as its JSON. Needs publish on the topic. " +
+				"The JSON body may come as application/x-www-form-urlencoded (curl -d, as in the seed's check).",
+			body: typeOf[SeedPublishRequest](), ok: 201, resp: typeOf[PublishResult](), errs: errsWrite}},
+		{method: "GET", path: "/admin/pending", handle: h.seedPending, doc: opDoc{
+			id: "seedPending", tag: "seed", summary: "Seed 002: deliveries leased to this broker's consumers, earliest deadline first.",
+			query: []queryParam{{"limit", "integer", "the most entries, 0 to 1000 (default 100)"}},
+			ok:    200, resp: typeOf[SeedPendingList](), errs: errsRead}},
+		{method: "GET", path: "/admin/connections", handle: h.seedConnections, doc: opDoc{
+			id: "seedConnections", tag: "seed", summary: "Seed 002: the TCP server's client connections.",
+			ok: 200, resp: typeOf[SeedConnections]()}},
+		{method: "GET", path: "/api/v1/metrics/topics", handle: h.seedTopicMetrics, doc: opDoc{
+			id: "seedTopicMetrics", tag: "seed", summary: "Seed 002 M4-9: message counts per topic (published_total's rate is the throughput).",
+			query: []queryParam{{"topic_pattern", "string", "only topics matching this name or wildcard pattern"}},
+			ok:    200, resp: typeOf[SeedTopicMetricsList](), errs: errsRead}},
+		{method: "GET", path: "/api/v1/health/consumers", handle: h.seedConsumerHealth, doc: opDoc{
+			id: "seedConsumerHealth", tag: "seed", summary: "Seed 002 M4-10: consumer groups with their health (healthy: ACTIVE with a live consumer).",
+			query: []queryParam{{"group_name", "string", "only this group"}},
+			ok:    200, resp: typeOf[SeedConsumerHealthList](), errs: errsRead}},
 	}
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -467,4 +468,145 @@ func TestConfigAndStoreFlag(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "listen: must not be empty") {
 		t.Fatalf("--listen '': %v\n%s", err, out)
 	}
+}
+
+// curlPath returns the path of curl, or skips the test. The test script installs curl and sets
+// SPOOL_TEST_REQUIRE_CURL, so the curl checks never skip there.
+func curlPath(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("curl")
+	if err != nil {
+		if os.Getenv("SPOOL_TEST_REQUIRE_CURL") != "" {
+			t.Fatal("curl not found and SPOOL_TEST_REQUIRE_CURL is set")
+		}
+		t.Skip("curl not installed")
+	}
+	return p
+}
+
+// seedCurl runs one of seed 002's curl commands verbatim through bash (localhost:8080 is the
+// broker's HTTP address) and decodes the JSON it prints into v.
+func seedCurl(t *testing.T, b *broker, command string, v any) {
+	t.Helper()
+	curlPath(t)
+	cmd := exec.Command("bash", "-c", strings.ReplaceAll(command, "localhost:8080", b.http))
+	cmd.Env = childEnv()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", command, err, out)
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("%s printed %q: %v", command, out, err)
+	}
+}
+
+// TestSeedHTTPPaths runs seed 002's HTTP checks verbatim with curl: M1-18 (POST /publish, the
+// message survives a restart), M4-9 (GET /api/v1/metrics/topics), M4-10 (GET
+// /api/v1/health/consumers: the group is unhealthy once its consumer is gone, its message
+// released), and the operator views GET /admin/pending and GET /admin/connections.
+func TestSeedHTTPPaths(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	b.start()
+	var pub struct {
+		Messages []struct {
+			ID string `json:"id"`
+		} `json:"messages"`
+	}
+	seedCurl(t, b, `curl -X POST localhost:8080/publish -d '{"topic":"test","message":"hello"}'`, &pub)
+	if len(pub.Messages) != 1 || pub.Messages[0].ID != "0" {
+		t.Fatalf("POST /publish answered %+v", pub)
+	}
+	b.stop()
+	b.start()
+	var read struct {
+		Messages []struct {
+			Payload string `json:"payload"`
+		} `json:"messages"`
+	}
+	seedCurl(t, b, `curl -s localhost:8080/api/v1/topics/test/messages`, &read)
+	if len(read.Messages) != 1 || read.Messages[0].Payload != "hello" {
+		t.Fatalf("after a restart, test holds %+v", read)
+	}
+	var metrics struct {
+		Topics []struct {
+			Topic          string `json:"topic"`
+			Messages       int64  `json:"messages"`
+			PublishedTotal int64  `json:"published_total"`
+		} `json:"topics"`
+	}
+	seedCurl(t, b, `curl http://localhost:8080/api/v1/metrics/topics | jq '.'`, &metrics)
+	if len(metrics.Topics) != 1 || metrics.Topics[0].Topic != "test" || metrics.Topics[0].Messages != 1 || metrics.Topics[0].PublishedTotal != 1 {
+		t.Fatalf("metrics/topics: %+v", metrics)
+	}
+
+	// A consumer of group g holds a message (text deliveries wait for ACK).
+	var created struct {
+		Name string `json:"name"`
+	}
+	seedCurl(t, b, `curl -s -X POST localhost:8080/api/v1/topics -H "Content-Type: application/json" -d '{"name":"orders.created","semantics":"PUB_SUB"}'`, &created)
+	c := b.dialText()
+	c.echo("JOIN_GROUP g consumer-1\nSUBSCRIBE orders.created")
+	c.expect("OK group g")
+	c.expect("OK subscribed orders.created")
+	b.publish("orders.created", "work")
+	c.expect("MESSAGE orders.created work")
+	var pending struct {
+		Pending []struct {
+			MessageID string    `json:"message_id"`
+			Topic     string    `json:"topic"`
+			Group     string    `json:"group"`
+			Consumer  string    `json:"consumer"`
+			Deadline  time.Time `json:"deadline"`
+		} `json:"pending"`
+		Total int `json:"total"`
+	}
+	seedCurl(t, b, `curl -s localhost:8080/admin/pending`, &pending)
+	if pending.Total != 1 || pending.Pending[0].Topic != "orders.created" || pending.Pending[0].Group != "g" ||
+		pending.Pending[0].MessageID != "0" || pending.Pending[0].Consumer == "" || pending.Pending[0].Deadline.IsZero() {
+		t.Fatalf("admin/pending: %+v", pending)
+	}
+	var conns struct {
+		Connections []struct {
+			Mode    string   `json:"mode"`
+			Remote  string   `json:"remote"`
+			Members []string `json:"members"`
+		} `json:"connections"`
+	}
+	seedCurl(t, b, `curl -s localhost:8080/admin/connections`, &conns)
+	if len(conns.Connections) != 1 || conns.Connections[0].Mode != "text" || conns.Connections[0].Remote != c.nc.LocalAddr().String() ||
+		len(conns.Connections[0].Members) != 1 || conns.Connections[0].Members[0] != pending.Pending[0].Consumer {
+		t.Fatalf("admin/connections: %+v (consumer %s at %s)", conns, pending.Pending[0].Consumer, c.nc.LocalAddr())
+	}
+	type health struct {
+		Groups []struct {
+			Group   string `json:"group"`
+			Healthy bool   `json:"healthy"`
+			Status  string `json:"status"`
+		} `json:"groups"`
+	}
+	var h health
+	seedCurl(t, b, `curl http://localhost:8080/api/v1/health/consumers?group_name=g | jq '.'`, &h)
+	if len(h.Groups) != 1 || !h.Groups[0].Healthy || h.Groups[0].Status != "healthy" {
+		t.Fatalf("health/consumers with a consumer: %+v", h)
+	}
+	// The consumer dies: the group is unhealthy and its message is no longer held.
+	c.nc.Close()
+	eventually(t, "the group is unhealthy without its consumer", func() error {
+		var h health
+		seedCurl(t, b, `curl http://localhost:8080/api/v1/health/consumers | jq '.'`, &h)
+		var p struct {
+			Total int `json:"total"`
+		}
+		seedCurl(t, b, `curl -s localhost:8080/admin/pending`, &p)
+		if len(h.Groups) != 2 || p.Total != 0 { // g and the queue subscription of test
+			return fmt.Errorf("health %+v, %d pending", h, p.Total)
+		}
+		for _, g := range h.Groups {
+			if g.Group == "g" && (g.Healthy || g.Status != "no_consumers") {
+				return fmt.Errorf("group g: %+v", g)
+			}
+		}
+		return nil
+	})
 }
