@@ -85,6 +85,10 @@ type Config struct {
 	// logs (not when the run stops because the broker or engine is closing): metrics count
 	// cleanup failures there. It must not block.
 	OnRetentionError func(error)
+	// SlowOperation is the duration above which a publish, claim, ack, nack, read or retention
+	// run is logged at WARN ("slow broker operation", with op and took). Defaults to
+	// DefaultSlowOperation (100 ms); negative: never.
+	SlowOperation time.Duration
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -128,10 +132,12 @@ type Broker struct {
 	// they are stored (noteStorage).
 	storageFullSince atomic.Int64
 	// storageFullLast is the last such refusal (unix ns): StorageFull expires without newer ones.
-	storageFullLast    atomic.Int64
-	retentionInterval  time.Duration
-	onRetention        func(*storage.RetentionResult)
-	onRetentionError   func(error)
+	storageFullLast   atomic.Int64
+	retentionInterval time.Duration
+	onRetention       func(*storage.RetentionResult)
+	onRetentionError  func(error)
+	// trace writes the per-message DEBUG lines and the slow-operation WARN lines.
+	trace              *tracer
 	pollInterval       time.Duration
 	claimInterval      time.Duration
 	defaultMaxInFlight int
@@ -197,9 +203,11 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Clock != nil {
 		clock = cfg.Clock
 	}
+	logger = logger.With("component", "broker")
 	return &Broker{
 		engine:             cfg.Engine,
-		logger:             logger.With("component", "broker"),
+		logger:             logger,
+		trace:              newTracer(logger, cfg.SlowOperation),
 		clock:              clock,
 		autoCreate:         !cfg.DisableAutoCreate,
 		autoCreateConfig:   autoCfg,
@@ -400,6 +408,7 @@ func (b *Broker) retentionLoop() {
 func (b *Broker) runRetention(ctx context.Context) {
 	start := time.Now()
 	res, err := b.engine.RetentionApply(ctx)
+	b.trace.slowOp(ctx, "retention", start)
 	if res != nil {
 		if b.onRetention != nil {
 			b.onRetention(res)

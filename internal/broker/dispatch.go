@@ -174,14 +174,17 @@ func (s *subState) dispatch(poll time.Duration) (wait time.Duration, delivered, 
 			break
 		}
 		after = m
+		start := b.trace.now()
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
 			SubscriptionID: s.id, Member: m.id, Max: k, AvoidMember: others, LeaseDuration: m.leaseDuration,
 		})
+		b.trace.slowOp(b.rootCtx, "claim", start, slog.String("topic", s.topic), slog.Int64("subscription", s.id))
 		if err != nil {
 			m.unreserve(k)
 			wait, gone := s.claimFailed(err)
 			return wait, delivered, gone
 		}
+		b.trace.delivered(m.id, s, res.Deliveries)
 		m.deliver(s, res.Deliveries, k)
 		if len(res.Deliveries) > 0 {
 			delivered = true

@@ -541,10 +541,13 @@ func (b *Broker) AckBatch(ctx context.Context, subID int64, member string, refs 
 // ack acks refs in the engine, then gives the credit back to the members of this broker that held
 // them and wakes their dispatchers.
 func (b *Broker) ack(ctx context.Context, subID int64, member string, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
+	start := b.trace.now()
 	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: subID, Member: member, Refs: refs})
+	b.trace.slowOp(ctx, "ack", start, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
 	if err != nil {
 		return nil, fmt.Errorf("broker: ack on subscription %d: %w", subID, err)
 	}
+	b.trace.settled(ctx, "acked", subID, member, refs)
 	b.mu.RLock()
 	s := b.subs[subID]
 	var holders []*Member
@@ -612,12 +615,15 @@ func (m *Member) NackBatch(ctx context.Context, subID int64, refs []storage.Deli
 	if err := m.checkSub(subID); err != nil {
 		return nil, err
 	}
+	start := m.b.trace.now()
 	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
 		SubscriptionID: subID, Member: m.id, Refs: refs, Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
 	})
+	m.b.trace.slowOp(ctx, "nack", start, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
 	if err != nil {
 		return nil, fmt.Errorf("broker: nack on subscription %d: %w", subID, err)
 	}
+	m.b.trace.settled(ctx, "nacked", subID, m.id, refs, slog.Bool("to_dlq", opts.ToDLQ))
 	m.forget(subID, refs)
 	m.wakeSubs()
 	return res, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spoolmq/spool/internal/names"
@@ -40,6 +41,7 @@ func (b *Broker) ReadMessages(ctx context.Context, p ReadParams) ([]*storage.Mes
 	if err := b.checkRunning(); err != nil {
 		return nil, err
 	}
+	start := b.trace.now()
 	if err := names.ValidateTopic(p.Topic); err != nil {
 		return nil, invalidName(err)
 	}
@@ -63,6 +65,7 @@ func (b *Broker) ReadMessages(ctx context.Context, p ReadParams) ([]*storage.Mes
 		}
 	}
 	msgs, err := b.engine.MessagesRead(ctx, &storage.MessagesReadParams{Topic: p.Topic, Partition: p.Partition, Offset: offset, Limit: limit})
+	b.trace.slowOp(ctx, "read", start, slog.String("topic", p.Topic), slog.Int("partition", int(p.Partition)))
 	if errors.Is(err, storage.ErrOffsetOutOfRange) {
 		return nil, nil // past the end: nothing yet
 	}

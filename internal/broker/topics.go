@@ -29,6 +29,8 @@ type PublishOptions struct {
 
 // PublishWith is Publish with hints for the engine.
 func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions) ([]storage.MessagePosition, error) {
+	start := b.trace.now()
+	defer b.trace.slowOp(ctx, "publish", start, slog.String("topic", topic), slog.Int("messages", len(msgs)))
 	var res *storage.MessagesAppendResult
 	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) (err error) {
 		res, err = b.engine.MessagesAppend(ctx, params)
@@ -38,6 +40,7 @@ func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.A
 	if err != nil {
 		return nil, err
 	}
+	b.trace.published(ctx, topic, b.trace.correlationIDs(ctx, msgs), res.Positions)
 	return res.Positions, nil
 }
 
@@ -61,12 +64,15 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("broker: publish to %q: %w", topic, err)
 	}
+	start, ids := b.trace.now(), b.trace.correlationIDs(ctx, msgs)
 	appended := func(res *storage.MessagesAppendResult, err error) {
 		b.noteStorage(err)
+		b.trace.slowOp(ctx, "publish", start, slog.String("topic", topic), slog.Int("messages", len(msgs)))
 		if err != nil {
 			done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
 			return
 		}
+		b.trace.published(ctx, topic, ids, res.Positions)
 		done(res.Positions, nil)
 	}
 	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) error {
