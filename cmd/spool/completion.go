@@ -26,10 +26,10 @@ const completionUsage = `Usage: spool completion bash|zsh|fish
 Prints a script that completes spool's commands, subcommands and flags in that shell.
 
 Examples:
-  source <(spool completion bash)                        # this shell; add the line to ~/.bashrc
-  spool completion bash > /etc/bash_completion.d/spool   # every shell (root)
-  source <(spool completion zsh)                         # after compinit; or save it as _spool in $fpath
-  spool completion fish > ~/.config/fish/completions/spool.fish
+  source <(spool completion bash)     # this shell; or add the line to ~/.bashrc
+  mkdir -p ~/.local/share/bash-completion/completions && spool completion bash > ~/.local/share/bash-completion/completions/spool
+  source <(spool completion zsh)      # zsh, after compinit; or save it as _spool in $fpath
+  mkdir -p ~/.config/fish/completions && spool completion fish > ~/.config/fish/completions/spool.fish
 `
 
 var completionScripts = map[string]string{

@@ -27,6 +27,9 @@ func migrate(ctx context.Context, args []string) error {
 			"Creates the PostgreSQL schema of the broker or applies its pending migrations, each in its own\n"+
 			"transaction, under an advisory lock (safe while brokers run). Settings as for spool serve.\n\nFlags:\n")
 		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nExamples:\n"+
+			"  spool migrate --store postgres://spool@127.0.0.1:5432/app\n"+
+			"  spool migrate --store postgres://spool@127.0.0.1:5432/app --schema spool_test\n")
 	}
 	configFile := fs.String("config", "", "YAML configuration file (default $SPOOL_CONFIG, else none)")
 	def := config.Defaults()

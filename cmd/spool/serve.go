@@ -56,6 +56,12 @@ func serve(ctx context.Context, args []string) error {
 			"TLS on both listeners: server.tls.cert_file and key_file (SPOOL_SERVER_TLS_CERT_FILE, ...),\n"+
 			"client_ca_file for mutual TLS; SIGHUP reloads the certificate (docs/protocol.md 2.1.1).\n\nFlags:\n")
 		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nExamples:\n"+
+			"  spool serve\n"+
+			"  spool serve --data-dir /var/lib/spool --log-level debug\n"+
+			"  spool serve --config /etc/spool/spool.yaml\n"+
+			"  SPOOL_BROKER_SLOW_OPERATION=50ms spool serve --listen 127.0.0.1:9093 --http 127.0.0.1:8081\n"+
+			"  spool serve --store postgres://spool@127.0.0.1:5432/app\n")
 	}
 	configFile := fs.String("config", "", "YAML configuration file (default $SPOOL_CONFIG, else none)")
 	def := config.Defaults()

@@ -23,7 +23,11 @@ const tokenUsage = `Usage: spool token hash < token-file
 Reads a token (its first line) from stdin and prints its hash, the token_hash of a principal in
 the auth section of the configuration file. The token itself is not stored: clients send it
 (Hello token, text AUTH <token>, HTTP Authorization: Bearer <token>). Use a random token of at
-least 16 characters, for example: openssl rand -hex 32 > token-file
+least 16 characters.
+
+Examples:
+  openssl rand -hex 32 > token-file
+  spool token hash < token-file
 `
 
 func tokenCmd(_ context.Context, args []string) error {
