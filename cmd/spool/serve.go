@@ -241,6 +241,12 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	if err := m.RegisterBroker(b, metrics.CollectorOptions{Logger: logger}); err != nil {
 		return err
 	}
+	if cfg.Store == "" {
+		// The embedded engine's file system: spool_storage_available_bytes and _size_bytes.
+		if err := m.RegisterDiskSpace(cfg.DataDir); err != nil {
+			return err
+		}
+	}
 
 	// TLS of both listeners (server.tls), its certificate reloaded on SIGHUP.
 	var tlsSrv *tlsconf.Server

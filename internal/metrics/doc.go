@@ -108,6 +108,9 @@
 //	spool_cleanup_failures_total{task}              counter   failed runs of a cleanup job of this process; task "retention" (the
 //	                                                          message cleanup, wired to broker.Config.OnRetentionError), at 0 from
 //	                                                          the start (ObserveCleanupFailure).
+//	spool_storage_available_bytes                   gauge     bytes available on the file system of the embedded engine's data
+//	                                                          directory, statfs at scrape time (RegisterDiskSpace; absent on PostgreSQL).
+//	spool_storage_size_bytes                        gauge     size of that file system.
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
 //	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
