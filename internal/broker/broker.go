@@ -408,7 +408,9 @@ func (b *Broker) retentionLoop() {
 func (b *Broker) runRetention(ctx context.Context) {
 	start := time.Now()
 	res, err := b.engine.RetentionApply(ctx)
-	b.trace.slowOp(ctx, "retention", start)
+	if took, slow := b.trace.isSlow(start); slow {
+		b.trace.logSlow(ctx, "retention", took)
+	}
 	if res != nil {
 		if b.onRetention != nil {
 			b.onRetention(res)

@@ -178,7 +178,9 @@ func (s *subState) dispatch(poll time.Duration) (wait time.Duration, delivered, 
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
 			SubscriptionID: s.id, Member: m.id, Max: k, AvoidMember: others, LeaseDuration: m.leaseDuration,
 		})
-		b.trace.slowOp(b.rootCtx, "claim", start, slog.String("topic", s.topic), slog.Int64("subscription", s.id))
+		if took, slow := b.trace.isSlow(start); slow {
+			b.trace.logSlow(b.rootCtx, "claim", took, slog.String("topic", s.topic), slog.Int64("subscription", s.id))
+		}
 		if err != nil {
 			m.unreserve(k)
 			wait, gone := s.claimFailed(err)

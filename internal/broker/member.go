@@ -543,7 +543,9 @@ func (b *Broker) AckBatch(ctx context.Context, subID int64, member string, refs 
 func (b *Broker) ack(ctx context.Context, subID int64, member string, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
 	start := b.trace.now()
 	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: subID, Member: member, Refs: refs})
-	b.trace.slowOp(ctx, "ack", start, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
+	if took, slow := b.trace.isSlow(start); slow {
+		b.trace.logSlow(ctx, "ack", took, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("broker: ack on subscription %d: %w", subID, err)
 	}
@@ -619,7 +621,9 @@ func (m *Member) NackBatch(ctx context.Context, subID int64, refs []storage.Deli
 	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
 		SubscriptionID: subID, Member: m.id, Refs: refs, Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
 	})
-	m.b.trace.slowOp(ctx, "nack", start, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
+	if took, slow := m.b.trace.isSlow(start); slow {
+		m.b.trace.logSlow(ctx, "nack", took, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("broker: nack on subscription %d: %w", subID, err)
 	}

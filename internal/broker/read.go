@@ -65,7 +65,9 @@ func (b *Broker) ReadMessages(ctx context.Context, p ReadParams) ([]*storage.Mes
 		}
 	}
 	msgs, err := b.engine.MessagesRead(ctx, &storage.MessagesReadParams{Topic: p.Topic, Partition: p.Partition, Offset: offset, Limit: limit})
-	b.trace.slowOp(ctx, "read", start, slog.String("topic", p.Topic), slog.Int("partition", int(p.Partition)))
+	if took, slow := b.trace.isSlow(start); slow {
+		b.trace.logSlow(ctx, "read", took, slog.String("topic", p.Topic), slog.Int("partition", int(p.Partition)))
+	}
 	if errors.Is(err, storage.ErrOffsetOutOfRange) {
 		return nil, nil // past the end: nothing yet
 	}

@@ -30,12 +30,14 @@ type PublishOptions struct {
 // PublishWith is Publish with hints for the engine.
 func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions) ([]storage.MessagePosition, error) {
 	start := b.trace.now()
-	defer b.trace.slowOp(ctx, "publish", start, slog.String("topic", topic), slog.Int("messages", len(msgs)))
 	var res *storage.MessagesAppendResult
 	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) (err error) {
 		res, err = b.engine.MessagesAppend(ctx, params)
 		return err
 	})
+	if took, slow := b.trace.isSlow(start); slow {
+		b.trace.logSlow(ctx, "publish", took, slog.String("topic", topic), slog.Int("messages", len(msgs)))
+	}
 	b.noteStorage(err)
 	if err != nil {
 		return nil, err
@@ -67,7 +69,9 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 	start, ids := b.trace.now(), b.trace.correlationIDs(ctx, msgs)
 	appended := func(res *storage.MessagesAppendResult, err error) {
 		b.noteStorage(err)
-		b.trace.slowOp(ctx, "publish", start, slog.String("topic", topic), slog.Int("messages", len(msgs)))
+		if took, slow := b.trace.isSlow(start); slow {
+			b.trace.logSlow(ctx, "publish", took, slog.String("topic", topic), slog.Int("messages", len(msgs)))
+		}
 		if err != nil {
 			done(nil, fmt.Errorf("broker: publish to %q: %w", topic, err))
 			return

@@ -46,15 +46,18 @@ func newTracer(logger *slog.Logger, slow time.Duration) *tracer {
 
 func (t *tracer) debug(ctx context.Context) bool { return t.logger.Enabled(ctx, slog.LevelDebug) }
 
-// slowOp logs op at WARN when it took longer than the threshold since start.
-func (t *tracer) slowOp(ctx context.Context, op string, start time.Time, attrs ...slog.Attr) {
+// isSlow reports how long an operation started at start took, and whether that is over the
+// threshold. Callers build the attributes of logSlow only then: the fast path allocates nothing.
+func (t *tracer) isSlow(start time.Time) (time.Duration, bool) {
 	if t.slow < 0 {
-		return
+		return 0, false
 	}
 	took := t.now().Sub(start)
-	if took <= t.slow {
-		return
-	}
+	return took, took > t.slow
+}
+
+// logSlow logs an operation isSlow found slow at WARN.
+func (t *tracer) logSlow(ctx context.Context, op string, took time.Duration, attrs ...slog.Attr) {
 	attrs = append(attrs, slog.String("op", op), slog.Duration("took", took), slog.Duration("threshold", t.slow))
 	t.logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelWarn, "slow broker operation", attrs...)
 }
