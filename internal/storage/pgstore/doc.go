@@ -33,7 +33,10 @@
 // which is the classic lost-message bug of cursors over sequences; xid8 snapshot filtering would
 // make every reader compute snapshot horizons.) The cost: transactional publishers to the same
 // partition serialize until they commit, so long application transactions should publish last or
-// use more partitions; the broker's own publishes batch many messages per transaction.
+// use more partitions. The broker's own publishes of one topic share transactions
+// (appendcombine.go: while one runs, the calls that arrive wait and the next transaction appends
+// them all), so a partition's publish rate is the commit rate times the batch, not one commit per
+// message.
 //
 // # Message log
 //

@@ -176,6 +176,10 @@ type Engine struct {
 	lanes [deliveryLanes]opLane
 	// laneTxs and laneOps count the transactions of the lanes and the operations they ran.
 	laneTxs, laneOps atomic.Int64
+	// appends queue concurrent MessagesAppend calls of a topic into shared transactions
+	// (appendcombine.go); appendTxs and appendOps count those transactions and the calls they ran.
+	appends              appendLanes
+	appendTxs, appendOps atomic.Int64
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema
@@ -233,7 +237,8 @@ func (e *Engine) Close() error {
 		defer cancel()
 		err = e.shutdown(ctx)
 		e.pool.Close()
-		e.log.Debug("pgstore: closed", "delivery_transactions", e.laneTxs.Load(), "delivery_operations", e.laneOps.Load())
+		e.log.Debug("pgstore: closed", "delivery_transactions", e.laneTxs.Load(), "delivery_operations", e.laneOps.Load(),
+			"publish_transactions", e.appendTxs.Load(), "publish_calls", e.appendOps.Load())
 	})
 	return err
 }

@@ -223,7 +223,11 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 // transaction ends), claims the batch's producer ids (in the same round trip), validates the
 // batch against the topic's configuration and assigns partitions to the messages that are not
 // duplicates.
-func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams, now time.Time) (*appendPlan, error) {
+//
+// calls, when not nil, holds the index in p.Messages where each combined call starts (ascending,
+// calls[0] == 0): the keyless messages of each call go together to a partition of their own, as
+// they would alone.
+func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams, now time.Time, calls []int) (*appendPlan, error) {
 	var t *topicRow
 	var claimed map[string]bool
 	var known map[string]storage.MessagePosition
@@ -289,7 +293,12 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	}
 	byPart := map[int32]*partShare{}
 	keyless := int32(-1)
+	nextCall := 1 // index in calls of the next call's start
 	for i := range msgs {
+		if nextCall < len(calls) && i == calls[nextCall] {
+			keyless = -1 // the next call's keyless messages pick a partition of their own
+			nextCall++
+		}
 		if plan.dups != nil && plan.dups[i] {
 			continue
 		}
@@ -520,8 +529,8 @@ func (e *Engine) recreateBuckets(ctx context.Context, now time.Time, plan *appen
 // bucket (or a check violation of a bucket being detached).
 func isNoPartition(err error) bool { return pgCode(err) == "23514" }
 
-// MessagesAppend appends a batch of messages to a topic in one transaction and returns once it
-// committed. Everything is validated before anything is written: sizes against max_message_bytes
+// MessagesAppend appends a batch of messages to a topic and returns once it committed.
+// Everything is validated before anything is written: sizes against max_message_bytes
 // (storage.ErrMessageTooLarge), explicit partitions (storage.ErrInvalidArgument), header names,
 // values and producer ids that PostgreSQL cannot store as text (valid UTF-8 without NUL) or
 // longer than storage.MaxProducerIDLen (storage.ErrInvalidArgument) and, for a PUB_SUB topic with
@@ -530,8 +539,12 @@ func isNoPartition(err error) bool { return pgCode(err) == "23514" }
 // the topic saw within its dedup_window are not stored (spool.producer_ids, migrations/0006).
 // Keyed messages go to storage.PartitionForKey; the keyless messages of one call go together to
 // the next partition in round-robin order. PublishedAt is the engine clock, made
-// non-decreasing per partition (also across instances). Safe for concurrent use; publishers to
-// the same partition serialize on its row until they commit.
+// non-decreasing per partition (also across instances). Safe for concurrent use.
+//
+// Concurrent calls for the same topic share transactions (appendcombine.go): while one
+// transaction of the topic runs, the calls that arrive wait and the next transaction appends all
+// of them, each getting the answer it would have got alone. A call that fails on its own (a
+// message too large, a bad partition) fails alone.
 //
 // The call (bucket creation included) is bounded by Config.TxTimeout: past it, the transaction is
 // abandoned and rolled back, and the call fails with txTimeout's error (TIMEOUT, retryable). A
@@ -539,13 +552,17 @@ func isNoPartition(err error) bool { return pgCode(err) == "23514" }
 // publisher retries, and the messages without a producer id may then be stored twice, which
 // at-least-once allows; those with one are answered as duplicates (planAppend).
 func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
+	if err := validateAppend(p); err != nil {
+		return nil, err
+	}
 	return withTxTimeout(e, ctx, "publish", func(ctx context.Context) (*storage.MessagesAppendResult, error) {
-		return e.messagesAppend(ctx, p)
+		return e.submitAppend(ctx, p)
 	})
 }
 
-// messagesAppend runs MessagesAppend with ctx bounded by Config.TxTimeout.
-func (e *Engine) messagesAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
+// appendTx appends p (the calls of a combined transaction, see planAppend) in one transaction
+// and returns once it committed; the messages go to the cache and the topic is announced.
+func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, calls []int) (*storage.MessagesAppendResult, error) {
 	now, err := e.prepareAppend(ctx, p)
 	if err != nil {
 		return nil, err
@@ -558,7 +575,7 @@ func (e *Engine) messagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 		// Two round trips: BEGIN with the topic's row, then the offsets, the rows and COMMIT.
 		err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			plan, err = e.planAppend(ctx, tx, p, now)
+			plan, err = e.planAppend(ctx, tx, p, now, calls)
 			if err != nil {
 				return err
 			}

@@ -44,7 +44,7 @@ func (e *Engine) PublishTx(ctx context.Context, tx pgx.Tx, p *storage.MessagesAp
 		var res *storage.MessagesAppendResult
 		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 			var err error
-			plan, err = e.planAppend(ctx, sp, p, now)
+			plan, err = e.planAppend(ctx, sp, p, now, nil)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,136 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// awaitAppendsQueued polls until n appends queue on topic's lane.
+func awaitAppendsQueued(t *testing.T, e *Engine, topic string, n int) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("%d appends queued on %s", n, topic), func() error {
+		e.appends.mu.Lock()
+		defer e.appends.mu.Unlock()
+		if l := e.appends.lanes[topic]; l == nil || len(l.pending) != n {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
+
+type appendOut struct {
+	res *storage.MessagesAppendResult
+	err error
+}
+
+// goAppend runs MessagesAppend in a goroutine.
+func goAppend(t *testing.T, e *Engine, topic string, msgs ...storage.AppendMessage) <-chan appendOut {
+	ch := make(chan appendOut, 1)
+	go func() {
+		res, err := e.MessagesAppend(t.Context(), &storage.MessagesAppendParams{Topic: topic, Messages: msgs})
+		ch <- appendOut{res, err}
+	}()
+	return ch
+}
+
+func msg(part int32, payload, producerID string) storage.AppendMessage {
+	return storage.AppendMessage{Partition: part, Payload: []byte(payload), ProducerID: producerID}
+}
+
+// TestAppendsCombined: publishes of one topic that arrive while a transaction of the topic runs
+// are appended together by the next one (one transaction for all of them), each with the answer it
+// would have got alone: its own positions in its own order, the keyless messages of a call on one
+// partition and those of the next call on the next one, a producer id of an earlier call of the
+// batch answered as a duplicate of it; a call that fails on its own (a message too large) fails
+// alone and the others are stored; offsets stay gapless.
+func TestAppendsCombined(t *testing.T) {
+	t.Parallel()
+	e := openConns(t, 8)
+	ctx := t.Context()
+	const topic = "pub.c"
+	logTopic(t, e, topic, storage.TopicConfig{Partitions: 2, MaxMessageBytes: 16})
+	for round, bad := range []bool{false, true} {
+		// Hold partition 0's row from outside: the first publish's transaction waits for it.
+		b := lockRows(t, e.sql(`SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
+			WHERE t.name = $1 AND p.partition = 0 FOR UPDATE OF p`), topic)
+		first := goAppend(t, e, topic, msg(0, "a", ""))
+		awaitBlockedBy(t, e, b.pid())
+		id := fmt.Sprintf("id-%d", round)
+		outs := []<-chan appendOut{
+			goAppend(t, e, topic, msg(0, "b1", ""), msg(1, "b2", ""), msg(0, "b3", "")),
+		}
+		awaitAppendsQueued(t, e, topic, 1)
+		if bad {
+			outs = append(outs, goAppend(t, e, topic, msg(0, "this one is too large", "")))
+			awaitAppendsQueued(t, e, topic, len(outs))
+		}
+		outs = append(outs, goAppend(t, e, topic, msg(storage.PartitionAuto, "k1", ""), msg(storage.PartitionAuto, "k2", "")))
+		awaitAppendsQueued(t, e, topic, len(outs))
+		outs = append(outs, goAppend(t, e, topic, msg(storage.PartitionAuto, "k3", "")))
+		awaitAppendsQueued(t, e, topic, len(outs))
+		outs = append(outs, goAppend(t, e, topic, msg(1, "p", id)))
+		awaitAppendsQueued(t, e, topic, len(outs))
+		outs = append(outs, goAppend(t, e, topic, msg(0, "p-again", id)))
+		awaitAppendsQueued(t, e, topic, len(outs))
+		txs0 := e.appendTxs.Load()
+		b.release()
+
+		if o := <-first; o.err != nil {
+			t.Fatalf("first publish: %v", o.err)
+		}
+		var got []appendOut
+		for _, ch := range outs {
+			got = append(got, <-ch)
+		}
+		if txs := e.appendTxs.Load() - txs0; txs != 1 {
+			t.Errorf("round %d: %d publish transactions after the blocked one, want 1 for the %d queued calls", round, txs, len(outs))
+		}
+		if bad {
+			if !errors.Is(got[1].err, storage.ErrMessageTooLarge) {
+				t.Errorf("the call with a message too large: %+v, want ErrMessageTooLarge", got[1])
+			}
+			got = append(got[:1], got[2:]...)
+		}
+		for i, o := range got {
+			if o.err != nil {
+				t.Fatalf("round %d: call %d: %v", round, i, o.err)
+			}
+		}
+		pos := got[0].res.Positions
+		if len(pos) != 3 || pos[0].Partition != 0 || pos[1].Partition != 1 || pos[2].Partition != 0 || pos[2].Offset != pos[0].Offset+1 {
+			t.Errorf("round %d: positions of b1, b2, b3: %+v", round, pos)
+		}
+		if k := got[1].res.Positions; k[0].Partition != k[1].Partition || k[1].Offset != k[0].Offset+1 {
+			t.Errorf("round %d: the keyless messages of one call were split: %+v", round, k)
+		}
+		if k3 := got[2].res.Positions[0]; k3.Partition == got[1].res.Positions[0].Partition {
+			t.Errorf("round %d: two keyless calls went to partition %d, want the next in round-robin order", round, k3.Partition)
+		}
+		orig, dup := got[3].res.Positions[0], got[4].res.Positions[0]
+		if orig.Duplicate || !dup.Duplicate || dup.Partition != orig.Partition || dup.Offset != orig.Offset {
+			t.Errorf("round %d: producer id %s: first %+v, second %+v, want the second a duplicate of the first", round, id, orig, dup)
+		}
+	}
+
+	// Gapless, and every message stored once: per round a, b1, b2, b3, k1, k2, k3, p.
+	st := must(e.TopicStats(ctx, topic))(t)
+	if st.Messages != 16 {
+		t.Errorf("topic holds %d messages, want 16", st.Messages)
+	}
+	for p := range int32(2) {
+		ms := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: p, Limit: 100}))(t)
+		for i, m := range ms {
+			if m.Offset != int64(i) {
+				t.Fatalf("partition %d: offset %d at index %d", p, m.Offset, i)
+			}
+			if string(m.Payload) == "this one is too large" || string(m.Payload) == "p-again" {
+				t.Errorf("partition %d: %q stored", p, m.Payload)
+			}
+		}
+	}
+}
