@@ -10,10 +10,12 @@
 //	err = tx.Commit(ctx)
 //
 // It calls the SQL function <schema>.publish that the broker's migrations install (any language
-// can call it too): partitions are chosen as the broker does (FNV-1a of the key), offsets are taken
-// under the partition's row lock and stay gapless in commit order. That lock is held until the
-// transaction ends, so other publishers to the same partition wait: publish late in long
-// transactions, or use more partitions.
+// can call it too): partitions are chosen as the broker does (FNV-1a of the key). The message is
+// staged inside the transaction, without an offset and without a lock that other publishers wait
+// for; once the transaction commits, a broker instance sequences it into the topic's log, in
+// commit order and gapless, and wakes the consumers (a few milliseconds later; at most the poll
+// interval if notifications are lost). A long transaction holds up nobody. The offset is not known
+// to the application: Position.Offset is -1.
 package pgpublish
 
 import (
@@ -61,9 +63,12 @@ type Message struct {
 	ExpiresAt time.Time
 }
 
-// Position is where a published message was stored.
+// Position is where a published message goes.
 type Position struct {
-	Partition   int32
+	Partition int32
+	// Offset and PublishedAt are assigned when the broker sequences the message after the commit:
+	// Offset is -1 and PublishedAt zero here, except for a Duplicate of a message already
+	// sequenced.
 	Offset      int64
 	PublishedAt time.Time
 	// Duplicate: the message was not stored; the position is that of the earlier message with the
@@ -108,11 +113,19 @@ func PublishSchema(ctx context.Context, tx pgx.Tx, schema, topic string, msgs ..
 	out := make([]Position, len(msgs))
 	for i := range msgs {
 		p := &out[i]
-		if err := br.QueryRow().Scan(&p.Partition, &p.Offset, &p.PublishedAt, &p.Duplicate); err != nil {
+		var off *int64
+		var at pgtype.Timestamptz
+		if err := br.QueryRow().Scan(&p.Partition, &off, &at, &p.Duplicate); err != nil {
 			_ = br.Close()
 			return nil, fmt.Errorf("pgpublish: publish to %q, message %d: %w", topic, i, classify(err))
 		}
-		p.PublishedAt = p.PublishedAt.UTC()
+		p.Offset = -1
+		if off != nil {
+			p.Offset = *off
+		}
+		if at.Valid {
+			p.PublishedAt = at.Time.UTC()
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("pgpublish: publish to %q: %w", topic, classify(err))

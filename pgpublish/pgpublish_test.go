@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,6 +59,21 @@ func highWater(t *testing.T, eng *pgstore.Engine) int64 {
 		n += p.HighWater
 	}
 	return n
+}
+
+// sequenced polls until the broker sequenced every committed message (spool.staged is empty).
+func sequenced(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, "staged messages sequenced", func() error {
+		var n int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{schema, "staged"}.Sanitize()).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("%d staged", n)
+		}
+		return nil
+	})
 }
 
 // TestPublishRollbackAndCommit: a rolled-back publish leaves nothing (no offset either); a
@@ -133,7 +150,7 @@ func TestPublishRollbackAndCommit(t *testing.T) {
 	}
 	for i, m := range msgs {
 		d := got[string(m.Payload)]
-		if d == nil || d.Partition != pos[i].Partition || d.Offset != pos[i].Offset || string(d.Key) != string(m.Key) ||
+		if d == nil || d.Partition != pos[i].Partition || pos[i].Offset != -1 || string(d.Key) != string(m.Key) ||
 			d.Headers["type"] != m.Headers["type"] || d.ProducerID != m.ProducerID {
 			t.Errorf("message %d: delivered %+v, published %+v at %+v", i, d, m, pos[i])
 		}
@@ -210,7 +227,21 @@ func TestPublishDedup(t *testing.T) {
 			t.Errorf("%s: %+v, want the duplicate of %+v", what, got, want)
 		}
 	}
-	same(pos[1], pos[0], "second copy in the same transaction")
+	same(pos[1], pos[0], "second copy in the same transaction (not sequenced yet: offset -1)")
+	if pos[0].Offset != -1 || !pos[0].PublishedAt.IsZero() {
+		t.Errorf("position before the commit: %+v, want offset -1 and no time", pos[0])
+	}
+	// Once sequenced, a copy answers the stored message's position.
+	sequenced(t, pool, schema)
+	ms, err := eng.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "orders", Partition: pos[0].Partition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(ms, func(m *storage.Message) bool { return m.ProducerID == "order-1" })
+	if i < 0 {
+		t.Fatalf("order-1 not stored in partition %d", pos[0].Partition)
+	}
+	pos[0] = pgpublish.Position{Partition: ms[i].Partition, Offset: ms[i].Offset, PublishedAt: ms[i].PublishedAt}
 	same(publish(true, pgpublish.Message{Payload: []byte("a3"), ProducerID: "order-1"})[0], pos[0], "copy in a later transaction")
 	res, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "orders",
 		Messages: []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("a4"), ProducerID: "order-1"},
@@ -224,6 +255,7 @@ func TestPublishDedup(t *testing.T) {
 	c := res.Positions[1]
 	same(publish(true, pgpublish.Message{Payload: []byte("c2"), ProducerID: "order-2"})[0],
 		pgpublish.Position{Partition: c.Partition, Offset: c.Offset, PublishedAt: c.PublishedAt}, "copy of the engine's message through spool.publish")
+	sequenced(t, pool, schema)
 	if n := highWater(t, eng); n != 3 {
 		t.Fatalf("messages stored: %d, want 3 (order-1, gone, order-2)", n)
 	}

@@ -171,8 +171,8 @@ func (e *Engine) runAppends(ctx context.Context, batch []*appendOp) {
 		}
 		return
 	case tctx.Err() != nil && ctx.Err() == nil:
-		// Every call's own deadline (MessagesAppend's withTxTimeout) started before this
-		// transaction did and has passed too: it reports the timeout.
+		err = e.txTimeout(err)
+		e.log.Warn("pgstore: publish transaction timed out", "timeout", e.cfg.TxTimeout, "calls", len(batch), "err", err)
 		for _, op := range batch {
 			op.err = err
 		}

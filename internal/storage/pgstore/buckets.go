@@ -28,13 +28,14 @@ type bucketState struct {
 }
 
 // bucketLockTimeout bounds how long bucket creation waits for the locks of DDL on spool.messages
-// (ATTACH PARTITION conflicts with a DETACH CONCURRENTLY in progress). A transactional publisher
-// whose own transaction is what the detach waits for then gets an error instead of a deadlock
-// PostgreSQL cannot see (it goes through the application).
+// (ATTACH PARTITION conflicts with a DETACH CONCURRENTLY in progress): a creator then gets an
+// error instead of waiting for as long as the detach does. (Before migration 0007, spool.publish
+// created buckets inside applications' transactions, which such a wait could deadlock through the
+// application.)
 const bucketLockTimeout = "10s"
 
 // bucketLockSQL takes the bucket lock: the row lock of spool.settings 'bucket_seconds', which
-// engine instances and the SQL function spool.publish all take before creating or dropping a
+// engine instances (and spool.publish before migration 0007) take before creating or dropping a
 // bucket (readers of the row are not blocked).
 const bucketLockSQL = "SELECT 1 FROM spool.settings WHERE key = 'bucket_seconds' FOR UPDATE"
 
@@ -166,13 +167,14 @@ type bucket struct {
 // dropBuckets detaches and drops the buckets that hold no retained message and that no open or
 // later transaction can write to; it returns how many it dropped.
 //
-// A publisher writes at greatest(its clock, the partition's last_published_at) while it holds the
-// partition's row lock (takeOffsetsSQL, spool.publish), so every write a partition can still
+// A writer of the log (a broker append or a sequencing transaction: applications' transactions
+// only stage, see sequencer.go) writes at greatest(its clock, the partition's last_published_at)
+// while it holds the partition's row lock (takeOffsetsSQL), so every write a partition can still
 // receive is at or after its committed last_published_at, and at or after low_published_at when
 // it holds retained messages. A bucket is a candidate when it ends at or before now, at or before
 // the low_published_at of every partition holding retained messages, and, for a partition that
-// holds none whose row a publisher holds now (an open transaction, possibly an application's
-// that published and then works for minutes), at or before its last_published_at (writeFloorSQL):
+// holds none whose row a writer holds now (an open transaction, stalled between its statements
+// and its commit), at or before its last_published_at (writeFloorSQL):
 // such a transaction has taken its offset and may not have written yet, and its committed
 // low_published_at is not visible to us.
 //

@@ -209,11 +209,20 @@ func (e *Engine) runOps(ctx context.Context, batch []*dop) {
 // context.DeadlineExceeded, which the protocol reports as TIMEOUT (retryable: "the request may or
 // may not have taken effect").
 func (e *Engine) txTimeout(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w", e.cfg.TxTimeout, err)
+	if errors.As(err, new(*txTimeoutError)) {
+		return err // already said
 	}
-	return fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w (%w)", e.cfg.TxTimeout, context.DeadlineExceeded, err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &txTimeoutError{fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w", e.cfg.TxTimeout, err)}
+	}
+	return &txTimeoutError{fmt.Errorf("pgstore: transaction exceeded tx_timeout %s: %w (%w)", e.cfg.TxTimeout, context.DeadlineExceeded, err)}
 }
+
+// txTimeoutError is txTimeout's error, so that it is not wrapped twice.
+type txTimeoutError struct{ err error }
+
+func (t *txTimeoutError) Error() string { return t.err.Error() }
+func (t *txTimeoutError) Unwrap() error { return t.err }
 
 // withTxTimeout runs fn (operation what: a release, a publish, a DLQ or catalog operation, a read,
 // statistics) with ctx bounded by Config.TxTimeout. When fn fails after that deadline passed (and
@@ -222,7 +231,7 @@ func withTxTimeout[T any](e *Engine, ctx context.Context, what string, fn func(c
 	tctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
 	defer cancel()
 	res, err := fn(tctx)
-	if err != nil && ctx.Err() == nil && tctx.Err() != nil {
+	if err != nil && ctx.Err() == nil && tctx.Err() != nil && !errors.As(err, new(*txTimeoutError)) {
 		err = e.txTimeout(err)
 		e.log.Warn("pgstore: transaction timed out", "operation", what, "timeout", e.cfg.TxTimeout, "err", err)
 		var zero T

@@ -4,9 +4,10 @@
 // It passes the same conformance suite as the embedded engine (internal/storage/storagetest).
 // Every Engine method that changes state is one transaction (retried on serialization failures
 // and deadlocks), with these exceptions: RetentionApply uses one per topic and then drops buckets;
-// MessagesAppend and PublishTx may first create a bucket in a transaction of their own; and
-// concurrent DeliveriesAck calls of one subscription are served together by one transaction (see
-// DeliveriesAck). The broker instances share no state in memory: what one instance keeps (its
+// MessagesAppend may first create a bucket in a transaction of its own, and concurrent calls of a
+// topic share one (appendcombine.go); PublishTx runs in the caller's transaction and its messages
+// are appended by a sequencing transaction after the commit (sequencer.go); and concurrent
+// delivery operations share transactions (combine.go). The broker instances share no state in memory: what one instance keeps (its
 // members, the message cache) stays correct whatever the others do.
 //
 // # Schema
@@ -19,24 +20,30 @@
 // (deliveries, sub_partitions, partitions: vacuumed and analyzed after a fixed number of changes,
 // unthrottled, instead of a share of the table), 0005 a partial index of the replayed DLQ entries
 // (which every delivery operation loads, however long the DLQ), 0006 the producer ids of
-// de-duplication (spool.producer_ids; spool.publish de-duplicates and returns duplicate). SQL in
+// de-duplication (spool.producer_ids; spool.publish de-duplicates and returns duplicate), 0007
+// spool.staged (transactional publishes are staged, then sequenced). SQL in
 // this package is written against "spool." and rendered for the configured schema (Engine.sql).
 //
 // # No commit-order gaps
 //
-// Offsets are assigned in visibility order: a publishing transaction takes its offsets with
-// UPDATE spool.partitions SET next_offset = next_offset + n ... RETURNING, and holds that row
-// lock until it commits. The next publisher to that partition waits, so offsets N..N+n-1 are
-// committed before anyone can take N+n: the visible offsets of a partition are always a gapless
-// prefix, and a cursor that passed offset N never misses a message committed later. (A sequence
-// or an identity column hands out numbers at call time and lets a later number commit first,
-// which is the classic lost-message bug of cursors over sequences; xid8 snapshot filtering would
-// make every reader compute snapshot horizons.) The cost: transactional publishers to the same
-// partition serialize until they commit, so long application transactions should publish last or
-// use more partitions. The broker's own publishes of one topic share transactions
+// Offsets are assigned in visibility order: only broker transactions write to the log, and each
+// takes its offsets with UPDATE spool.partitions SET next_offset = next_offset + n ... RETURNING
+// and holds that row lock until it commits. The next writer to that partition waits, so offsets
+// N..N+n-1 are committed before anyone can take N+n: the visible offsets of a partition are
+// always a gapless prefix, and a cursor that passed offset N never misses a message committed
+// later. (A sequence or an identity column hands out numbers at call time and lets a later number
+// commit first, which is the classic lost-message bug of cursors over sequences; xid8 snapshot
+// filtering leaves holes where transactions roll back and stalls every cursor behind the oldest
+// transaction of the database.) The broker's own publishes of one topic share transactions
 // (appendcombine.go: while one runs, the calls that arrive wait and the next transaction appends
 // them all), so a partition's publish rate is the commit rate times the batch, not one commit per
 // message.
+//
+// Applications' transactions (PublishTx, SQL spool.publish) do not write to the log: they stage
+// their messages in spool.staged, without an offset and without the partition row lock, and
+// after they commit a sequencer appends the committed rows in one short broker transaction, one
+// sequencing transaction at a time per schema (sequencer.go, migrations/0007_staged.sql). So an
+// application that publishes and then works for a while holds up no other publisher.
 //
 // # Message log
 //
@@ -44,8 +51,8 @@
 // Config.BucketWidth (recorded in spool.settings at creation). Retention advances each
 // partition's logical low_offset (one UPDATE per topic partition, never per message) and then
 // drops whole buckets that hold no retained message and that no open or later transaction can
-// write to (dropBuckets; an application's transaction that published and has not committed keeps
-// its bucket). A claim never passes an offset at or above a partition's low_offset that it cannot
+// write to (dropBuckets; a broker transaction that appended and has not committed keeps its
+// bucket). A claim never passes an offset at or above a partition's low_offset that it cannot
 // read (missingMessage): only retention removes messages, by raising low_offset first. Buckets are created ahead of time by maintenance, and on demand
 // when a publish finds none (CREATE TABLE + ATTACH PARTITION, which does not block readers).
 // Detaching uses DETACH PARTITION CONCURRENTLY. Topic deletion removes the topic's rows in the
@@ -128,8 +135,9 @@
 // A publish does not NOTIFY per message: NOTIFY takes a global lock at commit. The broker's
 // publishes mark their topic dirty and a notifier goroutine sends one NOTIFY per topic per
 // Config.NotifyDelay from its own connection, after the publishing transaction committed.
-// Transactional publishes notify inside the caller's transaction, which PostgreSQL coalesces to one
-// notification per topic and transaction. A listener connection LISTENs, reconnects with backoff
+// Transactional publishes send "staged" inside the caller's transaction (coalesced by PostgreSQL
+// to one per transaction), which wakes the sequencers; a sequencing transaction announces its
+// topics as a broker publish does. A listener connection LISTENs, reconnects with backoff
 // and LISTENs again after the database restarts (then wakes every topic, since notifications may
 // have been missed), and a poller compares high-water marks every Config.PollInterval as the
 // fallback.

@@ -180,6 +180,10 @@ type Engine struct {
 	// (appendcombine.go); appendTxs and appendOps count those transactions and the calls they ran.
 	appends              appendLanes
 	appendTxs, appendOps atomic.Int64
+	// seqWake wakes the sequencer of staged messages (sequencer.go); seqRows counts the rows it
+	// sequenced.
+	seqWake chan struct{}
+	seqRows atomic.Int64
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema
@@ -199,7 +203,8 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
-	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema, cache: newMsgCache(cfg.MessageCacheBytes)}
+	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema, cache: newMsgCache(cfg.MessageCacheBytes),
+		seqWake: make(chan struct{}, 1)}
 	if _, err := rand.Read(e.instance[:]); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: instance id: %w", err)

@@ -25,12 +25,14 @@ func bucketAttached(t *testing.T, e *Engine, name string) bool {
 	return ok
 }
 
-// TestRetentionSparesBucketsOfOpenPublishers: a transaction that published and has not committed
-// (an application's, working for minutes) keeps its bucket: retention neither unregisters nor
-// detaches it while the transaction is open, on a partition that never published before and on
-// one whose every message retention removed (both show no retained message to a reader), and the
-// message is delivered once the transaction commits. This is the loss of issue 15: the bucket was
-// detached under the open transaction and a claim passed the message meanwhile.
+// TestRetentionSparesBucketsOfOpenPublishers: a transaction that appended to the log and has not
+// committed (a broker append or a sequencing transaction stalled between its statements and its
+// COMMIT) keeps its bucket: retention neither unregisters nor detaches it while the transaction is
+// open, on a partition that never published before and on one whose every message retention
+// removed (both show no retained message to a reader), and the message is delivered once the
+// transaction commits. This is the loss of issue 15: the bucket was detached under the open
+// transaction and a claim passed the message meanwhile. (Applications' transactions no longer
+// write to the log: TestRetentionWithStagedMessages.)
 func TestRetentionSparesBucketsOfOpenPublishers(t *testing.T) {
 	t.Parallel()
 	for _, trimmed := range []bool{false, true} {
@@ -56,8 +58,7 @@ func TestRetentionSparesBucketsOfOpenPublishers(t *testing.T) {
 
 			tx := must(e.pool.Begin(ctx))(t)
 			defer tx.Rollback(context.Background())
-			must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "slow",
-				Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("slow-tx")}}}))(t)
+			openAppend(t, e, tx, "slow", 0, "slow-tx")
 			clock.Advance(3 * time.Hour) // the bucket ended long ago as far as time goes
 
 			done := make(chan error, 1)

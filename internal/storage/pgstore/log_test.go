@@ -190,62 +190,6 @@ func TestMessagesAppendTimeout(t *testing.T) {
 	equalStrings(t, read(), []string{"0=a", "1=b"}, "partition 0 after the last publish")
 }
 
-// TestLogCommitOrderSamePartition: transaction A takes offset 0 first and commits last; B, to the
-// same partition, waits on A's partition row lock (it cannot complete, so no consumer can see B
-// before A), and after both commit every group claims A then B, in offset order.
-func TestLogCommitOrderSamePartition(t *testing.T) {
-	t.Parallel()
-	e, _ := logEngine(t)
-	ctx := t.Context()
-	logTopic(t, e, "order", storage.TopicConfig{Semantics: storage.PubSub})
-	g1 := logSub(t, e, "order", "g1")
-	g2 := logSub(t, e, "order", "g2")
-
-	txA := must(e.pool.Begin(ctx))(t)
-	defer txA.Rollback(context.Background())
-	posA := must(e.PublishTx(ctx, txA, &storage.MessagesAppendParams{Topic: "order",
-		Messages: []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("A")}}}))(t).Positions
-	if posA[0].Offset != 0 {
-		t.Fatalf("A got offset %d, want 0", posA[0].Offset)
-	}
-
-	type result struct {
-		pos []storage.MessagePosition
-		err error
-	}
-	bDone := make(chan result, 1)
-	go func() {
-		res, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "order",
-			Messages: []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("B")}}})
-		if err != nil {
-			bDone <- result{err: err}
-			return
-		}
-		bDone <- result{pos: res.Positions}
-	}()
-	awaitBlockedBy(t, e, backendPID(t, txA))
-	select {
-	case r := <-bDone:
-		t.Fatalf("B completed while A was open: %+v", r)
-	default:
-	}
-	equalStrings(t, claimPayloads(t, e, g1.ID), nil, "g1 claims while A is open and B waits")
-
-	if err := txA.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-bDone
-	if r.err != nil {
-		t.Fatalf("B: %v", r.err)
-	}
-	if r.pos[0].Offset != 1 {
-		t.Fatalf("B got offset %d, want 1", r.pos[0].Offset)
-	}
-	for _, g := range []*storage.Subscription{g1, g2} {
-		equalStrings(t, claimPayloads(t, e, g.ID), []string{"0:0=A", "0:1=B"}, "group "+g.Group)
-	}
-}
-
 // TestLogCommitOrderTwoPartitions: with A on partition 0 and B on partition 1, B does not wait; it
 // is consumed while A is open, and A is still delivered to every group after it commits.
 func TestLogCommitOrderTwoPartitions(t *testing.T) {
@@ -273,6 +217,7 @@ func TestLogCommitOrderTwoPartitions(t *testing.T) {
 	if err := txA.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	awaitSequenced(t, e)
 	for _, g := range []*storage.Subscription{g1, g2} {
 		equalStrings(t, claimPayloads(t, e, g.ID), []string{"0:0=A"}, "group "+g.Group+" after A commits")
 	}

@@ -139,12 +139,13 @@ FROM spool.producer_ids d JOIN spool.topics t ON t.id = d.topic_id
 WHERE t.name = $1 AND d.producer_id = ANY($2::text[]) AND d.partition >= 0`
 
 // setPositionsSQL records the positions of the messages whose ids the append claimed, computed
-// like insertMessagesSQL's offsets.
+// like insertMessagesSQL's offsets (for the sequencer, of the staged messages whose ids their
+// transaction claimed: rows still without an offset).
 const setPositionsSQL = `UPDATE spool.producer_ids d SET partition = v.partition, "offset" = p.next_offset - v.back,
 	published_at = p.last_published_at
 FROM unnest($2::text[], $3::int[], $4::bigint[]) AS v(id, partition, back)
 JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition
-WHERE d.topic_id = $1 AND d.producer_id = v.id`
+WHERE d.topic_id = $1 AND d.producer_id = v.id AND d."offset" = -1`
 
 // producerIDs returns the distinct producer ids of a batch, sorted.
 func producerIDs(msgs []storage.AppendMessage) []string {
@@ -209,6 +210,9 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 			return nil, nil, nil, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
 		}
 		pos.PublishedAt = pos.PublishedAt.UTC()
+		if pos.Offset < 0 {
+			pos.PublishedAt = time.Time{} // staged (PublishTx, spool.publish), not sequenced yet
+		}
 		pos.Duplicate = true
 		known[id] = pos
 	}

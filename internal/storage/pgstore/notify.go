@@ -125,7 +125,7 @@ func (e *Engine) payload(n storage.Notification) string {
 	return formatPayload(hex.EncodeToString(e.instance[:]), n)
 }
 
-// formatPayload encodes a notification sent by instance (hex, or txNotifyInstance).
+// formatPayload encodes a notification sent by instance (hex).
 func formatPayload(instance string, n storage.Notification) string {
 	return instance + ":" + strconv.Itoa(int(n.Kind)) + ":" + n.Topic
 }
@@ -160,11 +160,13 @@ func (e *Engine) startNotify(ctx context.Context) error {
 		_ = conn.Close(ctx)
 		return err
 	}
-	e.wg.Add(4)
+	e.wg.Add(5)
 	go e.notifierLoop()
 	go e.listenLoop(conn)
 	go e.pollLoop(marks)
 	go e.maintenanceLoop()
+	go e.sequencerLoop()
+	e.wakeSequencer() // messages staged while no instance ran
 	// Wake the notifier for announcements made before it started.
 	select {
 	case e.notify.wake <- struct{}{}:
@@ -272,6 +274,7 @@ func (e *Engine) listenLoop(conn *pgx.Conn) {
 			e.notify.connMu.Unlock()
 			e.log.Info("pgstore: listener reconnected")
 			e.wakeAll()
+			e.wakeSequencer()
 		}
 		n, err := conn.WaitForNotification(e.bgCtx)
 		if err != nil {
@@ -286,6 +289,10 @@ func (e *Engine) listenLoop(conn *pgx.Conn) {
 			_ = conn.Close(ctx)
 			cancel()
 			conn = nil
+			continue
+		}
+		if n.Payload == stagedPayload {
+			e.wakeSequencer()
 			continue
 		}
 		note, self, ok := e.parsePayload(n.Payload)

@@ -95,7 +95,9 @@ func TestNotifyLocalAtOnce(t *testing.T) {
 	}
 }
 
-// TestNotifyPayload: payloads round-trip, our own are recognized, malformed ones are rejected.
+// TestNotifyPayload: payloads round-trip, our own are recognized, those of transactions before
+// migration 0007 (instance "0") wake every instance, malformed ones are rejected, and so is the
+// sequencer's wake-up (stagedPayload: instances older than 0007 ignore it).
 func TestNotifyPayload(t *testing.T) {
 	t.Parallel()
 	e, _ := logEngine(t)
@@ -104,11 +106,11 @@ func TestNotifyPayload(t *testing.T) {
 	if !ok || !self || got != n {
 		t.Fatalf("own payload: %+v self %v ok %v", got, self, ok)
 	}
-	got, self, ok = e.parsePayload(txNotifyInstance + ":1:t")
+	got, self, ok = e.parsePayload("0:1:t")
 	if !ok || self || got != (storage.Notification{Kind: storage.NotifyMessages, Topic: "t"}) {
 		t.Fatalf("transactional payload: %+v self %v ok %v", got, self, ok)
 	}
-	for _, bad := range []string{"", "x", "0:9:t", "0:x:t", "0"} {
+	for _, bad := range []string{"", "x", "0:9:t", "0:x:t", "0", stagedPayload} {
 		if _, _, ok := e.parsePayload(bad); ok {
 			t.Fatalf("payload %q accepted", bad)
 		}

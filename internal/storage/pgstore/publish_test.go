@@ -25,11 +25,15 @@ func TestPublishTxRollbackLeavesNothing(t *testing.T) {
 	tx := must(e.pool.Begin(ctx))(t)
 	res := must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "tx.rb", Messages: []storage.AppendMessage{
 		{Partition: 0, Payload: []byte("a")}, {Partition: 1, Payload: []byte("b")}, {Partition: 1, Payload: []byte("c")}}}))(t)
-	if res.Positions[2].Offset != 1 {
+	if p := res.Positions; p[0].Partition != 0 || p[1].Partition != 1 || p[2].Partition != 1 || p[2].Offset != -1 {
 		t.Fatalf("positions %+v", res.Positions)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+	var staged int
+	if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.staged")).Scan(&staged); err != nil || staged != 0 {
+		t.Fatalf("staged rows after rollback: %d (%v)", staged, err)
 	}
 	st := must(e.TopicStats(ctx, "tx.rb"))(t)
 	if st.Messages != 0 || st.Bytes != 0 || st.Partitions[0].HighWater != 0 || st.Partitions[1].HighWater != 0 {
@@ -131,8 +135,8 @@ func clientSQL(t *testing.T, sql string) (string, error) {
 
 // TestPublishSQLFunction calls spool.publish from the real psql (clientSQL) and reads the messages
 // through the engine: keyed messages land where storage.PartitionForKey puts them, explicit
-// partitions, headers and the other fields are stored, a rolled-back call leaves nothing, errors
-// are clear, and the bucket of the database's (real) time is created by the function.
+// partitions, headers and the other fields are stored once sequenced (in commit order, gapless), a
+// producer id repeated is a duplicate, a rolled-back call leaves nothing, and errors are clear.
 func TestPublishSQLFunction(t *testing.T) {
 	t.Parallel()
 	e, _ := logEngine(t)
@@ -141,27 +145,26 @@ func TestPublishSQLFunction(t *testing.T) {
 	logTopic(t, e, "sql.t", storage.TopicConfig{Partitions: parts, MaxMessageBytes: 100})
 	fn := e.schema + ".publish"
 
-	// First publish: the partitions have no time yet, so the database clock (today) is used and
-	// its bucket does not exist: the function creates it.
-	out, err := clientSQL(t, fmt.Sprintf(`SELECT partition, "offset" FROM %s('sql.t', 'first'::bytea, to_partition => 3)`, fn))
+	// The function stages the message: its offset and time are NULL, known once sequenced.
+	out, err := clientSQL(t, fmt.Sprintf(`SELECT partition, "offset" IS NULL, published_at IS NULL, duplicate FROM %s('sql.t', 'first'::bytea, to_partition => 3)`, fn))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != "3|0" {
-		t.Fatalf("explicit partition: %q, want 3|0", out)
+	if out != "3|t|t|f" {
+		t.Fatalf("explicit partition: %q, want 3|t|t|f", out)
 	}
 	next := make([]int64, parts)
 	next[3] = 1
 	for i := range 12 {
 		key := fmt.Sprintf("key-%d", i)
-		out, err := clientSQL(t, fmt.Sprintf(`SELECT partition || ' ' || "offset" FROM %s('sql.t', convert_to('p%d', 'UTF8'), convert_to('%s', 'UTF8'), '{"h":"v%d"}')`,
+		out, err := clientSQL(t, fmt.Sprintf(`SELECT partition FROM %s('sql.t', convert_to('p%d', 'UTF8'), convert_to('%s', 'UTF8'), '{"h":"v%d"}')`,
 			fn, i, key, i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := storage.PartitionForKey([]byte(key), parts)
-		if out != fmt.Sprintf("%d %d", want, next[want]) {
-			t.Fatalf("key %q: got %q, want partition %d offset %d", key, out, want, next[want])
+		if out != strconv.Itoa(int(want)) {
+			t.Fatalf("key %q: got partition %q, want %d", key, out, want)
 		}
 		next[want]++
 	}
@@ -170,17 +173,22 @@ func TestPublishSQLFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Keyless: some partition; producer id and expiry stored.
-	out, err = clientSQL(t, fmt.Sprintf(`SELECT partition || ' ' || "offset" FROM %s('sql.t', 'free'::bytea, producer_id => 'prod-1',
+	out, err = clientSQL(t, fmt.Sprintf(`SELECT partition FROM %s('sql.t', 'free'::bytea, producer_id => 'prod-1',
 		expires_at => '2099-01-01 00:00:00+00')`, fn))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fields := strings.Fields(out)
-	kp, _ := strconv.Atoi(fields[0])
-	if len(fields) != 2 || fields[1] != strconv.FormatInt(next[kp], 10) {
+	kp, err := strconv.Atoi(out)
+	if err != nil || kp < 0 || kp >= parts {
 		t.Fatalf("keyless: %q", out)
 	}
 	next[kp]++
+	// The same producer id again: a duplicate of the first, with its position once sequenced.
+	awaitSequenced(t, e)
+	out, err = clientSQL(t, fmt.Sprintf(`SELECT partition || ' ' || "offset" || ' ' || duplicate FROM %s('sql.t', 'free'::bytea, producer_id => 'prod-1')`, fn))
+	if err != nil || out != fmt.Sprintf("%d %d true", kp, next[kp]-1) {
+		t.Fatalf("a repeated producer id: %q (%v), want %d %d true", out, err, kp, next[kp]-1)
+	}
 
 	for _, c := range []struct{ sql, want string }{
 		{fmt.Sprintf(`SELECT * FROM %s('sql.none', 'x'::bytea)`, fn), `topic "sql.none" not found`},
@@ -194,6 +202,7 @@ func TestPublishSQLFunction(t *testing.T) {
 		}
 	}
 
+	awaitSequenced(t, e)
 	st := must(e.TopicStats(ctx, "sql.t"))(t)
 	for p := range parts {
 		if st.Partitions[p].HighWater != next[p] {
@@ -264,10 +273,18 @@ func TestPublishTxDedup(t *testing.T) {
 	if !again[0].Duplicate || again[0].Offset != first[1].Offset || again[0].Partition != first[1].Partition {
 		t.Fatalf("b again in the same transaction: %+v, want the duplicate of %+v", again[0], first[1])
 	}
-	later := publishTx(msg("a", "4"), msg("c", "5"))
-	if !later[0].Duplicate || later[0].Offset != first[0].Offset || later[1].Duplicate {
-		t.Fatalf("a again, c new, in a later transaction: %+v", later)
+	awaitSequenced(t, e)
+	stored := map[string]storage.MessagePosition{}
+	for p := range int32(2) {
+		for _, m := range must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "tx.dd", Partition: p}))(t) {
+			stored[m.ProducerID] = storage.MessagePosition{Partition: m.Partition, Offset: m.Offset, PublishedAt: m.PublishedAt, Duplicate: true}
+		}
 	}
+	later := publishTx(msg("a", "4"), msg("c", "5"))
+	if !later[0].Duplicate || later[0] != stored["a"] || later[1].Duplicate {
+		t.Fatalf("a again, c new, in a later transaction: %+v, want a's stored position %+v", later, stored["a"])
+	}
+	awaitSequenced(t, e)
 	st := must(e.TopicStats(ctx, "tx.dd"))(t)
 	if st.Messages != 3 {
 		t.Fatalf("messages stored: %d, want 3 (a, b, c)", st.Messages)

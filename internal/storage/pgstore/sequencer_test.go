@@ -1,0 +1,198 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// awaitSequenced polls until spool.staged is empty: every committed transactional publish is in
+// the log.
+func awaitSequenced(t *testing.T, e *Engine) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, "staged messages sequenced", func() error {
+		var n int
+		if err := e.pool.QueryRow(t.Context(), e.sql("SELECT count(*) FROM spool.staged")).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("%d staged", n)
+		}
+		return nil
+	})
+}
+
+// openAppend appends payload to topic's partition inside tx as the broker's appends and the
+// sequencer do (the partition row lock, the row in the bucket of now), leaving tx open.
+func openAppend(t *testing.T, e *Engine, tx pgx.Tx, topic string, part int32, payload string) {
+	t.Helper()
+	var id int64
+	if err := tx.QueryRow(t.Context(), e.sql("SELECT id FROM spool.topics WHERE name = $1"), topic).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	now := e.clock.Now()
+	must(0, e.ensureBucket(t.Context(), now))(t)
+	name := topic
+	plan := stagedPlan([]stagedRow{{topicID: id, partition: part, payload: []byte(payload), size: int32(len(payload)), topic: &name}})
+	must(e.appendInTx(t.Context(), tx, plan, 1, now, ""))(t)
+}
+
+// stagedPublish publishes payload to topic's partition with PublishTx in a transaction of its own
+// on e's pool and returns the transaction, open.
+func stagedPublish(t *testing.T, e *Engine, topic string, part int32, payload string) pgx.Tx {
+	t.Helper()
+	tx := must(e.pool.Begin(t.Context()))(t)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	res := must(e.PublishTx(t.Context(), tx, &storage.MessagesAppendParams{Topic: topic,
+		Messages: []storage.AppendMessage{{Partition: part, Payload: []byte(payload)}}}))(t)
+	if p := res.Positions[0]; p.Partition != part || p.Offset != -1 || p.Duplicate {
+		t.Fatalf("PublishTx position %+v, want partition %d, offset -1 (assigned when sequenced)", p, part)
+	}
+	return tx
+}
+
+// TestCommitOrderTwoInstances: transactional publishes neither wait for nor hold up other
+// publishers, and a cursor never skips the message of a slow transaction, with two broker
+// instances on one schema. A publishes on instance 1 and stays open; B publishes on instance 2
+// and commits; a broker append C on instance 2 returns at once (it waited for A before issue 20);
+// groups on both instances see B and C; A commits and is delivered after them, at the next offset,
+// on both instances, every message once.
+func TestCommitOrderTwoInstances(t *testing.T) {
+	t.Parallel()
+	e1, e2 := twoInstances(t, time.Minute)
+	ctx := t.Context()
+	logTopic(t, e1, "order", storage.TopicConfig{Semantics: storage.PubSub})
+	g1 := logSub(t, e1, "order", "g1")
+	g2 := logSub(t, e2, "order", "g2")
+
+	txA := stagedPublish(t, e1, "order", 0, "A")
+	txB := stagedPublish(t, e2, "order", 0, "B")
+	if err := txB.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := e2.MessagesAppend(cctx, &storage.MessagesAppendParams{Topic: "order",
+		Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("C")}}})
+	if err != nil {
+		t.Fatalf("a broker append while A is open: %v", err)
+	}
+	awaitSequenced(t, e1)
+	if res.Positions[0].Offset != 0 && res.Positions[0].Offset != 1 {
+		t.Fatalf("C at offset %d, want 0 or 1 (B and C in either order)", res.Positions[0].Offset)
+	}
+	want := []string{"0:0=B", "0:1=C"}
+	if res.Positions[0].Offset == 0 {
+		want = []string{"0:0=C", "0:1=B"}
+	}
+	equalStrings(t, claimPayloads(t, e1, g1.ID), want, "g1 on instance 1 while A is open")
+	equalStrings(t, claimPayloads(t, e2, g2.ID), want, "g2 on instance 2 while A is open")
+
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitSequenced(t, e1)
+	equalStrings(t, claimPayloads(t, e1, g1.ID), []string{"0:2=A"}, "g1 after A commits")
+	equalStrings(t, claimPayloads(t, e2, g2.ID), []string{"0:2=A"}, "g2 after A commits")
+}
+
+// TestStagedCommitOrder: messages of transactions that committed one after the other are
+// sequenced in commit order, whatever order they staged in, and the messages of one transaction
+// keep their order; a rolled-back transaction leaves nothing staged and takes no offset.
+func TestStagedCommitOrder(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "corder", storage.TopicConfig{Partitions: 2})
+	q := must(e.SubscriptionGetByGroup(ctx, "corder", storage.QueueGroup))(t)
+	var txs []pgx.Tx
+	for i := range 4 {
+		tx := must(e.pool.Begin(ctx))(t)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		var msgs []storage.AppendMessage
+		for j := range 3 {
+			msgs = append(msgs, storage.AppendMessage{Partition: int32(j % 2), Payload: fmt.Appendf(nil, "t%d.%d", i, j)})
+		}
+		must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "corder", Messages: msgs}))(t)
+		txs = append(txs, tx)
+	}
+	// Commit in the order 3, 1, 0 (each sequenced before the next commits); roll 2 back.
+	must(0, txs[2].Rollback(ctx))(t)
+	for _, i := range []int{3, 1, 0} {
+		if err := txs[i].Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		awaitSequenced(t, e)
+	}
+	got := claimPayloads(t, e, q.ID)
+	slices.Sort(got) // partitions in any order
+	equalStrings(t, got, []string{
+		"0:0=t3.0", "0:1=t3.2", "0:2=t1.0", "0:3=t1.2", "0:4=t0.0", "0:5=t0.2",
+		"1:0=t3.1", "1:1=t1.1", "1:2=t0.1"}, "claims")
+}
+
+// TestRetentionWithStagedMessages: an application's transaction that published and stays open
+// writes nothing to the log and holds no partition row: retention runs to its end meanwhile (it
+// waited for such transactions before issue 20), and the message is delivered once the
+// transaction commits, in the bucket of its sequencing time.
+func TestRetentionWithStagedMessages(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "slow.s", storage.TopicConfig{MessageRetention: time.Minute})
+	q := must(e.SubscriptionGetByGroup(ctx, "slow.s", storage.QueueGroup))(t)
+	logPublish(t, e, "slow.s", 0, "old")
+	got := claimPayloads(t, e, q.ID)
+	slices.Sort(got) // partitions in any order
+	equalStrings(t, got, []string{"0:0=old"}, "claims of the old message")
+	tx := stagedPublish(t, e, "slow.s", 0, "slow-tx")
+	clock.Advance(3 * time.Hour)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := e.RetentionApply(rctx)
+	if err != nil {
+		t.Fatalf("retention while an application's transaction is open: %v", err)
+	}
+	if res.MessagesDeleted != 1 {
+		t.Fatalf("retention: %+v, want the old message deleted", *res)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitSequenced(t, e)
+	equalStrings(t, claimPayloads(t, e, q.ID), []string{"0:1=slow-tx"}, "claims after the commit")
+}
+
+// TestSequencerDropsDeletedTopics: staged messages whose topic was deleted after the commit are
+// dropped by the sequencer, which goes on with the others.
+func TestSequencerDropsDeletedTopics(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "del.a", storage.TopicConfig{})
+	logTopic(t, e, "del.b", storage.TopicConfig{})
+	// Stage while the sequencers cannot run (their lock is held), delete a, then let them run.
+	lock := lockRows(t, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
+	for _, topic := range []string{"del.a", "del.b"} {
+		must(0, stagedPublish(t, e, topic, 0, "m").Commit(ctx))(t)
+	}
+	if err := e.TopicDelete(ctx, &storage.TopicDeleteParams{Name: "del.a", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	lock.release()
+	awaitSequenced(t, e)
+	if st := must(e.TopicStats(ctx, "del.b"))(t); st.Messages != 1 {
+		t.Fatalf("del.b holds %d messages, want 1", st.Messages)
+	}
+	if _, err := e.TopicStats(ctx, "del.a"); !errors.Is(err, storage.ErrTopicNotFound) {
+		t.Fatalf("del.a: %v", err)
+	}
+}
