@@ -273,7 +273,7 @@ type AppendMessage struct {
 const PartitionAuto int32 = -1
 
 // AsyncAppender is implemented by an engine that can append without a goroutine waiting for the
-// commit (the embedded engine): a connection's publish worker then hands its appends over and
+// commit (both engines): a connection's publish worker then hands its appends over and
 // goes on with the publishes that arrived meanwhile, and the engine's completion answers them
 // (broker.PublishAsync).
 type AsyncAppender interface {

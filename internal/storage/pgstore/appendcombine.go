@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -36,20 +37,64 @@ const (
 	maxCombinedBytes    = 8 << 20
 )
 
-// appendOp is a MessagesAppend call waiting for its topic's lane.
+// appendOp is a MessagesAppend or MessagesAppendAsync call waiting for its topic's lane.
 type appendOp struct {
 	p     *storage.MessagesAppendParams
 	bytes int
 	res   *storage.MessagesAppendResult
 	err   error
-	done  chan struct{}    // closed when res and err are set
-	lead  chan []*appendOp // hands this call the next batch of its lane to run (which includes it)
+	// A MessagesAppend call waits on done and lead; a MessagesAppendAsync call has cb instead, and
+	// a batch it leads runs on a goroutine of its own.
+	done chan struct{}    // closed when res and err are set
+	lead chan []*appendOp // hands this call the next batch of its lane to run (which includes it)
+	cb   func(*storage.MessagesAppendResult, error)
+}
+
+// newAppendOp makes the operation of a call appending p.
+func newAppendOp(p *storage.MessagesAppendParams, cb func(*storage.MessagesAppendResult, error)) *appendOp {
+	op := &appendOp{p: p, cb: cb}
+	if cb == nil {
+		op.done, op.lead = make(chan struct{}), make(chan []*appendOp, 1)
+	}
+	for i := range p.Messages {
+		op.bytes += appendSize(&p.Messages[i])
+	}
+	return op
+}
+
+// finish hands op its result.
+func (op *appendOp) finish() {
+	if op.cb != nil {
+		op.cb(op.res, op.err)
+		return
+	}
+	close(op.done)
+}
+
+// enqueue queues op on its topic's lane and returns the lane, or nil when the topic had none:
+// then op leads a new one and its caller runs it.
+func (e *Engine) enqueue(op *appendOp) *appendLane {
+	al := &e.appends
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	if al.lanes == nil {
+		al.lanes = map[string]*appendLane{}
+	}
+	lane := al.lanes[op.p.Topic]
+	if lane == nil {
+		al.lanes[op.p.Topic] = &appendLane{}
+		return nil
+	}
+	lane.pending = append(lane.pending, op)
+	return lane
 }
 
 // appendLanes holds the lanes of the topics that have appends running or queued.
 type appendLanes struct {
 	mu    sync.Mutex
 	lanes map[string]*appendLane
+	// checked holds the topic configurations MessagesAppendAsync read (checkAppend).
+	checked map[string]checkedTopic
 }
 
 // appendLane queues the appends of one topic while one of its transactions runs.
@@ -67,24 +112,13 @@ func (e *Engine) submitAppend(ctx context.Context, p *storage.MessagesAppendPara
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	op := &appendOp{p: p, done: make(chan struct{}), lead: make(chan []*appendOp, 1)}
-	for i := range p.Messages {
-		op.bytes += appendSize(&p.Messages[i])
-	}
-	al := &e.appends
-	al.mu.Lock()
-	if al.lanes == nil {
-		al.lanes = map[string]*appendLane{}
-	}
-	lane := al.lanes[p.Topic]
+	op := newAppendOp(p, nil)
+	lane := e.enqueue(op)
 	if lane == nil {
-		al.lanes[p.Topic] = &appendLane{}
-		al.mu.Unlock()
 		e.runAppendLane(ctx, p.Topic, []*appendOp{op})
 		return op.res, op.err
 	}
-	lane.pending = append(lane.pending, op)
-	al.mu.Unlock()
+	al := &e.appends
 	select {
 	case <-op.done:
 		return op.res, op.err
@@ -115,7 +149,7 @@ func (e *Engine) runAppendLane(ctx context.Context, topic string, batch []*appen
 	e.appendOps.Add(int64(len(batch)))
 	e.runAppends(context.WithoutCancel(ctx), batch)
 	for _, op := range batch {
-		close(op.done)
+		op.finish()
 	}
 	al := &e.appends
 	al.mu.Lock()
@@ -136,9 +170,93 @@ func (e *Engine) runAppendLane(ctx context.Context, topic string, batch []*appen
 		delete(al.lanes, topic)
 	}
 	al.mu.Unlock()
-	if len(next) > 0 {
+	switch {
+	case len(next) == 0:
+	case next[0].cb != nil:
+		go e.runAppendLane(context.Background(), topic, next)
+	default:
 		next[0].lead <- next
 	}
+}
+
+// MessagesAppendAsync is MessagesAppend without a goroutine waiting for the commit
+// (storage.AsyncAppender): it checks the batch against the topic's configuration (read at most
+// topicCheckTTL ago; a batch that a newer configuration refuses fails through done), queues it on
+// the topic's lane and returns; done is called from the lane's goroutine once the transaction that
+// appended it committed or failed. So a connection's publish worker hands over its publishes one
+// after the other and they share the lane's transactions (broker.PublishAsync): one connection
+// publishes at the commit rate times the batch, not one commit per publish. Batches queued one
+// after the other keep their order in each partition (the lane appends in queue order). Queued
+// batches are not bounded by Config.TxTimeout until their transaction starts; each transaction
+// is.
+func (e *Engine) MessagesAppendAsync(p *storage.MessagesAppendParams, done func(*storage.MessagesAppendResult, error)) error {
+	if err := validateAppend(p); err != nil {
+		return err
+	}
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if done == nil {
+		return invalid("nil done function")
+	}
+	if err := e.checkAppend(p); err != nil {
+		return err
+	}
+	op := newAppendOp(p, done)
+	if e.enqueue(op) == nil {
+		go e.runAppendLane(context.Background(), p.Topic, []*appendOp{op})
+	}
+	return nil
+}
+
+// topicCheckTTL is how long MessagesAppendAsync trusts a topic configuration it read.
+const topicCheckTTL = time.Second
+
+// checkedTopic is a topic configuration MessagesAppendAsync read.
+type checkedTopic struct {
+	cfg storage.TopicConfig
+	at  time.Time
+}
+
+// maxCheckedTopics bounds the configurations MessagesAppendAsync keeps (all are forgotten at once
+// past it).
+const maxCheckedTopics = 10000
+
+// checkAppend refuses a batch that the topic's configuration refuses (unknown topic, a message
+// too large, a partition out of range), reading the configuration at most topicCheckTTL ago
+// (bounded by Config.TxTimeout). The append's transaction checks again.
+func (e *Engine) checkAppend(p *storage.MessagesAppendParams) error {
+	al := &e.appends
+	al.mu.Lock()
+	ct, ok := al.checked[p.Topic]
+	al.mu.Unlock()
+	if !ok || time.Since(ct.at) > topicCheckTTL {
+		t, err := withTxTimeout(e, context.Background(), "publish", func(ctx context.Context) (*topicRow, error) {
+			return e.loadTopic(ctx, e.pool, p.Topic, noLock)
+		})
+		if err != nil {
+			return e.mapErr(err)
+		}
+		ct = checkedTopic{cfg: t.cfg, at: time.Now()}
+		al.mu.Lock()
+		if al.checked == nil || len(al.checked) >= maxCheckedTopics {
+			al.checked = map[string]checkedTopic{}
+		}
+		al.checked[p.Topic] = ct
+		al.mu.Unlock()
+	}
+	cfg := ct.cfg.WithDefaults()
+	for i := range p.Messages {
+		m := &p.Messages[i]
+		if size := appendSize(m); size > cfg.MaxMessageBytes {
+			return fmt.Errorf("%w: message %d of the batch is %d bytes, topic %q allows %d",
+				storage.ErrMessageTooLarge, i, size, p.Topic, cfg.MaxMessageBytes)
+		}
+		if m.Partition != storage.PartitionAuto && (m.Partition < 0 || int(m.Partition) >= cfg.Partitions) {
+			return invalid("message %d: partition %d out of range, topic %q has %d", i, m.Partition, p.Topic, cfg.Partitions)
+		}
+	}
+	return nil
 }
 
 // runAppends appends the calls of batch in one transaction bounded by Config.TxTimeout and sets

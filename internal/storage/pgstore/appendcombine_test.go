@@ -134,3 +134,58 @@ func TestAppendsCombined(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendsAsyncCombined: appends queued with MessagesAppendAsync by one goroutine (a
+// connection's publish worker) while the topic's transaction waits share the next transaction,
+// keep their queue order in the partition, and each done is called once; one whose topic
+// configuration refuses it is refused before queueing.
+func TestAppendsAsyncCombined(t *testing.T) {
+	t.Parallel()
+	e := openConns(t, 8)
+	const topic = "pub.async"
+	logTopic(t, e, topic, storage.TopicConfig{MaxMessageBytes: 16})
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
+		WHERE t.name = $1 FOR UPDATE OF p`), topic)
+	const n = 50
+	type out struct {
+		i   int
+		res *storage.MessagesAppendResult
+		err error
+	}
+	outs := make(chan out, 2*n)
+	txs0 := e.appendTxs.Load()
+	for i := range n {
+		err := e.MessagesAppendAsync(&storage.MessagesAppendParams{Topic: topic, Messages: []storage.AppendMessage{msg(0, fmt.Sprint(i), "")}},
+			func(res *storage.MessagesAppendResult, err error) { outs <- out{i, res, err} })
+		if err != nil {
+			t.Fatalf("async append %d: %v", i, err)
+		}
+		if i == 0 {
+			awaitBlockedBy(t, e, b.pid())
+		}
+	}
+	err := e.MessagesAppendAsync(&storage.MessagesAppendParams{Topic: topic, Messages: []storage.AppendMessage{msg(0, "far too large for the topic", "")}},
+		func(*storage.MessagesAppendResult, error) { t.Error("done called for a refused append") })
+	if !errors.Is(err, storage.ErrMessageTooLarge) {
+		t.Fatalf("async append too large: %v, want ErrMessageTooLarge", err)
+	}
+	awaitAppendsQueued(t, e, topic, n-1)
+	b.release()
+	for range n {
+		o := <-outs
+		if o.err != nil {
+			t.Fatalf("async append %d: %v", o.i, o.err)
+		}
+		if off := o.res.Positions[0].Offset; off != int64(o.i) {
+			t.Fatalf("async append %d at offset %d, want %d (queue order)", o.i, off, o.i)
+		}
+	}
+	if txs := e.appendTxs.Load() - txs0; txs != 2 {
+		t.Errorf("%d publish transactions for %d async appends, want 2 (the blocked one, then the rest together)", txs, n)
+	}
+	select {
+	case o := <-outs:
+		t.Fatalf("a done called twice: %+v", o)
+	default:
+	}
+}

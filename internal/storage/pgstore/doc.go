@@ -37,7 +37,8 @@
 // transaction of the database.) The broker's own publishes of one topic share transactions
 // (appendcombine.go: while one runs, the calls that arrive wait and the next transaction appends
 // them all), so a partition's publish rate is the commit rate times the batch, not one commit per
-// message.
+// message; MessagesAppendAsync queues there without a goroutine waiting, so one connection's
+// publishes share transactions too.
 //
 // Applications' transactions (PublishTx, SQL spool.publish) do not write to the log: they stage
 // their messages in spool.staged, without an offset and without the partition row lock, and
