@@ -41,8 +41,12 @@ import (
 // commit. parsePayload rejects it as malformed, so older instances ignore it.
 const stagedPayload = "staged"
 
-// sequenceBatch is the most staged rows one sequencing transaction takes.
-const sequenceBatch = 4096
+// sequenceBatch and sequenceBytes bound the staged rows one sequencing transaction takes (the
+// first is taken whatever its size).
+const (
+	sequenceBatch = 4096
+	sequenceBytes = 8 << 20
+)
 
 // stageSQL inserts a planned batch into spool.staged in plan order (per partition, batch order).
 const stageSQL = `INSERT INTO spool.staged (topic_id, partition, key, headers, payload, producer_id, not_before, expires_at, size)
@@ -102,6 +106,7 @@ func (e *Engine) sequencerLoop() {
 		case <-e.seqWake:
 		case <-t.C:
 		}
+		// Until a transaction finds nothing: one that took rows may have left some (its bounds).
 		for e.bgCtx.Err() == nil {
 			n, err := e.sequence(e.bgCtx)
 			if err != nil {
@@ -110,17 +115,22 @@ func (e *Engine) sequencerLoop() {
 				}
 				break
 			}
-			if n < sequenceBatch {
+			if n == 0 {
 				break
 			}
 		}
 	}
 }
 
-// takeStagedSQL takes the oldest staged rows (committed ones: the others are invisible), with
-// their topic's name; a row whose topic or partition is gone has a NULL name.
+// takeStagedSQL takes the oldest staged rows (committed ones: the others are invisible), at most
+// $1 rows and, past the first, $2 bytes, with their topic's name; a row whose topic or partition
+// is gone has a NULL name.
 const takeStagedSQL = `WITH s AS (
-	DELETE FROM spool.staged WHERE id IN (SELECT id FROM spool.staged ORDER BY id LIMIT $1)
+	DELETE FROM spool.staged WHERE id IN (
+		SELECT id FROM (
+			SELECT id, size, sum(size) OVER (ORDER BY id) AS upto
+			FROM (SELECT id, size FROM spool.staged ORDER BY id LIMIT $1) f) w
+		WHERE upto - size < $2)
 	RETURNING id, topic_id, partition, key, headers, payload, producer_id, not_before, expires_at, size)
 SELECT s.id, s.topic_id, s.partition, s.key, s.headers::text, s.payload, s.producer_id, s.not_before, s.expires_at, s.size,
 	(SELECT t.name FROM spool.topics t JOIN spool.partitions p ON p.topic_id = t.id AND p.partition = s.partition
@@ -184,7 +194,7 @@ func (e *Engine) sequence(ctx context.Context) (int, error) {
 func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) ([]*appendPlan, int, error) {
 	b := &pgx.Batch{}
 	b.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
-	b.Queue(e.sql(takeStagedSQL), sequenceBatch)
+	b.Queue(e.sql(takeStagedSQL), sequenceBatch, sequenceBytes)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()

@@ -196,3 +196,51 @@ func TestSequencerDropsDeletedTopics(t *testing.T) {
 		t.Fatalf("del.a: %v", err)
 	}
 }
+
+// TestSequencerBounded: a sequencing transaction takes at most sequenceBytes of staged messages
+// past the first (and at most sequenceBatch rows), and the sequencer goes on until every committed
+// message is in the log, in order.
+func TestSequencerBounded(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "big", storage.TopicConfig{MaxMessageBytes: 4 << 20})
+	lock := lockRows(t, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
+	const n = 5 // 3 MiB each: 3 transactions of at most 8 MiB past their first
+	tx := must(e.pool.Begin(ctx))(t)
+	for i := range n {
+		p := make([]byte, 3<<20)
+		p[0] = byte(i)
+		must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "big", Messages: []storage.AppendMessage{{Partition: 0, Payload: p}}}))(t)
+	}
+	must(0, tx.Commit(ctx))(t)
+	// What one sequencing transaction takes (run here and rolled back, while the sequencers wait
+	// for their lock): 3 (0 + 3 + 3 MiB before the third < 8 MiB).
+	peek := must(e.pool.Begin(ctx))(t)
+	rows := must(peek.Query(ctx, e.sql(takeStagedSQL), sequenceBatch, sequenceBytes))(t)
+	took := 0
+	for rows.Next() {
+		took++
+	}
+	rows.Close()
+	must(0, rows.Err())(t)
+	must(0, peek.Rollback(ctx))(t)
+	if took != 3 {
+		t.Fatalf("one sequencing transaction takes %d messages of 3 MiB, want 3", took)
+	}
+	seq0 := e.seqRows.Load()
+	lock.release()
+	awaitSequenced(t, e)
+	ms := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "big", Partition: 0, Limit: 10}))(t)
+	if len(ms) != n {
+		t.Fatalf("read %d messages, want %d", len(ms), n)
+	}
+	for i, m := range ms {
+		if m.Offset != int64(i) || m.Payload[0] != byte(i) {
+			t.Fatalf("message %d: offset %d, payload starts %d", i, m.Offset, m.Payload[0])
+		}
+	}
+	if got := e.seqRows.Load() - seq0; got != n {
+		t.Fatalf("sequencer counted %d rows, want %d", got, n)
+	}
+}
