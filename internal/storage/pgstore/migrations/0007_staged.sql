@@ -33,8 +33,6 @@ CREATE TABLE spool.staged (
 ALTER TABLE spool.staged SET (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 2000,
-    autovacuum_vacuum_insert_scale_factor = 0,
-    autovacuum_vacuum_insert_threshold = 2000,
     autovacuum_vacuum_cost_delay = 0
 );
 
