@@ -22,7 +22,7 @@ const (
 	MaxInFlightLimit = 65536
 	// DefaultRetentionInterval is how often the retention job runs.
 	DefaultRetentionInterval = time.Minute
-	// DefaultPollInterval is how soon an idle dispatcher first looks at its subscription again
+	// DefaultPollInterval is how soon an idle subscription owner first looks at its subscription again
 	// without a wake-up (see Config.PollInterval).
 	DefaultPollInterval = time.Second
 	// MaxLeaseDuration bounds every lease a client asks for: SubscribeParams.LeaseDuration, an
@@ -92,7 +92,7 @@ type Config struct {
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
-	// PollInterval is how long a dispatcher with members first waits without a wake-up before it
+	// PollInterval is how long a subscription owner with members first waits without a wake-up before it
 	// asks the engine again; while these polls deliver nothing it waits twice as long each time,
 	// up to 16 poll intervals, and a delivery starts over. It covers wake-ups that cannot reach
 	// this process (a lost database notification, clock skew between the broker and the
@@ -142,7 +142,7 @@ type Broker struct {
 	claimInterval      time.Duration
 	defaultMaxInFlight int
 
-	// wg counts every goroutine the broker owns (dispatchers, notifier, retention job).
+	// wg counts every goroutine the broker owns (subscription owners, notifier, retention job).
 	wg sync.WaitGroup
 	// quit is closed by Stop; every owned goroutine selects on it.
 	quit chan struct{}
@@ -158,10 +158,11 @@ type Broker struct {
 	stopDone   chan struct{}
 	// members are the live members of this process by ID.
 	members map[string]*Member
-	// subs are the subscriptions that have at least one member here, by subscription ID.
-	subs map[int64]*subState
+	// subs are the owners of the subscriptions that have at least one member here, by
+	// subscription ID.
+	subs map[int64]*owner
 	// byTopic indexes subs by topic for message wake-ups.
-	byTopic map[string]map[int64]*subState
+	byTopic map[string]map[int64]*owner
 }
 
 // New validates cfg and returns a broker that is not started yet.
@@ -222,13 +223,13 @@ func New(cfg Config) (*Broker, error) {
 		quit:               make(chan struct{}),
 		events:             eventQueue{signal: make(chan struct{}, 1)},
 		members:            make(map[string]*Member),
-		subs:               make(map[int64]*subState),
-		byTopic:            make(map[string]map[int64]*subState),
+		subs:               make(map[int64]*owner),
+		byTopic:            make(map[string]map[int64]*owner),
 	}, nil
 }
 
 // Start registers for engine notifications and starts the broker's own goroutines (the notifier
-// and the retention job; dispatchers start with their first member). ctx provides values only:
+// and the retention job; subscription owners start with their first member). ctx provides values only:
 // cancelling it does not stop the broker, Stop does. Start fails with ErrNotRunning after Stop and
 // is a no-op when already started.
 func (b *Broker) Start(ctx context.Context) error {
@@ -331,7 +332,7 @@ func (b *Broker) checkRunning() error {
 }
 
 // onNotify is the engine's notification callback. It must not block: message notifications only
-// wake dispatchers (non-blocking sends under b.mu, which is never held across engine calls), and
+// wake subscription owners (non-blocking sends under b.mu, which is never held across engine calls), and
 // topic notifications are queued for the notifier goroutine.
 func (b *Broker) onNotify(n storage.Notification) {
 	switch n.Kind {
@@ -342,7 +343,7 @@ func (b *Broker) onNotify(n storage.Notification) {
 	}
 }
 
-// wakeTopic wakes the dispatchers of every subscription of topic that has members here.
+// wakeTopic wakes the owners of every subscription of topic that has members here.
 func (b *Broker) wakeTopic(topic string) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -351,7 +352,7 @@ func (b *Broker) wakeTopic(topic string) {
 	}
 }
 
-// wakeAll wakes every dispatcher (tests call it after moving a fake clock).
+// wakeAll wakes every subscription owner (tests call it after moving a fake clock).
 func (b *Broker) wakeAll() {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -360,7 +361,7 @@ func (b *Broker) wakeAll() {
 	}
 }
 
-// wakeSubscription wakes the dispatcher of one subscription if it has members here.
+// wakeSubscription wakes the owner of one subscription if it has members here.
 func (b *Broker) wakeSubscription(id int64) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()

@@ -8,7 +8,7 @@
 // positions and pattern bindings. On PostgreSQL many broker instances share one database and the
 // members of one group may be connected to different instances, so "one lease at a time" can only
 // be enforced there. The broker owns what belongs to this process: members (connected consumers),
-// their credit, the dispatchers that claim messages for them, and wake-ups.
+// their credit, the subscription owners that claim messages for them, and wake-ups.
 //
 // # Topics and subscriptions
 //
@@ -49,37 +49,52 @@
 // Member.NackBatch and Member.ExtendBatch return the engine's counts and the refs the member does
 // not hold instead of failing.
 //
-// # Dispatch
+// # One owner per subscription
 //
-// Every subscription with at least one member here has one dispatcher goroutine (subState.run).
-// It wakes when
-//   - the engine notifies storage.NotifyMessages for its topic,
-//   - a member gains credit (Ack, Nack; a detach dropping its deliveries of another subscription;
-//     another dispatcher returning credit it had reserved for a claim that came back short while
-//     this one found the member without credit), a member joins, or one leaves and its leases are
+// Every subscription with at least one member here has one owner (owner.go): a goroutine that is
+// the single writer of the subscription's runtime state on this broker, its membership, the
+// round-robin position, the dispatch passes with their timers, and its end. Others talk to it
+// through its inbox: events handled in order (a member joined, a member left, the subscription
+// ended) and wake-ups, which coalesce. A member's Subscribe returns once the owner took the join;
+// a member leaving waits until the owner forgot it, which is the fence that no claim for it is in
+// progress any more (what a claim brought it before is dropped and its lease released). Readers
+// that must not wait (acks looking for the members that held the deliveries, listings) read the
+// membership the owner last published. The owner ends when its last member left (it unregisters
+// under Broker.mu, where joins are queued, so a join never reaches an owner that ended) or when the
+// subscription ended; a later member starts a new one.
+//
+// It makes a dispatch pass when woken by
+//   - the engine notifying storage.NotifyMessages for its topic,
+//   - a member gaining credit (Ack, Nack; a detach dropping its deliveries of another subscription;
+//     another owner returning credit it had reserved for a claim that came back short while this
+//     one found the member without credit), a member joining, or one leaving and its leases being
 //     released,
-//   - an admin call resumes the subscription or replays its DLQ,
-//   - a timer fires: at the NextDue of the last claim (a backoff elapses, a lease expires, a delayed
+//   - an admin call resuming the subscription or replaying its DLQ,
+//   - a timer: at the NextDue of the last claim (a backoff elapses, a lease expires, a delayed
 //     message matures), at the earliest lease deadline of its members (an expired lease gives credit
 //     back), and when it has not looked for a while: after Config.PollInterval, then, while these
 //     polls deliver nothing, twice as long each time up to 16 poll intervals (wake-ups that cannot
 //     reach this process: a lost database notification, clock skew). A delivery starts over; a
 //     wake-up makes a pass at once but does not (a returned credit may wake it for nothing). A
-//     member's returned credit wakes only the dispatchers that found it without credit.
+//     member's returned credit wakes only the owners that found it without credit.
 //
-// Extend does not wake it: it changes no credit. A dispatch round picks the members with credit in
+// Extend does not wake it: it changes no credit. A dispatch pass picks the members with credit in
 // round-robin order, starting after the last one that received deliveries (so messages published
 // one at a time go to the members in turn), and calls Engine.DeliveriesClaim with Max = the
 // member's whole credit, LeaseDuration = the member's, and AvoidMember set when another member has
 // credit too (so a nack goes to a different member where one can take it, else back to the same
-// one). The deliveries go
-// to the member's channel. The round ends when no member has credit, when a claim without
-// AvoidMember comes back short, or when two claims in a row by different members come back short
-// (what the first left behind was last delivered to it, and the second would have taken it).
+// one). The deliveries go from the claim straight to the member's channel, on the owner's
+// goroutine: no hop per message. The pass ends when no member has credit, when a claim without
+// AvoidMember comes back short, when two claims in a row by different members come back short
+// (what the first left behind was last delivered to it, and the second would have taken it), or
+// when events wait in the inbox (they are handled, then a new pass starts).
 // A claim that fails with storage.ErrSubscriptionNotActive (PAUSED, DEAD, CANCELLED) leaves the
-// dispatcher idle until woken or polled; storage.ErrSubscriptionNotFound detaches the members (the
-// subscription is gone; pattern members join again if the topic comes back). The dispatcher stops
-// when its last member leaves.
+// owner idle until woken or polled; storage.ErrSubscriptionNotFound ends it (the members are
+// detached and told; pattern members join again if the topic comes back).
+//
+// Later work adds to the owner as events and state, without new locks: the partition assignment
+// of ordered groups (members and generations), the detection of a subscription without a live
+// member (DEAD), a backfill's progress.
 //
 // # Credit
 //
@@ -101,23 +116,22 @@
 // and deleted notifications, which need engine calls; the engine's callback itself never blocks),
 // one retention job (Engine.RetentionApply every Config.RetentionInterval, reported to
 // Config.OnRetention, logged at INFO when it removed something and at WARN per topic and reason
-// when it removed messages a subscription had not completed), and one dispatcher per
-// subscription with members. Stop unregisters from the engine, closes every member, closes the
-// quit channel and waits for the WaitGroup. The engine is closed by its owner after Stop.
+// when it removed messages a subscription had not completed), and one owner per subscription
+// with members. Stop unregisters from the engine, closes every member, closes the quit channel
+// and waits for the WaitGroup. The engine is closed by its owner after Stop.
 //
 // # Lock order
 //
-//	Member.attachMu -> subState.claimMu -> Broker.mu -> subState.mu -> Member.mu
+//	Member.attachMu -> Broker.mu -> Member.mu
 //
-// eventQueue.mu is a leaf. Broker.mu, subState.mu and Member.mu are never held across engine
-// calls, so the engine may call the notification callback (which takes Broker.mu for reading) from
-// inside its own locks. Member.attachMu (serializes attaching and closing one member) and
-// subState.claimMu (held by a dispatcher from picking a member until the claimed deliveries are in
-// its channel) are held across engine calls; the callback never takes them. Closing a member
-// removes it from its subscriptions under Broker.mu, then takes and releases each subscription's
-// claimMu (a fence: a claim in progress for it has finished and its deliveries were dropped), then
-// releases its leases, so no lease can be left behind. tracer.mu (correlation ids of leased
-// deliveries) is a leaf too.
+// owner.qmu (an owner's inbox) and eventQueue.mu are leaves. Broker.mu and Member.mu are never
+// held across engine calls, so the engine may call the notification callback (which takes
+// Broker.mu for reading) from inside its own locks. Member.attachMu serializes attaching and
+// closing one member and is held across engine calls; the callback and the owners never take it.
+// A subscription's state has no lock: its owner's goroutine is its only writer. Waiting for an
+// owner (a join, a leave, an end) is done with no lock held but Member.attachMu, and an owner
+// never waits for anyone but the engine (a claim). tracer.mu
+// (correlation ids of leased deliveries) is a leaf too.
 //
 // # Tracing
 //

@@ -113,7 +113,7 @@ func (b *Broker) lookup(ctx context.Context, topic, group string) (*storage.Subs
 	return sub, nil
 }
 
-// setGroupState moves a subscription to state and wakes its dispatcher.
+// setGroupState moves a subscription to state and wakes its owner.
 func (b *Broker) setGroupState(ctx context.Context, topic, group string, state storage.SubscriptionState) (*storage.Subscription, error) {
 	sub, err := b.lookup(ctx, topic, group)
 	if err != nil {
@@ -136,7 +136,7 @@ func (b *Broker) PauseGroup(ctx context.Context, topic, group string) (*storage.
 	return b.setGroupState(ctx, topic, group, storage.Paused)
 }
 
-// ResumeGroup makes a PAUSED or DEAD subscription ACTIVE again and wakes its dispatcher.
+// ResumeGroup makes a PAUSED or DEAD subscription ACTIVE again and wakes its owner.
 func (b *Broker) ResumeGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
 	return b.setGroupState(ctx, topic, group, storage.Active)
 }
@@ -154,7 +154,7 @@ func (b *Broker) CancelGroup(ctx context.Context, topic, group string) (*storage
 	s := b.subs[sub.ID]
 	b.mu.RUnlock()
 	if s != nil {
-		owned := b.detachSub(s, fmt.Errorf("%w: subscription %d of group %q on topic %q was cancelled",
+		owned := s.end(fmt.Errorf("%w: subscription %d of group %q on topic %q was cancelled",
 			storage.ErrSubscriptionNotActive, sub.ID, sub.Group, topic))
 		if owned {
 			if err := b.engine.SubscriptionDelete(ctx, sub.ID); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {

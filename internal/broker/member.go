@@ -52,17 +52,17 @@ type Member struct {
 	ended []EndedSubscription
 	// reserved counts deliveries being claimed for this member right now.
 	reserved int
-	// starved holds the subscriptions whose dispatcher found no credit because of another
-	// dispatcher's reservation; returning unused reserved credit then wakes them (only them: a
-	// member on a thousand subscriptions whose idle dispatchers each woke all the others when
+	// starved holds the owners whose claim found no credit because of another
+	// owner's reservation; returning unused reserved credit then wakes them (only them: a
+	// member on a thousand subscriptions whose idle owners each woke all the others when
 	// their claims found nothing kept them claiming without end).
-	starved map[*subState]struct{}
+	starved map[*owner]struct{}
 	// inflight maps the deliveries the member holds to their lease deadline.
 	inflight map[leaseKey]time.Time
 	// minDeadline is at most the earliest deadline in inflight (zero when empty).
 	minDeadline time.Time
 	// subs are the subscriptions the member is attached to.
-	subs map[int64]*subState
+	subs map[int64]*owner
 	// topics maps each attached topic to its subscription ID.
 	topics map[string]int64
 	// owned are the ephemeral subscriptions the member created and deletes when it leaves.
@@ -134,7 +134,7 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 		ch:            make(chan *storage.Delivery, maxInFlight),
 		closedCh:      make(chan struct{}),
 		inflight:      make(map[leaseKey]time.Time),
-		subs:          make(map[int64]*subState),
+		subs:          make(map[int64]*owner),
 		topics:        make(map[string]int64),
 		owned:         make(map[int64]bool),
 	}
@@ -174,7 +174,7 @@ func (m *Member) Deliveries() <-chan *storage.Delivery {
 }
 
 // SetMaxInFlight changes the member's credit to n, between 0 and MaxInFlightLimit: the most
-// unacknowledged deliveries it may hold at a time. Raising it wakes the member's dispatchers. With
+// unacknowledged deliveries it may hold at a time. Raising it wakes the member's owners. With
 // 0 the member keeps its leases (it may still ack, nack and extend them) and receives nothing
 // more: a server draining its connections uses it. Lowering the credit below what the member holds
 // takes effect as its deliveries are settled. It fails with ErrMemberClosed after Close.
@@ -246,14 +246,52 @@ func (m *Member) TakeEnded() []EndedSubscription {
 	return ended
 }
 
-// endedLocked records that the member was detached from s for reason and notifies the consumer.
-// m.mu must be held.
-func (m *Member) endedLocked(s *subState, reason error) {
+// endedLocked records that the member was detached from o's subscription for reason and notifies
+// the consumer. m.mu must be held.
+func (m *Member) endedLocked(o *owner, reason error) {
 	if m.closed {
 		return
 	}
-	m.ended = append(m.ended, EndedSubscription{SubscriptionID: s.id, Topic: s.topic, Err: reason})
+	m.ended = append(m.ended, EndedSubscription{SubscriptionID: o.id, Topic: o.topic, Err: reason})
 	m.notifyLocked()
+}
+
+// detach removes the member's attachment to o's subscription and its accounting there: the
+// deliveries of it the member holds are forgotten and those still in its channel dropped (the
+// caller releases their leases, or they went with the subscription). From then on deliver drops
+// what a claim in progress brings for it. A non-nil reason records that the subscription ended
+// under the member (TakeEnded). It reports whether the member owned the subscription (an
+// ephemeral one it created). Detaching what is not attached does nothing.
+func (m *Member) detach(o *owner, reason error) (owned bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.subs[o.id] != o {
+		return false
+	}
+	delete(m.subs, o.id)
+	if id, ok := m.topics[o.topic]; ok && id == o.id {
+		delete(m.topics, o.topic)
+	}
+	owned = m.owned[o.id]
+	delete(m.owned, o.id)
+	dropped := 0
+	for k := range m.inflight {
+		if k.sub == o.id {
+			delete(m.inflight, k)
+			dropped++
+		}
+	}
+	dropped += m.purgeChannelLocked(o.id)
+	if reason != nil {
+		m.endedLocked(o, reason)
+	}
+	if dropped > 0 && !m.closed {
+		// The member has credit again: its other subscriptions may have been waiting for it.
+		for _, other := range m.subs {
+			other.wakeUp()
+		}
+	}
+	return owned
 }
 
 // notifyLocked signals SubscribeParams.Notify without blocking. m.mu must be held (so that the
@@ -333,15 +371,17 @@ func (m *Member) credit(now time.Time) int {
 	return m.creditLocked(now)
 }
 
-// reserveLocked reserves all the member's credit for a claim of s's dispatcher. m.mu must be
-// held.
-func (m *Member) reserveLocked(now time.Time, s *subState) int {
+// reserve reserves all the member's credit for a claim of o and returns it. Finding none because
+// another owner reserved it marks o starved: that reservation coming back unused wakes o.
+func (m *Member) reserve(now time.Time, o *owner) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	k := m.creditLocked(now)
 	if k == 0 && m.reserved > 0 {
 		if m.starved == nil {
-			m.starved = map[*subState]struct{}{}
+			m.starved = map[*owner]struct{}{}
 		}
-		m.starved[s] = struct{}{}
+		m.starved[o] = struct{}{}
 	}
 	m.reserved += k
 	return k
@@ -355,37 +395,37 @@ func (m *Member) unreserve(k int) {
 	m.returnCreditLocked(nil)
 }
 
-// returnCreditLocked wakes the subscriptions whose dispatcher found the member without credit
-// (other than from) when reserved credit came back unused: without it such a dispatcher would
-// idle although the member can take its messages now. m.mu must be held.
-func (m *Member) returnCreditLocked(from *subState) {
-	for s := range m.starved {
-		if s != from {
-			s.wakeUp()
+// returnCreditLocked wakes the owners that found the member without credit (other than from) when
+// reserved credit came back unused: without it such an owner would idle although the member can
+// take its messages now. m.mu must be held.
+func (m *Member) returnCreditLocked(from *owner) {
+	for o := range m.starved {
+		if o != from {
+			o.wakeUp()
 		}
 	}
 	clear(m.starved)
 }
 
-// deliver hands claimed deliveries of s to the member and ends the reservation of k. If the member
-// closed or left s meanwhile, the deliveries are dropped: their leases are released by Close (or
-// vanished with the subscription).
-func (m *Member) deliver(s *subState, ds []*storage.Delivery, k int) {
+// deliver hands claimed deliveries of o's subscription to the member and ends the reservation of
+// k. If the member closed or left the subscription meanwhile, the deliveries are dropped: their
+// leases are released by Close or Leave (or vanished with the subscription).
+func (m *Member) deliver(o *owner, ds []*storage.Delivery, k int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.reserved -= k
 	if m.closed {
 		return
 	}
-	if m.subs[s.id] != s {
-		m.returnCreditLocked(s)
+	if m.subs[o.id] != o {
+		m.returnCreditLocked(o)
 		return
 	}
 	if len(ds) < k {
-		m.returnCreditLocked(s)
+		m.returnCreditLocked(o)
 	}
 	for _, d := range ds {
-		key := leaseKey{sub: s.id, partition: d.Partition, offset: d.Offset}
+		key := leaseKey{sub: o.id, partition: d.Partition, offset: d.Offset}
 		select {
 		case m.ch <- d:
 			m.inflight[key] = d.LeaseDeadline
@@ -397,7 +437,7 @@ func (m *Member) deliver(s *subState, ds []*storage.Delivery, k int) {
 			// Unreachable by the credit accounting; if it ever happens the lease expires and the
 			// message is redelivered.
 			m.b.logger.Error("deliveries channel full, dropping delivery",
-				slog.String("member", m.id), slog.Int64("subscription", s.id),
+				slog.String("member", m.id), slog.Int64("subscription", o.id),
 				slog.Int("partition", int(d.Partition)), slog.Int64("offset", d.Offset))
 		}
 	}
@@ -462,7 +502,7 @@ func (m *Member) forget(subID int64, refs []storage.DeliveryRef) int {
 	return n
 }
 
-// wakeSubs wakes the dispatchers of the member's subscriptions (it gained credit).
+// wakeSubs wakes the owners of the member's subscriptions (it gained credit).
 func (m *Member) wakeSubs() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -539,7 +579,7 @@ func (b *Broker) AckBatch(ctx context.Context, subID int64, member string, refs 
 }
 
 // ack acks refs in the engine, then gives the credit back to the members of this broker that held
-// them and wakes their dispatchers.
+// them and wakes their owners.
 func (b *Broker) ack(ctx context.Context, subID int64, member string, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
 	start := b.trace.now()
 	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: subID, Member: member, Refs: refs})
@@ -552,13 +592,11 @@ func (b *Broker) ack(ctx context.Context, subID int64, member string, refs []sto
 	b.trace.settled(ctx, "acked", subID, member, refs)
 	b.mu.RLock()
 	s := b.subs[subID]
+	b.mu.RUnlock()
 	var holders []*Member
 	if s != nil {
-		s.mu.Lock()
-		holders = slices.Clone(s.members)
-		s.mu.Unlock()
+		holders = s.viewMembers()
 	}
-	b.mu.RUnlock()
 	for _, h := range holders {
 		if h.forget(subID, refs) > 0 {
 			h.wakeSubs()
@@ -686,7 +724,7 @@ func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.De
 		if _, ok := m.inflight[key]; ok {
 			m.inflight[key] = res.Deadline
 			// A shorter lease frees the member's credit sooner: minDeadline must not stay later
-			// (pruneLocked looks only from it on), and the dispatchers, which sleep until the
+			// (pruneLocked looks only from it on), and the owners, which sleep until the
 			// earliest expiry they knew, must look again.
 			if m.minDeadline.IsZero() || res.Deadline.Before(m.minDeadline) {
 				m.minDeadline, earlier = res.Deadline, true
@@ -736,30 +774,31 @@ func (m *Member) doClose(ctx context.Context) (int, error) {
 	m.attachMu.Lock()
 	defer m.attachMu.Unlock()
 
-	// 1. Leave every subscription and the broker so that no new claim starts for m.
+	// 1. Leave the broker and every subscription: deliver drops whatever is claimed for m from now
+	// on, and no topic created later attaches it.
 	b.mu.Lock()
 	if b.members[m.id] == m {
 		delete(b.members, m.id)
 	}
+	b.mu.Unlock()
 	m.mu.Lock()
 	m.closed = true
-	attached := make([]*subState, 0, len(m.subs))
-	for _, s := range m.subs {
-		attached = append(attached, s)
+	attached := make([]*owner, 0, len(m.subs))
+	for _, o := range m.subs {
+		attached = append(attached, o)
 	}
 	m.mu.Unlock()
 	owned := make(map[int64]bool)
-	for _, s := range attached {
-		if b.detachLocked(s, m) {
-			owned[s.id] = true
+	for _, o := range attached {
+		if m.detach(o, nil) {
+			owned[o.id] = true
 		}
 	}
-	b.mu.Unlock()
 
-	// 2. Wait for claims in progress for m: a delivery claimed for m after this point is impossible,
-	// one claimed before it was dropped by deliver and is released below.
-	for _, s := range attached {
-		s.fence()
+	// 2. Wait until each owner forgot m: no claim for m runs any more, and one that ran before was
+	// dropped by deliver and is released below.
+	for _, o := range attached {
+		o.leave(m)
 	}
 
 	// 3. Drop what is still in the channel and close it.
@@ -778,7 +817,7 @@ func (m *Member) doClose(ctx context.Context) (int, error) {
 	m.mu.Unlock()
 
 	// 4. Give the leases back (or delete the ephemeral subscription with them), then wake the
-	// remaining members' dispatchers so the released messages are redelivered at once.
+	// remaining members' owners so the released messages are redelivered at once.
 	var errs []error
 	released := 0
 	for _, s := range attached {

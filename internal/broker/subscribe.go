@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/spoolmq/spool/internal/names"
@@ -229,35 +228,42 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 		return err
 	}
 
+	// The join is queued under b.mu, where an owner that lost its last member unregisters: it
+	// reaches a live owner, or a new one is started for it.
 	b.mu.Lock()
+	var o *owner
 	m.mu.Lock()
 	_, attached = m.topics[topic]
 	ok := b.state == stateRunning && !m.closed && !attached
-	m.mu.Unlock()
-	var s *subState
 	if ok {
-		s = b.subs[sub.ID]
-		if s == nil {
-			s = newSubState(b, sub)
-			b.subs[sub.ID] = s
-			if b.byTopic[s.topic] == nil {
-				b.byTopic[s.topic] = make(map[int64]*subState)
+		o = b.subs[sub.ID]
+		if o == nil {
+			o = newOwner(b, sub)
+			b.subs[sub.ID] = o
+			if b.byTopic[o.topic] == nil {
+				b.byTopic[o.topic] = make(map[int64]*owner)
 			}
-			b.byTopic[s.topic][s.id] = s
-			b.goLocked(s.run)
+			b.byTopic[o.topic][o.id] = o
+			b.goLocked(o.run)
 		}
-		s.mu.Lock()
-		s.members = append(s.members, m)
-		s.mu.Unlock()
-		m.mu.Lock()
-		m.subs[s.id] = s
-		m.topics[topic] = s.id
+		m.subs[o.id] = o
+		m.topics[topic] = o.id
 		if owned {
-			m.owned[s.id] = true
+			m.owned[o.id] = true
 		}
-		m.mu.Unlock()
+	}
+	m.mu.Unlock()
+	var join *event
+	if ok {
+		join = &event{kind: evJoin, m: m, done: make(chan struct{})}
+		o.push(join)
 	}
 	b.mu.Unlock()
+	if ok {
+		// Listings show the member once Subscribe returns. The owner handles its inbox between
+		// two claims, so this waits for one claim at most.
+		<-join.done
+	}
 
 	if !ok {
 		if owned {
@@ -270,7 +276,6 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 		}
 		return nil
 	}
-	s.wakeUp()
 	b.logger.DebugContext(ctx, "member attached", slog.String("member", m.id), slog.String("topic", topic),
 		slog.Int64("subscription", sub.ID), slog.String("group", sub.Group), slog.Bool("ephemeral", owned))
 	return nil
@@ -342,92 +347,14 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 	}
 }
 
-// detachLocked removes m from s, drops m's accounting of s's deliveries, and removes s when it has
-// no member left. It reports whether s was an ephemeral subscription m owned. b.mu must be held.
-func (b *Broker) detachLocked(s *subState, m *Member) (owned bool) {
-	s.mu.Lock()
-	s.members = slices.DeleteFunc(s.members, func(x *Member) bool { return x == m })
-	if s.served == m {
-		s.served = nil
-	}
-	empty := len(s.members) == 0
-	s.mu.Unlock()
-
-	m.mu.Lock()
-	if m.subs[s.id] == s {
-		delete(m.subs, s.id)
-	}
-	if id, ok := m.topics[s.topic]; ok && id == s.id {
-		delete(m.topics, s.topic)
-	}
-	dropped := 0
-	for k := range m.inflight {
-		if k.sub == s.id {
-			delete(m.inflight, k)
-			dropped++
-		}
-	}
-	dropped += m.purgeChannelLocked(s.id)
-	owned = m.owned[s.id]
-	delete(m.owned, s.id)
-	if dropped > 0 && !m.closed {
-		// The member has credit again: its other subscriptions may have been waiting for it.
-		for _, other := range m.subs {
-			other.wakeUp()
-		}
-	}
-	m.mu.Unlock()
-
-	if empty {
-		b.removeSubLocked(s)
-	}
-	return owned
-}
-
-// removeSubLocked removes s from the broker and stops its dispatcher. b.mu must be held.
-func (b *Broker) removeSubLocked(s *subState) {
-	if b.subs[s.id] != s {
-		return
-	}
-	delete(b.subs, s.id)
-	if byID := b.byTopic[s.topic]; byID != nil {
-		delete(byID, s.id)
-		if len(byID) == 0 {
-			delete(b.byTopic, s.topic)
-		}
-	}
-	close(s.stop)
-}
-
-// detachSub detaches every member from s (its subscription is gone or cancelled) and tells them
-// why (Member.TakeEnded). Members stay alive and attach again when a matching topic appears. It
-// reports whether one of them owned s (an ephemeral subscription).
-func (b *Broker) detachSub(s *subState, reason error) (owned bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s.mu.Lock()
-	members := slices.Clone(s.members)
-	s.mu.Unlock()
-	for _, m := range members {
-		if b.detachLocked(s, m) {
-			owned = true
-		}
-		m.mu.Lock()
-		m.endedLocked(s, reason)
-		m.mu.Unlock()
-	}
-	b.removeSubLocked(s)
-	return owned
-}
-
 // detachTopic detaches every member from the subscriptions of a deleted topic. Only subscriptions
 // the engine no longer has are detached: the topic may have been created again meanwhile, and
 // subscription IDs are never reused.
 func (b *Broker) detachTopic(ctx context.Context, topic string) {
 	b.mu.RLock()
-	var subs []*subState
-	for _, s := range b.byTopic[topic] {
-		subs = append(subs, s)
+	var subs []*owner
+	for _, o := range b.byTopic[topic] {
+		subs = append(subs, o)
 	}
 	b.mu.RUnlock()
 	n := 0
@@ -440,7 +367,7 @@ func (b *Broker) detachTopic(ctx context.Context, topic string) {
 			b.logger.WarnContext(ctx, "checking subscription of deleted topic failed", slog.Int64("subscription", s.id), slog.Any("error", err))
 			continue
 		}
-		b.detachSub(s, fmt.Errorf("%w: topic %q was deleted", storage.ErrSubscriptionNotFound, topic))
+		s.end(fmt.Errorf("%w: topic %q was deleted", storage.ErrSubscriptionNotFound, topic))
 		n++
 	}
 	if n > 0 {

@@ -248,16 +248,14 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 func (b *Broker) reattachTopic(ctx context.Context, t *storage.Topic) {
 	b.mu.RLock()
 	type attachment struct {
-		s *subState
+		s *owner
 		m *Member
 	}
 	var all []attachment
-	for _, s := range b.byTopic[t.Name] {
-		s.mu.Lock()
-		for _, m := range s.members {
-			all = append(all, attachment{s, m})
+	for _, o := range b.byTopic[t.Name] {
+		for _, m := range o.viewMembers() {
+			all = append(all, attachment{o, m})
 		}
-		s.mu.Unlock()
 	}
 	b.mu.RUnlock()
 	for _, a := range all {
@@ -291,22 +289,17 @@ func belongs(t *storage.Topic, m *Member, sub *storage.Subscription) bool {
 }
 
 // leave detaches m from s and releases its leases there (or deletes s if m owned it).
-func (b *Broker) leave(ctx context.Context, m *Member, s *subState) error {
+func (b *Broker) leave(ctx context.Context, m *Member, s *owner) error {
 	m.attachMu.Lock()
 	defer m.attachMu.Unlock()
-	b.mu.Lock()
 	m.mu.Lock()
 	attached := m.subs[s.id] == s
 	m.mu.Unlock()
-	owned := false
-	if attached {
-		owned = b.detachLocked(s, m)
-	}
-	b.mu.Unlock()
 	if !attached {
 		return nil
 	}
-	s.fence()
+	owned := m.detach(s, nil)
+	s.leave(m)
 	if owned {
 		if err := b.engine.SubscriptionDelete(ctx, s.id); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
 			return fmt.Errorf("broker: delete ephemeral subscription %d: %w", s.id, err)
@@ -443,10 +436,8 @@ func (b *Broker) topicInfoCounted(ctx context.Context, t *storage.Topic, subs in
 	}
 	info := &TopicInfo{Topic: t, Stats: stats, Subscriptions: subs}
 	b.mu.RLock()
-	for _, s := range b.byTopic[t.Name] {
-		s.mu.Lock()
-		info.Members += len(s.members)
-		s.mu.Unlock()
+	for _, o := range b.byTopic[t.Name] {
+		info.Members += len(o.viewMembers())
 	}
 	b.mu.RUnlock()
 	return info, nil

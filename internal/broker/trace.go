@@ -97,15 +97,15 @@ func (t *tracer) published(ctx context.Context, topic string, ids []string, pos 
 	}
 }
 
-// delivered logs deliveries claimed for member on subscription s at DEBUG and remembers their
+// delivered logs deliveries claimed for member on subscription subID of topic at DEBUG and remembers their
 // correlation ids for the ack and nack lines.
-func (t *tracer) delivered(member string, s *subState, ds []*storage.Delivery) {
+func (t *tracer) delivered(member, topic string, subID int64, ds []*storage.Delivery) {
 	ctx := context.Background()
 	if len(ds) == 0 || !t.debug(ctx) {
 		return
 	}
 	for _, d := range ds {
-		attrs := []slog.Attr{slog.String("topic", s.topic), slog.Int64("subscription", s.id), slog.String("member", member),
+		attrs := []slog.Attr{slog.String("topic", topic), slog.Int64("subscription", subID), slog.String("member", member),
 			slog.Int("partition", int(d.Partition)), slog.Int64("offset", d.Offset), slog.Int("attempt", d.Attempt)}
 		if c := d.Message.Headers[CorrelationHeader]; c != "" {
 			attrs = append(attrs, slog.String("correlation_id", c))
@@ -113,7 +113,7 @@ func (t *tracer) delivered(member string, s *subState, ds []*storage.Delivery) {
 			if len(t.leases) >= maxTracedLeases {
 				clear(t.leases)
 			}
-			t.leases[leaseKey{sub: s.id, partition: d.Partition, offset: d.Offset}] = c
+			t.leases[leaseKey{sub: subID, partition: d.Partition, offset: d.Offset}] = c
 			t.mu.Unlock()
 		}
 		t.logger.LogAttrs(ctx, slog.LevelDebug, "message delivered", attrs...)

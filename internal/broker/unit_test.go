@@ -54,7 +54,7 @@ func TestMemberCreditAccounting(t *testing.T) {
 	clock := newFakeClock()
 	b := unitBroker(clock)
 	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 3, storage.StartPosition{})
-	s := &subState{b: b, id: 7, topic: "t", wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
 	s.members = []*Member{m}
 	m.subs[s.id] = s
 	now := clock.Now()
@@ -63,9 +63,7 @@ func TestMemberCreditAccounting(t *testing.T) {
 	if got := m.credit(now); got != 3 {
 		t.Fatalf("initial credit = %d, want 3", got)
 	}
-	m.mu.Lock()
-	k := m.reserveLocked(now, s)
-	m.mu.Unlock()
+	k := m.reserve(now, s)
 	if k != 3 || m.credit(now) != 0 {
 		t.Fatalf("reserve = %d, credit after = %d; want 3 and 0", k, m.credit(now))
 	}
@@ -105,11 +103,9 @@ func TestMemberDeliverAfterLeaveDrops(t *testing.T) {
 	clock := newFakeClock()
 	b := unitBroker(clock)
 	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 2, storage.StartPosition{})
-	s := &subState{b: b, id: 7, topic: "t", wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
 	now := clock.Now()
-	m.mu.Lock()
-	k := m.reserveLocked(now, s)
-	m.mu.Unlock()
+	k := m.reserve(now, s)
 	// m is not attached to s (it left while the claim ran): the deliveries are dropped and the
 	// reservation ends.
 	m.deliver(s, []*storage.Delivery{delivery(7, 0, now.Add(time.Minute))}, k)
@@ -194,10 +190,10 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	clock := newFakeClock()
 	b := unitBroker(clock)
 	m := newMember(b, "m1", SubscribeParams{Pattern: "t.*"}, 4, storage.StartPosition{})
-	s1 := &subState{b: b, id: 1, topic: "t.a", wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	s2 := &subState{b: b, id: 2, topic: "t.b", wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	s3 := &subState{b: b, id: 3, topic: "t.c", wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	for _, s := range []*subState{s1, s2, s3} {
+	s1 := newOwner(b, &storage.Subscription{ID: 1, Topic: "t.a"})
+	s2 := newOwner(b, &storage.Subscription{ID: 2, Topic: "t.b"})
+	s3 := newOwner(b, &storage.Subscription{ID: 3, Topic: "t.c"})
+	for _, s := range []*owner{s1, s2, s3} {
 		s.members = []*Member{m}
 		m.subs[s.id] = s
 	}
@@ -211,14 +207,14 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	// s1's claim returns one delivery: three credits come back, and s2 must hear of it.
 	m.deliver(s1, []*storage.Delivery{delivery(1, 0, clock.Now().Add(time.Minute))}, k)
 	select {
-	case <-s2.wake:
+	case <-s2.signal:
 	default:
 		t.Fatal("s2 not woken when the unused credit came back")
 	}
-	if len(s1.wake) != 0 {
+	if len(s1.signal) != 0 {
 		t.Fatal("s1 woken by its own returned credit")
 	}
-	if len(s3.wake) != 0 {
+	if len(s3.signal) != 0 {
 		t.Fatal("s3 woken by returned credit it never asked for")
 	}
 	if picked, k, _ := s2.pick(nil); picked != m || k != 3 {

@@ -1,0 +1,488 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// owner is the one writer of a subscription's runtime state on this broker: a goroutine (run)
+// that owns the subscription's membership, the round-robin position, the dispatch passes with
+// their timers and the subscription's end. Everything else talks to it through its inbox: events
+// (a member joined, left, the subscription ended) queued in order, and wake-ups (the engine
+// notified messages, a member's credit came back, an admin call resumed it), which coalesce.
+// Membership is read by others only through the published view, so a subscription has no lock of
+// its own besides the inbox's, a leaf.
+//
+// An owner starts with its first member (Broker.attach) and ends when its last member left or the
+// subscription ended (cancelled, deleted, its topic deleted): it then unregisters from the
+// broker under Broker.mu, where joins are queued, so a join never reaches an owner that has
+// ended; the next member starts a new one.
+type owner struct {
+	b     *Broker
+	id    int64
+	topic string
+
+	// signal (capacity 1) wakes the goroutine after a wake-up or an event; never blocks.
+	signal chan struct{}
+	// Test signals: wakes counts wake-ups and events, handled the ones a dispatch pass started
+	// after, idle is true while the goroutine waits. Tests wait for idle && handled == wakes before
+	// the action whose wake-up they check.
+	wakes, handled atomic.Int64
+	idle           atomic.Bool
+	// view is the membership as last published by the goroutine (copy on write), for readers
+	// (acks finding the holders, listings) that must not wait for it.
+	view atomic.Pointer[[]*Member]
+	// queued is true while events wait in the inbox: a dispatch pass stops claiming to let them in.
+	queued atomic.Bool
+
+	// qmu guards the inbox. It is a leaf: taken under Broker.mu (joins), never around another lock.
+	qmu    sync.Mutex
+	events []*event
+	// ended is set, under Broker.mu and qmu, when the owner unregistered: pushes fail from then on.
+	ended bool
+
+	// The goroutine's own state: no lock.
+	members []*Member
+	// served is the member that last received deliveries: a pass starts after it, so that new
+	// messages go to the members in turn.
+	served *Member
+	// problem is the last problem a pass ran into, to log changes only.
+	problem string
+}
+
+// eventKind is what an inbox event says.
+type eventKind uint8
+
+const (
+	// evJoin: member m was attached (it already lists the owner among its subscriptions).
+	evJoin eventKind = iota
+	// evLeave: member m detached itself; done is closed once the owner forgot it, which is also a
+	// fence: no claim for m is in progress then, and none starts again.
+	evLeave
+	// evEnd: the subscription ended (err says why): every member is detached and told so, the
+	// owner ends; owned reports whether one of them had created it (an ephemeral subscription).
+	evEnd
+)
+
+// event is one inbox entry.
+type event struct {
+	kind eventKind
+	m    *Member
+	err  error
+	// done, when not nil, is closed once the event was handled (or the owner ended without it).
+	done chan struct{}
+	// owned is evEnd's answer, written before done is closed.
+	owned bool
+}
+
+func newOwner(b *Broker, sub *storage.Subscription) *owner {
+	return &owner{b: b, id: sub.ID, topic: sub.Topic, signal: make(chan struct{}, 1)}
+}
+
+// wakeUp asks the owner for a dispatch pass. It never blocks and coalesces.
+func (o *owner) wakeUp() {
+	o.wakes.Add(1)
+	select {
+	case o.signal <- struct{}{}:
+	default:
+	}
+}
+
+// push queues ev and wakes the owner. It returns false when the owner has ended (ev is dropped).
+func (o *owner) push(ev *event) bool {
+	o.qmu.Lock()
+	if o.ended {
+		o.qmu.Unlock()
+		return false
+	}
+	o.events = append(o.events, ev)
+	o.queued.Store(true)
+	o.qmu.Unlock()
+	o.wakeUp()
+	return true
+}
+
+// call queues ev and waits until it was handled. It returns false when the owner had ended
+// (nothing was done).
+func (o *owner) call(ev *event) bool {
+	ev.done = make(chan struct{})
+	if !o.push(ev) {
+		return false
+	}
+	<-ev.done
+	return true
+}
+
+// leave tells the owner that m detached itself and waits until the owner forgot it (a fence: no
+// claim for m runs after leave returns).
+func (o *owner) leave(m *Member) { o.call(&event{kind: evLeave, m: m}) }
+
+// end ends the subscription on this broker: its members are detached and told reason. It reports
+// whether one of them owned the subscription (an ephemeral one the caller deletes).
+func (o *owner) end(reason error) (owned bool) {
+	ev := &event{kind: evEnd, err: reason}
+	if !o.call(ev) {
+		return false
+	}
+	return ev.owned
+}
+
+// take empties the inbox.
+func (o *owner) take() []*event {
+	o.qmu.Lock()
+	defer o.qmu.Unlock()
+	evs := o.events
+	o.events = nil
+	o.queued.Store(false)
+	return evs
+}
+
+// memberIDs lists the members' IDs as last published.
+func (o *owner) memberIDs() []string {
+	ms := o.viewMembers()
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.id
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// viewMembers returns the published membership; it must not be modified.
+func (o *owner) viewMembers() []*Member {
+	if p := o.view.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publish makes the goroutine's membership visible to readers.
+func (o *owner) publish() {
+	ms := slices.Clone(o.members)
+	o.view.Store(&ms)
+}
+
+// run is the owner's goroutine: it handles the inbox, then makes a dispatch pass, whenever woken
+// (messages appended, a member gained credit, joined or left, the subscription was resumed or got
+// messages replayed), when the earliest NextDue or lease deadline passes, and when it has not
+// looked for a while: every poll interval at first, then, as long as it delivers nothing, twice
+// as long after each poll up to maxIdlePolls poll intervals (idlePoll). A delivery starts over; a
+// wake-up makes a pass at once but does not (a member's returned credit wakes owners that may
+// have nothing to claim). The polls are a safety net (every change that makes messages claimable
+// wakes the owners, also those of other instances on PostgreSQL), and an idle broker with
+// thousands of subscriptions must not claim thousands of times a second for nothing.
+func (o *owner) run() {
+	b := o.b
+	defer o.abandon()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var lastPass time.Time
+	quiet := 0 // polls in a row that delivered nothing
+	for {
+		o.handled.Store(o.wakes.Load())
+		if !o.handleEvents() {
+			return
+		}
+		if iv := b.claimInterval; iv > 0 {
+			// Let what is published meanwhile gather into one claim (see Config.ClaimInterval).
+			if d := time.Until(lastPass.Add(iv)); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-b.quit:
+					return
+				case <-timer.C:
+				}
+				o.handled.Store(o.wakes.Load())
+				if !o.handleEvents() {
+					return
+				}
+			}
+			lastPass = time.Now()
+		}
+		wait, delivered, gone := o.dispatch(idlePoll(b.pollInterval, quiet))
+		if gone {
+			// The subscription no longer exists in the engine: detach its members.
+			o.finish(fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, o.id, o.topic), nil)
+			return
+		}
+		if delivered {
+			quiet = 0
+		}
+		timer.Reset(wait)
+		o.idle.Store(true)
+		select {
+		case <-b.quit:
+			return
+		case <-o.signal:
+		case <-timer.C:
+			quiet++
+		}
+		o.idle.Store(false)
+	}
+}
+
+// handleEvents handles what the inbox holds. It returns false when the owner ended: the
+// subscription ended, or its last member left (then it unregisters, unless a join came in
+// meanwhile).
+func (o *owner) handleEvents() bool {
+	for {
+		evs := o.take()
+		for i, ev := range evs {
+			switch ev.kind {
+			case evJoin:
+				if !slices.Contains(o.members, ev.m) {
+					o.members = append(o.members, ev.m)
+					o.publish()
+				}
+			case evLeave:
+				if i := slices.Index(o.members, ev.m); i >= 0 {
+					o.members = slices.Delete(o.members, i, i+1)
+					o.publish()
+				}
+				if o.served == ev.m {
+					o.served = nil
+				}
+			case evEnd:
+				ev.owned = o.finish(ev.err, evs[i+1:])
+				close(ev.done)
+				return false
+			}
+			if ev.done != nil {
+				close(ev.done)
+			}
+		}
+		if len(o.members) > 0 {
+			return true
+		}
+		if o.unregister() {
+			return false
+		}
+	}
+}
+
+// unregister removes the owner from the broker unless events came in; it reports whether it did.
+// Joins are queued under Broker.mu, so none can arrive after it.
+func (o *owner) unregister() bool {
+	b := o.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o.qmu.Lock()
+	defer o.qmu.Unlock()
+	if len(o.events) > 0 {
+		return false
+	}
+	o.ended = true
+	if b.subs[o.id] == o {
+		delete(b.subs, o.id)
+		if byID := b.byTopic[o.topic]; byID != nil {
+			delete(byID, o.id)
+			if len(byID) == 0 {
+				delete(b.byTopic, o.topic)
+			}
+		}
+	}
+	return true
+}
+
+// finish ends the subscription on this broker: it detaches every member and tells them reason
+// (Member.TakeEnded; they stay open for their other subscriptions and join matching topics created
+// later), unregisters, and answers pending and what is still queued (late joins are detached the
+// same way). It reports whether one of the members owned the subscription (an ephemeral one).
+func (o *owner) finish(reason error, pending []*event) (owned bool) {
+	for _, m := range o.members {
+		if m.detach(o, reason) {
+			owned = true
+		}
+	}
+	o.members, o.served = nil, nil
+	o.publish()
+	for {
+		for _, ev := range pending {
+			if ev.kind == evJoin && ev.m.detach(o, reason) {
+				owned = true
+			}
+			if ev.done != nil {
+				close(ev.done)
+			}
+		}
+		if o.unregister() {
+			return owned
+		}
+		pending = o.take()
+	}
+}
+
+// abandon runs when the goroutine returns: after Broker.Stop (quit) it refuses further events and
+// releases the callers still waiting for one.
+func (o *owner) abandon() {
+	o.qmu.Lock()
+	o.ended = true
+	evs := o.events
+	o.events = nil
+	o.qmu.Unlock()
+	for _, ev := range evs {
+		if ev.done != nil {
+			close(ev.done)
+		}
+	}
+}
+
+// maxIdlePolls bounds how far idle polls back off: an idle owner looks at its subscription at
+// least every maxIdlePolls poll intervals (16 s by default).
+const maxIdlePolls = 16
+
+// idlePoll returns the longest wait of an owner after quiet polls in a row found nothing: poll,
+// doubling with each, at most maxIdlePolls times poll.
+func idlePoll(poll time.Duration, quiet int) time.Duration {
+	return poll * time.Duration(min(1<<min(quiet, 30), maxIdlePolls))
+}
+
+// dispatch claims for members with credit, round robin, until nothing more is claimable or events
+// wait in the inbox, and returns how long to wait before the next look without a wake-up (at most
+// poll), and whether it delivered anything. gone reports that the subscription does not exist any
+// more. The deliveries go straight from the claim to the member's channel: no other goroutine
+// handles them.
+//
+// Termination: a claim that returns fewer deliveries than asked for without AvoidMember means the
+// subscription is drained for now. With AvoidMember it means that what is left was last delivered
+// to that member; the next member claims it, so two short claims in a row by different members
+// mean drained too.
+func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gone bool) {
+	b := o.b
+	var nextDue time.Time
+	var lastShort *Member
+	after := o.served
+	for !o.queued.Load() {
+		select {
+		case <-b.quit:
+			return 0, delivered, false
+		default:
+		}
+		m, k, others := o.pick(after)
+		if m == nil {
+			break
+		}
+		after = m
+		start := b.trace.now()
+		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
+			SubscriptionID: o.id, Member: m.id, Max: k, AvoidMember: others, LeaseDuration: m.leaseDuration,
+		})
+		if took, slow := b.trace.isSlow(start); slow {
+			b.trace.logSlow(b.rootCtx, "claim", took, slog.String("topic", o.topic), slog.Int64("subscription", o.id))
+		}
+		if err != nil {
+			m.unreserve(k)
+			wait, gone := o.claimFailed(err)
+			return wait, delivered, gone
+		}
+		b.trace.delivered(m.id, o.topic, o.id, res.Deliveries)
+		m.deliver(o, res.Deliveries, k)
+		if len(res.Deliveries) > 0 {
+			delivered = true
+			o.served = m
+		}
+		nextDue = earliest(nextDue, res.NextDue)
+		if len(res.Deliveries) < k {
+			if !others || (lastShort != nil && lastShort != m) {
+				break
+			}
+			lastShort = m
+		} else {
+			lastShort = nil
+		}
+	}
+	o.setProblem("")
+	return o.waitFor(nextDue, poll), delivered, false
+}
+
+// pick chooses the first member with credit after member after (from the start of the list if
+// after is nil or gone), in round-robin order, and reserves its credit. others reports whether
+// another member has credit too (then the claim avoids giving the chosen member what it was last
+// given: a nack goes to a different member).
+func (o *owner) pick(after *Member) (m *Member, k int, others bool) {
+	now := o.b.clock.Now()
+	n := len(o.members)
+	start := 0
+	if i := slices.Index(o.members, after); i >= 0 {
+		start = i + 1
+	}
+	for i := range n {
+		c := o.members[(start+i)%n]
+		if k = c.reserve(now, o); k > 0 {
+			m = c
+			break
+		}
+	}
+	if m == nil {
+		return nil, 0, false
+	}
+	for _, c := range o.members {
+		if c != m && c.credit(now) > 0 {
+			others = true
+			break
+		}
+	}
+	return m, k, others
+}
+
+// claimFailed handles a claim error: the owner idles until woken or polled.
+func (o *owner) claimFailed(err error) (time.Duration, bool) {
+	b := o.b
+	switch {
+	case errors.Is(err, storage.ErrSubscriptionNotFound):
+		b.logger.Info("subscription gone, detaching its members", slog.Int64("subscription", o.id), slog.String("topic", o.topic))
+		return 0, true
+	case errors.Is(err, storage.ErrSubscriptionNotActive):
+		o.setProblem("not active")
+	case errors.Is(err, storage.ErrClosed), b.rootCtx.Err() != nil:
+		o.setProblem("engine closed")
+	default:
+		if o.setProblem(err.Error()) {
+			b.logger.Warn("claim failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
+		}
+	}
+	return b.pollInterval, false
+}
+
+// setProblem records the owner's current problem and reports whether it changed.
+func (o *owner) setProblem(p string) bool {
+	changed := o.problem != p
+	o.problem = p
+	if changed && p != "" {
+		o.b.logger.Debug("dispatcher idle", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.String("reason", p))
+	}
+	return changed
+}
+
+// waitFor returns how long to sleep: until the engine's NextDue, until the earliest lease deadline
+// of a member (an expired lease gives its credit back), at most poll.
+func (o *owner) waitFor(nextDue time.Time, poll time.Duration) time.Duration {
+	now := o.b.clock.Now()
+	for _, m := range o.members {
+		nextDue = earliest(nextDue, m.nextExpiry(now))
+	}
+	wait := poll
+	if !nextDue.IsZero() {
+		// A minimum keeps a NextDue in the past (clock skew, an engine quirk) from spinning.
+		wait = min(wait, max(time.Millisecond, nextDue.Sub(now)))
+	}
+	return wait
+}
+
+// earliest returns the earlier of two times, ignoring zero ones.
+func earliest(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
