@@ -65,20 +65,21 @@
 //
 // It makes a dispatch pass when woken by
 //   - the engine notifying storage.NotifyMessages for its topic,
-//   - a member gaining credit (Ack, Nack; a detach dropping its deliveries of another subscription;
-//     another owner returning credit it had reserved for a claim that came back short while this
-//     one found the member without credit), a member joining, or one leaving and its leases being
-//     released,
+//   - a member whose credit it found used up gaining credit (Ack, Nack, a larger MaxInFlight, a
+//     detach dropping its deliveries of another subscription, another owner returning credit it
+//     had reserved for a claim that came back short): only the owners that found the member
+//     without credit are woken, not every subscription of a wildcard member,
+//   - an ack or nack of its own deliveries (a nacked message is claimable again), a member
+//     joining, or one leaving and its leases being released,
 //   - an admin call resuming the subscription or replaying its DLQ,
 //   - a timer: at the NextDue of the last claim (a backoff elapses, a lease expires, a delayed
 //     message matures), at the earliest lease deadline of its members (an expired lease gives credit
 //     back), and when it has not looked for a while: after Config.PollInterval, then, while these
 //     polls deliver nothing, twice as long each time up to 16 poll intervals (wake-ups that cannot
 //     reach this process: a lost database notification, clock skew). A delivery starts over; a
-//     wake-up makes a pass at once but does not (a returned credit may wake it for nothing). A
-//     member's returned credit wakes only the owners that found it without credit.
+//     wake-up makes a pass at once but does not (a returned credit may wake it for nothing).
 //
-// Extend does not wake it: it changes no credit. A dispatch pass picks the members with credit in
+// Extend wakes it only when it makes a lease end earlier than the member's earliest deadline. A dispatch pass picks the members with credit in
 // round-robin order, starting after the last one that received deliveries (so messages published
 // one at a time go to the members in turn), and calls Engine.DeliveriesClaim with Max = the
 // member's whole credit, LeaseDuration = the member's, and AvoidMember set when another member has

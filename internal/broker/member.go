@@ -52,11 +52,12 @@ type Member struct {
 	ended []EndedSubscription
 	// reserved counts deliveries being claimed for this member right now.
 	reserved int
-	// starved holds the owners whose claim found no credit because of another
-	// owner's reservation; returning unused reserved credit then wakes them (only them: a
-	// member on a thousand subscriptions whose idle owners each woke all the others when
-	// their claims found nothing kept them claiming without end).
-	starved map[*owner]struct{}
+	// waiting holds the owners that found the member without credit. Credit coming back (an ack,
+	// a nack, a reservation of another owner returned unused, a larger MaxInFlight, deliveries
+	// dropped by a detach) wakes them, and only them: a wildcard member on a thousand topics
+	// whose every ack woke all its owners made them claim for nothing, and owners that woke
+	// each other when their claims found nothing kept claiming without end.
+	waiting map[*owner]struct{}
 	// inflight maps the deliveries the member holds to their lease deadline.
 	inflight map[leaseKey]time.Time
 	// minDeadline is at most the earliest deadline in inflight (zero when empty).
@@ -211,7 +212,7 @@ func (m *Member) SetMaxInFlight(n int) error {
 	}
 	m.mu.Unlock()
 	if grew {
-		m.wakeSubs()
+		m.creditReturned()
 	}
 	return nil
 }
@@ -285,11 +286,10 @@ func (m *Member) detach(o *owner, reason error) (owned bool) {
 	if reason != nil {
 		m.endedLocked(o, reason)
 	}
+	delete(m.waiting, o)
 	if dropped > 0 && !m.closed {
 		// The member has credit again: its other subscriptions may have been waiting for it.
-		for _, other := range m.subs {
-			other.wakeUp()
-		}
+		m.returnCreditLocked(nil)
 	}
 	return owned
 }
@@ -371,17 +371,17 @@ func (m *Member) credit(now time.Time) int {
 	return m.creditLocked(now)
 }
 
-// reserve reserves all the member's credit for a claim of o and returns it. Finding none because
-// another owner reserved it marks o starved: that reservation coming back unused wakes o.
+// reserve reserves all the member's credit for a claim of o and returns it. Finding none makes o
+// wait for the member's credit: credit coming back wakes it.
 func (m *Member) reserve(now time.Time, o *owner) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := m.creditLocked(now)
-	if k == 0 && m.reserved > 0 {
-		if m.starved == nil {
-			m.starved = map[*owner]struct{}{}
+	if k == 0 && !m.closed {
+		if m.waiting == nil {
+			m.waiting = map[*owner]struct{}{}
 		}
-		m.starved[o] = struct{}{}
+		m.waiting[o] = struct{}{}
 	}
 	m.reserved += k
 	return k
@@ -395,16 +395,16 @@ func (m *Member) unreserve(k int) {
 	m.returnCreditLocked(nil)
 }
 
-// returnCreditLocked wakes the owners that found the member without credit (other than from) when
-// reserved credit came back unused: without it such an owner would idle although the member can
-// take its messages now. m.mu must be held.
+// returnCreditLocked wakes the owners that found the member without credit (other than from,
+// which is dispatching for it right now): the member may take their messages now. m.mu must be
+// held.
 func (m *Member) returnCreditLocked(from *owner) {
-	for o := range m.starved {
+	for o := range m.waiting {
 		if o != from {
 			o.wakeUp()
 		}
 	}
-	clear(m.starved)
+	clear(m.waiting)
 }
 
 // deliver hands claimed deliveries of o's subscription to the member and ends the reservation of
@@ -502,13 +502,11 @@ func (m *Member) forget(subID int64, refs []storage.DeliveryRef) int {
 	return n
 }
 
-// wakeSubs wakes the owners of the member's subscriptions (it gained credit).
-func (m *Member) wakeSubs() {
+// creditReturned wakes the owners that wait for the member's credit (it gained some).
+func (m *Member) creditReturned() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, s := range m.subs {
-		s.wakeUp()
-	}
+	m.returnCreditLocked(nil)
 }
 
 // checkSub returns an error unless the member is open and attached to subscription subID.
@@ -599,7 +597,7 @@ func (b *Broker) ack(ctx context.Context, subID int64, member string, refs []sto
 	}
 	for _, h := range holders {
 		if h.forget(subID, refs) > 0 {
-			h.wakeSubs()
+			h.creditReturned()
 		}
 	}
 	if s != nil {
@@ -667,7 +665,9 @@ func (m *Member) NackBatch(ctx context.Context, subID int64, refs []storage.Deli
 	}
 	m.b.trace.settled(ctx, "nacked", subID, m.id, refs, slog.Bool("to_dlq", opts.ToDLQ))
 	m.forget(subID, refs)
-	m.wakeSubs()
+	m.creditReturned()
+	// The nacked messages may be claimable again at once (by this member or another).
+	m.b.wakeSubscription(subID)
 	return res, nil
 }
 
@@ -724,8 +724,8 @@ func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.De
 		if _, ok := m.inflight[key]; ok {
 			m.inflight[key] = res.Deadline
 			// A shorter lease frees the member's credit sooner: minDeadline must not stay later
-			// (pruneLocked looks only from it on), and the owners, which sleep until the
-			// earliest expiry they knew, must look again.
+			// (pruneLocked looks only from it on), and the owners waiting for its credit, which
+			// sleep until the earliest expiry they knew, must look again.
 			if m.minDeadline.IsZero() || res.Deadline.Before(m.minDeadline) {
 				m.minDeadline, earlier = res.Deadline, true
 			}
@@ -733,7 +733,9 @@ func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.De
 	}
 	m.mu.Unlock()
 	if earlier {
-		m.wakeSubs()
+		m.creditReturned()
+		// The subscription's next due time may be earlier too.
+		m.b.wakeSubscription(subID)
 	}
 	return res, nil
 }

@@ -222,6 +222,48 @@ func TestReturnedCreditWakesStarvedSubscription(t *testing.T) {
 	}
 }
 
+// A wildcard member's returned credit (an ack, a nack) wakes only the owners that found it
+// without credit, not every subscription it is attached to: an ack of a member on a thousand
+// topics woke a thousand owners, each claiming for nothing.
+func TestReturnedCreditWakesOnlyWaitingOwners(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t.*"}, 1, storage.StartPosition{})
+	s1 := newOwner(b, &storage.Subscription{ID: 1, Topic: "t.a"})
+	s2 := newOwner(b, &storage.Subscription{ID: 2, Topic: "t.b"})
+	s3 := newOwner(b, &storage.Subscription{ID: 3, Topic: "t.c"})
+	for _, s := range []*owner{s1, s2, s3} {
+		s.members = []*Member{m}
+		m.subs[s.id] = s
+	}
+	now := clock.Now()
+	picked, k, _ := s1.pick(nil)
+	if picked != m || k != 1 {
+		t.Fatalf("s1 pick = %v, %d; want m1 with 1", picked, k)
+	}
+	m.deliver(s1, []*storage.Delivery{delivery(1, 0, now.Add(time.Minute))}, k)
+	if picked, _, _ := s2.pick(nil); picked != nil {
+		t.Fatal("s2 picked a member without credit")
+	}
+	// The consumer acks: its credit comes back.
+	<-m.ch
+	m.forget(1, []storage.DeliveryRef{{Partition: 0, Offset: 0}})
+	m.creditReturned()
+	if len(s2.signal) != 1 {
+		t.Fatal("s2, which found the member without credit, not woken")
+	}
+	if len(s1.signal) != 0 || len(s3.signal) != 0 {
+		t.Fatalf("owners that did not wait for the credit woken: s1 %d, s3 %d", len(s1.signal), len(s3.signal))
+	}
+	// Once woken, s2 waits no more: the next return wakes nobody.
+	<-s2.signal
+	m.creditReturned()
+	if len(s2.signal) != 0 {
+		t.Fatal("s2 woken twice for one wait")
+	}
+}
+
 func TestNewValidatesClaimInterval(t *testing.T) {
 	t.Parallel()
 	eng, err := wal.Open(t.TempDir(), wal.Config{})
