@@ -235,20 +235,9 @@ func (s *session) read() {
 		ended := len(s.member.TakeEnded()) > 0
 		s.mu.Lock()
 		if !s.closed {
-			added := false
-			for {
-				select {
-				case d, ok := <-s.member.Deliveries():
-					if ok {
-						s.buf = append(s.buf, d)
-						added = true
-						continue
-					}
-				default:
-				}
-				break
-			}
-			if added {
+			n := len(s.buf)
+			s.buf, _ = s.member.Take(s.buf)
+			if len(s.buf) > n {
 				close(s.changed)
 				s.changed = make(chan struct{})
 			}
@@ -283,8 +272,8 @@ func (s *session) end() {
 // nothing more and keeps its leases. s.mu must be held.
 func (s *session) applyCreditLocked() {
 	target := 0
-	if want := s.demand - len(s.buf) - len(s.member.Deliveries()); want > 0 {
-		target = min(s.member.Info().InFlight+want, s.p.cfg.maxInFlight)
+	if want := s.demand - len(s.buf) - s.member.Waiting(); want > 0 {
+		target = min(s.member.InFlight()+want, s.p.cfg.maxInFlight)
 	}
 	if err := s.member.SetMaxInFlight(target); err != nil && !errors.Is(err, broker.ErrMemberClosed) {
 		s.p.logger.Warn("setting pull member credit", slog.String("member", s.member.ID()), slog.Any("error", err))

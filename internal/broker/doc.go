@@ -37,10 +37,14 @@
 //
 // # What connections need
 //
-// A connection serves many members with one writer goroutine: SubscribeParams.Notify (a channel
-// of capacity 1, shared by the members of a connection) receives a send that never blocks after
-// deliveries were put in a member's channel, moved to a larger one, or a subscription ended, and
-// the writer then drains each member's channel without blocking. SubscribeParams.LeaseDuration
+// A member is the handle a connection holds, and binary sessions, text sessions and HTTP pull
+// sessions use it the same way. A connection serves many members with one writer goroutine:
+// SubscribeParams.Notify (a channel of capacity 1, shared by the members of a connection)
+// receives a send that never blocks after deliveries were put in a member's channel, moved to a
+// larger one, or a subscription ended, and the writer then takes what each member has with
+// Member.TakeEnded and Member.Take (which never blocks and says when the member closed);
+// Member.Waiting and Member.InFlight tell a pull session how much credit to ask for.
+// SubscribeParams.LeaseDuration
 // overrides the topics' ack_wait for one member's claims (text sessions hold deliveries until they
 // ack). Member.SetMaxInFlight changes the credit at runtime (the protocol's Credit frame; 0 stops
 // deliveries while the member keeps its leases, for a server draining its connections).

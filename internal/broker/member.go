@@ -174,6 +174,45 @@ func (m *Member) Deliveries() <-chan *storage.Delivery {
 	return m.ch
 }
 
+// Take appends to dst the deliveries waiting for the consumer, in order, without blocking, and
+// returns it; open is false once the member has closed (what was waiting then is dropped, its
+// leases released). It is how a connection drains its members after a SubscribeParams.Notify
+// signal (binary and text sessions, HTTP pull sessions alike); unlike a receive from the channel
+// of Deliveries, it always reads the current channel, also after SetMaxInFlight replaced it.
+func (m *Member) Take(dst []*storage.Delivery) (ds []*storage.Delivery, open bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return dst, false
+	}
+	for {
+		select {
+		case d := <-m.ch:
+			dst = append(dst, d)
+			continue
+		default:
+		}
+		return dst, true
+	}
+}
+
+// Waiting returns how many deliveries wait in the member's channel for the consumer.
+func (m *Member) Waiting() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ch)
+}
+
+// InFlight returns how many deliveries the member holds: handed to it, not acked, nacked or
+// expired (MemberInfo.InFlight without the rest of Info).
+func (m *Member) InFlight() int {
+	now := m.b.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneLocked(now)
+	return len(m.inflight)
+}
+
 // SetMaxInFlight changes the member's credit to n, between 0 and MaxInFlightLimit: the most
 // unacknowledged deliveries it may hold at a time. Raising it wakes the member's owners. With
 // 0 the member keeps its leases (it may still ack, nack and extend them) and receives nothing

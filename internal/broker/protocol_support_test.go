@@ -35,6 +35,51 @@ func TestLeaseDurationOverridesAckWait(t *testing.T) {
 
 // TestSetMaxInFlightGrowsTheChannel: raising the credit above the channel's capacity replaces the
 // channel, moving what it held; the member then receives up to the new credit.
+// TestTake: a connection drains a member with Take after a Notify signal, in order, also across a
+// SetMaxInFlight that replaced the channel, and learns from it that the member closed.
+func TestTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("take", queueCfg)
+	notify := make(chan struct{}, 1)
+	m := e.subscribe(SubscribeParams{Pattern: "take", MaxInFlight: 2, Notify: notify})
+	e.publishN("take", "t", 5)
+	var got []*storage.Delivery
+	take := func(want int) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("%d deliveries taken", want), func() error {
+			var open bool
+			got, open = m.Take(got)
+			if !open {
+				t.Fatal("Take: member closed")
+			}
+			if len(got) != want {
+				return fmt.Errorf("%d taken", len(got))
+			}
+			return nil
+		})
+	}
+	take(2)
+	if m.Waiting() != 0 || m.InFlight() != 2 {
+		t.Fatalf("after Take: %d waiting, %d in flight; want 0, 2", m.Waiting(), m.InFlight())
+	}
+	if err := m.SetMaxInFlight(5); err != nil { // replaces the channel
+		t.Fatal(err)
+	}
+	take(5)
+	for i, d := range got {
+		if d.Offset != int64(i) {
+			t.Fatalf("delivery %d has offset %d", i, d.Offset)
+		}
+	}
+	if err := m.Close(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	if ds, open := m.Take(nil); open || len(ds) != 0 {
+		t.Fatalf("Take after Close = %d deliveries, open %v; want 0, false", len(ds), open)
+	}
+}
+
 func TestSetMaxInFlightGrowsTheChannel(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)

@@ -34,6 +34,8 @@ type binarySession struct {
 	preambleSent bool
 	batch        []protocol.Delivery
 	batchBytes   int
+	// taken is the writer's buffer for the deliveries it takes from a member (Member.Take).
+	taken []*storage.Delivery
 	// wTimeout is the write timeout last set, at wDeadlineSet (see flush).
 	wTimeout     time.Duration
 	wDeadlineSet time.Time
@@ -710,24 +712,18 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 		wrote = true
 	}
 	maxBody := b.w.MaxFrameSize() - protocol.DeliverOverhead
-	ch := h.member.Deliveries()
-	for {
-		var d *storage.Delivery
-		var ok bool
-		select {
-		case d, ok = <-ch:
-		default:
-			return wrote, nil
-		}
-		if !ok {
-			if c.handleClosedByBroker(h) {
-				if err := b.write(0, &protocol.SubscriptionEnded{Handle: h.id, Code: protocol.CodeClosed, Message: "the broker closed the subscription"}); err != nil {
-					return wrote, err
-				}
-				wrote = true
+	ds, open := h.member.Take(b.taken[:0])
+	defer func() { clear(ds); b.taken = ds[:0] }()
+	if !open {
+		if c.handleClosedByBroker(h) {
+			if err := b.write(0, &protocol.SubscriptionEnded{Handle: h.id, Code: protocol.CodeClosed, Message: "the broker closed the subscription"}); err != nil {
+				return wrote, err
 			}
-			return wrote, nil
+			wrote = true
 		}
+		return wrote, nil
+	}
+	for _, d := range ds {
 		pd := delivery(h.id, d)
 		pd.Partitions = uint32(c.srv.partitionCount(c.ctx, d.Topic, d.Partition))
 		n := pd.EncodedLen()
@@ -745,6 +741,7 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 		b.batchBytes += n
 		wrote = true
 	}
+	return wrote, nil
 }
 
 // writeBatch writes the pending deliveries as one Deliver frame.

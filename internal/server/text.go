@@ -38,9 +38,10 @@ type textSession struct {
 	// started is set once the first line arrived: until then the handshake timeout applies.
 	started bool
 
-	// w and line are the writer goroutine's.
-	w    *bufio.Writer
-	line []byte
+	// w, line and taken (deliveries taken from a member) are the writer goroutine's.
+	w     *bufio.Writer
+	line  []byte
+	taken []*storage.Delivery
 
 	// Guarded by c.mu.
 	verbose bool
@@ -529,26 +530,20 @@ func (t *textSession) flush(final, _ bool) (bool, error) {
 			}
 			wrote = true
 		}
-		ch := h.member.Deliveries()
-	drain:
-		for {
-			var d *storage.Delivery
-			var ok bool
-			select {
-			case d, ok = <-ch:
-			default:
-				break drain
-			}
-			if !ok {
-				if c.handleClosedByBroker(h) {
-					t.line = text.AppendInfo(t.line[:0], "subscription "+h.pattern+" closed by the server")
-					if _, err := t.w.Write(t.line); err != nil {
-						return wrote, err
-					}
-					wrote = true
+		ds, open := h.member.Take(t.taken[:0])
+		t.taken = ds[:0]
+		if !open {
+			if c.handleClosedByBroker(h) {
+				t.line = text.AppendInfo(t.line[:0], "subscription "+h.pattern+" closed by the server")
+				if _, err := t.w.Write(t.line); err != nil {
+					return wrote, err
 				}
-				break
+				wrote = true
 			}
+			continue
+		}
+		for i, d := range ds {
+			ds[i] = nil // the buffer is reused: keep no delivery alive
 			c.delivered(h, d)
 			c.mu.Lock()
 			t.lastTag++
