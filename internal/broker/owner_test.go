@@ -2,7 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -135,4 +139,195 @@ func TestOwnerEndsWithLastMember(t *testing.T) {
 	e.publishN("life", "l", 2)
 	gs := consumeAll(t, 2, m3)
 	expectPayloads(t, "m3", gs, "l", 2)
+}
+
+// TestOwnersUnderChurn: members join and leave a wildcard's subscriptions while those end under
+// them (a group cancelled, a topic deleted and created again), so that joins, leaves and ends
+// reach owners in every order: no call hangs, every owner ends with its last member (the package's
+// TestMain fails on a goroutine left behind), and a member joining afterwards is served.
+func TestOwnersUnderChurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("churn.a", pubSubCfg)
+	e.createTopic("churn.b", pubSubCfg)
+	ctx := e.ctx()
+	stop := make(chan struct{})
+	admin := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				admin <- nil
+				return
+			default:
+			}
+			var err error
+			if i%2 == 0 {
+				_, err = e.b.CancelGroup(ctx, "churn.a", "g")
+			} else if err = e.b.DeleteTopic(ctx, "churn.b", true); err == nil {
+				_, err = e.b.CreateTopic(ctx, "churn.b", pubSubCfg)
+			}
+			if err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) && !errors.Is(err, storage.ErrInvalidTransition) &&
+				!errors.Is(err, storage.ErrTopicNotFound) && !errors.Is(err, storage.ErrTopicExists) {
+				admin <- err
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				p := SubscribeParams{Pattern: "churn.*", Group: "g", Notify: make(chan struct{}, 1)}
+				if w%2 == 1 {
+					p.Group = "" // ephemeral subscriptions, deleted as their member leaves
+				}
+				m, err := e.b.Subscribe(ctx, p)
+				if err != nil {
+					errs <- err
+					return
+				}
+				eventually(t, "attachments agree with their owners", func() error { return attachedConsistently(m) })
+				m.TakeEnded()
+				if err := m.Close(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-admin; err != nil {
+		t.Fatalf("admin churn: %v", err)
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatalf("member churn: %v", err)
+	}
+	eventually(t, "every owner ended", func() error {
+		e.b.mu.RLock()
+		defer e.b.mu.RUnlock()
+		if len(e.b.subs) != 0 || len(e.b.members) != 0 {
+			return fmt.Errorf("%d owners, %d members left", len(e.b.subs), len(e.b.members))
+		}
+		return nil
+	})
+	m := e.subscribe(SubscribeParams{Pattern: "churn.a", Group: "g"})
+	e.publishN("churn.a", "after", 1)
+	if d := recv(t, m, 1)[0]; string(d.Payload) != "after-0" {
+		t.Fatalf("got %q after the churn", d.Payload)
+	}
+}
+
+// attachedConsistently checks that every subscription m is attached to has an owner that lists m,
+// or one that ended and detached m.
+func attachedConsistently(m *Member) error {
+	m.mu.Lock()
+	atts := maps.Clone(m.subs)
+	m.mu.Unlock()
+	for id, o := range atts {
+		if slices.Contains(o.viewMembers(), m) {
+			continue
+		}
+		o.qmu.Lock()
+		ended := o.ended
+		o.qmu.Unlock()
+		m.mu.Lock()
+		still := m.subs[id] == o
+		m.mu.Unlock()
+		if ended && !still {
+			continue
+		}
+		return fmt.Errorf("member %s attached to subscription %d whose owner does not list it (owner ended: %v)", m.id, id, ended)
+	}
+	return nil
+}
+
+// TestJoinQueuedBehindEnd: a member whose join waits in the inbox while the owner finds its
+// subscription gone is detached and told, like the members it had: it must not stay attached to
+// an owner that ended (it would never receive anything from that subscription again).
+func TestJoinQueuedBehindEnd(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	g := &gatedEngine{Engine: eng, armed: make(chan struct{}, 1), entered: make(chan struct{}), open: make(chan struct{})}
+	b, err := New(Config{Engine: g, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	if _, err := b.CreateTopic(ctx, "pend", storage.TopicConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	m1, err := b.Subscribe(ctx, SubscribeParams{Pattern: "pend", MemberID: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subID := m1.Subscriptions()[0].SubscriptionID
+	b.mu.RLock()
+	o := b.subs[subID]
+	b.mu.RUnlock()
+	queued := func(n int) func() error {
+		return func() error {
+			o.qmu.Lock()
+			defer o.qmu.Unlock()
+			if len(o.events) < n {
+				return fmt.Errorf("%d events queued, want %d", len(o.events), n)
+			}
+			return nil
+		}
+	}
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(g.open) }) }
+	defer openGate() // a failing test must not leave the owner inside the claim
+	g.armed <- struct{}{}
+	if _, err := b.Publish(ctx, "pend", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered // the owner is inside a claim
+	joined := make(chan *Member, 1)
+	go func() {
+		m2, err := b.Subscribe(ctx, SubscribeParams{Pattern: "pend", MemberID: "m2"})
+		if err != nil {
+			t.Errorf("Subscribe m2: %v", err)
+		}
+		joined <- m2
+	}()
+	eventually(t, "m2's join queued", queued(1))
+	deleted := make(chan error, 1)
+	go func() { deleted <- b.DeleteTopic(ctx, "pend", true) }()
+	eventually(t, "the end queued behind the join", queued(2))
+	openGate() // the claim finds the subscription gone
+	m2 := <-joined
+	if err := <-deleted; err != nil {
+		t.Fatalf("DeleteTopic: %v", err)
+	}
+	for _, m := range []*Member{m1, m2} {
+		if m == nil {
+			t.FailNow()
+		}
+		if m.AttachedTo(subID) {
+			t.Fatalf("%s still attached to the deleted topic's subscription", m.ID())
+		}
+		ended := m.TakeEnded()
+		if len(ended) != 1 || ended[0].SubscriptionID != subID || !errors.Is(ended[0].Err, storage.ErrSubscriptionNotFound) {
+			t.Fatalf("%s ended %+v, want subscription %d not found", m.ID(), ended, subID)
+		}
+	}
 }
