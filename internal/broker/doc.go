@@ -127,16 +127,19 @@
 //
 // # Lock order
 //
-//	Member.attachMu -> Broker.mu -> Member.mu
+//	Broker.mu -> Member.mu
 //
-// owner.qmu (an owner's inbox) and eventQueue.mu are leaves. Broker.mu and Member.mu are never
-// held across engine calls, so the engine may call the notification callback (which takes
-// Broker.mu for reading) from inside its own locks. Member.attachMu serializes attaching and
-// closing one member and is held across engine calls; the callback and the owners never take it.
-// A subscription's state has no lock: its owner's goroutine is its only writer. Waiting for an
-// owner (a join, a leave, an end) is done with no lock held but Member.attachMu, and an owner
-// never waits for anyone but the engine (a claim). tracer.mu
-// (correlation ids of leased deliveries) is a leaf too.
+// owner.qmu (an owner's inbox) and eventQueue.mu are leaves. No lock is held across an engine
+// call, so the engine may call the notification callback (which takes Broker.mu for reading) from
+// inside its own locks. A subscription's state has no lock: its owner's goroutine is its only
+// writer. A member's attachments (Member.subs) grow only under Broker.mu, in the section that
+// queues the join, and whoever reads them to queue leaves (Close, a semantics change) does so
+// under Broker.mu too: an owner always gets a member's join before its leave. Attaching resolves
+// the subscription with engine calls before that section and gives up there if the member closed
+// meanwhile (deleting an ephemeral subscription it created for nothing). Waiting for an owner (a
+// join, a leave, an end) is done with no lock held, and an owner never waits for anyone but the
+// engine (a claim), Broker.mu and Member.mu. tracer.mu (correlation ids of
+// leased deliveries) is a leaf too.
 //
 // # Tracing
 //

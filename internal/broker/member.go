@@ -31,10 +31,6 @@ type Member struct {
 	// allow is SubscribeParams.Allow: nil, or the topics the member may be attached to.
 	allow func(topic string) bool
 
-	// attachMu serializes attaching and closing (it is held across engine calls; the engine's
-	// notification callback never takes it).
-	attachMu sync.Mutex
-
 	// closeOnce runs the close; closed is closed when it finished.
 	closeOnce sync.Once
 	closedCh  chan struct{}
@@ -300,13 +296,13 @@ func (m *Member) endedLocked(o *owner, reason error) {
 // deliveries of it the member holds are forgotten and those still in its channel dropped (the
 // caller releases their leases, or they went with the subscription). From then on deliver drops
 // what a claim in progress brings for it. A non-nil reason records that the subscription ended
-// under the member (TakeEnded). It reports whether the member owned the subscription (an
-// ephemeral one it created). Detaching what is not attached does nothing.
-func (m *Member) detach(o *owner, reason error) (owned bool) {
+// under the member (TakeEnded). It reports whether the member was attached, and whether it owned
+// the subscription (an ephemeral one it created). Detaching what is not attached does nothing.
+func (m *Member) detach(o *owner, reason error) (attached, owned bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.subs[o.id] != o {
-		return false
+		return false, false
 	}
 	delete(m.subs, o.id)
 	if id, ok := m.topics[o.topic]; ok && id == o.id {
@@ -330,7 +326,7 @@ func (m *Member) detach(o *owner, reason error) (owned bool) {
 		// The member has credit again: its other subscriptions may have been waiting for it.
 		m.returnCreditLocked(nil)
 	}
-	return owned
+	return true, owned
 }
 
 // notifyLocked signals SubscribeParams.Notify without blocking. m.mu must be held (so that the
@@ -812,16 +808,14 @@ func (m *Member) Leave(ctx context.Context) (released int, err error) {
 
 func (m *Member) doClose(ctx context.Context) (int, error) {
 	b := m.b
-	m.attachMu.Lock()
-	defer m.attachMu.Unlock()
 
-	// 1. Leave the broker and every subscription: deliver drops whatever is claimed for m from now
-	// on, and no topic created later attaches it.
+	// 1. Leave the broker and every subscription, in one Broker.mu section (where attach checks
+	// closed and queues joins): deliver drops whatever is claimed for m from now on, no topic
+	// created later attaches it, and each owner gets the leave after any join of m.
 	b.mu.Lock()
 	if b.members[m.id] == m {
 		delete(b.members, m.id)
 	}
-	b.mu.Unlock()
 	m.mu.Lock()
 	m.closed = true
 	attached := make([]*owner, 0, len(m.subs))
@@ -830,16 +824,22 @@ func (m *Member) doClose(ctx context.Context) (int, error) {
 	}
 	m.mu.Unlock()
 	owned := make(map[int64]bool)
+	var leaves []*event
 	for _, o := range attached {
-		if m.detach(o, nil) {
+		ev, own := b.leaveLocked(m, o)
+		if own {
 			owned[o.id] = true
 		}
+		if ev != nil {
+			leaves = append(leaves, ev)
+		}
 	}
+	b.mu.Unlock()
 
 	// 2. Wait until each owner forgot m: no claim for m runs any more, and one that ran before was
 	// dropped by deliver and is released below.
-	for _, o := range attached {
-		o.leave(m)
+	for _, ev := range leaves {
+		<-ev.done
 	}
 
 	// 3. Drop what is still in the channel and close it.

@@ -120,9 +120,21 @@ func (o *owner) call(ev *event) bool {
 	return true
 }
 
-// leave tells the owner that m detached itself and waits until the owner forgot it (a fence: no
-// claim for m runs after leave returns).
-func (o *owner) leave(m *Member) { o.call(&event{kind: evLeave, m: m}) }
+// leaveLocked detaches m from o's subscription and tells o. It returns the leave event to wait for
+// (its done is the fence after which no claim for m runs), nil when m was not attached or o has
+// ended, and whether m owned the subscription (an ephemeral one the caller deletes). Broker.mu must
+// be held: joins are queued under it, so o gets m's leave after m's join.
+func (b *Broker) leaveLocked(m *Member, o *owner) (ev *event, owned bool) {
+	attached, owned := m.detach(o, nil)
+	if !attached {
+		return nil, false
+	}
+	ev = &event{kind: evLeave, m: m, done: make(chan struct{})}
+	if !o.push(ev) {
+		return nil, owned
+	}
+	return ev, owned
+}
 
 // end ends the subscription on this broker: its members are detached and told reason. It reports
 // whether one of them owned the subscription (an ephemeral one the caller deletes).
@@ -297,7 +309,7 @@ func (o *owner) unregister() bool {
 // same way). It reports whether one of the members owned the subscription (an ephemeral one).
 func (o *owner) finish(reason error, pending []*event) (owned bool) {
 	for _, m := range o.members {
-		if m.detach(o, reason) {
+		if _, own := m.detach(o, reason); own {
 			owned = true
 		}
 	}
@@ -305,8 +317,10 @@ func (o *owner) finish(reason error, pending []*event) (owned bool) {
 	o.publish()
 	for {
 		for _, ev := range pending {
-			if ev.kind == evJoin && ev.m.detach(o, reason) {
-				owned = true
+			if ev.kind == evJoin {
+				if _, own := ev.m.detach(o, reason); own {
+					owned = true
+				}
 			}
 			if ev.done != nil {
 				close(ev.done)

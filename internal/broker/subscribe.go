@@ -214,8 +214,6 @@ func (b *Broker) attachMatching(ctx context.Context, topic string, created bool)
 // attach joins m to the subscription of topic it belongs to. created says the topic was created
 // after m subscribed (its new subscriptions start at the beginning then).
 func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bool) error {
-	m.attachMu.Lock()
-	defer m.attachMu.Unlock()
 	m.mu.Lock()
 	_, attached := m.topics[topic]
 	closed := m.closed

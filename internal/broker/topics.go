@@ -290,16 +290,22 @@ func belongs(t *storage.Topic, m *Member, sub *storage.Subscription) bool {
 
 // leave detaches m from s and releases its leases there (or deletes s if m owned it).
 func (b *Broker) leave(ctx context.Context, m *Member, s *owner) error {
-	m.attachMu.Lock()
-	defer m.attachMu.Unlock()
+	b.mu.Lock()
 	m.mu.Lock()
 	attached := m.subs[s.id] == s
 	m.mu.Unlock()
+	var ev *event
+	owned := false
+	if attached {
+		ev, owned = b.leaveLocked(m, s)
+	}
+	b.mu.Unlock()
 	if !attached {
 		return nil
 	}
-	owned := m.detach(s, nil)
-	s.leave(m)
+	if ev != nil {
+		<-ev.done
+	}
 	if owned {
 		if err := b.engine.SubscriptionDelete(ctx, s.id); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
 			return fmt.Errorf("broker: delete ephemeral subscription %d: %w", s.id, err)
