@@ -17,6 +17,11 @@ import (
 // to one subscription per topic its pattern matches (the topic's queue subscription, its group's
 // subscription, or an ephemeral subscription of its own) and receives the deliveries of all of them
 // on one channel, limited by one credit (MaxInFlight). Every method is safe for concurrent use.
+//
+// It is a handle: the subscriptions' owners decide what it is given (they claim for it and put
+// the deliveries in its channel); the member keeps what is its own, the credit it shares among its
+// subscriptions (reserved by an owner for the length of a claim), the deliveries it holds and its
+// attachments.
 type Member struct {
 	b       *Broker
 	id      string
@@ -58,7 +63,8 @@ type Member struct {
 	inflight map[leaseKey]time.Time
 	// minDeadline is at most the earliest deadline in inflight (zero when empty).
 	minDeadline time.Time
-	// subs are the subscriptions the member is attached to.
+	// subs are the owners of the subscriptions the member is attached to. They are added only under
+	// Broker.mu (see the package's lock order).
 	subs map[int64]*owner
 	// topics maps each attached topic to its subscription ID.
 	topics map[string]int64

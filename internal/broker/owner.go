@@ -254,8 +254,8 @@ func (o *owner) handleEvents() bool {
 					o.publish()
 				}
 			case evLeave:
-				if i := slices.Index(o.members, ev.m); i >= 0 {
-					o.members = slices.Delete(o.members, i, i+1)
+				if j := slices.Index(o.members, ev.m); j >= 0 {
+					o.members = slices.Delete(o.members, j, j+1)
 					o.publish()
 				}
 				if o.served == ev.m {
