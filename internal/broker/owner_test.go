@@ -331,3 +331,86 @@ func TestJoinQueuedBehindEnd(t *testing.T) {
 		}
 	}
 }
+
+// subClaims is the real engine that counts claims per subscription.
+type subClaims struct {
+	storage.Engine
+	mu     sync.Mutex
+	claims map[int64]int
+}
+
+func (c *subClaims) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
+	c.mu.Lock()
+	c.claims[p.SubscriptionID]++
+	c.mu.Unlock()
+	return c.Engine.DeliveriesClaim(ctx, p)
+}
+
+func (c *subClaims) total(except int64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for id, k := range c.claims {
+		if id != except {
+			n += k
+		}
+	}
+	return n
+}
+
+// TestWildcardAckClaimsOnlyItsSubscription: a wildcard member on many topics consumes from one of
+// them: its acks give credit back, which must not make the owners of its other, idle
+// subscriptions claim (they never lacked credit). Every ack made each of them claim for nothing.
+func TestWildcardAckClaimsOnlyItsSubscription(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	ce := &subClaims{Engine: eng, claims: map[int64]int{}}
+	b, err := New(Config{Engine: ce, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	const topics = 20
+	for i := range topics {
+		if _, err := b.CreateTopic(ctx, fmt.Sprintf("wide.t%02d", i), storage.TopicConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := b.Subscribe(ctx, SubscribeParams{Pattern: "wide.*", MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, b: b}
+	e.waitIdle()
+	var busy int64
+	for _, a := range m.Subscriptions() {
+		if a.Topic == "wide.t00" {
+			busy = a.SubscriptionID
+		}
+	}
+	before := ce.total(busy)
+	for i := range 10 {
+		if _, err := b.Publish(ctx, "wide.t00", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: fmt.Appendf(nil, "w-%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+		d := recv(t, m, 1)[0]
+		ack(t, m, d)
+	}
+	e.waitIdle()
+	if n := ce.total(busy) - before; n != 0 {
+		t.Fatalf("10 acks on one topic made the %d other subscriptions claim %d times, want 0", topics-1, n)
+	}
+}
