@@ -111,9 +111,9 @@
 // len(channel)), so a send never blocks even when expired deliveries still sit in the channel.
 // Channels cannot grow: SetMaxInFlight above the capacity moves the channel's contents, in order,
 // to a new larger channel under Member.mu (deliver sends under it too), and Deliveries returns the
-// new one from then on. (Credit freed by the
-// consumer receiving such an expired delivery is noticed at the next wake-up or poll: receiving from
-// a channel has no hook.)
+// new one from then on. Credit freed by the consumer taking such an expired delivery with
+// Member.Take wakes the owners waiting for it; one received from the channel of Deliveries is
+// noticed at the next wake-up or poll (a receive has no hook).
 //
 // # Goroutines
 //

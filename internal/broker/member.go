@@ -181,18 +181,27 @@ func (m *Member) Deliveries() <-chan *storage.Delivery {
 // leases released). It is how a connection drains its members after a SubscribeParams.Notify
 // signal (binary and text sessions, HTTP pull sessions alike); unlike a receive from the channel
 // of Deliveries, it always reads the current channel, also after SetMaxInFlight replaced it.
+//
+// Deliveries whose lease expired while they waited still take room in the channel, so taking them
+// gives credit back: the owners waiting for it are woken (a receive from the channel cannot).
 func (m *Member) Take(dst []*storage.Delivery) (ds []*storage.Delivery, open bool) {
+	now := m.b.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return dst, false
 	}
+	m.pruneLocked(now)
+	expired := len(m.ch) > len(m.inflight)
 	for {
 		select {
 		case d := <-m.ch:
 			dst = append(dst, d)
 			continue
 		default:
+		}
+		if expired {
+			m.returnCreditLocked(nil)
 		}
 		return dst, true
 	}

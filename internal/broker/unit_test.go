@@ -264,6 +264,44 @@ func TestReturnedCreditWakesOnlyWaitingOwners(t *testing.T) {
 	}
 }
 
+// Deliveries whose lease expired while they waited in the channel still take its room: the owner
+// that found the member without credit must be woken when the consumer takes them (the sessions'
+// Take), or it waits for a poll, up to 16 s.
+func TestTakeOfExpiredDeliveriesWakesWaitingOwner(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 2, storage.StartPosition{})
+	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
+	s.members = []*Member{m}
+	m.subs[s.id] = s
+	now := clock.Now()
+	k := m.reserve(now, s)
+	m.deliver(s, []*storage.Delivery{delivery(7, 0, now.Add(time.Second)), delivery(7, 1, now.Add(time.Second))}, k)
+	clock.Advance(2 * time.Second) // both leases expire in the channel
+	if picked, _, _ := s.pick(nil); picked != nil {
+		t.Fatal("picked a member whose channel is full")
+	}
+	if ds, _ := m.Take(nil); len(ds) != 2 {
+		t.Fatalf("took %d, want 2", len(ds))
+	}
+	if len(s.signal) != 1 {
+		t.Fatal("the waiting owner not woken when the expired deliveries were taken")
+	}
+	// Taking deliveries whose leases are live gives no credit back: no wake-up.
+	<-s.signal
+	now = clock.Now()
+	k = m.reserve(now, s)
+	m.deliver(s, []*storage.Delivery{delivery(7, 2, now.Add(time.Minute)), delivery(7, 3, now.Add(time.Minute))}, k)
+	if picked, _, _ := s.pick(nil); picked != nil {
+		t.Fatal("picked a member without credit")
+	}
+	m.Take(nil)
+	if len(s.signal) != 0 {
+		t.Fatal("owner woken by taking deliveries that still hold their credit")
+	}
+}
+
 func TestNewValidatesClaimInterval(t *testing.T) {
 	t.Parallel()
 	eng, err := wal.Open(t.TempDir(), wal.Config{})
