@@ -43,7 +43,9 @@
 //	  max_frame_size: 10485760
 //	  heartbeat_interval: 10s
 //	  session_timeout: 30s
+//	  max_conn_buffer_bytes: 8388608   # deliveries queued for a connection, not yet written
 //	  text_ack_wait: 24h
+//	  text_ack_timeout: 5m       # a text session holding deliveries without ACK/NACK is closed
 //	  text_publisher_idle: 1s
 //	  tls:                       # TLS on the TCP and HTTP listeners (both files, or neither)
 //	    cert_file: /etc/spool/server.pem

@@ -396,7 +396,7 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		Pattern:       m.Topic,
 		Group:         m.Group,
 		MemberID:      m.MemberID,
-		MaxInFlight:   int(m.MaxInFlight),
+		MaxInFlight:   c.initialCredit(int(m.MaxInFlight)),
 		LeaseDuration: m.LeaseDuration,
 		Start:         start,
 		Notify:        c.wake,
@@ -405,12 +405,16 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		b.replyErr(corr, err)
 		return
 	}
+	credit := int(m.MaxInFlight)
+	if credit == 0 {
+		credit = member.MaxInFlight() // the broker's default
+	}
 	subs := member.Subscriptions()
 	ok := &protocol.SubscribeOK{MemberID: member.ID(), Subscriptions: make([]protocol.SubscriptionInfo, len(subs))}
 	for i, a := range subs {
 		ok.Subscriptions[i] = protocol.SubscriptionInfo{SubscriptionID: a.SubscriptionID, Topic: a.Topic}
 	}
-	c.addHandle(m.Topic, member, func(id uint32) outItem {
+	c.addHandle(m.Topic, member, credit, func(id uint32) outItem {
 		ok.Handle = id
 		return outItem{corr: corr, msg: ok}
 	})
@@ -594,12 +598,13 @@ func (b *binarySession) credit(corr uint32, m *protocol.Credit) {
 	case c.draining:
 		return // the server is closing: no more deliveries whatever the credit
 	default:
-		n := int64(h.member.MaxInFlight()) + int64(m.Additional)
+		n := int64(h.credit) + int64(m.Additional)
 		if n > int64(c.srv.cfg.MaxCredit) {
-			e = protocol.ErrInvalidArgument.Errorf("credit %d + %d exceeds the server's cap %d", h.member.MaxInFlight(), m.Additional, c.srv.cfg.MaxCredit)
-		} else if err := h.member.SetMaxInFlight(int(n)); err != nil {
-			e = errmap.ErrorFrom(err)
+			e = protocol.ErrInvalidArgument.Errorf("credit %d + %d exceeds the server's cap %d", h.credit, m.Additional, c.srv.cfg.MaxCredit)
+			break
 		}
+		h.credit = int(n)
+		c.applyCreditLocked(h, c.windowLocked(len(c.handles)))
 	}
 	if e != nil {
 		c.out = append(c.out, outItem{corr: corr, msg: e})
@@ -698,7 +703,11 @@ func (b *binarySession) flush(final, heartbeat bool) (bool, error) {
 		}
 		wrote = true
 	}
-	return wrote, b.w.Flush()
+	if err := b.w.Flush(); err != nil {
+		return wrote, err
+	}
+	c.moveWindows(hs)
+	return wrote, nil
 }
 
 // flushHandle adds what one handle has to send to the output.
@@ -727,6 +736,7 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 		pd := delivery(h.id, d)
 		pd.Partitions = uint32(c.srv.partitionCount(c.ctx, d.Topic, d.Partition))
 		n := pd.EncodedLen()
+		c.est.observe(n)
 		if n > maxBody {
 			b.tooLarge(h, d, n)
 			continue

@@ -50,6 +50,12 @@ const (
 	// DefaultTextPublisherIdle closes a text session that has only published after that long
 	// without input, so that `echo "PUBLISH ..." | nc` ends with every nc (docs/protocol.md 11.5).
 	DefaultTextPublisherIdle = time.Second
+	// DefaultMaxConnBufferBytes bounds the deliveries queued for one connection and not yet
+	// written to its socket (window.go).
+	DefaultMaxConnBufferBytes = 8 << 20
+	// DefaultTextAckTimeout ends a text session that holds deliveries and has acked or nacked
+	// none of them for that long (RabbitMQ's consumer_timeout): its leases go back to the group.
+	DefaultTextAckTimeout = 5 * time.Minute
 )
 
 // Config configures a Server. The zero value of every field means its default; New applies the
@@ -95,6 +101,14 @@ type Config struct {
 	// publish stage or being appended (a single larger Publish is still accepted when nothing is
 	// queued). Beyond it the reader stops reading. Defaults to 32 MiB; at least 64 KiB.
 	MaxPipelinedBytes int `yaml:"max_pipelined_bytes"`
+	// MaxConnBufferBytes bounds the bytes of deliveries queued for one connection and not yet
+	// written to its socket: a consumer that does not read stops receiving (its credit is not
+	// used) until what is queued drains (window.go). Defaults to 8 MiB; between 64 KiB and 1 GiB.
+	MaxConnBufferBytes int `yaml:"max_conn_buffer_bytes"`
+	// TextAckTimeout ends a text session that holds deliveries and has not acked or nacked any
+	// for that long: its deliveries go back to the group at once. Defaults to 5 min (at most
+	// text_ack_wait); at most text_ack_wait.
+	TextAckTimeout time.Duration `yaml:"text_ack_timeout"`
 	// TextAckWait is the lease of text-mode deliveries. Defaults to 24 h; at most
 	// broker.MaxLeaseDuration.
 	TextAckWait time.Duration `yaml:"text_ack_wait"`
@@ -148,6 +162,8 @@ func DefaultConfig() Config {
 		TextAckWait:          DefaultTextAckWait,
 		TextMaxInFlight:      DefaultTextMaxInFlight,
 		TextPublisherIdle:    DefaultTextPublisherIdle,
+		MaxConnBufferBytes:   DefaultMaxConnBufferBytes,
+		TextAckTimeout:       DefaultTextAckTimeout,
 		MaxMessageSize:       storage.DefaultMaxMessageBytes,
 		Version:              "dev",
 	}
@@ -177,6 +193,10 @@ func (c Config) WithDefaults() Config {
 	c.TextAckWait = cmp.Or(c.TextAckWait, d.TextAckWait)
 	c.TextMaxInFlight = cmp.Or(c.TextMaxInFlight, d.TextMaxInFlight)
 	c.TextPublisherIdle = cmp.Or(c.TextPublisherIdle, d.TextPublisherIdle)
+	c.MaxConnBufferBytes = cmp.Or(c.MaxConnBufferBytes, d.MaxConnBufferBytes)
+	if c.TextAckTimeout == 0 {
+		c.TextAckTimeout = min(d.TextAckTimeout, c.TextAckWait)
+	}
 	c.MaxMessageSize = cmp.Or(c.MaxMessageSize, d.MaxMessageSize)
 	c.Version = cmp.Or(c.Version, d.Version)
 	if c.Clock == nil {
@@ -224,6 +244,10 @@ func (c Config) Validate() error {
 		return bad("text_max_in_flight", "must be between 1 and max_credit (%d), got %d", c.MaxCredit, c.TextMaxInFlight)
 	case c.TextPublisherIdle < time.Millisecond:
 		return bad("text_publisher_idle", "must be at least 1ms, got %s", c.TextPublisherIdle)
+	case c.MaxConnBufferBytes < 64<<10 || c.MaxConnBufferBytes > 1<<30:
+		return bad("max_conn_buffer_bytes", "must be between 65536 and 1073741824, got %d", c.MaxConnBufferBytes)
+	case c.TextAckTimeout < time.Millisecond || c.TextAckTimeout > c.TextAckWait:
+		return bad("text_ack_timeout", "must be between 1ms and text_ack_wait (%s), got %s", c.TextAckWait, c.TextAckTimeout)
 	case c.MaxMessageSize < 1 || c.MaxMessageSize > storage.MaxMessageBytesLimit:
 		return bad("max_message_size", "must be between 1 and %d, got %d", storage.MaxMessageBytesLimit, c.MaxMessageSize)
 	}

@@ -66,6 +66,9 @@ type handle struct {
 	id      uint32
 	pattern string
 	member  *broker.Member
+	// credit is the client's credit; applied is what the member was given (window.go). Both
+	// guarded by conn.mu.
+	credit, applied int
 }
 
 // conn is one accepted connection. It runs two goroutines, both counted in the server's
@@ -109,6 +112,8 @@ type conn struct {
 	nw *netwrite.Writer
 	// principal is the authenticated client when Config.Auth is on (reader goroutine only).
 	principal *auth.Principal
+	// est is the largest delivery the connection was given (window.go).
+	est sizeEstimate
 
 	// mu guards the fields below. Lock order: conn.mu before the broker's locks (SetMaxInFlight is
 	// called under it); the broker never calls back into the connection.
@@ -358,12 +363,13 @@ func (c *conn) sortedHandlesLocked() []*handle {
 }
 
 // addHandle registers a new handle after queuing its response (SubscribeOK, OK), so that the
-// writer sends the response before any delivery of the handle. A handle added while the server
-// drains gets no credit.
-func (c *conn) addHandle(pattern string, m *broker.Member, reply func(id uint32) outItem) *handle {
+// writer sends the response before any delivery of the handle. credit is the client's credit, of
+// which the member was given what initialCredit allowed. A handle added while the server drains
+// gets no credit.
+func (c *conn) addHandle(pattern string, m *broker.Member, credit int, reply func(id uint32) outItem) *handle {
 	c.mu.Lock()
 	c.nextHandle++
-	h := &handle{id: c.nextHandle, pattern: pattern, member: m}
+	h := &handle{id: c.nextHandle, pattern: pattern, member: m, credit: credit, applied: m.MaxInFlight()}
 	c.out = append(c.out, reply(h.id))
 	c.handles[h.id] = h
 	if c.draining {

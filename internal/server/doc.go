@@ -83,8 +83,9 @@
 //     wrong state gets an Error with the request's correlation id and the session goes on. Broker
 //     and engine errors are mapped to protocol codes by errmap.ErrorFrom, shared with the HTTP API.
 //   - Subscribe: one broker member per handle, with the handle's credit (Subscribe.max_in_flight,
-//     capped by Config.MaxCredit) and lease (Subscribe.lease_duration); Credit raises the member's
-//     MaxInFlight. ORDERED is refused with INVALID_ARGUMENT ("ordered groups are not implemented
+//     capped by Config.MaxCredit) and lease (Subscribe.lease_duration); Credit raises it. The
+//     member is given that credit only as far as Config.MaxConnBufferBytes allows deliveries
+//     to wait for the writer (window.go). ORDERED is refused with INVALID_ARGUMENT ("ordered groups are not implemented
 //     yet").
 //   - Ack goes through Broker.AckBatch (any member may ack, also for a handle closed since);
 //     refs of subscriptions the connection never joined are reported unknown without touching the
@@ -102,6 +103,8 @@
 // lines are written between replies, never inside one. SUBSCRIBE makes a member with credit
 // Config.TextMaxInFlight and lease Config.TextAckWait (24 h): deliveries stay with the session
 // until ACK, NACK, UNSUBSCRIBE, QUIT or the end of the connection, which releases them at once.
+// A session that holds deliveries and acks or nacks none for Config.TextAckTimeout (5 min) is
+// closed with SESSION_TIMEOUT: a forgotten nc gives its deliveries back to the group.
 // The n-th delivery line has tag n; ACK and NACK name tags. A session that only published is
 // closed after Config.TextPublisherIdle without input, so `echo "PUBLISH ..." | nc` ends with
 // every nc. When the input ends (nc -N, ncat, or nc killed), a session without subscription ends;

@@ -38,15 +38,20 @@ type textSession struct {
 	// started is set once the first line arrived: until then the handshake timeout applies.
 	started bool
 
-	// w, line and taken (deliveries taken from a member) are the writer goroutine's.
-	w     *bufio.Writer
-	line  []byte
-	taken []*storage.Delivery
+	// w, line, taken (deliveries taken from a member) and timedOut (text_ack_timeout ended the
+	// session) are the writer goroutine's.
+	w        *bufio.Writer
+	line     []byte
+	taken    []*storage.Delivery
+	timedOut bool
 
 	// Guarded by c.mu.
 	verbose bool
 	lastTag uint64
 	tags    map[uint64]tagRef
+	// heldSince is when tags last became non-empty, settled when the session last acked or
+	// nacked: text_ack_timeout counts from the later one (checkAckTimeout).
+	heldSince, settled time.Time
 }
 
 // tagRef is what a delivery tag names.
@@ -308,7 +313,7 @@ func (t *textSession) subscribe(cmd text.Command) {
 		Pattern:       cmd.Topic,
 		Group:         t.group,
 		MemberID:      memberID,
-		MaxInFlight:   c.srv.cfg.TextMaxInFlight,
+		MaxInFlight:   c.initialCredit(c.srv.cfg.TextMaxInFlight),
 		LeaseDuration: c.srv.cfg.TextAckWait,
 		Start:         start,
 		Notify:        c.wake,
@@ -324,7 +329,7 @@ func (t *textSession) subscribe(cmd text.Command) {
 	if t.group != "" {
 		msg += " group " + t.group + " consumer " + member.ID()
 	}
-	c.addHandle(cmd.Topic, member, func(uint32) outItem {
+	c.addHandle(cmd.Topic, member, c.srv.cfg.TextMaxInFlight, func(uint32) outItem {
 		return outItem{line: text.AppendOK(nil, msg)}
 	})
 }
@@ -354,6 +359,7 @@ func (t *textSession) lookupTags(tags []uint64) (found []uint64, refs []tagRef, 
 func (t *textSession) forgetTags(tags []uint64) {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
+	t.settled = time.Now()
 	for _, tag := range tags {
 		delete(t.tags, tag)
 	}
@@ -504,12 +510,56 @@ func (t *textSession) goodbye() {
 	t.c.interrupt()
 }
 
-func (t *textSession) heartbeatInterval() time.Duration { return 0 }
+// heartbeatInterval is how often the writer checks text_ack_timeout while the session has
+// subscriptions (text sessions have no heartbeats).
+func (t *textSession) heartbeatInterval() time.Duration {
+	c := t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.handles) == 0 {
+		return 0
+	}
+	return max(c.srv.cfg.TextAckTimeout/8, time.Millisecond)
+}
+
+// checkAckTimeout ends a session that holds deliveries and has acked or nacked none for
+// text_ack_timeout: a forgotten `nc` must not keep a group's messages from its other consumers
+// for text_ack_wait (24 h). Like RabbitMQ's consumer_timeout, the session is closed with an error
+// and its leases go back to the group at once (without counting a delivery attempt); a session
+// that acks or nacks anything in time keeps going. It reports the error line, or nil.
+func (t *textSession) checkAckTimeout(now time.Time) []byte {
+	c := t.c
+	c.mu.Lock()
+	held := len(t.tags)
+	since := t.heldSince
+	if t.settled.After(since) {
+		since = t.settled
+	}
+	c.mu.Unlock()
+	limit := c.srv.cfg.TextAckTimeout
+	if held == 0 || now.Sub(since) < limit {
+		return nil
+	}
+	c.logger.Info("text session acked nothing within text_ack_timeout, closing it",
+		slog.Int("held", held), slog.Duration("text_ack_timeout", limit))
+	return text.AppendErr(nil, protocol.ErrSessionTimeout.Errorf("no ACK or NACK within %s while holding %d deliveries: closing, they go back to the group", limit, held))
+}
 
 // flush is the writer's work: reply lines in order, then for each open handle the subscriptions
-// that ended (as information lines) and its deliveries, each with the next delivery tag.
-func (t *textSession) flush(final, _ bool) (bool, error) {
+// that ended (as information lines) and its deliveries, each with the next delivery tag. When the
+// check timer fired (heartbeat), it first applies text_ack_timeout (checkAckTimeout).
+func (t *textSession) flush(final, heartbeat bool) (bool, error) {
 	c := t.c
+	if heartbeat && !final && !t.timedOut {
+		if line := t.checkAckTimeout(time.Now()); line != nil {
+			t.timedOut = true
+			// The reader ends the session (finish: the members leave, their leases are
+			// released) and the final flush writes the line.
+			c.enqueue(outItem{line: line})
+			c.interrupt()
+			return false, nil
+		}
+	}
 	out, hs := c.take(final)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.SessionTimeout))
 	wrote := false
@@ -546,6 +596,9 @@ func (t *textSession) flush(final, _ bool) (bool, error) {
 			ds[i] = nil // the buffer is reused: keep no delivery alive
 			c.delivered(h, d)
 			c.mu.Lock()
+			if len(t.tags) == 0 {
+				t.heldSince = time.Now()
+			}
 			t.lastTag++
 			tag := t.lastTag
 			t.tags[tag] = tagRef{h: h, sub: d.SubscriptionID, ref: d.Ref()}
@@ -556,6 +609,7 @@ func (t *textSession) flush(final, _ bool) (bool, error) {
 			} else {
 				t.line = text.AppendMessage(t.line[:0], d.Topic, d.Payload)
 			}
+			c.est.observe(len(t.line))
 			if _, err := t.w.Write(t.line); err != nil {
 				return wrote, err
 			}
@@ -565,7 +619,11 @@ func (t *textSession) flush(final, _ bool) (bool, error) {
 	if cap(t.line) > 64<<10 {
 		t.line = nil
 	}
-	return wrote, t.w.Flush()
+	if err := t.w.Flush(); err != nil {
+		return wrote, err
+	}
+	c.moveWindows(hs)
+	return wrote, nil
 }
 
 // oneLine replaces line breaks, which would break the line framing.

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/protocol"
+)
+
+// consumerHandle returns the one handle open on the server's connections, or nil.
+func (e *env) consumerHandle() *handle {
+	for _, c := range e.srv.snapshot() {
+		c.mu.Lock()
+		for _, h := range c.handles {
+			c.mu.Unlock()
+			return h
+		}
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// A consumer over real TCP that never reads, with 1 MB messages and the largest credit: the
+// deliveries queued for its connection and not written stay within max_conn_buffer_bytes (4 of
+// them) for its whole life, where the whole backlog (40 MB) used to wait in its member's channel
+// until the write stall ended the session. Nothing is lost: another consumer gets all of it.
+func TestConnBufferBoundsConsumerThatDoesNotRead(t *testing.T) {
+	const n, size = 40, 1_000_000
+	e := newEnv(t, func(c *Config) {
+		c.MaxConnBufferBytes = 4 << 20
+		c.MinHeartbeatInterval = time.Millisecond
+		c.HeartbeatInterval = 100 * time.Millisecond
+		c.SessionTimeout = time.Second // ends the session of the consumer that never reads
+	}, nil)
+	defer e.close()
+	pub := e.dial(nil)
+	payload := strings.Repeat("x", size)
+	for range n {
+		pub.publish("big", payload)
+	}
+
+	stuck := e.dial(nil)
+	stuck.send(&protocol.Subscribe{Topic: "big", MaxInFlight: uint32(e.srv.cfg.MaxCredit)})
+	window := (4 << 20) / (size + 64) // deliveries of this size that fit in the bound
+	seen, most := false, 0
+	for deadline := time.Now().Add(waitTimeout); ; {
+		h := e.consumerHandle()
+		if h == nil {
+			if seen {
+				break // the session ended
+			}
+		} else {
+			seen = true
+			most = max(most, len(h.member.Deliveries()))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session of a consumer that does not read did not end")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if most > window {
+		t.Fatalf("up to %d deliveries of %d bytes waited for the connection, want at most %d (max_conn_buffer_bytes 4 MiB)", most, size, window)
+	}
+	t.Logf("at most %d deliveries queued (window %d)", most, window)
+
+	c := e.dial(nil)
+	c.subscribe(&protocol.Subscribe{Topic: "big", MaxInFlight: 100})
+	ds := c.deliveriesN(n)
+	seenOffsets := map[int64]bool{}
+	for _, d := range ds {
+		seenOffsets[d.Offset] = true
+	}
+	if len(seenOffsets) != n {
+		t.Fatalf("another consumer got %d distinct messages, want %d", len(seenOffsets), n)
+	}
+}
+
+// A text session that never acks holds its deliveries only for text_ack_timeout: then it is
+// closed with SESSION_TIMEOUT and the other consumer of the queue gets them (it used to wait for
+// text_ack_wait, 24 h).
+func TestTextSessionThatNeverAcksReleasesAfterTimeout(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.TextAckTimeout = 200 * time.Millisecond }, nil)
+	defer e.close()
+	pub := e.dial(nil)
+	pub.publish("jobs", "a", "b", "c")
+
+	tc := e.dialText()
+	tc.send("SUBSCRIBE jobs")
+	tc.expect("OK subscribed jobs")
+	for range 3 {
+		tc.expect("MESSAGE jobs ")
+	}
+	other := e.dial(nil)
+	other.subscribe(&protocol.Subscribe{Topic: "jobs", MaxInFlight: 10})
+	// Heartbeats keep the connection's reads from timing out: bound the wait here.
+	for deadline := time.Now().Add(waitTimeout); len(other.deliveries) < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the other consumer got %d of the 3 messages the idle text session holds", len(other.deliveries))
+		}
+		other.keep(other.read())
+	}
+	got := payloadsOf(other.deliveriesN(3))
+	if strings.Join(got, ",") != "a,b,c" {
+		t.Fatalf("the other consumer got %v, want a,b,c", got)
+	}
+	lines := tc.expectEOF()
+	if len(lines) == 0 || !strings.HasPrefix(lines[len(lines)-1], "ERR SESSION_TIMEOUT") {
+		t.Fatalf("the idle session's last lines: %q, want ERR SESSION_TIMEOUT", lines)
+	}
+}
+
+func TestConfigConnBufferAndTextAckTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.MaxConnBufferBytes = 1000 }, "max_conn_buffer_bytes"},
+		{func(c *Config) { c.MaxConnBufferBytes = 2 << 30 }, "max_conn_buffer_bytes"},
+		{func(c *Config) { c.TextAckTimeout = -time.Second }, "text_ack_timeout"},
+		{func(c *Config) { c.TextAckWait = time.Minute; c.TextAckTimeout = time.Hour }, "text_ack_timeout"},
+	} {
+		c := Config{}
+		tc.mod(&c)
+		err := c.WithDefaults().Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error naming %s", err, tc.want)
+		}
+	}
+	c := Config{TextAckWait: time.Minute}.WithDefaults()
+	if err := c.Validate(); err != nil || c.TextAckTimeout != time.Minute {
+		t.Fatalf("text_ack_wait 1m: text_ack_timeout %s, %v; want 1m (the default is at most text_ack_wait)", c.TextAckTimeout, err)
+	}
+}
