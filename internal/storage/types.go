@@ -96,6 +96,32 @@ type TopicConfig struct {
 	// 2 min. There is no "off": messages without a ProducerID are never de-duplicated. Omitted
 	// from JSON when zero, so configs stored before it existed keep their bytes.
 	DedupWindow time.Duration `json:"dedup_window,omitempty" yaml:"dedup_window"`
+	// MaxBacklogMessages bounds the topic's backlog: the messages its slowest ACTIVE subscription
+	// has not done yet (pending). At the bound publishes are refused with ErrRateLimited and a
+	// retry-after; with BacklogPolicy throttle they are slowed down before it. 0: no bound (the
+	// default). The broker enforces it (publishers holding the priority permission are exempt).
+	MaxBacklogMessages int64 `json:"max_backlog_messages,omitempty" yaml:"max_backlog_messages"`
+	// MaxBacklogBytes is the same bound in bytes, estimated as the backlog's messages times the
+	// mean size of the topic's retained messages. 0: no bound (the default).
+	MaxBacklogBytes int64 `json:"max_backlog_bytes,omitempty" yaml:"max_backlog_bytes"`
+	// BacklogPolicy is what happens as the backlog nears its bound: reject (the default, also
+	// when empty: publishes are refused at the bound) or throttle (publishes are delayed more and
+	// more from half the bound, and refused at it).
+	BacklogPolicy BacklogPolicy `json:"backlog_policy,omitempty" yaml:"backlog_policy"`
+}
+
+// BacklogPolicy is TopicConfig.BacklogPolicy.
+type BacklogPolicy string
+
+// Backlog policies. An empty policy is BacklogReject.
+const (
+	BacklogReject   BacklogPolicy = "reject"
+	BacklogThrottle BacklogPolicy = "throttle"
+)
+
+// HasBacklogBound reports whether the topic bounds its backlog.
+func (c TopicConfig) HasBacklogBound() bool {
+	return c.MaxBacklogMessages > 0 || c.MaxBacklogBytes > 0
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -170,6 +196,12 @@ func (c TopicConfig) Validate() error {
 		return bad("max_message_bytes", "must be between 1 and %d, got %d", MaxMessageBytesLimit, c.MaxMessageBytes)
 	case c.DedupWindow < time.Millisecond || c.DedupWindow > MaxDedupWindow:
 		return bad("dedup_window", "must be between 1ms and %s, got %s", MaxDedupWindow, c.DedupWindow)
+	case c.MaxBacklogMessages < 0:
+		return bad("max_backlog_messages", "must not be negative (0: no bound), got %d", c.MaxBacklogMessages)
+	case c.MaxBacklogBytes < 0:
+		return bad("max_backlog_bytes", "must not be negative (0: no bound), got %d", c.MaxBacklogBytes)
+	case c.BacklogPolicy != "" && c.BacklogPolicy != BacklogReject && c.BacklogPolicy != BacklogThrottle:
+		return bad("backlog_policy", "must be reject or throttle, got %q", c.BacklogPolicy)
 	}
 	return nil
 }

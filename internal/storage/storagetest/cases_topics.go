@@ -24,6 +24,7 @@ func topicCases() []testCase {
 		{name: "update_partitions_grow", fn: testTopicGrowPartitions},
 		{name: "update_partitions_shrink_refused", fn: testTopicShrinkPartitions},
 		{name: "update_config", fn: testTopicUpdateConfig},
+		{name: "backlog_config_round_trip", restart: true, fn: testTopicBacklogConfig},
 		{name: "update_queue_to_pubsub", fn: testTopicQueueToPubSub},
 		{name: "update_pubsub_to_queue", fn: testTopicPubSubToQueue},
 		{name: "delete_refused_with_live_subscription", fn: testTopicDeleteLive},
@@ -287,6 +288,30 @@ func testTopicUpdateConfig(t *testing.T, x *env) {
 	// A partial config is completed with defaults: the zero MaxDeliveries becomes 5 again.
 	tp = x.updateTopic(storage.TopicUpdateParams{Name: "upd", Config: storage.TopicConfig{AckWait: 7 * time.Second}})
 	deepEqual(t, tp.Config, storage.TopicConfig{AckWait: 7 * time.Second}.WithDefaults(), "config replaced and defaulted")
+}
+
+// The backpressure settings (broker backpressure.go) are stored, listed, updated and survive a
+// restart; bad ones are refused and change nothing.
+func testTopicBacklogConfig(t *testing.T, x *env) {
+	tp := x.createTopic("bp", storage.TopicConfig{MaxBacklogMessages: 1000, MaxBacklogBytes: 1 << 20, BacklogPolicy: storage.BacklogThrottle})
+	want := storage.TopicConfig{MaxBacklogMessages: 1000, MaxBacklogBytes: 1 << 20, BacklogPolicy: storage.BacklogThrottle}.WithDefaults()
+	deepEqual(t, tp.Config, want, "created config")
+	isTrue(t, want.HasBacklogBound(), "bounded")
+	plain := x.createTopic("plain", storage.TopicConfig{})
+	isTrue(t, !plain.Config.HasBacklogBound() && plain.Config.BacklogPolicy == "", "no bound by default, got %+v", plain.Config)
+	for _, bad := range []storage.TopicConfig{{MaxBacklogMessages: -1}, {MaxBacklogBytes: -1}, {BacklogPolicy: "drop"}} {
+		_, err := x.e.TopicUpdate(x.ctx, &storage.TopicUpdateParams{Name: "bp", Config: bad})
+		errIs(t, err, storage.ErrInvalidArgument, "update with %+v", bad)
+	}
+	deepEqual(t, x.getTopic("bp").Config, want, "config unchanged by refused updates")
+	x.restart()
+	deepEqual(t, x.getTopic("bp").Config, want, "config after restart")
+	want.MaxBacklogBytes, want.BacklogPolicy = 0, storage.BacklogReject
+	deepEqual(t, x.updateTopic(storage.TopicUpdateParams{Name: "bp", Config: want}).Config, want, "updated config")
+	x.restart()
+	list, err := x.e.TopicList(x.ctx)
+	noErr(t, err, "TopicList")
+	deepEqual(t, list[0].Config, want, "listed config after restart")
 }
 
 func testTopicQueueToPubSub(t *testing.T, x *env) {
