@@ -89,6 +89,13 @@ type Config struct {
 	// run is logged at WARN ("slow broker operation", with op and took). Defaults to
 	// DefaultSlowOperation (100 ms); negative: never.
 	SlowOperation time.Duration
+	// BackpressureInterval is how often the backlogs of the topics with a backlog bound are read
+	// (backpressure.go). Defaults to DefaultBackpressureInterval (1 s); negative: never (tests call
+	// RefreshBackpressure).
+	BackpressureInterval time.Duration
+	// MaxThrottleDelay is the longest a throttled publish waits. Defaults to
+	// DefaultMaxThrottleDelay (1 s).
+	MaxThrottleDelay time.Duration
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -137,10 +144,14 @@ type Broker struct {
 	onRetention       func(*storage.RetentionResult)
 	onRetentionError  func(error)
 	// trace writes the per-message DEBUG lines and the slow-operation WARN lines.
-	trace              *tracer
-	pollInterval       time.Duration
-	claimInterval      time.Duration
-	defaultMaxInFlight int
+	trace *tracer
+	// bp holds the backpressure states of the bounded topics (backpressure.go).
+	bp                   backpressure
+	backpressureInterval time.Duration
+	maxThrottleDelay     time.Duration
+	pollInterval         time.Duration
+	claimInterval        time.Duration
+	defaultMaxInFlight   int
 
 	// wg counts every goroutine the broker owns (subscription owners, notifier, retention job).
 	wg sync.WaitGroup
@@ -178,6 +189,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.ClaimInterval < 0 || cfg.ClaimInterval > time.Second {
 		return nil, invalid("broker config: ClaimInterval must be between 0 and 1s, got %s", cfg.ClaimInterval)
 	}
+	if cfg.MaxThrottleDelay < 0 || cfg.MaxThrottleDelay > time.Minute {
+		return nil, invalid("broker config: MaxThrottleDelay must be between 0 and 1m, got %s", cfg.MaxThrottleDelay)
+	}
 	if cfg.PollInterval < 0 {
 		return nil, invalid("broker config: PollInterval must not be negative, got %s", cfg.PollInterval)
 	}
@@ -206,25 +220,27 @@ func New(cfg Config) (*Broker, error) {
 	}
 	logger = logger.With("component", "broker")
 	return &Broker{
-		engine:             cfg.Engine,
-		logger:             logger,
-		trace:              newTracer(logger, cfg.SlowOperation),
-		clock:              clock,
-		autoCreate:         !cfg.DisableAutoCreate,
-		autoCreateConfig:   autoCfg,
-		maxTopics:          maxTopics,
-		maxPartitions:      maxParts,
-		retentionInterval:  cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
-		onRetention:        cfg.OnRetention,
-		onRetentionError:   cfg.OnRetentionError,
-		pollInterval:       cmp.Or(cfg.PollInterval, DefaultPollInterval),
-		claimInterval:      cfg.ClaimInterval,
-		defaultMaxInFlight: maxInFlight,
-		quit:               make(chan struct{}),
-		events:             eventQueue{signal: make(chan struct{}, 1)},
-		members:            make(map[string]*Member),
-		subs:               make(map[int64]*owner),
-		byTopic:            make(map[string]map[int64]*owner),
+		engine:               cfg.Engine,
+		logger:               logger,
+		trace:                newTracer(logger, cfg.SlowOperation),
+		clock:                clock,
+		autoCreate:           !cfg.DisableAutoCreate,
+		autoCreateConfig:     autoCfg,
+		maxTopics:            maxTopics,
+		maxPartitions:        maxParts,
+		retentionInterval:    cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
+		backpressureInterval: cmp.Or(cfg.BackpressureInterval, DefaultBackpressureInterval),
+		maxThrottleDelay:     cmp.Or(cfg.MaxThrottleDelay, DefaultMaxThrottleDelay),
+		onRetention:          cfg.OnRetention,
+		onRetentionError:     cfg.OnRetentionError,
+		pollInterval:         cmp.Or(cfg.PollInterval, DefaultPollInterval),
+		claimInterval:        cfg.ClaimInterval,
+		defaultMaxInFlight:   maxInFlight,
+		quit:                 make(chan struct{}),
+		events:               eventQueue{signal: make(chan struct{}, 1)},
+		members:              make(map[string]*Member),
+		subs:                 make(map[int64]*owner),
+		byTopic:              make(map[string]map[int64]*owner),
 	}, nil
 }
 
@@ -247,6 +263,9 @@ func (b *Broker) Start(ctx context.Context) error {
 	b.goLocked(b.notifyLoop)
 	if b.retentionInterval > 0 {
 		b.goLocked(b.retentionLoop)
+	}
+	if b.backpressureInterval > 0 {
+		b.goLocked(b.backpressureLoop)
 	}
 	b.logger.InfoContext(ctx, "broker started",
 		slog.Bool("auto_create", b.autoCreate),

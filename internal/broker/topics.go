@@ -25,6 +25,9 @@ type PublishOptions struct {
 	// Prompt: the publisher sent this right after its previous publish was acknowledged and
 	// waits for this one before the next (storage.MessagesAppendParams.Prompt).
 	Prompt bool
+	// Priority: the publisher holds the priority permission on the topic and is exempt from its
+	// backpressure (backpressure.go).
+	Priority bool
 }
 
 // PublishWith is Publish with hints for the engine.
@@ -136,8 +139,17 @@ func (b *Broker) appendTo(ctx context.Context, topic string, msgs []storage.Appe
 	if len(msgs) == 0 {
 		return invalid("publish to %q: no messages", topic)
 	}
+	// Backpressure: a refused publish changes nothing; a throttled one waits before its append
+	// (its connection's later publishes wait behind it: TCP pushes back).
+	delay, err := b.admit(topic, opts)
+	if err != nil {
+		return fmt.Errorf("broker: publish to %q: %w", topic, err)
+	}
+	if err := b.waitThrottle(ctx, topic, delay); err != nil {
+		return err
+	}
 	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs, Prompt: opts.Prompt}
-	err := appendFn(params)
+	err = appendFn(params)
 	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
 		if err := b.autoCreateTopic(ctx, topic); err != nil {
 			return err

@@ -96,6 +96,13 @@ func ErrorFrom(err error) *protocol.Error {
 			return protocol.ErrStorageUnavailable.WithMessage(scrub(ioe.Public()))
 		}
 	}
+	var bpe *broker.BackpressureError
+	if errors.As(err, &bpe) {
+		// A publish refused by its topic's backpressure: the hint tells the client when to retry.
+		e := protocol.ErrRateLimited.WithMessage(err.Error())
+		e.RetryAfter = bpe.RetryAfter
+		return e
+	}
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {
 			if s.proto.Code < 200 {

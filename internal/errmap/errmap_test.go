@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/names"
@@ -105,5 +106,14 @@ func TestStorageFailures(t *testing.T) {
 	in := fmt.Errorf("%w: topic %q: segment %q is invalid", names.ErrInvalidName, "a/b", "a/b")
 	if got := ErrorFrom(in); got.Message != in.Error() {
 		t.Errorf("INVALID_ARGUMENT message changed: %q", got.Message)
+	}
+}
+
+// A publish refused by backpressure is RATE_LIMITED with the broker's retry-after hint.
+func TestBackpressureRetryAfter(t *testing.T) {
+	err := fmt.Errorf("broker: publish: %w", &broker.BackpressureError{Topic: "t", Backlog: 10, Bound: "max_backlog_messages 10", RetryAfter: 3 * time.Second})
+	e := ErrorFrom(err)
+	if e.Code != protocol.CodeRateLimited || !e.Retryable || e.RetryAfter != 3*time.Second {
+		t.Fatalf("got %+v, want RATE_LIMITED, retryable, retry_after 3s", e)
 	}
 }
