@@ -34,7 +34,7 @@ func TestConnBufferBoundsConsumerThatDoesNotRead(t *testing.T) {
 		c.SessionTimeout = time.Second // ends the session of the consumer that never reads
 	}, nil)
 	defer e.close()
-	pub := e.dial(nil)
+	pub := e.dial(&protocol.Hello{ClientName: "test", HeartbeatInterval: 5 * time.Second})
 	payload := strings.Repeat("x", size)
 	for range n {
 		pub.publish("big", payload)
@@ -64,7 +64,9 @@ func TestConnBufferBoundsConsumerThatDoesNotRead(t *testing.T) {
 	}
 	t.Logf("at most %d deliveries queued (window %d)", most, window)
 
-	c := e.dial(nil)
+	// A consumer with a long heartbeat (session timeout 10 intervals): reading 40 MB must not
+	// end its session.
+	c := e.dial(&protocol.Hello{ClientName: "test", HeartbeatInterval: 5 * time.Second})
 	c.subscribe(&protocol.Subscribe{Topic: "big", MaxInFlight: 100})
 	ds := c.deliveriesN(n)
 	seenOffsets := map[int64]bool{}
