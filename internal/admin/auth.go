@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -48,6 +49,34 @@ func routeAccess(rt *route) access {
 		return accessHandler
 	}
 	return accessAdmin
+}
+
+// principalOf returns the principal a request names: "Authorization: Bearer <token>", else the
+// verified client certificate's common name (mutual TLS).
+func (h *Handler) principalOf(r *http.Request) (*auth.Principal, bool) {
+	if hdr := r.Header.Get("Authorization"); hdr != "" {
+		scheme, token, _ := strings.Cut(hdr, " ")
+		if strings.EqualFold(scheme, "Bearer") {
+			return h.auth.ByToken(strings.TrimSpace(token))
+		}
+	} else if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+		return h.auth.ByCertCN(r.TLS.PeerCertificates[0].Subject.CommonName)
+	}
+	return nil, false
+}
+
+// priority reports whether a publish to topic is exempt from its backpressure: the topic holds
+// publishers back now and the request's principal has the priority permission on it. The
+// principal is looked up again only then (ByToken hashes).
+func (h *Handler) priority(r *http.Request, topic string) bool {
+	if !h.auth.Enabled() {
+		return false
+	}
+	if bp, ok := h.b.TopicBackpressure(topic); !ok || bp.State == broker.BackpressureNormal {
+		return false
+	}
+	p, ok := h.principalOf(r)
+	return ok && p.Can(auth.Priority, topic)
 }
 
 // authorize returns nil when authentication is off or the request's principal may use the route;
@@ -97,17 +126,7 @@ func (h *Handler) authorize(rt *route, r *http.Request) error {
 // by the verified client certificate's common name (mutual TLS); NOT_AUTHENTICATED (logged and
 // counted) without one.
 func (h *Handler) principal(r *http.Request) (*auth.Principal, error) {
-	a := h.auth
-	var p *auth.Principal
-	var ok bool
-	if hdr := r.Header.Get("Authorization"); hdr != "" {
-		scheme, token, _ := strings.Cut(hdr, " ")
-		if strings.EqualFold(scheme, "Bearer") {
-			p, ok = a.ByToken(strings.TrimSpace(token))
-		}
-	} else if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
-		p, ok = a.ByCertCN(r.TLS.PeerCertificates[0].Subject.CommonName)
-	}
+	p, ok := h.principalOf(r)
 	if !ok {
 		return nil, h.denied(r, auth.ReasonUnauthenticated, "", "", protocol.ErrNotAuthenticated.WithMessage(
 			"this request needs a valid token: Authorization: Bearer <token>"))

@@ -14,6 +14,7 @@ import (
 const (
 	pubToken   = "publisher-0123456789abcdef" // publish and consume orders.#
 	adminToken = "admin-0123456789abcdef"     // admin on #
+	prioToken  = "priority-0123456789abcdef"  // publish orders.# with priority (backpressure exempt)
 )
 
 // authEnv is an env with two principals; openMetrics is auth.open_metrics.
@@ -31,6 +32,9 @@ func authEnv(t *testing.T, openMetrics bool) *env {
 			{Action: auth.Publish, Topics: "orders.#"}, {Action: auth.Consume, Topics: "orders.#"},
 		}},
 		{Name: "ops", TokenHash: hash(adminToken), Permissions: []auth.Permission{{Action: auth.Admin, Topics: "#"}}},
+		{Name: "prio", TokenHash: hash(prioToken), Permissions: []auth.Permission{
+			{Action: auth.Publish, Topics: "orders.#"}, {Action: auth.Priority, Topics: "orders.#"},
+		}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -128,5 +132,32 @@ func TestOpenAPIAuth(t *testing.T) {
 	health := doc.Paths["/healthz"]["get"]
 	if len(health.Security) != 0 || health.Responses["401"] != nil {
 		t.Errorf("/healthz: security %v, responses %v", health.Security, health.Responses)
+	}
+}
+
+// A topic at its backlog bound answers HTTP publishes 429 RATE_LIMITED with Retry-After; the
+// topic shows its backpressure state and counts; a principal with priority still publishes.
+func TestBackpressureHTTP(t *testing.T) {
+	e := authEnv(t, true)
+	cfg := map[string]any{"name": "orders.bp", "max_backlog_messages": 1, "backlog_policy": "reject"}
+	var tp Topic
+	e.do("POST", "/api/v1/topics", cfg, bearer(adminToken)...).ok(http.StatusCreated, &tp)
+	if tp.Config.MaxBacklogMessages != 1 || tp.Config.BacklogPolicy != storage.BacklogReject {
+		t.Fatalf("created config %+v", tp.Config)
+	}
+	msg := map[string]any{"payload": "a"}
+	e.do("POST", "/api/v1/topics/orders.bp/messages", msg, bearer(pubToken)...).ok(http.StatusCreated, nil)
+	if err := e.b.RefreshBackpressure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do("POST", "/api/v1/topics/orders.bp/messages", msg, bearer(pubToken)...)
+	r.fails(http.StatusTooManyRequests, "RATE_LIMITED")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	e.do("POST", "/api/v1/topics/orders.bp/messages", msg, bearer(prioToken)...).ok(http.StatusCreated, nil)
+	e.do("GET", "/api/v1/topics/orders.bp", nil, bearer(adminToken)...).ok(http.StatusOK, &tp)
+	if bp := tp.Backpressure; bp == nil || bp.State != "rejecting" || bp.Rejected != 1 || bp.BacklogMessages != 1 {
+		t.Fatalf("topic backpressure %+v, want rejecting, 1 rejected, backlog 1", bp)
 	}
 }

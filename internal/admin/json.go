@@ -117,6 +117,9 @@ type TopicConfig struct {
 	ZombieTTL                      Duration                   `json:"zombie_ttl,omitempty"`
 	MaxMessageBytes                int                        `json:"max_message_bytes,omitempty"`
 	DedupWindow                    Duration                   `json:"dedup_window,omitempty"`
+	MaxBacklogMessages             int64                      `json:"max_backlog_messages,omitempty"`
+	MaxBacklogBytes                int64                      `json:"max_backlog_bytes,omitempty"`
+	BacklogPolicy                  storage.BacklogPolicy      `json:"backlog_policy,omitempty"`
 }
 
 func configJSON(c storage.TopicConfig) TopicConfig {
@@ -131,8 +134,11 @@ func configJSON(c storage.TopicConfig) TopicConfig {
 		CompletionTracking:             c.CompletionTracking,
 		MaxRetention:                   Duration(c.MaxRetention),
 		// ZombieTTL is left out: nothing is force-advanced yet, and showing 7d would say otherwise.
-		MaxMessageBytes: c.MaxMessageBytes,
-		DedupWindow:     Duration(c.DedupWindow),
+		MaxMessageBytes:    c.MaxMessageBytes,
+		DedupWindow:        Duration(c.DedupWindow),
+		MaxBacklogMessages: c.MaxBacklogMessages,
+		MaxBacklogBytes:    c.MaxBacklogBytes,
+		BacklogPolicy:      c.BacklogPolicy,
 	}
 }
 
@@ -150,6 +156,9 @@ func (c TopicConfig) storage() storage.TopicConfig {
 		ZombieTTL:                      time.Duration(c.ZombieTTL),
 		MaxMessageBytes:                c.MaxMessageBytes,
 		DedupWindow:                    time.Duration(c.DedupWindow),
+		MaxBacklogMessages:             c.MaxBacklogMessages,
+		MaxBacklogBytes:                c.MaxBacklogBytes,
+		BacklogPolicy:                  c.BacklogPolicy,
 	}
 }
 
@@ -163,6 +172,33 @@ type Topic struct {
 	Subscriptions int `json:"subscriptions"`
 	// Members counts the members of this broker attached to the topic.
 	Members int `json:"members"`
+	// Backpressure is the state of a topic with a backlog bound: normal, throttled or rejecting,
+	// the backlog, and the publishes throttled and rejected since the broker started.
+	Backpressure *Backpressure `json:"backpressure,omitempty"`
+}
+
+// Backpressure is broker.BackpressureInfo in the API: durations as strings.
+type Backpressure struct {
+	State              string                `json:"state"`
+	Policy             storage.BacklogPolicy `json:"policy"`
+	BacklogMessages    int64                 `json:"backlog_messages"`
+	BacklogBytes       int64                 `json:"backlog_bytes"`
+	MaxBacklogMessages int64                 `json:"max_backlog_messages,omitempty"`
+	MaxBacklogBytes    int64                 `json:"max_backlog_bytes,omitempty"`
+	Delay              Duration              `json:"delay"`
+	RetryAfter         Duration              `json:"retry_after"`
+	Throttled          int64                 `json:"throttled"`
+	Rejected           int64                 `json:"rejected"`
+	UpdatedAt          time.Time             `json:"updated_at"`
+}
+
+func backpressureJSON(i *broker.BackpressureInfo) *Backpressure {
+	if i == nil {
+		return nil
+	}
+	return &Backpressure{State: i.State, Policy: i.Policy, BacklogMessages: i.BacklogMessages, BacklogBytes: i.BacklogBytes,
+		MaxBacklogMessages: i.MaxBacklogMessages, MaxBacklogBytes: i.MaxBacklogBytes, Delay: Duration(i.Delay),
+		RetryAfter: Duration(i.RetryAfter), Throttled: i.Throttled, Rejected: i.Rejected, UpdatedAt: i.UpdatedAt}
 }
 
 func topicJSON(info *broker.TopicInfo) Topic {
@@ -173,6 +209,7 @@ func topicJSON(info *broker.TopicInfo) Topic {
 		Stats:         info.Stats,
 		Subscriptions: info.Subscriptions,
 		Members:       info.Members,
+		Backpressure:  backpressureJSON(info.Backpressure),
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -158,7 +159,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	start := time.Now()
-	pos, err := h.b.Publish(r.Context(), topic, msgs)
+	pos, err := h.b.PublishWith(r.Context(), topic, msgs, broker.PublishOptions{Priority: h.priority(r, topic)})
 	if err != nil {
 		h.metrics.ObservePublishError(errmap.ErrorFrom(err).Name)
 		return err

@@ -21,6 +21,9 @@ const (
 	Publish = "publish"
 	Consume = "consume"
 	Admin   = "admin"
+	// Priority exempts the principal's publishes to the matching topics from backpressure (a
+	// topic's backlog bound). It does not allow publishing: that needs publish too.
+	Priority = "priority"
 )
 
 // Reasons of a denial: the reason label of spool_auth_denied_total.
@@ -59,7 +62,7 @@ type Principal struct {
 
 // Permission allows one action on the topics matching a pattern.
 type Permission struct {
-	// Action is publish, consume or admin.
+	// Action is publish, consume, admin or priority.
 	Action string `yaml:"action"`
 	// Topics is a topic name or wildcard pattern ("orders.#", "orders.*.created").
 	Topics string `yaml:"topics"`
@@ -100,9 +103,9 @@ func (c Config) Validate() (key string, err error) {
 		for j, perm := range p.Permissions {
 			pk := fmt.Sprintf("%s.permissions[%d]", k, j)
 			switch perm.Action {
-			case Publish, Consume, Admin:
+			case Publish, Consume, Admin, Priority:
 			default:
-				return pk + ".action", fmt.Errorf("must be publish, consume or admin, got %q", perm.Action)
+				return pk + ".action", fmt.Errorf("must be publish, consume, admin or priority, got %q", perm.Action)
 			}
 			if err := names.ValidatePattern(perm.Topics); err != nil {
 				return pk + ".topics", err

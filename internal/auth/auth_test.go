@@ -40,8 +40,21 @@ func testConfig(t *testing.T) Config {
 			{Action: Publish, Topics: "orders.#"},
 			{Action: Consume, Topics: "orders.*", Groups: "billing-*"},
 		}},
-		{Name: "ops", CertCN: "ops.example", Permissions: []Permission{{Action: Admin, Topics: "#"}}},
+		{Name: "ops", CertCN: "ops.example", Permissions: []Permission{{Action: Admin, Topics: "#"}, {Action: Priority, Topics: "alerts.#"}}},
 	}}
+}
+
+// The priority permission (backpressure exemption) is its own action on topic patterns.
+func TestPriorityPermission(t *testing.T) {
+	a, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := a.ByCertCN("ops.example")
+	alice, _ := a.ByCertCN("")
+	if !ops.Can(Priority, "alerts.disk") || ops.Can(Priority, "orders.x") || alice.Can(Priority, "alerts.disk") {
+		t.Fatal("priority granted where not configured, or not granted where configured")
+	}
 }
 
 func TestAuthorizer(t *testing.T) {

@@ -361,6 +361,8 @@ type TopicInfo struct {
 	Subscriptions int `json:"subscriptions"`
 	// Members counts the members of this broker attached to the topic.
 	Members int `json:"members"`
+	// Backpressure is the topic's backpressure state when it has a backlog bound (nil without).
+	Backpressure *BackpressureInfo `json:"backpressure,omitempty"`
 }
 
 // Topic describes one topic with its statistics.
@@ -453,6 +455,9 @@ func (b *Broker) topicInfoCounted(ctx context.Context, t *storage.Topic, subs in
 		return nil, fmt.Errorf("broker: topic %q stats: %w", t.Name, err)
 	}
 	info := &TopicInfo{Topic: t, Stats: stats, Subscriptions: subs}
+	if bp, ok := b.TopicBackpressure(t.Name); ok {
+		info.Backpressure = &bp
+	}
 	b.mu.RLock()
 	for _, o := range b.byTopic[t.Name] {
 		info.Members += len(o.viewMembers())

@@ -26,6 +26,8 @@ type BrokerSource interface {
 	Members() []broker.MemberInfo
 	// StorageFull reports whether publishes are refused because the storage is out of space.
 	StorageFull() (since time.Time, full bool)
+	// Backpressure describes the topics with a backlog bound (broker backpressure.go).
+	Backpressure() []broker.BackpressureInfo
 }
 
 // DefaultCollectTimeout bounds the reading of the broker at one scrape.
@@ -118,6 +120,16 @@ var (
 		"Entries in the subscription's dead-letter queue.", subLabels, nil)
 	descSubMembers = prometheus.NewDesc("spool_subscription_members",
 		"Members of this broker attached to the subscription.", subLabels, nil)
+	descBackpressureState = prometheus.NewDesc("spool_topic_backpressure_state",
+		"Backpressure of a topic with a backlog bound: 0 normal, 1 throttled (publishes delayed), 2 rejecting (publishes refused RATE_LIMITED).",
+		topicLabels, nil)
+	descBacklog = prometheus.NewDesc("spool_topic_backlog_messages",
+		"Backlog of a topic with a backlog bound: messages not yet done by its slowest ACTIVE subscription, at the last backpressure refresh.",
+		topicLabels, nil)
+	descPublishesThrottled = prometheus.NewDesc("spool_publishes_throttled_total",
+		"Publishes delayed by the topic's backpressure (throttle policy) since the broker started.", topicLabels, nil)
+	descPublishesRejected = prometheus.NewDesc("spool_publishes_rejected_total",
+		"Publishes refused RATE_LIMITED by the topic's backpressure since the broker started.", topicLabels, nil)
 	descBrokerMembers = prometheus.NewDesc("spool_broker_members",
 		"Live members (consumers) of this broker.", nil, nil)
 	descBrokerUp = prometheus.NewDesc("spool_broker_up",
@@ -132,6 +144,7 @@ var (
 	allDescs = []*prometheus.Desc{descQueueDepth, descConsumerLag, descThroughput, descTopicMessages,
 		descTopicBytes, descTopicPartitions, descPartitionDamaged, descTopicSubs, descTopicMembers, descSubState, descSubPending,
 		descSubInFlight, descSubRedelivering, descSubDLQ, descSubMembers, descBrokerMembers, descBrokerUp,
+		descBackpressureState, descBacklog, descPublishesThrottled, descPublishesRejected,
 		descStorageFull, descCollectDuration, descCollectErrors}
 
 	// exportedStates are the states spool_subscription_state has a series for (DELETED
@@ -183,6 +196,19 @@ func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descStorageFull, prometheus.GaugeValue, full)
 	ch <- prometheus.MustNewConstMetric(descBrokerMembers, prometheus.GaugeValue, float64(len(c.src.Members())))
+	for _, bp := range c.src.Backpressure() {
+		state := 0.0
+		switch bp.State {
+		case broker.BackpressureThrottled:
+			state = 1
+		case broker.BackpressureRejecting:
+			state = 2
+		}
+		ch <- prometheus.MustNewConstMetric(descBackpressureState, prometheus.GaugeValue, state, bp.Topic)
+		ch <- prometheus.MustNewConstMetric(descBacklog, prometheus.GaugeValue, float64(bp.BacklogMessages), bp.Topic)
+		ch <- prometheus.MustNewConstMetric(descPublishesThrottled, prometheus.CounterValue, float64(bp.Throttled), bp.Topic)
+		ch <- prometheus.MustNewConstMetric(descPublishesRejected, prometheus.CounterValue, float64(bp.Rejected), bp.Topic)
+	}
 
 	depths := QueueDepths(topics, groups)
 	type key struct{ topic, group string }

@@ -67,6 +67,12 @@
 //	spool_subscription_redelivering{topic,group} gauge messages waiting for their redelivery backoff or ready for redelivery.
 //	spool_subscription_dead_lettered{topic,group} gauge entries in the subscription's dead-letter queue.
 //	spool_subscription_members{topic,group}   gauge    members of this broker attached to the subscription.
+//	spool_topic_backpressure_state{topic}     gauge    for a topic with a backlog bound (max_backlog_messages/_bytes): 0 normal,
+//	                                                   1 throttled (publishes delayed), 2 rejecting (publishes refused
+//	                                                   RATE_LIMITED); read every broker backpressure refresh (1 s).
+//	spool_topic_backlog_messages{topic}       gauge    that topic's backlog: messages not done by its slowest ACTIVE subscription.
+//	spool_publishes_throttled_total{topic}    counter  publishes delayed by the topic's backpressure since the broker started.
+//	spool_publishes_rejected_total{topic}     counter  publishes refused by the topic's backpressure since the broker started.
 //	spool_broker_members                      gauge    live members (consumers) of this broker.
 //	spool_broker_up                           gauge    1 if the broker answered the scrape, 0 if not (stopped, engine closed,
 //	                                                   timeout); the broker metrics above are absent when 0.

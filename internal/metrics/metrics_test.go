@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -513,5 +514,41 @@ func TestPartitionDamagedMetric(t *testing.T) {
 	}
 	if _, ok := sample(t, reg, "spool_partition_damaged", map[string]string{"topic": "t", "partition": "0"}); ok {
 		t.Fatal("spool_partition_damaged of a healthy partition")
+	}
+}
+
+// A topic at its backlog bound: spool_topic_backpressure_state 2, its backlog, and the refused
+// and throttled publishes counted.
+func TestBackpressureMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	b := newBroker(t)
+	if err := m.RegisterBroker(b, CollectorOptions{Logger: testLogger(t)}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := b.CreateTopic(ctx, "bp", storage.TopicConfig{MaxBacklogMessages: 2}); err != nil {
+		t.Fatal(err)
+	}
+	msg := []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}
+	for range 2 {
+		if _, err := b.Publish(ctx, "bp", msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.RefreshBackpressure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(ctx, "bp", msg); !errors.Is(err, storage.ErrRateLimited) {
+		t.Fatalf("publish at the bound: %v", err)
+	}
+	topic := map[string]string{"topic": "bp"}
+	for name, want := range map[string]float64{"spool_topic_backpressure_state": 2, "spool_topic_backlog_messages": 2,
+		"spool_publishes_rejected_total": 1, "spool_publishes_throttled_total": 0} {
+		if got := mustSample(t, reg, name, topic); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
 }

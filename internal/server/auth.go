@@ -12,6 +12,13 @@ import (
 // authOn reports whether the server authenticates its clients (Config.Auth).
 func (c *conn) authOn() bool { return c.srv.cfg.Auth.Enabled() }
 
+// priority reports whether the session's principal holds the priority permission on topic: its
+// publishes there are exempt from backpressure. Without authentication nobody does. The principal
+// is set before the first publish (Hello, text AUTH on the reader goroutine).
+func (c *conn) priority(topic string) bool {
+	return c.authOn() && c.principal.Can(auth.Priority, topic)
+}
+
 // authenticate finds the principal of a session: the token of Hello or AUTH when one is given,
 // else the verified client certificate's common name (mutual TLS). It sets c.principal, or
 // returns NOT_AUTHENTICATED (logged and counted). Reader goroutine only.

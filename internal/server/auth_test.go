@@ -20,6 +20,7 @@ const (
 	aliceToken = "alice-0123456789abcdef" // publish orders.#, consume orders.# in billing-*
 	bobToken   = "bob-0123456789abcdef"   // consume everything, any group
 	carolToken = "carol-0123456789abcdef" // consume orders.#, any group
+	daveToken  = "dave-0123456789abcdef"  // publish orders.#, with priority (backpressure exempt)
 )
 
 // authEnv starts a server with authentication on; reg holds its metrics.
@@ -39,6 +40,9 @@ func authEnv(t *testing.T, mods ...func(*Config)) (*env, *prometheus.Registry) {
 		}},
 		{Name: "bob", TokenHash: hash(bobToken), Permissions: []auth.Permission{{Action: auth.Consume, Topics: "#"}}},
 		{Name: "carol", TokenHash: hash(carolToken), Permissions: []auth.Permission{{Action: auth.Consume, Topics: "orders.#"}}},
+		{Name: "dave", TokenHash: hash(daveToken), Permissions: []auth.Permission{
+			{Action: auth.Publish, Topics: "orders.#"}, {Action: auth.Priority, Topics: "orders.#"},
+		}},
 	}})
 	if err != nil {
 		t.Fatal(err)

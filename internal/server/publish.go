@@ -294,7 +294,7 @@ func (b *binarySession) appendMerged(topic string, reqs []pubReq, total int) {
 	for _, r := range reqs {
 		msgs = appendMessagesTo(msgs, r.msg.Messages, now)
 	}
-	err := c.srv.broker.PublishAsync(c.ctx, topic, msgs, broker.PublishOptions{}, func(ps []storage.MessagePosition, err error) {
+	err := c.srv.broker.PublishAsync(c.ctx, topic, msgs, broker.PublishOptions{Priority: c.priority(topic)}, func(ps []storage.MessagePosition, err error) {
 		b.answerMerged(reqs, total, ps, err)
 	})
 	switch {
@@ -333,7 +333,7 @@ func (b *binarySession) answerMerged(reqs []pubReq, total int, ps []storage.Mess
 // appendOne appends one request with its own broker call and returns its answer.
 func (b *binarySession) appendOne(r pubReq) outItem {
 	c := b.c
-	ps, err := c.srv.broker.PublishWith(c.ctx, r.msg.Topic, appendMessages(r.msg.Messages, c.srv.cfg.Clock.Now()), broker.PublishOptions{Prompt: r.prompt})
+	ps, err := c.srv.broker.PublishWith(c.ctx, r.msg.Topic, appendMessages(r.msg.Messages, c.srv.cfg.Clock.Now()), broker.PublishOptions{Prompt: r.prompt, Priority: c.priority(r.msg.Topic)})
 	return b.published(r, ps, err)
 }
 

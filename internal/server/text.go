@@ -269,7 +269,8 @@ func (t *textSession) publish(cmd text.Command) {
 		t.fail(e)
 		return
 	}
-	ps, err := c.srv.broker.Publish(c.ctx, cmd.Topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: cmd.Payload}})
+	ps, err := c.srv.broker.PublishWith(c.ctx, cmd.Topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: cmd.Payload}},
+		broker.PublishOptions{Priority: c.priority(cmd.Topic)})
 	c.observePublish(cmd.Topic, 1, start, err)
 	if err != nil {
 		t.fail(err)
