@@ -175,6 +175,8 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	fs.StringVar(&c.Semantics, "semantics", bench.DefaultSemantics, "semantics of the topic the run creates, PUB_SUB or QUEUE (QUEUE: one group whose consumers share the topic's subscription)")
 	fs.DurationVar(&c.MessageRetention, "message-retention", 0, "message_retention of the topic the run creates (default: the broker's)")
 	fs.DurationVar(&c.MaxRetention, "max-retention", 0, "max_retention of the topic the run creates (default: the broker's)")
+	fs.Int64Var(&c.MaxBacklogMessages, "max-backlog-messages", 0, "max_backlog_messages of the topic the run creates: publishes are throttled or refused as its slowest group falls behind (default: no bound)")
+	fs.StringVar(&c.BacklogPolicy, "backlog-policy", "", "backlog_policy of the topic the run creates: reject or throttle (default: reject)")
 	fs.StringVar(&c.PGURL, "pg", "", "PostgreSQL URL of the broker's database: report WAL, dead tuples, tuple counters and a size series of --pg-schema")
 	fs.StringVar(&c.PGSchema, "pg-schema", bench.DefaultPGSchema, "the broker's PostgreSQL schema (--pg)")
 	fs.DurationVar(&c.PGSample, "pg-sample", bench.DefaultPGSample, "interval of the size series (--pg; at least 1s)")
@@ -193,6 +195,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 		fs.IntVar(&c.Groups, "groups", bench.DefaultGroups, "consumer groups (each receives every message)")
 		fs.IntVar(&c.Consumers, "consumers", bench.DefaultConsumers, "consumers per group, one connection each")
 		fs.IntVar(&c.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "credit of each consumer")
+		fs.DurationVar(&c.SlowConsumer, "slow-consumer", 0, "time the consumers of the first group take over each message (a slow group, for backpressure runs)")
 		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last publish acknowledgements, then for the last deliveries, after the schedule")
 	}
 	b.tlsCA = fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS; default: the system's CAs)")

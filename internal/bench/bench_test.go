@@ -151,6 +151,35 @@ func TestE2ESmall(t *testing.T) {
 	}
 }
 
+// TestE2EBackpressure: a slow first group (100 msg/s) behind 400 msg/s of publishing on a topic
+// bounded at 50 messages: the broker refuses publishes (the client retries them after the
+// retry-after), every acknowledged message reaches both groups, and the run reports the counts.
+func TestE2EBackpressure(t *testing.T) {
+	t.Parallel()
+	tb := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Mode: ModeE2E, Addr: tb.addr, Admin: tb.admin, Rate: 400, Duration: 1500 * time.Millisecond,
+		Warmup: 200 * time.Millisecond, Groups: 2, Consumers: 1, Async: true, Size: 100, Logger: testLogger(t),
+		MaxBacklogMessages: 50, BacklogPolicy: "reject", SlowConsumer: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := summary(t, res)
+	if d := res.Delivery; d == nil || d.Missing != 0 || d.Delivered != d.Expected || res.Publish.Errors != 0 {
+		t.Fatalf("delivery %+v, publish errors %d: want every acknowledged message in both groups", d, res.Publish.Errors)
+	}
+	bp := res.Backpressure
+	if bp == nil || bp.MaxBacklogMessages != 50 || bp.Policy != "reject" || bp.Rejected == 0 {
+		t.Fatalf("backpressure %+v, want refusals at the bound of 50", bp)
+	}
+	if !strings.Contains(sum, "refused RATE_LIMITED") {
+		t.Fatalf("summary lacks the backpressure line:\n%s", sum)
+	}
+}
+
 // TestPublishSmall runs publish mode for a fixed count, synchronous on one shared client and async,
 // against the in-process broker; every message is stored.
 func TestPublishSmall(t *testing.T) {
@@ -197,6 +226,10 @@ func TestConfigValidate(t *testing.T) {
 		"retention without api":   {Mode: ModeE2E, NoAdmin: true, MessageRetention: time.Minute},
 		"pg sample below 1s":      {Mode: ModeE2E, PGURL: "postgres://x", PGSample: 100 * time.Millisecond},
 		"bookkeeping above limit": {Mode: ModeE2E, Rate: 1_000_000, Duration: time.Hour, Groups: 16},
+		"negative backlog bound":  {Mode: ModeE2E, MaxBacklogMessages: -1},
+		"backlog policy":          {Mode: ModeE2E, MaxBacklogMessages: 10, BacklogPolicy: "drop"},
+		"backlog without api":     {Mode: ModeE2E, NoAdmin: true, MaxBacklogMessages: 10},
+		"slow consumer publish":   {Mode: ModePublish, SlowConsumer: time.Millisecond},
 	} {
 		if err := c.WithDefaults().Validate(); !errors.Is(err, storage.ErrInvalidArgument) {
 			t.Errorf("%s: %v", name, err)

@@ -85,6 +85,14 @@ type Config struct {
 	// creates (message_retention, max_retention; see storage.TopicConfig). Zero leaves the
 	// broker's default.
 	MessageRetention, MaxRetention time.Duration
+	// MaxBacklogMessages and BacklogPolicy set the backpressure of a topic the run creates
+	// (max_backlog_messages, backlog_policy: reject or throttle; 0 and "": none and the
+	// broker's default). The run reports the publishes the broker throttled and refused.
+	MaxBacklogMessages int64
+	BacklogPolicy      string
+	// SlowConsumer, in e2e mode, makes the consumers of the first group take that long over each
+	// message (a slow group for backpressure runs). 0: no delay.
+	SlowConsumer time.Duration
 	// Keep keeps a topic the run created.
 	Keep bool
 	// Size is the payload size in bytes. Defaults to 1024; e2e needs at least StampSize.
@@ -239,6 +247,16 @@ func (c Config) Validate() error {
 		return bad("a QUEUE topic has one subscription that its consumers share: groups must be 1, got %d (give --consumers to add consumers)", c.Groups)
 	case c.Mode == ModeE2E && c.NoAdmin && c.Groups > 1:
 		return bad("more than one group needs a PUB_SUB topic: give the HTTP admin address (an auto-created topic is QUEUE)")
+	case c.MaxBacklogMessages < 0:
+		return bad("max backlog messages must not be negative, got %d", c.MaxBacklogMessages)
+	case c.BacklogPolicy != "" && c.BacklogPolicy != string(storage.BacklogReject) && c.BacklogPolicy != string(storage.BacklogThrottle):
+		return bad("backlog policy must be reject or throttle, got %q", c.BacklogPolicy)
+	case (c.MaxBacklogMessages > 0 || c.BacklogPolicy != "") && c.NoAdmin:
+		return bad("a backlog bound is set when the run creates the topic: give the HTTP admin address")
+	case c.SlowConsumer < 0 || c.SlowConsumer > time.Minute:
+		return bad("slow consumer delay must be between 0 and 1m, got %s", c.SlowConsumer)
+	case c.SlowConsumer > 0 && c.Mode != ModeE2E:
+		return bad("slow consumer applies to e2e mode only")
 	case c.MessageRetention < 0 || c.MaxRetention < 0:
 		return bad("retention must not be negative, got message retention %s, max retention %s", c.MessageRetention, c.MaxRetention)
 	case c.MaxRetention > 0 && c.MaxRetention < time.Second:

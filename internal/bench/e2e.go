@@ -316,8 +316,17 @@ func (r *runner) subscribe(ctx context.Context, g, k int, rec *groupRecorder, ba
 		Group:       group,
 		MaxInFlight: r.cfg.MaxInFlight,
 		Start:       client.FromBeginning(),
-	}, func(_ context.Context, d *client.Delivery) error {
+	}, func(ctx context.Context, d *client.Delivery) error {
 		rec.observe(d.Payload, int64(time.Since(base)))
+		if g == 0 && r.cfg.SlowConsumer > 0 {
+			// The slow group's work on the message (backpressure runs).
+			t := time.NewTimer(r.cfg.SlowConsumer)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
 		return nil
 	}, client.Concurrency(1))
 	if err != nil {

@@ -168,6 +168,9 @@ type Result struct {
 	Delivery   *DeliveryResult `json:"delivery,omitempty"`
 	// PG are the PostgreSQL statistics (Config.PGURL).
 	PG *PGResult `json:"postgres,omitempty"`
+	// Backpressure is the broker's account of a bounded topic at the end of the run
+	// (Config.MaxBacklogMessages).
+	Backpressure *Backpressure `json:"backpressure,omitempty"`
 	// LoadGenerator is the bench process's own memory after the run.
 	LoadGenerator *Memory `json:"load_generator,omitempty"`
 }
@@ -296,6 +299,10 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		}
 		p("  backlog (acknowledged, not yet received by the slowest group): %d at the end of the warm-up, %d when publishing ended (%s of publishing): %s\n",
 			d.BacklogAtWindowStart, d.BacklogAtPublishEnd, fmtMS(float64(d.BacklogAtPublishEnd)/c.Rate*1000), kept)
+	}
+	if bp := r.Backpressure; bp != nil {
+		p("backpressure max_backlog_messages %d, policy %s: %d publishes throttled, %d refused RATE_LIMITED (retried by the client after retry_after); at the end %s with backlog %d\n",
+			bp.MaxBacklogMessages, bp.Policy, bp.Throttled, bp.Rejected, bp.State, bp.BacklogMessages)
 	}
 	if pg := r.PG; pg != nil {
 		pg.writeSummary(p)

@@ -52,6 +52,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// Before the topic is deleted: the last sample still holds its messages.
 		res.PG = r.pg.finish(res.Publish.Messages)
 	}
+	if r.adm != nil && cfg.MaxBacklogMessages > 0 {
+		bp, err := r.adm.topicBackpressure(ctx, r.topic.Name)
+		if err != nil {
+			return nil, err
+		}
+		res.Backpressure = bp
+	}
 	if cerr := r.cleanup(); cerr != nil {
 		return nil, cerr
 	}
@@ -106,7 +113,8 @@ func (r *runner) setupTopic(ctx context.Context) error {
 	}
 	r.adm = newAdmin(cfg.Admin, cfg.TLS, cfg.Token)
 	spec := topicSpec{semantics: cfg.Semantics, partitions: cfg.Partitions,
-		messageRetention: cfg.MessageRetention, maxRetention: cfg.MaxRetention}
+		messageRetention: cfg.MessageRetention, maxRetention: cfg.MaxRetention,
+		maxBacklogMessages: cfg.MaxBacklogMessages, backlogPolicy: cfg.BacklogPolicy}
 	exists, err := r.adm.createTopic(ctx, name, spec)
 	if err != nil {
 		return err

@@ -56,6 +56,8 @@ type topicSpec struct {
 	semantics                      string
 	partitions                     int
 	messageRetention, maxRetention time.Duration // 0: the broker's default
+	maxBacklogMessages             int64
+	backlogPolicy                  string
 }
 
 // body returns the JSON body of POST /api/v1/topics (the admin API's field names).
@@ -66,6 +68,12 @@ func (s topicSpec) body(name string) []byte {
 	}
 	if s.maxRetention > 0 {
 		m["max_retention"] = s.maxRetention.String()
+	}
+	if s.maxBacklogMessages > 0 {
+		m["max_backlog_messages"] = s.maxBacklogMessages
+	}
+	if s.backlogPolicy != "" {
+		m["backlog_policy"] = s.backlogPolicy
 	}
 	b, _ := json.Marshal(m)
 	return b
@@ -84,6 +92,36 @@ func (a *adminAPI) createTopic(ctx context.Context, name string, spec topicSpec)
 		return true, nil
 	}
 	return false, fmt.Errorf("bench: create topic %q: HTTP %d: %s", name, status, resp)
+}
+
+// Backpressure is what the broker says of a bounded topic's backpressure at the end of a run.
+type Backpressure struct {
+	MaxBacklogMessages int64  `json:"max_backlog_messages"`
+	Policy             string `json:"policy"`
+	State              string `json:"state"`
+	BacklogMessages    int64  `json:"backlog_messages"`
+	// Throttled and Rejected count the publishes the broker delayed and refused (RATE_LIMITED;
+	// the client retried them after the retry-after hint).
+	Throttled int64 `json:"throttled"`
+	Rejected  int64 `json:"rejected"`
+}
+
+// topicBackpressure reads a topic's backpressure (nil when it has no backlog bound).
+func (a *adminAPI) topicBackpressure(ctx context.Context, name string) (*Backpressure, error) {
+	status, resp, err := a.do(ctx, http.MethodGet, "/api/v1/topics/"+url.PathEscape(name), nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("bench: get topic %q: HTTP %d: %s", name, status, resp)
+	}
+	var t struct {
+		Backpressure *Backpressure `json:"backpressure"`
+	}
+	if err := json.Unmarshal([]byte(resp), &t); err != nil {
+		return nil, fmt.Errorf("bench: get topic %q: %w", name, err)
+	}
+	return t.Backpressure, nil
 }
 
 // topicSemantics returns the semantics and partitions of an existing topic.
