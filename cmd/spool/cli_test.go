@@ -122,7 +122,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	cfg := addTopicConfigFlags(fs, false)
 	if _, err := parseArgs(fs, []string{"--semantics", "pub-sub", "--max-retention", "30d", "--block-writes-on-zero-subscriptions=false",
-		"--completion-tracking", "WATERMARK", "--partitions", "4"}); err != nil {
+		"--completion-tracking", "WATERMARK", "--partitions", "4", "--max-backlog-messages", "0", "--backlog-policy", "Throttle"}); err != nil {
 		t.Fatal(err)
 	}
 	body, err := cfg.body(fs)
@@ -130,7 +130,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"semantics": "PUB_SUB", "max_retention": "720h0m0s", "block_writes_on_zero_subscriptions": false,
-		"completion_tracking": "watermark", "partitions": 4}
+		"completion_tracking": "watermark", "partitions": 4, "max_backlog_messages": int64(0), "backlog_policy": "throttle"}
 	if len(body) != len(want) {
 		t.Fatalf("body %v, want %v", body, want)
 	}

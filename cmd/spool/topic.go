@@ -33,6 +33,8 @@ type topicConfigFlags struct {
 	blockWrites                                               bool
 	ackWait, messageRetention, zeroSubRetention, maxRetention cli.DurationValue
 	dedupWindow                                               cli.DurationValue
+	maxBacklogMessages, maxBacklogBytes                       int64
+	backlogPolicy                                             string
 }
 
 // flagField maps a flag to its field in the API's JSON.
@@ -48,6 +50,9 @@ var topicFlagFields = map[string]string{
 	"max-retention":                      "max_retention",
 	"max-message-bytes":                  "max_message_bytes",
 	"dedup-window":                       "dedup_window",
+	"max-backlog-messages":               "max_backlog_messages",
+	"max-backlog-bytes":                  "max_backlog_bytes",
+	"backlog-policy":                     "backlog_policy",
 }
 
 func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
@@ -71,6 +76,9 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.Var(&t.maxRetention, "max-retention", "hard cap on the age of any message"+def("30d"))
 	fs.IntVar(&t.maxMessageBytes, "max-message-bytes", 0, "bound of key + headers + payload of one message"+def("1048576"))
 	fs.Var(&t.dedupWindow, "dedup-window", "how long a producer id is remembered: a message repeating one is not stored again"+def("2m"))
+	fs.Int64Var(&t.maxBacklogMessages, "max-backlog-messages", 0, "backpressure: bound on the messages the slowest active group has not done; 0: none"+def("0"))
+	fs.Int64Var(&t.maxBacklogBytes, "max-backlog-bytes", 0, "backpressure: the same bound in bytes (estimated); 0: none"+def("0"))
+	fs.StringVar(&t.backlogPolicy, "backlog-policy", "", "at the bound: reject (publishes refused RATE_LIMITED) or throttle (slowed from half the bound, refused at it)"+def("reject"))
 	return t
 }
 
@@ -102,6 +110,12 @@ func (t *topicConfigFlags) body(fs *flag.FlagSet) (map[string]any, error) {
 			out[field] = t.maxDeliveries
 		case "max-message-bytes":
 			out[field] = t.maxMessageBytes
+		case "max-backlog-messages":
+			out[field] = t.maxBacklogMessages
+		case "max-backlog-bytes":
+			out[field] = t.maxBacklogBytes
+		case "backlog-policy":
+			out[field] = strings.ToLower(t.backlogPolicy)
 		case "block-writes-on-zero-subscriptions":
 			out[field] = t.blockWrites
 		default:
@@ -258,6 +272,17 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("Max retention", cli.Duration(time.Duration(c.MaxRetention)))
 	f.Add("Max message size", cli.Bytes(int64(c.MaxMessageBytes)))
 	f.Add("Dedup window", cli.Duration(time.Duration(c.DedupWindow)))
+	if bp := t.Backpressure; bp != nil {
+		var bound []string
+		if bp.MaxBacklogMessages > 0 {
+			bound = append(bound, strconv.FormatInt(bp.MaxBacklogMessages, 10)+" messages")
+		}
+		if bp.MaxBacklogBytes > 0 {
+			bound = append(bound, cli.Bytes(bp.MaxBacklogBytes))
+		}
+		f.Add("Backlog bound", fmt.Sprintf("%s (%s)", strings.Join(bound, ", "), bp.Policy))
+		f.Add("Backpressure", fmt.Sprintf("%s, backlog %d; %d publishes throttled, %d refused", bp.State, bp.BacklogMessages, bp.Throttled, bp.Rejected))
+	}
 	if err := f.Write(e.stdout); err != nil {
 		return err
 	}
