@@ -110,9 +110,20 @@ type bpTopic struct {
 type backpressure struct {
 	mu     sync.RWMutex
 	topics map[string]*bpTopic
-	// refreshMu serializes refreshes.
+	// refreshMu serializes refreshes and guards the fields below.
 	refreshMu sync.Mutex
+	// bounded are the configurations of the bounded topics at the last listing of all topics,
+	// which happens every listEvery refreshes (or at the next one after relist is set): in
+	// between only the bounded topics' figures are read, so a broker with many topics and no
+	// bound reads little.
+	bounded   map[string]storage.TopicConfig
+	sinceList int
+	relist    atomic.Bool
 }
+
+// listEvery is how many refreshes reuse one listing of the topics: a bound set through another
+// broker instance (PostgreSQL) applies within listEvery intervals, one set here at once.
+const listEvery = 10
 
 // admit applies topic's backpressure to a publish: the wait of a throttled one, or the error of
 // a refused one.
@@ -210,7 +221,7 @@ func (b *Broker) backpressureLoop() {
 			return
 		case <-ticker.C:
 		}
-		err := b.RefreshBackpressure(b.rootCtx)
+		err := b.refreshBackpressure(b.rootCtx, false)
 		switch {
 		case err == nil:
 			failing = false
@@ -222,67 +233,92 @@ func (b *Broker) backpressureLoop() {
 	}
 }
 
-// RefreshBackpressure reads the backlog of every bounded topic and updates its state (the
-// broker does it every Config.BackpressureInterval; tests call it directly). A topic whose bound
-// was removed goes back to normal; a deleted topic is forgotten. A topic whose figures cannot be
-// read keeps its state.
+// RefreshBackpressure lists the topics and reads the backlog of every bounded one, updating its
+// state (tests call it; the broker's loop lists the topics only every listEvery refreshes). A
+// topic whose bound was removed goes back to normal; a deleted topic is forgotten. A topic whose
+// figures cannot be read keeps its state.
 func (b *Broker) RefreshBackpressure(ctx context.Context) error {
+	return b.refreshBackpressure(ctx, true)
+}
+
+// topicConfigChanged makes the next refresh list the topics again (a topic was created, changed
+// or deleted through this broker).
+func (b *Broker) topicConfigChanged() { b.bp.relist.Store(true) }
+
+// forgetBackpressure drops a deleted topic's state at once: a topic created again with its name
+// starts without it.
+func (b *Broker) forgetBackpressure(topic string) {
+	b.bp.mu.Lock()
+	delete(b.bp.topics, topic)
+	b.bp.mu.Unlock()
+	b.topicConfigChanged()
+}
+
+func (b *Broker) refreshBackpressure(ctx context.Context, list bool) error {
 	b.bp.refreshMu.Lock()
 	defer b.bp.refreshMu.Unlock()
-	topics, err := b.engine.TopicList(ctx)
-	if err != nil {
-		return err
-	}
-	now := b.clock.Now()
-	live := make(map[string]bool, len(topics))
-	var firstErr error
-	for _, tp := range topics {
-		live[tp.Name] = true
-		cfg := tp.Config
-		if !cfg.HasBacklogBound() {
-			b.bp.mu.Lock()
-			if t := b.bp.topics[tp.Name]; t != nil {
-				t.info.State, t.info.Delay, t.info.MaxBacklogMessages, t.info.MaxBacklogBytes = BackpressureNormal, 0, 0, 0
-			}
-			b.bp.mu.Unlock()
-			continue
+	bp := &b.bp
+	if list || bp.bounded == nil || bp.sinceList >= listEvery || bp.relist.Swap(false) {
+		topics, err := b.engine.TopicList(ctx)
+		if err != nil {
+			return err
 		}
-		msgs, bytes, err := b.topicBacklog(ctx, tp.Name)
+		bp.bounded, bp.sinceList = make(map[string]storage.TopicConfig), 0
+		for _, tp := range topics {
+			if tp.Config.HasBacklogBound() {
+				bp.bounded[tp.Name] = tp.Config
+			}
+		}
+		// Topics deleted or no longer bounded: forgotten, or back to normal (their counters stay).
+		live := make(map[string]bool, len(topics))
+		for _, tp := range topics {
+			live[tp.Name] = true
+		}
+		bp.mu.Lock()
+		for name, t := range bp.topics {
+			switch {
+			case !live[name]:
+				delete(bp.topics, name)
+			case !bp.bounded[name].HasBacklogBound():
+				t.info.State, t.info.Delay, t.info.RetryAfter, t.info.MaxBacklogMessages, t.info.MaxBacklogBytes = BackpressureNormal, 0, 0, 0, 0
+			}
+		}
+		bp.mu.Unlock()
+	}
+	bp.sinceList++
+	now := b.clock.Now()
+	var firstErr error
+	for name, cfg := range bp.bounded {
+		msgs, bytes, err := b.topicBacklog(ctx, name)
 		if err != nil {
 			if errors.Is(err, storage.ErrTopicNotFound) {
-				continue // deleted meanwhile
+				bp.relist.Store(true) // deleted meanwhile
+				continue
 			}
 			if firstErr == nil {
 				firstErr = err
 			}
 			continue
 		}
-		b.bp.mu.Lock()
-		if b.bp.topics == nil {
-			b.bp.topics = make(map[string]*bpTopic)
+		bp.mu.Lock()
+		if bp.topics == nil {
+			bp.topics = make(map[string]*bpTopic)
 		}
-		t := b.bp.topics[tp.Name]
+		t := bp.topics[name]
 		if t == nil {
-			t = &bpTopic{info: BackpressureInfo{Topic: tp.Name, State: BackpressureNormal}}
-			b.bp.topics[tp.Name] = t
+			t = &bpTopic{info: BackpressureInfo{Topic: name, State: BackpressureNormal}}
+			bp.topics[name] = t
 		}
 		old := t.info.State
 		b.updateBackpressure(t, cfg, msgs, bytes, now)
 		info := t.info
-		b.bp.mu.Unlock()
+		bp.mu.Unlock()
 		if info.State != old {
-			b.logger.Info("topic backpressure changed", slog.String("topic", tp.Name), slog.String("from", old),
+			b.logger.Info("topic backpressure changed", slog.String("topic", name), slog.String("from", old),
 				slog.String("to", info.State), slog.Int64("backlog_messages", msgs), slog.Int64("backlog_bytes", bytes),
 				slog.Duration("delay", info.Delay), slog.Duration("retry_after", info.RetryAfter))
 		}
 	}
-	b.bp.mu.Lock()
-	for name := range b.bp.topics {
-		if !live[name] {
-			delete(b.bp.topics, name)
-		}
-	}
-	b.bp.mu.Unlock()
 	return firstErr
 }
 

@@ -179,3 +179,44 @@ func TestBackpressureBoundRemoved(t *testing.T) {
 		t.Fatalf("publish after the bound was removed: %v", err)
 	}
 }
+
+// The broker's loop lists the topics every listEvery refreshes: a bound set through this broker
+// applies at the next refresh, one set through another instance (the engine directly) within
+// listEvery; a deleted topic's state goes at once, so a topic created again with its name is not
+// refused.
+func TestBackpressureRefreshCadence(t *testing.T) {
+	e := newBPEnv(t)
+	e.createTopic("bp", storage.TopicConfig{MaxBacklogMessages: 1})
+	e.publishN("bp", "m", 1)
+	if err := e.b.refreshBackpressure(e.ctx(), false); err != nil {
+		t.Fatal(err)
+	}
+	if i, _ := e.b.TopicBackpressure("bp"); i.State != BackpressureRejecting {
+		t.Fatalf("bound set through the broker: %+v, want rejecting at the next refresh", i)
+	}
+
+	if _, err := e.engine.TopicCreate(e.ctx(), &storage.TopicCreateParams{Name: "other", Config: storage.TopicConfig{MaxBacklogMessages: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	e.publishN("other", "m", 1)
+	refreshes := 0
+	for ; refreshes <= listEvery; refreshes++ {
+		if i, ok := e.b.TopicBackpressure("other"); ok && i.State == BackpressureRejecting {
+			break
+		}
+		if err := e.b.refreshBackpressure(e.ctx(), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if refreshes > listEvery {
+		t.Fatalf("a bound set through another instance not applied after %d refreshes", refreshes)
+	}
+
+	if err := e.b.DeleteTopic(e.ctx(), "bp", true); err != nil {
+		t.Fatal(err)
+	}
+	e.createTopic("bp", storage.TopicConfig{})
+	if err := e.tryPublish("bp", "again", PublishOptions{}); err != nil {
+		t.Fatalf("publish to a topic created again without a bound: %v", err)
+	}
+}

@@ -169,6 +169,9 @@ func (b *Broker) autoCreateTopic(ctx context.Context, topic string) error {
 	case err == nil:
 		b.logger.InfoContext(ctx, "topic auto-created", slog.String("topic", topic),
 			slog.String("semantics", string(b.autoCreateConfig.Semantics)))
+		if b.autoCreateConfig.HasBacklogBound() {
+			b.topicConfigChanged()
+		}
 	case errors.Is(err, storage.ErrTopicExists):
 		// Created concurrently; whoever created it attaches members too, attaching again is a no-op.
 	default:
@@ -199,6 +202,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, cfg storage.Topic
 	b.logger.InfoContext(ctx, "topic created", slog.String("topic", name), slog.String("semantics", string(cfg.Semantics)),
 		slog.Int("partitions", cfg.Partitions))
 	b.attachMatching(ctx, name, true)
+	b.topicConfigChanged()
 	return t, nil
 }
 
@@ -252,6 +256,7 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 		b.reattachTopic(ctx, t)
 	}
 	b.wakeTopic(p.Name)
+	b.topicConfigChanged()
 	return t, nil
 }
 
@@ -348,6 +353,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string, force bool) error
 	}
 	b.logger.InfoContext(ctx, "topic deleted", slog.String("topic", name), slog.Bool("force", force))
 	b.detachTopic(ctx, name)
+	b.forgetBackpressure(name)
 	return nil
 }
 
