@@ -81,6 +81,23 @@ func (w *Writer) FlushRest() (bool, error) {
 	return true, nil
 }
 
+// WriteOrStall writes b like the socket's Write (waiting up to its write deadline), but first
+// without waiting: when the socket does not take b whole, stalled is called before the wait, so
+// that the caller can stop what would pile up behind it meanwhile. Without a raw connection it is
+// the socket's Write (stalled is never called). Write lock held.
+func (w *Writer) WriteOrStall(b []byte, stalled func()) (int, error) {
+	if w.rc == nil {
+		return w.nc.Write(b)
+	}
+	n, err := noWait(w.rc, b)
+	if err != nil || n == len(b) {
+		return n, err
+	}
+	stalled()
+	m, err := w.nc.Write(b[n:])
+	return n + m, err
+}
+
 // Wrote records that bytes were handed to the socket at t.
 func (w *Writer) Wrote(t time.Time) { w.last.Store(int64(t.Sub(w.born))) }
 

@@ -58,7 +58,7 @@ func newBinarySession(c *conn) *binarySession {
 	return &binarySession{
 		c: c,
 		r: protocol.NewReader(c.br, c.srv.cfg.MaxFrameSize),
-		w: protocol.NewWriter(c.nc, c.srv.cfg.MaxFrameSize),
+		w: protocol.NewWriter(stallWriter{c}, c.srv.cfg.MaxFrameSize),
 	}
 }
 

@@ -65,7 +65,7 @@ func newTextSession(c *conn) *textSession {
 	return &textSession{
 		c:    c,
 		lr:   text.NewLineReader(c.br, c.srv.cfg.MaxLineLength),
-		w:    bufio.NewWriterSize(c.nc, 64<<10),
+		w:    bufio.NewWriterSize(stallWriter{c}, 64<<10),
 		tags: make(map[uint64]tagRef),
 	}
 }

@@ -4,6 +4,30 @@ import (
 	"sync/atomic"
 )
 
+// stallWriter is the socket as the sessions' writers see it: a write the socket does not take at
+// once stops the windowed handles' deliveries before it waits (stallWindows).
+type stallWriter struct{ c *conn }
+
+func (w stallWriter) Write(p []byte) (int, error) {
+	return w.c.nw.WriteOrStall(p, w.c.stallWindows)
+}
+
+// stallWindows takes the credit of the windowed handles' members (they keep their leases) while
+// the writer waits for the socket; moveWindows gives it back after the flush. Writer goroutine.
+func (c *conn) stallWindows() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.draining || c.closing {
+		return
+	}
+	w := c.windowLocked(len(c.handles))
+	for _, h := range c.handles {
+		if h.credit > w && h.applied != 0 && h.member.SetMaxInFlight(0) == nil {
+			h.applied = 0
+		}
+	}
+}
+
 // The per-connection bound on deliveries queued and not yet written (Config.MaxConnBufferBytes).
 //
 // A member's credit is what the broker may hand it at once: a claim reads up to that many
@@ -16,9 +40,11 @@ import (
 //
 // where window is how many deliveries of the largest size seen on the connection fit in
 // max_conn_buffer_bytes (shared by the connection's handles). Each flush of the writer moves the
-// window on by what it wrote; while the writer is blocked nothing moves, so at most one window
-// waits in the channels (plus the frame being written). A client whose credit times the size fits
-// in the bound is not windowed at all (no extra work per flush).
+// window on by what it wrote. When the socket does not take a write at once, the windowed members
+// get no credit at all until the flush is done (stallWindows): leases that expire while the writer
+// waits give credit back, which a stalled connection must not use. So at most one window waits in
+// the channels (plus the frame being written). A client whose credit times the size fits in the
+// bound is not windowed at all (no extra work per flush).
 //
 // The size estimate starts at the server's max message size and then follows the largest
 // delivery the connection was given, never below max_conn_buffer_bytes/maxWindow: when messages

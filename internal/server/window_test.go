@@ -24,14 +24,31 @@ func (e *env) consumerHandle() *handle {
 // A consumer over real TCP that never reads, with 1 MB messages and the largest credit: the
 // deliveries queued for its connection and not written stay within max_conn_buffer_bytes (4 of
 // them) for its whole life, where the whole backlog (40 MB) used to wait in its member's channel
-// until the write stall ended the session. Nothing is lost: another consumer gets all of it.
+// until the write stall ended the session; also when its leases expire while its writer is
+// blocked (their credit comes back, but not to a stalled connection). Nothing is lost: another
+// consumer gets all of it.
 func TestConnBufferBoundsConsumerThatDoesNotRead(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lease   time.Duration
+		timeout time.Duration
+		// read is how many deliveries the consumer reads (and holds) before it stops reading.
+		read int
+	}{
+		{"default lease", 0, time.Second, 0},
+		{"leases expiring while stalled", 2 * time.Second, 6 * time.Second, 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testConnBuffer(t, tc.lease, tc.timeout, tc.read) })
+	}
+}
+
+func testConnBuffer(t *testing.T, lease, timeout time.Duration, read int) {
 	const n, size = 40, 1_000_000
 	e := newEnv(t, func(c *Config) {
 		c.MaxConnBufferBytes = 4 << 20
 		c.MinHeartbeatInterval = time.Millisecond
 		c.HeartbeatInterval = 100 * time.Millisecond
-		c.SessionTimeout = time.Second // ends the session of the consumer that never reads
+		c.SessionTimeout = timeout // ends the session of the consumer that never reads
 	}, nil)
 	defer e.close()
 	pub := e.dial(&protocol.Hello{ClientName: "test", HeartbeatInterval: 5 * time.Second})
@@ -41,7 +58,10 @@ func TestConnBufferBoundsConsumerThatDoesNotRead(t *testing.T) {
 	}
 
 	stuck := e.dial(nil)
-	stuck.send(&protocol.Subscribe{Topic: "big", MaxInFlight: uint32(e.srv.cfg.MaxCredit)})
+	stuck.send(&protocol.Subscribe{Topic: "big", MaxInFlight: uint32(e.srv.cfg.MaxCredit), LeaseDuration: lease})
+	if read > 0 {
+		stuck.deliveriesN(read) // then it stops reading; their leases expire while it is stalled
+	}
 	window := (4 << 20) / (size + 64) // deliveries of this size that fit in the bound
 	seen, most := false, 0
 	for deadline := time.Now().Add(waitTimeout); ; {
