@@ -69,6 +69,10 @@
 // A JSON message may carry a producer_id: a message whose producer_id the topic saw within its
 // dedup_window (default 2 min) is not stored again, and its entry in the answer is the first
 // message's, with "duplicate": true.
+// A topic at its backlog bound (max_backlog_messages / max_backlog_bytes) answers 429
+// RATE_LIMITED with Retry-After; a principal with the priority permission on the topic is exempt.
+// The topic's GET answer then has "backpressure" (state, backlog, delay, retry_after, and the
+// publishes throttled and rejected since the broker started).
 //
 // # Requests from browsers (CSRF)
 //
