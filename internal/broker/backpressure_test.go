@@ -220,3 +220,27 @@ func TestBackpressureRefreshCadence(t *testing.T) {
 		t.Fatalf("publish to a topic created again without a bound: %v", err)
 	}
 }
+
+// The bytes bound: the backlog's messages times the topic's mean retained message size.
+func TestBackpressureBytesBound(t *testing.T) {
+	e := newBPEnv(t)
+	e.createTopic("bp", storage.TopicConfig{MaxBacklogBytes: 5000})
+	payload := string(make([]byte, 1000))
+	for range 10 {
+		if err := e.tryPublish("bp", payload, PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := e.refreshBP()
+	wantState(t, i, BackpressureRejecting, 10)
+	if i.BacklogBytes < 10_000 || i.BacklogBytes > 12_000 {
+		t.Fatalf("backlog bytes %d for 10 messages of 1000 bytes", i.BacklogBytes)
+	}
+	m := e.subscribe(SubscribeParams{Pattern: "bp", MaxInFlight: 100})
+	ack(t, m, recv(t, m, 6)...)
+	i = e.refreshBP()
+	wantState(t, i, BackpressureNormal, 4)
+	if err := e.tryPublish("bp", "x", PublishOptions{}); err != nil {
+		t.Fatalf("publish under the bytes bound: %v", err)
+	}
+}
