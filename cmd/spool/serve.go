@@ -220,6 +220,9 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		MaxPartitions:      cfg.Broker.MaxPartitions,
 		PollInterval:       cfg.Broker.PollInterval,
 		ClaimInterval:      claimInterval(cfg),
+		// Topic backpressure (broker backpressure.go).
+		BackpressureInterval: cfg.Broker.BackpressureInterval,
+		MaxThrottleDelay:     cfg.Broker.MaxThrottleDelay,
 	})
 	if err != nil {
 		return err

@@ -168,6 +168,12 @@ type Broker struct {
 	// read, retention run) is logged at WARN, "slow broker operation" (seed 002 M4-13). 0 turns
 	// it off. Defaults to 100 ms.
 	SlowOperation time.Duration `yaml:"slow_operation"`
+	// BackpressureInterval is how often the backlog of the topics with a backlog bound is read
+	// (topic backpressure). Defaults to 1 s.
+	BackpressureInterval time.Duration `yaml:"backpressure_interval"`
+	// MaxThrottleDelay is the longest a publish to a throttled topic waits. Defaults to 1 s; at
+	// most 1 minute.
+	MaxThrottleDelay time.Duration `yaml:"max_throttle_delay"`
 }
 
 // Defaults returns the default configuration.
@@ -184,14 +190,16 @@ func Defaults() Config {
 		Postgres: Postgres{Schema: "spool", Migrate: true, MaxConns: 32, BucketWidth: time.Hour, PollInterval: time.Second,
 			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second},
 		Broker: Broker{
-			AutoCreate:          true,
-			AutoCreateSemantics: string(storage.Queue),
-			DefaultMaxInFlight:  10,
-			MaxTopics:           broker.DefaultMaxTopics,
-			MaxPartitions:       broker.DefaultMaxPartitions,
-			RetentionInterval:   time.Minute,
-			PollInterval:        time.Second,
-			SlowOperation:       broker.DefaultSlowOperation,
+			AutoCreate:           true,
+			AutoCreateSemantics:  string(storage.Queue),
+			DefaultMaxInFlight:   10,
+			MaxTopics:            broker.DefaultMaxTopics,
+			MaxPartitions:        broker.DefaultMaxPartitions,
+			RetentionInterval:    time.Minute,
+			PollInterval:         time.Second,
+			SlowOperation:        broker.DefaultSlowOperation,
+			BackpressureInterval: broker.DefaultBackpressureInterval,
+			MaxThrottleDelay:     broker.DefaultMaxThrottleDelay,
 		},
 		Server: srv,
 		Auth:   auth.Config{OpenMetrics: true},
@@ -541,6 +549,10 @@ func (c Config) Validate() error {
 		return bad("broker.poll_interval", "must be positive, got %s", c.Broker.PollInterval)
 	case c.Broker.SlowOperation < 0:
 		return bad("broker.slow_operation", "must not be negative (0 turns it off), got %s", c.Broker.SlowOperation)
+	case c.Broker.BackpressureInterval < 10*time.Millisecond || c.Broker.BackpressureInterval > time.Minute:
+		return bad("broker.backpressure_interval", "must be between 10ms and 1m, got %s", c.Broker.BackpressureInterval)
+	case c.Broker.MaxThrottleDelay < time.Millisecond || c.Broker.MaxThrottleDelay > time.Minute:
+		return bad("broker.max_throttle_delay", "must be between 1ms and 1m, got %s", c.Broker.MaxThrottleDelay)
 	}
 	if key, err := c.Auth.Validate(); err != nil {
 		return &KeyError{Key: "auth." + key, Err: err}

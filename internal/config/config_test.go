@@ -137,6 +137,10 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "slow sync too large", file: "wal:\n  slow_sync: 2h\n", want: "wal.slow_sync: must be between 1ms and 1h"},
 		{name: "max open files negative", env: []string{"SPOOL_WAL_MAX_OPEN_FILES=-1"}, want: "wal.max_open_files: must be 0 (half of the open file limit) or positive, got -1"},
 		{name: "max open files over the limit", file: "wal:\n  max_open_files: 1073741824\n", want: "wal.max_open_files: must be at most the process's open file limit"},
+		{name: "backpressure interval", env: []string{"SPOOL_BROKER_BACKPRESSURE_INTERVAL=1ms"}, want: "broker.backpressure_interval: must be between 10ms and 1m"},
+		{name: "max throttle delay", flags: map[string]string{"broker.max_throttle_delay": "2m"}, want: "broker.max_throttle_delay: must be between 1ms and 1m"},
+		{name: "conn buffer", env: []string{"SPOOL_SERVER_MAX_CONN_BUFFER_BYTES=1000"}, want: "server.max_conn_buffer_bytes"},
+		{name: "text ack timeout", flags: map[string]string{"server.text_ack_timeout": "25h"}, want: "server.text_ack_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := ""

@@ -38,6 +38,8 @@
 //	  auto_create: true
 //	  auto_create_semantics: QUEUE
 //	  default_max_in_flight: 10
+//	  backpressure_interval: 1s  # how often bounded topics' backlogs are read
+//	  max_throttle_delay: 1s     # longest wait of a publish to a throttled topic
 //	server:
 //	  max_connections: 10000
 //	  max_frame_size: 10485760
