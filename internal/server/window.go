@@ -4,30 +4,6 @@ import (
 	"sync/atomic"
 )
 
-// stallWriter is the socket as the sessions' writers see it: a write the socket does not take at
-// once stops the windowed handles' deliveries before it waits (stallWindows).
-type stallWriter struct{ c *conn }
-
-func (w stallWriter) Write(p []byte) (int, error) {
-	return w.c.nw.WriteOrStall(p, w.c.stallWindows)
-}
-
-// stallWindows takes the credit of the windowed handles' members (they keep their leases) while
-// the writer waits for the socket; moveWindows gives it back after the flush. Writer goroutine.
-func (c *conn) stallWindows() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.draining || c.closing {
-		return
-	}
-	w := c.windowLocked(len(c.handles))
-	for _, h := range c.handles {
-		if h.credit > w && h.applied != 0 && h.member.SetMaxInFlight(0) == nil {
-			h.applied = 0
-		}
-	}
-}
-
 // The per-connection bound on deliveries queued and not yet written (Config.MaxConnBufferBytes).
 //
 // A member's credit is what the broker may hand it at once: a claim reads up to that many
@@ -116,6 +92,30 @@ func (c *conn) moveWindows(hs []*handle) {
 	for _, h := range hs {
 		if h.credit > w || h.applied != h.credit {
 			c.applyCreditLocked(h, w)
+		}
+	}
+}
+
+// stallWriter is the socket as the sessions' writers see it: a write the socket does not take at
+// once stops the windowed handles' deliveries before it waits (stallWindows).
+type stallWriter struct{ c *conn }
+
+func (w stallWriter) Write(p []byte) (int, error) {
+	return w.c.nw.WriteOrStall(p, w.c.stallWindows)
+}
+
+// stallWindows takes the credit of the windowed handles' members (they keep their leases) while
+// the writer waits for the socket; moveWindows gives it back after the flush. Writer goroutine.
+func (c *conn) stallWindows() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.draining || c.closing {
+		return
+	}
+	w := c.windowLocked(len(c.handles))
+	for _, h := range c.handles {
+		if h.credit > w && h.applied != 0 && h.member.SetMaxInFlight(0) == nil {
+			h.applied = 0
 		}
 	}
 }
