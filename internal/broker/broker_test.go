@@ -969,7 +969,8 @@ func TestChurnLosesNothing(t *testing.T) {
 	}
 }
 
-// syncOnly hides the engine's storage.AsyncAppender, as the PostgreSQL engine has none.
+// syncOnly hides the engine's storage.AsyncAppender (both engines have one), to test the
+// synchronous fallback of PublishAsync.
 type syncOnly struct{ storage.Engine }
 
 // TestPublishAsync: PublishAsync refuses a bad batch with an error and never calls done;

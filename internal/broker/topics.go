@@ -54,8 +54,8 @@ func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.A
 // exactly once with the positions: later, from an engine goroutine, once the batch is durable
 // (storage.AsyncAppender; before PublishAsync returns for a batch of duplicates only, see
 // storage.Engine.MessagesAppend), or with the append's error (a write failure, the engine closing);
-// on an engine that cannot append asynchronously (PostgreSQL) PublishAsync appends synchronously
-// and calls done before it returns. done must not block and must not call the broker or the
+// on an engine that cannot append asynchronously PublishAsync appends synchronously and calls
+// done before it returns. done must not block and must not call the broker or the
 // engine synchronously. Appends of one caller are queued in call order.
 func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions, done func([]storage.MessagePosition, error)) error {
 	ae, ok := b.engine.(storage.AsyncAppender)
