@@ -52,6 +52,9 @@ type Input struct {
 	Rotor uint64
 	// Resolution truncates the lease deadline (PostgreSQL keeps microseconds); 0 keeps it exact.
 	Resolution time.Duration
+	// MaxInFlight, when positive, makes the claim ORDERED (ordered.go): each partition is
+	// planned through a Lane, at most MaxInFlight unsettled per partition, in offset order.
+	MaxInFlight int
 }
 
 // Claim is the plan of one DeliveriesClaim, decided step by step as the engine presents its
@@ -71,6 +74,8 @@ type Claim struct {
 
 	minWait, minLease int64
 	hasWait, hasLease bool
+
+	maxInFlight int // ordered claims only (ordered.go)
 }
 
 // Start begins the plan of a claim. It fails, with an error matching storage.ErrInvalidArgument,
@@ -85,6 +90,10 @@ func (c *Claim) Start(in Input) error {
 		maxDeliveries: in.MaxDeliveries,
 		parts:         in.Partitions,
 		remaining:     p.Max,
+		maxInFlight:   in.MaxInFlight,
+	}
+	if c.maxInFlight > 0 {
+		c.avoid = false // one owner per partition: nobody else could take a redelivery
 	}
 	lease := in.AckWait
 	if p.LeaseDuration > 0 {
