@@ -31,6 +31,7 @@ var sentinels = []struct {
 	{storage.ErrSubscriptionNotActive, protocol.ErrSubscriptionNotActive},
 	{storage.ErrInvalidTransition, protocol.ErrInvalidTransition},
 	{storage.ErrLeaseNotHeld, protocol.ErrLeaseNotHeld},
+	{storage.ErrStaleGeneration, protocol.ErrStaleGeneration},
 	{storage.ErrOffsetOutOfRange, protocol.ErrOffsetOutOfRange},
 	{storage.ErrBindingExists, protocol.ErrBindingExists},
 	{storage.ErrBindingNotFound, protocol.ErrBindingNotFound},

@@ -85,6 +85,17 @@ type Engine interface {
 	// message may go. Safe to run concurrently and on several broker instances.
 	RetentionApply(ctx context.Context) (*RetentionResult, error)
 
+	// SubscriptionAssign replaces the partition assignment of an ORDERED subscription if its
+	// generation is still params.Generation (compare-and-set; else ErrStaleGeneration, nothing
+	// changed) and returns it with the generation incremented, durably (on PostgreSQL in the
+	// database, so broker instances agree). The leases held in a partition whose owner changed
+	// are dropped at once, like DeliveriesRelease (due at once, attempts kept; at max_deliveries
+	// to the DLQ): its new owner starts at the partition's ack floor. A shared subscription is
+	// refused with ErrInvalidArgument.
+	SubscriptionAssign(ctx context.Context, params *SubscriptionAssignParams) (*Assignment, error)
+	// SubscriptionAssignment returns the current assignment of an ORDERED subscription
+	// (generation 0 and no member before the first SubscriptionAssign).
+	SubscriptionAssignment(ctx context.Context, id int64) (*Assignment, error)
 	// SubscriptionCreate creates a subscription on a topic at a start position. For a QUEUE topic
 	// the subscription exists from the topic's creation and this fails with ErrSubscriptionExists.
 	SubscriptionCreate(ctx context.Context, params *SubscriptionCreateParams) (*Subscription, error)
@@ -141,7 +152,11 @@ type BindingDeleteParams struct {
 type DeliveriesAckParams struct {
 	SubscriptionID int64
 	Member         string
-	Refs           []DeliveryRef
+	// Generation (ORDERED subscriptions) is the generation of the deliveries (Delivery.Generation):
+	// every ref's partition must be owned by Member since that generation or earlier, else the
+	// call fails with ErrStaleGeneration and changes nothing. Ignored by shared subscriptions.
+	Generation int64
+	Refs       []DeliveryRef
 }
 
 // DeliveriesAckResult is the result of Engine.DeliveriesAck.
@@ -164,8 +179,12 @@ type DeliveriesClaimParams struct {
 	// AvoidMember skips messages whose last delivery went to Member and that are due for
 	// redelivery (the broker sets it when another member of the group could take them).
 	AvoidMember bool
-	// Partitions limits the claim to those partitions (ordered groups); nil means all.
+	// Partitions limits the claim to those partitions; nil means all (in an ORDERED
+	// subscription: all the member owns).
 	Partitions []int32
+	// Generation (ORDERED subscriptions) must be the current generation of the assignment, else
+	// the claim fails with ErrStaleGeneration. Ignored by shared subscriptions.
+	Generation int64
 	// LeaseDuration overrides the topic's ack_wait when positive.
 	LeaseDuration time.Duration
 }
@@ -183,7 +202,11 @@ type DeliveriesClaimResult struct {
 type DeliveriesExtendParams struct {
 	SubscriptionID int64
 	Member         string
-	Refs           []DeliveryRef
+	// Generation (ORDERED subscriptions) is the generation of the deliveries (Delivery.Generation):
+	// every ref's partition must be owned by Member since that generation or earlier, else the
+	// call fails with ErrStaleGeneration and changes nothing. Ignored by shared subscriptions.
+	Generation int64
+	Refs       []DeliveryRef
 	// Duration is the new lease from now; 0 means the topic's ack_wait.
 	Duration time.Duration
 }
@@ -202,7 +225,11 @@ type DeliveriesExtendResult struct {
 type DeliveriesNackParams struct {
 	SubscriptionID int64
 	Member         string
-	Refs           []DeliveryRef
+	// Generation (ORDERED subscriptions) is the generation of the deliveries (Delivery.Generation):
+	// every ref's partition must be owned by Member since that generation or earlier, else the
+	// call fails with ErrStaleGeneration and changes nothing. Ignored by shared subscriptions.
+	Generation int64
+	Refs       []DeliveryRef
 	// Delay before the messages are available again. 0 means at once.
 	Delay time.Duration
 	// ToDLQ dead-letters the messages at once.
@@ -409,6 +436,11 @@ type SubscriptionCreateParams struct {
 	Pattern   string
 	Ephemeral bool
 	Start     StartPosition
+	// Mode is ModeShared (also "" or "shared") or ModeOrdered; MaxInFlightPerPartition (default
+	// 1) and Strategy (default round-robin) are for ordered subscriptions only.
+	Mode                    SubscriptionMode
+	MaxInFlightPerPartition int
+	Strategy                string
 }
 
 // SubscriptionListParams are the parameters of Engine.SubscriptionList.

@@ -339,8 +339,15 @@ type Subscription struct {
 	Ephemeral bool              `json:"ephemeral,omitempty"`
 	State     SubscriptionState `json:"state"`
 	Start     StartPosition     `json:"start"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
+	// Mode is ModeShared ("") or ModeOrdered; it never changes (ErrModeConflict).
+	Mode SubscriptionMode `json:"mode,omitempty"`
+	// MaxInFlightPerPartition (ordered only) bounds the unsettled deliveries of one partition.
+	MaxInFlightPerPartition int `json:"max_in_flight_per_partition,omitempty"`
+	// Strategy (ordered only) is the assignment strategy the broker runs; the current one is
+	// Assignment.Strategy (SubscriptionAssign may change it).
+	Strategy  string    `json:"strategy,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // QueueGroup is the group name of the one subscription of a QUEUE topic.
@@ -365,6 +372,9 @@ type Delivery struct {
 	// Member holds the lease until LeaseDeadline.
 	Member        string    `json:"member"`
 	LeaseDeadline time.Time `json:"lease_deadline"`
+	// Generation is, in an ORDERED subscription, the generation of the claim (the member's acks,
+	// nacks and extends carry it); 0 in a shared one.
+	Generation int64 `json:"generation,omitempty"`
 }
 
 // Ref returns the reference used to ack, nack or extend this delivery.

@@ -71,6 +71,9 @@ func (p *SubscriptionCreateParams) Check() (StartPosition, error) {
 			return StartPosition{}, InvalidName(err)
 		}
 	}
+	if err := p.checkOrdering(); err != nil {
+		return StartPosition{}, err
+	}
 	return p.Start.Normalize()
 }
 

@@ -222,6 +222,9 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 	if err != nil {
 		return nil, err
 	}
+	if err := orderedNotBuilt(params); err != nil {
+		return nil, err
+	}
 	return withTxTimeout(e, ctx, "subscription create", func(ctx context.Context) (*storage.Subscription, error) {
 		return e.subscriptionCreate(ctx, params, start)
 	})

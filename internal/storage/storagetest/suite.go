@@ -26,6 +26,9 @@ type Capabilities struct {
 	// AsyncAppend: the engine implements storage.AsyncAppender. The case that checks it is left
 	// out of the run without it.
 	AsyncAppend bool
+	// Ordered: the engine builds ordered subscriptions (storage.ModeOrdered). Enables the
+	// Ordered cases.
+	Ordered bool
 }
 
 // seedFlag fixes the seed of the randomized case; SPOOL_SEED does the same.
@@ -38,7 +41,9 @@ type testCase struct {
 	restart bool
 	// async marks cases that need Capabilities.AsyncAppend.
 	async bool
-	fn    func(t *testing.T, x *env)
+	// ordered marks cases that need Capabilities.Ordered.
+	ordered bool
+	fn      func(t *testing.T, x *env)
 }
 
 type group struct {
@@ -67,6 +72,7 @@ func groups() []group {
 		{"Params", paramsCases()},
 		{"Concurrency", concurrencyCases()},
 		{"Randomized", randomizedCases()},
+		{"Ordered", orderedCases()},
 	}
 }
 
@@ -87,6 +93,9 @@ func Run(t *testing.T, caps Capabilities, newStore NewStoreFunc) {
 					t.Parallel()
 					if c.restart && !caps.Restart {
 						t.Skip("engine does not declare Capabilities.Restart")
+					}
+					if c.ordered && !caps.Ordered {
+						t.Skip("engine does not declare Capabilities.Ordered")
 					}
 					x := s.setup(t)
 					// A panic (in the engine or in the case) fails this case, not the whole binary.

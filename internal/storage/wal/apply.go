@@ -172,6 +172,12 @@ func (e *Engine) applyRecord(body []byte) error {
 			return err
 		}
 		e.applySubDelete(&r)
+	case recSubAssign:
+		var a storage.Assignment
+		if err := unmarshal(&a); err != nil {
+			return err
+		}
+		e.applyAssign(&a)
 	case recClaim:
 		id, items, cursors, err := decodeClaim(body)
 		if err != nil {

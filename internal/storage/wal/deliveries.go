@@ -181,6 +181,10 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	}
 	t := s.topic
 	cfg := t.meta.Config
+	params, maxInFlight, err := orderedClaim(s, params)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -200,7 +204,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 		params = &cp
 	}
 	if err := pl.Start(policy.Input{Params: params, Topic: t.meta.Name, Partitions: len(t.parts), AckWait: cfg.AckWait,
-		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(s.rr)}); err != nil {
+		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(s.rr), MaxInFlight: maxInFlight}); err != nil {
 		return nil, nil, err
 	}
 	s.rr++
@@ -222,7 +226,20 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	res := &storage.DeliveriesClaimResult{}
 	deliver := func(en *substate.Entry, m *storage.Message) {
 		d := &storage.Delivery{Message: *m, SubscriptionID: s.meta.ID, Attempt: en.Attempt, Member: params.Member, LeaseDeadline: deadline}
+		if maxInFlight > 0 {
+			d.Generation = params.Generation
+		}
 		res.Deliveries = append(res.Deliveries, d)
+	}
+	// lane is the plan of the partition being served by an ordered claim (nil otherwise);
+	// unlease gives back a place the claim leased but did not deliver.
+	var lane *policy.Lane
+	unlease := func() {
+		if lane != nil {
+			lane.Unlease()
+		} else {
+			pl.Unlease()
+		}
 	}
 	// tooMany dead-letters an entry whose attempt exceeds max_deliveries instead of delivering it.
 	tooMany := func(en *substate.Entry) bool {
@@ -233,56 +250,78 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, possiblyDelivered, now); r != nil {
 			recs = append(recs, r)
 		}
-		pl.Unlease()
+		unlease()
 		return true
 	}
 
-	// 2. Due redeliveries.
-	for _, en := range s.st.TakeDue(&pl) {
-		if en.Claim > durableClaim {
-			// Its previous delivery is not durably recorded yet: this claim waits until it is
-			// (its own records come later), so a message never has two unrecorded deliveries.
-			mustWait = true
+	// 2. Due redeliveries: oldest due first; in an ordered claim partition by partition, in
+	// offset order (policy.Lane).
+	var lanes []policy.Lane
+	var due []*substate.Entry
+	if pl.Ordered() {
+		for k := 0; ; k++ {
+			pi, ok := pl.Partition(k)
+			if !ok {
+				break
+			}
+			lanes = append(lanes, pl.Lane(pi, s.st.InFlight(pi)))
 		}
-		if tooMany(en) {
-			continue
+	} else {
+		due = s.st.TakeDue(&pl)
+	}
+	for k := 0; k == 0 || k < len(lanes); k++ {
+		if lanes != nil {
+			pi, _ := pl.Partition(k)
+			lane = &lanes[k]
+			due = s.st.TakeDueOrdered(pi, lane, params.Member, pl.Deadline())
 		}
-		en.Claim = seq
-		if en.Replayed() {
-			de, err := e.dlqRead(s, en.DLQ)
-			if err != nil {
-				// Kept for a later claim, undelivered (this one is not recorded).
-				e.logger.Error("wal: replayed DLQ message unreadable", slog.Int64("subscription", s.meta.ID),
-					slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
-				en.Attempt--
-				s.st.Keep(en)
-				pl.Unlease()
+		for _, en := range due {
+			if en.Claim > durableClaim {
+				// Its previous delivery is not durably recorded yet: this claim waits until it is
+				// (its own records come later), so a message never has two unrecorded deliveries.
+				mustWait = true
+			}
+			if tooMany(en) {
 				continue
 			}
-			deliver(en, &de.Message)
-			items = append(items, claimItem{kind: claimReplayed, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
-			continue
+			en.Claim = seq
+			if en.Replayed() {
+				de, err := e.dlqRead(s, en.DLQ)
+				if err != nil {
+					// Kept for a later claim, undelivered (this one is not recorded).
+					e.logger.Error("wal: replayed DLQ message unreadable", slog.Int64("subscription", s.meta.ID),
+						slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
+					en.Attempt--
+					s.st.Keep(en)
+					unlease()
+					continue
+				}
+				deliver(en, &de.Message)
+				items = append(items, claimItem{kind: claimReplayed, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
+				continue
+			}
+			m, err := e.readMessage(t, en.Partition, en.Offset)
+			if errors.Is(err, storage.ErrPartitionDamaged) {
+				// Not gone: unreadable until the repair (this read found the damage). It waits,
+				// undelivered, with its attempt count.
+				en.Attempt--
+				s.st.Keep(en)
+				unlease()
+				continue
+			}
+			if err != nil {
+				e.logger.Warn("wal: message to redeliver is gone, dropped", slog.Int64("subscription", s.meta.ID),
+					slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
+				s.st.Drop(en.Partition, en.Offset)
+				items = append(items, claimItem{kind: claimComplete, partition: en.Partition, offset: en.Offset})
+				unlease()
+				continue
+			}
+			deliver(en, &m)
+			items = append(items, claimItem{kind: claimDeliver, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
 		}
-		m, err := e.readMessage(t, en.Partition, en.Offset)
-		if errors.Is(err, storage.ErrPartitionDamaged) {
-			// Not gone: unreadable until the repair (this read found the damage). It waits,
-			// undelivered, with its attempt count.
-			en.Attempt--
-			s.st.Keep(en)
-			pl.Unlease()
-			continue
-		}
-		if err != nil {
-			e.logger.Warn("wal: message to redeliver is gone, dropped", slog.Int64("subscription", s.meta.ID),
-				slog.Int("partition", int(en.Partition)), slog.Int64("offset", en.Offset), slog.Any("error", err))
-			s.st.Drop(en.Partition, en.Offset)
-			items = append(items, claimItem{kind: claimComplete, partition: en.Partition, offset: en.Offset})
-			pl.Unlease()
-			continue
-		}
-		deliver(en, &m)
-		items = append(items, claimItem{kind: claimDeliver, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
 	}
+	lane = nil
 
 	// 3. New messages, partition after partition in the plan's order.
 	var cursors []cursorItem
@@ -292,6 +331,11 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 		pi, ok := pl.Partition(k)
 		if !ok {
 			break
+		}
+		if lanes != nil {
+			if lane = &lanes[k]; lane.Blocked() {
+				continue // waiting messages or full: nothing new from this partition
+			}
 		}
 		l := t.parts[pi].log
 		c0 := s.st.Cursor(pi)
@@ -344,7 +388,13 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 					items = append(items, claimItem{kind: claimComplete, partition: pi, offset: o})
 					continue
 				}
-				switch pl.Take(&m) {
+				var out policy.Outcome
+				if lane != nil {
+					out = lane.Take(&m)
+				} else {
+					out = pl.Take(&m)
+				}
+				switch out {
 				case policy.Stop:
 					break read
 				case policy.Complete:
@@ -441,7 +491,11 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 		return nil, err
 	}
 	res := &storage.DeliveriesAckResult{}
+	var fence error
 	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
+		if fence = fenceLocked(s, params.Member, params.Generation, params.Refs); fence != nil {
+			return nil
+		}
 		var persist []storage.DeliveryRef
 		for _, r := range params.Refs {
 			hw := int64(-1)
@@ -470,6 +524,9 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 		}
 		return recordBatch{encodeAck(s.meta.ID, persist)}
 	})
+	if err == nil {
+		err = fence
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -486,7 +543,11 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 		return nil, err
 	}
 	res := &storage.DeliveriesNackResult{}
+	var fence error
 	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
+		if fence = fenceLocked(s, params.Member, params.Generation, params.Refs); fence != nil {
+			return nil
+		}
 		var recs recordBatch
 		var nacks []nackItem
 		now := e.now()
@@ -517,6 +578,9 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 		}
 		return recs
 	})
+	if err == nil {
+		err = fence
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +594,11 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.Deliverie
 		return nil, err
 	}
 	res := &storage.DeliveriesExtendResult{}
+	var fence error
 	err := e.updateSub(ctx, params.SubscriptionID, false, func(s *sub) recordBatch {
+		if fence = fenceLocked(s, params.Member, params.Generation, params.Refs); fence != nil {
+			return nil
+		}
 		d := params.Duration
 		if d == 0 {
 			d = s.topic.meta.Config.AckWait
@@ -547,6 +615,9 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.Deliverie
 		}
 		return nil // leases are not persisted
 	})
+	if err == nil {
+		err = fence
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -289,6 +289,9 @@ type sub struct {
 	st    *substate.Sub // nil once CANCELLED or DELETED
 	rr    int           // first partition the next claim reads new messages from
 	dlq   *dlqLog       // the DLQ log (dlqlog.go); nil until the first dead-lettering
+	// asg is the assignment of an ORDERED subscription (ordered.go), nil before the first one.
+	// Guarded by Engine.mu (replaced with it held exclusively).
+	asg *storage.Assignment
 
 	// Claim durability (see "Attempt numbers after a crash" in doc.go). claimSeq numbers the
 	// claims that deliver (guarded by mu); durableClaim is the highest of them whose records are

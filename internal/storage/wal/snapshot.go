@@ -44,6 +44,8 @@ type snapshotMeta struct {
 	Topics        []storage.Topic        `json:"topics"`
 	Bindings      []storage.Binding      `json:"bindings"`
 	Subscriptions []storage.Subscription `json:"subscriptions"`
+	// Assignments of ORDERED subscriptions (ordered.go), ID order.
+	Assignments []*storage.Assignment `json:"assignments,omitempty"`
 }
 
 func snapshotName(index int64) string {
@@ -93,11 +95,15 @@ func (e *Engine) exportSnapshotLocked() *snapshotState {
 			continue
 		}
 		meta.Subscriptions = append(meta.Subscriptions, s.meta)
+		if s.asg != nil {
+			meta.Assignments = append(meta.Assignments, s.asg.Clone())
+		}
 		if s.st != nil {
 			withState = append(withState, s)
 		}
 	}
 	slices.SortFunc(meta.Subscriptions, func(a, b storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(meta.Assignments, func(a, b *storage.Assignment) int { return cmp.Compare(a.SubscriptionID, b.SubscriptionID) })
 	slices.SortFunc(withState, func(a, b *sub) int { return cmp.Compare(a.meta.ID, b.meta.ID) })
 	metaJSON, err := json.Marshal(&meta)
 	if err != nil {
@@ -201,6 +207,9 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 			s.topic = t
 			t.subs[m.ID] = s
 		}
+	}
+	for _, a := range meta.Assignments {
+		e.applyAssign(a)
 	}
 	e.nextSubID = max(nextSubID, 1)
 	n := d.count(4)

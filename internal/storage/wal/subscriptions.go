@@ -145,12 +145,17 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		e.mu.Unlock()
 		return nil, invalid("a durable subscription to PUB_SUB topic %q needs a group", params.Topic)
 	}
+	ord := params.Ordering()
 	if group != "" {
 		for _, s := range t.subs {
 			if s.meta.Group == group && s.meta.State != storage.Cancelled {
 				e.mu.Unlock()
+				exists := storage.ErrSubscriptionExists
+				if s.meta.Ordering() != ord {
+					exists = storage.ErrModeConflict
+				}
 				return nil, fmt.Errorf("%w: topic %q group %q (subscription %d, %s)",
-					storage.ErrSubscriptionExists, params.Topic, group, s.meta.ID, s.meta.State)
+					exists, params.Topic, group, s.meta.ID, s.meta.State)
 			}
 		}
 	}
@@ -168,6 +173,7 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		Sub: storage.Subscription{
 			ID: id, Topic: params.Topic, Group: group, Pattern: params.Pattern, Ephemeral: ephemeral,
 			State: storage.Active, Start: start, CreatedAt: now, UpdatedAt: now,
+			Mode: ord.Mode, MaxInFlightPerPartition: ord.MaxInFlightPerPartition, Strategy: ord.Strategy,
 		},
 		Starts: starts,
 	}

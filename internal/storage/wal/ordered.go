@@ -1,0 +1,126 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Ordered groups (storage.ModeOrdered): the assignment and its generation are kept in memory
+// (sub.asg, guarded by Engine.mu), recorded in the state log (recSubAssign, the whole assignment:
+// rare and small) and in snapshots (snapshotMeta.Assignments). The delivery rules are
+// policy/ordered.go's, driven by claim.
+
+// recSubAssign is the state record of SubscriptionAssign: JSON storage.Assignment. Its number
+// follows the others of staterec.go with room left for records added meanwhile (the lead may
+// renumber it before any release: no store holds it yet).
+const recSubAssign byte = 25
+
+// SubscriptionAssign replaces the assignment of an ORDERED subscription when its generation is
+// still params.Generation, durably, and drops the leases of the partitions whose owner changed.
+func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.SubscriptionAssignParams) (*storage.Assignment, error) {
+	if err := params.Check(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	s, err := e.subLocked(params.SubscriptionID)
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	if s.meta.Mode != storage.ModeOrdered {
+		e.mu.Unlock()
+		return nil, invalid("subscription %d is not ordered", s.meta.ID)
+	}
+	next, moved, err := storage.NextAssignment(s.asg, params, len(s.topic.parts), s.meta.Strategy)
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	s.asg = next
+	ch := e.queueStateWait(encodeJSON(recSubAssign, next))
+	if s.st != nil && len(moved) > 0 {
+		s.mu.Lock()
+		now := e.now()
+		var recs recordBatch
+		for _, p := range moved {
+			_, dead := s.st.ReleasePartition(p, now.UnixNano(), s.topic.meta.Config.MaxDeliveries)
+			for _, en := range dead {
+				if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "partition reassigned", now); r != nil {
+					recs = append(recs, r)
+				}
+			}
+		}
+		e.queueStates(s, recs, false, nil)
+		s.mu.Unlock()
+	}
+	out := next.Clone()
+	e.mu.Unlock()
+	if err := wait(ctx, ch); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SubscriptionAssignment returns the current assignment of an ORDERED subscription.
+func (e *Engine) SubscriptionAssignment(ctx context.Context, id int64) (*storage.Assignment, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	s, err := e.subLocked(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.meta.Mode != storage.ModeOrdered {
+		return nil, invalid("subscription %d is not ordered", id)
+	}
+	if s.asg == nil {
+		return &storage.Assignment{SubscriptionID: id, Strategy: s.meta.Strategy, Members: map[string][]int32{},
+			Since: make([]int64, len(s.topic.parts))}, nil
+	}
+	return s.asg.Clone(), nil
+}
+
+// applyAssign replays a recSubAssign record.
+func (e *Engine) applyAssign(a *storage.Assignment) {
+	if s := e.subs[a.SubscriptionID]; s != nil {
+		s.asg = a
+	}
+}
+
+// fenceLocked checks, for an ORDERED subscription, that member owns the partition of every ref
+// since generation gen or earlier (storage.Assignment.Fence). e.mu must be held.
+func fenceLocked(s *sub, member string, gen int64, refs []storage.DeliveryRef) error {
+	if s.meta.Mode != storage.ModeOrdered {
+		return nil
+	}
+	for _, r := range refs {
+		if err := s.asg.Fence(member, gen, r.Partition); err != nil {
+			return fmt.Errorf("subscription %d: %w", s.meta.ID, err)
+		}
+	}
+	return nil
+}
+
+// orderedClaim returns the parameters of a claim of an ORDERED subscription (the member's
+// partitions in the current generation) and its max in flight per partition; params unchanged
+// and 0 for a shared one. e.mu must be held.
+func orderedClaim(s *sub, params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimParams, int, error) {
+	if s.meta.Mode != storage.ModeOrdered {
+		return params, 0, nil
+	}
+	ps, err := s.asg.ClaimPartitions(params.Member, params.Generation, params.Partitions)
+	if err != nil {
+		return nil, 0, fmt.Errorf("subscription %d: %w", s.meta.ID, err)
+	}
+	cp := *params
+	cp.Partitions = ps
+	return &cp, s.meta.MaxInFlightPerPartition, nil
+}
