@@ -56,6 +56,9 @@ type dop struct {
 	nack   *storage.DeliveriesNackParams   // set for a nack
 	extend *storage.DeliveriesExtendParams // set for an extend
 	refs   []storage.DeliveryRef           // an ack's refs (an ack has none of the three above)
+	// ackMember and ackGeneration are an ack's member and generation (ordered subscriptions).
+	ackMember     string
+	ackGeneration int64
 
 	claimRes  *storage.DeliveriesClaimResult
 	ackRes    *storage.DeliveriesAckResult
@@ -348,9 +351,11 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 				for k < len(ops) && ops[k].isAck() {
 					k++
 				}
-				ackOn(st, ops[j:k], now)
+				ackOn(st, st.fenceAcks(ops[j:k]), now)
 				j = k
 				continue
+			case st.fenceOp(op) != nil:
+				op.err = st.fenceOp(op) // refused before changing anything
 			case op.nack != nil:
 				op.nackRes = nackOn(st, op.nack, now)
 				if op.nackRes.Nacked > 0 && !slices.Contains(*nacked, st.sub.Topic) {
@@ -395,5 +400,5 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 // anything), not its transaction.
 func opError(err error) bool {
 	return errors.Is(err, storage.ErrSubscriptionNotFound) || errors.Is(err, storage.ErrSubscriptionNotActive) ||
-		errors.Is(err, storage.ErrInvalidArgument)
+		errors.Is(err, storage.ErrInvalidArgument) || errors.Is(err, storage.ErrStaleGeneration)
 }

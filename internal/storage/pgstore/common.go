@@ -82,14 +82,17 @@ type subRow struct {
 }
 
 // subColumns are the columns scanSub reads, in order.
-const subColumns = "id, topic_id, topic, group_name, pattern, ephemeral, state, start, created_at, updated_at"
+const subColumns = "id, topic_id, topic, group_name, pattern, ephemeral, state, start, created_at, updated_at, ordering"
 
 // scanSub scans the subColumns of one row.
 func scanSub(row pgx.Row) (*subRow, error) {
 	var s subRow
 	var state string
-	var start []byte
-	if err := row.Scan(&s.ID, &s.topicID, &s.Topic, &s.Group, &s.Pattern, &s.Ephemeral, &state, &start, &s.CreatedAt, &s.UpdatedAt); err != nil {
+	var start, ordering []byte
+	if err := row.Scan(&s.ID, &s.topicID, &s.Topic, &s.Group, &s.Pattern, &s.Ephemeral, &state, &start, &s.CreatedAt, &s.UpdatedAt, &ordering); err != nil {
+		return nil, err
+	}
+	if err := scanOrdering(&s.Subscription, ordering); err != nil {
 		return nil, err
 	}
 	s.State = storage.SubscriptionState(state)

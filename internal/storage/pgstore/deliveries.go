@@ -110,6 +110,8 @@ type dstate struct {
 	replays []*dreplay
 	replay  map[dref]*dreplay
 	dead    []deadItem
+	// asg is the assignment of an ORDERED subscription (ordered.go), nil before the first one.
+	asg *storage.Assignment
 }
 
 // Which delivery rows a load reads.
@@ -153,7 +155,7 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMo
 }
 
 // loadQueries is the number of statements queueLoad queues (and readState reads).
-const loadQueries = 5
+const loadQueries = 6
 
 // queueLoad queues the loadQueries statements that read (and lock) the delivery state of
 // subscription id (see loadState).
@@ -194,6 +196,7 @@ UNION ALL
 		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
 	}
 	b.Queue(e.sql(loadReplayedSQL), id, waiting, want.ps, want.os)
+	b.Queue(e.sql(assignmentQuery), id) // ordered.go
 }
 
 // loadReplayedSQL reads the replayed DLQ entries of subscription $1 that a transaction can need,
@@ -243,7 +246,9 @@ func wantFor(ops []*dop) loadWant {
 		switch {
 		case op.claim != nil:
 			claims += op.claim.Max
-			all = all || op.claim.Partitions != nil
+			// A claim limited to some partitions, or of an ordered subscription (a generation:
+			// its partitions are presented in offset order), needs every waiting row.
+			all = all || op.claim.Partitions != nil || op.claim.Generation != 0
 		case op.nack != nil:
 			add(op.nack.Refs)
 		case op.extend != nil:
@@ -357,6 +362,9 @@ func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 		st.replay[dref{rp.partition, rp.offset}] = rp
 	}
 	if err := rows.Err(); err != nil {
+		return nil, wrap(err)
+	}
+	if err := readAssignment(br, st); err != nil {
 		return nil, wrap(err)
 	}
 	return st, nil
@@ -685,10 +693,15 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, st.sub.ID, st.sub.State)
 	}
 	cfg := st.cfg
+	p, maxInFlight, err := st.orderedParams(p)
+	if err != nil {
+		return nil, err
+	}
 	nc := &newClaim{st: st}
 	pl := &nc.pl
 	if err := pl.Start(policy.Input{Params: p, Topic: st.sub.Topic, Partitions: cfg.Partitions, AckWait: cfg.AckWait,
-		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(claimRotor.Add(1)), Resolution: time.Microsecond}); err != nil {
+		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(claimRotor.Add(1)), Resolution: time.Microsecond,
+		MaxInFlight: maxInFlight}); err != nil {
 		return nil, err
 	}
 	deadline := time.Unix(0, pl.Deadline()).UTC()
@@ -734,7 +747,14 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		rp     *dreplay
 	}
 	var cands []cand
+	var again []redelivery
+	if pl.Ordered() {
+		again, nc.lanes = st.orderedRedeliveries(pl, p.Member, deadline)
+	}
 	for _, r := range st.rows {
+		if pl.Ordered() {
+			break // presented partition by partition above
+		}
 		live := r.live()
 		if r.state != stWaiting || len(live) == 0 {
 			continue
@@ -746,7 +766,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		}
 	}
 	for _, rp := range st.replays {
-		if rp.dead != nil || rp.acked || rp.state != stWaiting {
+		if pl.Ordered() || rp.dead != nil || rp.acked || rp.state != stWaiting {
 			continue
 		}
 		if due := rp.due.UnixNano(); due > pl.Now() {
@@ -764,7 +784,6 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		}
 		return cmpInt(a.o, b.o)
 	})
-	var again []redelivery
 	for _, c := range cands {
 		n := 1
 		if c.r != nil {
@@ -833,6 +852,11 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 	for _, m := range nc.fresh {
 		res.Deliveries = append(res.Deliveries, &storage.Delivery{Message: *m, SubscriptionID: st.sub.ID, Attempt: 1, Member: p.Member, LeaseDeadline: deadline})
 	}
+	if maxInFlight > 0 {
+		for _, d := range res.Deliveries {
+			d.Generation = p.Generation
+		}
+	}
 	for _, dp := range st.parts {
 		if offs := nc.leased[dp.p]; len(offs) > 0 {
 			st.add(dp.p, offs, stLeased, 1, p.Member, deadline)
@@ -881,6 +905,16 @@ type newClaim struct {
 	leased    map[int32][]int64
 	delayed   map[delayKey][]int64
 	delayKeys []delayKey
+	lanes     map[int32]*policy.Lane // an ordered claim's, by partition (ordered.go)
+}
+
+// room returns how many new messages of dp the claim may still lease: for an ordered claim, its
+// lane's slots (0 when blocked by a waiting message).
+func (nc *newClaim) room(dp *dpart) int {
+	if l := nc.lanes[dp.p]; l != nil {
+		return l.Slots()
+	}
+	return nc.pl.Remaining()
 }
 
 // skipAcked moves the cursor of dp over offsets acked before their delivery.
@@ -923,7 +957,15 @@ func (nc *newClaim) take(dp *dpart, m *storage.Message) bool {
 		nc.pl.Skipped()
 		return true
 	}
-	switch nc.pl.Take(m) {
+	var out policy.Outcome
+	if l := nc.lanes[dp.p]; l != nil {
+		out = l.Take(m)
+	} else if nc.lanes != nil {
+		out = policy.Stop // not a partition of the ordered claim
+	} else {
+		out = nc.pl.Take(m)
+	}
+	switch out {
 	case policy.Stop:
 		return false
 	case policy.Complete:
@@ -1011,10 +1053,10 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 		if !nc.pl.Full() {
 			for _, dp := range order {
 				avail := dp.hw - dp.cursor
-				if avail <= 0 || alloc <= 0 {
+				if avail <= 0 || alloc <= 0 || nc.room(dp) <= 0 {
 					continue
 				}
-				want := min(int64(alloc), avail)
+				want := min(int64(alloc), int64(nc.room(dp)), avail)
 				lim := min(want+nc.ackedAhead(dp), avail)
 				plan = append(plan, planned{dp.p, dp.cursor, int32(lim)})
 				alloc -= int(want)
@@ -1136,7 +1178,7 @@ func (e *Engine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckPara
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	op := &dop{sub: p.SubscriptionID, refs: p.Refs}
+	op := &dop{sub: p.SubscriptionID, refs: p.Refs, ackMember: p.Member, ackGeneration: p.Generation}
 	if err := e.submit(ctx, op); err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testURL(t)
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true}, conformanceStore(0))
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true}, conformanceStore(0))
 }
 
 // TestConformanceNoCache runs the suite with the message cache off: every claim reads its messages
@@ -21,7 +21,7 @@ func TestConformance(t *testing.T) {
 func TestConformanceNoCache(t *testing.T) {
 	t.Parallel()
 	testURL(t)
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true}, conformanceStore(-1))
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true}, conformanceStore(-1))
 }
 
 func conformanceStore(cacheBytes int64) storagetest.NewStoreFunc {

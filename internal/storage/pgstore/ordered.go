@@ -2,37 +2,315 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 )
 
-// Ordered groups (storage.ModeOrdered) are not built on PostgreSQL yet: an ordered subscription
-// is refused with storage.ErrNotImplemented, so no subscription here has an assignment.
+// Ordered groups (storage.ModeOrdered): the settings in spool.subscriptions.ordering, the
+// assignment in spool.sub_assignments (migrations/0008_ordered.sql). Delivery operations load
+// the assignment with the delivery state, under the subscription's sub_partitions locks
+// (queueLoad), and SubscriptionAssign takes the same locks: fencing and the release of the
+// partitions that change owner are consistent across broker instances.
 
-// orderedNotBuilt refuses an ordered subscription.
-func orderedNotBuilt(params *storage.SubscriptionCreateParams) error {
-	if params.Mode == storage.ModeOrdered {
-		return fmt.Errorf("%w: ordered subscriptions on PostgreSQL", storage.ErrNotImplemented)
+// orderingJSON is the form of spool.subscriptions.ordering.
+type orderingJSON struct {
+	MaxInFlightPerPartition int    `json:"max_in_flight_per_partition"`
+	Strategy                string `json:"strategy"`
+}
+
+// scanOrdering fills the mode settings of s from its ordering column (NULL: shared).
+func scanOrdering(s *storage.Subscription, ordering []byte) error {
+	if ordering == nil {
+		return nil
+	}
+	var o orderingJSON
+	if err := json.Unmarshal(ordering, &o); err != nil {
+		return fmt.Errorf("%w: subscription %d: ordering: %v", storage.ErrCorrupt, s.ID, err)
+	}
+	s.Mode, s.MaxInFlightPerPartition, s.Strategy = storage.ModeOrdered, o.MaxInFlightPerPartition, o.Strategy
+	return nil
+}
+
+// setOrdering stores the ordered settings of a subscription just inserted (subscriptionCreate).
+func (e *Engine) setOrdering(ctx context.Context, tx pgx.Tx, s *subRow, o storage.Ordering) error {
+	if o.Mode != storage.ModeOrdered {
+		return nil
+	}
+	js, err := json.Marshal(orderingJSON{MaxInFlightPerPartition: o.MaxInFlightPerPartition, Strategy: o.Strategy})
+	if err != nil {
+		return fmt.Errorf("pgstore: encode ordering: %w", err)
+	}
+	if _, err := tx.Exec(ctx, e.sql("UPDATE spool.subscriptions SET ordering = $2 WHERE id = $1"), s.ID, js); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: store ordering: %w", s.ID, err)
+	}
+	s.Mode, s.MaxInFlightPerPartition, s.Strategy = o.Mode, o.MaxInFlightPerPartition, o.Strategy
+	return nil
+}
+
+// assignmentQuery is the last statement of queueLoad: the subscription's ordering and
+// assignment (no row: no assignment yet).
+const assignmentQuery = `SELECT s.ordering, a.generation, a.assignment FROM spool.subscriptions s
+	LEFT JOIN spool.sub_assignments a ON a.sub_id = s.id WHERE s.id = $1`
+
+// readAssignment reads the result of assignmentQuery into st.
+func readAssignment(br pgx.BatchResults, st *dstate) error {
+	var ordering, asg []byte
+	var gen *int64
+	if err := br.QueryRow().Scan(&ordering, &gen, &asg); err != nil {
+		return err
+	}
+	if err := scanOrdering(&st.sub.Subscription, ordering); err != nil {
+		return err
+	}
+	if asg != nil {
+		st.asg = &storage.Assignment{}
+		if err := json.Unmarshal(asg, st.asg); err != nil {
+			return fmt.Errorf("%w: subscription %d: assignment: %v", storage.ErrCorrupt, st.sub.ID, err)
+		}
 	}
 	return nil
 }
 
-// SubscriptionAssign is refused: no subscription is ordered on this engine yet.
+// ordered reports whether st is the state of an ORDERED subscription.
+func (st *dstate) ordered() bool { return st.sub.Mode == storage.ModeOrdered }
+
+// fence checks refs of member with generation gen against the assignment of an ORDERED
+// subscription (nil for a shared one).
+func (st *dstate) fence(member string, gen int64, refs []storage.DeliveryRef) error {
+	if !st.ordered() {
+		return nil
+	}
+	for _, r := range refs {
+		if err := st.asg.Fence(member, gen, r.Partition); err != nil {
+			return fmt.Errorf("subscription %d: %w", st.sub.ID, err)
+		}
+	}
+	return nil
+}
+
+// fenceOp checks a nack or extend (fenceAcks checks acks; claims are checked by claimOn).
+func (st *dstate) fenceOp(op *dop) error {
+	switch {
+	case op.nack != nil:
+		return st.fence(op.nack.Member, op.nack.Generation, op.nack.Refs)
+	case op.extend != nil:
+		return st.fence(op.extend.Member, op.extend.Generation, op.extend.Refs)
+	}
+	return nil
+}
+
+// fenceAcks returns the acks of run that pass the fence; the others fail with their error.
+func (st *dstate) fenceAcks(run []*dop) []*dop {
+	if !st.ordered() {
+		return run
+	}
+	var ok []*dop
+	for _, op := range run {
+		if err := st.fence(op.ackMember, op.ackGeneration, op.refs); err != nil {
+			op.err = err
+			continue
+		}
+		ok = append(ok, op)
+	}
+	return ok
+}
+
+// orderedParams returns the parameters of a claim of an ORDERED subscription (the member's
+// partitions in the current generation) and its max in flight per partition; p and 0 for a
+// shared one.
+func (st *dstate) orderedParams(p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimParams, int, error) {
+	if !st.ordered() {
+		return p, 0, nil
+	}
+	ps, err := st.asg.ClaimPartitions(p.Member, p.Generation, p.Partitions)
+	if err != nil {
+		return nil, 0, fmt.Errorf("subscription %d: %w", st.sub.ID, err)
+	}
+	cp := *p
+	cp.Partitions = ps
+	return &cp, st.sub.MaxInFlightPerPartition, nil
+}
+
+// orderedRedeliveries presents the waiting messages of each partition of an ordered claim to its
+// lane in offset order (policy/ordered.go) and leases those it takes; it returns them and the
+// lanes, by partition, for the new messages.
+func (st *dstate) orderedRedeliveries(pl *policy.Claim, member string, deadline time.Time) ([]redelivery, map[int32]*policy.Lane) {
+	lanes := map[int32]*policy.Lane{}
+	var again []redelivery
+	for k := 0; ; k++ {
+		q, ok := pl.Partition(k)
+		if !ok {
+			break
+		}
+		type waiting struct {
+			o   int64
+			due int64
+			r   *drow
+			rp  *dreplay
+		}
+		var ws []waiting
+		inFlight := 0
+		for _, r := range st.rows {
+			if r.partition != q {
+				continue
+			}
+			switch r.state {
+			case stLeased:
+				inFlight += len(r.live())
+			case stWaiting:
+				for _, o := range r.live() {
+					ws = append(ws, waiting{o: o, due: r.due.UnixNano(), r: r})
+				}
+			}
+		}
+		for _, rp := range st.replays {
+			if rp.partition != q || rp.dead != nil || rp.acked {
+				continue
+			}
+			switch rp.state {
+			case stLeased:
+				inFlight++
+			case stWaiting:
+				ws = append(ws, waiting{o: rp.offset, due: rp.due.UnixNano(), rp: rp})
+			}
+		}
+		slices.SortFunc(ws, func(a, b waiting) int {
+			if c := cmpInt(a.o, b.o); c != 0 {
+				return c
+			}
+			if a.rp != nil {
+				return -1
+			}
+			return 1
+		})
+		l := pl.Lane(q, inFlight)
+		for _, w := range ws {
+			if !l.Redeliver(w.due) {
+				break
+			}
+			if rp := w.rp; rp != nil {
+				rp.state, rp.attempt, rp.member, rp.due, rp.changed = stLeased, rp.attempt+1, member, deadline, true
+				again = append(again, redelivery{p: rp.partition, o: rp.offset, attempt: rp.attempt, rp: rp})
+				continue
+			}
+			nr := st.moveOffsets(w.r, []int64{w.o}, stLeased, w.r.attempt+1, member, deadline)
+			again = append(again, redelivery{p: nr.partition, o: w.o, attempt: nr.attempt, row: nr})
+		}
+		lanes[q] = &l
+	}
+	return again, lanes
+}
+
+// releasePartitions gives back the leases of the partitions moved (their owner changed): due at
+// now, attempts kept; those on their max_deliveries-th delivery go to the DLQ.
+func (st *dstate) releasePartitions(moved []int32, now time.Time) {
+	for _, r := range slices.Clone(st.rows) {
+		if r.state != stLeased || !slices.Contains(moved, r.partition) {
+			continue
+		}
+		live := slices.Clone(r.live())
+		if r.attempt >= st.cfg.MaxDeliveries {
+			for _, o := range live {
+				st.take(r.partition, o)
+				st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, "partition reassigned", r.attempt)
+			}
+			continue
+		}
+		st.moveOffsets(r, live, stWaiting, r.attempt, r.member, now)
+	}
+	for _, rp := range st.replays {
+		if rp.state != stLeased || rp.dead != nil || rp.acked || !slices.Contains(moved, rp.partition) {
+			continue
+		}
+		rp.changed = true
+		if rp.attempt >= st.cfg.MaxDeliveries {
+			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "partition reassigned", attempt: rp.attempt}
+			delete(st.replay, dref{rp.partition, rp.offset})
+			continue
+		}
+		rp.state, rp.due = stWaiting, now
+	}
+}
+
+// SubscriptionAssign replaces the assignment of an ORDERED subscription when its generation is
+// still params.Generation (a compare-and-set in the database), under the subscription's
+// sub_partitions locks, and gives back the leases of the partitions whose owner changed.
 func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.SubscriptionAssignParams) (*storage.Assignment, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	if _, err := e.SubscriptionGet(ctx, params.SubscriptionID); err != nil {
-		return nil, err
-	}
-	return nil, storage.Invalid("subscription %d is not ordered", params.SubscriptionID)
+	return withTxTimeout(e, ctx, "subscription assign", func(ctx context.Context) (*storage.Assignment, error) {
+		var out *storage.Assignment
+		err := e.tx(ctx, func(tx pgx.Tx) error {
+			st, err := e.loadState(ctx, tx, params.SubscriptionID, loadDue, "", loadWant{ps: []int32{}, os: []int64{}}, false)
+			if err != nil {
+				return err
+			}
+			if !st.ordered() {
+				return invalid("subscription %d is not ordered", st.sub.ID)
+			}
+			next, moved, err := storage.NextAssignment(st.asg, params, st.cfg.Partitions, st.sub.Strategy)
+			if err != nil {
+				return err
+			}
+			js, err := json.Marshal(next)
+			if err != nil {
+				return fmt.Errorf("pgstore: encode assignment: %w", err)
+			}
+			tag, err := tx.Exec(ctx, e.sql(`INSERT INTO spool.sub_assignments (sub_id, generation, assignment) VALUES ($1, $2, $3)
+				ON CONFLICT (sub_id) DO UPDATE SET generation = EXCLUDED.generation, assignment = EXCLUDED.assignment
+				WHERE spool.sub_assignments.generation = $4`), st.sub.ID, next.Generation, js, params.Generation)
+			if err != nil {
+				return fmt.Errorf("pgstore: subscription %d: store assignment: %w", st.sub.ID, err)
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("%w: subscription %d was assigned by another instance meanwhile", storage.ErrStaleGeneration, st.sub.ID)
+			}
+			now := e.now()
+			st.releasePartitions(moved, now)
+			if err := e.save(ctx, tx, st, now); err != nil {
+				return err
+			}
+			out = next
+			return nil
+		})
+		return out, err
+	})
 }
 
-// SubscriptionAssignment is refused: no subscription is ordered on this engine yet.
+// SubscriptionAssignment returns the current assignment of an ORDERED subscription.
 func (e *Engine) SubscriptionAssignment(ctx context.Context, id int64) (*storage.Assignment, error) {
-	if _, err := e.SubscriptionGet(ctx, id); err != nil {
+	s, err := e.SubscriptionGet(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	return nil, storage.Invalid("subscription %d is not ordered", id)
+	if s.Mode != storage.ModeOrdered {
+		return nil, invalid("subscription %d is not ordered", id)
+	}
+	var js []byte
+	err = e.pool.QueryRow(ctx, e.sql("SELECT assignment FROM spool.sub_assignments WHERE sub_id = $1"), id).Scan(&js)
+	if errors.Is(err, pgx.ErrNoRows) {
+		t, err := e.TopicGet(ctx, s.Topic)
+		if err != nil {
+			return nil, err
+		}
+		return &storage.Assignment{SubscriptionID: id, Strategy: s.Strategy, Members: map[string][]int32{},
+			Since: make([]int64, t.Config.Partitions)}, nil
+	}
+	if err != nil {
+		return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: assignment: %w", id, err))
+	}
+	a := &storage.Assignment{}
+	if err := json.Unmarshal(js, a); err != nil {
+		return nil, fmt.Errorf("%w: subscription %d: assignment: %v", storage.ErrCorrupt, id, err)
+	}
+	return a, nil
 }

@@ -222,9 +222,6 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 	if err != nil {
 		return nil, err
 	}
-	if err := orderedNotBuilt(params); err != nil {
-		return nil, err
-	}
 	return withTxTimeout(e, ctx, "subscription create", func(ctx context.Context) (*storage.Subscription, error) {
 		return e.subscriptionCreate(ctx, params, start)
 	})
@@ -250,10 +247,16 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 		if group != "" {
 			var id int64
 			var state string
-			err := tx.QueryRow(ctx, e.sql(`SELECT id, state FROM spool.subscriptions
-				WHERE topic_id = $1 AND group_name = $2 AND state IN ('ACTIVE', 'PAUSED', 'DEAD') LIMIT 1`), t.id, group).Scan(&id, &state)
+			var ordering []byte
+			err := tx.QueryRow(ctx, e.sql(`SELECT id, state, ordering FROM spool.subscriptions
+				WHERE topic_id = $1 AND group_name = $2 AND state IN ('ACTIVE', 'PAUSED', 'DEAD') LIMIT 1`), t.id, group).Scan(&id, &state, &ordering)
 			if err == nil {
-				return fmt.Errorf("%w: topic %q group %q (subscription %d, %s)", storage.ErrSubscriptionExists, params.Topic, group, id, state)
+				exists := storage.ErrSubscriptionExists
+				var cur storage.Subscription
+				if scanOrdering(&cur, ordering) != nil || cur.Ordering() != params.Ordering() {
+					exists = storage.ErrModeConflict
+				}
+				return fmt.Errorf("%w: topic %q group %q (subscription %d, %s)", exists, params.Topic, group, id, state)
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("pgstore: create subscription on topic %q: %w", params.Topic, err)
@@ -265,6 +268,9 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 		}
 		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now())
 		if err != nil {
+			return err
+		}
+		if err := e.setOrdering(ctx, tx, s, params.Ordering()); err != nil {
 			return err
 		}
 		out = &s.Subscription

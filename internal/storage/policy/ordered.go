@@ -84,5 +84,13 @@ func (l *Lane) Unlease() {
 	l.c.Unlease()
 }
 
+// Slots returns how many more messages the lane may lease (new messages: 0 when blocked).
+func (l *Lane) Slots() int {
+	if l.blocked {
+		return 0
+	}
+	return min(l.slots, l.c.remaining)
+}
+
 // Blocked reports whether the lane takes no new message any more.
 func (l *Lane) Blocked() bool { return l.blocked || l.slots == 0 }
