@@ -39,6 +39,8 @@ func TestErrorFrom(t *testing.T) {
 		{storage.ErrSubscriptionNotActive, protocol.ErrSubscriptionNotActive},
 		{storage.ErrInvalidTransition, protocol.ErrInvalidTransition},
 		{storage.ErrLeaseNotHeld, protocol.ErrLeaseNotHeld},
+		{fmt.Errorf("subscription 3: %w: partition 1", storage.ErrStaleGeneration), protocol.ErrStaleGeneration},
+		{fmt.Errorf("%w: topic", storage.ErrModeConflict), protocol.ErrSubscriptionExists},
 		{storage.ErrOffsetOutOfRange, protocol.ErrOffsetOutOfRange},
 		{storage.ErrBindingExists, protocol.ErrBindingExists},
 		{storage.ErrBindingNotFound, protocol.ErrBindingNotFound},
