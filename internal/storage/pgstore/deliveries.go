@@ -160,7 +160,7 @@ const loadQueries = 6
 // queueLoad queues the loadQueries statements that read (and lock) the delivery state of
 // subscription id (see loadState).
 func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string, want loadWant) {
-	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id)
+	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id), s.ordering
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
 	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
 	b.Queue(e.sql(`SELECT p.partition, p.next_offset, p.low_offset FROM spool.partitions p
@@ -290,15 +290,18 @@ func (c *countedResults) QueryRow() pgx.Row        { c.n++; return c.BatchResult
 
 func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 	wrap := func(err error) error { return fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err) }
-	var cfg []byte
-	var s subRow // only what delivery operations use: ID, topicID, Topic, State
+	var cfg, ordering []byte
+	var s subRow // only what delivery operations use: ID, topicID, Topic, State, the ordering
 	var state string
-	err := br.QueryRow().Scan(&s.ID, &s.topicID, &s.Topic, &state, &cfg)
+	err := br.QueryRow().Scan(&s.ID, &s.topicID, &s.Topic, &state, &cfg, &ordering)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && state == string(storage.Deleted)) {
 		return nil, fmt.Errorf("%w: id %d", storage.ErrSubscriptionNotFound, id)
 	}
 	if err != nil {
 		return nil, wrap(err)
+	}
+	if err := scanOrdering(&s.Subscription, ordering); err != nil {
+		return nil, err
 	}
 	s.State = storage.SubscriptionState(state)
 	if s.State == storage.Cancelled {

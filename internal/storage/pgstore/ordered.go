@@ -55,19 +55,20 @@ func (e *Engine) setOrdering(ctx context.Context, tx pgx.Tx, s *subRow, o storag
 	return nil
 }
 
-// assignmentQuery is the last statement of queueLoad: the subscription's ordering and
-// assignment (no row: no assignment yet).
-const assignmentQuery = `SELECT s.ordering, a.generation, a.assignment FROM spool.subscriptions s
-	LEFT JOIN spool.sub_assignments a ON a.sub_id = s.id WHERE s.id = $1`
+// assignmentQuery is the last statement of queueLoad: the subscription's assignment (no row:
+// none yet, or a shared subscription; one primary key lookup). It runs after the sub_partitions
+// locks are taken, so it reads the assignment in force (an assignment holds the same locks); the
+// ordering settings never change and come with the first statement.
+const assignmentQuery = `SELECT assignment FROM spool.sub_assignments WHERE sub_id = $1`
 
 // readAssignment reads the result of assignmentQuery into st.
 func readAssignment(br pgx.BatchResults, st *dstate) error {
-	var ordering, asg []byte
-	var gen *int64
-	if err := br.QueryRow().Scan(&ordering, &gen, &asg); err != nil {
-		return err
+	var asg []byte
+	err := br.QueryRow().Scan(&asg)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
 	}
-	if err := scanOrdering(&st.sub.Subscription, ordering); err != nil {
+	if err != nil {
 		return err
 	}
 	if asg != nil {
