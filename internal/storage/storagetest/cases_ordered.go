@@ -332,6 +332,16 @@ func testOrderedMemberDeath(t *testing.T, x *env) {
 	ds = x.claimG(s.ID, "c", g3.Generation, 10).Deliveries
 	requireOffsets(t, ds, []int64{3, 4}, "c gets them in order")
 	requireAttempts(t, ds, 2, "c's deliveries")
+	_, err = x.ackG(s.ID, "c", g3.Generation, RefsOf(ds)...)
+	noErr(t, err, "c acks")
+	// c's connection dies: the broker releases its leases, then rebalances to d.
+	x.publishN("t", 0, 3)
+	requireOffsets(t, x.claimG(s.ID, "c", g3.Generation, 10).Deliveries, []int64{5, 6}, "c's next")
+	x.release(s.ID, "c")
+	g4 := x.assign(s.ID, g3.Generation, map[string][]int32{"d": {0}})
+	ds = x.claimG(s.ID, "d", g4.Generation, 10).Deliveries
+	requireOffsets(t, ds, []int64{5, 6}, "d gets the released messages first, in order")
+	requireAttempts(t, ds, 2, "d's deliveries")
 }
 
 func testOrderedRestart(t *testing.T, x *env) {
