@@ -91,7 +91,7 @@ type Engine interface {
 	// database, so broker instances agree). The leases held in a partition whose owner changed
 	// are dropped at once, like DeliveriesRelease (due at once, attempts kept; at max_deliveries
 	// to the DLQ): its new owner starts at the partition's ack floor. A shared subscription is
-	// refused with ErrInvalidArgument.
+	// refused with ErrInvalidArgument, a CANCELLED one with ErrSubscriptionNotActive.
 	SubscriptionAssign(ctx context.Context, params *SubscriptionAssignParams) (*Assignment, error)
 	// SubscriptionAssignment returns the current assignment of an ORDERED subscription
 	// (generation 0 and no member before the first SubscriptionAssign).

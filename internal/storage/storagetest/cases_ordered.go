@@ -144,6 +144,14 @@ func testOrderedAssignCAS(t *testing.T, x *env) {
 	noErr(t, err, "SubscriptionAssign with a strategy")
 	equal(t, a3.Strategy, storage.StrategySticky, "strategy")
 	equal(t, a3.Generation, int64(3), "generation")
+
+	// A paused subscription may be rebalanced; a cancelled one has no delivery state left.
+	x.setState(s.ID, storage.Paused)
+	a4 := x.assign(s.ID, 3, map[string][]int32{"a": {0, 1, 2}})
+	x.setState(s.ID, storage.Cancelled)
+	_, err = x.e.SubscriptionAssign(x.ctx, &storage.SubscriptionAssignParams{SubscriptionID: s.ID, Generation: a4.Generation,
+		Members: map[string][]int32{"b": {0}}})
+	errIs(t, err, storage.ErrSubscriptionNotActive, "SubscriptionAssign of a cancelled subscription")
 }
 
 // testOrderedOneOwner: each member gets only the partitions it owns, one message at a time, in

@@ -37,6 +37,10 @@ func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.Subscri
 		e.mu.Unlock()
 		return nil, invalid("subscription %d is not ordered", s.meta.ID)
 	}
+	if s.st == nil {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, s.meta.ID, s.meta.State)
+	}
 	next, moved, err := storage.NextAssignment(s.asg, params, len(s.topic.parts), s.meta.Strategy)
 	if err != nil {
 		e.mu.Unlock()
@@ -44,7 +48,7 @@ func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.Subscri
 	}
 	s.asg = next
 	ch := e.queueStateWait(encodeJSON(recSubAssign, next))
-	if s.st != nil && len(moved) > 0 {
+	if len(moved) > 0 {
 		s.mu.Lock()
 		now := e.now()
 		var recs recordBatch
