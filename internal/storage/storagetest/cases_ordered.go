@@ -266,7 +266,22 @@ func testOrderedDLQMovesOn(t *testing.T, x *env) {
 	// A nack to the DLQ moves it on too.
 	_, err = x.e.DeliveriesNack(x.ctx, &storage.DeliveriesNackParams{SubscriptionID: s.ID, Member: "a", Generation: 1, Refs: RefsOf(ds), ToDLQ: true})
 	noErr(t, err, "nack to the DLQ")
-	requireOffsets(t, x.claimG(s.ID, "a", 1, 10).Deliveries, []int64{2}, "after a rejected message")
+	ds = x.claimG(s.ID, "a", 1, 10).Deliveries
+	requireOffsets(t, ds, []int64{2}, "after a rejected message")
+	_, err = x.ackG(s.ID, "a", 1, RefsOf(ds)...)
+	noErr(t, err, "ack 2")
+	// A DLQ replay puts the copies back in offset order, before any later offset.
+	x.publishN("t", 0, 1)
+	n, err := x.e.DLQReplay(x.ctx, &storage.DLQReplayParams{SubscriptionID: s.ID})
+	noErr(t, err, "DLQReplay")
+	equal(t, n, 2, "replayed")
+	for _, want := range []int64{0, 1, 3} {
+		ds = x.claimG(s.ID, "a", 1, 10).Deliveries
+		requireOffsets(t, ds, []int64{want}, "after the replay")
+		_, err = x.ackG(s.ID, "a", 1, RefsOf(ds)...)
+		noErr(t, err, "ack %d", want)
+	}
+	equal(t, x.stats(s.ID).Pending, int64(0), "pending at the end")
 }
 
 // testOrderedFencing: a member that lost a partition can no longer ack, nack or extend its
