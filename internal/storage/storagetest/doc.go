@@ -64,6 +64,13 @@
 //   - After RetentionApply removed messages by max_retention, every subscription's ack floor and
 //     cursor are at least the new low offset: those messages are no longer Pending.
 //   - DLQPurge and DLQReplay ignore IDs that are not in the DLQ (they count what they did).
+//   - Ordered subscriptions (group Ordered, Capabilities.Ordered): a claim returns only the
+//     member's partitions, each in offset order, waiting messages (nacked, expired, released,
+//     replayed from the DLQ) before any later offset; a partition whose owner changes loses its
+//     leases at the SubscriptionAssign (due at once, attempts kept); a member fenced by the
+//     assignment gets ErrStaleGeneration for the whole call, which changes nothing. The
+//     randomized_joins_and_leaves case checks its deliveries against its own bookkeeping (owner,
+//     lowest offset not acked) rather than against model.go, which models shared subscriptions.
 //
 // Where the interface allows more than one answer (which sentinel an invalid topic name wraps,
 // whether NextDue reports a lease deadline or the end of the backoff after it), the suite accepts
