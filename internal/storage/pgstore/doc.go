@@ -21,7 +21,8 @@
 // unthrottled, instead of a share of the table), 0005 a partial index of the replayed DLQ entries
 // (which every delivery operation loads, however long the DLQ), 0006 the producer ids of
 // de-duplication (spool.producer_ids; spool.publish de-duplicates and returns duplicate), 0007
-// spool.staged (transactional publishes are staged, then sequenced). SQL in
+// spool.staged (transactional publishes are staged, then sequenced), 0008 ordered subscriptions
+// (subscriptions.ordering, spool.sub_assignments). SQL in
 // this package is written against "spool." and rendered for the configured schema (Engine.sql).
 //
 // # No commit-order gaps
