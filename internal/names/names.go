@@ -42,10 +42,15 @@ func IsPattern(s string) bool {
 }
 
 // ValidateGroup returns nil if group is a valid consumer group or member name: 1 to 255 bytes of
-// [A-Za-z0-9_.-].
+// [A-Za-z0-9_.-], other than "." and "..". Those two are refused because URLs cannot carry them:
+// browsers and HTTP routers resolve them as dot segments, so the admin API could not name the
+// group. (Topic names cannot be either: a segment is never empty.)
 func ValidateGroup(group string) error {
 	if group == "" {
 		return fmt.Errorf("%w: group name must not be empty", ErrInvalidName)
+	}
+	if group == "." || group == ".." {
+		return fmt.Errorf("%w: group name %q is not allowed (a URL path cannot name it)", ErrInvalidName, group)
 	}
 	if len(group) > MaxLen {
 		return fmt.Errorf("%w: group name is %d bytes, at most %d allowed", ErrInvalidName, len(group), MaxLen)

@@ -99,6 +99,27 @@ func TestValidateRejects(t *testing.T) {
 	}
 }
 
+// TestDotSegmentsRejected: "." and ".." cannot be named in a URL path (browsers and ServeMux
+// resolve them), so they are no group, member or topic name; longer runs of dots are groups.
+func TestDotSegmentsRejected(t *testing.T) {
+	for _, name := range []string{".", ".."} {
+		if err := ValidateGroup(name); !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), "not allowed") {
+			t.Errorf("ValidateGroup(%q) = %v, want ErrInvalidName saying it is not allowed", name, err)
+		}
+		if err := ValidateTopic(name); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("ValidateTopic(%q) = %v, want ErrInvalidName", name, err)
+		}
+		if err := ValidatePattern(name); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("ValidatePattern(%q) = %v, want ErrInvalidName", name, err)
+		}
+	}
+	for _, name := range []string{"...", ".a", "a.", "a..b"} {
+		if err := ValidateGroup(name); err != nil {
+			t.Errorf("ValidateGroup(%q) = %v, want nil", name, err)
+		}
+	}
+}
+
 func FuzzMatch(f *testing.F) {
 	f.Add("orders.*.created", "orders.payments.created")
 	f.Add("orders.#", "orders")
