@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image/png"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -261,7 +262,12 @@ func TestDashboardAssets(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, name := range ui.Names() {
 		r := e.do("GET", "/ui/"+name, nil).ok(http.StatusOK, nil)
-		if r.header.Get("Content-Security-Policy") == "" || r.header.Get("X-Content-Type-Options") != "nosniff" {
+		const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+			"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+		if got := r.header.Get("Content-Security-Policy"); got != csp {
+			t.Errorf("/ui/%s: Content-Security-Policy %q, want %q", name, got, csp)
+		}
+		if r.header.Get("X-Content-Type-Options") != "nosniff" || r.header.Get("X-Frame-Options") != "DENY" {
 			t.Errorf("/ui/%s: security headers missing: %v", name, r.header)
 		}
 		etag := r.header.Get("ETag")
@@ -287,6 +293,15 @@ func TestDashboardAssets(t *testing.T) {
 		}
 	}
 	e.do("GET", "/ui/nope.js", nil).fails(http.StatusNotFound, "NOT_FOUND")
+	// Unclean paths: the mux redirects them to the clean path, so ui.Serve is asked directly.
+	for _, p := range []string{"/ui/../admin.go", "/ui/../ui/app.js", "/ui/./app.js", "/ui//app.js", "/ui/static/app.js", "/ui/x/../app.js"} {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.URL.Path = p
+		if ui.Serve(w, req) || w.Body.Len() > 0 || len(w.Header()) > 0 {
+			t.Errorf("ui.Serve(%q) served something: %d %q", p, w.Code, w.Body.String())
+		}
+	}
 	e.do("GET", "/ui/../admin.go", nil).fails(http.StatusNotFound, "NOT_FOUND")
 	e.do("GET", "/nope", nil).fails(http.StatusNotFound, "NOT_FOUND")
 	e.do("POST", "/", nil).fails(http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED")
