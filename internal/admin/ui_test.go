@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -249,6 +251,54 @@ func (b *browser) screenshot(name string) {
 		b.t.Fatal(err)
 	}
 	b.t.Logf("screenshot %s (%d bytes)", path, len(data))
+}
+
+// hold makes the page's requests to url (exactly) wait until release is called; held receives each
+// one as it is held. It uses the DevTools Fetch domain, so the server never sees a held request.
+func (b *browser) hold(url string) (held <-chan struct{}, release func()) {
+	b.t.Helper()
+	ids := make(chan fetch.RequestID, 16)
+	ch := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(b.ctx)
+	b.t.Cleanup(cancel)
+	var tgt *chromedp.Target
+	b.do(func(rctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		tgt = t
+		events := cdp.Events(ctx, t, fetch.RequestPaused) // subscribed from here on
+		go func() {
+			for ev, err := range events {
+				if err != nil {
+					return
+				}
+				if ev.Request.URL != url { // not ours (the pattern is a glob): let it through
+					_, _ = cdp.Call(ctx, t, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+					continue
+				}
+				ids <- ev.RequestID
+				ch <- struct{}{}
+			}
+		}()
+		_, err := cdp.Call(rctx, t, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: url}}})
+		return chromedp.Void{}, err
+	})
+	return ch, func() {
+		b.t.Helper()
+		rctx, rcancel := context.WithTimeout(ctx, waitTimeout)
+		defer rcancel()
+		for {
+			select {
+			case id := <-ids:
+				if _, err := cdp.Call(rctx, tgt, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id}); err != nil {
+					b.t.Fatalf("releasing a held request: %v", err)
+				}
+			default:
+				if _, err := cdp.Call(rctx, tgt, fetch.Disable, cdp.Empty{}); err != nil {
+					b.t.Fatalf("releasing held requests: %v", err)
+				}
+				return
+			}
+		}
+	}
 }
 
 func (b *browser) sawStatus(path string, status int) bool {
@@ -576,4 +626,43 @@ func TestDashboardLagGrowing(t *testing.T) {
 	}
 	b.waitJS("lag growing", text(health)+`.includes('lag growing')`)
 	b.waitText(`tr[data-group="slow"] [data-col=lag]`, "5")
+}
+
+// TestDashboardStaleLoad: an answer that arrives after the user moved to another page is not drawn
+// there. The topic page's groups request is held while the user opens a DLQ (whose page has the
+// same #head and #cards); once released, the topic's data must not show on the DLQ page.
+func TestDashboardStaleLoad(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PullIdleTimeout = time.Hour })
+	const topic, group = "orders", "billing"
+	e.do("POST", "/api/v1/topics", map[string]any{"name": topic, "semantics": "PUB_SUB"}).ok(http.StatusCreated, nil)
+	e.do("POST", "/api/v1/topics/"+topic+"/messages", map[string]any{"payload": "x"}).ok(http.StatusCreated, nil)
+	msgs := e.pullN(topic, group, 1, map[string]any{"start": map[string]any{"kind": "FROM_BEGINNING"}})
+	e.do("POST", "/api/v1/topics/"+topic+"/groups/"+group+"/nack", map[string]any{"ids": []string{msgs[0].ID}, "to_dlq": true, "reason": "bad"}).ok(http.StatusOK, nil)
+
+	b := newBrowser(t, e.srv.URL)
+	held, release := b.hold(e.srv.URL + "/api/v1/topics/" + topic + "/groups")
+	b.do(chromedp.Navigate(e.srv.URL + "/#/topics/" + topic))
+	select {
+	case <-held:
+	case <-time.After(waitTimeout):
+		t.Fatal("the topic page did not ask for its groups")
+	}
+	eval[chromedp.Void](b, `location.hash = '#/topics/orders/groups/billing/dlq'`)
+	b.waitText(`#head h1`, "Dead letters of billing")
+	// Record every heading and card the page shows from here on.
+	eval[chromedp.Void](b, `window.seen = [];
+		new MutationObserver(() => {
+			for (const e of document.querySelectorAll('#head h1, #cards [data-card]')) window.seen.push(e.dataset.card || e.textContent);
+		}).observe(document.getElementById('main'), { childList: true, subtree: true, characterData: true })`)
+	release()
+	b.waitJS("the DLQ entry", `document.querySelectorAll('tr[data-entry]').length === 1`)
+	seen := eval[[]string](b, `window.seen`)
+	for _, s := range seen {
+		if s == topic || s == "members" || s == "bytes" {
+			t.Fatalf("the topic page's late answer was drawn on the DLQ page: saw %q (all: %q)", s, seen)
+		}
+	}
+	if !slices.Contains(seen, "Dead letters of billing") {
+		t.Errorf("the DLQ page was not drawn: %q", seen)
+	}
 }

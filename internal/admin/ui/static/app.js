@@ -233,6 +233,11 @@
 
   const ui = { paused: false, authNeeded: false, timer: 0, gen: 0, route: null, lastOK: null };
 
+  // stale says whether the page moved on (another route, a sign-in) since a load that started at
+  // generation gen: each view's load checks it after every await, before it draws or keeps data,
+  // so a slow answer for the page left never draws into the page shown.
+  const stale = (gen) => gen !== ui.gen;
+
   function setLive(kind, text) {
     const l = $('live');
     l.className = 'live ' + kind;
@@ -353,8 +358,9 @@
         el('div', { class: 'cards', id: 'cards' }),
         el('div', { class: 'section' }, el('div', { id: 'topics' }, el('div', { class: 'empty', text: 'Loading…' }))));
     },
-    async load() {
+    async load(r, gen) {
       const [tl, gl] = await Promise.all([api('/api/v1/topics?limit=1000'), api('/api/v1/groups')]);
+      if (stale(gen)) return;
       // Rates and health trends are sampled here, once per poll; draw (also run on each key of
       // the filter) only shows them.
       const rates = new Map();
@@ -442,8 +448,9 @@
           el('div', { class: 'section-head' }, el('h2', { text: 'Configuration' })),
           el('div', { class: 'config', id: 'config' })));
     },
-    async load(r) {
+    async load(r, gen) {
       const [t, gl] = await Promise.all([api(topicPath(r.topic)), api(topicPath(r.topic) + '/groups')]);
+      if (stale(gen)) return;
       const st = t.stats || { messages: 0, bytes: 0, partitions: [] };
       const s = sample('topic\u0000' + t.name, sum(st.partitions, (p) => p.high_water));
       const healths = gl.groups.map(groupHealth);
@@ -556,8 +563,9 @@
           el('div', { class: 'section inspector', id: 'inspector', hidden: true })));
       this.drawButtons();
     },
-    async load(r) {
+    async load(r, gen) {
       const [g, list] = await Promise.all([api(groupPath(r.topic, r.group)), api(groupPath(r.topic, r.group) + '/dlq?limit=' + this.limit)]);
+      if (stale(gen)) return;
       this.group = g;
       this.entries = list.entries;
       this.more = list.next_after_id !== undefined;
@@ -569,9 +577,12 @@
           // Not on the loaded page: ask for the entry itself, once it is known gone no more
           // (entry ids are never reused).
           try {
-            this.inspected = await api(groupPath(r.topic, r.group) + '/dlq/' + this.inspect);
+            const entry = await api(groupPath(r.topic, r.group) + '/dlq/' + this.inspect);
+            if (stale(gen)) return;
+            this.inspected = entry;
           } catch (e) {
             if (e.status !== 404) throw e;
+            if (stale(gen)) return;
             this.gone = this.inspect;
           }
         }
@@ -781,15 +792,15 @@
     const r = ui.route;
     try {
       const focused = focusSel();
-      await views[r.view].load(r);
-      if (gen !== ui.gen) return;
+      await views[r.view].load(r, gen);
+      if (stale(gen)) return;
       restoreFocus(focused);
       ui.lastOK = new Date();
       hideBanner();
       if (!ui.paused) setLive('ok', 'live · updated ' + fmtTime(ui.lastOK).slice(11));
       document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
     } catch (e) {
-      if (gen !== ui.gen || e.status === 401) return;
+      if (stale(gen) || e.status === 401) return;
       if (!(e instanceof APIError)) e = new APIError(0, 'UI_ERROR', e.message);
       if (e.status === 404) {
         showBanner(`${e.code}: ${e.message}. It may have been deleted.`);
