@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -441,6 +442,29 @@ func TestGroupsAndDLQ(t *testing.T) {
 	if entry.ID != first.ID || entry.Message.Payload == nil || entry.Attempts != 1 || entry.LastError != "poison" {
 		t.Fatalf("dlq entry: %+v", entry)
 	}
+	// payload=false: the same entries without their payloads, with their sizes.
+	var light DLQList
+	e.do("GET", "/api/v1/topics/events/groups/billing/dlq?payload=false", nil).ok(200, &light)
+	if len(light.Entries) != 2 || light.Entries[0].ID != first.ID {
+		t.Fatalf("dlq without payloads: %+v", light)
+	}
+	for _, le := range light.Entries {
+		if m := le.Message; m.Payload != nil || m.PayloadBase64 != nil || m.PayloadBytes == nil {
+			t.Fatalf("dlq entry with payload=false: %+v", le)
+		}
+	}
+	if got, want := *light.Entries[0].Message.PayloadBytes, len(*entry.Message.Payload); got != want {
+		t.Errorf("payload_bytes %d, want %d", got, want)
+	}
+	if raw := e.do("GET", "/api/v1/topics/events/groups/billing/dlq?payload=false", nil).body; bytes.Contains(raw, []byte(`"payload"`)) {
+		t.Errorf("payload=false answer has payloads: %s", raw)
+	}
+	var full DLQList
+	e.do("GET", "/api/v1/topics/events/groups/billing/dlq?payload=true", nil).ok(200, &full)
+	if len(full.Entries) != 2 || full.Entries[0].Message.Payload == nil || full.Entries[0].Message.PayloadBytes != nil {
+		t.Fatalf("dlq with payload=true: %+v", full)
+	}
+	e.do("GET", "/api/v1/topics/events/groups/billing/dlq?payload=maybe", nil).fails(400, "INVALID_ARGUMENT")
 	e.do("GET", "/api/v1/topics/events/groups/billing/dlq/999", nil).fails(404, "NOT_FOUND")
 	e.do("GET", "/api/v1/topics/events/groups/billing/dlq/x", nil).fails(400, "INVALID_ARGUMENT")
 	e.do("GET", "/api/v1/topics/events/groups/nobody/dlq", nil).fails(404, "SUBSCRIPTION_NOT_FOUND")

@@ -41,6 +41,14 @@ func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	if limit == 0 {
 		limit = defaultPageLimit
 	}
+	// payload=false leaves the payloads out (a page can otherwise be 1000 x 8 MiB): a list that
+	// polls asks for them, then fetches the entry it shows.
+	payload := true
+	if r.URL.Query().Get("payload") != "" {
+		if payload, err = queryBool(r, "payload"); err != nil {
+			return err
+		}
+	}
 	entries, err := h.b.DLQ(r.Context(), topic, group, after, int(limit))
 	if err != nil {
 		return err
@@ -48,7 +56,12 @@ func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	parts := h.partitions(r.Context(), topic)
 	out := DLQList{Entries: make([]DLQEntry, 0, len(entries))}
 	for _, e := range entries {
-		out.Entries = append(out.Entries, dlqJSON(e, parts))
+		j := dlqJSON(e, parts)
+		if !payload {
+			n := len(e.Message.Payload)
+			j.Message.Payload, j.Message.PayloadBase64, j.Message.PayloadBytes = nil, nil, &n
+		}
+		out.Entries = append(out.Entries, j)
 	}
 	if len(entries) == int(limit) {
 		next := entries[len(entries)-1].ID

@@ -295,7 +295,8 @@ func memberMap(b *broker.Broker) map[string]Member {
 }
 
 // Message is a stored message in the API. Key and payload are given as text when they are valid
-// UTF-8 (key, payload), else base64-encoded (key_base64, payload_base64).
+// UTF-8 (key, payload), else base64-encoded (key_base64, payload_base64). A DLQ listing with
+// payload=false gives payload_bytes, the payload's size, instead of the payload.
 type Message struct {
 	// ID is the id shown to users: the offset for a topic with one partition, "partition:offset"
 	// otherwise.
@@ -308,6 +309,7 @@ type Message struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
 	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	PayloadBytes  *int              `json:"payload_bytes,omitempty"`
 	PublishedAt   time.Time         `json:"published_at"`
 	ProducerID    string            `json:"producer_id,omitempty"`
 	NotBefore     time.Time         `json:"not_before,omitzero"`

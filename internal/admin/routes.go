@@ -131,7 +131,8 @@ func (h *Handler) routeTable() []*route {
 		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}/dlq", handle: h.listDLQ, doc: opDoc{
 			id: "listDLQ", tag: "dlq", summary: "List a subscription's dead-lettered messages in id order.",
 			query: []queryParam{{"after_id", "integer", "entries with a larger id (paging: next_after_id)"},
-				{"limit", "integer", "page size, 1 to 1000 (default 100)"}},
+				{"limit", "integer", "page size, 1 to 1000 (default 100)"},
+				{"payload", "boolean", "false leaves each message's payload out and gives payload_bytes, its size, instead (default true)"}},
 			ok: 200, resp: typeOf[DLQList](), errs: errsRead}},
 		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}/dlq/{id}", handle: h.getDLQEntry, doc: opDoc{
 			id: "getDLQEntry", tag: "dlq", summary: "Get one DLQ entry.",

@@ -301,6 +301,13 @@ func (b *browser) hold(url string) (held <-chan struct{}, release func()) {
 	}
 }
 
+// requested returns the URLs the page asked for so far.
+func (b *browser) requested() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.requests)
+}
+
 func (b *browser) sawStatus(path string, status int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -400,6 +407,7 @@ func TestDashboard(t *testing.T) {
 	b.waitText(row+`[data-col=depth]`, "5")
 	b.waitLoads(n, 2)
 	b.waitJS("a publish rate", text(row+`[data-col=rate]`)+`.endsWith('/s')`)
+	b.waitJS("the poll interval", `document.body.dataset.poll === '2000'`)
 	b.screenshot("dashboard-topics.png")
 
 	// Topic: the group's state, members, lag and DLQ count.
@@ -450,6 +458,24 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("inspected payload %q, want %q", got, pretty.String())
 	}
 	b.waitJS("the trace-id header", text(`#inspect-headers`)+`.includes('trace-idabc123')`)
+	// The polled list came without payloads; the inspector fetched its entry whole. The DLQ page
+	// polls every 5 s.
+	entryID := eval[string](b, `document.querySelector('tr[data-entry]').dataset.entry`)
+	dlqURL := e.srv.URL + "/api/v1/topics/" + topic + "/groups/" + group + "/dlq"
+	lists, entryFetched := 0, false
+	for _, u := range b.requested() {
+		if strings.HasPrefix(u, dlqURL+"?") {
+			lists++
+			if !strings.Contains(u, "payload=false") {
+				t.Errorf("the DLQ list was asked with its payloads: %s", u)
+			}
+		}
+		entryFetched = entryFetched || u == dlqURL+"/"+entryID
+	}
+	if lists == 0 || !entryFetched {
+		t.Errorf("DLQ requests: %d lists, entry %s fetched %v; requests: %q", lists, entryID, entryFetched, b.requested())
+	}
+	b.waitJS("the DLQ poll interval", `document.body.dataset.poll === '5000'`)
 	if n := eval[int](b, `document.querySelectorAll('#pwned-payload, #pwned-header, #pwned-reason').length`); n != 0 {
 		t.Errorf("message data became markup: %d elements", n)
 	}

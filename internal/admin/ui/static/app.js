@@ -7,7 +7,9 @@
 'use strict';
 
 (() => {
-  const POLL_MS = 2000;
+  const POLL_MS = 2000; // a view's poll interval unless it sets pollMs
+  const SLOW_FACTOR = 5; // the next poll waits at least this many times the last one's duration
+  const POLL_MAX_MS = 60000; // ... but no longer than this
   const TOKEN_KEY = 'spool.token';
   const DLQ_PAGE = 100;
   const DLQ_MAX = 1000; // the API's largest page
@@ -231,7 +233,7 @@
 
   // ---------- page chrome: live indicator, banner, toasts, dialogs ----------
 
-  const ui = { paused: false, authNeeded: false, timer: 0, gen: 0, route: null, lastOK: null };
+  const ui = { paused: false, authNeeded: false, timer: 0, gen: 0, route: null, lastOK: null, lastLoadMs: 0 };
 
   // stale says whether the page moved on (another route, a sign-in) since a load that started at
   // generation gen: each view's load checks it after every await, before it draws or keeps data,
@@ -539,6 +541,7 @@
   // ---------- view: a group's dead-letter queue ----------
 
   const dlqView = {
+    pollMs: 5000, // a DLQ changes seldom; its page is the largest answer polled
     mount(main, r) {
       this.r = r;
       this.selected = new Set();
@@ -564,26 +567,30 @@
       this.drawButtons();
     },
     async load(r, gen) {
-      const [g, list] = await Promise.all([api(groupPath(r.topic, r.group)), api(groupPath(r.topic, r.group) + '/dlq?limit=' + this.limit)]);
+      // The list comes without payloads (a page of 1000 entries could be gigabytes); the
+      // inspector fetches its one entry whole, once (an entry never changes).
+      const [g, list] = await Promise.all([api(groupPath(r.topic, r.group)),
+        api(groupPath(r.topic, r.group) + '/dlq?payload=false&limit=' + this.limit)]);
       if (stale(gen)) return;
       this.group = g;
       this.entries = list.entries;
       this.more = list.next_after_id !== undefined;
       const ids = new Set(this.entries.map((e) => e.id));
       for (const id of this.selected) if (!ids.has(id)) this.selected.delete(id);
-      if (this.inspect !== null) {
-        this.inspected = this.entries.find((e) => e.id === this.inspect) || null;
-        if (!this.inspected && this.gone !== this.inspect) {
-          // Not on the loaded page: ask for the entry itself, once it is known gone no more
-          // (entry ids are never reused).
+      const want = this.inspect;
+      if (want !== null && this.gone !== want) {
+        if (!ids.has(want) && !this.more) {
+          this.gone = want; // not in the whole DLQ: replayed or purged (entry ids are never reused)
+        } else if (!ids.has(want) || !this.inspected || this.inspected.id !== want) {
+          // Not fetched yet, or beyond the loaded page: ask for the entry itself.
           try {
-            const entry = await api(groupPath(r.topic, r.group) + '/dlq/' + this.inspect);
+            const entry = await api(groupPath(r.topic, r.group) + '/dlq/' + want);
             if (stale(gen)) return;
-            this.inspected = entry;
+            if (this.inspect === want) this.inspected = entry;
           } catch (e) {
             if (e.status !== 404) throw e;
             if (stale(gen)) return;
-            this.gone = this.inspect;
+            this.gone = want;
           }
         }
       }
@@ -655,9 +662,21 @@
       $('replay-selected').disabled = $('purge-selected').disabled = n === 0;
       $('replay-all').disabled = $('purge-all').disabled = count === 0 && this.entries.length === 0;
     },
-    show(e) {
+    // show opens the inspector on entry e, then fetches the entry with its payload.
+    async show(e) {
+      if (this.inspect === e.id) return;
       this.inspect = e.id;
-      this.inspected = e;
+      this.draw();
+      const gen = ui.gen;
+      try {
+        const entry = await api(groupPath(this.r.topic, this.r.group) + '/dlq/' + e.id);
+        if (stale(gen) || this.inspect !== e.id) return;
+        this.inspected = entry;
+      } catch (err) {
+        if (stale(gen) || this.inspect !== e.id || err.status === 401) return;
+        if (err.status !== 404) { toast(`Reading entry ${e.id} failed: ${err}`, true); return; }
+        this.gone = e.id;
+      }
       this.draw();
     },
     drawInspector() {
@@ -666,10 +685,12 @@
       box.hidden = this.inspect === null;
       if (this.inspect === null) return;
       const close = el('button', { type: 'button', class: 'ghost', text: 'Close', 'aria-label': 'Close the inspector', onclick: () => { this.inspect = null; this.inspected = null; this.draw(); } });
-      const e = this.inspected;
+      const gone = this.gone === this.inspect;
+      const e = !gone && this.inspected && this.inspected.id === this.inspect ? this.inspected : null;
       if (!e) {
         box.replaceChildren(el('div', { class: 'section-head' }, el('h2', { text: `Entry ${this.inspect}` }), el('div', { class: 'spacer' }), close),
-          el('div', { class: 'empty', id: 'inspect-gone', text: 'This entry is no longer in the DLQ: it was replayed or purged.' }));
+          gone ? el('div', { class: 'empty', id: 'inspect-gone', text: 'This entry is no longer in the DLQ: it was replayed or purged.' })
+            : el('div', { class: 'empty', id: 'inspect-loading', text: 'Loading…' }));
         return;
       }
       const m = e.message;
@@ -790,6 +811,7 @@
     if (ui.authNeeded) return;
     const gen = ui.gen;
     const r = ui.route;
+    const started = performance.now();
     try {
       const focused = focusSel();
       await views[r.view].load(r, gen);
@@ -807,17 +829,29 @@
       } else if (e.status === 403) {
         showBanner(`${e.code}: ${e.message}. Your token does not give admin rights here.`);
       } else {
-        showBanner(`${e.code}: ${e.message}` + (ui.lastOK ? ` (last good data ${fmtTime(ui.lastOK).slice(11)}; retrying every ${POLL_MS / 1000} s)` : ''));
+        showBanner(`${e.code}: ${e.message}` + (ui.lastOK ? ` (last good data ${fmtTime(ui.lastOK).slice(11)}; retrying every ${Math.round(pollDelay() / 1000)} s)` : ''));
       }
       setLive('down', e.status === 0 ? 'broker unreachable' : 'error ' + e.status);
     } finally {
+      ui.lastLoadMs = performance.now() - started;
       if (!ui.authNeeded) $('signout').hidden = !sessionStorage.getItem(TOKEN_KEY);
     }
   }
 
+  // pollDelay is the time to the next poll: the view's interval, stretched to SLOW_FACTOR times
+  // the last load's duration when the broker answers slowly, so that a loaded broker is not kept
+  // busier by its dashboard.
+  function pollDelay() {
+    const base = (ui.route && views[ui.route.view].pollMs) || POLL_MS;
+    return Math.min(Math.max(base, Math.round(SLOW_FACTOR * (ui.lastLoadMs || 0))), Math.max(base, POLL_MAX_MS));
+  }
+
   function schedule() {
     clearTimeout(ui.timer);
-    if (!ui.paused && !ui.authNeeded) ui.timer = setTimeout(() => { if (!document.hidden) refresh(); else schedule(); }, POLL_MS);
+    if (ui.paused || ui.authNeeded) return;
+    const ms = pollDelay();
+    document.body.dataset.poll = String(ms); // for the tests
+    ui.timer = setTimeout(() => { if (!document.hidden) refresh(); else schedule(); }, ms);
   }
 
   function init() {
