@@ -180,20 +180,20 @@ func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return invalidf("query parameter state must be ACTIVE, PAUSED, DEAD or CANCELLED, got %q", state)
 	}
-	return h.writeGroups(w, r, func(g *broker.GroupInfo) bool {
-		return (topic == "" || g.Topic == topic) && (group == "" || g.Group == group) && (state == "" || g.State == state)
+	return h.writeGroups(w, r, topic, func(g *broker.GroupInfo) bool {
+		return (group == "" || g.Group == group) && (state == "" || g.State == state)
 	}, "")
 }
 
 func (h *Handler) listTopicGroups(w http.ResponseWriter, r *http.Request) error {
 	topic := r.PathValue("topic")
-	return h.writeGroups(w, r, func(g *broker.GroupInfo) bool { return g.Topic == topic }, topic)
+	return h.writeGroups(w, r, topic, func(*broker.GroupInfo) bool { return true }, topic)
 }
 
-// writeGroups writes the groups keep selects. With mustTopic set, an empty result for a topic that
-// does not exist is TOPIC_NOT_FOUND.
-func (h *Handler) writeGroups(w http.ResponseWriter, r *http.Request, keep func(*broker.GroupInfo) bool, mustTopic string) error {
-	infos, err := h.b.Groups(r.Context())
+// writeGroups writes the groups of topic ("": all) that keep selects. With mustTopic set, an
+// empty result for a topic that does not exist is TOPIC_NOT_FOUND.
+func (h *Handler) writeGroups(w http.ResponseWriter, r *http.Request, topic string, keep func(*broker.GroupInfo) bool, mustTopic string) error {
+	infos, err := h.b.TopicGroups(r.Context(), topic)
 	if err != nil {
 		return err
 	}

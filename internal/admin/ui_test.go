@@ -692,3 +692,23 @@ func TestDashboardStaleLoad(t *testing.T) {
 		t.Errorf("the DLQ page was not drawn: %q", seen)
 	}
 }
+
+// TestDashboardSlowPoll: after a slow load the page waits 5 times as long before the next poll
+// (a loaded broker is not kept busier by its dashboard), and returns to 2 s once loads are fast.
+func TestDashboardSlowPoll(t *testing.T) {
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "slow", "semantics": "PUB_SUB"}).ok(http.StatusCreated, nil)
+	b := newBrowser(t, e.srv.URL)
+	held, release := b.hold(e.srv.URL + "/api/v1/topics/slow/groups")
+	b.do(chromedp.Navigate(e.srv.URL + "/#/topics/slow"))
+	select {
+	case <-held:
+	case <-time.After(waitTimeout):
+		t.Fatal("the topic page did not ask for its groups")
+	}
+	time.Sleep(time.Second) // the load under way takes over a second: that is the slow broker
+	release()
+	b.waitJS("the topic page", text(`[data-card=groups] .value`)+` === '0'`)
+	b.waitJS("a stretched poll interval", `Number(document.body.dataset.poll) >= 5000`)
+	b.waitJS("the poll interval back to 2 s", `document.body.dataset.poll === '2000'`)
+}

@@ -32,10 +32,17 @@ type GroupInfo struct {
 
 // Groups describes every subscription that is not DELETED, ordered by subscription ID.
 func (b *Broker) Groups(ctx context.Context) ([]*GroupInfo, error) {
+	return b.TopicGroups(ctx, "")
+}
+
+// TopicGroups is Groups for the subscriptions of one topic (all with topic ""). It reads the
+// figures of those only: each SubscriptionStats looks at every partition of its topic, so a
+// topic's page must not pay for the whole broker's. An unknown topic has no groups.
+func (b *Broker) TopicGroups(ctx context.Context, topic string) ([]*GroupInfo, error) {
 	if err := b.checkRunning(); err != nil {
 		return nil, err
 	}
-	subs, err := b.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{})
+	subs, err := b.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{Topic: topic})
 	if err != nil {
 		return nil, fmt.Errorf("broker: list groups: %w", err)
 	}

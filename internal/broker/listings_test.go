@@ -15,6 +15,12 @@ import (
 type countingEngine struct {
 	storage.Engine
 	subLists atomic.Int64
+	stats    atomic.Int64
+}
+
+func (c *countingEngine) SubscriptionStats(ctx context.Context, id int64) (*storage.SubscriptionStats, error) {
+	c.stats.Add(1)
+	return c.Engine.SubscriptionStats(ctx, id)
 }
 
 func (c *countingEngine) SubscriptionList(ctx context.Context, p *storage.SubscriptionListParams) ([]*storage.Subscription, error) {
@@ -140,5 +146,56 @@ func TestIdlePoll(t *testing.T) {
 	}
 	if got := idlePoll(time.Second, 1000); got != maxIdlePolls*time.Second {
 		t.Errorf("idlePoll(1s, 1000) = %s", got)
+	}
+}
+
+// TestTopicGroupsReadsItsOwnStats: the groups of one topic cost the stats of that topic's
+// subscriptions only, not of every subscription of the broker (the dashboard's topic page polls
+// them), and agree with Groups filtered by topic.
+func TestTopicGroupsReadsItsOwnStats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ce := &countingEngine{Engine: e.b.engine}
+	e.b.engine = ce // swapped before any member or call exists, as above
+	for _, topic := range []string{"tg.a", "tg.b"} {
+		if _, err := e.b.CreateTopic(e.ctx(), topic, storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []struct{ topic, group string }{{"tg.a", "x"}, {"tg.b", "x"}, {"tg.b", "y"}, {"tg.b", "z"}} {
+		if _, err := ce.SubscriptionCreate(e.ctx(), &storage.SubscriptionCreateParams{Topic: s.topic, Group: s.group}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ce.stats.Store(0)
+	got, err := e.b.TopicGroups(e.ctx(), "tg.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ce.stats.Load(); n != 1 {
+		t.Errorf("TopicGroups(tg.a) read the stats of %d subscriptions, want 1 (its own)", n)
+	}
+	if len(got) != 1 || got[0].Topic != "tg.a" || got[0].Group != "x" || got[0].Stats == nil {
+		t.Fatalf("TopicGroups(tg.a): %+v", got)
+	}
+	all, err := e.b.Groups(e.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b []string
+	for _, g := range all {
+		if g.Topic == "tg.b" {
+			b = append(b, g.Group)
+		}
+	}
+	onlyB, err := e.b.TopicGroups(e.ctx(), "tg.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 4 || len(onlyB) != len(b) || len(b) != 3 {
+		t.Fatalf("Groups: %d, of tg.b %v; TopicGroups(tg.b): %d", len(all), b, len(onlyB))
+	}
+	if none, err := e.b.TopicGroups(e.ctx(), "tg.nope"); err != nil || len(none) != 0 {
+		t.Fatalf("TopicGroups of an unknown topic: %v, %v", none, err)
 	}
 }
