@@ -712,3 +712,86 @@ func TestDashboardSlowPoll(t *testing.T) {
 	b.waitJS("a stretched poll interval", `Number(document.body.dataset.poll) >= 5000`)
 	b.waitJS("the poll interval back to 2 s", `document.body.dataset.poll === '2000'`)
 }
+
+// TestDashboardMessages: the topic page reads a partition's messages without consuming them: the
+// partition picker, a from (offset, id or time), paging on with next_offset, and the inspector
+// with headers and payload as text.
+func TestDashboardMessages(t *testing.T) {
+	e := newEnv(t, nil)
+	const topic = "payments"
+	e.do("POST", "/api/v1/topics", map[string]any{"name": topic, "semantics": "PUB_SUB", "partitions": 2}).ok(http.StatusCreated, nil)
+	one := int32(1)
+	var msgs []map[string]any
+	for i := range 25 {
+		msgs = append(msgs, map[string]any{"partition": one, "key": fmt.Sprintf("customer-%d", i),
+			"payload": fmt.Sprintf(`{"payment":%d,"amount":"12.50"}`, i)})
+	}
+	evil := `{"payment":25,"note":"<img src=x id=pwned-payload onerror=alert(1)>"}`
+	msgs = append(msgs, map[string]any{"partition": one, "key": "customer-25", "payload": evil,
+		"headers": map[string]string{"trace-id": "t-25", "x-html": "<b id=pwned-header>"}})
+	e.do("POST", "/api/v1/topics/"+topic+"/messages", map[string]any{"messages": msgs}).ok(http.StatusCreated, nil)
+	e.do("POST", "/api/v1/topics/"+topic+"/messages", map[string]any{"partition": 0, "payload": "in partition 0"}).ok(http.StatusCreated, nil)
+
+	b := newBrowser(t, e.srv.URL)
+	b.do(chromedp.Navigate(e.srv.URL + "/#/topics/" + topic))
+	rows := `document.querySelectorAll('tr[data-message]').length`
+	b.waitJS("the partition picker", `document.getElementById('msg-partition').options.length === 2`)
+	// Partition 0 from its start: one message.
+	b.click(`#msg-read`)
+	b.waitJS("partition 0's message", rows+` === 1`)
+	b.waitText(`tr[data-message] [data-col=offset]`, "0")
+	// Partition 1: a page of 20, then the next page from next_offset.
+	eval[chromedp.Void](b, `document.getElementById('msg-partition').value = '1'`)
+	b.click(`#msg-read`)
+	b.waitJS("a page of 20", rows+` === 20`)
+	b.waitText(`tr[data-message="1:19"] [data-col=key]`, "customer-19")
+	b.click(`#msg-next`)
+	b.waitJS("the last 6", rows+` === 6`)
+	b.waitText(`tr[data-message] [data-col=offset]`, "20")
+	b.waitJS("the end of the partition", text(`#msg-note`)+`.endsWith('the end of the partition for now.')`)
+	// From a message id (it names its partition) and from a time.
+	eval[chromedp.Void](b, `document.getElementById('msg-partition').value = '0'`)
+	b.do(chromedp.SendKeys(chromedp.ID("msg-from"), "1:23"))
+	b.click(`#msg-read`)
+	b.waitJS("3 messages from 1:23", rows+` === 3 && document.getElementById('msg-partition').value === '1'`)
+	eval[chromedp.Void](b, `document.getElementById('msg-from').value = '2000-01-01T00:00:00Z'`)
+	b.click(`#msg-read`)
+	b.waitJS("a page from a time", rows+` === 20`)
+	eval[chromedp.Void](b, `document.getElementById('msg-from').value = 'yesterday'`)
+	b.allow("400 (Bad Request)")
+	b.click(`#msg-read`)
+	b.waitJS("the refusal", text(`#msg-error`)+`.startsWith('INVALID_ARGUMENT')`)
+	eval[chromedp.Void](b, `document.getElementById('msg-from').value = '24'`)
+	b.click(`#msg-read`)
+	b.waitJS("two messages from offset 24", rows+` === 2`)
+
+	// The inspector: fields, headers and payload as text; polls leave it alone.
+	b.click(`tr[data-message="1:25"]`)
+	b.waitJS("the inspector", `document.getElementById('msg-payload') !== null`)
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, []byte(evil), "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if got := eval[string](b, `document.getElementById('msg-payload').textContent`); got != pretty.String() {
+		t.Errorf("inspected payload %q, want %q", got, pretty.String())
+	}
+	b.waitJS("the trace-id header", text(`#msg-headers`)+`.includes('trace-idt-25')`)
+	b.waitJS("the key", text(`#msg-inspector [data-field=key]`)+` === 'customer-25'`)
+	b.waitLoads(b.loads(), 2)
+	if eval[string](b, `document.getElementById('msg-payload').textContent`) != pretty.String() {
+		t.Errorf("the inspector changed at a poll")
+	}
+	if n := eval[int](b, `document.querySelectorAll('#pwned-payload, #pwned-header').length`); n != 0 {
+		t.Errorf("message data became markup: %d elements", n)
+	}
+	eval[chromedp.Void](b, `document.getElementById('messages-section').scrollIntoView()`)
+	b.screenshot("dashboard-messages.png")
+
+	// Reading consumed nothing: the topic has no subscription, and a new group still gets all.
+	got := e.pullN(topic, "late", 27, map[string]any{"start": map[string]any{"kind": "FROM_BEGINNING"}})
+	if len(got) != 27 {
+		t.Fatalf("a group after reading got %d messages, want 27", len(got))
+	}
+	b.click(`#msg-close`)
+	b.waitJS("the inspector closed", `document.getElementById('msg-inspector').hidden`)
+}

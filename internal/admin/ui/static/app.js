@@ -13,6 +13,7 @@
   const TOKEN_KEY = 'spool.token';
   const DLQ_PAGE = 100;
   const DLQ_MAX = 1000; // the API's largest page
+  const MSG_PAGE = 20; // messages per page of the topic page's reader (read on demand, with payloads)
   const HIST = 30; // samples kept for a sparkline (one minute at POLL_MS)
 
   const $ = (id) => document.getElementById(id);
@@ -345,6 +346,52 @@
 
   const num = (v, col) => el('td', { class: 'num', 'data-col': col, text: fmtNum(v) });
 
+  // ---------- a message's details (DLQ inspector and message reader) ----------
+
+  // messageFields appends a message's identity and times to the definition list dl.
+  function messageFields(dl, m) {
+    const row = (k, v, col) => dl.append(el('dt', { text: k }), el('dd', { 'data-field': col, text: v }));
+    row('Message id', m.id, 'id');
+    row('Partition / offset', `${m.partition} / ${m.offset}`, 'position');
+    if (m.key !== undefined) row('Key', m.key, 'key');
+    if (m.key_base64 !== undefined) row('Key (base64)', m.key_base64, 'key');
+    row('Published', fmtTime(m.published_at) + ' (' + fmtAgo(m.published_at) + ')', 'published');
+    if (m.producer_id) row('Producer id', m.producer_id, 'producer');
+    if (m.not_before) row('Not before', fmtTime(m.not_before), 'not_before');
+    if (m.expires_at) row('Expires', fmtTime(m.expires_at), 'expires_at');
+    return row;
+  }
+
+  // messageContent shows a message's headers and payload as text: the payload pretty-printed when
+  // it is JSON, in base64 when it is not UTF-8. ids names the two elements (headers, payload).
+  function messageContent(m, ids) {
+    const headers = Object.entries(m.headers || {}).sort((a, b) => (a[0] < b[0] ? -1 : 1));
+    const htable = headers.length
+      ? el('dl', { class: 'kv', id: ids.headers }, headers.flatMap(([k, v]) => [el('dt', { class: 'mono', text: k }), el('dd', { class: 'mono', text: v })]))
+      : el('p', { class: 'muted', text: 'No headers.' });
+    let body, note;
+    if (m.payload_base64 !== undefined) {
+      body = m.payload_base64;
+      note = `binary, ${fmtBytes(atob(m.payload_base64).length)}, shown in base64`;
+    } else {
+      body = m.payload || '';
+      note = `${fmtBytes(new TextEncoder().encode(body).length)} of text`;
+      if (/^\s*[[{]/.test(body)) {
+        try { body = JSON.stringify(JSON.parse(body), null, 2); note += ', JSON'; } catch { /* shown as is */ }
+      }
+    }
+    return [el('h3', { text: 'Headers' }), htable,
+      el('h3', {}, 'Payload ', el('span', { class: 'muted', text: '(' + note + ')' })),
+      el('pre', { class: 'payload', id: ids.payload, text: body })];
+  }
+
+  // payloadSize is a message's payload size in bytes.
+  function payloadSize(m) {
+    if (m.payload_bytes !== undefined) return m.payload_bytes;
+    if (m.payload_base64 !== undefined) return atob(m.payload_base64).length;
+    return new TextEncoder().encode(m.payload || '').length;
+  }
+
   // ---------- view: topics ----------
 
   const topicsView = {
@@ -436,6 +483,10 @@
 
   const topicView = {
     mount(main, r) {
+      this.r = r;
+      this.msgs = null; // the page of messages shown: the API's answer and the from it was read at
+      this.msgShown = null; // the message in the inspector
+      this.msgSeq = 0;
       crumbs({ text: 'Topics', href: '#/' }, { text: r.topic });
       main.append(
         el('div', { class: 'page-head', id: 'head' }, el('h1', { text: r.topic })),
@@ -448,7 +499,98 @@
           el('div', { id: 'partitions' })),
         el('div', { class: 'section' },
           el('div', { class: 'section-head' }, el('h2', { text: 'Configuration' })),
-          el('div', { class: 'config', id: 'config' })));
+          el('div', { class: 'config', id: 'config' })),
+        el('div', { class: 'dlq-layout', id: 'msg-layout' },
+          el('div', { class: 'section', id: 'messages-section' },
+            el('form', { class: 'section-head', id: 'msg-form', onsubmit: (e) => { e.preventDefault(); this.readMessages(null); } },
+              el('h2', { text: 'Messages' }), el('span', { class: 'muted', text: 'read without consuming' }), el('div', { class: 'spacer' }),
+              el('label', { for: 'msg-partition', text: 'Partition' }),
+              el('select', { id: 'msg-partition' }, el('option', { value: '0', text: '0' })),
+              el('input', { type: 'text', id: 'msg-from', spellcheck: 'false', 'aria-label': 'Read from',
+                placeholder: 'from: offset, partition:offset or RFC 3339 time', title: 'Empty: the first retained message. An offset (42), a message id (3:42) or a time (2026-11-26T10:00:00Z: the first message published at or after it).' }),
+              el('button', { type: 'submit', id: 'msg-read', text: 'Read' }),
+              el('button', { type: 'button', id: 'msg-next', text: 'Next page', disabled: true, onclick: () => this.readMessages(this.msgs.next_offset) })),
+            el('div', { id: 'messages' }, el('div', { class: 'empty', text: 'Pick a partition and where to start, then Read: the page shows ' + MSG_PAGE + ' messages at a time, and consumes nothing.' })),
+            el('div', { class: 'note', id: 'msg-note', hidden: true })),
+          el('div', { class: 'section inspector', id: 'msg-inspector', hidden: true })));
+    },
+    // readMessages reads a page of the chosen partition: from next (an offset of the partition
+    // read last: "Next page"), else from what the from field says.
+    async readMessages(next) {
+      const r = this.r;
+      const gen = ui.gen;
+      const seq = ++this.msgSeq;
+      const q = new URLSearchParams({ limit: String(MSG_PAGE) });
+      let from;
+      if (next !== null) {
+        from = String(next);
+        q.set('partition', String(this.msgs.partition));
+      } else {
+        from = $('msg-from').value.trim();
+        // A message id names its partition; an offset or a time reads the one picked.
+        if (from.includes('T') || !from.includes(':')) q.set('partition', $('msg-partition').value);
+      }
+      if (from) q.set('from', from);
+      try {
+        const page = await api(topicPath(r.topic) + '/messages?' + q);
+        if (stale(gen) || seq !== this.msgSeq) return;
+        this.msgs = Object.assign(page, { from });
+        this.msgShown = null;
+        $('msg-partition').value = String(page.partition);
+        this.drawMessages();
+      } catch (e) {
+        if (stale(gen) || seq !== this.msgSeq || e.status === 401) return;
+        this.msgs = null;
+        this.msgShown = null;
+        $('msg-next').disabled = true;
+        $('msg-note').hidden = true;
+        $('messages').replaceChildren(el('div', { class: 'empty form-error', id: 'msg-error', text: String(e) }));
+        this.drawMessage();
+      }
+    },
+    drawMessages() {
+      const pg = this.msgs;
+      const rows = pg.messages.map((m) => el('tr', {
+        class: 'clickable' + (this.msgShown === m ? ' selected' : ''), 'data-message': m.id, tabindex: 0,
+        title: 'Inspect this message', 'aria-selected': String(this.msgShown === m),
+        onclick: () => this.showMessage(m),
+        onkeydown: (ev) => { if (ev.key === 'Enter') this.showMessage(m); },
+      },
+      num(m.offset, 'offset'),
+      el('td', { class: 'mono', 'data-col': 'key', text: m.key !== undefined ? m.key : m.key_base64 !== undefined ? m.key_base64 + ' (base64)' : '—' }),
+      num(Object.keys(m.headers || {}).length, 'headers'),
+      el('td', { class: 'num', 'data-col': 'size', text: fmtBytes(payloadSize(m)) }),
+      el('td', { 'data-col': 'published', title: fmtAgo(m.published_at), text: fmtTime(m.published_at) })));
+      $('messages').replaceChildren(table(
+        [{ text: 'Offset', num: true }, 'Key', { text: 'Headers', num: true }, { text: 'Size', num: true }, 'Published'],
+        rows, `No message in partition ${pg.partition} from ${pg.from || 'its start'} yet.`));
+      const note = $('msg-note');
+      const n = pg.messages.length;
+      note.hidden = n === 0;
+      if (n) {
+        note.textContent = `Partition ${pg.partition}, offsets ${fmtNum(pg.messages[0].offset)} to ${fmtNum(pg.messages[n - 1].offset)}` +
+          (n < MSG_PAGE ? ': the end of the partition for now.' : '. "Next page" reads on from offset ' + fmtNum(pg.next_offset) + '.');
+      }
+      $('msg-next').disabled = false; // also after the end: messages published since show up
+      this.drawMessage();
+    },
+    showMessage(m) {
+      this.msgShown = m;
+      this.drawMessages();
+    },
+    // drawMessage shows the inspected message: its fields, headers and payload, as text.
+    drawMessage() {
+      const box = $('msg-inspector');
+      const m = this.msgShown;
+      $('msg-layout').classList.toggle('inspecting', m !== null);
+      box.hidden = m === null;
+      if (m === null) return;
+      const close = el('button', { type: 'button', class: 'ghost', id: 'msg-close', text: 'Close', 'aria-label': 'Close the inspector', onclick: () => this.showMessage(null) });
+      const dl = el('dl', { class: 'kv' });
+      messageFields(dl, m);
+      box.replaceChildren(
+        el('div', { class: 'section-head' }, el('h2', { text: `Message ${m.id}` }), el('div', { class: 'spacer' }), close),
+        el('div', { class: 'body' }, dl, messageContent(m, { headers: 'msg-headers', payload: 'msg-payload' })));
     },
     async load(r, gen) {
       const [t, gl] = await Promise.all([api(topicPath(r.topic)), api(topicPath(r.topic) + '/groups')]);
@@ -457,6 +599,12 @@
       const s = sample('topic\u0000' + t.name, sum(st.partitions, (p) => p.high_water));
       const healths = gl.groups.map(groupHealth);
       const bad = healths.filter((h) => h.level === 'warn' || h.level === 'crit').length;
+      const pick = $('msg-partition');
+      if (pick.options.length !== t.config.partitions) {
+        const v = Number(pick.value);
+        pick.replaceChildren(...Array.from({ length: t.config.partitions }, (_, i) => el('option', { value: String(i), text: String(i) })));
+        pick.value = String(v < t.config.partitions ? v : 0);
+      }
       $('head').replaceChildren(el('h1', { text: t.name }), badge('info', t.config.semantics),
         el('span', { class: 'muted', text: 'created ' + fmtTime(t.created_at) }));
       $('cards').replaceChildren(
@@ -695,40 +843,14 @@
       }
       const m = e.message;
       const dl = el('dl', { class: 'kv' });
-      const row = (k, v, col) => dl.append(el('dt', { text: k }), el('dd', { 'data-field': col, text: v }));
-      row('Message id', m.id, 'id');
-      row('Partition / offset', `${m.partition} / ${m.offset}`, 'position');
-      if (m.key !== undefined) row('Key', m.key, 'key');
-      if (m.key_base64 !== undefined) row('Key (base64)', m.key_base64, 'key');
-      row('Published', fmtTime(m.published_at) + ' (' + fmtAgo(m.published_at) + ')', 'published');
-      if (m.producer_id) row('Producer id', m.producer_id, 'producer');
+      const row = messageFields(dl, m);
       row('Reason', e.reason, 'reason');
       row('Attempts', fmtNum(e.attempts), 'attempts');
       row('Last error', e.last_error || '—', 'last_error');
       row('Dead at', fmtTime(e.dead_at) + ' (' + fmtAgo(e.dead_at) + ')', 'dead_at');
-
-      const headers = Object.entries(m.headers || {}).sort((a, b) => (a[0] < b[0] ? -1 : 1));
-      const htable = headers.length
-        ? el('dl', { class: 'kv', id: 'inspect-headers' }, headers.flatMap(([k, v]) => [el('dt', { class: 'mono', text: k }), el('dd', { class: 'mono', text: v })]))
-        : el('p', { class: 'muted', text: 'No headers.' });
-
-      let body, note;
-      if (m.payload_base64 !== undefined) {
-        body = m.payload_base64;
-        note = `binary, ${fmtBytes(atob(m.payload_base64).length)}, shown in base64`;
-      } else {
-        body = m.payload || '';
-        note = `${fmtBytes(new TextEncoder().encode(body).length)} of text`;
-        if (/^\s*[[{]/.test(body)) {
-          try { body = JSON.stringify(JSON.parse(body), null, 2); note += ', JSON'; } catch { /* shown as is */ }
-        }
-      }
       box.replaceChildren(
         el('div', { class: 'section-head' }, el('h2', { text: `Entry ${e.id}` }), el('div', { class: 'spacer' }), close),
-        el('div', { class: 'body' }, dl,
-          el('h3', { text: 'Headers' }), htable,
-          el('h3', {}, 'Payload ', el('span', { class: 'muted', text: '(' + note + ')' })),
-          el('pre', { class: 'payload', id: 'inspect-payload', text: body })),
+        el('div', { class: 'body' }, dl, messageContent(m, { headers: 'inspect-headers', payload: 'inspect-payload' })),
         el('div', { class: 'actions' },
           el('button', { type: 'button', id: 'inspect-replay', text: 'Replay', onclick: () => this.act('replay', [e.id]) }),
           el('button', { type: 'button', id: 'inspect-purge', class: 'danger', text: 'Purge', onclick: () => this.act('purge', [e.id]) })));
