@@ -507,7 +507,7 @@
               el('label', { for: 'msg-partition', text: 'Partition' }),
               el('select', { id: 'msg-partition' }, el('option', { value: '0', text: '0' })),
               el('input', { type: 'text', id: 'msg-from', spellcheck: 'false', 'aria-label': 'Read from',
-                placeholder: 'from: offset, partition:offset or RFC 3339 time', title: 'Empty: the first retained message. An offset (42), a message id (3:42) or a time (2026-11-26T10:00:00Z: the first message published at or after it).' }),
+                placeholder: 'from: offset, id or time (empty: the start)', title: 'Empty: the first retained message. An offset (42), a message id (3:42) or a time (2026-11-26T10:00:00Z: the first message published at or after it).' }),
               el('button', { type: 'submit', id: 'msg-read', text: 'Read' }),
               el('button', { type: 'button', id: 'msg-next', text: 'Next page', disabled: true, onclick: () => this.readMessages(this.msgs.next_offset) })),
             el('div', { id: 'messages' }, el('div', { class: 'empty', text: 'Pick a partition and where to start, then Read: the page shows ' + MSG_PAGE + ' messages at a time, and consumes nothing.' })),
