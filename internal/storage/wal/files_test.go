@@ -177,6 +177,39 @@ func TestReopenFailsCleanly(t *testing.T) {
 	equal(t, st.Partitions[0].Damaged, false, "damaged")
 }
 
+// TestEMFILEClosesIdleFiles: when the process's descriptors run out while the engine's pool is
+// under max_open_files (the usual case: connections took the other half of ulimit -n), new
+// topics, publishes and reads still succeed: an open that fails with EMFILE closes idle segment
+// files and tries again. Before, each failed STORAGE_UNAVAILABLE while the idle files sat open.
+func TestEMFILEClosesIdleFiles(t *testing.T) {
+	const topics = 20
+	efs := wlogtest.NewErrorFS(nil, nil)
+	h := newHarness(t, func(c *Config) { c.FS, c.MaxOpenFiles = efs, 1000 })
+	name := func(i int) string { return fmt.Sprintf("fd.t%d", i) }
+	for i := range topics {
+		h.createTopic(name(i), storage.TopicConfig{})
+		h.publishN(name(i), 1)
+	}
+	// No descriptor left beyond those the engine holds now, far under its bound.
+	efs.SetInjector(wlogtest.FDLimit(efs, efs.OpenFiles()))
+	for i := topics; i < 2*topics; i++ {
+		h.createTopic(name(i), storage.TopicConfig{})
+		h.publishN(name(i), 1)
+	}
+	for i := range 2 * topics {
+		h.publishN(name(i), 1)
+		msgs, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: name(i), Partition: 0, Offset: 0, Limit: 10})
+		h.must(err, "read")
+		equal(t, len(msgs), 2, "messages of "+name(i))
+	}
+	if st := h.e.OpenFiles(); st.Shed == 0 {
+		t.Fatal("no idle file closed for lack of descriptors")
+	}
+	if err := h.e.failedErr(); err != nil {
+		t.Fatalf("engine failed: %v", err)
+	}
+}
+
 // syncBuffer collects log output from several goroutines.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -156,8 +156,12 @@
 // on the inode, whichever descriptor it is called on). Pinned files are never closed, so the
 // bound is exceeded only by files in use at the same moment. A spare counts as open while it is
 // prepared and is closed once ready (kept open with KeepSpare); Options.PinActive keeps the
-// active segment open for good (the engine's state log). A round whose active segment cannot be
-// opened again (EMFILE) fails with ErrNotOpened, having written nothing; the log goes on.
+// active segment open for good (the engine's state log). The bound is the pool's share of the
+// process's descriptors, and the rest (connections) can run out first: an open of the pool (a
+// segment opened again, a new segment, a spare) that fails with EMFILE or ENFILE closes half of
+// the idle files, least recently used first, and is tried once more (FilesStats.Shed counts
+// them). A round whose active segment still cannot be opened fails with ErrNotOpened, having
+// written nothing; the log goes on.
 //
 // # Concurrency
 //

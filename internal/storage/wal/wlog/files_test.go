@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
 )
 
 // openCounter counts the files opened under each path.
@@ -126,6 +127,50 @@ func TestFilesBusyLogStaysOpen(t *testing.T) {
 	if n := cnt.count(others[0].Segments()[0].Path); n < 10 {
 		t.Fatalf("an idle log's segment opened %d times over 20 rounds of reads with a bound of 2, want it closed between them", n)
 	}
+}
+
+// TestFilesShedIdleOnEMFILE: when the process runs out of descriptors while the pool is under
+// its bound (connections took the rest of ulimit -n), an open closes idle files of the pool and
+// tries again: opening logs (a new segment each), appending to and reading logs whose files were
+// closed, and cutting (a new segment) all succeed. Before, each failed with EMFILE while the idle
+// files sat open under the bound.
+func TestFilesShedIdleOnEMFILE(t *testing.T) {
+	const logs, limit = 8, 3
+	files := wlog.NewFiles(100) // far above what the "process" allows
+	efs := wlogtest.NewErrorFS(nil, nil)
+	efs.SetInjector(wlogtest.FDLimit(efs, limit))
+	c := newCommitter(t, wlog.CommitterOptions{})
+	dir := t.TempDir()
+	opts := wlog.Options{FS: efs, Files: files}
+	var ls []*wlog.Log
+	for i := range logs {
+		ls = append(ls, openLog(t, filepath.Join(dir, fmt.Sprint(i)), opts))
+	}
+	for i := range int64(3) {
+		for _, l := range ls {
+			appendRange(t, c, l, i, i+1)
+		}
+	}
+	for _, l := range ls {
+		checkRecords(t, l, 0, 3)
+	}
+	for i, l := range ls {
+		if err := l.Cut(); err != nil {
+			t.Fatalf("Cut of log %d: %v", i, err)
+		}
+	}
+	for _, l := range ls {
+		appendRange(t, c, l, 3, 4)
+		checkRecords(t, l, 0, 4)
+	}
+	st := files.Stats()
+	if st.Shed == 0 {
+		t.Fatal("no idle file closed for lack of descriptors")
+	}
+	if n := efs.OpenFiles(); n > limit {
+		t.Fatalf("%d files open, the limit is %d", n, limit)
+	}
+	t.Logf("%d idle files shed, %d open", st.Shed, st.Open)
 }
 
 // TestFilesConcurrent: appends, reads, time searches, cuts and deletions on 12 logs sharing a

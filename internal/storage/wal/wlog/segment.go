@@ -150,10 +150,11 @@ func RemoveFile(fsys FS, path string) error {
 // blocks are reserved and read as zeros, but not written: see zeroSpare and zeroAhead) and makes
 // it durable. The caller renames it into place.
 // The file takes a slot of the log's Files (reserve), which the caller gives back (unreserve)
-// when it closes the file, or to the segment's handle (installSegment).
+// when it closes the file, or to the segment's handle (installSegment). Lacking a descriptor, it
+// closes idle files of the pool and tries again (Files.openFile).
 func (l *Log) prepareFile(path string, size int64) (File, error) {
 	l.files.reserve()
-	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := l.files.openFile(l.fs, path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644, nil)
 	if err != nil {
 		l.files.unreserve()
 		return nil, fmt.Errorf("wlog: create %s: %w", path, err)
@@ -333,9 +334,9 @@ func (l *Log) nextSegmentLocked(base, size int64) (*segment, error) {
 		close(sp.stop) // the zeroer stops after its chunk: the records go there next
 		<-sp.done
 		if sp.err == nil && sp.f == nil {
-			// Prepared whole, then closed: open it again.
+			// Prepared whole, then closed: open it again (closing idle files if need be).
 			l.files.reserve()
-			if sp.f, sp.err = l.fs.OpenFile(sp.path, os.O_RDWR, 0); sp.err != nil {
+			if sp.f, sp.err = l.files.openFile(l.fs, sp.path, os.O_RDWR, 0, nil); sp.err != nil {
 				l.files.unreserve()
 				sp.f, sp.err = nil, fmt.Errorf("wlog: open %s: %w", sp.path, sp.err)
 			}

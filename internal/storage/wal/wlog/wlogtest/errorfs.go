@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 )
@@ -60,11 +61,23 @@ func FailFrom(op Op, n int, err error) Injector {
 	}
 }
 
-// ErrorFS wraps an FS, asks an Injector before every operation and counts the operations it ran.
-// It is safe for concurrent use.
+// FDLimit fails every open with EMFILE while n or more files opened through e are open, like a
+// process at its limit of open files (ulimit -n) whose other descriptors went elsewhere.
+func FDLimit(e *ErrorFS, n int) Injector {
+	return func(op Op, _ string) error {
+		if op == OpOpen && e.OpenFiles() >= n {
+			return syscall.EMFILE
+		}
+		return nil
+	}
+}
+
+// ErrorFS wraps an FS, asks an Injector before every operation and counts the operations it ran
+// and the files it opened that are not closed yet. It is safe for concurrent use.
 type ErrorFS struct {
-	fs  wlog.FS
-	inj atomic.Pointer[Injector]
+	fs   wlog.FS
+	inj  atomic.Pointer[Injector]
+	open atomic.Int64 // files opened and not closed
 
 	mu     sync.Mutex
 	counts map[Op]int
@@ -98,6 +111,9 @@ func (e *ErrorFS) Count(op Op) int {
 	return e.counts[op]
 }
 
+// OpenFiles returns how many files opened through e are open (not closed yet).
+func (e *ErrorFS) OpenFiles() int { return int(e.open.Load()) }
+
 func (e *ErrorFS) before(op Op, path string) error {
 	e.mu.Lock()
 	e.counts[op]++
@@ -114,6 +130,7 @@ func (e *ErrorFS) OpenFile(name string, flag int, perm fs.FileMode) (wlog.File, 
 	if err != nil {
 		return nil, err
 	}
+	e.open.Add(1)
 	return &errorFile{File: f, e: e}, nil
 }
 
@@ -167,7 +184,15 @@ func (e *ErrorFS) Stat(name string) (fs.FileInfo, error) {
 
 type errorFile struct {
 	wlog.File
-	e *ErrorFS
+	e      *ErrorFS
+	closed atomic.Bool
+}
+
+func (f *errorFile) Close() error {
+	if !f.closed.Swap(true) {
+		f.e.open.Add(-1)
+	}
+	return f.File.Close()
 }
 
 func (f *errorFile) ReadAt(p []byte, off int64) (int, error) {
