@@ -90,8 +90,10 @@ func TestFilesBoundIdleSegments(t *testing.T) {
 }
 
 // TestFilesBusyLogStaysOpen: a log appended to all the time keeps its active segment open (one
-// file per segment, never reopened between rounds), and a log with PinActive keeps it open while other logs'
-// reads close every other file.
+// file per segment, never reopened between rounds) while other logs sharing a Files of 2 are read
+// between its rounds, each read opening a file again and evicting the idle file used the longest
+// ago (the last log read, not the busy one); and a log with PinActive keeps it open while other
+// logs' reads close every other file.
 func TestFilesBusyLogStaysOpen(t *testing.T) {
 	files := wlog.NewFiles(2)
 	cnt := newOpenCounter()
@@ -99,10 +101,24 @@ func TestFilesBusyLogStaysOpen(t *testing.T) {
 	dir := t.TempDir()
 	opts := wlog.Options{FS: cnt, Files: files}
 	busy := openLog(t, filepath.Join(dir, "busy"), opts)
-	appendRange(t, c, busy, 0, 300)
+	var readers []*wlog.Log
+	for i := range 4 {
+		l := openLog(t, filepath.Join(dir, fmt.Sprint("r", i)), opts)
+		appendRange(t, c, l, 0, 5)
+		readers = append(readers, l)
+	}
+	appendRange(t, c, busy, 0, 1) // opens its file again: the readers' files evicted it
 	active := busy.Segments()[0].Path
-	if n := cnt.count(active); n != 0 { // created under a temporary name, never opened again
+	before, opens := cnt.count(active), files.Stats().Opens
+	for i := range int64(300) {
+		checkRecords(t, readers[i%4], 0, 5)
+		appendRange(t, c, busy, i+1, i+2)
+	}
+	if n := cnt.count(active) - before; n != 0 {
 		t.Fatalf("active segment of a busy log opened again %d times in 300 appends, want 0", n)
+	}
+	if n := files.Stats().Opens - opens; n < 290 {
+		t.Fatalf("%d files opened again by 300 reads of 4 other logs with a bound of 2, want one a read", n)
 	}
 
 	pinOpts := opts
