@@ -17,7 +17,7 @@ import (
 func (e *Engine) recover() error {
 	var err error
 	stateOpts := e.logOptions()
-	stateOpts.KeepSpare = true // acks and claims go on when the disk fills (one segment in reserve)
+	stateOpts.KeepSpare = true // acks and claims go on when the disk fills or descriptors run out: one segment in reserve, open
 	stateOpts.PinActive = true // and never fail to reopen its file (Config.MaxOpenFiles)
 	e.state, err = wlog.Open(filepath.Join(e.dir, stateDir), stateOpts)
 	if err != nil {

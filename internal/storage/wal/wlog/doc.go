@@ -146,22 +146,23 @@
 // # Open files
 //
 // Each segment's file is held by a handle of a Files pool, which the logs of an engine share
-// (Options.Files). Every read pins the files of the segments it reads for the duration of the
-// read (so that plan's spans stay readable without a lock), and a group-commit round pins the
-// active segment (and the one it rolls to) until its records are published. Unpinned open
-// files are idle; past the pool's bound the idle ones unused the longest are closed and opened
-// again on their next use. A busy log's active segment is pinned or recently used, so it is not
-// closed between its rounds: its fdatasyncs, preallocation and zero-filled blocks are those of
-// one file whatever the bound (closing a file keeps its data and its allocation; fdatasync acts
-// on the inode, whichever descriptor it is called on). Pinned files are never closed, so the
-// bound is exceeded only by files in use at the same moment. A spare counts as open while it is
-// prepared and is closed once ready (kept open with KeepSpare); Options.PinActive keeps the
-// active segment open for good (the engine's state log). The bound is the pool's share of the
-// process's descriptors, and the rest (connections) can run out first: an open of the pool (a
-// segment opened again, a new segment, a spare) that fails with EMFILE or ENFILE closes half of
-// the idle files, least recently used first, and is tried once more (FilesStats.Shed counts
-// them). A round whose active segment still cannot be opened fails with ErrNotOpened, having
-// written nothing; the log goes on.
+// (Options.Files). Every read pins the files of the segments it reads for the duration of the read
+// (so that plan's spans stay readable without a lock), and a group-commit round pins the active
+// segment (and the one it rolls to) until its records are published. Unpinned open files are idle;
+// past the pool's bound the idle ones unused the longest are closed and opened again on their next
+// use. A busy log's active segment is pinned or recently used, so it is not closed between its
+// rounds: its fdatasyncs, preallocation and zero-filled blocks are those of one file whatever the
+// bound (closing a file keeps its data and its allocation; fdatasync acts on the inode, whichever
+// descriptor it is called on). Pinned files are never closed, so the bound is exceeded only by
+// files in use at the same moment. A spare counts as open while it is prepared and is closed once
+// ready (kept open with KeepSpare: a roll then needs no new descriptor, though the spare that
+// replaces it does); a spare whose preparation failed is prepared again by a later round, at most
+// once a second (spareRetry, Options.Clock). Options.PinActive keeps the active segment open for
+// good (the engine's state log). The bound is the pool's share of the process's descriptors, and
+// the rest (connections) can run out first: an open of the pool (a segment opened again, a new
+// segment, a spare) that fails with EMFILE or ENFILE closes half of the idle files, least recently
+// used first, and is tried once more (FilesStats.Shed counts them). A round whose active segment
+// still cannot be opened fails with ErrNotOpened, having written nothing; the log goes on.
 //
 // # Concurrency
 //

@@ -40,11 +40,14 @@ type Options struct {
 	FirstIndex int64
 	// Logger receives warnings (torn tails, slow syncs) and debug events. Nil discards.
 	Logger *slog.Logger
-	// Clock stamps segment headers with their creation time. Defaults to the system clock.
+	// Clock stamps segment headers with their creation time and paces the retries of a spare
+	// whose preparation failed (spareRetry). Defaults to the system clock.
 	Clock storage.Clock
 	// KeepSpare prepares the next segment ahead at all times (from Open and after every roll),
-	// not only once the active segment is half full: a log that must go on when the disk fills
-	// (the engine's state log, which acks and claims write to) keeps one segment in reserve.
+	// not only once the active segment is half full, and keeps its file open: a log that must
+	// go on when the disk fills or descriptors run out (the engine's state log, which acks and
+	// claims write to) keeps one segment in reserve. A failed preparation is tried again by a
+	// later round, at most once a second.
 	KeepSpare bool
 	// NoSharedFlush makes every round of this log fdatasync the log itself, even where it could
 	// ride on another log's cache flush (Committer.shareFlush, FlushSharer). For storage stacks

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/storage/storagetest"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
 	"github.com/spoolmq/spool/internal/testutil"
@@ -103,4 +106,75 @@ func TestKeepSpareGivesRoomOnAFullDisk(t *testing.T) {
 		t.Fatalf("append %d once the spare is used: %v (log error %v), want ErrNoSegment", n, err, l.Err())
 	}
 	checkRecords(t, l, 0, n-1)
+}
+
+// TestFailedSpareIsPreparedAgain: a spare whose preparation failed (EMFILE) is prepared again by a
+// later round, at most once per second of the log's clock, so that the roll after it needs no new
+// descriptor: the engine's state log, whose failed append stops the engine, cuts at every snapshot.
+// Before, a failed spare stayed failed until the next roll, which then had to create its segment
+// and failed with ErrNoSegment when descriptors were still short.
+func TestFailedSpareIsPreparedAgain(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(time.Unix(1_700_000_000, 0))
+	dir := t.TempDir()
+	spare := filepath.Join(dir, "spare.seg.tmp")
+	var spareOpens atomic.Int64
+	var failSpare, noFiles atomic.Bool
+	failSpare.Store(true)
+	efs := wlogtest.NewErrorFS(nil, func(op wlogtest.Op, path string) error {
+		if op != wlogtest.OpOpen {
+			return nil
+		}
+		if path == spare {
+			spareOpens.Add(1)
+		}
+		if noFiles.Load() || path == spare && failSpare.Load() {
+			return syscall.EMFILE
+		}
+		return nil
+	})
+	sink, logger := newSink(t)
+	l := openLog(t, dir, wlog.Options{FS: efs, Clock: clock, Logger: logger, SegmentBytes: 16 << 10,
+		FirstSegmentBytes: 1024, KeepSpare: true, PinActive: true})
+	c := newCommitter(t, wlog.CommitterOptions{})
+	testutil.Eventually(t, 10*time.Second, "the spare tried at Open", func() error {
+		if n := spareOpens.Load(); n != 1 {
+			return fmt.Errorf("%d opens of the spare", n)
+		}
+		return nil
+	})
+	failSpare.Store(false)
+	appendRange(t, c, l, 0, 3)
+	if n := spareOpens.Load(); n != 1 {
+		t.Fatalf("spare prepared %d times within a second of its failure, want once", n)
+	}
+	clock.Advance(time.Second)
+	n := int64(3)
+	testutil.Eventually(t, 10*time.Second, "the spare prepared again by a round", func() error {
+		appendRange(t, c, l, n, n+1)
+		n++
+		if len(l.Segments()) > 1 {
+			t.Fatal("the log rolled before its failed spare was prepared again")
+		}
+		if n := spareOpens.Load(); n != 2 {
+			return fmt.Errorf("%d opens of the spare", n)
+		}
+		return nil
+	})
+	testutil.Eventually(t, 10*time.Second, "the spare ready", func() error {
+		if st, err := os.Stat(spare); err != nil || st.Size() != 4096 {
+			return fmt.Errorf("spare: %v %v", st, err)
+		}
+		return nil
+	})
+	if !sink.has(slog.LevelWarn, "wal segment preparation failed; preparing it again") {
+		t.Fatal("no warning of the failed spare")
+	}
+	noFiles.Store(true) // the process has no descriptor left, and the pool nothing idle to close
+	if err := l.Cut(); err != nil {
+		t.Fatalf("cut with a spare ready and no descriptor left: %v", err)
+	}
+	appendRange(t, c, l, n, n+1)
+	noFiles.Store(false)
+	checkRecords(t, l, 0, n+1)
 }

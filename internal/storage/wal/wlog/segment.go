@@ -227,13 +227,20 @@ func (l *Log) createSegment(base, size int64) (*segment, error) {
 // (zeroSpare), so that the rounds that write into it need not (see zeroAhead), until it is done or
 // told to stop.
 type spare struct {
-	path   string
-	done   chan struct{} // closed when the goroutine ended: f or err is set, zeroed is final
-	stop   chan struct{} // closed (once, under Log.wmu) before the spare is installed or dropped
-	f      File
-	err    error
-	zeroed int64 // bytes [0, zeroed) were written with zeros; written by the goroutine until done
+	path    string
+	started time.Time     // Log.clock: when its preparation started (spareRetry)
+	done    chan struct{} // closed when the goroutine ended: f or err is set, zeroed is final
+	stop    chan struct{} // closed (once, under Log.wmu) before the spare is installed or dropped
+	f       File
+	err     error
+	zeroed  int64 // bytes [0, zeroed) were written with zeros; written by the goroutine until done
 }
+
+// spareRetry is the shortest time between the starts of two preparations of a log's spare when
+// the first failed (no descriptor, no space): a later round prepares it again, at most once per
+// spareRetry, so that the next roll finds one (and needs no new descriptor or space of its own)
+// whenever the failure was passing.
+const spareRetry = time.Second
 
 // spareChunk is how much of a spare each step of zeroSpare writes, and zeroTurn lets one spare at
 // a time write, across all the logs of the process.
@@ -285,13 +292,27 @@ func zeroSpare(sp *spare, size int64) error {
 
 func (l *Log) sparePath() string { return filepath.Join(l.dir, "spare"+segmentExt+tmpExt) }
 
-// startSpareLocked starts preparing the next segment if it is not already being prepared. Log.wmu
-// must be held.
+// startSpareLocked starts preparing the next segment if it is not already being prepared, or
+// prepared, or failed less than spareRetry ago. Log.wmu must be held.
 func (l *Log) startSpareLocked() {
-	if l.spare != nil || l.closed.Load() {
+	if l.closed.Load() {
 		return
 	}
-	sp := &spare{path: l.sparePath(), done: make(chan struct{}), stop: make(chan struct{})}
+	if sp := l.spare; sp != nil {
+		select {
+		case <-sp.done:
+		default:
+			return // being prepared
+		}
+		if sp.err == nil || l.clock.Now().Sub(sp.started) < spareRetry {
+			return
+		}
+		// Failed: its file was removed. Without a new one the next roll would have to create
+		// its segment then, which can fail the same way (ErrNoSegment).
+		l.log.Warn("wal segment preparation failed; preparing it again", slog.Any("err", sp.err))
+		l.spare = nil
+	}
+	sp := &spare{path: l.sparePath(), started: l.clock.Now(), done: make(chan struct{}), stop: make(chan struct{})}
 	l.spare = sp
 	size := l.nextSegmentBytes(l.active().size) // the active segment is over half full
 	l.bg.Go(func() {
