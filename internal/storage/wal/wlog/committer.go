@@ -91,6 +91,10 @@ type logRound struct {
 	undone bool
 	// pins are the segments whose files the round pinned (Files), released by completeRound.
 	pins []*segment
+	// victims are the files of idle handles that pinning and releasing evicted (over the bound
+	// of Files): completeRound closes them once Log.wmu is released and the requests completed,
+	// so that no close(2) runs under the log's writer lock.
+	victims []File
 	// Set by Committer.finish.
 	records  int           // records made durable
 	gathered int64         // prompt requests
@@ -567,15 +571,15 @@ func (c *Committer) finishRider(l, anchor *Log) {
 	c.completeRound(l)
 }
 
-// completeRound publishes l's round if it succeeded, releases Log.wmu and completes the round's
-// requests.
+// completeRound publishes l's round if it succeeded, releases Log.wmu, completes the round's
+// requests and then closes the files the round's pins evicted.
 func (c *Committer) completeRound(l *Log) {
 	rd := &l.round
 	if rd.err == nil {
 		l.publishRoundLocked()
 	}
 	for i, s := range rd.pins {
-		s.h.release()
+		s.h.releaseDefer(&rd.victims)
 		rd.pins[i] = nil
 	}
 	rd.pins = rd.pins[:0]
@@ -593,6 +597,8 @@ func (c *Committer) completeRound(l *Log) {
 		}
 		complete(r, err)
 	}
+	closeAll(rd.victims)
+	rd.victims = rd.victims[:0]
 }
 
 func complete(r *request, err error) {
@@ -638,7 +644,7 @@ func (l *Log) writeRoundLocked(buf []byte) []byte {
 	}
 	// The round's segments stay open until it completes (Files); an idle log's file is opened
 	// again here.
-	if _, err := a.h.acquire(); err != nil {
+	if _, err := a.h.acquireDefer(&rd.victims); err != nil {
 		rd.err = fmt.Errorf("%w: %w", ErrNotOpened, err)
 		return buf
 	}

@@ -1,9 +1,12 @@
 package wlog
 
 import (
+	"bytes"
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -77,4 +80,101 @@ func TestSpareReopenShedsIdleFiles(t *testing.T) {
 		t.Fatal("no idle file closed for lack of descriptors")
 	}
 	checkRecords(t, l)
+}
+
+// closeHookFS calls hook with the name of every file it closes.
+type closeHookFS struct {
+	FS
+	hook atomic.Pointer[func(name string)]
+}
+
+type closeHookFile struct {
+	File
+	fs *closeHookFS
+}
+
+func (c *closeHookFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := c.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &closeHookFile{File: f, fs: c}, nil
+}
+
+func (f *closeHookFile) Close() error {
+	if h := f.fs.hook.Load(); h != nil {
+		(*h)(f.Name())
+	}
+	return f.File.Close()
+}
+
+// TestRoundClosesEvictedFilesAfterUnlock: the idle files a group-commit round evicts, when it
+// opens its segment again or releases the segments it pinned over the bound, are closed once the
+// log's writer lock is released (and the round's requests completed), not under it: a close(2)
+// under Log.wmu delayed the log's next Cut, Close or round.
+func TestRoundClosesEvictedFilesAfterUnlock(t *testing.T) {
+	files := NewFiles(1)
+	hfs := &closeHookFS{FS: OSFS()}
+	dir := t.TempDir()
+	opts := Options{FS: hfs, Files: files, SegmentBytes: 1024, FirstSegmentBytes: 1024}
+	a, err := Open(filepath.Join(dir, "a"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := Open(filepath.Join(dir, "b"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	c := NewCommitter(CommitterOptions{})
+	t.Cleanup(func() { _ = c.Close() })
+	appendOne := func(l *Log, n int) {
+		t.Helper()
+		if _, err := c.Append(context.Background(), l, []Record{{Body: bytes.Repeat([]byte{1}, n)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// watch runs f and returns whether a's writer lock was held when the file at path was closed
+	// during f or after it (the round closes it after completing its requests: f may return
+	// first).
+	watch := func(path string, f func()) (underLock bool) {
+		closed := make(chan bool, 1)
+		hook := func(name string) {
+			if strings.TrimSuffix(name, tmpExt) != path { // a new segment's file keeps its first name
+				return
+			}
+			held := !a.wmu.TryLock()
+			if !held {
+				a.wmu.Unlock()
+			}
+			select {
+			case closed <- held:
+			default: // closed again: the first close is the one watched
+			}
+		}
+		hfs.hook.Store(&hook)
+		defer hfs.hook.Store(nil)
+		f()
+		select {
+		case held := <-closed:
+			return held
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s not closed", path)
+			return false
+		}
+	}
+
+	// Acquire: a's round opens its file again, which evicts b's idle file.
+	appendOne(b, 100)
+	if watch(b.segPath(0), func() { appendOne(a, 100) }) {
+		t.Fatal("b's file, evicted by a's round, closed under a's writer lock")
+	}
+	// Release: a's round rolls; releasing its first segment, over the bound, evicts it.
+	if watch(a.segPath(0), func() { appendOne(a, 900) }) {
+		t.Fatal("a's sealed segment, evicted at the end of its round, closed under a's writer lock")
+	}
+	if len(a.Segments()) != 2 {
+		t.Fatalf("%d segments, want a roll", len(a.Segments()))
+	}
 }
