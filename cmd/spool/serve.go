@@ -249,6 +249,16 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		if err := m.RegisterDiskSpace(cfg.DataDir); err != nil {
 			return err
 		}
+		// Its open segment files: spool_wal_open_files, _max_open_files, _open_files_shed_total.
+		if we, ok := eng.(*wal.Engine); ok {
+			read := func() metrics.OpenFilesStats {
+				st := we.OpenFiles()
+				return metrics.OpenFilesStats{Open: st.Open, Max: st.Max, Shed: st.Shed}
+			}
+			if err := m.RegisterOpenFiles(read); err != nil {
+				return err
+			}
+		}
 	}
 
 	// TLS of both listeners (server.tls), its certificate reloaded on SIGHUP.

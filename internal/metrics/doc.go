@@ -117,6 +117,12 @@
 //	spool_storage_available_bytes                   gauge     bytes available on the file system of the embedded engine's data
 //	                                                          directory, statfs at scrape time (RegisterDiskSpace; absent on PostgreSQL).
 //	spool_storage_size_bytes                        gauge     size of that file system.
+//	spool_wal_open_files                            gauge     segment files the embedded engine holds open, read at scrape time
+//	                                                          (RegisterOpenFiles; absent on PostgreSQL).
+//	spool_wal_max_open_files                        gauge     its bound, wal.max_open_files.
+//	spool_wal_open_files_shed_total                 counter   idle segment files it closed because an open failed for lack of
+//	                                                          descriptors (EMFILE, ENFILE) under that bound: the process's other
+//	                                                          descriptors (connections) reached ulimit -n.
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
 //	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
