@@ -9,11 +9,14 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // openFDs counts the process's open file descriptors.
@@ -205,6 +208,62 @@ func TestEMFILEClosesIdleFiles(t *testing.T) {
 	if st := h.e.OpenFiles(); st.Shed == 0 {
 		t.Fatal("no idle file closed for lack of descriptors")
 	}
+	if err := h.e.failedErr(); err != nil {
+		t.Fatalf("engine failed: %v", err)
+	}
+}
+
+// TestStateLogSpareRetried: the state log's spare (kept open, so that its rolls need no new
+// descriptor) is replaced after every roll, including each snapshot's Cut; when that fails for
+// lack of descriptors, a later state append prepares it again once a second of the engine clock
+// passed, and the next snapshot then cuts with no descriptor to spare in the state directory:
+// acks and claims go on, the engine does not fail. Before, the failed spare stayed until the
+// next roll, which had to create its segment, and an ErrNoSegment there stopped the engine.
+func TestStateLogSpareRetried(t *testing.T) {
+	efs := wlogtest.NewErrorFS(nil, nil)
+	h := newHarness(t, func(c *Config) { c.FS = efs })
+	h.createTopic("t", storage.TopicConfig{})
+	h.publishN("t", 10)
+	sub := h.queueSub("t")
+	stateDir := filepath.Join(h.dir, stateDir) + string(filepath.Separator)
+	spare := stateDir + "spare.seg.tmp"
+	var spareOpens atomic.Int64
+	var failSpare, noFiles atomic.Bool
+	efs.SetInjector(func(op wlogtest.Op, path string) error {
+		if op != wlogtest.OpOpen || !strings.HasPrefix(path, stateDir) {
+			return nil
+		}
+		if path == spare {
+			spareOpens.Add(1)
+		}
+		if noFiles.Load() || path == spare && failSpare.Load() {
+			return syscall.EMFILE
+		}
+		return nil
+	})
+	failSpare.Store(true)
+	h.must(h.e.snapshot(false), "snapshot") // its Cut installs the spare; the next is prepared by the next round
+	h.ack(sub.ID, refs(h.claim(sub.ID, "m1", 1))...)
+	// One failed preparation: an open, idle files closed (the partition's), an open again.
+	testutil.Eventually(t, 10*time.Second, "the spare tried after the snapshot", func() error {
+		if n := spareOpens.Load(); n != 2 {
+			return fmt.Errorf("%d opens of the state log's spare", n)
+		}
+		return nil
+	})
+	failSpare.Store(false)
+	h.clock.Advance(time.Second)
+	testutil.Eventually(t, 10*time.Second, "the spare prepared again", func() error {
+		h.ack(sub.ID, refs(h.claim(sub.ID, "m1", 1))...)
+		if st, err := os.Stat(spare); spareOpens.Load() < 3 || err != nil || st.Size() == 0 {
+			return fmt.Errorf("%d opens of the state log's spare, %v", spareOpens.Load(), err)
+		}
+		return nil
+	})
+	noFiles.Store(true) // no descriptor can be opened in the state directory from now on
+	h.must(h.e.snapshot(false), "snapshot with no descriptor left for the state log")
+	h.ack(sub.ID, refs(h.claim(sub.ID, "m1", 1))...)
+	noFiles.Store(false)
 	if err := h.e.failedErr(); err != nil {
 		t.Fatalf("engine failed: %v", err)
 	}
