@@ -112,8 +112,20 @@ type Engine interface {
 	// SubscriptionStats returns a subscription's depth, lag, in-flight and DLQ figures.
 	SubscriptionStats(ctx context.Context, id int64) (*SubscriptionStats, error)
 	// SubscriptionUpdate changes a subscription's state (pause, resume, dead, cancel) following
-	// CanTransition.
+	// CanTransition. Becoming ACTIVE restarts the heartbeat timeout (LastHeartbeatAt = now).
 	SubscriptionUpdate(ctx context.Context, params *SubscriptionUpdateParams) (*Subscription, error)
+	// SubscriptionsHeartbeat records that the subscriptions IDs have a live member now: their
+	// heartbeat timeout starts again, and a DEAD one becomes ACTIVE (resurrected, seed 000's
+	// DEAD -> ACTIVE on a heartbeat). IDs that are unknown, ephemeral-gone, CANCELLED or DELETED
+	// are skipped. On PostgreSQL "now" is the database's clock unless the engine was given a
+	// Clock.
+	SubscriptionsHeartbeat(ctx context.Context, params *SubscriptionsHeartbeatParams) (*SubscriptionsHeartbeatResult, error)
+	// SubscriptionsMaintain runs the subscription lifecycle jobs at the engine's current time:
+	// every ACTIVE subscription whose LastHeartbeatAt is more than its HeartbeatTimeout ago
+	// becomes DEAD, and every CANCELLED subscription cancelled (UpdatedAt) more than
+	// CancelledRetention ago becomes DELETED. Each transition is made once, also when several
+	// broker instances run it at the same time; the result lists the transitions this call made.
+	SubscriptionsMaintain(ctx context.Context, params *SubscriptionsMaintainParams) (*SubscriptionsMaintainResult, error)
 
 	// TopicCreate creates a topic. A QUEUE topic gets its one subscription (group QueueGroup,
 	// FROM_BEGINNING); a PUB_SUB topic gets one subscription per matching durable binding.
@@ -441,6 +453,9 @@ type SubscriptionCreateParams struct {
 	Mode                    SubscriptionMode
 	MaxInFlightPerPartition int
 	Strategy                string
+	// HeartbeatTimeout is the subscription's heartbeat timeout, MinHeartbeatTimeout to
+	// MaxHeartbeatTimeout; zero means DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
 }
 
 // SubscriptionListParams are the parameters of Engine.SubscriptionList.
@@ -449,6 +464,38 @@ type SubscriptionListParams struct {
 	Topic string
 	// IncludeDeleted lists DELETED subscriptions too.
 	IncludeDeleted bool
+}
+
+// SubscriptionsHeartbeatParams are the parameters of Engine.SubscriptionsHeartbeat.
+type SubscriptionsHeartbeatParams struct {
+	// IDs are the subscriptions with a live member, at most MaxHeartbeatIDs.
+	IDs []int64
+}
+
+// MaxHeartbeatIDs bounds the IDs of one SubscriptionsHeartbeat call.
+const MaxHeartbeatIDs = 10000
+
+// SubscriptionsHeartbeatResult is the result of Engine.SubscriptionsHeartbeat.
+type SubscriptionsHeartbeatResult struct {
+	// Beats counts the subscriptions whose heartbeat was recorded.
+	Beats int
+	// Resurrected are the subscriptions that were DEAD and are ACTIVE again, ordered by ID.
+	Resurrected []*Subscription
+}
+
+// SubscriptionsMaintainParams are the parameters of Engine.SubscriptionsMaintain.
+type SubscriptionsMaintainParams struct {
+	// CancelledRetention is how long a CANCELLED subscription stays before it becomes DELETED
+	// (subscription_retention); zero means DefaultSubscriptionRetention.
+	CancelledRetention time.Duration
+}
+
+// SubscriptionsMaintainResult is the result of Engine.SubscriptionsMaintain.
+type SubscriptionsMaintainResult struct {
+	// Dead are the subscriptions this call moved from ACTIVE to DEAD, ordered by ID.
+	Dead []*Subscription
+	// Deleted are the subscriptions this call moved from CANCELLED to DELETED, ordered by ID.
+	Deleted []*Subscription
 }
 
 // SubscriptionUpdateParams are the parameters of Engine.SubscriptionUpdate.

@@ -283,13 +283,17 @@ const (
 	Deleted SubscriptionState = "DELETED"
 )
 
-// CanTransition reports whether seed 000 allows a subscription to move from one state to another.
+// CanTransition reports whether seed 000 allows a subscription to move from one state to another:
+// ACTIVE to PAUSED (pause), DEAD (heartbeat timeout) or CANCELLED; PAUSED to ACTIVE (resume) or
+// CANCELLED; DEAD to ACTIVE (a member came back) or CANCELLED; CANCELLED to DELETED (after
+// subscription_retention). CANCELLED is terminal otherwise and DELETED is final. A PAUSED
+// subscription never goes DEAD: pausing is an operator's decision, heartbeats do not judge it.
 func CanTransition(from, to SubscriptionState) bool {
 	switch from {
 	case Active:
 		return to == Paused || to == Dead || to == Cancelled
 	case Paused:
-		return to == Active || to == Dead || to == Cancelled
+		return to == Active || to == Cancelled
 	case Dead:
 		return to == Active || to == Cancelled
 	case Cancelled:
@@ -347,8 +351,28 @@ type Subscription struct {
 	// Assignment.Strategy (SubscriptionAssign may change it).
 	Strategy  string    `json:"strategy,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is the time of the last change of State (or Start); for a CANCELLED subscription
+	// the time it was cancelled, from which subscription_retention counts.
 	UpdatedAt time.Time `json:"updated_at"`
+	// HeartbeatTimeout is how long an ACTIVE subscription may go without a heartbeat (a live
+	// member) before it becomes DEAD. Engines store DefaultHeartbeatTimeout for zero.
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
+	// LastHeartbeatAt is the last heartbeat (Engine.SubscriptionsHeartbeat), or when the
+	// subscription was created or last became ACTIVE, whichever is later. The embedded engine
+	// keeps it in memory: at Open every subscription gets a fresh timeout.
+	LastHeartbeatAt time.Time `json:"last_heartbeat_at,omitzero"`
 }
+
+const (
+	// DefaultHeartbeatTimeout is a subscription's heartbeat timeout unless set (seed 000: 300 s).
+	DefaultHeartbeatTimeout = 300 * time.Second
+	// MinHeartbeatTimeout and MaxHeartbeatTimeout bound a subscription's heartbeat timeout.
+	MinHeartbeatTimeout = time.Second
+	MaxHeartbeatTimeout = 7 * 24 * time.Hour
+	// DefaultSubscriptionRetention is how long a CANCELLED subscription is kept before it becomes
+	// DELETED (seed 000: 30 days).
+	DefaultSubscriptionRetention = 30 * 24 * time.Hour
+)
 
 // QueueGroup is the group name of the one subscription of a QUEUE topic.
 const QueueGroup = "$queue"

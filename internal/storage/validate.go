@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spoolmq/spool/internal/names"
 )
@@ -74,7 +75,45 @@ func (p *SubscriptionCreateParams) Check() (StartPosition, error) {
 	if err := p.checkOrdering(); err != nil {
 		return StartPosition{}, err
 	}
+	if err := CheckHeartbeatTimeout(p.HeartbeatTimeout); err != nil {
+		return StartPosition{}, err
+	}
 	return p.Start.Normalize()
+}
+
+// CheckHeartbeatTimeout refuses a heartbeat timeout that is not zero (the default) and not within
+// MinHeartbeatTimeout to MaxHeartbeatTimeout.
+func CheckHeartbeatTimeout(d time.Duration) error {
+	if d != 0 && (d < MinHeartbeatTimeout || d > MaxHeartbeatTimeout) {
+		return Invalid("heartbeat_timeout must be between %s and %s, got %s", MinHeartbeatTimeout, MaxHeartbeatTimeout, d)
+	}
+	return nil
+}
+
+// Check validates the parameters of SubscriptionsHeartbeat: at most MaxHeartbeatIDs IDs.
+func (p *SubscriptionsHeartbeatParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	if len(p.IDs) > MaxHeartbeatIDs {
+		return Invalid("heartbeat of %d subscriptions, at most %d per call", len(p.IDs), MaxHeartbeatIDs)
+	}
+	return nil
+}
+
+// Check validates the parameters of SubscriptionsMaintain and returns the CANCELLED retention
+// (DefaultSubscriptionRetention for zero).
+func (p *SubscriptionsMaintainParams) Check() (time.Duration, error) {
+	if p == nil {
+		return 0, nilParams()
+	}
+	if p.CancelledRetention < 0 {
+		return 0, Invalid("subscription_retention must not be negative, got %s", p.CancelledRetention)
+	}
+	if p.CancelledRetention == 0 {
+		return DefaultSubscriptionRetention, nil
+	}
+	return p.CancelledRetention, nil
 }
 
 // The Check methods below validate an Engine method's parameters before the engine touches

@@ -162,3 +162,20 @@ func TestParamsCheck(t *testing.T) {
 		t.Errorf("nil params error: %v", err)
 	}
 }
+
+// TestCanTransitionIsSeed000: exactly seed 000's transitions are allowed (its state machine,
+// adopted Open Question 1); PAUSED -> DEAD in particular is not one of them.
+func TestCanTransitionIsSeed000(t *testing.T) {
+	valid := map[[2]SubscriptionState]bool{
+		{Active, Paused}: true, {Paused, Active}: true, {Active, Dead}: true, {Dead, Active}: true,
+		{Active, Cancelled}: true, {Paused, Cancelled}: true, {Dead, Cancelled}: true, {Cancelled, Deleted}: true,
+	}
+	states := []SubscriptionState{Active, Paused, Dead, Cancelled, Deleted, "BOGUS"}
+	for _, from := range states {
+		for _, to := range states {
+			if got := CanTransition(from, to); got != valid[[2]SubscriptionState{from, to}] {
+				t.Errorf("CanTransition(%s, %s) = %v", from, to, got)
+			}
+		}
+	}
+}

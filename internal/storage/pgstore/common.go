@@ -82,19 +82,23 @@ type subRow struct {
 }
 
 // subColumns are the columns scanSub reads, in order.
-const subColumns = "id, topic_id, topic, group_name, pattern, ephemeral, state, start, created_at, updated_at, ordering"
+const subColumns = "id, topic_id, topic, group_name, pattern, ephemeral, state, start, created_at, updated_at, ordering, heartbeat_timeout_ms, last_heartbeat_at"
 
 // scanSub scans the subColumns of one row.
 func scanSub(row pgx.Row) (*subRow, error) {
 	var s subRow
 	var state string
 	var start, ordering []byte
-	if err := row.Scan(&s.ID, &s.topicID, &s.Topic, &s.Group, &s.Pattern, &s.Ephemeral, &state, &start, &s.CreatedAt, &s.UpdatedAt, &ordering); err != nil {
+	var timeoutMS int64
+	if err := row.Scan(&s.ID, &s.topicID, &s.Topic, &s.Group, &s.Pattern, &s.Ephemeral, &state, &start, &s.CreatedAt, &s.UpdatedAt, &ordering,
+		&timeoutMS, &s.LastHeartbeatAt); err != nil {
 		return nil, err
 	}
 	if err := scanOrdering(&s.Subscription, ordering); err != nil {
 		return nil, err
 	}
+	s.HeartbeatTimeout = time.Duration(timeoutMS) * time.Millisecond
+	s.LastHeartbeatAt = s.LastHeartbeatAt.UTC()
 	s.State = storage.SubscriptionState(state)
 	if err := json.Unmarshal(start, &s.Start); err != nil {
 		return nil, fmt.Errorf("%w: subscription %d: start: %v", storage.ErrCorrupt, s.ID, err)

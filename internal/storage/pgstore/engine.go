@@ -149,11 +149,14 @@ func (c Config) Validate() error {
 // Engine is the PostgreSQL storage engine. Every method is safe for concurrent use, also by
 // several Engines (broker instances) on the same schema.
 type Engine struct {
-	cfg    Config
-	pool   *pgxpool.Pool
-	clock  storage.Clock
-	log    *slog.Logger
-	schema string
+	cfg   Config
+	pool  *pgxpool.Pool
+	clock storage.Clock
+	// dbClock: no Config.Clock was given, so heartbeats and dead detection use the database's
+	// clock (lifecycle.go).
+	dbClock bool
+	log     *slog.Logger
+	schema  string
 	// instance identifies this Engine in spool.instances and as owner of its ephemeral
 	// subscriptions.
 	instance [16]byte
@@ -193,6 +196,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	dbClock := cfg.Clock == nil
 	cfg = cfg.withDefaults()
 	pcfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
@@ -204,7 +208,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
 	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema, cache: newMsgCache(cfg.MessageCacheBytes),
-		seqWake: make(chan struct{}, 1)}
+		seqWake: make(chan struct{}, 1), dbClock: dbClock}
 	if _, err := rand.Read(e.instance[:]); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: instance id: %w", err)

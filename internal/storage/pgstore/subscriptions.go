@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -180,7 +181,7 @@ func (e *Engine) searchTime(ctx context.Context, tx pgx.Tx, t *topicRow, at time
 // "$ephemeral-<id>". An ephemeral subscription is owned by this instance. A live subscription of
 // the same group is storage.ErrSubscriptionExists (unique index subscriptions_live_group).
 func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, pattern string, ephemeral bool,
-	start storage.StartPosition, starts []int64, now time.Time) (*subRow, error) {
+	start storage.StartPosition, starts []int64, now time.Time, hbTimeout time.Duration) (*subRow, error) {
 	startJSON, err := json.Marshal(start)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: encode start position: %w", err)
@@ -190,10 +191,13 @@ func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, p
 		owner = e.instanceUUID()
 	}
 	s, err := scanSub(tx.QueryRow(ctx, e.sql(`WITH n AS (SELECT nextval('spool.subscriptions_id_seq') AS id)
-		INSERT INTO spool.subscriptions (id, topic_id, topic, group_name, pattern, ephemeral, owner, state, start, created_at, updated_at)
-		SELECT n.id, $1, $2, CASE WHEN $3 = '' THEN $9 || n.id ELSE $3 END, $4, $5, $6, 'ACTIVE', $7, $8, $8 FROM n
+		INSERT INTO spool.subscriptions (id, topic_id, topic, group_name, pattern, ephemeral, owner, state, start, created_at, updated_at,
+			heartbeat_timeout_ms, last_heartbeat_at)
+		SELECT n.id, $1, $2, CASE WHEN $3 = '' THEN $9 || n.id ELSE $3 END, $4, $5, $6, 'ACTIVE', $7, $8, $8,
+			$10, COALESCE($11::timestamptz, now()) FROM n
 		RETURNING `+subColumns),
-		t.id, t.name, group, pattern, ephemeral, owner, startJSON, now, ephemeralGroupPrefix))
+		t.id, t.name, group, pattern, ephemeral, owner, startJSON, now, ephemeralGroupPrefix,
+		cmp.Or(hbTimeout, storage.DefaultHeartbeatTimeout).Milliseconds(), e.beatTime()))
 	if isUniqueViolation(err) {
 		return nil, fmt.Errorf("%w: topic %q group %q", storage.ErrSubscriptionExists, t.name, group)
 	}
@@ -266,7 +270,7 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 		if err != nil {
 			return err
 		}
-		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now())
+		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now(), params.HeartbeatTimeout)
 		if err != nil {
 			return err
 		}
@@ -328,8 +332,11 @@ func (e *Engine) deleteSub(ctx context.Context, tx pgx.Tx, s *subRow) (*subRow, 
 
 // setSubState sets a subscription's state and updated_at and returns the row.
 func (e *Engine) setSubState(ctx context.Context, tx pgx.Tx, id int64, state storage.SubscriptionState) (*subRow, error) {
-	s, err := scanSub(tx.QueryRow(ctx, e.sql("UPDATE spool.subscriptions SET state = $2, updated_at = $3 WHERE id = $1 RETURNING "+subColumns),
-		id, string(state), e.now()))
+	// Becoming ACTIVE (resumed, resurrected) restarts the heartbeat timeout.
+	s, err := scanSub(tx.QueryRow(ctx, e.sql(`UPDATE spool.subscriptions SET state = $2, updated_at = $3,
+		last_heartbeat_at = CASE WHEN $2 = 'ACTIVE' THEN COALESCE($4::timestamptz, now()) ELSE last_heartbeat_at END
+		WHERE id = $1 RETURNING `+subColumns),
+		id, string(state), e.now(), e.beatTime()))
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: subscription %d: set state %s: %w", id, state, err)
 	}

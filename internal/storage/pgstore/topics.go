@@ -113,7 +113,7 @@ func (e *Engine) topicCreate(ctx context.Context, params *storage.TopicCreatePar
 			groups, patterns = []string{storage.QueueGroup}, []string{""}
 		}
 		for i, g := range groups {
-			if _, err := e.insertSub(ctx, tx, t, g, patterns[i], false, beginning, zero, now); err != nil {
+			if _, err := e.insertSub(ctx, tx, t, g, patterns[i], false, beginning, zero, now, 0); err != nil {
 				return err
 			}
 		}
@@ -328,7 +328,7 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 				if err != nil {
 					return err
 				}
-				if _, err := e.insertSub(ctx, tx, t, storage.QueueGroup, "", false, storage.StartPosition{Kind: storage.FromBeginning}, starts, now); err != nil {
+				if _, err := e.insertSub(ctx, tx, t, storage.QueueGroup, "", false, storage.StartPosition{Kind: storage.FromBeginning}, starts, now, 0); err != nil {
 					return err
 				}
 			}

@@ -198,6 +198,14 @@ func (r *recorder) SubscriptionUpdate(ctx context.Context, p *storage.Subscripti
 	return r.engine().SubscriptionUpdate(ctx, p)
 }
 
+func (r *recorder) SubscriptionsHeartbeat(ctx context.Context, p *storage.SubscriptionsHeartbeatParams) (*storage.SubscriptionsHeartbeatResult, error) {
+	return r.engine().SubscriptionsHeartbeat(ctx, p)
+}
+
+func (r *recorder) SubscriptionsMaintain(ctx context.Context, p *storage.SubscriptionsMaintainParams) (*storage.SubscriptionsMaintainResult, error) {
+	return r.engine().SubscriptionsMaintain(ctx, p)
+}
+
 func (r *recorder) TopicCreate(ctx context.Context, p *storage.TopicCreateParams) (*storage.Topic, error) {
 	return r.engine().TopicCreate(ctx, p)
 }

@@ -57,6 +57,7 @@ func groups() []group {
 		{"Publish", publishCases()},
 		{"Dedup", dedupCases()},
 		{"Subscriptions", subscriptionCases()},
+		{"Lifecycle", lifecycleCases()},
 		{"Bindings", bindingCases()},
 		{"Claim", claimCases()},
 		{"Ack", ackCases()},

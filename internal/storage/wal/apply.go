@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 
@@ -23,7 +24,7 @@ func (e *Engine) applyTopicCreate(r *topicCreateRec) {
 }
 
 func (e *Engine) applySubCreate(t *topic, r *subRec) *sub {
-	s := &sub{meta: r.Sub, topic: t, st: substate.New(r.Starts)}
+	s := &sub{meta: r.Sub, topic: t, st: substate.New(r.Starts), lastBeat: r.Sub.CreatedAt}
 	// Partitions added after the record was written start at 0.
 	for s.st.Partitions() < t.meta.Config.Partitions {
 		s.st.AddPartition(0)
@@ -83,6 +84,9 @@ func (e *Engine) applySubUpdate(r *subUpdateRec) {
 	}
 	s.meta.State = r.State
 	s.meta.UpdatedAt = r.At
+	if r.State == storage.Active {
+		s.lastBeat = r.At // resumed or resurrected: a fresh heartbeat timeout
+	}
 	if r.State == storage.Cancelled {
 		s.st = nil
 		e.dropDLQ(s)
@@ -320,6 +324,8 @@ func (e *Engine) stateOf(id int64) *substate.Sub {
 // cloneSub returns a copy of a subscription's metadata for a caller.
 func cloneSub(s *sub) *storage.Subscription {
 	c := s.meta
+	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, storage.DefaultHeartbeatTimeout)
+	c.LastHeartbeatAt = s.lastBeat
 	return &c
 }
 

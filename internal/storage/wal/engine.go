@@ -292,6 +292,9 @@ type sub struct {
 	// asg is the assignment of an ORDERED subscription (ordered.go), nil before the first one.
 	// Guarded by Engine.mu (replaced with it held exclusively).
 	asg *storage.Assignment
+	// lastBeat is the last heartbeat (lifecycle.go), in memory only: Open sets it to the Open
+	// time, so a restart gives every subscription a fresh heartbeat timeout. Guarded by e.mu.
+	lastBeat time.Time
 
 	// Claim durability (see "Attempt numbers after a crash" in doc.go). claimSeq numbers the
 	// claims that deliver (guarded by mu); durableClaim is the highest of them whose records are
@@ -374,6 +377,7 @@ func Open(dir string, cfg Config) (*Engine, error) {
 		e.closeFiles()
 		return nil, err
 	}
+	e.startHeartbeats()
 	e.wg.Add(2)
 	go e.snapshotLoop()
 	go e.trashLoop() // empties what a deletion before a crash or Close left in trash/

@@ -174,6 +174,7 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 			ID: id, Topic: params.Topic, Group: group, Pattern: params.Pattern, Ephemeral: ephemeral,
 			State: storage.Active, Start: start, CreatedAt: now, UpdatedAt: now,
 			Mode: ord.Mode, MaxInFlightPerPartition: ord.MaxInFlightPerPartition, Strategy: ord.Strategy,
+			HeartbeatTimeout: heartbeatTimeoutField(params.HeartbeatTimeout),
 		},
 		Starts: starts,
 	}

@@ -1,0 +1,159 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Subscription lifecycle (seed 000). Heartbeats and dead detection compare times of the
+// database's clock (now()), never of an instance's (seed 000 pitfall 4: instances with skewed
+// clocks would disagree on who is dead), unless the engine was given a Config.Clock (the
+// conformance suite's fake clock), which then decides everything. Several instances run
+// SubscriptionsMaintain at once safely: each transition is one UPDATE whose WHERE names the state
+// it leaves, so under READ COMMITTED a second instance's UPDATE waits for the first one's row lock,
+// re-reads the row, no longer matches and changes nothing.
+
+// beatTime is the time a heartbeat records: nil (the statement uses now()) on the database clock.
+func (e *Engine) beatTime() any {
+	if e.dbClock {
+		return nil
+	}
+	return e.now()
+}
+
+// SubscriptionsHeartbeat records a heartbeat for each subscription of params.IDs that is ACTIVE,
+// PAUSED or DEAD, and makes the DEAD ones ACTIVE. It locks the rows in ID order (lock order) to
+// tell which ones it resurrects.
+func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.SubscriptionsHeartbeatParams) (*storage.SubscriptionsHeartbeatResult, error) {
+	if err := params.Check(); err != nil {
+		return nil, err
+	}
+	ids := slices.Clone(params.IDs)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var res *storage.SubscriptionsHeartbeatResult
+	err := e.txLocksBounded(ctx, "subscriptions heartbeat", func(ctx context.Context, tx pgx.Tx, _ func() error) error {
+		res = &storage.SubscriptionsHeartbeatResult{}
+		dead := map[int64]bool{}
+		rows, err := tx.Query(ctx, e.sql(`SELECT id, state FROM spool.subscriptions
+			WHERE id = ANY($1) AND state IN ('ACTIVE', 'PAUSED', 'DEAD') ORDER BY id FOR NO KEY UPDATE`), ids)
+		if err != nil {
+			return fmt.Errorf("pgstore: heartbeat: lock subscriptions: %w", err)
+		}
+		var locked []int64
+		for rows.Next() {
+			var id int64
+			var state string
+			if err := rows.Scan(&id, &state); err != nil {
+				rows.Close()
+				return fmt.Errorf("pgstore: heartbeat: lock subscriptions: %w", err)
+			}
+			locked = append(locked, id)
+			dead[id] = state == string(storage.Dead)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("pgstore: heartbeat: lock subscriptions: %w", err)
+		}
+		if len(locked) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, e.sql(`UPDATE spool.subscriptions SET last_heartbeat_at = COALESCE($2::timestamptz, now()),
+			state = CASE WHEN state = 'DEAD' THEN 'ACTIVE' ELSE state END,
+			updated_at = CASE WHEN state = 'DEAD' THEN $3 ELSE updated_at END
+			WHERE id = ANY($1) RETURNING `+subColumns), locked, e.beatTime(), e.now())
+		if err != nil {
+			return fmt.Errorf("pgstore: heartbeat: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			s, err := scanSub(rows)
+			if err != nil {
+				return fmt.Errorf("pgstore: heartbeat: %w", err)
+			}
+			res.Beats++
+			if dead[s.ID] {
+				res.Resurrected = append(res.Resurrected, &s.Subscription)
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	sortSubs(res.Resurrected)
+	for _, s := range res.Resurrected {
+		// Members connected to other instances may claim again.
+		e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: s.Topic})
+	}
+	return res, nil
+}
+
+// SubscriptionsMaintain makes ACTIVE subscriptions past their heartbeat timeout DEAD and CANCELLED
+// ones past the retention DELETED (an ephemeral one is removed), in one transaction.
+func (e *Engine) SubscriptionsMaintain(ctx context.Context, params *storage.SubscriptionsMaintainParams) (*storage.SubscriptionsMaintainResult, error) {
+	retention, err := params.Check()
+	if err != nil {
+		return nil, err
+	}
+	var res *storage.SubscriptionsMaintainResult
+	err = e.tx(ctx, func(tx pgx.Tx) error {
+		res = &storage.SubscriptionsMaintainResult{}
+		now := e.now()
+		dead, err := e.lifecycleUpdate(ctx, tx, `UPDATE spool.subscriptions SET state = 'DEAD', updated_at = $1
+			WHERE state = 'ACTIVE' AND last_heartbeat_at < COALESCE($2::timestamptz, now()) - heartbeat_timeout_ms * interval '1 millisecond'
+			RETURNING `+subColumns, now, e.beatTime())
+		if err != nil {
+			return fmt.Errorf("pgstore: dead detection: %w", err)
+		}
+		res.Dead = dead
+		// Cancelled subscriptions have no delivery state left (SubscriptionUpdate dropped it).
+		cutoff := now.Add(-retention)
+		if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.subscriptions WHERE state = 'CANCELLED' AND ephemeral AND updated_at < $1`), cutoff); err != nil {
+			return fmt.Errorf("pgstore: delete cancelled ephemeral subscriptions: %w", err)
+		}
+		deleted, err := e.lifecycleUpdate(ctx, tx, `UPDATE spool.subscriptions SET state = 'DELETED', updated_at = $1
+			WHERE state = 'CANCELLED' AND updated_at < $2 RETURNING `+subColumns, now, cutoff)
+		if err != nil {
+			return fmt.Errorf("pgstore: delete cancelled subscriptions: %w", err)
+		}
+		res.Deleted = deleted
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// lifecycleUpdate runs an UPDATE ... RETURNING subColumns and returns the rows by ID.
+func (e *Engine) lifecycleUpdate(ctx context.Context, tx pgx.Tx, query string, args ...any) ([]*storage.Subscription, error) {
+	rows, err := tx.Query(ctx, e.sql(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*storage.Subscription
+	for rows.Next() {
+		s, err := scanSub(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &s.Subscription)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	sortSubs(out)
+	return out, nil
+}
+
+func sortSubs(ss []*storage.Subscription) {
+	slices.SortFunc(ss, func(a, b *storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
+}

@@ -1,0 +1,262 @@
+package storagetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Subscription lifecycle (seed 000): heartbeats, DEAD after the heartbeat timeout, resurrection,
+// and CANCELLED -> DELETED after subscription_retention. Time is the fake clock only.
+func lifecycleCases() []testCase {
+	return []testCase{
+		{name: "dead_after_timeout_not_before", fn: testLifeDeadAfterTimeout},
+		{name: "heartbeat_postpones_dead", fn: testLifeHeartbeatPostpones},
+		{name: "heartbeat_timeout_per_group", fn: testLifeTimeoutPerGroup},
+		{name: "resurrection", fn: testLifeResurrection},
+		{name: "paused_never_dead", fn: testLifePausedNeverDead},
+		{name: "dead_stops_holding_retention", fn: testLifeDeadRetention},
+		{name: "cancelled_deleted_after_retention", fn: testLifeCancelledDeleted},
+		{name: "invalid_params", fn: testLifeInvalid},
+		{name: "restart_keeps_lifecycle", restart: true, fn: testLifeRestart},
+	}
+}
+
+// maintain runs SubscriptionsMaintain with a CANCELLED retention (0: the default).
+func (x *env) maintain(retention time.Duration) *storage.SubscriptionsMaintainResult {
+	x.t.Helper()
+	res, err := x.e.SubscriptionsMaintain(x.ctx, &storage.SubscriptionsMaintainParams{CancelledRetention: retention})
+	noErr(x.t, err, "SubscriptionsMaintain")
+	return res
+}
+
+// heartbeat runs SubscriptionsHeartbeat.
+func (x *env) heartbeat(ids ...int64) *storage.SubscriptionsHeartbeatResult {
+	x.t.Helper()
+	res, err := x.e.SubscriptionsHeartbeat(x.ctx, &storage.SubscriptionsHeartbeatParams{IDs: ids})
+	noErr(x.t, err, "SubscriptionsHeartbeat(%v)", ids)
+	return res
+}
+
+func subIDs(ss []*storage.Subscription) []int64 {
+	out := []int64{}
+	for _, s := range ss {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func requireIDs(t testing.TB, got []*storage.Subscription, want []int64, what string) {
+	t.Helper()
+	ids := subIDs(got)
+	if len(ids) != len(want) {
+		t.Fatalf("%s: got subscriptions %v, want %v", what, ids, want)
+	}
+	for i := range ids {
+		if ids[i] != want[i] {
+			t.Fatalf("%s: got subscriptions %v, want %v", what, ids, want)
+		}
+	}
+}
+
+func testLifeDeadAfterTimeout(t *testing.T, x *env) {
+	x.createTopic("hb", pubSub(1))
+	s := x.subscribe("hb", "g", fromBeginning)
+	equal(t, s.HeartbeatTimeout, storage.DefaultHeartbeatTimeout, "default heartbeat timeout")
+	timeEqual(t, s.LastHeartbeatAt, x.now(), "LastHeartbeatAt at creation")
+	q := x.queueSub(x.createTopic("hbq", storage.TopicConfig{}).Name)
+	equal(t, q.HeartbeatTimeout, storage.DefaultHeartbeatTimeout, "queue subscription's heartbeat timeout")
+
+	x.advance(storage.DefaultHeartbeatTimeout)
+	requireIDs(t, x.maintain(0).Dead, nil, "DEAD exactly at the timeout")
+	equal(t, x.getSub(s.ID).State, storage.Active, "state at the timeout")
+	x.advance(time.Millisecond)
+	res := x.maintain(0)
+	requireIDs(t, res.Dead, []int64{s.ID, q.ID}, "DEAD past the timeout")
+	equal(t, res.Dead[0].State, storage.Dead, "state in the result")
+	got := x.getSub(s.ID)
+	equal(t, got.State, storage.Dead, "state past the timeout")
+	timeEqual(t, got.UpdatedAt, x.now(), "UpdatedAt of the DEAD subscription")
+	requireIDs(t, x.maintain(0).Dead, nil, "a second run")
+	_, err := x.e.DeliveriesClaim(x.ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 1})
+	errIs(t, err, storage.ErrSubscriptionNotActive, "claim on a DEAD subscription")
+}
+
+func testLifeHeartbeatPostpones(t *testing.T, x *env) {
+	x.createTopic("hb", pubSub(1))
+	s, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "hb", Group: "g", HeartbeatTimeout: 10 * time.Second})
+	noErr(t, err, "SubscriptionCreate with a heartbeat timeout")
+	equal(t, s.HeartbeatTimeout, 10*time.Second, "heartbeat timeout")
+	for range 5 {
+		x.advance(8 * time.Second)
+		res := x.heartbeat(s.ID, s.ID, 1<<40)
+		equal(t, res.Beats, 1, "beats (a duplicate and an unknown ID)")
+		requireIDs(t, res.Resurrected, nil, "resurrected")
+		requireIDs(t, x.maintain(0).Dead, nil, "DEAD while heartbeating")
+	}
+	timeEqual(t, x.getSub(s.ID).LastHeartbeatAt, x.now(), "LastHeartbeatAt")
+	x.advance(10 * time.Second)
+	requireIDs(t, x.maintain(0).Dead, nil, "DEAD at the timeout after the last heartbeat")
+	x.advance(time.Millisecond)
+	requireIDs(t, x.maintain(0).Dead, []int64{s.ID}, "DEAD past the timeout after the last heartbeat")
+}
+
+func testLifeTimeoutPerGroup(t *testing.T, x *env) {
+	x.createTopic("hb", pubSub(1))
+	short, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "hb", Group: "short", HeartbeatTimeout: time.Second})
+	noErr(t, err, "SubscriptionCreate short")
+	long, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "hb", Group: "long", HeartbeatTimeout: storage.MaxHeartbeatTimeout})
+	noErr(t, err, "SubscriptionCreate long")
+	def := x.subscribe("hb", "default", fromBeginning)
+	x.advance(time.Second + time.Millisecond)
+	requireIDs(t, x.maintain(0).Dead, []int64{short.ID}, "after 1 s")
+	x.advance(storage.DefaultHeartbeatTimeout)
+	requireIDs(t, x.maintain(0).Dead, []int64{def.ID}, "after the default timeout")
+	x.advance(storage.MaxHeartbeatTimeout - storage.DefaultHeartbeatTimeout - time.Second)
+	requireIDs(t, x.maintain(0).Dead, []int64{long.ID}, "after the longest timeout")
+}
+
+func testLifeResurrection(t *testing.T, x *env) {
+	x.createTopic("res", pubSub(1))
+	x.publishN("res", 0, 2)
+	s := x.subscribe("res", "g", fromBeginning)
+	gone := x.subscribe("res", "gone", fromBeginning)
+	x.setState(gone.ID, storage.Cancelled)
+	x.advance(storage.DefaultHeartbeatTimeout + time.Second)
+	requireIDs(t, x.maintain(0).Dead, []int64{s.ID}, "DEAD")
+	x.advance(time.Hour)
+
+	// A heartbeat (a member is attached again) resurrects it; a CANCELLED one stays cancelled.
+	res := x.heartbeat(gone.ID, s.ID)
+	equal(t, res.Beats, 1, "beats (the CANCELLED subscription is skipped)")
+	requireIDs(t, res.Resurrected, []int64{s.ID}, "resurrected")
+	got := x.getSub(s.ID)
+	equal(t, got.State, storage.Active, "state after the heartbeat")
+	timeEqual(t, got.LastHeartbeatAt, x.now(), "LastHeartbeatAt after resurrection")
+	timeEqual(t, got.UpdatedAt, x.now(), "UpdatedAt after resurrection")
+	equal(t, x.getSub(gone.ID).State, storage.Cancelled, "the CANCELLED subscription")
+	requireOffsets(t, x.claimAll(s.ID, "m"), []int64{0, 1}, "a resurrected subscription delivers what it had not")
+	requireIDs(t, x.heartbeat(s.ID).Resurrected, nil, "a second heartbeat resurrects nothing")
+
+	// Becoming ACTIVE through SubscriptionUpdate restarts the timeout too.
+	x.advance(storage.DefaultHeartbeatTimeout + time.Second)
+	requireIDs(t, x.maintain(0).Dead, []int64{s.ID}, "DEAD again")
+	x.advance(time.Hour)
+	up := x.setState(s.ID, storage.Active)
+	timeEqual(t, up.LastHeartbeatAt, x.now(), "LastHeartbeatAt after SubscriptionUpdate to ACTIVE")
+	requireIDs(t, x.maintain(0).Dead, nil, "DEAD right after SubscriptionUpdate to ACTIVE")
+}
+
+func testLifePausedNeverDead(t *testing.T, x *env) {
+	x.createTopic("p", pubSub(1))
+	s := x.subscribe("p", "g", fromBeginning)
+	x.setState(s.ID, storage.Paused)
+	x.advance(3 * storage.DefaultHeartbeatTimeout)
+	requireIDs(t, x.maintain(0).Dead, nil, "DEAD while PAUSED")
+	_, err := x.e.SubscriptionUpdate(x.ctx, &storage.SubscriptionUpdateParams{ID: s.ID, State: storage.Dead})
+	errIs(t, err, storage.ErrInvalidTransition, "PAUSED to DEAD")
+	equal(t, x.heartbeat(s.ID).Beats, 1, "a heartbeat of a PAUSED subscription")
+	equal(t, x.getSub(s.ID).State, storage.Paused, "a heartbeat does not resume")
+	x.advance(3 * storage.DefaultHeartbeatTimeout)
+	up := x.setState(s.ID, storage.Active)
+	timeEqual(t, up.LastHeartbeatAt, x.now(), "LastHeartbeatAt after resume")
+	requireIDs(t, x.maintain(0).Dead, nil, "DEAD right after resume")
+	x.advance(storage.DefaultHeartbeatTimeout + time.Millisecond)
+	requireIDs(t, x.maintain(0).Dead, []int64{s.ID}, "DEAD a timeout after resume")
+}
+
+// testLifeDeadRetention: a subscription made DEAD by the detection job stops holding retention:
+// messages the live group completed go after message_retention, counted as dead_subscription.
+func testLifeDeadRetention(t *testing.T, x *env) {
+	cfg := pubSub(1)
+	cfg.MessageRetention = time.Hour
+	x.createTopic("dr", cfg)
+	live := x.subscribe("dr", "live", fromBeginning)
+	dead := x.subscribe("dr", "dead", fromBeginning)
+	x.publishN("dr", 0, 3)
+	x.drain(live.ID, "m")
+	x.advance(2 * time.Hour)
+	x.heartbeat(live.ID)
+	res, err := x.e.RetentionApply(x.ctx)
+	noErr(t, err, "RetentionApply while both are ACTIVE")
+	equal(t, res.MessagesExpired+res.MessagesDeleted, 0, "removed while the other group is ACTIVE")
+	requireIDs(t, x.maintain(0).Dead, []int64{dead.ID}, "DEAD")
+	res, err = x.e.RetentionApply(x.ctx)
+	noErr(t, err, "RetentionApply")
+	equal(t, res.MessagesExpired, 3, "expired once the group is DEAD")
+	equal(t, len(res.Expired), 1, "expired entries")
+	equal(t, res.Expired[0].Reason, storage.ExpiredDeadSubscription, "reason")
+}
+
+func testLifeCancelledDeleted(t *testing.T, x *env) {
+	x.createTopic("c", pubSub(1))
+	s := x.subscribe("c", "g", fromBeginning)
+	other := x.subscribe("c", "other", fromBeginning)
+	x.advance(time.Minute)
+	x.setState(s.ID, storage.Cancelled)
+	x.heartbeat(other.ID)
+	x.advance(time.Hour)
+	x.heartbeat(other.ID)
+	requireIDs(t, x.maintain(time.Hour).Deleted, nil, "DELETED exactly at the retention")
+	equal(t, x.getSub(s.ID).State, storage.Cancelled, "state at the retention")
+	x.advance(time.Millisecond)
+	res := x.maintain(time.Hour)
+	requireIDs(t, res.Deleted, []int64{s.ID}, "DELETED past the retention")
+	requireIDs(t, res.Dead, nil, "DEAD")
+	equal(t, res.Deleted[0].State, storage.Deleted, "state in the result")
+	requireIDs(t, x.maintain(time.Hour).Deleted, nil, "a second run")
+	_, err := x.e.SubscriptionGet(x.ctx, s.ID)
+	errIs(t, err, storage.ErrSubscriptionNotFound, "SubscriptionGet of a DELETED subscription")
+	_, err = x.e.SubscriptionGetByGroup(x.ctx, "c", "g")
+	errIs(t, err, storage.ErrSubscriptionNotFound, "SubscriptionGetByGroup of a DELETED subscription")
+	requireIDs(t, x.listSubs("c"), []int64{other.ID}, "listing")
+	all, err := x.e.SubscriptionList(x.ctx, &storage.SubscriptionListParams{Topic: "c", IncludeDeleted: true})
+	noErr(t, err, "SubscriptionList IncludeDeleted")
+	requireIDs(t, all, []int64{s.ID, other.ID}, "listing with IncludeDeleted")
+
+	// The default retention is 30 days.
+	s2 := x.subscribe("c", "g", fromBeginning)
+	x.setState(s2.ID, storage.Cancelled)
+	x.advance(storage.DefaultSubscriptionRetention)
+	x.heartbeat(other.ID)
+	requireIDs(t, x.maintain(0).Deleted, nil, "DELETED at the default retention")
+	x.advance(time.Millisecond)
+	requireIDs(t, x.maintain(0).Deleted, []int64{s2.ID}, "DELETED past the default retention")
+}
+
+func testLifeInvalid(t *testing.T, x *env) {
+	x.createTopic("inv", pubSub(1))
+	for _, d := range []time.Duration{-time.Second, time.Millisecond, storage.MaxHeartbeatTimeout + time.Second} {
+		_, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "inv", Group: "g", HeartbeatTimeout: d})
+		errIs(t, err, storage.ErrInvalidArgument, "heartbeat timeout %s", d)
+	}
+	equal(t, len(x.listSubs("inv")), 0, "subscriptions after refused creations")
+	_, err := x.e.SubscriptionsMaintain(x.ctx, &storage.SubscriptionsMaintainParams{CancelledRetention: -time.Second})
+	errIs(t, err, storage.ErrInvalidArgument, "negative subscription retention")
+	_, err = x.e.SubscriptionsMaintain(x.ctx, nil)
+	errIs(t, err, storage.ErrInvalidArgument, "nil maintain params")
+	_, err = x.e.SubscriptionsHeartbeat(x.ctx, nil)
+	errIs(t, err, storage.ErrInvalidArgument, "nil heartbeat params")
+	_, err = x.e.SubscriptionsHeartbeat(x.ctx, &storage.SubscriptionsHeartbeatParams{IDs: make([]int64, storage.MaxHeartbeatIDs+1)})
+	errIs(t, err, storage.ErrInvalidArgument, "too many heartbeat IDs")
+	equal(t, x.heartbeat().Beats, 0, "a heartbeat of nothing")
+}
+
+func testLifeRestart(t *testing.T, x *env) {
+	x.createTopic("rs", pubSub(1))
+	s, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "rs", Group: "g", HeartbeatTimeout: 10 * time.Second})
+	noErr(t, err, "SubscriptionCreate")
+	d := x.subscribe("rs", "d", fromBeginning)
+	x.advance(storage.DefaultHeartbeatTimeout + time.Second)
+	x.heartbeat(s.ID)
+	requireIDs(t, x.maintain(0).Dead, []int64{d.ID}, "DEAD before the restart")
+	x.restart()
+	got := x.getSub(s.ID)
+	equal(t, got.HeartbeatTimeout, 10*time.Second, "heartbeat timeout after the restart")
+	equal(t, got.State, storage.Active, "state after the restart")
+	equal(t, x.getSub(d.ID).State, storage.Dead, "DEAD after the restart")
+	timeEqual(t, got.LastHeartbeatAt, x.now(), "LastHeartbeatAt after the restart")
+	x.advance(10*time.Second + time.Millisecond)
+	requireIDs(t, x.maintain(0).Dead, []int64{s.ID}, "DEAD a timeout after the restart")
+}

@@ -1,0 +1,131 @@
+package wal
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Subscription lifecycle (seed 000): heartbeats and the jobs that make ACTIVE subscriptions DEAD
+// and CANCELLED ones DELETED. A heartbeat is not logged: the last one lives in memory (sub.lastBeat)
+// and Open gives every subscription a fresh timeout, so a restart never makes a subscription DEAD
+// by itself. The transitions are logged as ordinary subscription updates (recSubUpdate).
+
+// heartbeatTimeoutField is what a subscription record stores for a heartbeat timeout: zero for the
+// default, so records of subscriptions with the default keep the bytes they had before heartbeat
+// timeouts existed (golden_test.go). cloneSub reads zero as the default.
+func heartbeatTimeoutField(d time.Duration) time.Duration {
+	if d == storage.DefaultHeartbeatTimeout {
+		return 0
+	}
+	return d
+}
+
+// startHeartbeats gives every subscription a heartbeat at Open.
+func (e *Engine) startHeartbeats() {
+	now := e.now()
+	for _, s := range e.subs {
+		s.lastBeat = now
+	}
+}
+
+// SubscriptionsHeartbeat records a heartbeat for each subscription of params.IDs that is ACTIVE,
+// PAUSED or DEAD, and makes the DEAD ones ACTIVE.
+func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.SubscriptionsHeartbeatParams) (*storage.SubscriptionsHeartbeatResult, error) {
+	if err := params.Check(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	now := e.now()
+	res := &storage.SubscriptionsHeartbeatResult{}
+	var chs []<-chan error
+	ids := slices.Clone(params.IDs)
+	slices.Sort(ids)
+	for _, id := range slices.Compact(ids) {
+		s, err := e.subLocked(id)
+		if err != nil || s.meta.State == storage.Cancelled {
+			continue
+		}
+		res.Beats++
+		s.lastBeat = now
+		if s.meta.State != storage.Dead {
+			continue
+		}
+		rec := subUpdateRec{ID: id, State: storage.Active, At: now}
+		e.applySubUpdate(&rec)
+		res.Resurrected = append(res.Resurrected, cloneSub(s))
+		if !s.meta.Ephemeral {
+			chs = append(chs, e.queueStateWait(encodeJSON(recSubUpdate, &rec)))
+		}
+	}
+	e.mu.Unlock()
+	for _, ch := range chs {
+		if err := wait(ctx, ch); err != nil {
+			return nil, err
+		}
+	}
+	sortSubs(res.Resurrected)
+	return res, nil
+}
+
+// SubscriptionsMaintain makes ACTIVE subscriptions past their heartbeat timeout DEAD and CANCELLED
+// ones past the retention DELETED, under e.mu: each transition happens once.
+func (e *Engine) SubscriptionsMaintain(ctx context.Context, params *storage.SubscriptionsMaintainParams) (*storage.SubscriptionsMaintainResult, error) {
+	retention, err := params.Check()
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	now := e.now()
+	res := &storage.SubscriptionsMaintainResult{}
+	var chs []<-chan error
+	for id, s := range e.subs {
+		if s.topic == nil {
+			continue // DELETED
+		}
+		var to storage.SubscriptionState
+		switch {
+		case s.meta.State == storage.Active && now.Sub(s.lastBeat) > cmp.Or(s.meta.HeartbeatTimeout, storage.DefaultHeartbeatTimeout):
+			to = storage.Dead
+		case s.meta.State == storage.Cancelled && now.Sub(s.meta.UpdatedAt) > retention:
+			to = storage.Deleted
+		default:
+			continue
+		}
+		rec := subUpdateRec{ID: id, State: to, At: now}
+		ephemeral := s.meta.Ephemeral
+		e.applySubUpdate(&rec)
+		if to == storage.Dead {
+			res.Dead = append(res.Dead, cloneSub(s))
+		} else if !ephemeral {
+			res.Deleted = append(res.Deleted, cloneSub(s))
+		}
+		if !ephemeral {
+			chs = append(chs, e.queueStateWait(encodeJSON(recSubUpdate, &rec)))
+		}
+	}
+	e.mu.Unlock()
+	for _, ch := range chs {
+		if err := wait(ctx, ch); err != nil {
+			return nil, err
+		}
+	}
+	sortSubs(res.Dead)
+	sortSubs(res.Deleted)
+	return res, nil
+}
+
+func sortSubs(ss []*storage.Subscription) {
+	slices.SortFunc(ss, func(a, b *storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
+}
