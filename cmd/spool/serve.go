@@ -221,8 +221,11 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		PollInterval:       cfg.Broker.PollInterval,
 		ClaimInterval:      claimInterval(cfg),
 		// Topic backpressure (broker backpressure.go).
-		BackpressureInterval: cfg.Broker.BackpressureInterval,
-		MaxThrottleDelay:     cfg.Broker.MaxThrottleDelay,
+		BackpressureInterval:  cfg.Broker.BackpressureInterval,
+		MaxThrottleDelay:      cfg.Broker.MaxThrottleDelay,
+		LifecycleInterval:     cfg.Broker.LifecycleInterval,
+		SubscriptionRetention: cfg.Broker.SubscriptionRetention,
+		OnLifecycle:           m.ObserveLifecycle,
 	})
 	if err != nil {
 		return err

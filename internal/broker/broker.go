@@ -96,6 +96,18 @@ type Config struct {
 	// MaxThrottleDelay is the longest a throttled publish waits. Defaults to
 	// DefaultMaxThrottleDelay (1 s).
 	MaxThrottleDelay time.Duration
+	// LifecycleInterval is how often the broker heartbeats the subscriptions its members are
+	// attached to and runs the subscription lifecycle job (lifecycle.go): at most this, and at most
+	// a fifth of the shortest heartbeat timeout, at least MinLifecycleInterval. Defaults to
+	// DefaultLifecycleInterval; a negative value disables the job (heartbeats still run at the
+	// default interval: another instance or a test runs the job).
+	LifecycleInterval time.Duration
+	// SubscriptionRetention is how long a CANCELLED subscription is kept before the lifecycle job
+	// makes it DELETED. Defaults to storage.DefaultSubscriptionRetention (30 days).
+	SubscriptionRetention time.Duration
+	// OnLifecycle, if set, is called after every run of the lifecycle job with what it changed
+	// (metrics count DEAD and DELETED subscriptions there). It must not block.
+	OnLifecycle func(*LifecycleResult)
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -152,6 +164,12 @@ type Broker struct {
 	pollInterval         time.Duration
 	claimInterval        time.Duration
 	defaultMaxInFlight   int
+	// lifecycleInterval is the longest wait between two lifecycle runs; maintainSubs is false when
+	// Config.LifecycleInterval disabled the job (heartbeats only).
+	lifecycleInterval     time.Duration
+	maintainSubs          bool
+	subscriptionRetention time.Duration
+	onLifecycle           func(*LifecycleResult)
 
 	// wg counts every goroutine the broker owns (subscription owners, notifier, retention job).
 	wg sync.WaitGroup
@@ -210,6 +228,17 @@ func New(cfg Config) (*Broker, error) {
 	if autoCfg.Partitions > maxParts {
 		return nil, invalid("broker config: AutoCreateConfig has %d partitions, more than MaxPartitions (%d)", autoCfg.Partitions, maxParts)
 	}
+	lifecycle := cmp.Or(cfg.LifecycleInterval, DefaultLifecycleInterval)
+	if lifecycle > 0 && lifecycle < MinLifecycleInterval {
+		return nil, invalid("broker config: LifecycleInterval must be at least %s, got %s", MinLifecycleInterval, cfg.LifecycleInterval)
+	}
+	every := lifecycle // heartbeats run also when the job is disabled
+	if every < 0 {
+		every = DefaultLifecycleInterval
+	}
+	if cfg.SubscriptionRetention < 0 {
+		return nil, invalid("broker config: SubscriptionRetention must not be negative, got %s", cfg.SubscriptionRetention)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -220,27 +249,31 @@ func New(cfg Config) (*Broker, error) {
 	}
 	logger = logger.With("component", "broker")
 	return &Broker{
-		engine:               cfg.Engine,
-		logger:               logger,
-		trace:                newTracer(logger, cfg.SlowOperation),
-		clock:                clock,
-		autoCreate:           !cfg.DisableAutoCreate,
-		autoCreateConfig:     autoCfg,
-		maxTopics:            maxTopics,
-		maxPartitions:        maxParts,
-		retentionInterval:    cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
-		backpressureInterval: cmp.Or(cfg.BackpressureInterval, DefaultBackpressureInterval),
-		maxThrottleDelay:     cmp.Or(cfg.MaxThrottleDelay, DefaultMaxThrottleDelay),
-		onRetention:          cfg.OnRetention,
-		onRetentionError:     cfg.OnRetentionError,
-		pollInterval:         cmp.Or(cfg.PollInterval, DefaultPollInterval),
-		claimInterval:        cfg.ClaimInterval,
-		defaultMaxInFlight:   maxInFlight,
-		quit:                 make(chan struct{}),
-		events:               eventQueue{signal: make(chan struct{}, 1)},
-		members:              make(map[string]*Member),
-		subs:                 make(map[int64]*owner),
-		byTopic:              make(map[string]map[int64]*owner),
+		engine:                cfg.Engine,
+		logger:                logger,
+		trace:                 newTracer(logger, cfg.SlowOperation),
+		clock:                 clock,
+		autoCreate:            !cfg.DisableAutoCreate,
+		autoCreateConfig:      autoCfg,
+		maxTopics:             maxTopics,
+		maxPartitions:         maxParts,
+		retentionInterval:     cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
+		backpressureInterval:  cmp.Or(cfg.BackpressureInterval, DefaultBackpressureInterval),
+		maxThrottleDelay:      cmp.Or(cfg.MaxThrottleDelay, DefaultMaxThrottleDelay),
+		onRetention:           cfg.OnRetention,
+		onRetentionError:      cfg.OnRetentionError,
+		pollInterval:          cmp.Or(cfg.PollInterval, DefaultPollInterval),
+		claimInterval:         cfg.ClaimInterval,
+		defaultMaxInFlight:    maxInFlight,
+		quit:                  make(chan struct{}),
+		events:                eventQueue{signal: make(chan struct{}, 1)},
+		members:               make(map[string]*Member),
+		subs:                  make(map[int64]*owner),
+		byTopic:               make(map[string]map[int64]*owner),
+		lifecycleInterval:     every,
+		maintainSubs:          lifecycle > 0,
+		subscriptionRetention: cmp.Or(cfg.SubscriptionRetention, storage.DefaultSubscriptionRetention),
+		onLifecycle:           cfg.OnLifecycle,
 	}, nil
 }
 
@@ -267,6 +300,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	if b.backpressureInterval > 0 {
 		b.goLocked(b.backpressureLoop)
 	}
+	b.goLocked(b.lifecycleLoop)
 	b.logger.InfoContext(ctx, "broker started",
 		slog.Bool("auto_create", b.autoCreate),
 		slog.String("auto_create_semantics", string(b.autoCreateConfig.Semantics)),

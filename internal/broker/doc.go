@@ -121,9 +121,11 @@
 // and deleted notifications, which need engine calls; the engine's callback itself never blocks),
 // one retention job (Engine.RetentionApply every Config.RetentionInterval, reported to
 // Config.OnRetention, logged at INFO when it removed something and at WARN per topic and reason
-// when it removed messages a subscription had not completed), and one owner per subscription
-// with members. Stop unregisters from the engine, closes every member, closes the quit channel
-// and waits for the WaitGroup. The engine is closed by its owner after Stop.
+// when it removed messages a subscription had not completed), one subscription lifecycle job
+// (lifecycle.go: heartbeats of the subscriptions with members here, dead detection, CANCELLED ->
+// DELETED; reported to Config.OnLifecycle, every transition logged), and one owner per
+// subscription with members. Stop unregisters from the engine, closes every member, closes the
+// quit channel and waits for the WaitGroup. The engine is closed by its owner after Stop.
 //
 // # Lock order
 //

@@ -161,6 +161,13 @@ type Broker struct {
 	MaxPartitions int `yaml:"max_partitions"`
 	// RetentionInterval is how often retention runs. Defaults to 1 minute.
 	RetentionInterval time.Duration `yaml:"retention_interval"`
+	// LifecycleInterval is how often the broker heartbeats the subscriptions its consumers are
+	// attached to and runs dead detection and the CANCELLED -> DELETED cleanup (at most a fifth of
+	// the shortest heartbeat timeout). At least 1 s. Defaults to 1 minute.
+	LifecycleInterval time.Duration `yaml:"lifecycle_interval"`
+	// SubscriptionRetention is how long a CANCELLED subscription is kept before it becomes DELETED
+	// and leaves the listings. Defaults to 30 days (720h).
+	SubscriptionRetention time.Duration `yaml:"subscription_retention"`
 	// PollInterval is how long an idle dispatcher first waits before it looks again; it backs off
 	// to 16 times that while it finds nothing. Defaults to 1 s.
 	PollInterval time.Duration `yaml:"poll_interval"`
@@ -190,16 +197,18 @@ func Defaults() Config {
 		Postgres: Postgres{Schema: "spool", Migrate: true, MaxConns: 32, BucketWidth: time.Hour, PollInterval: time.Second,
 			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second},
 		Broker: Broker{
-			AutoCreate:           true,
-			AutoCreateSemantics:  string(storage.Queue),
-			DefaultMaxInFlight:   10,
-			MaxTopics:            broker.DefaultMaxTopics,
-			MaxPartitions:        broker.DefaultMaxPartitions,
-			RetentionInterval:    time.Minute,
-			PollInterval:         time.Second,
-			SlowOperation:        broker.DefaultSlowOperation,
-			BackpressureInterval: broker.DefaultBackpressureInterval,
-			MaxThrottleDelay:     broker.DefaultMaxThrottleDelay,
+			AutoCreate:            true,
+			AutoCreateSemantics:   string(storage.Queue),
+			DefaultMaxInFlight:    10,
+			MaxTopics:             broker.DefaultMaxTopics,
+			MaxPartitions:         broker.DefaultMaxPartitions,
+			RetentionInterval:     time.Minute,
+			PollInterval:          time.Second,
+			SlowOperation:         broker.DefaultSlowOperation,
+			BackpressureInterval:  broker.DefaultBackpressureInterval,
+			MaxThrottleDelay:      broker.DefaultMaxThrottleDelay,
+			LifecycleInterval:     broker.DefaultLifecycleInterval,
+			SubscriptionRetention: storage.DefaultSubscriptionRetention,
 		},
 		Server: srv,
 		Auth:   auth.Config{OpenMetrics: true},
@@ -545,6 +554,10 @@ func (c Config) Validate() error {
 		return bad("broker.default_max_in_flight", "must be between 1 and server.max_credit (%d), got %d", c.Server.MaxCredit, c.Broker.DefaultMaxInFlight)
 	case c.Broker.RetentionInterval <= 0:
 		return bad("broker.retention_interval", "must be positive, got %s", c.Broker.RetentionInterval)
+	case c.Broker.LifecycleInterval < broker.MinLifecycleInterval:
+		return bad("broker.lifecycle_interval", "must be at least %s, got %s", broker.MinLifecycleInterval, c.Broker.LifecycleInterval)
+	case c.Broker.SubscriptionRetention <= 0:
+		return bad("broker.subscription_retention", "must be positive, got %s", c.Broker.SubscriptionRetention)
 	case c.Broker.PollInterval <= 0:
 		return bad("broker.poll_interval", "must be positive, got %s", c.Broker.PollInterval)
 	case c.Broker.SlowOperation < 0:

@@ -123,6 +123,16 @@
 //	spool_wal_open_files_shed_total                 counter   idle segment files it closed because an open failed for lack of
 //	                                                          descriptors (EMFILE, ENFILE) under that bound: the process's other
 //	                                                          descriptors (connections) reached ulimit -n.
+
+//	spool_subscriptions_dead_total{topic}           counter   subscriptions the lifecycle job of this process made DEAD (no live member
+//	                                                          for their heartbeat timeout) (ObserveLifecycle, wired to
+//	                                                          broker.Config.OnLifecycle).
+//	spool_subscriptions_resurrected_total{topic}    counter   DEAD subscriptions a heartbeat of this process made ACTIVE again.
+//	spool_subscriptions_deleted_total{topic}        counter   CANCELLED subscriptions made DELETED after subscription_retention: what
+//	                                                          remains of them beside the log line, since they leave every listing.
+//	spool_cleanup_job_runs_total{job}               counter   runs of a cleanup job of this process; job="subscription_lifecycle".
+//	spool_cleanup_job_failures_total{job}           counter   failed runs.
+//	spool_cleanup_job_duration_seconds{job}         histogram duration of a run.
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
 //	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
@@ -141,4 +151,11 @@
 // group, processed counts per group since creation, cleanup job figures (backlog, messages
 // deleted, dead groups detected; messages expired are spool_messages_expired_total, failed
 // retention runs spool_cleanup_failures_total) and backfill progress.
+
+// spool_topic_* gauges; dead groups detected and subscriptions deleted are the
+// spool_subscriptions_*_total counters. Not exported yet, because the broker and engine do not
+// expose them: the age of a subscription's oldest unacked message (seed 002's "time lag"), last
+// heartbeat per group (it is in the admin API's subscription record), processed counts per group
+// since creation, the retention job's run figures and backlog (messages expired are
+// spool_messages_expired_total) and backfill progress.
 package metrics

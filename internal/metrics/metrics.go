@@ -47,6 +47,7 @@ type Metrics struct {
 	httpDuration    *prometheus.HistogramVec
 	authDenied      *prometheus.CounterVec
 	cleanupFailures *prometheus.CounterVec
+	lifecycle       *lifecycleMetrics
 }
 
 // New creates the hook metrics and registers them with reg. A nil reg creates them without
@@ -145,6 +146,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.fsyncDuration, m.fsyncRecords,
 			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration, m.authDenied, m.cleanupFailures)
 	}
+	m.lifecycle = newLifecycleMetrics(reg)
 	return m
 }
 
@@ -308,6 +310,9 @@ func (m *Metrics) ForgetTopic(topic string) {
 		m.published.MetricVec, m.delivered.MetricVec, m.redelivered.MetricVec, m.endToEnd.MetricVec,
 		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec, m.expired.MetricVec,
 	} {
+		v.DeletePartialMatch(l)
+	}
+	for _, v := range m.lifecycle.topicVecs() {
 		v.DeletePartialMatch(l)
 	}
 }

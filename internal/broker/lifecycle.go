@@ -1,0 +1,144 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// The subscription lifecycle job (seed 000's dead-consumer detection and subscription cleanup).
+// Every run, the broker
+//  1. heartbeats the subscriptions its members are attached to (Engine.SubscriptionsHeartbeat),
+//     which also resurrects a DEAD one that has a member here again;
+//  2. unless Config.LifecycleInterval is negative, runs Engine.SubscriptionsMaintain: ACTIVE
+//     subscriptions without a heartbeat for their heartbeat timeout become DEAD, CANCELLED ones
+//     older than Config.SubscriptionRetention become DELETED (each transition made once, also
+//     with several broker instances on one database).
+//
+// Debounce: a subscription goes DEAD only after a whole heartbeat timeout without any heartbeat
+// from any instance, and comes back only with a member attached (attach or heartbeat), so a
+// member that crashes and reconnects within the timeout never flips the state. The run interval
+// is at most a fifth of the shortest heartbeat timeout of the subscriptions (seed 000: detection
+// interval <= 20% of the timeout), at least MinLifecycleInterval: DEAD comes between the timeout
+// and the timeout plus one interval after the last heartbeat.
+
+// DefaultLifecycleInterval is Config.LifecycleInterval's default (seed 000: detection every
+// minute for the 5-minute default timeout).
+const DefaultLifecycleInterval = time.Minute
+
+// MinLifecycleInterval is the shortest interval between two runs.
+const MinLifecycleInterval = time.Second
+
+// LifecycleResult is what one run of the lifecycle job changed, for Config.OnLifecycle.
+type LifecycleResult struct {
+	// Heartbeats counts the subscriptions heartbeated.
+	Heartbeats int
+	// Resurrected are the subscriptions that were DEAD and are ACTIVE again.
+	Resurrected []*storage.Subscription
+	// Dead are the subscriptions that became DEAD.
+	Dead []*storage.Subscription
+	// Deleted are the CANCELLED subscriptions that became DELETED.
+	Deleted []*storage.Subscription
+	// Took is how long the run took; Err is its failure, nil if none.
+	Took time.Duration
+	Err  error
+}
+
+// lifecycleLoop runs the lifecycle job until Stop, at the interval nextLifecycle chooses.
+func (b *Broker) lifecycleLoop() {
+	wait := b.lifecycleInterval
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-b.quit:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		b.runLifecycle(b.rootCtx)
+		wait = b.nextLifecycle(b.rootCtx)
+	}
+}
+
+// nextLifecycle is the wait before the next run: the configured interval, or a fifth of the
+// shortest heartbeat timeout of a live subscription if that is shorter, at least
+// MinLifecycleInterval.
+func (b *Broker) nextLifecycle(ctx context.Context) time.Duration {
+	wait := b.lifecycleInterval
+	subs, err := b.engine.SubscriptionList(ctx, nil)
+	if err != nil {
+		return wait
+	}
+	for _, s := range subs {
+		if s.State == storage.Active && s.HeartbeatTimeout > 0 {
+			wait = min(wait, s.HeartbeatTimeout/5)
+		}
+	}
+	return max(wait, MinLifecycleInterval)
+}
+
+// attachedSubscriptions lists the IDs of the subscriptions that have a member on this broker.
+func (b *Broker) attachedSubscriptions() []int64 {
+	var ids []int64
+	for _, m := range b.Members() {
+		ids = append(ids, m.Subscriptions...)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// runLifecycle runs the lifecycle job once, logs every transition (the audit trail: a DELETED
+// subscription disappears from listings, its log line stays) and reports to Config.OnLifecycle.
+func (b *Broker) runLifecycle(ctx context.Context) *LifecycleResult {
+	start := time.Now()
+	res := &LifecycleResult{}
+	ids := b.attachedSubscriptions()
+	for len(ids) > 0 && res.Err == nil {
+		n := min(len(ids), storage.MaxHeartbeatIDs)
+		hb, err := b.engine.SubscriptionsHeartbeat(ctx, &storage.SubscriptionsHeartbeatParams{IDs: ids[:n]})
+		ids = ids[n:]
+		if err != nil {
+			res.Err = err
+			break
+		}
+		res.Heartbeats += hb.Beats
+		res.Resurrected = append(res.Resurrected, hb.Resurrected...)
+	}
+	if res.Err == nil && b.maintainSubs {
+		m, err := b.engine.SubscriptionsMaintain(ctx, &storage.SubscriptionsMaintainParams{CancelledRetention: b.subscriptionRetention})
+		if err != nil {
+			res.Err = err
+		} else {
+			res.Dead, res.Deleted = m.Dead, m.Deleted
+		}
+	}
+	res.Took = time.Since(start)
+	lctx := context.WithoutCancel(ctx)
+	for _, s := range res.Resurrected {
+		b.logger.InfoContext(lctx, "dead subscription resurrected by a heartbeat", subAttrs(s)...)
+		b.wakeSubscription(s.ID)
+	}
+	for _, s := range res.Dead {
+		b.logger.WarnContext(lctx, "subscription dead: no live member for its heartbeat timeout",
+			append(subAttrs(s), slog.Duration("heartbeat_timeout", s.HeartbeatTimeout), slog.Time("last_heartbeat", s.LastHeartbeatAt))...)
+	}
+	for _, s := range res.Deleted {
+		b.logger.InfoContext(lctx, "cancelled subscription deleted after subscription_retention",
+			append(subAttrs(s), slog.Duration("subscription_retention", b.subscriptionRetention))...)
+	}
+	if res.Err != nil && !errors.Is(res.Err, storage.ErrClosed) && ctx.Err() == nil {
+		b.logger.WarnContext(lctx, "subscription lifecycle job failed", slog.Any("error", res.Err))
+	}
+	if b.onLifecycle != nil {
+		b.onLifecycle(res)
+	}
+	return res
+}
+
+func subAttrs(s *storage.Subscription) []any {
+	return []any{slog.Int64("subscription", s.ID), slog.String("topic", s.Topic), slog.String("group", s.Group)}
+}

@@ -1,0 +1,185 @@
+package broker
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// lockedBuffer is a log sink safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func lifecycleIDs(ss []*storage.Subscription) []int64 {
+	var out []int64
+	for _, s := range ss {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+func sameIDs(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// The lifecycle job heartbeats the subscriptions with a member here, so only the one without a
+// member goes DEAD; a member leaving never cancels its group; a member coming back resurrects it;
+// a CANCELLED subscription becomes DELETED after subscription_retention, leaves the listings and
+// leaves an audit line. Runs are called directly with the fake clock (the loop's first run is an
+// hour of real time away).
+func TestLifecycleJob(t *testing.T) {
+	logs := &lockedBuffer{}
+	var results []*LifecycleResult
+	var mu sync.Mutex
+	e := newEnv(t, func(c *Config) {
+		c.LifecycleInterval = time.Hour
+		c.SubscriptionRetention = 24 * time.Hour
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.OnLifecycle = func(r *LifecycleResult) {
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+		}
+	})
+	ctx := e.ctx()
+	e.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
+	m := e.subscribe(SubscribeParams{Pattern: "orders", Group: "live"})
+	live, err := e.engine.SubscriptionGetByGroup(ctx, "orders", "live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "orders", Group: "idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// No member for the timeout: DEAD; the group with a member here is heartbeated.
+	e.clock.Advance(storage.DefaultHeartbeatTimeout / 2)
+	if r := e.b.runLifecycle(ctx); r.Err != nil || r.Heartbeats != 1 || len(r.Dead) != 0 {
+		t.Fatalf("first run: %+v", r)
+	}
+	e.clock.Advance(storage.DefaultHeartbeatTimeout/2 + time.Second)
+	r := e.b.runLifecycle(ctx)
+	if r.Err != nil || !sameIDs(lifecycleIDs(r.Dead), []int64{idle.ID}) {
+		t.Fatalf("second run: DEAD %v (err %v), want [%d]", lifecycleIDs(r.Dead), r.Err, idle.ID)
+	}
+	if !strings.Contains(logs.String(), "subscription dead") {
+		t.Errorf("no log line for the DEAD subscription:\n%s", logs.String())
+	}
+
+	// The member leaves: its group is not cancelled, and goes DEAD a timeout later.
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := e.b.Group(ctx, "orders", "live"); err != nil || g.State != storage.Active {
+		t.Fatalf("group after its last member left: %+v, %v", g, err)
+	}
+	e.clock.Advance(storage.DefaultHeartbeatTimeout + time.Second)
+	if r := e.b.runLifecycle(ctx); !sameIDs(lifecycleIDs(r.Dead), []int64{live.ID}) {
+		t.Fatalf("after the member left: DEAD %v, want [%d]", lifecycleIDs(r.Dead), live.ID)
+	}
+
+	// A member attaching resurrects it; so does a heartbeat if it went DEAD while attached.
+	e.subscribe(SubscribeParams{Pattern: "orders", Group: "live"})
+	if g, _ := e.b.Group(ctx, "orders", "live"); g == nil || g.State != storage.Active {
+		t.Fatalf("group after a member came back: %+v", g)
+	}
+	if _, err := e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: live.ID, State: storage.Dead}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.b.runLifecycle(ctx); !sameIDs(lifecycleIDs(r.Resurrected), []int64{live.ID}) || len(r.Dead) != 0 {
+		t.Fatalf("heartbeat of a DEAD subscription with a member: resurrected %v, dead %v", lifecycleIDs(r.Resurrected), lifecycleIDs(r.Dead))
+	}
+
+	// CANCELLED -> DELETED after subscription_retention (24 h here), gone from the listings.
+	if _, err := e.b.CancelGroup(ctx, "orders", "idle"); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(24 * time.Hour)
+	if r := e.b.runLifecycle(ctx); len(r.Deleted) != 0 {
+		t.Fatalf("DELETED at the retention: %v", lifecycleIDs(r.Deleted))
+	}
+	e.clock.Advance(time.Second)
+	if r := e.b.runLifecycle(ctx); !sameIDs(lifecycleIDs(r.Deleted), []int64{idle.ID}) {
+		t.Fatalf("DELETED %v, want [%d]", lifecycleIDs(r.Deleted), idle.ID)
+	}
+	groups, err := e.b.Groups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		if g.Subscription.ID == idle.ID {
+			t.Errorf("Groups lists the DELETED subscription %d", idle.ID)
+		}
+	}
+	if !strings.Contains(logs.String(), "cancelled subscription deleted") {
+		t.Errorf("no audit line for the DELETED subscription:\n%s", logs.String())
+	}
+	mu.Lock()
+	n := len(results)
+	mu.Unlock()
+	if n != 6 {
+		t.Errorf("OnLifecycle called %d times, want 6", n)
+	}
+}
+
+// The run interval is at most a fifth of the shortest heartbeat timeout (seed 000's 20% rule).
+func TestLifecycleIntervalFollowsShortestTimeout(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.LifecycleInterval = time.Hour })
+	ctx := e.ctx()
+	if got := e.b.nextLifecycle(ctx); got != time.Hour {
+		t.Fatalf("interval without subscriptions: %s", got)
+	}
+	e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+	if _, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "g", HeartbeatTimeout: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.b.nextLifecycle(ctx); got != 4*time.Second {
+		t.Fatalf("interval with a 20 s timeout: %s, want 4s", got)
+	}
+	if _, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "h", HeartbeatTimeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.b.nextLifecycle(ctx); got != MinLifecycleInterval {
+		t.Fatalf("interval with a 1 s timeout: %s, want %s", got, MinLifecycleInterval)
+	}
+}
+
+func TestLifecycleConfigRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, c := range []Config{
+		{Engine: e.engine, LifecycleInterval: time.Millisecond},
+		{Engine: e.engine, SubscriptionRetention: -time.Second},
+	} {
+		if _, err := New(c); err == nil {
+			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}
