@@ -99,6 +99,12 @@ type Engine interface {
 	// SubscriptionCreate creates a subscription on a topic at a start position. For a QUEUE topic
 	// the subscription exists from the topic's creation and this fails with ErrSubscriptionExists.
 	SubscriptionCreate(ctx context.Context, params *SubscriptionCreateParams) (*Subscription, error)
+	// SubscriptionConfigure changes a durable subscription's heartbeat timeout and, while it has no
+	// progress (every partition's ack floor and cursor still at the offset its start position
+	// resolved to, nothing leased, waiting or dead-lettered), its start position, resolved again
+	// now as SubscriptionCreate does. A new start after progress fails with
+	// ErrSubscriptionHasProgress and changes nothing.
+	SubscriptionConfigure(ctx context.Context, params *SubscriptionConfigureParams) (*Subscription, error)
 	// SubscriptionDelete removes a subscription and all its state at once (an ephemeral member
 	// left, or the cleanup of a CANCELLED subscription).
 	SubscriptionDelete(ctx context.Context, id int64) error
@@ -455,6 +461,16 @@ type SubscriptionCreateParams struct {
 	Strategy                string
 	// HeartbeatTimeout is the subscription's heartbeat timeout, MinHeartbeatTimeout to
 	// MaxHeartbeatTimeout; zero means DefaultHeartbeatTimeout.
+	HeartbeatTimeout time.Duration
+}
+
+// SubscriptionConfigureParams are the parameters of Engine.SubscriptionConfigure.
+type SubscriptionConfigureParams struct {
+	ID int64
+	// Start, when not nil, is the new start position.
+	Start *StartPosition
+	// HeartbeatTimeout, when not zero, is the new heartbeat timeout (MinHeartbeatTimeout to
+	// MaxHeartbeatTimeout).
 	HeartbeatTimeout time.Duration
 }
 

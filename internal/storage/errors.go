@@ -52,6 +52,11 @@ var (
 	// (for example anything out of CANCELLED).
 	ErrInvalidTransition = errors.New("invalid subscription state transition")
 
+	// ErrSubscriptionHasProgress is returned by SubscriptionConfigure for a new start position once
+	// the subscription delivered, acked or dead-lettered something. It wraps ErrInvalidTransition
+	// (protocol INVALID_TRANSITION).
+	ErrSubscriptionHasProgress = fmt.Errorf("%w: the subscription has progress, its start position can no longer change", ErrInvalidTransition)
+
 	// ErrLeaseNotHeld is returned by nack and extend when the member does not hold the lease of the
 	// message (it expired and may have been given to another member, or was never given).
 	ErrLeaseNotHeld = errors.New("lease not held by this member")

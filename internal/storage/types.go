@@ -361,6 +361,10 @@ type Subscription struct {
 	// subscription was created or last became ACTIVE, whichever is later. The embedded engine
 	// keeps it in memory: at Open every subscription gets a fresh timeout.
 	LastHeartbeatAt time.Time `json:"last_heartbeat_at,omitzero"`
+	// StartOffsets is engine bookkeeping that callers always get as nil: the offsets Start resolved
+	// to per partition when it was last set, kept by the embedded engine in its metadata (a
+	// subscription has progress once an ack floor or cursor left them: SubscriptionConfigure).
+	StartOffsets []int64 `json:"start_offsets,omitempty"`
 }
 
 const (

@@ -90,6 +90,28 @@ func CheckHeartbeatTimeout(d time.Duration) error {
 	return nil
 }
 
+// Check validates the parameters of SubscriptionConfigure and returns the new start position
+// normalized (nil when unchanged). Changing nothing is ErrInvalidArgument.
+func (p *SubscriptionConfigureParams) Check() (*StartPosition, error) {
+	if p == nil {
+		return nil, nilParams()
+	}
+	if p.Start == nil && p.HeartbeatTimeout == 0 {
+		return nil, Invalid("subscription %d: nothing to change (give a start position or a heartbeat timeout)", p.ID)
+	}
+	if err := CheckHeartbeatTimeout(p.HeartbeatTimeout); err != nil {
+		return nil, err
+	}
+	if p.Start == nil {
+		return nil, nil
+	}
+	sp, err := p.Start.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	return &sp, nil
+}
+
 // Check validates the parameters of SubscriptionsHeartbeat: at most MaxHeartbeatIDs IDs.
 func (p *SubscriptionsHeartbeatParams) Check() error {
 	if p == nil {

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -156,4 +157,91 @@ func (e *Engine) lifecycleUpdate(ctx context.Context, tx pgx.Tx, query string, a
 
 func sortSubs(ss []*storage.Subscription) {
 	slices.SortFunc(ss, func(a, b *storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// SubscriptionConfigure changes a durable subscription's heartbeat timeout and, without progress,
+// its start position (resolved again, as SubscriptionCreate does). Lock order: the topic (FOR
+// SHARE) and its partitions (resolveStart), then the subscription, then its sub_partitions rows.
+// Bounded by Config.TxTimeout (past it: TIMEOUT, retryable; nothing changes).
+func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.SubscriptionConfigureParams) (*storage.Subscription, error) {
+	start, err := params.Check()
+	if err != nil {
+		return nil, err
+	}
+	return withTxTimeout(e, ctx, "subscription configure", func(ctx context.Context) (*storage.Subscription, error) {
+		var out *storage.Subscription
+		err := e.tx(ctx, func(tx pgx.Tx) error {
+			s, err := e.loadSub(ctx, tx, params.ID, noLock)
+			if err != nil {
+				return err
+			}
+			t, err := e.loadTopic(ctx, tx, s.Topic, forShare)
+			if err != nil {
+				return err
+			}
+			var starts []int64
+			if start != nil {
+				if starts, err = e.resolveStart(ctx, tx, t, *start); err != nil {
+					return err
+				}
+			}
+			if s, err = e.loadSub(ctx, tx, params.ID, forNoKeyUpdate); err != nil {
+				return err
+			}
+			if err := checkConfigurable(&s.Subscription); err != nil {
+				return err
+			}
+			if err := e.lockSubState(ctx, tx, s.ID); err != nil {
+				return err
+			}
+			if start != nil {
+				var progress bool
+				if err := tx.QueryRow(ctx, e.sql(`SELECT EXISTS (SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1
+						AND (start_offset IS NULL OR ack_floor <> start_offset OR cursor <> start_offset))
+					OR EXISTS (SELECT 1 FROM spool.deliveries WHERE sub_id = $1)
+					OR EXISTS (SELECT 1 FROM spool.dlq WHERE sub_id = $1)`), s.ID).Scan(&progress); err != nil {
+					return fmt.Errorf("pgstore: subscription %d: progress: %w", s.ID, err)
+				}
+				if progress {
+					return fmt.Errorf("%w: subscription %d of group %q on topic %q", storage.ErrSubscriptionHasProgress, s.ID, s.Group, s.Topic)
+				}
+				if _, err := tx.Exec(ctx, e.sql(`UPDATE spool.sub_partitions sp SET ack_floor = u.o, cursor = u.o, start_offset = u.o
+					FROM unnest($2::bigint[]) WITH ORDINALITY AS u(o, ord) WHERE sp.sub_id = $1 AND sp.partition = u.ord - 1`), s.ID, starts); err != nil {
+					return fmt.Errorf("pgstore: subscription %d: new start: %w", s.ID, err)
+				}
+			}
+			startJSON, err := json.Marshal(cmpStart(start, s.Start))
+			if err != nil {
+				return fmt.Errorf("pgstore: encode start position: %w", err)
+			}
+			timeout := cmp.Or(params.HeartbeatTimeout, s.HeartbeatTimeout)
+			s, err = scanSub(tx.QueryRow(ctx, e.sql(`UPDATE spool.subscriptions SET start = $2, heartbeat_timeout_ms = $3, updated_at = $4
+				WHERE id = $1 RETURNING `+subColumns), s.ID, startJSON, timeout.Milliseconds(), e.now()))
+			if err != nil {
+				return fmt.Errorf("pgstore: configure subscription %d: %w", params.ID, err)
+			}
+			out = &s.Subscription
+			return nil
+		})
+		return out, err
+	})
+}
+
+// cmpStart is the new start position if there is one, else the current one.
+func cmpStart(next *storage.StartPosition, cur storage.StartPosition) storage.StartPosition {
+	if next != nil {
+		return *next
+	}
+	return cur
+}
+
+// checkConfigurable refuses SubscriptionConfigure of an ephemeral or CANCELLED subscription.
+func checkConfigurable(s *storage.Subscription) error {
+	switch {
+	case s.Ephemeral:
+		return invalid("subscription %d is ephemeral: only a durable subscription can be configured", s.ID)
+	case s.State == storage.Cancelled:
+		return fmt.Errorf("%w: subscription %d is CANCELLED and cannot be configured", storage.ErrInvalidTransition, s.ID)
+	}
+	return nil
 }

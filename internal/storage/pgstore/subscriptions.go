@@ -204,8 +204,8 @@ func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, p
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: create subscription on topic %q: %w", t.name, err)
 	}
-	if _, err := tx.Exec(ctx, e.sql(`INSERT INTO spool.sub_partitions (sub_id, partition, ack_floor, cursor)
-		SELECT $1, (u.ord - 1)::int, u.o, u.o FROM unnest($2::bigint[]) WITH ORDINALITY AS u(o, ord)`), s.ID, starts); err != nil {
+	if _, err := tx.Exec(ctx, e.sql(`INSERT INTO spool.sub_partitions (sub_id, partition, ack_floor, cursor, start_offset)
+		SELECT $1, (u.ord - 1)::int, u.o, u.o, u.o FROM unnest($2::bigint[]) WITH ORDINALITY AS u(o, ord)`), s.ID, starts); err != nil {
 		return nil, fmt.Errorf("pgstore: create subscription %d: partitions: %w", s.ID, err)
 	}
 	return s, nil

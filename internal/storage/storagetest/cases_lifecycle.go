@@ -20,6 +20,10 @@ func lifecycleCases() []testCase {
 		{name: "cancelled_deleted_after_retention", fn: testLifeCancelledDeleted},
 		{name: "invalid_params", fn: testLifeInvalid},
 		{name: "restart_keeps_lifecycle", restart: true, fn: testLifeRestart},
+		{name: "configure_start_without_progress", fn: testLifeConfigureStart},
+		{name: "configure_heartbeat_timeout", fn: testLifeConfigureTimeout},
+		{name: "configure_refused", fn: testLifeConfigureRefused},
+		{name: "configure_restart", restart: true, fn: testLifeConfigureRestart},
 	}
 }
 
@@ -259,4 +263,113 @@ func testLifeRestart(t *testing.T, x *env) {
 	timeEqual(t, got.LastHeartbeatAt, x.now(), "LastHeartbeatAt after the restart")
 	x.advance(10*time.Second + time.Millisecond)
 	requireIDs(t, x.maintain(0).Dead, []int64{s.ID}, "DEAD a timeout after the restart")
+}
+
+func (x *env) configure(p storage.SubscriptionConfigureParams) *storage.Subscription {
+	x.t.Helper()
+	s, err := x.e.SubscriptionConfigure(x.ctx, &p)
+	noErr(x.t, err, "SubscriptionConfigure(%+v)", p)
+	return s
+}
+
+// testLifeConfigureStart: a group created ahead of its consumers changes its start position until
+// it delivers something; then the change is refused and changes nothing.
+func testLifeConfigureStart(t *testing.T, x *env) {
+	x.createTopic("cs", pubSub(2))
+	x.publishN("cs", 0, 2)
+	x.publishN("cs", 1, 1)
+	s := x.subscribe("cs", "g", storage.StartPosition{})
+	x.advance(time.Second)
+	up := x.configure(storage.SubscriptionConfigureParams{ID: s.ID, Start: &fromBeginning})
+	equal(t, up.Start.Kind, storage.FromBeginning, "start after configure")
+	timeEqual(t, up.UpdatedAt, x.now(), "UpdatedAt after configure")
+	equal(t, up.HeartbeatTimeout, storage.DefaultHeartbeatTimeout, "heartbeat timeout kept")
+	isTrue(t, up.StartOffsets == nil, "StartOffsets given to a caller: %v", up.StartOffsets)
+	x.requireStats(s.ID, wantStats{pending: 3, lag: 3}, "stats after FROM_BEGINNING")
+	// Back to FROM_NOW, then FROM_MESSAGE_ID: still no progress.
+	x.configure(storage.SubscriptionConfigureParams{ID: s.ID, Start: &storage.StartPosition{Kind: storage.FromNow}})
+	x.requireStats(s.ID, wantStats{}, "stats after FROM_NOW")
+	x.configure(storage.SubscriptionConfigureParams{ID: s.ID, Start: &storage.StartPosition{Kind: storage.FromMessageID, Partition: 0, Offset: 1}})
+	// Partition 1's message was published after 0:1, so it is delivered too.
+	got := x.claimAll(s.ID, "m")
+	equal(t, len(got), 2, "claims after FROM_MESSAGE_ID 0:1: %v", RefsOf(got))
+
+	// Progress: the change is refused and nothing changes.
+	_, err := x.e.SubscriptionConfigure(x.ctx, &storage.SubscriptionConfigureParams{ID: s.ID, Start: &fromBeginning})
+	errIs(t, err, storage.ErrSubscriptionHasProgress, "new start with a leased message")
+	errIs(t, err, storage.ErrInvalidTransition, "ErrSubscriptionHasProgress wraps")
+	x.ack(s.ID, "m", ref(0, 1))
+	_, err = x.e.SubscriptionConfigure(x.ctx, &storage.SubscriptionConfigureParams{ID: s.ID, Start: &fromBeginning})
+	errIs(t, err, storage.ErrSubscriptionHasProgress, "new start after an ack")
+	equal(t, x.getSub(s.ID).Start.Kind, storage.FromMessageID, "start after the refused change")
+	x.requireStats(s.ID, wantStats{pending: 1, inFlight: 1}, "stats after the refused change")
+}
+
+func testLifeConfigureTimeout(t *testing.T, x *env) {
+	x.createTopic("ct", pubSub(1))
+	x.publishN("ct", 0, 1)
+	s := x.subscribe("ct", "g", fromBeginning)
+	x.claim(s.ID, "m", 1) // progress does not stop a timeout change
+	up := x.configure(storage.SubscriptionConfigureParams{ID: s.ID, HeartbeatTimeout: 10 * time.Second})
+	equal(t, up.HeartbeatTimeout, 10*time.Second, "heartbeat timeout")
+	equal(t, up.Start.Kind, storage.FromBeginning, "start kept")
+	x.advance(10*time.Second + time.Millisecond)
+	requireIDs(t, x.maintain(0).Dead, []int64{s.ID}, "DEAD after the new timeout")
+	up = x.configure(storage.SubscriptionConfigureParams{ID: s.ID, HeartbeatTimeout: storage.DefaultHeartbeatTimeout})
+	equal(t, up.HeartbeatTimeout, storage.DefaultHeartbeatTimeout, "back to the default")
+	equal(t, up.State, storage.Dead, "state kept")
+}
+
+func testLifeConfigureRefused(t *testing.T, x *env) {
+	x.createTopic("cr", pubSub(1))
+	x.publishN("cr", 0, 2)
+	s := x.subscribe("cr", "g", storage.StartPosition{})
+	for _, c := range []struct {
+		p    *storage.SubscriptionConfigureParams
+		want error
+		what string
+	}{
+		{nil, storage.ErrInvalidArgument, "nil params"},
+		{&storage.SubscriptionConfigureParams{ID: s.ID}, storage.ErrInvalidArgument, "nothing to change"},
+		{&storage.SubscriptionConfigureParams{ID: s.ID, HeartbeatTimeout: time.Millisecond}, storage.ErrInvalidArgument, "timeout too short"},
+		{&storage.SubscriptionConfigureParams{ID: s.ID, Start: &storage.StartPosition{Kind: "SOMEWHERE"}}, storage.ErrInvalidArgument, "bad start kind"},
+		{&storage.SubscriptionConfigureParams{ID: s.ID, Start: &storage.StartPosition{Kind: storage.FromMessageID, Offset: 99}}, storage.ErrOffsetOutOfRange, "start above the high-water mark"},
+		{&storage.SubscriptionConfigureParams{ID: s.ID, Start: &storage.StartPosition{Kind: storage.FromMessageID, Partition: 3}}, storage.ErrInvalidArgument, "start in a missing partition"},
+		{&storage.SubscriptionConfigureParams{ID: 1 << 40, HeartbeatTimeout: time.Minute}, storage.ErrSubscriptionNotFound, "unknown subscription"},
+	} {
+		_, err := x.e.SubscriptionConfigure(x.ctx, c.p)
+		errIs(t, err, c.want, "%s", c.what)
+	}
+	got := x.getSub(s.ID)
+	equal(t, got.Start.Kind, storage.FromNow, "start after refused changes")
+	equal(t, got.HeartbeatTimeout, storage.DefaultHeartbeatTimeout, "timeout after refused changes")
+	x.requireStats(s.ID, wantStats{}, "stats after refused changes")
+
+	x.setState(s.ID, storage.Cancelled)
+	_, err := x.e.SubscriptionConfigure(x.ctx, &storage.SubscriptionConfigureParams{ID: s.ID, HeartbeatTimeout: time.Minute})
+	errIs(t, err, storage.ErrInvalidTransition, "configure a CANCELLED subscription")
+	eph, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "cr", Ephemeral: true})
+	noErr(t, err, "ephemeral subscription")
+	_, err = x.e.SubscriptionConfigure(x.ctx, &storage.SubscriptionConfigureParams{ID: eph.ID, HeartbeatTimeout: time.Minute})
+	errIs(t, err, storage.ErrInvalidArgument, "configure an ephemeral subscription")
+}
+
+// testLifeConfigureRestart: a new start and timeout survive a restart, and progress is still
+// known after it.
+func testLifeConfigureRestart(t *testing.T, x *env) {
+	x.createTopic("crs", pubSub(1))
+	x.publishN("crs", 0, 3)
+	s := x.subscribe("crs", "g", storage.StartPosition{})
+	done := x.subscribe("crs", "done", fromBeginning)
+	x.ack(done.ID, "m", RefsOf(x.claimAll(done.ID, "m"))...)
+	x.configure(storage.SubscriptionConfigureParams{ID: s.ID, Start: &storage.StartPosition{Kind: storage.FromMessageID, Offset: 1}, HeartbeatTimeout: time.Minute})
+	x.restart()
+	got := x.getSub(s.ID)
+	equal(t, got.Start.Kind, storage.FromMessageID, "start after the restart")
+	equal(t, got.HeartbeatTimeout, time.Minute, "timeout after the restart")
+	x.requireStats(s.ID, wantStats{pending: 2, lag: 2}, "stats after the restart")
+	x.configure(storage.SubscriptionConfigureParams{ID: s.ID, Start: &fromBeginning})
+	x.requireStats(s.ID, wantStats{pending: 3, lag: 3}, "no progress after the restart")
+	_, err := x.e.SubscriptionConfigure(x.ctx, &storage.SubscriptionConfigureParams{ID: done.ID, Start: &fromBeginning})
+	errIs(t, err, storage.ErrSubscriptionHasProgress, "progress after the restart")
 }

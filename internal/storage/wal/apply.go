@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/substate"
@@ -23,8 +24,30 @@ func (e *Engine) applyTopicCreate(r *topicCreateRec) {
 	}
 }
 
+// startOffsets is what the metadata keeps of a subscription's start offsets: nil when all are 0
+// (read as zeros), so the metadata of such subscriptions keeps the bytes it had before start
+// offsets were kept (golden_test.go); a subscription restored from such metadata made before
+// then reads as starting at 0, which can only overstate its progress.
+func startOffsets(starts []int64) []int64 {
+	if !slices.ContainsFunc(starts, func(o int64) bool { return o != 0 }) {
+		return nil
+	}
+	return slices.Clone(starts)
+}
+
 func (e *Engine) applySubCreate(t *topic, r *subRec) *sub {
+	if old := e.subs[r.Sub.ID]; old != nil && old.topic == t {
+		// SubscriptionConfigure of a new start (no progress): the same subscription, started again.
+		old.meta = r.Sub
+		old.meta.StartOffsets = startOffsets(r.Starts)
+		old.st = substate.New(r.Starts)
+		for old.st.Partitions() < t.meta.Config.Partitions {
+			old.st.AddPartition(0)
+		}
+		return old
+	}
 	s := &sub{meta: r.Sub, topic: t, st: substate.New(r.Starts), lastBeat: r.Sub.CreatedAt}
+	s.meta.StartOffsets = startOffsets(r.Starts)
 	// Partitions added after the record was written start at 0.
 	for s.st.Partitions() < t.meta.Config.Partitions {
 		s.st.AddPartition(0)
@@ -82,10 +105,13 @@ func (e *Engine) applySubUpdate(r *subUpdateRec) {
 		e.applySubDelete(&subDeleteRec{ID: r.ID, At: r.At})
 		return
 	}
+	if r.State == storage.Active && s.meta.State != storage.Active {
+		s.lastBeat = r.At // resumed or resurrected: a fresh heartbeat timeout
+	}
 	s.meta.State = r.State
 	s.meta.UpdatedAt = r.At
-	if r.State == storage.Active {
-		s.lastBeat = r.At // resumed or resurrected: a fresh heartbeat timeout
+	if r.HeartbeatTimeout != 0 {
+		s.meta.HeartbeatTimeout = heartbeatTimeoutField(r.HeartbeatTimeout)
 	}
 	if r.State == storage.Cancelled {
 		s.st = nil
@@ -326,6 +352,7 @@ func cloneSub(s *sub) *storage.Subscription {
 	c := s.meta
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, storage.DefaultHeartbeatTimeout)
 	c.LastHeartbeatAt = s.lastBeat
+	c.StartOffsets = nil
 	return &c
 }
 

@@ -77,6 +77,9 @@ type subUpdateRec struct {
 	ID    int64                     `json:"id"`
 	State storage.SubscriptionState `json:"state"`
 	At    time.Time                 `json:"at"`
+	// HeartbeatTimeout, when not zero, is a new heartbeat timeout (SubscriptionConfigure; State is
+	// then the current state).
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
 }
 
 // subDeleteRec deletes a subscription (state DELETED, delivery state dropped).

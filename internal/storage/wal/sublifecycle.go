@@ -3,6 +3,7 @@ package wal
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -128,4 +129,105 @@ func (e *Engine) SubscriptionsMaintain(ctx context.Context, params *storage.Subs
 
 func sortSubs(ss []*storage.Subscription) {
 	slices.SortFunc(ss, func(a, b *storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
+}
+
+// hasProgressLocked reports whether a subscription delivered, acked or dead-lettered anything
+// since its start was set: a partition's floor or cursor left its start offset (0 for one added
+// later, or when the metadata keeps none: startOffsets), a message is done ahead of the floor, or
+// something is leased, waiting or in the DLQ.
+// e.mu and s.mu must be held.
+func (e *Engine) hasProgressLocked(s *sub) bool {
+	if s.st == nil {
+		return true
+	}
+	if in, waiting := s.st.Counts(); in+waiting > 0 || s.st.DLQLen() > 0 {
+		return true
+	}
+	for i, p := range s.topic.parts {
+		start := int64(0)
+		if i < len(s.meta.StartOffsets) {
+			start = s.meta.StartOffsets[i]
+		}
+		hw := s.st.Cursor(int32(i))
+		if p.log != nil {
+			hw = p.log.NextIndex()
+		}
+		floor, cursor, pending := s.st.PartStats(int32(i), hw)
+		if floor != start || cursor != start || pending != max(hw-floor, 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// SubscriptionConfigure changes a durable subscription's heartbeat timeout and, without progress,
+// its start position. A new start is logged as a subscription create record with the same ID
+// (applySubCreate starts the subscription again); a timeout alone as the same, keeping the state.
+func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.SubscriptionConfigureParams) (*storage.Subscription, error) {
+	start, err := params.Check()
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	s, err := e.subLocked(params.ID)
+	if err == nil {
+		err = checkConfigurable(&s.meta)
+	}
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	s.mu.Lock()
+	progress := e.hasProgressLocked(s)
+	s.mu.Unlock()
+	meta := s.meta
+	meta.StartOffsets = nil
+	var starts []int64 // nil: the delivery state stays, the record must not start it again
+	if start != nil {
+		if progress {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("%w: subscription %d of group %q on topic %q", storage.ErrSubscriptionHasProgress, s.meta.ID, s.meta.Group, s.meta.Topic)
+		}
+		if starts, err = e.resolveStartLocked(s.topic, *start); err != nil {
+			e.mu.Unlock()
+			return nil, err
+		}
+		meta.Start = *start
+	}
+	if params.HeartbeatTimeout != 0 {
+		meta.HeartbeatTimeout = heartbeatTimeoutField(params.HeartbeatTimeout)
+	}
+	meta.UpdatedAt = e.now()
+	var rec []byte
+	if starts != nil {
+		r := subRec{Sub: meta, Starts: starts}
+		e.applySubCreate(s.topic, &r)
+		rec = encodeJSON(recSubCreate, &r)
+	} else {
+		r := subUpdateRec{ID: meta.ID, State: meta.State, At: meta.UpdatedAt, HeartbeatTimeout: params.HeartbeatTimeout}
+		e.applySubUpdate(&r)
+		rec = encodeJSON(recSubUpdate, &r)
+	}
+	out := cloneSub(s)
+	ch := e.queueStateWait(rec)
+	e.mu.Unlock()
+	if err := wait(ctx, ch); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkConfigurable refuses SubscriptionConfigure of an ephemeral or CANCELLED subscription.
+func checkConfigurable(s *storage.Subscription) error {
+	switch {
+	case s.Ephemeral:
+		return invalid("subscription %d is ephemeral: only a durable subscription can be configured", s.ID)
+	case s.State == storage.Cancelled:
+		return fmt.Errorf("%w: subscription %d is CANCELLED and cannot be configured", storage.ErrInvalidTransition, s.ID)
+	}
+	return nil
 }

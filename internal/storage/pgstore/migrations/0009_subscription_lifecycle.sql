@@ -10,3 +10,9 @@ ALTER TABLE spool.subscriptions
     ADD COLUMN last_heartbeat_at timestamptz NOT NULL DEFAULT now();
 CREATE INDEX subscriptions_heartbeat ON spool.subscriptions (last_heartbeat_at) WHERE state = 'ACTIVE';
 CREATE INDEX subscriptions_cancelled ON spool.subscriptions (updated_at) WHERE state = 'CANCELLED';
+-- sub_partitions.start_offset: the offset the subscription's start position resolved to in the
+-- partition (0 for a partition added later). SubscriptionConfigure changes a start position only
+-- while ack_floor and cursor are still there (no progress). NULL for rows made before this
+-- migration: unknown, counted as progress.
+ALTER TABLE spool.sub_partitions ADD COLUMN start_offset bigint;
+ALTER TABLE spool.sub_partitions ALTER COLUMN start_offset SET DEFAULT 0;
