@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/cli"
@@ -18,6 +19,8 @@ subscription of a QUEUE topic.`
 func runGroup(ctx context.Context, e *cliEnv, args []string) error {
 	return dispatch(ctx, e, "group", "Manages consumer groups (subscriptions of groups on topics) through the HTTP admin API (--http, $"+envHTTP+").", []subcommand{
 		{"list", "list subscriptions with their health", runGroupList},
+		{"create", "create a group on a PUB_SUB topic ahead of its consumers", runGroupCreate},
+		{"update", "change a group's start position (before it delivered anything) or heartbeat timeout", runGroupUpdate},
 		{"describe", "show a subscription with its members and partitions", runGroupDescribe},
 		{"pause", "pause a subscription: it receives nothing and keeps holding retention", groupOp("pause")},
 		{"resume", "resume a PAUSED subscription", groupOp("resume")},
@@ -144,6 +147,9 @@ func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("Start", startText(g.Start, e))
 	f.Add("Created", cli.Time(g.CreatedAt, e.loc))
 	f.Add("Updated", cli.Time(g.UpdatedAt, e.loc))
+	// Labels of at most 13 characters keep the column of the other fields.
+	f.Add("Dead after", cli.Duration(time.Duration(g.HeartbeatTimeout))+" without a member (heartbeat timeout)")
+	f.Add("Last seen", cli.Time(g.LastHeartbeatAt, e.loc)+" (last heartbeat)")
 	f.Add("Members", strconv.Itoa(g.MemberCount))
 	f.Add("Pending", i64(g.Pending))
 	f.Add("Lag", i64(g.Lag))

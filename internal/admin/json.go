@@ -227,7 +227,11 @@ type Group struct {
 	Start          storage.StartPosition     `json:"start"`
 	CreatedAt      time.Time                 `json:"created_at"`
 	UpdatedAt      time.Time                 `json:"updated_at"`
-	MemberCount    int                       `json:"member_count"`
+	// HeartbeatTimeout: without a live member for this long the group becomes DEAD.
+	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
+	// LastHeartbeatAt is the last time a broker saw a member of the group (or it became ACTIVE).
+	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+	MemberCount     int       `json:"member_count"`
 	// Members describe the members of this broker attached to the subscription. In the group
 	// listings (GET /api/v1/groups, /api/v1/topics/{topic}/groups, /admin/groups) they carry
 	// subscription_count but not their subscription IDs, which GET /api/v1/members and
@@ -261,6 +265,8 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 		out.Start = s.Start
 		out.CreatedAt = s.CreatedAt
 		out.UpdatedAt = s.UpdatedAt
+		out.HeartbeatTimeout = Duration(s.HeartbeatTimeout)
+		out.LastHeartbeatAt = s.LastHeartbeatAt
 	}
 	if st := g.Stats; st != nil {
 		out.Pending = st.Pending

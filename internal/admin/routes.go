@@ -113,6 +113,14 @@ func (h *Handler) routeTable() []*route {
 			id: "listTopicGroups", tag: "groups", summary: "List the subscriptions of a topic with their health.",
 			desc: "Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
 			ok:   200, resp: typeOf[GroupList](), errs: errsRead}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups", handle: h.createGroup, doc: opDoc{
+			id: "createGroup", tag: "groups", summary: "Create a consumer group on a PUB_SUB topic ahead of its consumers.",
+			desc: "Messages from its start on are kept for it until its consumers subscribe. A group without a live consumer for its heartbeat_timeout becomes DEAD (a consumer subscribing makes it ACTIVE again). 409 SUBSCRIPTION_EXISTS when the group is already subscribed; 400 on a QUEUE topic.",
+			body: typeOf[CreateGroupRequest](), ok: 201, resp: typeOf[Group](), errs: errsWrite}},
+		{method: "PUT", path: "/api/v1/topics/{topic}/groups/{group}/config", handle: h.updateGroup, doc: opDoc{
+			id: "updateGroup", tag: "groups", summary: "Change a group's start position (before it delivered anything) or heartbeat timeout.",
+			desc: "A new start after the group delivered, acked or dead-lettered a message is refused with 409 INVALID_TRANSITION and changes nothing.",
+			body: typeOf[UpdateGroupRequest](), ok: 200, resp: typeOf[Group](), errs: errsWrite}},
 		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}", handle: h.getGroup, doc: opDoc{
 			id: "getGroup", tag: "groups", summary: "Get a subscription with its health.",
 			desc: "group is the consumer group, $queue for the subscription of a QUEUE topic.",

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/cli"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// fromHelp describes --from of group create and update: the syntax of spool sub's --from.
+const fromHelp = "where the group starts: beginning, now, an RFC 3339 time, or a message id (as spool sub --from)"
+
+var groupCreateSpec = cmdSpec{
+	name: "group create",
+	args: "[flags] <topic> <group>",
+	desc: `Creates a consumer group on an existing PUB_SUB topic ahead of its consumers: messages from its
+start position on are kept for it, and its consumers continue from there when they subscribe
+(spool sub --group). A group without a live consumer for its heartbeat timeout becomes DEAD and
+stops holding retention; a consumer subscribing makes it ACTIVE again. Its start position can be
+changed with spool group update until it delivered something.`,
+	examples: []string{
+		"spool group create orders.created billing",
+		"spool group create --from beginning --heartbeat-timeout 10m orders.created audit",
+		"spool group create --from 2025-01-02T15:04:05Z orders.created replay",
+	},
+}
+
+var groupUpdateSpec = cmdSpec{
+	name: "group update",
+	args: "[flags] <topic> <group>",
+	desc: `Changes a consumer group's start position (--from: only while it has delivered nothing, else
+INVALID_TRANSITION and nothing changes) or its heartbeat timeout.`,
+	examples: []string{
+		"spool group update --from beginning orders.created billing",
+		"spool group update --heartbeat-timeout 30m orders.created billing",
+	},
+}
+
+// parseGroupStart reads --from into the API's start position (spool sub's syntax).
+func parseGroupStart(s string) (storage.StartPosition, error) {
+	switch strings.ToLower(s) {
+	case "", "now":
+		return storage.StartPosition{Kind: storage.FromNow}, nil
+	case "beginning":
+		return storage.StartPosition{Kind: storage.FromBeginning}, nil
+	}
+	if messageIDPattern.MatchString(s) {
+		p, o, err := storage.ParseMessageID(s)
+		if err != nil {
+			return storage.StartPosition{}, fmt.Errorf("--from %q: %w", s, err)
+		}
+		return storage.StartPosition{Kind: storage.FromMessageID, Partition: p, Offset: o}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return storage.StartPosition{Kind: storage.FromTimestamp, Time: t}, nil
+	}
+	return storage.StartPosition{}, fmt.Errorf("--from %q: want beginning, now, an RFC 3339 time (2025-01-02T15:04:05Z) or a message id (42, 1:42)", s)
+}
+
+// groupWriteFlags are the flags of group create and update.
+type groupWriteFlags struct {
+	from    *string
+	timeout cli.DurationValue
+}
+
+func addGroupWriteFlags(fs *flag.FlagSet, create bool) *groupWriteFlags {
+	g := &groupWriteFlags{}
+	def := ""
+	if create {
+		def = " (default now)"
+	}
+	g.from = fs.String("from", "", fromHelp+def)
+	fs.Var(&g.timeout, "heartbeat-timeout", "how long the group may have no live consumer before it becomes DEAD, 1s to 168h (default 5m)")
+	return g
+}
+
+// body returns the API fields of the flags given.
+func (g *groupWriteFlags) body(fs *flag.FlagSet) (map[string]any, error) {
+	out := map[string]any{}
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "from":
+			var sp storage.StartPosition
+			if sp, err = parseGroupStart(*g.from); err == nil {
+				out["start"] = sp
+			}
+		case "heartbeat-timeout":
+			out["heartbeat_timeout"] = g.timeout.D.String()
+		}
+	})
+	return out, err
+}
+
+func runGroupCreate(ctx context.Context, e *cliEnv, args []string) error {
+	return runGroupWrite(ctx, e, args, groupCreateSpec, true)
+}
+
+func runGroupUpdate(ctx context.Context, e *cliEnv, args []string) error {
+	return runGroupWrite(ctx, e, args, groupUpdateSpec, false)
+}
+
+func runGroupWrite(ctx context.Context, e *cliEnv, args []string, spec cmdSpec, create bool) error {
+	fs := e.flagSet(spec)
+	httpAddr := e.httpFlag(fs)
+	jsonOut := fs.Bool("json", false, "print the API's JSON answer (the group)")
+	flags := addGroupWriteFlags(fs, create)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "<topic> <group>"); err != nil {
+		return err
+	}
+	body, err := flags.body(fs)
+	if err != nil {
+		return err
+	}
+	if !create && len(body) == 0 {
+		return fmt.Errorf("nothing to change: give --from or --heartbeat-timeout")
+	}
+	api, err := e.admin(fs, *httpAddr)
+	if err != nil {
+		return err
+	}
+	method, path, verb := http.MethodPut, cli.GroupPath(pos[0], pos[1], "config"), "updated"
+	if create {
+		body["group"] = pos[1]
+		method, path, verb = http.MethodPost, cli.TopicPath(pos[0], "groups"), "created"
+	}
+	var g admin.Group
+	raw, err := api.Call(ctx, method, path, nil, body, &g)
+	if err != nil {
+		return err
+	}
+	if *jsonOut {
+		return writeRaw(e, raw)
+	}
+	fmt.Fprintf(e.stdout, "%s group %s on topic %s: %s, start %s, heartbeat timeout %s\n", verb, g.Group, g.Topic, g.State,
+		startText(g.Start, e), cli.Duration(time.Duration(g.HeartbeatTimeout)))
+	return nil
+}
