@@ -64,6 +64,11 @@ func (h *Handler) routeTable() []*route {
 			id: "openapi", tag: "health", summary: "This OpenAPI 3 document.",
 			ok: 200, contentType: "application/json"}},
 
+		{method: "GET", path: "/api/v1/cleanup", handle: h.listCleanup, doc: opDoc{
+			id: "listCleanup", tag: "health", summary: "The broker's cleanup jobs: runs, failures, what they removed, and whether they fall behind.",
+			desc: "Jobs: retention (message cleanup) and subscription_lifecycle (dead detection, CANCELLED to DELETED). A job falls behind (seed 000's health rule) without a successful run for 3 intervals, or when its last run took longer than its interval; /readyz then says so in detail.",
+			ok:   200, resp: typeOf[CleanupList](), errs: errsRead}},
+
 		// Topics.
 		{method: "GET", path: "/api/v1/topics", handle: h.listTopics, doc: opDoc{
 			id: "listTopics", tag: "topics", summary: "List topics with their statistics.",

@@ -171,6 +171,9 @@ type Broker struct {
 	subscriptionRetention time.Duration
 	onLifecycle           func(*LifecycleResult)
 
+	// cleanup records the cleanup jobs' runs (cleanup.go).
+	cleanup cleanupStats
+
 	// wg counts every goroutine the broker owns (subscription owners, notifier, retention job).
 	wg sync.WaitGroup
 	// quit is closed by Stop; every owned goroutine selects on it.
@@ -295,10 +298,14 @@ func (b *Broker) Start(ctx context.Context) error {
 	b.unregister = b.engine.NotifyRegister(b.onNotify)
 	b.goLocked(b.notifyLoop)
 	if b.retentionInterval > 0 {
+		b.registerCleanupJob(JobRetention, b.retentionInterval)
 		b.goLocked(b.retentionLoop)
 	}
 	if b.backpressureInterval > 0 {
 		b.goLocked(b.backpressureLoop)
+	}
+	if b.maintainSubs {
+		b.registerCleanupJob(JobSubscriptionLifecycle, b.lifecycleInterval)
 	}
 	b.goLocked(b.lifecycleLoop)
 	b.logger.InfoContext(ctx, "broker started",
@@ -460,11 +467,16 @@ func (b *Broker) retentionLoop() {
 // failed run removed before it failed) and logs it: the totals at INFO, and at WARN each topic
 // and reason of messages removed while a subscription had not completed them.
 func (b *Broker) runRetention(ctx context.Context) {
-	start := time.Now()
+	start, clockStart := time.Now(), b.clock.Now()
 	res, err := b.engine.RetentionApply(ctx)
 	if took, slow := b.trace.isSlow(start); slow {
 		b.trace.logSlow(ctx, "retention", took)
 	}
+	var removed int64
+	if res != nil {
+		removed = res.MessagesDeleted + res.MessagesExpired
+	}
+	b.recordCleanup(JobRetention, clockStart, b.clock.Now().Sub(clockStart), removed, err)
 	if res != nil {
 		if b.onRetention != nil {
 			b.onRetention(res)

@@ -94,7 +94,7 @@ func (b *Broker) attachedSubscriptions() []int64 {
 // runLifecycle runs the lifecycle job once, logs every transition (the audit trail: a DELETED
 // subscription disappears from listings, its log line stays) and reports to Config.OnLifecycle.
 func (b *Broker) runLifecycle(ctx context.Context) *LifecycleResult {
-	start := time.Now()
+	start, clockStart := time.Now(), b.clock.Now()
 	res := &LifecycleResult{}
 	ids := b.attachedSubscriptions()
 	for len(ids) > 0 && res.Err == nil {
@@ -117,6 +117,9 @@ func (b *Broker) runLifecycle(ctx context.Context) *LifecycleResult {
 		}
 	}
 	res.Took = time.Since(start)
+	if b.maintainSubs {
+		b.recordCleanup(JobSubscriptionLifecycle, clockStart, b.clock.Now().Sub(clockStart), int64(len(res.Dead)+len(res.Deleted)), res.Err)
+	}
 	lctx := context.WithoutCancel(ctx)
 	for _, s := range res.Resurrected {
 		b.logger.InfoContext(lctx, "dead subscription resurrected by a heartbeat", subAttrs(s)...)

@@ -52,7 +52,13 @@ func (m *Metrics) RegisterBroker(src BrokerSource, opts CollectorOptions) error 
 	if src == nil {
 		return errors.New("metrics: register broker collector: nil broker")
 	}
-	return m.reg.Register(NewBrokerCollector(src, opts))
+	if err := m.reg.Register(NewBrokerCollector(src, opts)); err != nil {
+		return err
+	}
+	if c, ok := src.(cleanupSource); ok {
+		return m.reg.Register(newCleanupCollector(c))
+	}
+	return nil
 }
 
 // BrokerCollector is a prometheus.Collector of the broker metrics. Collect is safe for concurrent

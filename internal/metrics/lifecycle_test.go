@@ -25,7 +25,6 @@ func TestObserveLifecycle(t *testing.T) {
 	var nilMetrics *Metrics
 	nilMetrics.ObserveLifecycle(&broker.LifecycleResult{Dead: []*storage.Subscription{orders}})
 	topic := map[string]string{"topic": "orders"}
-	job := map[string]string{"job": JobSubscriptionLifecycle}
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
@@ -34,9 +33,6 @@ func TestObserveLifecycle(t *testing.T) {
 		{"spool_subscriptions_dead_total", topic, 2},
 		{"spool_subscriptions_resurrected_total", topic, 1},
 		{"spool_subscriptions_deleted_total", topic, 1},
-		{"spool_cleanup_job_runs_total", job, 2},
-		{"spool_cleanup_job_failures_total", job, 1},
-		{"spool_cleanup_job_duration_seconds", job, 2},
 	} {
 		if got := mustSample(t, reg, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -45,5 +41,41 @@ func TestObserveLifecycle(t *testing.T) {
 	m.ForgetTopic("orders")
 	if n, err := testutil.GatherAndCount(reg, "spool_subscriptions_dead_total"); err != nil || n != 0 {
 		t.Errorf("after ForgetTopic: %d series (err %v)", n, err)
+	}
+}
+
+type fakeCleanup []broker.CleanupJobStatus
+
+func (f fakeCleanup) CleanupJobs() []broker.CleanupJobStatus { return f }
+
+// The cleanup jobs' figures are exported per job.
+func TestCleanupCollector(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	at := time.Unix(1700000000, 0)
+	reg.MustRegister(newCleanupCollector(fakeCleanup{
+		{Job: broker.JobRetention, Runs: 5, Failures: 2, Removed: 40, LastDuration: 1500 * time.Millisecond, LastSuccess: at, Behind: true},
+		{Job: broker.JobSubscriptionLifecycle, Runs: 1},
+	}))
+	ret := map[string]string{"job": broker.JobRetention}
+	life := map[string]string{"job": broker.JobSubscriptionLifecycle}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"spool_cleanup_job_runs_total", ret, 5},
+		{"spool_cleanup_job_failures_total", ret, 2},
+		{"spool_cleanup_job_removed_total", ret, 40},
+		{"spool_cleanup_job_last_duration_seconds", ret, 1.5},
+		{"spool_cleanup_job_last_success_timestamp_seconds", ret, 1700000000},
+		{"spool_cleanup_job_behind", ret, 1},
+		{"spool_cleanup_job_runs_total", life, 1},
+		{"spool_cleanup_job_last_success_timestamp_seconds", life, 0},
+		{"spool_cleanup_job_behind", life, 0},
+	} {
+		if got := mustSample(t, reg, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }
