@@ -145,3 +145,22 @@ func (b *Broker) runLifecycle(ctx context.Context) *LifecycleResult {
 func subAttrs(s *storage.Subscription) []any {
 	return []any{slog.Int64("subscription", s.ID), slog.String("topic", s.Topic), slog.String("group", s.Group)}
 }
+
+// heartbeatAttached records at once that subscription id has a member on this broker (and makes
+// it ACTIVE if it was DEAD), for the member runtime to call when a member attaches: a member that
+// attaches and leaves between two lifecycle runs then still counts as live. A failure is logged,
+// not returned: the next run heartbeats again. (Not called yet: attach resurrects a DEAD
+// subscription itself; see the lead's notes for issue 18.)
+func (b *Broker) heartbeatAttached(ctx context.Context, id int64) {
+	res, err := b.engine.SubscriptionsHeartbeat(ctx, &storage.SubscriptionsHeartbeatParams{IDs: []int64{id}})
+	if err != nil {
+		if !errors.Is(err, storage.ErrClosed) && ctx.Err() == nil {
+			b.logger.WarnContext(ctx, "subscription heartbeat failed", slog.Int64("subscription", id), slog.Any("error", err))
+		}
+		return
+	}
+	for _, s := range res.Resurrected {
+		b.logger.InfoContext(ctx, "dead subscription resurrected by a heartbeat", subAttrs(s)...)
+		b.wakeSubscription(s.ID)
+	}
+}

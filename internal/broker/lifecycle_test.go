@@ -183,3 +183,27 @@ func TestLifecycleConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// heartbeatAttached heartbeats one subscription at once and resurrects it if it is DEAD.
+func TestHeartbeatAttached(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.LifecycleInterval = time.Hour })
+	ctx := e.ctx()
+	e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+	s, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	e.b.heartbeatAttached(ctx, s.ID)
+	got, _ := e.engine.SubscriptionGet(ctx, s.ID)
+	if !got.LastHeartbeatAt.Equal(e.clock.Now()) {
+		t.Fatalf("LastHeartbeatAt %s, want %s", got.LastHeartbeatAt, e.clock.Now())
+	}
+	if _, err := e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: s.ID, State: storage.Dead}); err != nil {
+		t.Fatal(err)
+	}
+	e.b.heartbeatAttached(ctx, s.ID)
+	if got, _ := e.engine.SubscriptionGet(ctx, s.ID); got.State != storage.Active {
+		t.Fatalf("state after a heartbeat of a DEAD subscription: %s", got.State)
+	}
+}
