@@ -76,7 +76,7 @@ func addGroupWriteFlags(fs *flag.FlagSet, create bool) *groupWriteFlags {
 		def = " (default now)"
 	}
 	g.from = fs.String("from", "", fromHelp+def)
-	fs.Var(&g.timeout, "heartbeat-timeout", "how long the group may have no live consumer before it becomes DEAD, 1s to 168h (default 5m)")
+	fs.Var(&g.timeout, "heartbeat-timeout", "how long the group may have no live consumer before it becomes DEAD, 5s to 168h (default 5m)")
 	return g
 }
 

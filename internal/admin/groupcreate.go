@@ -18,7 +18,7 @@ type CreateGroupRequest struct {
 	// FROM_TIMESTAMP with time, FROM_MESSAGE_ID with partition and offset).
 	Start storage.StartPosition `json:"start"`
 	// HeartbeatTimeout is how long the group may have no live consumer before it becomes DEAD
-	// (default 300s, 1s to 168h).
+	// (default 300s, 5s to 168h).
 	HeartbeatTimeout Duration `json:"heartbeat_timeout,omitempty"`
 }
 

@@ -164,11 +164,11 @@ func TestLifecycleIntervalFollowsShortestTimeout(t *testing.T) {
 	if got := e.b.nextLifecycle(ctx); got != 4*time.Second {
 		t.Fatalf("interval with a 20 s timeout: %s, want 4s", got)
 	}
-	if _, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "h", HeartbeatTimeout: time.Second}); err != nil {
+	if _, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "h", HeartbeatTimeout: storage.MinHeartbeatTimeout}); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.b.nextLifecycle(ctx); got != MinLifecycleInterval {
-		t.Fatalf("interval with a 1 s timeout: %s, want %s", got, MinLifecycleInterval)
+	if got := e.b.nextLifecycle(ctx); got != MinLifecycleInterval || got > storage.MinHeartbeatTimeout/5 {
+		t.Fatalf("interval with the shortest timeout: %s, want %s (at most 20%% of it)", got, MinLifecycleInterval)
 	}
 }
 

@@ -370,8 +370,10 @@ type Subscription struct {
 const (
 	// DefaultHeartbeatTimeout is a subscription's heartbeat timeout unless set (seed 000: 300 s).
 	DefaultHeartbeatTimeout = 300 * time.Second
-	// MinHeartbeatTimeout and MaxHeartbeatTimeout bound a subscription's heartbeat timeout.
-	MinHeartbeatTimeout = time.Second
+	// MinHeartbeatTimeout and MaxHeartbeatTimeout bound a subscription's heartbeat timeout. 5 s
+	// keeps seed 000's rule (detection interval at most 20% of the timeout) with the broker's
+	// shortest detection interval, 1 s.
+	MinHeartbeatTimeout = 5 * time.Second
 	MaxHeartbeatTimeout = 7 * 24 * time.Hour
 	// DefaultSubscriptionRetention is how long a CANCELLED subscription is kept before it becomes
 	// DELETED (seed 000: 30 days).

@@ -108,16 +108,16 @@ func testLifeHeartbeatPostpones(t *testing.T, x *env) {
 
 func testLifeTimeoutPerGroup(t *testing.T, x *env) {
 	x.createTopic("hb", pubSub(1))
-	short, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "hb", Group: "short", HeartbeatTimeout: time.Second})
+	short, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "hb", Group: "short", HeartbeatTimeout: storage.MinHeartbeatTimeout})
 	noErr(t, err, "SubscriptionCreate short")
 	long, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "hb", Group: "long", HeartbeatTimeout: storage.MaxHeartbeatTimeout})
 	noErr(t, err, "SubscriptionCreate long")
 	def := x.subscribe("hb", "default", fromBeginning)
-	x.advance(time.Second + time.Millisecond)
-	requireIDs(t, x.maintain(0).Dead, []int64{short.ID}, "after 1 s")
-	x.advance(storage.DefaultHeartbeatTimeout)
+	x.advance(storage.MinHeartbeatTimeout + time.Millisecond)
+	requireIDs(t, x.maintain(0).Dead, []int64{short.ID}, "after the shortest timeout")
+	x.advance(storage.DefaultHeartbeatTimeout - storage.MinHeartbeatTimeout)
 	requireIDs(t, x.maintain(0).Dead, []int64{def.ID}, "after the default timeout")
-	x.advance(storage.MaxHeartbeatTimeout - storage.DefaultHeartbeatTimeout - time.Second)
+	x.advance(storage.MaxHeartbeatTimeout - storage.DefaultHeartbeatTimeout)
 	requireIDs(t, x.maintain(0).Dead, []int64{long.ID}, "after the longest timeout")
 }
 
@@ -231,7 +231,7 @@ func testLifeCancelledDeleted(t *testing.T, x *env) {
 
 func testLifeInvalid(t *testing.T, x *env) {
 	x.createTopic("inv", pubSub(1))
-	for _, d := range []time.Duration{-time.Second, time.Millisecond, storage.MaxHeartbeatTimeout + time.Second} {
+	for _, d := range []time.Duration{-time.Second, time.Millisecond, storage.MinHeartbeatTimeout - time.Millisecond, storage.MaxHeartbeatTimeout + time.Second} {
 		_, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "inv", Group: "g", HeartbeatTimeout: d})
 		errIs(t, err, storage.ErrInvalidArgument, "heartbeat timeout %s", d)
 	}
