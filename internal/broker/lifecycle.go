@@ -147,10 +147,9 @@ func subAttrs(s *storage.Subscription) []any {
 }
 
 // heartbeatAttached records at once that subscription id has a member on this broker (and makes
-// it ACTIVE if it was DEAD), for the member runtime to call when a member attaches: a member that
-// attaches and leaves between two lifecycle runs then still counts as live. A failure is logged,
-// not returned: the next run heartbeats again. (Not called yet: attach resurrects a DEAD
-// subscription itself; see the lead's notes for issue 18.)
+// it ACTIVE if it was DEAD); attach calls it for a durable subscription, so a member that attaches
+// and leaves between two lifecycle runs still counts as live. A failure is logged, not returned:
+// the next run heartbeats again.
 func (b *Broker) heartbeatAttached(ctx context.Context, id int64) {
 	res, err := b.engine.SubscriptionsHeartbeat(ctx, &storage.SubscriptionsHeartbeatParams{IDs: []int64{id}})
 	if err != nil {

@@ -276,6 +276,10 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	}
 	b.logger.DebugContext(ctx, "member attached", slog.String("member", m.id), slog.String("topic", topic),
 		slog.Int64("subscription", sub.ID), slog.String("group", sub.Group), slog.Bool("ephemeral", owned))
+	if !owned {
+		// A member that attaches and leaves between two lifecycle runs still counts as live.
+		b.heartbeatAttached(ctx, sub.ID)
+	}
 	return nil
 }
 

@@ -20,7 +20,7 @@ type cleanupCollector struct {
 
 func newCleanupCollector(src cleanupSource) *cleanupCollector {
 	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc(name, help, []string{"job"}, nil)
+		return prometheus.NewDesc(name, help, []string{"task"}, nil)
 	}
 	return &cleanupCollector{
 		src:          src,

@@ -130,14 +130,14 @@
 //	spool_subscriptions_resurrected_total{topic}    counter   DEAD subscriptions a heartbeat of this process made ACTIVE again.
 //	spool_subscriptions_deleted_total{topic}        counter   CANCELLED subscriptions made DELETED after subscription_retention: what
 //	                                                          remains of them beside the log line, since they leave every listing.
-//	spool_cleanup_job_runs_total{job}               counter   runs of a cleanup job of this process (broker.CleanupJobs, read at each
-//	                                                          scrape): job="retention" (message cleanup) or "subscription_lifecycle"
+//	spool_cleanup_job_runs_total{task}              counter   runs of a cleanup job of this process (broker.CleanupJobs, read at each
+//	                                                          scrape): task="retention" (message cleanup) or "subscription_lifecycle"
 //	                                                          (dead detection, CANCELLED -> DELETED).
-//	spool_cleanup_job_failures_total{job}           counter   failed runs.
-//	spool_cleanup_job_removed_total{job}            counter   messages (retention) or subscriptions made DEAD or DELETED (lifecycle).
-//	spool_cleanup_job_last_duration_seconds{job}    gauge     duration of the last run.
-//	spool_cleanup_job_last_success_timestamp_seconds{job} gauge start of the last successful run (Unix time, 0: none).
-//	spool_cleanup_job_behind{job}                   gauge     1 when the job falls behind (seed 000's health rule: no successful run for 3
+//	spool_cleanup_job_failures_total{task}          counter   failed runs.
+//	spool_cleanup_job_removed_total{task}           counter   messages (retention) or subscriptions made DEAD or DELETED (lifecycle).
+//	spool_cleanup_job_last_duration_seconds{task}   gauge     duration of the last run.
+//	spool_cleanup_job_last_success_timestamp_seconds{task} gauge start of the last successful run (Unix time, 0: none).
+//	spool_cleanup_job_behind{task}                  gauge     1 when the job falls behind (seed 000's health rule: no successful run for 3
 //	                                                          intervals, or a run longer than its interval; /readyz says so in detail).
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).

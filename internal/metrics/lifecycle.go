@@ -7,7 +7,7 @@ import (
 )
 
 // lifecycleMetrics count the subscription lifecycle job's transitions (broker/lifecycle.go); its
-// runs are spool_cleanup_job_*{job="subscription_lifecycle"} (cleanup.go).
+// runs are spool_cleanup_job_*{task="subscription_lifecycle"} (cleanup.go).
 type lifecycleMetrics struct {
 	dead, resurrected, deleted *prometheus.CounterVec
 }

@@ -57,8 +57,8 @@ func TestCleanupCollector(t *testing.T) {
 		{Job: broker.JobRetention, Runs: 5, Failures: 2, Removed: 40, LastDuration: 1500 * time.Millisecond, LastSuccess: at, Behind: true},
 		{Job: broker.JobSubscriptionLifecycle, Runs: 1},
 	}))
-	ret := map[string]string{"job": broker.JobRetention}
-	life := map[string]string{"job": broker.JobSubscriptionLifecycle}
+	ret := map[string]string{"task": broker.JobRetention}
+	life := map[string]string{"task": broker.JobSubscriptionLifecycle}
 	for _, c := range []struct {
 		name   string
 		labels map[string]string
