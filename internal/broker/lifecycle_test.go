@@ -207,3 +207,27 @@ func TestHeartbeatAttached(t *testing.T) {
 		t.Fatalf("state after a heartbeat of a DEAD subscription: %s", got.State)
 	}
 }
+
+// A member that attaches and leaves between two lifecycle runs counts as live: attaching a durable
+// subscription heartbeats it at once, so it is not DEAD a timeout after its creation.
+func TestBriefAttachCountsAsLive(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.LifecycleInterval = time.Hour })
+	ctx := e.ctx()
+	e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+	s, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(storage.DefaultHeartbeatTimeout - time.Second)
+	m := e.subscribe(SubscribeParams{Pattern: "t", Group: "g"})
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Second) // past the timeout since creation, not since the attach
+	if r := e.b.runLifecycle(ctx); r.Err != nil || len(r.Dead) != 0 {
+		t.Fatalf("after a brief attach: DEAD %v (err %v), want none", lifecycleIDs(r.Dead), r.Err)
+	}
+	if got, _ := e.engine.SubscriptionGet(ctx, s.ID); got.State != storage.Active {
+		t.Fatalf("state %s, want ACTIVE", got.State)
+	}
+}
