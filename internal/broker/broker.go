@@ -108,6 +108,9 @@ type Config struct {
 	// OnLifecycle, if set, is called after every run of the lifecycle job with what it changed
 	// (metrics count DEAD and DELETED subscriptions there). It must not block.
 	OnLifecycle func(*LifecycleResult)
+	// OnForceComplete, if set, is called after ForceCompleteGroup with the messages it completed
+	// (metrics count them). It must not block.
+	OnForceComplete func(topic, group string, n int)
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -170,6 +173,7 @@ type Broker struct {
 	maintainSubs          bool
 	subscriptionRetention time.Duration
 	onLifecycle           func(*LifecycleResult)
+	onForceComplete       func(topic, group string, n int)
 
 	// cleanup records the cleanup jobs' runs (cleanup.go).
 	cleanup cleanupStats
@@ -277,6 +281,7 @@ func New(cfg Config) (*Broker, error) {
 		maintainSubs:          lifecycle > 0,
 		subscriptionRetention: cmp.Or(cfg.SubscriptionRetention, storage.DefaultSubscriptionRetention),
 		onLifecycle:           cfg.OnLifecycle,
+		onForceComplete:       cfg.OnForceComplete,
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
@@ -28,6 +29,13 @@ type GroupInfo struct {
 	// Members are the IDs of this broker's members attached to the subscription (members connected
 	// to other broker instances are not listed).
 	Members []string `json:"members"`
+	// OldestUnackedAt is the publish time of the oldest message the group has not completed (zero
+	// when none). Only the one-topic listing and Group read it (a read per partition with work
+	// left); the all-topics listing leaves it zero.
+	OldestUnackedAt time.Time `json:"oldest_unacked_at,omitzero"`
+	// Health is HealthOK, HealthWarn or HealthFail; Reasons say why (empty when OK).
+	Health  string   `json:"health"`
+	Reasons []string `json:"reasons"`
 }
 
 // Groups describes every subscription that is not DELETED, ordered by subscription ID.
@@ -48,7 +56,7 @@ func (b *Broker) TopicGroups(ctx context.Context, topic string) ([]*GroupInfo, e
 	}
 	out := make([]*GroupInfo, 0, len(subs))
 	for _, sub := range subs {
-		info, err := b.groupInfo(ctx, sub)
+		info, err := b.groupInfo(ctx, sub, topic != "")
 		if errors.Is(err, storage.ErrSubscriptionNotFound) || errors.Is(err, storage.ErrTopicNotFound) {
 			continue // deleted meanwhile
 		}
@@ -67,10 +75,11 @@ func (b *Broker) Group(ctx context.Context, topic, group string) (*GroupInfo, er
 	if err != nil {
 		return nil, err
 	}
-	return b.groupInfo(ctx, sub)
+	return b.groupInfo(ctx, sub, true)
 }
 
-func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription) (*GroupInfo, error) {
+// groupInfo describes sub; oldest says to read its oldest unacked message.
+func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription, oldest bool) (*GroupInfo, error) {
 	info := &GroupInfo{Topic: sub.Topic, Group: sub.Group, State: sub.State, Subscription: sub, Members: []string{}}
 	if sub.State != storage.Deleted {
 		stats, err := b.engine.SubscriptionStats(ctx, sub.ID)
@@ -85,6 +94,14 @@ func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription) (*Gro
 	if s != nil {
 		info.Members = s.memberIDs()
 	}
+	if oldest {
+		at, err := b.oldestUnacked(ctx, sub, info.Stats)
+		if err != nil {
+			return nil, err
+		}
+		info.OldestUnackedAt = at
+	}
+	groupHealth(info, b.clock.Now())
 	return info, nil
 }
 

@@ -1,0 +1,176 @@
+package broker
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Force-complete acks, for one group, the messages published before the cutoff, also those a
+// member holds a lease on (its later ack answers already done, not an error); newer messages and
+// other groups are untouched; the hook gets the count; a limit truncates; bad input changes nothing.
+func TestForceCompleteGroup(t *testing.T) {
+	forced := map[string]int{}
+	e := newEnv(t, func(c *Config) {
+		c.OnForceComplete = func(topic, group string, n int) { forced[topic+"/"+group] += n }
+	})
+	ctx := e.ctx()
+	e.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	for _, g := range []string{"g", "other"} {
+		if _, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "orders", Group: g, Start: storage.StartPosition{Kind: storage.FromBeginning}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.publishN("orders", "old", 4)
+	e.clock.Advance(2 * time.Hour)
+	e.publishN("orders", "new", 2)
+	m := e.subscribe(SubscribeParams{Pattern: "orders", Group: "g"})
+	ds := recv(t, m, 6) // every message leased
+
+	for _, bad := range []ForceCompleteParams{
+		{Topic: "orders", Group: "g", OlderThan: 0},
+		{Topic: "orders", Group: "g", OlderThan: time.Hour, Limit: MaxForceComplete + 1},
+	} {
+		if _, err := e.b.ForceCompleteGroup(ctx, bad); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Errorf("ForceCompleteGroup(%+v): %v, want ErrInvalidArgument", bad, err)
+		}
+	}
+	res, err := e.b.ForceCompleteGroup(ctx, ForceCompleteParams{Topic: "orders", Group: "g", OlderThan: time.Hour, Limit: 3})
+	if err != nil || res.Completed != 3 || !res.Truncated {
+		t.Fatalf("limited force-complete: %+v, %v; want 3 completed, truncated", res, err)
+	}
+	res, err = e.b.ForceCompleteGroup(ctx, ForceCompleteParams{Topic: "orders", Group: "g", OlderThan: time.Hour})
+	if err != nil || res.Completed != 1 || res.Truncated {
+		t.Fatalf("force-complete: %+v, %v; want the 4th old message completed", res, err)
+	}
+	if st := e.groupStats("orders", "g"); st.Pending != 2 {
+		t.Errorf("group g after force-complete: pending %d, want the 2 new messages", st.Pending)
+	}
+	if st := e.groupStats("orders", "other"); st.Pending != 6 {
+		t.Errorf("group other: pending %d, want 6 (untouched)", st.Pending)
+	}
+	ack(t, m, ds...) // the fenced leases answer already done
+	if st := e.groupStats("orders", "g"); st.Pending != 0 {
+		t.Errorf("group g after the member's acks: pending %d, want 0", st.Pending)
+	}
+	if forced["orders/g"] != 4 || len(forced) != 1 {
+		t.Errorf("OnForceComplete counted %v, want orders/g: 4", forced)
+	}
+}
+
+// Resurrect makes a DEAD group ACTIVE, refuses other states and backfill, changing nothing.
+func TestResurrectGroup(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := e.ctx()
+	e.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
+	sub, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "orders", Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.ResurrectGroup(ctx, "orders", "g", false); !errors.Is(err, storage.ErrInvalidTransition) {
+		t.Errorf("resurrect of an ACTIVE group: %v, want ErrInvalidTransition", err)
+	}
+	if _, err := e.b.PauseGroup(ctx, "orders", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.ResurrectGroup(ctx, "orders", "g", false); !errors.Is(err, storage.ErrInvalidTransition) {
+		t.Errorf("resurrect of a PAUSED group: %v, want ErrInvalidTransition", err)
+	}
+	if g, _ := e.b.Group(ctx, "orders", "g"); g.State != storage.Paused {
+		t.Fatalf("refused resurrect changed the state to %s", g.State)
+	}
+	if _, err := e.b.ResumeGroup(ctx, "orders", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Dead}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.ResurrectGroup(ctx, "orders", "g", true); !errors.Is(err, storage.ErrNotImplemented) {
+		t.Errorf("resurrect with backfill: %v, want ErrNotImplemented", err)
+	}
+	if g, _ := e.b.Group(ctx, "orders", "g"); g.State != storage.Dead {
+		t.Fatalf("refused backfill changed the state to %s", g.State)
+	}
+	if s, err := e.b.ResurrectGroup(ctx, "orders", "g", false); err != nil || s.State != storage.Active {
+		t.Fatalf("resurrect: %+v, %v", s, err)
+	}
+}
+
+// Remove cancels a group (detaching its members) and deletes it at once; the queue subscription is
+// refused.
+func TestRemoveGroup(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := e.ctx()
+	e.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
+	e.createTopic("jobs", storage.TopicConfig{})
+	m := e.subscribe(SubscribeParams{Pattern: "orders", Group: "g"})
+	sub, err := e.b.RemoveGroup(ctx, "orders", "g")
+	if err != nil || sub.State != storage.Deleted {
+		t.Fatalf("RemoveGroup: %+v, %v", sub, err)
+	}
+	if _, err := e.engine.SubscriptionGet(ctx, sub.ID); !errors.Is(err, storage.ErrSubscriptionNotFound) {
+		t.Errorf("removed subscription still in the engine: %v", err)
+	}
+	if ended := m.TakeEnded(); len(ended) != 1 {
+		t.Errorf("member told of %d ended subscriptions, want 1", len(ended))
+	}
+	if _, err := e.b.RemoveGroup(ctx, "orders", "g"); !errors.Is(err, storage.ErrSubscriptionNotFound) {
+		t.Errorf("second remove: %v, want ErrSubscriptionNotFound", err)
+	}
+	if _, err := e.b.RemoveGroup(ctx, "jobs", ""); !errors.Is(err, storage.ErrInvalidTransition) {
+		t.Errorf("remove of the queue subscription: %v, want ErrInvalidTransition", err)
+	}
+}
+
+// The health verdict: OK with a member and nothing old; WARN without a member, with a DLQ entry,
+// or an unacked message older than StaleUnackedAge (oldest_unacked_at is its publish time); FAIL
+// when DEAD or PAUSED.
+func TestGroupHealth(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := e.ctx()
+	e.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
+	health := func(want string, reason string) *GroupInfo {
+		t.Helper()
+		g, err := e.b.Group(ctx, "orders", "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Health != want || (reason == "") != (len(g.Reasons) == 0) || !strings.Contains(strings.Join(g.Reasons, "; "), reason) {
+			t.Fatalf("health %s %q, want %s with %q", g.Health, g.Reasons, want, reason)
+		}
+		return g
+	}
+	m := e.subscribe(SubscribeParams{Pattern: "orders", Group: "g"})
+	health(HealthOK, "")
+	pos := e.publishN("orders", "a", 2)
+	ds := recv(t, m, 2)
+	if g := health(HealthOK, ""); !g.OldestUnackedAt.Equal(e.clock.Now()) {
+		t.Errorf("oldest_unacked_at %s, want the publish time %s (%v)", g.OldestUnackedAt, e.clock.Now(), pos)
+	}
+	if err := m.Nack(ctx, ds[0].SubscriptionID, []storage.DeliveryRef{ds[0].Ref()}, NackOptions{ToDLQ: true}); err != nil {
+		t.Fatal(err)
+	}
+	health(HealthWarn, "1 messages dead-lettered")
+	if _, err := e.b.PurgeDLQ(ctx, "orders", "g", nil); err != nil {
+		t.Fatal(err)
+	}
+	health(HealthOK, "")
+	e.clock.Advance(StaleUnackedAge + time.Second)
+	health(HealthWarn, "oldest unacked message is 1h0m1s old")
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	health(HealthWarn, "no consumer attached")
+	if _, err := e.b.PauseGroup(ctx, "orders", "g"); err != nil {
+		t.Fatal(err)
+	}
+	health(HealthFail, "PAUSED")
+	g, _ := e.b.ResumeGroup(ctx, "orders", "g")
+	if _, err := e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: g.ID, State: storage.Dead}); err != nil {
+		t.Fatal(err)
+	}
+	health(HealthFail, "DEAD: no live consumer")
+}
