@@ -226,6 +226,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		LifecycleInterval:     cfg.Broker.LifecycleInterval,
 		SubscriptionRetention: cfg.Broker.SubscriptionRetention,
 		OnLifecycle:           m.ObserveLifecycle,
+		OnForceComplete:       m.ObserveForceComplete,
 	})
 	if err != nil {
 		return err

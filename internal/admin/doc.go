@@ -3,7 +3,7 @@
 //
 //   - the versioned REST API under /api/v1: topics (list, create, get with statistics, change the
 //     configuration, delete), subscriptions ("groups": list with health, get, pause, resume,
-//     cancel), dead-letter queues per subscription (list, get, replay to that subscription only,
+//     cancel, and seed 000's admin operations: remove, resurrect, force-complete), dead-letter queues per subscription (list, get, replay to that subscription only,
 //     purge), bindings, live members, publish over HTTP and pull-consume over HTTP (pull, ack,
 //     nack, extend) for languages without a client, and reading a partition's messages without
 //     consuming them (GET /api/v1/topics/{topic}/messages?partition=&from=&limit=: from an

@@ -243,6 +243,15 @@ type Group struct {
 	Redelivering int64                                `json:"redelivering"`
 	DeadLettered int64                                `json:"dead_lettered"`
 	Partitions   []storage.SubscriptionPartitionStats `json:"partitions"`
+	// OldestUnackedAt is the publish time of the oldest message the group has not completed, and
+	// OldestUnackedAge its age; absent when none is left, and in GET /api/v1/groups (one read per
+	// partition: the one-topic listing and the group have them).
+	OldestUnackedAt  *time.Time `json:"oldest_unacked_at,omitempty"`
+	OldestUnackedAge *Duration  `json:"oldest_unacked_age,omitempty"`
+	// Health is OK, WARN (receives, but see reasons) or FAIL (DEAD, PAUSED or CANCELLED: receives
+	// nothing); Reasons say why, empty when OK.
+	Health  string   `json:"health"`
+	Reasons []string `json:"reasons"`
 }
 
 // groupJSON converts a GroupInfo; members maps member IDs to their descriptions (from
@@ -257,6 +266,15 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 		MemberCount: len(g.Members),
 		Members:     make([]Member, 0, len(g.Members)),
 		Partitions:  []storage.SubscriptionPartitionStats{},
+		Health:      g.Health,
+		Reasons:     g.Reasons,
+	}
+	if out.Reasons == nil {
+		out.Reasons = []string{}
+	}
+	if !g.OldestUnackedAt.IsZero() {
+		at, age := g.OldestUnackedAt, Duration(g.OldestUnackedAge)
+		out.OldestUnackedAt, out.OldestUnackedAge = &at, &age
 	}
 	if s := g.Subscription; s != nil {
 		out.SubscriptionID = s.ID

@@ -77,6 +77,8 @@ func TestReadMessagesHTTP(t *testing.T) {
 	var after Group
 	e.do("GET", "/api/v1/topics/browse/groups/g", nil).ok(http.StatusOK, &after)
 	before.UpdatedAt, after.UpdatedAt = time.Time{}, time.Time{}
+	// The age and the health reasons (which give the heartbeat's age) follow the clock.
+	before.OldestUnackedAge, after.OldestUnackedAge, before.Reasons, after.Reasons = nil, nil, nil, nil
 	if !reflect.DeepEqual(before, after) || after.Pending != 6 || after.Lag != 6 {
 		t.Fatalf("group changed by reads: before %+v, after %+v", before, after)
 	}

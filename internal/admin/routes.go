@@ -48,7 +48,7 @@ func (h *Handler) routeTable() []*route {
 		{"limit", "integer", "page size, 0 to 1000 (default 100)"},
 		{"offset", "integer", "topics to skip"},
 	}
-	return []*route{
+	routes := []*route{
 		// Probes and metrics.
 		{method: "GET", path: "/healthz", handle: h.healthz, doc: opDoc{
 			id: "healthz", tag: "health", summary: "Liveness: the process serves HTTP.",
@@ -220,4 +220,5 @@ func (h *Handler) routeTable() []*route {
 			query: []queryParam{{"group_name", "string", "only this group"}},
 			ok:    200, resp: typeOf[SeedConsumerHealthList](), errs: errsRead}},
 	}
+	return append(routes, h.groupAdminRoutes()...)
 }

@@ -33,6 +33,8 @@ type GroupInfo struct {
 	// when none). Only the one-topic listing and Group read it (a read per partition with work
 	// left); the all-topics listing leaves it zero.
 	OldestUnackedAt time.Time `json:"oldest_unacked_at,omitzero"`
+	// OldestUnackedAge is the broker clock's now minus OldestUnackedAt (0 when zero).
+	OldestUnackedAge time.Duration `json:"oldest_unacked_age,omitempty"`
 	// Health is HealthOK, HealthWarn or HealthFail; Reasons say why (empty when OK).
 	Health  string   `json:"health"`
 	Reasons []string `json:"reasons"`
@@ -101,7 +103,11 @@ func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription, oldes
 		}
 		info.OldestUnackedAt = at
 	}
-	groupHealth(info, b.clock.Now())
+	now := b.clock.Now()
+	if !info.OldestUnackedAt.IsZero() {
+		info.OldestUnackedAge = now.Sub(info.OldestUnackedAt)
+	}
+	groupHealth(info, now)
 	return info, nil
 }
 

@@ -130,6 +130,9 @@
 //	spool_subscriptions_resurrected_total{topic}    counter   DEAD subscriptions a heartbeat of this process made ACTIVE again.
 //	spool_subscriptions_deleted_total{topic}        counter   CANCELLED subscriptions made DELETED after subscription_retention: what
 //	                                                          remains of them beside the log line, since they leave every listing.
+//	spool_messages_force_completed_total{topic,group} counter messages an admin force-complete completed for a group without the group
+//	                                                          processing them (ObserveForceComplete, wired to
+//	                                                          broker.Config.OnForceComplete).
 //	spool_cleanup_job_runs_total{task}              counter   runs of a cleanup job of this process (broker.CleanupJobs, read at each
 //	                                                          scrape): task="retention" (message cleanup) or "subscription_lifecycle"
 //	                                                          (dead detection, CANCELLED -> DELETED).

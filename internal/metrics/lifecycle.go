@@ -8,8 +8,10 @@ import (
 
 // lifecycleMetrics count the subscription lifecycle job's transitions (broker/lifecycle.go); its
 // runs are spool_cleanup_job_*{task="subscription_lifecycle"} (cleanup.go).
+// spool_messages_force_completed_total counts the admin's force-complete (broker/groupadmin.go).
 type lifecycleMetrics struct {
 	dead, resurrected, deleted *prometheus.CounterVec
+	forceCompleted             *prometheus.CounterVec
 }
 
 func newLifecycleMetrics(reg prometheus.Registerer) *lifecycleMetrics {
@@ -26,9 +28,13 @@ func newLifecycleMetrics(reg prometheus.Registerer) *lifecycleMetrics {
 			Name: "spool_subscriptions_deleted_total",
 			Help: "CANCELLED subscriptions the lifecycle job of this process made DELETED after subscription_retention.",
 		}, []string{"topic"}),
+		forceCompleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_force_completed_total",
+			Help: "Messages an admin force-complete of this process completed for a group without the group processing them.",
+		}, []string{"topic", "group"}),
 	}
 	if reg != nil {
-		reg.MustRegister(l.dead, l.resurrected, l.deleted)
+		reg.MustRegister(l.dead, l.resurrected, l.deleted, l.forceCompleted)
 	}
 	return l
 }
@@ -51,6 +57,15 @@ func (m *Metrics) ObserveLifecycle(r *broker.LifecycleResult) {
 	}
 }
 
+// ObserveForceComplete counts the messages one force-complete completed for a group. Its signature
+// is that of broker.Config.OnForceComplete. It never blocks.
+func (m *Metrics) ObserveForceComplete(topic, group string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.lifecycle.forceCompleted.WithLabelValues(topic, group).Add(float64(n))
+}
+
 func (l *lifecycleMetrics) topicVecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{l.dead.MetricVec, l.resurrected.MetricVec, l.deleted.MetricVec}
+	return []*prometheus.MetricVec{l.dead.MetricVec, l.resurrected.MetricVec, l.deleted.MetricVec, l.forceCompleted.MetricVec}
 }

@@ -22,8 +22,11 @@ func TestObserveLifecycle(t *testing.T) {
 	m.ObserveLifecycle(&broker.LifecycleResult{Dead: []*storage.Subscription{orders, orders}, Took: time.Millisecond})
 	m.ObserveLifecycle(&broker.LifecycleResult{Resurrected: []*storage.Subscription{orders}, Deleted: []*storage.Subscription{orders},
 		Err: errors.New("boom")})
+	m.ObserveForceComplete("orders", "g", 3)
+	m.ObserveForceComplete("orders", "g", 0)
 	var nilMetrics *Metrics
 	nilMetrics.ObserveLifecycle(&broker.LifecycleResult{Dead: []*storage.Subscription{orders}})
+	nilMetrics.ObserveForceComplete("orders", "g", 1)
 	topic := map[string]string{"topic": "orders"}
 	for _, c := range []struct {
 		name   string
@@ -33,13 +36,14 @@ func TestObserveLifecycle(t *testing.T) {
 		{"spool_subscriptions_dead_total", topic, 2},
 		{"spool_subscriptions_resurrected_total", topic, 1},
 		{"spool_subscriptions_deleted_total", topic, 1},
+		{"spool_messages_force_completed_total", map[string]string{"topic": "orders", "group": "g"}, 3},
 	} {
 		if got := mustSample(t, reg, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
 	m.ForgetTopic("orders")
-	if n, err := testutil.GatherAndCount(reg, "spool_subscriptions_dead_total"); err != nil || n != 0 {
+	if n, err := testutil.GatherAndCount(reg, "spool_subscriptions_dead_total", "spool_messages_force_completed_total"); err != nil || n != 0 {
 		t.Errorf("after ForgetTopic: %d series (err %v)", n, err)
 	}
 }
