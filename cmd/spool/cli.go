@@ -149,8 +149,9 @@ func init() {
 		{"pub", "publish messages (arguments, a file, or stdin lines)", runPub},
 		{"sub", "consume a topic or pattern and print the deliveries", runSub},
 		{"topic", "create, list, describe, update and delete topics (HTTP API)", runTopic},
-		{"group", "list, describe, pause, resume and cancel consumer groups (HTTP API)", runGroup},
+		{"group", "list, describe, pause, resume, cancel, remove, resurrect, force-complete groups (HTTP API)", runGroup},
 		{"dlq", "list, replay and purge dead-letter queues (HTTP API)", runDLQ},
+		{"doctor", "answer why a group does not receive, is DEAD, why messages stay, why writes are blocked", runDoctor},
 	} {
 		addCommand(command{name: c.name, summary: c.summary, run: func(ctx context.Context, args []string) error {
 			if code := runCLI(ctx, osEnv(), c.run, args); code != 0 {

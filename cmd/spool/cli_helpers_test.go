@@ -23,7 +23,7 @@ import (
 const cliWaitTimeout = 20 * time.Second
 
 // cliCommands are the client commands by name, as main dispatches them.
-var cliCommands = map[string]cliFunc{"pub": runPub, "sub": runSub, "topic": runTopic, "group": runGroup, "dlq": runDLQ}
+var cliCommands = map[string]cliFunc{"pub": runPub, "sub": runSub, "topic": runTopic, "group": runGroup, "dlq": runDLQ, "doctor": runDoctor}
 
 // cliStack is a real broker in-process: the wal engine in a temporary directory, the broker, the TCP
 // server on 127.0.0.1 and the admin API over httptest, as spool serve wires them.
@@ -31,17 +31,25 @@ type cliStack struct {
 	addr    string // TCP address of the binary protocol
 	httpURL string // base URL of the admin API
 	broker  *broker.Broker
+	engine  *wal.Engine
 }
 
-// startCLIStack starts a stack and stops it, in serve's order, at the end of the test.
-func startCLIStack(t *testing.T) *cliStack {
+// startCLIStack starts a stack and stops it, in serve's order, at the end of the test; mods may
+// change the engine's and the broker's config.
+func startCLIStack(t *testing.T, mods ...func(*wal.Config, *broker.Config)) *cliStack {
 	t.Helper()
 	ctx := context.Background()
-	eng, err := wal.Open(t.TempDir(), wal.Config{SegmentBytes: 1 << 20})
+	walCfg := wal.Config{SegmentBytes: 1 << 20}
+	brCfg := broker.Config{RetentionInterval: -1}
+	for _, mod := range mods {
+		mod(&walCfg, &brCfg)
+	}
+	eng, err := wal.Open(t.TempDir(), walCfg)
 	if err != nil {
 		t.Fatalf("wal.Open: %v", err)
 	}
-	br, err := broker.New(broker.Config{Engine: eng, RetentionInterval: -1})
+	brCfg.Engine = eng
+	br, err := broker.New(brCfg)
 	if err != nil {
 		t.Fatalf("broker.New: %v", err)
 	}
@@ -81,7 +89,7 @@ func startCLIStack(t *testing.T) *cliStack {
 			t.Errorf("engine.Close: %v", err)
 		}
 	})
-	return &cliStack{addr: ln.Addr().String(), httpURL: hs.URL, broker: br}
+	return &cliStack{addr: ln.Addr().String(), httpURL: hs.URL, broker: br, engine: eng}
 }
 
 // cliResult is what a command printed and its exit status.

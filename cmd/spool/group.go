@@ -25,6 +25,9 @@ func runGroup(ctx context.Context, e *cliEnv, args []string) error {
 		{"pause", "pause a subscription: it receives nothing and keeps holding retention", groupOp("pause")},
 		{"resume", "resume a PAUSED subscription", groupOp("resume")},
 		{"cancel", "cancel a subscription: it releases everything (terminal)", groupOp("cancel")},
+		{"remove", "cancel a group and delete it at once", runGroupRemove},
+		{"resurrect", "make a DEAD group ACTIVE again", runGroupResurrect},
+		{"force-complete", "complete a group's messages older than a duration (counted)", runGroupForceComplete},
 	}, args)
 }
 
