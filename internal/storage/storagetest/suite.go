@@ -74,6 +74,7 @@ func groups() []group {
 		{"Concurrency", concurrencyCases()},
 		{"Randomized", randomizedCases()},
 		{"Ordered", orderedCases()},
+		{"Admin", adminCases()},
 	}
 }
 
