@@ -166,7 +166,7 @@ func TestCLIScenario(t *testing.T) {
 		t.Fatalf("dlq list --limit 2 --json: %+v", dl)
 	}
 	row = cliFindRow(t, cliTableRows(t, s.ok(t, "", "group", "list", topic).stdout), "GROUP", "g")
-	if row["DLQ"] != "3" || row["PENDING"] != "0" {
+	if row["DLQ"] != "3" || row["PENDING"] != "0" || row["HEALTH"] != "WARN" {
 		t.Fatalf("group list after dead-lettering: %v", row)
 	}
 
@@ -197,7 +197,7 @@ func TestCLIScenario(t *testing.T) {
 	}
 	r = s.ok(t, "", "group", "describe", topic, "g")
 	for _, want := range []string{"State:          PAUSED\n", "Start:          FROM_BEGINNING\n", "Pending:        0\n",
-		"Dead-lettered:  0\n", "\nPartitions:\nPARTITION  ACK-FLOOR  CURSOR  HIGH-WATER\n"} {
+		"Dead-lettered:  0\n", "Health:         FAIL\nWhy:            PAUSED: receives nothing until resumed", "\nPartitions:\nPARTITION  ACK-FLOOR  CURSOR  HIGH-WATER\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("group describe lacks %q:\n%s", want, r.stdout)
 		}
@@ -210,7 +210,7 @@ func TestCLIScenario(t *testing.T) {
 	r = s.ok(t, "", "topic", "describe", topic)
 	for _, want := range []string{"Semantics:                           PUB_SUB\n", "Max deliveries:                      1\n",
 		"Ack wait:                            1m\n", "Message retention:                   24h\n", "Max retention:                       30d\n",
-		"\nGroups:\nGROUP  STATE   MEMBERS  PENDING"} {
+		"\nGroups:\nGROUP  STATE   HEALTH  MEMBERS  PENDING"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("topic describe lacks %q:\n%s", want, r.stdout)
 		}

@@ -35,8 +35,9 @@ var groupListSpec = cmdSpec{
 	name: "group list",
 	args: "[flags] [topic]",
 	desc: `Lists subscriptions (one per consumer group and topic; "$queue" is a QUEUE topic's subscription)
-with their health: state, members, pending (not yet done), lag (never delivered), in flight
-(leased), redelivering, and dead-lettered (DLQ entries).`,
+with their health: state, verdict (OK, WARN, FAIL: group describe and doctor say why), members,
+pending (not yet done), lag (never delivered), in flight (leased), redelivering, and dead-lettered
+(DLQ entries).`,
 	examples: []string{
 		"spool group list",
 		"spool group list orders.created",
@@ -97,13 +98,13 @@ func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
 
 // groupTable is the table of group list (withTopic) and topic describe.
 func groupTable(groups []admin.Group, withTopic bool) *cli.Table {
-	head := []string{"GROUP", "STATE", "MEMBERS", "PENDING", "LAG", "IN-FLIGHT", "REDELIVERING", "DLQ"}
+	head := []string{"GROUP", "STATE", "HEALTH", "MEMBERS", "PENDING", "LAG", "IN-FLIGHT", "REDELIVERING", "DLQ"}
 	if withTopic {
 		head = append([]string{"TOPIC"}, head...)
 	}
 	tab := cli.NewTable(head...)
 	for _, g := range groups {
-		row := []string{g.Group, string(g.State), strconv.Itoa(g.MemberCount), i64(g.Pending), i64(g.Lag),
+		row := []string{g.Group, string(g.State), g.Health, strconv.Itoa(g.MemberCount), i64(g.Pending), i64(g.Lag),
 			i64(g.InFlight), i64(g.Redelivering), i64(g.DeadLettered)}
 		if withTopic {
 			row = append([]string{g.Topic}, row...)
@@ -159,6 +160,13 @@ func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("In flight", i64(g.InFlight))
 	f.Add("Redelivering", i64(g.Redelivering))
 	f.Add("Dead-lettered", i64(g.DeadLettered))
+	if g.OldestUnackedAge != nil {
+		f.Add("Oldest", "unacked message "+cli.Duration(time.Duration(*g.OldestUnackedAge).Round(time.Second))+" old")
+	}
+	f.Add("Health", g.Health)
+	for _, r := range g.Reasons {
+		f.Add("Why", r)
+	}
 	if err := f.Write(e.stdout); err != nil {
 		return err
 	}
