@@ -56,8 +56,15 @@ func TestForceCompleteGroup(t *testing.T) {
 	if st := e.groupStats("orders", "g"); st.Pending != 0 {
 		t.Errorf("group g after the member's acks: pending %d, want 0", st.Pending)
 	}
-	if forced["orders/g"] != 4 || len(forced) != 1 {
-		t.Errorf("OnForceComplete counted %v, want orders/g: 4", forced)
+	// A PAUSED group is force-completed too (it holds retention until then).
+	if _, err := e.b.PauseGroup(ctx, "orders", "other"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.b.ForceCompleteGroup(ctx, ForceCompleteParams{Topic: "orders", Group: "other", OlderThan: time.Hour}); err != nil || res.Completed != 4 {
+		t.Fatalf("force-complete of a PAUSED group: %+v, %v", res, err)
+	}
+	if forced["orders/g"] != 4 || forced["orders/other"] != 4 || len(forced) != 2 {
+		t.Errorf("OnForceComplete counted %v, want orders/g and orders/other: 4", forced)
 	}
 }
 
