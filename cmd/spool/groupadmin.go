@@ -16,7 +16,7 @@ var groupRemoveSpec = cmdSpec{
 	desc: `Removes a group: cancels its subscription (its consumers are detached, it holds no retention
 any more, leases on its messages are fenced) and deletes it at once, without waiting
 subscription_retention. Subscribing again creates a new subscription starting at its start position.`,
-	examples: []string{"spool group remove orders.created billing"},
+	examples: []string{"spool group remove orders.created replay"},
 }
 
 func runGroupRemove(ctx context.Context, e *cliEnv, args []string) error {

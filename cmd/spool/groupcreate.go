@@ -25,7 +25,7 @@ start position on are kept for it, and its consumers continue from there when th
 stops holding retention; a consumer subscribing makes it ACTIVE again. Its start position can be
 changed with spool group update until it delivered something.`,
 	examples: []string{
-		"spool group create orders.created billing",
+		"spool group create orders.created shipping",
 		"spool group create --from beginning --heartbeat-timeout 10m orders.created audit",
 		"spool group create --from 2025-01-02T15:04:05Z orders.created replay",
 	},
@@ -37,7 +37,7 @@ var groupUpdateSpec = cmdSpec{
 	desc: `Changes a consumer group's start position (--from: only while it has delivered nothing, else
 INVALID_TRANSITION and nothing changes) or its heartbeat timeout.`,
 	examples: []string{
-		"spool group update --from beginning orders.created billing",
+		"spool group update --from beginning orders.created shipping   # nothing delivered yet",
 		"spool group update --heartbeat-timeout 30m orders.created billing",
 	},
 }

@@ -97,6 +97,9 @@ func TestHelpExamples(t *testing.T) {
 		// jobs exists: the fixture made it (the other create example runs after orders.created
 		// was deleted).
 		"spool topic create jobs --ack-wait 5m --max-deliveries 3 --message-retention 7d": "TOPIC_EXISTS",
+		// billing is ACTIVE: only a DEAD group can be resurrected (DEAD takes its heartbeat
+		// timeout, 5 minutes by default, without a consumer).
+		"spool group resurrect orders.created billing": "INVALID_TRANSITION",
 	}
 	// What must hold before an example: --force is for a topic with a live group.
 	before := map[string][][]string{
