@@ -108,7 +108,40 @@ type TopicConfig struct {
 	// when empty: publishes are refused at the bound) or throttle (publishes are delayed more and
 	// more from half the bound, and refused at it).
 	BacklogPolicy BacklogPolicy `json:"backlog_policy,omitempty" yaml:"backlog_policy"`
+	// PoisonRules dead-letter a message early, before max_deliveries, when its failures look
+	// like a poison message (seed 002 ACK-9). Off by default (the zero value). Omitted from
+	// JSON when off, so configs stored before it existed keep their bytes.
+	PoisonRules PoisonRules `json:"poison_rules,omitzero" yaml:"poison_rules"`
 }
+
+// PoisonRules is TopicConfig.PoisonRules. The engines keep each unsettled message's last
+// MaxFailureHistory failures (nacks) while a rule is on; every rule looks at them after a nack.
+type PoisonRules struct {
+	// DistinctMembers dead-letters a message nacked with the same non-empty reason by more than
+	// one member (rule same_reason_multiple_members).
+	DistinctMembers bool `json:"distinct_members,omitempty" yaml:"distinct_members"`
+	// MaxFailures, when positive, dead-letters a message with that many failures within Window
+	// (rule failures_in_window). 1 to MaxFailureHistory; 0: off.
+	MaxFailures int `json:"max_failures,omitempty" yaml:"max_failures"`
+	// Window is MaxFailures' window, 1 ms to 24 h; DefaultPoisonWindow (30 s) when MaxFailures is
+	// set and Window is not.
+	Window time.Duration `json:"window,omitempty" yaml:"window"`
+}
+
+// On reports whether any poison rule is on (the engines then keep failure histories).
+func (r PoisonRules) On() bool { return r.DistinctMembers || r.MaxFailures > 0 }
+
+// Poison-rule bounds.
+const (
+	// MaxFailureHistory is how many failures of an unsettled message the engines keep (the
+	// last ones); it bounds PoisonRules.MaxFailures and DLQEntry.Failures.
+	MaxFailureHistory = 5
+	// DefaultPoisonWindow is PoisonRules.Window when MaxFailures is set (seed 002: 3+ failures
+	// within 30 s).
+	DefaultPoisonWindow = 30 * time.Second
+	// MaxFailureReasonBytes bounds the reason kept per failure (longer ones are cut).
+	MaxFailureReasonBytes = 256
+)
 
 // BacklogPolicy is TopicConfig.BacklogPolicy.
 type BacklogPolicy string
@@ -159,6 +192,9 @@ func (c TopicConfig) WithDefaults() TopicConfig {
 	if c.DedupWindow == 0 {
 		c.DedupWindow = DefaultDedupWindow
 	}
+	if c.PoisonRules.MaxFailures > 0 && c.PoisonRules.Window == 0 {
+		c.PoisonRules.Window = DefaultPoisonWindow
+	}
 	return c
 }
 
@@ -202,6 +238,12 @@ func (c TopicConfig) Validate() error {
 		return bad("max_backlog_bytes", "must not be negative (0: no bound), got %d", c.MaxBacklogBytes)
 	case c.BacklogPolicy != "" && c.BacklogPolicy != BacklogReject && c.BacklogPolicy != BacklogThrottle:
 		return bad("backlog_policy", "must be reject or throttle, got %q", c.BacklogPolicy)
+	case c.PoisonRules.MaxFailures < 0 || c.PoisonRules.MaxFailures > MaxFailureHistory:
+		return bad("poison_rules.max_failures", "must be between 0 (off) and %d, got %d", MaxFailureHistory, c.PoisonRules.MaxFailures)
+	case c.PoisonRules.MaxFailures > 0 && (c.PoisonRules.Window < time.Millisecond || c.PoisonRules.Window > 24*time.Hour):
+		return bad("poison_rules.window", "must be between 1ms and 24h, got %s", c.PoisonRules.Window)
+	case c.PoisonRules.MaxFailures == 0 && c.PoisonRules.Window != 0:
+		return bad("poison_rules.window", "needs poison_rules.max_failures, got %s without it", c.PoisonRules.Window)
 	}
 	return nil
 }
@@ -430,7 +472,29 @@ type DLQEntry struct {
 	Attempts       int       `json:"attempts"`
 	LastError      string    `json:"last_error,omitempty"`
 	DeadAt         time.Time `json:"dead_at"`
+	// Rule is the poison rule that dead-lettered the message (Reason DLQPoison), else empty.
+	Rule PoisonRule `json:"rule,omitempty"`
+	// Failures are the message's last failures (at most MaxFailureHistory, oldest first), kept
+	// while its topic had a poison rule on; empty otherwise.
+	Failures []DeliveryFailure `json:"failures,omitempty"`
 }
+
+// DeliveryFailure is one failed delivery of a message: a nack by Member with Reason at At.
+type DeliveryFailure struct {
+	Member string    `json:"member"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}
+
+// PoisonRule names a poison rule (TopicConfig.PoisonRules) in DLQ entries.
+type PoisonRule string
+
+const (
+	// RuleSameReason: the same nack reason from more than one member.
+	RuleSameReason PoisonRule = "same_reason_multiple_members"
+	// RuleFailuresInWindow: max_failures failures within the window.
+	RuleFailuresInWindow PoisonRule = "failures_in_window"
+)
 
 // DLQReason says why a message was dead-lettered.
 type DLQReason string
@@ -441,6 +505,8 @@ const (
 	DLQMaxDeliveries DLQReason = "max_deliveries"
 	// DLQRejected: a member nacked the message straight to the DLQ.
 	DLQRejected DLQReason = "rejected"
+	// DLQPoison: a poison rule fired (DLQEntry.Rule says which).
+	DLQPoison DLQReason = "poison"
 )
 
 // PartitionStats describes one partition of a topic.

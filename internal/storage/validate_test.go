@@ -179,3 +179,23 @@ func TestCanTransitionIsSeed000(t *testing.T) {
 		}
 	}
 }
+
+func TestPoisonRulesValidate(t *testing.T) {
+	t.Parallel()
+	def := TopicConfig{PoisonRules: PoisonRules{MaxFailures: 3}}.WithDefaults()
+	if def.PoisonRules.Window != DefaultPoisonWindow || def.Validate() != nil {
+		t.Fatalf("max_failures 3 alone: window %s, error %v; want %s, nil", def.PoisonRules.Window, def.Validate(), DefaultPoisonWindow)
+	}
+	if (TopicConfig{}).WithDefaults().PoisonRules.On() {
+		t.Fatal("poison rules on by default")
+	}
+	for _, r := range []PoisonRules{
+		{MaxFailures: -1}, {MaxFailures: MaxFailureHistory + 1, Window: time.Second},
+		{MaxFailures: 2, Window: time.Microsecond}, {MaxFailures: 2, Window: 25 * time.Hour}, {Window: time.Second},
+	} {
+		err := TopicConfig{PoisonRules: r}.WithDefaults().Validate()
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "poison_rules.") {
+			t.Errorf("%+v: error %v, want ErrInvalidArgument naming poison_rules", r, err)
+		}
+	}
+}
