@@ -41,6 +41,8 @@ type drow struct {
 	attempt   int
 	member    string
 	due       time.Time
+	// failures is the history its offsets share (poison rules: poison.go).
+	failures []policy.Failure
 
 	stored  bool  // the row exists in the database
 	key     int64 // its lo there
@@ -71,6 +73,7 @@ type dreplay struct {
 	attempt   int
 	member    string
 	due       time.Time
+	failures  []policy.Failure // poison rules (poison.go)
 
 	changed bool
 	acked   bool // delete the entry
@@ -82,6 +85,9 @@ type dlqOutcome struct {
 	reason  storage.DLQReason
 	lastErr string
 	attempt int
+	// rule is the poison rule that fired (reason poison); failures the history (poison.go).
+	rule     storage.PoisonRule
+	failures []policy.Failure
 }
 
 // dpart is a subscription partition: its sub_partitions row and the topic partition's bounds.
@@ -169,7 +175,7 @@ func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string,
 	// listed offset, or the cursor), so the scans start at the floor in the primary key: the
 	// versions of rows acked below it (dead until vacuum) are never visited. (OFFSET 0 keeps the
 	// planner from flattening the lateral subquery into a join that scans every row of sub_id.)
-	const rowCols = `SELECT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due
+	const rowCols = `SELECT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due, d.failures
 		FROM spool.sub_partitions sp
 		CROSS JOIN LATERAL (SELECT * FROM spool.deliveries x
 			WHERE x.sub_id = sp.sub_id AND x.partition = sp.partition AND x.lo >= sp.ack_floor OFFSET 0) d
@@ -207,13 +213,13 @@ UNION ALL
 // due first (what claims take, and the earliest due time, for NextDue), and those at the
 // positions ($3 partitions, $4 offsets) that the transaction's acks, nacks and extends name (an
 // ack completes a replayed copy in any state). See loadWant.
-const loadReplayedSQL = `SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
+const loadReplayedSQL = `SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
 	FROM spool.dlq WHERE sub_id = $1 AND replay = 'leased'
 UNION
-(SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due
+(SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
 	FROM spool.dlq WHERE sub_id = $1 AND replay = 'waiting' ORDER BY replay_due, id LIMIT $2)
 UNION
-SELECT q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_member, q.replay_due
+SELECT q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_member, q.replay_due, q.failures
 	FROM unnest($3::int[], $4::bigint[]) AS r (p, o)
 	JOIN spool.dlq q ON q.sub_id = $1 AND q.replay IS NOT NULL AND q.partition = r.p AND q."offset" = r.o
 ORDER BY id`
@@ -357,7 +363,11 @@ func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 	for rows.Next() {
 		rp := &dreplay{}
 		var due pgtype.Timestamptz
-		if err := rows.Scan(&rp.id, &rp.partition, &rp.offset, &rp.state, &rp.attempt, &rp.member, &due); err != nil {
+		var fs []byte
+		if err := rows.Scan(&rp.id, &rp.partition, &rp.offset, &rp.state, &rp.attempt, &rp.member, &due, &fs); err != nil {
+			return nil, wrap(err)
+		}
+		if err := decodeFailures(fs, &rp.failures); err != nil {
 			return nil, wrap(err)
 		}
 		rp.due = due.Time.UTC()
@@ -373,10 +383,15 @@ func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 	return st, nil
 }
 
-// scanRow reads a stored delivery row (partition, lo, offsets, state, attempt, member, due).
+// scanRow reads a stored delivery row (partition, lo, offsets, state, attempt, member, due,
+// failures).
 func scanRow(rows pgx.Rows) (*drow, error) {
 	r := &drow{stored: true}
-	if err := rows.Scan(&r.partition, &r.key, &r.offsets, &r.state, &r.attempt, &r.member, &r.due); err != nil {
+	var fs []byte
+	if err := rows.Scan(&r.partition, &r.key, &r.offsets, &r.state, &r.attempt, &r.member, &r.due, &fs); err != nil {
+		return nil, err
+	}
+	if err := decodeFailures(fs, &r.failures); err != nil {
 		return nil, err
 	}
 	r.due = r.due.UTC()
@@ -434,7 +449,7 @@ func (e *Engine) loadAckedRows(ctx context.Context, tx pgx.Tx, st *dstate, ops [
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(e.sql(`SELECT DISTINCT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due
+	b.Queue(e.sql(`SELECT DISTINCT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due, d.failures
 		FROM unnest($2::int[], $3::bigint[]) AS r (p, o)
 		JOIN spool.sub_partitions sp ON sp.sub_id = $1 AND sp.partition = r.p
 		JOIN spool.deliveries d ON d.sub_id = $1 AND d.partition = r.p AND d.lo >= sp.ack_floor AND d.lo <= r.o
@@ -513,12 +528,15 @@ func (st *dstate) moveOffsets(r *drow, offsets []int64, state string, attempt in
 	for _, o := range offsets {
 		st.take(r.partition, o)
 	}
-	return st.add(r.partition, slices.Clone(offsets), state, attempt, member, due)
+	nr := st.add(r.partition, slices.Clone(offsets), state, attempt, member, due)
+	nr.failures = r.failures // a split keeps the history its offsets share
+	return nr
 }
 
-// deadLetter queues offset o of partition p (already taken out of its row) for the DLQ.
-func (st *dstate) deadLetter(p int32, o int64, reason storage.DLQReason, lastErr string, attempt int) {
-	st.dead = append(st.dead, deadItem{p: p, o: o, dlqOutcome: dlqOutcome{reason: reason, lastErr: lastErr, attempt: attempt}})
+// deadLetterOutcome queues offset o of partition p (already taken out of its row) for the DLQ
+// with out (its failures: the row's history).
+func (st *dstate) deadLetterOutcome(p int32, o int64, out dlqOutcome) {
+	st.dead = append(st.dead, deadItem{p: p, o: o, dlqOutcome: out})
 	st.touch(p)
 }
 
@@ -574,31 +592,33 @@ func (e *Engine) queueSave(b *pgx.Batch, st *dstate, now time.Time) {
 			id, delP, delLo)
 	}
 	for _, u := range upds {
-		b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9
+		b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9, failures = $10
 			WHERE sub_id = $1 AND partition = $2 AND lo = $3`),
-			id, u.r.partition, u.r.key, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due)
+			id, u.r.partition, u.r.key, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due, encodeFailures(u.r.failures))
 	}
 	for _, u := range inss {
-		b.Queue(e.sql(`INSERT INTO spool.deliveries (sub_id, partition, lo, offsets, state, attempt, member, due)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`),
-			id, u.r.partition, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due)
+		b.Queue(e.sql(`INSERT INTO spool.deliveries (sub_id, partition, lo, offsets, state, attempt, member, due, failures)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
+			id, u.r.partition, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due, encodeFailures(u.r.failures))
 	}
 	if len(st.dead) > 0 {
 		n := len(st.dead)
 		ps, os, as := make([]int32, n), make([]int64, n), make([]int32, n)
-		reasons, errs := make([]string, n), make([]string, n)
+		reasons, errs, rules, fails := make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 		for i, d := range st.dead {
 			ps[i], os[i], as[i], reasons[i], errs[i] = d.p, d.o, int32(d.attempt), string(d.reason), d.lastErr
+			rules[i], fails[i] = string(d.rule), encodeFailures(d.failures)
 		}
 		// IDs in the order of the items: the inner query is sorted, nextval runs in the outer one.
 		b.Queue(e.sql(`INSERT INTO spool.dlq (sub_id, id, topic_id, partition, "offset", published_at, key, headers, payload,
-				producer_id, not_before, expires_at, reason, attempts, last_error, dead_at)
+				producer_id, not_before, expires_at, reason, attempts, last_error, dead_at, rule, failures)
 			SELECT $1, nextval('spool.dlq_ids'), x.* FROM (
 				SELECT m.topic_id, m.partition, m."offset", m.published_at, m.key, m.headers, m.payload, m.producer_id,
-					m.not_before, m.expires_at, r.reason, r.attempt, r.err, $8::timestamptz
-				FROM unnest($3::int[], $4::bigint[], $5::int[], $6::text[], $7::text[]) WITH ORDINALITY AS r(p, o, attempt, reason, err, n)
+					m.not_before, m.expires_at, r.reason, r.attempt, r.err, $8::timestamptz, r.rule, r.fails::jsonb
+				FROM unnest($3::int[], $4::bigint[], $5::int[], $6::text[], $7::text[], $9::text[], $10::text[])
+					WITH ORDINALITY AS r(p, o, attempt, reason, err, rule, fails, n)
 				JOIN spool.messages m ON m.topic_id = $2 AND m.partition = r.p AND m."offset" = r.o
-				ORDER BY r.n) x`), id, st.sub.topicID, ps, os, as, reasons, errs, now)
+				ORDER BY r.n) x`), id, st.sub.topicID, ps, os, as, reasons, errs, now, rules, fails)
 	}
 	for _, rp := range st.replays {
 		switch {
@@ -607,11 +627,12 @@ func (e *Engine) queueSave(b *pgx.Batch, st *dstate, now time.Time) {
 			b.Queue(e.sql(`DELETE FROM spool.dlq WHERE sub_id = $1 AND id = $2`), id, rp.id)
 		case rp.dead != nil:
 			b.Queue(e.sql(`UPDATE spool.dlq SET id = nextval('spool.dlq_ids'), replay = NULL, replay_attempt = 0, replay_member = '',
-				replay_due = NULL, reason = $3, attempts = $4, last_error = $5, dead_at = $6 WHERE sub_id = $1 AND id = $2`),
-				id, rp.id, string(rp.dead.reason), rp.dead.attempt, rp.dead.lastErr, now)
+				replay_due = NULL, reason = $3, attempts = $4, last_error = $5, dead_at = $6, rule = $7, failures = $8::jsonb
+				WHERE sub_id = $1 AND id = $2`),
+				id, rp.id, string(rp.dead.reason), rp.dead.attempt, rp.dead.lastErr, now, string(rp.dead.rule), encodeFailures(rp.dead.failures))
 		default:
-			b.Queue(e.sql(`UPDATE spool.dlq SET replay = $3, replay_attempt = $4, replay_member = $5, replay_due = $6
-				WHERE sub_id = $1 AND id = $2`), id, rp.id, rp.state, rp.attempt, rp.member, rp.due)
+			b.Queue(e.sql(`UPDATE spool.dlq SET replay = $3, replay_attempt = $4, replay_member = $5, replay_due = $6, failures = $7::jsonb
+				WHERE sub_id = $1 AND id = $2`), id, rp.id, rp.state, rp.attempt, rp.member, rp.due, encodeFailures(rp.failures))
 		}
 	}
 	var tp []int32
@@ -718,7 +739,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		case policy.DeadLetter:
 			for _, o := range slices.Clone(r.live()) {
 				st.take(r.partition, o)
-				st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, policy.ExpiredError, r.attempt)
+				st.deadLetterOutcome(r.partition, o, dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: policy.ExpiredError, attempt: r.attempt, failures: r.failures})
 			}
 		case policy.Wait:
 			r.state, r.due, r.changed = stWaiting, time.Unix(0, due).UTC(), true
@@ -731,7 +752,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		switch x, due := pl.Expire(rp.due.UnixNano(), rp.attempt); x {
 		case policy.DeadLetter:
 			rp.changed = true
-			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: policy.ExpiredError, attempt: rp.attempt}
+			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: policy.ExpiredError, attempt: rp.attempt, failures: rp.failures}
 			delete(st.replay, dref{rp.partition, rp.offset})
 		case policy.Wait:
 			rp.changed = true
@@ -1287,18 +1308,26 @@ func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage
 	}
 	nacked := map[*drow][]int64{}
 	seen := map[dref]bool{}
+	poison := poisonNack{rules: st.cfg.PoisonRules, f: policy.Failure{Member: p.Member, Reason: p.Reason, At: now.UnixNano()}}
 	for _, r := range p.Refs {
 		k := dref{r.Partition, r.Offset}
 		if rp := st.replay[k]; rp != nil {
-			switch {
-			case !held(rp.state, rp.member, rp.due, p.Member, now):
+			if !held(rp.state, rp.member, rp.due, p.Member, now) {
 				res.NotHeld = append(res.NotHeld, r)
+				continue
+			}
+			hist, rule := poison.fail(rp.failures)
+			switch {
 			case p.ToDLQ || rp.attempt >= maxDel:
-				rp.dead, rp.changed = &dlqOutcome{reason: reason, lastErr: p.Reason, attempt: rp.attempt}, true
+				rp.dead, rp.changed = &dlqOutcome{reason: reason, lastErr: p.Reason, attempt: rp.attempt, failures: hist}, true
+				delete(st.replay, k)
+				res.DeadLettered++
+			case rule != "":
+				rp.dead, rp.changed = &dlqOutcome{reason: storage.DLQPoison, lastErr: p.Reason, attempt: rp.attempt, rule: rule, failures: hist}, true
 				delete(st.replay, k)
 				res.DeadLettered++
 			default:
-				rp.state, rp.due, rp.changed = stWaiting, due, true
+				rp.state, rp.due, rp.failures, rp.changed = stWaiting, due, hist, true
 				res.Nacked++
 			}
 			continue
@@ -1308,9 +1337,14 @@ func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage
 			res.NotHeld = append(res.NotHeld, r)
 			continue
 		}
-		if p.ToDLQ || row.attempt >= maxDel {
+		hist, rule := poison.fail(row.failures)
+		if p.ToDLQ || row.attempt >= maxDel || rule != "" {
+			out := dlqOutcome{reason: reason, lastErr: p.Reason, attempt: row.attempt, failures: hist}
+			if !p.ToDLQ && row.attempt < maxDel {
+				out.reason, out.rule = storage.DLQPoison, rule
+			}
 			st.take(r.Partition, r.Offset)
-			st.deadLetter(r.Partition, r.Offset, reason, p.Reason, row.attempt)
+			st.deadLetterOutcome(r.Partition, r.Offset, out)
 			res.DeadLettered++
 			continue
 		}
@@ -1320,7 +1354,8 @@ func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage
 	}
 	for _, row := range slices.Clone(st.rows) {
 		if offs := nacked[row]; len(offs) > 0 {
-			st.moveOffsets(row, offs, stWaiting, row.attempt, p.Member, due)
+			hist, _ := poison.fail(row.failures)
+			st.moveOffsets(row, offs, stWaiting, row.attempt, p.Member, due).failures = hist
 		}
 	}
 	return res
@@ -1421,7 +1456,7 @@ func (e *Engine) release(ctx context.Context, p *storage.DeliveriesReleaseParams
 			if r.attempt >= maxDel {
 				for _, o := range live {
 					st.take(r.partition, o)
-					st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, "member left", r.attempt)
+					st.deadLetterOutcome(r.partition, o, dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "member left", attempt: r.attempt, failures: r.failures})
 				}
 				res.DeadLettered += len(live)
 				continue
@@ -1435,7 +1470,7 @@ func (e *Engine) release(ctx context.Context, p *storage.DeliveriesReleaseParams
 			}
 			rp.changed = true
 			if rp.attempt >= maxDel {
-				rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "member left", attempt: rp.attempt}
+				rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "member left", attempt: rp.attempt, failures: rp.failures}
 				res.DeadLettered++
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 )
 
 // DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
@@ -41,7 +42,7 @@ func (e *Engine) dlqList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 	if s.State == storage.Cancelled {
 		return out, nil
 	}
-	rows, err := e.pool.Query(ctx, e.sql(`SELECT m.id, m.reason, m.attempts, m.last_error, m.dead_at, m.partition, m."offset", `+msgCols+`
+	rows, err := e.pool.Query(ctx, e.sql(`SELECT m.id, m.reason, m.attempts, m.last_error, m.dead_at, m.rule, m.failures, m.partition, m."offset", `+msgCols+`
 		FROM spool.dlq m WHERE m.sub_id = $1 AND m.replay IS NULL AND m.id > $2 ORDER BY m.id LIMIT $3`), s.ID, p.AfterID, limit)
 	if err != nil {
 		return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: list DLQ: %w", s.ID, err))
@@ -49,8 +50,9 @@ func (e *Engine) dlqList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 	defer rows.Close()
 	for rows.Next() {
 		en := &storage.DLQEntry{SubscriptionID: s.ID}
-		var reason string
-		m, err := scanMsg(rows, s.Topic, &en.ID, &reason, &en.Attempts, &en.LastError, &en.DeadAt)
+		var reason, rule string
+		var fs []byte
+		m, err := scanMsg(rows, s.Topic, &en.ID, &reason, &en.Attempts, &en.LastError, &en.DeadAt, &rule, &fs)
 		if errors.Is(err, storage.ErrCorrupt) {
 			return nil, err
 		}
@@ -59,6 +61,12 @@ func (e *Engine) dlqList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 		}
 		en.Message = *m
 		en.Reason = storage.DLQReason(reason)
+		en.Rule = storage.PoisonRule(rule)
+		var hist []policy.Failure
+		if err := decodeFailures(fs, &hist); err != nil {
+			return nil, err
+		}
+		en.Failures = policy.Failures(hist)
 		en.DeadAt = en.DeadAt.UTC()
 		out = append(out, en)
 	}
@@ -92,7 +100,7 @@ func (e *Engine) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int
 	}
 	var topic string
 	n, err := e.dlqMove(ctx, "DLQ replay", p.SubscriptionID, p.IDs, true, `UPDATE spool.dlq SET replay = 'waiting', replay_attempt = 0,
-			replay_member = '', replay_due = $3
+			replay_member = '', replay_due = $3, rule = '', failures = NULL
 		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`, &topic)
 	if err == nil && n > 0 {
 		e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: topic})

@@ -221,7 +221,7 @@ func (st *dstate) releasePartitions(moved []int32, now time.Time) {
 		if r.attempt >= st.cfg.MaxDeliveries {
 			for _, o := range live {
 				st.take(r.partition, o)
-				st.deadLetter(r.partition, o, storage.DLQMaxDeliveries, "partition reassigned", r.attempt)
+				st.deadLetterOutcome(r.partition, o, dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "partition reassigned", attempt: r.attempt, failures: r.failures})
 			}
 			continue
 		}
@@ -233,7 +233,7 @@ func (st *dstate) releasePartitions(moved []int32, now time.Time) {
 		}
 		rp.changed = true
 		if rp.attempt >= st.cfg.MaxDeliveries {
-			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "partition reassigned", attempt: rp.attempt}
+			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "partition reassigned", attempt: rp.attempt, failures: rp.failures}
 			delete(st.replay, dref{rp.partition, rp.offset})
 			continue
 		}

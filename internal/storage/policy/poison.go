@@ -7,12 +7,12 @@ import (
 )
 
 // Failure is one failed delivery of an unsettled message (storage.DeliveryFailure with the time
-// in unix ns): the engines keep the last storage.MaxFailureHistory of them per message while the
+// in unix ns; PostgreSQL keeps it as JSON with these short names): the engines keep the last storage.MaxFailureHistory of them per message while the
 // topic has a poison rule on.
 type Failure struct {
-	Member string
-	Reason string
-	At     int64
+	Member string `json:"m"`
+	Reason string `json:"r,omitempty"`
+	At     int64  `json:"t"`
 }
 
 // AddFailure appends f to history, keeping the last storage.MaxFailureHistory failures (oldest

@@ -65,6 +65,7 @@ func groups() []group {
 		{"Extend", extendCases()},
 		{"Expiry", expiryCases()},
 		{"DLQ", dlqCases()},
+		{"Poison", poisonCases()},
 		{"Stats", statsCases()},
 		{"Notify", notifyCases()},
 		{"Retention", retentionCases()},

@@ -254,6 +254,16 @@ func (e *Engine) applyRecord(body []byte) error {
 				st.RestoreNack(it.partition, it.offset, it.due, it.replayed)
 			}
 		}
+	case recFailure:
+		id, items, err := decodeFailures(body)
+		if err != nil {
+			return err
+		}
+		if st := e.stateOf(id); st != nil {
+			for _, it := range items {
+				st.RestoreFailure(it.partition, it.offset, it.replayed, it.f)
+			}
+		}
 	case recDLQ:
 		id, de, err := decodeDLQ(body)
 		if err != nil {

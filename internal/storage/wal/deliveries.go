@@ -67,6 +67,12 @@ func (e *Engine) queueStates(s *sub, recs recordBatch, waitDurable bool, durable
 // the message no longer exists: the entry is dropped; or if it cannot be read or stored now: the
 // entry is kept). e.mu (read) and s.mu must be held.
 func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQReason, lastErr string, now time.Time) []byte {
+	return e.deadLetterRuleLocked(s, en, reason, "", lastErr, now)
+}
+
+// deadLetterRuleLocked is deadLetterLocked with the poison rule that fired (empty for none).
+// The entry's failure history goes into the DLQ entry.
+func (e *Engine) deadLetterRuleLocked(s *sub, en *substate.Entry, reason storage.DLQReason, rule storage.PoisonRule, lastErr string, now time.Time) []byte {
 	var msg storage.Message
 	if en.Replayed() {
 		de, err := e.dlqRead(s, en.DLQ)
@@ -103,6 +109,7 @@ func (e *Engine) deadLetterLocked(s *sub, en *substate.Entry, reason storage.DLQ
 	}
 	d := &storage.DLQEntry{
 		SubscriptionID: s.meta.ID, Message: msg, Reason: reason, Attempts: en.Attempt, LastError: lastErr, DeadAt: now,
+		Rule: rule, Failures: policy.Failures(en.Failures),
 	}
 	d.ID = s.st.DeadLetter(en)
 	if err := dl.queueLocked(d); err != nil {
@@ -554,12 +561,22 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 		nowNs := now.UnixNano()
 		dueNs := nowNs + int64(params.Delay)
 		maxDel := s.topic.meta.Config.MaxDeliveries
+		poison := poisonNack{rules: s.topic.meta.Config.PoisonRules, member: params.Member, reason: params.Reason, now: nowNs}
 		for _, r := range params.Refs {
 			out, en := s.st.Nack(r.Partition, r.Offset, params.Member, nowNs, dueNs, params.ToDLQ, maxDel)
 			switch out {
 			case substate.NotHeld:
 				res.NotHeld = append(res.NotHeld, r)
 			case substate.Nacked:
+				if rule := poison.fail(s, en); rule != "" {
+					s.st.Pull(en)
+					if rec := e.deadLetterRuleLocked(s, en, storage.DLQPoison, rule, params.Reason, now); rec != nil {
+						recs = append(recs, rec)
+					}
+					res.DeadLettered++
+					continue
+				}
+				poison.keep(en)
 				res.Nacked++
 				nacks = append(nacks, nackItem{partition: r.Partition, offset: r.Offset, due: dueNs, replayed: en.Replayed()})
 			case substate.DeadLetter:
@@ -567,6 +584,7 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 				if params.ToDLQ {
 					reason = storage.DLQRejected
 				}
+				poison.fail(s, en) // the DLQ entry shows this failure too
 				if rec := e.deadLetterLocked(s, en, reason, params.Reason, now); rec != nil {
 					recs = append(recs, rec)
 				}
@@ -575,6 +593,9 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 		}
 		if len(nacks) > 0 {
 			recs = append(recs, encodeNack(s.meta.ID, nacks))
+		}
+		if len(poison.items) > 0 {
+			recs = append(recs, encodeFailures(s.meta.ID, poison.items))
 		}
 		return recs
 	})

@@ -127,6 +127,7 @@ func decodeDLQRecord(subID, id int64, body []byte) (*storage.DLQEntry, error) {
 	}
 	d := dec{b: body[1:]}
 	de := d.dlqEntry(subID)
+	d.dlqPoison(de)
 	if err := d.done("DLQ log record"); err != nil {
 		return nil, fmt.Errorf("%w: %v", storage.ErrCorrupt, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 	"github.com/spoolmq/spool/internal/storage/wal/substate"
 )
 
@@ -56,6 +57,10 @@ func TestGoldenFormats(t *testing.T) {
 		{"clean close", []byte{recCleanClose}},
 		{"unclean restart", []byte{recUnclean}},
 		{"claim horizon", encodeHorizon(3, []horizonItem{{0, 1031}, {1, 1 << 40}})},
+		{"failure", encodeFailures(3, []failureItem{{0, 7, false, policy.Failure{Member: "m", Reason: "bad", At: at.UnixNano()}}, {1, 9, true, policy.Failure{Member: "n", At: 1}}})},
+		{"dead-letter poison", encodeDLQ(3, &storage.DLQEntry{ID: 5, SubscriptionID: 3, Message: msg, Reason: storage.DLQPoison, Attempts: 2,
+			LastError: "bad", DeadAt: at, Rule: storage.RuleSameReason,
+			Failures: []storage.DeliveryFailure{{Member: "m", Reason: "bad", At: at}, {Member: "n", Reason: "bad", At: at}}})},
 	}
 	var out bytes.Buffer
 	for _, r := range records {
@@ -79,6 +84,8 @@ func TestGoldenFormats(t *testing.T) {
 	st.DeadLetterAt(1, 7, 0) // 4
 	st.DLQPurge([]int64{4})
 	st.Replay(1, 7, 4, at.UnixNano())
+	st.RestoreFailure(0, 0, false, policy.Failure{Member: "m", Reason: "bad", At: at.UnixNano()}) // version 4
+	st.RestoreFailure(1, 7, true, policy.Failure{Member: "n", At: 1})
 	fmt.Fprintf(&out, "snapshot\n%s\n", hex.EncodeToString(e.encodeSnapshotLocked(42)))
 
 	path := filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", snapshotVersion))
@@ -101,6 +108,9 @@ func TestGoldenFormats(t *testing.T) {
 	e2 := bareEngine()
 	if _, err := e2.decodeSnapshot(e.encodeSnapshotLocked(42)); err != nil {
 		t.Fatal(err)
+	}
+	if parts, _ := e2.subs[3].st.Export(); len(parts[0].Pending[0].Failures) != 1 || parts[0].Pending[0].Failures[0].Reason != "bad" {
+		t.Fatalf("failure history after a snapshot round trip: %+v", parts[0].Pending[0])
 	}
 	for _, r := range records[1:] {
 		if err := e2.applyRecord(r.b); err != nil {
@@ -209,5 +219,46 @@ func TestGoldenDedupWindowDefault(t *testing.T) {
 	}
 	if got := cloneTopic(e2.topics["c"]).Config.DedupWindow; got != time.Hour {
 		t.Fatalf("dedup_window after replay: %s, want 1h", got)
+	}
+}
+
+// TestGoldenFormatsV3: a version 3 snapshot (no failure histories) still loads, and every
+// version 3 record keeps its bytes (the DLQ entry's poison tail is only written when set).
+func TestGoldenFormatsV3(t *testing.T) {
+	t.Parallel()
+	parse := func(version int) map[string]string {
+		b, err := os.ReadFile(filepath.Join("testdata", fmt.Sprintf("formats_v%d.golden", version)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		m := map[string]string{}
+		for i := 0; i+1 < len(lines); i += 2 {
+			m[lines[i]] = lines[i+1]
+		}
+		return m
+	}
+	old, now := parse(3), parse(snapshotVersion)
+	for name, hx := range old {
+		if name != "snapshot" && now[name] != hx {
+			t.Errorf("record %q: version 3 bytes %s, now %s", name, hx, now[name])
+		}
+	}
+	snap, err := hex.DecodeString(old["snapshot"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := bareEngine()
+	if idx, err := e.decodeSnapshot(snap); err != nil || idx != 42 {
+		t.Fatalf("version 3 snapshot: index %d, %v", idx, err)
+	}
+	parts, _ := e.subs[3].st.Export()
+	equal(t, parts[0].Cursor, int64(3), "cursor from the version 3 snapshot")
+	for _, ps := range parts {
+		for _, es := range append(ps.Pending, ps.Replayed...) {
+			if len(es.Failures) != 0 {
+				t.Errorf("offset %d: failures %v from a version 3 snapshot", es.Offset, es.Failures)
+			}
+		}
 	}
 }

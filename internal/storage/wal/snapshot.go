@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
 	"github.com/spoolmq/spool/internal/storage/wal/substate"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
 )
@@ -25,8 +26,9 @@ import (
 const (
 	snapshotMagic = "SPOOLSNP"
 	// snapshotVersion is the version written. Versions 1 (no claim horizon) and 2 (DLQ entries and
-	// replayed copies with their messages, moved to DLQ logs at Open) are still read.
-	snapshotVersion = 3
+	// replayed copies with their messages, moved to DLQ logs at Open) and 3 (no failure
+	// histories: poison rules) are still read.
+	snapshotVersion = 4
 	snapshotPrefix  = "snapshot-"
 	snapshotExt     = ".bin"
 	// snapshotHeaderBytes: magic, version u32, state log index u64.
@@ -150,6 +152,7 @@ func (st *snapshotState) encode(index int64) []byte {
 				en.uvarint(uint64(es.Offset))
 				en.uvarint(uint64(es.Attempt))
 				en.varint(es.Due)
+				en.failures(es.Failures)
 			}
 			en.uvarint(uint64(len(ps.Replayed)))
 			for _, es := range ps.Replayed {
@@ -157,6 +160,7 @@ func (st *snapshotState) encode(index int64) []byte {
 				en.uvarint(uint64(es.Attempt))
 				en.varint(es.Due)
 				en.uvarint(uint64(es.DLQ))
+				en.failures(es.Failures)
 			}
 		}
 		en.uvarint(uint64(len(s.dlq.Live)))
@@ -239,6 +243,9 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 			ps.Pending = make([]substate.EntryState, d.count(3))
 			for j := range ps.Pending {
 				ps.Pending[j] = substate.EntryState{Offset: int64(d.uvarint()), Attempt: int(d.uvarint()), Due: d.varint()}
+				if version >= 4 {
+					ps.Pending[j].Failures = d.failures()
+				}
 			}
 			ps.Replayed = make([]substate.EntryState, d.count(4))
 			for j := range ps.Replayed {
@@ -254,6 +261,9 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 					d.message(m)
 					e.dlqMigrate = append(e.dlqMigrate, dlqMigrateCopy{sub: id, partition: int32(i), offset: es.Offset, msg: m})
 					es.DLQ = -1
+				}
+				if version >= 4 {
+					es.Failures = d.failures()
 				}
 				ps.Replayed[j] = es
 			}
@@ -495,4 +505,25 @@ func (e *Engine) resetMaps() {
 	e.subs = make(map[int64]*sub)
 	e.bindings = make(map[bindingKey]*storage.Binding)
 	e.nextSubID = 1
+}
+
+// failures writes an entry's failure history (version 4): uvarint n | n x (str member, str
+// reason, varint at unix ns).
+func (e *enc) failures(fs []policy.Failure) {
+	e.uvarint(uint64(len(fs)))
+	for _, f := range fs {
+		e.str(f.Member)
+		e.str(f.Reason)
+		e.varint(f.At)
+	}
+}
+
+// failures reads what enc.failures wrote, keeping the last storage.MaxFailureHistory.
+func (d *dec) failures() []policy.Failure {
+	n := d.count(3)
+	var fs []policy.Failure
+	for range n {
+		fs = policy.AddFailure(fs, policy.Failure{Member: d.str(), Reason: d.str(), At: d.varint()})
+	}
+	return fs
 }

@@ -31,6 +31,7 @@ const (
 	recCleanClose    byte = 18 // no payload: Close ended cleanly; the last record of such a log
 	recUnclean       byte = 19 // no payload: Open after an unclean shutdown (see applyUnclean)
 	recHorizon       byte = 20 // binary, see encodeHorizon
+	recFailure       byte = 21 // binary, see encodeFailures (poison rules)
 )
 
 // topicCreateRec creates a topic and, atomically, its queue subscription or binding
@@ -221,7 +222,8 @@ func encodeDLQ(subID int64, de *storage.DLQEntry) []byte {
 	return e.b
 }
 
-// dlqEntry: uvarint id | str reason | uvarint attempts | str last error | time dead at | message.
+// dlqEntry: uvarint id | str reason | uvarint attempts | str last error | time dead at | message
+// | optional poison tail (enc.dlqPoison), absent before poison rules existed and when empty.
 func (e *enc) dlqEntry(de *storage.DLQEntry) {
 	e.uvarint(uint64(de.ID))
 	e.str(string(de.Reason))
@@ -229,6 +231,7 @@ func (e *enc) dlqEntry(de *storage.DLQEntry) {
 	e.str(de.LastError)
 	e.time(de.DeadAt)
 	e.message(&de.Message)
+	e.dlqPoison(de)
 }
 
 func (d *dec) dlqEntry(subID int64) *storage.DLQEntry {
@@ -242,10 +245,44 @@ func (d *dec) dlqEntry(subID int64) *storage.DLQEntry {
 	return de
 }
 
+// dlqPoison writes a DLQ entry's poison tail when it has one: str rule | uvarint n | n x (str
+// member, str reason, time at). It ends a record: records written before it existed simply end
+// earlier, so a reader takes it only when bytes remain (dec.dlqPoison).
+func (e *enc) dlqPoison(de *storage.DLQEntry) {
+	if de.Rule == "" && len(de.Failures) == 0 {
+		return
+	}
+	e.str(string(de.Rule))
+	e.uvarint(uint64(len(de.Failures)))
+	for _, f := range de.Failures {
+		e.str(f.Member)
+		e.str(f.Reason)
+		e.time(f.At)
+	}
+}
+
+// dlqPoison reads the poison tail of a DLQ entry at the end of a record, if there is one.
+func (d *dec) dlqPoison(de *storage.DLQEntry) {
+	if len(d.b) == 0 || d.err != nil {
+		return
+	}
+	de.Rule = storage.PoisonRule(d.str())
+	if n := d.count(3); n > 0 {
+		de.Failures = make([]storage.DeliveryFailure, n)
+		for i := range de.Failures {
+			f := &de.Failures[i]
+			f.Member = d.str()
+			f.Reason = d.str()
+			f.At = d.time()
+		}
+	}
+}
+
 func decodeDLQ(b []byte) (subID int64, de *storage.DLQEntry, err error) {
 	d := dec{b: b[1:]}
 	subID = int64(d.uvarint())
 	de = d.dlqEntry(subID)
+	d.dlqPoison(de)
 	return subID, de, d.done("dlq record")
 }
 

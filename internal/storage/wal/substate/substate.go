@@ -29,6 +29,9 @@ type Entry struct {
 	// delivery is known to be recorded durably (restored entries). The engine sets and reads it;
 	// this package only keeps it.
 	Claim int64
+	// Failures are the message's last failures (policy.AddFailure), kept while its topic has a
+	// poison rule on (poison.go).
+	Failures []policy.Failure
 
 	idx int // position in the heap it is in, -1 if none
 }
@@ -616,6 +619,8 @@ type EntryState struct {
 	Due     int64
 	// DLQ is the DLQ ID holding a replayed copy (0 for a pending offset).
 	DLQ int64
+	// Failures is the entry's failure history (poison rules).
+	Failures []policy.Failure
 }
 
 // PartState is the persisted form of a partition's state.
@@ -658,7 +663,7 @@ func exportEntries(m map[int64]*Entry) []EntryState {
 	}
 	out := make([]EntryState, 0, len(m))
 	for _, e := range m {
-		es := EntryState{Offset: e.Offset, Attempt: e.Attempt, DLQ: e.DLQ}
+		es := EntryState{Offset: e.Offset, Attempt: e.Attempt, DLQ: e.DLQ, Failures: e.Failures}
 		if !e.Leased {
 			es.Due = e.Time
 		}
@@ -686,7 +691,7 @@ func Import(parts []PartState, dlq DLQState) *Sub {
 			if pt.pending == nil {
 				pt.pending = make(map[int64]*Entry, len(ps.Pending))
 			}
-			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, idx: -1}
+			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, Failures: es.Failures, idx: -1}
 			pt.pending[e.Offset] = e
 			s.waiting.push(e)
 		}
@@ -694,7 +699,7 @@ func Import(parts []PartState, dlq DLQState) *Sub {
 			if pt.replayed == nil {
 				pt.replayed = make(map[int64]*Entry, len(ps.Replayed))
 			}
-			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, DLQ: es.DLQ, idx: -1}
+			e := &Entry{Partition: int32(i), Offset: es.Offset, Attempt: es.Attempt, Time: es.Due, DLQ: es.DLQ, Failures: es.Failures, idx: -1}
 			pt.replayed[e.Offset] = e
 			s.waiting.push(e)
 		}
