@@ -10,6 +10,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/cli"
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // dlqPageSize is the page size of dlq list's requests (entries carry whole messages).
@@ -83,10 +84,14 @@ func runDLQList(ctx context.Context, e *cliEnv, args []string) error {
 		fmt.Fprintf(e.stderr, "no dead-lettered messages in group %s of topic %s\n", cli.Group(group), topic)
 		return nil
 	}
-	tab := cli.NewTable("ID", "MESSAGE-ID", "REASON", "ATTEMPTS", "LAST-ERROR", "DEAD-AT")
+	tab := cli.NewTable("ID", "MESSAGE-ID", "REASON", "ATTEMPTS", "LAST-ERROR", "DEAD-AT", "FAILURES")
 	for _, d := range out.Entries {
-		tab.Row(strconv.FormatInt(d.ID, 10), d.Message.ID, string(d.Reason), strconv.Itoa(d.Attempts),
-			cli.Truncate(d.LastError, 60), cli.Time(d.DeadAt, e.loc))
+		reason := string(d.Reason)
+		if d.Rule != "" {
+			reason += " (" + string(d.Rule) + ")"
+		}
+		tab.Row(strconv.FormatInt(d.ID, 10), d.Message.ID, reason, strconv.Itoa(d.Attempts),
+			cli.Truncate(d.LastError, 60), cli.Time(d.DeadAt, e.loc), cli.Truncate(failuresText(d.Failures), 80))
 	}
 	if err := tab.Write(e.stdout); err != nil {
 		return err
@@ -176,4 +181,14 @@ func pluralY(n int) string {
 		return "y"
 	}
 	return "ies"
+}
+
+// failuresText summarises a DLQ entry's failures (poison rules) as "member: reason" pairs, oldest
+// first; --json has their times.
+func failuresText(fs []storage.DeliveryFailure) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = f.Member + ": " + f.Reason
+	}
+	return strings.Join(parts, ", ")
 }

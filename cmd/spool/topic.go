@@ -35,6 +35,17 @@ type topicConfigFlags struct {
 	dedupWindow                                               cli.DurationValue
 	maxBacklogMessages, maxBacklogBytes                       int64
 	backlogPolicy                                             string
+	poisonSameReason                                          bool
+	poisonMaxFailures                                         int
+	poisonWindow                                              cli.DurationValue
+}
+
+// poisonFlagFields maps the poison-rule flags to their fields inside poison_rules (the server
+// merges them into the topic's current rules).
+var poisonFlagFields = map[string]string{
+	"poison-same-reason":  "distinct_members",
+	"poison-max-failures": "max_failures",
+	"poison-window":       "window",
 }
 
 // flagField maps a flag to its field in the API's JSON.
@@ -79,6 +90,9 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.Int64Var(&t.maxBacklogMessages, "max-backlog-messages", 0, "backpressure: bound on the messages the slowest active group has not done; 0: none"+def("0"))
 	fs.Int64Var(&t.maxBacklogBytes, "max-backlog-bytes", 0, "backpressure: the same bound in bytes (estimated); 0: none"+def("0"))
 	fs.StringVar(&t.backlogPolicy, "backlog-policy", "", "at the bound: reject (publishes refused RATE_LIMITED) or throttle (slowed from half the bound, refused at it)"+def("reject"))
+	fs.BoolVar(&t.poisonSameReason, "poison-same-reason", false, "poison rule: dead-letter a message nacked with the same reason by more than one member")
+	fs.IntVar(&t.poisonMaxFailures, "poison-max-failures", 0, "poison rule: dead-letter a message after this many nacks within --poison-window (1 to 5; 0: off)"+def("0"))
+	fs.Var(&t.poisonWindow, "poison-window", "window of --poison-max-failures"+def("30s"))
 	return t
 }
 
@@ -87,6 +101,22 @@ func (t *topicConfigFlags) body(fs *flag.FlagSet) (map[string]any, error) {
 	out := map[string]any{}
 	var err error
 	fs.Visit(func(f *flag.Flag) {
+		if sub, ok := poisonFlagFields[f.Name]; ok {
+			rules, _ := out["poison_rules"].(map[string]any)
+			if rules == nil {
+				rules = map[string]any{}
+				out["poison_rules"] = rules
+			}
+			switch f.Name {
+			case "poison-same-reason":
+				rules[sub] = t.poisonSameReason
+			case "poison-max-failures":
+				rules[sub] = t.poisonMaxFailures
+			default:
+				rules[sub] = t.poisonWindow.D.String()
+			}
+			return
+		}
 		field, ok := topicFlagFields[f.Name]
 		if !ok || err != nil {
 			return
@@ -272,6 +302,7 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("Max retention", cli.Duration(time.Duration(c.MaxRetention)))
 	f.Add("Max message size", cli.Bytes(int64(c.MaxMessageBytes)))
 	f.Add("Dedup window", cli.Duration(time.Duration(c.DedupWindow)))
+	f.Add("Poison rules", poisonText(c.PoisonRules))
 	if bp := t.Backpressure; bp != nil {
 		var bound []string
 		if bp.MaxBacklogMessages > 0 {
@@ -403,4 +434,19 @@ func writeRaw(e *cliEnv, raw []byte) error {
 	}
 	_, err := e.stdout.Write(raw)
 	return err
+}
+
+// poisonText describes a topic's poison rules for topic get.
+func poisonText(r *admin.PoisonRules) string {
+	if r == nil {
+		return "off"
+	}
+	var on []string
+	if r.DistinctMembers {
+		on = append(on, "same nack reason from several members")
+	}
+	if r.MaxFailures > 0 {
+		on = append(on, fmt.Sprintf("%d failures within %s", r.MaxFailures, cli.Duration(time.Duration(r.Window))))
+	}
+	return strings.Join(on, "; ")
 }

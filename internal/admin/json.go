@@ -120,6 +120,17 @@ type TopicConfig struct {
 	MaxBacklogMessages             int64                      `json:"max_backlog_messages,omitempty"`
 	MaxBacklogBytes                int64                      `json:"max_backlog_bytes,omitempty"`
 	BacklogPolicy                  storage.BacklogPolicy      `json:"backlog_policy,omitempty"`
+	// PoisonRules is shown only when a rule is on; null in an update turns them off.
+	PoisonRules *PoisonRules `json:"poison_rules,omitempty"`
+}
+
+// PoisonRules is storage.PoisonRules in the API (seed 002 ACK-9): dead-letter a message early
+// when the same nack reason comes from more than one member (distinct_members), or after
+// max_failures nacks within window (default 30s). Off by default.
+type PoisonRules struct {
+	DistinctMembers bool     `json:"distinct_members"`
+	MaxFailures     int      `json:"max_failures"`
+	Window          Duration `json:"window,omitempty"`
 }
 
 func configJSON(c storage.TopicConfig) TopicConfig {
@@ -139,7 +150,28 @@ func configJSON(c storage.TopicConfig) TopicConfig {
 		MaxBacklogMessages: c.MaxBacklogMessages,
 		MaxBacklogBytes:    c.MaxBacklogBytes,
 		BacklogPolicy:      c.BacklogPolicy,
+		PoisonRules:        poisonJSON(c.PoisonRules),
 	}
+}
+
+func poisonJSON(r storage.PoisonRules) *PoisonRules {
+	if !r.On() {
+		return nil
+	}
+	return &PoisonRules{DistinctMembers: r.DistinctMembers, MaxFailures: r.MaxFailures, Window: Duration(r.Window)}
+}
+
+// storage converts the rules; the window means nothing without max_failures (an update that
+// turns max_failures off keeps no window behind).
+func (r *PoisonRules) storage() storage.PoisonRules {
+	if r == nil {
+		return storage.PoisonRules{}
+	}
+	out := storage.PoisonRules{DistinctMembers: r.DistinctMembers, MaxFailures: r.MaxFailures, Window: time.Duration(r.Window)}
+	if out.MaxFailures == 0 {
+		out.Window = 0
+	}
+	return out
 }
 
 func (c TopicConfig) storage() storage.TopicConfig {
@@ -159,6 +191,7 @@ func (c TopicConfig) storage() storage.TopicConfig {
 		MaxBacklogMessages:             c.MaxBacklogMessages,
 		MaxBacklogBytes:                c.MaxBacklogBytes,
 		BacklogPolicy:                  c.BacklogPolicy,
+		PoisonRules:                    c.PoisonRules.storage(),
 	}
 }
 
@@ -378,6 +411,10 @@ type DLQEntry struct {
 	Attempts       int               `json:"attempts"`
 	LastError      string            `json:"last_error,omitempty"`
 	DeadAt         time.Time         `json:"dead_at"`
+	// Rule is the poison rule that dead-lettered the message (reason poison).
+	Rule storage.PoisonRule `json:"rule,omitempty"`
+	// Failures are its last nacks (member, reason, time), kept while the topic has poison rules.
+	Failures []storage.DeliveryFailure `json:"failures,omitempty"`
 }
 
 func dlqJSON(e *storage.DLQEntry, partitions int) DLQEntry {
@@ -389,6 +426,8 @@ func dlqJSON(e *storage.DLQEntry, partitions int) DLQEntry {
 		Attempts:       e.Attempts,
 		LastError:      e.LastError,
 		DeadAt:         e.DeadAt,
+		Rule:           e.Rule,
+		Failures:       e.Failures,
 	}
 }
 
