@@ -31,7 +31,7 @@ const (
 	recCleanClose    byte = 18 // no payload: Close ended cleanly; the last record of such a log
 	recUnclean       byte = 19 // no payload: Open after an unclean shutdown (see applyUnclean)
 	recHorizon       byte = 20 // binary, see encodeHorizon
-	recFailure       byte = 21 // binary, see encodeFailures (poison rules)
+	recFailure       byte = 24 // binary, see encodeFailures (poison rules)
 )
 
 // topicCreateRec creates a topic and, atomically, its queue subscription or binding
