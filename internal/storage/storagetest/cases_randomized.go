@@ -77,7 +77,7 @@ func testRandomized(t *testing.T, x *env, seq int) {
 	addTopic := func(name string, cfg storage.TopicConfig) *mTopic {
 		tp := x.createTopic(name, cfg)
 		mt := &mTopic{name: name, partitions: tp.Config.Partitions, ackWait: tp.Config.AckWait,
-			maxDeliveries: tp.Config.MaxDeliveries, high: make([]int64, tp.Config.Partitions)}
+			maxDeliveries: tp.Config.MaxDeliveries, poison: tp.Config.PoisonRules, high: make([]int64, tp.Config.Partitions)}
 		md.topics[name] = mt
 		return mt
 	}
@@ -87,7 +87,9 @@ func testRandomized(t *testing.T, x *env, seq int) {
 	}
 	q := addTopic("rnd.q", storage.TopicConfig{Partitions: 2, AckWait: 5 * time.Second, MaxDeliveries: 4, MessageRetention: time.Minute})
 	addSub(q, x.queueSub("rnd.q"))
-	ps := addTopic("rnd.ps", storage.TopicConfig{Semantics: storage.PubSub, AckWait: 3 * time.Second, MaxDeliveries: 3, MessageRetention: time.Minute})
+	// rnd.ps has both poison rules on; nack reasons come from a small set so that they repeat.
+	ps := addTopic("rnd.ps", storage.TopicConfig{Semantics: storage.PubSub, AckWait: 3 * time.Second, MaxDeliveries: 5, MessageRetention: time.Minute,
+		PoisonRules: storage.PoisonRules{DistinctMembers: true, MaxFailures: 2, Window: time.Minute}})
 	addSub(ps, x.subscribe("rnd.ps", "ga", fromBeginning))
 	addSub(ps, x.subscribe("rnd.ps", "gb", fromBeginning))
 	topics := []*mTopic{q, ps}
@@ -161,7 +163,7 @@ func testRandomized(t *testing.T, x *env, seq int) {
 			if len(refs) == 0 {
 				return
 			}
-			p := storage.DeliveriesNackParams{SubscriptionID: s.id, Member: member, Refs: refs, Reason: x.payload()}
+			p := storage.DeliveriesNackParams{SubscriptionID: s.id, Member: member, Refs: refs, Reason: fmt.Sprintf("r%d", rng.IntN(3))}
 			switch r := rng.IntN(10); {
 			case r == 0:
 				p.ToDLQ = true

@@ -25,6 +25,7 @@ type mTopic struct {
 	partitions    int
 	ackWait       time.Duration
 	maxDeliveries int
+	poison        storage.PoisonRules
 	high          []int64
 }
 
@@ -60,6 +61,11 @@ type mMsg struct {
 	avoidUnknown bool
 	deadReason   storage.DLQReason
 	deadAttempts int
+	// failures is the message's failure history while its topic has poison rules (durable: a
+	// restart keeps it); deadRule and deadFailures what its DLQ entry must show.
+	failures     []policy.Failure
+	deadRule     storage.PoisonRule
+	deadFailures []policy.Failure
 }
 
 // availability of a message for a claim.
@@ -212,7 +218,7 @@ func (md *model) claimed(s *mSub, p storage.DeliveriesClaimParams, res *storage.
 		case !m.uncertain && d.Attempt != m.attempt+1:
 			md.fail("%s: %d:%d attempt %d, last was %d", what, r.Partition, r.Offset, d.Attempt, m.attempt)
 		}
-		*m = mMsg{state: stLeased, member: p.Member, attempt: d.Attempt, deadline: d.LeaseDeadline}
+		*m = mMsg{state: stLeased, member: p.Member, attempt: d.Attempt, deadline: d.LeaseDeadline, failures: m.failures}
 	}
 
 	// Liveness: a claim with room left delivers everything claimable; one that delivered a new
@@ -338,16 +344,24 @@ func (md *model) nacked(s *mSub, p storage.DeliveriesNackParams, res *storage.De
 			notHeld = append(notHeld, r)
 			continue
 		}
+		hist, rule := m.failures, storage.PoisonRule("")
+		if s.topic.poison.On() {
+			hist = policy.AddFailure(slices.Clone(m.failures), policy.Failure{Member: p.Member, Reason: p.Reason, At: now.UnixNano()})
+			rule = policy.Poison(s.topic.poison, hist, now.UnixNano())
+		}
 		switch {
 		case p.ToDLQ:
 			dead++
-			m.state, m.deadReason, m.deadAttempts = stDead, storage.DLQRejected, m.attempt
+			m.state, m.deadReason, m.deadAttempts, m.deadFailures = stDead, storage.DLQRejected, m.attempt, hist
 		case m.attempt >= s.topic.maxDeliveries:
 			dead++
-			m.state, m.deadReason, m.deadAttempts = stDead, storage.DLQMaxDeliveries, m.attempt
+			m.state, m.deadReason, m.deadAttempts, m.deadFailures = stDead, storage.DLQMaxDeliveries, m.attempt, hist
+		case rule != "":
+			dead++
+			m.state, m.deadReason, m.deadAttempts, m.deadRule, m.deadFailures = stDead, storage.DLQPoison, m.attempt, rule, hist
 		default:
 			nacked++
-			m.state, m.due = stWaiting, now.Add(p.Delay)
+			m.state, m.due, m.failures = stWaiting, now.Add(p.Delay), hist
 		}
 	}
 	if res.Nacked != nacked || res.DeadLettered != dead || !sameRefSet(res.NotHeld, notHeld) {
@@ -397,7 +411,7 @@ func (md *model) released(s *mSub, member string, res *storage.DeliveriesRelease
 		}
 		if m.attempt >= s.topic.maxDeliveries {
 			dead++
-			m.state, m.deadReason, m.deadAttempts = stDead, storage.DLQMaxDeliveries, m.attempt
+			m.state, m.deadReason, m.deadAttempts, m.deadFailures = stDead, storage.DLQMaxDeliveries, m.attempt, m.failures
 			continue
 		}
 		released++
@@ -477,8 +491,11 @@ func (md *model) checkDLQ(s *mSub, entries []*storage.DLQEntry, now time.Time, f
 			if en == nil {
 				md.fail("DLQ of %s lacks dead-lettered %d:%d", s.name, r.Partition, r.Offset)
 			}
-			if en.Reason != m.deadReason || en.Attempts != m.deadAttempts {
-				md.fail("DLQ entry of %s %d:%d: reason %s attempts %d, want %s and %d", s.name, r.Partition, r.Offset, en.Reason, en.Attempts, m.deadReason, m.deadAttempts)
+			if en.Reason != m.deadReason || en.Attempts != m.deadAttempts || en.Rule != m.deadRule {
+				md.fail("DLQ entry of %s %d:%d: reason %s attempts %d rule %q, want %s, %d and %q", s.name, r.Partition, r.Offset, en.Reason, en.Attempts, en.Rule, m.deadReason, m.deadAttempts, m.deadRule)
+			}
+			if !sameFailures(en.Failures, m.deadFailures) {
+				md.fail("DLQ entry of %s %d:%d: failures %+v, want %+v", s.name, r.Partition, r.Offset, en.Failures, m.deadFailures)
 			}
 		case s.limbo(m, now):
 			if en != nil {
@@ -486,6 +503,7 @@ func (md *model) checkDLQ(s *mSub, entries []*storage.DLQEntry, now time.Time, f
 					md.fail("DLQ entry of %s %d:%d: reason %s attempts %d, want max_deliveries and %d", s.name, r.Partition, r.Offset, en.Reason, en.Attempts, m.attempt)
 				}
 				m.state, m.deadReason, m.deadAttempts, m.uncertain = stDead, storage.DLQMaxDeliveries, m.attempt, false
+				m.deadFailures = m.failures
 			} else if final {
 				md.fail("%s %d:%d reached max_deliveries and its lease expired long ago, but it is not in the DLQ (%s)", s.name, r.Partition, r.Offset, m.describe())
 			}
@@ -517,4 +535,17 @@ func (md *model) replayed(s *mSub, n int, now time.Time) {
 
 func sameRefSet(a, b []storage.DeliveryRef) bool {
 	return slices.Equal(sortRefs(a), sortRefs(b))
+}
+
+// sameFailures compares a DLQ entry's failures with the model's history.
+func sameFailures(got []storage.DeliveryFailure, want []policy.Failure) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, f := range want {
+		if g := got[i]; g.Member != f.Member || g.Reason != f.Reason || g.At.UnixNano() != f.At {
+			return false
+		}
+	}
+	return true
 }
