@@ -107,7 +107,10 @@
 //	                                                          subscription held retention, a DEAD one had not completed them, older
 //	                                                          than zero_subscription_retention), dead_subscription (every ACTIVE and
 //	                                                          PAUSED subscription had completed them, a DEAD one had not, older than
-//	                                                          message_retention). Completed messages that retention deletes, messages
+//	                                                          message_retention), topic_deleted (PostgreSQL: committed transactional
+//	                                                          publishes not yet sequenced, removed by a forced topic delete or by the
+//	                                                          sequencer of this process; reported with its next retention run).
+//	                                                          Completed messages that retention deletes, messages
 //	                                                          no subscription needed and expired DLQ entries are not counted. On
 //	                                                          PostgreSQL each topic's run is done by one instance: sum() across
 //	                                                          instances.

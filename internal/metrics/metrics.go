@@ -98,7 +98,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic", "group"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_expired_total",
-			Help: "Messages the retention job of this process removed while a subscription had not completed them, by the rule that removed them (max_retention, zero_subscription, dead_subscription).",
+			Help: "Messages the retention job of this process removed while a subscription had not completed them, by the rule that removed them (max_retention, zero_subscription, dead_subscription, topic_deleted).",
 		}, []string{"topic", "reason"}),
 		fsyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "spool_wal_fsync_duration_seconds",

@@ -420,6 +420,11 @@ const (
 	// ExpiredDeadSubscription: every subscription holding retention (ACTIVE, PAUSED) had completed
 	// the messages and they were older than message_retention, but a DEAD subscription had not.
 	ExpiredDeadSubscription ExpiryReason = "dead_subscription"
+	// ExpiredTopicDeleted: the messages were committed but not yet in the log when their topic
+	// was deleted (a forced delete, or a delete by an instance that does not know them): on
+	// PostgreSQL, transactional publishes waiting in spool.staged for the sequencer. The engine
+	// reports them with its next retention run.
+	ExpiredTopicDeleted ExpiryReason = "topic_deleted"
 )
 
 // ExpiredCount is a number of messages of one topic that retention removed for one reason while

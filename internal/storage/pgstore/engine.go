@@ -187,6 +187,10 @@ type Engine struct {
 	// sequenced.
 	seqWake chan struct{}
 	seqRows atomic.Int64
+	// dropped counts, by topic name, the staged messages that a forced topic delete or the
+	// sequencer removed, until the next RetentionApply reports them (invariant 1: a metric
+	// counts every removal).
+	dropped droppedCounts
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema

@@ -61,6 +61,7 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 		return nil, e.mapErr(fmt.Errorf("pgstore: retention: list topics: %w", err))
 	}
 	res := &storage.RetentionResult{}
+	e.dropped.drain(res)
 	for _, t := range topics {
 		if err := ctx.Err(); err != nil {
 			return res, err

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -163,10 +165,11 @@ func (e *Engine) sequence(ctx context.Context) (int, error) {
 	}
 	for attempt := 0; ; attempt++ {
 		var plans []*appendPlan
+		var drops []topicDrop
 		var n int
 		err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			plans, n, err = e.sequenceTx(ctx, tx, now)
+			plans, drops, n, err = e.sequenceTx(ctx, tx, now)
 			return err
 		})
 		if err != nil && attempt == 0 && isNoPartition(err) {
@@ -181,6 +184,9 @@ func (e *Engine) sequence(ctx context.Context) (int, error) {
 			return 0, err
 		}
 		e.seqRows.Add(int64(n))
+		for _, d := range drops {
+			e.dropped.add(d.topic, d.n)
+		}
 		for _, plan := range plans {
 			e.announce(storage.Notification{Kind: storage.NotifyMessages, Topic: plan.topic.name})
 		}
@@ -191,19 +197,19 @@ func (e *Engine) sequence(ctx context.Context) (int, error) {
 // sequenceTx takes the staged rows under the sequencing lock and appends them, one topic after the
 // other in id order (the lock order of the partition rows). It returns the plans appended and the
 // number of rows taken.
-func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) ([]*appendPlan, int, error) {
+func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plans []*appendPlan, drops []topicDrop, n int, err error) {
 	b := &pgx.Batch{}
 	b.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
 	b.Queue(e.sql(takeStagedSQL), sequenceBatch, sequenceBytes)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
-		return nil, 0, fmt.Errorf("pgstore: sequencer lock: %w", err)
+		return nil, nil, 0, fmt.Errorf("pgstore: sequencer lock: %w", err)
 	}
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
-		return nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
+		return nil, nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
 	}
 	var staged []stagedRow
 	for rows.Next() {
@@ -212,13 +218,13 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) ([]*a
 			&r.notBefore, &r.expiresAt, &r.size, &r.topic); err != nil {
 			rows.Close()
 			_ = br.Close()
-			return nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
+			return nil, nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
 		}
 		staged = append(staged, r)
 	}
 	rows.Close()
 	if err := errors.Join(rows.Err(), br.Close()); err != nil {
-		return nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
+		return nil, nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
 	}
 	slices.SortFunc(staged, func(a, b stagedRow) int {
 		if a.topicID != b.topicID {
@@ -226,8 +232,6 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) ([]*a
 		}
 		return int(a.id - b.id)
 	})
-	var plans []*appendPlan
-	dropped := 0
 	for i := 0; i < len(staged); {
 		j := i
 		for j < len(staged) && staged[j].topicID == staged[i].topicID {
@@ -236,28 +240,38 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) ([]*a
 		var rows []stagedRow
 		for _, r := range staged[i:j] {
 			if r.topic == nil {
-				dropped++ // its topic (or partition) was deleted after the commit
-				continue
+				continue // its topic (or partition) was deleted after the commit
 			}
 			rows = append(rows, r)
 		}
 		if len(rows) > 0 {
 			plans = append(plans, stagedPlan(rows))
 		}
+		if dropped := j - i - len(rows); dropped > 0 {
+			// TopicDelete deletes a topic's staged rows (or refuses): only a delete by an
+			// instance that predates it leaves some. The name is gone with the topic.
+			name := fmt.Sprintf("(deleted topic %d)", staged[i].topicID)
+			e.log.Warn("pgstore: dropped committed transactional messages of a deleted topic", "topic", name, "messages", dropped)
+			drops = append(drops, topicDrop{name, int64(dropped)})
+		}
 		i = j
-	}
-	if dropped > 0 {
-		e.log.Info("pgstore: dropped staged messages of deleted topics", "messages", dropped)
 	}
 	for k, plan := range plans {
 		if k == len(plans)-1 {
 			finalBatch(tx)
 		}
 		if _, err := e.appendInTx(ctx, tx, plan, plan.stored, now, ""); err != nil {
-			return plans, 0, err
+			return plans, nil, 0, err
 		}
 	}
-	return plans, len(staged), nil
+	return plans, drops, len(staged), nil
+}
+
+// topicDrop is a number of staged messages of a deleted topic that a sequencing transaction
+// removed.
+type topicDrop struct {
+	topic string
+	n     int64
 }
 
 // stagedPlan is the append plan of one topic's staged rows (sorted by id).
@@ -296,4 +310,34 @@ func stagedPlan(rows []stagedRow) *appendPlan {
 	}
 	plan.stored = len(rows)
 	return plan
+}
+
+// droppedCounts counts staged messages removed before they reached the log, by topic name.
+type droppedCounts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// add counts n messages of topic removed.
+func (d *droppedCounts) add(topic string, n int64) {
+	if n <= 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == nil {
+		d.n = map[string]int64{}
+	}
+	d.n[topic] += n
+}
+
+// drain moves the counts into res as expired by storage.ExpiredTopicDeleted, topics by name.
+func (d *droppedCounts) drain(res *storage.RetentionResult) {
+	d.mu.Lock()
+	n := d.n
+	d.n = nil
+	d.mu.Unlock()
+	for _, topic := range slices.Sorted(maps.Keys(n)) {
+		res.AddExpired(topic, storage.ExpiredTopicDeleted, n[topic])
+	}
 }

@@ -171,22 +171,60 @@ func TestRetentionWithStagedMessages(t *testing.T) {
 	equalStrings(t, claimPayloads(t, e, q.ID), []string{"0:1=slow-tx"}, "claims after the commit")
 }
 
-// TestSequencerDropsDeletedTopics: staged messages whose topic was deleted after the commit are
-// dropped by the sequencer, which goes on with the others.
+// TestTopicDeleteStagedMessages: committed transactional publishes that the sequencer has not
+// moved into the log yet keep a topic from being deleted without force, as messages not done do;
+// a forced delete removes them and the next retention run reports them as expired (invariant 1).
+func TestTopicDeleteStagedMessages(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "del.q", storage.TopicConfig{})
+	logTopic(t, e, "del.p", storage.TopicConfig{Semantics: storage.PubSub})
+	logTopic(t, e, "del.b", storage.TopicConfig{})
+	// Stage while the sequencers cannot run (their lock is held).
+	lock := lockRows(t, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
+	for _, topic := range []string{"del.q", "del.p", "del.p", "del.b"} {
+		must(0, stagedPublish(t, e, topic, 0, "m").Commit(ctx))(t)
+	}
+	for _, topic := range []string{"del.q", "del.p"} {
+		err := e.TopicDelete(ctx, &storage.TopicDeleteParams{Name: topic})
+		if !errors.Is(err, storage.ErrTopicHasSubscriptions) {
+			t.Fatalf("delete %s without force with a committed staged message: %v, want ErrTopicHasSubscriptions", topic, err)
+		}
+		must(0, e.TopicDelete(ctx, &storage.TopicDeleteParams{Name: topic, Force: true}))(t)
+	}
+	res := must(e.RetentionApply(ctx))(t)
+	want := []storage.ExpiredCount{{Topic: "del.p", Reason: storage.ExpiredTopicDeleted, Messages: 2},
+		{Topic: "del.q", Reason: storage.ExpiredTopicDeleted, Messages: 1}}
+	if !slices.Equal(res.Expired, want) || res.MessagesExpired != 3 {
+		t.Fatalf("retention after the forced deletes: expired %d %+v, want %+v", res.MessagesExpired, res.Expired, want)
+	}
+	lock.release()
+	awaitSequenced(t, e)
+	if st := must(e.TopicStats(ctx, "del.b"))(t); st.Messages != 1 {
+		t.Fatalf("del.b holds %d messages, want 1", st.Messages)
+	}
+	if res := must(e.RetentionApply(ctx))(t); res.MessagesExpired != 0 {
+		t.Fatalf("second retention run: %+v, want nothing expired", *res)
+	}
+}
+
+// TestSequencerDropsDeletedTopics: staged messages whose topic was deleted after the commit
+// without them (as an instance older than TopicDelete's staged check does) are dropped by the
+// sequencer, which goes on with the others, and counted as expired by the next retention run.
 func TestSequencerDropsDeletedTopics(t *testing.T) {
 	t.Parallel()
 	e, _ := logEngine(t)
 	ctx := t.Context()
 	logTopic(t, e, "del.a", storage.TopicConfig{})
 	logTopic(t, e, "del.b", storage.TopicConfig{})
-	// Stage while the sequencers cannot run (their lock is held), delete a, then let them run.
+	var idA int64
+	must(0, e.pool.QueryRow(ctx, e.sql("SELECT id FROM spool.topics WHERE name = 'del.a'")).Scan(&idA))(t)
 	lock := lockRows(t, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
 	for _, topic := range []string{"del.a", "del.b"} {
 		must(0, stagedPublish(t, e, topic, 0, "m").Commit(ctx))(t)
 	}
-	if err := e.TopicDelete(ctx, &storage.TopicDeleteParams{Name: "del.a", Force: true}); err != nil {
-		t.Fatal(err)
-	}
+	must(e.pool.Exec(ctx, e.sql("DELETE FROM spool.topics WHERE id = $1"), idA))(t)
 	lock.release()
 	awaitSequenced(t, e)
 	if st := must(e.TopicStats(ctx, "del.b"))(t); st.Messages != 1 {
@@ -194,6 +232,11 @@ func TestSequencerDropsDeletedTopics(t *testing.T) {
 	}
 	if _, err := e.TopicStats(ctx, "del.a"); !errors.Is(err, storage.ErrTopicNotFound) {
 		t.Fatalf("del.a: %v", err)
+	}
+	res := must(e.RetentionApply(ctx))(t)
+	want := []storage.ExpiredCount{{Topic: fmt.Sprintf("(deleted topic %d)", idA), Reason: storage.ExpiredTopicDeleted, Messages: 1}}
+	if !slices.Equal(res.Expired, want) {
+		t.Fatalf("retention after the drop: %+v, want %+v", res.Expired, want)
 	}
 }
 

@@ -350,8 +350,12 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 // their delivery state (ON DELETE CASCADE). Its messages stay in their buckets until retention
 // drops them; topic ids are never reused, so a topic created again under the name starts empty.
 // Without Force it fails with storage.ErrTopicHasSubscriptions while a durable subscription other
-// than the queue subscription is ACTIVE or PAUSED, or while the queue subscription (ACTIVE or
-// PAUSED) has messages not done. Locks, in the documented order: the topic, its partitions (which
+// than the queue subscription is ACTIVE or PAUSED, while the queue subscription (ACTIVE or
+// PAUSED) has messages not done, or while spool.staged holds committed transactional publishes
+// of the topic not sequenced yet; with Force those staged messages are deleted in the same
+// transaction and counted as expired (storage.ExpiredTopicDeleted, reported by the next
+// RetentionApply). The topic row lock waits for every staging transaction of the topic (they
+// hold it FOR SHARE), so the check sees all of them. Locks, in the documented order: the topic, its partitions (which
 // waits for publishers in flight), its subscriptions and their partitions, so the check sees
 // every committed message and no claim or ack runs meanwhile. Taking those locks (and the check)
 // is bounded by Config.TxTimeout (past it: TIMEOUT, retryable; nothing is deleted); the delete
@@ -361,7 +365,9 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 	if err := params.Check(); err != nil {
 		return err
 	}
+	var dropped int64
 	err := e.txLocksBounded(ctx, "topic delete", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
+		dropped = 0
 		t, err := e.loadTopic(ctx, tx, params.Name, forUpdate)
 		if err != nil {
 			return err
@@ -395,10 +401,25 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 						storage.ErrTopicHasSubscriptions, params.Name, st.Pending)
 				}
 			}
+			// Committed transactional publishes not sequenced yet (the topic row lock waited for
+			// every staging transaction of the topic, so all of them are visible).
+			var staged bool
+			if err := tx.QueryRow(ctx, e.sql("SELECT EXISTS (SELECT 1 FROM spool.staged WHERE topic_id = $1)"), t.id).Scan(&staged); err != nil {
+				return fmt.Errorf("pgstore: topic delete %q: staged messages: %w", params.Name, err)
+			}
+			if staged {
+				return fmt.Errorf("%w: topic %q has committed transactional messages not yet in the log (retry, or use force to delete them)",
+					storage.ErrTopicHasSubscriptions, params.Name)
+			}
 		}
 		if err := locked(); err != nil {
 			return err
 		}
+		tag, err := tx.Exec(ctx, e.sql("DELETE FROM spool.staged WHERE topic_id = $1"), t.id)
+		if err != nil {
+			return fmt.Errorf("pgstore: topic delete %q: staged messages: %w", params.Name, err)
+		}
+		dropped = tag.RowsAffected()
 		if _, err := tx.Exec(ctx, e.sql("DELETE FROM spool.topics WHERE id = $1"), t.id); err != nil {
 			return fmt.Errorf("pgstore: topic delete %q: %w", params.Name, err)
 		}
@@ -406,6 +427,11 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 	})
 	if err != nil {
 		return err
+	}
+	if dropped > 0 {
+		e.dropped.add(params.Name, dropped)
+		e.log.Warn("pgstore: topic delete removed committed transactional messages not yet in the log",
+			"topic", params.Name, "messages", dropped)
 	}
 	e.announce(storage.Notification{Kind: storage.NotifyTopicDeleted, Topic: params.Name})
 	return nil
