@@ -2,10 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -26,9 +29,11 @@ import (
 // producer id seen in an earlier call of the same transaction makes the later message a
 // duplicate of the earlier one, as if the calls had run one after the other. When the combined
 // transaction fails (one call's message is too large, a partition out of range, a database
-// error), every call runs again alone, so that one cannot fail the others; a transaction that
-// exceeded Config.TxTimeout fails all of its calls with the timeout instead (as a delivery lane's,
-// see runOps).
+// error the server reported), every call runs again alone, so that one cannot fail the others; a
+// transaction that exceeded Config.TxTimeout fails all of its calls with the timeout instead (as a
+// delivery lane's, see runOps), and so does a storage failure (unavailable, full, or a connection
+// lost during the COMMIT, whose outcome is unknown: running the calls again could store their
+// messages twice), with that failure (rerunAlone).
 
 // maxCombinedMessages and maxCombinedBytes bound one combined append transaction (the first call
 // is taken whatever its size).
@@ -295,12 +300,33 @@ func (e *Engine) runAppends(ctx context.Context, batch []*appendOp) {
 			op.err = err
 		}
 		return
-	case len(batch) > 1:
+	case len(batch) > 1 && rerunAlone(err):
 		e.log.Debug("pgstore: combined publish transaction failed, running its calls one by one", "calls", len(batch), "err", err)
 		for _, op := range batch {
 			e.runAppends(ctx, []*appendOp{op})
 		}
 		return
 	}
-	batch[0].err = err
+	if len(batch) > 1 {
+		e.log.Warn("pgstore: combined publish transaction failed", "calls", len(batch), "err", err)
+	}
+	for _, op := range batch {
+		op.err = err
+	}
+}
+
+// rerunAlone reports whether the calls of a combined append that failed with err may run again
+// one by one: the transaction certainly did not commit and one call may be the cause (a storage
+// sentinel such as ErrMessageTooLarge or ErrInvalidArgument, or an error the server reported for
+// a statement). Not after a storage failure (storage.IOError: the database is unavailable or
+// full, or the connection broke after the COMMIT was sent and the outcome is unknown, so running
+// again could store the messages twice) nor after any other error.
+func rerunAlone(err error) bool {
+	var ioe *storage.IOError
+	if errors.As(err, &ioe) || errors.Is(err, storage.ErrUnavailable) || errors.Is(err, storage.ErrFull) ||
+		errors.Is(err, storage.ErrClosed) {
+		return false
+	}
+	var pe *pgconn.PgError
+	return isStorageErr(err) || errors.As(err, &pe)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/testutil"
 )
@@ -187,5 +189,62 @@ func TestAppendsAsyncCombined(t *testing.T) {
 	case o := <-outs:
 		t.Fatalf("a done called twice: %+v", o)
 	default:
+	}
+}
+
+// TestAppendsCombinedStorageFailure: a combined publish transaction that fails for the database
+// (here its connection is terminated while it waits for a partition row) fails every call with
+// that failure and runs none of them again: after a connection lost during the COMMIT the
+// outcome is unknown, and running the calls again could store their messages twice.
+func TestAppendsCombinedStorageFailure(t *testing.T) {
+	t.Parallel()
+	e := openConns(t, 8)
+	ctx := t.Context()
+	const topic = "pub.f"
+	logTopic(t, e, topic, storage.TopicConfig{Partitions: 2})
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
+		WHERE t.name = $1 AND p.partition = 0 FOR UPDATE OF p`), topic)
+	terminateWaiter := func() {
+		t.Helper()
+		awaitBlockedBy(t, e, b.pid())
+		must(e.pool.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", b.pid()))(t)
+	}
+	first := goAppend(t, e, topic, msg(0, "a", ""))
+	awaitBlockedBy(t, e, b.pid())
+	c1 := goAppend(t, e, topic, msg(0, "c1", ""))
+	awaitAppendsQueued(t, e, topic, 1)
+	c2 := goAppend(t, e, topic, msg(1, "c2", ""))
+	awaitAppendsQueued(t, e, topic, 2)
+	terminateWaiter()
+	if o := <-first; !errors.Is(o.err, storage.ErrUnavailable) {
+		t.Fatalf("the first publish, its connection terminated: %v, want ErrUnavailable", o.err)
+	}
+	terminateWaiter() // the combined transaction of c1 and c2
+	b.release()
+	for i, ch := range []<-chan appendOut{c1, c2} {
+		if o := <-ch; !errors.Is(o.err, storage.ErrUnavailable) {
+			t.Errorf("call %d of the combined transaction: %+v, want ErrUnavailable", i+1, o)
+		}
+	}
+	if st := must(e.TopicStats(ctx, topic))(t); st.Messages != 0 {
+		t.Errorf("topic holds %d messages, want 0", st.Messages)
+	}
+
+	// Which failures let the calls run again alone.
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("%w: message 0 is too large", storage.ErrMessageTooLarge), true},
+		{invalid("partition 9 out of range"), true},
+		{fmt.Errorf("pgstore: append: %w", &pgconn.PgError{Code: "23505"}), true},
+		{&storage.IOError{Reason: "database connection lost during COMMIT", Err: errors.New("EOF")}, false},
+		{&storage.IOError{Kind: storage.ErrUnavailable, Reason: "database connection lost", Err: errors.New("EOF")}, false},
+		{&storage.IOError{Kind: storage.ErrFull, Reason: "database out of disk space", Err: errors.New("53100")}, false},
+		{errors.New("conn busy"), false},
+	} {
+		if got := rerunAlone(c.err); got != c.want {
+			t.Errorf("rerunAlone(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -39,7 +39,10 @@
 // (appendcombine.go: while one runs, the calls that arrive wait and the next transaction appends
 // them all), so a partition's publish rate is the commit rate times the batch, not one commit per
 // message; MessagesAppendAsync queues there without a goroutine waiting, so one connection's
-// publishes share transactions too.
+// publishes share transactions too. A combined transaction that fails for one call's input runs
+// each call again alone; one that fails for the database (unavailable, full, a connection lost
+// during the COMMIT, whose outcome is unknown) fails every call with that error, never running
+// them again, which could store their messages twice.
 //
 // Applications' transactions (PublishTx, SQL spool.publish) do not write to the log: they stage
 // their messages in spool.staged, without an offset and without the partition row lock, and
