@@ -47,8 +47,10 @@
 // Applications' transactions (PublishTx, SQL spool.publish) do not write to the log: they stage
 // their messages in spool.staged, without an offset and without the partition row lock, and
 // after they commit a sequencer appends the committed rows in one short broker transaction, one
-// sequencing transaction at a time per schema (sequencer.go, migrations/0007_staged.sql). So an
-// application that publishes and then works for a while holds up no other publisher.
+// sequencing transaction at a time per schema (pg_try_advisory_xact_lock; partition rows taken
+// with SKIP LOCKED, so a topic being deleted or updated stalls only itself), in staging order
+// among committed rows (sequencer.go, migrations/0007_staged.sql). So an application that
+// publishes and then works for a while holds up no other publisher.
 //
 // # Message log
 //

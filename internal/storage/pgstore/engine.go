@@ -184,9 +184,10 @@ type Engine struct {
 	appends              appendLanes
 	appendTxs, appendOps atomic.Int64
 	// seqWake wakes the sequencer of staged messages (sequencer.go); seqRows counts the rows it
-	// sequenced.
-	seqWake chan struct{}
-	seqRows atomic.Int64
+	// sequenced (or dropped), seqBusy its attempts that found the sequencing lock held, seqEmpty
+	// its transactions that found nothing staged, seqCycles the wake-ups it finished.
+	seqWake                               chan struct{}
+	seqRows, seqBusy, seqEmpty, seqCycles atomic.Int64
 	// dropped counts, by topic name, the staged messages that a forced topic delete or the
 	// sequencer removed, until the next RetentionApply reports them (invariant 1: a metric
 	// counts every removal).

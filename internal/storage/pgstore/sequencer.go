@@ -26,16 +26,25 @@ import (
 //
 // Every instance runs a sequencer (sequencerLoop), woken by the notification the application's
 // transaction sends at commit ("staged") and by a timer (Config.PollInterval). Sequencing
-// transactions run one at a time per schema: each first takes an advisory transaction lock, and
-// its DELETE runs after it holds the lock, so it sees every row committed before the previous
-// sequencing transaction ended. A message whose transaction committed before another transaction
-// staged its message thus gets the lower offset; messages of one transaction keep their order.
-// There is no election and no failover: an instance that dies mid-transaction rolls it back and
-// the next wake-up of any instance sequences the rows.
+// transactions run one at a time per schema: each first tries an advisory transaction lock
+// (pg_try_advisory_xact_lock: an instance that finds it held tries again a few milliseconds
+// later instead of blocking a pooled connection, since the holder may not see the rows that woke
+// it), and its DELETE runs after it holds the lock, so it sees every row committed before the
+// previous sequencing transaction ended. A wake-up ends with the first transaction that took
+// fewer rows than its bounds (no extra empty transaction). Rows are taken in staging (id) order
+// among the committed ones, per partition: the transaction locks the partition rows of the oldest
+// staged rows with SKIP LOCKED and takes only the rows of the partitions it holds, so a topic
+// whose partition rows are held (a topic delete or update) waits alone and the others go on.
+// The order between concurrent transactions is thus staging order among committed rows, not
+// commit order; a transaction that commits before another one publishes gets the lower offset
+// (its row has the lower id and is visible whenever the later one is); messages of one transaction
+// keep their order; offsets stay gapless (invariant 2 only needs that per partition). There is no
+// election and no failover: an instance that dies mid-transaction rolls it back and the next
+// wake-up of any instance sequences the rows.
 //
 // The costs: every transactional message is written twice (staged, then logged) and deleted once
 // from spool.staged (vacuumed after a fixed number of changes); it becomes visible to consumers
-// one sequencing transaction after the commit (a notification and two round trips, a few
+// one sequencing transaction after the commit (a notification and three round trips, a few
 // milliseconds; the poll interval when notifications are lost); and its offset is not known to
 // the application (PublishTx and spool.publish answer offset -1 / NULL).
 
@@ -96,6 +105,13 @@ func (e *Engine) wakeSequencer() {
 	}
 }
 
+// seqRetryMin and seqRetryMax bound the wait before the sequencer tries again when another
+// instance holds the sequencing lock or a partition row was held elsewhere (doubling in between).
+const (
+	seqRetryMin = 5 * time.Millisecond
+	seqRetryMax = time.Second
+)
+
 // sequencerLoop sequences staged messages when woken and every PollInterval, until Close.
 func (e *Engine) sequencerLoop() {
 	defer e.wg.Done()
@@ -108,36 +124,88 @@ func (e *Engine) sequencerLoop() {
 		case <-e.seqWake:
 		case <-t.C:
 		}
-		// Until a transaction finds nothing: one that took rows may have left some (its bounds).
-		for e.bgCtx.Err() == nil {
-			n, err := e.sequence(e.bgCtx)
-			if err != nil {
-				if e.bgCtx.Err() == nil {
-					e.log.Warn("pgstore: sequencing staged messages failed", "err", err)
-				}
-				break
-			}
-			if n == 0 {
-				break
-			}
-		}
+		e.sequenceAll()
+		e.seqCycles.Add(1)
 	}
 }
 
-// takeStagedSQL takes the oldest staged rows (committed ones: the others are invisible), at most
-// $1 rows and, past the first, $2 bytes, with their topic's name; a row whose topic or partition
-// is gone has a NULL name.
-const takeStagedSQL = `WITH s AS (
+// sequenceAll runs sequencing transactions until one takes every committed row it found within
+// its bounds. When another instance holds the sequencing lock (its snapshot may predate the rows
+// that woke this one) or a partition row was held elsewhere (its rows were left), it tries again
+// after a short wait, doubling up to seqRetryMax (bounded by PollInterval), instead of blocking a
+// pooled connection on the lock.
+func (e *Engine) sequenceAll() {
+	wait := seqRetryMin
+	for e.bgCtx.Err() == nil {
+		r, err := e.sequence(e.bgCtx)
+		if err != nil {
+			if e.bgCtx.Err() == nil {
+				e.log.Warn("pgstore: sequencing staged messages failed", "err", err)
+			}
+			return
+		}
+		switch {
+		case r.taken > 0 && r.more():
+			wait = seqRetryMin
+			continue
+		case !r.busy && r.skipped() == 0:
+			return
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-e.bgCtx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		wait = min(2*wait, seqRetryMax, max(e.cfg.PollInterval, seqRetryMin))
+	}
+}
+
+// seqRun is what one sequencing transaction found.
+type seqRun struct {
+	busy bool // another transaction held the sequencing lock: nothing was looked at
+	// cands: staged rows looked at (the oldest, at most sequenceBatch); eligible: those whose
+	// partition row this transaction holds or whose partition is gone; taken: those sequenced or
+	// dropped (eligible ones within sequenceBytes).
+	cands, eligible, taken int
+}
+
+// more reports whether staged rows beyond the transaction's bounds may be waiting.
+func (r seqRun) more() bool { return r.cands == sequenceBatch || r.taken < r.eligible }
+
+// skipped is the number of rows left because another transaction held their partition row.
+func (r seqRun) skipped() int { return r.cands - r.eligible }
+
+// takeStagedSQL takes the oldest staged rows of the partitions it can lock: it looks at the
+// oldest $1 rows (committed ones: the others are invisible), locks their partitions' rows with
+// SKIP LOCKED (in topic and partition order; a partition held by a topic delete or update, or an
+// append, is left for a later transaction: one locked topic does not stall the others), and
+// deletes the rows of the partitions it holds or that are gone, in id order, at most $2 bytes past
+// the first. Per partition, the rows taken are a prefix of its staged rows in id order, which is
+// all invariant 2 needs. Every result row carries the counts (cands, eligible); without rows
+// taken, one row with NULL id. A row whose topic or partition is gone has a NULL name.
+const takeStagedSQL = `WITH c AS (
+	SELECT id, topic_id, partition, size FROM spool.staged ORDER BY id LIMIT $1),
+p AS (
+	SELECT p.topic_id, p.partition FROM spool.partitions p
+	WHERE (p.topic_id, p.partition) IN (SELECT topic_id, partition FROM c)
+	ORDER BY p.topic_id, p.partition
+	FOR UPDATE SKIP LOCKED),
+e AS (
+	SELECT c.id, c.size FROM c
+	WHERE EXISTS (SELECT 1 FROM p WHERE p.topic_id = c.topic_id AND p.partition = c.partition)
+		OR NOT EXISTS (SELECT 1 FROM spool.partitions x WHERE x.topic_id = c.topic_id AND x.partition = c.partition)),
+s AS (
 	DELETE FROM spool.staged WHERE id IN (
-		SELECT id FROM (
-			SELECT id, size, sum(size) OVER (ORDER BY id) AS upto
-			FROM (SELECT id, size FROM spool.staged ORDER BY id LIMIT $1) f) w
+		SELECT id FROM (SELECT id, size, sum(size) OVER (ORDER BY id) AS upto FROM e) w
 		WHERE upto - size < $2)
 	RETURNING id, topic_id, partition, key, headers, payload, producer_id, not_before, expires_at, size)
-SELECT s.id, s.topic_id, s.partition, s.key, s.headers::text, s.payload, s.producer_id, s.not_before, s.expires_at, s.size,
+SELECT n.cands, n.eligible, s.id, s.topic_id, s.partition, s.key, s.headers::text, s.payload, s.producer_id, s.not_before, s.expires_at, s.size,
 	(SELECT t.name FROM spool.topics t JOIN spool.partitions p ON p.topic_id = t.id AND p.partition = s.partition
 	 WHERE t.id = s.topic_id)
-FROM s`
+FROM (SELECT (SELECT count(*) FROM c) AS cands, (SELECT count(*) FROM e) AS eligible) n
+LEFT JOIN s ON true`
 
 // stagedRow is a row of spool.staged.
 type stagedRow struct {
@@ -154,78 +222,95 @@ type stagedRow struct {
 	topic      *string
 }
 
-// sequence runs one sequencing transaction (bounded by Config.TxTimeout) and returns the number of
-// staged rows it took.
-func (e *Engine) sequence(ctx context.Context) (int, error) {
+// sequence runs one sequencing transaction (bounded by Config.TxTimeout) and returns what it
+// found.
+func (e *Engine) sequence(ctx context.Context) (seqRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
 	defer cancel()
 	now := e.clock.Now()
 	if err := e.ensureBucket(ctx, now); err != nil {
-		return 0, err
+		return seqRun{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		var plans []*appendPlan
 		var drops []topicDrop
-		var n int
+		var r seqRun
 		err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			plans, drops, n, err = e.sequenceTx(ctx, tx, now)
+			plans, drops, r, err = e.sequenceTx(ctx, tx, now)
 			return err
 		})
 		if err != nil && attempt == 0 && isNoPartition(err) {
 			for _, plan := range plans {
 				if err := e.recreateBuckets(ctx, now, plan); err != nil {
-					return 0, err
+					return seqRun{}, err
 				}
 			}
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return seqRun{}, err
 		}
-		e.seqRows.Add(int64(n))
+		if r.busy {
+			e.seqBusy.Add(1)
+		} else if r.cands == 0 {
+			e.seqEmpty.Add(1)
+		}
+		e.seqRows.Add(int64(r.taken))
 		for _, d := range drops {
 			e.dropped.add(d.topic, d.n)
 		}
 		for _, plan := range plans {
 			e.announce(storage.Notification{Kind: storage.NotifyMessages, Topic: plan.topic.name})
 		}
-		return n, nil
+		return r, nil
 	}
 }
 
-// sequenceTx takes the staged rows under the sequencing lock and appends them, one topic after the
-// other in id order (the lock order of the partition rows). It returns the plans appended and the
-// number of rows taken.
-func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plans []*appendPlan, drops []topicDrop, n int, err error) {
+// sequenceTx takes the sequencing lock if it is free (else it returns busy), then the staged rows
+// of the partitions it can lock (takeStagedSQL, run after the lock is held so that it sees every
+// row committed before the previous sequencing transaction ended), and appends them, one topic
+// after the other in id order (the lock order of the partition rows). It returns the plans
+// appended, the rows of deleted topics it dropped and what it found.
+func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plans []*appendPlan, drops []topicDrop, r seqRun, err error) {
+	var locked bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockKey(e.schema, "sequencer")).Scan(&locked); err != nil {
+		return nil, nil, r, fmt.Errorf("pgstore: sequencer lock: %w", err)
+	}
+	if !locked {
+		r.busy = true
+		return nil, nil, r, nil
+	}
 	b := &pgx.Batch{}
-	b.Queue("SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
 	b.Queue(e.sql(takeStagedSQL), sequenceBatch, sequenceBytes)
 	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, nil, 0, fmt.Errorf("pgstore: sequencer lock: %w", err)
-	}
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
-		return nil, nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
+		return nil, nil, r, fmt.Errorf("pgstore: take staged messages: %w", err)
 	}
 	var staged []stagedRow
 	for rows.Next() {
-		var r stagedRow
-		if err := rows.Scan(&r.id, &r.topicID, &r.partition, &r.key, &r.headers, &r.payload, &r.producerID,
-			&r.notBefore, &r.expiresAt, &r.size, &r.topic); err != nil {
+		var sr stagedRow
+		var id, topicID *int64
+		var part, size *int32
+		if err := rows.Scan(&r.cands, &r.eligible, &id, &topicID, &part, &sr.key, &sr.headers, &sr.payload, &sr.producerID,
+			&sr.notBefore, &sr.expiresAt, &size, &sr.topic); err != nil {
 			rows.Close()
 			_ = br.Close()
-			return nil, nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
+			return nil, nil, r, fmt.Errorf("pgstore: take staged messages: %w", err)
 		}
-		staged = append(staged, r)
+		if id == nil {
+			continue // none taken
+		}
+		sr.id, sr.topicID, sr.partition, sr.size = *id, *topicID, *part, *size
+		staged = append(staged, sr)
 	}
 	rows.Close()
 	if err := errors.Join(rows.Err(), br.Close()); err != nil {
-		return nil, nil, 0, fmt.Errorf("pgstore: take staged messages: %w", err)
+		return nil, nil, r, fmt.Errorf("pgstore: take staged messages: %w", err)
 	}
+	r.taken = len(staged)
 	slices.SortFunc(staged, func(a, b stagedRow) int {
 		if a.topicID != b.topicID {
 			return int(a.topicID - b.topicID)
@@ -238,11 +323,11 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plan
 			j++
 		}
 		var rows []stagedRow
-		for _, r := range staged[i:j] {
-			if r.topic == nil {
+		for _, sr := range staged[i:j] {
+			if sr.topic == nil {
 				continue // its topic (or partition) was deleted after the commit
 			}
-			rows = append(rows, r)
+			rows = append(rows, sr)
 		}
 		if len(rows) > 0 {
 			plans = append(plans, stagedPlan(rows))
@@ -261,10 +346,10 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plan
 			finalBatch(tx)
 		}
 		if _, err := e.appendInTx(ctx, tx, plan, plan.stored, now, ""); err != nil {
-			return plans, nil, 0, err
+			return plans, nil, r, err
 		}
 	}
-	return plans, drops, len(staged), nil
+	return plans, drops, r, nil
 }
 
 // topicDrop is a number of staged messages of a deleted topic that a sequencing transaction

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
 	"github.com/spoolmq/spool/internal/testutil"
 )
 
@@ -104,9 +105,10 @@ func TestCommitOrderTwoInstances(t *testing.T) {
 	equalStrings(t, claimPayloads(t, e2, g2.ID), []string{"0:2=A"}, "g2 after A commits")
 }
 
-// TestStagedCommitOrder: messages of transactions that committed one after the other are
-// sequenced in commit order, whatever order they staged in, and the messages of one transaction
-// keep their order; a rolled-back transaction leaves nothing staged and takes no offset.
+// TestStagedCommitOrder: messages of transactions that committed one after the other, each
+// sequenced before the next commits, are in the log in that order whatever order they staged in
+// (staging order applies among the rows committed when a sequencing transaction runs), and the
+// messages of one transaction keep their order; a rolled-back transaction leaves nothing staged and takes no offset.
 func TestStagedCommitOrder(t *testing.T) {
 	t.Parallel()
 	e, _ := logEngine(t)
@@ -285,5 +287,82 @@ func TestSequencerBounded(t *testing.T) {
 	}
 	if got := e.seqRows.Load() - seq0; got != n {
 		t.Fatalf("sequencer counted %d rows, want %d", got, n)
+	}
+}
+
+// TestSequencerNoExtraTransactions: a sequencer that finds the sequencing lock held neither
+// blocks a connection on it (it tries again later), and a wake-up that sequences fewer rows than
+// a transaction's bounds ends there, without an empty transaction to find out.
+func TestSequencerNoExtraTransactions(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, storagetest.NewFakeClock(logBase))
+	cfg.PollInterval = time.Minute // only notifications wake the sequencer here
+	e := logOpen(t, cfg)
+	ctx := t.Context()
+	logTopic(t, e, "quiet", storage.TopicConfig{})
+	testutil.Eventually(t, 10*time.Second, "the wake-up at Open finished", func() error {
+		if e.seqCycles.Load() == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	lock := lockRows(t, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "sequencer"))
+	busy0 := e.seqBusy.Load()
+	must(0, stagedPublish(t, e, "quiet", 0, "m").Commit(ctx))(t)
+	testutil.Eventually(t, 10*time.Second, "the sequencer finding its lock held", func() error {
+		if e.seqBusy.Load() == busy0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	var waiting int
+	must(0, e.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", lock.pid()).Scan(&waiting))(t)
+	if waiting != 0 {
+		t.Fatalf("%d backends wait for the sequencing lock, want none (pg_try_advisory_xact_lock)", waiting)
+	}
+	empty0, cycles0 := e.seqEmpty.Load(), e.seqCycles.Load()
+	lock.release()
+	awaitSequenced(t, e)
+	testutil.Eventually(t, 10*time.Second, "the wake-up finished", func() error {
+		if e.seqCycles.Load() == cycles0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if n := e.seqEmpty.Load() - empty0; n != 0 {
+		t.Fatalf("%d sequencing transactions found nothing after the one that took the message, want 0", n)
+	}
+}
+
+// TestSequencerSkipsLockedTopic: a topic whose partition rows are held (a topic delete or update
+// in progress) does not stall the transactional publishes of other topics; its own are sequenced
+// once the rows are free.
+func TestSequencerSkipsLockedTopic(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "held", storage.TopicConfig{})
+	logTopic(t, e, "free", storage.TopicConfig{})
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
+		WHERE t.name = 'held' FOR UPDATE OF p`))
+	must(0, stagedPublish(t, e, "held", 0, "h").Commit(ctx))(t)
+	must(0, stagedPublish(t, e, "free", 0, "f").Commit(ctx))(t)
+	testutil.Eventually(t, 10*time.Second, "free's message sequenced", func() error {
+		st, err := e.TopicStats(ctx, "free")
+		if err != nil {
+			return err
+		}
+		if st.Messages != 1 {
+			return fmt.Errorf("%d messages", st.Messages)
+		}
+		return nil
+	})
+	if st := must(e.TopicStats(ctx, "held"))(t); st.Messages != 0 {
+		t.Fatalf("held holds %d messages while its partition rows are held, want 0", st.Messages)
+	}
+	b.release()
+	awaitSequenced(t, e)
+	if st := must(e.TopicStats(ctx, "held"))(t); st.Messages != 1 {
+		t.Fatalf("held holds %d messages, want 1", st.Messages)
 	}
 }
