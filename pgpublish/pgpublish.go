@@ -12,8 +12,10 @@
 // It calls the SQL function <schema>.publish that the broker's migrations install (any language
 // can call it too): partitions are chosen as the broker does (FNV-1a of the key). The message is
 // staged inside the transaction, without an offset and without a lock that other publishers wait
-// for; once the transaction commits, a broker instance sequences it into the topic's log, in
-// commit order and gapless, and wakes the consumers (a few milliseconds later; at most the poll
+// for; once the transaction commits, a broker instance sequences it into the topic's log, gapless,
+// in staging order among committed messages (a transaction that commits before another one
+// publishes gets the lower offset; messages of one transaction keep their order), and wakes the
+// consumers (a few milliseconds later; at most the poll
 // interval if notifications are lost). A long transaction holds up nobody. The offset is not known
 // to the application: Position.Offset is -1.
 package pgpublish

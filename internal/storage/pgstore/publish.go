@@ -15,8 +15,9 @@ import (
 //
 // The messages are staged (spool.staged, see sequencer.go), not appended: they take no offset and
 // no lock that another publisher waits for, so a caller that publishes and then works for a while
-// holds up nobody. Once the caller commits, a broker instance's sequencer appends them to the log
-// in commit order, gapless, and consumers are woken. The returned positions carry the partitions
+// holds up nobody. Once the caller commits, a broker instance's sequencer appends them to the log,
+// gapless, in staging order among committed rows (a transaction that commits before another one
+// publishes gets the lower offset), and consumers are woken. The returned positions carry the partitions
 // and offset -1 (the offset is assigned by the sequencer); a duplicate of a stored message carries
 // its position (offset -1 while that one is still staged). If the caller rolls back, nothing was
 // published. The topic row is locked FOR SHARE until the caller's transaction ends (the topic

@@ -135,7 +135,7 @@ func clientSQL(t *testing.T, sql string) (string, error) {
 
 // TestPublishSQLFunction calls spool.publish from the real psql (clientSQL) and reads the messages
 // through the engine: keyed messages land where storage.PartitionForKey puts them, explicit
-// partitions, headers and the other fields are stored once sequenced (in commit order, gapless), a
+// partitions, headers and the other fields are stored once sequenced (gapless), a
 // producer id repeated is a duplicate, a rolled-back call leaves nothing, and errors are clear.
 func TestPublishSQLFunction(t *testing.T) {
 	t.Parallel()
