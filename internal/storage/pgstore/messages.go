@@ -120,7 +120,10 @@ var defaultDedupWindowNS = strconv.FormatInt(int64(storage.DefaultDedupWindow), 
 // claimIDsSQL claims the producer ids $2 (distinct, sorted: the lock order of the rows) of topic
 // $1 at $3 (see migrations/0006_producer_ids.sql): new ids are inserted, expired ones taken over,
 // both with partition -1 until setPositionsSQL; it returns the ids claimed. Any other id is a
-// duplicate (dupPositionsSQL). A row another transaction holds is waited for.
+// duplicate (dupPositionsSQL). A row another transaction holds is waited for, also one an
+// application's transaction claimed and has not ended (PublishTx, spool.publish): the append,
+// and the topic's publishes combined with or queued behind it, wait for that transaction, at most
+// Config.TxTimeout (docs/storage.md, "Producer de-duplication").
 var claimIDsSQL = `INSERT INTO spool.producer_ids AS d (topic_id, producer_id, expires_at, partition, "offset", published_at)
 SELECT t.id, v.id, $3::timestamptz + coalesce(nullif((t.config->>'dedup_window')::bigint, 0), ` + defaultDedupWindowNS + `) / 1000 * interval '1 microsecond',
 	-1, -1, $3::timestamptz

@@ -366,3 +366,27 @@ func TestSequencerSkipsLockedTopic(t *testing.T) {
 		t.Fatalf("held holds %d messages, want 1", st.Messages)
 	}
 }
+
+// TestBrokerPublishWaitsForAppProducerID: a broker publish reusing a producer id that an open
+// application transaction claimed waits for that transaction (docs/storage.md, "Producer
+// de-duplication"), then answers a duplicate of the staged message.
+func TestBrokerPublishWaitsForAppProducerID(t *testing.T) {
+	t.Parallel()
+	e := openConns(t, 8)
+	ctx := t.Context()
+	logTopic(t, e, "ids", storage.TopicConfig{})
+	tx := must(e.pool.Begin(ctx))(t)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "ids",
+		Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("app"), ProducerID: "x"}}}))(t)
+	out := goAppend(t, e, "ids", msg(0, "broker", "x"))
+	awaitBlockedBy(t, e, int(tx.Conn().PgConn().PID()))
+	must(0, tx.Commit(ctx))(t)
+	o := <-out
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if p := o.res.Positions[0]; !p.Duplicate || p.Partition != 0 {
+		t.Fatalf("broker publish of the application's id: %+v, want a duplicate in partition 0", p)
+	}
+}
