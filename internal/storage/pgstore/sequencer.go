@@ -107,9 +107,11 @@ func (e *Engine) wakeSequencer() {
 
 // seqRetryMin and seqRetryMax bound the wait before the sequencer tries again when another
 // instance holds the sequencing lock or a partition row was held elsewhere (doubling in between).
+// The cap is short: a partition that broker appends keep busy is free only between two of their
+// transactions, and its staged rows wait for a try that falls there.
 const (
 	seqRetryMin = 5 * time.Millisecond
-	seqRetryMax = time.Second
+	seqRetryMax = 100 * time.Millisecond
 )
 
 // sequencerLoop sequences staged messages when woken and every PollInterval, until Close.
