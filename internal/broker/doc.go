@@ -109,6 +109,9 @@
 // passing (the engine may give it to another member; a late ack still works). The deliveries
 // channel has capacity at least MaxInFlight and credit = MaxInFlight - reserved - max(held,
 // len(channel)), so a send never blocks even when expired deliveries still sit in the channel.
+// A queue limit (SetQueueLimit, -1 for none) further bounds reserved + len(channel) whatever
+// the credit: acks and expiries free credit, only the consumer taking deliveries frees queue room
+// (Take wakes the waiting owners then). A server bounds a connection's memory with it.
 // Channels cannot grow: SetMaxInFlight above the capacity moves the channel's contents, in order,
 // to a new larger channel under Member.mu (deliver sends under it too), and Deliveries returns the
 // new one from then on. Credit freed by the consumer taking such an expired delivery with

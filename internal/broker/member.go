@@ -53,6 +53,9 @@ type Member struct {
 	ended []EndedSubscription
 	// reserved counts deliveries being claimed for this member right now.
 	reserved int
+	// queueLimit, when not negative, bounds the deliveries waiting in ch plus those reserved,
+	// whatever the credit (SetQueueLimit): acks and expired leases free credit, not queue room.
+	queueLimit int
 	// waiting holds the owners that found the member without credit. Credit coming back (an ack,
 	// a nack, a reservation of another owner returned unused, a larger MaxInFlight, deliveries
 	// dropped by a detach) wakes them, and only them: a wildcard member on a thousand topics
@@ -134,6 +137,7 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 		notify:        p.Notify,
 		allow:         p.Allow,
 		maxInFlight:   maxInFlight,
+		queueLimit:    -1,
 		ch:            make(chan *storage.Delivery, maxInFlight),
 		closedCh:      make(chan struct{}),
 		inflight:      make(map[leaseKey]time.Time),
@@ -192,7 +196,9 @@ func (m *Member) Take(dst []*storage.Delivery) (ds []*storage.Delivery, open boo
 		return dst, false
 	}
 	m.pruneLocked(now)
-	expired := len(m.ch) > len(m.inflight)
+	// Taking frees credit when leases of waiting deliveries expired, and queue room under a
+	// queue limit.
+	expired := len(m.ch) > len(m.inflight) || (m.queueLimit >= 0 && len(m.ch) > 0)
 	for {
 		select {
 		case d := <-m.ch:
@@ -260,6 +266,26 @@ func (m *Member) SetMaxInFlight(n int) error {
 	if moved {
 		m.notifyLocked()
 	}
+	m.mu.Unlock()
+	if grew {
+		m.creditReturned()
+	}
+	return nil
+}
+
+// SetQueueLimit bounds the deliveries waiting in the member's channel (and being claimed for it)
+// to n, whatever its credit; n < 0 removes the bound. Unlike the credit, the bound does not grow
+// when deliveries are acked or their leases expire, only when the consumer takes them: a server
+// bounding the memory of a connection's queued deliveries uses it. Raising it wakes the member's
+// owners. It fails with ErrMemberClosed after Close.
+func (m *Member) SetQueueLimit(n int) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrMemberClosed
+	}
+	grew := n != m.queueLimit && (n < 0 || (m.queueLimit >= 0 && n > m.queueLimit))
+	m.queueLimit = n
 	m.mu.Unlock()
 	if grew {
 		m.creditReturned()
@@ -393,7 +419,11 @@ func (m *Member) creditLocked(now time.Time) int {
 	}
 	m.pruneLocked(now)
 	used := max(len(m.inflight), len(m.ch))
-	return max(0, m.maxInFlight-m.reserved-used)
+	k := max(0, m.maxInFlight-m.reserved-used)
+	if m.queueLimit >= 0 {
+		k = min(k, max(0, m.queueLimit-m.reserved-len(m.ch)))
+	}
+	return k
 }
 
 // pruneLocked forgets deliveries whose lease expired. m.mu must be held.

@@ -66,9 +66,9 @@ type handle struct {
 	id      uint32
 	pattern string
 	member  *broker.Member
-	// credit is the client's credit; applied is what the member was given (window.go). Both
-	// guarded by conn.mu.
-	credit, applied int
+	// credit is the client's credit; applied is the member's MaxInFlight and limit its queue
+	// limit, -1 for none (window.go). All guarded by conn.mu.
+	credit, applied, limit int
 }
 
 // conn is one accepted connection. It runs two goroutines, both counted in the server's
@@ -363,17 +363,19 @@ func (c *conn) sortedHandlesLocked() []*handle {
 }
 
 // addHandle registers a new handle after queuing its response (SubscribeOK, OK), so that the
-// writer sends the response before any delivery of the handle. credit is the client's credit, of
-// which the member was given what initialCredit allowed. A handle added while the server drains
-// gets no credit.
+// writer sends the response before any delivery of the handle. credit is the client's credit:
+// the member, given what initialCredit allowed, gets it with its queue limit (window.go). A
+// handle added while the server drains gets no credit.
 func (c *conn) addHandle(pattern string, m *broker.Member, credit int, reply func(id uint32) outItem) *handle {
 	c.mu.Lock()
 	c.nextHandle++
-	h := &handle{id: c.nextHandle, pattern: pattern, member: m, credit: credit, applied: m.MaxInFlight()}
+	h := &handle{id: c.nextHandle, pattern: pattern, member: m, credit: credit, applied: m.MaxInFlight(), limit: -1}
 	c.out = append(c.out, reply(h.id))
 	c.handles[h.id] = h
 	if c.draining {
 		_ = m.SetMaxInFlight(0)
+	} else {
+		c.applyCreditLocked(h, c.windowLocked(len(c.handles)))
 	}
 	c.mu.Unlock()
 	c.signal()

@@ -84,8 +84,8 @@
 //     and engine errors are mapped to protocol codes by errmap.ErrorFrom, shared with the HTTP API.
 //   - Subscribe: one broker member per handle, with the handle's credit (Subscribe.max_in_flight,
 //     capped by Config.MaxCredit) and lease (Subscribe.lease_duration); Credit raises it. The
-//     member is given that credit only as far as Config.MaxConnBufferBytes allows deliveries
-//     to wait for the writer (window.go). ORDERED is refused with INVALID_ARGUMENT ("ordered groups are not implemented
+//     member's queue limit keeps what waits for the writer within Config.MaxConnBufferBytes
+//     (window.go). ORDERED is refused with INVALID_ARGUMENT ("ordered groups are not implemented
 //     yet").
 //   - Ack goes through Broker.AckBatch (any member may ack, also for a handle closed since);
 //     refs of subscriptions the connection never joined are reported unknown without touching the
@@ -141,7 +141,7 @@
 // (TryLock), so nothing waits for it. conn.mu guards the response queue, the handles and the
 // session fields the goroutines share;
 // pubStage.mu guards the publish queue and is never held while calling anything;
-// Member.SetMaxInFlight and Member.Info are called under it (Credit, Goodbye, the windows of
+// Member.SetMaxInFlight and Member.SetQueueLimit are called under it (Credit, Goodbye, the windows of
 // window.go, also from the writer's stalled write under wmu), so it comes before the broker's
 // locks. The broker never calls back into a connection: it only signals the Notify channel. The
 // completion of an asynchronous append answers on the engine's goroutine (wmu by TryLock,

@@ -583,6 +583,7 @@ func (t *textSession) flush(final, heartbeat bool) (bool, error) {
 		}
 		ds, open := h.member.Take(t.taken[:0])
 		t.taken = ds[:0]
+		c.tookFromQueue(h, len(ds))
 		if !open {
 			if c.handleClosedByBroker(h) {
 				t.line = text.AppendInfo(t.line[:0], "subscription "+h.pattern+" closed by the server")

@@ -9,22 +9,23 @@ import (
 // A member's credit is what the broker may hand it at once: a claim reads up to that many
 // messages into the member's channel, where they wait for the connection's writer. A client that
 // does not read blocks the writer in a socket write, and the channel fills up to the credit: with
-// 1 MiB messages and the largest credit, 64 GiB. So the server does not pass the client's credit
-// to the broker as it is: it gives a handle's member at most
-//
-//	(deliveries the member holds that were written) + window
-//
-// where window is how many deliveries of the largest size seen on the connection fit in
-// max_conn_buffer_bytes (shared by the connection's handles). Each flush of the writer moves the
-// window on by what it wrote. When the socket does not take a write at once, the windowed members
-// get no credit at all until the flush is done (stallWindows): leases that expire while the writer
-// waits give credit back, which a stalled connection must not use. So at most one window waits in
-// the channels (plus the frame being written). A client whose credit times the size fits in the
-// bound is not windowed at all (no extra work per flush).
+// 1 MiB messages and the largest credit, 64 GiB. So the server gives a handle's member the
+// client's credit as its MaxInFlight but bounds its queue (broker.Member.SetQueueLimit: deliveries
+// waiting in the channel plus those being claimed) to a window: how many deliveries of the
+// largest size seen on the connection fit in max_conn_buffer_bytes (shared by the connection's
+// handles). The queue limit does not grow when the client acks or leases expire, only when the
+// writer takes deliveries out of the channel; so an ack batch never claims more than the window.
+// When the writer takes k deliveries of a handle, the handle's limit drops to window-k until
+// the flush has handed them to the socket (tookFromQueue, moveWindows): the channel plus what
+// the writer holds stay within one window. When the socket does not take a write at once, the
+// windowed members' limit is 0 until the flush is done (stallWindows). So at most one window per
+// handle is in memory (plus the frame being written). A client whose credit fits in the window
+// is not windowed at all (no extra work per flush).
 //
 // The size estimate starts at the server's max message size and then follows the largest
-// delivery the connection was given, never below max_conn_buffer_bytes/maxWindow: when messages
-// larger than any before arrive, one window of them may exceed the bound once.
+// delivery the connection was given, decaying slowly towards smaller ones (sizeEstimate), never
+// below max_conn_buffer_bytes/maxWindow: when messages larger than any recent one arrive, one
+// window of them may exceed the bound once.
 
 // maxWindow bounds the window in deliveries (the estimate of a delivery's size is at least
 // max_conn_buffer_bytes / maxWindow).
@@ -56,32 +57,50 @@ func (c *conn) windowLocked(handles int) int {
 }
 
 // initialCredit returns the credit a new member of the connection starts with for the client's
-// credit.
+// credit: within the window until addHandle sets the member's queue limit and its full credit.
 func (c *conn) initialCredit(credit int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return min(credit, c.windowLocked(len(c.handles)+1))
 }
 
-// applyCreditLocked gives h's member the credit the bound allows now (see above); nothing after
-// the server said goodbye or the session ended. c.mu must be held.
+// applyCreditLocked gives h's member the client's credit and the queue limit the bound allows
+// now (see above); nothing after the server said goodbye or the session ended. c.mu must be held.
 func (c *conn) applyCreditLocked(h *handle, window int) {
 	if c.draining || c.closing {
 		return
 	}
-	want := h.credit
-	if want > window {
-		unwritten := len(h.member.Deliveries())
-		written := max(0, h.member.Info().InFlight-unwritten)
-		want = min(want, written+window)
+	limit := -1
+	if h.credit > window {
+		limit = window
 	}
-	if want != h.applied && h.member.SetMaxInFlight(want) == nil {
-		h.applied = want
+	// The limit first: a credit raised before it would let a claim past the window.
+	if limit != h.limit && h.member.SetQueueLimit(limit) == nil {
+		h.limit = limit
+	}
+	if h.credit != h.applied && h.member.SetMaxInFlight(h.credit) == nil {
+		h.applied = h.credit
+	}
+}
+
+// tookFromQueue is called by the writer after it took k deliveries from h's member: until the
+// flush ends (moveWindows), the member may queue only what is left of the window.
+func (c *conn) tookFromQueue(h *handle, k int) {
+	if k == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h.limit > 0 && !c.draining && !c.closing {
+		l := max(0, h.limit-k)
+		if h.member.SetQueueLimit(l) == nil {
+			h.limit = l
+		}
 	}
 }
 
 // moveWindows is called by the writer after a flush handed everything it took to the socket:
-// the windowed handles get credit for what was written.
+// the windowed handles get their whole window back.
 func (c *conn) moveWindows(hs []*handle) {
 	if len(hs) == 0 {
 		return
@@ -90,7 +109,7 @@ func (c *conn) moveWindows(hs []*handle) {
 	defer c.mu.Unlock()
 	w := c.windowLocked(len(c.handles))
 	for _, h := range hs {
-		if h.credit > w || h.applied != h.credit {
+		if h.limit >= 0 || h.credit > w || h.applied != h.credit {
 			c.applyCreditLocked(h, w)
 		}
 	}
@@ -104,18 +123,18 @@ func (w stallWriter) Write(p []byte) (int, error) {
 	return w.c.nw.WriteOrStall(p, w.c.stallWindows)
 }
 
-// stallWindows takes the credit of the windowed handles' members (they keep their leases) while
-// the writer waits for the socket; moveWindows gives it back after the flush. Writer goroutine.
+// stallWindows sets the queue limit of the windowed handles' members to 0 (they keep their
+// leases and credit) while the writer waits for the socket; moveWindows gives the window back
+// after the flush. Writer goroutine.
 func (c *conn) stallWindows() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.draining || c.closing {
 		return
 	}
-	w := c.windowLocked(len(c.handles))
 	for _, h := range c.handles {
-		if h.credit > w && h.applied != 0 && h.member.SetMaxInFlight(0) == nil {
-			h.applied = 0
+		if h.limit > 0 && h.member.SetQueueLimit(0) == nil {
+			h.limit = 0
 		}
 	}
 }

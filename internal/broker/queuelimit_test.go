@@ -1,0 +1,112 @@
+package broker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// A member's queue limit bounds what waits in its channel whatever its credit: acking the
+// deliveries the consumer took, or their leases expiring, frees credit but no queue room (a
+// server's per-connection bound used to let an ack batch claim the whole credit at once).
+func TestQueueLimitHoldsAcrossAcksAndExpiries(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 100, storage.StartPosition{})
+	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
+	s.members = []*Member{m}
+	m.subs[s.id] = s
+	if err := m.SetQueueLimit(5); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now()
+	next := int64(0)
+	fill := func() int {
+		now := clock.Now()
+		k := m.reserve(now, s)
+		ds := make([]*storage.Delivery, k)
+		for i := range ds {
+			ds[i] = delivery(7, next, now.Add(10*time.Second))
+			next++
+		}
+		m.deliver(s, ds, k)
+		return k
+	}
+	if k := fill(); k != 5 {
+		t.Fatalf("first claim got %d, want the queue limit 5", k)
+	}
+	taken, _ := m.Take(nil)
+	if len(taken) != 5 {
+		t.Fatalf("took %d, want 5", len(taken))
+	}
+	if k := fill(); k != 5 {
+		t.Fatalf("claim after take got %d, want 5", k)
+	}
+	// The consumer acks the 5 it took: credit comes back, queue room does not.
+	refs := make([]storage.DeliveryRef, len(taken))
+	for i, d := range taken {
+		refs[i] = d.Ref()
+	}
+	if n := m.forget(7, refs); n != 5 {
+		t.Fatalf("forget = %d, want 5", n)
+	}
+	if got := m.credit(now); got != 0 {
+		t.Fatalf("credit after acks with a full queue = %d, want 0", got)
+	}
+	// Leases expire in the channel: still no room.
+	clock.Advance(time.Minute)
+	if got := m.credit(clock.Now()); got != 0 {
+		t.Fatalf("credit after expiries with a full queue = %d, want 0", got)
+	}
+	if got := m.Waiting(); got != 5 {
+		t.Fatalf("waiting = %d, want 5", got)
+	}
+	// Taking frees the room and wakes the owner that found none.
+	if picked, _, _ := s.pick(nil); picked != nil {
+		t.Fatal("picked a member with a full queue")
+	}
+	m.Take(nil)
+	if len(s.signal) != 1 {
+		t.Fatal("the waiting owner not woken when the queue was taken")
+	}
+	if got := m.credit(clock.Now()); got != 5 {
+		t.Fatalf("credit after take = %d, want 5", got)
+	}
+	// Removing the limit gives the whole credit.
+	if err := m.SetQueueLimit(-1); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.credit(clock.Now()); got != 100 {
+		t.Fatalf("credit without limit = %d, want 100", got)
+	}
+}
+
+// The same through a running broker: a member with credit 1000 and queue limit 10 never has
+// more than 10 deliveries queued, also right after it acked a large batch.
+func TestQueueLimitBoundsQueueAfterAckBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("ql", storage.TopicConfig{Partitions: 1})
+	m := e.subscribe(SubscribeParams{Pattern: "ql", MaxInFlight: 1000})
+	if err := m.SetQueueLimit(10); err != nil {
+		t.Fatal(err)
+	}
+	e.publishN("ql", "m", 200)
+	var held []*storage.Delivery
+	for range 5 {
+		e.waitIdle()
+		if got := m.Waiting(); got != 10 {
+			t.Fatalf("waiting = %d, want the queue limit 10 (%s)", got, memberState(m))
+		}
+		ds, _ := m.Take(nil)
+		held = append(held, ds...)
+	}
+	e.waitIdle()
+	ack(t, m, held...)
+	e.waitIdle()
+	if got := m.Waiting(); got > 10 {
+		t.Fatalf("waiting after acking %d = %d, want at most 10", len(held), got)
+	}
+}
