@@ -285,6 +285,10 @@ func New(cfg Config) (*Broker, error) {
 	}, nil
 }
 
+// DefaultMaxInFlight returns the credit of a member that subscribes with MaxInFlight 0
+// (Config.DefaultMaxInFlight or its default).
+func (b *Broker) DefaultMaxInFlight() int { return b.defaultMaxInFlight }
+
 // Start registers for engine notifications and starts the broker's own goroutines (the notifier
 // and the retention job; subscription owners start with their first member). ctx provides values only:
 // cancelling it does not stop the broker, Stop does. Start fails with ErrNotRunning after Stop and

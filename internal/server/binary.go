@@ -391,12 +391,13 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		b.reply(corr, e)
 		return
 	}
+	credit, initial := c.subscribeCredit(m.MaxInFlight)
 	member, err := c.srv.broker.Subscribe(c.ctx, broker.SubscribeParams{
 		Allow:         c.consumeFilter(m.Group),
 		Pattern:       m.Topic,
 		Group:         m.Group,
 		MemberID:      m.MemberID,
-		MaxInFlight:   c.initialCredit(int(m.MaxInFlight)),
+		MaxInFlight:   initial,
 		LeaseDuration: m.LeaseDuration,
 		Start:         start,
 		Notify:        c.wake,
@@ -404,10 +405,6 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 	if err != nil {
 		b.replyErr(corr, err)
 		return
-	}
-	credit := int(m.MaxInFlight)
-	if credit == 0 {
-		credit = member.MaxInFlight() // the broker's default
 	}
 	subs := member.Subscriptions()
 	ok := &protocol.SubscribeOK{MemberID: member.ID(), Subscriptions: make([]protocol.SubscriptionInfo, len(subs))}

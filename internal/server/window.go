@@ -64,6 +64,17 @@ func (c *conn) initialCredit(credit int) int {
 	return min(credit, c.windowLocked(len(c.handles)+1))
 }
 
+// subscribeCredit returns the client's credit for a Subscribe's max_in_flight (0: the broker's
+// default) and the credit its member starts with (initialCredit): the default is resolved here,
+// so that a member subscribed with 0 is windowed from its first claim on.
+func (c *conn) subscribeCredit(maxInFlight uint32) (credit, initial int) {
+	credit = int(maxInFlight)
+	if credit == 0 {
+		credit = c.srv.broker.DefaultMaxInFlight()
+	}
+	return credit, c.initialCredit(credit)
+}
+
 // applyCreditLocked gives h's member the client's credit and the queue limit the bound allows
 // now (see above); nothing after the server said goodbye or the session ended. c.mu must be held.
 func (c *conn) applyCreditLocked(h *handle, window int) {

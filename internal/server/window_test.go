@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -152,5 +153,31 @@ func TestConfigConnBufferAndTextAckTimeout(t *testing.T) {
 	c := Config{TextAckWait: time.Minute}.WithDefaults()
 	if err := c.Validate(); err != nil || c.TextAckTimeout != time.Minute {
 		t.Fatalf("text_ack_wait 1m: text_ack_timeout %s, %v; want 1m (the default is at most text_ack_wait)", c.TextAckTimeout, err)
+	}
+}
+
+// A Subscribe with max_in_flight 0 gets the broker's default credit, windowed from the first
+// claim: the member used to start with the default unbounded (initialCredit(0) was 0, which the
+// broker reads as its default, up to 65536) until the handle was registered.
+func TestSubscribeDefaultCreditIsWindowed(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.MaxConnBufferBytes = 64 << 10
+		c.MaxMessageSize = 64 << 10
+	}, func(b *broker.Config) { b.DefaultMaxInFlight = 1000 })
+	defer e.close()
+	e.dial(nil)
+	conns := e.srv.snapshot()
+	if len(conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(conns))
+	}
+	credit, initial := conns[0].subscribeCredit(0)
+	if credit != 1000 {
+		t.Fatalf("credit = %d, want the broker's default 1000", credit)
+	}
+	if initial != 1 {
+		t.Fatalf("initial member credit = %d, want the window 1 (64 KiB bound, 64 KiB messages)", initial)
+	}
+	if credit, initial := conns[0].subscribeCredit(5000); credit != 5000 || initial != 1 {
+		t.Fatalf("subscribeCredit(5000) = %d, %d; want 5000, 1", credit, initial)
 	}
 }
