@@ -504,6 +504,20 @@ func (t *textSession) closeHandles(drop func(*handle) bool) int {
 	return released
 }
 
+// forgetSubscription drops the tags of h's deliveries of subscription sub (0: of all its
+// subscriptions) when it ended under the session: their leases are gone, and held tags would keep
+// text_ack_timeout running for deliveries the session no longer holds.
+func (t *textSession) forgetSubscription(h *handle, sub int64) {
+	c := t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for tag, r := range t.tags {
+		if r.h == h && (sub == 0 || r.sub == sub) {
+			delete(t.tags, tag)
+		}
+	}
+}
+
 // goodbye is the server's shutdown notice: "ERR CLOSED", then the session ends (its deliveries
 // are released when its members leave).
 func (t *textSession) goodbye() {
@@ -547,11 +561,12 @@ func (t *textSession) checkAckTimeout(now time.Time) []byte {
 }
 
 // flush is the writer's work: reply lines in order, then for each open handle the subscriptions
-// that ended (as information lines) and its deliveries, each with the next delivery tag. When the
-// check timer fired (heartbeat), it first applies text_ack_timeout (checkAckTimeout).
-func (t *textSession) flush(final, heartbeat bool) (bool, error) {
+// that ended (as information lines) and its deliveries, each with the next delivery tag. It first
+// applies text_ack_timeout (checkAckTimeout): at every flush, not only when the check timer fired,
+// which a session writing more often than the timer's interval would postpone for ever.
+func (t *textSession) flush(final, _ bool) (bool, error) {
 	c := t.c
-	if heartbeat && !final && !t.timedOut {
+	if !final && !t.timedOut {
 		if line := t.checkAckTimeout(time.Now()); line != nil {
 			t.timedOut = true
 			// The reader ends the session (finish: the members leave, their leases are
@@ -575,6 +590,7 @@ func (t *textSession) flush(final, heartbeat bool) (bool, error) {
 	c.mu.Unlock()
 	for _, h := range hs {
 		for _, e := range h.member.TakeEnded() {
+			t.forgetSubscription(h, e.SubscriptionID)
 			t.line = text.AppendInfo(t.line[:0], fmt.Sprintf("subscription %d on %s ended: %s", e.SubscriptionID, e.Topic, oneLine(errmap.ErrorFrom(e.Err).Error())))
 			if _, err := t.w.Write(t.line); err != nil {
 				return wrote, err
@@ -586,6 +602,7 @@ func (t *textSession) flush(final, heartbeat bool) (bool, error) {
 		c.tookFromQueue(h, len(ds))
 		if !open {
 			if c.handleClosedByBroker(h) {
+				t.forgetSubscription(h, 0)
 				t.line = text.AppendInfo(t.line[:0], "subscription "+h.pattern+" closed by the server")
 				if _, err := t.w.Write(t.line); err != nil {
 					return wrote, err

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +181,74 @@ func TestSubscribeDefaultCreditIsWindowed(t *testing.T) {
 	}
 	if credit, initial := conns[0].subscribeCredit(5000); credit != 5000 || initial != 1 {
 		t.Fatalf("subscribeCredit(5000) = %d, %d; want 5000, 1", credit, initial)
+	}
+}
+
+// text_ack_timeout also ends a session that keeps writing (here PING after PING) while it holds
+// deliveries: the check ran only when the writer had been silent for a while, so such a session
+// kept its deliveries for text_ack_wait (24 h).
+func TestTextAckTimeoutWhileSessionKeepsWriting(t *testing.T) {
+	// The writer's check timer fires every text_ack_timeout/8 (250 ms): the PINGs come faster.
+	e := newEnv(t, func(c *Config) { c.TextAckTimeout = 2 * time.Second }, nil)
+	defer e.close()
+	pub := e.dial(nil)
+	pub.publish("jobs", "a")
+
+	tc := e.dialText()
+	tc.send("SUBSCRIBE jobs")
+	tc.expect("OK subscribed jobs")
+	tc.expect("MESSAGE jobs ")
+	for deadline := time.Now().Add(waitTimeout); ; {
+		if time.Now().After(deadline) {
+			t.Fatal("a session that keeps writing while holding a delivery was not closed by text_ack_timeout")
+		}
+		_, _ = io.WriteString(tc.nc, "PING\n")
+		l, err := tc.tryLine()
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if strings.HasPrefix(l, "ERR SESSION_TIMEOUT") {
+			break
+		}
+		if l != "OK PONG" {
+			t.Fatalf("got %q, want OK PONG", l)
+		}
+	}
+}
+
+// The tags of a subscription that ended under a text session (its topic deleted) are dropped
+// when the session is told: they used to stay, and kept text_ack_timeout counting for deliveries
+// the session no longer held.
+func TestTextTagsOfEndedSubscriptionDropped(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	defer e.close()
+	pub := e.dial(nil)
+	pub.publish("gone", "a", "b")
+
+	tc := e.dialText()
+	tc.send("SUBSCRIBE gone")
+	tc.expect("OK subscribed gone")
+	tc.expect("MESSAGE gone ")
+	tc.expect("MESSAGE gone ")
+	if err := e.b.DeleteTopic(context.Background(), "gone", true); err != nil {
+		t.Fatal(err)
+	}
+	tc.expect("# subscription ")
+	var ts *textSession
+	for _, c := range e.srv.snapshot() {
+		c.mu.Lock()
+		if s, ok := c.sess.(*textSession); ok {
+			ts = s
+		}
+		c.mu.Unlock()
+	}
+	if ts == nil {
+		t.Fatal("no text session")
+	}
+	ts.c.mu.Lock()
+	held := len(ts.tags)
+	ts.c.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d tags held after the subscription ended, want 0", held)
 	}
 }
