@@ -113,10 +113,11 @@
 // the credit: acks and expiries free credit, only the consumer taking deliveries frees queue room
 // (Take wakes the waiting owners then). A server bounds a connection's memory with it.
 // Channels cannot grow: SetMaxInFlight above the capacity moves the channel's contents, in order,
-// to a new larger channel under Member.mu (deliver sends under it too), and Deliveries returns the
-// new one from then on. Credit freed by the consumer taking such an expired delivery with
-// Member.Take wakes the owners waiting for it; one received from the channel of Deliveries is
-// noticed at the next wake-up or poll (a receive has no hook).
+// to a new channel at least twice as large (at most MaxInFlightLimit) under Member.mu (deliver
+// sends under it too), and Deliveries returns the new one from then on. Credit freed by the
+// consumer taking such an expired delivery with Member.Take wakes the owners waiting for it; one
+// received from the channel of Deliveries is noticed at the next wake-up or poll (a receive has
+// no hook).
 //
 // # Goroutines
 //

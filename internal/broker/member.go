@@ -249,8 +249,9 @@ func (m *Member) SetMaxInFlight(n int) error {
 	moved := false
 	if n > cap(m.ch) {
 		// Channels cannot grow: move what the old one holds (in order) to a larger one. deliver
-		// sends under m.mu, so nothing is sent to the old channel after this.
-		ch := make(chan *storage.Delivery, n)
+		// sends under m.mu, so nothing is sent to the old channel after this. The capacity at
+		// least doubles: a credit raised step by step does not reallocate at every step.
+		ch := make(chan *storage.Delivery, min(max(n, 2*cap(m.ch)), MaxInFlightLimit))
 		for {
 			select {
 			case d := <-m.ch:

@@ -110,3 +110,32 @@ func TestQueueLimitBoundsQueueAfterAckBatch(t *testing.T) {
 		t.Fatalf("waiting after acking %d = %d, want at most 10", len(held), got)
 	}
 }
+
+// Raising the credit step by step grows the channel geometrically (at least doubling, up to
+// MaxInFlightLimit), not to exactly each new credit.
+func TestSetMaxInFlightGrowsChannelGeometrically(t *testing.T) {
+	t.Parallel()
+	m := newMember(unitBroker(newFakeClock()), "m1", SubscribeParams{Pattern: "t"}, 10, storage.StartPosition{})
+	reallocs := 0
+	for n := 11; n <= 1000; n++ {
+		before := m.Deliveries()
+		if err := m.SetMaxInFlight(n); err != nil {
+			t.Fatal(err)
+		}
+		if m.Deliveries() != before {
+			reallocs++
+		}
+		if c := cap(m.Deliveries()); c < n {
+			t.Fatalf("capacity %d below credit %d", c, n)
+		}
+	}
+	if reallocs > 7 { // 10 -> 20 -> 40 -> ... -> 1280
+		t.Fatalf("%d channel reallocations raising the credit from 10 to 1000 by 1, want at most 7", reallocs)
+	}
+	if err := m.SetMaxInFlight(MaxInFlightLimit); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetMaxInFlight(MaxInFlightLimit); err != nil || cap(m.Deliveries()) != MaxInFlightLimit {
+		t.Fatalf("capacity %d at the limit, want %d (%v)", cap(m.Deliveries()), MaxInFlightLimit, err)
+	}
+}
