@@ -734,11 +734,11 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 		pd := delivery(h.id, d)
 		pd.Partitions = uint32(c.srv.partitionCount(c.ctx, d.Topic, d.Partition))
 		n := pd.EncodedLen()
-		c.est.observe(n)
 		if n > maxBody {
-			b.tooLarge(h, d, n)
+			b.tooLarge(h, d, n) // never written: it does not count in the size estimate
 			continue
 		}
+		c.est.observe(n)
 		c.delivered(h, d)
 		if b.batchBytes+n > maxBody || len(b.batch) == protocol.MaxBatch {
 			if err := b.writeBatch(); err != nil {

@@ -23,22 +23,34 @@ import (
 // is not windowed at all (no extra work per flush).
 //
 // The size estimate starts at the server's max message size and then follows the largest
-// delivery the connection was given, decaying slowly towards smaller ones (sizeEstimate), never
-// below max_conn_buffer_bytes/maxWindow: when messages larger than any recent one arrive, one
-// window of them may exceed the bound once.
+// delivery the connection was given, decaying slowly towards smaller ones (sizeEstimate); a
+// delivery too large to be written (dead-lettered) does not count. It is never below
+// max_conn_buffer_bytes/maxWindow: when messages larger than any recent one arrive, one window of
+// them may exceed the bound once.
 
 // maxWindow bounds the window in deliveries (the estimate of a delivery's size is at least
 // max_conn_buffer_bytes / maxWindow).
 const maxWindow = 1024
 
-// sizeEstimate is the largest encoded delivery a connection was given (0: none yet).
+// sizeEstimate is the size of the largest encoded delivery a connection was given recently (0:
+// none yet): it rises at once to a larger delivery and decays towards smaller ones by
+// 1/sizeDecay of the difference per delivery, so a burst of large messages long ago does not
+// shrink the window for ever, while a window's worth of small ones between large ones (at most
+// maxWindow) leaves most of it.
 type sizeEstimate struct{ v atomic.Int64 }
+
+// sizeDecay is how slowly the estimate falls (see sizeEstimate).
+const sizeDecay = maxWindow
 
 // observe records a delivery of n bytes.
 func (e *sizeEstimate) observe(n int) {
 	for {
 		old := e.v.Load()
-		if int64(n) <= old || e.v.CompareAndSwap(old, int64(n)) {
+		next := int64(n)
+		if next < old {
+			next = old - (old-next)/sizeDecay
+		}
+		if next == old || e.v.CompareAndSwap(old, next) {
 			return
 		}
 	}

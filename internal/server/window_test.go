@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -250,5 +251,58 @@ func TestTextTagsOfEndedSubscriptionDropped(t *testing.T) {
 	ts.c.mu.Unlock()
 	if held != 0 {
 		t.Fatalf("%d tags held after the subscription ended, want 0", held)
+	}
+}
+
+// The size estimate rises at once to a larger delivery and decays towards smaller ones: it used
+// to keep the largest size ever seen, so one burst of large messages shrank the window for the
+// connection's whole life.
+func TestSizeEstimateDecays(t *testing.T) {
+	var e sizeEstimate
+	e.observe(1_000_000)
+	if got := e.v.Load(); got != 1_000_000 {
+		t.Fatalf("estimate %d after a 1 MB delivery, want 1000000", got)
+	}
+	for range maxWindow {
+		e.observe(1_000)
+	}
+	if got := e.v.Load(); got < 300_000 {
+		t.Fatalf("estimate %d after one window of small deliveries, want most of the large size kept", got)
+	}
+	for range 8 * maxWindow {
+		e.observe(1_000)
+	}
+	if got := e.v.Load(); got > 10_000 {
+		t.Fatalf("estimate %d after many small deliveries, want it decayed towards 1000", got)
+	}
+	e.observe(500_000)
+	if got := e.v.Load(); got != 500_000 {
+		t.Fatalf("estimate %d after a 500 kB delivery, want 500000 at once", got)
+	}
+}
+
+// A delivery too large for the connection's frames is dead-lettered, not written: it does not
+// count in the size estimate (it used to, shrinking the window to 1 for a long time).
+func TestTooLargeDeliveryNotInSizeEstimate(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxFrameSize = protocol.MinMaxFrameSize }, nil)
+	defer e.close()
+	if _, err := e.b.CreateTopic(context.Background(), "sizes", storage.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 2*protocol.MinMaxFrameSize)
+	for _, p := range []string{big, "small"} {
+		if _, err := e.b.Publish(context.Background(), "sizes", []storage.AppendMessage{{Partition: 0, Payload: []byte(p)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.dial(nil)
+	c.subscribe(&protocol.Subscribe{Topic: "sizes", MaxInFlight: 10})
+	if got := payloadsOf(c.deliveriesN(1)); got[0] != "small" {
+		t.Fatalf("got %q, want the small message (the large one is dead-lettered)", got)
+	}
+	for _, sc := range e.srv.snapshot() {
+		if est := sc.est.v.Load(); est >= int64(protocol.MinMaxFrameSize) {
+			t.Fatalf("size estimate %d after a dead-lettered %d-byte delivery, want the small one's", est, len(big))
+		}
 	}
 }
