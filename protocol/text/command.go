@@ -216,7 +216,12 @@ func parseStart(args []string) (protocol.StartPosition, error) {
 		if err != nil {
 			return s, invalid("FROM_TIMESTAMP %q: want an RFC 3339 time such as 2025-01-31T08:00:00Z", truncate([]byte(args[1]), 40))
 		}
-		s.Time = t.UTC()
+		t = t.UTC()
+		if y := t.Year(); y < 1 || y > 9999 {
+			// An offset can move a year-0000 or year-9999 time out of the range RFC 3339 can write.
+			return s, invalid("FROM_TIMESTAMP %q: the time in UTC must fall in years 0001 to 9999", truncate([]byte(args[1]), 40))
+		}
+		s.Time = t
 	case protocol.StartFromMessageID:
 		if _, _, err := protocol.ParseMessageID(args[1]); err != nil {
 			return s, invalid("FROM_MESSAGE_ID %q: want OFFSET or PARTITION:OFFSET", truncate([]byte(args[1]), 40))
@@ -308,6 +313,9 @@ func appendStart(dst *[]byte, s protocol.StartPosition) error {
 	case protocol.StartFromTimestamp:
 		if s.MessageID != "" {
 			return invalid("SUBSCRIBE: FROM_TIMESTAMP takes no message id")
+		}
+		if y := s.Time.UTC().Year(); y < 1 || y > 9999 {
+			return invalid("SUBSCRIBE: FROM_TIMESTAMP year %d is outside 0001 to 9999", y)
 		}
 		*dst = append(*dst, " FROM_TIMESTAMP "...)
 		*dst = s.Time.UTC().AppendFormat(*dst, time.RFC3339Nano)

@@ -88,6 +88,8 @@ func TestParseErrors(t *testing.T) {
 		{"SUBSCRIBE a b", protocol.ErrInvalidArgument, "start position"},
 		{"SUBSCRIBE a FROM_TIMESTAMP", protocol.ErrInvalidArgument, "needs a value"},
 		{"SUBSCRIBE a FROM_TIMESTAMP yesterday", protocol.ErrInvalidArgument, "RFC 3339"},
+		{"SUBSCRIBE 0 FROM_TIMESTAMP 0000-01-01T0:00:00+01:00", protocol.ErrInvalidArgument, "years 0001 to 9999"},
+		{"SUBSCRIBE 0 FROM_TIMESTAMP 9999-12-31T23:30:00-01:00", protocol.ErrInvalidArgument, "years 0001 to 9999"},
 		{"SUBSCRIBE a FROM_BEGINNING 5", protocol.ErrInvalidArgument, "takes no value"},
 		{"SUBSCRIBE a FROM_MESSAGE_ID x:1", protocol.ErrInvalidArgument, "PARTITION:OFFSET"},
 		{"JOIN_GROUP g", protocol.ErrInvalidArgument, "usage: JOIN_GROUP"},
@@ -165,6 +167,7 @@ func TestAppendCommandErrors(t *testing.T) {
 		{Verb: VerbSubscribe, Topic: "t", Start: protocol.StartPosition{Kind: protocol.StartFromNow, MessageID: "1"}},
 		{Verb: VerbSubscribe, Topic: "t", Start: protocol.StartPosition{Kind: protocol.StartFromMessageID, MessageID: "x"}},
 		{Verb: VerbSubscribe, Topic: "t", Start: protocol.StartPosition{Kind: 9}},
+		{Verb: VerbSubscribe, Topic: "t", Start: protocol.StartPosition{Kind: protocol.StartFromTimestamp, Time: time.Date(0, 12, 31, 23, 0, 0, 0, time.UTC)}},
 		{Verb: VerbAuth, Token: "a\tb"},
 	} {
 		dst := []byte("keep")
