@@ -127,6 +127,16 @@ type Config struct {
 	// PostgreSQL, where every claim is a transaction, a few milliseconds trade that much latency for
 	// far fewer transactions under load.
 	ClaimInterval time.Duration
+	// RebalanceDelay is how long an ordered group's owner waits after a member joined or left
+	// before it rebalances: the joins and leaves within it make one rebalance (a deploy, a crash
+	// loop). Defaults to DefaultRebalanceDelay (100 ms); negative: at once. At most 1 minute.
+	RebalanceDelay time.Duration
+	// SharedEngine says that other broker instances share the engine (PostgreSQL): an ordered
+	// group's assignment then keeps the members other instances listed (see ordered.go).
+	SharedEngine bool
+	// OnRebalance, if set, is called after every rebalance this broker stored (metrics). It must
+	// not block.
+	OnRebalance func(RebalanceInfo)
 }
 
 // runState is the lifecycle of a Broker.
@@ -166,6 +176,9 @@ type Broker struct {
 	maxThrottleDelay     time.Duration
 	pollInterval         time.Duration
 	claimInterval        time.Duration
+	rebalanceDelay       time.Duration
+	sharedEngine         bool
+	onRebalance          func(RebalanceInfo)
 	defaultMaxInFlight   int
 	// lifecycleInterval is the longest wait between two lifecycle runs; maintainSubs is false when
 	// Config.LifecycleInterval disabled the job (heartbeats only).
@@ -216,6 +229,13 @@ func New(cfg Config) (*Broker, error) {
 	}
 	if cfg.MaxThrottleDelay < 0 || cfg.MaxThrottleDelay > time.Minute {
 		return nil, invalid("broker config: MaxThrottleDelay must be between 0 and 1m, got %s", cfg.MaxThrottleDelay)
+	}
+	if cfg.RebalanceDelay > time.Minute {
+		return nil, invalid("broker config: RebalanceDelay must be at most 1m, got %s", cfg.RebalanceDelay)
+	}
+	rebalanceDelay := cmp.Or(cfg.RebalanceDelay, DefaultRebalanceDelay)
+	if rebalanceDelay < 0 {
+		rebalanceDelay = 0
 	}
 	if cfg.PollInterval < 0 {
 		return nil, invalid("broker config: PollInterval must not be negative, got %s", cfg.PollInterval)
@@ -271,6 +291,9 @@ func New(cfg Config) (*Broker, error) {
 		onRetentionError:      cfg.OnRetentionError,
 		pollInterval:          cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		claimInterval:         cfg.ClaimInterval,
+		rebalanceDelay:        rebalanceDelay,
+		sharedEngine:          cfg.SharedEngine,
+		onRebalance:           cfg.OnRebalance,
 		defaultMaxInFlight:    maxInFlight,
 		quit:                  make(chan struct{}),
 		events:                eventQueue{signal: make(chan struct{}, 1)},

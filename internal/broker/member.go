@@ -35,6 +35,10 @@ type Member struct {
 	notify chan<- struct{}
 	// allow is SubscribeParams.Allow: nil, or the topics the member may be attached to.
 	allow func(topic string) bool
+	// mode, strategy and maxInFlightPerPartition are SubscribeParams' ordered-group settings.
+	mode                    storage.SubscriptionMode
+	strategy                string
+	maxInFlightPerPartition int
 
 	// closeOnce runs the close; closed is closed when it finished.
 	closeOnce sync.Once
@@ -136,14 +140,18 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 		leaseDuration: p.LeaseDuration,
 		notify:        p.Notify,
 		allow:         p.Allow,
-		maxInFlight:   maxInFlight,
-		queueLimit:    -1,
-		ch:            make(chan *storage.Delivery, maxInFlight),
-		closedCh:      make(chan struct{}),
-		inflight:      make(map[leaseKey]time.Time),
-		subs:          make(map[int64]*owner),
-		topics:        make(map[string]int64),
-		owned:         make(map[int64]bool),
+		mode:          p.Mode,
+		strategy:      p.Strategy,
+
+		maxInFlightPerPartition: p.MaxInFlightPerPartition,
+		maxInFlight:             maxInFlight,
+		queueLimit:              -1,
+		ch:                      make(chan *storage.Delivery, maxInFlight),
+		closedCh:                make(chan struct{}),
+		inflight:                make(map[leaseKey]time.Time),
+		subs:                    make(map[int64]*owner),
+		topics:                  make(map[string]int64),
+		owned:                   make(map[int64]bool),
 	}
 }
 
@@ -626,7 +634,7 @@ func (m *Member) Ack(ctx context.Context, subID int64, refs ...storage.DeliveryR
 	if err := m.checkSub(subID); err != nil {
 		return err
 	}
-	res, err := m.b.ack(ctx, subID, m.id, refs)
+	res, err := m.b.ack(ctx, subID, m.id, 0, refs)
 	if err != nil {
 		return err
 	}
@@ -645,6 +653,14 @@ func (m *Member) Ack(ctx context.Context, subID int64, refs ...storage.DeliveryR
 // Errors: storage.ErrInvalidArgument for a negative partition or offset (nothing acked),
 // storage.ErrSubscriptionNotFound, the engine's errors.
 func (b *Broker) AckBatch(ctx context.Context, subID int64, member string, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
+	return b.AckBatchGen(ctx, subID, member, 0, refs)
+}
+
+// AckBatchGen is AckBatch for deliveries of generation gen (Delivery.Generation) of an ORDERED
+// subscription: it fails with storage.ErrStaleGeneration, acking nothing, unless member owns
+// every ref's partition since gen. 0 means the generation this broker knows as current (text and
+// HTTP sessions, which do not carry one). Shared subscriptions ignore it.
+func (b *Broker) AckBatchGen(ctx context.Context, subID int64, member string, gen int64, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
 	if err := b.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -654,14 +670,28 @@ func (b *Broker) AckBatch(ctx context.Context, subID int64, member string, refs 
 	if err := validateRefs(refs); err != nil {
 		return nil, err
 	}
-	return b.ack(ctx, subID, member, refs)
+	return b.ack(ctx, subID, member, gen, refs)
+}
+
+// currentGen returns gen, or when it is 0 the generation of subscription subID's assignment as
+// its owner here last published (0 for a shared subscription or without an owner here).
+func (b *Broker) currentGen(subID, gen int64) int64 {
+	if gen != 0 {
+		return gen
+	}
+	b.mu.RLock()
+	o := b.subs[subID]
+	b.mu.RUnlock()
+	return o.generation()
 }
 
 // ack acks refs in the engine, then gives the credit back to the members of this broker that held
 // them and wakes their owners.
-func (b *Broker) ack(ctx context.Context, subID int64, member string, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
+func (b *Broker) ack(ctx context.Context, subID int64, member string, gen int64, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
 	start := b.trace.now()
-	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: subID, Member: member, Refs: refs})
+	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{
+		SubscriptionID: subID, Member: member, Generation: b.currentGen(subID, gen), Refs: refs,
+	})
 	if took, slow := b.trace.isSlow(start); slow {
 		b.trace.logSlow(ctx, "ack", took, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
 	}
@@ -722,6 +752,12 @@ func (m *Member) Nack(ctx context.Context, subID int64, refs []storage.DeliveryR
 // NackBatch is Nack that returns the engine's counts: refs the member does not hold are listed in
 // the result's NotHeld instead of making the call fail.
 func (m *Member) NackBatch(ctx context.Context, subID int64, refs []storage.DeliveryRef, opts NackOptions) (*storage.DeliveriesNackResult, error) {
+	return m.NackBatchGen(ctx, subID, 0, refs, opts)
+}
+
+// NackBatchGen is NackBatch for deliveries of generation gen of an ORDERED subscription (see
+// Broker.AckBatchGen; storage.ErrStaleGeneration when the member lost a ref's partition).
+func (m *Member) NackBatchGen(ctx context.Context, subID, gen int64, refs []storage.DeliveryRef, opts NackOptions) (*storage.DeliveriesNackResult, error) {
 	if len(refs) == 0 {
 		return &storage.DeliveriesNackResult{}, nil
 	}
@@ -736,7 +772,8 @@ func (m *Member) NackBatch(ctx context.Context, subID int64, refs []storage.Deli
 	}
 	start := m.b.trace.now()
 	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
-		SubscriptionID: subID, Member: m.id, Refs: refs, Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
+		SubscriptionID: subID, Member: m.id, Generation: m.b.currentGen(subID, gen), Refs: refs,
+		Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
 	})
 	if took, slow := m.b.trace.isSlow(start); slow {
 		m.b.trace.logSlow(ctx, "nack", took, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
@@ -770,6 +807,12 @@ func (m *Member) Extend(ctx context.Context, subID int64, refs []storage.Deliver
 // ExtendBatch is Extend that returns the engine's counts: refs the member does not hold are listed
 // in the result's NotHeld instead of making the call fail.
 func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.DeliveryRef, d time.Duration) (*storage.DeliveriesExtendResult, error) {
+	return m.ExtendBatchGen(ctx, subID, 0, refs, d)
+}
+
+// ExtendBatchGen is ExtendBatch for deliveries of generation gen of an ORDERED subscription (see
+// Broker.AckBatchGen; storage.ErrStaleGeneration when the member lost a ref's partition).
+func (m *Member) ExtendBatchGen(ctx context.Context, subID, gen int64, refs []storage.DeliveryRef, d time.Duration) (*storage.DeliveriesExtendResult, error) {
 	if len(refs) == 0 {
 		return nil, invalid("extend: no delivery refs")
 	}
@@ -783,7 +826,7 @@ func (m *Member) ExtendBatch(ctx context.Context, subID int64, refs []storage.De
 		return nil, err
 	}
 	res, err := m.b.engine.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{
-		SubscriptionID: subID, Member: m.id, Refs: refs, Duration: d,
+		SubscriptionID: subID, Member: m.id, Generation: m.b.currentGen(subID, gen), Refs: refs, Duration: d,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: extend on subscription %d: %w", subID, err)

@@ -55,6 +55,8 @@ type owner struct {
 	served *Member
 	// problem is the last problem a pass ran into, to log changes only.
 	problem string
+	// ord is the state of an ORDERED subscription (ordered.go), nil for a shared one.
+	ord *ordered
 }
 
 // eventKind is what an inbox event says.
@@ -69,6 +71,9 @@ const (
 	// evEnd: the subscription ended (err says why): every member is detached and told so, the
 	// owner ends; owned reports whether one of them had created it (an ephemeral subscription).
 	evEnd
+	// evRebalance: an admin asked for a rebalance of an ORDERED subscription (strategy, when not
+	// empty, is the new one); done is closed after it ran.
+	evRebalance
 )
 
 // event is one inbox entry.
@@ -80,10 +85,17 @@ type event struct {
 	done chan struct{}
 	// owned is evEnd's answer, written before done is closed.
 	owned bool
+	// strategy and dropForeign are evRebalance's parameters.
+	strategy    string
+	dropForeign bool
 }
 
 func newOwner(b *Broker, sub *storage.Subscription) *owner {
-	return &owner{b: b, id: sub.ID, topic: sub.Topic, signal: make(chan struct{}, 1)}
+	o := &owner{b: b, id: sub.ID, topic: sub.Topic, signal: make(chan struct{}, 1)}
+	if sub.Mode == storage.ModeOrdered {
+		o.ord = &ordered{}
+	}
+	return o
 }
 
 // wakeUp asks the owner for a dispatch pass. It never blocks and coalesces.
@@ -218,6 +230,8 @@ func (o *owner) run() {
 			}
 			lastPass = time.Now()
 		}
+		// An ordered subscription rebalances first when one is due (ordered.go).
+		rebalanceIn := o.rebalanceDue()
 		wait, delivered, gone := o.dispatch(idlePoll(b.pollInterval, quiet))
 		if gone {
 			// The subscription no longer exists in the engine: detach its members.
@@ -226,6 +240,9 @@ func (o *owner) run() {
 		}
 		if delivered {
 			quiet = 0
+		}
+		if rebalanceIn > 0 {
+			wait = min(wait, rebalanceIn)
 		}
 		timer.Reset(wait)
 		o.idle.Store(true)
@@ -266,12 +283,20 @@ func (o *owner) handleEvents() bool {
 				close(ev.done)
 				return false
 			}
-			if ev.done != nil {
+			if o.ord != nil {
+				o.orderedEvent(ev)
+			}
+			if ev.done != nil && (ev.kind != evRebalance || o.ord == nil) {
 				close(ev.done)
 			}
 		}
 		if len(o.members) > 0 {
 			return true
+		}
+		if o.ord != nil && !o.ord.due.IsZero() {
+			// The last member left: take it out of the assignment before ending (other instances'
+			// members get its partitions; a later member here starts from a clean assignment).
+			o.rebalance()
 		}
 		if o.unregister() {
 			return false
@@ -315,6 +340,7 @@ func (o *owner) finish(reason error, pending []*event) (owned bool) {
 	}
 	o.members, o.served = nil, nil
 	o.publish()
+	o.releaseWaiters()
 	for {
 		for _, ev := range pending {
 			if ev.kind == evJoin {
@@ -346,6 +372,18 @@ func (o *owner) abandon() {
 			close(ev.done)
 		}
 	}
+	o.releaseWaiters()
+}
+
+// releaseWaiters closes the admin rebalances' waits of an owner that ends.
+func (o *owner) releaseWaiters() {
+	if o.ord == nil {
+		return
+	}
+	for _, w := range o.ord.waiters {
+		close(w)
+	}
+	o.ord.waiters = nil
 }
 
 // maxIdlePolls bounds how far idle polls back off: an idle owner looks at its subscription at
@@ -369,6 +407,9 @@ func idlePoll(poll time.Duration, quiet int) time.Duration {
 // to that member; the next member claims it, so two short claims in a row by different members
 // mean drained too.
 func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gone bool) {
+	if o.ord != nil {
+		return o.dispatchOrdered(poll)
+	}
 	b := o.b
 	var nextDue time.Time
 	var lastShort *Member

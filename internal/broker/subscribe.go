@@ -46,6 +46,15 @@ type SubscribeParams struct {
 	// (authorization: a principal's wildcard subscription binds only the topics it may consume).
 	// A topic it refuses is skipped, now and when created later. It must be fast and pure.
 	Allow func(topic string) bool
+	// Mode is storage.ModeShared (the default) or storage.ModeOrdered: each partition is owned by
+	// one member of the group at a time and delivered in offset order (ordered.go). An ordered
+	// member needs a group and a topic name (no wildcard) of a PUB_SUB topic; every member of the
+	// group must ask for the same mode (storage.ErrModeConflict otherwise).
+	Mode storage.SubscriptionMode
+	// Strategy (round-robin, the default, or sticky) and MaxInFlightPerPartition (default 1) are
+	// the settings of an ordered subscription this call creates; ignored when joining one.
+	Strategy                string
+	MaxInFlightPerPartition int
 }
 
 // validateStart normalizes a start position (storage.StartPosition.Normalize) and, stricter than
@@ -92,6 +101,9 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	}
 	start, err := validateStart(p.Start)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkMode(&p); err != nil {
 		return nil, err
 	}
 	id := p.MemberID
@@ -151,7 +163,9 @@ func (b *Broker) subscribeExisting(ctx context.Context, m *Member) error {
 		case err == nil:
 			topics = append(topics, m.pattern)
 		case errors.Is(err, storage.ErrTopicNotFound):
-			if m.group != "" {
+			// An ordered group has no binding (bindings create shared subscriptions): its member
+			// attaches when the topic is created, from the topic's beginning.
+			if m.group != "" && m.mode != storage.ModeOrdered {
 				if err := b.bind(ctx, m); err != nil {
 					return err
 				}
@@ -300,6 +314,8 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 	}
 	group := m.group
 	switch {
+	case t.Config.Semantics == storage.Queue && m.mode == storage.ModeOrdered:
+		return nil, false, invalid("topic %q is a QUEUE topic: ordered groups need a PUB_SUB topic", topic)
 	case t.Config.Semantics == storage.Queue:
 		group = storage.QueueGroup
 	case m.group == "":
@@ -326,6 +342,9 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 				return nil, false, fmt.Errorf("broker: resurrect subscription %d: %w", sub.ID, err)
 			}
 			// Someone else changed its state meanwhile: look again.
+		case err == nil && sub.Mode != m.mode && sub.State != storage.Cancelled && sub.State != storage.Deleted:
+			return nil, false, fmt.Errorf("broker: group %q on topic %q is %s, the member asked for %s: %w",
+				group, topic, modeName(sub.Mode), modeName(m.mode), storage.ErrModeConflict)
 		case err == nil && sub.State != storage.Cancelled && sub.State != storage.Deleted:
 			return sub, false, nil
 		case err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound):
@@ -334,6 +353,7 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 			// None, or only a cancelled one: CANCELLED is terminal, subscribing creates a new one.
 			sub, err = b.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{
 				Topic: topic, Group: group, Pattern: pattern, Start: start,
+				Mode: m.mode, Strategy: m.strategy, MaxInFlightPerPartition: m.maxInFlightPerPartition,
 			})
 			if err == nil {
 				return sub, false, nil
@@ -375,6 +395,38 @@ func (b *Broker) detachTopic(ctx context.Context, topic string) {
 	if n > 0 {
 		b.logger.InfoContext(ctx, "topic deleted, members detached", slog.String("topic", topic), slog.Int("subscriptions", n))
 	}
+}
+
+// checkMode validates the ordered-group fields of p and normalizes its mode.
+func checkMode(p *SubscribeParams) error {
+	switch p.Mode {
+	case storage.ModeShared, "shared":
+		p.Mode = storage.ModeShared
+		if p.Strategy != "" || p.MaxInFlightPerPartition != 0 {
+			return invalid("strategy and max_in_flight_per_partition are for ordered groups only")
+		}
+		return nil
+	case storage.ModeOrdered:
+	default:
+		return invalid("subscription mode %q: want shared or ordered", p.Mode)
+	}
+	switch {
+	case p.Group == "":
+		return invalid("an ordered subscription needs a group")
+	case names.IsPattern(p.Pattern):
+		return invalid("an ordered group subscribes to one topic, not a pattern (%q)", p.Pattern)
+	case p.MaxInFlightPerPartition < 0 || p.MaxInFlightPerPartition > storage.MaxInFlightPerPartitionLimit:
+		return invalid("max_in_flight_per_partition must be between 1 and %d, got %d", storage.MaxInFlightPerPartitionLimit, p.MaxInFlightPerPartition)
+	}
+	return storage.CheckStrategy(p.Strategy)
+}
+
+// modeName names a subscription mode for messages.
+func modeName(m storage.SubscriptionMode) string {
+	if m == storage.ModeOrdered {
+		return "ordered"
+	}
+	return "shared"
 }
 
 func cmpOr(a, b int) int {

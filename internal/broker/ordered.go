@@ -1,0 +1,463 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/policy"
+)
+
+// Ordered groups (issue 17 item 3), the broker's part. The owner of an ORDERED subscription keeps
+// its partition assignment: a join or a leave schedules a rebalance, debounced by
+// Config.RebalanceDelay so that a burst of joins and leaves (a deploy, a crash loop) makes one;
+// rebalances run on the owner's goroutine, so they are serialized, and what comes in during one
+// waits in the inbox for the next. A rebalance reads the engine's assignment, computes the next
+// one with policy.Assign over the live members and stores it with Engine.SubscriptionAssign from
+// the generation it read (compare-and-set): when another broker instance won, it reads again.
+// Claims carry the generation; a claim refused with storage.ErrStaleGeneration (another instance
+// rebalanced) makes the owner read the assignment again and adopt it, or rebalance when it does
+// not fit its members.
+//
+// Which members are live: this instance's attached members, and, with Config.SharedEngine (several
+// instances on one PostgreSQL database), the members the current assignment lists that did not
+// leave this instance (they are other instances' members: each instance removes its own when they
+// leave). A member of an instance that crashed stays listed, with its partitions, until an admin
+// rebalance drops it (RebalanceGroup with DropForeign) or its instance comes back: see
+// docs/ARCHITECTURE.md. Without SharedEngine (the embedded engine, one instance by nature), only
+// this instance's members are live, so the assignment left by a crash or a restart is replaced at
+// the first rebalance.
+
+// DefaultRebalanceDelay is the default Config.RebalanceDelay.
+const DefaultRebalanceDelay = 100 * time.Millisecond
+
+// maxAssignRetries bounds the compare-and-set attempts of one rebalance.
+const maxAssignRetries = 8
+
+// RebalanceInfo describes one rebalance this broker stored (Config.OnRebalance).
+type RebalanceInfo struct {
+	SubscriptionID int64
+	Topic          string
+	Generation     int64
+	Took           time.Duration
+}
+
+// ordered is an owner's state for an ORDERED subscription; only the owner's goroutine writes it,
+// except view (published for readers).
+type ordered struct {
+	// assign is the assignment the owner claims with (nil until read).
+	assign *storage.Assignment
+	// view is assign as last published.
+	view atomic.Pointer[storage.Assignment]
+	// due is when the scheduled rebalance runs (zero: none scheduled).
+	due time.Time
+	// force makes the next rebalance compute and store an assignment even when the current one
+	// fits (an admin trigger); strategy, when not empty, is the new strategy.
+	force    bool
+	strategy string
+	// dropForeign makes the next rebalance ignore members of other instances.
+	dropForeign bool
+	// departed are members that left this instance since the last stored assignment.
+	departed map[string]bool
+	// waiters are closed after the next rebalance (admin triggers wait for it).
+	waiters []chan struct{}
+}
+
+// schedule asks for a rebalance after delay (an earlier schedule stands: joins and leaves within
+// one window coalesce).
+func (s *ordered) schedule(now time.Time, delay time.Duration) {
+	if s.due.IsZero() {
+		s.due = now.Add(delay)
+	}
+}
+
+// orderedEvent updates the ordered state for an inbox event.
+func (o *owner) orderedEvent(ev *event) {
+	s := o.ord
+	now := time.Now()
+	switch ev.kind {
+	case evJoin:
+		delete(s.departed, ev.m.id)
+		s.schedule(now, o.b.rebalanceDelay)
+	case evLeave:
+		if s.departed == nil {
+			s.departed = make(map[string]bool)
+		}
+		s.departed[ev.m.id] = true
+		s.schedule(now, o.b.rebalanceDelay)
+	case evRebalance:
+		s.force = true
+		s.dropForeign = s.dropForeign || ev.dropForeign
+		if ev.strategy != "" {
+			s.strategy = ev.strategy
+		}
+		s.due = now
+		if ev.done != nil {
+			s.waiters = append(s.waiters, ev.done) // closed after the rebalance, not by handleEvents
+		}
+	}
+}
+
+// rebalanceDue runs the scheduled rebalance if its time came and returns how long until it is due
+// (0: none scheduled or it ran).
+func (o *owner) rebalanceDue() time.Duration {
+	s := o.ord
+	if s == nil || s.due.IsZero() {
+		return 0
+	}
+	if d := time.Until(s.due); d > 0 {
+		return d
+	}
+	o.rebalance()
+	return 0
+}
+
+// rebalance reads the assignment and stores the next one if it does not fit the live members (or
+// an admin asked for one); it adopts the result. On an engine error it tries again a poll
+// interval later.
+func (o *owner) rebalance() {
+	s, b := o.ord, o.b
+	start := time.Now()
+	ctx := b.rootCtx
+	var err error
+	for range maxAssignRetries {
+		var cur *storage.Assignment
+		var stored bool
+		cur, stored, err = o.assignOnce(ctx)
+		if errors.Is(err, storage.ErrStaleGeneration) {
+			continue // another instance stored one meanwhile: look again
+		}
+		if err != nil {
+			break
+		}
+		s.due, s.force, s.strategy, s.dropForeign = time.Time{}, false, "", false
+		o.adopt(cur)
+		if stored {
+			for m := range s.departed {
+				if _, ok := cur.Members[m]; !ok {
+					delete(s.departed, m)
+				}
+			}
+			took := time.Since(start)
+			b.logger.Info("ordered group rebalanced", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
+				slog.Int64("generation", cur.Generation), slog.Int("members", len(cur.Members)), slog.Duration("took", took))
+			if b.onRebalance != nil {
+				b.onRebalance(RebalanceInfo{SubscriptionID: o.id, Topic: o.topic, Generation: cur.Generation, Took: took})
+			}
+		}
+		for _, w := range s.waiters {
+			close(w)
+		}
+		s.waiters = nil
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: the assignment kept changing (%d attempts)", storage.ErrStaleGeneration, maxAssignRetries)
+	}
+	switch {
+	case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive),
+		errors.Is(err, storage.ErrClosed), ctx.Err() != nil:
+		// The claim finds out and ends the owner, or the broker is stopping.
+	default:
+		b.logger.Warn("ordered group rebalance failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
+	}
+	s.due = time.Now().Add(b.pollInterval)
+}
+
+// assignOnce reads the assignment and, unless it fits, stores the next one from its generation.
+// It returns the assignment in force and whether this call stored it.
+func (o *owner) assignOnce(ctx context.Context) (*storage.Assignment, bool, error) {
+	s, b := o.ord, o.b
+	cur, err := b.engine.SubscriptionAssignment(ctx, o.id)
+	if err != nil {
+		return nil, false, err
+	}
+	t, err := b.engine.TopicGet(ctx, o.topic)
+	if err != nil {
+		return nil, false, err
+	}
+	n := t.Config.Partitions
+	members := o.liveMembers(cur)
+	if !s.force && fits(cur, members, n) {
+		return cur, false, nil
+	}
+	strategy := cur.Strategy
+	if s.strategy != "" {
+		strategy = s.strategy
+	}
+	next, err := policy.Assign(strategy, members, n, cur.Members)
+	if err != nil {
+		return nil, false, err
+	}
+	a, err := b.engine.SubscriptionAssign(ctx, &storage.SubscriptionAssignParams{
+		SubscriptionID: o.id, Generation: cur.Generation, Members: next, Strategy: s.strategy,
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return a, true, nil
+}
+
+// liveMembers lists the members the assignment must cover, sorted: this instance's, and with a
+// shared engine those of other instances listed in cur (see the comment at the top).
+func (o *owner) liveMembers(cur *storage.Assignment) []string {
+	s := o.ord
+	set := make(map[string]bool, len(o.members))
+	for _, m := range o.members {
+		set[m.id] = true
+	}
+	if o.b.sharedEngine && !s.dropForeign && cur != nil {
+		for m := range cur.Members {
+			if !s.departed[m] {
+				set[m] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// fits reports whether assignment a lists exactly members and gives each of the n partitions an
+// owner (when there is a member).
+func fits(a *storage.Assignment, members []string, n int) bool {
+	if a == nil || len(a.Members) != len(members) {
+		return false
+	}
+	for _, m := range members {
+		if _, ok := a.Members[m]; !ok {
+			return false
+		}
+	}
+	if len(members) == 0 {
+		return true
+	}
+	if len(a.Since) != n {
+		return false
+	}
+	for _, g := range a.Since {
+		if g == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// adopt makes a the assignment the owner claims with and publishes it. Members of this instance
+// forget the deliveries of partitions they no longer own (the engine dropped those leases; what
+// still waits in a channel is dropped, acks of what the consumer has fail STALE_GENERATION).
+func (o *owner) adopt(a *storage.Assignment) {
+	o.ord.assign = a
+	o.ord.view.Store(a)
+	for _, m := range o.members {
+		m.keepPartitions(o, a.Members[m.id])
+	}
+}
+
+// dispatchOrdered is dispatch for an ORDERED subscription: each member with partitions claims
+// from its own (the engine knows which), with the current generation and its whole credit, in
+// turn, until a round brings no full claim or events wait.
+func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, delivered, gone bool) {
+	b := o.b
+	a := o.ord.assign
+	if a == nil {
+		if o.ord.due.IsZero() {
+			o.ord.due = time.Now()
+		}
+		return poll, false, false
+	}
+	var nextDue time.Time
+	for !o.queued.Load() {
+		select {
+		case <-b.quit:
+			return 0, delivered, false
+		default:
+		}
+		full := false
+		now := b.clock.Now()
+		for _, m := range o.members {
+			if len(a.Members[m.id]) == 0 {
+				continue
+			}
+			k := m.reserve(now, o)
+			if k == 0 {
+				continue
+			}
+			res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
+				SubscriptionID: o.id, Member: m.id, Max: k, Generation: a.Generation, LeaseDuration: m.leaseDuration,
+			})
+			if err != nil {
+				m.unreserve(k)
+				if errors.Is(err, storage.ErrStaleGeneration) {
+					// Another instance stored a new assignment: read it (rebalanceDue) at once.
+					o.ord.due = time.Now()
+					return time.Millisecond, delivered, false
+				}
+				wait, gone := o.claimFailed(err)
+				return wait, delivered, gone
+			}
+			b.trace.delivered(m.id, o.topic, o.id, res.Deliveries)
+			m.deliver(o, res.Deliveries, k)
+			if len(res.Deliveries) > 0 {
+				delivered = true
+			}
+			if len(res.Deliveries) == k {
+				full = true
+			}
+			nextDue = earliest(nextDue, res.NextDue)
+		}
+		if !full {
+			break
+		}
+	}
+	o.setProblem("")
+	return o.waitFor(nextDue, poll), delivered, false
+}
+
+// generation returns the generation of the assignment the owner last published (0: none, or not
+// an ordered subscription).
+func (o *owner) generation() int64 {
+	if o == nil || o.ord == nil {
+		return 0
+	}
+	if a := o.ord.view.Load(); a != nil {
+		return a.Generation
+	}
+	return 0
+}
+
+// keepPartitions forgets the member's deliveries of o's subscription in partitions not in keep
+// and drops those still in its channel; freed credit wakes the owners waiting for it.
+func (m *Member) keepPartitions(o *owner, keep []int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.subs[o.id] != o || m.closed {
+		return
+	}
+	dropped := 0
+	for k := range m.inflight {
+		if k.sub == o.id && !slices.Contains(keep, k.partition) {
+			delete(m.inflight, k)
+			dropped++
+		}
+	}
+	n := len(m.ch)
+	kept := make([]*storage.Delivery, 0, n)
+	for range n {
+		select {
+		case d := <-m.ch:
+			if d.SubscriptionID != o.id || slices.Contains(keep, d.Partition) {
+				kept = append(kept, d)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	for _, d := range kept {
+		m.ch <- d // at most as many as were taken out
+	}
+	if dropped > 0 {
+		m.returnCreditLocked(nil)
+	}
+}
+
+// RebalanceParams are the parameters of Broker.RebalanceGroup.
+type RebalanceParams struct {
+	Topic, Group string
+	// Strategy, when not empty, becomes the group's strategy (round-robin or sticky).
+	Strategy string
+	// DropForeign leaves out members of other broker instances (on PostgreSQL): an operator's way
+	// to take the partitions of an instance that crashed. Their next requests fail
+	// STALE_GENERATION and they rejoin.
+	DropForeign bool
+}
+
+// RebalanceGroup runs a rebalance of an ORDERED group now (the admin trigger, or a strategy
+// change) and returns the assignment in force after it. With members on this instance their
+// owner runs it (serialized with the others); without, the assignment is recomputed over the
+// members it lists (or none with DropForeign). A shared group is refused with ErrInvalidArgument.
+func (b *Broker) RebalanceGroup(ctx context.Context, p RebalanceParams) (*storage.Assignment, error) {
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if err := storage.CheckStrategy(p.Strategy); err != nil {
+		return nil, err
+	}
+	sub, err := b.lookup(ctx, p.Topic, p.Group)
+	if err != nil {
+		return nil, err
+	}
+	if sub.Mode != storage.ModeOrdered {
+		return nil, invalid("group %q on topic %q is not ordered", p.Group, p.Topic)
+	}
+	b.mu.RLock()
+	o := b.subs[sub.ID]
+	b.mu.RUnlock()
+	if o != nil {
+		ev := &event{kind: evRebalance, strategy: p.Strategy, dropForeign: p.DropForeign, done: make(chan struct{})}
+		if o.push(ev) {
+			select {
+			case <-ev.done:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("broker: rebalance: %w", context.Cause(ctx))
+			}
+			return b.engine.SubscriptionAssignment(ctx, sub.ID)
+		}
+	}
+	// No member here: recompute over the listed members.
+	for range maxAssignRetries {
+		cur, err := b.engine.SubscriptionAssignment(ctx, sub.ID)
+		if err != nil {
+			return nil, err
+		}
+		t, err := b.engine.TopicGet(ctx, p.Topic)
+		if err != nil {
+			return nil, err
+		}
+		var members []string
+		if !p.DropForeign {
+			members = slices.Sorted(maps.Keys(cur.Members))
+		}
+		strategy := cmpOrString(p.Strategy, cur.Strategy)
+		next, err := policy.Assign(strategy, members, t.Config.Partitions, cur.Members)
+		if err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		a, err := b.engine.SubscriptionAssign(ctx, &storage.SubscriptionAssignParams{
+			SubscriptionID: sub.ID, Generation: cur.Generation, Members: next, Strategy: p.Strategy,
+		})
+		if errors.Is(err, storage.ErrStaleGeneration) {
+			continue
+		}
+		if err == nil && b.onRebalance != nil {
+			b.onRebalance(RebalanceInfo{SubscriptionID: sub.ID, Topic: p.Topic, Generation: a.Generation, Took: time.Since(start)})
+		}
+		return a, err
+	}
+	return nil, fmt.Errorf("broker: rebalance: %w: the assignment kept changing", storage.ErrStaleGeneration)
+}
+
+// GroupAssignment returns the assignment of an ORDERED group (nil for a shared one).
+func (b *Broker) GroupAssignment(ctx context.Context, topic, group string) (*storage.Assignment, error) {
+	sub, err := b.lookup(ctx, topic, group)
+	if err != nil {
+		return nil, err
+	}
+	if sub.Mode != storage.ModeOrdered {
+		return nil, nil
+	}
+	return b.engine.SubscriptionAssignment(ctx, sub.ID)
+}
+
+func cmpOrString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
