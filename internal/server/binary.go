@@ -374,10 +374,11 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) 
 func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 	c := b.c
 	cfg := c.srv.cfg
+	mode := storage.ModeShared
+	if m.Mode == protocol.GroupOrdered {
+		mode = storage.ModeOrdered
+	}
 	switch {
-	case m.Mode == protocol.GroupOrdered:
-		b.reply(corr, protocol.ErrInvalidArgument.Errorf("ordered groups are not implemented yet"))
-		return
 	case int64(m.MaxInFlight) > int64(cfg.MaxCredit):
 		b.reply(corr, protocol.ErrInvalidArgument.Errorf("max_in_flight %d exceeds the server's cap %d", m.MaxInFlight, cfg.MaxCredit))
 		return
@@ -401,6 +402,7 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		LeaseDuration: m.LeaseDuration,
 		Start:         start,
 		Notify:        c.wake,
+		Mode:          mode,
 	})
 	if err != nil {
 		b.replyErr(corr, err)
@@ -512,7 +514,7 @@ func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 			res.Unknown = wireRefs(res.Unknown, g.sub, g.refs)
 			continue
 		}
-		r, err := c.srv.broker.AckBatch(c.ctx, g.sub, member, g.refs)
+		r, err := c.srv.broker.AckBatchGen(c.ctx, g.sub, member, g.gen, g.refs)
 		switch {
 		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
 			// Deleted or cancelled meanwhile: its messages are gone for this connection.
@@ -536,7 +538,7 @@ func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 	res := &protocol.NackOK{}
 	for _, g := range groupRefs(m.Refs) {
 		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
-			r, err := h.member.NackBatch(c.ctx, g.sub, refs, opts)
+			r, err := h.member.NackBatchGen(c.ctx, g.sub, g.gen, refs, opts)
 			if err != nil {
 				return nil, err
 			}
@@ -563,7 +565,7 @@ func (b *binarySession) extendResult(m *protocol.Extend) protocol.Message {
 	res := &protocol.ExtendOK{}
 	for _, g := range groupRefs(m.Refs) {
 		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
-			r, err := h.member.ExtendBatch(c.ctx, g.sub, refs, m.Duration)
+			r, err := h.member.ExtendBatchGen(c.ctx, g.sub, g.gen, refs, m.Duration)
 			if err != nil {
 				return nil, err
 			}

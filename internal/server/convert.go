@@ -74,6 +74,7 @@ func delivery(h uint32, d *storage.Delivery) protocol.Delivery {
 		Topic:          d.Topic,
 		Partition:      d.Partition,
 		Offset:         d.Offset,
+		Generation:     uint32(max(d.Generation, 0)),
 		Attempt:        uint32(max(d.Attempt, 0)),
 		LeaseDeadline:  d.LeaseDeadline,
 		PublishTime:    d.PublishedAt,
@@ -84,23 +85,31 @@ func delivery(h uint32, d *storage.Delivery) protocol.Delivery {
 	}
 }
 
-// refGroup is the refs of one subscription, in request order.
+// refGroup is the refs of one subscription and generation, in request order.
 type refGroup struct {
 	sub  int64
+	gen  int64
 	refs []storage.DeliveryRef
 }
 
-// groupRefs splits wire refs by subscription, keeping the order of first appearance. Generations
-// are ignored: shared groups have none (ordered groups are not implemented).
+// refGroupKey identifies a refGroup.
+type refGroupKey struct {
+	sub int64
+	gen uint32
+}
+
+// groupRefs splits wire refs by subscription and generation (0 in shared groups; in ordered
+// groups the engine fences each group by its generation), keeping the order of first appearance.
 func groupRefs(refs []protocol.Ref) []refGroup {
 	var groups []refGroup
-	idx := make(map[int64]int)
+	idx := make(map[refGroupKey]int)
 	for _, r := range refs {
-		i, ok := idx[r.SubscriptionID]
+		k := refGroupKey{r.SubscriptionID, r.Generation}
+		i, ok := idx[k]
 		if !ok {
 			i = len(groups)
-			idx[r.SubscriptionID] = i
-			groups = append(groups, refGroup{sub: r.SubscriptionID})
+			idx[k] = i
+			groups = append(groups, refGroup{sub: r.SubscriptionID, gen: int64(r.Generation)})
 		}
 		groups[i].refs = append(groups[i].refs, storage.DeliveryRef{Partition: r.Partition, Offset: r.Offset})
 	}

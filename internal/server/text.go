@@ -27,8 +27,10 @@ type textSession struct {
 	c *conn
 	// lr and the fields below are the reader goroutine's.
 	lr *text.LineReader
-	// group and memberID are set by JOIN_GROUP; memberSeq numbers the SUBSCRIBEs that use them.
+	// group and memberID are set by JOIN_GROUP (ordered with ORDERED); memberSeq numbers the
+	// SUBSCRIBEs that use them.
 	group, memberID string
+	ordered         bool
 	memberSeq       int
 	// interactive is set by any command but PUBLISH and AUTH: the session is no longer closed
 	// after text_publisher_idle.
@@ -289,7 +291,11 @@ func (t *textSession) joinGroup(cmd text.Command) {
 		t.fail(fmt.Errorf("%w: consumer id: %w", storage.ErrInvalidArgument, err))
 		return
 	}
-	t.group, t.memberID, t.memberSeq = cmd.Group, cmd.Member, 0
+	t.group, t.memberID, t.memberSeq, t.ordered = cmd.Group, cmd.Member, 0, cmd.Ordered
+	if cmd.Ordered {
+		t.ok("group %s consumer %s ordered", cmd.Group, cmd.Member)
+		return
+	}
 	t.ok("group %s consumer %s", cmd.Group, cmd.Member)
 }
 
@@ -299,6 +305,10 @@ func (t *textSession) subscribe(cmd text.Command) {
 	if err != nil {
 		t.fail(err)
 		return
+	}
+	mode := storage.ModeShared
+	if t.ordered {
+		mode = storage.ModeOrdered
 	}
 	memberID := t.memberID
 	if memberID != "" && t.memberSeq > 0 {
@@ -318,6 +328,7 @@ func (t *textSession) subscribe(cmd text.Command) {
 		LeaseDuration: c.srv.cfg.TextAckWait,
 		Start:         start,
 		Notify:        c.wake,
+		Mode:          mode,
 	})
 	if err != nil {
 		t.fail(err)

@@ -66,9 +66,11 @@ type Command struct {
 	Payload []byte
 	// Start is the optional start position of SUBSCRIBE (zero: FROM_NOW).
 	Start protocol.StartPosition
-	// Group and Member are the arguments of JOIN_GROUP.
-	Group  string
-	Member string
+	// Group and Member are the arguments of JOIN_GROUP; Ordered is its optional ORDERED (the
+	// group's members own partitions and get them in offset order).
+	Group   string
+	Member  string
+	Ordered bool
 	// Tags are the delivery tags of ACK and NACK.
 	Tags []uint64
 	// On is the argument of VERBOSE (no argument means ON).
@@ -127,10 +129,16 @@ func Parse(line []byte) (Command, error) {
 			return Command{}, err
 		}
 	case VerbJoinGroup:
-		if err := nargs(2, 2, "JOIN_GROUP <group> <consumer-id>"); err != nil {
+		if err := nargs(2, 3, "JOIN_GROUP <group> <consumer-id> [ORDERED]"); err != nil {
 			return Command{}, err
 		}
 		c.Group, c.Member = args[0], args[1]
+		if len(args) == 3 {
+			if !strings.EqualFold(args[2], "ORDERED") {
+				return Command{}, invalid("JOIN_GROUP: %q: the third argument can only be ORDERED", args[2])
+			}
+			c.Ordered = true
+		}
 	case VerbAck, VerbNack:
 		if len(args) == 0 {
 			return Command{}, invalid("usage: %s <tag> [<tag>...]", verb)
@@ -268,6 +276,9 @@ func AppendCommand(dst []byte, c Command) ([]byte, error) {
 		}
 	case VerbJoinGroup:
 		err = args(c.Group, c.Member)
+		if err == nil && c.Ordered {
+			dst = append(dst, " ORDERED"...)
+		}
 	case VerbAck, VerbNack:
 		if len(c.Tags) == 0 {
 			return fail(invalid("%s: no tags", c.Verb))

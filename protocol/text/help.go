@@ -5,7 +5,9 @@ package text
 var HelpLines = []string{
 	"Spool text mode. Commands (keywords are case-insensitive, one command per line):",
 	"  PUBLISH <topic> <payload...>      publish the rest of the line; replies OK <message-id>",
-	"  JOIN_GROUP <group> <consumer-id>  use this group and member id for the following SUBSCRIBE",
+	"  JOIN_GROUP <group> <consumer-id> [ORDERED]",
+	"                                    use this group and member id for the following SUBSCRIBE;",
+	"                                    ORDERED: each partition to one member, in offset order",
 	"  SUBSCRIBE <topic-or-pattern> [FROM_NOW|FROM_BEGINNING|FROM_TIMESTAMP <rfc3339>|FROM_MESSAGE_ID <id>]",
 	"                                    deliveries arrive as MESSAGE <topic> <payload>",
 	"  ACK <tag>...                      complete deliveries; the n-th delivery of the session has tag n",
