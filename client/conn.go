@@ -535,6 +535,20 @@ func (cn *conn) ackDone(batch []pendingAck, cl *call) {
 	if cl.err != nil {
 		cn.logger.Debug("ack failed", slog.Int("refs", len(batch)), slog.Any("error", cl.err))
 	}
+	if len(batch) > 1 && errors.Is(cl.err, protocol.ErrStaleGeneration) {
+		// Ordered groups: some refs are of partitions this member lost in a rebalance; the broker
+		// acked the others. Ack each ref alone to tell every waiter its own answer (an ack the
+		// broker applied answers AlreadyDone). Non-blocking sends: this runs on the reader.
+		for _, a := range batch {
+			one := []pendingAck{a}
+			_, err := cn.startWith(context.Background(), false, &protocol.Ack{Refs: []protocol.Ref{a.ref}},
+				func(cl *call, _ bool) { cn.ackDone(one, cl) }, false, false)
+			if err != nil && a.waiter != nil {
+				a.waiter(err)
+			}
+		}
+		return
+	}
 	for _, a := range batch {
 		if a.waiter == nil {
 			continue

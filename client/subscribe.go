@@ -71,6 +71,14 @@ type SubscribeParams struct {
 	MaxInFlight int
 	// Start is where the subscription starts if this call creates it. Defaults to FromNow.
 	Start StartPosition
+	// Ordered joins Group as an ordered group: each partition of Topic (a topic name, not a
+	// pattern, of a PUB_SUB topic) is owned by one member at a time and delivered to it in offset
+	// order, at most max_in_flight_per_partition (default 1) unsettled per partition. Members
+	// join and leave freely: the broker rebalances and stays subscribed for this member. A
+	// delivery of a partition the member lost meanwhile cannot be settled: its Ack, Nack or
+	// Extend fails with an error wrapping protocol.ErrStaleGeneration, and its new owner gets the
+	// message again; the subscription itself goes on with its new partitions, nothing to redo.
+	Ordered bool
 }
 
 // Handler processes one delivery. Unless the subscription has ManualAck, a nil return acks the
@@ -320,7 +328,12 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 	if resub && s.params.Group == "" {
 		start = FromNow()
 	}
+	mode := protocol.GroupShared
+	if s.params.Ordered {
+		mode = protocol.GroupOrdered
+	}
 	req := &protocol.Subscribe{
+		Mode:          mode,
 		Topic:         s.params.Topic,
 		Group:         s.params.Group,
 		MemberID:      s.cfg.memberID,

@@ -508,6 +508,7 @@ func (b *binarySession) groupResult(m protocol.ClientMessage) protocol.Message {
 func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 	c := b.c
 	res := &protocol.AckOK{}
+	var stale error
 	for _, g := range groupRefs(m.Refs) {
 		member, ok := c.memberFor(g.sub)
 		if !ok {
@@ -515,6 +516,12 @@ func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 			continue
 		}
 		r, err := c.srv.broker.AckBatchGen(c.ctx, g.sub, member, g.gen, g.refs)
+		if errors.Is(err, storage.ErrStaleGeneration) {
+			// Ordered groups: the engine refused the whole group; ack the partitions the member
+			// still owns and answer STALE_GENERATION for the request after (the Go client then
+			// acks its refs one by one to learn which were refused).
+			r, stale, err = b.ackByPartition(g, member)
+		}
 		switch {
 		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
 			// Deleted or cancelled meanwhile: its messages are gone for this connection.
@@ -528,7 +535,40 @@ func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 			res.Unknown = wireRefs(res.Unknown, g.sub, r.Unknown)
 		}
 	}
+	if stale != nil {
+		return b.errorFrame(stale)
+	}
 	return res
+}
+
+// ackByPartition acks the refs of g one partition at a time and returns the sum and the last
+// storage.ErrStaleGeneration of a partition the member lost (other errors end it).
+func (b *binarySession) ackByPartition(g refGroup, member string) (*storage.DeliveriesAckResult, error, error) {
+	c := b.c
+	sum := &storage.DeliveriesAckResult{}
+	var stale error
+	byPart := map[int32][]storage.DeliveryRef{}
+	var order []int32
+	for _, r := range g.refs {
+		if _, ok := byPart[r.Partition]; !ok {
+			order = append(order, r.Partition)
+		}
+		byPart[r.Partition] = append(byPart[r.Partition], r)
+	}
+	for _, p := range order {
+		r, err := c.srv.broker.AckBatchGen(c.ctx, g.sub, member, g.gen, byPart[p])
+		switch {
+		case errors.Is(err, storage.ErrStaleGeneration):
+			stale = err
+		case err != nil:
+			return nil, stale, err
+		default:
+			sum.Acked += r.Acked
+			sum.AlreadyDone += r.AlreadyDone
+			sum.Unknown = append(sum.Unknown, r.Unknown...)
+		}
+	}
+	return sum, stale, nil
 }
 
 // nackResult runs a Nack request and returns its answer (NackOK or Error).

@@ -83,3 +83,36 @@ func TestTextJoinGroupOrdered(t *testing.T) {
 	b.expect("OK group g consumer b")
 	b.expect("ERR SUBSCRIPTION_EXISTS")
 }
+
+// TestOrderedMixedAckFrame: one Ack frame with refs of a kept and of a lost partition (same
+// generation) acks the kept one and answers STALE_GENERATION; the kept one is then done.
+func TestOrderedMixedAckFrame(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, func(c *broker.Config) { c.RebalanceDelay = -1 })
+	if _, err := e.b.CreateTopic(context.Background(), "o", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ca, cb := e.dial(nil), e.dial(nil)
+	ca.subscribe(&protocol.Subscribe{Topic: "o", Group: "g", MemberID: "a", Mode: protocol.GroupOrdered,
+		Start: protocol.StartPosition{Kind: protocol.StartFromBeginning}})
+	eventually(t, "a owns both partitions", func() error {
+		a, err := e.b.GroupAssignment(context.Background(), "o", "g")
+		if err != nil || len(a.Members["a"]) != 2 {
+			return fmt.Errorf("assignment %+v, %v", a, err)
+		}
+		return nil
+	})
+	expectOK[*protocol.PublishOK](ca, &protocol.Publish{Topic: "o", Messages: []protocol.PublishMessage{
+		{Partition: 0, Payload: []byte("k")}, {Partition: 1, Payload: []byte("l")}}})
+	held := ca.deliveriesN(2)
+	cb.subscribe(&protocol.Subscribe{Topic: "o", Group: "g", MemberID: "b", Mode: protocol.GroupOrdered})
+	cb.deliveriesN(1)
+	ca.expectErr(&protocol.Ack{Refs: refs(held...)}, protocol.CodeStaleGeneration)
+	for _, d := range held {
+		if d.Partition == 0 {
+			if ack := expectOK[*protocol.AckOK](ca, &protocol.Ack{Refs: refs(d)}); ack.AlreadyDone != 1 {
+				t.Fatalf("kept partition's ref after the mixed frame: %+v, want already done", ack)
+			}
+		}
+	}
+}
