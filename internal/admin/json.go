@@ -285,6 +285,14 @@ type Group struct {
 	// nothing); Reasons say why, empty when OK.
 	Health  string   `json:"health"`
 	Reasons []string `json:"reasons"`
+	// Mode is "shared" or "ordered"; the fields below are for ordered groups only: the
+	// assignment strategy, the unsettled bound per partition, the generation (incremented by
+	// every rebalance) and the assignment (member name to partitions, on every broker instance).
+	Mode                    string             `json:"mode"`
+	Strategy                string             `json:"strategy,omitempty"`
+	MaxInFlightPerPartition int                `json:"max_in_flight_per_partition,omitempty"`
+	Generation              int64              `json:"generation,omitempty"`
+	Assignment              map[string][]int32 `json:"assignment,omitempty"`
 }
 
 // groupJSON converts a GroupInfo; members maps member IDs to their descriptions (from
@@ -319,6 +327,7 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 		out.HeartbeatTimeout = Duration(s.HeartbeatTimeout)
 		out.LastHeartbeatAt = s.LastHeartbeatAt
 	}
+	orderedJSON(&out, g)
 	if st := g.Stats; st != nil {
 		out.Pending = st.Pending
 		out.Lag = st.Lag

@@ -130,6 +130,10 @@ func (h *Handler) routeTable() []*route {
 			id: "getGroup", tag: "groups", summary: "Get a subscription with its health.",
 			desc: "group is the consumer group, $queue for the subscription of a QUEUE topic.",
 			ok:   200, resp: typeOf[Group](), errs: errsRead}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/rebalance", handle: h.rebalanceGroup, doc: opDoc{
+			id: "rebalanceGroup", tag: "groups", summary: "Rebalance an ordered group now, optionally with a new strategy.",
+			desc: "The body is optional: strategy (round-robin or sticky) becomes the group's; drop_foreign leaves out the members other broker instances listed (to take the partitions of an instance that crashed). Answers the group with its new generation and assignment. 400 for a shared group.",
+			body: typeOf[RebalanceRequest](), ok: 200, resp: typeOf[Group](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/pause", handle: h.groupOp(h.b.PauseGroup), doc: opDoc{
 			id: "pauseGroup", tag: "groups", summary: "Pause a subscription: it receives nothing and keeps holding retention.",
 			ok: 200, resp: typeOf[Group](), errs: errsWrite}},

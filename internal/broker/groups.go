@@ -38,6 +38,9 @@ type GroupInfo struct {
 	// Health is HealthOK, HealthWarn or HealthFail; Reasons say why (empty when OK).
 	Health  string   `json:"health"`
 	Reasons []string `json:"reasons"`
+	// Assignment is the partition assignment of an ORDERED subscription (nil for a shared one):
+	// its generation, strategy and which member owns which partitions, on every instance.
+	Assignment *storage.Assignment `json:"assignment,omitempty"`
 }
 
 // Groups describes every subscription that is not DELETED, ordered by subscription ID.
@@ -89,6 +92,11 @@ func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription, oldes
 			return nil, fmt.Errorf("broker: stats of subscription %d: %w", sub.ID, err)
 		}
 		info.Stats = stats
+		if sub.Mode == storage.ModeOrdered {
+			if info.Assignment, err = b.engine.SubscriptionAssignment(ctx, sub.ID); err != nil {
+				return nil, fmt.Errorf("broker: assignment of subscription %d: %w", sub.ID, err)
+			}
+		}
 	}
 	b.mu.RLock()
 	s := b.subs[sub.ID]

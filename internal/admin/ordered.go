@@ -1,0 +1,52 @@
+package admin
+
+import (
+	"net/http"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// RebalanceRequest is the (optional) body of POST /api/v1/topics/{topic}/groups/{group}/rebalance.
+type RebalanceRequest struct {
+	// Strategy, when set, becomes the group's assignment strategy: round-robin or sticky.
+	Strategy string `json:"strategy,omitempty"`
+	// DropForeign leaves out the members other broker instances listed (PostgreSQL): an
+	// operator's way to take the partitions of an instance that crashed.
+	DropForeign bool `json:"drop_foreign,omitempty"`
+}
+
+// rebalanceGroup runs an ordered group's rebalance and answers with the group.
+func (h *Handler) rebalanceGroup(w http.ResponseWriter, r *http.Request) error {
+	var req RebalanceRequest
+	if err := decodeJSON(r, &req, true); err != nil {
+		return err
+	}
+	topic, group := r.PathValue("topic"), r.PathValue("group")
+	if _, err := h.b.RebalanceGroup(r.Context(), broker.RebalanceParams{
+		Topic: topic, Group: group, Strategy: req.Strategy, DropForeign: req.DropForeign,
+	}); err != nil {
+		return err
+	}
+	return h.writeGroup(w, r, topic, group)
+}
+
+// orderedJSON fills the mode fields of a group.
+func orderedJSON(out *Group, g *broker.GroupInfo) {
+	out.Mode = "shared"
+	if g.Subscription == nil || g.Subscription.Mode != storage.ModeOrdered {
+		return
+	}
+	s := g.Subscription
+	out.Mode = string(storage.ModeOrdered)
+	out.Strategy = s.Strategy
+	out.MaxInFlightPerPartition = s.MaxInFlightPerPartition
+	out.Assignment = map[string][]int32{}
+	if a := g.Assignment; a != nil {
+		out.Generation = a.Generation
+		out.Strategy = a.Strategy
+		for m, ps := range a.Members {
+			out.Assignment[m] = ps
+		}
+	}
+}
