@@ -227,6 +227,11 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		SubscriptionRetention: cfg.Broker.SubscriptionRetention,
 		OnLifecycle:           m.ObserveLifecycle,
 		OnForceComplete:       m.ObserveForceComplete,
+		// Ordered groups (broker ordered.go): on PostgreSQL other instances' members stay in the
+		// assignments.
+		SharedEngine:   cfg.Store != "",
+		OnRebalance:    m.ObserveRebalance,
+		RebalanceDelay: cmp.Or(cfg.Broker.RebalanceDelay, -1), // config 0: at once
 	})
 	if err != nil {
 		return err

@@ -43,7 +43,7 @@ const maxAssignRetries = 8
 // RebalanceInfo describes one rebalance this broker stored (Config.OnRebalance).
 type RebalanceInfo struct {
 	SubscriptionID int64
-	Topic          string
+	Topic, Group   string
 	Generation     int64
 	Took           time.Duration
 }
@@ -51,6 +51,8 @@ type RebalanceInfo struct {
 // ordered is an owner's state for an ORDERED subscription; only the owner's goroutine writes it,
 // except view (published for readers).
 type ordered struct {
+	// group is the subscription's group (for RebalanceInfo).
+	group string
 	// assign is the assignment the owner claims with (nil until read).
 	assign *storage.Assignment
 	// view is assign as last published.
@@ -148,7 +150,7 @@ func (o *owner) rebalance() {
 			b.logger.Info("ordered group rebalanced", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
 				slog.Int64("generation", cur.Generation), slog.Int("members", len(cur.Members)), slog.Duration("took", took))
 			if b.onRebalance != nil {
-				b.onRebalance(RebalanceInfo{SubscriptionID: o.id, Topic: o.topic, Generation: cur.Generation, Took: took})
+				b.onRebalance(RebalanceInfo{SubscriptionID: o.id, Topic: o.topic, Group: s.group, Generation: cur.Generation, Took: took})
 			}
 		}
 		for _, w := range s.waiters {
@@ -436,7 +438,7 @@ func (b *Broker) RebalanceGroup(ctx context.Context, p RebalanceParams) (*storag
 			continue
 		}
 		if err == nil && b.onRebalance != nil {
-			b.onRebalance(RebalanceInfo{SubscriptionID: sub.ID, Topic: p.Topic, Generation: a.Generation, Took: time.Since(start)})
+			b.onRebalance(RebalanceInfo{SubscriptionID: sub.ID, Topic: p.Topic, Group: sub.Group, Generation: a.Generation, Took: time.Since(start)})
 		}
 		return a, err
 	}

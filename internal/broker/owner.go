@@ -93,7 +93,7 @@ type event struct {
 func newOwner(b *Broker, sub *storage.Subscription) *owner {
 	o := &owner{b: b, id: sub.ID, topic: sub.Topic, signal: make(chan struct{}, 1)}
 	if sub.Mode == storage.ModeOrdered {
-		o.ord = &ordered{}
+		o.ord = &ordered{group: sub.Group}
 	}
 	return o
 }

@@ -171,6 +171,10 @@ type Broker struct {
 	// PollInterval is how long an idle dispatcher first waits before it looks again; it backs off
 	// to 16 times that while it finds nothing. Defaults to 1 s.
 	PollInterval time.Duration `yaml:"poll_interval"`
+	// RebalanceDelay is how long an ordered group waits after a member joined or left before it
+	// rebalances: joins and leaves within it make one rebalance. 0 rebalances at once; at most
+	// 1 minute. Defaults to 100 ms.
+	RebalanceDelay time.Duration `yaml:"rebalance_delay"`
 	// SlowOperation is the duration above which a broker operation (publish, claim, ack, nack,
 	// read, retention run) is logged at WARN, "slow broker operation" (seed 002 M4-13). 0 turns
 	// it off. Defaults to 100 ms.
@@ -204,6 +208,7 @@ func Defaults() Config {
 			MaxPartitions:         broker.DefaultMaxPartitions,
 			RetentionInterval:     time.Minute,
 			PollInterval:          time.Second,
+			RebalanceDelay:        broker.DefaultRebalanceDelay,
 			SlowOperation:         broker.DefaultSlowOperation,
 			BackpressureInterval:  broker.DefaultBackpressureInterval,
 			MaxThrottleDelay:      broker.DefaultMaxThrottleDelay,
@@ -560,6 +565,8 @@ func (c Config) Validate() error {
 		return bad("broker.subscription_retention", "must be positive, got %s", c.Broker.SubscriptionRetention)
 	case c.Broker.PollInterval <= 0:
 		return bad("broker.poll_interval", "must be positive, got %s", c.Broker.PollInterval)
+	case c.Broker.RebalanceDelay < 0 || c.Broker.RebalanceDelay > time.Minute:
+		return bad("broker.rebalance_delay", "must be between 0 and 1m, got %s", c.Broker.RebalanceDelay)
 	case c.Broker.SlowOperation < 0:
 		return bad("broker.slow_operation", "must not be negative (0 turns it off), got %s", c.Broker.SlowOperation)
 	case c.Broker.BackpressureInterval < 10*time.Millisecond || c.Broker.BackpressureInterval > time.Minute:

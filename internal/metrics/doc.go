@@ -136,6 +136,10 @@
 //	spool_messages_force_completed_total{topic,group} counter messages an admin force-complete completed for a group without the group
 //	                                                          processing them (ObserveForceComplete, wired to
 //	                                                          broker.Config.OnForceComplete).
+//	spool_rebalances_total{topic,group}             counter   rebalances of ordered groups this process stored (ObserveRebalance, wired
+//	                                                          to broker.Config.OnRebalance); each incremented the group's generation.
+//	spool_rebalance_duration_seconds{topic}         histogram from a rebalance's start to its assignment stored (no debounce).
+//	spool_group_generation{topic,group}             gauge     generation of an ordered group as last stored by this process.
 //	spool_cleanup_job_runs_total{task}              counter   runs of a cleanup job of this process (broker.CleanupJobs, read at each
 //	                                                          scrape): task="retention" (message cleanup) or "subscription_lifecycle"
 //	                                                          (dead detection, CANCELLED -> DELETED).

@@ -48,6 +48,7 @@ type Metrics struct {
 	authDenied      *prometheus.CounterVec
 	cleanupFailures *prometheus.CounterVec
 	lifecycle       *lifecycleMetrics
+	rebalance       *rebalanceMetrics
 }
 
 // New creates the hook metrics and registers them with reg. A nil reg creates them without
@@ -147,6 +148,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration, m.authDenied, m.cleanupFailures)
 	}
 	m.lifecycle = newLifecycleMetrics(reg)
+	m.rebalance = newRebalanceMetrics(reg)
 	return m
 }
 
@@ -312,7 +314,7 @@ func (m *Metrics) ForgetTopic(topic string) {
 	} {
 		v.DeletePartialMatch(l)
 	}
-	for _, v := range m.lifecycle.topicVecs() {
+	for _, v := range append(m.lifecycle.topicVecs(), m.rebalance.topicVecs()...) {
 		v.DeletePartialMatch(l)
 	}
 }
