@@ -148,6 +148,7 @@ func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
 		f.Add("Pattern", g.Pattern)
 	}
 	f.Add("Ephemeral", strconv.FormatBool(g.Ephemeral))
+	f.Add("Mode", cmpStr(g.Mode, "shared"))
 	f.Add("Start", startText(g.Start, e))
 	f.Add("Created", cli.Time(g.CreatedAt, e.loc))
 	f.Add("Updated", cli.Time(g.UpdatedAt, e.loc))
@@ -179,6 +180,9 @@ func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
 		if err := tab.Write(e.stdout); err != nil {
 			return err
 		}
+	}
+	if err := writeOrdered(e, &g); err != nil {
+		return err
 	}
 	if len(g.Partitions) > 0 {
 		fmt.Fprintln(e.stdout, "\nPartitions:")

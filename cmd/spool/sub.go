@@ -45,6 +45,7 @@ count raised; --max-in-flight 1 prefetches nothing.`,
 		`spool sub --group billing --from beginning --max 10 'orders.#'`,
 		`spool sub --json --from 2025-01-02T15:04:05Z orders.created | jq .payload`,
 		`spool sub --group billing --ack=false --max 1 orders.created   # peek: not acked, delivered again`,
+		`spool sub --group billing --ordered orders.created   # each partition to one member, in order`,
 	},
 }
 
@@ -78,6 +79,7 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	concurrency := fs.Int("concurrency", 1, "deliveries handled at a time")
 	maxInFlight := fs.Int("max-in-flight", 0, "credit: most unsettled deliveries held at a time (0: see above)")
 	jsonOut := fs.Bool("json", false, "print one JSON object per delivery")
+	ordered := fs.Bool("ordered", false, "join --group as an ordered group: each partition to one member, in offset order")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -92,6 +94,8 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	switch {
 	case *maxN < 0:
 		return usagef(fs, "sub: --max must not be negative, got %d", *maxN)
+	case *ordered && *group == "":
+		return usagef(fs, "sub: --ordered needs --group")
 	case *concurrency < 1 || *concurrency > maxCredit:
 		return usagef(fs, "sub: --concurrency must be between 1 and %d, got %d", maxCredit, *concurrency)
 	case *maxInFlight < 0 || *maxInFlight > maxCredit:
@@ -128,7 +132,7 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	if !*ack {
 		opts = append(opts, client.ManualAck())
 	}
-	sub, err := c.Subscribe(ctx, client.SubscribeParams{Topic: pos[0], Group: *group, MaxInFlight: credit, Start: start},
+	sub, err := c.Subscribe(ctx, client.SubscribeParams{Topic: pos[0], Group: *group, MaxInFlight: credit, Start: start, Ordered: *ordered},
 		s.handle, opts...)
 	if err != nil {
 		if ctx.Err() != nil {

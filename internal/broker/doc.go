@@ -97,9 +97,10 @@
 // owner idle until woken or polled; storage.ErrSubscriptionNotFound ends it (the members are
 // detached and told; pattern members join again if the topic comes back).
 //
-// Later work adds to the owner as events and state, without new locks: the partition assignment
-// of ordered groups (members and generations), the detection of a subscription without a live
-// member (DEAD), a backfill's progress.
+// The owner of an ORDERED subscription also keeps its partition assignment (ordered.go): joins
+// and leaves schedule a rebalance (debounced by Config.RebalanceDelay), an admin call asks for
+// one (a rebalance event), and its claims carry the generation. Later work adds to the owner the
+// same way, without new locks: a backfill's progress.
 //
 // # Credit
 //
