@@ -673,12 +673,14 @@ func (b *Broker) AckBatchGen(ctx context.Context, subID int64, member string, ge
 	return b.ack(ctx, subID, member, gen, refs)
 }
 
-// currentGen returns gen, or when it is 0 the generation of subscription subID's assignment as
-// its owner here last published (0 for a shared subscription or without an owner here).
-func (b *Broker) currentGen(subID, gen int64) int64 {
-	if gen != 0 {
+// currentGen returns gen, or when it is 0 and m is an ordered member the generation of
+// subscription subID's assignment as its owner here last published (0 without an owner here).
+// Shared members do not look: their hot path is unchanged.
+func (m *Member) currentGen(subID, gen int64) int64 {
+	if gen != 0 || m.mode != storage.ModeOrdered {
 		return gen
 	}
+	b := m.b
 	b.mu.RLock()
 	o := b.subs[subID]
 	b.mu.RUnlock()
@@ -688,9 +690,15 @@ func (b *Broker) currentGen(subID, gen int64) int64 {
 // ack acks refs in the engine, then gives the credit back to the members of this broker that held
 // them and wakes their owners.
 func (b *Broker) ack(ctx context.Context, subID int64, member string, gen int64, refs []storage.DeliveryRef) (*storage.DeliveriesAckResult, error) {
+	b.mu.RLock()
+	s := b.subs[subID]
+	b.mu.RUnlock()
+	if gen == 0 {
+		gen = s.generation() // 0 for a shared subscription
+	}
 	start := b.trace.now()
 	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{
-		SubscriptionID: subID, Member: member, Generation: b.currentGen(subID, gen), Refs: refs,
+		SubscriptionID: subID, Member: member, Generation: gen, Refs: refs,
 	})
 	if took, slow := b.trace.isSlow(start); slow {
 		b.trace.logSlow(ctx, "ack", took, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
@@ -699,9 +707,12 @@ func (b *Broker) ack(ctx context.Context, subID int64, member string, gen int64,
 		return nil, fmt.Errorf("broker: ack on subscription %d: %w", subID, err)
 	}
 	b.trace.settled(ctx, "acked", subID, member, refs)
-	b.mu.RLock()
-	s := b.subs[subID]
-	b.mu.RUnlock()
+	if s == nil {
+		// Attached since the lookup above (its first member joined meanwhile).
+		b.mu.RLock()
+		s = b.subs[subID]
+		b.mu.RUnlock()
+	}
 	var holders []*Member
 	if s != nil {
 		holders = s.viewMembers()
@@ -772,7 +783,7 @@ func (m *Member) NackBatchGen(ctx context.Context, subID, gen int64, refs []stor
 	}
 	start := m.b.trace.now()
 	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
-		SubscriptionID: subID, Member: m.id, Generation: m.b.currentGen(subID, gen), Refs: refs,
+		SubscriptionID: subID, Member: m.id, Generation: m.currentGen(subID, gen), Refs: refs,
 		Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
 	})
 	if took, slow := m.b.trace.isSlow(start); slow {
@@ -826,7 +837,7 @@ func (m *Member) ExtendBatchGen(ctx context.Context, subID, gen int64, refs []st
 		return nil, err
 	}
 	res, err := m.b.engine.DeliveriesExtend(ctx, &storage.DeliveriesExtendParams{
-		SubscriptionID: subID, Member: m.id, Generation: m.b.currentGen(subID, gen), Refs: refs, Duration: d,
+		SubscriptionID: subID, Member: m.id, Generation: m.currentGen(subID, gen), Refs: refs, Duration: d,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: extend on subscription %d: %w", subID, err)
