@@ -33,7 +33,9 @@ Without --group, a QUEUE topic's messages are shared with its other consumers an
 topic gets an ephemeral subscription that ends with sub. --from applies only when this call
 creates the subscription (a durable group continues where its acks left off). When the broker
 ends the subscription (group cancelled, topic deleted), sub exits with its error; with a pattern
-it says so and goes on with the other topics.
+it says so and goes on with the other topics. --ordered joins --group as an ordered group (a
+PUB_SUB topic name, no pattern): each partition goes to one member at a time, in offset order;
+members joining and leaving rebalance the partitions (spool group describe shows the assignment).
 
 Credit: at most --max-in-flight deliveries are held at a time (default 2 x --concurrency, at
 most --max; with --max and --ack=false, --max). A delivery holds its credit until the broker has
@@ -45,7 +47,6 @@ count raised; --max-in-flight 1 prefetches nothing.`,
 		`spool sub --group billing --from beginning --max 10 'orders.#'`,
 		`spool sub --json --from 2025-01-02T15:04:05Z orders.created | jq .payload`,
 		`spool sub --group billing --ack=false --max 1 orders.created   # peek: not acked, delivered again`,
-		`spool sub --group billing --ordered orders.created   # each partition to one member, in order`,
 	},
 }
 
