@@ -140,12 +140,14 @@ func (o *owner) rebalance() {
 		}
 		s.due, s.force, s.strategy, s.dropForeign = time.Time{}, false, "", false
 		o.adopt(cur)
-		if stored {
-			for m := range s.departed {
-				if _, ok := cur.Members[m]; !ok {
-					delete(s.departed, m)
-				}
+		// Who left here and is not in the assignment in force is out for good (a later member
+		// with its name, here or on another instance, is a new one).
+		for m := range s.departed {
+			if _, ok := cur.Members[m]; !ok {
+				delete(s.departed, m)
 			}
+		}
+		if stored {
 			took := time.Since(start)
 			b.logger.Info("ordered group rebalanced", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
 				slog.Int64("generation", cur.Generation), slog.Int("members", len(cur.Members)), slog.Duration("took", took))

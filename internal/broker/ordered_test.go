@@ -126,11 +126,13 @@ func TestOrderedOldOwnerAckIsStale(t *testing.T) {
 	if _, err := a.NackBatchGen(e.ctx(), old.SubscriptionID, old.Generation, []storage.DeliveryRef{old.Ref()}, NackOptions{}); !errors.Is(err, storage.ErrStaleGeneration) {
 		t.Fatalf("old owner's nack: %v, want ErrStaleGeneration", err)
 	}
-	// The old owner's credit came back: the engine dropped the lease.
+	// b's claim runs after the owner adopted the assignment (same goroutine): by then the old
+	// owner's credit came back, the engine having dropped the lease. (Checked before b's ack,
+	// which forgets the ref in every member.)
+	got := recv(t, b, 1)[0]
 	if inf := a.InFlight(); inf != 0 {
 		t.Fatalf("old owner still counts %d in flight: %s", inf, memberState(a))
 	}
-	got := recv(t, b, 1)[0]
 	if got.Offset != old.Offset || got.Generation != asg.Generation {
 		t.Fatalf("new owner got %d:%d generation %d, want %d:%d generation %d", got.Partition, got.Offset, got.Generation, old.Partition, old.Offset, asg.Generation)
 	}
