@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 )
 
 // Ordered groups (issue 17 item 3): what the engines store and check. The broker decides the
@@ -301,4 +302,72 @@ func (a *Assignment) ClaimPartitions(member string, gen int64, filter []int32) (
 		}
 	}
 	return out, nil
+}
+
+// Member liveness of ordered groups (SubscriptionMembersRenew). With several broker instances on
+// one database, a member listed in an assignment is connected to one instance, which renews its
+// liveness record; when the instance dies, its members expire and another instance's rebalance
+// leaves them out, so their partitions get new owners.
+
+// Bounds of SubscriptionMembersRenew.
+const (
+	// MaxRenewMembers bounds the members of one SubscriptionMembersRenew call.
+	MaxRenewMembers = 10000
+	// MinMemberTTL and MaxMemberTTL bound a liveness record's TTL.
+	MinMemberTTL = 100 * time.Millisecond
+	MaxMemberTTL = 24 * time.Hour
+)
+
+// MemberRef names a member of a subscription.
+type MemberRef struct {
+	SubscriptionID int64
+	Member         string
+}
+
+// SubscriptionMembersRenewParams are the parameters of Engine.SubscriptionMembersRenew.
+type SubscriptionMembersRenewParams struct {
+	// Members are the members to renew, at most MaxRenewMembers.
+	Members []MemberRef
+	// Subscriptions are more subscriptions whose live members the result lists (with no member
+	// to renew), at most MaxRenewMembers.
+	Subscriptions []int64
+	// TTL is how long the renewed records live, MinMemberTTL to MaxMemberTTL.
+	TTL time.Duration
+}
+
+// Check validates the parameters of SubscriptionMembersRenew.
+func (p *SubscriptionMembersRenewParams) Check() error {
+	if p == nil {
+		return nilParams()
+	}
+	if len(p.Members) > MaxRenewMembers || len(p.Subscriptions) > MaxRenewMembers {
+		return Invalid("renewal of %d members and %d subscriptions, at most %d of each per call", len(p.Members), len(p.Subscriptions), MaxRenewMembers)
+	}
+	if p.TTL < MinMemberTTL || p.TTL > MaxMemberTTL {
+		return Invalid("member TTL must be between %s and %s, got %s", MinMemberTTL, MaxMemberTTL, p.TTL)
+	}
+	for _, m := range p.Members {
+		if m.Member == "" || len(m.Member) > MaxGroupNameLen {
+			return Invalid("member name must have 1 to %d bytes, got %d", MaxGroupNameLen, len(m.Member))
+		}
+	}
+	return nil
+}
+
+// SubscriptionIDs returns the subscriptions p names (Members and Subscriptions), sorted, once
+// each.
+func (p *SubscriptionMembersRenewParams) SubscriptionIDs() []int64 {
+	ids := slices.Clone(p.Subscriptions)
+	for _, m := range p.Members {
+		ids = append(ids, m.SubscriptionID)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// SubscriptionMembersRenewResult is the result of Engine.SubscriptionMembersRenew.
+type SubscriptionMembersRenewResult struct {
+	// Live maps each ORDERED subscription named to its members whose liveness has not expired,
+	// sorted (an empty list when none).
+	Live map[int64][]string
 }

@@ -26,6 +26,7 @@ func orderedCases() []testCase {
 		{name: "member_death_new_owner_at_floor", ordered: true, fn: testOrderedMemberDeath},
 		{name: "restart_keeps_order_and_generation", ordered: true, restart: true, fn: testOrderedRestart},
 		{name: "randomized_joins_and_leaves", ordered: true, fn: testOrderedRandomized},
+		{name: "member_liveness_expires", ordered: true, fn: testOrderedMemberLiveness},
 	}
 }
 
@@ -566,4 +567,65 @@ func testOrderedRandomized(t *testing.T, x *env) {
 	equal(t, done, parts*perPart, "messages acked exactly once")
 	st := x.stats(s.ID)
 	equal(t, st.Pending, int64(0), "pending at the end")
+}
+
+// testOrderedMemberLiveness: SubscriptionMembersRenew keeps a member live for its TTL from the
+// last renewal (any caller's: on PostgreSQL several broker instances renew their own members of
+// one group), a member past it or never renewed is not live, and what is not an ORDERED
+// subscription in force is skipped.
+func testOrderedMemberLiveness(t *testing.T, x *env) {
+	s := x.orderedSub("t", 2, 1, storage.TopicConfig{})
+	s2 := x.orderedSub("u", 1, 1, storage.TopicConfig{})
+	x.createTopic("shared", pubSub(1))
+	sh := x.subscribe("shared", "g", storage.StartPosition{})
+	renew := func(ttl time.Duration, subs []int64, ms ...storage.MemberRef) map[int64][]string {
+		t.Helper()
+		res, err := x.e.SubscriptionMembersRenew(x.ctx, &storage.SubscriptionMembersRenewParams{Members: ms, Subscriptions: subs, TTL: ttl})
+		noErr(t, err, "SubscriptionMembersRenew(%v, %v, %s)", ms, subs, ttl)
+		return res.Live
+	}
+	m := func(sub int64, name string) storage.MemberRef {
+		return storage.MemberRef{SubscriptionID: sub, Member: name}
+	}
+
+	// Bad input is refused and records nothing.
+	many := make([]storage.MemberRef, storage.MaxRenewMembers+1)
+	for i := range many {
+		many[i] = m(s.ID, "x")
+	}
+	for _, p := range []storage.SubscriptionMembersRenewParams{
+		{Members: []storage.MemberRef{m(s.ID, "x")}},
+		{Members: []storage.MemberRef{m(s.ID, "x")}, TTL: storage.MaxMemberTTL + time.Second},
+		{Members: []storage.MemberRef{m(s.ID, "")}, TTL: time.Minute},
+		{Members: many, TTL: time.Minute},
+	} {
+		_, err := x.e.SubscriptionMembersRenew(x.ctx, &p)
+		errIs(t, err, storage.ErrInvalidArgument, "SubscriptionMembersRenew(%d members, TTL %s)", len(p.Members), p.TTL)
+	}
+	_, err := x.e.SubscriptionMembersRenew(x.ctx, nil)
+	errIs(t, err, storage.ErrInvalidArgument, "SubscriptionMembersRenew(nil)")
+	deepEqual(t, renew(time.Minute, []int64{s.ID, s2.ID}), map[int64][]string{s.ID: {}, s2.ID: {}}, "live before any renewal")
+
+	// Two callers (broker instances) renew their members with their own TTLs.
+	deepEqual(t, renew(30*time.Second, nil, m(s.ID, "b"), m(s.ID, "a"), m(s.ID, "a")), map[int64][]string{s.ID: {"a", "b"}}, "live after the first renewal")
+	deepEqual(t, renew(10*time.Second, nil, m(s.ID, "c")), map[int64][]string{s.ID: {"a", "b", "c"}}, "live after the second")
+	// Unknown, shared and other subscriptions: skipped, or not affected.
+	deepEqual(t, renew(time.Minute, []int64{s2.ID}, m(sh.ID, "x"), m(s.ID+100, "y")), map[int64][]string{s2.ID: {}}, "live of the other ordered subscription")
+
+	// c expires 10 s after its renewal (exactly then: an expiry is not live), a and b go on.
+	x.advance(10 * time.Second)
+	deepEqual(t, renew(time.Minute, []int64{s.ID}), map[int64][]string{s.ID: {"a", "b"}}, "live when c expired")
+	// A renewal brings c back (its instance was only slow); a renewal extends from now.
+	deepEqual(t, renew(10*time.Second, nil, m(s.ID, "c")), map[int64][]string{s.ID: {"a", "b", "c"}}, "c renewed")
+	x.advance(15 * time.Second)
+	deepEqual(t, renew(time.Minute, []int64{s.ID}), map[int64][]string{s.ID: {"a", "b"}}, "live at 25 s")
+	deepEqual(t, renew(20*time.Second, nil, m(s.ID, "a")), map[int64][]string{s.ID: {"a", "b"}}, "a renewed at 25 s")
+	x.advance(5 * time.Second)
+	deepEqual(t, renew(time.Minute, []int64{s.ID}), map[int64][]string{s.ID: {"a"}}, "live at 30 s: b expired")
+	x.advance(20 * time.Second)
+	deepEqual(t, renew(time.Minute, []int64{s.ID}), map[int64][]string{s.ID: {}}, "live at 50 s: none")
+
+	// A cancelled subscription is skipped.
+	x.setState(s.ID, storage.Cancelled)
+	deepEqual(t, renew(time.Minute, []int64{s2.ID}, m(s.ID, "a")), map[int64][]string{s2.ID: {}}, "live after the cancel")
 }

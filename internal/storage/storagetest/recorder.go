@@ -206,6 +206,10 @@ func (r *recorder) SubscriptionsHeartbeat(ctx context.Context, p *storage.Subscr
 	return r.engine().SubscriptionsHeartbeat(ctx, p)
 }
 
+func (r *recorder) SubscriptionMembersRenew(ctx context.Context, p *storage.SubscriptionMembersRenewParams) (*storage.SubscriptionMembersRenewResult, error) {
+	return r.engine().SubscriptionMembersRenew(ctx, p)
+}
+
 func (r *recorder) SubscriptionsMaintain(ctx context.Context, p *storage.SubscriptionsMaintainParams) (*storage.SubscriptionsMaintainResult, error) {
 	return r.engine().SubscriptionsMaintain(ctx, p)
 }

@@ -295,6 +295,9 @@ type sub struct {
 	// lastBeat is the last heartbeat (lifecycle.go), in memory only: Open sets it to the Open
 	// time, so a restart gives every subscription a fresh heartbeat timeout. Guarded by e.mu.
 	lastBeat time.Time
+	// live maps the members of an ORDERED subscription renewed by SubscriptionMembersRenew to
+	// their expiry (ordered.go), in memory only. Guarded by e.mu held exclusively.
+	live map[string]time.Time
 
 	// Claim durability (see "Attempt numbers after a crash" in doc.go). claimSeq numbers the
 	// claims that deliver (guarded by mu); durableClaim is the highest of them whose records are

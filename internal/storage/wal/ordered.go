@@ -3,6 +3,8 @@ package wal
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -127,4 +129,53 @@ func orderedClaim(s *sub, params *storage.DeliveriesClaimParams) (*storage.Deliv
 	cp := *params
 	cp.Partitions = ps
 	return &cp, s.meta.MaxInFlightPerPartition, nil
+}
+
+// SubscriptionMembersRenew renews the liveness of members of ORDERED subscriptions (sub.live),
+// forgets the expired ones of the subscriptions named and returns their live members. The
+// records live in memory only: the embedded engine has one broker instance, whose members all
+// leave with a restart, so after Open every member counts as gone.
+func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.SubscriptionMembersRenewParams) (*storage.SubscriptionMembersRenewResult, error) {
+	if err := params.Check(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.checkLocked(); err != nil {
+		return nil, err
+	}
+	now := e.now()
+	ordered := func(id int64) *sub {
+		s, err := e.subLocked(id)
+		if err != nil || s.meta.Mode != storage.ModeOrdered || s.st == nil {
+			return nil
+		}
+		return s
+	}
+	for _, m := range params.Members {
+		if s := ordered(m.SubscriptionID); s != nil {
+			if s.live == nil {
+				s.live = map[string]time.Time{}
+			}
+			s.live[m.Member] = now.Add(params.TTL)
+		}
+	}
+	res := &storage.SubscriptionMembersRenewResult{Live: map[int64][]string{}}
+	for _, id := range params.SubscriptionIDs() {
+		s := ordered(id)
+		if s == nil {
+			continue
+		}
+		live := []string{}
+		for m, exp := range s.live {
+			if exp.After(now) {
+				live = append(live, m)
+			} else {
+				delete(s.live, m)
+			}
+		}
+		slices.Sort(live)
+		res.Live[id] = live
+	}
+	return res, nil
 }
