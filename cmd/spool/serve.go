@@ -228,8 +228,10 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		OnLifecycle:           m.ObserveLifecycle,
 		OnForceComplete:       m.ObserveForceComplete,
 		// Ordered groups (broker ordered.go): on PostgreSQL other instances' members stay in the
-		// assignments.
+		// assignments while their instance renews them; one that stops renewing loses them after
+		// the member session timeout.
 		SharedEngine:   cfg.Store != "",
+		MemberTimeout:  min(max(cfg.Server.SessionTimeout, storage.MinMemberTTL), storage.MaxMemberTTL),
 		OnRebalance:    m.ObserveRebalance,
 		RebalanceDelay: cmp.Or(cfg.Broker.RebalanceDelay, -1), // config 0: at once
 	})

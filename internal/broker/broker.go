@@ -132,8 +132,15 @@ type Config struct {
 	// loop). Defaults to DefaultRebalanceDelay (100 ms); negative: at once. At most 1 minute.
 	RebalanceDelay time.Duration
 	// SharedEngine says that other broker instances share the engine (PostgreSQL): an ordered
-	// group's assignment then keeps the members other instances listed (see ordered.go).
+	// group's assignment then keeps the members other instances listed while they are live (see
+	// ordered.go), and the broker renews the liveness of its own members.
 	SharedEngine bool
+	// MemberTimeout is how long, with SharedEngine, a member of an ordered group stays live in the
+	// engine after this broker last renewed it (the broker renews every third of it): when this
+	// instance dies, other instances give its members' partitions to their own members after
+	// that. spool serve passes the member session timeout (server.session_timeout). Defaults to
+	// DefaultMemberTimeout; storage.MinMemberTTL to storage.MaxMemberTTL.
+	MemberTimeout time.Duration
 	// OnRebalance, if set, is called after every rebalance this broker stored (metrics). It must
 	// not block.
 	OnRebalance func(RebalanceInfo)
@@ -178,8 +185,12 @@ type Broker struct {
 	claimInterval        time.Duration
 	rebalanceDelay       time.Duration
 	sharedEngine         bool
-	onRebalance          func(RebalanceInfo)
-	defaultMaxInFlight   int
+	memberTimeout        time.Duration
+	// livenessInterval is livenessLoop's period: a third of memberTimeout (tests change it
+	// before Start).
+	livenessInterval   time.Duration
+	onRebalance        func(RebalanceInfo)
+	defaultMaxInFlight int
 	// lifecycleInterval is the longest wait between two lifecycle runs; maintainSubs is false when
 	// Config.LifecycleInterval disabled the job (heartbeats only).
 	lifecycleInterval     time.Duration
@@ -237,6 +248,10 @@ func New(cfg Config) (*Broker, error) {
 	if rebalanceDelay < 0 {
 		rebalanceDelay = 0
 	}
+	memberTimeout := cmp.Or(cfg.MemberTimeout, DefaultMemberTimeout)
+	if memberTimeout < storage.MinMemberTTL || memberTimeout > storage.MaxMemberTTL {
+		return nil, invalid("broker config: MemberTimeout must be between %s and %s, got %s", storage.MinMemberTTL, storage.MaxMemberTTL, cfg.MemberTimeout)
+	}
 	if cfg.PollInterval < 0 {
 		return nil, invalid("broker config: PollInterval must not be negative, got %s", cfg.PollInterval)
 	}
@@ -293,6 +308,8 @@ func New(cfg Config) (*Broker, error) {
 		claimInterval:         cfg.ClaimInterval,
 		rebalanceDelay:        rebalanceDelay,
 		sharedEngine:          cfg.SharedEngine,
+		memberTimeout:         memberTimeout,
+		livenessInterval:      memberTimeout / 3,
 		onRebalance:           cfg.OnRebalance,
 		defaultMaxInFlight:    maxInFlight,
 		quit:                  make(chan struct{}),
@@ -340,6 +357,9 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.registerCleanupJob(JobSubscriptionLifecycle, b.lifecycleInterval)
 	}
 	b.goLocked(b.lifecycleLoop)
+	if b.sharedEngine {
+		b.goLocked(b.livenessLoop)
+	}
 	b.logger.InfoContext(ctx, "broker started",
 		slog.Bool("auto_create", b.autoCreate),
 		slog.String("auto_create_semantics", string(b.autoCreateConfig.Semantics)),

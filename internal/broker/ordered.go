@@ -27,15 +27,24 @@ import (
 //
 // Which members are live: this instance's attached members, and, with Config.SharedEngine (several
 // instances on one PostgreSQL database), the members the current assignment lists that did not
-// leave this instance (they are other instances' members: each instance removes its own when they
-// leave). A member of an instance that crashed stays listed, with its partitions, until an admin
-// rebalance drops it (RebalanceGroup with DropForeign) or its instance comes back: see
-// docs/ARCHITECTURE.md. Without SharedEngine (the embedded engine, one instance by nature), only
-// this instance's members are live, so the assignment left by a crash or a restart is replaced at
-// the first rebalance.
+// leave this instance and whose liveness record in the engine has not expired (they are other
+// instances' members: each instance removes its own when they leave, and renews the liveness of
+// those attached, Engine.SubscriptionMembersRenew, every third of Config.MemberTimeout in
+// livenessLoop and before each rebalance, so that a member is recorded before any assignment
+// lists it). When an instance dies its members expire after MemberTimeout; the next renewal of a
+// surviving instance with members in the group sees them listed but not live and makes its owner
+// rebalance without them (evExpired), a compare-and-set like any other. Should the instance come
+// back (it was only cut off), its next claim fails STALE_GENERATION and its owner rebalances its
+// members in again. Without SharedEngine (the embedded engine, one instance by nature), only this
+// instance's members are live, so the assignment left by a crash or a restart is replaced at the
+// first rebalance.
 
 // DefaultRebalanceDelay is the default Config.RebalanceDelay.
 const DefaultRebalanceDelay = 100 * time.Millisecond
+
+// DefaultMemberTimeout is the default Config.MemberTimeout: the member session timeout of
+// BRIEF.md section 5.
+const DefaultMemberTimeout = 30 * time.Second
 
 // maxAssignRetries bounds the compare-and-set attempts of one rebalance.
 const maxAssignRetries = 8
@@ -93,6 +102,10 @@ func (o *owner) orderedEvent(ev *event) {
 		}
 		s.departed[ev.m.id] = true
 		s.schedule(now, o.b.rebalanceDelay)
+	case evExpired:
+		if s.due.IsZero() || s.due.After(now) {
+			s.due = now
+		}
 	case evRebalance:
 		s.force = true
 		s.dropForeign = s.dropForeign || ev.dropForeign
@@ -178,6 +191,15 @@ func (o *owner) rebalance() {
 // It returns the assignment in force and whether this call stored it.
 func (o *owner) assignOnce(ctx context.Context) (*storage.Assignment, bool, error) {
 	s, b := o.ord, o.b
+	var live map[string]bool
+	if b.sharedEngine {
+		// Renew this instance's members first: an assignment must never list a member that other
+		// instances could find expired.
+		var err error
+		if live, err = b.renewOwn(ctx, o); err != nil {
+			return nil, false, err
+		}
+	}
 	cur, err := b.engine.SubscriptionAssignment(ctx, o.id)
 	if err != nil {
 		return nil, false, err
@@ -187,9 +209,14 @@ func (o *owner) assignOnce(ctx context.Context) (*storage.Assignment, bool, erro
 		return nil, false, err
 	}
 	n := t.Config.Partitions
-	members := o.liveMembers(cur)
+	members := o.liveMembers(cur, live)
 	if !s.force && fits(cur, members, n) {
 		return cur, false, nil
+	}
+	if gone := expiredMembers(cur, members, s.departed); len(gone) > 0 && !s.dropForeign {
+		b.logger.Warn("ordered group members expired: their broker instance stopped renewing them, their partitions move",
+			slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.String("group", s.group),
+			slog.Any("members", gone), slog.Duration("member_timeout", b.memberTimeout))
 	}
 	strategy := cur.Strategy
 	if s.strategy != "" {
@@ -209,8 +236,8 @@ func (o *owner) assignOnce(ctx context.Context) (*storage.Assignment, bool, erro
 }
 
 // liveMembers lists the members the assignment must cover, sorted: this instance's, and with a
-// shared engine those of other instances listed in cur (see the comment at the top).
-func (o *owner) liveMembers(cur *storage.Assignment) []string {
+// shared engine those of other instances listed in cur and live (see the comment at the top).
+func (o *owner) liveMembers(cur *storage.Assignment, live map[string]bool) []string {
 	s := o.ord
 	set := make(map[string]bool, len(o.members))
 	for _, m := range o.members {
@@ -218,12 +245,115 @@ func (o *owner) liveMembers(cur *storage.Assignment) []string {
 	}
 	if o.b.sharedEngine && !s.dropForeign && cur != nil {
 		for m := range cur.Members {
-			if !s.departed[m] {
+			if !s.departed[m] && live[m] {
 				set[m] = true
 			}
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// expiredMembers lists the members of cur that members leaves out but did not leave this
+// instance: other instances' members found expired (or dropped by an admin), sorted.
+func expiredMembers(cur *storage.Assignment, members []string, departed map[string]bool) []string {
+	var out []string
+	for m := range cur.Members {
+		if !departed[m] && !slices.Contains(members, m) {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// renewOwn renews the liveness of o's members on this instance and returns the live members of
+// o's subscription (Engine.SubscriptionMembersRenew).
+func (b *Broker) renewOwn(ctx context.Context, o *owner) (map[string]bool, error) {
+	refs := make([]storage.MemberRef, 0, len(o.members))
+	for _, m := range o.members {
+		refs = append(refs, storage.MemberRef{SubscriptionID: o.id, Member: m.id})
+	}
+	res, err := b.engine.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
+		Members: refs, Subscriptions: []int64{o.id}, TTL: b.memberTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool, len(res.Live[o.id]))
+	for _, m := range res.Live[o.id] {
+		live[m] = true
+	}
+	return live, nil
+}
+
+// livenessLoop renews, with a shared engine, the liveness of this instance's members of ordered
+// groups every third of Config.MemberTimeout until Stop (renewLiveness).
+func (b *Broker) livenessLoop() {
+	t := time.NewTicker(b.livenessInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-t.C:
+		}
+		if err := b.renewLiveness(b.rootCtx); err != nil && !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
+			b.logger.Warn("ordered group member renewal failed", slog.Any("error", err))
+		}
+	}
+}
+
+// renewLiveness renews the liveness of the members of every ordered group with members on this
+// instance, in calls of at most storage.MaxRenewMembers members, and tells the owner of each
+// group whose published assignment lists a member of another instance that is no longer live
+// (evExpired): it rebalances without it.
+func (b *Broker) renewLiveness(ctx context.Context) error {
+	b.mu.RLock()
+	owners := make([]*owner, 0, len(b.subs))
+	for _, o := range b.subs {
+		if o.ord != nil {
+			owners = append(owners, o)
+		}
+	}
+	b.mu.RUnlock()
+	for len(owners) > 0 {
+		var refs []storage.MemberRef
+		var ids []int64
+		k := 0
+		for ; k < len(owners); k++ {
+			ms := owners[k].memberIDs()
+			if k > 0 && len(refs)+len(ms) > storage.MaxRenewMembers {
+				break
+			}
+			ids = append(ids, owners[k].id)
+			for _, m := range ms[:min(len(ms), storage.MaxRenewMembers)] {
+				refs = append(refs, storage.MemberRef{SubscriptionID: owners[k].id, Member: m})
+			}
+		}
+		batch := owners[:k]
+		owners = owners[k:]
+		res, err := b.engine.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
+			Members: refs, Subscriptions: ids, TTL: b.memberTimeout,
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range batch {
+			a := o.ord.view.Load()
+			live, ok := res.Live[o.id]
+			if a == nil || !ok {
+				continue
+			}
+			own := o.memberIDs()
+			for m := range a.Members {
+				if !slices.Contains(own, m) && !slices.Contains(live, m) {
+					o.push(&event{kind: evExpired})
+					break
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // fits reports whether assignment a lists exactly members and gives each of the n partitions an
@@ -426,6 +556,16 @@ func (b *Broker) RebalanceGroup(ctx context.Context, p RebalanceParams) (*storag
 		var members []string
 		if !p.DropForeign {
 			members = slices.Sorted(maps.Keys(cur.Members))
+		}
+		if b.sharedEngine && len(members) > 0 {
+			// Only the live ones (this instance has none: all are other instances').
+			res, err := b.engine.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
+				Subscriptions: []int64{sub.ID}, TTL: b.memberTimeout,
+			})
+			if err != nil {
+				return nil, err
+			}
+			members = slices.DeleteFunc(members, func(m string) bool { return !slices.Contains(res.Live[sub.ID], m) })
 		}
 		strategy := cmpOrString(p.Strategy, cur.Strategy)
 		next, err := policy.Assign(strategy, members, t.Config.Partitions, cur.Members)

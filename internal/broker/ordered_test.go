@@ -229,3 +229,78 @@ func TestOrderedSubscribeChecks(t *testing.T) {
 		t.Errorf("group g: %v, want not found (nothing created)", err)
 	}
 }
+
+// TestOrderedSharedEngineExpiredMemberLosesPartitions: two brokers on one engine (SharedEngine,
+// as two instances on one PostgreSQL database), member a on the first, b on the second. The
+// second stops renewing b (a crash: b never leaves). Within the member timeout nothing moves;
+// past it the first broker's renewal finds b expired and its owner rebalances without b: a gets
+// b's partition, starting with the message b held. b's ack is refused STALE_GENERATION; when the
+// second broker claims again (it was only cut off) it rebalances b back in.
+func TestOrderedSharedEngineExpiredMemberLosesPartitions(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.RebalanceDelay, c.SharedEngine = -1, true })
+	b2, err := New(Config{Engine: e.engine, Clock: e.clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: time.Hour,
+		RebalanceDelay: -1, SharedEngine: true, LifecycleInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2.livenessInterval = time.Hour // the test renews b2's members by hand
+	if err := b2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b2.Stop(context.Background()); err != nil {
+			t.Errorf("second broker Stop: %v", err)
+		}
+	})
+	e.createTopic("o", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2, AckWait: time.Hour})
+	a := e.subscribeOrdered("o", "g", "a")
+	e.waitAssignment("o", "g", "a")
+	mb, err := b2.Subscribe(e.ctx(), SubscribeParams{Pattern: "o", Group: "g", MemberID: "b", Mode: storage.ModeOrdered,
+		Start: storage.StartPosition{Kind: storage.FromBeginning}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := e.waitAssignment("o", "g", "a", "b")
+	if g1.Owner(1) != "b" {
+		t.Fatalf("partition 1 owned by %q, want b", g1.Owner(1))
+	}
+	e.publishTo("o", "x", 2, 2)
+	ack(t, a, recv(t, a, 1)...)
+	held := recv(t, mb, 1)[0]
+
+	// Within the timeout b is live: the first broker's renewal changes nothing.
+	e.clock.Advance(DefaultMemberTimeout - time.Second)
+	if err := e.b.renewLiveness(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.waitIdle()
+	if cur := e.waitAssignment("o", "g", "a", "b"); cur.Generation != g1.Generation {
+		t.Fatalf("generation %d within the member timeout, want %d", cur.Generation, g1.Generation)
+	}
+	// Past it, b is gone: a owns both partitions and gets what b held, in order.
+	e.clock.Advance(time.Second)
+	if err := e.b.renewLiveness(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	g2 := e.waitAssignment("o", "g", "a")
+	if len(g2.Members["a"]) != 2 {
+		t.Fatalf("a owns %v after b expired", g2.Members["a"])
+	}
+	got := recv(t, a, 1)[0]
+	if got.Partition != held.Partition || got.Offset != held.Offset || got.Attempt != 2 {
+		t.Fatalf("a got %d:%d attempt %d, want b's %d:%d again", got.Partition, got.Offset, got.Attempt, held.Partition, held.Offset)
+	}
+	if _, err := b2.AckBatchGen(e.ctx(), held.SubscriptionID, "b", held.Generation, []storage.DeliveryRef{held.Ref()}); !errors.Is(err, storage.ErrStaleGeneration) {
+		t.Fatalf("expired member's ack: %v, want ErrStaleGeneration", err)
+	}
+	ack(t, a, got)
+	// The second broker comes back: its next claim (woken by a publish) rejoins b.
+	if err := b2.renewLiveness(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.publishTo("o", "y", 2, 2)
+	g3 := e.waitAssignment("o", "g", "a", "b")
+	if g3.Generation <= g2.Generation {
+		t.Fatalf("generation %d after b rejoined, want above %d", g3.Generation, g2.Generation)
+	}
+}

@@ -74,6 +74,9 @@ const (
 	// evRebalance: an admin asked for a rebalance of an ORDERED subscription (strategy, when not
 	// empty, is the new one); done is closed after it ran.
 	evRebalance
+	// evExpired: the liveness renewal found members of other instances in the assignment of an
+	// ORDERED subscription that are no longer live (livenessLoop): rebalance without them.
+	evExpired
 )
 
 // event is one inbox entry.

@@ -179,6 +179,12 @@ func TestNewValidates(t *testing.T) {
 	if _, err := New(Config{}); !errors.Is(err, storage.ErrInvalidArgument) {
 		t.Fatalf("New without engine = %v, want ErrInvalidArgument", err)
 	}
+	eng := storage.Engine(&wal.Engine{}) // not opened: New does not call it
+	for _, d := range []time.Duration{-time.Second, storage.MinMemberTTL - 1, storage.MaxMemberTTL + 1} {
+		if _, err := New(Config{Engine: eng, MemberTimeout: d}); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Fatalf("New with MemberTimeout %s = %v, want ErrInvalidArgument", d, err)
+		}
+	}
 }
 
 // Three subscriptions share a member (a wildcard member). While the dispatcher of one has reserved

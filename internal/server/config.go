@@ -81,7 +81,10 @@ type Config struct {
 	// SessionTimeout is the silence after which a binary session with the default heartbeat is
 	// closed and its members leave (their leases are released). A session with another heartbeat
 	// interval gets the same ratio (3 intervals by default). Defaults to 30 s; at least twice
-	// HeartbeatInterval. It also bounds a stalled write (a client that does not read).
+	// HeartbeatInterval. It also bounds a stalled write (a client that does not read). On
+	// PostgreSQL it is also the member timeout of ordered groups (within 100 ms to 24 h): the
+	// members of a broker instance that stopped renewing them (crashed) leave their groups'
+	// assignments that long after its last renewal.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	// MinHeartbeatInterval and MaxHeartbeatInterval clamp the interval a client asks for.
 	// Default to 1 s and 60 s.
