@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/protocol"
@@ -226,4 +227,126 @@ func subLines(t *testing.T, s *subProc) []subLine {
 		ls = append(ls, l)
 	}
 	return ls
+}
+
+// TestPGOrderedGroupBrokerKilled: an ordered group with one `spool sub --ordered` member on each
+// of two broker instances sharing one PostgreSQL database. The second broker is SIGKILLed: its
+// member never leaves, but the broker stops renewing it, so within the member timeout (the
+// session timeout, 3 s here) plus a renewal interval the first broker's member owns every
+// partition, and every message, also those published to the dead member's partitions after the
+// kill, is delivered, each partition in offset order.
+func TestPGOrderedGroupBrokerKilled(t *testing.T) {
+	t.Parallel()
+	const topic, group, parts = "ordk", "g", 4
+	const memberTimeout = 3 * time.Second
+	url := pgURL(t)
+	schema := freshSchema(t, url)
+	var brokers [2]*broker
+	for i := range brokers {
+		brokers[i] = newPGBroker(t, url, schema)
+		brokers[i].env = append(brokers[i].env, "SPOOL_SERVER_HEARTBEAT_INTERVAL=1s", "SPOOL_SERVER_SESSION_TIMEOUT="+memberTimeout.String())
+		brokers[i].start()
+	}
+	admin := brokers[0]
+	admin.createTopic(topic, map[string]any{"semantics": "PUB_SUB", "partitions": parts})
+	view := func(why string, ok func(g orderedGroupView) error) orderedGroupView {
+		t.Helper()
+		var g orderedGroupView
+		eventually(t, why, func() error {
+			g = orderedGroupView{}
+			if err := admin.getJSON("/api/v1/topics/"+topic+"/groups/"+group, &g); err != nil {
+				return err
+			}
+			covered := 0
+			for _, ps := range g.Assignment {
+				covered += len(ps)
+			}
+			if g.Mode != "ordered" || covered != parts {
+				return fmt.Errorf("group %+v, want %d partitions covered", g, parts)
+			}
+			return ok(g)
+		})
+		return g
+	}
+	members := func(n int) func(g orderedGroupView) error {
+		return func(g orderedGroupView) error {
+			if len(g.Assignment) != n {
+				return fmt.Errorf("%d members (%v), want %d", len(g.Assignment), g.Assignment, n)
+			}
+			return nil
+		}
+	}
+	subs := []*subProc{
+		startSub(t, brokers[0], "--group", group, "--ordered", "--from", "beginning", "--json", topic),
+		startSub(t, brokers[1], "--group", group, "--ordered", "--from", "beginning", "--json", topic),
+	}
+	g1 := view("two members assigned", members(2))
+
+	pub := admin.dialClient()
+	next := 0
+	publish := func(n int) {
+		t.Helper()
+		for range n {
+			p := int32(next % parts)
+			m := client.Message{Key: fmt.Appendf(nil, "k%d", p), PinPartition: true, Partition: p, Payload: fmt.Appendf(nil, "m-%d", next)}
+			if _, err := pub.Publish(ctx(t), topic, m); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			next++
+		}
+	}
+	waitDelivered := func(why string) {
+		t.Helper()
+		eventually(t, why, func() error {
+			got := map[string]bool{}
+			for _, s := range subs {
+				for _, d := range subLines(t, s) {
+					got[d.Payload] = true
+				}
+			}
+			for i := range next {
+				if p := fmt.Sprintf("m-%d", i); !got[p] {
+					return fmt.Errorf("%s not delivered (%d of %d)", p, len(got), next)
+				}
+			}
+			return nil
+		})
+	}
+	publish(40)
+	waitDelivered("first 40 delivered")
+
+	// SIGKILL the second broker: its member stays in the assignment until it expires.
+	killed := time.Now()
+	brokers[1].kill()
+	publish(40)
+	g2 := view("the first broker's member owns every partition", members(1))
+	took := time.Since(killed)
+	t.Logf("takeover %s after the kill (member timeout %s), generation %d -> %d", took.Round(time.Millisecond), memberTimeout, g1.Generation, g2.Generation)
+	for m := range g2.Assignment {
+		if _, ok := g1.Assignment[m]; !ok {
+			t.Fatalf("after the kill the assignment lists %q, not a member of %v", m, g1.Assignment)
+		}
+	}
+	// Bound: the timeout, one renewal interval (a third of it) and generous room for a loaded
+	// machine; without member liveness the takeover never happens.
+	if limit := memberTimeout + memberTimeout/3 + 10*time.Second; took > limit {
+		t.Fatalf("takeover took %s, more than %s", took, limit)
+	}
+	waitDelivered("all 80 delivered")
+	for i, s := range subs {
+		last := map[int32]int64{}
+		for _, d := range subLines(t, s) {
+			if l, ok := last[d.Partition]; ok && d.Offset < l {
+				t.Fatalf("sub %d: partition %d offset %d after %d", i, d.Partition, d.Offset, l)
+			}
+			last[d.Partition] = d.Offset
+			if d.Key != fmt.Sprintf("k%d", d.Partition) {
+				t.Fatalf("sub %d: key %q on partition %d", i, d.Key, d.Partition)
+			}
+		}
+	}
+	// The killed broker's log says nothing of it; the survivor's says which members expired.
+	if !strings.Contains(admin.logs.String(), "ordered group members expired") {
+		t.Fatalf("the surviving broker did not log the expired members:\n%s", admin.logs.String())
+	}
 }
