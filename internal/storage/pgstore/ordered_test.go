@@ -2,8 +2,10 @@ package pgstore
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
@@ -92,5 +94,62 @@ func TestOrderedTwoInstances(t *testing.T) {
 	res, err = a.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "other", Max: 10, Generation: next.Generation})
 	if err != nil || len(res.Deliveries) != 4 || res.Deliveries[0].Attempt != 2 {
 		t.Fatalf("new owner's claim: %v %v", res, err)
+	}
+}
+
+// TestMembersRenewTwoInstances: two engines on one schema (two broker instances) renew their own
+// members of one ordered group at the same time, each round after every record expired, so each
+// renewal also deletes the other's expired rows while the other upserts them. No renewal fails
+// and after each round both instances' members are live.
+func TestMembersRenewTwoInstances(t *testing.T) {
+	clock := storagetest.NewFakeClock(logBase)
+	cfg := testConfig(t, clock)
+	ctx := t.Context()
+	var engines [2]*Engine
+	for i := range engines {
+		e, err := Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		engines[i] = e
+	}
+	if _, err := engines[0].TopicCreate(ctx, &storage.TopicCreateParams{Name: "t", Config: storage.TopicConfig{Semantics: storage.PubSub, Partitions: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := engines[0].SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "t", Group: "g", Mode: storage.ModeOrdered})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perInstance, ttl = 50, 10 * time.Second
+	refs := func(i int) []storage.MemberRef {
+		var out []storage.MemberRef
+		for k := range perInstance {
+			out = append(out, storage.MemberRef{SubscriptionID: sub.ID, Member: fmt.Sprintf("i%d-m%02d", i, k)})
+		}
+		return out
+	}
+	for round := range 20 {
+		clock.Advance(ttl)
+		var wg sync.WaitGroup
+		errs := make([]error, len(engines))
+		for i, e := range engines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = e.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{Members: refs(i), TTL: ttl})
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		res, err := engines[0].SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{Subscriptions: []int64{sub.ID}, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(res.Live[sub.ID]); n != 2*perInstance {
+			t.Fatalf("round %d: %d live members, want %d: %v", round, n, 2*perInstance, res.Live[sub.ID])
+		}
 	}
 }
