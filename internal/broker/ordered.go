@@ -322,7 +322,7 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 		k := 0
 		for ; k < len(owners); k++ {
 			ms := owners[k].memberIDs()
-			if k > 0 && len(refs)+len(ms) > storage.MaxRenewMembers {
+			if k > 0 && (len(refs)+len(ms) > storage.MaxRenewMembers || len(ids) == storage.MaxRenewMembers) {
 				break
 			}
 			ids = append(ids, owners[k].id)
