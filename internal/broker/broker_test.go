@@ -1059,3 +1059,26 @@ func TestPublishAsync(t *testing.T) {
 		})
 	}
 }
+
+// TestExtendNotHeldFreesCredit: refs an Extend finds no longer held (here: their lease expired)
+// give the member's credit back and wake the owner that waits for it; before, the member dropped
+// them silently and the owner slept until its next poll (an hour here) with messages waiting.
+func TestExtendNotHeldFreesCredit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("expired", storage.TopicConfig{Semantics: storage.Queue, AckWait: time.Hour})
+	m := e.subscribe(SubscribeParams{Pattern: "expired", MaxInFlight: 1})
+	e.publishN("expired", "x", 2)
+	d := recv(t, m, 1)[0]
+	// The owner found m without credit for offset 1 and waits for it (or for the lease's hour).
+	e.waitIdle()
+	e.clock.Advance(2 * time.Hour)
+	res, err := m.ExtendBatch(e.ctx(), d.SubscriptionID, []storage.DeliveryRef{d.Ref()}, time.Minute)
+	if err != nil || len(res.NotHeld) != 1 {
+		t.Fatalf("ExtendBatch of an expired lease = %+v, %v; want it not held", res, err)
+	}
+	// The expired offset 0 comes back first (due since its lease ended), then offset 1.
+	if next := recv(t, m, 1)[0]; next.Offset != 0 || next.Attempt != 2 {
+		t.Fatalf("delivery after the extend: offset %d attempt %d, want offset 0 attempt 2", next.Offset, next.Attempt)
+	}
+}

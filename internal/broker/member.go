@@ -847,11 +847,16 @@ func (m *Member) ExtendBatchGen(ctx context.Context, subID, gen int64, refs []st
 		notHeld[r] = true
 	}
 	m.mu.Lock()
-	earlier := false
+	earlier, dropped := false, false
 	for _, r := range refs {
 		key := leaseKey{sub: subID, partition: r.Partition, offset: r.Offset}
 		if notHeld[r] {
-			delete(m.inflight, key)
+			// The engine no longer counts it as the member's (its lease expired, or another
+			// instance acked it): the credit it took is free again.
+			if _, ok := m.inflight[key]; ok {
+				delete(m.inflight, key)
+				dropped = true
+			}
 			continue
 		}
 		// Only deliveries still accounted for are moved: one already forgotten as expired does not
@@ -867,8 +872,12 @@ func (m *Member) ExtendBatchGen(ctx context.Context, subID, gen int64, refs []st
 		}
 	}
 	m.mu.Unlock()
-	if earlier {
+	if earlier || dropped {
+		// Like an ack, dropping refs gives credit back: the owners waiting for it must look
+		// again, or they sleep until their next poll.
 		m.creditReturned()
+	}
+	if earlier {
 		// The subscription's next due time may be earlier too.
 		m.b.wakeSubscription(subID)
 	}
