@@ -67,8 +67,9 @@ type handle struct {
 	pattern string
 	member  *broker.Member
 	// credit is the client's credit; applied is the member's MaxInFlight and limit its queue
-	// limit, -1 for none (window.go). All guarded by conn.mu.
-	credit, applied, limit int
+	// limit, -1 for none (window.go); held counts the deliveries the writer took from the member
+	// and has not handed to the socket yet. All guarded by conn.mu.
+	credit, applied, limit, held int
 }
 
 // conn is one accepted connection. It runs two goroutines, both counted in the server's

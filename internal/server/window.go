@@ -18,7 +18,8 @@ import (
 // When the writer takes k deliveries of a handle, the handle's limit drops to window-k until
 // the flush has handed them to the socket (tookFromQueue, moveWindows): the channel plus what
 // the writer holds stay within one window. When the socket does not take a write at once, the
-// windowed members' limit is 0 until the flush is done (stallWindows). So at most one window per
+// windowed members' limit is 0 until the flush is done (stallWindows); a Credit meanwhile gives
+// back only the window less what the writer holds (handle.held). So at most one window per
 // handle is in memory (plus the frame being written). A client whose credit fits in the window
 // is not windowed at all (no extra work per flush).
 //
@@ -88,14 +89,17 @@ func (c *conn) subscribeCredit(maxInFlight uint32) (credit, initial int) {
 }
 
 // applyCreditLocked gives h's member the client's credit and the queue limit the bound allows
-// now (see above); nothing after the server said goodbye or the session ended. c.mu must be held.
+// now (see above: the window less what the writer holds); nothing after the server said goodbye
+// or the session ended. c.mu must be held.
 func (c *conn) applyCreditLocked(h *handle, window int) {
 	if c.draining || c.closing {
 		return
 	}
 	limit := -1
 	if h.credit > window {
-		limit = window
+		// What the writer holds (taken, not yet handed to the socket) counts: a Credit while it
+		// waits for the socket used to give the member a whole window more.
+		limit = max(0, window-h.held)
 	}
 	// The limit first: a credit raised before it would let a claim past the window.
 	if limit != h.limit && h.member.SetQueueLimit(limit) == nil {
@@ -114,6 +118,7 @@ func (c *conn) tookFromQueue(h *handle, k int) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	h.held += k
 	if h.limit > 0 && !c.draining && !c.closing {
 		l := max(0, h.limit-k)
 		if h.member.SetQueueLimit(l) == nil {
@@ -132,6 +137,7 @@ func (c *conn) moveWindows(hs []*handle) {
 	defer c.mu.Unlock()
 	w := c.windowLocked(len(c.handles))
 	for _, h := range hs {
+		h.held = 0
 		if h.limit >= 0 || h.credit > w || h.applied != h.credit {
 			c.applyCreditLocked(h, w)
 		}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -14,15 +15,8 @@ import (
 
 // consumerHandle returns the one handle open on the server's connections, or nil.
 func (e *env) consumerHandle() *handle {
-	for _, c := range e.srv.snapshot() {
-		c.mu.Lock()
-		for _, h := range c.handles {
-			c.mu.Unlock()
-			return h
-		}
-		c.mu.Unlock()
-	}
-	return nil
+	_, h := e.consumerConn()
+	return h
 }
 
 // A consumer over real TCP that never reads, with 1 MB messages and the largest credit: the
@@ -304,5 +298,127 @@ func TestTooLargeDeliveryNotInSizeEstimate(t *testing.T) {
 		if est := sc.est.v.Load(); est >= int64(protocol.MinMaxFrameSize) {
 			t.Fatalf("size estimate %d after a dead-lettered %d-byte delivery, want the small one's", est, len(big))
 		}
+	}
+}
+
+// queuedFor returns what the server holds for h now: the deliveries waiting in its member's
+// channel plus those its writer took and has not handed to the socket, and h's queue limit.
+func queuedFor(c *conn, h *handle) (queued, limit int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return h.member.Waiting() + h.held, h.limit
+}
+
+// consumerConn returns the one handle open on the server's connections and its connection, or
+// nils.
+func (e *env) consumerConn() (*conn, *handle) {
+	for _, c := range e.srv.snapshot() {
+		c.mu.Lock()
+		for _, h := range c.handles {
+			c.mu.Unlock()
+			return c, h
+		}
+		c.mu.Unlock()
+	}
+	return nil, nil
+}
+
+// A consumer over real TCP stops reading while a producer publishes 1 MB messages: what the
+// server holds for its connection (queued in its member plus taken by its writer) stays within
+// max_conn_buffer_bytes all along, also once the writer is stalled on the full socket, and most
+// of the backlog stays in the log. When the consumer reads and acks again, delivery resumes on
+// the same connection and it gets every message (its credit, 20, needs the acks). Binary and
+// text sessions alike.
+func TestConnBufferWindowWhileConsumerStalls(t *testing.T) {
+	t.Run("binary", func(t *testing.T) { testConnBufferWindow(t, false) })
+	t.Run("text", func(t *testing.T) { testConnBufferWindow(t, true) })
+}
+
+func testConnBufferWindow(t *testing.T, textMode bool) {
+	const n, size, credit = 40, 1_000_000, 20
+	e := newEnv(t, func(c *Config) {
+		c.MaxConnBufferBytes = 4 << 20
+		c.TextMaxInFlight = credit
+	}, nil)
+	defer e.close()
+	window := (4 << 20) / (size + 64)
+	hello := &protocol.Hello{ClientName: "test", HeartbeatInterval: 5 * time.Second}
+	var (
+		bc  *bclient
+		tc  *tclient
+		sub *protocol.SubscribeOK
+	)
+	if textMode {
+		tc = e.dialText()
+		tc.send("SUBSCRIBE big")
+		tc.expect("OK subscribed big")
+	} else {
+		bc = e.dial(hello)
+		sub = bc.subscribe(&protocol.Subscribe{Topic: "big", MaxInFlight: credit})
+	}
+	c, h := e.consumerConn()
+	if h == nil {
+		t.Fatal("no consumer handle")
+	}
+	sample := func() (queued, limit int) {
+		t.Helper()
+		queued, limit = queuedFor(c, h)
+		if queued > window {
+			t.Fatalf("%d deliveries of %d bytes held for the consumer, want at most the window %d (4 MiB)", queued, size, window)
+		}
+		return queued, limit
+	}
+	pub := e.dial(hello)
+	payload := strings.Repeat("x", size)
+	for range n {
+		pub.publish("big", payload)
+		sample()
+	}
+	// The kernel's socket buffers fill up, then the writer waits in a write: its window is shut.
+	eventually(t, "the consumer's writer stalls", func() error {
+		if queued, limit := sample(); limit != 0 || queued == 0 {
+			return fmt.Errorf("queued %d, queue limit %d", queued, limit)
+		}
+		return nil
+	})
+	if d := h.member.Info().Delivered; d >= n {
+		t.Fatalf("the stalled consumer's member took %d of %d messages from the log", d, n)
+	}
+
+	if !textMode {
+		// More credit while the writer waits for the socket gives no room beyond what it
+		// holds: the new queue limit plus what the writer holds stays within the window (the
+		// limit used to be the whole window again).
+		bc.send(&protocol.Credit{Handle: sub.Handle, Additional: 1})
+		eventually(t, "the server takes the credit", func() error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if h.credit != credit+1 {
+				return fmt.Errorf("credit %d", h.credit)
+			}
+			if h.limit+h.held > window {
+				t.Fatalf("after a Credit while stalled: queue limit %d + %d held by the writer, want at most the window %d", h.limit, h.held, window)
+			}
+			return nil
+		})
+	}
+
+	// Reading and acking resumes delivery.
+	for got := 0; got < n; got++ {
+		if textMode {
+			for l := tc.line(); !strings.HasPrefix(l, "MESSAGE big "); l = tc.line() {
+				if !strings.HasPrefix(l, "OK ") && !strings.HasPrefix(l, "# ") {
+					t.Fatalf("got line %.80q, want a delivery or an ACK's answer", l)
+				}
+			}
+			tc.send(fmt.Sprint("ACK ", got+1)) // the n-th delivery line has tag n
+		} else {
+			ds := bc.deliveriesN(1)
+			if ds[0].Attempt != 1 {
+				t.Fatalf("offset %d delivered again (attempt %d)", ds[0].Offset, ds[0].Attempt)
+			}
+			bc.send(&protocol.Ack{Refs: refs(ds...)})
+		}
+		sample()
 	}
 }
