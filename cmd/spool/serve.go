@@ -213,7 +213,6 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		AutoCreateConfig:   storage.TopicConfig{Semantics: storage.Semantics(cfg.Broker.AutoCreateSemantics)},
 		RetentionInterval:  cfg.Broker.RetentionInterval,
 		OnRetention:        m.ObserveRetention,
-		OnRetentionError:   func(error) { m.ObserveCleanupFailure(metrics.TaskRetention) },
 		SlowOperation:      cmp.Or(cfg.Broker.SlowOperation, -1), // config 0: off
 		DefaultMaxInFlight: cfg.Broker.DefaultMaxInFlight,
 		MaxTopics:          cmp.Or(cfg.Broker.MaxTopics, -1), // config 0: no bound

@@ -206,7 +206,7 @@ func TestDeployMetricNames(t *testing.T) {
 		}
 	}
 	// The tokenizer finds what it must: a few names the files are known to read.
-	for _, n := range []string{"consumer_lag", "spool_subscription_state", "spool_cleanup_failures_total",
+	for _, n := range []string{"consumer_lag", "spool_subscription_state", "spool_cleanup_job_failures_total",
 		"spool_publish_duration_seconds_bucket", "spool_partition_damaged", "up"} {
 		if !used[n] {
 			t.Errorf("no expression of deploy/ reads %s", n)

@@ -114,9 +114,6 @@
 //	                                                          no subscription needed and expired DLQ entries are not counted. On
 //	                                                          PostgreSQL each topic's run is done by one instance: sum() across
 //	                                                          instances.
-//	spool_cleanup_failures_total{task}              counter   failed runs of a cleanup job of this process; task "retention" (the
-//	                                                          message cleanup, wired to broker.Config.OnRetentionError), at 0 from
-//	                                                          the start (ObserveCleanupFailure).
 //	spool_storage_available_bytes                   gauge     bytes available on the file system of the embedded engine's data
 //	                                                          directory, statfs at scrape time (RegisterDiskSpace; absent on PostgreSQL).
 //	spool_storage_size_bytes                        gauge     size of that file system.
@@ -143,7 +140,8 @@
 //	spool_cleanup_job_runs_total{task}              counter   runs of a cleanup job of this process (broker.CleanupJobs, read at each
 //	                                                          scrape): task="retention" (message cleanup) or "subscription_lifecycle"
 //	                                                          (dead detection, CANCELLED -> DELETED).
-//	spool_cleanup_job_failures_total{task}          counter   failed runs.
+//	spool_cleanup_job_failures_total{task}          counter   failed runs (at 0 from the broker's start, so that increase() sees the
+//	                                                          first failure; the alert rules read it).
 //	spool_cleanup_job_removed_total{task}           counter   messages (retention) or subscriptions made DEAD or DELETED (lifecycle).
 //	spool_cleanup_job_last_duration_seconds{task}   gauge     duration of the last run.
 //	spool_cleanup_job_last_success_timestamp_seconds{task} gauge start of the last successful run (Unix time, 0: none).
@@ -162,12 +160,6 @@
 //
 // Seed 000's monitoring figures per subscription (state, pending, in flight, dead-lettered,
 // members) and per topic (messages, bytes, subscriptions) are the spool_subscription_* and
-// spool_topic_* gauges. Not exported yet, because the broker and engine do not expose them: the
-// age of a subscription's oldest unacked message (seed 002's "time lag"), last heartbeat per
-// group, processed counts per group since creation, cleanup job figures (backlog, messages
-// deleted, dead groups detected; messages expired are spool_messages_expired_total, failed
-// retention runs spool_cleanup_failures_total) and backfill progress.
-
 // spool_topic_* gauges; dead groups detected and subscriptions deleted are the
 // spool_subscriptions_*_total counters. Not exported yet, because the broker and engine do not
 // expose them: the age of a subscription's oldest unacked message (seed 002's "time lag"), last

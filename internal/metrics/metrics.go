@@ -18,9 +18,6 @@ const (
 	// modes of the TCP listener.
 	ProtocolBinary = "binary"
 	ProtocolText   = "text"
-	// TaskRetention is the task label of spool_cleanup_failures_total for the broker's retention
-	// job (message cleanup). The label is not "job", which Prometheus gives every scraped target.
-	TaskRetention = "retention"
 )
 
 // Metrics is the set of Spool's hook metrics, plus the broker collector once RegisterBroker was
@@ -46,7 +43,6 @@ type Metrics struct {
 	httpRequests    *prometheus.CounterVec
 	httpDuration    *prometheus.HistogramVec
 	authDenied      *prometheus.CounterVec
-	cleanupFailures *prometheus.CounterVec
 	lifecycle       *lifecycleMetrics
 	rebalance       *rebalanceMetrics
 }
@@ -135,17 +131,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "spool_auth_denied_total",
 			Help: "Requests refused by authentication (reason unauthenticated) or authorization (forbidden).",
 		}, []string{"reason"}),
-		cleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "spool_cleanup_failures_total",
-			Help: "Runs of a cleanup job of this process that failed, by task (retention).",
-		}, []string{"task"}),
 	}
-	// The series exists at 0 from the start, so that increase() sees the first failure.
-	m.cleanupFailures.WithLabelValues(TaskRetention)
 	if reg != nil {
 		reg.MustRegister(m.published, m.publishDuration, m.publishErrors, m.delivered, m.redelivered,
 			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.fsyncDuration, m.fsyncRecords,
-			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration, m.authDenied, m.cleanupFailures)
+			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration, m.authDenied)
 	}
 	m.lifecycle = newLifecycleMetrics(reg)
 	m.rebalance = newRebalanceMetrics(reg)
@@ -240,15 +230,6 @@ func (m *Metrics) ObserveRetention(res *storage.RetentionResult) {
 	for _, x := range res.Expired {
 		m.expired.WithLabelValues(x.Topic, string(x.Reason)).Add(float64(x.Messages))
 	}
-}
-
-// ObserveCleanupFailure records a failed run of the cleanup job named task (TaskRetention): the
-// figure of seed 004's "cleanup job failures" alert.
-func (m *Metrics) ObserveCleanupFailure(task string) {
-	if m == nil {
-		return
-	}
-	m.cleanupFailures.WithLabelValues(task).Inc()
 }
 
 // ObserveFsync records one group-commit round of the embedded engine: its duration and the

@@ -178,10 +178,12 @@ func countSeries(t *testing.T, g prometheus.Gatherer, name string) int {
 	return 0
 }
 
-// TestCleanupFailureMetric: a failed run of the broker's retention job, wired as serve wires it,
-// counts in spool_cleanup_failures_total{task="retention"}, which exists at 0 before any failure
-// (so that increase() in the alert rule sees the first one). The failure is real: the PostgreSQL
-// table retention reads is renamed under the engine.
+// TestCleanupFailureMetric: a failed run of the broker's retention job counts in
+// spool_cleanup_job_failures_total{task="retention"} (the series the alert rules read; it replaced
+// spool_cleanup_failures_total, which counted the same runs), which exists at 0 from the broker's
+// start (so that increase() in the alert rule sees the first failure). The failure is real: the
+// PostgreSQL table retention reads is renamed under the engine. Only the cleanup collector is
+// registered: the broker collector would fail its scrapes on the renamed table.
 func TestCleanupFailureMetric(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -192,14 +194,7 @@ func TestCleanupFailureMetric(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pgstore.Open: %v", err)
 	}
-	reg := prometheus.NewRegistry()
-	m := New(reg)
-	task := map[string]string{"task": TaskRetention}
-	if got := mustSample(t, reg, "spool_cleanup_failures_total", task); got != 0 {
-		t.Fatalf("spool_cleanup_failures_total = %v before any run, want 0", got)
-	}
-	b, err := broker.New(broker.Config{Engine: eng, Logger: slog.New(slog.DiscardHandler), RetentionInterval: 5 * time.Millisecond,
-		OnRetentionError: func(error) { m.ObserveCleanupFailure(TaskRetention) }})
+	b, err := broker.New(broker.Config{Engine: eng, Logger: slog.New(slog.DiscardHandler), RetentionInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("broker.New: %v", err)
 	}
@@ -216,6 +211,12 @@ func TestCleanupFailureMetric(t *testing.T) {
 			t.Errorf("engine.Close: %v", err)
 		}
 	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCleanupCollector(b))
+	task := map[string]string{"task": broker.JobRetention}
+	if got := mustSample(t, reg, "spool_cleanup_job_failures_total", task); got != 0 {
+		t.Fatalf("spool_cleanup_job_failures_total = %v before any failure, want 0", got)
+	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -225,8 +226,8 @@ func TestCleanupFailureMetric(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a failed retention run counted", func() error {
-		if got := mustSample(t, reg, "spool_cleanup_failures_total", task); got < 1 {
-			return fmt.Errorf("spool_cleanup_failures_total = %v", got)
+		if got := mustSample(t, reg, "spool_cleanup_job_failures_total", task); got < 1 {
+			return fmt.Errorf("spool_cleanup_job_failures_total = %v", got)
 		}
 		return nil
 	})
