@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -299,6 +300,22 @@ func (b *browser) hold(url string) (held <-chan struct{}, release func()) {
 			}
 		}
 	}
+}
+
+// fakeClock makes the page's performance.now a clock the test moves: pages loaded from here on
+// get spoolTestAdvanceClock(ms), which moves it forward. The page times its loads with it.
+func (b *browser) fakeClock() {
+	b.t.Helper()
+	const src = `(() => {
+		const real = performance.now.bind(performance);
+		let offset = 0;
+		performance.now = () => real() + offset;
+		window.spoolTestAdvanceClock = (ms) => { offset += ms; };
+	})();`
+	b.do(func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: src})
+		return chromedp.Void{}, err
+	})
 }
 
 // requested returns the URLs the page asked for so far.
@@ -695,10 +712,13 @@ func TestDashboardStaleLoad(t *testing.T) {
 
 // TestDashboardSlowPoll: after a slow load the page waits 5 times as long before the next poll
 // (a loaded broker is not kept busier by its dashboard), and returns to 2 s once loads are fast.
+// The load is slow on the page's clock: the test holds the request and moves performance.now,
+// which the page times its loads with, by 1.5 s meanwhile; nothing waits for real time.
 func TestDashboardSlowPoll(t *testing.T) {
 	e := newEnv(t, nil)
 	e.do("POST", "/api/v1/topics", map[string]any{"name": "slow", "semantics": "PUB_SUB"}).ok(http.StatusCreated, nil)
 	b := newBrowser(t, e.srv.URL)
+	b.fakeClock()
 	held, release := b.hold(e.srv.URL + "/api/v1/topics/slow/groups")
 	b.do(chromedp.Navigate(e.srv.URL + "/#/topics/slow"))
 	select {
@@ -706,10 +726,16 @@ func TestDashboardSlowPoll(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the topic page did not ask for its groups")
 	}
-	time.Sleep(time.Second) // the load under way takes over a second: that is the slow broker
+	eval[chromedp.Void](b, `spoolTestAdvanceClock(1500)`) // the load under way takes 1.5 s: a slow broker
 	release()
 	b.waitJS("the topic page", text(`[data-card=groups] .value`)+` === '0'`)
-	b.waitJS("a stretched poll interval", `Number(document.body.dataset.poll) >= 5000`)
+	b.waitJS("a stretched poll interval", `Number(document.body.dataset.poll) >= 7500`)
+	// A fast load brings the interval back: Resume loads at once (the stretched poll would come
+	// 7.5 s later).
+	n := b.loads()
+	b.click(`#pause`)
+	b.click(`#pause`)
+	b.waitLoads(n, 1)
 	b.waitJS("the poll interval back to 2 s", `document.body.dataset.poll === '2000'`)
 }
 

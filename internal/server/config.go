@@ -141,8 +141,8 @@ type Config struct {
 	// Auth authenticates and authorizes clients (binary Hello token, text AUTH, or a client
 	// certificate's common name). Nil: authentication is off and every client may do everything.
 	Auth *auth.Authorizer `yaml:"-"`
-	// Clock is the broker's clock, used for TTLs and heartbeat times. Defaults to
-	// storage.SystemClock. (Timeouts use the network poller's real time.)
+	// Clock is the broker's clock, used for TTLs, heartbeat times and text_ack_timeout. Defaults
+	// to storage.SystemClock. (Connection timeouts use the network poller's real time.)
 	Clock storage.Clock `yaml:"-"`
 }
 

@@ -52,7 +52,7 @@ type textSession struct {
 	lastTag uint64
 	tags    map[uint64]tagRef
 	// heldSince is when tags last became non-empty, settled when the session last acked or
-	// nacked: text_ack_timeout counts from the later one (checkAckTimeout).
+	// nacked, on Config.Clock: text_ack_timeout counts from the later one (checkAckTimeout).
 	heldSince, settled time.Time
 }
 
@@ -371,7 +371,7 @@ func (t *textSession) lookupTags(tags []uint64) (found []uint64, refs []tagRef, 
 func (t *textSession) forgetTags(tags []uint64) {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	t.settled = time.Now()
+	t.settled = t.c.srv.cfg.Clock.Now()
 	for _, tag := range tags {
 		delete(t.tags, tag)
 	}
@@ -578,7 +578,7 @@ func (t *textSession) checkAckTimeout(now time.Time) []byte {
 func (t *textSession) flush(final, _ bool) (bool, error) {
 	c := t.c
 	if !final && !t.timedOut {
-		if line := t.checkAckTimeout(time.Now()); line != nil {
+		if line := t.checkAckTimeout(c.srv.cfg.Clock.Now()); line != nil {
 			t.timedOut = true
 			// The reader ends the session (finish: the members leave, their leases are
 			// released) and the final flush writes the line.
@@ -627,7 +627,7 @@ func (t *textSession) flush(final, _ bool) (bool, error) {
 			c.delivered(h, d)
 			c.mu.Lock()
 			if len(t.tags) == 0 {
-				t.heldSince = time.Now()
+				t.heldSince = c.srv.cfg.Clock.Now()
 			}
 			t.lastTag++
 			tag := t.lastTag

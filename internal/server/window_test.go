@@ -10,6 +10,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -181,10 +182,15 @@ func TestSubscribeDefaultCreditIsWindowed(t *testing.T) {
 
 // text_ack_timeout also ends a session that keeps writing (here PING after PING) while it holds
 // deliveries: the check ran only when the writer had been silent for a while, so such a session
-// kept its deliveries for text_ack_wait (24 h).
+// kept its deliveries for text_ack_wait (24 h). The timeout is on the server's clock, a fake one
+// here: the writer's check timer (every text_ack_timeout/8, 7.5 min) never fires during the
+// test, only the flushes the PINGs cause can end the session.
 func TestTextAckTimeoutWhileSessionKeepsWriting(t *testing.T) {
-	// The writer's check timer fires every text_ack_timeout/8 (250 ms): the PINGs come faster.
-	e := newEnv(t, func(c *Config) { c.TextAckTimeout = 2 * time.Second }, nil)
+	clock := storagetest.NewFakeClock(time.Now())
+	e := newEnv(t, func(c *Config) {
+		c.TextAckTimeout = time.Hour
+		c.Clock = clock
+	}, nil)
 	defer e.close()
 	pub := e.dial(nil)
 	pub.publish("jobs", "a")
@@ -193,6 +199,9 @@ func TestTextAckTimeoutWhileSessionKeepsWriting(t *testing.T) {
 	tc.send("SUBSCRIBE jobs")
 	tc.expect("OK subscribed jobs")
 	tc.expect("MESSAGE jobs ")
+	tc.send("PING")
+	tc.expectLine("OK PONG") // within the timeout: the session goes on
+	clock.Advance(time.Hour)
 	for deadline := time.Now().Add(waitTimeout); ; {
 		if time.Now().After(deadline) {
 			t.Fatal("a session that keeps writing while holding a delivery was not closed by text_ack_timeout")
