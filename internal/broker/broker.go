@@ -123,7 +123,7 @@ type Config struct {
 	PollInterval time.Duration
 	// ClaimInterval is the shortest time between the starts of two dispatch passes of one
 	// subscription: wake-ups that come sooner wait for it, so one claim takes everything published
-	// meanwhile. 0 (the default) claims at every wake-up, which suits the embedded engine; on
+	// meanwhile (joins and leaves do not: they are handled during the wait). 0 (the default) claims at every wake-up, which suits the embedded engine; on
 	// PostgreSQL, where every claim is a transaction, a few milliseconds trade that much latency for
 	// far fewer transactions under load.
 	ClaimInterval time.Duration

@@ -888,7 +888,10 @@ func (m *Member) ExtendBatchGen(ctx context.Context, subID, gen int64, refs []st
 // the other members at once, keeping their attempt counts), deliveries still in its channel are
 // dropped, the channel is closed, and its ephemeral subscriptions are deleted. Durable
 // subscriptions stay: leaving is not cancelling. Close is idempotent; later calls wait for the
-// first one and return nil.
+// first one and return nil. If ctx ends while the subscriptions' owners have not yet let the
+// member go, Close returns its error: the member is closed, but its leases come back only as
+// they expire and its ephemeral subscriptions are not deleted (they go DEAD once
+// their heartbeats stop).
 func (m *Member) Close(ctx context.Context) error {
 	_, err := m.Leave(ctx)
 	return err
@@ -946,9 +949,17 @@ func (m *Member) doClose(ctx context.Context) (int, error) {
 	b.mu.Unlock()
 
 	// 2. Wait until each owner forgot m: no claim for m runs any more, and one that ran before was
-	// dropped by deliver and is released below.
+	// dropped by deliver and is released below. When ctx ends first, m is closed all the same
+	// (step 3) but gives nothing back: its leases come back as they expire.
+	var waitErr error
 	for _, ev := range leaves {
-		<-ev.done
+		select {
+		case <-ev.done:
+			continue
+		case <-ctx.Done():
+			waitErr = fmt.Errorf("broker: close member %q: waiting for its subscriptions: %w", m.id, context.Cause(ctx))
+		}
+		break
 	}
 
 	// 3. Drop what is still in the channel and close it.
@@ -965,6 +976,9 @@ func (m *Member) doClose(ctx context.Context) (int, error) {
 	}
 	close(m.ch)
 	m.mu.Unlock()
+	if waitErr != nil {
+		return 0, waitErr
+	}
 
 	// 4. Give the leases back (or delete the ephemeral subscription with them), then wake the
 	// remaining members' owners so the released messages are redelivered at once.

@@ -36,6 +36,8 @@ type owner struct {
 	// the action whose wake-up they check.
 	wakes, handled atomic.Int64
 	idle           atomic.Bool
+	// pausing is true while the goroutine waits out the claim interval (a test signal too).
+	pausing atomic.Bool
 	// view is the membership as last published by the goroutine (copy on write), for readers
 	// (acks finding the holders, listings) that must not wait for it.
 	view atomic.Pointer[[]*Member]
@@ -220,12 +222,23 @@ func (o *owner) run() {
 		if iv := b.claimInterval; iv > 0 {
 			// Let what is published meanwhile gather into one claim (see Config.ClaimInterval).
 			if d := time.Until(lastPass.Add(iv)); d > 0 {
+				// Events are handled while waiting (a Subscribe or a Close waits for its join or
+				// leave); wake-ups wait for the interval's end, which is the point of it.
 				timer.Reset(d)
-				select {
-				case <-b.quit:
-					return
-				case <-timer.C:
+				o.pausing.Store(true)
+				for waiting := true; waiting; {
+					select {
+					case <-b.quit:
+						return
+					case <-timer.C:
+						waiting = false
+					case <-o.signal:
+						if o.queued.Load() && !o.handleEvents() {
+							return
+						}
+					}
 				}
+				o.pausing.Store(false)
 				o.handled.Store(o.wakes.Load())
 				if !o.handleEvents() {
 					return

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
@@ -412,5 +413,143 @@ func TestWildcardAckClaimsOnlyItsSubscription(t *testing.T) {
 	e.waitIdle()
 	if n := ce.total(busy) - before; n != 0 {
 		t.Fatalf("10 acks on one topic made the %d other subscriptions claim %d times, want 0", topics-1, n)
+	}
+}
+
+// TestOwnerHandlesEventsDuringClaimInterval: an owner waiting out its claim interval handles
+// joins and leaves at once; it used to sleep through them, so a Subscribe or a Close waited up to
+// one interval plus one claim. The interval here is an hour: the test ends only if both are
+// handled while the owner still waits.
+func TestOwnerHandlesEventsDuringClaimInterval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.b.claimInterval = time.Hour // beyond Config's bound of 1 s; no owner runs yet
+	e.createTopic("pause", storage.TopicConfig{})
+	m1 := e.subscribe(SubscribeParams{Pattern: "pause", MemberID: "m1"})
+	subID := m1.Subscriptions()[0].SubscriptionID
+	e.b.mu.RLock()
+	o := e.b.subs[subID]
+	e.b.mu.RUnlock()
+	// The first pass was just now: the wake-up of a publish makes the owner wait out the interval.
+	e.publishN("pause", "p", 1)
+	eventually(t, "the owner waits out its claim interval", func() error {
+		if !o.pausing.Load() {
+			return errors.New("not pausing")
+		}
+		return nil
+	})
+	m2 := e.subscribe(SubscribeParams{Pattern: "pause", MemberID: "m2"}) // returns once the join was handled
+	if ids := o.memberIDs(); !slices.Equal(ids, []string{"m1", "m2"}) {
+		t.Fatalf("members %v after the join, want [m1 m2]", ids)
+	}
+	if err := m2.Close(e.ctx()); err != nil {
+		t.Fatalf("Close during the claim interval: %v", err)
+	}
+	if ids := o.memberIDs(); !slices.Equal(ids, []string{"m1"}) {
+		t.Fatalf("members %v after the leave, want [m1]", ids)
+	}
+	if !o.pausing.Load() {
+		t.Fatal("the claim interval ended before the test did: nothing was shown")
+	}
+}
+
+// TestJoinAndLeaveWaitsEndWithCtx: Subscribe waiting for its join and Close waiting for its leave
+// return the context's error when it ends, while the owner is busy in a claim (they used to wait
+// for the owner whatever the context). Once the claim ends, everything settles: the abandoned
+// member is closed in the background and a new member gets the message.
+func TestJoinAndLeaveWaitsEndWithCtx(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	g := &gatedEngine{Engine: eng, armed: make(chan struct{}, 1), entered: make(chan struct{}), open: make(chan struct{})}
+	b, err := New(Config{Engine: g, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	var gate sync.Once
+	openGate := func() { gate.Do(func() { close(g.open) }) }
+	defer openGate() // before Stop, also when the test fails with the owner in the claim
+	if _, err := b.CreateTopic(ctx, "busy", storage.TopicConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	m1, err := b.Subscribe(ctx, SubscribeParams{Pattern: "busy", MemberID: "m1", MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subID := m1.Subscriptions()[0].SubscriptionID
+	b.mu.RLock()
+	o := b.subs[subID]
+	b.mu.RUnlock()
+	g.armed <- struct{}{}
+	if _, err := b.Publish(ctx, "busy", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered // the owner is claiming for m1 and handles no event until the claim ends
+
+	jctx, cancel := context.WithCancel(ctx)
+	joined := make(chan error, 1)
+	go func() {
+		_, err := b.Subscribe(jctx, SubscribeParams{Pattern: "busy", MemberID: "m2"})
+		joined <- err
+	}()
+	eventually(t, "m2's join queued", func() error {
+		if !o.queued.Load() {
+			return errors.New("inbox empty")
+		}
+		return nil
+	})
+	cancel()
+	// The owner stays in the claim until the test opens it: a wait that ignores ctx never ends.
+	within := func(what string, ch <-chan error) error {
+		t.Helper()
+		select {
+		case err := <-ch:
+			return err
+		case <-time.After(waitTimeout):
+			t.Fatalf("%s did not return within %s of its ctx ending", what, waitTimeout)
+			return nil
+		}
+	}
+	if err := within("Subscribe", joined); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Subscribe whose ctx ended while waiting for its join: %v, want context.Canceled", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- m1.Close(jctx) }()
+	if err := within("Close", closed); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with an ended ctx while the owner is busy: %v, want context.Canceled", err)
+	}
+	if _, open := <-m1.Deliveries(); open {
+		t.Fatal("m1's channel is open after its Close")
+	}
+
+	openGate() // the claim ends; the owner handles the join and the two leaves
+	m3, err := b.Subscribe(ctx, SubscribeParams{Pattern: "busy", MemberID: "m3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "only m3 left", func() error {
+		if ids := o.memberIDs(); !slices.Equal(ids, []string{"m3"}) {
+			return fmt.Errorf("members %v", ids)
+		}
+		return nil
+	})
+	// m1's lease was not given back (its Close gave up): it comes back when it expires.
+	clock.Advance(time.Hour)
+	b.wakeAll()
+	if d := recv(t, m3, 1)[0]; string(d.Payload) != "x" {
+		t.Fatalf("m3 got %q, want x", d.Payload)
 	}
 }

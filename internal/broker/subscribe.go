@@ -127,14 +127,36 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	b.mu.Unlock()
 
 	if err := b.subscribeExisting(ctx, m); err != nil {
-		if cerr := m.Close(context.WithoutCancel(ctx)); cerr != nil {
-			b.logger.WarnContext(ctx, "closing failed member", slog.String("member", id), slog.Any("error", cerr))
-		}
+		b.closeFailed(ctx, m)
 		return nil, err
 	}
 	b.logger.DebugContext(ctx, "member joined", slog.String("member", id), slog.String("pattern", p.Pattern),
 		slog.String("group", p.Group), slog.Int("max_in_flight", m.maxInFlight), slog.Int("subscriptions", len(m.Info().Subscriptions)))
 	return m, nil
+}
+
+// closeFailed closes a member whose Subscribe failed. Its joins may still be queued (ctx ended
+// while an owner was busy in a claim): its leaves must follow them, so when ctx has ended the
+// close finishes in an owned goroutine instead of making the caller wait.
+func (b *Broker) closeFailed(ctx context.Context, m *Member) {
+	closeCtx := context.WithoutCancel(ctx)
+	closeIt := func() {
+		if err := m.Close(closeCtx); err != nil {
+			b.logger.WarnContext(closeCtx, "closing failed member", slog.String("member", m.id), slog.Any("error", err))
+		}
+	}
+	if ctx.Err() != nil {
+		b.mu.Lock()
+		running := b.state == stateRunning
+		if running {
+			b.goLocked(closeIt)
+		}
+		b.mu.Unlock()
+		if running {
+			return
+		}
+	}
+	closeIt()
 }
 
 // subscribeExisting creates the group's binding where needed and attaches m to the topics that
@@ -273,8 +295,13 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	b.mu.Unlock()
 	if ok {
 		// Listings show the member once Subscribe returns. The owner handles its inbox between
-		// two claims, so this waits for one claim at most.
-		<-join.done
+		// two claims, so this waits for one claim at most. When ctx ends first the join still
+		// happens; Subscribe then closes the member, whose leave follows the join.
+		select {
+		case <-join.done:
+		case <-ctx.Done():
+			return fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, context.Cause(ctx))
+		}
 	}
 
 	if !ok {

@@ -321,7 +321,13 @@ func (b *Broker) leave(ctx context.Context, m *Member, s *owner) error {
 		return nil
 	}
 	if ev != nil {
-		<-ev.done
+		// m is detached already (deliver drops what a claim brings it); the wait is the fence
+		// before the release. When ctx ends first, its leases come back as they expire.
+		select {
+		case <-ev.done:
+		case <-ctx.Done():
+			return fmt.Errorf("broker: %q leaves subscription %d: %w", m.id, s.id, context.Cause(ctx))
+		}
 	}
 	if owned {
 		if err := b.engine.SubscriptionDelete(ctx, s.id); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
