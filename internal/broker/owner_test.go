@@ -34,18 +34,30 @@ func (g *gatedEngine) DeliveriesClaim(ctx context.Context, p *storage.Deliveries
 	return g.Engine.DeliveriesClaim(ctx, p)
 }
 
-// TestLeaveWaitsForClaimInProgress: a member that leaves while its subscription's owner is inside
-// a claim for it must not release its leases before that claim finished (leave is the fence):
-// otherwise the claim's lease stays held until ack_wait and the other members wait for it. The
-// fake clock never moves, so only a release gives the message to the next member.
-func TestLeaveWaitsForClaimInProgress(t *testing.T) {
-	t.Parallel()
+// gatedEnv is a broker on a real wal engine behind a gatedEngine, with a fake clock and no
+// polls, a topic and its first member m1, whose owner o is held inside a claim by holdClaim.
+type gatedEnv struct {
+	b        *Broker
+	g        *gatedEngine
+	clock    *fakeClock
+	topic    string
+	m1       *Member
+	subID    int64
+	o        *owner
+	openGate func() // lets the held claim go on; idempotent
+}
+
+// newGatedEnv starts the broker, creates topic and subscribes m1 with credit maxInFlight (0: the
+// default). At the test's end the gate opens (a failing test must not leave the owner inside a
+// claim), then the broker stops and the engine closes.
+func newGatedEnv(t *testing.T, topic string, maxInFlight int) *gatedEnv {
+	t.Helper()
 	clock := newFakeClock()
 	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer eng.Close()
+	t.Cleanup(func() { eng.Close() })
 	g := &gatedEngine{Engine: eng, armed: make(chan struct{}, 1), entered: make(chan struct{}), open: make(chan struct{})}
 	b, err := New(Config{Engine: g, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
 	if err != nil {
@@ -55,25 +67,46 @@ func TestLeaveWaitsForClaimInProgress(t *testing.T) {
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := b.Stop(ctx); err != nil {
 			t.Errorf("Stop: %v", err)
 		}
-	}()
-	if _, err := b.CreateTopic(ctx, "fence", storage.TopicConfig{}); err != nil {
+	})
+	var opened sync.Once
+	e := &gatedEnv{b: b, g: g, clock: clock, topic: topic, openGate: func() { opened.Do(func() { close(g.open) }) }}
+	t.Cleanup(e.openGate) // runs first
+	if _, err := b.CreateTopic(ctx, topic, storage.TopicConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	m1, err := b.Subscribe(ctx, SubscribeParams{Pattern: "fence", MemberID: "m1", MaxInFlight: 1})
-	if err != nil {
+	if e.m1, err = b.Subscribe(ctx, SubscribeParams{Pattern: topic, MemberID: "m1", MaxInFlight: maxInFlight}); err != nil {
 		t.Fatal(err)
 	}
-	subID := m1.Subscriptions()[0].SubscriptionID
-	g.armed <- struct{}{}
-	if _, err := b.Publish(ctx, "fence", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
-		t.Fatal(err)
-	}
-	<-g.entered // the owner is claiming for m1
+	e.subID = e.m1.Subscriptions()[0].SubscriptionID
+	b.mu.RLock()
+	e.o = b.subs[e.subID]
+	b.mu.RUnlock()
+	return e
+}
 
+// holdClaim publishes "x" and returns once the owner is inside the claim it makes for it.
+func (e *gatedEnv) holdClaim(t *testing.T) {
+	t.Helper()
+	e.g.armed <- struct{}{}
+	if _, err := e.b.Publish(context.Background(), e.topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	<-e.g.entered
+}
+
+// TestLeaveWaitsForClaimInProgress: a member that leaves while its subscription's owner is inside
+// a claim for it must not release its leases before that claim finished (leave is the fence):
+// otherwise the claim's lease stays held until ack_wait and the other members wait for it. The
+// fake clock never moves, so only a release gives the message to the next member.
+func TestLeaveWaitsForClaimInProgress(t *testing.T) {
+	t.Parallel()
+	e := newGatedEnv(t, "fence", 1)
+	b, m1, subID, ctx := e.b, e.m1, e.subID, context.Background()
+	e.holdClaim(t) // the owner is claiming for m1
 	closed := make(chan error, 1)
 	go func() { closed <- m1.Close(ctx) }()
 	eventually(t, "m1 detached", func() error {
@@ -82,7 +115,7 @@ func TestLeaveWaitsForClaimInProgress(t *testing.T) {
 		}
 		return nil
 	})
-	close(g.open) // the claim leases the message to m1, which has left meanwhile
+	e.openGate() // the claim leases the message to m1, which has left meanwhile
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -253,37 +286,8 @@ func attachedConsistently(m *Member) error {
 // an owner that ended (it would never receive anything from that subscription again).
 func TestJoinQueuedBehindEnd(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	g := &gatedEngine{Engine: eng, armed: make(chan struct{}, 1), entered: make(chan struct{}), open: make(chan struct{})}
-	b, err := New(Config{Engine: g, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := b.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	}()
-	if _, err := b.CreateTopic(ctx, "pend", storage.TopicConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	m1, err := b.Subscribe(ctx, SubscribeParams{Pattern: "pend", MemberID: "m1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subID := m1.Subscriptions()[0].SubscriptionID
-	b.mu.RLock()
-	o := b.subs[subID]
-	b.mu.RUnlock()
+	e := newGatedEnv(t, "pend", 0)
+	b, m1, subID, o, ctx := e.b, e.m1, e.subID, e.o, context.Background()
 	queued := func(n int) func() error {
 		return func() error {
 			o.qmu.Lock()
@@ -294,14 +298,7 @@ func TestJoinQueuedBehindEnd(t *testing.T) {
 			return nil
 		}
 	}
-	var opened sync.Once
-	openGate := func() { opened.Do(func() { close(g.open) }) }
-	defer openGate() // a failing test must not leave the owner inside the claim
-	g.armed <- struct{}{}
-	if _, err := b.Publish(ctx, "pend", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
-		t.Fatal(err)
-	}
-	<-g.entered // the owner is inside a claim
+	e.holdClaim(t) // the owner is inside a claim
 	joined := make(chan *Member, 1)
 	go func() {
 		m2, err := b.Subscribe(ctx, SubscribeParams{Pattern: "pend", MemberID: "m2"})
@@ -314,7 +311,7 @@ func TestJoinQueuedBehindEnd(t *testing.T) {
 	deleted := make(chan error, 1)
 	go func() { deleted <- b.DeleteTopic(ctx, "pend", true) }()
 	eventually(t, "the end queued behind the join", queued(2))
-	openGate() // the claim finds the subscription gone
+	e.openGate() // the claim finds the subscription gone
 	m2 := <-joined
 	if err := <-deleted; err != nil {
 		t.Fatalf("DeleteTopic: %v", err)
@@ -459,45 +456,9 @@ func TestOwnerHandlesEventsDuringClaimInterval(t *testing.T) {
 // member is closed in the background and a new member gets the message.
 func TestJoinAndLeaveWaitsEndWithCtx(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	g := &gatedEngine{Engine: eng, armed: make(chan struct{}, 1), entered: make(chan struct{}), open: make(chan struct{})}
-	b, err := New(Config{Engine: g, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := b.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	}()
-	var gate sync.Once
-	openGate := func() { gate.Do(func() { close(g.open) }) }
-	defer openGate() // before Stop, also when the test fails with the owner in the claim
-	if _, err := b.CreateTopic(ctx, "busy", storage.TopicConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	m1, err := b.Subscribe(ctx, SubscribeParams{Pattern: "busy", MemberID: "m1", MaxInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subID := m1.Subscriptions()[0].SubscriptionID
-	b.mu.RLock()
-	o := b.subs[subID]
-	b.mu.RUnlock()
-	g.armed <- struct{}{}
-	if _, err := b.Publish(ctx, "busy", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
-		t.Fatal(err)
-	}
-	<-g.entered // the owner is claiming for m1 and handles no event until the claim ends
+	e := newGatedEnv(t, "busy", 1)
+	b, m1, o, ctx := e.b, e.m1, e.o, context.Background()
+	e.holdClaim(t) // the owner is claiming for m1 and handles no event until the claim ends
 
 	jctx, cancel := context.WithCancel(ctx)
 	joined := make(chan error, 1)
@@ -535,7 +496,7 @@ func TestJoinAndLeaveWaitsEndWithCtx(t *testing.T) {
 		t.Fatal("m1's channel is open after its Close")
 	}
 
-	openGate() // the claim ends; the owner handles the join and the two leaves
+	e.openGate() // the claim ends; the owner handles the join and the two leaves
 	m3, err := b.Subscribe(ctx, SubscribeParams{Pattern: "busy", MemberID: "m3"})
 	if err != nil {
 		t.Fatal(err)
@@ -547,7 +508,7 @@ func TestJoinAndLeaveWaitsEndWithCtx(t *testing.T) {
 		return nil
 	})
 	// m1's lease was not given back (its Close gave up): it comes back when it expires.
-	clock.Advance(time.Hour)
+	e.clock.Advance(time.Hour)
 	b.wakeAll()
 	if d := recv(t, m3, 1)[0]; string(d.Payload) != "x" {
 		t.Fatalf("m3 got %q, want x", d.Payload)
