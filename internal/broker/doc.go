@@ -112,7 +112,9 @@
 // len(channel)), so a send never blocks even when expired deliveries still sit in the channel.
 // A queue limit (SetQueueLimit, -1 for none) further bounds reserved + len(channel) whatever
 // the credit: acks and expiries free credit, only the consumer taking deliveries frees queue room
-// (Take wakes the waiting owners then). A server bounds a connection's memory with it.
+// (Take wakes the waiting owners then), or with TakeQueued only the consumer raising the limit
+// again (what it took still counts until it handed it on). A server bounds a connection's memory
+// with it.
 // Channels cannot grow: SetMaxInFlight above the capacity moves the channel's contents, in order,
 // to a new channel at least twice as large (at most MaxInFlightLimit) under Member.mu (deliver
 // sends under it too), and Deliveries returns the new one from then on. Credit freed by the

@@ -197,6 +197,18 @@ func (m *Member) Deliveries() <-chan *storage.Delivery {
 // Deliveries whose lease expired while they waited still take room in the channel, so taking them
 // gives credit back: the owners waiting for it are woken (a receive from the channel cannot).
 func (m *Member) Take(dst []*storage.Delivery) (ds []*storage.Delivery, open bool) {
+	return m.take(dst, false)
+}
+
+// TakeQueued is Take for a consumer whose queue limit (SetQueueLimit) also bounds what it took
+// and has not handed on yet: the limit drops by the deliveries taken (not below 0) in the same
+// step, so no claim fills the room they leave before the consumer raises the limit again (after
+// Take a claim may, until the consumer lowers it). Without a queue limit it is Take.
+func (m *Member) TakeQueued(dst []*storage.Delivery) (ds []*storage.Delivery, open bool) {
+	return m.take(dst, true)
+}
+
+func (m *Member) take(dst []*storage.Delivery, counted bool) (ds []*storage.Delivery, open bool) {
 	now := m.b.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -205,8 +217,9 @@ func (m *Member) Take(dst []*storage.Delivery) (ds []*storage.Delivery, open boo
 	}
 	m.pruneLocked(now)
 	// Taking frees credit when leases of waiting deliveries expired, and queue room under a
-	// queue limit.
-	expired := len(m.ch) > len(m.inflight) || (m.queueLimit >= 0 && len(m.ch) > 0)
+	// queue limit (unless counted).
+	wake := len(m.ch) > len(m.inflight) || (m.queueLimit >= 0 && len(m.ch) > 0 && !counted)
+	n := len(dst)
 	for {
 		select {
 		case d := <-m.ch:
@@ -214,7 +227,10 @@ func (m *Member) Take(dst []*storage.Delivery) (ds []*storage.Delivery, open boo
 			continue
 		default:
 		}
-		if expired {
+		if counted && m.queueLimit >= 0 {
+			m.queueLimit = max(0, m.queueLimit-(len(dst)-n))
+		}
+		if wake {
 			m.returnCreditLocked(nil)
 		}
 		return dst, true

@@ -139,3 +139,66 @@ func TestSetMaxInFlightGrowsChannelGeometrically(t *testing.T) {
 		t.Fatalf("capacity %d at the limit, want %d (%v)", cap(m.Deliveries()), MaxInFlightLimit, err)
 	}
 }
+
+// TakeQueued counts what it takes against the queue limit in the same step: a claim that follows
+// it finds no room until the consumer raises the limit again. After Take, an owner woken by it
+// could fill the whole limit again before the consumer lowered it, so the consumer's queue plus
+// what it held reached twice the bound (a server's per-connection window).
+func TestTakeQueuedKeepsTakenInTheLimit(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 100, storage.StartPosition{})
+	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
+	s.members = []*Member{m}
+	m.subs[s.id] = s
+	if err := m.SetQueueLimit(5); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now()
+	deliverN := func(offset int64) int {
+		k := m.reserve(now, s)
+		ds := make([]*storage.Delivery, k)
+		for i := range ds {
+			ds[i] = delivery(7, offset+int64(i), now.Add(time.Minute))
+		}
+		m.deliver(s, ds, k)
+		return k
+	}
+	if k := deliverN(0); k != 5 {
+		t.Fatalf("first claim got %d, want 5", k)
+	}
+	if k := deliverN(5); k != 0 { // the full queue makes s wait for room
+		t.Fatalf("claim on a full queue got %d", k)
+	}
+	taken, open := m.TakeQueued(nil)
+	if len(taken) != 5 || !open {
+		t.Fatalf("TakeQueued = %d deliveries, open %v; want 5, true", len(taken), open)
+	}
+	if len(s.signal) != 0 {
+		t.Fatal("TakeQueued woke the owner for room it does not give")
+	}
+	if got := m.credit(now); got != 0 {
+		t.Fatalf("room right after TakeQueued = %d, want 0 (the 5 taken still count)", got)
+	}
+	// The consumer handed them on: it gives the room back.
+	if err := m.SetQueueLimit(5); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.signal) != 1 || m.credit(now) != 5 {
+		t.Fatalf("after raising the limit: woken %d, room %d; want 1, 5", len(s.signal), m.credit(now))
+	}
+	if err := m.SetQueueLimit(3); err != nil {
+		t.Fatal(err)
+	}
+	// Part of the limit taken: the rest stays usable.
+	if k := deliverN(5); k != 3 {
+		t.Fatalf("claim got %d, want 3", k)
+	}
+	if err := m.SetQueueLimit(5); err != nil {
+		t.Fatal(err)
+	}
+	if taken, _ := m.TakeQueued(nil); len(taken) != 3 || m.credit(now) != 2 {
+		t.Fatalf("TakeQueued of 3 under a limit of 5: took %d, room %d; want 3, 2", len(taken), m.credit(now))
+	}
+}

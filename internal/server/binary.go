@@ -760,9 +760,8 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 		wrote = true
 	}
 	maxBody := b.w.MaxFrameSize() - protocol.DeliverOverhead
-	ds, open := h.member.Take(b.taken[:0])
+	ds, open := c.takeFrom(h, b.taken[:0])
 	defer func() { clear(ds); b.taken = ds[:0] }()
-	c.tookFromQueue(h, len(ds))
 	if !open {
 		if c.handleClosedByBroker(h) {
 			if err := b.write(0, &protocol.SubscriptionEnded{Handle: h.id, Code: protocol.CodeClosed, Message: "the broker closed the subscription"}); err != nil {

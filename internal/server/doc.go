@@ -141,8 +141,9 @@
 // (TryLock), so nothing waits for it. conn.mu guards the response queue, the handles and the
 // session fields the goroutines share;
 // pubStage.mu guards the publish queue and is never held while calling anything;
-// Member.SetMaxInFlight and Member.SetQueueLimit are called under it (Credit, Goodbye, the windows of
-// window.go, also from the writer's stalled write under wmu), so it comes before the broker's
+// Member.SetMaxInFlight, Member.SetQueueLimit and the writer's Member.TakeQueued are called under it
+// (Credit, Goodbye, the windows of window.go, also from the writer's stalled write under wmu), so it
+// comes before the broker's
 // locks. The broker never calls back into a connection: it only signals the Notify channel. The
 // completion of an asynchronous append answers on the engine's goroutine (wmu by TryLock,
 // conn.mu, pubStage.mu); no goroutine of the connection calls the engine holding one of them.

@@ -608,9 +608,8 @@ func (t *textSession) flush(final, _ bool) (bool, error) {
 			}
 			wrote = true
 		}
-		ds, open := h.member.Take(t.taken[:0])
+		ds, open := c.takeFrom(h, t.taken[:0])
 		t.taken = ds[:0]
-		c.tookFromQueue(h, len(ds))
 		if !open {
 			if c.handleClosedByBroker(h) {
 				t.forgetSubscription(h, 0)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"sync/atomic"
+
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // The per-connection bound on deliveries queued and not yet written (Config.MaxConnBufferBytes).
@@ -15,9 +17,9 @@ import (
 // largest size seen on the connection fit in max_conn_buffer_bytes (shared by the connection's
 // handles). The queue limit does not grow when the client acks or leases expire, only when the
 // writer takes deliveries out of the channel; so an ack batch never claims more than the window.
-// When the writer takes k deliveries of a handle, the handle's limit drops to window-k until
-// the flush has handed them to the socket (tookFromQueue, moveWindows): the channel plus what
-// the writer holds stay within one window. When the socket does not take a write at once, the
+// When the writer takes k deliveries of a handle, the handle's limit drops to window-k in the
+// same step until the flush has handed them to the socket (takeFrom, moveWindows): the channel
+// plus what the writer holds stay within one window. When the socket does not take a write at once, the
 // windowed members' limit is 0 until the flush is done (stallWindows); a Credit meanwhile gives
 // back only the window less what the writer holds (handle.held). So at most one window per
 // handle is in memory (plus the frame being written). A client whose credit fits in the window
@@ -110,21 +112,24 @@ func (c *conn) applyCreditLocked(h *handle, window int) {
 	}
 }
 
-// tookFromQueue is called by the writer after it took k deliveries from h's member: until the
-// flush ends (moveWindows), the member may queue only what is left of the window.
-func (c *conn) tookFromQueue(h *handle, k int) {
-	if k == 0 {
-		return
-	}
+// takeFrom takes the deliveries waiting in h's member for the writer and counts them as held
+// until the flush has handed them to the socket (moveWindows). A windowed member's queue limit
+// drops by what was taken in the same step (Member.TakeQueued, under c.mu like every change of
+// it): the member may queue only what is left of the window, and no claim woken by the take can
+// fill the whole window again meanwhile (with Take and a separate SetQueueLimit one could).
+func (c *conn) takeFrom(h *handle, dst []*storage.Delivery) ([]*storage.Delivery, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h.held += k
+	n := len(dst)
+	var open bool
 	if h.limit > 0 && !c.draining && !c.closing {
-		l := max(0, h.limit-k)
-		if h.member.SetQueueLimit(l) == nil {
-			h.limit = l
-		}
+		dst, open = h.member.TakeQueued(dst)
+		h.limit = max(0, h.limit-(len(dst)-n))
+	} else {
+		dst, open = h.member.Take(dst)
 	}
+	h.held += len(dst) - n
+	return dst, open
 }
 
 // moveWindows is called by the writer after a flush handed everything it took to the socket:
