@@ -12,12 +12,7 @@ import (
 // server's per-connection bound used to let an ack batch claim the whole credit at once).
 func TestQueueLimitHoldsAcrossAcksAndExpiries(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	b := unitBroker(clock)
-	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 100, storage.StartPosition{})
-	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
-	s.members = []*Member{m}
-	m.subs[s.id] = s
+	clock, m, s := unitMember(100)
 	if err := m.SetQueueLimit(5); err != nil {
 		t.Fatal(err)
 	}
@@ -146,12 +141,7 @@ func TestSetMaxInFlightGrowsChannelGeometrically(t *testing.T) {
 // what it held reached twice the bound (a server's per-connection window).
 func TestTakeQueuedKeepsTakenInTheLimit(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	b := unitBroker(clock)
-	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 100, storage.StartPosition{})
-	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
-	s.members = []*Member{m}
-	m.subs[s.id] = s
+	clock, m, s := unitMember(100)
 	if err := m.SetQueueLimit(5); err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,18 @@ func unitBroker(clock storage.Clock) *Broker {
 	return &Broker{clock: clock, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
+// unitMember returns member m1 with credit maxInFlight, attached to subscription 7 of topic "t"
+// whose owner s has no goroutine, on a unitBroker with a fake clock.
+func unitMember(maxInFlight int) (*fakeClock, *Member, *owner) {
+	clock := newFakeClock()
+	b := unitBroker(clock)
+	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, maxInFlight, storage.StartPosition{})
+	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
+	s.members = []*Member{m}
+	m.subs[s.id] = s
+	return clock, m, s
+}
+
 func delivery(sub int64, offset int64, deadline time.Time) *storage.Delivery {
 	return &storage.Delivery{
 		Message:        storage.Message{Partition: 0, Offset: offset},
@@ -51,12 +63,7 @@ func delivery(sub int64, offset int64, deadline time.Time) *storage.Delivery {
 
 func TestMemberCreditAccounting(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	b := unitBroker(clock)
-	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 3, storage.StartPosition{})
-	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
-	s.members = []*Member{m}
-	m.subs[s.id] = s
+	clock, m, s := unitMember(3)
 	now := clock.Now()
 	deadline := now.Add(10 * time.Second)
 
@@ -275,12 +282,7 @@ func TestReturnedCreditWakesOnlyWaitingOwners(t *testing.T) {
 // Take), or it waits for a poll, up to 16 s.
 func TestTakeOfExpiredDeliveriesWakesWaitingOwner(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	b := unitBroker(clock)
-	m := newMember(b, "m1", SubscribeParams{Pattern: "t"}, 2, storage.StartPosition{})
-	s := newOwner(b, &storage.Subscription{ID: 7, Topic: "t"})
-	s.members = []*Member{m}
-	m.subs[s.id] = s
+	clock, m, s := unitMember(2)
 	now := clock.Now()
 	k := m.reserve(now, s)
 	m.deliver(s, []*storage.Delivery{delivery(7, 0, now.Add(time.Second)), delivery(7, 1, now.Add(time.Second))}, k)
