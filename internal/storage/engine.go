@@ -37,7 +37,8 @@ type Engine interface {
 	// the backoff of its attempt number (1 s, 4 s, 16 s, ... capped at 5 min), or goes to the DLQ if
 	// it reached max_deliveries.
 	DeliveriesClaim(ctx context.Context, params *DeliveriesClaimParams) (*DeliveriesClaimResult, error)
-	// DeliveriesExtend pushes the lease deadlines of messages the member holds.
+	// DeliveriesExtend pushes the lease deadlines of messages the member holds, and with NewMember
+	// hands the leases over to another member.
 	DeliveriesExtend(ctx context.Context, params *DeliveriesExtendParams) (*DeliveriesExtendResult, error)
 	// DeliveriesNack gives messages the member holds back: available again after Delay (0: at
 	// once), or straight to the DLQ with ToDLQ. A nack on the max_deliveries-th delivery
@@ -235,6 +236,12 @@ type DeliveriesExtendParams struct {
 	Refs       []DeliveryRef
 	// Duration is the new lease from now; 0 means the topic's ack_wait.
 	Duration time.Duration
+	// NewMember, when not empty, hands the extended leases over to that member of the
+	// subscription: from then on it holds them (its nacks, extends and releases apply to them,
+	// Member's no longer do), with the same attempt counts. The broker routes a message claimed
+	// for one member to another whose filter matches this way. Shared subscriptions only: an
+	// ORDERED subscription refuses it with ErrInvalidArgument (partitions have one owner).
+	NewMember string
 }
 
 // DeliveriesExtendResult is the result of Engine.DeliveriesExtend.

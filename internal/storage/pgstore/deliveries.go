@@ -1391,6 +1391,9 @@ func extendOn(st *dstate, p *storage.DeliveriesExtendParams, now time.Time) *sto
 		if rp := st.replay[k]; rp != nil {
 			if held(rp.state, rp.member, rp.due, p.Member, now) {
 				rp.due, rp.changed = deadline, true
+				if p.NewMember != "" {
+					rp.member = p.NewMember
+				}
 				res.Extended++
 			} else {
 				res.NotHeld = append(res.NotHeld, r)
@@ -1410,7 +1413,11 @@ func extendOn(st *dstate, p *storage.DeliveriesExtendParams, now time.Time) *sto
 	}
 	for _, row := range slices.Clone(st.rows) {
 		if offs := extended[row]; len(offs) > 0 {
-			st.moveOffsets(row, offs, stLeased, row.attempt, row.member, deadline)
+			member := row.member
+			if p.NewMember != "" {
+				member = p.NewMember // handed over (DeliveriesExtendParams.NewMember)
+			}
+			st.moveOffsets(row, offs, stLeased, row.attempt, member, deadline)
 		}
 	}
 	return res

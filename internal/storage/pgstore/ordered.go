@@ -104,6 +104,9 @@ func (st *dstate) fenceOp(op *dop) error {
 	case op.nack != nil:
 		return st.fence(op.nack.Member, op.nack.Generation, op.nack.Refs)
 	case op.extend != nil:
+		if op.extend.NewMember != "" && st.ordered() {
+			return storage.Invalid("subscription %d is ORDERED: leases cannot be handed to another member", st.sub.ID)
+		}
 		return st.fence(op.extend.Member, op.extend.Generation, op.extend.Refs)
 	}
 	return nil

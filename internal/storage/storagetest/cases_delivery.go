@@ -42,6 +42,7 @@ func extendCases() []testCase {
 	return []testCase{
 		{name: "pushes_deadline", fn: testExtend},
 		{name: "not_held", fn: testExtendNotHeld},
+		{name: "hand_over", fn: testExtendHandOver},
 	}
 }
 
@@ -411,6 +412,40 @@ func testExtendNotHeld(t *testing.T, x *env) {
 	requireRefs(t, res.NotHeld, []storage.DeliveryRef{ref(0, 0), ref(0, 1)}, "NotHeld")
 	x.clock.Set(ds[0].LeaseDeadline.Add(time.Second))
 	requireOffsets(t, x.claim(q.ID, "m2", 1), []int64{0}, "the lease was not extended by the refused extend")
+}
+
+// testExtendHandOver: DeliveriesExtendParams.NewMember moves held leases to another member (the
+// broker routing a message claimed for one member to another whose filter matches): the new
+// holder's nacks and releases apply to them, the old holder's do not; attempts are kept.
+func testExtendHandOver(t *testing.T, x *env) {
+	q := x.queueTopic("exh", 0, 0, 3)
+	requireOffsets(t, x.claim(q.ID, "m1", 3), []int64{0, 1, 2}, "claimed by m1")
+	res := x.extend(storage.DeliveriesExtendParams{SubscriptionID: q.ID, Member: "m1", NewMember: "m2",
+		Refs: []storage.DeliveryRef{ref(0, 0), ref(0, 1)}, Duration: time.Minute})
+	equal(t, res.Extended, 2, "Extended")
+	timeEqual(t, res.Deadline, x.now().Add(time.Minute), "the handed-over leases run from now")
+	res = x.extend(storage.DeliveriesExtendParams{SubscriptionID: q.ID, Member: "m1", NewMember: "m3", Refs: []storage.DeliveryRef{ref(0, 0)}})
+	requireRefs(t, res.NotHeld, []storage.DeliveryRef{ref(0, 0)}, "m1 no longer holds what it handed over")
+	nr := x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m1", Refs: []storage.DeliveryRef{ref(0, 0)}})
+	requireRefs(t, nr.NotHeld, []storage.DeliveryRef{ref(0, 0)}, "m1's nack of a handed-over lease")
+	nr = x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m2", Refs: []storage.DeliveryRef{ref(0, 0)}})
+	equal(t, nr.Nacked, 1, "m2 nacks what it was handed")
+	rel := x.release(q.ID, "m1")
+	equal(t, rel.Released, 1, "m1's release gives back only offset 2")
+	x.requireStats(q.ID, wantStats{pending: 3, inFlight: 1, redelivering: 2}, "offset 1 still leased to m2")
+	ds := x.claim(q.ID, "m3", 10)
+	requireOffsets(t, ds, []int64{0, 2}, "offset 1 stays with m2")
+	requireAttempts(t, ds, 2, "attempts are kept across the hand-over")
+	rel = x.release(q.ID, "m2")
+	equal(t, rel.Released, 1, "m2's release gives back offset 1")
+
+	o := x.orderedSub("exho", 1, 1, storage.TopicConfig{})
+	a := x.assign(o.ID, 0, map[string][]int32{"m1": {0}})
+	x.publishN("exho", 0, 1)
+	requireOffsets(t, x.claimG(o.ID, "m1", a.Generation, 1).Deliveries, []int64{0}, "ordered claim")
+	_, err := x.e.DeliveriesExtend(x.ctx, &storage.DeliveriesExtendParams{SubscriptionID: o.ID, Member: "m1", Generation: a.Generation,
+		NewMember: "m2", Refs: []storage.DeliveryRef{ref(0, 0)}})
+	errIs(t, err, storage.ErrInvalidArgument, "an ORDERED subscription refuses a hand-over")
 }
 
 func testExpiryBackoff(t *testing.T, x *env) {

@@ -620,6 +620,10 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.Deliverie
 		if fence = fenceLocked(s, params.Member, params.Generation, params.Refs); fence != nil {
 			return nil
 		}
+		if params.NewMember != "" && s.meta.Mode == storage.ModeOrdered {
+			fence = storage.Invalid("subscription %d is ORDERED: leases cannot be handed to another member", s.meta.ID)
+			return nil
+		}
 		d := params.Duration
 		if d == 0 {
 			d = s.topic.meta.Config.AckWait
@@ -628,6 +632,14 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.Deliverie
 		deadlineNs := nowNs + int64(d)
 		res.Deadline = time.Unix(0, deadlineNs).UTC()
 		for _, r := range params.Refs {
+			if params.NewMember != "" {
+				if s.st.Transfer(r.Partition, r.Offset, params.Member, params.NewMember, nowNs, deadlineNs) {
+					res.Extended++
+				} else {
+					res.NotHeld = append(res.NotHeld, r)
+				}
+				continue
+			}
 			if s.st.Extend(r.Partition, r.Offset, params.Member, nowNs, deadlineNs) {
 				res.Extended++
 			} else {

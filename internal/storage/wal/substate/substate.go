@@ -419,6 +419,19 @@ func (s *Sub) Extend(p int32, o int64, member string, now, deadline int64) bool 
 	return true
 }
 
+// Transfer moves the lease of a message member holds to member to, with a new deadline. It
+// reports whether member held it.
+func (s *Sub) Transfer(p int32, o int64, member, to string, now, deadline int64) bool {
+	e := s.held(p, o, member, now)
+	if e == nil {
+		return false
+	}
+	e.Member = to
+	e.Time = deadline
+	s.leases.fix(e)
+	return true
+}
+
 // Release gives back every lease member holds: due at once (now), attempts kept. Entries that
 // reached maxDeliveries are returned out of both heaps for DeadLetter.
 func (s *Sub) Release(member string, now int64, maxDeliveries int) (released int, dead []*Entry) {
