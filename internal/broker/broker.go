@@ -111,6 +111,10 @@ type Config struct {
 	// OnForceComplete, if set, is called after ForceCompleteGroup with the messages it completed
 	// (metrics count them). It must not block.
 	OnForceComplete func(topic, group string, n int)
+	// OnFiltered, if set, is called with the messages of a subscription (its topic and group)
+	// that no member's filter matched and that were completed without a delivery (filtered.go;
+	// metrics count them). It runs on the subscription's owner and must not block.
+	OnFiltered func(topic, group string, n int)
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -198,6 +202,7 @@ type Broker struct {
 	subscriptionRetention time.Duration
 	onLifecycle           func(*LifecycleResult)
 	onForceComplete       func(topic, group string, n int)
+	onFiltered            func(topic, group string, n int)
 
 	// cleanup records the cleanup jobs' runs (cleanup.go).
 	cleanup cleanupStats
@@ -322,6 +327,7 @@ func New(cfg Config) (*Broker, error) {
 		subscriptionRetention: cmp.Or(cfg.SubscriptionRetention, storage.DefaultSubscriptionRetention),
 		onLifecycle:           cfg.OnLifecycle,
 		onForceComplete:       cfg.OnForceComplete,
+		onFiltered:            cfg.OnFiltered,
 	}, nil
 }
 

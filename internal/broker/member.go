@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spoolmq/spool/internal/filter"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
@@ -39,6 +40,8 @@ type Member struct {
 	mode                    storage.SubscriptionMode
 	strategy                string
 	maxInFlightPerPartition int
+	// filter is SubscribeParams.Filter compiled; nil matches everything (filtered.go).
+	filter *filter.Filter
 
 	// closeOnce runs the close; closed is closed when it finished.
 	closeOnce sync.Once
@@ -96,6 +99,8 @@ type MemberInfo struct {
 	Pattern string `json:"pattern"`
 	// Group is its consumer group, empty if none.
 	Group string `json:"group,omitempty"`
+	// Filter is its member filter, empty if none.
+	Filter string `json:"filter,omitempty"`
 	// MaxInFlight is its credit.
 	MaxInFlight int `json:"max_in_flight"`
 	// InFlight counts the deliveries the member holds (leases not expired, not acked or nacked).
@@ -163,6 +168,9 @@ func (m *Member) Pattern() string { return m.pattern }
 
 // Group returns the member's consumer group, empty if none.
 func (m *Member) Group() string { return m.group }
+
+// Filter returns the member's filter as given (trimmed), empty if none.
+func (m *Member) Filter() string { return m.filter.String() }
 
 // MaxInFlight returns the member's credit: the most unacknowledged deliveries it holds at a time.
 func (m *Member) MaxInFlight() int {
@@ -420,6 +428,7 @@ func (m *Member) Info() MemberInfo {
 		ID:          m.id,
 		Pattern:     m.pattern,
 		Group:       m.group,
+		Filter:      m.filter.String(),
 		MaxInFlight: m.maxInFlight,
 		InFlight:    len(m.inflight),
 		Delivered:   m.delivered,

@@ -28,6 +28,7 @@ type owner struct {
 	b     *Broker
 	id    int64
 	topic string
+	group string
 
 	// signal (capacity 1) wakes the goroutine after a wake-up or an event; never blocks.
 	signal chan struct{}
@@ -59,6 +60,11 @@ type owner struct {
 	problem string
 	// ord is the state of an ORDERED subscription (ordered.go), nil for a shared one.
 	ord *ordered
+	// filtering is true while a member here has a filter: claims are routed (filtered.go).
+	filtering bool
+	// parked are claimed deliveries that another member's filter wants, waiting for its credit
+	// (filtered.go); at most maxParked.
+	parked []*storage.Delivery
 }
 
 // eventKind is what an inbox event says.
@@ -96,7 +102,7 @@ type event struct {
 }
 
 func newOwner(b *Broker, sub *storage.Subscription) *owner {
-	o := &owner{b: b, id: sub.ID, topic: sub.Topic, signal: make(chan struct{}, 1)}
+	o := &owner{b: b, id: sub.ID, topic: sub.Topic, group: sub.Group, signal: make(chan struct{}, 1)}
 	if sub.Mode == storage.ModeOrdered {
 		o.ord = &ordered{group: sub.Group}
 	}
@@ -285,15 +291,18 @@ func (o *owner) handleEvents() bool {
 				if !slices.Contains(o.members, ev.m) {
 					o.members = append(o.members, ev.m)
 					o.publish()
+					o.refilter()
 				}
 			case evLeave:
 				if j := slices.Index(o.members, ev.m); j >= 0 {
 					o.members = slices.Delete(o.members, j, j+1)
 					o.publish()
+					o.refilter()
 				}
 				if o.served == ev.m {
 					o.served = nil
 				}
+				o.dropParked(ev.m.id)
 			case evEnd:
 				ev.owned = o.finish(ev.err, evs[i+1:])
 				close(ev.done)
@@ -354,7 +363,7 @@ func (o *owner) finish(reason error, pending []*event) (owned bool) {
 			owned = true
 		}
 	}
-	o.members, o.served = nil, nil
+	o.members, o.served, o.parked = nil, nil, nil
 	o.publish()
 	o.releaseWaiters()
 	for {
@@ -436,6 +445,16 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 			return 0, delivered, false
 		default:
 		}
+		if len(o.parked) > 0 {
+			// Deliveries another member's filter wants go first; past the bound, wait for the
+			// credit of the members that want them (filtered.go).
+			if o.handOver() {
+				delivered = true
+			}
+			if len(o.parked) >= maxParked {
+				break
+			}
+		}
 		m, k, others := o.pick(after)
 		if m == nil {
 			break
@@ -453,9 +472,15 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 			wait, gone := o.claimFailed(err)
 			return wait, delivered, gone
 		}
-		b.trace.delivered(m.id, o.topic, o.id, res.Deliveries)
-		m.deliver(o, res.Deliveries, k)
-		if len(res.Deliveries) > 0 {
+		ds := res.Deliveries
+		if o.filtering {
+			var filtered bool
+			ds, filtered = o.route(m, ds)
+			delivered = delivered || filtered
+		}
+		b.trace.delivered(m.id, o.topic, o.id, ds)
+		m.deliver(o, ds, k)
+		if len(ds) > 0 {
 			delivered = true
 			o.served = m
 		}

@@ -55,6 +55,13 @@ type SubscribeParams struct {
 	// the settings of an ordered subscription this call creates; ignored when joining one.
 	Strategy                string
 	MaxInFlightPerPartition int
+	// Filter is a member filter over message headers (package filter: "region=eu",
+	// "tier in (gold,silver), !test"): the member is given only the messages it matches, and a
+	// message that no member of the subscription on this broker matches is completed for the
+	// subscription without a delivery (filtered.go). Empty matches everything. Shared
+	// subscriptions on an engine of this broker alone: refused with ModeOrdered and with
+	// Config.SharedEngine.
+	Filter string
 }
 
 // validateStart normalizes a start position (storage.StartPosition.Normalize) and, stricter than
@@ -106,11 +113,16 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	if err := checkMode(&p); err != nil {
 		return nil, err
 	}
+	flt, err := b.parseFilter(&p)
+	if err != nil {
+		return nil, err
+	}
 	id := p.MemberID
 	if id == "" {
 		id = "m-" + rand.Text()[:16]
 	}
 	m := newMember(b, id, p, cmpOr(p.MaxInFlight, b.defaultMaxInFlight), start)
+	m.filter = flt
 
 	// Register first, so that a topic created from now on is attached by the notifier; the listing
 	// below covers the topics created before. Attaching is idempotent per topic.

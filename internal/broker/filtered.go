@@ -1,0 +1,234 @@
+package broker
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+
+	"github.com/spoolmq/spool/internal/filter"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Member filters (issue 18 item 7, seed 000's "all member filters reject it: filtered").
+//
+// A member may subscribe with a filter over message headers (package filter). Its subscription's
+// owner claims for members as always (round robin over the members with credit, Max = the
+// member's credit), then routes each claimed delivery:
+//   - the member it was claimed for matches it: delivered to that member;
+//   - another member of the subscription here matches it: parked in the owner and handed over to
+//     the first such member with credit (Engine.DeliveriesExtend with NewMember moves the lease,
+//     fresh deadline, same attempt count), at once when it has credit, else when its credit
+//     comes back (the owner waits for it like for a claim);
+//   - no member here matches it: completed for the subscription without a delivery (acked
+//     as the member it was claimed for), counted by Config.OnFiltered.
+//
+// Credit: a member is charged only for what it is given. The reservation of a claim is returned
+// for what went elsewhere or was filtered out (Member.deliver), so a member whose filter rarely
+// matches keeps claiming at full credit and a run of filtered messages never stalls the round
+// robin. Parked deliveries are bounded by maxParked per subscription: when that many wait for
+// members without credit the owner stops claiming until those members take some (a slow member
+// holds up the messages of its own filter and, past the bound, the group's claims: the price of
+// routing after the claim; the engine cannot skip messages by header). A parked delivery whose
+// lease runs out is dropped (the engine gives it out again after its backoff, as for any expired
+// lease); one whose holder left is dropped too (the holder's release gave it back).
+//
+// The rule is evaluated with the members connected now: a message that no current member
+// wants is done for the group, also when a member that would want it is reconnecting. Seed 000
+// never marks messages filtered for a group with no member, and neither does Spool (an owner
+// exists only while the subscription has members here). Ordered groups take no filters (a
+// partition has one owner, who must see every message of it).
+//
+// Several broker instances (Config.SharedEngine, PostgreSQL): an instance knows only its own
+// members' filters, so it cannot tell that a message none of them wants is unwanted by the
+// members on other instances too, and a message it cannot hand to a member there would be given
+// back at the cost of a delivery attempt. Filters are therefore refused with a shared engine
+// (INVALID_ARGUMENT) rather than completing messages another instance's member would take. The
+// design that lifts this (each instance records its members' filters in the database with an
+// expiry; a message is completed only when no recorded filter matches, and given back without
+// counting an attempt otherwise) is in docs/ARCHITECTURE.md.
+
+// maxParked bounds the deliveries an owner holds for members whose filter wants them but that
+// have no credit now.
+const maxParked = 256
+
+// parseFilter compiles p.Filter; nil when empty. Bad text, an ordered member and a shared
+// engine get an error wrapping storage.ErrInvalidArgument.
+func (b *Broker) parseFilter(p *SubscribeParams) (*filter.Filter, error) {
+	if p.Filter == "" {
+		return nil, nil
+	}
+	f, err := filter.Parse(p.Filter)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	switch {
+	case f == nil:
+		return nil, nil
+	case p.Mode == storage.ModeOrdered:
+		return nil, invalid("filter: an ordered group's members take no filter (each partition has one owner, who gets all its messages)")
+	case b.sharedEngine:
+		return nil, invalid("filter: member filters are not supported with a shared engine (PostgreSQL): an instance cannot know the filters of another instance's members")
+	}
+	return f, nil
+}
+
+// refilter updates o.filtering after the membership changed.
+func (o *owner) refilter() {
+	o.filtering = slices.ContainsFunc(o.members, func(m *Member) bool { return m.filter != nil })
+}
+
+// wanted reports whether a member of the subscription here matches d.
+func (o *owner) wanted(d *storage.Delivery) bool {
+	return slices.ContainsFunc(o.members, func(m *Member) bool { return m.filter.Match(d.Headers) })
+}
+
+// route splits the deliveries of a claim made for m (see the top of this file) and returns m's.
+// It reports whether it completed filtered messages.
+func (o *owner) route(m *Member, ds []*storage.Delivery) (mine []*storage.Delivery, filtered bool) {
+	var out []storage.DeliveryRef
+	for _, d := range ds {
+		switch {
+		case m.filter.Match(d.Headers):
+			mine = append(mine, d)
+		case o.wanted(d):
+			o.parked = append(o.parked, d)
+		default:
+			out = append(out, d.Ref())
+		}
+	}
+	if len(out) > 0 {
+		o.completeFiltered(m.id, out)
+	}
+	return mine, len(out) > 0
+}
+
+// completeFiltered acks refs, leased to holder, as filtered out. A failure is logged: the
+// leases then expire and the messages are routed again.
+func (o *owner) completeFiltered(holder string, refs []storage.DeliveryRef) {
+	b := o.b
+	res, err := b.engine.DeliveriesAck(b.rootCtx, &storage.DeliveriesAckParams{SubscriptionID: o.id, Member: holder, Refs: refs})
+	if err != nil {
+		if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
+			b.logger.Warn("completing filtered messages failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
+				slog.Int("messages", len(refs)), slog.Any("error", err))
+		}
+		return
+	}
+	b.trace.settled(b.rootCtx, "filtered", o.id, holder, refs)
+	if b.onFiltered != nil && res.Acked > 0 {
+		b.onFiltered(o.topic, o.group, res.Acked)
+	}
+}
+
+// handOver gives parked deliveries to the members that want them and have credit, in
+// round-robin order, after completing those no member wants any more (it left) and dropping those
+// whose lease ran out. It reports whether it delivered or completed anything.
+func (o *owner) handOver() (progress bool) {
+	b := o.b
+	now := b.clock.Now()
+	keep := o.parked[:0]
+	var out map[string][]storage.DeliveryRef // by holder
+	for _, d := range o.parked {
+		switch {
+		case !now.Before(d.LeaseDeadline):
+			// The engine gives it out again after its backoff.
+		case !o.wanted(d):
+			if out == nil {
+				out = make(map[string][]storage.DeliveryRef)
+			}
+			out[d.Member] = append(out[d.Member], d.Ref())
+		default:
+			keep = append(keep, d)
+		}
+	}
+	clear(o.parked[len(keep):])
+	o.parked = keep
+	for holder, refs := range out {
+		o.completeFiltered(holder, refs)
+		progress = true
+	}
+	n := len(o.members)
+	start := 0
+	if i := slices.Index(o.members, o.served); i >= 0 {
+		start = i + 1
+	}
+	for i := 0; i < n && len(o.parked) > 0; i++ {
+		c := o.members[(start+i)%n]
+		if !slices.ContainsFunc(o.parked, func(d *storage.Delivery) bool { return c.filter.Match(d.Headers) }) {
+			continue
+		}
+		k := c.reserve(now, o) // none: o waits for c's credit
+		if k == 0 {
+			continue
+		}
+		var take, rest []*storage.Delivery
+		for _, d := range o.parked {
+			if len(take) < k && c.filter.Match(d.Headers) {
+				take = append(take, d)
+			} else {
+				rest = append(rest, d)
+			}
+		}
+		o.parked = rest
+		given := o.transfer(c, take)
+		b.trace.delivered(c.id, o.topic, o.id, given)
+		c.deliver(o, given, k)
+		if len(given) > 0 {
+			progress = true
+			o.served = c
+		}
+	}
+	return progress
+}
+
+// transfer moves the leases of ds to member c (Engine.DeliveriesExtend with NewMember, c's lease
+// duration from now) and returns those it moved, updated; the others' leases had run out or been
+// released.
+func (o *owner) transfer(c *Member, ds []*storage.Delivery) []*storage.Delivery {
+	b := o.b
+	byHolder := make(map[string][]*storage.Delivery)
+	for _, d := range ds {
+		byHolder[d.Member] = append(byHolder[d.Member], d)
+	}
+	moved := make(map[*storage.Delivery]bool, len(ds))
+	for holder, hs := range byHolder {
+		refs := make([]storage.DeliveryRef, len(hs))
+		for i, d := range hs {
+			refs[i] = d.Ref()
+		}
+		res, err := b.engine.DeliveriesExtend(b.rootCtx, &storage.DeliveriesExtendParams{
+			SubscriptionID: o.id, Member: holder, NewMember: c.id, Refs: refs, Duration: c.leaseDuration,
+		})
+		if err != nil {
+			if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
+				b.logger.Warn("handing filtered deliveries over failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
+					slog.String("from", holder), slog.String("to", c.id), slog.Any("error", err))
+			}
+			continue
+		}
+		notHeld := make(map[storage.DeliveryRef]bool, len(res.NotHeld))
+		for _, r := range res.NotHeld {
+			notHeld[r] = true
+		}
+		for _, d := range hs {
+			if !notHeld[d.Ref()] {
+				d.Member, d.LeaseDeadline = c.id, res.Deadline
+				moved[d] = true
+			}
+		}
+	}
+	// Keep the claim order (the engine's: redeliveries first, then by offset).
+	given := make([]*storage.Delivery, 0, len(moved))
+	for _, d := range ds {
+		if moved[d] {
+			given = append(given, d)
+		}
+	}
+	return given
+}
+
+// dropParked forgets the parked deliveries held by member id (it left: its release gives them
+// back).
+func (o *owner) dropParked(id string) {
+	o.parked = slices.DeleteFunc(o.parked, func(d *storage.Delivery) bool { return d.Member == id })
+}

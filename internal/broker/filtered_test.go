@@ -1,0 +1,198 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// filterCounter records Config.OnFiltered calls.
+type filterCounter struct {
+	mu sync.Mutex
+	n  map[string]int // "topic/group" -> messages
+}
+
+func (c *filterCounter) observe(topic, group string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = make(map[string]int)
+	}
+	c.n[topic+"/"+group] += n
+}
+
+func (c *filterCounter) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+// publishRegions publishes one message per region, in order, with header region and payload
+// "<region>-<i>" (i counts per region).
+func (e *env) publishRegions(topic string, regions ...string) {
+	e.t.Helper()
+	seen := map[string]int{}
+	for _, r := range regions {
+		_, err := e.b.Publish(e.ctx(), topic, []storage.AppendMessage{{Partition: storage.PartitionAuto,
+			Headers: map[string]string{"region": r}, Payload: fmt.Appendf(nil, "%s-%d", r, seen[r])}})
+		if err != nil {
+			e.t.Fatalf("Publish: %v", err)
+		}
+		seen[r]++
+	}
+}
+
+func TestFilterRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("f", storage.TopicConfig{Semantics: storage.PubSub})
+	for _, p := range []SubscribeParams{
+		{Pattern: "f", Group: "g", Filter: "region="},
+		{Pattern: "f", Group: "g", Filter: strings.Repeat("a", 2000)},
+		{Pattern: "f", Group: "g", Filter: "region=eu", Mode: storage.ModeOrdered},
+	} {
+		_, err := e.b.Subscribe(e.ctx(), p)
+		if !errors.Is(err, storage.ErrInvalidArgument) || !strings.Contains(err.Error(), "filter") {
+			t.Errorf("Subscribe(filter %.20q, mode %q) = %v, want INVALID_ARGUMENT about the filter", p.Filter, p.Mode, err)
+		}
+	}
+	if _, err := e.b.Subscribe(e.ctx(), SubscribeParams{Pattern: "f", Group: "g", Filter: "region=eu,"}); err == nil ||
+		!strings.Contains(err.Error(), "at byte 10") {
+		t.Errorf("error without the position: %v", err)
+	}
+	if len(e.b.Members()) != 0 {
+		t.Fatalf("refused subscribes left members: %v", e.b.Members())
+	}
+	m := e.subscribe(SubscribeParams{Pattern: "f", Group: "g", Filter: "  "})
+	if m.Filter() != "" {
+		t.Fatalf("blank filter kept: %q", m.Filter())
+	}
+
+	shared := newEnv(t, func(c *Config) { c.SharedEngine = true })
+	_, err := shared.b.Subscribe(shared.ctx(), SubscribeParams{Pattern: "f", Group: "g", Filter: "region=eu"})
+	if !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Fatalf("filter with a shared engine: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// TestFilterRoutesAndCompletes: members with different filters get only what they match, also
+// what was claimed for another member (handed over, attempt 1), and what no member matches is
+// completed for the group without a delivery and counted.
+func TestFilterRoutesAndCompletes(t *testing.T) {
+	t.Parallel()
+	var fc filterCounter
+	e := newEnv(t, func(c *Config) { c.OnFiltered = fc.observe })
+	e.createTopic("orders", storage.TopicConfig{})
+	eu := e.subscribe(SubscribeParams{Pattern: "orders", MemberID: "eu", MaxInFlight: 4, Filter: "region=eu"})
+	us := e.subscribe(SubscribeParams{Pattern: "orders", MemberID: "us", MaxInFlight: 4, Filter: "region in (us, ca)"})
+	var regions []string
+	for range 10 {
+		regions = append(regions, "eu", "us", "ap")
+	}
+	e.publishRegions("orders", regions...)
+	gs := consumeAll(t, 20, eu, us)
+	for _, g := range gs {
+		want := map[string]string{"eu": "eu", "us": "us"}[g.member]
+		if g.d.Headers["region"] != want {
+			t.Errorf("member %s got %s (region %q)", g.member, g.d.Payload, g.d.Headers["region"])
+		}
+		if g.d.Attempt != 1 || g.d.Member != g.member {
+			t.Errorf("member %s got %s with attempt %d, lease holder %q", g.member, g.d.Payload, g.d.Attempt, g.d.Member)
+		}
+	}
+	if n := byMember(gs); n["eu"] != 10 || n["us"] != 10 {
+		t.Fatalf("deliveries per member %v, want 10 each", n)
+	}
+	eventually(t, "ap messages filtered", func() error {
+		if n := fc.get("orders/" + storage.QueueGroup); n != 10 {
+			return fmt.Errorf("filtered %d, want 10", n)
+		}
+		if st := e.groupStats("orders", storage.QueueGroup); st.Pending != 0 {
+			return fmt.Errorf("pending %d", st.Pending)
+		}
+		return nil
+	})
+}
+
+// TestFilterCreditNotConsumed: a member with credit 1 whose filter matches one message in a
+// hundred receives it; the others are completed without taking its credit or its place in the
+// round robin, and the member never held more than its credit.
+func TestFilterCreditNotConsumed(t *testing.T) {
+	t.Parallel()
+	var fc filterCounter
+	e := newEnv(t, func(c *Config) { c.OnFiltered = fc.observe })
+	e.createTopic("ev", storage.TopicConfig{Semantics: storage.PubSub})
+	m := e.subscribe(SubscribeParams{Pattern: "ev", Group: "g", MemberID: "m", MaxInFlight: 1, Filter: "region=eu"})
+	var regions []string
+	for range 99 {
+		regions = append(regions, "us")
+	}
+	e.publishRegions("ev", append(regions, "eu")...)
+	ds := recv(t, m, 1)
+	if string(ds[0].Payload) != "eu-0" {
+		t.Fatalf("got %s, want eu-0", ds[0].Payload)
+	}
+	if n := m.InFlight(); n != 1 {
+		t.Fatalf("in flight %d, want 1", n)
+	}
+	if n := fc.get("ev/g"); n != 99 {
+		t.Fatalf("filtered %d, want 99", n)
+	}
+	// Without credit nothing is claimed, so nothing is filtered either until the ack.
+	e.publishRegions("ev", "us", "eu")
+	ack(t, m, ds[0])
+	ds = recv(t, m, 1)
+	if string(ds[0].Payload) != "eu-0" || ds[0].Offset != 101 {
+		t.Fatalf("got %s at %d, want the second eu message at offset 101", ds[0].Payload, ds[0].Offset)
+	}
+	eventually(t, "us filtered", func() error {
+		if n := fc.get("ev/g"); n != 100 {
+			return fmt.Errorf("filtered %d, want 100", n)
+		}
+		return nil
+	})
+}
+
+// TestFilterHandOverWaitsForCredit: messages claimed for a member that another member's filter
+// wants wait in the owner while that member has no credit, without taking the claiming member's
+// credit, and reach it when its credit comes back, with attempt 1 and a lease it holds (its nack
+// works).
+func TestFilterHandOverWaitsForCredit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("q", storage.TopicConfig{})
+	eu := e.subscribe(SubscribeParams{Pattern: "q", MemberID: "eu", MaxInFlight: 1, Filter: "region=eu"})
+	us := e.subscribe(SubscribeParams{Pattern: "q", MemberID: "us", MaxInFlight: 10, Filter: "region=us"})
+	e.publishRegions("q", "eu", "eu", "eu")
+	first := recv(t, eu, 1)
+	if string(first[0].Payload) != "eu-0" {
+		t.Fatalf("eu got %s first", first[0].Payload)
+	}
+	e.waitIdle()
+	o := e.b.subs[first[0].SubscriptionID]
+	if len(o.parked) != 2 || us.InFlight() != 0 {
+		t.Fatalf("parked %d (want 2), us in flight %d (want 0)", len(o.parked), us.InFlight())
+	}
+	ack(t, eu, first[0])
+	ds := recv(t, eu, 1)
+	if string(ds[0].Payload) != "eu-1" || ds[0].Attempt != 1 || ds[0].Member != "eu" {
+		t.Fatalf("got %s attempt %d holder %q, want eu-1 attempt 1 held by eu", ds[0].Payload, ds[0].Attempt, ds[0].Member)
+	}
+	if err := eu.Nack(e.ctx(), ds[0].SubscriptionID, []storage.DeliveryRef{ds[0].Ref()}, NackOptions{}); err != nil {
+		t.Fatalf("nack of a handed-over delivery: %v", err)
+	}
+	rest := consumeAll(t, 2, eu, us)
+	for _, g := range rest {
+		if g.member != "eu" {
+			t.Fatalf("%s got %s", g.member, g.d.Payload)
+		}
+	}
+	if have := payloads(rest); !slices.Equal(have, []string{"eu-1", "eu-2"}) {
+		t.Fatalf("after the nack eu got %v, want eu-1 (again) and eu-2", have)
+	}
+}
