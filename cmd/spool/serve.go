@@ -226,6 +226,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		SubscriptionRetention: cfg.Broker.SubscriptionRetention,
 		OnLifecycle:           m.ObserveLifecycle,
 		OnForceComplete:       m.ObserveForceComplete,
+		OnFiltered:            m.ObserveFiltered,
 		// Ordered groups (broker ordered.go): on PostgreSQL other instances' members stay in the
 		// assignments while their instance renews them; one that stops renewing loses them after
 		// the member session timeout.

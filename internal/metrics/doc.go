@@ -133,6 +133,9 @@
 //	spool_messages_force_completed_total{topic,group} counter messages an admin force-complete completed for a group without the group
 //	                                                          processing them (ObserveForceComplete, wired to
 //	                                                          broker.Config.OnForceComplete).
+//	spool_messages_filtered_total{topic,group}      counter   messages completed for a subscription without a delivery because no
+//	                                                          member's filter matched them (ObserveFiltered, wired to
+//	                                                          broker.Config.OnFiltered; ephemeral groups as "$ephemeral").
 //	spool_rebalances_total{topic,group}             counter   rebalances of ordered groups this process stored (ObserveRebalance, wired
 //	                                                          to broker.Config.OnRebalance); each incremented the group's generation.
 //	spool_rebalance_duration_seconds{topic}         histogram from a rebalance's start to its assignment stored (no debounce).

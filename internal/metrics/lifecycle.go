@@ -8,10 +8,11 @@ import (
 
 // lifecycleMetrics count the subscription lifecycle job's transitions (broker/lifecycle.go); its
 // runs are spool_cleanup_job_*{task="subscription_lifecycle"} (cleanup.go).
-// spool_messages_force_completed_total counts the admin's force-complete (broker/groupadmin.go).
+// spool_messages_force_completed_total counts the admin's force-complete (broker/groupadmin.go),
+// spool_messages_filtered_total what member filters completed (broker/filtered.go).
 type lifecycleMetrics struct {
 	dead, resurrected, deleted *prometheus.CounterVec
-	forceCompleted             *prometheus.CounterVec
+	forceCompleted, filtered   *prometheus.CounterVec
 }
 
 func newLifecycleMetrics(reg prometheus.Registerer) *lifecycleMetrics {
@@ -32,9 +33,13 @@ func newLifecycleMetrics(reg prometheus.Registerer) *lifecycleMetrics {
 			Name: "spool_messages_force_completed_total",
 			Help: "Messages an admin force-complete of this process completed for a group without the group processing them.",
 		}, []string{"topic", "group"}),
+		filtered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_messages_filtered_total",
+			Help: "Messages this process completed for a subscription without a delivery because no member's filter matched them.",
+		}, []string{"topic", "group"}),
 	}
 	if reg != nil {
-		reg.MustRegister(l.dead, l.resurrected, l.deleted, l.forceCompleted)
+		reg.MustRegister(l.dead, l.resurrected, l.deleted, l.forceCompleted, l.filtered)
 	}
 	return l
 }
@@ -66,6 +71,16 @@ func (m *Metrics) ObserveForceComplete(topic, group string, n int) {
 	m.lifecycle.forceCompleted.WithLabelValues(topic, group).Add(float64(n))
 }
 
+// ObserveFiltered counts the messages of a subscription that no member's filter matched and
+// that were completed without a delivery. Its signature is that of broker.Config.OnFiltered. It
+// never blocks.
+func (m *Metrics) ObserveFiltered(topic, group string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.lifecycle.filtered.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
+}
+
 func (l *lifecycleMetrics) topicVecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{l.dead.MetricVec, l.resurrected.MetricVec, l.deleted.MetricVec, l.forceCompleted.MetricVec}
+	return []*prometheus.MetricVec{l.dead.MetricVec, l.resurrected.MetricVec, l.deleted.MetricVec, l.forceCompleted.MetricVec, l.filtered.MetricVec}
 }

@@ -24,6 +24,11 @@ func TestObserveLifecycle(t *testing.T) {
 		Err: errors.New("boom")})
 	m.ObserveForceComplete("orders", "g", 3)
 	m.ObserveForceComplete("orders", "g", 0)
+	m.ObserveFiltered("orders", "g", 4)
+	m.ObserveFiltered("orders", "$ephemeral-x1", 2)
+	m.ObserveFiltered("orders", "g", 0)
+	nilMetrics0 := (*Metrics)(nil)
+	nilMetrics0.ObserveFiltered("orders", "g", 1)
 	var nilMetrics *Metrics
 	nilMetrics.ObserveLifecycle(&broker.LifecycleResult{Dead: []*storage.Subscription{orders}})
 	nilMetrics.ObserveForceComplete("orders", "g", 1)
@@ -37,6 +42,8 @@ func TestObserveLifecycle(t *testing.T) {
 		{"spool_subscriptions_resurrected_total", topic, 1},
 		{"spool_subscriptions_deleted_total", topic, 1},
 		{"spool_messages_force_completed_total", map[string]string{"topic": "orders", "group": "g"}, 3},
+		{"spool_messages_filtered_total", map[string]string{"topic": "orders", "group": "g"}, 4},
+		{"spool_messages_filtered_total", map[string]string{"topic": "orders", "group": GroupEphemeral}, 2},
 	} {
 		if got := mustSample(t, reg, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
