@@ -324,7 +324,7 @@ func (cn *conn) put(ctx context.Context, block bool, corr uint32, m protocol.Mes
 		cn.encodeAcksLocked()
 	}
 	start := len(cn.wbuf)
-	buf, err := protocol.AppendFrame(cn.wbuf, corr, m)
+	buf, err := protocol.AppendFrameVersion(cn.wbuf, corr, m, cn.hello.Version)
 	if err != nil {
 		cn.wmu.Unlock()
 		return fmt.Errorf("client: encode %s: %w", m.Opcode(), err)

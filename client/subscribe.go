@@ -79,6 +79,13 @@ type SubscribeParams struct {
 	// Extend fails with an error wrapping protocol.ErrStaleGeneration, and its new owner gets the
 	// message again; the subscription itself goes on with its new partitions, nothing to redo.
 	Ordered bool
+	// Filter is a member filter over message headers ("region=eu", "tier in (gold,silver), !test";
+	// grammar in docs/protocol.md): this subscription gets only the messages it matches, and a
+	// message that no member of the group on the broker matches is completed for the group without
+	// a delivery. A bad filter fails Subscribe with an error wrapping protocol.ErrInvalidArgument
+	// (it says where). Not with Ordered; needs a broker on the embedded engine and protocol
+	// version 3.
+	Filter string
 }
 
 // Handler processes one delivery. Unless the subscription has ManualAck, a nil return acks the
@@ -340,6 +347,7 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 		MaxInFlight:   credit,
 		LeaseDuration: s.cfg.leaseDuration,
 		Start:         start.wire(),
+		Filter:        s.params.Filter,
 	}
 	// The handle is attached on the reader goroutine, before the next frame (possibly its first
 	// delivery) is read. If the waiter gave up or the subscription closed meanwhile, the handle is

@@ -48,10 +48,21 @@ const (
 	// Version2 adds the topic's partition count to PublishOK and to every delivery, so that clients
 	// show the message ids users see everywhere else (BRIEF 2b).
 	Version2 uint16 = 2
+	// Version3 adds the member filter at the end of Subscribe. A version-2 peer still works:
+	// Reader and Writer use the layout of the version set with SetVersion, and a Subscribe with
+	// a filter cannot be encoded for version 2 (an encoding error, nothing sent).
+	Version3 uint16 = 3
 	// MinVersion and MaxVersion are the range this package implements.
 	MinVersion = Version2
-	MaxVersion = Version2
+	MaxVersion = Version3
 )
+
+// versioned is implemented by the message types whose layout changed after MinVersion: they
+// encode and decode the layout of a given version (Encode and Decode use MaxVersion's).
+type versioned interface {
+	encodeVersion(dst []byte, v uint16) ([]byte, error)
+	decodeVersion(src []byte, v uint16) error
+}
 
 // Opcode identifies the type of a frame's body. Bit 0x80 is set on responses: the response to a
 // request with opcode X has opcode X|0x80 (Error, 0x80, answers any request). Opcodes 0x40-0x7f are
@@ -233,13 +244,28 @@ type Frame struct {
 // Size returns the frame's encoded size, header included.
 func (f *Frame) Size() int { return HeaderSize + len(f.Body) }
 
-// AppendFrame appends a whole frame (header and body of m) to dst. It does not check a max frame
-// size: Writer does. On error dst is returned unchanged.
+// AppendFrame appends a whole frame (header and body of m, in MaxVersion's layout) to dst. It
+// does not check a max frame size: Writer does. On error dst is returned unchanged.
 func AppendFrame(dst []byte, correlationID uint32, m Message) ([]byte, error) {
+	return appendFrame(dst, correlationID, m, MaxVersion)
+}
+
+// AppendFrameVersion is AppendFrame in the layout of protocol version v (the negotiated one).
+func AppendFrameVersion(dst []byte, correlationID uint32, m Message, v uint16) ([]byte, error) {
+	return appendFrame(dst, correlationID, m, v)
+}
+
+func appendFrame(dst []byte, correlationID uint32, m Message, v uint16) ([]byte, error) {
 	start := len(dst)
 	var zero [HeaderSize]byte
 	dst = append(dst, zero[:]...)
-	out, err := m.Encode(dst)
+	var out []byte
+	var err error
+	if vm, ok := m.(versioned); ok {
+		out, err = vm.encodeVersion(dst, v)
+	} else {
+		out, err = m.Encode(dst)
+	}
 	if err != nil {
 		return dst[:start], err
 	}
@@ -260,17 +286,22 @@ func AppendFrame(dst []byte, correlationID uint32, m Message) ([]byte, error) {
 // unknown opcodes (ErrUnknownOpcode) and server-only opcodes (ErrUnexpectedFrame). All errors are
 // *DecodeError; the stream stays in sync, so a server may answer with an Error frame and go on.
 func DecodeClient(f Frame) (ClientMessage, error) {
-	return decodeFrame(f, NewClientMessage)
+	return decodeFrame(f, NewClientMessage, MaxVersion)
 }
 
 // DecodeServer decodes a frame a client received from a server; see DecodeClient.
 func DecodeServer(f Frame) (ServerMessage, error) {
-	return decodeFrame(f, NewServerMessage)
+	return decodeFrame(f, NewServerMessage, MaxVersion)
+}
+
+// DecodeClientVersion is DecodeClient in the layout of protocol version v (the negotiated one).
+func DecodeClientVersion(f Frame, v uint16) (ClientMessage, error) {
+	return decodeFrame(f, NewClientMessage, v)
 }
 
 // decodeFrame makes the message of f's opcode for one direction, checks the flags and decodes the
-// body.
-func decodeFrame[M Message](f Frame, newMessage func(Opcode) (M, error)) (M, error) {
+// body in the layout of version v.
+func decodeFrame[M Message](f Frame, newMessage func(Opcode) (M, error), v uint16) (M, error) {
 	var zero M
 	m, err := newMessage(f.Opcode)
 	if err != nil {
@@ -279,7 +310,12 @@ func decodeFrame[M Message](f Frame, newMessage func(Opcode) (M, error)) (M, err
 	if err := checkFlags(f); err != nil {
 		return zero, err
 	}
-	if err := m.Decode(f.Body); err != nil {
+	if vm, ok := any(m).(versioned); ok {
+		err = vm.decodeVersion(f.Body, v)
+	} else {
+		err = m.Decode(f.Body)
+	}
+	if err != nil {
 		return zero, err
 	}
 	return m, nil

@@ -13,7 +13,7 @@ func NegotiateVersion(clientMin, clientMax uint16) (uint16, error) {
 
 // ClientHandshake opens a session on a fresh connection: it sends the preamble and hello (with
 // correlation id 1), flushes, reads the server's preamble and its answer, and on success sets the
-// max frame size of r and w to HelloOK.MaxFrameSize. A refusal is returned as the server's *Error
+// max frame size of r and w to HelloOK.MaxFrameSize and their version to HelloOK.Version. A refusal is returned as the server's *Error
 // (UNSUPPORTED_VERSION, NOT_AUTHENTICATED, ...). Zero MinVersion and MaxVersion in hello mean
 // this package's range.
 func ClientHandshake(r *Reader, w *Writer, hello *Hello) (*HelloOK, error) {
@@ -50,6 +50,8 @@ func ClientHandshake(r *Reader, w *Writer, hello *Hello) (*HelloOK, error) {
 		}
 		r.SetMaxFrameSize(int(m.MaxFrameSize))
 		w.SetMaxFrameSize(int(m.MaxFrameSize))
+		r.SetVersion(m.Version)
+		w.SetVersion(m.Version)
 		return m, nil
 	case *Error:
 		return nil, m

@@ -20,7 +20,9 @@ const ReadBufferSize = 32 << 10
 type Reader struct {
 	br  *bufio.Reader
 	max int
-	hdr [HeaderSize]byte
+	// version is the layout ReadClientMessage and ReadServerMessage decode (SetVersion).
+	version uint16
+	hdr     [HeaderSize]byte
 	// err is sticky: after a framing error (bad length, oversize frame, I/O error) the stream is
 	// out of sync and every later read returns it.
 	err error
@@ -30,7 +32,7 @@ type Reader struct {
 // <= 0 means DefaultMaxFrameSize. If r is a *bufio.Reader of at least ReadBufferSize bytes it is
 // used as is, so that bytes a server peeked to detect the mode are not lost.
 func NewReader(r io.Reader, maxFrameSize int) *Reader {
-	rd := &Reader{br: bufio.NewReaderSize(r, ReadBufferSize)}
+	rd := &Reader{br: bufio.NewReaderSize(r, ReadBufferSize), version: MaxVersion}
 	rd.SetMaxFrameSize(maxFrameSize)
 	return rd
 }
@@ -46,6 +48,10 @@ func (r *Reader) SetMaxFrameSize(n int) {
 
 // MaxFrameSize returns the max frame size.
 func (r *Reader) MaxFrameSize() int { return r.max }
+
+// SetVersion makes the Reader decode bodies in the layout of protocol version v (MaxVersion until
+// then): both sides set the negotiated version after the handshake.
+func (r *Reader) SetVersion(v uint16) { r.version = v }
 
 // ReadPreamble reads the 4-byte preamble and checks it: a *PreambleError (wrapping
 // ErrMalformedFrame) if it is not Preamble, io.ErrUnexpectedEOF or another read error otherwise.
@@ -116,7 +122,7 @@ func (r *Reader) ReadClientMessage() (uint32, ClientMessage, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	m, err := DecodeClient(f)
+	m, err := decodeFrame(f, NewClientMessage, r.version)
 	return f.CorrelationID, m, err
 }
 
@@ -126,7 +132,7 @@ func (r *Reader) ReadServerMessage() (uint32, ServerMessage, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	m, err := DecodeServer(f)
+	m, err := decodeFrame(f, NewServerMessage, r.version)
 	return f.CorrelationID, m, err
 }
 

@@ -49,7 +49,7 @@ func samples() []sample {
 		{"subscribe", 3, &Subscribe{
 			Topic: "orders.*.created", Group: "billing", MemberID: "worker-3", Mode: GroupShared,
 			MaxInFlight: 64, LeaseDuration: 45 * time.Second,
-			Start: StartPosition{Kind: StartFromTimestamp, Time: t1},
+			Start: StartPosition{Kind: StartFromTimestamp, Time: t1}, Filter: "region in (eu,us), !test",
 		}},
 		{"subscribe_message_id", 4, &Subscribe{
 			Topic: "orders.#", Group: "audit", Mode: GroupOrdered,

@@ -23,7 +23,9 @@ const (
 type Writer struct {
 	w   io.Writer
 	max int
-	buf []byte
+	// version is the layout WriteMessage encodes (SetVersion).
+	version uint16
+	buf     []byte
 	// err is sticky: after a failed write the stream may hold a partial frame.
 	err error
 }
@@ -31,7 +33,7 @@ type Writer struct {
 // NewWriter returns a Writer to w with the given max frame size (header included); maxFrameSize
 // <= 0 means DefaultMaxFrameSize.
 func NewWriter(w io.Writer, maxFrameSize int) *Writer {
-	wr := &Writer{w: w}
+	wr := &Writer{w: w, version: MaxVersion}
 	wr.SetMaxFrameSize(maxFrameSize)
 	return wr
 }
@@ -47,6 +49,10 @@ func (w *Writer) SetMaxFrameSize(n int) {
 
 // MaxFrameSize returns the max frame size.
 func (w *Writer) MaxFrameSize() int { return w.max }
+
+// SetVersion makes the Writer encode bodies in the layout of protocol version v (MaxVersion until
+// then): both sides set the negotiated version after the handshake.
+func (w *Writer) SetVersion(v uint16) { w.version = v }
 
 // WritePreamble buffers the preamble. Call it once, before the first frame.
 func (w *Writer) WritePreamble() error {
@@ -65,7 +71,7 @@ func (w *Writer) WriteMessage(correlationID uint32, m Message) error {
 		return w.err
 	}
 	start := len(w.buf)
-	buf, err := AppendFrame(w.buf, correlationID, m)
+	buf, err := appendFrame(w.buf, correlationID, m, w.version)
 	if err != nil {
 		return err
 	}

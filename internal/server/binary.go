@@ -49,6 +49,10 @@ type binarySession struct {
 	// serverCorr numbers the server's own requests (Heartbeat, Goodbye); never 0.
 	serverCorr atomic.Uint32
 
+	// version is the negotiated protocol version, the layout requests are decoded in (the server
+	// sends no message whose layout changed since version 2). Reader goroutine only.
+	version uint16
+
 	// Guarded by c.mu: ready is set when HelloOK is queued; interval is the heartbeat interval.
 	ready    bool
 	interval time.Duration
@@ -101,7 +105,7 @@ func (b *binarySession) run() {
 			b.readFailed(err, false)
 			return
 		}
-		m, err := protocol.DecodeClient(f)
+		m, err := protocol.DecodeClientVersion(f, b.version)
 		if err != nil {
 			// A bad body leaves the stream in sync: answer and go on.
 			b.runGroup()
@@ -159,6 +163,7 @@ func (b *binarySession) handshake() bool {
 		b.fail(f.CorrelationID, protocol.AsError(err))
 		return false
 	}
+	b.version = version
 	if c.authOn() {
 		if e := c.authenticate(hello.Token); e != nil {
 			b.fail(f.CorrelationID, e)
@@ -403,6 +408,7 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		Start:         start,
 		Notify:        c.wake,
 		Mode:          mode,
+		Filter:        m.Filter,
 	})
 	if err != nil {
 		b.replyErr(corr, err)

@@ -329,6 +329,7 @@ func (t *textSession) subscribe(cmd text.Command) {
 		Start:         start,
 		Notify:        c.wake,
 		Mode:          mode,
+		Filter:        cmd.Filter,
 	})
 	if err != nil {
 		t.fail(err)

@@ -19,7 +19,7 @@ const (
 	// VerbPublish: PUBLISH <topic> <payload...>
 	VerbPublish
 	// VerbSubscribe: SUBSCRIBE <topic-or-pattern> [FROM_NOW | FROM_BEGINNING |
-	// FROM_TIMESTAMP <rfc3339> | FROM_MESSAGE_ID <id>]
+	// FROM_TIMESTAMP <rfc3339> | FROM_MESSAGE_ID <id>] [FILTER <expression...>]
 	VerbSubscribe
 	// VerbJoinGroup: JOIN_GROUP <group> <consumer-id>
 	VerbJoinGroup
@@ -66,6 +66,9 @@ type Command struct {
 	Payload []byte
 	// Start is the optional start position of SUBSCRIBE (zero: FROM_NOW).
 	Start protocol.StartPosition
+	// Filter is the optional member filter of SUBSCRIBE: the rest of the line after the FILTER
+	// keyword, trimmed (it may contain blanks; the server checks its syntax).
+	Filter string
 	// Group and Member are the arguments of JOIN_GROUP; Ordered is its optional ORDERED (the
 	// group's members own partitions and get them in offset order).
 	Group   string
@@ -105,6 +108,10 @@ func Parse(line []byte) (Command, error) {
 	if verb == VerbPublish {
 		return parsePublish(rest)
 	}
+	var filter []byte
+	if verb == VerbSubscribe {
+		rest, filter = cutFilter(rest)
+	}
 	if verb == VerbNone {
 		return Command{}, protocol.ErrUnknownCommand.Errorf("unknown command %q; send HELP for the list", truncate(kw, 32))
 	}
@@ -121,12 +128,23 @@ func Parse(line []byte) (Command, error) {
 	}
 	switch verb {
 	case VerbSubscribe:
-		if err := nargs(1, 3, "SUBSCRIBE <topic-or-pattern> [FROM_NOW | FROM_BEGINNING | FROM_TIMESTAMP <rfc3339> | FROM_MESSAGE_ID <id>]"); err != nil {
+		if err := nargs(1, 3, "SUBSCRIBE <topic-or-pattern> [FROM_NOW | FROM_BEGINNING | FROM_TIMESTAMP <rfc3339> | FROM_MESSAGE_ID <id>] [FILTER <expression>]"); err != nil {
 			return Command{}, err
 		}
 		c.Topic = args[0]
 		if c.Start, err = parseStart(args[1:]); err != nil {
 			return Command{}, err
+		}
+		if filter != nil {
+			if len(filter) == 0 {
+				return Command{}, invalid("SUBSCRIBE: FILTER needs an expression (for example FILTER region=eu)")
+			}
+			for i, ch := range filter {
+				if ch < 0x20 && ch != '\t' || ch == 0x7f {
+					return Command{}, invalid("SUBSCRIBE: FILTER: control character at byte %d", i)
+				}
+			}
+			c.Filter = string(filter)
 		}
 	case VerbJoinGroup:
 		if err := nargs(2, 3, "JOIN_GROUP <group> <consumer-id> [ORDERED]"); err != nil {
@@ -201,6 +219,25 @@ func parsePublish(rest []byte) (Command, error) {
 	return c, nil
 }
 
+// cutFilter splits the arguments of SUBSCRIBE at the first field FILTER (case-insensitive) after
+// the topic: it returns what comes before it and the rest of the line after it, trimmed (not nil,
+// possibly empty); filter is nil without FILTER.
+func cutFilter(b []byte) (args, filter []byte) {
+	_, rest := cutField(trimLeft(b)) // the topic, whatever its name
+	for {
+		rest = trimLeft(rest)
+		if len(rest) == 0 {
+			return b, nil
+		}
+		start := len(b) - len(rest)
+		var f []byte
+		f, rest = cutField(rest)
+		if strings.EqualFold(string(f), "FILTER") {
+			return b[:start], append([]byte{}, bytes.TrimRight(trimLeft(rest), " \t")...)
+		}
+	}
+}
+
 func parseStart(args []string) (protocol.StartPosition, error) {
 	var s protocol.StartPosition
 	if len(args) == 0 {
@@ -273,6 +310,13 @@ func AppendCommand(dst []byte, c Command) ([]byte, error) {
 		err = args(c.Topic)
 		if err == nil {
 			err = appendStart(&dst, c.Start)
+		}
+		if err == nil && c.Filter != "" {
+			if strings.ContainsAny(c.Filter, "\r\n") {
+				return fail(invalid("SUBSCRIBE: the filter contains a line break"))
+			}
+			dst = append(dst, " FILTER "...)
+			dst = append(dst, c.Filter...)
 		}
 	case VerbJoinGroup:
 		err = args(c.Group, c.Member)

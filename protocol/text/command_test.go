@@ -54,6 +54,10 @@ func TestParse(t *testing.T) {
 		{"SUBSCRIBE a FROM_NOW", Command{Verb: VerbSubscribe, Topic: "a"}},
 		{"SUBSCRIBE a FROM_TIMESTAMP 2025-01-31T08:00:00.0000005+01:00", Command{Verb: VerbSubscribe, Topic: "a", Start: protocol.StartPosition{Kind: protocol.StartFromTimestamp, Time: ts}}},
 		{"SUBSCRIBE a FROM_MESSAGE_ID 3:17", Command{Verb: VerbSubscribe, Topic: "a", Start: protocol.StartPosition{Kind: protocol.StartFromMessageID, MessageID: "3:17"}}},
+		{"SUBSCRIBE a FILTER region=eu", Command{Verb: VerbSubscribe, Topic: "a", Filter: "region=eu"}},
+		{"subscribe a from_beginning filter  region in (eu, us) AND !test \t", Command{Verb: VerbSubscribe, Topic: "a",
+			Start: protocol.StartPosition{Kind: protocol.StartFromBeginning}, Filter: "region in (eu, us) AND !test"}},
+		{"SUBSCRIBE FILTER FILTER x exists", Command{Verb: VerbSubscribe, Topic: "FILTER", Filter: "x exists"}},
 		{"ACK 1", Command{Verb: VerbAck, Tags: []uint64{1}}},
 		{"nack 3 4\t5", Command{Verb: VerbNack, Tags: []uint64{3, 4, 5}}},
 		{"UNSUBSCRIBE", Command{Verb: VerbUnsubscribe}},
@@ -107,6 +111,10 @@ func TestParseErrors(t *testing.T) {
 		{"PUBLISH t x\r", protocol.ErrInvalidArgument, "carriage return"},
 		{"PUBLISH t x\ny", protocol.ErrInvalidArgument, "newline"},
 		{"SUBSCRIBE a\rb", protocol.ErrInvalidArgument, "control"},
+		{"SUBSCRIBE a FILTER", protocol.ErrInvalidArgument, "FILTER needs an expression"},
+		{"SUBSCRIBE a FILTER  \t", protocol.ErrInvalidArgument, "FILTER needs an expression"},
+		{"SUBSCRIBE a FILTER x=\x01", protocol.ErrInvalidArgument, "control character at byte 2"},
+		{"SUBSCRIBE a FROM_NOW x FILTER y=z", protocol.ErrInvalidArgument, "takes no value"},
 	}
 	for _, c := range cases {
 		got, err := Parse([]byte(c.line))
@@ -129,6 +137,7 @@ func TestAppendCommandRoundTrip(t *testing.T) {
 		{Verb: VerbSubscribe, Topic: "a.*", Start: protocol.StartPosition{Kind: protocol.StartFromTimestamp, Time: time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)}},
 		{Verb: VerbSubscribe, Topic: "a.#", Start: protocol.StartPosition{Kind: protocol.StartFromBeginning}},
 		{Verb: VerbSubscribe, Topic: "a", Start: protocol.StartPosition{Kind: protocol.StartFromMessageID, MessageID: "17"}},
+		{Verb: VerbSubscribe, Topic: "a", Filter: "region in (eu, us), !test"},
 		{Verb: VerbJoinGroup, Group: "g", Member: "m-1"},
 		{Verb: VerbAck, Tags: []uint64{1, 2, 18446744073709551615}},
 		{Verb: VerbNack, Tags: []uint64{9}},
