@@ -530,3 +530,33 @@ func TestCLITopicReadAndPubDelayTTL(t *testing.T) {
 		t.Fatalf("group g after reads: pending %d lag %d in flight %d, want 6, 6, 0", g.Pending, g.Lag, g.InFlight)
 	}
 }
+
+// TestSubFilter: spool sub --filter takes only the messages whose headers match; a bad filter is
+// the broker's INVALID_ARGUMENT with the position, and --filter with --ordered a usage error.
+func TestSubFilter(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	const topic = "cli.filter"
+	s.ok(t, "", "topic", "create", topic, "--semantics", "PUB_SUB")
+	s.ok(t, "", "pub", "--header", "region=us", topic, "us-1")
+	s.ok(t, "", "pub", "--header", "region=eu", topic, "eu-1")
+	s.ok(t, "", "pub", "--header", "region=ap", topic, "ap-1")
+	s.ok(t, "", "pub", "--header", "region=eu", topic, "eu-2")
+	r := s.ok(t, "", "sub", "--group", "g", "--from", "beginning", "--filter", "region in (eu)", "--max", "2", "--json", topic)
+	type subLine struct {
+		Payload string            `json:"payload"`
+		Headers map[string]string `json:"headers"`
+	}
+	lines := cliJSONLines[subLine](t, r.stdout)
+	if len(lines) != 2 || lines[0].Payload != "eu-1" || lines[1].Payload != "eu-2" {
+		t.Fatalf("sub --filter printed %q", r.stdout)
+	}
+	s.fails(t, 1, "INVALID_ARGUMENT", "sub", "--group", "g", "--filter", "region in (eu", "--max", "1", topic)
+	s.fails(t, 2, "--filter does not go with --ordered", "sub", "--group", "g", "--ordered", "--filter", "region=eu", topic)
+	// The ap message was completed for g without a delivery.
+	r = s.ok(t, "", "group", "describe", topic, "g", "--json")
+	t.Logf("describe: %s", r.stdout)
+	if !strings.Contains(r.stdout, `"pending":0`) && !strings.Contains(r.stdout, `"pending": 0`) {
+		t.Fatalf("group describe after the filtered sub: %s", r.stdout)
+	}
+}

@@ -36,6 +36,9 @@ ends the subscription (group cancelled, topic deleted), sub exits with its error
 it says so and goes on with the other topics. --ordered joins --group as an ordered group (a
 PUB_SUB topic name, no pattern): each partition goes to one member at a time, in offset order;
 members joining and leaving rebalance the partitions (spool group describe shows the assignment).
+--filter takes only the messages whose headers match an expression ('region=eu',
+'tier in (gold,silver), !test'; grammar in docs/protocol.md); a message that no member of the
+group matches is completed for the group without a delivery (embedded engine only).
 
 Credit: at most --max-in-flight deliveries are held at a time (default 2 x --concurrency, at
 most --max; with --max and --ack=false, --max). A delivery holds its credit until the broker has
@@ -81,6 +84,7 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	maxInFlight := fs.Int("max-in-flight", 0, "credit: most unsettled deliveries held at a time (0: see above)")
 	jsonOut := fs.Bool("json", false, "print one JSON object per delivery")
 	ordered := fs.Bool("ordered", false, "join --group as an ordered group: each partition to one member, in offset order")
+	filter := fs.String("filter", "", "member filter over headers, e.g. 'region=eu' or 'tier in (gold,silver), !test'")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -97,6 +101,8 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 		return usagef(fs, "sub: --max must not be negative, got %d", *maxN)
 	case *ordered && *group == "":
 		return usagef(fs, "sub: --ordered needs --group")
+	case *ordered && *filter != "":
+		return usagef(fs, "sub: --filter does not go with --ordered (a partition's owner gets all its messages)")
 	case *concurrency < 1 || *concurrency > maxCredit:
 		return usagef(fs, "sub: --concurrency must be between 1 and %d, got %d", maxCredit, *concurrency)
 	case *maxInFlight < 0 || *maxInFlight > maxCredit:
@@ -133,7 +139,8 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	if !*ack {
 		opts = append(opts, client.ManualAck())
 	}
-	sub, err := c.Subscribe(ctx, client.SubscribeParams{Topic: pos[0], Group: *group, MaxInFlight: credit, Start: start, Ordered: *ordered},
+	sub, err := c.Subscribe(ctx, client.SubscribeParams{Topic: pos[0], Group: *group, MaxInFlight: credit, Start: start, Ordered: *ordered,
+		Filter: *filter},
 		s.handle, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
