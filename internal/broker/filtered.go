@@ -25,8 +25,9 @@ import (
 // Credit: a member is charged only for what it is given. The reservation of a claim is returned
 // for what went elsewhere or was filtered out (Member.deliver), so a member whose filter rarely
 // matches keeps claiming at full credit and a run of filtered messages never stalls the round
-// robin. Parked deliveries are bounded by maxParked per subscription: when that many wait for
-// members without credit the owner stops claiming until those members take some (a slow member
+// robin. Parked deliveries are bounded by maxParked per subscription (a claim asks for no more
+// than the room left): when that many wait for members without credit the owner stops claiming
+// until those members take some (a slow member
 // holds up the messages of its own filter and, past the bound, the group's claims: the price of
 // routing after the claim; the engine cannot skip messages by header). A parked delivery whose
 // lease runs out is dropped (the engine gives it out again after its backoff, as for any expired

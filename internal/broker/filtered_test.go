@@ -196,3 +196,37 @@ func TestFilterHandOverWaitsForCredit(t *testing.T) {
 		t.Fatalf("after the nack eu got %v, want eu-1 (again) and eu-2", have)
 	}
 }
+
+// TestFilterParkedBound: while the member a filter routes messages to has no credit, the owner
+// parks at most maxParked of them and claims no more (the rest stays in the engine, unleased);
+// each credit that comes back takes one.
+func TestFilterParkedBound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("pb", storage.TopicConfig{})
+	eu := e.subscribe(SubscribeParams{Pattern: "pb", MemberID: "eu", MaxInFlight: 1, Filter: "region=eu"})
+	e.subscribe(SubscribeParams{Pattern: "pb", MemberID: "us", MaxInFlight: 1000, Filter: "region=us"})
+	// One batch: a claim for us may bring them all at once.
+	msgs := make([]storage.AppendMessage, maxParked+45)
+	for i := range msgs {
+		msgs[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Headers: map[string]string{"region": "eu"},
+			Payload: fmt.Appendf(nil, "eu-%d", i)}
+	}
+	if _, err := e.b.Publish(e.ctx(), "pb", msgs); err != nil {
+		t.Fatal(err)
+	}
+	first := recv(t, eu, 1)
+	e.waitIdle()
+	o := e.b.subs[first[0].SubscriptionID]
+	if len(o.parked) != maxParked {
+		t.Fatalf("parked %d, want the bound %d", len(o.parked), maxParked)
+	}
+	if st := e.groupStats("pb", storage.QueueGroup); st.InFlight != maxParked+1 {
+		t.Fatalf("leased %d, want %d (one delivered, the parked ones)", st.InFlight, maxParked+1)
+	}
+	ack(t, eu, first...)
+	next := recv(t, eu, 1)
+	if string(next[0].Payload) != "eu-1" {
+		t.Fatalf("got %s after the ack, want eu-1 (parked first)", next[0].Payload)
+	}
+}

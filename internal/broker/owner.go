@@ -460,9 +460,14 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 			break
 		}
 		after = m
+		n := k
+		if o.filtering {
+			// What m's filter does not match may be parked: keep that within maxParked.
+			n = min(k, maxParked-len(o.parked))
+		}
 		start := b.trace.now()
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
-			SubscriptionID: o.id, Member: m.id, Max: k, AvoidMember: others, LeaseDuration: m.leaseDuration,
+			SubscriptionID: o.id, Member: m.id, Max: n, AvoidMember: others, LeaseDuration: m.leaseDuration,
 		})
 		if took, slow := b.trace.isSlow(start); slow {
 			b.trace.logSlow(b.rootCtx, "claim", took, slog.String("topic", o.topic), slog.Int64("subscription", o.id))
@@ -485,7 +490,7 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 			o.served = m
 		}
 		nextDue = earliest(nextDue, res.NextDue)
-		if len(res.Deliveries) < k {
+		if len(res.Deliveries) < n {
 			if !others || (lastShort != nil && lastShort != m) {
 				break
 			}
