@@ -862,7 +862,7 @@ func TestPullLeases(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	s, err := e.h.pulls.acquire(ctx, "slow", storage.QueueGroup, storage.StartPosition{}, 2)
+	s, err := e.h.pulls.acquire(ctx, "slow", storage.QueueGroup, "", storage.StartPosition{}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -977,4 +977,43 @@ func TestPublishProducerID(t *testing.T) {
 		t.Fatalf("messages stored: %d, want 1", tp.Stats.Messages)
 	}
 	e.do("POST", "/api/v1/topics", map[string]any{"name": "bad", "dedup_window": "48h"}).fails(400, "INVALID_ARGUMENT")
+}
+
+// TestPullFilter: a pull with a filter gets only the messages it matches (a session per filter);
+// what no session's filter matches is completed for the group; nack names the filter to find the
+// session holding the lease; a bad filter is INVALID_ARGUMENT with its position.
+func TestPullFilter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "ev", "semantics": "PUB_SUB"}).ok(201, nil)
+	if pe := e.do("POST", "/api/v1/topics/ev/groups/g/pull", map[string]any{"filter": "region in (eu", "wait": "0s"}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(pe.Message, "at byte 13") {
+		t.Fatalf("error without the position: %q", pe.Message)
+	}
+	// Join first (FROM_NOW), then publish.
+	e.do("POST", "/api/v1/topics/ev/groups/g/pull", map[string]any{"filter": "region=eu", "wait": "0s"}).ok(200, nil)
+	for _, r := range []string{"us", "eu", "ap", "eu"} {
+		e.do("POST", "/api/v1/topics/ev/messages", map[string]any{"payload": r, "headers": map[string]string{"region": r}}).ok(201, nil)
+	}
+	got := e.pullN("ev", "g", 2, map[string]any{"filter": "region=eu"})
+	for _, m := range got {
+		if m.Headers["region"] != "eu" {
+			t.Fatalf("filtered pull got %+v", m)
+		}
+	}
+	// The session is (topic, group, filter): a nack without the filter finds none.
+	e.do("POST", "/api/v1/topics/ev/groups/g/nack", map[string]any{"ids": []string{got[0].ID}}).fails(409, "LEASE_NOT_HELD")
+	e.do("POST", "/api/v1/topics/ev/groups/g/nack", map[string]any{"ids": []string{got[0].ID}, "filter": "region=eu"}).ok(200, nil)
+	again := e.pullN("ev", "g", 1, map[string]any{"filter": "region=eu"})
+	if again[0].ID != got[0].ID || again[0].Attempt != 2 {
+		t.Fatalf("redelivery after the nack: %+v", again[0])
+	}
+	e.do("POST", "/api/v1/topics/ev/groups/g/ack", map[string]any{"ids": []string{got[1].ID, again[0].ID}}).ok(200, nil)
+	waitFor(t, "us and ap completed as filtered", func() error {
+		var g Group
+		e.do("GET", "/api/v1/topics/ev/groups/g", nil).ok(200, &g)
+		if g.Pending != 0 {
+			return fmt.Errorf("pending %d", g.Pending)
+		}
+		return nil
+	})
 }

@@ -22,6 +22,10 @@ type PullRequest struct {
 	// Start is where the group's subscription starts if this pull creates it (a PUB_SUB topic the
 	// group has no subscription on yet). Defaults to FROM_NOW.
 	Start *storage.StartPosition `json:"start,omitempty"`
+	// Filter is a member filter over message headers ("region=eu", grammar in docs/protocol.md
+	// section 8.1.1): the pull session of (topic, group, filter) takes only the messages it
+	// matches. Nack and extend of its messages name the same filter.
+	Filter string `json:"filter,omitempty"`
 }
 
 // PulledMessage is a message leased to the HTTP consumer: ack or nack it by id (or partition and
@@ -63,7 +67,7 @@ func (h *Handler) pull(w http.ResponseWriter, r *http.Request) error {
 	if req.Start != nil {
 		start = *req.Start
 	}
-	s, err := h.pulls.acquire(r.Context(), topic, group, start, n)
+	s, err := h.pulls.acquire(r.Context(), topic, group, req.Filter, start, n)
 	if err != nil {
 		return err
 	}
@@ -90,6 +94,9 @@ type RefsRequest struct {
 	SubscriptionID int64                 `json:"subscription_id,omitempty"`
 	Refs           []storage.DeliveryRef `json:"refs,omitempty"`
 	IDs            []string              `json:"ids,omitempty"`
+	// Filter is the filter the messages were pulled with (PullRequest.Filter): nack and extend
+	// need the pull session that holds their leases.
+	Filter string `json:"filter,omitempty"`
 }
 
 func (q *RefsRequest) refs() ([]storage.DeliveryRef, error) {
@@ -161,7 +168,7 @@ func (h *Handler) ack(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s, err := h.pulls.existing(sessionKey{topic, group})
+	s, err := h.pulls.existing(sessionKey{topic, group, req.Filter})
 	if err != nil && !errors.Is(err, errPullClosed) {
 		return err
 	}
@@ -191,10 +198,10 @@ func (h *Handler) ack(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// leaseSession returns the pull session that holds the leases of (topic, group), for nack and
-// extend, which need the lease holder.
-func (h *Handler) leaseSession(topic, group string) (*session, error) {
-	s, err := h.pulls.existing(sessionKey{topic, group})
+// leaseSession returns the pull session that holds the leases of (topic, group, filter), for nack
+// and extend, which need the lease holder.
+func (h *Handler) leaseSession(topic, group, filter string) (*session, error) {
+	s, err := h.pulls.existing(sessionKey{topic, group, filter})
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +214,8 @@ func (h *Handler) leaseSession(topic, group string) (*session, error) {
 
 // leaseHolder returns the pull session holding the leases of (topic, group), with a request
 // counted (release it), and the subscription of the refs (see subscriptionID).
-func (h *Handler) leaseHolder(ctx context.Context, topic, group string, given int64) (*session, int64, error) {
-	s, err := h.leaseSession(topic, group)
+func (h *Handler) leaseHolder(ctx context.Context, topic, group, filter string, given int64) (*session, int64, error) {
+	s, err := h.leaseSession(topic, group, filter)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -249,7 +256,7 @@ func (h *Handler) nack(w http.ResponseWriter, r *http.Request) error {
 	if req.Delay < 0 {
 		return invalidf("delay must not be negative, got %s", time.Duration(req.Delay))
 	}
-	s, sub, err := h.leaseHolder(r.Context(), topic, group, req.SubscriptionID)
+	s, sub, err := h.leaseHolder(r.Context(), topic, group, req.Filter, req.SubscriptionID)
 	if err != nil {
 		return err
 	}
@@ -305,7 +312,7 @@ func (h *Handler) extend(w http.ResponseWriter, r *http.Request) error {
 	if err := broker.CheckLeaseDuration("duration", time.Duration(req.Duration)); err != nil {
 		return err
 	}
-	s, sub, err := h.leaseHolder(r.Context(), topic, group, req.SubscriptionID)
+	s, sub, err := h.leaseHolder(r.Context(), topic, group, req.Filter, req.SubscriptionID)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,8 @@
 // The broker has no pull primitive: deliveries go to members, and a member that leaves
 // (Member.Close) releases every lease it holds, so a member opened and closed per request would
 // take back at once the leases of the messages it just handed out. Pull consumption is therefore
-// served by a pull session per (topic, group) of the URL: a broker member (id "http-pull-...")
+// served by a pull session per (topic, group) of the URL and member filter of the request body
+// ("filter", empty for none; nack and extend name it too): a broker member (id "http-pull-...")
 // that lives across requests and claims on demand.
 //
 //   - Its credit (Member.SetMaxInFlight) is 0 while no pull waits: it keeps its leases and claims

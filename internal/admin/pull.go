@@ -48,7 +48,8 @@ type pulls struct {
 	sessions map[sessionKey]*session
 }
 
-type sessionKey struct{ topic, group string }
+// sessionKey names a pull session: one member per (topic, group, member filter).
+type sessionKey struct{ topic, group, filter string }
 
 // session is a broker member that consumes for the HTTP clients of one (topic, group). Its credit
 // is 0 except while pulls wait (then it is what the member holds plus what they ask for), so it
@@ -132,8 +133,8 @@ func isDone(ch <-chan struct{}) bool {
 // acquire returns the session of (topic, group) with a request counted, creating it (a broker
 // Subscribe with credit first, the first pull's demand) if needed. start is where a group
 // subscription the session creates starts.
-func (p *pulls) acquire(ctx context.Context, topic, group string, start storage.StartPosition, first int) (*session, error) {
-	key := sessionKey{topic, group}
+func (p *pulls) acquire(ctx context.Context, topic, group, filter string, start storage.StartPosition, first int) (*session, error) {
+	key := sessionKey{topic, group, filter}
 	if s, err := p.existing(key); s != nil || err != nil {
 		return s, err
 	}
@@ -157,6 +158,7 @@ func (p *pulls) acquire(ctx context.Context, topic, group string, start storage.
 		MaxInFlight: max(first, 1),
 		Start:       start,
 		Notify:      notify,
+		Filter:      filter,
 	})
 	if err != nil {
 		return nil, err
