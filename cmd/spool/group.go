@@ -173,9 +173,13 @@ func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	}
 	if len(g.Members) > 0 {
 		fmt.Fprintln(e.stdout, "\nMembers (connected to this broker):")
-		tab := cli.NewTable("MEMBER", "PATTERN", "IN-FLIGHT", "MAX-IN-FLIGHT", "DELIVERED")
+		tab := cli.NewTable("MEMBER", "PATTERN", "IN-FLIGHT", "MAX-IN-FLIGHT", "DELIVERED", "FILTER")
 		for _, m := range g.Members {
-			tab.Row(m.ID, m.Pattern, strconv.Itoa(m.InFlight), strconv.Itoa(m.MaxInFlight), i64(m.Delivered))
+			filter := m.Filter
+			if filter == "" {
+				filter = "-"
+			}
+			tab.Row(m.ID, m.Pattern, strconv.Itoa(m.InFlight), strconv.Itoa(m.MaxInFlight), i64(m.Delivered), filter)
 		}
 		if err := tab.Write(e.stdout); err != nil {
 			return err
