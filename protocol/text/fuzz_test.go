@@ -16,6 +16,7 @@ func FuzzTextParse(f *testing.F) {
 		"JOIN_GROUP order-processors consumer-1\nSUBSCRIBE orders.created\n",
 		"SUBSCRIBE a.* FROM_TIMESTAMP 2025-01-31T08:00:00.5+01:00\r\nACK 1 2 3\nNACK 4\n",
 		"SUBSCRIBE a FROM_MESSAGE_ID 3:17\nUNSUBSCRIBE a\nVERBOSE OFF\nAUTH t\nPING\nHELP\nQUIT",
+		"SUBSCRIBE a FROM_BEGINNING FILTER region in (eu, us) AND !test\nSUBSCRIBE filter FILTER x=\"a b\"\n",
 		"MESSAGE orders.created hello-world\nMESSAGE_BASE64 t YQpi\nDELIVERY 3 1:7 2 t p q\n",
 		"OK 0\nERR TOPIC_NOT_FOUND topic \"x\"\nERR CODE_299\n# help\n",
 		"\x00SPL\x00\x00\x00\x08",
