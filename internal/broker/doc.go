@@ -97,6 +97,11 @@
 // owner idle until woken or polled; storage.ErrSubscriptionNotFound ends it (the members are
 // detached and told; pattern members join again if the topic comes back).
 //
+// While a member of a shared subscription has a filter (SubscribeParams.Filter), the owner routes
+// what each claim brings (filtered.go): to the member it was claimed for when its filter matches,
+// else handed over to a member here whose filter does (parked while that member has no credit),
+// else completed as filtered. Members are charged credit only for what they receive.
+//
 // The owner of an ORDERED subscription also keeps its partition assignment (ordered.go): joins
 // and leaves schedule a rebalance (debounced by Config.RebalanceDelay), an admin call asks for
 // one (a rebalance event), and its claims carry the generation. Later work adds to the owner the
