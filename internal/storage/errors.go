@@ -16,7 +16,7 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 
 	// ErrNotImplemented reports a setting that is part of the design but not built yet
-	// (completion_tracking refcount, a zombie_ttl other than its default): it is refused rather
+	// (a zombie_ttl other than its default): it is refused rather
 	// than accepted and ignored. It wraps ErrInvalidArgument (the protocol's INVALID_ARGUMENT):
 	// nothing was changed.
 	ErrNotImplemented = fmt.Errorf("%w: not implemented yet", ErrInvalidArgument)

@@ -26,8 +26,11 @@ const (
 	// Watermark: per-subscription ack floors; retention below the minimum floor over subscriptions
 	// that hold retention. The default.
 	Watermark CompletionTracking = "watermark"
-	// Refcount: each message records the subscriptions it waits for at publish time. Not built
-	// yet: a topic configured with it is refused with ErrNotImplemented.
+	// Refcount (strict): a message waits for the subscriptions live (ACTIVE, PAUSED) when it was
+	// published; a group that goes DEAD or CANCELLED leaves the set of the messages still pending
+	// for it, and a group that joins (created, or back from DEAD) is added to the pending ones
+	// only: completed messages never get a group again. Each (message, group) completion is kept
+	// with its time (CompletionAuditor). docs/storage.md "Completion tracking".
 	Refcount CompletionTracking = "refcount"
 )
 
@@ -77,8 +80,8 @@ type TopicConfig struct {
 	// BlockWritesOnZeroSubscriptions rejects publishes to a PUB_SUB topic without an ACTIVE
 	// subscription with ErrNoSubscriptions. Defaults to false.
 	BlockWritesOnZeroSubscriptions bool `json:"block_writes_on_zero_subscriptions" yaml:"block_writes_on_zero_subscriptions"`
-	// CompletionTracking is watermark, the default and the only mode built: refcount is refused
-	// with ErrNotImplemented.
+	// CompletionTracking is watermark (the default) or refcount. It cannot change while the topic
+	// holds messages (ErrCompletionTrackingChange).
 	CompletionTracking CompletionTracking `json:"completion_tracking" yaml:"completion_tracking"`
 	// MaxRetention is the hard cap on the age of any retained message, needed or not. Removals it
 	// causes are counted. Defaults to 30 days.
@@ -217,10 +220,8 @@ func (c TopicConfig) Validate() error {
 		return bad("message_retention", "must not be negative, got %s", c.MessageRetention)
 	case c.ZeroSubscriptionRetention < 0:
 		return bad("zero_subscription_retention", "must not be negative, got %s", c.ZeroSubscriptionRetention)
-	case c.CompletionTracking == Refcount:
-		return fmt.Errorf("%w: completion_tracking refcount (only watermark is built)", ErrNotImplemented)
-	case c.CompletionTracking != Watermark:
-		return bad("completion_tracking", "must be watermark, got %q", c.CompletionTracking)
+	case c.CompletionTracking != Watermark && c.CompletionTracking != Refcount:
+		return bad("completion_tracking", "must be watermark or refcount, got %q", c.CompletionTracking)
 	case c.MaxRetention < time.Second:
 		return bad("max_retention", "must be at least 1s, got %s", c.MaxRetention)
 	case c.MessageRetention > c.MaxRetention:

@@ -64,12 +64,10 @@ func TestSubscriptionCreateParamsCheck(t *testing.T) {
 	}
 }
 
-// TestUnbuiltSettingsRefused: completion_tracking refcount and a zombie_ttl other than the default
-// are not built, so they are refused with ErrNotImplemented (an INVALID_ARGUMENT) instead of being
-// stored and ignored; the defaults, spelled out or left zero, are accepted.
+// TestUnbuiltSettingsRefused: a zombie_ttl other than the default is not built, so it is refused
+// with ErrNotImplemented (an INVALID_ARGUMENT) instead of being stored and ignored; the defaults, spelled out or left zero, are accepted.
 func TestUnbuiltSettingsRefused(t *testing.T) {
 	for name, cfg := range map[string]TopicConfig{
-		"refcount":         {CompletionTracking: Refcount},
 		"zombie_ttl 3 d":   {ZombieTTL: 72 * time.Hour},
 		"zombie_ttl 1 s":   {ZombieTTL: time.Second},
 		"zombie_ttl 30 d":  {ZombieTTL: 30 * 24 * time.Hour},
@@ -90,6 +88,7 @@ func TestUnbuiltSettingsRefused(t *testing.T) {
 		"zero":              {},
 		"spelled defaults":  {CompletionTracking: Watermark, ZombieTTL: DefaultZombieTTL},
 		"watermark, no ttl": {CompletionTracking: Watermark},
+		"refcount":          {CompletionTracking: Refcount},
 	} {
 		if _, err := CheckTopic("t", cfg); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -196,6 +195,31 @@ func TestPoisonRulesValidate(t *testing.T) {
 		err := TopicConfig{PoisonRules: r}.WithDefaults().Validate()
 		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "poison_rules.") {
 			t.Errorf("%+v: error %v, want ErrInvalidArgument naming poison_rules", r, err)
+		}
+	}
+}
+
+// TestRefcountStart: a joiner skips the prefix that the other subscriptions completed (done by
+// one of them within [start, floor), below every live floor), and nothing else.
+func TestRefcountStart(t *testing.T) {
+	for name, c := range map[string]struct {
+		want           int64
+		starts, floors []int64
+		live           []bool
+		got            int64
+	}{
+		"alone":                {want: 0, got: 0},
+		"one live done":        {want: 0, starts: []int64{0}, floors: []int64{5}, live: []bool{true}, got: 5},
+		"start above":          {want: 7, starts: []int64{0}, floors: []int64{5}, live: []bool{true}, got: 7},
+		"lowest live floor":    {want: 0, starts: []int64{0, 0}, floors: []int64{5, 3}, live: []bool{true, true}, got: 3},
+		"dead does not hold":   {want: 0, starts: []int64{0, 0}, floors: []int64{5, 1}, live: []bool{true, false}, got: 5},
+		"dead completed alone": {want: 0, starts: []int64{0}, floors: []int64{4}, live: []bool{false}, got: 4},
+		"nobody did the gap":   {want: 0, starts: []int64{3}, floors: []int64{6}, live: []bool{true}, got: 0},
+		"chained ranges":       {want: 0, starts: []int64{0, 2}, floors: []int64{3, 8}, live: []bool{false, true}, got: 8},
+		"gap between ranges":   {want: 0, starts: []int64{0, 4}, floors: []int64{3, 8}, live: []bool{false, true}, got: 3},
+	} {
+		if got := RefcountStart(c.want, c.starts, c.floors, c.live); got != c.got {
+			t.Errorf("%s: RefcountStart = %d, want %d", name, got, c.got)
 		}
 	}
 }

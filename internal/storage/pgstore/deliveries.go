@@ -116,6 +116,8 @@ type dstate struct {
 	replays []*dreplay
 	replay  map[dref]*dreplay
 	dead    []deadItem
+	// acked are the refs the operation acked (completion records of refcount topics).
+	acked []dref
 	// asg is the assignment of an ORDERED subscription (ordered.go), nil before the first one.
 	asg *storage.Assignment
 }
@@ -635,6 +637,7 @@ func (e *Engine) queueSave(b *pgx.Batch, st *dstate, now time.Time) {
 				WHERE sub_id = $1 AND id = $2`), id, rp.id, rp.state, rp.attempt, rp.member, rp.due, encodeFailures(rp.failures))
 		}
 	}
+	e.queueCompletions(b, st, now)
 	var tp []int32
 	var tc []int64
 	for _, dp := range st.parts {
@@ -1227,6 +1230,7 @@ func ackOn(st *dstate, batch []*dop, now time.Time) {
 				rp.acked, rp.changed = true, true
 				delete(st.replay, k)
 				res.Acked++
+				st.acked = append(st.acked, k)
 				continue
 			}
 			if r.Offset < dp.floor || ahead[k] {
@@ -1239,6 +1243,7 @@ func ackOn(st *dstate, batch []*dop, now time.Time) {
 				} else {
 					st.take(r.Partition, r.Offset)
 					res.Acked++
+					st.acked = append(st.acked, k)
 				}
 				continue
 			}
@@ -1252,6 +1257,7 @@ func ackOn(st *dstate, batch []*dop, now time.Time) {
 			}
 			ahead[k] = true
 			res.Acked++
+			st.acked = append(st.acked, k)
 		}
 	}
 	// Acks of never-delivered messages: the cursor passes those at it, an acked row lists the

@@ -247,6 +247,13 @@ func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, name
 		if err := e.trimDeliveryState(ctx, tx, topicID, p.partition, cut); err != nil {
 			return err
 		}
+		if cfg.CompletionTracking == storage.Refcount {
+			// Completion records go with their messages.
+			if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.completions WHERE topic_id = $1 AND partition = $2 AND hi <= $3`),
+				topicID, p.partition, cut); err != nil {
+				return fmt.Errorf("pgstore: retention: completion records: %w", err)
+			}
+		}
 		expired := p.countExpired(res, name, cut)
 		res.MessagesDeleted += cut - p.low - expired
 		res.BytesDeleted += bytes

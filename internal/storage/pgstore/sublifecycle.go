@@ -1,6 +1,8 @@
 package pgstore
 
 import (
+	"time"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -42,7 +44,8 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 	err := e.txLocksBounded(ctx, "subscriptions heartbeat", func(ctx context.Context, tx pgx.Tx, _ func() error) error {
 		res = &storage.SubscriptionsHeartbeatResult{}
 		dead := map[int64]bool{}
-		rows, err := tx.Query(ctx, e.sql(`SELECT id, state FROM spool.subscriptions
+		leftAt := map[int64]time.Time{} // of the DEAD ones: when they became DEAD
+		rows, err := tx.Query(ctx, e.sql(`SELECT id, state, updated_at FROM spool.subscriptions
 			WHERE id = ANY($1) AND state IN ('ACTIVE', 'PAUSED', 'DEAD') ORDER BY id FOR NO KEY UPDATE`), ids)
 		if err != nil {
 			return fmt.Errorf("pgstore: heartbeat: lock subscriptions: %w", err)
@@ -51,12 +54,16 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 		for rows.Next() {
 			var id int64
 			var state string
-			if err := rows.Scan(&id, &state); err != nil {
+			var updated time.Time
+			if err := rows.Scan(&id, &state, &updated); err != nil {
 				rows.Close()
 				return fmt.Errorf("pgstore: heartbeat: lock subscriptions: %w", err)
 			}
 			locked = append(locked, id)
 			dead[id] = state == string(storage.Dead)
+			if dead[id] {
+				leftAt[id] = updated
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -72,10 +79,10 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 		if err != nil {
 			return fmt.Errorf("pgstore: heartbeat: %w", err)
 		}
-		defer rows.Close()
 		for rows.Next() {
 			s, err := scanSub(rows)
 			if err != nil {
+				rows.Close()
 				return fmt.Errorf("pgstore: heartbeat: %w", err)
 			}
 			res.Beats++
@@ -83,7 +90,16 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 				res.Resurrected = append(res.Resurrected, &s.Subscription)
 			}
 		}
-		return rows.Err()
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("pgstore: heartbeat: %w", err)
+		}
+		for _, s := range res.Resurrected {
+			if err := e.rejoinIfRefcount(ctx, tx, s.ID, leftAt[s.ID]); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

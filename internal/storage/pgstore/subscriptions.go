@@ -270,6 +270,12 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 		if err != nil {
 			return err
 		}
+		if t.cfg.CompletionTracking == storage.Refcount {
+			// Added to the pending messages only: its start skips those already complete.
+			if starts, err = e.refcountStarts(ctx, tx, t.id, 0, starts); err != nil {
+				return err
+			}
+		}
 		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now(), params.HeartbeatTimeout)
 		if err != nil {
 			return err
@@ -473,7 +479,11 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 				s, err = e.setSubState(ctx, tx, s.ID, params.State)
 			}
 		default:
+			leftAt, back := s.UpdatedAt, s.State == storage.Dead && params.State == storage.Active
 			s, err = e.setSubState(ctx, tx, s.ID, params.State)
+			if err == nil && back {
+				err = e.rejoinIfRefcount(ctx, tx, s.ID, leftAt)
+			}
 		}
 		if err != nil {
 			return err

@@ -230,6 +230,17 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 		if cfg.Partitions < old.Partitions {
 			return invalid("partitions may only grow: topic %q has %d, got %d", params.Name, old.Partitions, cfg.Partitions)
 		}
+		if cfg.CompletionTracking != old.CompletionTracking {
+			var n int64
+			if err := tx.QueryRow(ctx, e.sql(`SELECT coalesce((SELECT sum(next_offset - low_offset) FROM spool.partitions WHERE topic_id = $1), 0)
+				+ (SELECT count(*) FROM spool.staged WHERE topic_id = $1)`), t.id).Scan(&n); err != nil {
+				return fmt.Errorf("pgstore: topic update %q: count messages: %w", params.Name, err)
+			}
+			if n > 0 {
+				return fmt.Errorf("%w: topic %q holds %d messages (from %s to %s: wait until retention removed them, or use a new topic)",
+					storage.ErrCompletionTrackingChange, params.Name, n, old.CompletionTracking, cfg.CompletionTracking)
+			}
+		}
 		toPubSub := old.Semantics == storage.Queue && cfg.Semantics == storage.PubSub
 		toQueue := old.Semantics == storage.PubSub && cfg.Semantics == storage.Queue
 		if toPubSub {

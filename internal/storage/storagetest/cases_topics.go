@@ -167,7 +167,6 @@ func testTopicInvalidConfig(t *testing.T, x *env) {
 		"retention above max":       {MessageRetention: 48 * time.Hour, MaxRetention: 24 * time.Hour},
 		"zombie_ttl":                {ZombieTTL: time.Millisecond},
 		"zombie_ttl not built":      {ZombieTTL: 72 * time.Hour},
-		"refcount not built":        {CompletionTracking: storage.Refcount},
 		"max_message_bytes too big": {MaxMessageBytes: storage.MaxMessageBytesLimit + 1},
 		"max_message_bytes neg":     {MaxMessageBytes: -1},
 		"dedup_window negative":     {DedupWindow: -time.Second},

@@ -76,6 +76,7 @@ func groups() []group {
 		{"Randomized", randomizedCases()},
 		{"Ordered", orderedCases()},
 		{"Admin", adminCases()},
+		{"Refcount", refcountCases()},
 	}
 }
 

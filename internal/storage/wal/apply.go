@@ -239,9 +239,11 @@ func (e *Engine) applyRecord(body []byte) error {
 		if err != nil {
 			return err
 		}
-		if st := e.stateOf(id); st != nil {
+		if s := e.subs[id]; s != nil && s.st != nil {
 			for _, r := range refs {
-				st.Ack(r.Partition, r.Offset, substate.Forever)
+				if s.st.Ack(r.Partition, r.Offset, substate.Forever) == substate.Acked {
+					recordCompletionLocked(s, r.Partition, r.Offset, e.replayAt, runAcked)
+				}
 			}
 		}
 	case recNack:
@@ -271,6 +273,7 @@ func (e *Engine) applyRecord(body []byte) error {
 		}
 		if s := e.subs[id]; s != nil && s.st != nil {
 			s.st.DeadLetterAt(de.Message.Partition, de.Message.Offset, de.ID)
+			recordCompletionLocked(s, de.Message.Partition, de.Message.Offset, de.DeadAt.UnixNano(), runDLQ)
 			if err := e.dlqReplayEntry(s, de); err != nil {
 				return err
 			}
@@ -309,6 +312,14 @@ func (e *Engine) applyRecord(body []byte) error {
 			if st := e.stateOf(x.sub); st != nil && len(x.ids) > 0 {
 				st.DLQPurge(x.ids)
 			}
+		}
+	case recRejoin:
+		id, leftAt, floors, err := decodeRejoin(body)
+		if err != nil {
+			return err
+		}
+		if s := e.subs[id]; s != nil && s.st != nil {
+			applyRejoin(s, leftAt, floors)
 		}
 	case recSubIDs:
 		next, err := decodeSubIDs(body)

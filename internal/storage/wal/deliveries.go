@@ -112,6 +112,7 @@ func (e *Engine) deadLetterRuleLocked(s *sub, en *substate.Entry, reason storage
 		Rule: rule, Failures: policy.Failures(en.Failures),
 	}
 	d.ID = s.st.DeadLetter(en)
+	recordCompletionLocked(s, en.Partition, en.Offset, now.UnixNano(), runDLQ)
 	if err := dl.queueLocked(d); err != nil {
 		e.fail(err) // the DLQ log and the state disagree: stop before it gets worse
 	}
@@ -503,6 +504,7 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 		if fence = fenceLocked(s, params.Member, params.Generation, params.Refs); fence != nil {
 			return nil
 		}
+		now := e.now().UnixNano()
 		var persist []storage.DeliveryRef
 		for _, r := range params.Refs {
 			hw := int64(-1)
@@ -516,6 +518,7 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 			switch s.st.Ack(r.Partition, r.Offset, hw) {
 			case substate.Acked:
 				res.Acked++
+				recordCompletionLocked(s, r.Partition, r.Offset, now, runAcked)
 				persist = append(persist, r)
 			case substate.AlreadyDone:
 				res.AlreadyDone++

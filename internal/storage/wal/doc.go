@@ -142,9 +142,13 @@
 //     (above the high-water mark it fails with storage.ErrOffsetOutOfRange).
 //   - With no subscription holding retention, zero_subscription_retention applies to QUEUE topics
 //     too (their queue subscription is DEAD or CANCELLED).
-//   - zombie_ttl and the refcount completion mode are not implemented (storage.TopicConfig.Validate
-//     refuses them with storage.ErrNotImplemented): completion is watermark only, and a stale
-//     floor of an ACTIVE or PAUSED subscription is only force-advanced by max_retention.
+//   - zombie_ttl is not implemented (storage.TopicConfig.Validate refuses it with
+//     storage.ErrNotImplemented): a stale floor of an ACTIVE or PAUSED subscription is only
+//     force-advanced by max_retention.
+//   - completion_tracking refcount (completion.go) keeps its completion records in memory (runs
+//     per subscription partition, in the snapshot metadata) and evaluates "already complete" at
+//     a join as a prefix per partition: a message completed above the lowest live ack floor
+//     (out of order) still gets the joiner added.
 //   - SubscriptionStats.Redelivering also counts never-delivered messages waiting for their
 //     NotBefore time (so Pending = Lag + InFlight + Redelivering, as the conformance suite checks).
 //   - Expired messages (ExpiresAt) are completed when a claim's cursor passes them; until then

@@ -182,6 +182,8 @@ func (c Config) Validate() error {
 // Engine is the embedded log engine: a storage.Engine over segmented log files in one directory.
 // Every method is safe for concurrent use. See the package documentation for the design.
 type Engine struct {
+	// replayAt is the timestamp of the state record being replayed at Open (unix ns).
+	replayAt  int64
 	dir       string
 	cfg       Config
 	clock     storage.Clock
@@ -292,6 +294,9 @@ type sub struct {
 	// asg is the assignment of an ORDERED subscription (ordered.go), nil before the first one.
 	// Guarded by Engine.mu (replaced with it held exclusively).
 	asg *storage.Assignment
+	// rc are the completion records of a refcount topic's subscription (completion.go); nil
+	// until its first completion. Guarded by mu.
+	rc completions
 	// lastBeat is the last heartbeat (lifecycle.go), in memory only: Open sets it to the Open
 	// time, so a restart gives every subscription a fresh heartbeat timeout. Guarded by e.mu.
 	lastBeat time.Time

@@ -46,6 +46,7 @@ func (e *Engine) recover() error {
 	var replayed, bytes int64
 	clean := false // the log ends with a clean-close record
 	err = e.state.Scan(from, func(i int64, rec wlog.Record) (bool, error) {
+		e.replayAt = rec.Timestamp // the time of the record's operation (completion records)
 		if err := e.applyRecord(rec.Body); err != nil {
 			return false, fmt.Errorf("%w: wal: state log record %d: %v", storage.ErrCorrupt, i, err)
 		}

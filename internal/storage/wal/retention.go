@@ -189,7 +189,15 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			}
 			continue
 		}
+		for _, s := range t.subs {
+			if s.st == nil && s.rc != nil { // CANCELLED: its records stay until the messages go
+				s.mu.Lock()
+				s.rc.trim(int32(pi), plan.cut)
+				s.mu.Unlock()
+			}
+		}
 		for _, s := range withState {
+			s.rc.trim(int32(pi), plan.cut)
 			if s.st.Floor(int32(pi)) < plan.cut {
 				s.st.ForceFloor(int32(pi), plan.cut)
 				if !s.meta.Ephemeral {

@@ -48,6 +48,17 @@ type snapshotMeta struct {
 	Subscriptions []storage.Subscription `json:"subscriptions"`
 	// Assignments of ORDERED subscriptions (ordered.go), ID order.
 	Assignments []*storage.Assignment `json:"assignments,omitempty"`
+	// Completions are the completion records of refcount topics' subscriptions (completion.go),
+	// ID then partition order; omitted when there are none, so other snapshots keep their bytes.
+	Completions []snapshotCompletions `json:"completions,omitempty"`
+}
+
+// snapshotCompletions are the completion runs of one subscription partition: Runs holds
+// (lo, hi, at unix ns, state) per run.
+type snapshotCompletions struct {
+	Sub       int64   `json:"sub"`
+	Partition int32   `json:"partition"`
+	Runs      []int64 `json:"runs"`
 }
 
 func snapshotName(index int64) string {
@@ -103,7 +114,17 @@ func (e *Engine) exportSnapshotLocked() *snapshotState {
 		if s.st != nil {
 			withState = append(withState, s)
 		}
+		for p, runs := range s.rc {
+			c := snapshotCompletions{Sub: s.meta.ID, Partition: p, Runs: make([]int64, 0, 4*len(runs))}
+			for _, r := range runs {
+				c.Runs = append(c.Runs, r.lo, r.hi, r.at, int64(r.state))
+			}
+			meta.Completions = append(meta.Completions, c)
+		}
 	}
+	slices.SortFunc(meta.Completions, func(a, b snapshotCompletions) int {
+		return cmp.Or(cmp.Compare(a.Sub, b.Sub), cmp.Compare(a.Partition, b.Partition))
+	})
 	slices.SortFunc(meta.Subscriptions, func(a, b storage.Subscription) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(meta.Assignments, func(a, b *storage.Assignment) int { return cmp.Compare(a.SubscriptionID, b.SubscriptionID) })
 	slices.SortFunc(withState, func(a, b *sub) int { return cmp.Compare(a.meta.ID, b.meta.ID) })
@@ -214,6 +235,20 @@ func (e *Engine) decodeSnapshot(b []byte) (int64, error) {
 	}
 	for _, a := range meta.Assignments {
 		e.applyAssign(a)
+	}
+	for _, c := range meta.Completions {
+		s := e.subs[c.Sub]
+		if s == nil || len(c.Runs)%4 != 0 {
+			return 0, fmt.Errorf("completion records of subscription %d: unknown subscription or damaged runs", c.Sub)
+		}
+		if s.rc == nil {
+			s.rc = completions{}
+		}
+		runs := make([]crun, 0, len(c.Runs)/4)
+		for i := 0; i < len(c.Runs); i += 4 {
+			runs = append(runs, crun{lo: c.Runs[i], hi: c.Runs[i+1], at: c.Runs[i+2], state: uint8(c.Runs[i+3])})
+		}
+		s.rc[c.Partition] = runs
 	}
 	e.nextSubID = max(nextSubID, 1)
 	n := d.count(4)

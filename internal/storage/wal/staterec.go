@@ -32,6 +32,7 @@ const (
 	recUnclean       byte = 19 // no payload: Open after an unclean shutdown (see applyUnclean)
 	recHorizon       byte = 20 // binary, see encodeHorizon
 	recFailure       byte = 24 // binary, see encodeFailures (poison rules)
+	recRejoin        byte = 26 // binary, see encodeRejoin (refcount topics)
 )
 
 // topicCreateRec creates a topic and, atomically, its queue subscription or binding
@@ -400,4 +401,32 @@ func decodeSubIDs(b []byte) (int64, error) {
 	d := dec{b: b[1:]}
 	n := int64(d.uvarint())
 	return n, d.done("subscription ids record")
+}
+
+// encodeRejoin: type | uvarint sub | varint left at (unix ns) | uvarint n | n x (uvarint
+// partition, uvarint floor): a subscription of a refcount topic back from DEAD skips the messages
+// completed while it was away (rejoinLocked): its floors move up, and the offsets they pass that
+// it had not completed are recorded as removed at the time it left.
+func encodeRejoin(subID int64, leftAt int64, floors []floorItem) []byte {
+	e := enc{b: make([]byte, 0, 12+len(floors)*8)}
+	e.u8(recRejoin)
+	e.uvarint(uint64(subID))
+	e.varint(leftAt)
+	e.uvarint(uint64(len(floors)))
+	for _, f := range floors {
+		e.uvarint(uint64(f.partition))
+		e.uvarint(uint64(f.floor))
+	}
+	return e.b
+}
+
+func decodeRejoin(b []byte) (subID int64, leftAt int64, floors []floorItem, err error) {
+	d := dec{b: b[1:]}
+	subID = int64(d.uvarint())
+	leftAt = d.varint()
+	floors = make([]floorItem, d.count(2))
+	for i := range floors {
+		floors[i] = floorItem{sub: subID, partition: int32(d.uvarint()), floor: int64(d.uvarint())}
+	}
+	return subID, leftAt, floors, d.done("rejoin record")
 }

@@ -60,10 +60,14 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 			continue
 		}
 		rec := subUpdateRec{ID: id, State: storage.Active, At: now}
+		leftAt := s.meta.UpdatedAt
 		e.applySubUpdate(&rec)
 		res.Resurrected = append(res.Resurrected, cloneSub(s))
 		if !s.meta.Ephemeral {
 			chs = append(chs, e.queueStateWait(encodeJSON(recSubUpdate, &rec)))
+		}
+		if r := e.rejoinLocked(s, leftAt); r != nil {
+			chs = append(chs, e.queueStateWait(r))
 		}
 	}
 	e.mu.Unlock()

@@ -164,6 +164,10 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		e.mu.Unlock()
 		return nil, err
 	}
+	if refcount(t) {
+		// Added to the pending messages only: its start skips those already complete.
+		starts = e.refcountStartsLocked(t, -1, starts)
+	}
 	id := e.nextSubID
 	if group == "" {
 		group = fmt.Sprintf("$ephemeral-%d", id)
@@ -340,11 +344,17 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 		return nil, fmt.Errorf("%w: subscription %d from %s to %s", storage.ErrInvalidTransition, params.ID, s.meta.State, params.State)
 	}
 	rec := subUpdateRec{ID: params.ID, State: params.State, At: e.now()}
+	back, leftAt := s.meta.State == storage.Dead && params.State == storage.Active, s.meta.UpdatedAt
 	e.applySubUpdate(&rec)
 	out := cloneSub(s)
 	var ch <-chan error
 	if !s.meta.Ephemeral {
 		ch = e.queueStateWait(encodeJSON(recSubUpdate, &rec))
+	}
+	if back {
+		if r := e.rejoinLocked(s, leftAt); r != nil {
+			ch = e.queueStateWait(r)
+		}
 	}
 	e.mu.Unlock()
 	if err := wait(ctx, ch); err != nil {

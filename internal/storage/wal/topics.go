@@ -354,6 +354,9 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 	t := e.topics[params.Name]
 	rec := topicUpdateRec{Name: params.Name, Config: cfg, At: e.now()}
 	err = e.checkLocked()
+	if err == nil && cfg.CompletionTracking != old.CompletionTracking {
+		err = completionChange(t, cfg.CompletionTracking)
+	}
 	if err == nil {
 		err = e.planSemanticsChangeLocked(t, old, cfg, params.QueueToGroup, &rec)
 	}
@@ -424,6 +427,24 @@ func (e *Engine) planSemanticsChangeLocked(t *topic, old, cfg storage.TopicConfi
 			})
 			e.nextSubID++
 		}
+	}
+	return nil
+}
+
+// completionChange refuses a change of completion_tracking while topic t holds messages
+// (storage.ErrCompletionTrackingChange).
+func completionChange(t *topic, to storage.CompletionTracking) error {
+	var n int64
+	for _, p := range t.parts {
+		if p.log != nil {
+			n += p.log.NextIndex() - p.log.FirstIndex()
+		} else {
+			n++ // damaged: unknown, counted as holding messages
+		}
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: topic %q holds %d messages (from %s to %s: wait until retention removed them, or use a new topic)",
+			storage.ErrCompletionTrackingChange, t.meta.Name, n, t.meta.Config.CompletionTracking, to)
 	}
 	return nil
 }

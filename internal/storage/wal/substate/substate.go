@@ -730,3 +730,10 @@ const maxGap = 1 << 16
 
 // Forever is a high-water mark above every offset (state log replay).
 const Forever = math.MaxInt64
+
+// Done reports whether offset o of partition p is done: below the ack floor, or completed above
+// it (acked or dead-lettered out of order).
+func (s *Sub) Done(p int32, o int64) bool {
+	pt := s.part(p)
+	return pt != nil && (o < pt.floor || pt.done.test(o))
+}

@@ -1,0 +1,106 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ErrCompletionTrackingChange is returned by TopicUpdate for a change of completion_tracking on a
+// topic that holds retained messages: their completion was decided under the old mode (refcount
+// messages carry no ack-floor meaning of their own, and watermark messages have no completion
+// record), so switching under them would rewrite what they wait for. Change it on an empty topic
+// (after retention removed everything) or create a new topic. It wraps ErrInvalidArgument
+// (the protocol's INVALID_ARGUMENT): nothing was changed.
+var ErrCompletionTrackingChange = fmt.Errorf("%w: completion_tracking cannot change while the topic holds messages", ErrInvalidArgument)
+
+// CompletionState is the state of one group in a message's completion record (refcount topics).
+type CompletionState string
+
+const (
+	// CompletionPending: the group is in the message's set and has not acked or dead-lettered it.
+	CompletionPending CompletionState = "pending"
+	// CompletionAcked: the group acked the message.
+	CompletionAcked CompletionState = "acked"
+	// CompletionDeadLettered: the message went to the group's dead-letter queue.
+	CompletionDeadLettered CompletionState = "dead_lettered"
+	// CompletionRemoved: the group left the set while the message was pending for it (it became
+	// DEAD or CANCELLED), or, coming back, skipped it because the other groups had completed it.
+	CompletionRemoved CompletionState = "removed"
+)
+
+// GroupCompletion is one subscription's entry in a message's completion record.
+type GroupCompletion struct {
+	SubscriptionID int64           `json:"subscription_id"`
+	Group          string          `json:"group"`
+	State          CompletionState `json:"state"`
+	// At is when the group acked or dead-lettered the message, or when it left the set (removed).
+	// Zero for pending, and for a removal made when the group came back (skipped).
+	At time.Time `json:"at,omitzero"`
+}
+
+// MessageCompletion is the completion record of one retained message of a refcount topic: the
+// subscriptions it waits for or waited for (those live when it was published, plus those added
+// while it was pending), each with its state.
+type MessageCompletion struct {
+	Topic       string    `json:"topic"`
+	Partition   int32     `json:"partition"`
+	Offset      int64     `json:"offset"`
+	PublishedAt time.Time `json:"published_at"`
+	// Complete: no group is pending and at least one acked or dead-lettered it. A message that no
+	// group completed (its set is empty: published while no group was live, or every group of it
+	// left) is not complete: it waits for a group to join, within zero_subscription_retention.
+	Complete bool `json:"complete"`
+	// Groups are ordered by subscription ID.
+	Groups []GroupCompletion `json:"groups"`
+}
+
+// MessageCompletionParams are the parameters of CompletionAuditor.MessageCompletion.
+type MessageCompletionParams struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// CompletionAuditor is implemented by engines that keep completion records for refcount topics
+// (both engines).
+type CompletionAuditor interface {
+	// MessageCompletion returns the completion record of a retained message of a refcount topic.
+	// A watermark topic is refused with ErrInvalidArgument (its messages have no such record), an
+	// offset that is not retained with ErrOffsetOutOfRange.
+	MessageCompletion(ctx context.Context, params *MessageCompletionParams) (*MessageCompletion, error)
+}
+
+// RefcountStart returns where a subscription that joins a refcount topic (created, or coming
+// back from DEAD) starts in one partition: from want (its resolved start, or its ack floor when
+// it comes back), past the messages that are already complete, so that a completed message never
+// gets a group added. A message is complete here when every live (ACTIVE, PAUSED) other
+// subscription has done it (it is below their ack floors) and some subscription acked or
+// dead-lettered it (it lies in [start, floor) of one of them: done by it, not merely before it
+// started). others are the (start, floor) pairs of the other subscriptions with state in this
+// partition, live says which are live. Completion is evaluated as a prefix: a message completed
+// above the lowest live ack floor (out of order) still gets the joiner added.
+func RefcountStart(want int64, starts, floors []int64, live []bool) int64 {
+	limit := int64(-1) // lowest live floor; -1: no live subscription
+	for i := range floors {
+		if live[i] && (limit < 0 || floors[i] < limit) {
+			limit = floors[i]
+		}
+	}
+	s := want
+	for {
+		next := s
+		for i := range floors {
+			if starts[i] <= s && s < floors[i] && floors[i] > next {
+				next = floors[i]
+			}
+		}
+		if limit >= 0 && next > limit {
+			next = limit
+		}
+		if next <= s {
+			return s
+		}
+		s = next
+	}
+}

@@ -1,0 +1,268 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Completion tracking refcount (docs/storage.md "Completion tracking"): completion records in
+// spool.completions (migration 0011), joins that skip completed messages, and the audit read.
+
+// refcountStarts raises want, the per-partition start of subscription self (0: a new one) joining
+// refcount topic topicID, past the messages the other subscriptions with state have completed
+// (storage.RefcountStart), as seen by tx's snapshot: an ack committing concurrently with the join
+// may leave the joiner added to a message it completed.
+func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self int64, want []int64) ([]int64, error) {
+	rows, err := tx.Query(ctx, e.sql(`SELECT sp.partition, coalesce(sp.start_offset, 0), sp.ack_floor, s.state IN ('ACTIVE', 'PAUSED')
+		FROM spool.subscriptions s JOIN spool.sub_partitions sp ON sp.sub_id = s.id
+		WHERE s.topic_id = $1 AND s.id <> $2 AND s.state IN ('ACTIVE', 'PAUSED', 'DEAD')`), topicID, self)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+	}
+	starts := make([][]int64, len(want))
+	floors := make([][]int64, len(want))
+	live := make([][]bool, len(want))
+	for rows.Next() {
+		var p int32
+		var start, floor int64
+		var l bool
+		if err := rows.Scan(&p, &start, &floor, &l); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+		}
+		if int(p) < len(want) {
+			starts[p], floors[p], live[p] = append(starts[p], start), append(floors[p], floor), append(live[p], l)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+	}
+	out := slices.Clone(want)
+	for p := range out {
+		out[p] = storage.RefcountStart(out[p], starts[p], floors[p], live[p])
+	}
+	return out, nil
+}
+
+// rejoin raises the ack floors of subscription id of refcount topic topicID, back from DEAD (it
+// left the set at leftAt), past the messages completed while it was away: its delivery state
+// below them goes, and one 'removed' record covers each range passed. tx holds the
+// subscription's row.
+func (e *Engine) rejoin(ctx context.Context, tx pgx.Tx, id, topicID int64, leftAt time.Time) error {
+	rows, err := tx.Query(ctx, e.sql(`SELECT partition, ack_floor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
+	if err != nil {
+		return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
+	}
+	var floors []int64
+	for rows.Next() {
+		var p int32
+		var f int64
+		if err := rows.Scan(&p, &f); err != nil {
+			rows.Close()
+			return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
+		}
+		for len(floors) < int(p) {
+			floors = append(floors, 0)
+		}
+		floors = append(floors, f)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
+	}
+	raised, err := e.refcountStarts(ctx, tx, topicID, id, floors)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	for p, f := range raised {
+		if f <= floors[p] {
+			continue
+		}
+		b.Queue(e.sql(`INSERT INTO spool.completions (sub_id, topic_id, partition, lo, hi, state, at)
+			VALUES ($1, $2, $3, $4, $5, 'removed', $6) ON CONFLICT DO NOTHING`), id, topicID, p, floors[p], f, leftAt)
+		b.Queue(e.sql(`DELETE FROM spool.deliveries WHERE sub_id = $1 AND partition = $2 AND offsets[cardinality(offsets)] < $3`), id, p, f)
+		b.Queue(e.sql(`UPDATE spool.deliveries
+			SET offsets = ARRAY(SELECT o FROM unnest(offsets) AS o WHERE o >= $3 ORDER BY o),
+				lo = (SELECT min(o) FROM unnest(offsets) AS o WHERE o >= $3)
+			WHERE sub_id = $1 AND partition = $2 AND lo < $3`), id, p, f)
+		b.Queue(e.sql(`UPDATE spool.sub_partitions sp SET cursor = greatest(sp.cursor, $3),
+				ack_floor = least(greatest(sp.cursor, $3), coalesce((SELECT min(d.lo) FROM spool.deliveries d
+					WHERE d.sub_id = sp.sub_id AND d.partition = sp.partition), greatest(sp.cursor, $3)))
+			WHERE sp.sub_id = $1 AND sp.partition = $2`), id, p, f)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
+	}
+	return nil
+}
+
+// rejoinIfRefcount runs rejoin when subscription id's topic tracks completion by refcount.
+func (e *Engine) rejoinIfRefcount(ctx context.Context, tx pgx.Tx, id int64, leftAt time.Time) error {
+	var topicID int64
+	var mode *string
+	err := tx.QueryRow(ctx, e.sql(`SELECT t.id, t.config->>'completion_tracking' FROM spool.subscriptions s
+		JOIN spool.topics t ON t.id = s.topic_id WHERE s.id = $1`), id).Scan(&topicID, &mode)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
+	}
+	if mode == nil || storage.CompletionTracking(*mode) != storage.Refcount {
+		return nil
+	}
+	return e.rejoin(ctx, tx, id, topicID, leftAt)
+}
+
+// queueCompletions queues the completion records of st's acks and dead-letterings (refcount
+// topics only) at now, in the delivery transaction that made them.
+func (e *Engine) queueCompletions(b *pgx.Batch, st *dstate, now time.Time) {
+	if st.cfg.CompletionTracking != storage.Refcount {
+		return
+	}
+	var ps []int32
+	var os []int64
+	var states []string
+	for _, r := range st.acked {
+		ps, os, states = append(ps, r.p), append(os, r.o), append(states, string(storage.CompletionAcked))
+	}
+	for _, d := range st.dead {
+		ps, os, states = append(ps, d.p), append(os, d.o), append(states, string(storage.CompletionDeadLettered))
+	}
+	for _, rp := range st.replays {
+		if rp.changed && rp.dead != nil {
+			ps, os, states = append(ps, rp.partition), append(os, rp.offset), append(states, string(storage.CompletionDeadLettered))
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	b.Queue(e.sql(`INSERT INTO spool.completions (sub_id, topic_id, partition, lo, hi, state, at)
+		SELECT $1, $2, r.p, r.o, r.o + 1, r.s, $6 FROM unnest($3::int[], $4::bigint[], $5::text[]) AS r(p, o, s)
+		ON CONFLICT DO NOTHING`), st.sub.ID, st.sub.topicID, ps, os, states, now)
+}
+
+// MessageCompletion returns the completion record of a retained message of a refcount topic
+// (storage.CompletionAuditor), read in one repeatable-read snapshot: per subscription of the
+// topic whose set holds the message, its completion record (acked, dead-lettered; removed with
+// the time it became DEAD when it skipped the message coming back), else pending (live) or
+// removed at the time it left (DEAD, CANCELLED).
+func (e *Engine) MessageCompletion(ctx context.Context, params *storage.MessageCompletionParams) (*storage.MessageCompletion, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	if params == nil {
+		return nil, invalid("nil params")
+	}
+	var out *storage.MessageCompletion
+	err := e.tx(ctx, func(tx pgx.Tx) error {
+		t, err := e.loadTopic(ctx, tx, params.Topic, noLock)
+		if err != nil {
+			return err
+		}
+		if t.cfg.CompletionTracking != storage.Refcount {
+			return invalid("topic %q tracks completion by watermark: its messages have no completion record (completion_tracking refcount keeps one)", params.Topic)
+		}
+		p, o := params.Partition, params.Offset
+		if p < 0 || int(p) >= t.cfg.Partitions {
+			return invalid("topic %q has no partition %d", params.Topic, p)
+		}
+		var low, next int64
+		if err := tx.QueryRow(ctx, e.sql(`SELECT low_offset, next_offset FROM spool.partitions WHERE topic_id = $1 AND partition = $2`),
+			t.id, p).Scan(&low, &next); err != nil {
+			return fmt.Errorf("pgstore: completion: partition bounds: %w", err)
+		}
+		if o < low || o >= next {
+			return fmt.Errorf("%w: topic %q partition %d offset %d is not retained (retained: %d to %d)",
+				storage.ErrOffsetOutOfRange, params.Topic, p, o, low, next-1)
+		}
+		out = &storage.MessageCompletion{Topic: t.name, Partition: p, Offset: o, Groups: []storage.GroupCompletion{}}
+		if err := tx.QueryRow(ctx, e.sql(`SELECT published_at FROM spool.messages WHERE topic_id = $1 AND partition = $2 AND "offset" = $3`),
+			t.id, p, o).Scan(&out.PublishedAt); err != nil {
+			return fmt.Errorf("pgstore: completion: read message: %w", err)
+		}
+		out.PublishedAt = out.PublishedAt.UTC()
+		rows, err := tx.Query(ctx, e.sql(`SELECT s.id, s.group_name, s.state, s.created_at, s.updated_at,
+				sp.start_offset, sp.ack_floor,
+				EXISTS (SELECT 1 FROM spool.deliveries d WHERE d.sub_id = s.id AND d.partition = $2 AND d.lo <= $3
+					AND d.state = 'acked' AND $3 = ANY (d.offsets)),
+				c.state, c.at
+			FROM spool.subscriptions s
+			LEFT JOIN spool.sub_partitions sp ON sp.sub_id = s.id AND sp.partition = $2
+			LEFT JOIN LATERAL (SELECT c.state, c.at FROM spool.completions c
+				WHERE c.sub_id = s.id AND c.partition = $2 AND c.lo <= $3 AND c.hi > $3
+				ORDER BY c.state = 'removed', c.lo DESC LIMIT 1) c ON true
+			WHERE s.topic_id = $1 AND s.state <> 'DELETED' ORDER BY s.id`), t.id, p, o)
+		if err != nil {
+			return fmt.Errorf("pgstore: completion: read subscriptions: %w", err)
+		}
+		defer rows.Close()
+		pending, done := false, false
+		for rows.Next() {
+			var g storage.GroupCompletion
+			var state string
+			var created, updated time.Time
+			var start, floor *int64
+			var acked bool
+			var cState *string
+			var cAt *time.Time
+			if err := rows.Scan(&g.SubscriptionID, &g.Group, &state, &created, &updated, &start, &floor, &acked, &cState, &cAt); err != nil {
+				return fmt.Errorf("pgstore: completion: read subscriptions: %w", err)
+			}
+			if !auditRow(&g, storage.SubscriptionState(state), created.UTC(), updated.UTC(), start, floor, acked, cState, cAt, o, out.PublishedAt) {
+				continue
+			}
+			pending = pending || g.State == storage.CompletionPending
+			done = done || g.State == storage.CompletionAcked || g.State == storage.CompletionDeadLettered
+			out.Groups = append(out.Groups, g)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("pgstore: completion: read subscriptions: %w", err)
+		}
+		out.Complete = done && !pending
+		return nil
+	})
+	if err != nil {
+		return nil, e.mapErr(err)
+	}
+	return out, nil
+}
+
+// auditRow fills g, one subscription's entry in the completion record of offset o published at
+// published, and reports whether the message is (or was) in its set. start and floor are nil
+// for a subscription without delivery state (CANCELLED): its set is then judged by time.
+func auditRow(g *storage.GroupCompletion, state storage.SubscriptionState, created, updated time.Time, start, floor *int64,
+	acked bool, cState *string, cAt *time.Time, o int64, published time.Time) bool {
+	if start != nil && o < *start {
+		return false // joined after it, or skipped it as completed when it joined
+	}
+	if cState != nil {
+		g.State, g.At = storage.CompletionState(*cState), cAt.UTC()
+		return g.State != storage.CompletionRemoved || !published.After(g.At) // removed: published while it was DEAD?
+	}
+	if floor != nil && (o < *floor || acked) {
+		g.State = storage.CompletionAcked // done without a record: completed without a delivery (expired)
+		return true
+	}
+	if state.HoldsRetention() {
+		g.State = storage.CompletionPending
+		return true
+	}
+	if published.After(updated) || (start == nil && published.Before(created)) {
+		return false // published after it left (or, without state, before it was created)
+	}
+	g.State, g.At = storage.CompletionRemoved, updated
+	return true
+}
