@@ -225,7 +225,7 @@ func TestStartupLogNamesTheEngine(t *testing.T) {
 }
 
 // TestHelpPromisesOnlyWhatIsBuilt: help texts offer no setting or behaviour that is not built
-// (refcount completion, zombie_ttl, backfill). DEAD groups are built (the broker's lifecycle job).
+// (zombie_ttl, backfill). DEAD groups are built (the broker's lifecycle job).
 func TestHelpPromisesOnlyWhatIsBuilt(t *testing.T) {
 	t.Parallel()
 	s := &cliStack{addr: "127.0.0.1:1", httpURL: "http://127.0.0.1:1"}
@@ -236,7 +236,7 @@ func TestHelpPromisesOnlyWhatIsBuilt(t *testing.T) {
 	} {
 		r := s.run(t, "", args...)
 		help := strings.ToLower(r.stdout + r.stderr)
-		for _, promise := range []string{"refcount", "zombie", "backfill"} {
+		for _, promise := range []string{"zombie", "backfill"} {
 			if strings.Contains(help, promise) {
 				t.Errorf("spool %s promises %q:\n%s", strings.Join(args, " "), promise, help)
 			}

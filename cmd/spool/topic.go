@@ -20,6 +20,7 @@ func runTopic(ctx context.Context, e *cliEnv, args []string) error {
 		{"list", "list topics with their statistics", runTopicList},
 		{"describe", "show a topic's configuration, partitions and groups", runTopicDescribe},
 		{"read", "print a partition's messages without consuming them", runTopicRead},
+		{"completion", "print a message's completion record (refcount topics)", runTopicCompletion},
 		{"update", "change a topic's configuration", runTopicUpdate},
 		{"delete", "delete a topic with its messages and subscriptions", runTopicDelete},
 	}, args)
@@ -81,9 +82,9 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.Var(&t.messageRetention, "message-retention", "how long completed messages are kept for replay"+def("24h"))
 	fs.Var(&t.zeroSubRetention, "zero-subscription-retention", "how long a PUB_SUB topic without subscriptions keeps messages"+def("24h"))
 	fs.BoolVar(&t.blockWrites, "block-writes-on-zero-subscriptions", false, "refuse publishes to a PUB_SUB topic without an ACTIVE subscription")
-	// refcount is refused by the server (not implemented yet); zombie_ttl has no flag: only its
-	// default is accepted, and it changes nothing yet.
-	fs.StringVar(&t.completionTracking, "completion-tracking", "", "watermark: retention follows each group's ack floor (the only mode built)"+def("watermark"))
+	// zombie_ttl has no flag: only its default is accepted, and it changes nothing yet.
+	fs.StringVar(&t.completionTracking, "completion-tracking", "", "watermark (retention follows each group's ack floor) or refcount "+
+		"(strict: a message waits for the groups live at its publish; audit with spool topic completion); not changeable while the topic holds messages"+def("watermark"))
 	fs.Var(&t.maxRetention, "max-retention", "hard cap on the age of any message"+def("30d"))
 	fs.IntVar(&t.maxMessageBytes, "max-message-bytes", 0, "bound of key + headers + payload of one message"+def("1048576"))
 	fs.Var(&t.dedupWindow, "dedup-window", "how long a producer id is remembered: a message repeating one is not stored again"+def("2m"))
@@ -163,6 +164,7 @@ var topicCreateSpec = cmdSpec{
 	examples: []string{
 		"spool topic create orders.created --semantics PUB_SUB --partitions 4",
 		"spool topic create jobs --ack-wait 5m --max-deliveries 3 --message-retention 7d",
+		"spool topic create payments.settled --semantics PUB_SUB --completion-tracking refcount",
 	},
 }
 

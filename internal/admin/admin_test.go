@@ -918,14 +918,12 @@ func TestPullLeases(t *testing.T) {
 	}
 }
 
-// TestUnbuiltSettings: completion_tracking refcount and a zombie_ttl other than the default are
-// refused with a clear "not implemented yet" (nothing is created or changed), and responses do
+// TestUnbuiltSettings: a zombie_ttl other than the default is refused with a clear "not implemented yet" (nothing is created or changed), and responses do
 // not show zombie_ttl, whose value would promise a force-advance that never happens.
 func TestUnbuiltSettings(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	for _, body := range []map[string]any{
-		{"name": "x", "completion_tracking": "refcount"},
 		{"name": "x", "zombie_ttl": "72h"},
 	} {
 		d := e.do("POST", "/api/v1/topics", body).fails(400, "INVALID_ARGUMENT")
@@ -938,7 +936,7 @@ func TestUnbuiltSettings(t *testing.T) {
 	if strings.Contains(string(r.body), "zombie") {
 		t.Errorf("create response shows zombie_ttl: %s", r.body)
 	}
-	for _, body := range []map[string]any{{"completion_tracking": "refcount"}, {"zombie_ttl": "1h"}} {
+	for _, body := range []map[string]any{{"zombie_ttl": "1h"}} {
 		d := e.do("PUT", "/api/v1/topics/x/config", body).fails(400, "INVALID_ARGUMENT")
 		if !strings.Contains(d.Message, "not implemented yet") {
 			t.Errorf("update %v: message %q", body, d.Message)
@@ -947,10 +945,6 @@ func TestUnbuiltSettings(t *testing.T) {
 	r = e.do("GET", "/api/v1/topics/x", nil).ok(200, nil)
 	if strings.Contains(string(r.body), "zombie") || !strings.Contains(string(r.body), `"completion_tracking":"watermark"`) {
 		t.Errorf("topic: %s", r.body)
-	}
-	r = e.do("GET", "/api/v1/openapi.json", nil).ok(200, nil)
-	if strings.Contains(string(r.body), `"refcount"`) {
-		t.Error("the OpenAPI description offers refcount")
 	}
 }
 

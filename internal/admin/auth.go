@@ -43,7 +43,7 @@ func routeAccess(rt *route) access {
 		return accessPublish
 	case "pull", "ack", "nack", "extend":
 		return accessConsume
-	case "readMessages":
+	case "readMessages", "messageCompletion":
 		return accessRead
 	case "seedPublish":
 		return accessHandler

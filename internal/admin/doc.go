@@ -7,7 +7,9 @@
 //     purge), bindings, live members, publish over HTTP and pull-consume over HTTP (pull, ack,
 //     nack, extend) for languages without a client, and reading a partition's messages without
 //     consuming them (GET /api/v1/topics/{topic}/messages?partition=&from=&limit=: from an
-//     offset, a message id or a time; consume or admin permission; no delivery state changes);
+//     offset, a message id or a time; consume or admin permission; no delivery state changes),
+//     and a refcount topic's completion record of a message (GET
+//     /api/v1/topics/{topic}/messages/{id}/completion, the same permission);
 //   - the seed 002 paths GET /admin/topics, GET /admin/groups, POST /admin/dlq/replay,
 //     POST /publish, GET /admin/pending, GET /admin/connections, GET /api/v1/metrics/topics and
 //     GET /api/v1/health/consumers;

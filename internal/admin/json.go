@@ -102,8 +102,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // TopicConfig is storage.TopicConfig in the API: durations as strings. Zero fields mean the default
 // when creating a topic. Settings that are not built are refused (INVALID_ARGUMENT, "not implemented
-// yet"): completion_tracking refcount, and zombie_ttl other than its default 7 days, which is
-// accepted in requests but never shown in responses.
+// yet"): zombie_ttl other than its default 7 days, which is accepted in requests but never shown in
+// responses. completion_tracking cannot change while the topic holds messages (INVALID_ARGUMENT).
 type TopicConfig struct {
 	Semantics                      storage.Semantics          `json:"semantics,omitempty"`
 	Partitions                     int                        `json:"partitions,omitempty"`

@@ -147,7 +147,9 @@ var (
 
 	enums = map[reflect.Type][]string{
 		reflect.TypeFor[storage.Semantics]():          {string(storage.Queue), string(storage.PubSub)},
-		reflect.TypeFor[storage.CompletionTracking](): {string(storage.Watermark)}, // refcount: not built, refused
+		reflect.TypeFor[storage.CompletionTracking](): {string(storage.Watermark), string(storage.Refcount)},
+		reflect.TypeFor[storage.CompletionState](): {string(storage.CompletionPending), string(storage.CompletionAcked),
+			string(storage.CompletionDeadLettered), string(storage.CompletionRemoved)},
 		reflect.TypeFor[storage.SubscriptionState](): {string(storage.Active), string(storage.Paused), string(storage.Dead),
 			string(storage.Cancelled), string(storage.Deleted)},
 		reflect.TypeFor[storage.StartKind](): {string(storage.FromNow), string(storage.FromBeginning),

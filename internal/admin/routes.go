@@ -106,6 +106,13 @@ func (h *Handler) routeTable() []*route {
 				{"from", "string", "an offset, a message id (partition:offset) or an RFC 3339 time (the first message published at or after it); default: the first retained message"},
 				{"limit", "integer", "page size, 1 to 1000 (default 100)"}},
 			ok: 200, resp: typeOf[MessageList](), errs: errsRead}},
+		{method: "GET", path: "/api/v1/topics/{topic}/messages/{id}/completion", handle: h.messageCompletion, doc: opDoc{
+			id: "messageCompletion", tag: "messages", summary: "A message's completion record (completion_tracking refcount).",
+			desc: "The groups the message waits or waited for (those live when it was published, plus those that joined while it was pending), " +
+				"each pending, acked, dead_lettered or removed (it left the set while the message was pending: DEAD or CANCELLED), with the time. " +
+				"{id} is the message id (offset, or partition:offset). A watermark topic is refused (400 INVALID_ARGUMENT), a message retention " +
+				"removed too (400 OFFSET_OUT_OF_RANGE). Needs the consume or admin permission on the topic.",
+			ok: 200, resp: typeOf[MessageCompletion](), errs: errsRead}},
 
 		// Groups (subscriptions).
 		{method: "GET", path: "/api/v1/groups", handle: h.listGroups, doc: opDoc{

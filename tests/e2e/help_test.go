@@ -62,7 +62,7 @@ func helpSubcommands(t *testing.T, group string) []string {
 
 // TestHelpExamples runs every example of every command's -h as printed, through bash, against a
 // real broker holding the topics and group the examples name (orders.created with group billing,
-// jobs, invoices, reminders; invoice.pdf in the working directory). An example must succeed, or
+// jobs, invoices, reminders, audit.events (refcount); invoice.pdf in the working directory). An example must succeed, or
 // fail only with the broker's answer listed below (an id that does not exist, a topic that
 // exists); never with a usage error. spool sub without --max runs until SIGINT: it must print a
 // delivery first, then end cleanly. The data examples run on an empty directory instead of
@@ -91,6 +91,8 @@ func TestHelpExamples(t *testing.T) {
 	must("pub", "--count", "3", "orders.created", "more {{n}}")
 	must("topic", "create", "jobs", "--semantics", "QUEUE")
 	must("pub", "jobs", "job-1")
+	must("topic", "create", "audit.events", "--semantics", "PUB_SUB", "--completion-tracking", "refcount")
+	must("pub", "audit.events", "login")
 
 	// What a run of each example answers when it does not succeed, and why that is right.
 	expected := map[string]string{
