@@ -78,8 +78,8 @@ type CompletionAuditor interface {
 // subscription has done it (it is below their ack floors) and some subscription acked or
 // dead-lettered it (it lies in [start, floor) of one of them: done by it, not merely before it
 // started). others are the (start, floor) pairs of the other subscriptions with state in this
-// partition, live says which are live. Completion is evaluated as a prefix: a message completed
-// above the lowest live ack floor (out of order) still gets the joiner added.
+// partition, live says which are live. This is the complete prefix; RefcountSkips finds the
+// messages completed out of order above it.
 func RefcountStart(want int64, starts, floors []int64, live []bool) int64 {
 	limit := int64(-1) // lowest live floor; -1: no live subscription
 	for i := range floors {
@@ -103,4 +103,47 @@ func RefcountStart(want int64, starts, floors []int64, live []bool) int64 {
 		}
 		s = next
 	}
+}
+
+// RefcountOther is another subscription of the partition, as RefcountSkips sees it: where it
+// started, whether it is live (ACTIVE, PAUSED), and whether it has done an offset (acked or
+// dead-lettered it, or the offset is below its ack floor).
+type RefcountOther struct {
+	Start int64
+	Live  bool
+	Done  func(o int64) bool
+}
+
+// RefcountSkips returns the offsets in [from, to) that are complete although RefcountStart did
+// not skip them (completed out of order, above the lowest live ack floor), as sorted runs
+// [lo, hi): done by every live other subscription, and done by at least one subscription at or
+// above its start. A joiner marks them done for itself (it is not added to them). It reads each
+// offset of [from, to) once per subscription until one says no: a cost in the size of the
+// window above the joiner's start, paid at the join only.
+func RefcountSkips(from, to int64, others []RefcountOther) [][2]int64 {
+	if len(others) == 0 {
+		return nil
+	}
+	var runs [][2]int64
+	for o := from; o < to; o++ {
+		complete, someone := true, false
+		for i := range others {
+			h := &others[i]
+			done := h.Done(o)
+			if h.Live && !done {
+				complete = false
+				break
+			}
+			someone = someone || done && o >= h.Start
+		}
+		if !complete || !someone {
+			continue
+		}
+		if n := len(runs); n > 0 && runs[n-1][1] == o {
+			runs[n-1][1] = o + 1
+		} else {
+			runs = append(runs, [2]int64{o, o + 1})
+		}
+	}
+	return runs
 }

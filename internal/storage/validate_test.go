@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,5 +222,29 @@ func TestRefcountStart(t *testing.T) {
 		if got := RefcountStart(c.want, c.starts, c.floors, c.live); got != c.got {
 			t.Errorf("%s: RefcountStart = %d, want %d", name, got, c.got)
 		}
+	}
+}
+
+// TestRefcountSkips: above the joiner's start, the offsets every live other subscription has done
+// and one has done at or above its start are skipped, as runs.
+func TestRefcountSkips(t *testing.T) {
+	set := func(offs ...int64) func(int64) bool {
+		return func(o int64) bool { return slices.Contains(offs, o) }
+	}
+	others := []RefcountOther{
+		{Start: 0, Live: true, Done: set(1, 2, 4, 6)},
+		{Start: 0, Live: true, Done: set(2, 4, 5, 6)},
+		{Start: 5, Live: false, Done: set(0, 1, 2, 3, 4)}, // DEAD, started at 5: done below its start only
+	}
+	got := RefcountSkips(0, 8, others)
+	want := [][2]int64{{2, 3}, {4, 5}, {6, 7}}
+	if !slices.Equal(got, want) {
+		t.Errorf("RefcountSkips = %v, want %v", got, want)
+	}
+	if got := RefcountSkips(0, 8, others[2:]); got != nil {
+		t.Errorf("RefcountSkips with only a subscription that started later = %v, want none", got)
+	}
+	if got := RefcountSkips(0, 8, nil); got != nil {
+		t.Errorf("RefcountSkips alone = %v, want none", got)
 	}
 }

@@ -17,39 +17,157 @@ import (
 
 // refcountStarts raises want, the per-partition start of subscription self (0: a new one) joining
 // refcount topic topicID, past the messages the other subscriptions with state have completed
-// (storage.RefcountStart), as seen by tx's snapshot: an ack committing concurrently with the join
+// (storage.RefcountStart), and returns, per partition, the runs of offsets above it completed out
+// of order (storage.RefcountSkips, below hw), which the joiner marks done. It reads the others'
+// floors, cursors and delivery rows in tx's snapshot: an ack committing concurrently with the join
 // may leave the joiner added to a message it completed.
-func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self int64, want []int64) ([]int64, error) {
-	rows, err := tx.Query(ctx, e.sql(`SELECT sp.partition, coalesce(sp.start_offset, 0), sp.ack_floor, s.state IN ('ACTIVE', 'PAUSED')
+func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self int64, want, hw []int64) ([]int64, [][][2]int64, error) {
+	type other struct {
+		start, floor, cursor int64
+		live                 bool
+		acked, open          map[int64]bool // offsets of acked rows, of leased or waiting rows
+	}
+	byKey := map[[2]int64]*other{} // (sub, partition)
+	var keys [][2]int64
+	rows, err := tx.Query(ctx, e.sql(`SELECT s.id, sp.partition, coalesce(sp.start_offset, 0), sp.ack_floor, sp.cursor, s.state IN ('ACTIVE', 'PAUSED')
 		FROM spool.subscriptions s JOIN spool.sub_partitions sp ON sp.sub_id = s.id
+		WHERE s.topic_id = $1 AND s.id <> $2 AND s.state IN ('ACTIVE', 'PAUSED', 'DEAD') ORDER BY s.id, sp.partition`), topicID, self)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+	}
+	for rows.Next() {
+		var id int64
+		var p int32
+		o := &other{acked: map[int64]bool{}, open: map[int64]bool{}}
+		if err := rows.Scan(&id, &p, &o.start, &o.floor, &o.cursor, &o.live); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+		}
+		k := [2]int64{id, int64(p)}
+		byKey[k] = o
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+	}
+	rows, err = tx.Query(ctx, e.sql(`SELECT d.sub_id, d.partition, d.offsets, d.state = 'acked' FROM spool.deliveries d
+		JOIN spool.subscriptions s ON s.id = d.sub_id
 		WHERE s.topic_id = $1 AND s.id <> $2 AND s.state IN ('ACTIVE', 'PAUSED', 'DEAD')`), topicID, self)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+		return nil, nil, fmt.Errorf("pgstore: refcount join: read delivery state: %w", err)
 	}
-	starts := make([][]int64, len(want))
-	floors := make([][]int64, len(want))
-	live := make([][]bool, len(want))
 	for rows.Next() {
+		var id int64
 		var p int32
-		var start, floor int64
-		var l bool
-		if err := rows.Scan(&p, &start, &floor, &l); err != nil {
+		var offs []int64
+		var acked bool
+		if err := rows.Scan(&id, &p, &offs, &acked); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+			return nil, nil, fmt.Errorf("pgstore: refcount join: read delivery state: %w", err)
 		}
-		if int(p) < len(want) {
-			starts[p], floors[p], live[p] = append(starts[p], start), append(floors[p], floor), append(live[p], l)
+		if o := byKey[[2]int64{id, int64(p)}]; o != nil {
+			for _, off := range offs {
+				if acked {
+					o.acked[off] = true
+				} else {
+					o.open[off] = true
+				}
+			}
 		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
+		return nil, nil, fmt.Errorf("pgstore: refcount join: read delivery state: %w", err)
 	}
 	out := slices.Clone(want)
+	skips := make([][][2]int64, len(want))
 	for p := range out {
-		out[p] = storage.RefcountStart(out[p], starts[p], floors[p], live[p])
+		var starts, floors []int64
+		var live []bool
+		var views []storage.RefcountOther
+		for _, k := range keys {
+			o := byKey[k]
+			if k[1] != int64(p) {
+				continue
+			}
+			starts, floors, live = append(starts, o.start), append(floors, o.floor), append(live, o.live)
+			views = append(views, storage.RefcountOther{Start: o.start, Live: o.live, Done: func(off int64) bool {
+				return off < o.floor || off < o.cursor && !o.open[off] || o.acked[off]
+			}})
+		}
+		out[p] = storage.RefcountStart(out[p], starts, floors, live)
+		if p < len(hw) {
+			skips[p] = storage.RefcountSkips(out[p], hw[p], views)
+		}
 	}
-	return out, nil
+	return out, skips, nil
+}
+
+// refcountJoin is refcountStarts at the partitions' current high-water marks.
+func (e *Engine) refcountJoin(ctx context.Context, tx pgx.Tx, topicID, self int64, want []int64) ([]int64, [][][2]int64, error) {
+	hw, err := e.highWaters(ctx, tx, topicID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e.refcountStarts(ctx, tx, topicID, self, want, hw)
+}
+
+// markSkipped marks the skipped runs of a new (or restarted) subscription done and records them
+// excluded: it is not in their sets, like the messages below its start.
+func (e *Engine) markSkipped(ctx context.Context, tx pgx.Tx, id, topicID int64, skips [][][2]int64) error {
+	b := &pgx.Batch{}
+	e.queueSkips(b, id, topicID, skips, "excluded", e.now(), e.now())
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("pgstore: subscription %d: skip completed messages: %w", id, err)
+	}
+	return nil
+}
+
+// highWaters returns the next offset of each partition of topicID.
+func (e *Engine) highWaters(ctx context.Context, tx pgx.Tx, topicID int64) ([]int64, error) {
+	var hw []int64
+	err := tx.QueryRow(ctx, e.sql(`SELECT coalesce(array_agg(next_offset ORDER BY partition), '{}') FROM spool.partitions WHERE topic_id = $1`),
+		topicID).Scan(&hw)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: refcount join: high-water marks: %w", err)
+	}
+	return hw, nil
+}
+
+// queueSkips queues, for subscription id of topicID, the statements that mark the runs skips done
+// (refcountStarts): their offsets leave its delivery rows, those at or above its cursor get an
+// acked row, and each run gets a completion record of state (removed at at for a subscription
+// back from DEAD, excluded for a new one). The caller then recomputes the ack floor.
+func (e *Engine) queueSkips(b *pgx.Batch, id, topicID int64, skips [][][2]int64, state string, at time.Time, now time.Time) {
+	for p, runs := range skips {
+		if len(runs) == 0 {
+			continue
+		}
+		var offs, los, his []int64
+		for _, r := range runs {
+			los, his = append(los, r[0]), append(his, r[1])
+			for o := r[0]; o < r[1]; o++ {
+				offs = append(offs, o)
+			}
+		}
+		b.Queue(e.sql(`INSERT INTO spool.completions (sub_id, topic_id, partition, lo, hi, state, at)
+			SELECT $1, $2, $3, r.lo, r.hi, $6, $7 FROM unnest($4::bigint[], $5::bigint[]) AS r(lo, hi)
+			ON CONFLICT DO NOTHING`), id, topicID, p, los, his, state, at)
+		b.Queue(e.sql(`DELETE FROM spool.deliveries WHERE sub_id = $1 AND partition = $2 AND offsets <@ $3::bigint[]`), id, p, offs)
+		b.Queue(e.sql(`UPDATE spool.deliveries
+			SET offsets = ARRAY(SELECT o FROM unnest(offsets) AS o WHERE o <> ALL ($3::bigint[]) ORDER BY o),
+				lo = (SELECT min(o) FROM unnest(offsets) AS o WHERE o <> ALL ($3::bigint[]))
+			WHERE sub_id = $1 AND partition = $2 AND offsets && $3::bigint[]`), id, p, offs)
+		b.Queue(e.sql(`INSERT INTO spool.deliveries (sub_id, partition, lo, offsets, state, attempt, member, due)
+			SELECT $1, $2, min(o), array_agg(o ORDER BY o), 'acked', 0, '', $4
+			FROM unnest($3::bigint[]) AS o
+			WHERE o >= (SELECT cursor FROM spool.sub_partitions WHERE sub_id = $1 AND partition = $2)
+			HAVING count(*) > 0`), id, p, offs, now)
+	}
 }
 
 // rejoin raises the ack floors of subscription id of refcount topic topicID, back from DEAD (it
@@ -78,7 +196,7 @@ func (e *Engine) rejoin(ctx context.Context, tx pgx.Tx, id, topicID int64, leftA
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
 	}
-	raised, err := e.refcountStarts(ctx, tx, topicID, id, floors)
+	raised, skips, err := e.refcountJoin(ctx, tx, topicID, id, floors)
 	if err != nil {
 		return err
 	}
@@ -94,14 +212,17 @@ func (e *Engine) rejoin(ctx context.Context, tx pgx.Tx, id, topicID int64, leftA
 			SET offsets = ARRAY(SELECT o FROM unnest(offsets) AS o WHERE o >= $3 ORDER BY o),
 				lo = (SELECT min(o) FROM unnest(offsets) AS o WHERE o >= $3)
 			WHERE sub_id = $1 AND partition = $2 AND lo < $3`), id, p, f)
-		b.Queue(e.sql(`UPDATE spool.sub_partitions sp SET cursor = greatest(sp.cursor, $3),
-				ack_floor = least(greatest(sp.cursor, $3), coalesce((SELECT min(d.lo) FROM spool.deliveries d
-					WHERE d.sub_id = sp.sub_id AND d.partition = sp.partition), greatest(sp.cursor, $3)))
-			WHERE sp.sub_id = $1 AND sp.partition = $2`), id, p, f)
+		b.Queue(e.sql(`UPDATE spool.sub_partitions SET cursor = greatest(cursor, $3), ack_floor = greatest(ack_floor, $3)
+			WHERE sub_id = $1 AND partition = $2`), id, p, f)
 	}
+	e.queueSkips(b, id, topicID, skips, string(storage.CompletionRemoved), leftAt, e.now())
 	if b.Len() == 0 {
 		return nil
 	}
+	// The floor: the lowest offset still in a row, or the cursor.
+	b.Queue(e.sql(`UPDATE spool.sub_partitions sp SET ack_floor = least(sp.cursor, coalesce((SELECT min(d.lo) FROM spool.deliveries d
+			WHERE d.sub_id = sp.sub_id AND d.partition = sp.partition AND d.state <> 'acked'), sp.cursor))
+		WHERE sp.sub_id = $1`), id)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
 	}
@@ -203,7 +324,7 @@ func (e *Engine) MessageCompletion(ctx context.Context, params *storage.MessageC
 			LEFT JOIN spool.sub_partitions sp ON sp.sub_id = s.id AND sp.partition = $2
 			LEFT JOIN LATERAL (SELECT c.state, c.at FROM spool.completions c
 				WHERE c.sub_id = s.id AND c.partition = $2 AND c.lo <= $3 AND c.hi > $3
-				ORDER BY c.state = 'removed', c.lo DESC LIMIT 1) c ON true
+				ORDER BY c.state IN ('removed', 'excluded'), c.lo DESC LIMIT 1) c ON true
 			WHERE s.topic_id = $1 AND s.state <> 'DELETED' ORDER BY s.id`), t.id, p, o)
 		if err != nil {
 			return fmt.Errorf("pgstore: completion: read subscriptions: %w", err)
@@ -249,6 +370,9 @@ func auditRow(g *storage.GroupCompletion, state storage.SubscriptionState, creat
 		return false // joined after it, or skipped it as completed when it joined
 	}
 	if cState != nil {
+		if *cState == "excluded" {
+			return false // completed out of order before it joined
+		}
 		g.State, g.At = storage.CompletionState(*cState), cAt.UTC()
 		return g.State != storage.CompletionRemoved || !published.After(g.At) // removed: published while it was DEAD?
 	}

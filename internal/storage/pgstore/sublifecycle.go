@@ -221,9 +221,18 @@ func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.Subs
 				if progress {
 					return fmt.Errorf("%w: subscription %d of group %q on topic %q", storage.ErrSubscriptionHasProgress, s.ID, s.Group, s.Topic)
 				}
+				var skips [][][2]int64
+				if t.cfg.CompletionTracking == storage.Refcount {
+					if starts, skips, err = e.refcountJoin(ctx, tx, t.id, s.ID, starts); err != nil {
+						return err
+					}
+				}
 				if _, err := tx.Exec(ctx, e.sql(`UPDATE spool.sub_partitions sp SET ack_floor = u.o, cursor = u.o, start_offset = u.o
 					FROM unnest($2::bigint[]) WITH ORDINALITY AS u(o, ord) WHERE sp.sub_id = $1 AND sp.partition = u.ord - 1`), s.ID, starts); err != nil {
 					return fmt.Errorf("pgstore: subscription %d: new start: %w", s.ID, err)
+				}
+				if err := e.markSkipped(ctx, tx, s.ID, t.id, skips); err != nil {
+					return err
 				}
 			}
 			startJSON, err := json.Marshal(cmpStart(start, s.Start))

@@ -270,14 +270,18 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 		if err != nil {
 			return err
 		}
+		var skips [][][2]int64
 		if t.cfg.CompletionTracking == storage.Refcount {
 			// Added to the pending messages only: its start skips those already complete.
-			if starts, err = e.refcountStarts(ctx, tx, t.id, 0, starts); err != nil {
+			if starts, skips, err = e.refcountJoin(ctx, tx, t.id, 0, starts); err != nil {
 				return err
 			}
 		}
 		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now(), params.HeartbeatTimeout)
 		if err != nil {
+			return err
+		}
+		if err := e.markSkipped(ctx, tx, s.ID, t.id, skips); err != nil {
 			return err
 		}
 		if err := e.setOrdering(ctx, tx, s, params.Ordering()); err != nil {

@@ -44,6 +44,7 @@ func (e *Engine) applySubCreate(t *topic, r *subRec) *sub {
 		for old.st.Partitions() < t.meta.Config.Partitions {
 			old.st.AddPartition(0)
 		}
+		markSkipped(old, r.Skips)
 		return old
 	}
 	s := &sub{meta: r.Sub, topic: t, st: substate.New(r.Starts), lastBeat: r.Sub.CreatedAt}
@@ -52,6 +53,7 @@ func (e *Engine) applySubCreate(t *topic, r *subRec) *sub {
 	for s.st.Partitions() < t.meta.Config.Partitions {
 		s.st.AddPartition(0)
 	}
+	markSkipped(s, r.Skips)
 	e.subs[s.meta.ID] = s
 	t.subs[s.meta.ID] = s
 	e.nextSubID = max(e.nextSubID, s.meta.ID+1)
@@ -129,6 +131,7 @@ func (e *Engine) applySubDelete(r *subDeleteRec) {
 	}
 	s.topic = nil
 	s.st = nil
+	s.rc = nil // a DELETED subscription is in no completion record
 	e.dropDLQ(s)
 	if s.meta.Ephemeral {
 		delete(e.subs, r.ID)
@@ -314,12 +317,12 @@ func (e *Engine) applyRecord(body []byte) error {
 			}
 		}
 	case recRejoin:
-		id, leftAt, floors, err := decodeRejoin(body)
+		id, leftAt, items, err := decodeRejoin(body)
 		if err != nil {
 			return err
 		}
 		if s := e.subs[id]; s != nil && s.st != nil {
-			applyRejoin(s, leftAt, floors)
+			applyRejoin(s, leftAt, items)
 		}
 	case recSubIDs:
 		next, err := decodeSubIDs(body)

@@ -23,9 +23,10 @@ const runCoalesce = int64(time.Second)
 
 // Completion run states.
 const (
-	runAcked   uint8 = 1
-	runDLQ     uint8 = 2
-	runRemoved uint8 = 3 // skipped when it came back from DEAD: left the set at at
+	runAcked    uint8 = 1
+	runDLQ      uint8 = 2
+	runRemoved  uint8 = 3 // skipped when it came back from DEAD: left the set at at
+	runExcluded uint8 = 4 // skipped when it joined (completed out of order before): not in its set
 )
 
 // crun is a run of completed offsets [lo, hi) of one state, the last completed at at (unix ns).
@@ -143,32 +144,52 @@ func startOf(s *sub, p int32) int64 {
 
 // refcountStartsLocked raises want, the per-partition start of subscription self joining refcount
 // topic t (created, or back from DEAD), past the messages the other subscriptions have completed
-// (storage.RefcountStart). e.mu must be held exclusively.
-func (e *Engine) refcountStartsLocked(t *topic, self int64, want []int64) []int64 {
+// (storage.RefcountStart), and returns, per partition, the runs of offsets above it completed out
+// of order (storage.RefcountSkips), which the joiner marks done. e.mu must be held exclusively.
+func (e *Engine) refcountStartsLocked(t *topic, self int64, want []int64) ([]int64, [][][2]int64) {
 	out := slices.Clone(want)
+	skips := make([][][2]int64, len(out))
+	others := make([]*sub, 0, len(t.subs))
+	for id, o := range t.subs {
+		if id != self {
+			others = append(others, o)
+		}
+	}
+	for _, o := range others {
+		o.mu.Lock()
+	}
+	defer func() {
+		for _, o := range others {
+			o.mu.Unlock()
+		}
+	}()
 	for p := range out {
 		var starts, floors []int64
 		var live []bool
-		for id, o := range t.subs {
-			if id == self {
+		var views []storage.RefcountOther
+		for _, o := range others {
+			if o.st == nil || p >= o.st.Partitions() {
 				continue
 			}
-			o.mu.Lock()
-			if o.st != nil && p < o.st.Partitions() {
-				starts = append(starts, startOf(o, int32(p)))
-				floors = append(floors, o.st.Floor(int32(p)))
-				live = append(live, o.meta.State.HoldsRetention())
-			}
-			o.mu.Unlock()
+			st, pp := o.st, int32(p)
+			starts = append(starts, startOf(o, pp))
+			floors = append(floors, st.Floor(pp))
+			live = append(live, o.meta.State.HoldsRetention())
+			views = append(views, storage.RefcountOther{Start: startOf(o, pp), Live: o.meta.State.HoldsRetention(),
+				Done: func(off int64) bool { return st.Done(pp, off) }})
 		}
 		out[p] = storage.RefcountStart(out[p], starts, floors, live)
+		if part := t.parts[p]; part.log != nil {
+			skips[p] = storage.RefcountSkips(out[p], part.log.NextIndex(), views)
+		}
 	}
-	return out
+	return out, skips
 }
 
 // rejoinLocked raises the ack floors of s, back from DEAD on a refcount topic (it left the set
-// at leftAt), past the messages completed while it was away, and returns the record that persists
-// it (nil when nothing moved or s is ephemeral). e.mu must be held exclusively.
+// at leftAt), past the messages completed while it was away, marks those completed out of order
+// above them done, and returns the record that persists it (nil when nothing moved or s is
+// ephemeral). e.mu must be held exclusively.
 func (e *Engine) rejoinLocked(s *sub, leftAt time.Time) []byte {
 	if !refcount(s.topic) {
 		return nil
@@ -183,11 +204,11 @@ func (e *Engine) rejoinLocked(s *sub, leftAt time.Time) []byte {
 		floors[p] = s.st.Floor(int32(p))
 	}
 	s.mu.Unlock()
-	raised := e.refcountStartsLocked(s.topic, s.meta.ID, floors)
-	var items []floorItem
+	raised, skips := e.refcountStartsLocked(s.topic, s.meta.ID, floors)
+	var items []rejoinItem
 	for p, f := range raised {
-		if f > floors[p] {
-			items = append(items, floorItem{sub: s.meta.ID, partition: int32(p), floor: f})
+		if f > floors[p] || len(skips[p]) > 0 {
+			items = append(items, rejoinItem{partition: int32(p), floor: f, skips: skips[p]})
 		}
 	}
 	if len(items) == 0 {
@@ -202,27 +223,61 @@ func (e *Engine) rejoinLocked(s *sub, leftAt time.Time) []byte {
 	return encodeRejoin(s.meta.ID, leftAt.UnixNano(), items)
 }
 
-// applyRejoin moves the floors of s up to floors, recording the offsets passed that s had not
-// completed as removed at leftAt. s.mu must be held (or Open be replaying).
-func applyRejoin(s *sub, leftAt int64, floors []floorItem) {
-	for _, f := range floors {
-		if s.rc == nil {
-			s.rc = completions{}
-		}
-		for o := s.st.Floor(f.partition); o < f.floor; {
-			// Runs of offsets not done: done ones keep their own records.
-			if s.st.Done(f.partition, o) {
-				o++
-				continue
+// rejoinItem is what a rejoin changes in one partition: the new ack floor, and the runs of
+// offsets above it to mark done.
+type rejoinItem struct {
+	partition int32
+	floor     int64
+	skips     [][2]int64
+}
+
+// applyRejoin moves the floors of s up and marks the skipped runs done, recording the offsets it
+// had not completed as removed at leftAt. s.mu must be held (or Open be replaying).
+func applyRejoin(s *sub, leftAt int64, items []rejoinItem) {
+	if s.rc == nil {
+		s.rc = completions{}
+	}
+	for _, it := range items {
+		p := it.partition
+		removed := func(lo, hi int64) {
+			for o := lo; o < hi; {
+				// Runs of offsets not done: done ones keep their own records.
+				if s.st.Done(p, o) {
+					o++
+					continue
+				}
+				end := o + 1
+				for end < hi && !s.st.Done(p, end) {
+					end++
+				}
+				s.rc.addRange(p, o, end, leftAt, runRemoved)
+				o = end
 			}
-			end := o + 1
-			for end < f.floor && !s.st.Done(f.partition, end) {
-				end++
-			}
-			s.rc.addRange(f.partition, o, end, leftAt, runRemoved)
-			o = end
 		}
-		s.st.ForceFloor(f.partition, f.floor)
+		removed(s.st.Floor(p), it.floor)
+		s.st.ForceFloor(p, it.floor)
+		for _, r := range it.skips {
+			removed(r[0], r[1])
+			for o := r[0]; o < r[1]; o++ {
+				s.st.Complete(p, o)
+			}
+		}
+	}
+}
+
+// markSkipped marks the skipped runs of a new subscription of a refcount topic done and records
+// them excluded: it is not in their sets, like the messages below its start.
+func markSkipped(s *sub, skips [][][2]int64) {
+	for p, runs := range skips {
+		for _, r := range runs {
+			if s.rc == nil {
+				s.rc = completions{}
+			}
+			s.rc.addRange(int32(p), r[0], r[1], 0, runExcluded)
+			for o := r[0]; o < r[1]; o++ {
+				s.st.Complete(int32(p), o)
+			}
+		}
 	}
 }
 
@@ -294,6 +349,8 @@ func auditSub(s *sub, p int32, o int64, published time.Time) (storage.GroupCompl
 		switch r.state {
 		case runDLQ:
 			g.State = storage.CompletionDeadLettered
+		case runExcluded:
+			return g, false // completed out of order before it joined
 		case runRemoved:
 			if published.After(g.At) {
 				return g, false // published while it was DEAD, completed before it came back

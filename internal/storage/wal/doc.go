@@ -146,9 +146,8 @@
 //     storage.ErrNotImplemented): a stale floor of an ACTIVE or PAUSED subscription is only
 //     force-advanced by max_retention.
 //   - completion_tracking refcount (completion.go) keeps its completion records in memory (runs
-//     per subscription partition, in the snapshot metadata) and evaluates "already complete" at
-//     a join as a prefix per partition: a message completed above the lowest live ack floor
-//     (out of order) still gets the joiner added.
+//     per subscription partition, in the snapshot metadata): a 1-second precision for runs of
+//     contiguous completions.
 //   - SubscriptionStats.Redelivering also counts never-delivered messages waiting for their
 //     NotBefore time (so Pending = Lag + InFlight + Redelivering, as the conformance suite checks).
 //   - Expired messages (ExpiresAt) are completed when a claim's cursor passes them; until then

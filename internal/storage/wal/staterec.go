@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal/substate"
 )
 
 // State record types: the first byte of every state log record. Part of the on-disk format; never
@@ -46,6 +47,9 @@ type topicCreateRec struct {
 type subRec struct {
 	Sub    storage.Subscription `json:"sub"`
 	Starts []int64              `json:"starts"`
+	// Skips (refcount topics) are, per partition, runs [lo, hi) above the start that the
+	// subscription marks done: completed out of order before it joined (not in its set).
+	Skips [][][2]int64 `json:"skips,omitempty"`
 }
 
 // topicUpdateRec replaces a topic's config. New partitions start at offset 0 for every
@@ -404,29 +408,44 @@ func decodeSubIDs(b []byte) (int64, error) {
 }
 
 // encodeRejoin: type | uvarint sub | varint left at (unix ns) | uvarint n | n x (uvarint
-// partition, uvarint floor): a subscription of a refcount topic back from DEAD skips the messages
-// completed while it was away (rejoinLocked): its floors move up, and the offsets they pass that
-// it had not completed are recorded as removed at the time it left.
-func encodeRejoin(subID int64, leftAt int64, floors []floorItem) []byte {
-	e := enc{b: make([]byte, 0, 12+len(floors)*8)}
+// partition, uvarint floor, uvarint k, k x (uvarint lo, uvarint hi)): a subscription of a
+// refcount topic back from DEAD skips the messages completed while it was away (rejoinLocked):
+// its floors move up, the runs [lo, hi) above them are marked done, and the offsets passed that it
+// had not completed are recorded as removed at the time it left.
+func encodeRejoin(subID int64, leftAt int64, items []rejoinItem) []byte {
+	e := enc{b: make([]byte, 0, 12+len(items)*8)}
 	e.u8(recRejoin)
 	e.uvarint(uint64(subID))
 	e.varint(leftAt)
-	e.uvarint(uint64(len(floors)))
-	for _, f := range floors {
-		e.uvarint(uint64(f.partition))
-		e.uvarint(uint64(f.floor))
+	e.uvarint(uint64(len(items)))
+	for _, it := range items {
+		e.uvarint(uint64(it.partition))
+		e.uvarint(uint64(it.floor))
+		e.uvarint(uint64(len(it.skips)))
+		for _, r := range it.skips {
+			e.uvarint(uint64(r[0]))
+			e.uvarint(uint64(r[1]))
+		}
 	}
 	return e.b
 }
 
-func decodeRejoin(b []byte) (subID int64, leftAt int64, floors []floorItem, err error) {
+func decodeRejoin(b []byte) (subID int64, leftAt int64, items []rejoinItem, err error) {
 	d := dec{b: b[1:]}
 	subID = int64(d.uvarint())
 	leftAt = d.varint()
-	floors = make([]floorItem, d.count(2))
-	for i := range floors {
-		floors[i] = floorItem{sub: subID, partition: int32(d.uvarint()), floor: int64(d.uvarint())}
+	items = make([]rejoinItem, d.count(3))
+	for i := range items {
+		items[i] = rejoinItem{partition: int32(d.uvarint()), floor: int64(d.uvarint())}
+		items[i].skips = make([][2]int64, d.count(2))
+		for j := range items[i].skips {
+			lo := int64(d.uvarint())
+			hi := int64(d.uvarint())
+			if hi < lo || hi-lo > substate.MaxDoneSpan {
+				return 0, 0, nil, fmt.Errorf("rejoin record: run [%d, %d) out of range", lo, hi)
+			}
+			items[i].skips[j] = [2]int64{lo, hi}
+		}
 	}
-	return subID, leftAt, floors, d.done("rejoin record")
+	return subID, leftAt, items, d.done("rejoin record")
 }

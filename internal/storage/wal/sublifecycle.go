@@ -209,6 +209,9 @@ func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.Subs
 	var rec []byte
 	if starts != nil {
 		r := subRec{Sub: meta, Starts: starts}
+		if refcount(s.topic) {
+			r.Starts, r.Skips = e.refcountStartsLocked(s.topic, s.meta.ID, starts)
+		}
 		e.applySubCreate(s.topic, &r)
 		rec = encodeJSON(recSubCreate, &r)
 	} else {

@@ -164,9 +164,10 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		e.mu.Unlock()
 		return nil, err
 	}
+	var skips [][][2]int64
 	if refcount(t) {
 		// Added to the pending messages only: its start skips those already complete.
-		starts = e.refcountStartsLocked(t, -1, starts)
+		starts, skips = e.refcountStartsLocked(t, -1, starts)
 	}
 	id := e.nextSubID
 	if group == "" {
@@ -181,6 +182,7 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 			HeartbeatTimeout: heartbeatTimeoutField(params.HeartbeatTimeout),
 		},
 		Starts: starts,
+		Skips:  skips,
 	}
 	s := e.applySubCreate(t, &rec)
 	out := cloneSub(s)
