@@ -339,7 +339,18 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 				if err != nil {
 					return err
 				}
-				if _, err := e.insertSub(ctx, tx, t, storage.QueueGroup, "", false, storage.StartPosition{Kind: storage.FromBeginning}, starts, now, 0); err != nil {
+				var skips [][][2]int64
+				if cfg.CompletionTracking == storage.Refcount {
+					// A join: added to the pending messages only.
+					if starts, skips, err = e.refcountJoin(ctx, tx, t.id, 0, starts); err != nil {
+						return err
+					}
+				}
+				s, err := e.insertSub(ctx, tx, t, storage.QueueGroup, "", false, storage.StartPosition{Kind: storage.FromBeginning}, starts, now, 0)
+				if err != nil {
+					return err
+				}
+				if err := e.markSkipped(ctx, tx, s.ID, t.id, skips); err != nil {
 					return err
 				}
 			}

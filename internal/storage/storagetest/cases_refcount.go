@@ -19,6 +19,7 @@ func refcountCases() []testCase {
 		{name: "completed_removed_never_rewritten", fn: testRefcountNeverRewritten},
 		{name: "out_of_order_completions_skipped", fn: testRefcountOutOfOrder},
 		{name: "dead_lettered", fn: testRefcountDeadLettered},
+		{name: "pubsub_to_queue_joins", fn: testRefcountToQueue},
 		{name: "mode_switch", fn: testRefcountModeSwitch},
 		{name: "restart_keeps_records", restart: true, fn: testRefcountRestart},
 	}
@@ -276,4 +277,21 @@ func testRefcountOutOfOrder(t *testing.T, x *env) {
 		requireOffsets(t, x.claimAll(c.ID, "m"), []int64{0, 2}, "claims of the new group after a restart")
 		requireOffsets(t, x.claimAll(b.ID, "m"), []int64{0, 2}, "claims of the group back from DEAD after a restart")
 	}
+}
+
+// testRefcountToQueue: the queue subscription that PUB_SUB to QUEUE creates (no live group left)
+// joins like any group: added to the message nobody completed, not to the one the DEAD group did.
+func testRefcountToQueue(t *testing.T, x *env) {
+	x.createTopic("rc", refcountTopic(1))
+	a := x.subscribe("rc", "a", fromNow)
+	x.publishN("rc", 0, 2)
+	ds := x.claim(a.ID, "m", 1)
+	x.ack(a.ID, "m", RefsOf(ds)...)
+	x.advance(storage.DefaultHeartbeatTimeout + time.Second)
+	requireIDs(t, x.maintain(0).Dead, []int64{a.ID}, "DEAD")
+	cfg := refcountTopic(1)
+	cfg.Semantics = storage.Queue
+	x.updateTopic(storage.TopicUpdateParams{Name: "rc", Config: cfg})
+	q := x.queueSub("rc")
+	requireOffsets(t, x.claimAll(q.ID, "m"), []int64{1}, "claims of the new queue subscription")
 }

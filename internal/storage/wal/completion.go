@@ -179,7 +179,8 @@ func (e *Engine) refcountStartsLocked(t *topic, self int64, want []int64) ([]int
 				Done: func(off int64) bool { return st.Done(pp, off) }})
 		}
 		out[p] = storage.RefcountStart(out[p], starts, floors, live)
-		if part := t.parts[p]; part.log != nil {
+		if p < len(t.parts) && t.parts[p].log != nil {
+			part := t.parts[p]
 			skips[p] = storage.RefcountSkips(out[p], part.log.NextIndex(), views)
 		}
 	}

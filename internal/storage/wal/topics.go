@@ -425,6 +425,11 @@ func (e *Engine) planSemanticsChangeLocked(t *topic, old, cfg storage.TopicConfi
 				},
 				Starts: starts,
 			})
+			if cfg.CompletionTracking == storage.Refcount {
+				// A join: added to the pending messages only.
+				n := &rec.NewSubs[len(rec.NewSubs)-1]
+				n.Starts, n.Skips = e.refcountStartsLocked(t, -1, starts)
+			}
 			e.nextSubID++
 		}
 	}
