@@ -18,14 +18,16 @@ import (
 // refcountStarts raises want, the per-partition start of subscription self (0: a new one) joining
 // refcount topic topicID, past the messages the other subscriptions with state have completed
 // (storage.RefcountStart), and returns, per partition, the runs of offsets above it completed out
-// of order (storage.RefcountSkips, below hw), which the joiner marks done. It reads the others'
-// floors, cursors and delivery rows in tx's snapshot: an ack committing concurrently with the join
-// may leave the joiner added to a message it completed.
+// of order (storage.RefcountSkips, below hw), which the joiner marks done. It locks the topic's
+// delivery state first (lockRefcountJoin), then reads the others' floors, cursors and rows.
 func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self int64, want, hw []int64) ([]int64, [][][2]int64, error) {
 	type other struct {
 		start, floor, cursor int64
 		live                 bool
 		acked, open          map[int64]bool // offsets of acked rows, of leased or waiting rows
+	}
+	if err := e.lockRefcountJoin(ctx, tx, topicID); err != nil {
+		return nil, nil, err
 	}
 	byKey := map[[2]int64]*other{} // (sub, partition)
 	var keys [][2]int64
@@ -104,6 +106,18 @@ func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self in
 	return out, skips, nil
 }
 
+// lockRefcountJoin locks the sub_partitions rows of the topic's subscriptions with state, in
+// (subscription, partition) order, the lock order of delivery transactions (combine.go): an ack
+// or a claim of any group of the topic waits for the join, and the join sees every ack committed
+// before it, so a message completed before the join is never given to the joiner.
+func (e *Engine) lockRefcountJoin(ctx context.Context, tx pgx.Tx, topicID int64) error {
+	if _, err := tx.Exec(ctx, e.sql(`SELECT 1 FROM spool.sub_partitions sp JOIN spool.subscriptions s ON s.id = sp.sub_id
+		WHERE s.topic_id = $1 AND s.state IN ('ACTIVE', 'PAUSED', 'DEAD') ORDER BY sp.sub_id, sp.partition FOR UPDATE OF sp`), topicID); err != nil {
+		return fmt.Errorf("pgstore: refcount join: lock delivery state: %w", err)
+	}
+	return nil
+}
+
 // refcountJoin is refcountStarts at the partitions' current high-water marks.
 func (e *Engine) refcountJoin(ctx context.Context, tx pgx.Tx, topicID, self int64, want []int64) ([]int64, [][][2]int64, error) {
 	hw, err := e.highWaters(ctx, tx, topicID)
@@ -175,7 +189,11 @@ func (e *Engine) queueSkips(b *pgx.Batch, id, topicID int64, skips [][][2]int64,
 // below them goes, and one 'removed' record covers each range passed. tx holds the
 // subscription's row.
 func (e *Engine) rejoin(ctx context.Context, tx pgx.Tx, id, topicID int64, leftAt time.Time) error {
-	rows, err := tx.Query(ctx, e.sql(`SELECT partition, ack_floor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
+	// Its rows are locked with the others', in the delivery transactions' order.
+	if err := e.lockRefcountJoin(ctx, tx, topicID); err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, e.sql(`SELECT partition, ack_floor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition`), id)
 	if err != nil {
 		return fmt.Errorf("pgstore: subscription %d: rejoin: %w", id, err)
 	}

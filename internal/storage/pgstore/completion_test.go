@@ -1,0 +1,39 @@
+package pgstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// TestRefcountJoinWaitsForDeliveries: a group joining a refcount topic waits for the delivery
+// transactions of the topic's other groups in flight and sees what they completed: an ack that
+// commits during the join is not missed, so the joiner is not added to the message it completed.
+// Here a session holds group a's delivery state and completes offset 0 (as a's ack would); the
+// join must wait for it, then skip offset 0.
+func TestRefcountJoinWaitsForDeliveries(t *testing.T) {
+	t.Parallel()
+	e := logOpen(t, testConfig(t, nil))
+	logTopic(t, e, "rc", storage.TopicConfig{Semantics: storage.PubSub, CompletionTracking: storage.Refcount})
+	a := logSub(t, e, "rc", "a")
+	logPublish(t, e, "rc", 0, "m")
+	ack := lockRows(t, e.sql(`UPDATE spool.sub_partitions SET ack_floor = 1, cursor = 1 WHERE sub_id = $1`), a.ID)
+	join := goOp("join", func() (*storage.Subscription, error) {
+		return e.SubscriptionCreate(t.Context(), &storage.SubscriptionCreateParams{Topic: "rc", Group: "c",
+			Start: storage.StartPosition{Kind: storage.FromBeginning}})
+	})
+	awaitBlockedBy(t, e, ack.pid())
+	if err := ack.tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	out := awaitOut(t, join, time.Now(), "join")
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	c := out.res.(*storage.Subscription)
+	res := must(e.DeliveriesClaim(t.Context(), &storage.DeliveriesClaimParams{SubscriptionID: c.ID, Member: "m", Max: 10}))(t)
+	if len(res.Deliveries) != 0 {
+		t.Errorf("the joiner got %d:%d, completed by a's ack that committed during the join", res.Deliveries[0].Partition, res.Deliveries[0].Offset)
+	}
+}
