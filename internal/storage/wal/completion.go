@@ -73,11 +73,33 @@ func (c completions) add(p int32, o, at int64, state uint8) {
 	c[p] = runs
 }
 
-// addRange records the offsets [lo, hi) of partition p, none of which is recorded yet, as one run.
+// addRange records the offsets of [lo, hi) of partition p that are not recorded yet, as runs of
+// one state and time (the recorded ones keep their record).
 func (c completions) addRange(p int32, lo, hi, at int64, state uint8) {
 	runs := c[p]
-	i, _ := slices.BinarySearchFunc(runs, lo, func(r crun, o int64) int { return cmp.Compare(r.lo, o) })
-	c[p] = slices.Insert(runs, i, crun{lo: lo, hi: hi, at: at, state: state})
+	i, _ := slices.BinarySearchFunc(runs, lo, func(r crun, o int64) int { return cmp.Compare(r.hi, o+1) })
+	var gaps []crun
+	for o := lo; o < hi; {
+		for i < len(runs) && runs[i].hi <= o {
+			i++
+		}
+		if i < len(runs) && runs[i].lo <= o {
+			o = runs[i].hi
+			continue
+		}
+		end := hi
+		if i < len(runs) && runs[i].lo < end {
+			end = runs[i].lo
+		}
+		gaps = append(gaps, crun{lo: o, hi: end, at: at, state: state})
+		o = end
+	}
+	if len(gaps) == 0 {
+		return
+	}
+	runs = append(runs, gaps...)
+	slices.SortFunc(runs, func(a, b crun) int { return cmp.Compare(a.lo, b.lo) })
+	c[p] = runs
 }
 
 // get returns the run holding offset o of partition p.
