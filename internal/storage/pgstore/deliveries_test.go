@@ -369,10 +369,16 @@ func countCancelled(n, copies int) int64 {
 
 // BenchmarkClaimAck measures claiming and acking a QUEUE subscription (4 partitions, 100-byte
 // payloads) in batches of 100, one member; one op is one message.
-func BenchmarkClaimAck(b *testing.B) {
+func BenchmarkClaimAck(b *testing.B) { benchClaimAck(b, storage.Watermark) }
+
+// BenchmarkClaimAckRefcount is BenchmarkClaimAck on a refcount topic: each ack transaction also
+// inserts the completion records.
+func BenchmarkClaimAckRefcount(b *testing.B) { benchClaimAck(b, storage.Refcount) }
+
+func benchClaimAck(b *testing.B, mode storage.CompletionTracking) {
 	e := logOpen(b, testConfig(b, nil))
 	ctx := b.Context()
-	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench.q", Config: storage.TopicConfig{Partitions: 4}}); err != nil {
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench.q", Config: storage.TopicConfig{Partitions: 4, CompletionTracking: mode}}); err != nil {
 		b.Fatal(err)
 	}
 	sub, err := e.SubscriptionGetByGroup(ctx, "bench.q", storage.QueueGroup)

@@ -151,12 +151,21 @@ func BenchmarkClaimAck_1KiB_Batch100(b *testing.B) { benchClaimAck(b, 1, 100) }
 // 10 at a time in parallel: fan-out and the per-subscription locks.
 func BenchmarkClaimAck_1KiB_Batch10_16Groups(b *testing.B) { benchClaimAck(b, 16, 10) }
 
-func benchClaimAck(b *testing.B, groups, batch int) {
+// BenchmarkClaimAck_1KiB_Batch10_16Groups_Refcount: the same on a refcount topic (completion
+// records kept per ack).
+func BenchmarkClaimAck_1KiB_Batch10_16Groups_Refcount(b *testing.B) {
+	benchClaimAckMode(b, 16, 10, storage.Refcount)
+}
+
+func benchClaimAck(b *testing.B, groups, batch int) { benchClaimAckMode(b, groups, batch, "") }
+
+func benchClaimAckMode(b *testing.B, groups, batch int, mode storage.CompletionTracking) {
 	var counter syncCounter
 	dir := b.TempDir()
 	e := openBench(b, dir, &counter, func(c *Config) { c.Sync = UnsafeNoSync })
 	ctx := context.Background()
-	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench", Config: storage.TopicConfig{Semantics: storage.PubSub}}); err != nil {
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "bench",
+		Config: storage.TopicConfig{Semantics: storage.PubSub, CompletionTracking: mode}}); err != nil {
 		b.Fatal(err)
 	}
 	subs := make([]int64, groups)
