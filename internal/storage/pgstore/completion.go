@@ -13,7 +13,7 @@ import (
 )
 
 // Completion tracking refcount (docs/storage.md "Completion tracking"): completion records in
-// spool.completions (migration 0011), joins that skip completed messages, and the audit read.
+// spool.completions (migration 0012), joins that skip completed messages, and the audit read.
 
 // refcountStarts raises want, the per-partition start of subscription self (0: a new one) joining
 // refcount topic topicID, past the messages the other subscriptions with state have completed

@@ -1,4 +1,4 @@
--- 0011: completion records of refcount topics (completion_tracking refcount, issue 18 item 4).
+-- 0012: completion records of refcount topics (completion_tracking refcount, issue 18 item 4).
 -- One row per (subscription, partition, run of offsets [lo, hi)): an ack or a dead-lettering is a
 -- one-offset row written in the delivery transaction that made it (state 'acked' or
 -- 'dead_lettered', at = that transaction's time); a subscription back from DEAD that skips the
