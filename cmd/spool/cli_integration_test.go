@@ -210,7 +210,7 @@ func TestCLIScenario(t *testing.T) {
 	r = s.ok(t, "", "topic", "describe", topic)
 	for _, want := range []string{"Semantics:                           PUB_SUB\n", "Max deliveries:                      1\n",
 		"Ack wait:                            1m\n", "Message retention:                   24h\n", "Max retention:                       30d\n",
-		"\nGroups:\nGROUP  STATE   HEALTH  MEMBERS  PENDING"} {
+		"Zombie TTL:                          7d\n", "\nGroups:\nGROUP  STATE   HEALTH  MEMBERS  PENDING"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("topic describe lacks %q:\n%s", want, r.stdout)
 		}

@@ -122,7 +122,8 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	cfg := addTopicConfigFlags(fs, false)
 	if _, err := parseArgs(fs, []string{"--semantics", "pub-sub", "--max-retention", "30d", "--block-writes-on-zero-subscriptions=false",
-		"--completion-tracking", "WATERMARK", "--partitions", "4", "--max-backlog-messages", "0", "--backlog-policy", "Throttle"}); err != nil {
+		"--completion-tracking", "WATERMARK", "--partitions", "4", "--max-backlog-messages", "0", "--backlog-policy", "Throttle",
+		"--zombie-ttl", "2d"}); err != nil {
 		t.Fatal(err)
 	}
 	body, err := cfg.body(fs)
@@ -130,7 +131,8 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"semantics": "PUB_SUB", "max_retention": "720h0m0s", "block_writes_on_zero_subscriptions": false,
-		"completion_tracking": "watermark", "partitions": 4, "max_backlog_messages": int64(0), "backlog_policy": "throttle"}
+		"completion_tracking": "watermark", "partitions": 4, "max_backlog_messages": int64(0), "backlog_policy": "throttle",
+		"zombie_ttl": "48h0m0s"}
 	if len(body) != len(want) {
 		t.Fatalf("body %v, want %v", body, want)
 	}
@@ -148,7 +150,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 	if _, err := cfg.body(fs); err == nil {
 		t.Fatal("--semantics fanout: want an error")
 	}
-	for _, name := range []string{"ack-wait", "message-retention", "zero-subscription-retention", "max-retention"} {
+	for _, name := range []string{"ack-wait", "message-retention", "zero-subscription-retention", "max-retention", "zombie-ttl"} {
 		if err := fs.Set(name, "2w"); err == nil {
 			t.Errorf("--%s 2w: want an error", name)
 		}
@@ -225,7 +227,7 @@ func TestStartupLogNamesTheEngine(t *testing.T) {
 }
 
 // TestHelpPromisesOnlyWhatIsBuilt: help texts offer no setting or behaviour that is not built
-// (zombie_ttl, backfill). DEAD groups are built (the broker's lifecycle job).
+// (backfill). DEAD groups, zombie_ttl and refcount completion are built.
 func TestHelpPromisesOnlyWhatIsBuilt(t *testing.T) {
 	t.Parallel()
 	s := &cliStack{addr: "127.0.0.1:1", httpURL: "http://127.0.0.1:1"}
@@ -236,7 +238,7 @@ func TestHelpPromisesOnlyWhatIsBuilt(t *testing.T) {
 	} {
 		r := s.run(t, "", args...)
 		help := strings.ToLower(r.stdout + r.stderr)
-		for _, promise := range []string{"zombie", "backfill"} {
+		for _, promise := range []string{"backfill"} {
 			if strings.Contains(help, promise) {
 				t.Errorf("spool %s promises %q:\n%s", strings.Join(args, " "), promise, help)
 			}

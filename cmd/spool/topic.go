@@ -33,7 +33,7 @@ type topicConfigFlags struct {
 	partitions, maxDeliveries, maxMessageBytes                int
 	blockWrites                                               bool
 	ackWait, messageRetention, zeroSubRetention, maxRetention cli.DurationValue
-	dedupWindow                                               cli.DurationValue
+	dedupWindow, zombieTTL                                    cli.DurationValue
 	maxBacklogMessages, maxBacklogBytes                       int64
 	backlogPolicy                                             string
 	poisonSameReason                                          bool
@@ -60,6 +60,7 @@ var topicFlagFields = map[string]string{
 	"block-writes-on-zero-subscriptions": "block_writes_on_zero_subscriptions",
 	"completion-tracking":                "completion_tracking",
 	"max-retention":                      "max_retention",
+	"zombie-ttl":                         "zombie_ttl",
 	"max-message-bytes":                  "max_message_bytes",
 	"dedup-window":                       "dedup_window",
 	"max-backlog-messages":               "max_backlog_messages",
@@ -82,10 +83,10 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.Var(&t.messageRetention, "message-retention", "how long completed messages are kept for replay"+def("24h"))
 	fs.Var(&t.zeroSubRetention, "zero-subscription-retention", "how long a PUB_SUB topic without subscriptions keeps messages"+def("24h"))
 	fs.BoolVar(&t.blockWrites, "block-writes-on-zero-subscriptions", false, "refuse publishes to a PUB_SUB topic without an ACTIVE subscription")
-	// zombie_ttl has no flag: only its default is accepted, and it changes nothing yet.
 	fs.StringVar(&t.completionTracking, "completion-tracking", "", "watermark (retention follows each group's ack floor) or refcount "+
 		"(strict: a message waits for the groups live at its publish; audit with spool topic completion); not changeable while the topic holds messages"+def("watermark"))
 	fs.Var(&t.maxRetention, "max-retention", "hard cap on the age of any message"+def("30d"))
+	fs.Var(&t.zombieTTL, "zombie-ttl", "a group whose ack floor is stuck longer than this gives up the messages older than it (at least 1s, at most --max-retention)"+def("7d"))
 	fs.IntVar(&t.maxMessageBytes, "max-message-bytes", 0, "bound of key + headers + payload of one message"+def("1048576"))
 	fs.Var(&t.dedupWindow, "dedup-window", "how long a producer id is remembered: a message repeating one is not stored again"+def("2m"))
 	fs.Int64Var(&t.maxBacklogMessages, "max-backlog-messages", 0, "backpressure: bound on the messages the slowest active group has not done; 0: none"+def("0"))
@@ -302,6 +303,7 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("Block writes on zero subscriptions", strconv.FormatBool(c.BlockWritesOnZeroSubscriptions))
 	f.Add("Completion tracking", string(c.CompletionTracking))
 	f.Add("Max retention", cli.Duration(time.Duration(c.MaxRetention)))
+	f.Add("Zombie TTL", cli.Duration(time.Duration(c.ZombieTTL)))
 	f.Add("Max message size", cli.Bytes(int64(c.MaxMessageBytes)))
 	f.Add("Dedup window", cli.Duration(time.Duration(c.DedupWindow)))
 	f.Add("Poison rules", poisonText(c.PoisonRules))

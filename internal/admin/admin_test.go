@@ -918,32 +918,28 @@ func TestPullLeases(t *testing.T) {
 	}
 }
 
-// TestUnbuiltSettings: a zombie_ttl other than the default is refused with a clear "not implemented yet" (nothing is created or changed), and responses do
-// not show zombie_ttl, whose value would promise a force-advance that never happens.
-func TestUnbuiltSettings(t *testing.T) {
+// TestZombieTTLSetting: a zombie_ttl under 1s or above max_retention is refused (nothing is
+// created); a valid one is stored and shown.
+func TestZombieTTLSetting(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	for _, body := range []map[string]any{
-		{"name": "x", "zombie_ttl": "72h"},
+		{"name": "x", "zombie_ttl": "500ms"},
+		{"name": "x", "zombie_ttl": "72h", "max_retention": "48h"},
 	} {
 		d := e.do("POST", "/api/v1/topics", body).fails(400, "INVALID_ARGUMENT")
-		if !strings.Contains(d.Message, "not implemented yet") {
+		if !strings.Contains(d.Message, "zombie_ttl") {
 			t.Errorf("%v: message %q", body, d.Message)
 		}
 	}
 	e.do("GET", "/api/v1/topics/x", nil).fails(404, "TOPIC_NOT_FOUND")
-	r := e.do("POST", "/api/v1/topics", map[string]any{"name": "x", "zombie_ttl": "168h", "completion_tracking": "watermark"}).ok(201, nil)
-	if strings.Contains(string(r.body), "zombie") {
-		t.Errorf("create response shows zombie_ttl: %s", r.body)
+	r := e.do("POST", "/api/v1/topics", map[string]any{"name": "x", "completion_tracking": "watermark"}).ok(201, nil)
+	if !strings.Contains(string(r.body), `"zombie_ttl":"168h0m0s"`) {
+		t.Errorf("create response does not show the default zombie_ttl: %s", r.body)
 	}
-	for _, body := range []map[string]any{{"zombie_ttl": "1h"}} {
-		d := e.do("PUT", "/api/v1/topics/x/config", body).fails(400, "INVALID_ARGUMENT")
-		if !strings.Contains(d.Message, "not implemented yet") {
-			t.Errorf("update %v: message %q", body, d.Message)
-		}
-	}
+	e.do("PUT", "/api/v1/topics/x/config", map[string]any{"zombie_ttl": "1h"}).ok(200, nil)
 	r = e.do("GET", "/api/v1/topics/x", nil).ok(200, nil)
-	if strings.Contains(string(r.body), "zombie") || !strings.Contains(string(r.body), `"completion_tracking":"watermark"`) {
+	if !strings.Contains(string(r.body), `"zombie_ttl":"1h0m0s"`) || !strings.Contains(string(r.body), `"completion_tracking":"watermark"`) {
 		t.Errorf("topic: %s", r.body)
 	}
 }

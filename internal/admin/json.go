@@ -102,8 +102,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // TopicConfig is storage.TopicConfig in the API: durations as strings. Zero fields mean the default
 // when creating a topic. Settings that are not built are refused (INVALID_ARGUMENT, "not implemented
-// yet"): zombie_ttl other than its default 7 days, which is accepted in requests but never shown in
-// responses. completion_tracking cannot change while the topic holds messages (INVALID_ARGUMENT).
+// yet"). completion_tracking cannot change while the topic holds messages (INVALID_ARGUMENT).
 type TopicConfig struct {
 	Semantics                      storage.Semantics          `json:"semantics,omitempty"`
 	Partitions                     int                        `json:"partitions,omitempty"`
@@ -144,13 +143,13 @@ func configJSON(c storage.TopicConfig) TopicConfig {
 		BlockWritesOnZeroSubscriptions: c.BlockWritesOnZeroSubscriptions,
 		CompletionTracking:             c.CompletionTracking,
 		MaxRetention:                   Duration(c.MaxRetention),
-		// ZombieTTL is left out: nothing is force-advanced yet, and showing 7d would say otherwise.
-		MaxMessageBytes:    c.MaxMessageBytes,
-		DedupWindow:        Duration(c.DedupWindow),
-		MaxBacklogMessages: c.MaxBacklogMessages,
-		MaxBacklogBytes:    c.MaxBacklogBytes,
-		BacklogPolicy:      c.BacklogPolicy,
-		PoisonRules:        poisonJSON(c.PoisonRules),
+		ZombieTTL:                      Duration(c.ZombieTTL),
+		MaxMessageBytes:                c.MaxMessageBytes,
+		DedupWindow:                    Duration(c.DedupWindow),
+		MaxBacklogMessages:             c.MaxBacklogMessages,
+		MaxBacklogBytes:                c.MaxBacklogBytes,
+		BacklogPolicy:                  c.BacklogPolicy,
+		PoisonRules:                    poisonJSON(c.PoisonRules),
 	}
 }
 

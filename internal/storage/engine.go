@@ -84,6 +84,16 @@ type Engine interface {
 	// RetentionResult.Expired with its reason. Every duration is honoured, however short: an
 	// engine that deletes whole segments seals a partition's active segment when its oldest
 	// message may go. Safe to run concurrently and on several broker instances.
+	//
+	// Before that, it force-advances stuck floors (zombie_ttl): for each subscription holding
+	// retention (ACTIVE, PAUSED) and each partition, the engine remembers (in memory, per
+	// process) the ack floor it saw and since when; when a run finds the floor still where it was
+	// more than zombie_ttl ago, the floor is moved to the first message published at or after
+	// now minus zombie_ttl, and what the subscription had not completed below it is counted in
+	// RetentionResult.Zombies. The "since" of a force-advanced floor is kept, so a subscription
+	// that stays stuck holds at most zombie_ttl of messages; its own progress resets it. A floor
+	// is first seen at the first run after a subscription or engine start: a restart postpones a
+	// force-advance, never hastens it.
 	RetentionApply(ctx context.Context) (*RetentionResult, error)
 
 	// SubscriptionAssign replaces the partition assignment of an ORDERED subscription if its
@@ -418,6 +428,34 @@ type RetentionResult struct {
 	DLQEntriesExpired int64
 	// BytesDeleted is the storage reclaimed.
 	BytesDeleted int64
+	// Zombies are the subscriptions whose stuck ack floors zombie_ttl force-advanced in this run,
+	// by topic and subscription, in the order they were counted. Add to it with AddZombie.
+	Zombies []ZombieCount
+}
+
+// ZombieCount is a subscription whose ack floor zombie_ttl force-advanced (TopicConfig.ZombieTTL)
+// and the number of messages it gave up: those it had not completed (acked or dead-lettered)
+// below the new floors, over its partitions. They are never delivered to it; they are not
+// removed by this (retention removes them later like any completed message).
+type ZombieCount struct {
+	Topic          string
+	Group          string
+	SubscriptionID int64
+	Messages       int64
+}
+
+// AddZombie counts n > 0 messages given up by subscription id (group, on topic); a force-advance
+// over messages all completed already gives up nothing and is not listed. n is merged into the
+// last entry when it is the same subscription, else appended.
+func (r *RetentionResult) AddZombie(topic, group string, id, n int64) {
+	if n <= 0 {
+		return
+	}
+	if k := len(r.Zombies) - 1; k >= 0 && r.Zombies[k].SubscriptionID == id {
+		r.Zombies[k].Messages += n
+		return
+	}
+	r.Zombies = append(r.Zombies, ZombieCount{Topic: topic, Group: group, SubscriptionID: id, Messages: n})
 }
 
 // ExpiryReason is the retention rule that removed messages a subscription had not completed: the

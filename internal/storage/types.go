@@ -34,9 +34,11 @@ const (
 	Refcount CompletionTracking = "refcount"
 )
 
-// DefaultZombieTTL is the default of TopicConfig.ZombieTTL, the only value accepted until the
-// force-advance of stale ack floors is built.
+// DefaultZombieTTL is the default of TopicConfig.ZombieTTL (seed 000: 7 days).
 const DefaultZombieTTL = 7 * 24 * time.Hour
+
+// MinZombieTTL is the shortest TopicConfig.ZombieTTL.
+const MinZombieTTL = time.Second
 
 // Limits that are part of the contract.
 const (
@@ -86,10 +88,12 @@ type TopicConfig struct {
 	// MaxRetention is the hard cap on the age of any retained message, needed or not. Removals it
 	// causes are counted. Defaults to 30 days.
 	MaxRetention time.Duration `json:"max_retention" yaml:"max_retention"`
-	// ZombieTTL is meant to be the age after which a subscription's stale ack floor is
-	// force-advanced. Not built yet: nothing is force-advanced (only MaxRetention caps retention),
-	// so any value other than the default, DefaultZombieTTL (7 days), is refused with
-	// ErrNotImplemented, and the HTTP API and the CLI do not show it.
+	// ZombieTTL is how long the ack floor of a subscription that holds retention (ACTIVE or
+	// PAUSED) may stay stuck: once retention has seen a partition's floor at the same offset for
+	// longer than this, the floor is force-advanced past the messages older than ZombieTTL
+	// (Engine.RetentionApply, RetentionResult.Zombies). At least MinZombieTTL; an explicit value
+	// above MaxRetention is refused (it could never fire). Defaults to 7 days, which simply does
+	// nothing on a topic whose MaxRetention is shorter.
 	ZombieTTL time.Duration `json:"zombie_ttl" yaml:"zombie_ttl"`
 	// MaxMessageBytes bounds key + headers + payload of one message. Defaults to 1 MiB.
 	MaxMessageBytes int `json:"max_message_bytes" yaml:"max_message_bytes"`
@@ -226,9 +230,12 @@ func (c TopicConfig) Validate() error {
 		return bad("max_retention", "must be at least 1s, got %s", c.MaxRetention)
 	case c.MessageRetention > c.MaxRetention:
 		return bad("message_retention", "(%s) must not exceed max_retention (%s)", c.MessageRetention, c.MaxRetention)
-	case c.ZombieTTL != DefaultZombieTTL:
-		return fmt.Errorf("%w: zombie_ttl %s (stale ack floors are never force-advanced; only max_retention caps retention): leave it unset",
-			ErrNotImplemented, c.ZombieTTL)
+	case c.ZombieTTL < MinZombieTTL:
+		return bad("zombie_ttl", "must be at least %s, got %s", MinZombieTTL, c.ZombieTTL)
+	case c.ZombieTTL > c.MaxRetention && c.ZombieTTL != DefaultZombieTTL:
+		// The default is let through: it merely never fires on topics capped below 7 days.
+		return bad("zombie_ttl", "(%s) must not exceed max_retention (%s): max_retention would remove the messages first",
+			c.ZombieTTL, c.MaxRetention)
 	case c.MaxMessageBytes < 1 || c.MaxMessageBytes > MaxMessageBytesLimit:
 		return bad("max_message_bytes", "must be between 1 and %d, got %d", MaxMessageBytesLimit, c.MaxMessageBytes)
 	case c.DedupWindow < time.Millisecond || c.DedupWindow > MaxDedupWindow:

@@ -65,13 +65,11 @@ func TestSubscriptionCreateParamsCheck(t *testing.T) {
 	}
 }
 
-// TestUnbuiltSettingsRefused: a zombie_ttl other than the default is not built, so it is refused
-// with ErrNotImplemented (an INVALID_ARGUMENT) instead of being stored and ignored; the defaults, spelled out or left zero, are accepted.
+// TestUnbuiltSettingsRefused: an unknown completion_tracking is refused with INVALID_ARGUMENT
+// (not ErrNotImplemented: every setting is built); the defaults, spelled out or left zero, and
+// refcount are accepted.
 func TestUnbuiltSettingsRefused(t *testing.T) {
 	for name, cfg := range map[string]TopicConfig{
-		"zombie_ttl 3 d":   {ZombieTTL: 72 * time.Hour},
-		"zombie_ttl 1 s":   {ZombieTTL: time.Second},
-		"zombie_ttl 30 d":  {ZombieTTL: 30 * 24 * time.Hour},
 		"unknown tracking": {CompletionTracking: "exactly-once"},
 	} {
 		_, err := CheckTopic("t", cfg)
@@ -93,6 +91,31 @@ func TestUnbuiltSettingsRefused(t *testing.T) {
 	} {
 		if _, err := CheckTopic("t", cfg); err != nil {
 			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestZombieTTL: zombie_ttl is at least 1s, and an explicit value above max_retention is refused
+// (it could never fire); the default is accepted whatever max_retention is.
+func TestZombieTTL(t *testing.T) {
+	for name, cfg := range map[string]TopicConfig{
+		"1s":                 {ZombieTTL: time.Second},
+		"3 d":                {ZombieTTL: 72 * time.Hour},
+		"= max_retention":    {ZombieTTL: 48 * time.Hour, MaxRetention: 48 * time.Hour},
+		"default, short cap": {MaxRetention: time.Hour, MessageRetention: time.Minute},
+	} {
+		if _, err := CheckTopic("t", cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, cfg := range map[string]TopicConfig{
+		"999ms":           {ZombieTTL: 999 * time.Millisecond},
+		"negative":        {ZombieTTL: -time.Hour},
+		"> max_retention": {ZombieTTL: 49 * time.Hour, MaxRetention: 48 * time.Hour},
+	} {
+		_, err := CheckTopic("t", cfg)
+		if !errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrNotImplemented) || err == nil || !strings.Contains(err.Error(), "zombie_ttl") {
+			t.Errorf("%s: %v, want ErrInvalidArgument naming zombie_ttl", name, err)
 		}
 	}
 }

@@ -192,6 +192,8 @@ type Engine struct {
 	// sequencer removed, until the next RetentionApply reports them (invariant 1: a metric
 	// counts every removal).
 	dropped droppedCounts
+	// watches are this instance's views of the ack floors, for zombie_ttl (zombie.go).
+	watches floorWatches
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema

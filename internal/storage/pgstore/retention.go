@@ -67,12 +67,22 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 			return res, err
 		}
 		var tr storage.RetentionResult
+		prev := e.watches.get(t.id)
+		var watch map[watchKey]floorWatch
 		err := e.tx(ctx, func(tx pgx.Tx) error {
 			tr = storage.RetentionResult{}
-			return e.retainTopic(ctx, tx, t.id, t.name, now, &tr)
+			var err error
+			watch, err = e.retainTopic(ctx, tx, t.id, t.name, now, prev, &tr)
+			return err
 		})
 		if err != nil {
 			return res, fmt.Errorf("pgstore: retention of topic %q: %w", t.name, err)
+		}
+		if watch != nil {
+			e.watches.put(t.id, watch) // nil: skipped (another instance had it, or deleted)
+		}
+		for _, z := range tr.Zombies {
+			res.AddZombie(z.Topic, z.Group, z.SubscriptionID, z.Messages)
 		}
 		res.MessagesDeleted += tr.MessagesDeleted
 		for _, x := range tr.Expired {
@@ -161,29 +171,42 @@ LEFT JOIN (
 WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
 ORDER BY p.partition`
 
-// retainTopic applies retention to one topic inside tx; see RetentionApply.
-func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, name string, now time.Time, res *storage.RetentionResult) error {
+// retainTopic applies retention to one topic inside tx; see RetentionApply. prev is the
+// instance's view of the topic's floors (zombie.go); the new one is returned, nil when the topic
+// was skipped.
+func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, name string, now time.Time,
+	prev map[watchKey]floorWatch, res *storage.RetentionResult) (map[watchKey]floorWatch, error) {
 	ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "retention:"+strconv.FormatInt(topicID, 10)))
 	if err != nil || !ok {
-		return err
+		return nil, err
 	}
 	var cfgJSON []byte
 	err = tx.QueryRow(ctx, e.sql("SELECT config FROM spool.topics WHERE id = $1 FOR SHARE"), topicID).Scan(&cfgJSON)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // deleted meanwhile
+		return map[watchKey]floorWatch{}, nil // deleted meanwhile
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var cfg storage.TopicConfig
 	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
-		return fmt.Errorf("%w: topic %d: config: %v", storage.ErrCorrupt, topicID, err)
+		return nil, fmt.Errorf("%w: topic %d: config: %v", storage.ErrCorrupt, topicID, err)
 	}
 	cfg = cfg.WithDefaults()
 
 	if err := noJIT(ctx, tx); err != nil {
-		return err
+		return nil, err
 	}
+	watch, err := e.advanceZombies(ctx, tx, topicID, name, cfg, now, prev, res)
+	if err != nil {
+		return nil, err
+	}
+	return watch, e.retainTopicMessages(ctx, tx, topicID, name, now, cfg, res)
+}
+
+// retainTopicMessages removes what retention allows of one topic's messages inside tx.
+func (e *Engine) retainTopicMessages(ctx context.Context, tx pgx.Tx, topicID int64, name string, now time.Time,
+	cfg storage.TopicConfig, res *storage.RetentionResult) error {
 	rows, err := tx.Query(ctx, e.sql(retentionBoundsSQL), topicID,
 		[]time.Time{now.Add(-cfg.MaxRetention), now.Add(-cfg.MessageRetention), now.Add(-cfg.ZeroSubscriptionRetention)})
 	if err != nil {

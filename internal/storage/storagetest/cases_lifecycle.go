@@ -171,7 +171,8 @@ func testLifePausedNeverDead(t *testing.T, x *env) {
 }
 
 // testLifeDeadRetention: a subscription made DEAD by the detection job stops holding retention:
-// messages the live group completed go after message_retention, counted as dead_subscription.
+// messages the live group completed go after message_retention, counted as dead_subscription;
+// resurrected, it continues from the oldest retained message.
 func testLifeDeadRetention(t *testing.T, x *env) {
 	cfg := pubSub(1)
 	cfg.MessageRetention = time.Hour
@@ -191,6 +192,13 @@ func testLifeDeadRetention(t *testing.T, x *env) {
 	equal(t, res.MessagesExpired, 3, "expired once the group is DEAD")
 	equal(t, len(res.Expired), 1, "expired entries")
 	equal(t, res.Expired[0].Reason, storage.ExpiredDeadSubscription, "reason")
+
+	// Resurrected, it goes on from the oldest retained message: what it lost is gone (and was
+	// counted), nothing after it is skipped.
+	x.publishN("dr", 0, 2)
+	requireIDs(t, x.heartbeat(dead.ID).Resurrected, []int64{dead.ID}, "resurrected")
+	equal(t, partStats(t, x.stats(dead.ID), 0).AckFloor, int64(3), "floor after resurrection")
+	requireOffsets(t, x.claimAll(dead.ID, "m"), []int64{3, 4}, "a resurrected group gets the retained messages")
 }
 
 func testLifeCancelledDeleted(t *testing.T, x *env) {

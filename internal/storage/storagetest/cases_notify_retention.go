@@ -21,6 +21,7 @@ func retentionCases() []testCase {
 		{name: "max_retention_removes_everything_old", fn: testRetentionMaxStrict},
 		{name: "max_retention_keeps_younger", fn: testRetentionMaxKeepsYounger},
 	}
+	cases = append(cases, zombieCases()...)
 	return append(cases, shortRetentionCases()...)
 }
 

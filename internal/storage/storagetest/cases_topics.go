@@ -166,7 +166,7 @@ func testTopicInvalidConfig(t *testing.T, x *env) {
 		"max_retention too short":   {MaxRetention: 500 * time.Millisecond},
 		"retention above max":       {MessageRetention: 48 * time.Hour, MaxRetention: 24 * time.Hour},
 		"zombie_ttl":                {ZombieTTL: time.Millisecond},
-		"zombie_ttl not built":      {ZombieTTL: 72 * time.Hour},
+		"zombie_ttl above max":      {ZombieTTL: 72 * time.Hour, MaxRetention: 48 * time.Hour},
 		"max_message_bytes too big": {MaxMessageBytes: storage.MaxMessageBytesLimit + 1},
 		"max_message_bytes neg":     {MaxMessageBytes: -1},
 		"dedup_window negative":     {DedupWindow: -time.Second},

@@ -142,9 +142,8 @@
 //     (above the high-water mark it fails with storage.ErrOffsetOutOfRange).
 //   - With no subscription holding retention, zero_subscription_retention applies to QUEUE topics
 //     too (their queue subscription is DEAD or CANCELLED).
-//   - zombie_ttl is not implemented (storage.TopicConfig.Validate refuses it with
-//     storage.ErrNotImplemented): a stale floor of an ACTIVE or PAUSED subscription is only
-//     force-advanced by max_retention.
+//   - zombie_ttl's view of the floors (retention.go, floorWatch) is in memory: a restart
+//     postpones a force-advance.
 //   - completion_tracking refcount (completion.go) keeps its completion records in memory (runs
 //     per subscription partition, in the snapshot metadata): a 1-second precision for runs of
 //     contiguous completions.

@@ -303,6 +303,9 @@ type sub struct {
 	// live maps the members of an ORDERED subscription renewed by SubscriptionMembersRenew to
 	// their expiry (ordered.go), in memory only. Guarded by e.mu held exclusively.
 	live map[string]time.Time
+	// watch is, per partition, the ack floor retention last saw and since when (zombie_ttl,
+	// retention.go), in memory only. Guarded by mu.
+	watch []floorWatch
 
 	// Claim durability (see "Attempt numbers after a crash" in doc.go). claimSeq numbers the
 	// claims that deliver (guarded by mu); durableClaim is the highest of them whose records are

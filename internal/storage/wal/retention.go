@@ -142,8 +142,9 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		}
 	}
 
-	var plans []partPlan
 	var floors []floorItem
+	e.advanceZombies(t, withState, nowNs, &floors, res)
+	var plans []partPlan
 	for pi, p := range t.parts {
 		if p.damaged() != nil {
 			continue // left as it is for the repair
@@ -200,6 +201,9 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			s.rc.trim(int32(pi), plan.cut)
 			if s.st.Floor(int32(pi)) < plan.cut {
 				s.st.ForceFloor(int32(pi), plan.cut)
+				if pi < len(s.watch) {
+					s.watch[pi].floor = s.st.Floor(int32(pi)) // forced, not its own progress: still stuck
+				}
 				if !s.meta.Ephemeral {
 					floors = append(floors, floorItem{sub: s.meta.ID, partition: int32(pi), floor: plan.cut})
 				}
@@ -301,6 +305,55 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		}
 	}
 	return nil
+}
+
+// floorWatch is what retention last saw of a subscription's ack floor in one partition: the floor
+// and since when (unix ns) it has not moved by the subscription's own doing.
+type floorWatch struct {
+	floor, since int64
+	set          bool
+}
+
+// advanceZombies force-advances the stuck floors of t's subscriptions that hold retention
+// (zombie_ttl; see storage.Engine.RetentionApply): a floor retention saw at the same offset for
+// longer than zombie_ttl moves to the first message published at or after now minus zombie_ttl.
+// The new floors are added to floors (to be recorded before any file is deleted) and what was
+// given up to res. The subscriptions are locked.
+func (e *Engine) advanceZombies(t *topic, subs []*sub, now int64, floors *[]floorItem, res *storage.RetentionResult) {
+	ttl := int64(t.meta.Config.ZombieTTL)
+	for _, s := range subs {
+		if !s.meta.State.HoldsRetention() {
+			s.watch = nil // DEAD: nothing to hold; watched afresh once it holds again
+			continue
+		}
+		for len(s.watch) < len(t.parts) {
+			s.watch = append(s.watch, floorWatch{})
+		}
+		for pi, p := range t.parts {
+			w := &s.watch[pi]
+			f := s.st.Floor(int32(pi))
+			if !w.set || w.floor != f {
+				*w = floorWatch{floor: f, since: now, set: true}
+				continue
+			}
+			if now-w.since <= ttl || p.damaged() != nil {
+				continue
+			}
+			to, err := p.log.SearchTime(now - ttl)
+			if err != nil {
+				e.logger.Warn("wal: zombie_ttl search", slog.String("dir", p.dir), slog.Any("error", err))
+				continue
+			}
+			if to <= f {
+				continue
+			}
+			res.AddZombie(t.meta.Name, s.meta.Group, s.meta.ID, s.st.ForceFloor(int32(pi), to))
+			w.floor = s.st.Floor(int32(pi)) // since is kept: the subscription itself did not move
+			if !s.meta.Ephemeral {
+				*floors = append(*floors, floorItem{sub: s.meta.ID, partition: int32(pi), floor: to})
+			}
+		}
+	}
 }
 
 // dlqCompaction deletes the segments of a DLQ log below index before (retainTopic).
