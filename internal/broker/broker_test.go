@@ -891,6 +891,40 @@ func TestRetentionReportsExpired(t *testing.T) {
 	}
 }
 
+// TestRetentionReportsZombies: a run that force-advances a stuck floor (zombie_ttl) hands the
+// subscription and what it gave up to Config.OnRetention and logs it at WARN with the group.
+func TestRetentionReportsZombies(t *testing.T) {
+	t.Parallel()
+	logs := &testutil.SyncBuffer{}
+	var got []*storage.RetentionResult
+	e := newEnv(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.OnRetention = func(res *storage.RetentionResult) { got = append(got, res) }
+	})
+	e.createTopic("zt", storage.TopicConfig{Semantics: storage.PubSub, ZombieTTL: time.Minute})
+	s, err := e.engine.SubscriptionCreate(e.ctx(), &storage.SubscriptionCreateParams{Topic: "zt", Group: "stuck",
+		Start: storage.StartPosition{Kind: storage.FromBeginning}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.engine.SubscriptionUpdate(e.ctx(), &storage.SubscriptionUpdateParams{ID: s.ID, State: storage.Paused}); err != nil {
+		t.Fatal(err)
+	}
+	e.publishN("zt", "z", 4)
+	e.b.runRetention(e.ctx()) // the floor is first seen
+	e.clock.Advance(time.Minute + time.Second)
+	e.b.runRetention(e.ctx())
+	want := []storage.ZombieCount{{Topic: "zt", Group: "stuck", SubscriptionID: s.ID, Messages: 4}}
+	if len(got) != 2 || len(got[0].Zombies) != 0 || !slices.Equal(got[1].Zombies, want) {
+		t.Fatalf("results %+v; want the second to list %+v", got, want)
+	}
+	line := fmt.Sprintf(`level=WARN msg="zombie_ttl force-advanced a stuck subscription: it gave up messages it had not completed" `+
+		`component=broker topic=zt group=stuck subscription=%d messages=4`, s.ID)
+	if out := logs.String(); !strings.Contains(out, line) {
+		t.Errorf("log lacks %s:\n%s", line, out)
+	}
+}
+
 func TestChurnLosesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)

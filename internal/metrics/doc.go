@@ -114,6 +114,12 @@
 //	                                                          no subscription needed and expired DLQ entries are not counted. On
 //	                                                          PostgreSQL each topic's run is done by one instance: sum() across
 //	                                                          instances.
+//	spool_zombie_messages_total{topic,group}        counter   messages a subscription holding retention (ACTIVE or PAUSED) gave up
+//	                                                          because the retention job of this process force-advanced its ack floor,
+//	                                                          which had not moved for longer than the topic's zombie_ttl
+//	                                                          (ObserveRetention; the broker logs a WARN naming the group). They are
+//	                                                          never delivered to it; not removals (retention deletes them later as
+//	                                                          completed). On PostgreSQL: sum() across instances.
 //	spool_storage_available_bytes                   gauge     bytes available on the file system of the embedded engine's data
 //	                                                          directory, statfs at scrape time (RegisterDiskSpace; absent on PostgreSQL).
 //	spool_storage_size_bytes                        gauge     size of that file system.

@@ -36,6 +36,7 @@ type Metrics struct {
 	nacked          *prometheus.CounterVec
 	deadLettered    *prometheus.CounterVec
 	expired         *prometheus.CounterVec
+	zombie          *prometheus.CounterVec
 	fsyncDuration   prometheus.Histogram
 	fsyncRecords    prometheus.Histogram
 	connections     *prometheus.GaugeVec
@@ -97,6 +98,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "spool_messages_expired_total",
 			Help: "Messages the retention job of this process removed while a subscription had not completed them, by the rule that removed them (max_retention, zero_subscription, dead_subscription, topic_deleted).",
 		}, []string{"topic", "reason"}),
+		zombie: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_zombie_messages_total",
+			Help: "Messages a subscription gave up when the retention job of this process force-advanced its ack floor, stuck for longer than the topic's zombie_ttl.",
+		}, []string{"topic", "group"}),
 		fsyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "spool_wal_fsync_duration_seconds",
 			Help: "Duration of one group-commit round (write and fsync) of the embedded engine, in seconds.",
@@ -134,7 +139,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.publishDuration, m.publishErrors, m.delivered, m.redelivered,
-			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.fsyncDuration, m.fsyncRecords,
+			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.zombie, m.fsyncDuration, m.fsyncRecords,
 			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration, m.authDenied)
 	}
 	m.lifecycle = newLifecycleMetrics(reg)
@@ -221,14 +226,18 @@ func (m *Metrics) ObserveDeadLettered(topic, group string, n int) {
 }
 
 // ObserveRetention records what one run of the retention job removed: every entry of res.Expired
-// (messages removed while a subscription had not completed them) in spool_messages_expired_total.
-// Its signature is that of broker.Config.OnRetention. It never blocks.
+// (messages removed while a subscription had not completed them) in spool_messages_expired_total,
+// and every entry of res.Zombies (messages given up by a stuck subscription) in
+// spool_zombie_messages_total. Its signature is that of broker.Config.OnRetention. It never blocks.
 func (m *Metrics) ObserveRetention(res *storage.RetentionResult) {
 	if m == nil || res == nil {
 		return
 	}
 	for _, x := range res.Expired {
 		m.expired.WithLabelValues(x.Topic, string(x.Reason)).Add(float64(x.Messages))
+	}
+	for _, z := range res.Zombies {
+		m.zombie.WithLabelValues(z.Topic, GroupLabel(z.Group)).Add(float64(z.Messages))
 	}
 }
 
@@ -291,7 +300,7 @@ func (m *Metrics) ForgetTopic(topic string) {
 	l := prometheus.Labels{"topic": topic}
 	for _, v := range []*prometheus.MetricVec{
 		m.published.MetricVec, m.delivered.MetricVec, m.redelivered.MetricVec, m.endToEnd.MetricVec,
-		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec, m.expired.MetricVec,
+		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec, m.expired.MetricVec, m.zombie.MetricVec,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -160,7 +160,7 @@ func TestHooks(t *testing.T) {
 	}})
 	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 2, Expired: []storage.ExpiredCount{
 		{Topic: "orders", Reason: storage.ExpiredMaxRetention, Messages: 2},
-	}})
+	}, Zombies: []storage.ZombieCount{{Topic: "orders", Group: "billing", SubscriptionID: 7, Messages: 5}}})
 
 	topic := map[string]string{"topic": "orders"}
 	billing := map[string]string{"topic": "orders", "group": "billing"}
@@ -181,6 +181,7 @@ func TestHooks(t *testing.T) {
 		{"spool_messages_dead_lettered_total", billing, 3},
 		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "max_retention"}, 6},
 		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "dead_subscription"}, 3},
+		{"spool_zombie_messages_total", billing, 5},
 		{"spool_wal_fsync_duration_seconds", nil, 1},
 		{"spool_wal_fsync_records", nil, 1},
 		{"spool_connections", map[string]string{"protocol": "binary"}, 1},
@@ -195,7 +196,7 @@ func TestHooks(t *testing.T) {
 	}
 
 	m.ForgetTopic("orders")
-	for _, name := range []string{"spool_messages_published_total", "spool_messages_delivered_total", "spool_end_to_end_latency_seconds", "spool_messages_expired_total"} {
+	for _, name := range []string{"spool_messages_published_total", "spool_messages_delivered_total", "spool_end_to_end_latency_seconds", "spool_messages_expired_total", "spool_zombie_messages_total"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
 			t.Errorf("after ForgetTopic: %d series of %s (err %v)", n, name, err)
 		}
