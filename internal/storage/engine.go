@@ -428,9 +428,34 @@ type RetentionResult struct {
 	DLQEntriesExpired int64
 	// BytesDeleted is the storage reclaimed.
 	BytesDeleted int64
+	// SizeRemoved is, by topic (in the order counted), what max_messages and max_bytes removed:
+	// completed messages (also in MessagesDeleted) and, by size_policy, needed ones (also in
+	// Expired with reason size). Add to it with AddSizeRemoved.
+	SizeRemoved []SizeRemoval
 	// Zombies are the subscriptions whose stuck ack floors zombie_ttl force-advanced in this run,
 	// by topic and subscription, in the order they were counted. Add to it with AddZombie.
 	Zombies []ZombieCount
+}
+
+// SizeRemoval is what a topic's size bound removed in one retention run.
+type SizeRemoval struct {
+	Topic    string
+	Messages int64
+	Bytes    int64
+}
+
+// AddSizeRemoved counts n > 0 messages of bytes bytes of topic removed by its size bound,
+// merged into the last entry when it is the same topic.
+func (r *RetentionResult) AddSizeRemoved(topic string, n, bytes int64) {
+	if n <= 0 {
+		return
+	}
+	if k := len(r.SizeRemoved) - 1; k >= 0 && r.SizeRemoved[k].Topic == topic {
+		r.SizeRemoved[k].Messages += n
+		r.SizeRemoved[k].Bytes += bytes
+		return
+	}
+	r.SizeRemoved = append(r.SizeRemoved, SizeRemoval{Topic: topic, Messages: n, Bytes: bytes})
 }
 
 // ZombieCount is a subscription whose ack floor zombie_ttl force-advanced (TopicConfig.ZombieTTL)
@@ -473,6 +498,10 @@ const (
 	// ExpiredDeadSubscription: every subscription holding retention (ACTIVE, PAUSED) had completed
 	// the messages and they were older than message_retention, but a DEAD subscription had not.
 	ExpiredDeadSubscription ExpiryReason = "dead_subscription"
+	// ExpiredSize: the topic was above max_messages or max_bytes and the messages were its
+	// oldest: with size_policy keep_needed only a DEAD subscription had not completed them, with
+	// drop_oldest any subscription.
+	ExpiredSize ExpiryReason = "size"
 	// ExpiredTopicDeleted: the messages were committed but not yet in the log when their topic
 	// was deleted (a forced delete, or a delete by an instance that does not know them): on
 	// PostgreSQL, transactional publishes waiting in spool.staged for the sequencer. The engine

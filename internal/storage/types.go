@@ -115,6 +115,18 @@ type TopicConfig struct {
 	// when empty: publishes are refused at the bound) or throttle (publishes are delayed more and
 	// more from half the bound, and refused at it).
 	BacklogPolicy BacklogPolicy `json:"backlog_policy,omitempty" yaml:"backlog_policy"`
+	// MaxMessages bounds the messages the topic retains (TopicStats.Messages): retention removes
+	// its oldest messages, across partitions, to get within it (Engine.RetentionApply). 0: no
+	// bound (the default). With SizePolicy keep_needed (the default) a message an ACTIVE or
+	// PAUSED subscription has not completed is never removed for it, so the topic may stay above
+	// (SizeBoundExceeded). The embedded engine removes whole segments.
+	MaxMessages int64 `json:"max_messages,omitempty" yaml:"max_messages"`
+	// MaxBytes is the same bound on TopicStats.Bytes. 0: no bound (the default).
+	MaxBytes int64 `json:"max_bytes,omitempty" yaml:"max_bytes"`
+	// SizePolicy says what MaxMessages and MaxBytes may remove: keep_needed (the default, also
+	// when empty: only messages every ACTIVE and PAUSED subscription completed) or drop_oldest
+	// (the oldest messages whoever needs them, counted as expired with reason size).
+	SizePolicy SizePolicy `json:"size_policy,omitempty" yaml:"size_policy"`
 	// PoisonRules dead-letter a message early, before max_deliveries, when its failures look
 	// like a poison message (seed 002 ACK-9). Off by default (the zero value). Omitted from
 	// JSON when off, so configs stored before it existed keep their bytes.
@@ -158,6 +170,31 @@ const (
 	BacklogReject   BacklogPolicy = "reject"
 	BacklogThrottle BacklogPolicy = "throttle"
 )
+
+// SizePolicy is TopicConfig.SizePolicy.
+type SizePolicy string
+
+// Size policies. An empty policy is SizeKeepNeeded.
+const (
+	SizeKeepNeeded SizePolicy = "keep_needed"
+	SizeDropOldest SizePolicy = "drop_oldest"
+)
+
+// HasSizeBound reports whether the topic bounds its size (MaxMessages or MaxBytes).
+func (c TopicConfig) HasSizeBound() bool { return c.MaxMessages > 0 || c.MaxBytes > 0 }
+
+// OverSize reports whether a topic holding messages messages in bytes bytes is above a size
+// bound of c.
+func (c TopicConfig) OverSize(messages, bytes int64) bool {
+	return (c.MaxMessages > 0 && messages > c.MaxMessages) || (c.MaxBytes > 0 && bytes > c.MaxBytes)
+}
+
+// SizeBoundExceeded reports whether a topic with these stats is above a size bound of c: after
+// retention ran, what the bound could not remove because a subscription holding retention still
+// needs it (SizePolicy keep_needed), or what came since.
+func (c TopicConfig) SizeBoundExceeded(st *TopicStats) bool {
+	return st != nil && c.OverSize(st.Messages, st.Bytes)
+}
 
 // HasBacklogBound reports whether the topic bounds its backlog.
 func (c TopicConfig) HasBacklogBound() bool {
@@ -246,6 +283,12 @@ func (c TopicConfig) Validate() error {
 		return bad("max_backlog_bytes", "must not be negative (0: no bound), got %d", c.MaxBacklogBytes)
 	case c.BacklogPolicy != "" && c.BacklogPolicy != BacklogReject && c.BacklogPolicy != BacklogThrottle:
 		return bad("backlog_policy", "must be reject or throttle, got %q", c.BacklogPolicy)
+	case c.MaxMessages < 0:
+		return bad("max_messages", "must not be negative (0: no bound), got %d", c.MaxMessages)
+	case c.MaxBytes < 0:
+		return bad("max_bytes", "must not be negative (0: no bound), got %d", c.MaxBytes)
+	case c.SizePolicy != "" && c.SizePolicy != SizeKeepNeeded && c.SizePolicy != SizeDropOldest:
+		return bad("size_policy", "must be keep_needed or drop_oldest, got %q", c.SizePolicy)
 	case c.PoisonRules.MaxFailures < 0 || c.PoisonRules.MaxFailures > MaxFailureHistory:
 		return bad("poison_rules.max_failures", "must be between 0 (off) and %d, got %d", MaxFailureHistory, c.PoisonRules.MaxFailures)
 	case c.PoisonRules.MaxFailures > 0 && (c.PoisonRules.Window < time.Millisecond || c.PoisonRules.Window > 24*time.Hour):

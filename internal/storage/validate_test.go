@@ -120,6 +120,42 @@ func TestZombieTTL(t *testing.T) {
 	}
 }
 
+// TestSizeBounds: max_messages and max_bytes are 0 (no bound) or positive, size_policy is
+// keep_needed (also empty) or drop_oldest; OverSize compares with the bounds that are set.
+func TestSizeBounds(t *testing.T) {
+	for name, cfg := range map[string]TopicConfig{
+		"none":        {},
+		"messages":    {MaxMessages: 10},
+		"bytes":       {MaxBytes: 1 << 20, SizePolicy: SizeKeepNeeded},
+		"drop_oldest": {MaxMessages: 1, MaxBytes: 1, SizePolicy: SizeDropOldest},
+	} {
+		if _, err := CheckTopic("t", cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for name, cfg := range map[string]TopicConfig{
+		"max_messages": {MaxMessages: -1},
+		"max_bytes":    {MaxBytes: -5},
+		"size_policy":  {MaxBytes: 10, SizePolicy: "newest"},
+	} {
+		if _, err := CheckTopic("t", cfg); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want ErrInvalidArgument naming %s", name, err, name)
+		}
+	}
+	c := TopicConfig{MaxMessages: 10, MaxBytes: 100}
+	for _, x := range []struct {
+		msgs, bytes int64
+		over        bool
+	}{{10, 100, false}, {11, 0, true}, {0, 101, true}, {5, 50, false}} {
+		if got := c.OverSize(x.msgs, x.bytes); got != x.over {
+			t.Errorf("OverSize(%d, %d) = %v", x.msgs, x.bytes, got)
+		}
+	}
+	if (TopicConfig{}).OverSize(1<<40, 1<<40) || (TopicConfig{}).HasSizeBound() {
+		t.Error("no bound: never over")
+	}
+}
+
 // TestParamsCheck: the Check methods refuse nil parameters and the fields that are wrong whatever
 // the state with ErrInvalidArgument, and accept good ones.
 func TestParamsCheck(t *testing.T) {

@@ -81,6 +81,9 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 		if watch != nil {
 			e.watches.put(t.id, watch) // nil: skipped (another instance had it, or deleted)
 		}
+		for _, x := range tr.SizeRemoved {
+			res.AddSizeRemoved(x.Topic, x.Messages, x.Bytes)
+		}
 		for _, z := range tr.Zombies {
 			res.AddZombie(z.Topic, z.Group, z.SubscriptionID, z.Messages)
 		}
@@ -229,46 +232,12 @@ func (e *Engine) retainTopicMessages(ctx context.Context, tx pgx.Tx, topicID int
 
 	for _, p := range parts {
 		cut := p.cut()
-		// Lock the row first (publishers in flight commit before), then compute the new
-		// low_published_at and the bytes in a new statement, which sees what they committed.
-		b := &pgx.Batch{}
-		b.Queue(e.sql("SELECT low_offset FROM spool.partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"), topicID, p.partition)
-		b.Queue(e.sql(`
-			WITH gone AS (
-				SELECT coalesce(sum(m.size + `+strconv.Itoa(messageOverhead)+`), 0)::bigint AS bytes, count(*) AS n
-				FROM spool.messages m
-				WHERE m.topic_id = $1 AND m.partition = $2 AND m."offset" >= $3 AND m."offset" < $4)
-			UPDATE spool.partitions p SET
-				low_offset = $4,
-				low_published_at = (SELECT m.published_at FROM spool.messages m
-					WHERE m.topic_id = $1 AND m.partition = $2 AND m."offset" = $4),
-				bytes = greatest(p.bytes - (SELECT bytes FROM gone), 0)
-			WHERE p.topic_id = $1 AND p.partition = $2 AND p.low_offset = $3
-			RETURNING (SELECT bytes FROM gone), (SELECT n FROM gone)`), topicID, p.partition, p.low, cut)
-		br := tx.SendBatch(ctx, b)
-		var low int64
-		if err := br.QueryRow().Scan(&low); err != nil {
-			br.Close()
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue
-			}
-			return err
-		}
-		var bytes, n int64
-		err := br.QueryRow().Scan(&bytes, &n)
-		br.Close()
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // another instance moved it meanwhile
-		}
+		bytes, ok, err := e.advanceLow(ctx, tx, topicID, p.partition, p.low, cut)
 		if err != nil {
 			return err
 		}
-		if n != cut-p.low {
-			e.log.Warn("pgstore: retention: partition misses messages", "topic_id", topicID, "partition", p.partition,
-				"from", p.low, "to", cut, "found", n)
-		}
-		if err := e.trimDeliveryState(ctx, tx, topicID, p.partition, cut); err != nil {
-			return err
+		if !ok {
+			continue // another instance moved it meanwhile
 		}
 		if cfg.CompletionTracking == storage.Refcount {
 			// Completion records go with their messages.
@@ -281,10 +250,186 @@ func (e *Engine) retainTopicMessages(ctx context.Context, tx pgx.Tx, topicID int
 		res.MessagesDeleted += cut - p.low - expired
 		res.BytesDeleted += bytes
 	}
+	if cfg.HasSizeBound() {
+		if err := e.retainSize(ctx, tx, topicID, name, cfg, res); err != nil {
+			return err
+		}
+	}
 	n, err := e.expireDLQ(ctx, tx, topicID, now.Add(-cfg.MaxRetention))
 	if err != nil {
 		return err
 	}
 	res.DLQEntriesExpired += n
+	return nil
+}
+
+// advanceLow removes the messages [low, cut) of one partition: it advances its low_offset,
+// low_published_at and bytes (if low_offset is still low: ok is false otherwise, another
+// instance moved it) and raises the subscriptions' delivery state to cut. It returns the bytes
+// removed.
+func (e *Engine) advanceLow(ctx context.Context, tx pgx.Tx, topicID int64, partition int32, low, cut int64) (bytes int64, ok bool, err error) {
+	// Lock the row first (publishers in flight commit before), then compute the new
+	// low_published_at and the bytes in a new statement, which sees what they committed.
+	b := &pgx.Batch{}
+	b.Queue(e.sql("SELECT low_offset FROM spool.partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"), topicID, partition)
+	b.Queue(e.sql(`
+		WITH gone AS (
+			SELECT coalesce(sum(m.size + `+strconv.Itoa(messageOverhead)+`), 0)::bigint AS bytes, count(*) AS n
+			FROM spool.messages m
+			WHERE m.topic_id = $1 AND m.partition = $2 AND m."offset" >= $3 AND m."offset" < $4)
+		UPDATE spool.partitions p SET
+			low_offset = $4,
+			low_published_at = (SELECT m.published_at FROM spool.messages m
+				WHERE m.topic_id = $1 AND m.partition = $2 AND m."offset" = $4),
+			bytes = greatest(p.bytes - (SELECT bytes FROM gone), 0)
+		WHERE p.topic_id = $1 AND p.partition = $2 AND p.low_offset = $3
+		RETURNING (SELECT bytes FROM gone), (SELECT n FROM gone)`), topicID, partition, low, cut)
+	br := tx.SendBatch(ctx, b)
+	var cur int64
+	if err := br.QueryRow().Scan(&cur); err != nil {
+		br.Close()
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, nil
+		}
+		return 0, false, err
+	}
+	var n int64
+	err = br.QueryRow().Scan(&bytes, &n)
+	br.Close()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	if n != cut-low {
+		e.log.Warn("pgstore: retention: partition misses messages", "topic_id", topicID, "partition", partition,
+			"from", low, "to", cut, "found", n)
+	}
+	if err := e.trimDeliveryState(ctx, tx, topicID, partition, cut); err != nil {
+		return 0, false, err
+	}
+	return bytes, true, nil
+}
+
+// sizeRunLimit bounds the messages one run removes from one topic for its size bound (the next
+// run goes on), and so the rows it reads: at most this many per partition.
+const sizeRunLimit = 10000
+
+// sizeStateSQL reads, after the age rules, each partition of topic $1 that holds messages: its
+// low and next offsets, bytes, and the floors of its subscriptions (as retentionBoundsSQL).
+const sizeStateSQL = `SELECT p.partition, p.low_offset, p.next_offset, p.bytes,
+	coalesce(f.min_hold, -1), coalesce(f.min_all, -1)
+FROM spool.partitions p
+LEFT JOIN (
+	SELECT sp.partition,
+		min(sp.ack_floor) FILTER (WHERE sb.state IN ('ACTIVE', 'PAUSED')) AS min_hold,
+		min(sp.ack_floor) AS min_all
+	FROM spool.subscriptions sb JOIN spool.sub_partitions sp ON sp.sub_id = sb.id
+	WHERE sb.topic_id = $1 AND sb.state IN ('ACTIVE', 'PAUSED', 'DEAD')
+	GROUP BY sp.partition
+) f ON f.partition = p.partition
+WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
+ORDER BY p.partition`
+
+// sizeCandidatesSQL lists the oldest messages of the ranges ($2 partitions, $3 from, $4 to) of
+// topic $1, at most $5 per partition and in all, oldest first across partitions (within a
+// partition in offset order), with their stored size.
+const sizeCandidatesSQL = `SELECT m.partition, m."offset", m.size + ` + "%d" + `
+FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS r (partition, lo, hi)
+CROSS JOIN LATERAL (SELECT m.partition, m."offset", m.published_at, m.size FROM spool.messages m
+	WHERE m.topic_id = $1 AND m.partition = r.partition AND m."offset" >= r.lo AND m."offset" < r.hi
+	ORDER BY m."offset" LIMIT $5) m
+ORDER BY m.published_at, m.partition, m."offset"
+LIMIT $5`
+
+// retainSize applies the topic's size bound (max_messages, max_bytes) after the age rules: while
+// the topic is above it, its oldest messages across partitions go, message by message, but with
+// size_policy keep_needed only those every subscription holding retention completed (below their
+// lowest floor). At most sizeRunLimit messages per run. Removed messages a subscription with
+// state had not completed are expired with reason size; all are counted in SizeRemoved.
+func (e *Engine) retainSize(ctx context.Context, tx pgx.Tx, topicID int64, name string, cfg storage.TopicConfig, res *storage.RetentionResult) error {
+	type part struct {
+		partition               int32
+		low, next, bytes, cut   int64
+		minHold, minAll, cutLim int64
+	}
+	rows, err := tx.Query(ctx, e.sql(sizeStateSQL), topicID)
+	if err != nil {
+		return fmt.Errorf("size bound: %w", err)
+	}
+	var parts []part
+	var msgs, bytes int64
+	for rows.Next() {
+		var p part
+		if err := rows.Scan(&p.partition, &p.low, &p.next, &p.bytes, &p.minHold, &p.minAll); err != nil {
+			rows.Close()
+			return fmt.Errorf("size bound: %w", err)
+		}
+		msgs += p.next - p.low
+		bytes += p.bytes
+		p.cut, p.cutLim = p.low, p.next
+		if cfg.SizePolicy != storage.SizeDropOldest && p.minHold >= 0 {
+			p.cutLim = min(p.minHold, p.next)
+		}
+		parts = append(parts, p)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("size bound: %w", err)
+	}
+	if !cfg.OverSize(msgs, bytes) {
+		return nil
+	}
+	var ps []int32
+	var los, his []int64
+	idx := map[int32]int{}
+	for i, p := range parts {
+		if p.cutLim > p.low {
+			idx[p.partition] = i
+			ps, los, his = append(ps, p.partition), append(los, p.low), append(his, p.cutLim)
+		}
+	}
+	if len(ps) == 0 {
+		return nil // everything left is needed
+	}
+	rows, err = tx.Query(ctx, e.sql(fmt.Sprintf(sizeCandidatesSQL, messageOverhead)), topicID, ps, los, his, sizeRunLimit)
+	if err != nil {
+		return fmt.Errorf("size bound: candidates: %w", err)
+	}
+	for rows.Next() && cfg.OverSize(msgs, bytes) {
+		var partition int32
+		var off, size int64
+		if err := rows.Scan(&partition, &off, &size); err != nil {
+			rows.Close()
+			return fmt.Errorf("size bound: candidates: %w", err)
+		}
+		parts[idx[partition]].cut = off + 1
+		msgs--
+		bytes -= size
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("size bound: candidates: %w", err)
+	}
+	for _, p := range parts {
+		if p.cut <= p.low {
+			continue
+		}
+		gone, ok, err := e.advanceLow(ctx, tx, topicID, p.partition, p.low, p.cut)
+		if err != nil {
+			return fmt.Errorf("size bound: %w", err)
+		}
+		if !ok {
+			continue
+		}
+		var expired int64
+		if p.minAll >= 0 && p.cut > p.minAll {
+			expired = p.cut - max(p.low, p.minAll)
+			res.AddExpired(name, storage.ExpiredSize, expired)
+		}
+		res.MessagesDeleted += p.cut - p.low - expired
+		res.BytesDeleted += gone
+		res.AddSizeRemoved(name, p.cut-p.low, gone)
+	}
 	return nil
 }

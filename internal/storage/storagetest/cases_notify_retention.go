@@ -22,6 +22,7 @@ func retentionCases() []testCase {
 		{name: "max_retention_keeps_younger", fn: testRetentionMaxKeepsYounger},
 	}
 	cases = append(cases, zombieCases()...)
+	cases = append(cases, sizeCases()...)
 	return append(cases, shortRetentionCases()...)
 }
 

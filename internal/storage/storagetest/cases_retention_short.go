@@ -33,7 +33,7 @@ func (x *env) checkExpired(res *storage.RetentionResult) {
 	var sum int64
 	for _, e := range res.Expired {
 		switch e.Reason {
-		case storage.ExpiredMaxRetention, storage.ExpiredZeroSubscription, storage.ExpiredDeadSubscription:
+		case storage.ExpiredMaxRetention, storage.ExpiredZeroSubscription, storage.ExpiredDeadSubscription, storage.ExpiredSize:
 		default:
 			x.t.Fatalf("expired entry %+v: unknown reason", e)
 		}

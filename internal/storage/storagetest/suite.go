@@ -29,6 +29,10 @@ type Capabilities struct {
 	// Ordered: the engine builds ordered subscriptions (storage.ModeOrdered). Enables the
 	// Ordered cases.
 	Ordered bool
+	// SegmentBytes is, for an engine whose retention removes whole segments, the largest
+	// segment it removes (0: it removes message by message). The size-bound cases allow a run
+	// to remove up to that much more than the bound requires.
+	SegmentBytes int64
 }
 
 // seedFlag fixes the seed of the randomized case; SPOOL_SEED does the same.

@@ -12,7 +12,7 @@ import (
 // boundaries.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true}, func(t *testing.T) storagetest.OpenFunc {
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, SegmentBytes: 64 << 10}, func(t *testing.T) storagetest.OpenFunc {
 		dir := t.TempDir()
 		return func(clock storage.Clock) (storage.Engine, error) {
 			return Open(dir, Config{Clock: clock, SegmentBytes: 64 << 10, Logger: testLogger(t)})
@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 // reopened files.
 func TestConformanceFewOpenFiles(t *testing.T) {
 	t.Parallel()
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true}, func(t *testing.T) storagetest.OpenFunc {
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, SegmentBytes: 64 << 10}, func(t *testing.T) storagetest.OpenFunc {
 		dir := t.TempDir()
 		return func(clock storage.Clock) (storage.Engine, error) {
 			return Open(dir, Config{Clock: clock, SegmentBytes: 64 << 10, Logger: testLogger(t), MaxOpenFiles: 2})

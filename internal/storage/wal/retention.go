@@ -15,11 +15,18 @@ import (
 // partPlan is what retention removes from one partition.
 type partPlan struct {
 	p       *partition
+	pi      int
+	first   int64 // the first retained index before the run
 	cut     int64 // delete whole segments below this index
 	cutHead bool  // seal the active segment first
 	// expired counts, by reason (the index in expiryReasons), the messages below cut that a
 	// subscription with state had not completed.
 	expired [len(expiryReasons)]int64
+	// rule and rest (the segments from cut on, after the age rules) are for the size bound,
+	// which removes sized records of sizedBytes bytes.
+	rule              retentionRule
+	rest              []wlog.SegmentInfo
+	sized, sizedBytes int64
 }
 
 // expiryReasons are the reasons of RetentionResult.Expired, in the order they take precedence,
@@ -28,12 +35,14 @@ var expiryReasons = [...]storage.ExpiryReason{
 	byMaxRetention:     storage.ExpiredMaxRetention,
 	byZeroSubscription: storage.ExpiredZeroSubscription,
 	byDeadSubscription: storage.ExpiredDeadSubscription,
+	bySize:             storage.ExpiredSize,
 }
 
 const (
 	byMaxRetention = iota
 	byZeroSubscription
 	byDeadSubscription
+	bySize
 )
 
 // retentionRule decides, for one partition at one time, what retention may remove.
@@ -161,8 +170,11 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		}
 		rule := retentionRule{now: nowNs, cfg: cfg, minHold: minHold, minAll: minAll}
 		first := p.log.FirstIndex()
-		plan := partPlan{p: p, cut: first}
-		for _, seg := range p.log.Segments() {
+		plan := partPlan{p: p, pi: pi, first: first, cut: first, rule: rule}
+		segs := p.log.Segments()
+		k := 0
+		for ; k < len(segs); k++ {
+			seg := segs[k]
 			if seg.Count == 0 {
 				break
 			}
@@ -184,12 +196,21 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			}
 			plan.cut = end
 		}
-		if plan.cut <= first {
+		plan.rest = segs[k:]
+		plans = append(plans, plan)
+	}
+	if cfg.HasSizeBound() {
+		planSize(cfg, plans)
+	}
+	kept := plans[:0]
+	for _, plan := range plans {
+		if plan.cut <= plan.first {
 			if plan.cutHead {
-				plans = append(plans, plan)
+				kept = append(kept, plan)
 			}
 			continue
 		}
+		pi := plan.pi
 		for _, s := range t.subs {
 			if s.st == nil && s.rc != nil { // CANCELLED: its records stay until the messages go
 				s.mu.Lock()
@@ -209,8 +230,9 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 				}
 			}
 		}
-		plans = append(plans, plan)
+		kept = append(kept, plan)
 	}
+	plans = kept
 	var expired []dlqExpiry
 	var compact []dlqCompaction
 	before := nowNs - int64(cfg.MaxRetention)
@@ -298,6 +320,10 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			exp += n
 		}
 		res.MessagesDeleted += recs - exp
+		// The size bound's segments are the last planned: what was not deleted is theirs.
+		if sized := min(plan.sized, recs-(plan.cut-plan.first-plan.sized)); sized > 0 {
+			res.AddSizeRemoved(t.meta.Name, sized, min(plan.sizedBytes, bytes))
+		}
 		res.BytesDeleted += bytes
 		if recs > 0 {
 			e.logger.Debug("wal retention", slog.String("topic", t.meta.Name), slog.Int("partition", int(plan.p.index)),
@@ -305,6 +331,58 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		}
 	}
 	return nil
+}
+
+// planSize extends the plans of a topic above max_messages or max_bytes (after the age rules):
+// it removes whole segments, the oldest first across partitions (by their newest message), while
+// the topic is above a bound. A partition gives segments up to the first one that must stay:
+// one that a subscription holding retention has not completed (size_policy keep_needed), or the
+// empty active segment. The active segment is sealed and removed when it may go entirely. So a
+// run leaves the topic at or below its bounds, by up to one segment, unless what is left is
+// needed. Messages a subscription with state had not completed are expired with reason size.
+func planSize(cfg storage.TopicConfig, plans []partPlan) {
+	var msgs, bytes int64
+	for i := range plans {
+		for _, seg := range plans[i].rest {
+			msgs += seg.Count
+			bytes += seg.Bytes
+		}
+	}
+	for cfg.OverSize(msgs, bytes) {
+		best := -1
+		for i := range plans {
+			pl := &plans[i]
+			if len(pl.rest) == 0 {
+				continue
+			}
+			seg := pl.rest[0]
+			end := seg.BaseIndex + seg.Count
+			if seg.Count == 0 || (cfg.SizePolicy != storage.SizeDropOldest && pl.rule.minHold >= 0 && end > pl.rule.minHold) {
+				continue // needed (or nothing to remove): the partition gives nothing more
+			}
+			if best < 0 || seg.MaxTime < plans[best].rest[0].MaxTime {
+				best = i
+			}
+		}
+		if best < 0 {
+			return
+		}
+		pl := &plans[best]
+		seg := pl.rest[0]
+		pl.rest = pl.rest[1:]
+		end := seg.BaseIndex + seg.Count
+		if !seg.Sealed {
+			pl.cutHead = true
+		}
+		if minAll := pl.rule.minAll; minAll >= 0 && end > minAll {
+			pl.expired[bySize] += end - max(seg.BaseIndex, minAll)
+		}
+		pl.cut = end
+		pl.sized += seg.Count
+		pl.sizedBytes += seg.Bytes
+		msgs -= seg.Count
+		bytes -= seg.Bytes
+	}
 }
 
 // floorWatch is what retention last saw of a subscription's ack floor in one partition: the floor
