@@ -30,7 +30,7 @@ func TestCLIScenario(t *testing.T) {
 	const topic = "cli.orders"
 
 	// topic create PUB_SUB with 2 partitions; topic list shows it.
-	r := s.ok(t, "", "topic", "create", topic, "--semantics", "pub_sub", "--partitions", "2", "--ack-wait", "1m")
+	r := s.ok(t, "", "topic", "create", topic, "--semantics", "pub_sub", "--partitions", "2", "--ack-wait", "1m", "--max-messages", "1000")
 	if r.stdout != "created topic cli.orders (PUB_SUB, 2 partitions)\n" {
 		t.Fatalf("topic create printed %q", r.stdout)
 	}
@@ -210,7 +210,7 @@ func TestCLIScenario(t *testing.T) {
 	r = s.ok(t, "", "topic", "describe", topic)
 	for _, want := range []string{"Semantics:                           PUB_SUB\n", "Max deliveries:                      1\n",
 		"Ack wait:                            1m\n", "Message retention:                   24h\n", "Max retention:                       30d\n",
-		"Zombie TTL:                          7d\n", "\nGroups:\nGROUP  STATE   HEALTH  MEMBERS  PENDING"} {
+		"Zombie TTL:                          7d\n", "Size bound:" + strings.Repeat(" ", 26) + "1000 messages (keep_needed)\n", "\nGroups:\nGROUP  STATE   HEALTH  MEMBERS  PENDING"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("topic describe lacks %q:\n%s", want, r.stdout)
 		}

@@ -123,7 +123,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 	cfg := addTopicConfigFlags(fs, false)
 	if _, err := parseArgs(fs, []string{"--semantics", "pub-sub", "--max-retention", "30d", "--block-writes-on-zero-subscriptions=false",
 		"--completion-tracking", "WATERMARK", "--partitions", "4", "--max-backlog-messages", "0", "--backlog-policy", "Throttle",
-		"--zombie-ttl", "2d"}); err != nil {
+		"--zombie-ttl", "2d", "--max-messages", "1000", "--size-policy", "Drop-Oldest"}); err != nil {
 		t.Fatal(err)
 	}
 	body, err := cfg.body(fs)
@@ -132,7 +132,7 @@ func TestTopicFlagsSendOnlyWhatIsGiven(t *testing.T) {
 	}
 	want := map[string]any{"semantics": "PUB_SUB", "max_retention": "720h0m0s", "block_writes_on_zero_subscriptions": false,
 		"completion_tracking": "watermark", "partitions": 4, "max_backlog_messages": int64(0), "backlog_policy": "throttle",
-		"zombie_ttl": "48h0m0s"}
+		"zombie_ttl": "48h0m0s", "max_messages": int64(1000), "size_policy": "drop_oldest"}
 	if len(body) != len(want) {
 		t.Fatalf("body %v, want %v", body, want)
 	}

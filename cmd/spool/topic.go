@@ -36,6 +36,8 @@ type topicConfigFlags struct {
 	dedupWindow, zombieTTL                                    cli.DurationValue
 	maxBacklogMessages, maxBacklogBytes                       int64
 	backlogPolicy                                             string
+	maxMessages, maxBytes                                     int64
+	sizePolicy                                                string
 	poisonSameReason                                          bool
 	poisonMaxFailures                                         int
 	poisonWindow                                              cli.DurationValue
@@ -66,6 +68,9 @@ var topicFlagFields = map[string]string{
 	"max-backlog-messages":               "max_backlog_messages",
 	"max-backlog-bytes":                  "max_backlog_bytes",
 	"backlog-policy":                     "backlog_policy",
+	"max-messages":                       "max_messages",
+	"max-bytes":                          "max_bytes",
+	"size-policy":                        "size_policy",
 }
 
 func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
@@ -92,6 +97,9 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.Int64Var(&t.maxBacklogMessages, "max-backlog-messages", 0, "backpressure: bound on the messages the slowest active group has not done; 0: none"+def("0"))
 	fs.Int64Var(&t.maxBacklogBytes, "max-backlog-bytes", 0, "backpressure: the same bound in bytes (estimated); 0: none"+def("0"))
 	fs.StringVar(&t.backlogPolicy, "backlog-policy", "", "at the bound: reject (publishes refused RATE_LIMITED) or throttle (slowed from half the bound, refused at it)"+def("reject"))
+	fs.Int64Var(&t.maxMessages, "max-messages", 0, "size bound: retention removes the oldest messages to keep at most this many; 0: none"+def("0"))
+	fs.Int64Var(&t.maxBytes, "max-bytes", 0, "size bound: the same in bytes of the log; 0: none"+def("0"))
+	fs.StringVar(&t.sizePolicy, "size-policy", "", "what the size bound may remove: keep_needed (only messages every active or paused group completed) or drop_oldest (any)"+def("keep_needed"))
 	fs.BoolVar(&t.poisonSameReason, "poison-same-reason", false, "poison rule: dead-letter a message nacked with the same reason by more than one member")
 	fs.IntVar(&t.poisonMaxFailures, "poison-max-failures", 0, "poison rule: dead-letter a message after this many nacks within --poison-window (1 to 5; 0: off)"+def("0"))
 	fs.Var(&t.poisonWindow, "poison-window", "window of --poison-max-failures"+def("30s"))
@@ -148,6 +156,12 @@ func (t *topicConfigFlags) body(fs *flag.FlagSet) (map[string]any, error) {
 			out[field] = t.maxBacklogBytes
 		case "backlog-policy":
 			out[field] = strings.ToLower(t.backlogPolicy)
+		case "max-messages":
+			out[field] = t.maxMessages
+		case "max-bytes":
+			out[field] = t.maxBytes
+		case "size-policy":
+			out[field] = strings.ReplaceAll(strings.ToLower(t.sizePolicy), "-", "_")
 		case "block-writes-on-zero-subscriptions":
 			out[field] = t.blockWrites
 		default:
@@ -307,6 +321,24 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	f.Add("Max message size", cli.Bytes(int64(c.MaxMessageBytes)))
 	f.Add("Dedup window", cli.Duration(time.Duration(c.DedupWindow)))
 	f.Add("Poison rules", poisonText(c.PoisonRules))
+	if c.MaxMessages > 0 || c.MaxBytes > 0 {
+		var bound []string
+		if c.MaxMessages > 0 {
+			bound = append(bound, strconv.FormatInt(c.MaxMessages, 10)+" messages")
+		}
+		if c.MaxBytes > 0 {
+			bound = append(bound, cli.Bytes(c.MaxBytes))
+		}
+		policy := c.SizePolicy
+		if policy == "" {
+			policy = "keep_needed"
+		}
+		v := fmt.Sprintf("%s (%s)", strings.Join(bound, ", "), policy)
+		if t.SizeBoundExceeded {
+			v += "; exceeded: groups still need the oldest messages"
+		}
+		f.Add("Size bound", v)
+	}
 	if bp := t.Backpressure; bp != nil {
 		var bound []string
 		if bp.MaxBacklogMessages > 0 {

@@ -944,6 +944,39 @@ func TestZombieTTLSetting(t *testing.T) {
 	}
 }
 
+// TestSizeBoundSettings: max_messages, max_bytes and size_policy are validated, stored, shown
+// and changed by an update; a topic above its bound whose messages its queue still needs says so
+// (size_bound_exceeded).
+func TestSizeBoundSettings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for _, body := range []map[string]any{
+		{"name": "s", "max_messages": -1},
+		{"name": "s", "max_bytes": -1},
+		{"name": "s", "max_bytes": 1000, "size_policy": "newest"},
+	} {
+		e.do("POST", "/api/v1/topics", body).fails(400, "INVALID_ARGUMENT")
+	}
+	e.do("GET", "/api/v1/topics/s", nil).fails(404, "TOPIC_NOT_FOUND")
+	var tp Topic
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "s", "max_messages": 2, "size_policy": "keep_needed"}).ok(201, &tp)
+	if tp.Config.MaxMessages != 2 || tp.Config.SizePolicy != storage.SizeKeepNeeded || tp.SizeBoundExceeded {
+		t.Fatalf("created: %+v", tp)
+	}
+	for range 3 {
+		e.do("POST", "/api/v1/topics/s/messages", map[string]any{"payload": "x"}).ok(201, nil)
+	}
+	e.do("GET", "/api/v1/topics/s", nil).ok(200, &tp)
+	if !tp.SizeBoundExceeded || tp.Stats.Messages != 3 {
+		t.Fatalf("3 messages the queue needs, max_messages 2: %+v", tp)
+	}
+	tp = Topic{}
+	e.do("PUT", "/api/v1/topics/s/config", map[string]any{"max_messages": 0, "max_bytes": 1 << 20, "size_policy": "drop_oldest"}).ok(200, &tp)
+	if tp.Config.MaxMessages != 0 || tp.Config.MaxBytes != 1<<20 || tp.Config.SizePolicy != storage.SizeDropOldest || tp.SizeBoundExceeded {
+		t.Fatalf("updated: %+v", tp)
+	}
+}
+
 // TestPublishProducerID: a second HTTP publish with the same producer_id is not stored and answers
 // the first message's position with duplicate=true; dedup_window is a topic setting.
 func TestPublishProducerID(t *testing.T) {

@@ -119,6 +119,9 @@ type TopicConfig struct {
 	MaxBacklogMessages             int64                      `json:"max_backlog_messages,omitempty"`
 	MaxBacklogBytes                int64                      `json:"max_backlog_bytes,omitempty"`
 	BacklogPolicy                  storage.BacklogPolicy      `json:"backlog_policy,omitempty"`
+	MaxMessages                    int64                      `json:"max_messages,omitempty"`
+	MaxBytes                       int64                      `json:"max_bytes,omitempty"`
+	SizePolicy                     storage.SizePolicy         `json:"size_policy,omitempty"`
 	// PoisonRules is shown only when a rule is on; null in an update turns them off.
 	PoisonRules *PoisonRules `json:"poison_rules,omitempty"`
 }
@@ -149,6 +152,9 @@ func configJSON(c storage.TopicConfig) TopicConfig {
 		MaxBacklogMessages:             c.MaxBacklogMessages,
 		MaxBacklogBytes:                c.MaxBacklogBytes,
 		BacklogPolicy:                  c.BacklogPolicy,
+		MaxMessages:                    c.MaxMessages,
+		MaxBytes:                       c.MaxBytes,
+		SizePolicy:                     c.SizePolicy,
 		PoisonRules:                    poisonJSON(c.PoisonRules),
 	}
 }
@@ -190,6 +196,9 @@ func (c TopicConfig) storage() storage.TopicConfig {
 		MaxBacklogMessages:             c.MaxBacklogMessages,
 		MaxBacklogBytes:                c.MaxBacklogBytes,
 		BacklogPolicy:                  c.BacklogPolicy,
+		MaxMessages:                    c.MaxMessages,
+		MaxBytes:                       c.MaxBytes,
+		SizePolicy:                     c.SizePolicy,
 		PoisonRules:                    c.PoisonRules.storage(),
 	}
 }
@@ -207,6 +216,9 @@ type Topic struct {
 	// Backpressure is the state of a topic with a backlog bound: normal, throttled or rejecting,
 	// the backlog, and the publishes throttled and rejected since the broker started.
 	Backpressure *Backpressure `json:"backpressure,omitempty"`
+	// SizeBoundExceeded: the topic holds more than its max_messages or max_bytes (what the bound
+	// may not remove because a group still needs it, or what came since the last retention run).
+	SizeBoundExceeded bool `json:"size_bound_exceeded,omitempty"`
 }
 
 // Backpressure is broker.BackpressureInfo in the API: durations as strings.
@@ -242,6 +254,8 @@ func topicJSON(info *broker.TopicInfo) Topic {
 		Subscriptions: info.Subscriptions,
 		Members:       info.Members,
 		Backpressure:  backpressureJSON(info.Backpressure),
+
+		SizeBoundExceeded: info.Topic.Config.SizeBoundExceeded(info.Stats),
 	}
 }
 
