@@ -525,7 +525,7 @@ func (b *Broker) retentionLoop() {
 // runRetention applies retention once, reports what it removed to Config.OnRetention (also what a
 // failed run removed before it failed) and logs it: the totals at INFO, and at WARN each topic
 // and reason of messages removed while a subscription had not completed them and each group
-// whose stuck floor zombie_ttl force-advanced.
+// whose stuck floor zombie_ttl force-advanced; at INFO what each topic's size bound removed.
 func (b *Broker) runRetention(ctx context.Context) {
 	start, clockStart := time.Now(), b.clock.Now()
 	res, err := b.engine.RetentionApply(ctx)
@@ -560,6 +560,10 @@ func (b *Broker) logRetention(ctx context.Context, res *storage.RetentionResult,
 	for _, x := range res.Expired {
 		b.logger.WarnContext(ctx, "retention expired messages a subscription had not completed",
 			slog.String("topic", x.Topic), slog.String("reason", string(x.Reason)), slog.Int64("messages", x.Messages))
+	}
+	for _, x := range res.SizeRemoved {
+		b.logger.InfoContext(ctx, "retention removed the oldest messages of a topic above its size bound",
+			slog.String("topic", x.Topic), slog.Int64("messages", x.Messages), slog.Int64("bytes", x.Bytes))
 	}
 	for _, z := range res.Zombies {
 		b.logger.WarnContext(ctx, "zombie_ttl force-advanced a stuck subscription: it gave up messages it had not completed",

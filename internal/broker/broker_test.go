@@ -925,6 +925,29 @@ func TestRetentionReportsZombies(t *testing.T) {
 	}
 }
 
+// TestRetentionReportsSize: what a topic's size bound removed is handed to Config.OnRetention
+// and logged at INFO with the topic.
+func TestRetentionReportsSize(t *testing.T) {
+	t.Parallel()
+	logs := &testutil.SyncBuffer{}
+	var got []*storage.RetentionResult
+	e := newEnv(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.OnRetention = func(res *storage.RetentionResult) { got = append(got, res) }
+	})
+	e.createTopic("sb", storage.TopicConfig{Semantics: storage.PubSub, MaxMessages: 2, SizePolicy: storage.SizeDropOldest})
+	e.publishN("sb", "s", 5)
+	e.b.runRetention(e.ctx())
+	if len(got) != 1 || len(got[0].SizeRemoved) != 1 || got[0].SizeRemoved[0].Topic != "sb" || got[0].SizeRemoved[0].Messages < 3 {
+		t.Fatalf("results %+v; want at least 3 messages of sb removed by its size bound", got)
+	}
+	line := fmt.Sprintf(`level=INFO msg="retention removed the oldest messages of a topic above its size bound" component=broker topic=sb messages=%d`,
+		got[0].SizeRemoved[0].Messages)
+	if out := logs.String(); !strings.Contains(out, line) {
+		t.Errorf("log lacks %s:\n%s", line, out)
+	}
+}
+
 func TestChurnLosesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)

@@ -104,6 +104,9 @@ var (
 		"Retained messages of the topic.", topicLabels, nil)
 	descTopicBytes = prometheus.NewDesc("spool_topic_bytes",
 		"Bytes of the topic's log segments.", topicLabels, nil)
+	descTopicSizeExceeded = prometheus.NewDesc("spool_topic_size_bound_exceeded",
+		"For a topic with max_messages or max_bytes: 1 while it holds more (what the bound may not remove because a group still needs it, or what came since the last retention run), else 0.",
+		topicLabels, nil)
 	descTopicPartitions = prometheus.NewDesc("spool_topic_partitions",
 		"Partitions of the topic.", topicLabels, nil)
 	descPartitionDamaged = prometheus.NewDesc("spool_partition_damaged",
@@ -148,7 +151,7 @@ var (
 		"Scrapes at which reading the broker failed.", nil, nil)
 
 	allDescs = []*prometheus.Desc{descQueueDepth, descConsumerLag, descThroughput, descTopicMessages,
-		descTopicBytes, descTopicPartitions, descPartitionDamaged, descTopicSubs, descTopicMembers, descSubState, descSubPending,
+		descTopicBytes, descTopicSizeExceeded, descTopicPartitions, descPartitionDamaged, descTopicSubs, descTopicMembers, descSubState, descSubPending,
 		descSubInFlight, descSubRedelivering, descSubDLQ, descSubMembers, descBrokerMembers, descBrokerUp,
 		descBackpressureState, descBacklog, descPublishesThrottled, descPublishesRejected,
 		descStorageFull, descCollectDuration, descCollectErrors}
@@ -280,6 +283,13 @@ func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descQueueDepth, float64(depths[name]))
 		gauge(descTopicMessages, float64(t.Stats.Messages))
 		gauge(descTopicBytes, float64(t.Stats.Bytes))
+		if cfg := t.Topic.Config; cfg.HasSizeBound() {
+			v := 0.0
+			if cfg.SizeBoundExceeded(t.Stats) {
+				v = 1
+			}
+			gauge(descTopicSizeExceeded, v)
+		}
 		gauge(descTopicPartitions, float64(len(t.Stats.Partitions)))
 		gauge(descTopicSubs, float64(t.Subscriptions))
 		gauge(descTopicMembers, float64(t.Members))

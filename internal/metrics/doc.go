@@ -56,6 +56,10 @@
 //	                                                   deleted and created again, which rate() treats as a counter reset.
 //	spool_topic_messages{topic}               gauge    retained messages (high-water mark minus first retained offset).
 //	spool_topic_bytes{topic}                  gauge    bytes of the topic's log segments.
+//	spool_topic_size_bound_exceeded{topic}    gauge    for a topic with max_messages or max_bytes: 1 while it holds more than
+//	                                                   that (what its size bound may not remove because an ACTIVE or PAUSED group
+//	                                                   still needs it, or what came since the last retention run), else 0;
+//	                                                   absent without a bound.
 //	spool_topic_partitions{topic}             gauge    partitions.
 //	spool_topic_subscriptions{topic}          gauge    subscriptions that are not DELETED (durable and ephemeral).
 //	spool_topic_members{topic}                gauge    members of this broker attached to the topic.
@@ -107,7 +111,9 @@
 //	                                                          subscription held retention, a DEAD one had not completed them, older
 //	                                                          than zero_subscription_retention), dead_subscription (every ACTIVE and
 //	                                                          PAUSED subscription had completed them, a DEAD one had not, older than
-//	                                                          message_retention), topic_deleted (PostgreSQL: committed transactional
+//	                                                          message_retention), size (the topic was above max_messages or max_bytes:
+//	                                                          a DEAD subscription, or with size_policy drop_oldest any, had not
+//	                                                          completed them), topic_deleted (PostgreSQL: committed transactional
 //	                                                          publishes not yet sequenced, removed by a forced topic delete or by the
 //	                                                          sequencer of this process; reported with its next retention run).
 //	                                                          Completed messages that retention deletes, messages
@@ -120,6 +126,10 @@
 //	                                                          (ObserveRetention; the broker logs a WARN naming the group). They are
 //	                                                          never delivered to it; not removals (retention deletes them later as
 //	                                                          completed). On PostgreSQL: sum() across instances.
+//	spool_retention_size_removed_total{topic}       counter   messages the retention job of this process removed because their topic
+//	                                                          was above max_messages or max_bytes, oldest first: completed ones, and
+//	                                                          with size_policy drop_oldest needed ones (those are also expired with
+//	                                                          reason size). On PostgreSQL: sum() across instances.
 //	spool_storage_available_bytes                   gauge     bytes available on the file system of the embedded engine's data
 //	                                                          directory, statfs at scrape time (RegisterDiskSpace; absent on PostgreSQL).
 //	spool_storage_size_bytes                        gauge     size of that file system.

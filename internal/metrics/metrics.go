@@ -37,6 +37,7 @@ type Metrics struct {
 	deadLettered    *prometheus.CounterVec
 	expired         *prometheus.CounterVec
 	zombie          *prometheus.CounterVec
+	sizeRemoved     *prometheus.CounterVec
 	fsyncDuration   prometheus.Histogram
 	fsyncRecords    prometheus.Histogram
 	connections     *prometheus.GaugeVec
@@ -96,12 +97,16 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic", "group"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_expired_total",
-			Help: "Messages the retention job of this process removed while a subscription had not completed them, by the rule that removed them (max_retention, zero_subscription, dead_subscription, topic_deleted).",
+			Help: "Messages the retention job of this process removed while a subscription had not completed them, by the rule that removed them (max_retention, zero_subscription, dead_subscription, size, topic_deleted).",
 		}, []string{"topic", "reason"}),
 		zombie: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_zombie_messages_total",
 			Help: "Messages a subscription gave up when the retention job of this process force-advanced its ack floor, stuck for longer than the topic's zombie_ttl.",
 		}, []string{"topic", "group"}),
+		sizeRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "spool_retention_size_removed_total",
+			Help: "Messages the retention job of this process removed because their topic was above max_messages or max_bytes (completed ones and, with size_policy drop_oldest, needed ones).",
+		}, []string{"topic"}),
 		fsyncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "spool_wal_fsync_duration_seconds",
 			Help: "Duration of one group-commit round (write and fsync) of the embedded engine, in seconds.",
@@ -139,7 +144,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.publishDuration, m.publishErrors, m.delivered, m.redelivered,
-			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.zombie, m.fsyncDuration, m.fsyncRecords,
+			m.endToEnd, m.acked, m.nacked, m.deadLettered, m.expired, m.zombie, m.sizeRemoved, m.fsyncDuration, m.fsyncRecords,
 			m.connections, m.connectionsTot, m.httpRequests, m.httpDuration, m.authDenied)
 	}
 	m.lifecycle = newLifecycleMetrics(reg)
@@ -227,8 +232,9 @@ func (m *Metrics) ObserveDeadLettered(topic, group string, n int) {
 
 // ObserveRetention records what one run of the retention job removed: every entry of res.Expired
 // (messages removed while a subscription had not completed them) in spool_messages_expired_total,
-// and every entry of res.Zombies (messages given up by a stuck subscription) in
-// spool_zombie_messages_total. Its signature is that of broker.Config.OnRetention. It never blocks.
+// every entry of res.Zombies (messages given up by a stuck subscription) in
+// spool_zombie_messages_total, and every entry of res.SizeRemoved in
+// spool_retention_size_removed_total. Its signature is that of broker.Config.OnRetention. It never blocks.
 func (m *Metrics) ObserveRetention(res *storage.RetentionResult) {
 	if m == nil || res == nil {
 		return
@@ -238,6 +244,9 @@ func (m *Metrics) ObserveRetention(res *storage.RetentionResult) {
 	}
 	for _, z := range res.Zombies {
 		m.zombie.WithLabelValues(z.Topic, GroupLabel(z.Group)).Add(float64(z.Messages))
+	}
+	for _, x := range res.SizeRemoved {
+		m.sizeRemoved.WithLabelValues(x.Topic).Add(float64(x.Messages))
 	}
 }
 
@@ -301,6 +310,7 @@ func (m *Metrics) ForgetTopic(topic string) {
 	for _, v := range []*prometheus.MetricVec{
 		m.published.MetricVec, m.delivered.MetricVec, m.redelivered.MetricVec, m.endToEnd.MetricVec,
 		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec, m.expired.MetricVec, m.zombie.MetricVec,
+		m.sizeRemoved.MetricVec,
 	} {
 		v.DeletePartialMatch(l)
 	}

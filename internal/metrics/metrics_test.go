@@ -160,7 +160,8 @@ func TestHooks(t *testing.T) {
 	}})
 	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 2, Expired: []storage.ExpiredCount{
 		{Topic: "orders", Reason: storage.ExpiredMaxRetention, Messages: 2},
-	}, Zombies: []storage.ZombieCount{{Topic: "orders", Group: "billing", SubscriptionID: 7, Messages: 5}}})
+	}, Zombies: []storage.ZombieCount{{Topic: "orders", Group: "billing", SubscriptionID: 7, Messages: 5}},
+		SizeRemoved: []storage.SizeRemoval{{Topic: "orders", Messages: 8, Bytes: 800}}})
 
 	topic := map[string]string{"topic": "orders"}
 	billing := map[string]string{"topic": "orders", "group": "billing"}
@@ -182,6 +183,7 @@ func TestHooks(t *testing.T) {
 		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "max_retention"}, 6},
 		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "dead_subscription"}, 3},
 		{"spool_zombie_messages_total", billing, 5},
+		{"spool_retention_size_removed_total", topic, 8},
 		{"spool_wal_fsync_duration_seconds", nil, 1},
 		{"spool_wal_fsync_records", nil, 1},
 		{"spool_connections", map[string]string{"protocol": "binary"}, 1},
@@ -196,7 +198,8 @@ func TestHooks(t *testing.T) {
 	}
 
 	m.ForgetTopic("orders")
-	for _, name := range []string{"spool_messages_published_total", "spool_messages_delivered_total", "spool_end_to_end_latency_seconds", "spool_messages_expired_total", "spool_zombie_messages_total"} {
+	for _, name := range []string{"spool_messages_published_total", "spool_messages_delivered_total", "spool_end_to_end_latency_seconds", "spool_messages_expired_total", "spool_zombie_messages_total",
+		"spool_retention_size_removed_total"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
 			t.Errorf("after ForgetTopic: %d series of %s (err %v)", n, name, err)
 		}
@@ -293,7 +296,8 @@ func TestBrokerCollector(t *testing.T) {
 	if got := mustSample(t, reg, "spool_broker_up", nil); got != 1 {
 		t.Fatalf("spool_broker_up = %v, want 1", got)
 	}
-	if _, err := b.CreateTopic(ctx, "orders", storage.TopicConfig{}); err != nil {
+	// orders has a size bound its queue keeps it above (nobody consumes: keep_needed).
+	if _, err := b.CreateTopic(ctx, "orders", storage.TopicConfig{MaxMessages: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.CreateTopic(ctx, "events", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2}); err != nil {
@@ -356,6 +360,12 @@ func TestBrokerCollector(t *testing.T) {
 	}
 	if got := mustSample(t, reg, "spool_topic_bytes", orders); got <= 0 {
 		t.Errorf("spool_topic_bytes{orders} = %v, want > 0", got)
+	}
+	if got := mustSample(t, reg, "spool_topic_size_bound_exceeded", orders); got != 1 {
+		t.Errorf("spool_topic_size_bound_exceeded{orders} = %v, want 1 (3 messages, max_messages 2)", got)
+	}
+	if _, ok := sample(t, reg, "spool_topic_size_bound_exceeded", events); ok {
+		t.Error("spool_topic_size_bound_exceeded{events} present without a bound")
 	}
 	if got := mustSample(t, reg, "spool_subscription_members", eph); got != 2 {
 		t.Errorf("spool_subscription_members{events,$ephemeral} = %v, want 2", got)
