@@ -663,8 +663,12 @@
         kv('max_deliveries', fmtNum(c.max_deliveries)), kv('message_retention', fmtDur(c.message_retention)),
         kv('max_retention', fmtDur(c.max_retention)), kv('zero_subscription_retention', fmtDur(c.zero_subscription_retention)),
         kv('block_writes_on_zero_subscriptions', String(!!c.block_writes_on_zero_subscriptions)),
-        kv('completion_tracking', c.completion_tracking || '—'), kv('max_message_bytes', fmtBytes(c.max_message_bytes)),
-        kv('dedup_window', fmtDur(c.dedup_window)));
+        kv('completion_tracking', c.completion_tracking || '—'), kv('zombie_ttl', fmtDur(c.zombie_ttl)),
+        kv('max_message_bytes', fmtBytes(c.max_message_bytes)), kv('dedup_window', fmtDur(c.dedup_window)),
+        ...(c.max_messages ? [kv('max_messages', fmtNum(c.max_messages))] : []),
+        ...(c.max_bytes ? [kv('max_bytes', fmtBytes(c.max_bytes))] : []),
+        ...(c.max_messages || c.max_bytes ? [kv('size_policy', (c.size_policy || 'keep_needed') +
+          (t.size_bound_exceeded ? ' (exceeded: groups still need the oldest messages)' : ''))] : []));
     },
   };
 
@@ -673,7 +677,7 @@
     if (op === 'pause') {
       const ok = await confirmDialog({
         title: `Pause group ${g.group}?`, ok: 'Pause group',
-        text: `Pause group ${g.group} on topic ${g.topic}? It receives nothing until resumed, and keeps holding retention (up to max_retention).`,
+        text: `Pause group ${g.group} on topic ${g.topic}? It receives nothing until resumed, and keeps holding retention (up to zombie_ttl and max_retention).`,
       });
       if (!ok) return;
     }
