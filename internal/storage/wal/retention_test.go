@@ -102,3 +102,31 @@ func TestRetentionSealsOnlyWhatItFrees(t *testing.T) {
 	}
 	t.Logf("60 runs: %d cuts, %d deleted", cuts, deleted)
 }
+
+// TestZombieFloorSurvivesCrash: a floor zombie_ttl force-advanced is recorded in the state log
+// before the run returns, so a crash (no final snapshot) keeps it, and the given-up messages are
+// not delivered again.
+func TestZombieFloorSurvivesCrash(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createTopic("z", storage.TopicConfig{Semantics: storage.PubSub, ZombieTTL: time.Hour})
+	s := h.subscribe("z", "s", storage.StartPosition{Kind: storage.FromBeginning})
+	h.publishN("z", 5)
+	run := func() *storage.RetentionResult {
+		t.Helper()
+		res, err := h.e.RetentionApply(h.ctx)
+		h.must(err, "retention")
+		return res
+	}
+	equal(t, len(run().Zombies), 0, "first seen")
+	h.clock.Advance(time.Hour + time.Second)
+	h.publishN("z", 2)
+	res := run()
+	equal(t, len(res.Zombies), 1, "zombies")
+	equal(t, res.Zombies[0].Messages, int64(5), "given up")
+	h.crash()
+	equal(t, h.stats(s.ID).Partitions[0].AckFloor, int64(5), "floor after a crash")
+	ds := h.claim(s.ID, "m", 10)
+	equal(t, len(ds), 2, "claimed after a crash")
+	equal(t, ds[0].Offset, int64(5), "first claimed")
+}
