@@ -62,6 +62,11 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 	}
 	res := &storage.RetentionResult{}
 	e.dropped.drain(res)
+	live := make(map[int64]bool, len(topics))
+	for _, t := range topics {
+		live[t.id] = true
+	}
+	e.watches.keep(live)
 	for _, t := range topics {
 		if err := ctx.Err(); err != nil {
 			return res, err

@@ -56,6 +56,17 @@ func (w *floorWatches) put(topicID int64, m map[watchKey]floorWatch) {
 	w.topics[topicID] = m
 }
 
+// keep forgets the views of topics not in live (deleted ones).
+func (w *floorWatches) keep(live map[int64]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range w.topics {
+		if !live[id] {
+			delete(w.topics, id)
+		}
+	}
+}
+
 // zombieFloorsSQL lists the floors of the subscriptions of topic $1 that hold retention.
 const zombieFloorsSQL = `SELECT sb.id, sb.group_name, sp.partition, sp.ack_floor
 FROM spool.subscriptions sb JOIN spool.sub_partitions sp ON sp.sub_id = sb.id
