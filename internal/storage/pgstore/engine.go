@@ -194,6 +194,9 @@ type Engine struct {
 	dropped droppedCounts
 	// watches are this instance's views of the ack floors, for zombie_ttl (zombie.go).
 	watches floorWatches
+	// sizeRunLimit bounds what one retention run reads for a topic's size bound
+	// (defaultSizeRunLimit).
+	sizeRunLimit int
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema
@@ -215,7 +218,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
 	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema, cache: newMsgCache(cfg.MessageCacheBytes),
-		seqWake: make(chan struct{}, 1), dbClock: dbClock}
+		seqWake: make(chan struct{}, 1), dbClock: dbClock, sizeRunLimit: defaultSizeRunLimit}
 	if _, err := rand.Read(e.instance[:]); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: instance id: %w", err)

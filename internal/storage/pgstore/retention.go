@@ -317,9 +317,13 @@ func (e *Engine) advanceLow(ctx context.Context, tx pgx.Tx, topicID int64, parti
 	return bytes, true, nil
 }
 
-// sizeRunLimit bounds the messages one run removes from one topic for its size bound (the next
-// run goes on), and so the rows it reads: at most this many per partition.
-const sizeRunLimit = 10000
+// defaultSizeRunLimit bounds the rows one run reads for a topic's size bound, so the messages it
+// removes (the next run goes on): each partition's oldest defaultSizeRunLimit / partitions, at
+// least sizeMinPerPartition. Engine.sizeRunLimit holds it (tests lower it).
+const (
+	defaultSizeRunLimit = 10000
+	sizeMinPerPartition = 100
+)
 
 // sizeStateSQL reads, after the age rules, each partition of topic $1 that holds messages: its
 // low and next offsets, bytes, and the floors of its subscriptions (as retentionBoundsSQL).
@@ -338,20 +342,19 @@ WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
 ORDER BY p.partition`
 
 // sizeCandidatesSQL lists the oldest messages of the ranges ($2 partitions, $3 from, $4 to) of
-// topic $1, at most $5 per partition and in all, oldest first across partitions (within a
-// partition in offset order), with their stored size.
+// topic $1, at most $5 per partition (read in index order), oldest first across partitions
+// (within a partition in offset order), with their stored size.
 const sizeCandidatesSQL = `SELECT m.partition, m."offset", m.size + ` + "%d" + `
 FROM unnest($2::int[], $3::bigint[], $4::bigint[]) AS r (partition, lo, hi)
 CROSS JOIN LATERAL (SELECT m.partition, m."offset", m.published_at, m.size FROM spool.messages m
 	WHERE m.topic_id = $1 AND m.partition = r.partition AND m."offset" >= r.lo AND m."offset" < r.hi
 	ORDER BY m."offset" LIMIT $5) m
-ORDER BY m.published_at, m.partition, m."offset"
-LIMIT $5`
+ORDER BY m.published_at, m.partition, m."offset"`
 
 // retainSize applies the topic's size bound (max_messages, max_bytes) after the age rules: while
 // the topic is above it, its oldest messages across partitions go, message by message, but with
 // size_policy keep_needed only those every subscription holding retention completed (below their
-// lowest floor). At most sizeRunLimit messages per run. Removed messages a subscription with
+// lowest floor). At most about Engine.sizeRunLimit messages per run. Removed messages a subscription with
 // state had not completed are expired with reason size; all are counted in SizeRemoved.
 func (e *Engine) retainSize(ctx context.Context, tx pgx.Tx, topicID int64, name string, cfg storage.TopicConfig, res *storage.RetentionResult) error {
 	type part struct {
@@ -397,24 +400,40 @@ func (e *Engine) retainSize(ctx context.Context, tx pgx.Tx, topicID int64, name 
 	if len(ps) == 0 {
 		return nil // everything left is needed
 	}
-	rows, err = tx.Query(ctx, e.sql(fmt.Sprintf(sizeCandidatesSQL, messageOverhead)), topicID, ps, los, his, sizeRunLimit)
+	per := max(e.sizeRunLimit/len(ps), min(sizeMinPerPartition, e.sizeRunLimit))
+	rows, err = tx.Query(ctx, e.sql(fmt.Sprintf(sizeCandidatesSQL, messageOverhead)), topicID, ps, los, his, per)
 	if err != nil {
 		return fmt.Errorf("size bound: candidates: %w", err)
 	}
-	for rows.Next() && cfg.OverSize(msgs, bytes) {
-		var partition int32
-		var off, size int64
-		if err := rows.Scan(&partition, &off, &size); err != nil {
+	type cand struct {
+		partition  int32
+		off, bytes int64
+	}
+	var cands []cand
+	for rows.Next() {
+		var c cand
+		if err := rows.Scan(&c.partition, &c.off, &c.bytes); err != nil {
 			rows.Close()
 			return fmt.Errorf("size bound: candidates: %w", err)
 		}
-		parts[idx[partition]].cut = off + 1
-		msgs--
-		bytes -= size
+		cands = append(cands, c)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("size bound: candidates: %w", err)
+	}
+	taken := map[int32]int{}
+	for _, c := range cands {
+		if !cfg.OverSize(msgs, bytes) {
+			break
+		}
+		parts[idx[c.partition]].cut = c.off + 1
+		msgs--
+		bytes -= c.bytes
+		// A partition whose read is used up may hold older messages than the next candidates
+		// of the others: the next run goes on from here.
+		if taken[c.partition]++; taken[c.partition] == per {
+			break
+		}
 	}
 	for _, p := range parts {
 		if p.cut <= p.low {

@@ -1,0 +1,92 @@
+package pgstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
+)
+
+// TestZombieWatchesForgetDeletedTopics: the instance's view of a topic's floors (zombie_ttl)
+// goes with the topic, so deleted topics leave nothing behind in memory.
+func TestZombieWatchesForgetDeletedTopics(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(time.Date(2031, 3, 14, 9, 26, 53, 0, time.UTC))
+	e, err := Open(t.Context(), testConfig(t, clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := t.Context()
+	for _, name := range []string{"w.keep", "w.gone"} {
+		if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: name, Config: storage.TopicConfig{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.RetentionApply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.watches.topics); n != 2 {
+		t.Fatalf("%d topics watched, want 2 (each has its queue subscription)", n)
+	}
+	if err := e.TopicDelete(ctx, &storage.TopicDeleteParams{Name: "w.gone", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.RetentionApply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.watches.topics); n != 1 {
+		t.Fatalf("%d topics watched after a delete, want 1", n)
+	}
+}
+
+// TestSizeBoundRunLimit: one run reads at most about sizeRunLimit messages for a topic's size
+// bound, per partition its share, and removes them oldest first across partitions; it stops
+// where a partition's share is used up (that partition may hold older messages than the other
+// candidates), and the next runs go on until the topic is within its bound.
+func TestSizeBoundRunLimit(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(time.Date(2031, 3, 14, 9, 26, 53, 0, time.UTC))
+	e, err := Open(t.Context(), testConfig(t, clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e.sizeRunLimit = 8 // 8 per partition (the floor of a partition's share is min(100, limit))
+	ctx := t.Context()
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "lim",
+		Config: storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2, MaxMessages: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0 holds the 10 oldest, partition 1 the 10 newest: the first run may only take
+	// partition 0's first 8 (its share), though 16 must go; the second takes the 8 more needed.
+	for _, p := range []int32{0, 1} {
+		msgs := make([]storage.AppendMessage, 10)
+		for i := range msgs {
+			msgs[i] = storage.AppendMessage{Partition: p, Payload: []byte("x")}
+		}
+		if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "lim", Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	lows := func() []int64 {
+		t.Helper()
+		st, err := e.TopicStats(ctx, "lim")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []int64{st.Partitions[0].LowOffset, st.Partitions[1].LowOffset}
+	}
+	want := [][]int64{{8, 0}, {10, 6}, {10, 6}}
+	for run, w := range want {
+		res, err := e.RetentionApply(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lows(); got[0] != w[0] || got[1] != w[1] {
+			t.Fatalf("run %d: low offsets %v, want %v (%+v)", run+1, got, w, res.SizeRemoved)
+		}
+	}
+}
