@@ -41,6 +41,8 @@ Modes:
             own connection, fsync before each answer (a minimal group-commit server in a child
             process, publishers in this one); reports msg/s and CPU per message. Divide the
             publish figures by it, measured in the same window (docs/benchmarks.md)
+  scenario  seed 000's pre-GA tests against a running broker, each with verdicts against the
+            seed's targets: kill-resurrect, isolation, fanout (spool bench scenario -h)
 
 A run uses a fresh topic, created through the HTTP admin API (--admin) as --semantics (PUB_SUB by
 default) with --partitions and the retention overrides, and deleted afterwards; the warm-up is
@@ -61,6 +63,7 @@ Examples:
   spool bench publish --publishers 10 --clients 1
   spool bench publish --async
   spool bench floor --publishers 10 --duration 10s
+  spool bench scenario kill-resurrect --heartbeat-timeout 10s
 
 Flags:
 `
@@ -74,13 +77,16 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(args) > 0 && args[0] == modeFloor {
 		return benchFloor(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == modeScenario {
+		return benchScenario(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != bench.ModePublish && args[0] != bench.ModeE2E) {
 		fmt.Fprint(stderr, benchUsage)
 		newBenchFlags(bench.ModeE2E, stderr).fs.PrintDefaults()
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return flag.ErrHelp
 		}
-		return errors.New("bench: give the mode, publish, e2e or floor")
+		return errors.New("bench: give the mode, publish, e2e, floor or scenario")
 	}
 	mode := args[0]
 	bf := newBenchFlags(mode, stderr)

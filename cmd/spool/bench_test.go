@@ -131,3 +131,50 @@ func TestBenchQueueJSON(t *testing.T) {
 		t.Fatalf("topic after the run: %v", err)
 	}
 }
+
+// TestBenchScenarioArguments: spool bench scenario needs a known scenario name, -h prints the
+// scenarios, bad settings are refused before anything connects, and the fan-out matrix needs the
+// database.
+func TestBenchScenarioArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var out, errOut bytes.Buffer
+	if err := benchMain(ctx, []string{"scenario"}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "Usage: spool bench scenario <name>") {
+		t.Fatalf("no scenario: %v, usage %q", err, errOut.String())
+	}
+	for _, want := range []string{"kill-resurrect", "isolation", "fanout", "Backfill against OLTP"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Fatalf("usage lacks %q", want)
+		}
+	}
+	if err := benchMain(ctx, []string{"scenario", "chaos"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), `unknown scenario "chaos"`) {
+		t.Fatalf("unknown scenario: %v", err)
+	}
+	for _, name := range []string{"kill-resurrect", "isolation", "fanout"} {
+		errOut.Reset()
+		if err := benchMain(ctx, []string{"scenario", name, "-h"}, &out, &errOut); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s -h: %v", name, err)
+		}
+	}
+	if !strings.Contains(errOut.String(), "-completion") || !strings.Contains(errOut.String(), "-groups") {
+		t.Fatalf("fanout -h lacks --completion or --groups:\n%s", errOut.String())
+	}
+	for _, args := range [][]string{
+		{"scenario", "kill-resurrect", "--rate", "-1"},
+		{"scenario", "kill-resurrect", "--size", "10"},
+		{"scenario", "isolation", "--big-rate", "-5"},
+		{"scenario", "fanout"},
+		{"scenario", "fanout", "--pg", "postgres://x", "--completion", "bitmap"},
+	} {
+		if err := benchMain(ctx, args, &out, &errOut); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Fatalf("%q: %v", args, err)
+		}
+	}
+	if err := benchMain(ctx, []string{"scenario", "fanout", "--pg", "postgres://x", "--groups", "4,0"}, &out, &errOut); err == nil ||
+		!strings.Contains(err.Error(), "--groups") {
+		t.Fatalf("--groups 4,0: %v", err)
+	}
+	if err := benchMain(ctx, []string{"scenario", "isolation", "extra"}, &out, &errOut); err == nil {
+		t.Fatal("extra argument accepted")
+	}
+}

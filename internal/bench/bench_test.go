@@ -37,7 +37,15 @@ func startBroker(t *testing.T) *testBroker {
 	if err != nil {
 		t.Fatalf("wal.Open: %v", err)
 	}
-	br, err := broker.New(broker.Config{Engine: eng, RetentionInterval: -1})
+	return startBrokerOn(t, eng, broker.Config{RetentionInterval: -1})
+}
+
+// startBrokerOn is startBroker on the engine eng with the broker configuration cfg (its Engine
+// set here); the engine is closed at the end of the test.
+func startBrokerOn(t *testing.T, eng storage.Engine, cfg broker.Config) *testBroker {
+	t.Helper()
+	cfg.Engine = eng
+	br, err := broker.New(cfg)
 	if err != nil {
 		t.Fatalf("broker.New: %v", err)
 	}

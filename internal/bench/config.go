@@ -90,6 +90,9 @@ type Config struct {
 	// broker's default). The run reports the publishes the broker throttled and refused.
 	MaxBacklogMessages int64
 	BacklogPolicy      string
+	// Completion is the completion_tracking of a topic the run creates (watermark or refcount;
+	// "": the broker's default, watermark). The broker refuses a mode it does not build.
+	Completion string
 	// SlowConsumer, in e2e mode, makes the consumers of the first group take that long over each
 	// message (a slow group for backpressure runs). 0: no delay.
 	SlowConsumer time.Duration
@@ -251,6 +254,10 @@ func (c Config) Validate() error {
 		return bad("max backlog messages must not be negative, got %d", c.MaxBacklogMessages)
 	case c.BacklogPolicy != "" && c.BacklogPolicy != string(storage.BacklogReject) && c.BacklogPolicy != string(storage.BacklogThrottle):
 		return bad("backlog policy must be reject or throttle, got %q", c.BacklogPolicy)
+	case c.Completion != "" && c.Completion != string(storage.Watermark) && c.Completion != string(storage.Refcount):
+		return bad("completion must be %s or %s, got %q", storage.Watermark, storage.Refcount, c.Completion)
+	case c.Completion != "" && c.NoAdmin:
+		return bad("completion tracking is set when the run creates the topic: give the HTTP admin address")
 	case (c.MaxBacklogMessages > 0 || c.BacklogPolicy != "") && c.NoAdmin:
 		return bad("a backlog bound is set when the run creates the topic: give the HTTP admin address")
 	case c.SlowConsumer < 0 || c.SlowConsumer > time.Minute:

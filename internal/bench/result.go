@@ -17,6 +17,7 @@ type Percentiles struct {
 	Mean  float64 `json:"mean_ms"`
 	P50   float64 `json:"p50_ms"`
 	P90   float64 `json:"p90_ms"`
+	P95   float64 `json:"p95_ms"`
 	P99   float64 `json:"p99_ms"`
 	P999  float64 `json:"p99_9_ms"`
 	Max   float64 `json:"max_ms"`
@@ -28,7 +29,7 @@ func ms(ns int64) float64 { return float64(ns) / 1e6 }
 func percentilesOf(h *Histogram) Percentiles {
 	return Percentiles{
 		Count: h.Count(), Mean: h.Mean() / 1e6,
-		P50: ms(h.Quantile(0.5)), P90: ms(h.Quantile(0.9)), P99: ms(h.Quantile(0.99)),
+		P50: ms(h.Quantile(0.5)), P90: ms(h.Quantile(0.9)), P95: ms(h.Quantile(0.95)), P99: ms(h.Quantile(0.99)),
 		P999: ms(h.Quantile(0.999)), Max: ms(h.Max()),
 	}
 }

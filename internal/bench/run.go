@@ -114,7 +114,7 @@ func (r *runner) setupTopic(ctx context.Context) error {
 	r.adm = newAdmin(cfg.Admin, cfg.TLS, cfg.Token)
 	spec := topicSpec{semantics: cfg.Semantics, partitions: cfg.Partitions,
 		messageRetention: cfg.MessageRetention, maxRetention: cfg.MaxRetention,
-		maxBacklogMessages: cfg.MaxBacklogMessages, backlogPolicy: cfg.BacklogPolicy}
+		maxBacklogMessages: cfg.MaxBacklogMessages, backlogPolicy: cfg.BacklogPolicy, completion: cfg.Completion}
 	exists, err := r.adm.createTopic(ctx, name, spec)
 	if err != nil {
 		return err
@@ -130,8 +130,8 @@ func (r *runner) setupTopic(ctx context.Context) error {
 		}
 		r.topic.Semantics, r.topic.Partitions = sem, parts
 		switch {
-		case cfg.MessageRetention > 0 || cfg.MaxRetention > 0:
-			return fmt.Errorf("bench: %w: topic %q exists: the retention overrides apply to a topic the run creates",
+		case cfg.MessageRetention > 0 || cfg.MaxRetention > 0 || cfg.Completion != "":
+			return fmt.Errorf("bench: %w: topic %q exists: the retention and completion overrides apply to a topic the run creates",
 				storage.ErrInvalidArgument, name)
 		case cfg.Mode == ModeE2E && sem == SemanticsQueue && cfg.Groups != 1:
 			return fmt.Errorf("bench: %w: topic %q is QUEUE: its consumers share one subscription, groups must be 1, got %d",
@@ -140,6 +140,7 @@ func (r *runner) setupTopic(ctx context.Context) error {
 		return nil
 	}
 	r.topic.Created, r.topic.Semantics, r.topic.Partitions = true, cfg.Semantics, cfg.Partitions
+	r.topic.Completion = cfg.Completion
 	if cfg.MessageRetention > 0 {
 		r.topic.MessageRetention = cfg.MessageRetention.String()
 	}

@@ -26,6 +26,8 @@ type TopicInfo struct {
 	// the broker's default), as Go durations.
 	MessageRetention string `json:"message_retention,omitempty"`
 	MaxRetention     string `json:"max_retention,omitempty"`
+	// Completion is the completion_tracking a run gave the topic it created ("": the broker's).
+	Completion string `json:"completion_tracking,omitempty"`
 	// Created: the run created the topic; Deleted: and deleted it afterwards.
 	Created bool `json:"created"`
 	Deleted bool `json:"deleted"`
@@ -58,6 +60,7 @@ type topicSpec struct {
 	messageRetention, maxRetention time.Duration // 0: the broker's default
 	maxBacklogMessages             int64
 	backlogPolicy                  string
+	completion                     string // "": the broker's default
 }
 
 // body returns the JSON body of POST /api/v1/topics (the admin API's field names).
@@ -74,6 +77,9 @@ func (s topicSpec) body(name string) []byte {
 	}
 	if s.backlogPolicy != "" {
 		m["backlog_policy"] = s.backlogPolicy
+	}
+	if s.completion != "" {
+		m["completion_tracking"] = s.completion
 	}
 	b, _ := json.Marshal(m)
 	return b

@@ -158,6 +158,29 @@ func TestBenchFloorBinary(t *testing.T) {
 	}
 }
 
+// TestBenchScenarioKillBinary runs spool bench scenario kill-resurrect small on the real binary
+// against spool serve (lifecycle and retention every second): it starts itself as the consumer
+// child (spool bench scenario kill-child), SIGKILLs it, sees the group DEAD, brings a consumer
+// back and prints its verdicts.
+func TestBenchScenarioKillBinary(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	b.env = append(b.env, "SPOOL_BROKER_LIFECYCLE_INTERVAL=1s", "SPOOL_BROKER_RETENTION_INTERVAL=1s")
+	b.start()
+	out, errOut, code := runSpool(t, b, "", "bench", "scenario", "kill-resurrect", "--addr", b.tcp, "--admin", b.http,
+		"--rate", "50", "--size", "64", "--heartbeat-timeout", "5s", "--live", "1s", "--dead-for", "1s", "--after", "1s",
+		"--message-retention", "1s", "--stall", "1m", "--sample", "100ms", "--drain", "10s")
+	if code != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	for _, re := range []string{`(PASS|FAIL) +inventory DEAD: [\d.]+ s after the kill`, `PASS +inventory resurrected: ACTIVE`,
+		`PASS +email never blocked`, `\nscenario kill-resurrect: (PASS|FAIL|INCONCLUSIVE)\n$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Fatalf("stdout lacks %s:\n%s\nstderr %s", re, out, errOut)
+		}
+	}
+}
+
 // TestVersionAndCompletion: spool --version prints the version stamped with -ldflags, and the
 // bash completion script, sourced by a real bash, completes commands, subcommands and flags by
 // asking the binary (spool __complete).

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spoolmq/spool/internal/bench"
+	"github.com/spoolmq/spool/internal/tlsconf"
+)
+
+// modeScenario is spool bench scenario: seed 000's pre-GA tests against a running broker.
+const modeScenario = "scenario"
+
+// scenarioKillChild is the internal consumer child of kill-resurrect (spool re-executes itself).
+const scenarioKillChild = "kill-child"
+
+const scenarioUsage = `Usage: spool bench scenario <name> [flags]
+
+Runs one of seed 000's pre-GA tests, scaled to one machine, against a running broker (spool serve,
+through --addr and --admin), prints its figures and one verdict per criterion against the seed's
+target (PASS, FAIL, or INCONCLUSIVE when the run could not judge, with the reason), and the
+scenario's outcome. docs/benchmarks.md says how to run each and what to read.
+
+Scenarios:
+  kill-resurrect  three groups (email, analytics, inventory) on one topic at --rate msg/s, each
+                  with --heartbeat-timeout; inventory's consumer is a child process, SIGKILLed
+                  after --live. Verdicts: inventory DEAD within the timeout plus the broker's
+                  detection interval; email and analytics never blocked (p99 and max latency of
+                  the whole run); storage while DEAD grows < 10% (DEAD does not hold retention);
+                  after --dead-for a consumer comes back: inventory ACTIVE again, the messages it
+                  gets that were published before its return (the backfill) within
+                  --backfill-bound, in 5 min at most. Run the broker with a short
+                  broker.retention_interval (and wal.segment_bytes) so that retention reaches a
+                  steady size within --live.
+  isolation       a --big-rate topic with --big-groups groups beside a --small-rate topic with
+                  --small-groups groups (seed: 10,000 msg/s x 10 and 10 msg/s x 2). Verdicts: the
+                  small topic's end-to-end p95 < 50 ms (p99 reported) and lag < 10 s; whether the
+                  big topic kept up is reported (INCONCLUSIVE when it did not: isolation measured
+                  under overload).
+  fanout          PostgreSQL engine (--pg): one e2e run per --groups count (4,8,16,32,64) at
+                  --rate msg/s, one consumer per group. Per count: WAL bytes per message and
+                  MB/s, dead tuples, the largest table bloat (< 20%), the retention cleanup rate
+                  against the production rate over the second half of the run (cleanup keeps
+                  pace), the consumers kept up. --completion sets the topics' completion tracking.
+
+Backfill against OLTP (the seed's third blocking test) needs the bounded backfill, not built yet.
+
+Examples:
+  spool bench scenario kill-resurrect --heartbeat-timeout 10s --live 2m --dead-for 2m
+  spool bench scenario isolation --big-rate 10000 --big-groups 10 --duration 5m
+  spool bench scenario fanout --pg postgres://spool@127.0.0.1/spool --groups 4,8,16 --rate 2000
+
+Flags:
+`
+
+// scenarioCommon are the flags of every scenario (and of the kill child).
+type scenarioCommon struct {
+	addr, admin                  *string
+	tlsCA, tlsCert, tlsKey, tokF *string
+	json                         *bool
+}
+
+func addScenarioCommon(fs *flag.FlagSet) *scenarioCommon {
+	return &scenarioCommon{
+		addr:    fs.String("addr", bench.DefaultAddr, "TCP address of the broker"),
+		admin:   fs.String("admin", bench.DefaultAdmin, "base URL of the broker's HTTP admin API"),
+		tlsCA:   fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS)"),
+		tlsCert: fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key)"),
+		tlsKey:  fs.String("tls-key", "", "PEM private key of --tls-cert"),
+		tokF:    fs.String("token-file", "", "file whose first line is the token of a broker with authentication ($"+envToken+" otherwise)"),
+		json:    fs.Bool("json", false, "print the result as JSON instead of a summary"),
+	}
+}
+
+// conn returns the TLS configuration and the token the flags give.
+func (s *scenarioCommon) conn() (*tls.Config, string, error) {
+	var tc *tls.Config
+	if *s.tlsCA != "" || *s.tlsCert != "" || *s.tlsKey != "" {
+		c, err := tlsconf.ClientConfig(*s.tlsCA, *s.tlsCert, *s.tlsKey)
+		if err != nil {
+			return nil, "", fmt.Errorf("bench scenario: %w", err)
+		}
+		tc = c
+	}
+	tok := os.Getenv(envToken)
+	if *s.tokF != "" {
+		t, err := readTokenFile(*s.tokF)
+		if err != nil {
+			return nil, "", fmt.Errorf("bench scenario: %w", err)
+		}
+		tok = t
+	}
+	return tc, tok, nil
+}
+
+// childArgs are the flags the kill child needs to reach the broker as this process does.
+func (s *scenarioCommon) childArgs() []string {
+	args := []string{"--addr", *s.addr}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"tls-ca", s.tlsCA}, {"tls-cert", s.tlsCert}, {"tls-key", s.tlsKey}, {"token-file", s.tokF}} {
+		if *f.v != "" {
+			args = append(args, "--"+f.name, *f.v)
+		}
+	}
+	return args
+}
+
+// benchScenario is spool bench scenario <name>.
+func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := func(fs *flag.FlagSet) func() {
+		return func() {
+			fmt.Fprint(stderr, scenarioUsage)
+			if fs != nil {
+				fs.PrintDefaults()
+			}
+		}
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") || args[0] == "help" {
+		usage(nil)()
+		if len(args) > 0 {
+			return flag.ErrHelp
+		}
+		return errors.New("bench scenario: give the scenario, kill-resurrect, isolation or fanout")
+	}
+	name := args[0]
+	fs := flag.NewFlagSet("bench scenario "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = usage(fs)
+	common := addScenarioCommon(fs)
+	var run func(context.Context) (any, error)
+	switch name {
+	case bench.ScenarioKill:
+		c := bench.KillConfig{}
+		fs.Float64Var(&c.Rate, "rate", bench.DefaultKillRate, "publish rate of the topic (msg/s)")
+		fs.IntVar(&c.Size, "size", bench.DefaultSize, "payload size in bytes (at least 24)")
+		fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", bench.DefaultKillHeartbeatTimeout, "the groups' heartbeat timeout (spool group create --heartbeat-timeout)")
+		fs.DurationVar(&c.Live, "live", bench.DefaultKillLive, "time from the first message to the kill")
+		fs.DurationVar(&c.DeadFor, "dead-for", bench.DefaultKillDeadFor, "time inventory stays down after its DEAD bound (heartbeat timeout plus detection interval) passed")
+		fs.DurationVar(&c.After, "after", bench.DefaultKillAfter, "time after inventory's consumer came back")
+		fs.DurationVar(&c.MessageRetention, "message-retention", bench.DefaultKillRetention, "message_retention of the topic")
+		fs.DurationVar(&c.MaxRetention, "max-retention", 0, "max_retention of the topic (default: the broker's)")
+		fs.Int64Var(&c.BackfillBound, "backfill-bound", bench.DefaultKillBackfillBound, "most messages published before the return the resurrected group may get (seed: 100,000)")
+		fs.DurationVar(&c.Stall, "stall", bench.DefaultKillStall, "largest end-to-end latency of email and analytics that is not a stall")
+		fs.DurationVar(&c.Sample, "sample", bench.DefaultKillSample, "interval of the storage and state series")
+		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last deliveries after the schedule")
+		run = func(ctx context.Context) (any, error) {
+			self, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			c.Addr, c.Admin = *common.addr, *common.admin
+			if c.TLS, c.Token, err = common.conn(); err != nil {
+				return nil, err
+			}
+			c.Child = append([]string{self, "bench", modeScenario, scenarioKillChild}, common.childArgs()...)
+			return bench.RunKill(ctx, c)
+		}
+	case bench.ScenarioIsolation:
+		c := bench.IsolationConfig{}
+		fs.Float64Var(&c.BigRate, "big-rate", bench.DefaultIsolationBigRate, "publish rate of the big topic (msg/s)")
+		fs.IntVar(&c.BigGroups, "big-groups", bench.DefaultIsolationBigGroups, "groups of the big topic")
+		fs.IntVar(&c.BigConsumers, "big-consumers", 1, "consumers of each big group")
+		fs.IntVar(&c.BigPublishers, "big-publishers", 1, "publishers of the big topic")
+		fs.Float64Var(&c.SmallRate, "small-rate", bench.DefaultIsolationSmallRate, "publish rate of the small topic (msg/s)")
+		fs.IntVar(&c.SmallGroups, "small-groups", bench.DefaultIsolationSmallGroups, "groups of the small topic")
+		fs.IntVar(&c.Size, "size", bench.DefaultSize, "payload size in bytes (at least 24)")
+		fs.DurationVar(&c.Duration, "duration", bench.DefaultDuration, "measured time")
+		fs.DurationVar(&c.Warmup, "warmup", bench.DefaultWarmup, "warm-up, left out of every figure")
+		run = func(ctx context.Context) (any, error) {
+			c.Addr, c.Admin = *common.addr, *common.admin
+			var err error
+			if c.TLS, c.Token, err = common.conn(); err != nil {
+				return nil, err
+			}
+			return bench.RunIsolation(ctx, c)
+		}
+	case bench.ScenarioFanout:
+		c := bench.FanoutConfig{}
+		groups := fs.String("groups", joinInts(bench.DefaultFanoutGroups), "group counts, one run each (comma-separated)")
+		fs.Float64Var(&c.Rate, "rate", bench.DefaultFanoutRate, "publish rate (msg/s)")
+		fs.StringVar(&c.Completion, "completion", "", "completion_tracking of the topics: watermark or refcount (default: the broker's, watermark)")
+		fs.StringVar(&c.PGURL, "pg", "", "PostgreSQL URL of the broker's database (required)")
+		fs.StringVar(&c.PGSchema, "pg-schema", bench.DefaultPGSchema, "the broker's PostgreSQL schema")
+		fs.DurationVar(&c.PGSample, "pg-sample", bench.DefaultPGSample, "interval of the size series")
+		fs.IntVar(&c.Size, "size", bench.DefaultSize, "payload size in bytes (at least 24)")
+		fs.IntVar(&c.Publishers, "publishers", 1, "publishers")
+		fs.DurationVar(&c.Duration, "duration", bench.DefaultFanoutDuration, "measured time of each run")
+		fs.DurationVar(&c.Warmup, "warmup", bench.DefaultFanoutWarmup, "warm-up of each run")
+		fs.DurationVar(&c.MessageRetention, "message-retention", bench.DefaultFanoutRetention, "message_retention of the topics")
+		run = func(ctx context.Context) (any, error) {
+			var err error
+			if c.Groups, err = parseInts(*groups); err != nil {
+				return nil, fmt.Errorf("bench scenario: --groups: %w", err)
+			}
+			c.Addr, c.Admin = *common.addr, *common.admin
+			if c.TLS, c.Token, err = common.conn(); err != nil {
+				return nil, err
+			}
+			return bench.RunFanout(ctx, c)
+		}
+	case scenarioKillChild:
+		c := bench.KillChildConfig{}
+		fs.StringVar(&c.Topic, "topic", "", "topic")
+		fs.StringVar(&c.Group, "group", "", "group")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		var err error
+		c.Addr = *common.addr
+		if c.TLS, c.Token, err = common.conn(); err != nil {
+			return err
+		}
+		return bench.RunKillChild(ctx, c, os.Stdin, stdout)
+	default:
+		usage(nil)()
+		return fmt.Errorf("bench scenario: unknown scenario %q: kill-resurrect, isolation or fanout", name)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench scenario: unexpected arguments %q", fs.Args())
+	}
+	res, err := run(ctx)
+	if err != nil {
+		return err
+	}
+	if *common.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	return res.(interface{ WriteSummary(io.Writer) error }).WriteSummary(stdout)
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// parseInts reads a comma-separated list of counts from 1 to 1000.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1000 {
+			return nil, fmt.Errorf("want counts from 1 to 1000, got %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

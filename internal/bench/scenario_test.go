@@ -1,0 +1,230 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/pgstore"
+	"github.com/spoolmq/spool/internal/storage/wal"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// TestMain lets the test binary be kill-resurrect's consumer child: "kill-child --addr A --topic T
+// --group G" runs RunKillChild.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "kill-child" {
+		fs := flag.NewFlagSet("kill-child", flag.ExitOnError)
+		c := KillChildConfig{}
+		fs.StringVar(&c.Addr, "addr", "", "")
+		fs.StringVar(&c.Topic, "topic", "", "")
+		fs.StringVar(&c.Group, "group", "", "")
+		_ = fs.Parse(os.Args[2:])
+		if err := RunKillChild(context.Background(), c, os.Stdin, os.Stdout); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func verdictOf(t *testing.T, vs []Verdict, check string) Verdict {
+	t.Helper()
+	for _, v := range vs {
+		if v.Check == check {
+			return v
+		}
+	}
+	t.Fatalf("no verdict %q in %+v", check, vs)
+	return Verdict{}
+}
+
+// TestScenarioKillResurrect runs kill-and-resurrect small (100 msg/s, heartbeat timeout 5 s, the
+// lifecycle job every second) against the in-process broker: the child consumer is SIGKILLed,
+// inventory is seen DEAD within the timeout plus the detection interval, email and analytics
+// miss nothing, a consumer coming back makes inventory ACTIVE and it receives every message
+// published after, and the storage series covers every phase.
+func TestScenarioKillResurrect(t *testing.T) {
+	t.Parallel()
+	eng, err := wal.Open(t.TempDir(), wal.Config{})
+	if err != nil {
+		t.Fatalf("wal.Open: %v", err)
+	}
+	tb := startBrokerOn(t, eng, broker.Config{LifecycleInterval: time.Second, RetentionInterval: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunKill(ctx, KillConfig{Addr: tb.addr, Admin: tb.admin, Logger: testLogger(t),
+		Rate: 100, Size: 100, HeartbeatTimeout: storage.MinHeartbeatTimeout,
+		Live: 2 * time.Second, DeadFor: 2 * time.Second, After: 2 * time.Second, MessageRetention: time.Second,
+		Stall: time.Minute, Sample: 100 * time.Millisecond, Child: []string{os.Args[0], "kill-child", "--addr", tb.addr}})
+	if err != nil {
+		t.Fatalf("RunKill: %v", err)
+	}
+	var sb strings.Builder
+	if err := res.WriteSummary(&sb); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + sb.String())
+
+	if res.DetectionInterval != "1s" || res.DeadBound != 6 {
+		t.Errorf("detection interval %s, bound %.1f s: want 1s and 6 s (timeout 5 s)", res.DetectionInterval, res.DeadBound)
+	}
+	if res.DeadAt == 0 || res.DeadAfter <= 0 {
+		t.Errorf("inventory never seen DEAD after the kill (dead at %.1f s, after %.1f s)", res.DeadAt, res.DeadAfter)
+	}
+	if v := verdictOf(t, res.Verdicts, "inventory DEAD"); (v.Outcome == Pass) != (res.DeadAt > 0 && res.DeadAfter <= res.DeadBound+0.1) {
+		t.Errorf("DEAD verdict %+v for dead after %.2f s, bound %.1f s", v, res.DeadAfter, res.DeadBound)
+	}
+	for _, g := range res.Groups {
+		if g.Missing != 0 || g.Delivered != res.Published {
+			t.Errorf("%s: delivered %d of %d", g.Group, g.Delivered, res.Published)
+		}
+		if v := verdictOf(t, res.Verdicts, g.Group+" never blocked"); v.Outcome != Pass {
+			t.Errorf("%s: %+v", g.Group, v)
+		}
+	}
+	if res.StateAfterResurrection != string(storage.Active) || res.New < res.NewExpected || res.NewExpected < 100 {
+		t.Errorf("after the return: state %s, %d of %d new messages", res.StateAfterResurrection, res.New, res.NewExpected)
+	}
+	if v := verdictOf(t, res.Verdicts, "inventory resurrected"); v.Outcome != Pass {
+		t.Errorf("resurrection verdict %+v", v)
+	}
+	if res.ReceivedWhileDown > res.PublishedWhileDown || res.Backfilled < res.ReceivedWhileDown {
+		t.Errorf("backfill figures inconsistent: backfilled %d, received %d of %d published while down",
+			res.Backfilled, res.ReceivedWhileDown, res.PublishedWhileDown)
+	}
+	if v := verdictOf(t, res.Verdicts, "backfill bounded"); v.Outcome != Pass || res.Backfilled > res.BackfillBound {
+		t.Errorf("backfill verdict %+v (%d backfilled)", v, res.Backfilled)
+	}
+	phases := map[string]bool{}
+	for _, s := range res.Samples {
+		phases[s.Phase] = true
+	}
+	for _, p := range []string{"live", "killed", "dead", "resurrected"} {
+		if !phases[p] {
+			t.Errorf("no sample in phase %s", p)
+		}
+	}
+	if v := verdictOf(t, res.Verdicts, "storage while DEAD"); !res.RetentionBeforeKill && v.Outcome != Inconclusive {
+		t.Errorf("storage verdict %+v without retention before the kill", v)
+	}
+}
+
+// TestScenarioKillNoLifecycle: a broker without the lifecycle job never detects DEAD; the scenario
+// says so before it starts.
+func TestScenarioKillNoLifecycle(t *testing.T) {
+	t.Parallel()
+	eng, err := wal.Open(t.TempDir(), wal.Config{})
+	if err != nil {
+		t.Fatalf("wal.Open: %v", err)
+	}
+	tb := startBrokerOn(t, eng, broker.Config{LifecycleInterval: -1, RetentionInterval: -1})
+	_, err = RunKill(context.Background(), KillConfig{Addr: tb.addr, Admin: tb.admin, Child: []string{os.Args[0], "kill-child"}})
+	if err == nil || !strings.Contains(err.Error(), "no subscription lifecycle job") {
+		t.Fatalf("RunKill without the lifecycle job: %v", err)
+	}
+}
+
+// TestScenarioIsolation runs the isolation scenario small (a 300 msg/s topic with 3 groups beside
+// a 20 msg/s one with 2): both topics are reported, the small one's p95 and p99 come from its
+// deliveries and its verdicts follow them.
+func TestScenarioIsolation(t *testing.T) {
+	t.Parallel()
+	tb := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunIsolation(ctx, IsolationConfig{Addr: tb.addr, Admin: tb.admin, Logger: testLogger(t),
+		BigRate: 300, BigGroups: 3, SmallRate: 20, SmallGroups: 2, Size: 100,
+		Duration: 2 * time.Second, Warmup: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("RunIsolation: %v", err)
+	}
+	var sb strings.Builder
+	if err := res.WriteSummary(&sb); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + sb.String())
+	if res.Big.Conditions.Groups != 3 || res.Small.Conditions.Groups != 2 || res.Big.Conditions.Topic.Name == res.Small.Conditions.Topic.Name {
+		t.Errorf("conditions: big %+v, small %+v", res.Big.Conditions, res.Small.Conditions)
+	}
+	s := res.Small.Delivery
+	if s.Delivered < 2*30 || s.Missing != 0 || s.Latency.P95 <= 0 || s.Latency.P95 > s.Latency.P99 {
+		t.Errorf("small topic deliveries %+v", s)
+	}
+	if res.Big.Delivery.Delivered < 3*500 {
+		t.Errorf("big topic deliveries %+v", res.Big.Delivery)
+	}
+	if v := verdictOf(t, res.Verdicts, "small topic p95"); (v.Outcome == Pass) != (s.Latency.P95 < 50) {
+		t.Errorf("p95 verdict %+v for p95 %.1f ms", v, s.Latency.P95)
+	}
+	verdictOf(t, res.Verdicts, "big topic kept up")
+	if !strings.Contains(sb.String(), "scenario isolation: "+res.Outcome) {
+		t.Errorf("summary without the outcome %s", res.Outcome)
+	}
+}
+
+// TestScenarioFanout runs the fan-out matrix small (2 and 3 groups at 200 msg/s for 2 s) on the
+// PostgreSQL engine: each row has WAL per message, table statistics and its verdicts; the
+// cleanup verdict is INCONCLUSIVE (the runs are shorter than retention).
+func TestScenarioFanout(t *testing.T) {
+	t.Parallel()
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_scen_")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	eng, err := pgstore.Open(ctx, pgstore.Config{URL: url, Schema: schema, Migrate: true, MaxConns: 8,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("pgstore.Open: %v", err)
+	}
+	tb := startBrokerOn(t, eng, broker.Config{RetentionInterval: time.Second})
+	res, err := RunFanout(ctx, FanoutConfig{Addr: tb.addr, Admin: tb.admin, Logger: testLogger(t), PGURL: url, PGSchema: schema,
+		Groups: []int{2, 3}, Rate: 200, Size: 100, Duration: 2 * time.Second, Warmup: 300 * time.Millisecond,
+		MessageRetention: time.Minute, PGSample: time.Second, Completion: string(storage.Watermark)})
+	if err != nil {
+		t.Fatalf("RunFanout: %v", err)
+	}
+	var sb strings.Builder
+	if err := res.WriteSummary(&sb); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + sb.String())
+	if len(res.Rows) != 2 || res.Rows[0].Groups != 2 || res.Rows[1].Groups != 3 {
+		t.Fatalf("rows %+v", res.Rows)
+	}
+	for _, r := range res.Rows {
+		if r.Completion != "watermark" || r.Result.Conditions.Topic.Completion != "watermark" {
+			t.Errorf("%d groups: completion %q / %q", r.Groups, r.Completion, r.Result.Conditions.Topic.Completion)
+		}
+		if r.Result.PG == nil || !r.Result.PG.Window || r.WALBytesPerMessage <= 0 || r.BloatTable == "" {
+			t.Errorf("%d groups: PostgreSQL figures %+v", r.Groups, r.Result.PG)
+		}
+		if r.Result.Delivery.Missing != 0 {
+			t.Errorf("%d groups: %d missing", r.Groups, r.Result.Delivery.Missing)
+		}
+		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"cleanup rate"); v.Outcome != Inconclusive {
+			t.Errorf("%d groups: cleanup verdict %+v in a run shorter than retention", r.Groups, v)
+		}
+		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"bloat"); (v.Outcome == Pass) != (r.MaxBloat < 0.2) {
+			t.Errorf("%d groups: bloat verdict %+v for %.2f", r.Groups, v, r.MaxBloat)
+		}
+	}
+}
+
+func fmtGroups(n int) string { return fmt.Sprintf("%d groups: ", n) }
+
+// TestScenarioFanoutNeedsPG: the fan-out scenario refuses to run without the database.
+func TestScenarioFanoutNeedsPG(t *testing.T) {
+	_, err := RunFanout(context.Background(), FanoutConfig{})
+	if err == nil || !strings.Contains(err.Error(), "--pg") {
+		t.Fatalf("RunFanout without --pg: %v", err)
+	}
+}
