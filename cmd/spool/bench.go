@@ -183,6 +183,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	fs.DurationVar(&c.MaxRetention, "max-retention", 0, "max_retention of the topic the run creates (default: the broker's)")
 	fs.Int64Var(&c.MaxBacklogMessages, "max-backlog-messages", 0, "max_backlog_messages of the topic the run creates: publishes are throttled or refused as its slowest group falls behind (default: no bound)")
 	fs.StringVar(&c.BacklogPolicy, "backlog-policy", "", "backlog_policy of the topic the run creates: reject or throttle (default: reject)")
+	fs.StringVar(&c.Completion, "completion", "", "completion_tracking of the topic the run creates: watermark or refcount (default: the broker's, watermark)")
 	fs.StringVar(&c.PGURL, "pg", "", "PostgreSQL URL of the broker's database: report WAL, dead tuples, tuple counters and a size series of --pg-schema")
 	fs.StringVar(&c.PGSchema, "pg-schema", bench.DefaultPGSchema, "the broker's PostgreSQL schema (--pg)")
 	fs.DurationVar(&c.PGSample, "pg-sample", bench.DefaultPGSample, "interval of the size series (--pg; at least 1s)")

@@ -165,6 +165,8 @@ func TestBenchScenarioArguments(t *testing.T) {
 		{"scenario", "isolation", "--big-rate", "-5"},
 		{"scenario", "fanout"},
 		{"scenario", "fanout", "--pg", "postgres://x", "--completion", "bitmap"},
+		{"e2e", "--completion", "bitmap"},
+		{"e2e", "--no-admin", "--completion", "watermark"},
 	} {
 		if err := benchMain(ctx, args, &out, &errOut); !errors.Is(err, storage.ErrInvalidArgument) {
 			t.Fatalf("%q: %v", args, err)
