@@ -204,7 +204,7 @@ func TestScenarioFanout(t *testing.T) {
 		if r.Completion != "watermark" || r.Result.Conditions.Topic.Completion != "watermark" {
 			t.Errorf("%d groups: completion %q / %q", r.Groups, r.Completion, r.Result.Conditions.Topic.Completion)
 		}
-		if r.Result.PG == nil || !r.Result.PG.Window || r.WALBytesPerMessage <= 0 || r.BloatTable == "" {
+		if r.Result.PG == nil || !r.Result.PG.Window || r.WALBytesPerMessage <= 0 {
 			t.Errorf("%d groups: PostgreSQL figures %+v", r.Groups, r.Result.PG)
 		}
 		if r.Result.Delivery.Missing != 0 {
@@ -213,7 +213,10 @@ func TestScenarioFanout(t *testing.T) {
 		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"cleanup rate"); v.Outcome != Inconclusive {
 			t.Errorf("%d groups: cleanup verdict %+v in a run shorter than retention", r.Groups, v)
 		}
-		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"bloat"); (v.Outcome == Pass) != (r.MaxBloat < 0.2) {
+		// Table statistics reach other sessions within a second or so: without them the bloat
+		// verdict is INCONCLUSIVE, with them it follows the largest bloat.
+		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"bloat"); (r.BloatTable == "" && v.Outcome != Inconclusive) ||
+			(r.BloatTable != "" && (v.Outcome == Pass) != (r.MaxBloat < 0.2)) {
 			t.Errorf("%d groups: bloat verdict %+v for %.2f", r.Groups, v, r.MaxBloat)
 		}
 	}
