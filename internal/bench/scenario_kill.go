@@ -506,6 +506,10 @@ func killVerdicts(res *KillResult, cfg KillConfig) []Verdict {
 		v.Outcome = Inconclusive
 		v.Note = "retention removed nothing before the kill: the live phase never reached a steady size (lengthen --live past message retention plus broker.retention_interval and a segment's fill time)"
 	}
+	if cfg.DeadFor <= cfg.MessageRetention {
+		v.Outcome = Inconclusive
+		v.Note = "--dead-for is not longer than --message-retention: storage would not grow even if DEAD held retention"
+	}
 	if res.MaxBytesDead == 0 {
 		v.Outcome = Inconclusive
 		v.Note = "no sample while DEAD"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,40 @@ func TestScenarioFanoutNeedsPG(t *testing.T) {
 	_, err := RunFanout(context.Background(), FanoutConfig{})
 	if err == nil || !strings.Contains(err.Error(), "--pg") {
 		t.Fatalf("RunFanout without --pg: %v", err)
+	}
+}
+
+// TestKillVerdicts judges made-up figures: DEAD past the bound or never seen fails; the storage
+// verdict passes under 10% growth, fails above, and cannot judge a live phase that never reached a
+// steady size or a dead phase not longer than message retention; a backfill over the bound fails.
+func TestKillVerdicts(t *testing.T) {
+	cfg := KillConfig{DeadFor: time.Minute, MessageRetention: 30 * time.Second}.withDefaults()
+	base := KillResult{DeadBound: 12, KilledAt: 120, DeadAt: 130, DeadAfter: 10, ResurrectedAt: 252,
+		StateAfterResurrection: "ACTIVE", New: 100, NewExpected: 100, MaxBytesLive: 100 << 20, MaxBytesDead: 105 << 20,
+		StorageGrowth: 0.05, RetentionBeforeKill: true, Backfilled: 10, BackfillBound: cfg.BackfillBound,
+		Groups: []KillGroupResult{{Group: "email", Latency: Percentiles{Max: 10}}}}
+	for name, tc := range map[string]struct {
+		edit  func(r *KillResult, c *KillConfig)
+		check string
+		want  string
+	}{
+		"dead in time":        {func(*KillResult, *KillConfig) {}, "inventory DEAD", Pass},
+		"dead late":           {func(r *KillResult, _ *KillConfig) { r.DeadAfter = 13 }, "inventory DEAD", Fail},
+		"never dead":          {func(r *KillResult, _ *KillConfig) { r.DeadAt, r.DeadAfter = 0, 0 }, "inventory DEAD", Fail},
+		"storage flat":        {func(*KillResult, *KillConfig) {}, "storage while DEAD", Pass},
+		"storage grows":       {func(r *KillResult, _ *KillConfig) { r.StorageGrowth = 0.5 }, "storage while DEAD", Fail},
+		"no steady baseline":  {func(r *KillResult, _ *KillConfig) { r.RetentionBeforeKill = false }, "storage while DEAD", Inconclusive},
+		"dead shorter":        {func(_ *KillResult, c *KillConfig) { c.DeadFor = 10 * time.Second }, "storage while DEAD", Inconclusive},
+		"stall":               {func(r *KillResult, _ *KillConfig) { r.Groups[0].Latency.Max = 3000 }, "email never blocked", Fail},
+		"missing":             {func(r *KillResult, _ *KillConfig) { r.Groups[0].Missing = 1 }, "email never blocked", Fail},
+		"backfill over bound": {func(r *KillResult, _ *KillConfig) { r.Backfilled = cfg.BackfillBound + 1 }, "backfill bounded", Fail},
+		"not resurrected":     {func(r *KillResult, _ *KillConfig) { r.StateAfterResurrection = "DEAD" }, "inventory resurrected", Fail},
+	} {
+		r, c := base, cfg
+		r.Groups = slices.Clone(base.Groups)
+		tc.edit(&r, &c)
+		if v := verdictOf(t, killVerdicts(&r, c), tc.check); v.Outcome != tc.want {
+			t.Errorf("%s: %s is %s, want %s (%s)", name, tc.check, v.Outcome, tc.want, v.Measured)
+		}
 	}
 }
