@@ -162,6 +162,7 @@ func TestBenchScenarioArguments(t *testing.T) {
 	for _, args := range [][]string{
 		{"scenario", "kill-resurrect", "--rate", "-1"},
 		{"scenario", "kill-resurrect", "--size", "10"},
+		{"scenario", "kill-resurrect", "--live", "24h", "--sample", "10ms"},
 		{"scenario", "isolation", "--big-rate", "-5"},
 		{"scenario", "fanout"},
 		{"scenario", "fanout", "--pg", "postgres://x", "--completion", "bitmap"},

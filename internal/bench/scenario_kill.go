@@ -44,6 +44,8 @@ const (
 	maxStorageGrowth = 0.10
 	// maxBackfillTime is the seed's bound on the time the backfill takes.
 	maxBackfillTime = 5 * time.Minute
+	// maxKillSamples bounds the storage series (its memory).
+	maxKillSamples = 100_000
 	// childReadyTimeout bounds the wait for the child consumer to subscribe.
 	childReadyTimeout = 30 * time.Second
 )
@@ -121,6 +123,8 @@ func (c KillConfig) validate() error {
 		return bad("durations and bounds must not be negative")
 	case c.Sample < 10*time.Millisecond:
 		return bad("sample interval must be at least 10ms, got %s", c.Sample)
+	case (c.Live+c.HeartbeatTimeout+c.DeadFor+c.After)/c.Sample > maxKillSamples:
+		return bad("a sample every %s makes more than %d samples: lengthen --sample", c.Sample, maxKillSamples)
 	case (total/8+8)*float64(len(killGroups)) > MaxSeenBytes:
 		return bad("%.0f messages need more than %d MiB of bookkeeping: shorten the run or lower the rate", total, MaxSeenBytes>>20)
 	case len(c.Child) == 0:
