@@ -28,6 +28,14 @@
 // MessageRetention and MaxRetention overrides) and deleted afterwards, unless told otherwise. An
 // existing topic given by name is used as it is, its semantics read through the admin API.
 //
+// # Scenarios
+//
+// RunKill, RunIsolation and RunFanout are seed 000's pre-GA tests (spool bench scenario): each
+// drives the broker through a fixed scenario, built on the pieces above (the e2e stamp and
+// recorders, Run itself for isolation and fan-out, the PostgreSQL statistics), and judges its
+// figures against the seed's targets, one Verdict per criterion (scenario.go). Kill-and-resurrect
+// runs the consumer it SIGKILLs in a child process (RunKillChild; spool re-executes itself).
+//
 // # PostgreSQL statistics
 //
 // With Config.PGURL (the database of a broker on the PostgreSQL engine), a pgMonitor on its own
@@ -62,6 +70,7 @@
 //
 // # Concurrency
 //
-// Run is safe to call from one goroutine at a time per Config; it owns every goroutine and client
-// it starts and stops them before returning. Histogram is not safe for concurrent use.
+// Run is safe to call from several goroutines with different Configs (the isolation scenario
+// runs two at once); each call owns every goroutine and client it starts and stops them before
+// returning. Histogram is not safe for concurrent use.
 package bench

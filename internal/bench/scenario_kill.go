@@ -205,9 +205,8 @@ type KillResult struct {
 // return) and after. Safe for concurrent use.
 type resurrectRecorder struct {
 	run                  uint64
-	base                 time.Time
 	total                int64
-	killOff, resurrectAt int64 // offsets from base
+	killOff, resurrectAt int64 // offsets from the run's time origin
 
 	mu         sync.Mutex
 	seen       []uint64
@@ -314,7 +313,7 @@ func RunKill(ctx context.Context, cfg KillConfig) (*KillResult, error) {
 			return nil, err
 		}
 	}
-	inv := &resurrectRecorder{run: r.runID, base: base, total: total, killOff: int64(killOff),
+	inv := &resurrectRecorder{run: r.runID, total: total, killOff: int64(killOff),
 		resurrectAt: int64(resurrectOff), seen: make([]uint64, (total+63)/64), lat: NewHistogram()}
 
 	pubs, err := r.dial(ctx, "scenario-publisher", client.MaxAsyncInFlight(client.DefaultMaxAsyncInFlight))
