@@ -19,19 +19,23 @@ import (
 // backlog, the messages (and their estimated bytes) its slowest ACTIVE subscription has not done
 // yet (storage.TopicConfig.MaxBacklogMessages, MaxBacklogBytes). The broker reads the backlog of
 // the bounded topics from the engine's statistics every Config.BackpressureInterval (one
-// TopicList, then per bounded topic its subscriptions' stats and the topic's size) and keeps a
-// state per topic, which each publish only reads:
+// TopicList, then per bounded topic its subscriptions' stats and the topic's size). Between two
+// reads each publish is checked against an estimate: the last read plus what this broker
+// accepted for the topic since (atomic counters, no engine read per publish), so the bound holds
+// within one publish batch however fast publishes arrive:
 //
-//   - reject (the default policy): at the bound publishes fail with ErrRateLimited
-//     (RATE_LIMITED, HTTP 429) and a retry-after; they are accepted again below 90% of it.
+//   - reject (the default policy): a publish that would start at or above the bound fails with
+//     ErrRateLimited (RATE_LIMITED, HTTP 429) and a retry-after; once refused, publishes are
+//     accepted again when a read finds the backlog below 90% of the bound.
 //   - throttle: from half the bound each publish waits before its append, up to
 //     Config.MaxThrottleDelay as the backlog nears the bound (the wait grows linearly from 40%),
-//     released below 40%; at the bound publishes are refused as with reject.
+//     released when a read finds it below 40%; at the bound publishes are refused as with reject.
 //
 // The thresholds apart leave room for hysteresis: the state does not flap around one value.
-// Publishers holding the priority permission (PublishOptions.Priority) are exempt. The bound is
-// as fresh as the last refresh: publishes in one interval can overshoot it by what arrives in
-// that interval.
+// Publishers holding the priority permission (PublishOptions.Priority) are exempt (their
+// messages count in the estimate). On PostgreSQL each broker instance counts only its own
+// accepts: until the next read, the topic can overshoot by what the other instances accept in
+// one interval.
 
 // Defaults of the backpressure settings of Config.
 const (
@@ -55,14 +59,25 @@ const (
 	BackpressureRejecting = "rejecting"
 )
 
+// Levels of bpTopic.level, in the order of the states above.
+const (
+	levelNormal int32 = iota
+	levelThrottled
+	levelRejecting
+)
+
+var levelNames = [...]string{BackpressureNormal, BackpressureThrottled, BackpressureRejecting}
+
 // BackpressureInfo is a bounded topic's backpressure for the API and the metrics.
 type BackpressureInfo struct {
 	Topic string `json:"topic"`
 	// State is normal, throttled or rejecting.
 	State  string                `json:"state"`
 	Policy storage.BacklogPolicy `json:"policy"`
-	// BacklogMessages is the largest pending count over the topic's ACTIVE subscriptions;
-	// BacklogBytes estimates their size (messages times the topic's mean retained message size).
+	// BacklogMessages is the estimated largest pending count over the topic's ACTIVE
+	// subscriptions: the last read plus what this broker accepted since. BacklogBytes estimates
+	// their size (read messages times the topic's mean retained message size, plus the sizes of
+	// the messages accepted since).
 	BacklogMessages    int64 `json:"backlog_messages"`
 	BacklogBytes       int64 `json:"backlog_bytes"`
 	MaxBacklogMessages int64 `json:"max_backlog_messages,omitempty"`
@@ -94,16 +109,86 @@ func (e *BackpressureError) Error() string {
 
 func (e *BackpressureError) Unwrap() error { return storage.ErrRateLimited }
 
-// bpTopic is the backpressure state of one bounded topic.
+// bpTopic is the backpressure state of one bounded topic. info holds the last read (its
+// BacklogMessages and BacklogBytes are the engine's figures, State, Delay and RetryAfter are
+// filled in by view); it and the fields up to level are guarded by backpressure.mu.
 type bpTopic struct {
 	info BackpressureInfo
-	// ratio is the backlog over its bound (the larger of the two dimensions); prevRatio and
-	// prevAt are the previous reading, for the drain rate behind RetryAfter.
+	// ratio is the estimated backlog over its bound at the last read (the larger of the two
+	// dimensions); prevRatio and prevAt are the reading before, for the drain rate behind
+	// RetryAfter.
 	ratio     float64
 	prevRatio float64
 	prevAt    time.Time
-	throttled atomic.Int64
-	rejected  atomic.Int64
+	// baseMsgs and baseBytes are appendedMsgs and appendedBytes when the last read started:
+	// what was accepted and not yet appended then may be missing from the read.
+	baseMsgs, baseBytes int64
+
+	// level is the state: set by each read, raised by the publishes that cross a threshold
+	// between two reads (only a read lowers it: the hysteresis).
+	level atomic.Int32
+	// acceptedMsgs and acceptedBytes count what this broker admitted to the topic (a refused
+	// batch is added, then taken back); appendedMsgs and appendedBytes what of it finished its
+	// append, stored or failed. The estimated backlog is the last read plus acceptedMsgs minus
+	// baseMsgs: the messages accepted since the read started and those in flight then.
+	acceptedMsgs, acceptedBytes atomic.Int64
+	appendedMsgs, appendedBytes atomic.Int64
+	throttled                   atomic.Int64
+	rejected                    atomic.Int64
+}
+
+// bounded reports whether t has a bound now.
+func (t *bpTopic) bounded() bool { return t.info.MaxBacklogMessages > 0 || t.info.MaxBacklogBytes > 0 }
+
+// estimate is t's backlog now: the last read plus what was accepted since (with acceptedMsgs
+// and acceptedBytes given, the values before a publish's batch). backpressure.mu must be held.
+func (t *bpTopic) estimate(acceptedMsgs, acceptedBytes int64) (msgs, bytes int64) {
+	return t.info.BacklogMessages + max(0, acceptedMsgs-t.baseMsgs), t.info.BacklogBytes + max(0, acceptedBytes-t.baseBytes)
+}
+
+// ratioOf is a backlog over t's bound, the larger of the two dimensions.
+func (t *bpTopic) ratioOf(msgs, bytes int64) float64 {
+	r := 0.0
+	if m := t.info.MaxBacklogMessages; m > 0 {
+		r = float64(msgs) / float64(m)
+	}
+	if m := t.info.MaxBacklogBytes; m > 0 {
+		r = max(r, float64(bytes)/float64(m))
+	}
+	return r
+}
+
+// levelFor is the state a backlog at ratio r leads to from level cur (the hysteresis).
+func levelFor(policy storage.BacklogPolicy, cur int32, r float64) int32 {
+	switch {
+	case r >= 1:
+		return levelRejecting
+	case cur == levelRejecting && r > rejectRelease:
+		return levelRejecting // stays refused until below 90%
+	case policy == storage.BacklogThrottle && (r >= throttleFrom || (r >= throttleRelease && cur != levelNormal)):
+		return levelThrottled
+	}
+	return levelNormal
+}
+
+// raise moves t's level up to l (never down: only a read lowers it).
+func (t *bpTopic) raise(l int32) bool {
+	for {
+		cur := t.level.Load()
+		if cur >= l {
+			return false
+		}
+		if t.level.CompareAndSwap(cur, l) {
+			return true
+		}
+	}
+}
+
+// throttleDelay is the wait of a throttled publish at ratio r: linear from 0 at 40% of the
+// bound to Config.MaxThrottleDelay at the bound.
+func (b *Broker) throttleDelay(r float64) time.Duration {
+	f := max(0, min(1, (r-throttleRelease)/(1-throttleRelease)))
+	return time.Duration(f * float64(b.maxThrottleDelay))
 }
 
 // backpressure holds the states of the bounded topics.
@@ -125,33 +210,71 @@ type backpressure struct {
 // broker instance (PostgreSQL) applies within listEvery intervals, one set here at once.
 const listEvery = 10
 
-// admit applies topic's backpressure to a publish: the wait of a throttled one, or the error of
-// a refused one.
-func (b *Broker) admit(topic string, opts PublishOptions) (time.Duration, error) {
-	if opts.Priority {
-		return 0, nil
+// admission is a publish counted in its topic's estimated backlog; appended must be called once
+// its append finished, stored or failed. The zero admission counts nothing.
+type admission struct {
+	t            *bpTopic
+	msgs, nbytes int64
+}
+
+func (a admission) appended() {
+	if a.t != nil {
+		a.t.appendedMsgs.Add(a.msgs)
+		a.t.appendedBytes.Add(a.nbytes)
 	}
-	b.bp.mu.RLock()
-	t := b.bp.topics[topic]
-	var state string
-	var delay time.Duration
-	var e *BackpressureError
-	if t != nil {
-		state, delay = t.info.State, t.info.Delay
-		if state == BackpressureRejecting {
-			e = &BackpressureError{Topic: topic, Backlog: t.info.BacklogMessages, Bound: boundText(&t.info), RetryAfter: t.info.RetryAfter}
+}
+
+// batchBytes is the size a batch adds to a backlog, for the bytes bound.
+func batchBytes(msgs []storage.AppendMessage) int64 {
+	var n int64
+	for i := range msgs {
+		m := &msgs[i]
+		n += int64(len(m.Payload) + len(m.Key) + len(m.ProducerID))
+		for k, v := range m.Headers {
+			n += int64(len(k) + len(v))
 		}
 	}
-	b.bp.mu.RUnlock()
-	switch state {
-	case BackpressureRejecting:
-		t.rejected.Add(1)
-		return 0, e
-	case BackpressureThrottled:
-		t.throttled.Add(1)
-		return delay, nil
+	return n
+}
+
+// admit applies topic's backpressure to a publish of msgs: it counts the batch in the topic's
+// estimated backlog and returns the wait of a throttled one, or refuses it (counting nothing)
+// when the backlog before the batch is at the bound: the accepted messages exceed the bound by
+// less than one batch, even with concurrent publishes (each adds its batch first, so later ones
+// see it).
+func (b *Broker) admit(topic string, msgs []storage.AppendMessage, opts PublishOptions) (time.Duration, admission, error) {
+	b.bp.mu.RLock()
+	defer b.bp.mu.RUnlock()
+	t := b.bp.topics[topic]
+	if t == nil || !t.bounded() {
+		return 0, admission{}, nil
 	}
-	return 0, nil
+	a := admission{t: t, msgs: int64(len(msgs)), nbytes: batchBytes(msgs)}
+	accMsgs, accBytes := t.acceptedMsgs.Add(a.msgs)-a.msgs, t.acceptedBytes.Add(a.nbytes)-a.nbytes
+	if opts.Priority {
+		return 0, a, nil
+	}
+	estMsgs, estBytes := t.estimate(accMsgs, accBytes)
+	r := t.ratioOf(estMsgs, estBytes)
+	cur := t.level.Load()
+	l := levelFor(t.info.Policy, cur, r)
+	if l > cur && t.raise(l) {
+		b.logger.Info("topic backpressure changed", slog.String("topic", topic), slog.String("from", levelNames[cur]),
+			slog.String("to", levelNames[l]), slog.Int64("backlog_messages", estMsgs), slog.Int64("backlog_bytes", estBytes),
+			slog.String("by", "publish"))
+	}
+	switch l {
+	case levelRejecting:
+		t.acceptedMsgs.Add(-a.msgs)
+		t.acceptedBytes.Add(-a.nbytes)
+		t.rejected.Add(1)
+		return 0, admission{}, &BackpressureError{Topic: topic, Backlog: estMsgs, Bound: boundText(&t.info, estBytes),
+			RetryAfter: b.retryAfter(t, r)}
+	case levelThrottled:
+		t.throttled.Add(1)
+		return b.throttleDelay(r), a, nil
+	}
+	return 0, a, nil
 }
 
 // waitThrottle waits d (a throttled publish) or until ctx ends or the broker stops.
@@ -171,15 +294,38 @@ func (b *Broker) waitThrottle(ctx context.Context, topic string, d time.Duration
 	}
 }
 
-func boundText(i *BackpressureInfo) string {
+func boundText(i *BackpressureInfo, bytes int64) string {
 	var parts []string
 	if i.MaxBacklogMessages > 0 {
 		parts = append(parts, fmt.Sprintf("max_backlog_messages %d", i.MaxBacklogMessages))
 	}
 	if i.MaxBacklogBytes > 0 {
-		parts = append(parts, fmt.Sprintf("max_backlog_bytes %d, about %d now", i.MaxBacklogBytes, i.BacklogBytes))
+		parts = append(parts, fmt.Sprintf("max_backlog_bytes %d, about %d now", i.MaxBacklogBytes, bytes))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// view describes t now: the estimated backlog and the state it leads to (a backlog at the
+// bound shows rejecting before a publish is refused). backpressure.mu must be held.
+func (b *Broker) view(t *bpTopic) BackpressureInfo {
+	i := t.info
+	i.Throttled, i.Rejected = t.throttled.Load(), t.rejected.Load()
+	i.State, i.Delay, i.RetryAfter = BackpressureNormal, 0, 0
+	if !t.bounded() {
+		return i
+	}
+	i.BacklogMessages, i.BacklogBytes = t.estimate(t.acceptedMsgs.Load(), t.acceptedBytes.Load())
+	r := t.ratioOf(i.BacklogMessages, i.BacklogBytes)
+	cur := t.level.Load()
+	l := max(cur, levelFor(i.Policy, cur, r))
+	i.State = levelNames[l]
+	switch l {
+	case levelThrottled:
+		i.Delay = b.throttleDelay(r)
+	case levelRejecting:
+		i.RetryAfter = b.retryAfter(t, r)
+	}
+	return i
 }
 
 // Backpressure describes the backpressure of every topic that has (or had, since the broker
@@ -189,9 +335,7 @@ func (b *Broker) Backpressure() []BackpressureInfo {
 	defer b.bp.mu.RUnlock()
 	out := make([]BackpressureInfo, 0, len(b.bp.topics))
 	for _, t := range b.bp.topics {
-		i := t.info
-		i.Throttled, i.Rejected = t.throttled.Load(), t.rejected.Load()
-		out = append(out, i)
+		out = append(out, b.view(t))
 	}
 	slices.SortFunc(out, func(a, b BackpressureInfo) int { return strings.Compare(a.Topic, b.Topic) })
 	return out
@@ -202,12 +346,10 @@ func (b *Broker) TopicBackpressure(topic string) (BackpressureInfo, bool) {
 	b.bp.mu.RLock()
 	defer b.bp.mu.RUnlock()
 	t := b.bp.topics[topic]
-	if t == nil || !(storage.TopicConfig{MaxBacklogMessages: t.info.MaxBacklogMessages, MaxBacklogBytes: t.info.MaxBacklogBytes}).HasBacklogBound() {
+	if t == nil || !t.bounded() {
 		return BackpressureInfo{}, false
 	}
-	i := t.info
-	i.Throttled, i.Rejected = t.throttled.Load(), t.rejected.Load()
-	return i, true
+	return b.view(t), true
 }
 
 // backpressureLoop refreshes the backpressure states every backpressureInterval.
@@ -280,7 +422,8 @@ func (b *Broker) refreshBackpressure(ctx context.Context, list bool) error {
 			case !live[name]:
 				delete(bp.topics, name)
 			case !bp.bounded[name].HasBacklogBound():
-				t.info.State, t.info.Delay, t.info.RetryAfter, t.info.MaxBacklogMessages, t.info.MaxBacklogBytes = BackpressureNormal, 0, 0, 0, 0
+				t.info.MaxBacklogMessages, t.info.MaxBacklogBytes = 0, 0
+				t.level.Store(levelNormal)
 			}
 		}
 		bp.mu.Unlock()
@@ -289,8 +432,22 @@ func (b *Broker) refreshBackpressure(ctx context.Context, list bool) error {
 	now := b.clock.Now()
 	var firstErr error
 	for name, cfg := range bp.bounded {
+		bp.mu.Lock()
+		if bp.topics == nil {
+			bp.topics = make(map[string]*bpTopic)
+		}
+		t := bp.topics[name]
+		if t == nil {
+			t = &bpTopic{info: BackpressureInfo{Topic: name}}
+			bp.topics[name] = t
+		}
+		bp.mu.Unlock()
+		// What finished its append before the read is in it; what did not may not be, and stays
+		// in the estimate until the next read.
+		baseMsgs, baseBytes := t.appendedMsgs.Load(), t.appendedBytes.Load()
 		msgs, bytes, err := b.topicBacklog(ctx, name)
 		if err != nil {
+			b.dropUnread(name, t)
 			if errors.Is(err, storage.ErrTopicNotFound) {
 				bp.relist.Store(true) // deleted meanwhile
 				continue
@@ -301,21 +458,18 @@ func (b *Broker) refreshBackpressure(ctx context.Context, list bool) error {
 			continue
 		}
 		bp.mu.Lock()
-		if bp.topics == nil {
-			bp.topics = make(map[string]*bpTopic)
+		if bp.topics[name] != t { // deleted meanwhile (forgetBackpressure)
+			bp.mu.Unlock()
+			continue
 		}
-		t := bp.topics[name]
-		if t == nil {
-			t = &bpTopic{info: BackpressureInfo{Topic: name, State: BackpressureNormal}}
-			bp.topics[name] = t
-		}
-		old := t.info.State
+		old := t.level.Load()
+		t.baseMsgs, t.baseBytes = baseMsgs, baseBytes
 		b.updateBackpressure(t, cfg, msgs, bytes, now)
-		info := t.info
+		info := b.view(t)
 		bp.mu.Unlock()
-		if info.State != old {
-			b.logger.Info("topic backpressure changed", slog.String("topic", name), slog.String("from", old),
-				slog.String("to", info.State), slog.Int64("backlog_messages", msgs), slog.Int64("backlog_bytes", bytes),
+		if info.State != levelNames[old] {
+			b.logger.Info("topic backpressure changed", slog.String("topic", name), slog.String("from", levelNames[old]),
+				slog.String("to", info.State), slog.Int64("backlog_messages", info.BacklogMessages), slog.Int64("backlog_bytes", info.BacklogBytes),
 				slog.Duration("delay", info.Delay), slog.Duration("retry_after", info.RetryAfter))
 		}
 	}
@@ -355,7 +509,8 @@ func (b *Broker) topicBacklog(ctx context.Context, topic string) (msgs, bytes in
 	return msgs, bytes, nil
 }
 
-// updateBackpressure moves t's state for a new reading of its backlog. b.bp.mu must be held.
+// updateBackpressure moves t's state for a new reading of its backlog (t.baseMsgs and
+// t.baseBytes set for it). b.bp.mu must be held.
 func (b *Broker) updateBackpressure(t *bpTopic, cfg storage.TopicConfig, msgs, bytes int64, now time.Time) {
 	i := &t.info
 	i.Policy = cfg.BacklogPolicy
@@ -365,52 +520,35 @@ func (b *Broker) updateBackpressure(t *bpTopic, cfg storage.TopicConfig, msgs, b
 	i.MaxBacklogMessages, i.MaxBacklogBytes = cfg.MaxBacklogMessages, cfg.MaxBacklogBytes
 	t.prevAt = i.UpdatedAt
 	i.BacklogMessages, i.BacklogBytes, i.UpdatedAt = msgs, bytes, now
-	r := 0.0
-	if cfg.MaxBacklogMessages > 0 {
-		r = float64(msgs) / float64(cfg.MaxBacklogMessages)
-	}
-	if cfg.MaxBacklogBytes > 0 {
-		r = max(r, float64(bytes)/float64(cfg.MaxBacklogBytes))
-	}
+	r := t.ratioOf(t.estimate(t.acceptedMsgs.Load(), t.acceptedBytes.Load()))
 	t.prevRatio, t.ratio = t.ratio, r
 	if t.prevAt.IsZero() {
 		t.prevRatio = r
 	}
-
-	state := i.State
-	switch {
-	case r >= 1:
-		state = BackpressureRejecting
-	case state == BackpressureRejecting && r > rejectRelease:
-		// stays refused until below 90%
-	case i.Policy == storage.BacklogThrottle && (r >= throttleFrom || (r >= throttleRelease && state != BackpressureNormal)):
-		state = BackpressureThrottled
-	default:
-		state = BackpressureNormal
-	}
-	i.State = state
-	i.Delay = 0
-	if state == BackpressureThrottled {
-		f := min(1, (r-throttleRelease)/(1-throttleRelease))
-		i.Delay = time.Duration(f * float64(b.maxThrottleDelay))
-	}
-	i.RetryAfter = 0
-	if state == BackpressureRejecting {
-		i.RetryAfter = b.retryAfter(t, r, now)
-	}
+	t.level.Store(levelFor(i.Policy, t.level.Load(), r))
 }
 
-// retryAfter estimates when the backlog is back under rejectRelease from how fast it fell since
-// the previous reading: at least the refresh interval (nothing changes sooner), at most
-// maxRetryAfter, and the interval when it did not fall.
-func (b *Broker) retryAfter(t *bpTopic, r float64, now time.Time) time.Duration {
+// dropUnread forgets t when no read of its backlog ever succeeded (it was made for the read
+// that failed): a topic is described once its backlog is known.
+func (b *Broker) dropUnread(name string, t *bpTopic) {
+	b.bp.mu.Lock()
+	if b.bp.topics[name] == t && t.info.UpdatedAt.IsZero() {
+		delete(b.bp.topics, name)
+	}
+	b.bp.mu.Unlock()
+}
+
+// retryAfter estimates when a backlog at ratio r is back under rejectRelease from how fast it
+// fell between the last two reads: at least the refresh interval (nothing changes sooner), at
+// most maxRetryAfter, and the interval when it did not fall. backpressure.mu must be held.
+func (b *Broker) retryAfter(t *bpTopic, r float64) time.Duration {
 	least := b.backpressureInterval
 	if least <= 0 {
 		least = DefaultBackpressureInterval // refreshed by hand (tests)
 	}
-	dt := now.Sub(t.prevAt)
-	fell := t.prevRatio - r
-	if dt <= 0 || fell <= 0 {
+	dt := t.info.UpdatedAt.Sub(t.prevAt)
+	fell := t.prevRatio - t.ratio
+	if t.prevAt.IsZero() || dt <= 0 || fell <= 0 {
 		return least
 	}
 	need := (r - rejectRelease) / fell * float64(dt)

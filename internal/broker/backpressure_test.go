@@ -3,6 +3,8 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,8 +153,9 @@ func TestBackpressureThrottleProgressiveWithHysteresis(t *testing.T) {
 	ack(t, m, ds[6])
 	wantState(t, e.refreshBP(), BackpressureNormal, 3)
 	i, _ := e.b.TopicBackpressure("bp")
-	if i.Throttled != 4 || i.Rejected != 1 || i.Delay != 0 { // slowed, n-0, n-1, last
-		t.Fatalf("throttled %d, rejected %d, delay %s; want 4, 1, 0", i.Throttled, i.Rejected, i.Delay)
+	// m-4 (the estimate at 50% before it), slowed, n-0, n-1, last
+	if i.Throttled != 5 || i.Rejected != 1 || i.Delay != 0 {
+		t.Fatalf("throttled %d, rejected %d, delay %s; want 5, 1, 0", i.Throttled, i.Rejected, i.Delay)
 	}
 }
 
@@ -242,5 +245,201 @@ func TestBackpressureBytesBound(t *testing.T) {
 	wantState(t, i, BackpressureNormal, 4)
 	if err := e.tryPublish("bp", "x", PublishOptions{}); err != nil {
 		t.Fatalf("publish under the bytes bound: %v", err)
+	}
+}
+
+// batchOf is a batch of n messages with payloads "<prefix>-<i>".
+func batchOf(prefix string, n int) []storage.AppendMessage {
+	out := make([]storage.AppendMessage, n)
+	for i := range out {
+		out[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: fmt.Appendf(nil, "%s-%d", prefix, i)}
+	}
+	return out
+}
+
+// publishUntilRefused has publishers publish batches of batch messages to topic concurrently
+// (payloads "<prefix><publisher>-<batch>-<i>"), half synchronously and half asynchronously, each
+// until one is refused with RATE_LIMITED (a broker that never refuses fails the test past 10
+// times the bound); it returns the messages accepted once every asynchronous append completed.
+func (e *env) publishUntilRefused(topic, prefix string, publishers, batch int, bound int64) int64 {
+	e.t.Helper()
+	var accepted atomic.Int64
+	var wg, appends sync.WaitGroup
+	errs := make(chan error, publishers)
+	for p := range publishers {
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				if accepted.Load() > 10*bound {
+					errs <- fmt.Errorf("publisher %d: %d messages accepted against a bound of %d, none refused", p, accepted.Load(), bound)
+					return
+				}
+				msgs := batchOf(fmt.Sprintf("%s%d-%d", prefix, p, k), batch)
+				var err error
+				if p%2 == 0 {
+					_, err = e.b.PublishWith(e.ctx(), topic, msgs, PublishOptions{})
+					if err == nil {
+						accepted.Add(int64(batch))
+					}
+				} else {
+					appends.Add(1)
+					err = e.b.PublishAsync(e.ctx(), topic, msgs, PublishOptions{}, func(_ []storage.MessagePosition, err error) {
+						defer appends.Done()
+						if err != nil {
+							errs <- err
+							return
+						}
+						accepted.Add(int64(batch))
+					})
+					if err != nil {
+						appends.Done()
+					}
+				}
+				if errors.Is(err, storage.ErrRateLimited) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	appends.Wait()
+	close(errs)
+	for err := range errs {
+		e.t.Fatal(err)
+	}
+	return accepted.Load()
+}
+
+// The bound holds between two reads of the backlog (issue 19 item 4: publishes checked only
+// against the last read overshot a bound of 20,000 by 5x in one second): concurrent publishers
+// of batches are refused once the last read plus what the broker accepted since reaches the
+// bound, so at most one batch past it is stored; nothing refused is stored, and after the
+// slow consumer drains below 90% publishes are accepted again, up to the bound again.
+func TestBackpressureBoundHoldsBetweenReads(t *testing.T) {
+	e := newBPEnv(t) // the backlog is read only when the test says so
+	const bound, batch = 100, 7
+	e.createTopic("bp", storage.TopicConfig{MaxBacklogMessages: bound})
+	wantState(t, e.refreshBP(), BackpressureNormal, 0)
+
+	n := e.publishUntilRefused("bp", "p", 4, batch, bound)
+	if n < bound || n >= bound+batch {
+		t.Fatalf("%d messages accepted between two reads against a bound of %d in batches of %d, want [%d, %d)", n, bound, batch, bound, bound+batch)
+	}
+	if i, _ := e.b.TopicBackpressure("bp"); i.State != BackpressureRejecting || i.BacklogMessages != n || i.Rejected < 4 {
+		t.Fatalf("before the next read: %+v, want rejecting with backlog %d and 4 refusals", i, n)
+	}
+	wantState(t, e.refreshBP(), BackpressureRejecting, n) // the read agrees with the estimate
+	ts, err := e.engine.TopicStats(e.ctx(), "bp")
+	if err != nil || ts.Messages != n {
+		t.Fatalf("topic holds %d messages (%v), want the %d accepted", ts.Messages, err, n)
+	}
+
+	// Drained to 91 messages: still refused (hysteresis); to 90: accepted again, up to the bound.
+	m := e.subscribe(SubscribeParams{Pattern: "bp", MaxInFlight: 1000})
+	ds := recv(t, m, int(n))
+	ack(t, m, ds[:n-91]...)
+	wantState(t, e.refreshBP(), BackpressureRejecting, 91)
+	if err := e.tryPublish("bp", "refused", PublishOptions{}); !errors.Is(err, storage.ErrRateLimited) {
+		t.Fatalf("publish above 90%% of the bound after refusals: %v, want RATE_LIMITED", err)
+	}
+	ack(t, m, ds[n-91])
+	wantState(t, e.refreshBP(), BackpressureNormal, 90)
+	more := e.publishUntilRefused("bp", "q", 2, batch, bound)
+	if 90+more < bound || 90+more >= bound+batch {
+		t.Fatalf("%d more messages accepted from a backlog of 90, want the backlog in [%d, %d)", more, bound, bound+batch)
+	}
+
+	// Nothing lost: the consumer gets every accepted message, none refused.
+	rest := recv(t, m, int(more))
+	seen := map[string]bool{}
+	for _, d := range append(ds, rest...) {
+		if seen[string(d.Payload)] || string(d.Payload) == "refused" {
+			t.Fatalf("delivery %q twice or refused", d.Payload)
+		}
+		seen[string(d.Payload)] = true
+	}
+}
+
+// A publish accepted but not yet appended when the backlog is read may be missing from the
+// read: it stays in the estimate until the next read, once appended (counted once).
+func TestBackpressureCountsAppendsInFlightAtRead(t *testing.T) {
+	e := newBPEnv(t)
+	e.createTopic("bp", storage.TopicConfig{MaxBacklogMessages: 10})
+	wantState(t, e.refreshBP(), BackpressureNormal, 0)
+	msgs := batchOf("m", 6)
+	_, adm, err := e.b.admit("bp", msgs, PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, e.refreshBP(), BackpressureNormal, 6) // read 0, 6 in flight
+	if _, err := e.engine.MessagesAppend(e.ctx(), &storage.MessagesAppendParams{Topic: "bp", Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	// Appended but not yet marked: read 6 and still in flight 6 (counted twice, on the safe side).
+	wantState(t, e.refreshBP(), BackpressureRejecting, 12)
+	adm.appended()
+	wantState(t, e.refreshBP(), BackpressureNormal, 6) // read 6, nothing in flight
+	e.publishN("bp", "n", 3)
+	_, err = e.b.PublishWith(e.ctx(), "bp", batchOf("p", 2), PublishOptions{Priority: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Priority publishes are not refused but count: 11 of 10.
+	if i, _ := e.b.TopicBackpressure("bp"); i.State != BackpressureRejecting || i.BacklogMessages != 11 {
+		t.Fatalf("after a priority publish past the bound: %+v, want rejecting at 11", i)
+	}
+}
+
+// Throttle follows the estimate between reads: from half the bound each publish waits longer,
+// at the bound publishes are refused; as the consumer drains, a read at 40% keeps the throttle
+// (hysteresis), a read below releases it, and the throttle starts again at half the bound.
+func TestBackpressureThrottleBetweenReads(t *testing.T) {
+	e := newBPEnv(t)
+	e.createTopic("bp", storage.TopicConfig{MaxBacklogMessages: 20, BacklogPolicy: storage.BacklogThrottle})
+	wantState(t, e.refreshBP(), BackpressureNormal, 0)
+	var last time.Duration
+	for k := range 20 {
+		i, _ := e.b.TopicBackpressure("bp")
+		switch {
+		case k < 10 && (i.State != BackpressureNormal || i.Delay != 0):
+			t.Fatalf("backlog %d of 20: %+v, want normal", k, i)
+		case k >= 10 && (i.State != BackpressureThrottled || i.Delay <= last || i.Delay > 40*time.Millisecond):
+			t.Fatalf("backlog %d of 20: %+v, want throttled longer than %s", k, i, last)
+		}
+		last = i.Delay
+		if err := e.tryPublish("bp", fmt.Sprint("m-", k), PublishOptions{}); err != nil {
+			t.Fatalf("publish at backlog %d of 20: %v", k, err)
+		}
+	}
+	if err := e.tryPublish("bp", "refused", PublishOptions{}); !errors.Is(err, storage.ErrRateLimited) {
+		t.Fatalf("publish at the bound with throttle: %v, want RATE_LIMITED", err)
+	}
+	if i, _ := e.b.TopicBackpressure("bp"); i.Throttled != 10 || i.Rejected != 1 {
+		t.Fatalf("throttled %d, rejected %d: want 10 and 1", i.Throttled, i.Rejected)
+	}
+
+	m := e.subscribe(SubscribeParams{Pattern: "bp", MaxInFlight: 100})
+	ds := recv(t, m, 20)
+	ack(t, m, ds[:12]...)
+	wantState(t, e.refreshBP(), BackpressureThrottled, 8) // 40%: not released
+	if err := e.tryPublish("bp", "slowed", PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if i, _ := e.b.TopicBackpressure("bp"); i.Throttled != 11 || i.State != BackpressureThrottled {
+		t.Fatalf("publish at 40%% while throttled: %+v, want throttled", i)
+	}
+	ack(t, m, ds[12:14]...)
+	ack(t, m, recv(t, m, 1)...)
+	wantState(t, e.refreshBP(), BackpressureNormal, 6) // 30%: released
+	for k := range 4 {                                 // 6 to 9 of 20: normal
+		if err := e.tryPublish("bp", fmt.Sprint("n-", k), PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if i, _ := e.b.TopicBackpressure("bp"); i.State != BackpressureThrottled || i.Throttled != 11 {
+		t.Fatalf("at 50%% after the release: %+v, want throttled (no publish slowed yet)", i)
 	}
 }

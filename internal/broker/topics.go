@@ -34,8 +34,11 @@ type PublishOptions struct {
 func (b *Broker) PublishWith(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions) ([]storage.MessagePosition, error) {
 	start := b.trace.now()
 	var res *storage.MessagesAppendResult
-	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) (err error) {
+	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams, adm admission) (err error) {
 		res, err = b.engine.MessagesAppend(ctx, params)
+		if err == nil {
+			adm.appended()
+		}
 		return err
 	})
 	if took, slow := b.trace.isSlow(start); slow {
@@ -82,8 +85,11 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 		b.trace.published(ctx, topic, ids, res.Positions)
 		done(res.Positions, nil)
 	}
-	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams) error {
-		return ae.MessagesAppendAsync(params, appended)
+	err := b.appendTo(ctx, topic, msgs, opts, func(params *storage.MessagesAppendParams, adm admission) error {
+		return ae.MessagesAppendAsync(params, func(res *storage.MessagesAppendResult, err error) {
+			adm.appended()
+			appended(res, err)
+		})
 	})
 	if err != nil {
 		b.noteStorage(err) // refused when queued; a queued append notes its outcome in appended
@@ -125,11 +131,13 @@ func (b *Broker) StorageFull() (since time.Time, full bool) {
 	return time.Unix(0, ns), true
 }
 
-// appendTo checks a publish of msgs to topic and runs appendFn with its parameters; when the
-// engine does not know the topic and auto-create is on, it creates the topic (rare: the first
-// publish to it) and runs appendFn again.
+// appendTo checks a publish of msgs to topic and runs appendFn with its parameters and its
+// backpressure admission, which appendFn must mark appended when its append finishes after
+// appendFn returned nil (at once, or in an asynchronous completion); when the engine does not
+// know the topic and auto-create is on, it creates the topic (rare: the first publish to it)
+// and runs appendFn again.
 func (b *Broker) appendTo(ctx context.Context, topic string, msgs []storage.AppendMessage, opts PublishOptions,
-	appendFn func(*storage.MessagesAppendParams) error) error {
+	appendFn func(*storage.MessagesAppendParams, admission) error) error {
 	if err := b.checkRunning(); err != nil {
 		return err
 	}
@@ -139,24 +147,29 @@ func (b *Broker) appendTo(ctx context.Context, topic string, msgs []storage.Appe
 	if len(msgs) == 0 {
 		return invalid("publish to %q: no messages", topic)
 	}
-	// Backpressure: a refused publish changes nothing; a throttled one waits before its append
-	// (its connection's later publishes wait behind it: TCP pushes back).
-	delay, err := b.admit(topic, opts)
+	// Backpressure: a refused publish changes nothing; an admitted one counts in the topic's
+	// estimated backlog until its append finished (adm.appended: here when appendFn fails,
+	// otherwise by appendFn's caller); a throttled one waits before its append (its
+	// connection's later publishes wait behind it: TCP pushes back).
+	delay, adm, err := b.admit(topic, msgs, opts)
 	if err != nil {
 		return fmt.Errorf("broker: publish to %q: %w", topic, err)
 	}
 	if err := b.waitThrottle(ctx, topic, delay); err != nil {
+		adm.appended()
 		return err
 	}
 	params := &storage.MessagesAppendParams{Topic: topic, Messages: msgs, Prompt: opts.Prompt}
-	err = appendFn(params)
+	err = appendFn(params, adm)
 	if errors.Is(err, storage.ErrTopicNotFound) && b.autoCreate {
 		if err := b.autoCreateTopic(ctx, topic); err != nil {
+			adm.appended()
 			return err
 		}
-		err = appendFn(params)
+		err = appendFn(params, adm)
 	}
 	if err != nil {
+		adm.appended()
 		return fmt.Errorf("broker: publish to %q: %w", topic, err)
 	}
 	return nil
