@@ -203,7 +203,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 		fs.IntVar(&c.Consumers, "consumers", bench.DefaultConsumers, "consumers per group, one connection each")
 		fs.IntVar(&c.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "credit of each consumer")
 		fs.DurationVar(&c.SlowConsumer, "slow-consumer", 0, "time the consumers of the first group take over each message (a slow group, for backpressure runs)")
-		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last publish acknowledgements, then for the last deliveries, after the schedule")
+		fs.DurationVar(&c.Drain, "drain", bench.DefaultDrain, "longest wait for the last publish acknowledgements after the schedule; then the wait for the last deliveries ends after this long without one (at most 10x in all)")
 	}
 	b.tlsCA = fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS; default: the system's CAs)")
 	b.tlsCert = fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key; connect with TLS)")

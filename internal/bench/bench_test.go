@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,6 +186,93 @@ func TestE2EBackpressure(t *testing.T) {
 	}
 	if !strings.Contains(sum, "refused RATE_LIMITED") {
 		t.Fatalf("summary lacks the backpressure line:\n%s", sum)
+	}
+}
+
+// TestE2EDrainRunsOutWithBacklog: a group far slower than publishing (10 msg/s against 100
+// messages) still holds most of them when the drain gives up (200 ms without progress; at most
+// 10x that in all, as the group keeps delivering): the run reports them as missing and still in
+// the group's backlog at the broker, not lost, and says the drain ran out.
+func TestE2EDrainRunsOutWithBacklog(t *testing.T) {
+	t.Parallel()
+	tb := startBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Mode: ModeE2E, Addr: tb.addr, Admin: tb.admin, Rate: 100, Duration: time.Second, Warmup: -1,
+		Groups: 2, Consumers: 1, Async: true, Size: 100, Logger: testLogger(t),
+		SlowConsumer: 100 * time.Millisecond, Drain: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := summary(t, res)
+	d := res.Delivery
+	if d == nil || d.Drained || d.Missing == 0 || d.Lost == nil || *d.Lost != 0 || *d.InBacklog != d.Missing {
+		t.Fatalf("delivery %+v: want not drained, every missing message in the backlog, none lost", d)
+	}
+	if d.DrainSeconds < 0.2 || d.DrainSeconds > 10*0.2+1 {
+		t.Fatalf("drained for %.1fs, want between 200 ms and about 10 x 200 ms", d.DrainSeconds)
+	}
+	if !strings.Contains(sum, "NOT DRAINED") {
+		t.Fatalf("summary does not say the drain ran out:\n%s", sum)
+	}
+}
+
+// TestDeliveryAccount: acknowledged messages a group did not receive are in its backlog as far
+// as the broker still holds that many for it, lost beyond; messages received without an
+// acknowledgement are counted apart; the verdict names each case.
+func TestDeliveryAccount(t *testing.T) {
+	t.Parallel()
+	const total = 130
+	acked := make([]atomic.Uint64, (total+63)/64)
+	for seq := range uint64(total) {
+		if seq != 7 { // 7: its publish failed (timeout), yet stored
+			acked[seq/64].Or(1 << (seq % 64))
+		}
+	}
+	receive := func(g *groupRecorder, skip ...uint64) {
+		for seq := range uint64(total) {
+			if !slices.Contains(skip, seq) {
+				p := make([]byte, StampSize)
+				Stamp{Run: 1, Seq: seq}.Put(p)
+				g.observe(p, 1)
+			}
+		}
+	}
+	fast, slow := newGroupRecorder("bench-0", 1, t0, 0, total), newGroupRecorder("bench-1", 1, t0, 0, total)
+	receive(fast)
+	receive(slow, 7, 64, 100, 129)
+
+	cases := []struct {
+		name            string
+		drained         bool
+		held            map[string]int64
+		inBacklog, lost int64
+		known           bool
+		verdict         string
+	}{
+		{"all held", false, map[string]int64{"bench-0": 0, "bench-1": 5}, 3, 0, true, "NOT DRAINED: 3 acknowledged"},
+		{"one lost", false, map[string]int64{"bench-1": 2}, 2, 1, true, "LOST 1 acknowledged"},
+		{"unknown", false, nil, 0, 0, false, "not told apart"},
+	}
+	for _, c := range cases {
+		d := &DeliveryResult{Drained: c.drained}
+		d.account([]*groupRecorder{fast, slow}, acked, c.drained, c.held)
+		if d.Missing != 3 || d.Unacknowledged != 1 {
+			t.Fatalf("%s: missing %d, unacknowledged %d; want 3 (64, 100, 129 in the slow group) and 1 (7 in the fast one)", c.name, d.Missing, d.Unacknowledged)
+		}
+		if (d.Lost != nil) != c.known || c.known && (*d.InBacklog != c.inBacklog || *d.Lost != c.lost) {
+			t.Fatalf("%s: %+v, want in backlog %d, lost %d", c.name, d, c.inBacklog, c.lost)
+		}
+		if v := d.verdict(); !strings.Contains(v, c.verdict) {
+			t.Fatalf("%s: verdict %q, want %q", c.name, v, c.verdict)
+		}
+	}
+	d := &DeliveryResult{Drained: true}
+	d.account([]*groupRecorder{fast}, acked, true, nil)
+	if d.Missing != 0 || *d.Lost != 0 || !strings.Contains(d.verdict(), "every acknowledged message reached every group") {
+		t.Fatalf("drained: %+v, %q", d, d.verdict())
 	}
 }
 

@@ -46,6 +46,10 @@ const (
 	MaxSeenBytes = 1 << 30
 )
 
+// MaxDrainFactor bounds the wait for the last deliveries of an e2e run that still makes
+// progress: at most this many times Config.Drain.
+const MaxDrainFactor = 10
+
 // Semantics of the topic a run creates (storage.Queue and storage.PubSub).
 const (
 	// SemanticsQueue: one shared subscription; e2e consumers share it (one group).
@@ -131,8 +135,10 @@ type Config struct {
 	Groups, Consumers int
 	// MaxInFlight is each consumer's credit. Defaults to 1000.
 	MaxInFlight int
-	// Drain bounds the wait for the last publish acknowledgements after the schedule ended, and
-	// then the wait for the last deliveries. Defaults to 30 s.
+	// Drain bounds the wait for the last publish acknowledgements after the schedule ended; then
+	// (e2e) the run waits for every acknowledged message to reach every group as long as
+	// deliveries go on, ending after Drain without a new one (or after MaxDrainFactor times
+	// Drain in all). Defaults to 30 s.
 	Drain time.Duration
 	// PGURL, when set, is the PostgreSQL database of the broker's engine (a pgx connection string):
 	// the run reports the WAL written, the tables' tuple counters and dead tuples, and a series of
@@ -275,7 +281,7 @@ func (c Config) Validate() error {
 	case c.PGSample < MinPGSample:
 		return bad("pg sample interval must be at least %s, got %s", MinPGSample, c.PGSample)
 	case c.Mode == ModeE2E && c.seenBytes() > MaxSeenBytes:
-		return bad("%d group(s) x %.0f messages need %.0f MiB of bookkeeping (1 bit per message per group), above %d MiB: shorten the run or lower the rate",
+		return bad("%d group(s) x %.0f messages need %.0f MiB of bookkeeping (1 bit per message per group and 1 for the acknowledgements), above %d MiB: shorten the run or lower the rate",
 			c.Groups, c.scheduled(), c.seenBytes()/(1<<20), MaxSeenBytes>>20)
 	case c.MaxInFlight < 1 || c.MaxInFlight > 65_536:
 		return bad("max in flight must be between 1 and 65536, got %d", c.MaxInFlight)
@@ -288,5 +294,6 @@ func (c Config) Validate() error {
 // scheduled returns the number of messages of an e2e schedule (warm-up included).
 func (c Config) scheduled() float64 { return (c.Warmup + c.Duration).Seconds() * c.Rate }
 
-// seenBytes returns the size of an e2e run's receipt bitmaps (one bit per message per group).
-func (c Config) seenBytes() float64 { return (c.scheduled()/8 + 8) * float64(c.Groups) }
+// seenBytes returns the size of an e2e run's bitmaps (one bit per message per group for the
+// receipts, and one for the acknowledgements).
+func (c Config) seenBytes() float64 { return (c.scheduled()/8 + 8) * float64(c.Groups+1) }

@@ -52,8 +52,9 @@
 //
 // Nothing grows per message: the histograms are fixed (58 KiB each), publishing is bounded by
 // the async window (or one request per publisher), deliveries by each consumer's credit, and the
-// receipt bookkeeping is one bit per scheduled message per group, allocated up front and bounded
-// by Config.Validate (MaxSeenBytes; 6 MiB for 16 groups x 5,000 msg/s x 10 minutes). Result
+// receipt bookkeeping is one bit per scheduled message per group and one for the publish
+// acknowledgements, allocated up front and bounded by Config.Validate (MaxSeenBytes; 6 MiB for
+// 16 groups x 5,000 msg/s x 10 minutes). Result
 // reports the process's peak RSS (LoadGenerator).
 //
 // # Percentiles

@@ -2,13 +2,16 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/protocol"
 )
 
 // startDelay is the time between the end of the setup (every consumer subscribed, every client
@@ -27,6 +30,7 @@ const keptUpBacklog = time.Second
 // bit per message of the schedule (Config.Validate bounds it, MaxSeenBytes) and one Histogram;
 // nothing grows per message received. Safe for concurrent use.
 type groupRecorder struct {
+	name     string // the group's name at the broker ("" for a QUEUE topic's subscription)
 	run      uint64
 	base     time.Time // the run's time origin: stamps count nanoseconds from it
 	measured int64     // stamps at or after this offset are measured (the warm-up ends)
@@ -42,8 +46,8 @@ type groupRecorder struct {
 	lat        *Histogram
 }
 
-func newGroupRecorder(run uint64, base time.Time, measured, total int64) *groupRecorder {
-	return &groupRecorder{run: run, base: base, measured: measured, total: total,
+func newGroupRecorder(name string, run uint64, base time.Time, measured, total int64) *groupRecorder {
+	return &groupRecorder{name: name, run: run, base: base, measured: measured, total: total,
 		seen: make([]uint64, (total+63)/64), lat: NewHistogram()}
 }
 
@@ -76,11 +80,68 @@ func (g *groupRecorder) count() int64 {
 	return g.received
 }
 
+// compare counts the messages of acked (a bitmap of sequence numbers, as seen) that g has not
+// received, and those g received that are not in acked.
+func (g *groupRecorder) compare(acked []atomic.Uint64) (notReceived, unacked int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, seen := range g.seen {
+		a := acked[i].Load()
+		notReceived += int64(bits.OnesCount64(a &^ seen))
+		unacked += int64(bits.OnesCount64(seen &^ a))
+	}
+	return notReceived, unacked
+}
+
+// drain waits until every group received every acknowledged message (acked counts them, ackedBits
+// names them) and reports whether they did. It waits as long as deliveries go on: it gives up
+// after idle without a new receipt, or after MaxDrainFactor times idle in all.
+func drain(ctx context.Context, groups []*groupRecorder, acked *atomic.Int64, ackedBits []atomic.Uint64, idle time.Duration) (bool, error) {
+	now := time.Now()
+	deadline, hardEnd := now.Add(idle), now.Add(MaxDrainFactor*idle)
+	last := int64(-1)
+	for {
+		var got int64
+		complete := true
+		for _, g := range groups {
+			n := g.count()
+			got += n
+			complete = complete && n >= acked.Load()
+		}
+		if complete {
+			// The counts agree; message by message, a group may have received a message whose
+			// publish failed (outcome unknown) instead of an acknowledged one.
+			complete = true
+			for _, g := range groups {
+				if n, _ := g.compare(ackedBits); n > 0 {
+					complete = false
+				}
+			}
+			if complete {
+				return true, nil
+			}
+		}
+		now := time.Now()
+		if got != last {
+			last, deadline = got, now.Add(idle)
+		}
+		if now.After(deadline) || now.After(hardEnd) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(drainPoll):
+		}
+	}
+}
+
 // runE2E is e2e mode: Groups x Consumers consumers subscribe (one client each), then Publishers
 // open-loop schedules publish Rate messages per second in all for Warmup + Duration, each
 // message stamped with its intended send time; consumers measure the latency from that time.
-// After the schedule the run waits (up to Drain) for every acknowledged message to reach every
-// group.
+// After the schedule the run waits for every acknowledged message to reach every group (see
+// drain), then tells the messages still missing apart: still held by the broker for the group
+// (the wait ran out) or lost.
 func (r *runner) runE2E(ctx context.Context, res *Result) error {
 	cfg := r.cfg
 	total := int64(math.Round((cfg.Warmup + cfg.Duration).Seconds() * cfg.Rate))
@@ -93,7 +154,7 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 	base := time.Now()
 	groups := make([]*groupRecorder, cfg.Groups)
 	for g := range groups {
-		groups[g] = newGroupRecorder(r.runID, base, 0, total)
+		groups[g] = newGroupRecorder(r.groupName(g), r.runID, base, 0, total)
 	}
 
 	// Consumers first, so that every group exists before the first message.
@@ -129,6 +190,8 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 	P := int64(cfg.Publishers)
 	var (
 		acked     atomic.Int64 // messages acknowledged (whole run)
+		ackedBits = make([]atomic.Uint64, (total+63)/64)
+		refused   atomic.Int64 // messages refused RATE_LIMITED (backpressure)
 		ackedMeas atomic.Int64 // measured messages acknowledged
 		errs      errorLog
 		pubLat    = newLockedHistogram()
@@ -153,8 +216,12 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 				finish := func(err error) {
 					if err != nil {
 						errs.add(err)
+						if errors.Is(err, protocol.ErrRateLimited) {
+							refused.Add(1)
+						}
 						return
 					}
+					ackedBits[seq/64].Or(1 << (seq % 64))
 					acked.Add(1)
 					if measured {
 						ackedMeas.Add(1)
@@ -229,23 +296,21 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 		}
 	}
 
-	// Drain: wait until every group received every acknowledged message, or Drain passes.
-	deadline := time.Now().Add(cfg.Drain)
-	for {
-		complete := true
-		for _, g := range groups {
-			if g.count() < acked.Load() {
-				complete = false
-				break
+	drainStart := time.Now()
+	drained, err := drain(ctx, groups, &acked, ackedBits, cfg.Drain)
+	if err != nil {
+		return err
+	}
+	drainTook := time.Since(drainStart)
+	// What the broker still holds for each group, to tell an acknowledged message not received
+	// yet from a lost one.
+	var brokerHeld map[string]int64
+	if !drained && r.adm != nil {
+		if brokerHeld, err = r.adm.groupBacklogs(ctx, r.topic.Name); err != nil {
+			if l := r.cfg.Logger; l != nil {
+				l.Warn("bench: reading the groups' backlogs after the drain failed: missing messages not told apart", "error", err)
 			}
-		}
-		if complete || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(drainPoll):
+			brokerHeld = nil
 		}
 	}
 
@@ -258,14 +323,14 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 	}
 	n, first := errs.get()
 	lagP := percentilesOf(lag)
-	pr := PublishResult{Messages: ackedMeas.Load(), Errors: n, FirstError: first,
+	pr := PublishResult{Messages: ackedMeas.Load(), Errors: n, Refused: refused.Load(), FirstError: first,
 		Latency: percentilesOf(pubLat.snapshot()), SenderLag: &lagP}
 	pr.Rate = float64(pr.Messages) / pubSpan.Seconds()
 	pr.MBps = pr.Rate * float64(cfg.Size) / 1e6
 	held := n == 0 && pr.Rate >= 0.99*cfg.Rate
 	pr.Held = &held
 
-	d := &DeliveryResult{}
+	d := &DeliveryResult{Drained: drained, DrainSeconds: drainTook.Seconds()}
 	all := NewHistogram()
 	lastAt := int64(0)
 	for _, g := range groups {
@@ -278,7 +343,7 @@ func (r *runner) runE2E(ctx context.Context, res *Result) error {
 		g.mu.Unlock()
 	}
 	d.Expected = ackedMeas.Load() * int64(cfg.Groups)
-	d.Missing = max(d.Expected-d.Delivered, 0)
+	d.account(groups, ackedBits, drained, brokerHeld)
 	d.Latency = percentilesOf(all)
 	delSpan := later(scheduleEnd, base.Add(time.Duration(lastAt))).Sub(measureStart)
 	d.Rate = float64(d.Delivered) / delSpan.Seconds()
@@ -307,13 +372,9 @@ func (r *runner) subscribe(ctx context.Context, g, k int, rec *groupRecorder, ba
 	if err != nil {
 		return err
 	}
-	group := fmt.Sprintf("bench-%d", g)
-	if r.queue() {
-		group = "" // the topic's one subscription, shared by every consumer
-	}
 	_, err = c.Subscribe(ctx, client.SubscribeParams{
 		Topic:       r.topic.Name,
-		Group:       group,
+		Group:       rec.name,
 		MaxInFlight: r.cfg.MaxInFlight,
 		Start:       client.FromBeginning(),
 	}, func(ctx context.Context, d *client.Delivery) error {
@@ -333,6 +394,41 @@ func (r *runner) subscribe(ctx context.Context, g, k int, rec *groupRecorder, ba
 		return fmt.Errorf("bench: subscribe group %d consumer %d: %w", g, k, err)
 	}
 	return nil
+}
+
+// account counts the acknowledged messages each group did not receive (Missing) and tells them
+// apart with what the broker still held for the group after the drain (brokerHeld, by group
+// name; nil: unknown): at most that many are in its backlog, the rest are lost. brokerHeld is
+// read before the receipts are compared: what arrives in between lowers Missing, not brokerHeld,
+// so Lost is never overstated.
+func (d *DeliveryResult) account(groups []*groupRecorder, ackedBits []atomic.Uint64, drained bool, brokerHeld map[string]int64) {
+	if brokerHeld != nil || drained {
+		d.InBacklog, d.Lost = new(int64), new(int64)
+	}
+	for _, g := range groups {
+		missing, unacked := g.compare(ackedBits)
+		d.Missing += missing
+		d.Unacknowledged += unacked
+		if d.Lost != nil {
+			h := brokerHeld[g.name]
+			if g.name == "" { // a QUEUE topic's one subscription, whatever its name
+				for _, v := range brokerHeld {
+					h = max(h, v)
+				}
+			}
+			inBacklog := min(missing, h)
+			*d.InBacklog += inBacklog
+			*d.Lost += missing - inBacklog
+		}
+	}
+}
+
+// groupName is the name of consumer group g at the broker.
+func (r *runner) groupName(g int) string {
+	if r.queue() {
+		return "" // the topic's one subscription, shared by every consumer
+	}
+	return fmt.Sprintf("bench-%d", g)
 }
 
 // later returns the later of a and b.

@@ -83,6 +83,10 @@ type PublishResult struct {
 	// (whole run).
 	Messages int64 `json:"messages"`
 	Errors   int64 `json:"errors"`
+	// Refused counts the failed messages the broker refused with RATE_LIMITED (topic
+	// backpressure: nothing stored, the client's retries ran out); they are among Errors and
+	// not expected by any group.
+	Refused int64 `json:"refused,omitempty"`
 	// FirstError is the first failure, if any.
 	FirstError string `json:"first_error,omitempty"`
 	// Rate is Messages per second of measured time; MBps the payload bytes (10^6 bytes/s).
@@ -103,9 +107,24 @@ type DeliveryResult struct {
 	// groups; Delivered how many of them reached a consumer of each group (first receipt).
 	Expected  int64 `json:"expected"`
 	Delivered int64 `json:"delivered"`
-	// Missing were acknowledged but not delivered within the drain time; Duplicates are
-	// deliveries after the first one of the same message in the same group (redeliveries).
-	Missing    int64 `json:"missing"`
+	// Missing counts, over the groups, the messages of the whole run acknowledged to the
+	// publishers that the group had not received when the drain ended. InBacklog are those the
+	// broker still held for the group then (its pending and dead-lettered messages: the drain
+	// ran out before the group got them); Lost the rest, acknowledged and neither received nor
+	// held by the broker: a loss. Both are absent when the broker could not be asked (no admin
+	// API, or the request failed). InBacklog may include up to one message per consumer that was being handled.
+	Missing   int64  `json:"missing"`
+	InBacklog *int64 `json:"in_backlog,omitempty"`
+	Lost      *int64 `json:"lost,omitempty"`
+	// Unacknowledged counts, over the groups, messages received whose publish failed from the
+	// publisher's view (a timeout with the outcome unknown: the broker had stored them).
+	Unacknowledged int64 `json:"unacknowledged,omitempty"`
+	// DrainSeconds is how long the run waited for the last deliveries after publishing ended;
+	// Drained: every group received every acknowledged message.
+	DrainSeconds float64 `json:"drain_s"`
+	Drained      bool    `json:"drained"`
+	// Duplicates are deliveries after the first one of the same message in the same group
+	// (redeliveries).
 	Duplicates int64 `json:"duplicates"`
 	// Rate is Delivered per second of measured time.
 	Rate float64 `json:"rate"`
@@ -267,7 +286,11 @@ func (r *Result) WriteSummary(w io.Writer) error {
 		}
 		p(" (target %.0f msg/s: %s)", c.Rate, held)
 	}
-	p("; %d errors\n", pr.Errors)
+	p("; %d errors", pr.Errors)
+	if pr.Refused > 0 {
+		p(" (%d refused RATE_LIMITED by the broker: not stored, not expected)", pr.Refused)
+	}
+	p("\n")
 	if pr.FirstError != "" {
 		p("  first error: %s\n", pr.FirstError)
 	}
@@ -285,6 +308,10 @@ func (r *Result) WriteSummary(w io.Writer) error {
 	if d := r.Delivery; d != nil {
 		p("delivered    %d of %d expected, %.0f deliveries/s; missing %d, duplicates %d\n",
 			d.Delivered, d.Expected, d.Rate, d.Missing, d.Duplicates)
+		p("  %s\n", d.verdict())
+		if d.Unacknowledged > 0 {
+			p("  %d received whose publish failed (outcome unknown to the publisher, stored by the broker)\n", d.Unacknowledged)
+		}
 		p("  end-to-end latency (intended send time to receipt by a consumer; no coordinated omission):\n    %s\n", d.Latency)
 		if c.Groups > 1 {
 			p("    worst group p99 %s\n", fmtMS(d.WorstGroupP99))
@@ -390,4 +417,19 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// verdict says whether every acknowledged message arrived, and if not, whether the missing ones
+// were lost or the drain ended before the groups got them.
+func (d *DeliveryResult) verdict() string {
+	waited := fmt.Sprintf("after waiting %s for the last deliveries", time.Duration(d.DrainSeconds*float64(time.Second)).Round(time.Millisecond))
+	switch {
+	case d.Missing == 0:
+		return "every acknowledged message reached every group " + waited
+	case d.Lost == nil:
+		return fmt.Sprintf("%d acknowledged messages not received %s; lost or still in the backlog: not told apart (no admin API, or reading the groups' backlogs failed)", d.Missing, waited)
+	case *d.Lost > 0:
+		return fmt.Sprintf("LOST %d acknowledged messages: neither received nor held by the broker %s (%d more still in the backlog)", *d.Lost, waited, *d.InBacklog)
+	}
+	return fmt.Sprintf("NOT DRAINED: %d acknowledged messages still in the groups' backlog at the broker %s, none lost; raise --drain to see them arrive", *d.InBacklog, waited)
 }

@@ -308,7 +308,7 @@ func RunKill(ctx context.Context, cfg KillConfig) (*KillResult, error) {
 
 	live := make([]*groupRecorder, 2)
 	for i, g := range killGroups[:2] {
-		live[i] = newGroupRecorder(r.runID, base, 0, total)
+		live[i] = newGroupRecorder(g, r.runID, base, 0, total)
 		if err := r.consume(ctx, topic, g, live[i].observe, base); err != nil {
 			return nil, err
 		}

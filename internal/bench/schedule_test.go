@@ -160,7 +160,7 @@ func TestSystemClockSleepsUntil(t *testing.T) {
 // of other runs are counted apart.
 func TestGroupRecorder(t *testing.T) {
 	t.Parallel()
-	g := newGroupRecorder(7, t0, 1000, 10)
+	g := newGroupRecorder("bench-0", 7, t0, 1000, 10)
 	payload := func(run, seq uint64, intended int64) []byte {
 		p := make([]byte, StampSize+10)
 		Stamp{Run: run, Seq: seq, Intended: intended}.Put(p)

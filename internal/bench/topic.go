@@ -130,6 +130,34 @@ func (a *adminAPI) topicBackpressure(ctx context.Context, name string) (*Backpre
 	return t.Backpressure, nil
 }
 
+// groupBacklogs returns what the broker still holds for each group of a topic, by group name:
+// its pending messages (never delivered, leased or waiting for redelivery) plus its
+// dead-lettered ones.
+func (a *adminAPI) groupBacklogs(ctx context.Context, name string) (map[string]int64, error) {
+	status, resp, err := a.do(ctx, http.MethodGet, "/api/v1/topics/"+url.PathEscape(name)+"/groups", nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("bench: list groups of %q: HTTP %d: %s", name, status, resp)
+	}
+	var l struct {
+		Groups []struct {
+			Group        string `json:"group"`
+			Pending      int64  `json:"pending"`
+			DeadLettered int64  `json:"dead_lettered"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal([]byte(resp), &l); err != nil {
+		return nil, fmt.Errorf("bench: list groups of %q: %w", name, err)
+	}
+	out := make(map[string]int64, len(l.Groups))
+	for _, g := range l.Groups {
+		out[g.Group] = g.Pending + g.DeadLettered
+	}
+	return out, nil
+}
+
 // topicSemantics returns the semantics and partitions of an existing topic.
 func (a *adminAPI) topicSemantics(ctx context.Context, name string) (semantics string, partitions int, err error) {
 	status, resp, err := a.do(ctx, http.MethodGet, "/api/v1/topics/"+url.PathEscape(name), nil)
