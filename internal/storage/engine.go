@@ -194,6 +194,10 @@ type DeliveriesAckParams struct {
 	// call fails with ErrStaleGeneration and changes nothing. Ignored by shared subscriptions.
 	Generation int64
 	Refs       []DeliveryRef
+	// Batch acks whole batches (batches.go, CheckBatchRefs): in each partition of Refs, Refs
+	// must name every message leased to Member, else the call fails with ErrBatchSplit and
+	// changes nothing.
+	Batch bool
 }
 
 // DeliveriesAckResult is the result of Engine.DeliveriesAck.
@@ -224,6 +228,11 @@ type DeliveriesClaimParams struct {
 	Generation int64
 	// LeaseDuration overrides the topic's ack_wait when positive.
 	LeaseDuration time.Duration
+	// BatchSize, when positive, makes the claim of an ORDERED subscription a batch claim
+	// (batches.go): per partition one batch of consecutive messages, up to BatchSize and
+	// extended past it so that a publish's run of a key is never split. At most MaxBatchSize;
+	// refused with ErrInvalidArgument for a shared subscription.
+	BatchSize int
 }
 
 // DeliveriesClaimResult is the result of Engine.DeliveriesClaim.
@@ -279,6 +288,8 @@ type DeliveriesNackParams struct {
 	ToDLQ bool
 	// Reason is recorded as the DLQ entry's last error.
 	Reason string
+	// Batch nacks whole batches, as DeliveriesAckParams.Batch.
+	Batch bool
 }
 
 // DeliveriesNackResult is the result of Engine.DeliveriesNack.

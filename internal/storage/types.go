@@ -325,6 +325,10 @@ type Message struct {
 	NotBefore time.Time `json:"not_before,omitzero"`
 	// ExpiresAt drops the message undelivered after that time (zero: never).
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Linked is set by the engine at append time (batches.go, LinkRuns): the next offset of the
+	// partition was written by the same publish and a batch must not end between the two (a key
+	// of that publish's messages in the partition so far comes again after this one).
+	Linked bool `json:"linked,omitempty"`
 }
 
 // Size is the number of bytes MaxMessageBytes bounds: key, header names and values, and payload.
@@ -498,6 +502,9 @@ type Delivery struct {
 	// Generation is, in an ORDERED subscription, the generation of the claim (the member's acks,
 	// nacks and extends carry it); 0 in a shared one.
 	Generation int64 `json:"generation,omitempty"`
+	// Batch is, for a batch claim (DeliveriesClaimParams.BatchSize), the batch the delivery
+	// belongs to; zero otherwise.
+	Batch BatchID `json:"batch,omitzero"`
 }
 
 // Ref returns the reference used to ack, nack or extend this delivery.

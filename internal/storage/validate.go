@@ -189,6 +189,8 @@ func (p *DeliveriesClaimParams) Check() error {
 		return Invalid("member must not be empty")
 	case p.LeaseDuration < 0:
 		return Invalid("lease duration must not be negative, got %s", p.LeaseDuration)
+	case p.BatchSize < 0 || p.BatchSize > MaxBatchSize:
+		return Invalid("batch_size must be between 1 and %d (0: no batches), got %d", MaxBatchSize, p.BatchSize)
 	}
 	return nil
 }

@@ -55,6 +55,9 @@ type Input struct {
 	// MaxInFlight, when positive, makes the claim ORDERED (ordered.go): each partition is
 	// planned through a Lane, at most MaxInFlight unsettled per partition, in offset order.
 	MaxInFlight int
+	// BatchSize, with MaxInFlight, makes the ordered claim a batch claim (Params.BatchSize:
+	// ordered.go).
+	BatchSize int
 }
 
 // Claim is the plan of one DeliveriesClaim, decided step by step as the engine presents its
@@ -76,6 +79,7 @@ type Claim struct {
 	hasWait, hasLease bool
 
 	maxInFlight int // ordered claims only (ordered.go)
+	batchSize   int // batch claims only (ordered.go)
 }
 
 // Start begins the plan of a claim. It fails, with an error matching storage.ErrInvalidArgument,
@@ -91,6 +95,9 @@ func (c *Claim) Start(in Input) error {
 		parts:         in.Partitions,
 		remaining:     p.Max,
 		maxInFlight:   in.MaxInFlight,
+	}
+	if c.maxInFlight > 0 {
+		c.batchSize = in.BatchSize
 	}
 	if c.maxInFlight > 0 {
 		c.avoid = false // one owner per partition: nobody else could take a redelivery
