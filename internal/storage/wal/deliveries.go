@@ -212,7 +212,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 		params = &cp
 	}
 	if err := pl.Start(policy.Input{Params: params, Topic: t.meta.Name, Partitions: len(t.parts), AckWait: cfg.AckWait,
-		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(s.rr), MaxInFlight: maxInFlight}); err != nil {
+		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(s.rr), MaxInFlight: maxInFlight, BatchSize: params.BatchSize}); err != nil {
 		return nil, nil, err
 	}
 	s.rr++
@@ -305,6 +305,9 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 					continue
 				}
 				deliver(en, &de.Message)
+				if lane != nil {
+					lane.Redelivered(false) // a DLQ copy: replayed on its own
+				}
 				items = append(items, claimItem{kind: claimReplayed, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
 				continue
 			}
@@ -326,16 +329,27 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				continue
 			}
 			deliver(en, &m)
+			if lane != nil {
+				lane.Redelivered(m.Linked)
+			}
 			items = append(items, claimItem{kind: claimDeliver, partition: en.Partition, offset: en.Offset, n: int64(en.Attempt)})
 		}
 	}
 	lane = nil
+	// full reports whether the partition being read takes no more new messages: a batch
+	// claim's lane decides (a started batch is not cut by the claim's Max).
+	full := func() bool {
+		if lane != nil && pl.Batch() {
+			return lane.Blocked()
+		}
+		return pl.Full()
+	}
 
 	// 3. New messages, partition after partition in the plan's order.
 	var cursors []cursorItem
 	var horizons []horizonItem
 	var horizonPtrs []*atomic.Int64
-	for k := 0; !pl.Full(); k++ {
+	for k := 0; pl.Batch() || !pl.Full(); k++ {
 		pi, ok := pl.Partition(k)
 		if !ok {
 			break
@@ -349,7 +363,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 		c0 := s.st.Cursor(pi)
 		hz := s.durableHorizon(pi)
 	read:
-		for !pl.Full() {
+		for !full() {
 			c := s.st.Cursor(pi)
 			hw := l.NextIndex()
 			if c >= hw {
@@ -361,7 +375,11 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				s.st.ForceFloor(pi, fi)
 				continue
 			}
-			batch, err := l.Read(c, min(pl.Remaining()+16, claimReadChunk), readBatchBytes)
+			want := pl.Remaining()
+			if lane != nil && pl.Batch() {
+				want = lane.Slots()
+			}
+			batch, err := l.Read(c, min(want+16, claimReadChunk), readBatchBytes)
 			if err != nil {
 				if errors.Is(err, storage.ErrOffsetOutOfRange) {
 					continue
@@ -382,7 +400,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 				break
 			}
 			for i, rec := range batch {
-				if pl.Full() {
+				if full() {
 					break read // before decoding a message it would not take
 				}
 				o := c + int64(i)
@@ -453,6 +471,9 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 		pl.Leased(d)
 	}
 	res.NextDue = pl.NextDueTime()
+	if pl.Batch() {
+		storage.MarkBatches(res.Deliveries)
+	}
 	if len(horizons) > 0 {
 		// First in the batch: a claim record is never durable without the horizon it relied on.
 		recs = append(recordBatch{encodeHorizon(s.meta.ID, horizons)}, recs...)
@@ -502,6 +523,9 @@ func (e *Engine) DeliveriesAck(ctx context.Context, params *storage.DeliveriesAc
 	var fence error
 	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
 		if fence = fenceLocked(s, params.Member, params.Generation, params.Refs); fence != nil {
+			return nil
+		}
+		if fence = e.batchCheckLocked(s, params.Batch, params.Member, params.Refs); fence != nil {
 			return nil
 		}
 		now := e.now().UnixNano()
@@ -556,6 +580,9 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 	var fence error
 	err := e.updateSub(ctx, params.SubscriptionID, true, func(s *sub) recordBatch {
 		if fence = fenceLocked(s, params.Member, params.Generation, params.Refs); fence != nil {
+			return nil
+		}
+		if fence = e.batchCheckLocked(s, params.Batch, params.Member, params.Refs); fence != nil {
 			return nil
 		}
 		var recs recordBatch

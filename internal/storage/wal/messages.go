@@ -229,6 +229,21 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 		b.idx = append(b.idx, i)
 	}
 
+	// The Linked bits of the publish (storage.LinkRuns): one partition's share of it gets
+	// consecutive offsets (one log append below).
+	partOf := make([]int32, len(msgs))
+	for i := range partOf {
+		partOf[i] = -1
+	}
+	for _, b := range batches {
+		if b != nil {
+			for _, i := range b.idx {
+				partOf[i] = b.p.index
+			}
+		}
+	}
+	linked := storage.LinkRuns(len(msgs), func(i int) int32 { return partOf[i] }, func(i int) []byte { return msgs[i].Key })
+
 	remaining.Add(int32(used))
 	t.inflight.Add(used)
 	// Encode outside the partition locks: the body does not hold the publish time (the frame
@@ -248,7 +263,7 @@ func (e *Engine) queueAppend(params *storage.MessagesAppendParams, complete func
 		for j, i := range b.idx {
 			m := &msgs[i]
 			scratch = storage.Message{Key: m.Key, Headers: m.Headers, Payload: m.Payload, ProducerID: m.ProducerID,
-				NotBefore: m.NotBefore, ExpiresAt: m.ExpiresAt}
+				NotBefore: m.NotBefore, ExpiresAt: m.ExpiresAt, Linked: linked[i]}
 			buf = record.AppendMessage(buf, &scratch)
 			ends[j] = len(buf)
 		}

@@ -120,6 +120,9 @@ func fenceLocked(s *sub, member string, gen int64, refs []storage.DeliveryRef) e
 // and 0 for a shared one. e.mu must be held.
 func orderedClaim(s *sub, params *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimParams, int, error) {
 	if s.meta.Mode != storage.ModeOrdered {
+		if params.BatchSize > 0 {
+			return nil, 0, invalid("subscription %d: batch_size is for ordered subscriptions only", s.meta.ID)
+		}
 		return params, 0, nil
 	}
 	ps, err := s.asg.ClaimPartitions(params.Member, params.Generation, params.Partitions)
@@ -178,4 +181,18 @@ func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.S
 		res.Live[id] = live
 	}
 	return res, nil
+}
+
+// batchCheckLocked checks the refs of a batch ack or nack (batch set): they must name every
+// message member holds in their partitions (storage.CheckBatchRefs). The subscription's mutex
+// must be held.
+func (e *Engine) batchCheckLocked(s *sub, batch bool, member string, refs []storage.DeliveryRef) error {
+	if !batch || s.meta.Mode != storage.ModeOrdered {
+		return nil // a shared subscription has no batches
+	}
+	now := e.now().UnixNano()
+	if err := storage.CheckBatchRefs(refs, func(p int32) []int64 { return s.st.HeldBy(p, member, now) }); err != nil {
+		return fmt.Errorf("subscription %d: %w", s.meta.ID, err)
+	}
+	return nil
 }

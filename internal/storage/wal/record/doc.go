@@ -20,7 +20,8 @@
 //	+---------------+---------------------------------------------+------------------------+
 //
 // type is 0x01 (message record, version 1). flags bit 0: not_before is present; bit 1: expires_at
-// is present; other bits are 0. A zero time.Time is absent. Times are unix seconds and nanoseconds
+// is present; bit 2: the message is Linked (storage.Message.Linked: a batch must not end after
+// it; no field; records written before batches existed never have it); other bits are 0. A zero time.Time is absent. Times are unix seconds and nanoseconds
 // (0 to 999,999,999), so any time.Time round-trips (as UTC). Header names are sorted and unique
 // (byte order), so a message has exactly one encoding. The constants are part of the on-disk
 // format; never change them: add a new type byte.

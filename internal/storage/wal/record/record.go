@@ -17,7 +17,8 @@ const (
 
 	flagNotBefore byte = 1 << 0
 	flagExpiresAt byte = 1 << 1
-	knownFlags         = flagNotBefore | flagExpiresAt
+	flagLinked    byte = 1 << 2 // storage.Message.Linked; no field
+	knownFlags         = flagNotBefore | flagExpiresAt | flagLinked
 )
 
 // Size returns the number of bytes AppendMessage appends for m.
@@ -62,6 +63,9 @@ func AppendMessage(dst []byte, m *storage.Message) []byte {
 	}
 	if !m.ExpiresAt.IsZero() {
 		flags |= flagExpiresAt
+	}
+	if m.Linked {
+		flags |= flagLinked
 	}
 	dst = append(dst, TypeMessageV1, flags)
 	dst = appendBytes(dst, m.Key)
@@ -176,7 +180,7 @@ func (d *decoder) time(what string) time.Time {
 
 // DecodeMessage decodes a record body made by AppendMessage into m. It accepts only the one
 // encoding AppendMessage makes of a message (minimal varints, sorted headers). It sets Key, Headers,
-// Payload, ProducerID, NotBefore and ExpiresAt and leaves the other fields alone. Key and Payload
+// Payload, ProducerID, NotBefore, ExpiresAt and Linked and leaves the other fields alone. Key and Payload
 // alias body. Malformed input returns an error wrapping storage.ErrCorrupt; m is then partly
 // set.
 func DecodeMessage(body []byte, m *storage.Message) error {
@@ -195,6 +199,7 @@ func DecodeMessage(body []byte, m *storage.Message) error {
 		d.fail("unknown flags %#x", flags)
 		return d.err
 	}
+	m.Linked = flags&flagLinked != 0
 	m.Key = d.bytes("key")
 	m.ProducerID = string(d.bytes("producer id"))
 	m.NotBefore, m.ExpiresAt = time.Time{}, time.Time{}

@@ -21,6 +21,7 @@ func samples() []*storage.Message {
 		{},
 		{Payload: []byte("hello-world")},
 		{Key: []byte("order-42"), Payload: []byte(`{"id":42}`), ProducerID: "p-1"},
+		{Key: []byte("user-7"), Payload: []byte("in a run"), Linked: true},
 		{
 			Key:        []byte{0, 1, 2},
 			Headers:    map[string]string{"trace": "abc", "content-type": "application/json", "": "empty name"},
@@ -39,12 +40,13 @@ func samples() []*storage.Message {
 // slices and maps are the same.
 func equal(a, b *storage.Message) bool {
 	return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Payload, b.Payload) && a.ProducerID == b.ProducerID &&
-		a.NotBefore.Equal(b.NotBefore) && a.ExpiresAt.Equal(b.ExpiresAt) && maps.Equal(a.Headers, b.Headers)
+		a.NotBefore.Equal(b.NotBefore) && a.ExpiresAt.Equal(b.ExpiresAt) && maps.Equal(a.Headers, b.Headers) &&
+		a.Linked == b.Linked
 }
 
 func describe(m *storage.Message) string {
-	return fmt.Sprintf("{key %x producer %q nb %v exp %v headers %v payload %d bytes}",
-		m.Key, m.ProducerID, m.NotBefore, m.ExpiresAt, m.Headers, len(m.Payload))
+	return fmt.Sprintf("{key %x producer %q nb %v exp %v headers %v payload %d bytes linked %v}",
+		m.Key, m.ProducerID, m.NotBefore, m.ExpiresAt, m.Headers, len(m.Payload), m.Linked)
 }
 
 func TestRoundTripSamples(t *testing.T) {

@@ -95,3 +95,19 @@ func (s *Sub) ReleasePartition(p int32, now int64, maxDeliveries int) (released 
 	}
 	return released, dead
 }
+
+// HeldBy returns the offsets of partition p that member holds leased at now (batch acks and
+// nacks check that they name all of them: storage.CheckBatchRefs).
+func (s *Sub) HeldBy(p int32, member string, now int64) []int64 {
+	pt := s.part(p)
+	if pt == nil {
+		return nil
+	}
+	var out []int64
+	for _, e := range pt.entriesOf() {
+		if e.Leased && e.Member == member && e.Time > now {
+			out = append(out, e.Offset)
+		}
+	}
+	return out
+}
