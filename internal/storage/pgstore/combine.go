@@ -59,6 +59,7 @@ type dop struct {
 	// ackMember and ackGeneration are an ack's member and generation (ordered subscriptions).
 	ackMember     string
 	ackGeneration int64
+	ackBatch      bool // a batch ack (storage.CheckBatchRefs)
 
 	claimRes  *storage.DeliveriesClaimResult
 	ackRes    *storage.DeliveriesAckResult
@@ -351,11 +352,11 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 				for k < len(ops) && ops[k].isAck() {
 					k++
 				}
-				ackOn(st, st.fenceAcks(ops[j:k]), now)
+				ackOn(st, st.fenceAcks(ops[j:k], now), now)
 				j = k
 				continue
-			case st.fenceOp(op) != nil:
-				op.err = st.fenceOp(op) // refused before changing anything
+			case st.fenceOp(op, now) != nil:
+				op.err = st.fenceOp(op, now) // refused before changing anything
 			case op.nack != nil:
 				op.nackRes = nackOn(st, op.nack, now)
 				if op.nackRes.Nacked > 0 && !slices.Contains(*nacked, st.sub.Topic) {

@@ -728,7 +728,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 	pl := &nc.pl
 	if err := pl.Start(policy.Input{Params: p, Topic: st.sub.Topic, Partitions: cfg.Partitions, AckWait: cfg.AckWait,
 		MaxDeliveries: cfg.MaxDeliveries, Now: now.UnixNano(), Rotor: uint64(claimRotor.Add(1)), Resolution: time.Microsecond,
-		MaxInFlight: maxInFlight}); err != nil {
+		MaxInFlight: maxInFlight, BatchSize: p.BatchSize}); err != nil {
 		return nil, err
 	}
 	deadline := time.Unix(0, pl.Deadline()).UTC()
@@ -905,6 +905,9 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 		}
 	}
 	res.NextDue = pl.NextDueTime()
+	if pl.Batch() {
+		storage.MarkBatches(res.Deliveries)
+	}
 	return res, nil
 }
 
@@ -974,7 +977,7 @@ func (nc *newClaim) ackedAhead(dp *dpart) int64 {
 // take handles the new message m of partition dp (m.Offset >= dp.cursor) as the plan says. It
 // reports false when the claim is full and m was left for later.
 func (nc *newClaim) take(dp *dpart, m *storage.Message) bool {
-	if nc.pl.Full() {
+	if !nc.pl.Batch() && nc.pl.Full() { // a batch claim's lane decides (Lane.Take)
 		return false
 	}
 	if r := nc.st.rowOf(dp.p, m.Offset); r != nil {
@@ -1036,18 +1039,29 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 			ps, os = append(ps, a.p), append(os, a.o)
 		}
 	}
+	// A batch claim's lane that redelivered messages learns the Linked bit of the last one
+	// before it reads new messages (Lane.Redelivered): its partition waits for round 1.
+	var relink map[int32]bool
+	if nc.pl.Batch() && len(again) > 0 {
+		relink = map[int32]bool{}
+		for _, a := range again {
+			relink[a.p] = true
+		}
+	}
 	for round := 0; ; round++ {
 		b := &pgx.Batch{}
 		if round == 0 && len(ps) > 0 {
-			b.Queue(e.sql(`SELECT m.partition, m."offset", `+msgCols+`
+			b.Queue(e.sql(`SELECT m.linked, m.partition, m."offset", `+msgCols+`
 				FROM unnest($2::int[], $3::bigint[]) AS r(p, o)
 				JOIN spool.messages m ON m.topic_id = $1 AND m.partition = r.p AND m."offset" = r.o`), st.sub.topicID, ps, os).
 				Query(func(rows pgx.Rows) error {
 					for rows.Next() {
-						m, err := scanMsg(rows, topic)
+						var linked bool
+						m, err := scanMsg(rows, topic, &linked)
 						if err != nil {
 							return err
 						}
+						m.Linked = linked
 						msgs[dref{m.Partition, m.Offset}] = m
 					}
 					return rows.Err()
@@ -1077,10 +1091,13 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 		}
 		var plan []planned
 		alloc := nc.pl.Remaining()
-		if !nc.pl.Full() {
+		if nc.pl.Batch() {
+			alloc = storage.MaxBatchMessages * len(order) // the lanes bound it (Lane.Slots)
+		}
+		if nc.pl.Batch() || !nc.pl.Full() {
 			for _, dp := range order {
 				avail := dp.hw - dp.cursor
-				if avail <= 0 || alloc <= 0 || nc.room(dp) <= 0 {
+				if avail <= 0 || alloc <= 0 || nc.room(dp) <= 0 || (round == 0 && relink[dp.p]) {
 					continue
 				}
 				want := min(int64(alloc), int64(nc.room(dp)), avail)
@@ -1101,7 +1118,7 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 			qp, qc, ql = append(qp, pl.p), append(qc, pl.cur), append(ql, pl.lim)
 		}
 		if len(qp) > 0 {
-			b.Queue(e.sql(`SELECT m.partition, m."offset", `+msgCols+`
+			b.Queue(e.sql(`SELECT m.linked, m.partition, m."offset", `+msgCols+`
 				FROM unnest($2::int[], $3::bigint[], $4::int[]) AS c(p, cur, n)
 				CROSS JOIN LATERAL (
 					SELECT * FROM spool.messages m
@@ -1109,10 +1126,12 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 					ORDER BY m."offset" LIMIT c.n) m`), st.sub.topicID, qp, qc, ql).
 				Query(func(rows pgx.Rows) error {
 					for rows.Next() {
-						m, err := scanMsg(rows, topic)
+						var linked bool
+						m, err := scanMsg(rows, topic, &linked)
 						if err != nil {
 							return err
 						}
+						m.Linked = linked
 						got[m.Partition] = append(got[m.Partition], m)
 					}
 					return rows.Err()
@@ -1121,6 +1140,17 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return nil, wrap(err)
+			}
+		}
+		if round == 0 && relink != nil {
+			for _, a := range again { // in offset order per partition
+				if l := nc.lanes[a.p]; l != nil {
+					m := msgs[dref{a.p, a.o}]
+					l.Redelivered(a.rp == nil && m != nil && m.Linked)
+				}
+			}
+			if len(plan) == 0 {
+				continue
 			}
 		}
 		if len(plan) == 0 {
@@ -1151,7 +1181,7 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 			}
 			nc.skipAcked(dp)
 		}
-		if nc.pl.Full() {
+		if !nc.pl.Batch() && nc.pl.Full() {
 			return msgs, nil
 		}
 	}
@@ -1205,7 +1235,7 @@ func (e *Engine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckPara
 	if err := p.Check(); err != nil {
 		return nil, err
 	}
-	op := &dop{sub: p.SubscriptionID, refs: p.Refs, ackMember: p.Member, ackGeneration: p.Generation}
+	op := &dop{sub: p.SubscriptionID, refs: p.Refs, ackMember: p.Member, ackGeneration: p.Generation, ackBatch: p.Batch}
 	if err := e.submit(ctx, op); err != nil {
 		return nil, err
 	}

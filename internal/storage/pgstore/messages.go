@@ -59,6 +59,9 @@ type appendPlan struct {
 	notBefore  []pgtype.Timestamptz
 	expiresAt  []pgtype.Timestamptz
 	size       []int32
+	linked     []bool
+	// linkedOf is the Linked bit of each message of the batch, by batch index (nil: none).
+	linkedOf []bool
 	// stored counts the rows: the messages that are not duplicates.
 	stored int
 	// Producer ids claimed by this append and their rows' positions (setPositionsSQL).
@@ -330,6 +333,7 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 		s.idx = append(s.idx, i)
 	}
 	slices.SortFunc(plan.shares, func(a, b *partShare) int { return int(a.partition) - int(b.partition) })
+	plan.linkedOf = planLinks(msgs, plan.shares, calls)
 
 	// The rows, in share order (a row's offset comes from its partition and back, not its place).
 	k := 0
@@ -346,6 +350,7 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	plan.notBefore = make([]pgtype.Timestamptz, k)
 	plan.expiresAt = make([]pgtype.Timestamptz, k)
 	plan.size = make([]int32, k)
+	plan.linked = make([]bool, k)
 	r := 0
 	for _, s := range plan.shares {
 		for j, i := range s.idx {
@@ -377,6 +382,7 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 			plan.notBefore[r] = optTime(m.NotBefore)
 			plan.expiresAt[r] = optTime(m.ExpiresAt)
 			plan.size[r] = int32(size)
+			plan.linked[r] = plan.linkedOf[i]
 			r++
 		}
 	}
@@ -405,11 +411,11 @@ RETURNING next_offset - $3, last_published_at`
 // insertMessagesSQL inserts a batch; each row's offset is computed from its partition's (already
 // advanced) next_offset, and its published_at is the partition's last_published_at.
 const insertMessagesSQL = `INSERT INTO spool.messages
-	(topic_id, partition, "offset", published_at, key, headers, payload, producer_id, not_before, expires_at, size)
+	(topic_id, partition, "offset", published_at, key, headers, payload, producer_id, not_before, expires_at, size, linked)
 SELECT $1, v.partition, p.next_offset - v.back, p.last_published_at, v.key, v.headers::jsonb, v.payload, v.producer_id,
-	v.not_before, v.expires_at, v.size
-FROM unnest($2::int[], $3::bigint[], $4::bytea[], $5::text[], $6::bytea[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::int[])
-	AS v(partition, back, key, headers, payload, producer_id, not_before, expires_at, size)
+	v.not_before, v.expires_at, v.size, v.linked
+FROM unnest($2::int[], $3::bigint[], $4::bytea[], $5::text[], $6::bytea[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::int[], $11::bool[])
+	AS v(partition, back, key, headers, payload, producer_id, not_before, expires_at, size, linked)
 JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition`
 
 // appendInTx appends a validated plan inside tx, in one round trip: one UPDATE per partition (in
@@ -434,7 +440,7 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes)
 	}
 	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, plan.payload,
-		plan.producerID, plan.notBefore, plan.expiresAt, plan.size)
+		plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked)
 	if len(plan.idID) > 0 {
 		b.Queue(e.sql(setPositionsSQL), plan.topic.id, plan.idID, plan.idPart, plan.idBack)
 	}
@@ -577,6 +583,7 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 	var res *storage.MessagesAppendResult
 	var topicID int64
 	var stored int
+	var linkedOf []bool
 	for attempt := 0; ; attempt++ {
 		var plan *appendPlan
 		// Two round trips: BEGIN with the topic's row, then the offsets, the rows and COMMIT.
@@ -588,7 +595,7 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 			}
 			finalBatch(tx)
 			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
-			topicID, stored = plan.topic.id, plan.stored
+			topicID, stored, linkedOf = plan.topic.id, plan.stored, plan.linkedOf
 			return err
 		})
 		if err != nil && attempt == 0 && isNoPartition(err) {
@@ -603,7 +610,7 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 		break
 	}
 	if stored > 0 {
-		e.cacheAppended(topicID, p, res)
+		e.cacheAppended(topicID, p, res, linkedOf)
 		e.announce(storage.Notification{Kind: storage.NotifyMessages, Topic: p.Topic})
 	}
 	return res, nil
@@ -611,7 +618,7 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 
 // cacheAppended puts the messages an append committed into the message cache, per partition in
 // offset order.
-func (e *Engine) cacheAppended(topicID int64, p *storage.MessagesAppendParams, res *storage.MessagesAppendResult) {
+func (e *Engine) cacheAppended(topicID int64, p *storage.MessagesAppendParams, res *storage.MessagesAppendResult, linkedOf []bool) {
 	if e.cache == nil {
 		return
 	}
@@ -620,7 +627,9 @@ func (e *Engine) cacheAppended(topicID int64, p *storage.MessagesAppendParams, r
 		if pos.Duplicate {
 			continue // not stored by this append
 		}
-		byPart[pos.Partition] = append(byPart[pos.Partition], appendedMessage(p.Topic, &p.Messages[i], pos))
+		m := appendedMessage(p.Topic, &p.Messages[i], pos)
+		m.Linked = linkedOf != nil && linkedOf[i]
+		byPart[pos.Partition] = append(byPart[pos.Partition], m)
 	}
 	for part, ms := range byPart {
 		// Positions of one partition are in batch order, which is offset order.
@@ -766,4 +775,30 @@ func (e *Engine) topicStats(ctx context.Context, name string) (*storage.TopicSta
 		return nil, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name)
 	}
 	return ts, nil
+}
+
+// planLinks computes the Linked bits of a plan's stored messages, by batch index: each call of a
+// combined append (calls: the batch index where each starts; nil: one call) is its own publish
+// (storage.LinkRuns), and its share of a partition gets consecutive offsets.
+func planLinks(msgs []storage.AppendMessage, shares []*partShare, calls []int) []bool {
+	partOf := make([]int32, len(msgs))
+	for i := range partOf {
+		partOf[i] = -1
+	}
+	for _, s := range shares {
+		for _, i := range s.idx {
+			partOf[i] = s.partition
+		}
+	}
+	out := make([]bool, len(msgs))
+	bounds := append(slices.Clone(calls), len(msgs))
+	if len(calls) == 0 || calls[0] != 0 {
+		bounds = append([]int{0}, bounds...)
+	}
+	for c := 0; c+1 < len(bounds); c++ {
+		lo, hi := bounds[c], bounds[c+1]
+		l := storage.LinkRuns(hi-lo, func(i int) int32 { return partOf[lo+i] }, func(i int) []byte { return msgs[lo+i].Key })
+		copy(out[lo:hi], l)
+	}
+	return out
 }

@@ -99,10 +99,13 @@ func (st *dstate) fence(member string, gen int64, refs []storage.DeliveryRef) er
 }
 
 // fenceOp checks a nack or extend (fenceAcks checks acks; claims are checked by claimOn).
-func (st *dstate) fenceOp(op *dop) error {
+func (st *dstate) fenceOp(op *dop, now time.Time) error {
 	switch {
 	case op.nack != nil:
-		return st.fence(op.nack.Member, op.nack.Generation, op.nack.Refs)
+		if err := st.fence(op.nack.Member, op.nack.Generation, op.nack.Refs); err != nil {
+			return err
+		}
+		return st.batchCheck(op.nack.Batch, op.nack.Member, op.nack.Refs, now)
 	case op.extend != nil:
 		if op.extend.NewMember != "" && st.ordered() {
 			return storage.Invalid("subscription %d is ORDERED: leases cannot be handed to another member", st.sub.ID)
@@ -113,13 +116,17 @@ func (st *dstate) fenceOp(op *dop) error {
 }
 
 // fenceAcks returns the acks of run that pass the fence; the others fail with their error.
-func (st *dstate) fenceAcks(run []*dop) []*dop {
+func (st *dstate) fenceAcks(run []*dop, now time.Time) []*dop {
 	if !st.ordered() {
 		return run
 	}
 	var ok []*dop
 	for _, op := range run {
 		if err := st.fence(op.ackMember, op.ackGeneration, op.refs); err != nil {
+			op.err = err
+			continue
+		}
+		if err := st.batchCheck(op.ackBatch, op.ackMember, op.refs, now); err != nil {
 			op.err = err
 			continue
 		}
@@ -133,6 +140,9 @@ func (st *dstate) fenceAcks(run []*dop) []*dop {
 // shared one.
 func (st *dstate) orderedParams(p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimParams, int, error) {
 	if !st.ordered() {
+		if p.BatchSize > 0 {
+			return nil, 0, invalid("subscription %d: batch_size is for ordered subscriptions only", st.sub.ID)
+		}
 		return p, 0, nil
 	}
 	ps, err := st.asg.ClaimPartitions(p.Member, p.Generation, p.Partitions)
@@ -399,4 +409,31 @@ func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.S
 		})
 		return res, err
 	})
+}
+
+// batchCheck checks the refs of a batch ack or nack (batch set): they must name every message
+// member holds leased at now in their partitions (storage.CheckBatchRefs). A batch claim is for
+// ordered subscriptions only, so a shared one has no batch to split.
+func (st *dstate) batchCheck(batch bool, member string, refs []storage.DeliveryRef, now time.Time) error {
+	if !batch || !st.ordered() {
+		return nil
+	}
+	held := func(p int32) []int64 {
+		var out []int64
+		for _, r := range st.rows {
+			if r.partition == p && r.state == stLeased && r.member == member && r.due.After(now) {
+				out = append(out, r.live()...)
+			}
+		}
+		for _, rp := range st.replays {
+			if rp.partition == p && rp.state == stLeased && rp.member == member && rp.due.After(now) && rp.dead == nil && !rp.acked {
+				out = append(out, rp.offset)
+			}
+		}
+		return out
+	}
+	if err := storage.CheckBatchRefs(refs, held); err != nil {
+		return fmt.Errorf("subscription %d: %w", st.sub.ID, err)
+	}
+	return nil
 }

@@ -388,6 +388,7 @@ func stagedPlan(rows []stagedRow) *appendPlan {
 			plan.notBefore = append(plan.notBefore, r.notBefore)
 			plan.expiresAt = append(plan.expiresAt, r.expiresAt)
 			plan.size = append(plan.size, r.size)
+			plan.linked = append(plan.linked, false) // each staged message is its own publish
 			if r.producerID != nil {
 				plan.idID = append(plan.idID, *r.producerID)
 				plan.idPart = append(plan.idPart, s.partition)
