@@ -370,7 +370,10 @@ func (tr *tracker) claimed(p *storage.DeliveriesClaimParams, start int64, clockS
 	tr.seq++
 	end := tr.seq
 	now := tr.clock.Now()
-	if len(res.Deliveries) > p.Max {
+	if p.BatchSize > 0 {
+		// Max bounds where batches start (one per partition), not their length.
+		checkBatches(p, res.Deliveries, tr.violationLocked)
+	} else if len(res.Deliveries) > p.Max {
 		tr.violationLocked("claim with Max %d returned %d deliveries", p.Max, len(res.Deliveries))
 	}
 	var allowed map[int32]bool

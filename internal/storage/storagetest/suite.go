@@ -79,6 +79,7 @@ func groups() []group {
 		{"Concurrency", concurrencyCases()},
 		{"Randomized", randomizedCases()},
 		{"Ordered", orderedCases()},
+		{"Batches", batchCases()},
 		{"Admin", adminCases()},
 		{"Refcount", refcountCases()},
 	}
