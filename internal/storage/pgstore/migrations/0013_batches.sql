@@ -1,4 +1,4 @@
--- 0011: per-key transactional batches (issue 17 item 4, storage.Message.Linked). messages.linked
+-- 0013: per-key transactional batches (issue 17 item 4, storage.Message.Linked). messages.linked
 -- marks a message after which a batch must not end: the next offset of its partition was written
 -- by the same broker append and a key of that append's messages in the partition so far comes
 -- again (storage.LinkRuns). Existing rows, and messages staged by transactional publishes
