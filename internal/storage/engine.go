@@ -118,6 +118,12 @@ type Engine interface {
 	// SubscriptionCreate creates a subscription on a topic at a start position. For a QUEUE topic
 	// the subscription exists from the topic's creation and this fails with ErrSubscriptionExists.
 	SubscriptionCreate(ctx context.Context, params *SubscriptionCreateParams) (*Subscription, error)
+	// SubscriptionBackfill acts on a subscription's backfill (storage.BackfillAction): begin a new
+	// range from its ack floors to the log end (cut to the newest max_backfill_messages; the cut
+	// raises floors and cursors like a skip), cancel, resume, skip the rest, or record a failure.
+	// Durable when it returns. A CANCELLED subscription is ErrSubscriptionNotActive; an action
+	// its backfill state does not allow is ErrInvalidTransition and changes nothing.
+	SubscriptionBackfill(ctx context.Context, params *SubscriptionBackfillParams) (*SubscriptionBackfillResult, error)
 	// SubscriptionConfigure changes a durable subscription's heartbeat timeout and, while it has no
 	// progress (every partition's ack floor and cursor still at the offset its start position
 	// resolved to, nothing leased, waiting or dead-lettered), its start position, resolved again
@@ -560,6 +566,10 @@ type SubscriptionCreateParams struct {
 	// HeartbeatTimeout is the subscription's heartbeat timeout, MinHeartbeatTimeout to
 	// MaxHeartbeatTimeout; zero means DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
+	// MaxBackfillMessages bounds the subscription's backfill ranges (Subscription.Backfill): 0
+	// means DefaultMaxBackfillMessages, UnlimitedBackfill none. When a range is longer, only its
+	// newest messages are kept: the start rises past the others (counted in Backfill.Skipped).
+	MaxBackfillMessages int64
 }
 
 // SubscriptionConfigureParams are the parameters of Engine.SubscriptionConfigure.

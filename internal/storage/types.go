@@ -462,6 +462,12 @@ type Subscription struct {
 	// to per partition when it was last set, kept by the embedded engine in its metadata (a
 	// subscription has progress once an ack floor or cursor left them: SubscriptionConfigure).
 	StartOffsets []int64 `json:"start_offsets,omitempty"`
+	// MaxBackfillMessages is the bound of its backfill ranges as created (0: the default,
+	// DefaultMaxBackfillMessages; UnlimitedBackfill: none).
+	MaxBackfillMessages int64 `json:"max_backfill_messages,omitempty"`
+	// Backfill is the current backfill range, nil when the subscription never had one (it
+	// started at the log end). See Backfill.Progress for its progress.
+	Backfill *Backfill `json:"backfill,omitempty"`
 }
 
 const (

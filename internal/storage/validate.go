@@ -78,6 +78,9 @@ func (p *SubscriptionCreateParams) Check() (StartPosition, error) {
 	if err := CheckHeartbeatTimeout(p.HeartbeatTimeout); err != nil {
 		return StartPosition{}, err
 	}
+	if err := CheckMaxBackfill(p.MaxBackfillMessages); err != nil {
+		return StartPosition{}, err
+	}
 	return p.Start.Normalize()
 }
 

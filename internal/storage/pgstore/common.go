@@ -82,17 +82,24 @@ type subRow struct {
 }
 
 // subColumns are the columns scanSub reads, in order.
-const subColumns = "id, topic_id, topic, group_name, pattern, ephemeral, state, start, created_at, updated_at, ordering, heartbeat_timeout_ms, last_heartbeat_at"
+const subColumns = "id, topic_id, topic, group_name, pattern, ephemeral, state, start, created_at, updated_at, ordering, heartbeat_timeout_ms, last_heartbeat_at, max_backfill, backfill"
 
 // scanSub scans the subColumns of one row.
 func scanSub(row pgx.Row) (*subRow, error) {
 	var s subRow
 	var state string
-	var start, ordering []byte
+	var start, ordering, backfill []byte
 	var timeoutMS int64
 	if err := row.Scan(&s.ID, &s.topicID, &s.Topic, &s.Group, &s.Pattern, &s.Ephemeral, &state, &start, &s.CreatedAt, &s.UpdatedAt, &ordering,
-		&timeoutMS, &s.LastHeartbeatAt); err != nil {
+		&timeoutMS, &s.LastHeartbeatAt, &s.MaxBackfillMessages, &backfill); err != nil {
 		return nil, err
+	}
+	if backfill != nil {
+		s.Backfill = &storage.Backfill{}
+		if err := json.Unmarshal(backfill, s.Backfill); err != nil {
+			return nil, fmt.Errorf("%w: subscription %d: backfill: %v", storage.ErrCorrupt, s.ID, err)
+		}
+		s.Backfill.StartedAt, s.Backfill.UpdatedAt = s.Backfill.StartedAt.UTC(), s.Backfill.UpdatedAt.UTC()
 	}
 	if err := scanOrdering(&s.Subscription, ordering); err != nil {
 		return nil, err

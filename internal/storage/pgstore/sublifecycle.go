@@ -196,8 +196,9 @@ func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.Subs
 				return err
 			}
 			var starts []int64
+			var bf *storage.Backfill
 			if start != nil {
-				if starts, err = e.resolveStart(ctx, tx, t, *start); err != nil {
+				if starts, bf, err = e.resolveStartBackfill(ctx, tx, t, *start, s.MaxBackfillMessages); err != nil {
 					return err
 				}
 			}
@@ -233,6 +234,15 @@ func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.Subs
 				}
 				if err := e.markSkipped(ctx, tx, s.ID, t.id, skips); err != nil {
 					return err
+				}
+				var bfJSON []byte
+				if bf != nil {
+					if bfJSON, err = json.Marshal(bf); err != nil {
+						return fmt.Errorf("pgstore: encode backfill: %w", err)
+					}
+				}
+				if _, err := tx.Exec(ctx, e.sql(`UPDATE spool.subscriptions SET backfill = $2 WHERE id = $1`), s.ID, bfJSON); err != nil {
+					return fmt.Errorf("pgstore: subscription %d: backfill: %w", s.ID, err)
 				}
 			}
 			startJSON, err := json.Marshal(cmpStart(start, s.Start))

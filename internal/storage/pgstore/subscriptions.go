@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,25 +29,63 @@ type partBounds struct {
 // and retention cannot move a low offset before the subscription's rows are committed (it would
 // not raise their floors). Time searches use published_at, which is non-decreasing per partition.
 func (e *Engine) resolveStart(ctx context.Context, tx pgx.Tx, t *topicRow, sp storage.StartPosition) ([]int64, error) {
+	starts, _, err := e.resolveStartBounds(ctx, tx, t, sp)
+	return starts, err
+}
+
+// resolveStartBackfill resolves a start position like resolveStart and makes the backfill range
+// from it to the partitions' ends, cut to the newest maxMessages; the starts it returns are
+// raised past the cut.
+func (e *Engine) resolveStartBackfill(ctx context.Context, tx pgx.Tx, t *topicRow, sp storage.StartPosition, maxMessages int64) ([]int64, *storage.Backfill, error) {
+	starts, parts, err := e.resolveStartBounds(ctx, tx, t, sp)
+	if err != nil {
+		return nil, nil, err
+	}
+	bf, starts := newBackfill(starts, parts, maxMessages, e.now())
+	return starts, bf, nil
+}
+
+// newBackfill makes the backfill from starts (start offsets or floors) to the ends of parts,
+// and returns it (nil: nothing to catch up) with the starts raised past the cut.
+func newBackfill(starts []int64, parts []partBounds, maxMessages int64, now time.Time) (*storage.Backfill, []int64) {
+	from, ends := make([]int64, len(starts)), make([]int64, len(starts))
+	for i := range starts {
+		from[i], ends[i] = starts[i], starts[i]
+		if i < len(parts) {
+			from[i], ends[i] = max(starts[i], parts[i].low), parts[i].next
+		}
+	}
+	bf, cut := storage.NewBackfill(from, ends, maxMessages, now)
+	out := slices.Clone(starts)
+	for i := range out {
+		if cut[i] > from[i] {
+			out[i] = cut[i]
+		}
+	}
+	return bf, out
+}
+
+// resolveStartBounds is resolveStart, also returning the partitions' bounds it read.
+func (e *Engine) resolveStartBounds(ctx context.Context, tx pgx.Tx, t *topicRow, sp storage.StartPosition) ([]int64, []partBounds, error) {
 	rows, err := tx.Query(ctx, e.sql("SELECT next_offset, low_offset FROM spool.partitions WHERE topic_id = $1 ORDER BY partition FOR SHARE"), t.id)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
+		return nil, nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
 	}
 	var parts []partBounds
 	for rows.Next() {
 		var b partBounds
 		if err := rows.Scan(&b.next, &b.low); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
+			return nil, nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
 		}
 		parts = append(parts, b)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
+		return nil, nil, fmt.Errorf("pgstore: topic %q: partitions: %w", t.name, err)
 	}
 	if len(parts) != t.cfg.Partitions {
-		return nil, fmt.Errorf("%w: topic %q has %d partition rows, config says %d", storage.ErrCorrupt, t.name, len(parts), t.cfg.Partitions)
+		return nil, nil, fmt.Errorf("%w: topic %q has %d partition rows, config says %d", storage.ErrCorrupt, t.name, len(parts), t.cfg.Partitions)
 	}
 	starts := make([]int64, len(parts))
 	switch sp.Kind {
@@ -66,15 +105,15 @@ func (e *Engine) resolveStart(ctx context.Context, tx pgx.Tx, t *topicRow, sp st
 			break
 		}
 		if err := e.searchTime(ctx, tx, t, sp.Time, starts); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	case storage.FromMessageID:
 		if int(sp.Partition) >= len(parts) {
-			return nil, invalid("start position: partition %d out of range, topic %q has %d", sp.Partition, t.name, len(parts))
+			return nil, nil, invalid("start position: partition %d out of range, topic %q has %d", sp.Partition, t.name, len(parts))
 		}
 		p := parts[sp.Partition]
 		if sp.Offset > p.next {
-			return nil, fmt.Errorf("%w: start offset %d is above the high-water mark %d of topic %q partition %d",
+			return nil, nil, fmt.Errorf("%w: start offset %d is above the high-water mark %d of topic %q partition %d",
 				storage.ErrOffsetOutOfRange, sp.Offset, p.next, t.name, sp.Partition)
 		}
 		// A message below the first retained one starts at the first retained one.
@@ -86,18 +125,18 @@ func (e *Engine) resolveStart(ctx context.Context, tx pgx.Tx, t *topicRow, sp st
 				t.id, sp.Partition, o).Scan(&at)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
-				return nil, fmt.Errorf("%w: topic %q partition %d: retained message %d is missing", storage.ErrCorrupt, t.name, sp.Partition, o)
+				return nil, nil, fmt.Errorf("%w: topic %q partition %d: retained message %d is missing", storage.ErrCorrupt, t.name, sp.Partition, o)
 			case err != nil:
-				return nil, fmt.Errorf("pgstore: topic %q: read start message: %w", t.name, err)
+				return nil, nil, fmt.Errorf("pgstore: topic %q: read start message: %w", t.name, err)
 			}
 			ts = at
 		}
 		if err := e.searchTime(ctx, tx, t, ts, starts); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		starts[sp.Partition] = o
 	}
-	return starts, nil
+	return starts, parts, nil
 }
 
 // searchTimesCTE defines found (partition, k, off): for every partition of topic $1 and every
@@ -181,10 +220,16 @@ func (e *Engine) searchTime(ctx context.Context, tx pgx.Tx, t *topicRow, at time
 // "$ephemeral-<id>". An ephemeral subscription is owned by this instance. A live subscription of
 // the same group is storage.ErrSubscriptionExists (unique index subscriptions_live_group).
 func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, pattern string, ephemeral bool,
-	start storage.StartPosition, starts []int64, now time.Time, hbTimeout time.Duration) (*subRow, error) {
+	start storage.StartPosition, starts []int64, now time.Time, hbTimeout time.Duration, maxBackfill int64, bf *storage.Backfill) (*subRow, error) {
 	startJSON, err := json.Marshal(start)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: encode start position: %w", err)
+	}
+	var bfJSON []byte
+	if bf != nil {
+		if bfJSON, err = json.Marshal(bf); err != nil {
+			return nil, fmt.Errorf("pgstore: encode backfill: %w", err)
+		}
 	}
 	var owner pgtype.UUID
 	if ephemeral {
@@ -192,12 +237,12 @@ func (e *Engine) insertSub(ctx context.Context, tx pgx.Tx, t *topicRow, group, p
 	}
 	s, err := scanSub(tx.QueryRow(ctx, e.sql(`WITH n AS (SELECT nextval('spool.subscriptions_id_seq') AS id)
 		INSERT INTO spool.subscriptions (id, topic_id, topic, group_name, pattern, ephemeral, owner, state, start, created_at, updated_at,
-			heartbeat_timeout_ms, last_heartbeat_at)
+			heartbeat_timeout_ms, last_heartbeat_at, max_backfill, backfill)
 		SELECT n.id, $1, $2, CASE WHEN $3 = '' THEN $9 || n.id ELSE $3 END, $4, $5, $6, 'ACTIVE', $7, $8, $8,
-			$10, COALESCE($11::timestamptz, now()) FROM n
+			$10, COALESCE($11::timestamptz, now()), $12, $13 FROM n
 		RETURNING `+subColumns),
 		t.id, t.name, group, pattern, ephemeral, owner, startJSON, now, ephemeralGroupPrefix,
-		cmp.Or(hbTimeout, storage.DefaultHeartbeatTimeout).Milliseconds(), e.beatTime()))
+		cmp.Or(hbTimeout, storage.DefaultHeartbeatTimeout).Milliseconds(), e.beatTime(), maxBackfill, bfJSON))
 	if isUniqueViolation(err) {
 		return nil, fmt.Errorf("%w: topic %q group %q", storage.ErrSubscriptionExists, t.name, group)
 	}
@@ -266,7 +311,7 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 				return fmt.Errorf("pgstore: create subscription on topic %q: %w", params.Topic, err)
 			}
 		}
-		starts, err := e.resolveStart(ctx, tx, t, start)
+		starts, bf, err := e.resolveStartBackfill(ctx, tx, t, start, params.MaxBackfillMessages)
 		if err != nil {
 			return err
 		}
@@ -277,7 +322,8 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 				return err
 			}
 		}
-		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now(), params.HeartbeatTimeout)
+		s, err := e.insertSub(ctx, tx, t, group, params.Pattern, ephemeral, start, starts, e.now(), params.HeartbeatTimeout,
+			params.MaxBackfillMessages, bf)
 		if err != nil {
 			return err
 		}

@@ -113,7 +113,7 @@ func (e *Engine) topicCreate(ctx context.Context, params *storage.TopicCreatePar
 			groups, patterns = []string{storage.QueueGroup}, []string{""}
 		}
 		for i, g := range groups {
-			if _, err := e.insertSub(ctx, tx, t, g, patterns[i], false, beginning, zero, now, 0); err != nil {
+			if _, err := e.insertSub(ctx, tx, t, g, patterns[i], false, beginning, zero, now, 0, 0, nil); err != nil {
 				return err
 			}
 		}
@@ -346,7 +346,7 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 						return err
 					}
 				}
-				s, err := e.insertSub(ctx, tx, t, storage.QueueGroup, "", false, storage.StartPosition{Kind: storage.FromBeginning}, starts, now, 0)
+				s, err := e.insertSub(ctx, tx, t, storage.QueueGroup, "", false, storage.StartPosition{Kind: storage.FromBeginning}, starts, now, 0, 0, nil)
 				if err != nil {
 					return err
 				}

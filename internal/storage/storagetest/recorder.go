@@ -198,6 +198,10 @@ func (r *recorder) SubscriptionUpdate(ctx context.Context, p *storage.Subscripti
 	return r.engine().SubscriptionUpdate(ctx, p)
 }
 
+func (r *recorder) SubscriptionBackfill(ctx context.Context, p *storage.SubscriptionBackfillParams) (*storage.SubscriptionBackfillResult, error) {
+	return r.engine().SubscriptionBackfill(ctx, p)
+}
+
 func (r *recorder) SubscriptionConfigure(ctx context.Context, p *storage.SubscriptionConfigureParams) (*storage.Subscription, error) {
 	return r.engine().SubscriptionConfigure(ctx, p)
 }

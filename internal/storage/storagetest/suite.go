@@ -62,6 +62,7 @@ func groups() []group {
 		{"Dedup", dedupCases()},
 		{"Subscriptions", subscriptionCases()},
 		{"Lifecycle", lifecycleCases()},
+		{"Backfill", backfillCases()},
 		{"Bindings", bindingCases()},
 		{"Claim", claimCases()},
 		{"Ack", ackCases()},

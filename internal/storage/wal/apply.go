@@ -205,6 +205,12 @@ func (e *Engine) applyRecord(body []byte) error {
 			return err
 		}
 		e.applySubDelete(&r)
+	case recSubBackfill:
+		var r subBackfillRec
+		if err := unmarshal(&r); err != nil {
+			return err
+		}
+		e.applySubBackfill(&r)
 	case recSubAssign:
 		var a storage.Assignment
 		if err := unmarshal(&a); err != nil {
@@ -377,6 +383,7 @@ func cloneSub(s *sub) *storage.Subscription {
 	c.HeartbeatTimeout = cmp.Or(c.HeartbeatTimeout, storage.DefaultHeartbeatTimeout)
 	c.LastHeartbeatAt = s.lastBeat
 	c.StartOffsets = nil
+	c.Backfill = c.Backfill.Clone()
 	return &c
 }
 

@@ -201,6 +201,7 @@ func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.Subs
 			return nil, err
 		}
 		meta.Start = *start
+		meta.Backfill, starts = e.newBackfillLocked(s.topic, starts, meta.MaxBackfillMessages)
 	}
 	if params.HeartbeatTimeout != 0 {
 		meta.HeartbeatTimeout = heartbeatTimeoutField(params.HeartbeatTimeout)

@@ -174,12 +174,16 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		group = fmt.Sprintf("$ephemeral-%d", id)
 	}
 	now := e.now()
+	// The backfill range: from the start to the log end now, cut to the newest
+	// MaxBackfillMessages (the cut raises the starts).
+	bf, starts := e.newBackfillLocked(t, starts, params.MaxBackfillMessages)
 	rec := subRec{
 		Sub: storage.Subscription{
 			ID: id, Topic: params.Topic, Group: group, Pattern: params.Pattern, Ephemeral: ephemeral,
 			State: storage.Active, Start: start, CreatedAt: now, UpdatedAt: now,
 			Mode: ord.Mode, MaxInFlightPerPartition: ord.MaxInFlightPerPartition, Strategy: ord.Strategy,
-			HeartbeatTimeout: heartbeatTimeoutField(params.HeartbeatTimeout),
+			HeartbeatTimeout:    heartbeatTimeoutField(params.HeartbeatTimeout),
+			MaxBackfillMessages: params.MaxBackfillMessages, Backfill: bf,
 		},
 		Starts: starts,
 		Skips:  skips,
