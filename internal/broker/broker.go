@@ -115,6 +115,8 @@ type Config struct {
 	// that no member's filter matched and that were completed without a delivery (filtered.go;
 	// metrics count them). It runs on the subscription's owner and must not block.
 	OnFiltered func(topic, group string, n int)
+	// Backfill paces the delivery of backfill ranges (backfill.go); zero fields take defaults.
+	Backfill BackfillConfig
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
 	// unacknowledged deliveries it may hold. Defaults to 10; at most MaxInFlightLimit.
 	DefaultMaxInFlight int
@@ -204,6 +206,9 @@ type Broker struct {
 	onLifecycle           func(*LifecycleResult)
 	onForceComplete       func(topic, group string, n int)
 	onFiltered            func(topic, group string, n int)
+
+	// backfill paces backfill ranges and counts what they missed (backfill.go).
+	backfill backfillStats
 
 	// cleanup records the cleanup jobs' runs (cleanup.go).
 	cleanup cleanupStats
@@ -329,6 +334,7 @@ func New(cfg Config) (*Broker, error) {
 		onLifecycle:           cfg.OnLifecycle,
 		onForceComplete:       cfg.OnForceComplete,
 		onFiltered:            cfg.OnFiltered,
+		backfill:              backfillStats{cfg: cfg.Backfill.withDefaults(), progress: map[int64]*BackfillInfo{}},
 	}, nil
 }
 

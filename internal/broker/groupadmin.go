@@ -132,12 +132,11 @@ func (b *Broker) RemoveGroup(ctx context.Context, topic, group string) (*storage
 
 // ResurrectGroup is seed 000's resurrectConsumerGroup: a DEAD group becomes ACTIVE (a heartbeat
 // does the same when a consumer attaches). Any other state is refused with
-// storage.ErrInvalidTransition. Backfill is not built: backfill true is refused with
-// storage.ErrNotImplemented and changes nothing.
+// storage.ErrInvalidTransition. With backfill the group catches up on what it missed while DEAD,
+// from its ack floors to the log end, bounded to its newest max_backfill_messages (what a
+// consumer attaching does too); without, it gives all of that up (counted and logged) and
+// continues from the log end.
 func (b *Broker) ResurrectGroup(ctx context.Context, topic, group string, backfill bool) (*storage.Subscription, error) {
-	if backfill {
-		return nil, fmt.Errorf("%w: resurrect with backfill", storage.ErrNotImplemented)
-	}
 	sub, err := b.lookup(ctx, topic, group)
 	if err != nil {
 		return nil, err
@@ -146,7 +145,11 @@ func (b *Broker) ResurrectGroup(ctx context.Context, topic, group string, backfi
 		return nil, fmt.Errorf("%w: group %q on topic %q is %s, only a DEAD group is resurrected (resume a PAUSED one)",
 			storage.ErrInvalidTransition, sub.Group, topic, sub.State)
 	}
-	return b.setGroupState(ctx, topic, sub.Group, storage.Active)
+	up, err := b.setGroupState(ctx, topic, sub.Group, storage.Active)
+	if err != nil {
+		return nil, err
+	}
+	return b.beginBackfill(ctx, up, !backfill)
 }
 
 // ForceCompleteParams are the parameters of ForceCompleteGroup.

@@ -68,12 +68,14 @@ func TestForceCompleteGroup(t *testing.T) {
 	}
 }
 
-// Resurrect makes a DEAD group ACTIVE, refuses other states and backfill, changing nothing.
+// Resurrect makes a DEAD group ACTIVE and refuses other states, changing nothing. With backfill
+// the group gets what it missed while DEAD, bounded to its newest max_backfill_messages; without,
+// it gives that up; both are counted.
 func TestResurrectGroup(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := e.ctx()
 	e.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
-	sub, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "orders", Group: "g"})
+	sub, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "orders", Group: "g", MaxBackfillMessages: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,17 +94,38 @@ func TestResurrectGroup(t *testing.T) {
 	if _, err := e.b.ResumeGroup(ctx, "orders", "g"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Dead}); err != nil {
+	dead := func() {
+		t.Helper()
+		if _, err := e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Dead}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead()
+	e.publishN("orders", "a", 5)
+	s, err := e.b.ResurrectGroup(ctx, "orders", "g", true)
+	if err != nil || s.State != storage.Active {
+		t.Fatalf("resurrect with backfill: %+v, %v", s, err)
+	}
+	g, err := e.b.Group(ctx, "orders", "g")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.b.ResurrectGroup(ctx, "orders", "g", true); !errors.Is(err, storage.ErrNotImplemented) {
-		t.Errorf("resurrect with backfill: %v, want ErrNotImplemented", err)
+	if bf := g.Backfill; bf.State != storage.BackfillInProgress || bf.Total != 3 || bf.Skipped != 2 || bf.Processed != 0 {
+		t.Errorf("backfill after resurrect: %+v, want IN_PROGRESS 0/3 skipped 2", bf)
 	}
-	if g, _ := e.b.Group(ctx, "orders", "g"); g.State != storage.Dead {
-		t.Fatalf("refused backfill changed the state to %s", g.State)
+	if st := e.groupStats("orders", "g"); st.Pending != 3 {
+		t.Errorf("pending after a bounded resurrect: %d, want 3", st.Pending)
 	}
-	if s, err := e.b.ResurrectGroup(ctx, "orders", "g", false); err != nil || s.State != storage.Active {
-		t.Fatalf("resurrect: %+v, %v", s, err)
+	dead()
+	e.publishN("orders", "b", 4)
+	if _, err := e.b.ResurrectGroup(ctx, "orders", "g", false); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.groupStats("orders", "g"); st.Pending != 0 {
+		t.Errorf("pending after a resurrect without backfill: %d, want 0", st.Pending)
+	}
+	if c := e.b.BackfillCounters(); c.MissedBound != 2+4 || c.MissedSkipped != 3 {
+		t.Errorf("missed counters %+v, want bound 6 (2, then 4 cut of 7), skipped 3", c)
 	}
 }
 

@@ -21,6 +21,9 @@ type CreateGroupParams struct {
 	// HeartbeatTimeout is how long the group may have no live member before it becomes DEAD; 0
 	// means storage.DefaultHeartbeatTimeout.
 	HeartbeatTimeout time.Duration
+	// MaxBackfillMessages bounds the group's backfill ranges (0: storage.DefaultMaxBackfillMessages,
+	// storage.UnlimitedBackfill: none); the newest are kept.
+	MaxBackfillMessages int64
 }
 
 // CreateGroup creates a consumer group's subscription on a PUB_SUB topic ahead of its consumers
@@ -47,6 +50,9 @@ func (b *Broker) CreateGroup(ctx context.Context, p CreateGroupParams) (*storage
 	if err := storage.CheckHeartbeatTimeout(p.HeartbeatTimeout); err != nil {
 		return nil, err
 	}
+	if err := storage.CheckMaxBackfill(p.MaxBackfillMessages); err != nil {
+		return nil, err
+	}
 	t, err := b.engine.TopicGet(ctx, p.Topic)
 	if err != nil {
 		return nil, fmt.Errorf("broker: create group %q: %w", p.Group, err)
@@ -55,10 +61,13 @@ func (b *Broker) CreateGroup(ctx context.Context, p CreateGroupParams) (*storage
 		return nil, invalid("create group %q: topic %q is QUEUE: its consumers share its one subscription, groups are for PUB_SUB topics", p.Group, p.Topic)
 	}
 	sub, err := b.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{
-		Topic: p.Topic, Group: p.Group, Start: start, HeartbeatTimeout: p.HeartbeatTimeout,
+		Topic: p.Topic, Group: p.Group, Start: start, HeartbeatTimeout: p.HeartbeatTimeout, MaxBackfillMessages: p.MaxBackfillMessages,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: create group %q on topic %q: %w", p.Group, p.Topic, err)
+	}
+	if sub.Backfill != nil {
+		b.countMissed(ctx, sub, sub.Backfill.Skipped, false, "range cut to max_backfill_messages")
 	}
 	b.logger.InfoContext(ctx, "group created", subAttrs(sub)...)
 	return sub, nil

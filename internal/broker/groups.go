@@ -29,6 +29,9 @@ type GroupInfo struct {
 	// Members are the IDs of this broker's members attached to the subscription (members connected
 	// to other broker instances are not listed).
 	Members []string `json:"members"`
+	// Backfill is the group's backfill: state (NOT_STARTED, IN_PROGRESS, COMPLETED, CANCELLED,
+	// FAILED), processed, total, rate and ETA (backfill.go).
+	Backfill *BackfillInfo `json:"backfill"`
 	// OldestUnackedAt is the publish time of the oldest message the group has not completed (zero
 	// when none). Only the one-topic listing and Group read it (a read per partition with work
 	// left); the all-topics listing leaves it zero.
@@ -85,13 +88,15 @@ func (b *Broker) Group(ctx context.Context, topic, group string) (*GroupInfo, er
 
 // groupInfo describes sub; oldest says to read its oldest unacked message.
 func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription, oldest bool) (*GroupInfo, error) {
-	info := &GroupInfo{Topic: sub.Topic, Group: sub.Group, State: sub.State, Subscription: sub, Members: []string{}}
+	info := &GroupInfo{Topic: sub.Topic, Group: sub.Group, State: sub.State, Subscription: sub, Members: []string{},
+		Backfill: b.backfillInfo(sub, nil)}
 	if sub.State != storage.Deleted {
 		stats, err := b.engine.SubscriptionStats(ctx, sub.ID)
 		if err != nil {
 			return nil, fmt.Errorf("broker: stats of subscription %d: %w", sub.ID, err)
 		}
 		info.Stats = stats
+		info.Backfill = b.backfillInfo(sub, stats.Partitions)
 		if sub.Mode == storage.ModeOrdered {
 			if info.Assignment, err = b.engine.SubscriptionAssignment(ctx, sub.ID); err != nil {
 				return nil, fmt.Errorf("broker: assignment of subscription %d: %w", sub.ID, err)

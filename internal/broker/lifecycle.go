@@ -125,6 +125,7 @@ func (b *Broker) runLifecycle(ctx context.Context) *LifecycleResult {
 		b.logger.InfoContext(lctx, "dead subscription resurrected by a heartbeat", subAttrs(s)...)
 		b.wakeSubscription(s.ID)
 	}
+	b.resurrected(lctx, res.Resurrected)
 	for _, s := range res.Dead {
 		b.logger.WarnContext(lctx, "subscription dead: no live member for its heartbeat timeout",
 			append(subAttrs(s), slog.Duration("heartbeat_timeout", s.HeartbeatTimeout), slog.Time("last_heartbeat", s.LastHeartbeatAt))...)
@@ -162,4 +163,5 @@ func (b *Broker) heartbeatAttached(ctx context.Context, id int64) {
 		b.logger.InfoContext(ctx, "dead subscription resurrected by a heartbeat", subAttrs(s)...)
 		b.wakeSubscription(s.ID)
 	}
+	b.resurrected(ctx, res.Resurrected)
 }

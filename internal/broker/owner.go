@@ -29,6 +29,8 @@ type owner struct {
 	id    int64
 	topic string
 	group string
+	// bfDirty asks the goroutine to reread the backfill at once (this instance changed it).
+	bfDirty atomic.Bool
 
 	// signal (capacity 1) wakes the goroutine after a wake-up or an event; never blocks.
 	signal chan struct{}
@@ -65,6 +67,8 @@ type owner struct {
 	// parked are claimed deliveries that another member's filter wants, waiting for its credit
 	// (filtered.go); at most maxParked.
 	parked []*storage.Delivery
+	// bf paces the subscription's backfill range (backfill.go); nil before the first pass.
+	bf *ownerBackfill
 }
 
 // eventKind is what an inbox event says.
@@ -439,6 +443,15 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 	var nextDue time.Time
 	var lastShort *Member
 	after := o.served
+	// Backfill pacing (backfill.go): partitions outside their range are claimed first at full
+	// speed (freeDone once they ran dry), then those inside it within the pacer's tokens.
+	// Pacing runs on real time (it paces load), not the broker's clock.
+	if len(o.members) > 0 {
+		o.refreshBackfill(time.Now())
+	}
+	limiting := o.bf.limiting()
+	freeDone := false
+	var paced time.Duration // > 0: the pacer's tokens ran out, wait that long
 	for !o.queued.Load() {
 		select {
 		case <-b.quit:
@@ -459,15 +472,37 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		if m == nil {
 			break
 		}
+		var parts []int32
+		limit, ranged := k, false
+		if limiting {
+			free, rng := o.bf.split()
+			switch {
+			case !freeDone && len(free) > 0:
+				parts = free
+			case o.bf.state != storage.BackfillInProgress:
+				m.unreserve(k) // CANCELLED or FAILED: the range waits
+			default:
+				if n := o.bf.pacer.allow(time.Now()); n > 0 {
+					parts, limit, ranged = rng, min(k, n), true
+				} else {
+					paced = o.bf.pacer.wait()
+					m.unreserve(k)
+				}
+			}
+			if parts == nil {
+				break
+			}
+		}
 		after = m
-		n := k
+		n := limit
 		if o.filtering {
 			// What m's filter does not match may be parked: keep that within maxParked.
-			n = min(k, maxParked-len(o.parked))
+			n = min(limit, maxParked-len(o.parked))
 		}
 		start := b.trace.now()
+		claimStart := time.Now()
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
-			SubscriptionID: o.id, Member: m.id, Max: n, AvoidMember: others, LeaseDuration: m.leaseDuration,
+			SubscriptionID: o.id, Member: m.id, Max: n, AvoidMember: others, LeaseDuration: m.leaseDuration, Partitions: parts,
 		})
 		if took, slow := b.trace.isSlow(start); slow {
 			b.trace.logSlow(b.rootCtx, "claim", took, slog.String("topic", o.topic), slog.Int64("subscription", o.id))
@@ -476,6 +511,12 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 			m.unreserve(k)
 			wait, gone := o.claimFailed(err)
 			return wait, delivered, gone
+		}
+		if ranged {
+			o.bf.pacer.took(len(res.Deliveries), time.Since(claimStart))
+		}
+		if limiting {
+			o.rangeClaimed(res.Deliveries)
 		}
 		ds := res.Deliveries
 		if o.filtering {
@@ -491,6 +532,10 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		}
 		nextDue = earliest(nextDue, res.NextDue)
 		if len(res.Deliveries) < n {
+			if limiting && !ranged && !freeDone {
+				freeDone = true // the free partitions ran dry: the range's turn
+				continue
+			}
 			if !others || (lastShort != nil && lastShort != m) {
 				break
 			}
@@ -500,7 +545,14 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		}
 	}
 	o.setProblem("")
-	return o.waitFor(nextDue, poll), delivered, false
+	wait = o.waitFor(nextDue, poll)
+	if paced > 0 {
+		wait = min(wait, paced)
+	}
+	if limiting && o.bf.state == storage.BackfillInProgress {
+		wait = min(wait, b.backfill.cfg.Refresh)
+	}
+	return wait, delivered, false
 }
 
 // pick chooses the first member with credit after member after (from the start of the list if

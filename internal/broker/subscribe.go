@@ -375,6 +375,12 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 			if err == nil {
 				b.logger.InfoContext(ctx, "dead subscription resurrected", slog.Int64("subscription", sub.ID),
 					slog.String("topic", topic), slog.String("group", group))
+				// A bounded backfill of what it missed while DEAD (backfill.go).
+				if bf, err := b.beginBackfill(ctx, up, false); err == nil {
+					up = bf
+				} else {
+					b.logger.WarnContext(ctx, "backfill of a resurrected subscription failed", append(subAttrs(up), slog.Any("error", err))...)
+				}
 				return up, false, nil
 			}
 			if !errors.Is(err, storage.ErrInvalidTransition) {
@@ -395,6 +401,9 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 				Mode: m.mode, Strategy: m.strategy, MaxInFlightPerPartition: m.maxInFlightPerPartition,
 			})
 			if err == nil {
+				if sub.Backfill != nil {
+					b.countMissed(ctx, sub, sub.Backfill.Skipped, false, "range cut to max_backfill_messages")
+				}
 				return sub, false, nil
 			}
 			if !errors.Is(err, storage.ErrSubscriptionExists) {
