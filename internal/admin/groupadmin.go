@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // Seed 000's manual admin operations on a group (broker/groupadmin.go): remove, resurrect,
@@ -12,9 +13,18 @@ import (
 
 // ResurrectRequest is the optional body of POST .../groups/{group}/resurrect.
 type ResurrectRequest struct {
-	// Backfill (seed 000: deliver what the group missed while DEAD) is not built: true is refused
-	// with INVALID_ARGUMENT "not implemented yet".
+	// Backfill delivers what the group missed while DEAD, from its ack floors to the log end,
+	// bounded to its newest max_backfill_messages (what a consumer subscribing does too). Without
+	// it the group gives all of that up (counted in spool_backfill_missed_messages_total).
 	Backfill bool `json:"backfill,omitempty"`
+}
+
+// BackfillActionRequest is the optional body of POST .../groups/{group}/backfill/cancel.
+type BackfillActionRequest struct {
+	// Skip gives up the rest of the range at once (counted in
+	// spool_backfill_missed_messages_total{reason="skipped"}); without it the rest is kept and
+	// held back until resume.
+	Skip bool `json:"skip,omitempty"`
 }
 
 // ForceCompleteRequest is the body of POST .../groups/{group}/force-complete.
@@ -54,7 +64,8 @@ func (h *Handler) groupAdminRoutes() []*route {
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/resurrect", handle: h.resurrectGroup, doc: opDoc{
 			id: "resurrectGroup", tag: "groups", summary: "Make a DEAD group ACTIVE again.",
 			desc: "Seed 000's resurrectConsumerGroup. Any other state is refused with 409 INVALID_TRANSITION (resume a PAUSED group). " +
-				"A consumer subscribing does the same. backfill is not built: true is refused with 400.",
+				"A consumer subscribing does the same, with a bounded backfill. backfill true: the group gets what it missed while DEAD, " +
+				"bounded to its newest max_backfill_messages; false: it gives that up (counted) and continues at the log end.",
 			body: typeOf[ResurrectRequest](), bodyOptional: true, ok: 200, resp: typeOf[Group](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/force-complete", handle: h.forceCompleteGroup, doc: opDoc{
 			id: "forceCompleteGroup", tag: "groups", summary: "Complete, for this group, every message published more than older_than ago.",
@@ -63,6 +74,51 @@ func (h *Handler) groupAdminRoutes() []*route {
 				"still does on them is lost to the group (its ack answers already done). Dead-lettered messages stay in the DLQ. " +
 				"ORDERED groups are refused (not implemented yet).",
 			body: typeOf[ForceCompleteRequest](), ok: 200, resp: typeOf[ForceCompleteResult](), errs: errsWrite}},
+		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}/backfill", handle: h.getBackfill, doc: opDoc{
+			id: "getBackfill", tag: "groups", summary: "Get a group's backfill: state, processed, total, rate, ETA.",
+			desc: "The same object as the backfill field of the group. rate and eta_seconds are measured by this broker instance " +
+				"(0 when it has no consumer of the group).",
+			ok: 200, resp: typeOf[broker.BackfillInfo](), errs: errsRead}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/backfill/cancel", handle: h.backfillOp(storage.BackfillCancel), doc: opDoc{
+			id: "cancelBackfill", tag: "groups", summary: "Stop a group's backfill (CANCELLED).",
+			desc: "The rest of the range is held back: in partitions still inside it nothing is delivered until resume. " +
+				"skip true gives the rest up at once instead (the group continues after the range; counted). " +
+				"409 INVALID_TRANSITION unless the backfill is IN_PROGRESS or FAILED (skip: also CANCELLED).",
+			body: typeOf[BackfillActionRequest](), bodyOptional: true, ok: 200, resp: typeOf[broker.BackfillInfo](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/backfill/resume", handle: h.backfillOp(storage.BackfillResume), doc: opDoc{
+			id: "resumeBackfill", tag: "groups", summary: "Resume a CANCELLED or FAILED backfill where it stopped.",
+			desc: "Delivery continues at the group's ack floors (the checkpoint). 409 INVALID_TRANSITION in any other state.",
+			ok:   200, resp: typeOf[broker.BackfillInfo](), errs: errsWrite}},
+	}
+}
+
+func (h *Handler) getBackfill(w http.ResponseWriter, r *http.Request) error {
+	info, err := h.b.GroupBackfill(r.Context(), r.PathValue("topic"), r.PathValue("group"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
+func (h *Handler) backfillOp(action storage.BackfillAction) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		act := action
+		if action == storage.BackfillCancel {
+			var req BackfillActionRequest
+			if err := decodeJSON(r, &req, true); err != nil {
+				return err
+			}
+			if req.Skip {
+				act = storage.BackfillSkip
+			}
+		}
+		info, err := h.b.BackfillAction(r.Context(), r.PathValue("topic"), r.PathValue("group"), act)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, info)
+		return nil
 	}
 }
 

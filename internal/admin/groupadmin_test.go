@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
@@ -12,7 +13,7 @@ import (
 )
 
 // The group admin routes: force-complete completes the old messages and answers the count,
-// resurrect makes a DEAD group ACTIVE (backfill refused), DELETE removes the group; the group
+// resurrect makes a DEAD group ACTIVE (with its backfill), DELETE removes the group; the group
 // carries its health and oldest unacked message; bad input is refused and changes nothing.
 func TestGroupAdminAPI(t *testing.T) {
 	t.Parallel()
@@ -64,11 +65,17 @@ func TestGroupAdminAPI(t *testing.T) {
 	if _, err := e.eng.SubscriptionUpdate(t.Context(), &storage.SubscriptionUpdateParams{ID: g.SubscriptionID, State: storage.Dead}); err != nil {
 		t.Fatal(err)
 	}
-	e.do("POST", "/api/v1/topics/ev/groups/billing/resurrect", map[string]any{"backfill": true}).fails(400, "INVALID_ARGUMENT")
-	e.do("POST", "/api/v1/topics/ev/groups/billing/resurrect", nil).ok(200, &g)
-	if g.State != storage.Active {
-		t.Fatalf("resurrected group: %s", g.State)
+	e.do("POST", "/api/v1/topics/ev/groups/billing/resurrect", map[string]any{"backfill": true}).ok(200, &g)
+	if g.State != storage.Active || g.Backfill == nil {
+		t.Fatalf("resurrected group: %s, backfill %+v", g.State, g.Backfill)
 	}
+	var bf broker.BackfillInfo
+	e.do("GET", "/api/v1/topics/ev/groups/billing/backfill", nil).ok(200, &bf)
+	if bf.State != g.Backfill.State || bf.Total != g.Backfill.Total {
+		t.Errorf("GET backfill %+v, group's %+v", bf, *g.Backfill)
+	}
+	e.do("POST", "/api/v1/topics/ev/groups/billing/backfill/resume", nil).fails(409, "INVALID_TRANSITION")
+	e.do("POST", "/api/v1/topics/ev/groups/billing/backfill/cancel", map[string]any{"bogus": 1}).fails(400, "INVALID_ARGUMENT")
 
 	e.do("DELETE", "/api/v1/topics/ev/groups/billing", nil).ok(204, nil)
 	e.do("GET", "/api/v1/topics/ev/groups/billing", nil).fails(404, "SUBSCRIPTION_NOT_FOUND")

@@ -10,7 +10,7 @@ import (
 )
 
 // CreateGroupRequest is the body of POST /api/v1/topics/{topic}/groups: a consumer group created
-// ahead of its consumers on a PUB_SUB topic. Backfill limits are not built, and not accepted.
+// ahead of its consumers on a PUB_SUB topic.
 type CreateGroupRequest struct {
 	// Group is the consumer group. Required.
 	Group string `json:"group"`
@@ -20,6 +20,10 @@ type CreateGroupRequest struct {
 	// HeartbeatTimeout is how long the group may have no live consumer before it becomes DEAD
 	// (default 300s, 5s to 168h).
 	HeartbeatTimeout Duration `json:"heartbeat_timeout,omitempty"`
+	// MaxBackfillMessages bounds the group's backfill ranges (the messages from its start to the
+	// log end at creation, and what it missed while DEAD): only the newest are kept, the others
+	// are counted in spool_backfill_missed_messages_total. 0: 1,000,000 (default); -1: no bound.
+	MaxBackfillMessages int64 `json:"max_backfill_messages,omitempty"`
 }
 
 // UpdateGroupRequest is the body of PUT /api/v1/topics/{topic}/groups/{group}/config: what to
@@ -43,6 +47,7 @@ func (h *Handler) createGroup(w http.ResponseWriter, r *http.Request) error {
 	topic := r.PathValue("topic")
 	sub, err := h.b.CreateGroup(r.Context(), broker.CreateGroupParams{
 		Topic: topic, Group: req.Group, Start: req.Start, HeartbeatTimeout: time.Duration(req.HeartbeatTimeout),
+		MaxBackfillMessages: req.MaxBackfillMessages,
 	})
 	if err != nil {
 		return err

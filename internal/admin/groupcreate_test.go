@@ -31,7 +31,7 @@ func TestCreateAndUpdateGroupAPI(t *testing.T) {
 	}{
 		{"/api/v1/topics/ev/groups", map[string]any{"group": "billing"}, 409},
 		{"/api/v1/topics/ev/groups", map[string]any{}, 400},
-		{"/api/v1/topics/ev/groups", map[string]any{"group": "x", "max_backfill_messages": 10}, 400},
+		{"/api/v1/topics/ev/groups", map[string]any{"group": "x", "max_backfill_messages": -2}, 400},
 		{"/api/v1/topics/ev/groups", map[string]any{"group": "x", "heartbeat_timeout": "100ms"}, 400},
 		{"/api/v1/topics/jobs/groups", map[string]any{"group": "x"}, 400},
 		{"/api/v1/topics/nope/groups", map[string]any{"group": "x"}, 404},

@@ -277,7 +277,10 @@ type Group struct {
 	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
 	// LastHeartbeatAt is the last time a broker saw a member of the group (or it became ACTIVE).
 	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
-	MemberCount     int       `json:"member_count"`
+	// Backfill is the group's catch-up range: state NOT_STARTED, IN_PROGRESS, COMPLETED,
+	// CANCELLED or FAILED, processed, total, skipped, rate and ETA (GET .../backfill).
+	Backfill    *broker.BackfillInfo `json:"backfill,omitempty"`
+	MemberCount int                  `json:"member_count"`
 	// Members describe the members of this broker attached to the subscription. In the group
 	// listings (GET /api/v1/groups, /api/v1/topics/{topic}/groups, /admin/groups) they carry
 	// subscription_count but not their subscription IDs, which GET /api/v1/members and
@@ -340,6 +343,7 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 		out.HeartbeatTimeout = Duration(s.HeartbeatTimeout)
 		out.LastHeartbeatAt = s.LastHeartbeatAt
 	}
+	out.Backfill = g.Backfill
 	orderedJSON(&out, g)
 	if st := g.Stats; st != nil {
 		out.Pending = st.Pending

@@ -56,7 +56,12 @@ func (m *Metrics) RegisterBroker(src BrokerSource, opts CollectorOptions) error 
 		return err
 	}
 	if c, ok := src.(cleanupSource); ok {
-		return m.reg.Register(newCleanupCollector(c))
+		if err := m.reg.Register(newCleanupCollector(c)); err != nil {
+			return err
+		}
+	}
+	if c, ok := src.(backfillSource); ok {
+		return m.reg.Register(newBackfillCollector(c))
 	}
 	return nil
 }

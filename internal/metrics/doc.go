@@ -166,6 +166,15 @@
 //	spool_cleanup_job_last_success_timestamp_seconds{task} gauge start of the last successful run (Unix time, 0: none).
 //	spool_cleanup_job_behind{task}                  gauge     1 when the job falls behind (seed 000's health rule: no successful run for 3
 //	                                                          intervals, or a run longer than its interval; /readyz says so in detail).
+//	spool_backfill_missed_messages_total{reason}    counter   messages groups will not get: "bound" (a backfill range cut to
+//	                                                          max_backfill_messages, the newest kept), "skipped" (cancel with skip,
+//	                                                          resurrect without backfill); each is also logged (broker.BackfillCounters).
+//	spool_backfill_messages_total                   counter   backfill range messages claimed by this process.
+//	spool_backfill_processed_messages{topic,group}  gauge     done messages of the range of a backfill this instance paces (its members
+//	                                                          are here; broker.ActiveBackfills); spool_backfill_total_messages{topic,group}
+//	                                                          its size, spool_backfill_rate{topic,group} messages/s measured,
+//	                                                          spool_backfill_rate_limit{topic,group} the adaptive claim limit,
+//	                                                          spool_backfill_in_progress{topic,group} 1 IN_PROGRESS, 0 held back.
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
 //	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
@@ -184,6 +193,6 @@
 // expose them: the age of a subscription's oldest unacked message (seed 002's "time lag"), last
 // heartbeat per group (it is in the admin API's subscription record), processed counts per group
 // since creation, the retention job's backlog (messages retention may remove but has not; its
-// runs are spool_cleanup_job_*, messages expired spool_messages_expired_total) and backfill
-// progress.
+// runs are spool_cleanup_job_*, messages expired spool_messages_expired_total); backfill
+// progress is spool_backfill_*.
 package metrics
