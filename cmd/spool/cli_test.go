@@ -226,22 +226,3 @@ func TestStartupLogNamesTheEngine(t *testing.T) {
 	}
 }
 
-// TestHelpPromisesOnlyWhatIsBuilt: help texts offer no setting or behaviour that is not built
-// (backfill). DEAD groups, zombie_ttl and refcount completion are built.
-func TestHelpPromisesOnlyWhatIsBuilt(t *testing.T) {
-	t.Parallel()
-	s := &cliStack{addr: "127.0.0.1:1", httpURL: "http://127.0.0.1:1"}
-	for _, args := range [][]string{
-		{"topic", "-h"}, {"topic", "create", "-h"}, {"topic", "update", "-h"}, {"topic", "describe", "-h"},
-		{"group", "-h"}, {"group", "resume", "-h"}, {"group", "pause", "-h"}, {"group", "describe", "-h"},
-		{"group", "create", "-h"}, {"group", "update", "-h"},
-	} {
-		r := s.run(t, "", args...)
-		help := strings.ToLower(r.stdout + r.stderr)
-		for _, promise := range []string{"backfill"} {
-			if strings.Contains(help, promise) {
-				t.Errorf("spool %s promises %q:\n%s", strings.Join(args, " "), promise, help)
-			}
-		}
-	}
-}

@@ -151,8 +151,7 @@ func TestGroupAdminCommands(t *testing.T) {
 	if _, err := s.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: g.Subscription.ID, State: storage.Dead}); err != nil {
 		t.Fatal(err)
 	}
-	s.fails(t, 1, "not implemented yet", "group", "resurrect", topic, "g", "--backfill")
-	if r := s.ok(t, "", "group", "resurrect", topic, "g"); r.stdout != "group g on topic d.old: ACTIVE\n" {
+	if r := s.ok(t, "", "group", "resurrect", topic, "g", "--backfill"); r.stdout != "group g on topic d.old: ACTIVE\n" {
 		t.Fatalf("resurrect printed %q", r.stdout)
 	}
 	if r := s.ok(t, "", "group", "remove", topic, "g"); r.stdout != "group g on topic d.old: removed\n" {

@@ -28,6 +28,7 @@ func runGroup(ctx context.Context, e *cliEnv, args []string) error {
 		{"remove", "cancel a group and delete it at once", runGroupRemove},
 		{"resurrect", "make a DEAD group ACTIVE again", runGroupResurrect},
 		{"force-complete", "complete a group's messages older than a duration (counted)", runGroupForceComplete},
+		{"backfill", "show (status --watch: progress bar), cancel or resume a group's backfill", runGroupBackfill},
 	}, args)
 }
 

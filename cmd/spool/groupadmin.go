@@ -37,15 +37,17 @@ var groupResurrectSpec = cmdSpec{
 	name: "group resurrect",
 	args: "[flags] <topic> <group>",
 	desc: `Makes a DEAD group ACTIVE again (a consumer subscribing does the same). Other states are refused:
-resume a PAUSED group. It receives again from where it stopped; messages retention removed while
-it was DEAD are gone. --backfill is not built yet and is refused.`,
-	examples: []string{"spool group resurrect orders.created billing"},
+resume a PAUSED group. With --backfill it receives what it missed while DEAD (from where it
+stopped, bounded to its newest max_backfill_messages; messages retention removed meanwhile are
+gone), as a consumer subscribing does: see group backfill. Without it gives all of that up
+(counted in spool_backfill_missed_messages_total) and continues with new messages.`,
+	examples: []string{"spool group resurrect --backfill orders.created billing"},
 }
 
 func runGroupResurrect(ctx context.Context, e *cliEnv, args []string) error {
 	fs := e.flagSet(groupResurrectSpec)
 	httpAddr := e.httpFlag(fs)
-	backfill := fs.Bool("backfill", false, "deliver what the group missed while DEAD (not implemented yet: refused)")
+	backfill := fs.Bool("backfill", false, "deliver what the group missed while DEAD, bounded (without: give it up)")
 	pos, api, err := e.adminArgs(fs, httpAddr, args, 2, 2, "<topic> <group>")
 	if err != nil {
 		return err

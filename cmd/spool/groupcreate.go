@@ -23,10 +23,11 @@ var groupCreateSpec = cmdSpec{
 start position on are kept for it, and its consumers continue from there when they subscribe
 (spool sub --group). A group without a live consumer for its heartbeat timeout becomes DEAD and
 stops holding retention; a consumer subscribing makes it ACTIVE again. Its start position can be
-changed with spool group update until it delivered something.`,
+changed with spool group update until it delivered something. The messages before now it gets
+(its backfill, see group backfill) are bounded by --max-backfill-messages: the newest are kept.`,
 	examples: []string{
 		"spool group create orders.created shipping",
-		"spool group create --from beginning --heartbeat-timeout 10m orders.created audit",
+		"spool group create --from beginning --heartbeat-timeout 10m --max-backfill-messages 100000 orders.created audit",
 		"spool group create --from 2025-01-02T15:04:05Z orders.created replay",
 	},
 }
@@ -65,8 +66,9 @@ func parseGroupStart(s string) (storage.StartPosition, error) {
 
 // groupWriteFlags are the flags of group create and update.
 type groupWriteFlags struct {
-	from    *string
-	timeout cli.DurationValue
+	from        *string
+	timeout     cli.DurationValue
+	maxBackfill *int64
 }
 
 func addGroupWriteFlags(fs *flag.FlagSet, create bool) *groupWriteFlags {
@@ -77,6 +79,10 @@ func addGroupWriteFlags(fs *flag.FlagSet, create bool) *groupWriteFlags {
 	}
 	g.from = fs.String("from", "", fromHelp+def)
 	fs.Var(&g.timeout, "heartbeat-timeout", "how long the group may have no live consumer before it becomes DEAD, 5s to 168h (default 5m)")
+	if create {
+		g.maxBackfill = fs.Int64("max-backfill-messages", 0,
+			"bound of the group's backfill (messages before now it gets, and what it missed while DEAD): the newest are kept; 0: 1000000, -1: none")
+	}
 	return g
 }
 
@@ -93,6 +99,8 @@ func (g *groupWriteFlags) body(fs *flag.FlagSet) (map[string]any, error) {
 			}
 		case "heartbeat-timeout":
 			out["heartbeat_timeout"] = g.timeout.D.String()
+		case "max-backfill-messages":
+			out["max_backfill_messages"] = *g.maxBackfill
 		}
 	})
 	return out, err

@@ -301,6 +301,12 @@ func (b *Broker) BackfillAction(ctx context.Context, topic, group string, action
 	if err != nil {
 		return nil, err
 	}
+	// COMPLETED is derived from the floors, not stored: the engine cannot refuse it by itself.
+	if cur, err := b.GroupBackfill(ctx, topic, sub.Group); err != nil {
+		return nil, err
+	} else if cur.State == storage.BackfillCompleted {
+		return nil, fmt.Errorf("%w: the backfill of group %q on topic %q is COMPLETED", storage.ErrInvalidTransition, sub.Group, topic)
+	}
 	res, err := b.engine.SubscriptionBackfill(ctx, &storage.SubscriptionBackfillParams{ID: sub.ID, Action: action})
 	if err != nil {
 		return nil, fmt.Errorf("broker: backfill %s of group %q on topic %q: %w", action, sub.Group, topic, err)

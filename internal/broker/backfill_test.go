@@ -101,6 +101,9 @@ func TestBackfillCancelResume(t *testing.T) {
 	if err != nil || info.State != storage.BackfillCompleted || info.Processed != 4 || info.Total != 4 || info.Skipped != 1 {
 		t.Fatalf("backfill after the acks: %+v, %v", info, err)
 	}
+	if _, err := e.b.BackfillAction(ctx, "orders", "g", storage.BackfillCancel); !errors.Is(err, storage.ErrInvalidTransition) {
+		t.Errorf("cancel of a COMPLETED backfill: %v, want ErrInvalidTransition", err)
+	}
 	if c := e.b.BackfillCounters(); c.Claimed != 4 {
 		t.Errorf("range messages claimed: %d, want 4", c.Claimed)
 	}

@@ -101,7 +101,11 @@ func TestHelpExamples(t *testing.T) {
 		"spool topic create jobs --ack-wait 5m --max-deliveries 3 --message-retention 7d": "TOPIC_EXISTS",
 		// billing is ACTIVE: only a DEAD group can be resurrected (DEAD takes its heartbeat
 		// timeout, 5 minutes by default, without a consumer).
-		"spool group resurrect orders.created billing": "INVALID_TRANSITION",
+		"spool group resurrect --backfill orders.created billing": "INVALID_TRANSITION",
+		// billing's backfill (the one message before it subscribed) is COMPLETED: only an
+		// IN_PROGRESS one is cancelled, only a CANCELLED or FAILED one resumed.
+		"spool group backfill cancel orders.created billing": "INVALID_TRANSITION",
+		"spool group backfill resume orders.created billing": "INVALID_TRANSITION",
 	}
 	// What must hold before an example: --force is for a topic with a live group.
 	before := map[string][][]string{
