@@ -168,6 +168,15 @@ type Broker struct {
 	// SubscriptionRetention is how long a CANCELLED subscription is kept before it becomes DELETED
 	// and leaves the listings. Defaults to 30 days (720h).
 	SubscriptionRetention time.Duration `yaml:"subscription_retention"`
+	// BackfillBatch is the most backfill range messages one claim takes (seed 000's
+	// backfill_batch), 1 to 1,000,000. Defaults to 10,000.
+	BackfillBatch int `yaml:"backfill_batch"`
+	// BackfillTargetP95 is the claim latency p95 above which a backfill's rate is halved (AIMD),
+	// at least 1ms. Defaults to 10ms.
+	BackfillTargetP95 time.Duration `yaml:"backfill_target_p95"`
+	// BackfillMaxRate caps a backfill's messages per second per group and broker instance, 100
+	// to 10,000,000. Defaults to 50,000.
+	BackfillMaxRate int `yaml:"backfill_max_rate"`
 	// PollInterval is how long an idle dispatcher first waits before it looks again; it backs off
 	// to 16 times that while it finds nothing. Defaults to 1 s.
 	PollInterval time.Duration `yaml:"poll_interval"`
@@ -214,6 +223,9 @@ func Defaults() Config {
 			MaxThrottleDelay:      broker.DefaultMaxThrottleDelay,
 			LifecycleInterval:     broker.DefaultLifecycleInterval,
 			SubscriptionRetention: storage.DefaultSubscriptionRetention,
+			BackfillBatch:         broker.DefaultBackfillBatch,
+			BackfillTargetP95:     broker.DefaultBackfillTargetP95,
+			BackfillMaxRate:       broker.DefaultBackfillMaxRate,
 		},
 		Server: srv,
 		Auth:   auth.Config{OpenMetrics: true},
@@ -559,6 +571,12 @@ func (c Config) Validate() error {
 		return bad("broker.default_max_in_flight", "must be between 1 and server.max_credit (%d), got %d", c.Server.MaxCredit, c.Broker.DefaultMaxInFlight)
 	case c.Broker.RetentionInterval <= 0:
 		return bad("broker.retention_interval", "must be positive, got %s", c.Broker.RetentionInterval)
+	case c.Broker.BackfillBatch < 1 || c.Broker.BackfillBatch > 1_000_000:
+		return bad("broker.backfill_batch", "must be between 1 and 1000000, got %d", c.Broker.BackfillBatch)
+	case c.Broker.BackfillTargetP95 < time.Millisecond:
+		return bad("broker.backfill_target_p95", "must be at least 1ms, got %s", c.Broker.BackfillTargetP95)
+	case c.Broker.BackfillMaxRate < 100 || c.Broker.BackfillMaxRate > 10_000_000:
+		return bad("broker.backfill_max_rate", "must be between 100 and 10000000, got %d", c.Broker.BackfillMaxRate)
 	case c.Broker.LifecycleInterval < broker.MinLifecycleInterval:
 		return bad("broker.lifecycle_interval", "must be at least %s, got %s", broker.MinLifecycleInterval, c.Broker.LifecycleInterval)
 	case c.Broker.SubscriptionRetention <= 0:

@@ -142,6 +142,9 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "conn buffer", env: []string{"SPOOL_SERVER_MAX_CONN_BUFFER_BYTES=1000"}, want: "server.max_conn_buffer_bytes"},
 		{name: "text ack timeout", flags: map[string]string{"server.text_ack_timeout": "25h"}, want: "server.text_ack_timeout"},
 		{name: "lifecycle interval", env: []string{"SPOOL_BROKER_LIFECYCLE_INTERVAL=10ms"}, want: "broker.lifecycle_interval: must be at least 1s"},
+		{name: "backfill batch", env: []string{"SPOOL_BROKER_BACKFILL_BATCH=0"}, want: "broker.backfill_batch: must be between 1 and 1000000"},
+		{name: "backfill target", env: []string{"SPOOL_BROKER_BACKFILL_TARGET_P95=10us"}, want: "broker.backfill_target_p95: must be at least 1ms"},
+		{name: "backfill max rate", env: []string{"SPOOL_BROKER_BACKFILL_MAX_RATE=5"}, want: "broker.backfill_max_rate: must be between 100"},
 		{name: "rebalance delay", env: []string{"SPOOL_BROKER_REBALANCE_DELAY=2m"}, want: "broker.rebalance_delay: must be between 0 and 1m"},
 		{name: "subscription retention", flags: map[string]string{"broker.subscription_retention": "0s"}, want: "broker.subscription_retention: must be positive"},
 	} {
