@@ -38,7 +38,8 @@ const (
 // subscription) or its ack floor (a resurrected one) up to the log end at that moment, cut to the
 // newest MaxMessages. It is persisted with the subscription; the subscription's ack floors are
 // its checkpoint (a message below a floor is done, and acked messages are never delivered again),
-// so a crash resumes it where it was without a second delivery of anything acked.
+// so a crash resumes it where it was without a second delivery of anything acked. The one
+// subscription of a QUEUE topic never has one: a queue's backlog is its work, never cut nor paced.
 type Backfill struct {
 	// State is the stored state: NOT_STARTED, IN_PROGRESS, CANCELLED or FAILED. Progress derives
 	// COMPLETED.

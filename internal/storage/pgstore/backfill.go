@@ -42,6 +42,13 @@ func (e *Engine) SubscriptionBackfill(ctx context.Context, params *storage.Subsc
 		var raise []int64
 		switch params.Action {
 		case storage.BackfillBegin:
+			var semantics string
+			if err := tx.QueryRow(ctx, e.sql(`SELECT config->>'semantics' FROM spool.topics WHERE id = $1`), s.topicID).Scan(&semantics); err != nil {
+				return fmt.Errorf("pgstore: subscription %d: topic: %w", s.ID, err)
+			}
+			if storage.Semantics(semantics) == storage.Queue {
+				break // a queue is never cut nor paced (see storage.Backfill)
+			}
 			parts, err := e.partBounds(ctx, tx, s.topicID)
 			if err != nil {
 				return err

@@ -41,6 +41,9 @@ func (e *Engine) resolveStartBackfill(ctx context.Context, tx pgx.Tx, t *topicRo
 	if err != nil {
 		return nil, nil, err
 	}
+	if t.cfg.Semantics == storage.Queue {
+		return starts, nil, nil // a queue is never cut nor paced (see storage.Backfill)
+	}
 	bf, starts := newBackfill(starts, parts, maxMessages, e.now())
 	return starts, bf, nil
 }

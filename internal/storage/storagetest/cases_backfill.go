@@ -18,6 +18,7 @@ func backfillCases() []testCase {
 		{name: "crash_resume_no_double_delivery", restart: true, fn: testBackfillCrashResume},
 		{name: "cancel_resume_skip", restart: true, fn: testBackfillCancelResumeSkip},
 		{name: "begin_on_resurrection", fn: testBackfillBegin},
+		{name: "queue_never_cut", fn: testBackfillQueue},
 		{name: "invalid", fn: testBackfillInvalid},
 	}
 }
@@ -238,4 +239,21 @@ func testBackfillInvalid(t *testing.T, x *env) {
 	_, err = x.e.SubscriptionBackfill(x.ctx, &storage.SubscriptionBackfillParams{ID: s.ID, Action: storage.BackfillBegin})
 	errIs(t, err, storage.ErrSubscriptionNotActive, "begin on a CANCELLED subscription")
 	equal(t, x.getSub(n.ID).Backfill == nil, true, "nothing changed")
+}
+
+// testBackfillQueue: a QUEUE topic's subscription never gets a backfill: its backlog is its work,
+// never cut nor paced, also when recreated after a cancel or after being DEAD.
+func testBackfillQueue(t *testing.T, x *env) {
+	x.createTopic("bq", storage.TopicConfig{})
+	x.publishN("bq", 0, 5)
+	q := x.queueSub("bq")
+	x.setState(q.ID, storage.Cancelled)
+	s, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "bq", Start: fromBeginning, MaxBackfillMessages: 2})
+	noErr(t, err, "recreate the queue subscription")
+	isTrue(t, s.Backfill == nil, "queue subscription with a backfill: %+v", s.Backfill)
+	x.requireStats(s.ID, wantStats{pending: 5, lag: 5}, "queue backlog kept")
+	res, err := x.e.SubscriptionBackfill(x.ctx, &storage.SubscriptionBackfillParams{ID: s.ID, Action: storage.BackfillBegin, MaxMessages: 1})
+	noErr(t, err, "begin on a queue")
+	isTrue(t, res.Subscription.Backfill == nil && res.Skipped == 0, "begin on a queue: %+v, skipped %d", res.Subscription.Backfill, res.Skipped)
+	x.requireStats(s.ID, wantStats{pending: 5, lag: 5}, "queue backlog after begin")
 }

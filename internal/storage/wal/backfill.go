@@ -56,10 +56,14 @@ func logEndsLocked(t *topic) (firsts, ends []int64) {
 	return firsts, ends
 }
 
-// newBackfillLocked makes the backfill of a subscription of t starting at starts (resolved start
+// newBackfillLocked makes the backfill of a subscription of a PUB_SUB topic t (none on a QUEUE
+// topic) starting at starts (resolved start
 // offsets, or floors), cut to maxMessages. It returns the backfill (nil: nothing to catch up) and
 // the starts to use: raised where the cut dropped messages, else unchanged. e.mu must be held.
 func (e *Engine) newBackfillLocked(t *topic, starts []int64, maxMessages int64) (*storage.Backfill, []int64) {
+	if t.meta.Config.Semantics == storage.Queue {
+		return nil, starts // a queue is never cut nor paced (see storage.Backfill)
+	}
 	firsts, ends := logEndsLocked(t)
 	from := make([]int64, len(starts))
 	for i := range starts {
