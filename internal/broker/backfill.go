@@ -319,6 +319,13 @@ func (b *Broker) BackfillAction(ctx context.Context, topic, group string, action
 	return b.GroupBackfill(ctx, topic, sub.Group)
 }
 
+// forget drops the measured progress of subscription id (its owner ended or paces nothing).
+func (s *backfillStats) forget(id int64) {
+	s.mu.Lock()
+	delete(s.progress, id)
+	s.mu.Unlock()
+}
+
 // ownerBackfill is an owner's view of its subscription's backfill (owner goroutine only).
 type ownerBackfill struct {
 	state       storage.BackfillState // as stored; "" before the first refresh
@@ -349,8 +356,9 @@ func (w *ownerBackfill) split() (free, ranged []int32) {
 	return free, ranged
 }
 
-// refreshBackfill rereads the range and progress when due (every Refresh while limiting, ten
-// times less often otherwise, so that a range begun elsewhere is seen).
+// refreshBackfill rereads the range and progress when due: every Refresh while the range is
+// paced or held back (a cancel or resume on another instance is seen within it), once a minute
+// otherwise; at once after this instance changed it (bfDirty).
 func (o *owner) refreshBackfill(now time.Time) {
 	b := o.b
 	w := o.bf
@@ -368,11 +376,10 @@ func (o *owner) refreshBackfill(now time.Time) {
 		st, err = b.engine.SubscriptionStats(b.rootCtx, o.id)
 	}
 	if err != nil || sub.Backfill == nil {
+		// None: reread once a minute (a change this instance makes sets bfDirty at once).
 		w.state, w.pending = "", nil
-		w.nextRefresh = now.Add(10 * every)
-		b.backfill.mu.Lock()
-		delete(b.backfill.progress, o.id)
-		b.backfill.mu.Unlock()
+		w.nextRefresh = now.Add(time.Minute)
+		b.backfill.forget(o.id)
 		return
 	}
 	p := sub.Backfill.Progress(st.Partitions)
@@ -389,7 +396,7 @@ func (o *owner) refreshBackfill(now time.Time) {
 		b.backfill.mu.Unlock()
 		return
 	}
-	w.nextRefresh = now.Add(10 * every)
+	w.nextRefresh = now.Add(time.Minute)
 	b.backfill.mu.Lock()
 	_, had := b.backfill.progress[o.id]
 	delete(b.backfill.progress, o.id)

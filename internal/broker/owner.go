@@ -402,6 +402,7 @@ func (o *owner) abandon() {
 		}
 	}
 	o.releaseWaiters()
+	o.b.backfill.forget(o.id)
 }
 
 // releaseWaiters closes the admin rebalances' waits of an owner that ends.
