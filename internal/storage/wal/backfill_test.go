@@ -7,7 +7,7 @@ import (
 	"github.com/spoolmq/spool/internal/storage"
 )
 
-// Backfill changes survive a crash without a final snapshot: replaying record 26 restores the
+// Backfill changes survive a crash without a final snapshot: replaying record 27 restores the
 // range, its state and the floors a skip raised.
 func TestBackfillRecordReplay(t *testing.T) {
 	h := newHarness(t)

@@ -1,4 +1,4 @@
--- 0011: subscription backfill (issue 18). max_backfill is the subscription's
+-- 0014: subscription backfill (issue 18). max_backfill is the subscription's
 -- max_backfill_messages (0: the default, -1: unlimited); backfill is its current range
 -- (storage.Backfill as JSON: state, per-partition start and end, total, skipped), NULL when it
 -- never had one. Progress is not stored: it is the ack floors' distance into the range, so the
