@@ -225,4 +225,3 @@ func TestStartupLogNamesTheEngine(t *testing.T) {
 		t.Errorf("PostgreSQL engine: %v", a)
 	}
 }
-
