@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/spoolmq/spool/internal/filter"
 	"github.com/spoolmq/spool/internal/storage"
@@ -31,7 +32,10 @@ import (
 // holds up the messages of its own filter and, past the bound, the group's claims: the price of
 // routing after the claim; the engine cannot skip messages by header). A parked delivery whose
 // lease runs out is dropped (the engine gives it out again after its backoff, as for any expired
-// lease); one whose holder left is dropped too (the holder's release gave it back).
+// lease); one whose holder left is dropped too (the holder's release gave it back). Parking must
+// not cost delivery attempts: the owner renews a parked lease (DeliveriesExtend as its holder)
+// once half of it has passed, so a delivery waiting for a slow member's credit is never given out
+// again, counted as an attempt and dead-lettered unseen after max_deliveries lease periods.
 //
 // The rule is evaluated with the members connected now: a message that no current member
 // wants is done for the group, also when a member that would want it is reconnecting. Seed 000
@@ -51,6 +55,17 @@ import (
 // maxParked bounds the deliveries an owner holds for members whose filter wants them but that
 // have no credit now.
 const maxParked = 256
+
+// parkedDelivery is a delivery waiting in the owner; its lease is renewed from renewAt on.
+type parkedDelivery struct {
+	*storage.Delivery
+	renewAt time.Time
+}
+
+// parkedAt returns d parked at now: renewed once half of its lease has passed.
+func parkedAt(d *storage.Delivery, now time.Time) parkedDelivery {
+	return parkedDelivery{Delivery: d, renewAt: now.Add(d.LeaseDeadline.Sub(now) / 2)}
+}
 
 // parseFilter compiles p.Filter; nil when empty. Bad text, an ordered member and a shared
 // engine get an error wrapping storage.ErrInvalidArgument.
@@ -87,12 +102,13 @@ func (o *owner) wanted(d *storage.Delivery) bool {
 // It reports whether it completed filtered messages.
 func (o *owner) route(m *Member, ds []*storage.Delivery) (mine []*storage.Delivery, filtered bool) {
 	var out []storage.DeliveryRef
+	now := o.b.clock.Now()
 	for _, d := range ds {
 		switch {
 		case m.filter.Match(d.Headers):
 			mine = append(mine, d)
 		case o.wanted(d):
-			o.parked = append(o.parked, d)
+			o.parked = append(o.parked, parkedAt(d, now))
 		default:
 			out = append(out, d.Ref())
 		}
@@ -122,18 +138,20 @@ func (o *owner) completeFiltered(holder string, refs []storage.DeliveryRef) {
 }
 
 // handOver gives parked deliveries to the members that want them and have credit, in
-// round-robin order, after completing those no member wants any more (it left) and dropping those
-// whose lease ran out. It reports whether it delivered or completed anything.
+// round-robin order, after renewing the leases due for it, completing those no member wants any
+// more (it left) and dropping those whose lease ran out. It reports whether it delivered or
+// completed anything.
 func (o *owner) handOver() (progress bool) {
 	b := o.b
 	now := b.clock.Now()
+	o.renewParked(now)
 	keep := o.parked[:0]
 	var out map[string][]storage.DeliveryRef // by holder
 	for _, d := range o.parked {
 		switch {
 		case !now.Before(d.LeaseDeadline):
 			// The engine gives it out again after its backoff.
-		case !o.wanted(d):
+		case !o.wanted(d.Delivery):
 			if out == nil {
 				out = make(map[string][]storage.DeliveryRef)
 			}
@@ -155,17 +173,18 @@ func (o *owner) handOver() (progress bool) {
 	}
 	for i := 0; i < n && len(o.parked) > 0; i++ {
 		c := o.members[(start+i)%n]
-		if !slices.ContainsFunc(o.parked, func(d *storage.Delivery) bool { return c.filter.Match(d.Headers) }) {
+		if !slices.ContainsFunc(o.parked, func(d parkedDelivery) bool { return c.filter.Match(d.Headers) }) {
 			continue
 		}
 		k := c.reserve(now, o) // none: o waits for c's credit
 		if k == 0 {
 			continue
 		}
-		var take, rest []*storage.Delivery
+		var take []*storage.Delivery
+		var rest []parkedDelivery
 		for _, d := range o.parked {
 			if len(take) < k && c.filter.Match(d.Headers) {
-				take = append(take, d)
+				take = append(take, d.Delivery)
 			} else {
 				rest = append(rest, d)
 			}
@@ -180,6 +199,50 @@ func (o *owner) handOver() (progress bool) {
 		}
 	}
 	return progress
+}
+
+// renewParked extends, as their holders, the leases of the parked deliveries due for renewal (see
+// the top of this file). One the holder no longer holds is dropped; after a failure the lease is
+// tried again at the next pass and dropped when it runs out.
+func (o *owner) renewParked(now time.Time) {
+	b := o.b
+	var due map[string][]storage.DeliveryRef // by holder
+	for _, d := range o.parked {
+		if !now.Before(d.renewAt) && now.Before(d.LeaseDeadline) {
+			if due == nil {
+				due = make(map[string][]storage.DeliveryRef)
+			}
+			due[d.Member] = append(due[d.Member], d.Ref())
+		}
+	}
+	for holder, refs := range due {
+		var dur time.Duration // 0: the topic's ack_wait
+		if i := slices.IndexFunc(o.members, func(m *Member) bool { return m.id == holder }); i >= 0 {
+			dur = o.members[i].leaseDuration
+		}
+		res, err := b.engine.DeliveriesExtend(b.rootCtx, &storage.DeliveriesExtendParams{
+			SubscriptionID: o.id, Member: holder, Refs: refs, Duration: dur,
+		})
+		if err != nil {
+			if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
+				b.logger.Warn("renewing parked deliveries failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
+					slog.String("holder", holder), slog.Any("error", err))
+			}
+			continue
+		}
+		notHeld := make(map[storage.DeliveryRef]bool, len(res.NotHeld))
+		for _, r := range res.NotHeld {
+			notHeld[r] = true
+		}
+		o.parked = slices.DeleteFunc(o.parked, func(d parkedDelivery) bool { return d.Member == holder && notHeld[d.Ref()] })
+		for i := range o.parked {
+			d := &o.parked[i]
+			if d.Member == holder && slices.Contains(refs, d.Ref()) {
+				d.LeaseDeadline = res.Deadline
+				*d = parkedAt(d.Delivery, now)
+			}
+		}
+	}
 }
 
 // transfer moves the leases of ds to member c (Engine.DeliveriesExtend with NewMember, c's lease
@@ -231,5 +294,5 @@ func (o *owner) transfer(c *Member, ds []*storage.Delivery) []*storage.Delivery 
 // dropParked forgets the parked deliveries held by member id (it left: its release gives them
 // back).
 func (o *owner) dropParked(id string) {
-	o.parked = slices.DeleteFunc(o.parked, func(d *storage.Delivery) bool { return d.Member == id })
+	o.parked = slices.DeleteFunc(o.parked, func(d parkedDelivery) bool { return d.Member == id })
 }

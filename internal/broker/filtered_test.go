@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -228,5 +229,41 @@ func TestFilterParkedBound(t *testing.T) {
 	next := recv(t, eu, 1)
 	if string(next[0].Payload) != "eu-1" {
 		t.Fatalf("got %s after the ack, want eu-1 (parked first)", next[0].Payload)
+	}
+}
+
+// TestFilterParkedLeasesRenewed: deliveries parked for a member without credit keep their leases
+// (the owner renews them) over several ack_wait periods, so parking costs no delivery attempt:
+// nothing is dead-lettered and the member gets them all, at attempt 1, once it acks.
+func TestFilterParkedLeasesRenewed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("pr", storage.TopicConfig{AckWait: 5 * time.Second, MaxDeliveries: 3})
+	eu := e.subscribe(SubscribeParams{Pattern: "pr", MemberID: "eu", MaxInFlight: 1, Filter: "region=eu"})
+	us := e.subscribe(SubscribeParams{Pattern: "pr", MemberID: "us", MaxInFlight: 10, Filter: "region=us"})
+	e.publishRegions("pr", "eu", "eu", "eu")
+	first := recv(t, eu, 1)
+	e.waitIdle()
+	// Five lease periods in steps shorter than half a lease; eu's own lease is extended too.
+	for range 13 {
+		e.clock.Advance(2 * time.Second)
+		if _, err := eu.Extend(e.ctx(), first[0].SubscriptionID, []storage.DeliveryRef{first[0].Ref()}, 0); err != nil {
+			t.Fatalf("extend: %v", err)
+		}
+		e.b.wakeAll()
+		e.waitIdle()
+	}
+	if st := e.groupStats("pr", storage.QueueGroup); st.DeadLettered != 0 {
+		t.Fatalf("dead-lettered %d while parked, want 0", st.DeadLettered)
+	}
+	ack(t, eu, first[0])
+	rest := consumeAll(t, 2, eu, us)
+	for _, g := range rest {
+		if g.member != "eu" || g.d.Attempt != 1 {
+			t.Fatalf("%s got %s at attempt %d, want eu at attempt 1", g.member, g.d.Payload, g.d.Attempt)
+		}
+	}
+	if have := payloads(rest); !slices.Equal(have, []string{"eu-1", "eu-2"}) {
+		t.Fatalf("eu got %v, want eu-1 eu-2", have)
 	}
 }

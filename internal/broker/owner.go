@@ -65,8 +65,8 @@ type owner struct {
 	// filtering is true while a member here has a filter: claims are routed (filtered.go).
 	filtering bool
 	// parked are claimed deliveries that another member's filter wants, waiting for its credit
-	// (filtered.go); at most maxParked.
-	parked []*storage.Delivery
+	// (filtered.go); at most maxParked. Their leases are renewed while they wait.
+	parked []parkedDelivery
 	// bf paces the subscription's backfill range (backfill.go); nil before the first pass.
 	bf *ownerBackfill
 }
@@ -616,11 +616,14 @@ func (o *owner) setProblem(p string) bool {
 }
 
 // waitFor returns how long to sleep: until the engine's NextDue, until the earliest lease deadline
-// of a member (an expired lease gives its credit back), at most poll.
+// of a member (an expired lease gives its credit back) or renewal of a parked lease, at most poll.
 func (o *owner) waitFor(nextDue time.Time, poll time.Duration) time.Duration {
 	now := o.b.clock.Now()
 	for _, m := range o.members {
 		nextDue = earliest(nextDue, m.nextExpiry(now))
+	}
+	for _, p := range o.parked {
+		nextDue = earliest(nextDue, p.renewAt)
 	}
 	wait := poll
 	if !nextDue.IsZero() {
