@@ -398,7 +398,12 @@ type floorWatch struct {
 // The new floors are added to floors (to be recorded before any file is deleted) and what was
 // given up to res. The subscriptions are locked.
 func (e *Engine) advanceZombies(t *topic, subs []*sub, now int64, floors *[]floorItem, res *storage.RetentionResult) {
-	ttl := int64(t.meta.Config.ZombieTTL)
+	// With defaults: a config written before zombie_ttl existed (or by hand) holds 0, which must
+	// mean the default, not "advance every floor at once". A negative one turns it off.
+	ttl := int64(t.meta.Config.WithDefaults().ZombieTTL)
+	if ttl <= 0 {
+		return
+	}
 	for _, s := range subs {
 		if !s.meta.State.HoldsRetention() {
 			s.watch = nil // DEAD: nothing to hold; watched afresh once it holds again

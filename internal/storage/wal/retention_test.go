@@ -130,3 +130,26 @@ func TestZombieFloorSurvivesCrash(t *testing.T) {
 	equal(t, len(ds), 2, "claimed after a crash")
 	equal(t, ds[0].Offset, int64(5), "first claimed")
 }
+
+// TestZombieTTLZeroMeansDefault: a stored topic config without zombie_ttl (0: written before it
+// existed, or by hand) means the default (7 days), not a zero TTL that force-advances every
+// floor at the next retention run.
+func TestZombieTTLZeroMeansDefault(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.createTopic("z0", storage.TopicConfig{Semantics: storage.PubSub})
+	h.e.mu.Lock()
+	h.e.topics["z0"].meta.Config.ZombieTTL = 0
+	h.e.mu.Unlock()
+	s := h.subscribe("z0", "s", storage.StartPosition{Kind: storage.FromBeginning})
+	h.publishN("z0", 5)
+	res, err := h.e.RetentionApply(h.ctx)
+	h.must(err, "retention")
+	equal(t, len(res.Zombies), 0, "zombies at first sight")
+	h.clock.Advance(time.Minute)
+	h.publishN("z0", 2)
+	res, err = h.e.RetentionApply(h.ctx)
+	h.must(err, "retention")
+	equal(t, len(res.Zombies), 0, "zombies a minute later")
+	equal(t, h.stats(s.ID).Partitions[0].AckFloor, int64(0), "floor")
+}
