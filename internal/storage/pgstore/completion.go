@@ -293,6 +293,9 @@ func (e *Engine) queueCompletions(b *pgx.Batch, st *dstate, now time.Time) {
 		ON CONFLICT DO NOTHING`), st.sub.ID, st.sub.topicID, ps, os, states, now)
 }
 
+// completionBoundsHook, when set (tests), runs in MessageCompletion after its bounds check.
+var completionBoundsHook func()
+
 // MessageCompletion returns the completion record of a retained message of a refcount topic
 // (storage.CompletionAuditor), read in one repeatable-read snapshot: per subscription of the
 // topic whose set holds the message, its completion record (acked, dead-lettered; removed with
@@ -306,7 +309,10 @@ func (e *Engine) MessageCompletion(ctx context.Context, params *storage.MessageC
 		return nil, invalid("nil params")
 	}
 	var out *storage.MessageCompletion
-	err := e.tx(ctx, func(tx pgx.Tx) error {
+	// One snapshot: a retention that commits between the bounds check and the reads must not make
+	// the message vanish half way (an internal "no rows" instead of a record or out of range).
+	snapshot := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err := e.txWith(ctx, snapshot, func(tx pgx.Tx) error {
 		t, err := e.loadTopic(ctx, tx, params.Topic, noLock)
 		if err != nil {
 			return err
@@ -326,6 +332,9 @@ func (e *Engine) MessageCompletion(ctx context.Context, params *storage.MessageC
 		if o < low || o >= next {
 			return fmt.Errorf("%w: topic %q partition %d offset %d is not retained (retained: %d to %d)",
 				storage.ErrOffsetOutOfRange, params.Topic, p, o, low, next-1)
+		}
+		if completionBoundsHook != nil {
+			completionBoundsHook()
 		}
 		out = &storage.MessageCompletion{Topic: t.name, Partition: p, Offset: o, Groups: []storage.GroupCompletion{}}
 		if err := tx.QueryRow(ctx, e.sql(`SELECT published_at FROM spool.messages WHERE topic_id = $1 AND partition = $2 AND "offset" = $3`),

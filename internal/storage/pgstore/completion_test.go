@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -35,5 +36,30 @@ func TestRefcountJoinWaitsForDeliveries(t *testing.T) {
 	res := must(e.DeliveriesClaim(t.Context(), &storage.DeliveriesClaimParams{SubscriptionID: c.ID, Member: "m", Max: 10}))(t)
 	if len(res.Deliveries) != 0 {
 		t.Errorf("the joiner got %d:%d, completed by a's ack that committed during the join", res.Deliveries[0].Partition, res.Deliveries[0].Offset)
+	}
+}
+
+// TestMessageCompletionOneSnapshot: a retention that commits between MessageCompletion's bounds
+// check and its reads does not make the message vanish half way: the call reads one snapshot
+// (the record as it was) or reports the offset out of range, never an internal "no rows".
+// Not parallel: it sets a package hook.
+func TestMessageCompletionOneSnapshot(t *testing.T) {
+	e := logOpen(t, testConfig(t, nil))
+	logTopic(t, e, "snap", storage.TopicConfig{Semantics: storage.PubSub, CompletionTracking: storage.Refcount})
+	logSub(t, e, "snap", "a")
+	logPublish(t, e, "snap", 0, "m")
+	completionBoundsHook = func() {
+		// What a retention of offset 0 commits, from another session.
+		if _, err := e.pool.Exec(t.Context(), e.sql(`WITH t AS (SELECT id FROM spool.topics WHERE name = 'snap'),
+			d AS (DELETE FROM spool.messages WHERE topic_id = (SELECT id FROM t))
+			UPDATE spool.partitions SET low_offset = 1 WHERE topic_id = (SELECT id FROM t)`)); err != nil {
+			t.Errorf("retention: %v", err)
+		}
+	}
+	t.Cleanup(func() { completionBoundsHook = nil })
+	_, err := e.MessageCompletion(t.Context(), &storage.MessageCompletionParams{Topic: "snap", Partition: 0, Offset: 0})
+	completionBoundsHook = nil
+	if err != nil && !errors.Is(err, storage.ErrOffsetOutOfRange) {
+		t.Fatalf("completion during a retention: %v, want the record or ErrOffsetOutOfRange", err)
 	}
 }

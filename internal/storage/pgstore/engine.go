@@ -301,12 +301,17 @@ const maxTxRetries = 8
 // tx runs fn in a transaction and commits it, retrying on serialization failures and deadlocks
 // (fn must be safe to run again). Errors are mapped with mapErr.
 func (e *Engine) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return e.txWith(ctx, pgx.TxOptions{}, fn)
+}
+
+// txWith is tx with the given transaction options (isolation level, access mode).
+func (e *Engine) txWith(ctx context.Context, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
 		committing := false // fn succeeded: BeginTxFunc sends the COMMIT
-		err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		err := pgx.BeginTxFunc(ctx, e.pool, opts, func(tx pgx.Tx) error {
 			if err := fn(tx); err != nil {
 				return err
 			}
