@@ -63,3 +63,32 @@ func TestMessageCompletionOneSnapshot(t *testing.T) {
 		t.Fatalf("completion during a retention: %v, want the record or ErrOffsetOutOfRange", err)
 	}
 }
+
+// TestSizeRetentionDeletesCompletions: the size bound removes the completion records of the
+// messages it removes, as the age rules do (none is left below a partition's low offset).
+func TestSizeRetentionDeletesCompletions(t *testing.T) {
+	t.Parallel()
+	e := logOpen(t, testConfig(t, nil))
+	logTopic(t, e, "szc", storage.TopicConfig{Semantics: storage.PubSub, CompletionTracking: storage.Refcount, MaxMessages: 2})
+	a := logSub(t, e, "szc", "a")
+	logPublish(t, e, "szc", 0, "m0", "m1", "m2", "m3")
+	res := must(e.DeliveriesClaim(t.Context(), &storage.DeliveriesClaimParams{SubscriptionID: a.ID, Member: "m", Max: 10}))(t)
+	refs := make([]storage.DeliveryRef, len(res.Deliveries))
+	for i, d := range res.Deliveries {
+		refs[i] = d.Ref()
+	}
+	must(e.DeliveriesAck(t.Context(), &storage.DeliveriesAckParams{SubscriptionID: a.ID, Member: "m", Refs: refs}))(t)
+	ret := must(e.RetentionApply(t.Context()))(t)
+	if len(ret.SizeRemoved) != 1 || ret.SizeRemoved[0].Messages != 2 {
+		t.Fatalf("size bound removed %+v, want 2 messages", ret.SizeRemoved)
+	}
+	var below int
+	if err := e.pool.QueryRow(t.Context(), e.sql(`SELECT count(*) FROM spool.completions c JOIN spool.partitions p
+		ON p.topic_id = c.topic_id AND p.partition = c.partition WHERE c.hi <= p.low_offset
+		AND c.topic_id = (SELECT id FROM spool.topics WHERE name = 'szc')`)).Scan(&below); err != nil {
+		t.Fatal(err)
+	}
+	if below != 0 {
+		t.Fatalf("%d completion records below the low offset after the size bound", below)
+	}
+}

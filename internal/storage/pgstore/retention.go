@@ -244,13 +244,6 @@ func (e *Engine) retainTopicMessages(ctx context.Context, tx pgx.Tx, topicID int
 		if !ok {
 			continue // another instance moved it meanwhile
 		}
-		if cfg.CompletionTracking == storage.Refcount {
-			// Completion records go with their messages.
-			if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.completions WHERE topic_id = $1 AND partition = $2 AND hi <= $3`),
-				topicID, p.partition, cut); err != nil {
-				return fmt.Errorf("pgstore: retention: completion records: %w", err)
-			}
-		}
 		expired := p.countExpired(res, name, cut)
 		res.MessagesDeleted += cut - p.low - expired
 		res.BytesDeleted += bytes
@@ -270,8 +263,8 @@ func (e *Engine) retainTopicMessages(ctx context.Context, tx pgx.Tx, topicID int
 
 // advanceLow removes the messages [low, cut) of one partition: it advances its low_offset,
 // low_published_at and bytes (if low_offset is still low: ok is false otherwise, another
-// instance moved it) and raises the subscriptions' delivery state to cut. It returns the bytes
-// removed.
+// instance moved it), raises the subscriptions' delivery state to cut and deletes the completion
+// records below cut. It returns the bytes removed.
 func (e *Engine) advanceLow(ctx context.Context, tx pgx.Tx, topicID int64, partition int32, low, cut int64) (bytes int64, ok bool, err error) {
 	// Lock the row first (publishers in flight commit before), then compute the new
 	// low_published_at and the bytes in a new statement, which sees what they committed.
@@ -313,6 +306,12 @@ func (e *Engine) advanceLow(ctx context.Context, tx pgx.Tx, topicID int64, parti
 	}
 	if err := e.trimDeliveryState(ctx, tx, topicID, partition, cut); err != nil {
 		return 0, false, err
+	}
+	// Completion records go with their messages, by age and by size alike (a watermark topic has
+	// none: an index probe).
+	if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.completions WHERE topic_id = $1 AND partition = $2 AND hi <= $3`),
+		topicID, partition, cut); err != nil {
+		return 0, false, fmt.Errorf("pgstore: retention: completion records: %w", err)
 	}
 	return bytes, true, nil
 }
