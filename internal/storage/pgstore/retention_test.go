@@ -90,3 +90,35 @@ func TestSizeBoundRunLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestZombieLocksPartitionsFirst: a retention run that force-advances a stuck floor (zombie_ttl)
+// takes the topic's partition rows before the subscription's sub_partitions row (the documented
+// order), so a transaction holding a partition row and then wanting that sub_partitions row (as
+// a refcount SubscriptionCreate does) is not deadlocked: while the run waits for the partition,
+// the sub_partitions row is free (NOWAIT succeeds). message_retention makes the same run remove
+// the given-up messages (advanceLow locks the partition).
+func TestZombieLocksPartitionsFirst(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(time.Date(2031, 3, 14, 9, 26, 53, 0, time.UTC))
+	e := logOpen(t, testConfig(t, clock))
+	logTopic(t, e, "zl", storage.TopicConfig{Semantics: storage.PubSub, ZombieTTL: time.Hour, MessageRetention: time.Minute})
+	s := logSub(t, e, "zl", "s")
+	logPublish(t, e, "zl", 0, "m0", "m1")
+	must(e.RetentionApply(t.Context()))(t) // first sight of the floor
+	clock.Advance(time.Hour + time.Second)
+	logPublish(t, e, "zl", 0, "m2")
+	other := lockRows(t, e.sql(`SELECT 1 FROM spool.partitions WHERE topic_id = (SELECT id FROM spool.topics WHERE name = 'zl') FOR UPDATE`))
+	run := goOp("retention", func() (*storage.RetentionResult, error) { return e.RetentionApply(t.Context()) })
+	awaitBlockedBy(t, e, other.pid())
+	if _, err := other.tx.Exec(t.Context(), e.sql(`SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1 FOR UPDATE NOWAIT`), s.ID); err != nil {
+		t.Fatalf("sub_partitions row locked by retention while it waits for the partition: %v", err)
+	}
+	other.release()
+	out := awaitOut(t, run, time.Now(), "retention")
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	if res := out.res.(*storage.RetentionResult); len(res.Zombies) != 1 || res.MessagesDeleted+res.MessagesExpired != 2 {
+		t.Fatalf("zombies %+v, removed %d, want 1 zombie and m0, m1 removed (message_retention)", res.Zombies, res.MessagesDeleted+res.MessagesExpired)
+	}
+}

@@ -111,6 +111,13 @@ func (e *Engine) advanceZombies(ctx context.Context, tx pgx.Tx, topicID int64, n
 	if len(stale) == 0 {
 		return next, nil
 	}
+	// Lock order (docs/storage.md): the topic's partition rows, in partition order, before any
+	// sub_partitions row. forceSubFloor locks sub_partitions rows and advanceLow then the
+	// partitions: taken the other way round, a SubscriptionCreate of a refcount topic (partitions,
+	// then sub_partitions) would deadlock with this run.
+	if _, err := tx.Exec(ctx, e.sql(`SELECT 1 FROM spool.partitions WHERE topic_id = $1 ORDER BY partition FOR UPDATE`), topicID); err != nil {
+		return nil, fmt.Errorf("zombie_ttl: lock partitions: %w", err)
+	}
 	bounds := map[int32]int64{}
 	rows, err = tx.Query(ctx, e.sql(searchTimeSQL), topicID, []time.Time{now.Add(-cfg.ZombieTTL)})
 	if err != nil {
