@@ -209,7 +209,19 @@ func (e *Engine) retainTopic(ctx context.Context, tx pgx.Tx, topicID int64, name
 	if err != nil {
 		return nil, err
 	}
-	return watch, e.retainTopicMessages(ctx, tx, topicID, name, now, cfg, res)
+	removed := res.MessagesDeleted + res.MessagesExpired
+	if err := e.retainTopicMessages(ctx, tx, topicID, name, now, cfg, res); err != nil {
+		return nil, err
+	}
+	if res.MessagesDeleted+res.MessagesExpired > removed {
+		// Retention may have raised floors (drop_oldest, max_retention): that is no progress of
+		// the subscription, so the view keeps its "since" with the floor as retention left it
+		// (as the embedded engine does); else a stuck subscription would never reach zombie_ttl.
+		if err := e.rewatchFloors(ctx, tx, topicID, watch); err != nil {
+			return nil, err
+		}
+	}
+	return watch, nil
 }
 
 // retainTopicMessages removes what retention allows of one topic's messages inside tx.

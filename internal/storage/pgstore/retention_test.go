@@ -122,3 +122,26 @@ func TestZombieLocksPartitionsFirst(t *testing.T) {
 		t.Fatalf("zombies %+v, removed %d, want 1 zombie and m0, m1 removed (message_retention)", res.Zombies, res.MessagesDeleted+res.MessagesExpired)
 	}
 }
+
+// TestZombieFloorRaisedByRetention: a floor that retention itself raised (drop_oldest) is no
+// progress of the subscription: it stays stuck for zombie_ttl from when it was first seen and is
+// force-advanced then, as on the embedded engine.
+func TestZombieFloorRaisedByRetention(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(time.Date(2031, 3, 14, 9, 26, 53, 0, time.UTC))
+	e := logOpen(t, testConfig(t, clock))
+	logTopic(t, e, "zr", storage.TopicConfig{Semantics: storage.PubSub, ZombieTTL: time.Hour,
+		MaxMessages: 1, SizePolicy: storage.SizeDropOldest})
+	logSub(t, e, "zr", "s")
+	logPublish(t, e, "zr", 0, "m0", "m1")
+	res := must(e.RetentionApply(t.Context()))(t) // first sight of floor 0; drop_oldest raises it to 1
+	if len(res.Zombies) != 0 || res.MessagesExpired != 1 {
+		t.Fatalf("first run: zombies %+v, expired %d, want none and m0", res.Zombies, res.MessagesExpired)
+	}
+	clock.Advance(time.Hour + time.Second)
+	logPublish(t, e, "zr", 0, "m2")
+	res = must(e.RetentionApply(t.Context()))(t)
+	if len(res.Zombies) != 1 {
+		t.Fatalf("zombies %+v after zombie_ttl stuck, want the subscription", res.Zombies)
+	}
+}

@@ -156,6 +156,29 @@ func (e *Engine) advanceZombies(ctx context.Context, tx pgx.Tx, topicID int64, n
 	return next, nil
 }
 
+// rewatchFloors updates the floors of view (advanceZombies' result) to those of topicID after
+// this run's removals, keeping their "since".
+func (e *Engine) rewatchFloors(ctx context.Context, tx pgx.Tx, topicID int64, view map[watchKey]floorWatch) error {
+	rows, err := tx.Query(ctx, e.sql(zombieFloorsSQL), topicID)
+	if err != nil {
+		return fmt.Errorf("zombie_ttl: floors after retention: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k watchKey
+		var group string
+		var floor int64
+		if err := rows.Scan(&k.sub, &group, &k.partition, &floor); err != nil {
+			return fmt.Errorf("zombie_ttl: floors after retention: %w", err)
+		}
+		if w, ok := view[k]; ok {
+			w.floor = floor
+			view[k] = w
+		}
+	}
+	return rows.Err()
+}
+
 // forceSubFloor moves the ack floor of one subscription partition from floor to to (and its
 // cursor, if below), dropping its delivery state below to, provided the floor is still floor
 // (moved is false otherwise and nothing changes). newFloor is the floor after (past to when
