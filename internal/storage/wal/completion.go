@@ -177,6 +177,8 @@ func (e *Engine) refcountStartsLocked(t *topic, self int64, want []int64) ([]int
 			others = append(others, o)
 		}
 	}
+	// Sub locks are taken in ID order, as everywhere else (map order is random).
+	slices.SortFunc(others, func(a, b *sub) int { return cmp.Compare(a.meta.ID, b.meta.ID) })
 	for _, o := range others {
 		o.mu.Lock()
 	}

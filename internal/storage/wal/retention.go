@@ -135,18 +135,27 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 	nowNs := now.UnixNano()
 	cfg := t.meta.Config
 	t.dedup.prune(nowNs, &e.dedupIDs) // producer ids of an idle topic expire too
-	var withState []*sub
+	// Locked in ID order: the subscriptions with state and the CANCELLED ones whose completion
+	// records are trimmed (one sorted set, so a CANCELLED one is never locked after a higher ID).
+	var withState, cancelled, locked []*sub
 	for _, s := range t.subs {
-		if s.st != nil {
+		switch {
+		case s.st != nil:
 			withState = append(withState, s)
+			locked = append(locked, s)
+		case s.rc != nil:
+			cancelled = append(cancelled, s)
+			locked = append(locked, s)
 		}
 	}
-	slices.SortFunc(withState, func(a, b *sub) int { return cmp.Compare(a.meta.ID, b.meta.ID) })
-	for _, s := range withState {
+	byID := func(a, b *sub) int { return cmp.Compare(a.meta.ID, b.meta.ID) }
+	slices.SortFunc(withState, byID)
+	slices.SortFunc(locked, byID)
+	for _, s := range locked {
 		s.mu.Lock()
 	}
 	unlockSubs := func() {
-		for _, s := range withState {
+		for _, s := range locked {
 			s.mu.Unlock()
 		}
 	}
@@ -211,12 +220,8 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			continue
 		}
 		pi := plan.pi
-		for _, s := range t.subs {
-			if s.st == nil && s.rc != nil { // CANCELLED: its records stay until the messages go
-				s.mu.Lock()
-				s.rc.trim(int32(pi), plan.cut)
-				s.mu.Unlock()
-			}
+		for _, s := range cancelled { // CANCELLED: its records stay until the messages go (locked)
+			s.rc.trim(int32(pi), plan.cut)
 		}
 		for _, s := range withState {
 			s.rc.trim(int32(pi), plan.cut)
