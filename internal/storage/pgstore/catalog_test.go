@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,5 +240,27 @@ func TestCatalogEphemeralOwnedByInstance(t *testing.T) {
 	got, err := es[1].SubscriptionGet(ctx, b.ID)
 	if err != nil || !got.Ephemeral {
 		t.Fatalf("ephemeral subscription of the live instance: %+v, %v", got, err)
+	}
+}
+
+// TestMigrateRefusesOtherMigrationOfSameVersion: a schema that applied, under a version this
+// build knows, a migration of another name (another build's 0011) is refused by Migrate and by
+// Open without migrating, with an error naming both, instead of silently skipping this build's.
+func TestMigrateRefusesOtherMigrationOfSameVersion(t *testing.T) {
+	t.Parallel()
+	e := logOpen(t, testConfig(t, nil))
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, e.sql(`UPDATE spool.schema_migrations SET name = '0002_elsewhere.sql' WHERE version = 2`)); err != nil {
+		t.Fatal(err)
+	}
+	err := Migrate(ctx, e.pool, e.schema, 0)
+	if err == nil || !strings.Contains(err.Error(), `"0002_elsewhere.sql"`) {
+		t.Fatalf("Migrate: %v, want the mismatch of migration 2", err)
+	}
+	cfg := testConfig(t, nil)
+	cfg.Schema, cfg.Migrate = e.schema, false
+	if e2, err := Open(ctx, cfg); err == nil {
+		e2.Close()
+		t.Fatal("Open without migrating accepted the mismatched migration 2")
 	}
 }

@@ -119,6 +119,9 @@ func MigrateReport(ctx context.Context, pool *pgxpool.Pool, schema string, bucke
 	if current > len(ms) {
 		return 0, 0, fmt.Errorf("pgstore: schema %q is at version %d, newer than this build (%d): upgrade spool", schema, current, len(ms))
 	}
+	if err := checkApplied(ctx, conn.Conn(), schema, ms); err != nil {
+		return current, current, err
+	}
 	for _, m := range ms[current:] {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, renderSchema(m.sql, schema)); err != nil {
@@ -150,6 +153,29 @@ func schemaVersion(ctx context.Context, conn *pgx.Conn, schema string) (int, err
 	return v, nil
 }
 
+// checkApplied fails unless each applied migration this build knows (by version) has the name of
+// this build's migration of that version: a database that applied a different 0011 (another
+// branch's build) must not silently skip this build's 0011.
+func checkApplied(ctx context.Context, conn *pgx.Conn, schema string, ms []migration) error {
+	rows, err := conn.Query(ctx, "SELECT version, name FROM "+pgx.Identifier{schema}.Sanitize()+".schema_migrations ORDER BY version")
+	if err != nil {
+		return fmt.Errorf("pgstore: applied migrations: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int
+		var name string
+		if err := rows.Scan(&v, &name); err != nil {
+			return fmt.Errorf("pgstore: applied migrations: %w", err)
+		}
+		if v >= 1 && v <= len(ms) && ms[v-1].name != name {
+			return fmt.Errorf("pgstore: schema %q applied migration %d as %q, but this build's migration %d is %q: "+
+				"the schema was migrated by a different build; restore it or use a fresh schema", schema, v, name, v, ms[v-1].name)
+		}
+	}
+	return rows.Err()
+}
+
 // checkVersion fails unless the schema is at LatestVersion.
 func checkVersion(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	conn, err := pool.Acquire(ctx)
@@ -164,5 +190,9 @@ func checkVersion(ctx context.Context, pool *pgxpool.Pool, schema string) error 
 	if want := LatestVersion(); v != want {
 		return fmt.Errorf("pgstore: schema %q is at version %d, this build needs %d: run `spool migrate`", schema, v, want)
 	}
-	return nil
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	return checkApplied(ctx, conn.Conn(), schema, ms)
 }
