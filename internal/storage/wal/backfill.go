@@ -92,14 +92,8 @@ func (e *Engine) SubscriptionBackfill(ctx context.Context, params *storage.Subsc
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	if err := e.checkLocked(); err != nil {
-		e.mu.Unlock()
-		return nil, err
-	}
-	s, err := e.subWithState(params.ID)
+	s, err := e.lockSub(params.ID, e.subWithState)
 	if err != nil {
-		e.mu.Unlock()
 		return nil, err
 	}
 	now := e.now()

@@ -25,14 +25,8 @@ func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.Subscri
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	if err := e.checkLocked(); err != nil {
-		e.mu.Unlock()
-		return nil, err
-	}
-	s, err := e.subLocked(params.SubscriptionID)
+	s, err := e.lockSub(params.SubscriptionID, e.subLocked)
 	if err != nil {
-		e.mu.Unlock()
 		return nil, err
 	}
 	if s.meta.Mode != storage.ModeOrdered {

@@ -34,6 +34,22 @@ func (e *Engine) subWithState(id int64) (*sub, error) {
 	return s, nil
 }
 
+// lockSub takes e.mu (exclusively) and returns the subscription lookup finds (subLocked or
+// subWithState) with e.mu still held; on an error e.mu is released.
+func (e *Engine) lockSub(id int64, lookup func(int64) (*sub, error)) (*sub, error) {
+	e.mu.Lock()
+	if err := e.checkLocked(); err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	s, err := lookup(id)
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
 // endAfterRepair is the start (floor and cursor) given to a partition damaged at Open by a
 // subscription from now: above any offset, so that the Open after the repair clamps it to the
 // partition's new end (nothing can be published to it meanwhile).
@@ -335,14 +351,8 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	if err := e.checkLocked(); err != nil {
-		e.mu.Unlock()
-		return nil, err
-	}
-	s, err := e.subLocked(params.ID)
+	s, err := e.lockSub(params.ID, e.subLocked)
 	if err != nil {
-		e.mu.Unlock()
 		return nil, err
 	}
 	if !storage.CanTransition(s.meta.State, params.State) {
