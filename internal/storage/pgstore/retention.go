@@ -168,16 +168,7 @@ FROM spool.partitions p
 LEFT JOIN found b1 ON b1.partition = p.partition AND b1.k = 1
 LEFT JOIN found b2 ON b2.partition = p.partition AND b2.k = 2
 LEFT JOIN found b3 ON b3.partition = p.partition AND b3.k = 3
-LEFT JOIN (
-	SELECT sp.partition,
-		min(sp.ack_floor) FILTER (WHERE sb.state IN ('ACTIVE', 'PAUSED')) AS min_hold,
-		min(sp.ack_floor) AS min_all
-	FROM spool.subscriptions sb JOIN spool.sub_partitions sp ON sp.sub_id = sb.id
-	WHERE sb.topic_id = $1 AND sb.state IN ('ACTIVE', 'PAUSED', 'DEAD')
-	GROUP BY sp.partition
-) f ON f.partition = p.partition
-WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
-ORDER BY p.partition`
+` + floorsJoinSQL
 
 // retainTopic applies retention to one topic inside tx; see RetentionApply. prev is the
 // instance's view of the topic's floors (zombie.go); the new one is returned, nil when the topic
@@ -336,11 +327,10 @@ const (
 	sizeMinPerPartition = 100
 )
 
-// sizeStateSQL reads, after the age rules, each partition of topic $1 that holds messages: its
-// low and next offsets, bytes, and the floors of its subscriptions (as retentionBoundsSQL).
-const sizeStateSQL = `SELECT p.partition, p.low_offset, p.next_offset, p.bytes,
-	coalesce(f.min_hold, -1), coalesce(f.min_all, -1)
-FROM spool.partitions p
+// floorsJoinSQL ends retentionBoundsSQL and sizeStateSQL: per partition of topic $1 holding
+// messages, the lowest ack floor of the subscriptions that hold retention (ACTIVE, PAUSED:
+// min_hold) and of all with delivery state (DEAD too: min_all).
+const floorsJoinSQL = `
 LEFT JOIN (
 	SELECT sp.partition,
 		min(sp.ack_floor) FILTER (WHERE sb.state IN ('ACTIVE', 'PAUSED')) AS min_hold,
@@ -351,6 +341,13 @@ LEFT JOIN (
 ) f ON f.partition = p.partition
 WHERE p.topic_id = $1 AND p.low_offset < p.next_offset
 ORDER BY p.partition`
+
+// sizeStateSQL reads, after the age rules, each partition of topic $1 that holds messages: its
+// low and next offsets, bytes, and the floors of its subscriptions (as retentionBoundsSQL).
+const sizeStateSQL = `SELECT p.partition, p.low_offset, p.next_offset, p.bytes,
+	coalesce(f.min_hold, -1), coalesce(f.min_all, -1)
+FROM spool.partitions p
+` + floorsJoinSQL
 
 // sizeCandidatesSQL lists the oldest messages of the ranges ($2 partitions, $3 from, $4 to) of
 // topic $1, at most $5 per partition (read in index order), oldest first across partitions
