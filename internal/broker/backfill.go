@@ -19,8 +19,9 @@ import (
 // the partitions still inside their range at an adaptive rate: AIMD on the p95 of the latency of
 // its own range claims (on PostgreSQL that latency is the database's: round trip, locks, I/O,
 // so a loaded database slows the backfill down), halved when the p95 is above the target,
-// raised by a twentieth of the cap otherwise, between MinRate and MaxRate. A CANCELLED or FAILED
-// backfill claims nothing of its range (those partitions wait; skip gives the rest up).
+// raised by a twentieth of the cap otherwise, between MinRate and MaxRate; shared and ORDERED
+// groups alike. A CANCELLED or FAILED backfill claims nothing of its range (those partitions
+// wait; skip gives the rest up); range claims that keep failing make it FAILED (rangeFailed).
 
 // BackfillConfig paces backfill ranges. Zero fields take the defaults.
 type BackfillConfig struct {
@@ -153,7 +154,7 @@ type BackfillInfo struct {
 type backfillStats struct {
 	cfg                     BackfillConfig
 	missedBound, missedSkip atomic.Int64
-	claimed                 atomic.Int64
+	claimed, failed         atomic.Int64
 	mu                      sync.Mutex
 	progress                map[int64]*BackfillInfo // by subscription, while an owner paces it
 }
@@ -166,6 +167,8 @@ type BackfillCounters struct {
 	MissedBound, MissedSkipped int64
 	// Claimed counts range messages claimed by this process.
 	Claimed int64
+	// Failed counts backfills this process made FAILED (their range claims kept failing).
+	Failed int64
 }
 
 // ActiveBackfill is one paced backfill for metrics.
@@ -176,7 +179,8 @@ type ActiveBackfill struct {
 
 // BackfillCounters returns the process totals.
 func (b *Broker) BackfillCounters() BackfillCounters {
-	return BackfillCounters{MissedBound: b.backfill.missedBound.Load(), MissedSkipped: b.backfill.missedSkip.Load(), Claimed: b.backfill.claimed.Load()}
+	return BackfillCounters{MissedBound: b.backfill.missedBound.Load(), MissedSkipped: b.backfill.missedSkip.Load(), Claimed: b.backfill.claimed.Load(),
+		Failed: b.backfill.failed.Load()}
 }
 
 // ActiveBackfills lists the backfills this instance paces now.
@@ -336,6 +340,10 @@ type ownerBackfill struct {
 	lastAt      time.Time
 	lastDone    int64
 	rate        float64
+	// fails counts range claims failed in a row; retryAt is when the range is tried again
+	// (broker clock).
+	fails   int
+	retryAt time.Time
 }
 
 // limiting reports whether range partitions need pacing or holding back.
@@ -344,9 +352,13 @@ func (w *ownerBackfill) limiting() bool {
 		(w.state == storage.BackfillInProgress || w.state == storage.BackfillCancelled || w.state == storage.BackfillFailed)
 }
 
-// split returns the partitions outside their range (free) and inside it (ranged).
-func (w *ownerBackfill) split() (free, ranged []int32) {
+// split returns the partitions among owned (nil: all) outside their range (free) and inside it
+// (ranged).
+func (w *ownerBackfill) split(owned []int32) (free, ranged []int32) {
 	for i, p := range w.pending {
+		if owned != nil && !slices.Contains(owned, int32(i)) {
+			continue
+		}
 		if p {
 			ranged = append(ranged, int32(i))
 		} else {
@@ -383,6 +395,9 @@ func (o *owner) refreshBackfill(now time.Time) {
 		return
 	}
 	p := sub.Backfill.Progress(st.Partitions)
+	if w.state != sub.Backfill.State {
+		w.fails, w.retryAt = 0, time.Time{} // resumed, cancelled or failed: a new run
+	}
 	w.state, w.end, w.pending = sub.Backfill.State, sub.Backfill.End, p.Pending
 	if !w.lastAt.IsZero() && now.After(w.lastAt) {
 		w.rate = float64(p.Processed-w.lastDone) / now.Sub(w.lastAt).Seconds()
@@ -414,6 +429,102 @@ func (b *Broker) backfillInfoFrom(sub *storage.Subscription, p storage.BackfillP
 		info.ETASeconds = float64(info.Remaining) / info.Rate
 	}
 	return info
+}
+
+// planClaim plans the next claim of a subscription whose range is limiting, among the partitions
+// owned (nil: all; an ORDERED member's otherwise) for a member with credit k: the partitions
+// outside their range at full speed until freeDone, then the range within the pacer's tokens.
+// parts nil means no claim now: the range is CANCELLED or FAILED (hold 0: it waits for a
+// change), waits out a retry backoff, or the pacer's tokens ran out (hold: until either is over).
+func (o *owner) planClaim(owned []int32, k int, freeDone bool) (parts []int32, limit int, ranged bool, hold time.Duration) {
+	w := o.bf
+	free, rng := w.split(owned)
+	switch {
+	case !freeDone && len(free) > 0:
+		return free, k, false, 0
+	case len(rng) == 0 || w.state != storage.BackfillInProgress:
+		return nil, 0, false, 0
+	}
+	if now := o.b.clock.Now(); now.Before(w.retryAt) {
+		return nil, 0, false, w.retryAt.Sub(now)
+	}
+	if n := w.pacer.allow(time.Now()); n > 0 {
+		return rng, min(k, n), true, 0
+	}
+	return nil, 0, false, w.pacer.wait()
+}
+
+// Failed range claims (FAILED). A range claim that fails because of the subscription's life
+// (gone, not active, a stale generation) or the broker's stop is handled as any claim's failure.
+// Any other error holds the range back for a backoff on the broker's clock (100 ms, doubling, at
+// most 30 s; the other partitions go on) and is retried; the backfill becomes FAILED, logged and
+// counted, after backfillMaxFailures failures in a row of errors that will not pass by
+// themselves (a damaged partition, a read error, corruption), or backfillMaxRetries of transient
+// ones (storage unavailable or full, rate limited: about a minute and a half of them). A range
+// claim that succeeds resets the count; resume makes a FAILED backfill IN_PROGRESS again.
+const (
+	backfillMaxFailures = 3
+	backfillMaxRetries  = 10
+	backfillRetryBase   = 100 * time.Millisecond
+	backfillRetryMax    = 30 * time.Second
+)
+
+// transientClaimError reports whether err may pass by itself: the storage is unavailable (not a
+// damaged partition, which stays so until repaired) or full, or the engine rate limited.
+func transientClaimError(err error) bool {
+	if errors.Is(err, storage.ErrPartitionDamaged) {
+		return false
+	}
+	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, storage.ErrFull) || errors.Is(err, storage.ErrRateLimited)
+}
+
+// rangeFailed handles the failure of a range claim. ok false: the error is not the range's (the
+// caller handles it as any claim's); else wait is how long until the next look.
+func (o *owner) rangeFailed(err error) (wait time.Duration, ok bool) {
+	b := o.b
+	switch {
+	case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive),
+		errors.Is(err, storage.ErrStaleGeneration), errors.Is(err, storage.ErrClosed), b.rootCtx.Err() != nil:
+		return 0, false
+	}
+	w := o.bf
+	w.fails++
+	limit := backfillMaxFailures
+	if transientClaimError(err) {
+		limit = backfillMaxRetries
+	}
+	attrs := []any{slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.String("group", o.group),
+		slog.Int("failures", w.fails), slog.Any("error", err)}
+	if w.fails < limit {
+		backoff := min(backfillRetryMax, backfillRetryBase<<(w.fails-1))
+		w.retryAt = b.clock.Now().Add(backoff)
+		b.logger.Warn("backfill: range claim failed, retrying", append(attrs, slog.Duration("backoff", backoff))...)
+		return backoff, true
+	}
+	// The reason is stored and shown by the admin API: no path (IOError.Public) when it has one.
+	reason := err.Error()
+	if ioe := (*storage.IOError)(nil); errors.As(err, &ioe) {
+		reason = ioe.Public()
+	}
+	reason = fmt.Sprintf("%d range claims failed in a row, the last with: %s", w.fails, reason)
+	if _, ferr := b.engine.SubscriptionBackfill(b.rootCtx, &storage.SubscriptionBackfillParams{ID: o.id, Action: storage.BackfillFail, Error: reason}); ferr != nil {
+		// Not recorded (the storage may be down too): try again after the longest backoff.
+		w.retryAt = b.clock.Now().Add(backfillRetryMax)
+		b.logger.Warn("backfill: recording FAILED failed", append(attrs, slog.Any("record_error", ferr))...)
+		return backfillRetryMax, true
+	}
+	b.backfill.failed.Add(1)
+	b.logger.Error("backfill FAILED: its range is held back until resumed (spool group backfill resume)", attrs...)
+	w.fails, w.retryAt = 0, time.Time{}
+	o.bfDirty.Store(true)
+	return time.Millisecond, true
+}
+
+// rangeSucceeded records a range claim of n messages that took d: the pacer's sample, and the
+// end of a run of failures.
+func (o *owner) rangeSucceeded(n int, d time.Duration) {
+	o.bf.pacer.took(n, d)
+	o.bf.fails, o.bf.retryAt = 0, time.Time{}
 }
 
 // rangeClaimed updates the pending partitions after a range claim and counts its messages.

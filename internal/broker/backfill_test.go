@@ -1,7 +1,13 @@
 package broker
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,5 +112,163 @@ func TestBackfillCancelResume(t *testing.T) {
 	}
 	if c := e.b.BackfillCounters(); c.Claimed != 4 {
 		t.Errorf("range messages claimed: %d, want 4", c.Claimed)
+	}
+}
+
+// claimSizes wraps the engine at the broker boundary and records the largest claim (its
+// deliveries) of one subscription.
+type claimSizes struct {
+	storage.Engine
+	sub     atomic.Int64
+	largest atomic.Int64
+}
+
+func (c *claimSizes) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
+	res, err := c.Engine.DeliveriesClaim(ctx, p)
+	if err == nil && p.SubscriptionID == c.sub.Load() {
+		for n := int64(len(res.Deliveries)); ; {
+			cur := c.largest.Load()
+			if n <= cur || c.largest.CompareAndSwap(cur, n) {
+				break
+			}
+		}
+	}
+	return res, err
+}
+
+// An ORDERED group's backfill range goes through the pacer like a shared group's: no claim takes
+// more than the pacer's batch of range messages, and the range is all delivered, in order.
+func TestBackfillPacesOrderedGroups(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Backfill = BackfillConfig{Batch: 10} })
+	cs := &claimSizes{Engine: e.b.engine}
+	cs.sub.Store(-1)
+	e.b.engine = cs // before any member exists: nothing else reads it yet
+	e.createTopic("ord", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	e.publishN("ord", "old", 60)
+	m := e.subscribe(SubscribeParams{Pattern: "ord", Group: "g", MemberID: "m1", Mode: storage.ModeOrdered,
+		MaxInFlight: 100, MaxInFlightPerPartition: 100, Start: storage.StartPosition{Kind: storage.FromBeginning}})
+	cs.sub.Store(m.Subscriptions()[0].SubscriptionID)
+	ds := recv(t, m, 60)
+	next := map[int32]int64{}
+	for _, d := range ds {
+		if d.Offset != next[d.Partition] {
+			t.Fatalf("partition %d: offset %d delivered, want %d (in order)", d.Partition, d.Offset, next[d.Partition])
+		}
+		next[d.Partition]++
+	}
+	if n := cs.largest.Load(); n > 10 {
+		t.Errorf("a claim of the ordered group's range took %d messages, want at most the pacer's batch 10", n)
+	}
+	if c := e.b.BackfillCounters(); c.Claimed != 60 {
+		t.Errorf("range messages claimed: %d, want 60", c.Claimed)
+	}
+	ack(t, m, ds...)
+	if info, err := e.b.GroupBackfill(e.ctx(), "ord", "g"); err != nil || info.State != storage.BackfillCompleted {
+		t.Errorf("backfill after the acks: %+v, %v", info, err)
+	}
+}
+
+// failingClaims wraps the engine at the broker boundary: while fail is set, the range claims
+// (those that name partitions) of subscription sub fail with it, counted.
+type failingClaims struct {
+	storage.Engine
+	sub    atomic.Int64
+	fail   atomic.Pointer[error]
+	failed atomic.Int64
+}
+
+func (f *failingClaims) DeliveriesClaim(ctx context.Context, p *storage.DeliveriesClaimParams) (*storage.DeliveriesClaimResult, error) {
+	if err := f.fail.Load(); err != nil && p.SubscriptionID == f.sub.Load() && p.Partitions != nil {
+		f.failed.Add(1)
+		return nil, *err
+	}
+	return f.Engine.DeliveriesClaim(ctx, p)
+}
+
+// Range claims that keep failing make the backfill FAILED: after backfillMaxFailures tries for an
+// error that does not pass by itself (a read error of the disk), backfillMaxRetries for a
+// transient one (the storage unavailable), each try after a backoff on the broker's clock; the
+// reason is kept (no path), the failure counted. Resume, once claims work again, delivers the
+// whole range. The fake clock only moves when the test says so: without the backoff's end no
+// retry happens, so the counts are exact.
+func TestBackfillFailedAndResumed(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		err   error
+		tries int
+	}{
+		{"read error", &storage.IOError{Reason: "input/output error", Err: &fs.PathError{Op: "read", Path: "/data/secret.seg", Err: syscall.EIO}}, backfillMaxFailures},
+		{"unavailable", &storage.IOError{Kind: storage.ErrUnavailable, Reason: "database unreachable", Err: errors.New("dial tcp /data/secret")}, backfillMaxRetries},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			b, ctx := e.b, e.ctx()
+			fc := &failingClaims{Engine: b.engine}
+			fc.sub.Store(-1)
+			b.engine = fc // before any member exists: nothing else reads it yet
+			e.createTopic("bf", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 1})
+			e.publishN("bf", "old", 5)
+			fc.fail.Store(&c.err)
+			sub, err := b.CreateGroup(ctx, CreateGroupParams{Topic: "bf", Group: "g", Start: storage.StartPosition{Kind: storage.FromBeginning}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fc.sub.Store(sub.ID)
+			m := e.subscribe(SubscribeParams{Pattern: "bf", Group: "g", MemberID: "m1"})
+			eventually(t, "backfill FAILED", func() error {
+				e.clock.Advance(backfillRetryMax) // past any backoff
+				b.wakeAll()
+				info, err := b.GroupBackfill(ctx, "bf", "g")
+				if err != nil {
+					return err
+				}
+				if info.State != storage.BackfillFailed {
+					return fmt.Errorf("backfill %s after %d failed claims", info.State, fc.failed.Load())
+				}
+				if want := fmt.Sprintf("%d range claims failed in a row", c.tries); !strings.Contains(info.Error, want) || strings.Contains(info.Error, "secret") {
+					t.Errorf("FAILED backfill's error %q does not say %q, or shows a path", info.Error, want)
+				}
+				return nil
+			})
+			if n := fc.failed.Load(); n != int64(c.tries) {
+				t.Errorf("range claims tried: %d, want %d", n, c.tries)
+			}
+			if n := b.BackfillCounters().Failed; n != 1 {
+				t.Errorf("failed backfills counted: %d, want 1", n)
+			}
+			if ds, _ := m.Take(nil); len(ds) != 0 {
+				t.Fatalf("a FAILED backfill delivered %d messages", len(ds))
+			}
+			fc.fail.Store(nil)
+			if _, err := b.BackfillAction(ctx, "bf", "g", storage.BackfillResume); err != nil {
+				t.Fatal(err)
+			}
+			ds := recv(t, m, 5)
+			ack(t, m, ds...)
+			info, err := b.GroupBackfill(ctx, "bf", "g")
+			if err != nil || info.State != storage.BackfillCompleted || info.Processed != 5 || info.Error != "" {
+				t.Fatalf("backfill after resume and acks: %+v, %v", info, err)
+			}
+		})
+	}
+}
+
+// The rule of what passes by itself: an unavailable or full storage, rate limiting; not a
+// damaged partition (unavailable until repaired), nor a plain error.
+func TestTransientClaimError(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&storage.IOError{Kind: storage.ErrUnavailable, Reason: "database unreachable", Err: errors.New("x")}, true},
+		{&storage.IOError{Kind: storage.ErrFull, Reason: "disk full", Err: errors.New("x")}, true},
+		{fmt.Errorf("wrapped: %w", storage.ErrRateLimited), true},
+		{&storage.IOError{Kind: storage.ErrUnavailable, Reason: "damaged", Err: storage.ErrPartitionDamaged}, false},
+		{syscall.EIO, false},
+		{storage.ErrCorrupt, false},
+	} {
+		if got := transientClaimError(c.err); got != c.want {
+			t.Errorf("transientClaimError(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

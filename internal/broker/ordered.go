@@ -405,6 +405,14 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 		return poll, false, false
 	}
 	var nextDue time.Time
+	// Backfill pacing as in dispatch (backfill.go), per member among its partitions: those
+	// outside their range first, then the range within the pacer's tokens.
+	if len(o.members) > 0 {
+		o.refreshBackfill(time.Now())
+	}
+	limiting := o.bf.limiting()
+	var freeDone map[*Member]bool // members whose free partitions ran dry in this pass
+	var paced time.Duration
 	for !o.queued.Load() {
 		select {
 		case <-b.quit:
@@ -414,15 +422,29 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 		full := false
 		now := b.clock.Now()
 		for _, m := range o.members {
-			if len(a.Members[m.id]) == 0 {
+			owned := a.Members[m.id]
+			if len(owned) == 0 {
 				continue
 			}
 			k := m.reserve(now, o)
 			if k == 0 {
 				continue
 			}
+			var parts []int32
+			limit, ranged := k, false
+			if limiting {
+				var hold time.Duration
+				if parts, limit, ranged, hold = o.planClaim(owned, k, freeDone[m]); parts == nil {
+					if hold > 0 && (paced == 0 || hold < paced) {
+						paced = hold
+					}
+					m.unreserve(k)
+					continue
+				}
+			}
+			claimStart := time.Now()
 			res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
-				SubscriptionID: o.id, Member: m.id, Max: k, Generation: a.Generation, LeaseDuration: m.leaseDuration,
+				SubscriptionID: o.id, Member: m.id, Max: limit, Generation: a.Generation, LeaseDuration: m.leaseDuration, Partitions: parts,
 			})
 			if err != nil {
 				m.unreserve(k)
@@ -431,16 +453,33 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 					o.ord.due = time.Now()
 					return time.Millisecond, delivered, false
 				}
+				if ranged {
+					if wait, ok := o.rangeFailed(err); ok {
+						return wait, delivered, false
+					}
+				}
 				wait, gone := o.claimFailed(err)
 				return wait, delivered, gone
+			}
+			if ranged {
+				o.rangeSucceeded(len(res.Deliveries), time.Since(claimStart))
+			}
+			if limiting {
+				o.rangeClaimed(res.Deliveries)
 			}
 			b.trace.delivered(m.id, o.topic, o.id, res.Deliveries)
 			m.deliver(o, res.Deliveries, k)
 			if len(res.Deliveries) > 0 {
 				delivered = true
 			}
-			if len(res.Deliveries) == k {
+			switch {
+			case len(res.Deliveries) == limit:
 				full = true
+			case limiting && !ranged && !freeDone[m]:
+				if freeDone == nil {
+					freeDone = map[*Member]bool{}
+				}
+				freeDone[m], full = true, true // the range's turn
 			}
 			nextDue = earliest(nextDue, res.NextDue)
 		}
@@ -449,7 +488,14 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 		}
 	}
 	o.setProblem("")
-	return o.waitFor(nextDue, poll), delivered, false
+	wait = o.waitFor(nextDue, poll)
+	if paced > 0 {
+		wait = min(wait, paced)
+	}
+	if limiting && o.bf.state == storage.BackfillInProgress {
+		wait = min(wait, b.backfill.cfg.Refresh)
+	}
+	return wait, delivered, false
 }
 
 // generation returns the generation of the assignment the owner last published (0: none, or not

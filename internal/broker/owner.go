@@ -476,21 +476,10 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		var parts []int32
 		limit, ranged := k, false
 		if limiting {
-			free, rng := o.bf.split()
-			switch {
-			case !freeDone && len(free) > 0:
-				parts = free
-			case o.bf.state != storage.BackfillInProgress:
-				m.unreserve(k) // CANCELLED or FAILED: the range waits
-			default:
-				if n := o.bf.pacer.allow(time.Now()); n > 0 {
-					parts, limit, ranged = rng, min(k, n), true
-				} else {
-					paced = o.bf.pacer.wait()
-					m.unreserve(k)
-				}
-			}
-			if parts == nil {
+			var hold time.Duration
+			if parts, limit, ranged, hold = o.planClaim(nil, k, freeDone); parts == nil {
+				paced = hold // CANCELLED or FAILED (0: the range waits), or the pacer's wait
+				m.unreserve(k)
 				break
 			}
 		}
@@ -510,11 +499,16 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		}
 		if err != nil {
 			m.unreserve(k)
+			if ranged {
+				if wait, ok := o.rangeFailed(err); ok {
+					return wait, delivered, false
+				}
+			}
 			wait, gone := o.claimFailed(err)
 			return wait, delivered, gone
 		}
 		if ranged {
-			o.bf.pacer.took(len(res.Deliveries), time.Since(claimStart))
+			o.rangeSucceeded(len(res.Deliveries), time.Since(claimStart))
 		}
 		if limiting {
 			o.rangeClaimed(res.Deliveries)
