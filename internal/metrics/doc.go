@@ -170,11 +170,13 @@
 //	                                                          max_backfill_messages, the newest kept), "skipped" (cancel with skip,
 //	                                                          resurrect without backfill); each is also logged (broker.BackfillCounters).
 //	spool_backfill_messages_total                   counter   backfill range messages claimed by this process.
+//	spool_backfill_failures_total                   counter   backfills this process made FAILED (range claims kept failing; logged).
 //	spool_backfill_processed_messages{topic,group}  gauge     done messages of the range of a backfill this instance paces (its members
 //	                                                          are here; broker.ActiveBackfills); spool_backfill_total_messages{topic,group}
 //	                                                          its size, spool_backfill_rate{topic,group} messages/s measured,
 //	                                                          spool_backfill_rate_limit{topic,group} the adaptive claim limit,
-//	                                                          spool_backfill_in_progress{topic,group} 1 IN_PROGRESS, 0 held back.
+//	                                                          spool_backfill_in_progress{topic,group} 1 IN_PROGRESS, 0 held back,
+//	                                                          spool_backfill_failed{topic,group} 1 FAILED (until resumed).
 //	spool_wal_fsync_duration_seconds                histogram duration of a group-commit round of the embedded engine (ObserveFsync).
 //	spool_wal_fsync_records                         histogram records made durable by one round (messages per fsync).
 //	spool_connections{protocol}                     gauge     open client connections ("binary", "text", ...).
