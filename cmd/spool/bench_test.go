@@ -133,8 +133,8 @@ func TestBenchQueueJSON(t *testing.T) {
 }
 
 // TestBenchScenarioArguments: spool bench scenario needs a known scenario name, -h prints the
-// scenarios, bad settings are refused before anything connects, and the fan-out matrix needs the
-// database.
+// scenarios, bad settings are refused before anything connects, and the fan-out matrix and
+// backfill-oltp need the database.
 func TestBenchScenarioArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -142,7 +142,7 @@ func TestBenchScenarioArguments(t *testing.T) {
 	if err := benchMain(ctx, []string{"scenario"}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "Usage: spool bench scenario <name>") {
 		t.Fatalf("no scenario: %v, usage %q", err, errOut.String())
 	}
-	for _, want := range []string{"kill-resurrect", "isolation", "fanout", "Backfill against OLTP"} {
+	for _, want := range []string{"kill-resurrect", "isolation", "fanout", "backfill-oltp"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Fatalf("usage lacks %q", want)
 		}
@@ -150,7 +150,7 @@ func TestBenchScenarioArguments(t *testing.T) {
 	if err := benchMain(ctx, []string{"scenario", "chaos"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), `unknown scenario "chaos"`) {
 		t.Fatalf("unknown scenario: %v", err)
 	}
-	for _, name := range []string{"kill-resurrect", "isolation", "fanout"} {
+	for _, name := range []string{"kill-resurrect", "isolation", "backfill-oltp", "fanout"} {
 		errOut.Reset()
 		if err := benchMain(ctx, []string{"scenario", name, "-h"}, &out, &errOut); !errors.Is(err, flag.ErrHelp) {
 			t.Fatalf("%s -h: %v", name, err)
@@ -166,6 +166,9 @@ func TestBenchScenarioArguments(t *testing.T) {
 		{"scenario", "isolation", "--big-rate", "-5"},
 		{"scenario", "fanout"},
 		{"scenario", "fanout", "--pg", "postgres://x", "--completion", "bitmap"},
+		{"scenario", "backfill-oltp"},
+		{"scenario", "backfill-oltp", "--pg", "postgres://x", "--messages", "-5"},
+		{"scenario", "backfill-oltp", "--pg", "postgres://x", "--tps", "-1"},
 		{"e2e", "--completion", "bitmap"},
 		{"e2e", "--no-admin", "--completion", "watermark"},
 	} {

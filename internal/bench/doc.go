@@ -30,11 +30,12 @@
 //
 // # Scenarios
 //
-// RunKill, RunIsolation and RunFanout are seed 000's pre-GA tests (spool bench scenario): each
+// RunKill, RunIsolation, RunFanout and RunOLTP are seed 000's pre-GA tests (spool bench scenario): each
 // drives the broker through a fixed scenario, built on the pieces above (the e2e stamp and
 // recorders, Run itself for isolation and fan-out, the PostgreSQL statistics), and judges its
 // figures against the seed's targets, one Verdict per criterion (scenario.go). Kill-and-resurrect
-// runs the consumer it SIGKILLs in a child process (RunKillChild; spool re-executes itself).
+// runs the consumer it SIGKILLs in a child process (RunKillChild; spool re-executes itself);
+// backfill against OLTP runs pgbench, in a schema of its own, beside a backfill (scenario_oltp.go).
 //
 // # PostgreSQL statistics
 //

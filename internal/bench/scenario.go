@@ -14,8 +14,8 @@ import (
 // Scenarios are seed 000's pre-GA tests (its "Pre-GA Decision Checkpoints") scaled to one machine
 // and run against a running broker (spool bench scenario <name>): each drives the broker through
 // its TCP and HTTP admin addresses, measures, and judges the figures against the seed's targets
-// with one Verdict per criterion. The fourth pre-GA test, backfill against OLTP, needs the bounded
-// backfill (not built): it would be one more name here, with its own config and result.
+// with one Verdict per criterion; the fourth, backfill against OLTP, is ScenarioOLTP
+// (scenario_oltp.go).
 const (
 	// ScenarioKill is kill-and-resurrect (seed 000 section "Kill-and-resurrect chaos test").
 	ScenarioKill = "kill-resurrect"

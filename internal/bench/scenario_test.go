@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
@@ -265,5 +268,92 @@ func TestKillVerdicts(t *testing.T) {
 		if v := verdictOf(t, killVerdicts(&r, c), tc.check); v.Outcome != tc.want {
 			t.Errorf("%s: %s is %s, want %s (%s)", name, tc.check, v.Outcome, tc.want, v.Measured)
 		}
+	}
+}
+
+// TestScenarioBackfillOLTP runs backfill-oltp small (3,000 messages, pgbench at 50 TPS for 2 s
+// alone and 3 s beside the backfill) on the PostgreSQL engine: pgbench's latencies come from its
+// logs, the backfill completes with its series, every verdict is there, and the topic and
+// pgbench's schema are gone afterwards.
+func TestScenarioBackfillOLTP(t *testing.T) {
+	t.Parallel()
+	url := testutil.DatabaseURL(t)
+	if _, err := findPGBench(""); err != nil {
+		if os.Getenv("SPOOL_TEST_REQUIRE_PG") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	schema := testutil.PGSchema(t, url, "t_oltp_")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	eng, err := pgstore.Open(ctx, pgstore.Config{URL: url, Schema: schema, Migrate: true, MaxConns: 8,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("pgstore.Open: %v", err)
+	}
+	tb := startBrokerOn(t, eng, broker.Config{RetentionInterval: -1})
+	res, err := RunOLTP(ctx, OLTPConfig{Addr: tb.addr, Admin: tb.admin, Logger: testLogger(t), PGURL: url,
+		Messages: 3000, Size: 100, Partitions: 2, Consumers: 1, TPS: 50, Clients: 2, Scale: 1,
+		Baseline: 2 * time.Second, Duration: 3 * time.Second, Timeout: time.Minute, Sample: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("RunOLTP: %v", err)
+	}
+	var sb strings.Builder
+	if err := res.WriteSummary(&sb); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + sb.String())
+	for name, l := range map[string]OLTPLatency{"baseline": res.Baseline, "second run": res.Whole} {
+		if l.Transactions < 50 || l.P95 <= 0 || l.P50 > l.P95 || l.P95 > l.P99 || l.TPS <= 0 {
+			t.Errorf("pgbench %s: %+v", name, l)
+		}
+	}
+	if res.BackfillState != string(storage.BackfillCompleted) || res.BackfillTotal != 3000 || res.BackfillSeconds <= 0 || len(res.Samples) == 0 {
+		t.Errorf("backfill: %s, %d messages in %.1f s, %d samples", res.BackfillState, res.BackfillTotal, res.BackfillSeconds, len(res.Samples))
+	}
+	if v := verdictOf(t, res.Verdicts, "backfill completed"); v.Outcome != Pass {
+		t.Errorf("completion verdict %+v", v)
+	}
+	if v := verdictOf(t, res.Verdicts, "pgbench p95 during the backfill"); (res.During.Transactions < oltpMinTx && v.Outcome != Inconclusive) ||
+		(res.During.Transactions >= oltpMinTx && (v.Outcome == Pass) != (res.During.P95 < 100)) {
+		t.Errorf("p95 verdict %+v for %+v", v, res.During)
+	}
+	verdictOf(t, res.Verdicts, "pgbench held its rate beside the backfill")
+	verdictOf(t, res.Verdicts, "backfill throttles itself")
+	if !strings.Contains(res.Cleanup, "topic "+res.Topic+" deleted") || !strings.Contains(res.Cleanup, "schema "+res.PGSchema+" dropped") {
+		t.Errorf("cleanup: %q", res.Cleanup)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname = $1", res.PGSchema).Scan(&n); err != nil || n != 0 {
+		t.Errorf("pgbench's schema %s after the run: %d, %v", res.PGSchema, n, err)
+	}
+	if !strings.Contains(sb.String(), "scenario backfill-oltp: "+res.Outcome) {
+		t.Errorf("summary without the outcome %s", res.Outcome)
+	}
+}
+
+// pgbench's per-transaction log lines give the end and the latency; short lines are skipped.
+func TestReadPGBenchLog(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "log.1")
+	if err := os.WriteFile(f, []byte("0 1 2500 0 1700000000 250000 120\n1 1 9000 0 1700000001 5\nbad line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	txs, err := readPGBenchLog(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []pgTx{{end: 1700000000_250000, lat: 2500}, {end: 1700000001_000005, lat: 9000}}
+	if !slices.Equal(txs, want) {
+		t.Fatalf("transactions %+v, want %+v", txs, want)
+	}
+	l := latencyOf(txs, 1700000000_000000, 1700000001_000000, time.Second)
+	if l.Transactions != 1 || l.TPS != 1 {
+		t.Errorf("window of one transaction: %+v", l)
 	}
 }
