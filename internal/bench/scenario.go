@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // Scenarios are seed 000's pre-GA tests (its "Pre-GA Decision Checkpoints") scaled to one machine
@@ -77,11 +79,25 @@ func writeVerdicts(w io.Writer, name string, vs []Verdict) {
 	fmt.Fprintf(w, "scenario %s: %s\n", name, overall(vs))
 }
 
-// createGroup creates a consumer group starting now with its heartbeat timeout (0: the broker's).
-func (a *adminAPI) createGroup(ctx context.Context, topic, group string, heartbeatTimeout time.Duration) error {
+// groupSpec is what a scenario sets when it creates a group ahead of its consumers; zero
+// fields take the broker's defaults (start: FROM_NOW).
+type groupSpec struct {
+	start            *storage.StartPosition
+	heartbeatTimeout time.Duration
+	maxBackfill      int64
+}
+
+// createGroup creates a consumer group (POST /api/v1/topics/{topic}/groups).
+func (a *adminAPI) createGroup(ctx context.Context, topic, group string, spec groupSpec) error {
 	m := map[string]any{"group": group}
-	if heartbeatTimeout > 0 {
-		m["heartbeat_timeout"] = heartbeatTimeout.String()
+	if spec.start != nil {
+		m["start"] = spec.start
+	}
+	if spec.heartbeatTimeout > 0 {
+		m["heartbeat_timeout"] = spec.heartbeatTimeout.String()
+	}
+	if spec.maxBackfill != 0 {
+		m["max_backfill_messages"] = spec.maxBackfill
 	}
 	body, _ := json.Marshal(m)
 	status, resp, err := a.do(ctx, http.MethodPost, "/api/v1/topics/"+url.PathEscape(topic)+"/groups", body)

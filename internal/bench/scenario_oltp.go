@@ -5,11 +5,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -232,7 +230,7 @@ func RunOLTP(ctx context.Context, cfg OLTPConfig) (*OLTPResult, error) {
 		return nil, err
 	}
 	r.topic = TopicInfo{Name: topic, Semantics: SemanticsPubSub, Created: true}
-	if err := r.adm.createGroupStart(ctx, topic, "holder", storage.StartPosition{Kind: storage.FromNow}, 0); err != nil {
+	if err := r.adm.createGroup(ctx, topic, "holder", groupSpec{}); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
@@ -250,7 +248,7 @@ func RunOLTP(ctx context.Context, cfg OLTPConfig) (*OLTPResult, error) {
 
 	// 3. pgbench beside the backfill: the group, its consumers, the sampler.
 	const group = "backfill"
-	if err := r.adm.createGroupStart(ctx, topic, group, storage.StartPosition{Kind: storage.FromBeginning}, cfg.Messages); err != nil {
+	if err := r.adm.createGroup(ctx, topic, group, groupSpec{start: &storage.StartPosition{Kind: storage.FromBeginning}, maxBackfill: cfg.Messages}); err != nil {
 		return nil, err
 	}
 	bfStart := time.Now()
@@ -466,23 +464,6 @@ func (r *runner) seed(ctx context.Context, topic string, n int64, size int) erro
 		return fmt.Errorf("bench: seeding %s: %d publishes failed, the first: %s", topic, n, first)
 	}
 	return ctx.Err()
-}
-
-// createGroupStart creates a group with its start position and backfill bound (0: the broker's).
-func (a *adminAPI) createGroupStart(ctx context.Context, topic, group string, start storage.StartPosition, maxBackfill int64) error {
-	m := map[string]any{"group": group, "start": start}
-	if maxBackfill != 0 {
-		m["max_backfill_messages"] = maxBackfill
-	}
-	body, _ := json.Marshal(m)
-	status, resp, err := a.do(ctx, http.MethodPost, "/api/v1/topics/"+url.PathEscape(topic)+"/groups", body)
-	if err != nil {
-		return err
-	}
-	if status != http.StatusCreated && status != http.StatusOK {
-		return fmt.Errorf("bench: create group %q on %q: HTTP %d: %s", group, topic, status, resp)
-	}
-	return nil
 }
 
 // backfillView is the part of a group's backfill the scenario reads.
