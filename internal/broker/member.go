@@ -40,6 +40,9 @@ type Member struct {
 	mode                    storage.SubscriptionMode
 	strategy                string
 	maxInFlightPerPartition int
+	// batchSize is SubscribeParams.BatchSize: positive for a member of an ordered group that takes
+	// per-key batches (batch.go).
+	batchSize int
 	// filter is SubscribeParams.Filter compiled; nil matches everything (filtered.go).
 	filter *filter.Filter
 
@@ -149,6 +152,7 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 		strategy:      p.Strategy,
 
 		maxInFlightPerPartition: p.MaxInFlightPerPartition,
+		batchSize:               p.BatchSize,
 		maxInFlight:             maxInFlight,
 		queueLimit:              -1,
 		ch:                      make(chan *storage.Delivery, maxInFlight),
@@ -189,7 +193,9 @@ func (m *Member) LeaseDuration() time.Duration { return m.leaseDuration }
 // SetMaxInFlight above the channel's capacity replaces the channel by a larger one and moves what
 // the old one held; the old channel then receives nothing more and is not closed. A consumer that
 // raises the credit therefore calls Deliveries again afterwards (or at every receive, as a consumer
-// woken through SubscribeParams.Notify does).
+// woken through SubscribeParams.Notify does). The channel of a batch member (BatchSize) is also
+// replaced when a batch claim brings more than it can hold (batch.go): such a consumer takes its
+// deliveries with Take after a Notify signal.
 func (m *Member) Deliveries() <-chan *storage.Delivery {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -278,26 +284,8 @@ func (m *Member) SetMaxInFlight(n int) error {
 	}
 	grew := n > m.maxInFlight
 	m.maxInFlight = n
-	moved := false
 	if n > cap(m.ch) {
-		// Channels cannot grow: move what the old one holds (in order) to a larger one. deliver
-		// sends under m.mu, so nothing is sent to the old channel after this. The capacity at
-		// least doubles: a credit raised step by step does not reallocate at every step.
-		ch := make(chan *storage.Delivery, min(max(n, 2*cap(m.ch)), MaxInFlightLimit))
-		for {
-			select {
-			case d := <-m.ch:
-				ch <- d
-				moved = true
-				continue
-			default:
-			}
-			break
-		}
-		m.ch = ch
-	}
-	if moved {
-		m.notifyLocked()
+		m.growChannelLocked(n)
 	}
 	m.mu.Unlock()
 	if grew {
@@ -324,6 +312,30 @@ func (m *Member) SetQueueLimit(n int) error {
 		m.creditReturned()
 	}
 	return nil
+}
+
+// growChannelLocked replaces the member's channel by one of capacity at least n and moves what
+// the old one holds (in order). Channels cannot grow; deliver sends under m.mu, so nothing is sent
+// to the old channel after this. The capacity at least doubles (up to MaxInFlightLimit unless n
+// is larger: a batch past the credit), so a credit raised step by step does not reallocate at
+// every step. m.mu must be held.
+func (m *Member) growChannelLocked(n int) {
+	ch := make(chan *storage.Delivery, max(n, min(2*cap(m.ch), MaxInFlightLimit)))
+	moved := false
+	for {
+		select {
+		case d := <-m.ch:
+			ch <- d
+			moved = true
+			continue
+		default:
+		}
+		break
+	}
+	m.ch = ch
+	if moved {
+		m.notifyLocked()
+	}
 }
 
 // Subscriptions lists the subscriptions the member is attached to now, ordered by ID.
@@ -538,6 +550,11 @@ func (m *Member) deliver(o *owner, ds []*storage.Delivery, k int) {
 	if len(ds) < k {
 		m.returnCreditLocked(o)
 	}
+	if need := len(m.ch) + len(ds); need > cap(m.ch) {
+		// A batch claim may bring more than the reservation (batch.go): the channel grows so that
+		// the batch is never cut, as SetMaxInFlight makes it grow.
+		m.growChannelLocked(need)
+	}
 	for _, d := range ds {
 		key := leaseKey{sub: o.id, partition: d.Partition, offset: d.Offset}
 		select {
@@ -722,8 +739,10 @@ func (b *Broker) ack(ctx context.Context, subID int64, member string, gen int64,
 		gen = s.generation() // 0 for a shared subscription
 	}
 	start := b.trace.now()
+	// Only ordered subscriptions have batch members: shared acks skip the look-up.
+	batch := s != nil && s.ord != nil && b.batchSettle(subID, member)
 	res, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{
-		SubscriptionID: subID, Member: member, Generation: gen, Refs: refs,
+		SubscriptionID: subID, Member: member, Generation: gen, Refs: refs, Batch: batch,
 	})
 	if took, slow := b.trace.isSlow(start); slow {
 		b.trace.logSlow(ctx, "ack", took, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))
@@ -809,7 +828,7 @@ func (m *Member) NackBatchGen(ctx context.Context, subID, gen int64, refs []stor
 	start := m.b.trace.now()
 	res, err := m.b.engine.DeliveriesNack(ctx, &storage.DeliveriesNackParams{
 		SubscriptionID: subID, Member: m.id, Generation: m.currentGen(subID, gen), Refs: refs,
-		Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason,
+		Delay: opts.Delay, ToDLQ: opts.ToDLQ, Reason: opts.Reason, Batch: m.batchSize > 0,
 	})
 	if took, slow := m.b.trace.isSlow(start); slow {
 		m.b.trace.logSlow(ctx, "nack", took, slog.Int64("subscription", subID), slog.Int("refs", len(refs)))

@@ -426,15 +426,21 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 			if len(owned) == 0 {
 				continue
 			}
-			k := m.reserve(now, o)
+			var k, limit int
+			if m.batchSize > 0 {
+				k, limit = m.reserveBatch(now, o) // a batch may go past Max (batch.go)
+			} else {
+				k = m.reserve(now, o)
+				limit = k
+			}
 			if k == 0 {
 				continue
 			}
 			var parts []int32
-			limit, ranged := k, false
+			ranged := false
 			if limiting {
 				var hold time.Duration
-				if parts, limit, ranged, hold = o.planClaim(owned, k, freeDone[m]); parts == nil {
+				if parts, limit, ranged, hold = o.planClaim(owned, limit, freeDone[m]); parts == nil {
 					if hold > 0 && (paced == 0 || hold < paced) {
 						paced = hold
 					}
@@ -445,6 +451,7 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 			claimStart := time.Now()
 			res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
 				SubscriptionID: o.id, Member: m.id, Max: limit, Generation: a.Generation, LeaseDuration: m.leaseDuration, Partitions: parts,
+				BatchSize: m.batchSize,
 			})
 			if err != nil {
 				m.unreserve(k)
@@ -473,7 +480,7 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 				delivered = true
 			}
 			switch {
-			case len(res.Deliveries) == limit:
+			case len(res.Deliveries) >= limit:
 				full = true
 			case limiting && !ranged && !freeDone[m]:
 				if freeDone == nil {

@@ -62,6 +62,11 @@ type SubscribeParams struct {
 	// subscriptions on an engine of this broker alone: refused with ModeOrdered and with
 	// Config.SharedEngine.
 	Filter string
+	// BatchSize, when positive (at most storage.MaxBatchSize), makes an ordered member take
+	// per-key batches (batch.go): per partition it owns, consecutive messages up to BatchSize,
+	// extended so that a publish's run of one key is never split, settled as a unit. Refused
+	// for a shared member.
+	BatchSize int
 }
 
 // validateStart normalizes a start position (storage.StartPosition.Normalize) and, stricter than
@@ -453,6 +458,9 @@ func checkMode(p *SubscribeParams) error {
 		if p.Strategy != "" || p.MaxInFlightPerPartition != 0 {
 			return invalid("strategy and max_in_flight_per_partition are for ordered groups only")
 		}
+		if p.BatchSize != 0 {
+			return invalid("batch_size is for members of ordered groups only, got %d for a shared member", p.BatchSize)
+		}
 		return nil
 	case storage.ModeOrdered:
 	default:
@@ -465,6 +473,8 @@ func checkMode(p *SubscribeParams) error {
 		return invalid("an ordered group subscribes to one topic, not a pattern (%q)", p.Pattern)
 	case p.MaxInFlightPerPartition < 0 || p.MaxInFlightPerPartition > storage.MaxInFlightPerPartitionLimit:
 		return invalid("max_in_flight_per_partition must be between 1 and %d, got %d", storage.MaxInFlightPerPartitionLimit, p.MaxInFlightPerPartition)
+	case p.BatchSize < 0 || p.BatchSize > storage.MaxBatchSize:
+		return invalid("batch_size must be between 0 (no batches) and %d, got %d", storage.MaxBatchSize, p.BatchSize)
 	}
 	return storage.CheckStrategy(p.Strategy)
 }
