@@ -8,7 +8,8 @@ import "time"
 // than the handle's credit.
 //
 //	topic string | group string | member_id string | mode u8 | max_in_flight u32 |
-//	lease_duration duration | start StartPosition | filter string (version 3 and later)
+//	lease_duration duration | start StartPosition | filter string (version 3 and later) |
+//	batch_size u32 (version 4 and later)
 type Subscribe struct {
 	// Topic is a topic name or a wildcard pattern (orders.*.created, orders.#).
 	Topic string
@@ -38,6 +39,12 @@ type Subscribe struct {
 	// of the group matches is completed for the group. "" matches everything. A server refuses a
 	// bad one with INVALID_ARGUMENT. Encoding a Subscribe with a filter for version 2 fails.
 	Filter string
+	// BatchSize (protocol version 4), when not 0, makes an ordered member (Mode GroupOrdered)
+	// take per-key batches of up to BatchSize messages per partition, extended so that the
+	// messages of one key written by one publish are never split (Delivery.BatchOffset and
+	// BatchLen), acked and nacked as a unit. A server refuses it for a shared member and above
+	// 1000 (INVALID_ARGUMENT). Encoding a Subscribe with a batch size for version 2 or 3 fails.
+	BatchSize uint32
 }
 
 // Opcode returns OpSubscribe.
@@ -70,6 +77,12 @@ func (m *Subscribe) encodeVersion(dst []byte, v uint16) ([]byte, error) {
 	case m.Filter != "":
 		e.fail("filter", "member filters need protocol version 3, the session speaks %d", v)
 	}
+	switch {
+	case v >= Version4:
+		e.u32(m.BatchSize)
+	case m.BatchSize != 0:
+		e.fail("batch_size", "batches need protocol version 4, the session speaks %d", v)
+	}
 	return e.done()
 }
 
@@ -90,6 +103,9 @@ func (m *Subscribe) decodeVersion(src []byte, v uint16) error {
 	m.Start = d.start()
 	if v >= Version3 {
 		m.Filter = d.str("filter")
+	}
+	if v >= Version4 {
+		m.BatchSize = d.u32("batch_size")
 	}
 	if err := d.finish(); err != nil {
 		*m = Subscribe{}

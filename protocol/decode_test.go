@@ -236,7 +236,7 @@ func TestBatchLimit(t *testing.T) {
 	}
 	body := cat(u32(1), []byte("t"), u32(MaxBatch+1), make([]byte, (MaxBatch+1)*sizePublishMessage))
 	wantMalformed(t, new(Publish), body, "limit")
-	wantMalformed(t, new(Deliver), cat(u32(MaxBatch+1), make([]byte, (MaxBatch+1)*sizeDelivery)), "limit")
+	wantMalformed(t, new(Deliver), cat(u32(MaxBatch+1), make([]byte, (MaxBatch+1)*(sizeDelivery+4))), "limit")
 	wantMalformed(t, new(PublishOK), cat(u32(1), u32(MaxBatch+1), make([]byte, (MaxBatch+1)*sizePosition)), "limit")
 	ok := &Publish{Topic: "t", Messages: make([]PublishMessage, MaxBatch)}
 	b, err := ok.Encode(nil)

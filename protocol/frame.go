@@ -52,9 +52,15 @@ const (
 	// Reader and Writer use the layout of the version set with SetVersion, and a Subscribe with
 	// a filter cannot be encoded for version 2 (an encoding error, nothing sent).
 	Version3 uint16 = 3
+	// Version4 adds per-key batches: batch_size at the end of Subscribe, and batch_len (plus
+	// batch_offset when not 0) at the end of every delivery. Version-2 and version-3 peers still
+	// work: they cannot ask for batches, so they are never given one.
+	Version4 uint16 = 4
 	// MinVersion and MaxVersion are the range this package implements.
 	MinVersion = Version2
-	MaxVersion = Version3
+	MaxVersion = Version4
+	// MaxBatchLen bounds a delivery's BatchLen (the engines' batch bound).
+	MaxBatchLen = 10_000
 )
 
 // versioned is implemented by the message types whose layout changed after MinVersion: they

@@ -55,6 +55,10 @@ func samples() []sample {
 			Topic: "orders.#", Group: "audit", Mode: GroupOrdered,
 			Start: StartPosition{Kind: StartFromMessageID, MessageID: "2:1041"},
 		}},
+		{"subscribe_batch", 4, &Subscribe{
+			Topic: "orders", Group: "ledger", Mode: GroupOrdered, MaxInFlight: 100, BatchSize: 50,
+			Start: StartPosition{Kind: StartFromBeginning},
+		}},
 		{"subscribe_ok", 3, &SubscribeOK{Handle: 1, MemberID: "worker-3", Subscriptions: []SubscriptionInfo{
 			{SubscriptionID: 7, Topic: "orders.eu.created"}, {SubscriptionID: 9, Topic: "orders.us.created"},
 		}}},
@@ -77,6 +81,9 @@ func samples() []sample {
 				Headers: map[string]string{"content-type": "application/json"}, Payload: []byte(`{"id":1}`)},
 			{Handle: 1, SubscriptionID: 9, Topic: "orders.us.created", Partitions: 4, Partition: 2, Offset: 1 << 40, Generation: 3,
 				Attempt: 2, LeaseDeadline: t2, PublishTime: t1, Payload: []byte("hello-world")},
+			{Handle: 2, SubscriptionID: 11, Topic: "orders", Partitions: 8, Partition: 5, Offset: 1001, Generation: 4,
+				Attempt: 1, LeaseDeadline: t2, PublishTime: t1, Key: []byte("account-7"), Payload: []byte("debit"),
+				BatchLen: 3, BatchOffset: 1000},
 		}}},
 		{"subscription_ended", 0, &SubscriptionEnded{Handle: 1, SubscriptionID: 9, Topic: "orders.us.created",
 			Code: CodeSubNotFound, Message: "subscription 9 was cancelled"}},

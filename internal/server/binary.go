@@ -49,8 +49,8 @@ type binarySession struct {
 	// serverCorr numbers the server's own requests (Heartbeat, Goodbye); never 0.
 	serverCorr atomic.Uint32
 
-	// version is the negotiated protocol version, the layout requests are decoded in (the server
-	// sends no message whose layout changed since version 2). Reader goroutine only.
+	// version is the negotiated protocol version, the layout requests are decoded in. Reader
+	// goroutine only (write sets the Writer's from HelloOK).
 	version uint16
 
 	// Guarded by c.mu: ready is set when HelloOK is queued; interval is the heartbeat interval.
@@ -409,6 +409,7 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		Notify:        c.wake,
 		Mode:          mode,
 		Filter:        m.Filter,
+		BatchSize:     int(m.BatchSize), // checked by the broker (ordered members, at most 1000)
 	})
 	if err != nil {
 		b.replyErr(corr, err)
@@ -830,6 +831,11 @@ func (b *binarySession) write(corr uint32, m protocol.Message) error {
 			return err
 		}
 		b.preambleSent = true
+	}
+	if ok, isHello := m.(*protocol.HelloOK); isHello {
+		// Every frame after HelloOK is in the negotiated version's layout (Deliver changed in
+		// version 4); set here, on the writer's goroutine, before any of them.
+		b.w.SetVersion(ok.Version)
 	}
 	err := b.w.WriteMessage(corr, m)
 	var tooLarge *protocol.FrameTooLargeError

@@ -82,6 +82,8 @@ func delivery(h uint32, d *storage.Delivery) protocol.Delivery {
 		Key:            d.Key,
 		Headers:        d.Headers,
 		Payload:        d.Payload,
+		BatchLen:       uint32(max(d.Batch.Len, 0)),
+		BatchOffset:    d.Batch.Offset,
 	}
 }
 

@@ -38,7 +38,7 @@ func TestSubscribeFilter(t *testing.T) {
 		}
 	})
 	c := e.dial(nil)
-	if c.hello.Version != protocol.Version3 {
+	if c.hello.Version != protocol.MaxVersion {
 		t.Fatalf("negotiated version %d", c.hello.Version)
 	}
 	pe := c.expectErr(&protocol.Subscribe{Topic: "orders", Group: "g", Filter: "region in (eu"}, protocol.CodeInvalidArgument)

@@ -147,6 +147,10 @@ func Parse(line []byte) (Command, error) {
 			c.Filter = string(filter)
 		}
 	case VerbJoinGroup:
+		if len(args) > 3 && strings.EqualFold(args[3], "BATCH") {
+			// Said plainly: a batch is settled as a unit, which ACK <tag> lines do not express.
+			return Command{}, invalid("JOIN_GROUP: BATCH: per-key batches are not available in the text mode (a batch is acked or nacked as a unit); use the binary protocol's Subscribe batch_size")
+		}
 		if err := nargs(2, 3, "JOIN_GROUP <group> <consumer-id> [ORDERED]"); err != nil {
 			return Command{}, err
 		}

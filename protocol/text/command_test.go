@@ -100,6 +100,7 @@ func TestParseErrors(t *testing.T) {
 		{"JOIN_GROUP g", protocol.ErrInvalidArgument, "usage: JOIN_GROUP"},
 		{"JOIN_GROUP g m x", protocol.ErrInvalidArgument, "can only be ORDERED"},
 		{"JOIN_GROUP g m ORDERED x", protocol.ErrInvalidArgument, "usage: JOIN_GROUP"},
+		{"JOIN_GROUP g m ORDERED BATCH 10", protocol.ErrInvalidArgument, "not available in the text mode"},
 		{"ACK", protocol.ErrInvalidArgument, "usage: ACK"},
 		{"ACK 0", protocol.ErrInvalidArgument, "positive"},
 		{"NACK 1 x", protocol.ErrInvalidArgument, "positive"},

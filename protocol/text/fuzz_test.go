@@ -14,6 +14,7 @@ func FuzzTextParse(f *testing.F) {
 	for _, s := range []string{
 		"PUBLISH orders.created hello-world\n",
 		"JOIN_GROUP order-processors consumer-1\nSUBSCRIBE orders.created\n",
+		"JOIN_GROUP g c ORDERED BATCH 10\nJOIN_GROUP g c ORDERED\n",
 		"SUBSCRIBE a.* FROM_TIMESTAMP 2025-01-31T08:00:00.5+01:00\r\nACK 1 2 3\nNACK 4\n",
 		"SUBSCRIBE a FROM_MESSAGE_ID 3:17\nUNSUBSCRIBE a\nVERBOSE OFF\nAUTH t\nPING\nHELP\nQUIT",
 		"SUBSCRIBE a FROM_BEGINNING FILTER region in (eu, us) AND !test\nSUBSCRIBE filter FILTER x=\"a b\"\n",
