@@ -35,11 +35,18 @@ type Delivery struct {
 	Payload []byte
 	// SubscriptionID is the broker's id of the subscription the message is leased in.
 	SubscriptionID int64
+	// BatchLen is 0, or the size of the per-key batch the delivery belongs to (SubscribeBatch):
+	// the BatchLen consecutive offsets of the partition from BatchOffset.
+	BatchLen    int
+	BatchOffset int64
 
 	sub     *Subscription
 	cn      *conn
 	ref     protocol.Ref
 	settled atomic.Bool
+	// batch is set on the first delivery of a per-key batch queued for a BatchHandler: the
+	// whole batch (batch.go).
+	batch []*Delivery
 }
 
 func newDelivery(s *Subscription, cn *conn, pd *protocol.Delivery) *Delivery {
@@ -56,6 +63,8 @@ func newDelivery(s *Subscription, cn *conn, pd *protocol.Delivery) *Delivery {
 		Headers:        pd.Headers,
 		Payload:        pd.Payload,
 		SubscriptionID: pd.SubscriptionID,
+		BatchLen:       int(pd.BatchLen),
+		BatchOffset:    pd.BatchOffset,
 		sub:            s,
 		cn:             cn,
 		ref:            pd.Ref(),

@@ -86,6 +86,10 @@ type SubscribeParams struct {
 	// (it says where). Not with Ordered; needs a broker on the embedded engine and protocol
 	// version 3.
 	Filter string
+	// BatchSize, with Ordered and a BatchHandler (Client.SubscribeBatch), makes the member take
+	// per-key batches of up to BatchSize messages (at most 1000) per partition, extended so that
+	// the messages of one key written by one publish are never split. Needs protocol version 4.
+	BatchSize int
 }
 
 // Handler processes one delivery. Unless the subscription has ManualAck, a nil return acks the
@@ -104,7 +108,9 @@ type Subscription struct {
 	params  SubscribeParams
 	cfg     subConfig
 	handler Handler
-	logger  *slog.Logger
+	// batchHandler, when not nil, replaces handler (Client.SubscribeBatch).
+	batchHandler BatchHandler
+	logger       *slog.Logger
 	// ctx is the handlers' context (the subscription's service context).
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -122,8 +128,10 @@ type Subscription struct {
 	credit   uint32
 	started  bool // subscribed once: the supervisor resubscribes it
 	queue    []*Delivery
-	closing  bool  // closed or ended: no new deliveries to handlers
-	err      error // why the broker ended it; nil when closed by Close
+	// pending holds the batches still arriving (batch.go).
+	pending map[batchKey][]*Delivery
+	closing bool  // closed or ended: no new deliveries to handlers
+	err     error // why the broker ended it; nil when closed by Close
 	// workersStarted is set when the handler goroutines were started (at the end of Subscribe).
 	workersStarted bool
 
@@ -153,12 +161,20 @@ type Subscription struct {
 // handlers returned and Err returns the reason. Errors: bad parameters wrap
 // protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
 func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handler, opts ...SubscribeOpt) (*Subscription, error) {
+	if p.BatchSize != 0 {
+		return nil, fmt.Errorf("client: subscribe: %w: BatchSize needs a batch handler (SubscribeBatch)", protocol.ErrInvalidArgument)
+	}
+	return c.subscribe(ctx, p, handler, nil, opts)
+}
+
+// subscribe is Subscribe with a handler or a batch handler.
+func (c *Client) subscribe(ctx context.Context, p SubscribeParams, handler Handler, batchHandler BatchHandler, opts []SubscribeOpt) (*Subscription, error) {
 	cfg, err := newSubConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case handler == nil:
+	case handler == nil && batchHandler == nil:
 		return nil, fmt.Errorf("client: subscribe: %w: nil handler", protocol.ErrInvalidArgument)
 	case p.Topic == "":
 		return nil, fmt.Errorf("client: subscribe: %w: empty topic", protocol.ErrInvalidArgument)
@@ -170,14 +186,15 @@ func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handl
 		credit = uint32(min(2*cfg.concurrency, 65536))
 	}
 	s := &Subscription{
-		c:           c,
-		params:      p,
-		cfg:         cfg,
-		handler:     handler,
-		logger:      c.logger.With(slog.String("topic", p.Topic), slog.String("group", p.Group)),
-		credit:      credit,
-		workersDone: make(chan struct{}),
-		done:        make(chan struct{}),
+		c:            c,
+		params:       p,
+		cfg:          cfg,
+		handler:      handler,
+		batchHandler: batchHandler,
+		logger:       c.logger.With(slog.String("topic", p.Topic), slog.String("group", p.Group)),
+		credit:       credit,
+		workersDone:  make(chan struct{}),
+		done:         make(chan struct{}),
 	}
 	s.cond = sync.NewCond(&s.mu)
 	s.setWideWindow()
@@ -348,6 +365,7 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 		LeaseDuration: s.cfg.leaseDuration,
 		Start:         start.wire(),
 		Filter:        s.params.Filter,
+		BatchSize:     uint32(s.params.BatchSize),
 	}
 	// The handle is attached on the reader goroutine, before the next frame (possibly its first
 	// delivery) is read. If the waiter gave up or the subscription closed meanwhile, the handle is
@@ -393,7 +411,15 @@ func (s *Subscription) push(cn *conn, pd *protocol.Delivery) {
 		s.mu.Unlock()
 		return
 	}
-	s.queue = append(s.queue, newDelivery(s, cn, pd))
+	d := newDelivery(s, cn, pd)
+	if pd.BatchLen > 0 && s.batchHandler != nil {
+		// A batch goes to one handler call once all of it arrived (batch.go).
+		if d = s.collectLocked(d, pd); d == nil {
+			s.mu.Unlock()
+			return
+		}
+	}
+	s.queue = append(s.queue, d)
 	s.mu.Unlock()
 	s.cond.Signal()
 }
@@ -408,6 +434,11 @@ func (s *Subscription) dropQueuedLocked(cn *conn) {
 	}
 	clear(s.queue[len(keep):])
 	s.queue = keep
+	for k, ds := range s.pending {
+		if cn == nil || ds[0].cn == cn {
+			delete(s.pending, k)
+		}
+	}
 }
 
 // connLost detaches s from a connection that broke; the supervisor resubscribes it.
@@ -571,14 +602,22 @@ func (s *Subscription) work() {
 			continue // the broker is closing this connection and releases the delivery
 		}
 		start := time.Now()
-		err := s.runHandler(d)
+		var err error
+		if d.batch != nil {
+			err = s.runBatchHandler(d.batch)
+		} else {
+			err = s.runHandler(d)
+		}
 		took := time.Since(start)
 		var settleErr error
-		if s.cfg.manualAck {
+		switch {
+		case d.batch != nil:
+			settleErr = s.settleBatch(d.batch, err)
+		case s.cfg.manualAck:
 			if err != nil {
 				s.logger.Debug("handler error (manual ack)", slog.Int64("offset", d.Offset), slog.Any("error", err))
 			}
-		} else {
+		default:
 			settleErr = s.settle(d, err, last)
 		}
 		d.cn.leaveHandler()

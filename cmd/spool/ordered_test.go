@@ -61,3 +61,20 @@ func TestCLISubOrdered(t *testing.T) {
 		return nil
 	})
 }
+
+// spool sub --ordered --batch N takes per-key batches: a delivery line names its batch (first
+// offset + size); --batch needs --ordered, at most 1000, and automatic acks.
+func TestCLISubBatch(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	const topic = "cli.batch"
+	s.ok(t, "", "topic", "create", topic, "--semantics", "PUB_SUB", "--partitions", "1")
+	s.fails(t, 2, "--batch needs --ordered", "sub", "--group", "g", "--batch", "2", topic)
+	s.fails(t, 2, "--batch must be between 1 and 1000", "sub", "--group", "g", "--ordered", "--batch", "1001", topic)
+	s.fails(t, 2, "--batch does not go with --ack=false", "sub", "--group", "g", "--ordered", "--batch", "2", "--ack=false", topic)
+	s.ok(t, "", "pub", topic, "x")
+	r := s.ok(t, "", "sub", "--group", "g", "--ordered", "--batch", "2", "--from", "beginning", "--max", "1", topic)
+	if !strings.Contains(r.stdout, "attempt=1 batch=0+1 x\n") {
+		t.Fatalf("sub --batch printed %q, want the delivery with its batch", r.stdout)
+	}
+}

@@ -36,6 +36,9 @@ ends the subscription (group cancelled, topic deleted), sub exits with its error
 it says so and goes on with the other topics. --ordered joins --group as an ordered group (a
 PUB_SUB topic name, no pattern): each partition goes to one member at a time, in offset order;
 members joining and leaving rebalance the partitions (spool group describe shows the assignment).
+--batch N (with --ordered) takes per-key batches: per partition up to N consecutive messages,
+extended so that the messages of one key written by one publish are never split, printed
+together and acked as a unit.
 --filter takes only the messages whose headers match an expression ('region=eu',
 'tier in (gold,silver), !test'; grammar in docs/protocol.md); a message that no member of the
 group matches is completed for the group without a delivery (embedded engine only).
@@ -50,6 +53,7 @@ count raised; --max-in-flight 1 prefetches nothing.`,
 		`spool sub --group billing --from beginning --max 10 'orders.#'`,
 		`spool sub --json --from 2025-01-02T15:04:05Z orders.created | jq .payload`,
 		`spool sub --group billing --ack=false --max 1 orders.created   # peek: not acked, delivered again`,
+		`spool sub --group ledger --ordered --batch 100 --from beginning --max 1 accounts`,
 	},
 }
 
@@ -85,6 +89,7 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	jsonOut := fs.Bool("json", false, "print one JSON object per delivery")
 	ordered := fs.Bool("ordered", false, "join --group as an ordered group: each partition to one member, in offset order")
 	filter := fs.String("filter", "", "member filter over headers, e.g. 'region=eu' or 'tier in (gold,silver), !test'")
+	batch := fs.Int("batch", 0, "with --ordered: per-key batches of up to this many messages per partition, acked as a unit (1 to 1000)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -103,6 +108,12 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 		return usagef(fs, "sub: --ordered needs --group")
 	case *ordered && *filter != "":
 		return usagef(fs, "sub: --filter does not go with --ordered (a partition's owner gets all its messages)")
+	case *batch != 0 && !*ordered:
+		return usagef(fs, "sub: --batch needs --ordered")
+	case *batch < 0 || *batch > 1000:
+		return usagef(fs, "sub: --batch must be between 1 and 1000, got %d", *batch)
+	case *batch != 0 && !*ack:
+		return usagef(fs, "sub: --batch does not go with --ack=false (a batch is settled as a unit)")
 	case *concurrency < 1 || *concurrency > maxCredit:
 		return usagef(fs, "sub: --concurrency must be between 1 and %d, got %d", maxCredit, *concurrency)
 	case *maxInFlight < 0 || *maxInFlight > maxCredit:
@@ -139,9 +150,14 @@ func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	if !*ack {
 		opts = append(opts, client.ManualAck())
 	}
-	sub, err := c.Subscribe(ctx, client.SubscribeParams{Topic: pos[0], Group: *group, MaxInFlight: credit, Start: start, Ordered: *ordered,
-		Filter: *filter},
-		s.handle, opts...)
+	params := client.SubscribeParams{Topic: pos[0], Group: *group, MaxInFlight: credit, Start: start, Ordered: *ordered,
+		Filter: *filter, BatchSize: *batch}
+	var sub *client.Subscription
+	if *batch > 0 {
+		sub, err = c.SubscribeBatch(ctx, params, s.handleBatch, opts...)
+	} else {
+		sub, err = c.Subscribe(ctx, params, s.handle, opts...)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // SIGINT while connecting
@@ -247,6 +263,27 @@ func (s *subscriber) handle(_ context.Context, d *client.Delivery) error {
 	return nil
 }
 
+// handleBatch prints a per-key batch (--batch); the nil return acks it as a unit. With --max it
+// is printed whole even past --max (a batch is not split); one that arrives after the max-th
+// delivery is nacked, back to the group at once.
+func (s *subscriber) handleBatch(_ context.Context, batch []*client.Delivery) error {
+	s.mu.Lock()
+	if s.max > 0 && s.n >= s.max {
+		s.mu.Unlock()
+		return errNotHandled
+	}
+	before := s.n
+	s.n += int64(len(batch))
+	if s.max > 0 && before < s.max && s.n >= s.max {
+		close(s.reached)
+	}
+	s.mu.Unlock()
+	for _, d := range batch {
+		s.print(d)
+	}
+	return nil
+}
+
 // subJSON is the --json line of a delivery: the admin API's message shape (key and payload as
 // text when valid UTF-8, else base64) with the delivery's attempt and lease.
 type subJSON struct {
@@ -264,6 +301,10 @@ type subJSON struct {
 	ProducerID     string            `json:"producer_id,omitempty"`
 	SubscriptionID int64             `json:"subscription_id"`
 	LeaseDeadline  time.Time         `json:"lease_deadline"`
+	// BatchOffset and BatchLen name the delivery's per-key batch (--batch): its first offset and
+	// size.
+	BatchOffset *int64 `json:"batch_offset,omitempty"`
+	BatchLen    int    `json:"batch_len,omitempty"`
 	// Acked says sub acks the delivery right after printing it (false with --ack=false); a failed
 	// ack is reported on stderr.
 	Acked bool `json:"acked"`
@@ -278,6 +319,9 @@ func (s *subscriber) print(d *client.Delivery) {
 			out.Key, out.KeyBase64 = cli.TextOrBase64(d.Key)
 		}
 		out.Payload, out.PayloadBase64 = cli.TextOrBase64(d.Payload)
+		if d.BatchLen > 0 {
+			out.BatchOffset, out.BatchLen = &d.BatchOffset, d.BatchLen
+		}
 		_ = s.jsonOut.Write(out)
 		return
 	}
@@ -292,6 +336,9 @@ func (s *subscriber) print(d *client.Delivery) {
 func deliveryLine(d *client.Delivery) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s attempt=%d", d.Topic, d.MessageID(), d.Attempt)
+	if d.BatchLen > 0 {
+		fmt.Fprintf(&b, " batch=%d+%d", d.BatchOffset, d.BatchLen) // first offset + size
+	}
 	if len(d.Key) > 0 {
 		b.WriteString(" key=" + cli.Text(d.Key))
 	}
