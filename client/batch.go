@@ -52,10 +52,15 @@ type batchKey struct {
 	offset    int64
 }
 
-// collectLocked adds d (of wire delivery pd, BatchLen > 0) to its batch and returns the batch's
-// first delivery, carrying the whole batch, once all BatchLen arrived (nil until then). The
+// collectLocked adds d (of wire delivery pd) to its batch and returns the batch's first delivery,
+// carrying the whole batch, once all BatchLen arrived (nil until then; at once for BatchLen 0 or
+// 1). The
 // broker sends a batch in offset order, possibly over several Deliver frames. s.mu must be held.
 func (s *Subscription) collectLocked(d *Delivery, pd *protocol.Delivery) *Delivery {
+	if pd.BatchLen <= 1 {
+		d.batch = []*Delivery{d}
+		return d
+	}
 	k := batchKey{sub: pd.SubscriptionID, partition: pd.Partition, offset: pd.BatchOffset}
 	if s.pending == nil {
 		s.pending = make(map[batchKey][]*Delivery)

@@ -412,8 +412,9 @@ func (s *Subscription) push(cn *conn, pd *protocol.Delivery) {
 		return
 	}
 	d := newDelivery(s, cn, pd)
-	if pd.BatchLen > 0 && s.batchHandler != nil {
-		// A batch goes to one handler call once all of it arrived (batch.go).
+	if s.batchHandler != nil {
+		// A batch goes to one handler call once all of it arrived (batch.go); a delivery
+		// without batch fields is a batch of its own.
 		if d = s.collectLocked(d, pd); d == nil {
 			s.mu.Unlock()
 			return

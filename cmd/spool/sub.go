@@ -53,7 +53,6 @@ count raised; --max-in-flight 1 prefetches nothing.`,
 		`spool sub --group billing --from beginning --max 10 'orders.#'`,
 		`spool sub --json --from 2025-01-02T15:04:05Z orders.created | jq .payload`,
 		`spool sub --group billing --ack=false --max 1 orders.created   # peek: not acked, delivered again`,
-		`spool sub --group ledger --ordered --batch 100 --from beginning --max 1 accounts`,
 	},
 }
 
