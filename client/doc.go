@@ -107,6 +107,7 @@
 //
 // Files: client.go (Client, Dial, Close, supervisor), conn.go (connection, framing, acks,
 // heartbeats), publish.go (Publish, PublishBatch, PublishAsync, Flush, retries), subscribe.go
-// (Subscribe, Subscription, handlers, settlement), delivery.go (Delivery: Ack, Nack, Extend),
+// (Subscribe, Subscription, handlers, settlement), batch.go (SubscribeBatch: per-key batches of
+// ordered members, gathered and settled as a unit), delivery.go (Delivery: Ack, Nack, Extend),
 // options.go, errors.go, hooks.go.
 package client
