@@ -202,8 +202,9 @@ s AS (
 	DELETE FROM spool.staged WHERE id IN (
 		SELECT id FROM (SELECT id, size, sum(size) OVER (ORDER BY id) AS upto FROM e) w
 		WHERE upto - size < $2)
-	RETURNING id, topic_id, partition, key, headers, payload, producer_id, not_before, expires_at, size)
+	RETURNING id, topic_id, partition, key, headers, payload, producer_id, not_before, expires_at, size, xact)
 SELECT n.cands, n.eligible, s.id, s.topic_id, s.partition, s.key, s.headers::text, s.payload, s.producer_id, s.not_before, s.expires_at, s.size,
+	s.xact::text::bigint,
 	(SELECT t.name FROM spool.topics t JOIN spool.partitions p ON p.topic_id = t.id AND p.partition = s.partition
 	 WHERE t.id = s.topic_id)
 FROM (SELECT (SELECT count(*) FROM c) AS cands, (SELECT count(*) FROM e) AS eligible) n
@@ -221,7 +222,9 @@ type stagedRow struct {
 	notBefore  pgtype.Timestamptz
 	expiresAt  pgtype.Timestamptz
 	size       int32
-	topic      *string
+	// xact is the staging transaction's id (migrations/0015_staged_xact.sql).
+	xact  int64
+	topic *string
 }
 
 // sequence runs one sequencing transaction (bounded by Config.TxTimeout) and returns what it
@@ -296,8 +299,9 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plan
 		var sr stagedRow
 		var id, topicID *int64
 		var part, size *int32
+		var xact *int64
 		if err := rows.Scan(&r.cands, &r.eligible, &id, &topicID, &part, &sr.key, &sr.headers, &sr.payload, &sr.producerID,
-			&sr.notBefore, &sr.expiresAt, &size, &sr.topic); err != nil {
+			&sr.notBefore, &sr.expiresAt, &size, &xact, &sr.topic); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, nil, r, fmt.Errorf("pgstore: take staged messages: %w", err)
@@ -305,7 +309,7 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plan
 		if id == nil {
 			continue // none taken
 		}
-		sr.id, sr.topicID, sr.partition, sr.size = *id, *topicID, *part, *size
+		sr.id, sr.topicID, sr.partition, sr.size, sr.xact = *id, *topicID, *part, *size, *xact
 		staged = append(staged, sr)
 	}
 	rows.Close()
@@ -361,7 +365,11 @@ type topicDrop struct {
 	n     int64
 }
 
-// stagedPlan is the append plan of one topic's staged rows (sorted by id).
+// stagedPlan is the append plan of one topic's staged rows (sorted by id). Per partition, the
+// rows of one staging transaction stay consecutive (transactions in the order of their first
+// row, each one's rows in id order) and its runs of one key are linked (storage.LinkRuns): a
+// transaction is one publish for per-key batches. Offsets stay gapless; between concurrent
+// transactions the order is still staging order, of their first rows.
 func stagedPlan(rows []stagedRow) *appendPlan {
 	plan := &appendPlan{topic: &topicRow{id: rows[0].topicID, name: *rows[0].topic}}
 	byPart := map[int32]*partShare{}
@@ -376,6 +384,24 @@ func stagedPlan(rows []stagedRow) *appendPlan {
 	}
 	slices.SortFunc(plan.shares, func(a, b *partShare) int { return int(a.partition) - int(b.partition) })
 	for _, s := range plan.shares {
+		// Group by transaction, in the order of each one's first row (idx is in id order).
+		first := map[int64]int{}
+		for k, i := range s.idx {
+			if _, ok := first[rows[i].xact]; !ok {
+				first[rows[i].xact] = k
+			}
+		}
+		slices.SortStableFunc(s.idx, func(a, b int) int { return first[rows[a].xact] - first[rows[b].xact] })
+		linked := make([]bool, 0, len(s.idx))
+		for k := 0; k < len(s.idx); {
+			run := s.idx[k:]
+			n := 0
+			for n < len(run) && rows[run[n]].xact == rows[run[0]].xact {
+				n++
+			}
+			linked = append(linked, storage.LinkRuns(n, func(int) int32 { return 0 }, func(i int) []byte { return rows[run[i]].key })...)
+			k += n
+		}
 		for j, i := range s.idx {
 			r := &rows[i]
 			s.bytes += int64(r.size) + messageOverhead
@@ -388,7 +414,7 @@ func stagedPlan(rows []stagedRow) *appendPlan {
 			plan.notBefore = append(plan.notBefore, r.notBefore)
 			plan.expiresAt = append(plan.expiresAt, r.expiresAt)
 			plan.size = append(plan.size, r.size)
-			plan.linked = append(plan.linked, false) // each staged message is its own publish
+			plan.linked = append(plan.linked, linked[j])
 			if r.producerID != nil {
 				plan.idID = append(plan.idID, *r.producerID)
 				plan.idPart = append(plan.idPart, s.partition)

@@ -390,3 +390,59 @@ func TestBrokerPublishWaitsForAppProducerID(t *testing.T) {
 		t.Fatalf("broker publish of the application's id: %+v, want a duplicate in partition 0", p)
 	}
 }
+
+// TestSequencerLinksTransactionRuns: two transactions stage messages of one partition
+// interleaved (A: a1 a2, B: b1 b2, A: a3, B: b3 with keys a and b). Sequenced together, each
+// transaction's messages stay consecutive (A first: its first row is older) and its run of one
+// key is linked up to its last message, so a batch claim never splits it; a transaction's
+// messages of another partition are not linked to those.
+func TestSequencerLinksTransactionRuns(t *testing.T) {
+	t.Parallel()
+	e1, _ := twoInstances(t, time.Minute)
+	ctx := t.Context()
+	logTopic(t, e1, "tl", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	begin := func() pgx.Tx {
+		tx := must(e1.pool.Begin(ctx))(t)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+		return tx
+	}
+	stage := func(tx pgx.Tx, part int32, key string, payloads ...string) {
+		t.Helper()
+		var msgs []storage.AppendMessage
+		for _, p := range payloads {
+			msgs = append(msgs, storage.AppendMessage{Partition: part, Key: []byte(key), Payload: []byte(p)})
+		}
+		must(e1.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "tl", Messages: msgs}))(t)
+	}
+	// Hold the sequencer off until both committed: take its lock in a transaction of our own.
+	hold := begin()
+	must(hold.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(e1.schema, "sequencer")))(t)
+	txA, txB := begin(), begin()
+	stage(txA, 0, "a", "a1", "a2")
+	stage(txB, 0, "b", "b1", "b2")
+	stage(txA, 0, "a", "a3")
+	stage(txA, 1, "a", "x1")
+	stage(txB, 0, "b", "b3")
+	must(0, txB.Commit(ctx))(t)
+	must(0, txA.Commit(ctx))(t)
+	must(0, hold.Commit(ctx))(t)
+	e1.wakeSequencer()
+	awaitSequenced(t, e1)
+
+	type row struct {
+		part    int32
+		payload string
+		linked  bool
+	}
+	rows := must(e1.pool.Query(ctx, e1.sql(`SELECT m.partition, convert_from(m.payload, 'UTF8'), m.linked FROM spool.messages m
+		JOIN spool.topics t ON t.id = m.topic_id WHERE t.name = 'tl' ORDER BY m.partition, m."offset"`)))(t)
+	got := must(pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.part, &x.payload, &x.linked)
+		return x, err
+	}))(t)
+	want := []row{{0, "a1", true}, {0, "a2", true}, {0, "a3", false}, {0, "b1", true}, {0, "b2", true}, {0, "b3", false}, {1, "x1", false}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("log %v, want %v", got, want)
+	}
+}
