@@ -226,6 +226,13 @@ type DeliveriesClaimParams struct {
 	// AvoidMember skips messages whose last delivery went to Member and that are due for
 	// redelivery (the broker sets it when another member of the group could take them).
 	AvoidMember bool
+	// Skip and SkipFor: a due redelivery whose last member is Skip (the tag of a give-back,
+	// DeliveriesNackParams.GiveBack) is not taken by this claim before SkipFor has passed since
+	// it became due; it counts for NextDue then. SkipFor is at most MaxSkipFor. The broker
+	// instance that gave messages back so passes them over while another instance's members,
+	// whose filters want them, claim them.
+	Skip    string
+	SkipFor time.Duration
 	// Partitions limits the claim to those partitions; nil means all (in an ORDERED
 	// subscription: all the member owns).
 	Partitions []int32
@@ -296,6 +303,13 @@ type DeliveriesNackParams struct {
 	Reason string
 	// Batch nacks whole batches, as DeliveriesAckParams.Batch.
 	Batch bool
+	// GiveBack, when not empty, gives the messages back as if this delivery had not been made
+	// (member filters on a shared engine: no member of this broker instance wants them, one of
+	// another instance does): the attempt count goes back to its value before the claim, nothing
+	// is dead-lettered or recorded as a failure, and GiveBack is recorded as the messages' last
+	// member in place of Member (a claim with Skip = GiveBack passes them over for its SkipFor).
+	// Refused with ToDLQ or Batch; at most MaxGroupNameLen bytes.
+	GiveBack string
 }
 
 // DeliveriesNackResult is the result of Engine.DeliveriesNack.

@@ -194,9 +194,16 @@ func (p *DeliveriesClaimParams) Check() error {
 		return Invalid("lease duration must not be negative, got %s", p.LeaseDuration)
 	case p.BatchSize < 0 || p.BatchSize > MaxBatchSize:
 		return Invalid("batch_size must be between 1 and %d (0: no batches), got %d", MaxBatchSize, p.BatchSize)
+	case len(p.Skip) > MaxGroupNameLen:
+		return Invalid("skip tag must have at most %d bytes, got %d", MaxGroupNameLen, len(p.Skip))
+	case p.SkipFor < 0 || p.SkipFor > MaxSkipFor:
+		return Invalid("skip_for must be between 0 and %s, got %s", MaxSkipFor, p.SkipFor)
 	}
 	return nil
 }
+
+// MaxSkipFor bounds DeliveriesClaimParams.SkipFor.
+const MaxSkipFor = time.Minute
 
 // Check validates the parameters of DeliveriesExtend: a duration not negative.
 func (p *DeliveriesExtendParams) Check() error {
@@ -216,6 +223,10 @@ func (p *DeliveriesNackParams) Check() error {
 		return nilParams()
 	case p.Delay < 0:
 		return Invalid("delay must not be negative, got %s", p.Delay)
+	case len(p.GiveBack) > MaxGroupNameLen:
+		return Invalid("give-back tag must have at most %d bytes, got %d", MaxGroupNameLen, len(p.GiveBack))
+	case p.GiveBack != "" && (p.ToDLQ || p.Batch):
+		return Invalid("a give-back neither dead-letters nor nacks whole batches")
 	}
 	return nil
 }

@@ -1352,6 +1352,11 @@ func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage
 				res.NotHeld = append(res.NotHeld, r)
 				continue
 			}
+			if p.GiveBack != "" {
+				rp.state, rp.due, rp.attempt, rp.member, rp.changed = stWaiting, due, max(0, rp.attempt-1), p.GiveBack, true
+				res.Nacked++
+				continue
+			}
 			hist, rule := poison.fail(rp.failures)
 			switch {
 			case p.ToDLQ || rp.attempt >= maxDel:
@@ -1373,6 +1378,12 @@ func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage
 			res.NotHeld = append(res.NotHeld, r)
 			continue
 		}
+		if p.GiveBack != "" {
+			seen[k] = true
+			nacked[row] = append(nacked[row], r.Offset)
+			res.Nacked++
+			continue
+		}
 		hist, rule := poison.fail(row.failures)
 		if p.ToDLQ || row.attempt >= maxDel || rule != "" {
 			out := dlqOutcome{reason: reason, lastErr: p.Reason, attempt: row.attempt, failures: hist}
@@ -1389,7 +1400,9 @@ func nackOn(st *dstate, p *storage.DeliveriesNackParams, now time.Time) *storage
 		res.Nacked++
 	}
 	for _, row := range slices.Clone(st.rows) {
-		if offs := nacked[row]; len(offs) > 0 {
+		if offs := nacked[row]; len(offs) > 0 && p.GiveBack != "" {
+			st.moveOffsets(row, offs, stWaiting, max(0, row.attempt-1), p.GiveBack, due) // undone: see DeliveriesNackParams.GiveBack
+		} else if len(offs) > 0 {
 			hist, _ := poison.fail(row.failures)
 			st.moveOffsets(row, offs, stWaiting, row.attempt, p.Member, due).failures = hist
 		}

@@ -65,6 +65,8 @@ type Input struct {
 type Claim struct {
 	member        string
 	avoid         bool
+	skip          string // Params.Skip
+	skipFor       int64  // Params.SkipFor
 	now, deadline int64
 	maxDeliveries int
 	parts         int     // the topic's partition count
@@ -90,6 +92,8 @@ func (c *Claim) Start(in Input) error {
 	*c = Claim{
 		member:        p.Member,
 		avoid:         p.AvoidMember,
+		skip:          p.Skip,
+		skipFor:       int64(p.SkipFor),
 		now:           in.Now,
 		maxDeliveries: in.MaxDeliveries,
 		parts:         in.Partitions,
@@ -100,7 +104,7 @@ func (c *Claim) Start(in Input) error {
 		c.batchSize = in.BatchSize
 	}
 	if c.maxInFlight > 0 {
-		c.avoid = false // one owner per partition: nobody else could take a redelivery
+		c.avoid, c.skip = false, "" // one owner per partition: nobody else could take a redelivery
 	}
 	lease := in.AckWait
 	if p.LeaseDuration > 0 {
@@ -202,7 +206,13 @@ func ExpiredDue(deadline int64, attempt int) int64 {
 // went to last, may be redelivered by this claim: it is due, its partition is allowed, and with
 // AvoidMember its last delivery did not go to the claiming member.
 func (c *Claim) Claimable(due int64, p int32, last string) bool {
-	return due <= c.now && c.Allowed(p) && !(c.avoid && last == c.member)
+	return due <= c.now && c.Allowed(p) && !(c.avoid && last == c.member) && !c.skipped(due, last)
+}
+
+// skipped reports whether a waiting message due at due whose last member is last is a give-back
+// this claim passes over for now (Params.Skip and SkipFor).
+func (c *Claim) skipped(due int64, last string) bool {
+	return c.skip != "" && last == c.skip && due+c.skipFor > c.now
 }
 
 // Redeliver decides about the next waiting messages (in order: due time, then partition, then
@@ -217,6 +227,9 @@ func (c *Claim) Redeliver(due int64, p int32, last string, n int) (take int, sto
 		return 0, true
 	}
 	if !c.Claimable(due, p, last) {
+		if c.skipped(due, last) && c.Allowed(p) {
+			c.Waiting(due + c.skipFor) // claimable by this claimer from then on
+		}
 		return 0, false
 	}
 	take = min(n, c.remaining)

@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ func nackCases() []testCase {
 		{name: "not_held", fn: testNackNotHeld},
 		{name: "on_max_deliveries", fn: testNackMaxDeliveries},
 		{name: "redelivery_oldest_due_first", fn: testNackOldestDueFirst},
+		{name: "give_back_uncounted_and_skipped", fn: testNackGiveBack},
 	}
 }
 
@@ -537,4 +539,70 @@ func testReleaseMaxDeliveries(t *testing.T, x *env) {
 	ds = x.claim(q.ID, "m2", 10)
 	requireOffsets(t, ds, []int64{1}, "the released message")
 	equal(t, ds[0].Attempt, 2, "attempt")
+}
+
+// testNackGiveBack: a give-back (DeliveriesNackParams.GiveBack, member filters on a shared
+// engine) undoes the delivery's attempt, so any number of them never dead-letters; the claims
+// that Skip its tag pass it over for SkipFor after it became due, other claims take it at once.
+func testNackGiveBack(t *testing.T, x *env) {
+	q := x.queueTopic("giveback", 0, 2, 2)
+	give := func(member, tag string, refs ...storage.DeliveryRef) {
+		t.Helper()
+		res := x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: member, Refs: refs, GiveBack: tag})
+		equal(t, res.Nacked, len(refs), "given back by %s", member)
+		equal(t, res.DeadLettered, 0, "dead-lettered by a give-back")
+	}
+	skipA := func(member string) *storage.DeliveriesClaimResult {
+		return x.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: member, Max: 10, Skip: "inst-a", SkipFor: 5 * time.Second})
+	}
+	// Many more give-backs than max_deliveries (2): the attempt stays 1, nothing is dead-lettered.
+	for i := range 5 {
+		ds := x.claim(q.ID, "a1", 1)
+		requireOffsets(t, ds, []int64{0}, "claim %d", i)
+		equal(t, ds[0].Attempt, 1, "attempt after %d give-backs", i)
+		give("a1", "inst-a", ref(0, 0))
+	}
+	x.requireStats(q.ID, wantStats{pending: 2, lag: 1, redelivering: 1}, "after the give-backs")
+
+	// The instance that gave it back skips it for SkipFor (another of its members too), and
+	// learns when it may take it; another instance's claim takes it at once.
+	cr := skipA("a2")
+	requireOffsets(t, cr.Deliveries, []int64{1}, "a claim skipping inst-a gets the new message only")
+	timeEqual(t, cr.NextDue, x.now().Add(5*time.Second), "NextDue of the skipped give-back")
+	give("a2", "inst-a", ref(0, 1))
+	ds := x.claim(q.ID, "b1", 10)
+	requireOffsets(t, ds, []int64{0, 1}, "another instance's member takes both give-backs")
+	equal(t, ds[0].Attempt, 1, "attempt of 0")
+	equal(t, ds[1].Attempt, 1, "attempt of 1")
+
+	// A real nack still counts: b1's nack of offset 1 is its first failure, the next one its last.
+	x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "b1", Refs: []storage.DeliveryRef{ref(0, 1)}})
+	give("b1", "inst-b", ref(0, 0))
+	ds = skipA("a1").Deliveries
+	requireOffsets(t, ds, []int64{0, 1}, "inst-b's give-back and the nack are no give-backs of inst-a")
+	equal(t, ds[0].Attempt, 1, "attempt of the give-back")
+	equal(t, ds[1].Attempt, 2, "attempt of the nacked message")
+	equal(t, x.ack(q.ID, "a1", ref(0, 1)).Acked, 1, "ack of 1")
+	give("a1", "inst-a", ref(0, 0))
+	x.advance(5 * time.Second)
+	requireOffsets(t, skipA("a1").Deliveries, []int64{0}, "after SkipFor the skipping instance takes it")
+
+	// Persisted: after a restart the attempts are those of before.
+	give("a1", "inst-a", ref(0, 0))
+	x.restart()
+	ds = x.claim(q.ID, "a1", 10)
+	requireOffsets(t, ds, []int64{0}, "after a restart")
+	equal(t, ds[0].Attempt, 1, "attempt after a restart")
+
+	// Bad parameters change nothing.
+	for _, p := range []storage.DeliveriesNackParams{
+		{SubscriptionID: q.ID, Member: "a1", Refs: []storage.DeliveryRef{ref(0, 0)}, GiveBack: "x", ToDLQ: true},
+		{SubscriptionID: q.ID, Member: "a1", Refs: []storage.DeliveryRef{ref(0, 0)}, GiveBack: strings.Repeat("x", storage.MaxGroupNameLen+1)},
+	} {
+		_, err := x.e.DeliveriesNack(x.ctx, &p)
+		errIs(t, err, storage.ErrInvalidArgument, "give-back %+v", p)
+	}
+	_, err := x.e.DeliveriesClaim(x.ctx, &storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "a1", Max: 1, Skip: "x", SkipFor: storage.MaxSkipFor + 1})
+	errIs(t, err, storage.ErrInvalidArgument, "claim with SkipFor past the bound")
+	x.requireStats(q.ID, wantStats{pending: 1, inFlight: 1}, "stats after the refused calls")
 }

@@ -344,6 +344,12 @@ func (md *model) nacked(s *mSub, p storage.DeliveriesNackParams, res *storage.De
 			notHeld = append(notHeld, r)
 			continue
 		}
+		if p.GiveBack != "" {
+			// As if not delivered: the attempt is undone, the tag is its last member.
+			nacked++
+			m.state, m.due, m.attempt, m.member = stWaiting, now.Add(p.Delay), max(0, m.attempt-1), p.GiveBack
+			continue
+		}
 		hist, rule := m.failures, storage.PoisonRule("")
 		if s.topic.poison.On() {
 			hist = policy.AddFailure(slices.Clone(m.failures), policy.Failure{Member: p.Member, Reason: p.Reason, At: now.UnixNano()})

@@ -3,6 +3,7 @@ package storagetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -109,7 +110,11 @@ func (r *recorder) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesEx
 
 func (r *recorder) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
 	r.tr.releaseBegin(p.SubscriptionID, p.Member, p.Refs, false)
-	return r.engine().DeliveriesNack(ctx, p)
+	res, err := r.engine().DeliveriesNack(ctx, p)
+	if err == nil && res != nil && p.GiveBack != "" {
+		r.tr.givenBack(p.SubscriptionID, p.Member, p.Refs, res.NotHeld)
+	}
+	return res, err
 }
 
 func (r *recorder) DeliveriesRelease(ctx context.Context, p *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
@@ -471,6 +476,26 @@ func (tr *tracker) releaseMember(sub int64, member string) {
 		for _, r := range mt.recs {
 			if r.member == member && r.released == 0 {
 				r.released = tr.seq
+			}
+		}
+	}
+}
+
+// givenBack forgets member's last delivery of each ref it gave back (DeliveriesNackParams.GiveBack:
+// as if that delivery had not been made, so the next one has the same attempt number).
+func (tr *tracker) givenBack(sub int64, member string, refs, notHeld []storage.DeliveryRef) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.seq++
+	for _, ref := range refs {
+		mt := tr.msgs[msgKey{sub, ref.Partition, ref.Offset}]
+		if mt == nil || slices.Contains(notHeld, ref) {
+			continue
+		}
+		for i := len(mt.recs) - 1; i >= 0; i-- {
+			if r := mt.recs[i]; r.member == member && r.epoch == tr.epoch && r.gen == mt.gen {
+				mt.recs = slices.Delete(mt.recs, i, i+1)
+				break
 			}
 		}
 	}

@@ -262,7 +262,7 @@ func (e *Engine) applyRecord(body []byte) error {
 		}
 		if st := e.stateOf(id); st != nil {
 			for _, it := range items {
-				st.RestoreNack(it.partition, it.offset, it.due, it.replayed)
+				st.RestoreNack(it.partition, it.offset, it.due, it.replayed, it.givenBack)
 			}
 		}
 	case recFailure:

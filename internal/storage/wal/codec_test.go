@@ -23,7 +23,7 @@ func TestStateRecordRoundTrip(t *testing.T) {
 	if err != nil || id != 7 || !reflect.DeepEqual(gr, refs) {
 		t.Fatalf("ack: %v %d %v", err, id, gr)
 	}
-	nacks := []nackItem{{1, 2, -5, true}, {0, 9, 1 << 60, false}}
+	nacks := []nackItem{{1, 2, -5, true, false}, {0, 9, 1 << 60, false, true}, {3, 4, 0, true, true}}
 	id, gn, err := decodeNack(encodeNack(9, nacks))
 	if err != nil || id != 9 || !reflect.DeepEqual(gn, nacks) {
 		t.Fatalf("nack: %v %d %v", err, id, gn)
@@ -96,7 +96,7 @@ func seedEngineState(e *Engine) {
 func FuzzStateRecord(f *testing.F) {
 	f.Add(encodeClaim(1, []claimItem{{claimDeliver, 0, 0, 1}, {claimDelay, 1, 0, 5}}, []cursorItem{{0, 1}}))
 	f.Add(encodeAck(1, []storage.DeliveryRef{{Partition: 0, Offset: 0}}))
-	f.Add(encodeNack(1, []nackItem{{0, 0, 3, false}}))
+	f.Add(encodeNack(1, []nackItem{{0, 0, 3, false, true}}))
 	f.Add(encodeDLQ(1, &storage.DLQEntry{ID: 1, Message: storage.Message{Payload: []byte("x")}}))
 	f.Add(encodeDLQIDs(recDLQReplay, 1, 0, []int64{1}))
 	f.Add(encodeRetention([]floorItem{{1, 0, 3}}, nil))

@@ -593,6 +593,16 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 		maxDel := s.topic.meta.Config.MaxDeliveries
 		poison := poisonNack{rules: s.topic.meta.Config.PoisonRules, member: params.Member, reason: params.Reason, now: nowNs}
 		for _, r := range params.Refs {
+			if params.GiveBack != "" {
+				// As if not delivered (DeliveriesNackParams.GiveBack): no failure, no DLQ.
+				if en, ok := s.st.GiveBack(r.Partition, r.Offset, params.Member, params.GiveBack, nowNs, dueNs); ok {
+					res.Nacked++
+					nacks = append(nacks, nackItem{partition: r.Partition, offset: r.Offset, due: dueNs, replayed: en.Replayed(), givenBack: true})
+				} else {
+					res.NotHeld = append(res.NotHeld, r)
+				}
+				continue
+			}
 			out, en := s.st.Nack(r.Partition, r.Offset, params.Member, nowNs, dueNs, params.ToDLQ, maxDel)
 			switch out {
 			case substate.NotHeld:

@@ -48,7 +48,7 @@ func TestGoldenFormats(t *testing.T) {
 		{"subscription delete", encodeJSON(recSubDelete, &subDeleteRec{ID: 3, At: at})},
 		{"claim", encodeClaim(3, []claimItem{{claimDeliver, 0, 7, 1}, {claimReplayed, 1, 9, 2}, {claimDelay, 0, 8, at.UnixNano()}, {claimComplete, 0, 9, 0}}, []cursorItem{{0, 10}})},
 		{"ack", encodeAck(3, []storage.DeliveryRef{{Partition: 0, Offset: 7}, {Partition: 1, Offset: 300}})},
-		{"nack", encodeNack(3, []nackItem{{0, 7, at.UnixNano(), false}, {1, 9, 0, true}})},
+		{"nack", encodeNack(3, []nackItem{{0, 7, at.UnixNano(), false, false}, {1, 9, 0, true, false}})},
 		{"dead-letter", encodeDLQ(3, de)},
 		{"dlq replay", encodeDLQIDs(recDLQReplay, 3, at.UnixNano(), []int64{2, 4})},
 		{"dlq purge", encodeDLQIDs(recDLQPurge, 3, 0, []int64{2})},

@@ -186,10 +186,11 @@ type nackItem struct {
 	offset    int64
 	due       int64
 	replayed  bool
+	givenBack bool // a give-back: the restore undoes the delivery's attempt
 }
 
 // encodeNack: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint offset, varint
-// due unix ns, u8 replayed).
+// due unix ns, u8 flags: bit 0 replayed, bit 1 given back).
 func encodeNack(subID int64, items []nackItem) []byte {
 	e := enc{b: make([]byte, 0, 4+len(items)*16)}
 	e.u8(recNack)
@@ -199,11 +200,14 @@ func encodeNack(subID int64, items []nackItem) []byte {
 		e.uvarint(uint64(it.partition))
 		e.uvarint(uint64(it.offset))
 		e.varint(it.due)
+		var flags uint8
 		if it.replayed {
-			e.u8(1)
-		} else {
-			e.u8(0)
+			flags |= 1
 		}
+		if it.givenBack {
+			flags |= 2
+		}
+		e.u8(flags)
 	}
 	return e.b
 }
@@ -213,7 +217,9 @@ func decodeNack(b []byte) (subID int64, items []nackItem, err error) {
 	subID = int64(d.uvarint())
 	items = make([]nackItem, d.count(4))
 	for i := range items {
-		items[i] = nackItem{partition: int32(d.uvarint()), offset: int64(d.uvarint()), due: d.varint(), replayed: d.u8() == 1}
+		items[i] = nackItem{partition: int32(d.uvarint()), offset: int64(d.uvarint()), due: d.varint()}
+		flags := d.u8()
+		items[i].replayed, items[i].givenBack = flags&1 != 0, flags&2 != 0
 	}
 	return subID, items, d.done("nack record")
 }

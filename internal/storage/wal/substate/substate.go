@@ -408,6 +408,20 @@ func (s *Sub) Nack(p int32, o int64, member string, now, due int64, toDLQ bool, 
 	return Nacked, e
 }
 
+// GiveBack gives back a message member holds as if this delivery had not been made: waiting
+// until due, its attempt count one lower, tag recorded as its last member (a claim's Skip). It
+// reports whether member held it.
+func (s *Sub) GiveBack(p int32, o int64, member, tag string, now, due int64) (*Entry, bool) {
+	e := s.held(p, o, member, now)
+	if e == nil {
+		return nil, false
+	}
+	e.Attempt = max(0, e.Attempt-1)
+	e.Member = tag
+	s.setWaiting(e, due)
+	return e, true
+}
+
 // Extend moves the lease deadline of a message member holds. It reports whether member held it.
 func (s *Sub) Extend(p int32, o int64, member string, now, deadline int64) bool {
 	e := s.held(p, o, member, now)
@@ -564,7 +578,7 @@ func (s *Sub) RestoreClaim(p int32, o int64, attempt int, replayed bool) {
 }
 
 // RestoreNack replays a nack record item: the message waits until due.
-func (s *Sub) RestoreNack(p int32, o int64, due int64, replayed bool) {
+func (s *Sub) RestoreNack(p int32, o int64, due int64, replayed, givenBack bool) {
 	pt := s.part(p)
 	if pt == nil {
 		return
@@ -575,6 +589,9 @@ func (s *Sub) RestoreNack(p int32, o int64, due int64, replayed bool) {
 	}
 	if e == nil {
 		return
+	}
+	if givenBack {
+		e.Attempt = max(0, e.Attempt-1) // Sub.GiveBack
 	}
 	s.setWaiting(e, due)
 }

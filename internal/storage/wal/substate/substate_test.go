@@ -523,7 +523,7 @@ func TestRestoreMatchesLive(t *testing.T) {
 	re.Complete(0, 6)
 	re.RestoreCursor(0, 7)
 	re.Ack(0, 1, Forever)
-	re.RestoreNack(0, 2, 7*sec, false)
+	re.RestoreNack(0, 2, 7*sec, false, false)
 	checkInvariants(t, re)
 
 	a, _ := live.Export()
