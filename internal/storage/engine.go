@@ -107,13 +107,14 @@ type Engine interface {
 	// SubscriptionAssignment returns the current assignment of an ORDERED subscription
 	// (generation 0 and no member before the first SubscriptionAssign).
 	SubscriptionAssignment(ctx context.Context, id int64) (*Assignment, error)
-	// SubscriptionMembersRenew records that the members params.Members of ORDERED subscriptions
-	// are live until params.TTL from now (member liveness: the broker instance they are connected
-	// to renews them well within the TTL; on PostgreSQL "now" is the database's clock unless the
-	// engine was given a Clock) and returns, for each ORDERED subscription named, the members
-	// whose liveness has not expired, renewed by this call or earlier by any broker instance.
+	// SubscriptionMembersRenew records that the members params.Members of subscriptions are live
+	// until params.TTL from now (member liveness: the broker instance they are connected to
+	// renews them well within the TTL; on PostgreSQL "now" is the database's clock unless the
+	// engine was given a Clock), with their filters and the renewing instance, forgets
+	// params.Forget, and returns, for each subscription named, the members whose liveness has
+	// not expired, renewed by this call or earlier by any broker instance, with their records.
 	// Expired records are forgotten: a member never renewed or past its expiry counts as gone.
-	// Subscriptions that are unknown, shared or CANCELLED are skipped. See docs/storage.md.
+	// Subscriptions that are unknown or CANCELLED are skipped. See docs/storage.md.
 	SubscriptionMembersRenew(ctx context.Context, params *SubscriptionMembersRenewParams) (*SubscriptionMembersRenewResult, error)
 	// SubscriptionCreate creates a subscription on a topic at a start position. For a QUEUE topic
 	// the subscription exists from the topic's creation and this fails with ErrSubscriptionExists.

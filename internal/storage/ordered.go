@@ -308,6 +308,10 @@ func (a *Assignment) ClaimPartitions(member string, gen int64, filter []int32) (
 // one database, a member listed in an assignment is connected to one instance, which renews its
 // liveness record; when the instance dies, its members expire and another instance's rebalance
 // leaves them out, so their partitions get new owners.
+//
+// Member filters use the same records (shared subscriptions): each record names the instance
+// that renews it and the member's filter, so an instance routing a message none of its own
+// members wants knows whether a live member of another instance does (docs/storage.md).
 
 // Bounds of SubscriptionMembersRenew.
 const (
@@ -316,12 +320,26 @@ const (
 	// MinMemberTTL and MaxMemberTTL bound a liveness record's TTL.
 	MinMemberTTL = 100 * time.Millisecond
 	MaxMemberTTL = 24 * time.Hour
+	// MaxMemberFilterLen bounds a recorded member filter (the filter package's MaxLen).
+	MaxMemberFilterLen = 1024
 )
 
 // MemberRef names a member of a subscription.
 type MemberRef struct {
 	SubscriptionID int64
 	Member         string
+	// Filter is the member's filter text ("": none), recorded with its liveness so that other
+	// broker instances know what it wants; at most MaxMemberFilterLen bytes.
+	Filter string
+}
+
+// MemberRecord is a live member's record (SubscriptionMembersRenewResult.Records).
+type MemberRecord struct {
+	Member string
+	// Instance is the broker instance that renewed it last (SubscriptionMembersRenewParams).
+	Instance string
+	// Filter is its filter text, "" for none.
+	Filter string
 }
 
 // SubscriptionMembersRenewParams are the parameters of Engine.SubscriptionMembersRenew.
@@ -333,6 +351,12 @@ type SubscriptionMembersRenewParams struct {
 	Subscriptions []int64
 	// TTL is how long the renewed records live, MinMemberTTL to MaxMemberTTL.
 	TTL time.Duration
+	// Instance names the renewing broker instance, recorded with Members (at most
+	// MaxGroupNameLen bytes; "" for none).
+	Instance string
+	// Forget are records of members that left Instance, removed at once (only those Instance
+	// renewed last), at most MaxRenewMembers.
+	Forget []MemberRef
 }
 
 // Check validates the parameters of SubscriptionMembersRenew.
@@ -340,8 +364,12 @@ func (p *SubscriptionMembersRenewParams) Check() error {
 	if p == nil {
 		return nilParams()
 	}
-	if len(p.Members) > MaxRenewMembers || len(p.Subscriptions) > MaxRenewMembers {
-		return Invalid("renewal of %d members and %d subscriptions, at most %d of each per call", len(p.Members), len(p.Subscriptions), MaxRenewMembers)
+	if len(p.Members) > MaxRenewMembers || len(p.Subscriptions) > MaxRenewMembers || len(p.Forget) > MaxRenewMembers {
+		return Invalid("renewal of %d members, %d subscriptions and %d forgotten members, at most %d of each per call",
+			len(p.Members), len(p.Subscriptions), len(p.Forget), MaxRenewMembers)
+	}
+	if len(p.Instance) > MaxGroupNameLen {
+		return Invalid("instance name must have at most %d bytes, got %d", MaxGroupNameLen, len(p.Instance))
 	}
 	if p.TTL < MinMemberTTL || p.TTL > MaxMemberTTL {
 		return Invalid("member TTL must be between %s and %s, got %s", MinMemberTTL, MaxMemberTTL, p.TTL)
@@ -349,6 +377,9 @@ func (p *SubscriptionMembersRenewParams) Check() error {
 	for _, m := range p.Members {
 		if m.Member == "" || len(m.Member) > MaxGroupNameLen {
 			return Invalid("member name must have 1 to %d bytes, got %d", MaxGroupNameLen, len(m.Member))
+		}
+		if len(m.Filter) > MaxMemberFilterLen {
+			return Invalid("member filter must have at most %d bytes, got %d", MaxMemberFilterLen, len(m.Filter))
 		}
 	}
 	return nil
@@ -361,13 +392,18 @@ func (p *SubscriptionMembersRenewParams) SubscriptionIDs() []int64 {
 	for _, m := range p.Members {
 		ids = append(ids, m.SubscriptionID)
 	}
+	for _, m := range p.Forget {
+		ids = append(ids, m.SubscriptionID)
+	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
 }
 
 // SubscriptionMembersRenewResult is the result of Engine.SubscriptionMembersRenew.
 type SubscriptionMembersRenewResult struct {
-	// Live maps each ORDERED subscription named to its members whose liveness has not expired,
-	// sorted (an empty list when none).
+	// Live maps each subscription named (ORDERED or shared) to its members whose liveness has
+	// not expired, sorted (an empty list when none).
 	Live map[int64][]string
+	// Records maps the same subscriptions to those members' records, sorted by member.
+	Records map[int64][]MemberRecord
 }

@@ -330,80 +330,95 @@ func (e *Engine) SubscriptionAssignment(ctx context.Context, id int64) (*storage
 	return a, nil
 }
 
-// SubscriptionMembersRenew renews the liveness rows of members of ORDERED subscriptions in
-// spool.sub_members (migrations/0011_member_liveness.sql), deletes the expired rows of the
-// subscriptions named and returns their live members, in one transaction. The subscriptions are
-// locked FOR KEY SHARE (a concurrent deletion waits; a heartbeat does not); rows are upserted in
-// key order and expired ones deleted with SKIP LOCKED, so concurrent renewals by several
-// instances never deadlock.
+// SubscriptionMembersRenew renews the liveness rows of members of subscriptions in
+// spool.sub_members (migrations/0011_member_liveness.sql, 0016_member_filters.sql) with their
+// instance and filter, deletes the rows params.Forget names (those of params.Instance) and the
+// expired rows of the subscriptions named, and returns their live members, in one transaction.
+// The subscriptions are locked FOR KEY SHARE (a concurrent deletion waits; a heartbeat does not);
+// rows are upserted in key order and expired ones deleted with SKIP LOCKED, so concurrent
+// renewals by several instances never deadlock.
 func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.SubscriptionMembersRenewParams) (*storage.SubscriptionMembersRenewResult, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	refs := slices.Clone(params.Members)
-	slices.SortFunc(refs, func(a, b storage.MemberRef) int {
+	byKey := func(a, b storage.MemberRef) int {
 		return cmp.Or(cmp.Compare(a.SubscriptionID, b.SubscriptionID), cmp.Compare(a.Member, b.Member))
-	})
-	refs = slices.Compact(refs)
-	subIDs, names := make([]int64, len(refs)), make([]string, len(refs))
+	}
+	refs := slices.Clone(params.Members)
+	slices.SortStableFunc(refs, byKey)
+	refs = slices.CompactFunc(refs, func(a, b storage.MemberRef) bool { return byKey(a, b) == 0 })
+	subIDs, names, filters := make([]int64, len(refs)), make([]string, len(refs)), make([]string, len(refs))
 	for i, r := range refs {
-		subIDs[i], names[i] = r.SubscriptionID, r.Member
+		subIDs[i], names[i], filters[i] = r.SubscriptionID, r.Member, r.Filter
+	}
+	forgetSubs, forgetNames := make([]int64, len(params.Forget)), make([]string, len(params.Forget))
+	for i, r := range params.Forget {
+		forgetSubs[i], forgetNames[i] = r.SubscriptionID, r.Member
 	}
 	named := params.SubscriptionIDs()
 	return withTxTimeout(e, ctx, "members renew", func(ctx context.Context) (*storage.SubscriptionMembersRenewResult, error) {
 		var res *storage.SubscriptionMembersRenewResult
 		err := e.tx(ctx, func(tx pgx.Tx) error {
-			res = &storage.SubscriptionMembersRenewResult{Live: map[int64][]string{}}
-			rows, err := tx.Query(ctx, e.sql(`SELECT id FROM spool.subscriptions WHERE id = ANY($1) AND ordering IS NOT NULL
+			res = &storage.SubscriptionMembersRenewResult{Live: map[int64][]string{}, Records: map[int64][]storage.MemberRecord{}}
+			rows, err := tx.Query(ctx, e.sql(`SELECT id FROM spool.subscriptions WHERE id = ANY($1)
 				AND state NOT IN ('CANCELLED', 'DELETED') ORDER BY id FOR KEY SHARE`), named)
 			if err != nil {
 				return fmt.Errorf("pgstore: members renew: lock subscriptions: %w", err)
 			}
-			var ordered []int64
+			var subs []int64
 			for rows.Next() {
 				var id int64
 				if err := rows.Scan(&id); err != nil {
 					rows.Close()
 					return fmt.Errorf("pgstore: members renew: lock subscriptions: %w", err)
 				}
-				ordered = append(ordered, id)
+				subs = append(subs, id)
 				res.Live[id] = []string{}
+				res.Records[id] = []storage.MemberRecord{}
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
 				return fmt.Errorf("pgstore: members renew: lock subscriptions: %w", err)
 			}
-			if len(ordered) == 0 {
+			if len(subs) == 0 {
 				return nil
 			}
 			now := e.beatTime()
+			if len(forgetSubs) > 0 {
+				if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.sub_members m USING unnest($1::bigint[], $2::text[]) AS u(s, n)
+					WHERE m.sub_id = u.s AND m.member = u.n AND m.instance = $3`), forgetSubs, forgetNames, params.Instance); err != nil {
+					return fmt.Errorf("pgstore: members renew: forget members: %w", err)
+				}
+			}
 			if len(refs) > 0 {
-				if _, err := tx.Exec(ctx, e.sql(`INSERT INTO spool.sub_members (sub_id, member, expires_at)
-					SELECT u.s, u.m, COALESCE($3::timestamptz, now()) + $4 * interval '1 microsecond'
-					FROM unnest($1::bigint[], $2::text[]) AS u(s, m) WHERE u.s = ANY($5) ORDER BY u.s, u.m
-					ON CONFLICT (sub_id, member) DO UPDATE SET expires_at = EXCLUDED.expires_at`),
-					subIDs, names, now, params.TTL.Microseconds(), ordered); err != nil {
+				if _, err := tx.Exec(ctx, e.sql(`INSERT INTO spool.sub_members (sub_id, member, expires_at, instance, filter)
+					SELECT u.s, u.m, COALESCE($3::timestamptz, now()) + $4 * interval '1 microsecond', $6, u.f
+					FROM unnest($1::bigint[], $2::text[], $7::text[]) AS u(s, m, f) WHERE u.s = ANY($5) ORDER BY u.s, u.m
+					ON CONFLICT (sub_id, member) DO UPDATE SET expires_at = EXCLUDED.expires_at, instance = EXCLUDED.instance,
+						filter = EXCLUDED.filter`),
+					subIDs, names, now, params.TTL.Microseconds(), subs, params.Instance, filters); err != nil {
 					return fmt.Errorf("pgstore: members renew: %w", err)
 				}
 			}
 			if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.sub_members WHERE (sub_id, member) IN (
 					SELECT sub_id, member FROM spool.sub_members WHERE sub_id = ANY($1) AND expires_at <= COALESCE($2::timestamptz, now())
-					FOR UPDATE SKIP LOCKED)`), ordered, now); err != nil {
+					FOR UPDATE SKIP LOCKED)`), subs, now); err != nil {
 				return fmt.Errorf("pgstore: members renew: forget expired members: %w", err)
 			}
-			rows, err = tx.Query(ctx, e.sql(`SELECT sub_id, member FROM spool.sub_members
-				WHERE sub_id = ANY($1) AND expires_at > COALESCE($2::timestamptz, now()) ORDER BY sub_id, member`), ordered, now)
+			rows, err = tx.Query(ctx, e.sql(`SELECT sub_id, member, instance, filter FROM spool.sub_members
+				WHERE sub_id = ANY($1) AND expires_at > COALESCE($2::timestamptz, now()) ORDER BY sub_id, member`), subs, now)
 			if err != nil {
 				return fmt.Errorf("pgstore: members renew: live members: %w", err)
 			}
 			defer rows.Close()
 			for rows.Next() {
 				var id int64
-				var m string
-				if err := rows.Scan(&id, &m); err != nil {
+				var r storage.MemberRecord
+				if err := rows.Scan(&id, &r.Member, &r.Instance, &r.Filter); err != nil {
 					return fmt.Errorf("pgstore: members renew: live members: %w", err)
 				}
-				res.Live[id] = append(res.Live[id], m)
+				res.Live[id] = append(res.Live[id], r.Member)
+				res.Records[id] = append(res.Records[id], r)
 			}
 			return rows.Err()
 		})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func orderedCases() []testCase {
 		{name: "restart_keeps_order_and_generation", ordered: true, restart: true, fn: testOrderedRestart},
 		{name: "randomized_joins_and_leaves", ordered: true, fn: testOrderedRandomized},
 		{name: "member_liveness_expires", ordered: true, fn: testOrderedMemberLiveness},
+		{name: "member_records_filters", ordered: true, fn: testMemberRecords},
 	}
 }
 
@@ -571,8 +573,8 @@ func testOrderedRandomized(t *testing.T, x *env) {
 
 // testOrderedMemberLiveness: SubscriptionMembersRenew keeps a member live for its TTL from the
 // last renewal (any caller's: on PostgreSQL several broker instances renew their own members of
-// one group), a member past it or never renewed is not live, and what is not an ORDERED
-// subscription in force is skipped.
+// one group), a member past it or never renewed is not live, and what is not a subscription in
+// force is skipped.
 func testOrderedMemberLiveness(t *testing.T, x *env) {
 	s := x.orderedSub("t", 2, 1, storage.TopicConfig{})
 	s2 := x.orderedSub("u", 1, 1, storage.TopicConfig{})
@@ -609,8 +611,9 @@ func testOrderedMemberLiveness(t *testing.T, x *env) {
 	// Two callers (broker instances) renew their members with their own TTLs.
 	deepEqual(t, renew(30*time.Second, nil, m(s.ID, "b"), m(s.ID, "a"), m(s.ID, "a")), map[int64][]string{s.ID: {"a", "b"}}, "live after the first renewal")
 	deepEqual(t, renew(10*time.Second, nil, m(s.ID, "c")), map[int64][]string{s.ID: {"a", "b", "c"}}, "live after the second")
-	// Unknown, shared and other subscriptions: skipped, or not affected.
-	deepEqual(t, renew(time.Minute, []int64{s2.ID}, m(sh.ID, "x"), m(s.ID+100, "y")), map[int64][]string{s2.ID: {}}, "live of the other ordered subscription")
+	// Unknown subscriptions are skipped, others not affected; shared ones have records too
+	// (member filters).
+	deepEqual(t, renew(time.Minute, []int64{s2.ID}, m(sh.ID, "x"), m(s.ID+100, "y")), map[int64][]string{s2.ID: {}, sh.ID: {"x"}}, "live of the other subscriptions")
 
 	// c expires 10 s after its renewal (exactly then: an expiry is not live), a and b go on.
 	x.advance(10 * time.Second)
@@ -628,4 +631,54 @@ func testOrderedMemberLiveness(t *testing.T, x *env) {
 	// A cancelled subscription is skipped.
 	x.setState(s.ID, storage.Cancelled)
 	deepEqual(t, renew(time.Minute, []int64{s2.ID}, m(s.ID, "a")), map[int64][]string{s2.ID: {}}, "live after the cancel")
+}
+
+// testMemberRecords: the liveness records of a shared subscription's members carry the renewing
+// instance and the member's filter (member filters with several broker instances); a renewal
+// by another instance takes a record over; Forget removes only the forgetting instance's
+// records; an expired record is gone with its filter; bad input changes nothing.
+func testMemberRecords(t *testing.T, x *env) {
+	x.createTopic("f", pubSub(1))
+	sh := x.subscribe("f", "g", storage.StartPosition{})
+	renew := func(p storage.SubscriptionMembersRenewParams) []storage.MemberRecord {
+		t.Helper()
+		p.Subscriptions = []int64{sh.ID}
+		if p.TTL == 0 {
+			p.TTL = 10 * time.Second
+		}
+		res, err := x.e.SubscriptionMembersRenew(x.ctx, &p)
+		noErr(t, err, "SubscriptionMembersRenew(%+v)", p)
+		return res.Records[sh.ID]
+	}
+	m := func(name, filter string) storage.MemberRef {
+		return storage.MemberRef{SubscriptionID: sh.ID, Member: name, Filter: filter}
+	}
+	rec := func(name, inst, filter string) storage.MemberRecord {
+		return storage.MemberRecord{Member: name, Instance: inst, Filter: filter}
+	}
+	deepEqual(t, renew(storage.SubscriptionMembersRenewParams{}), []storage.MemberRecord{}, "no record yet")
+	renew(storage.SubscriptionMembersRenewParams{Instance: "A", Members: []storage.MemberRef{m("a1", "region=eu"), m("a2", "")}})
+	got := renew(storage.SubscriptionMembersRenewParams{Instance: "B", Members: []storage.MemberRef{m("b1", "region=us")}, TTL: 5 * time.Second})
+	deepEqual(t, got, []storage.MemberRecord{rec("a1", "A", "region=eu"), rec("a2", "A", ""), rec("b1", "B", "region=us")}, "records of two instances")
+
+	// B forgetting A's member changes nothing; A forgetting it removes it; a filter changes.
+	renew(storage.SubscriptionMembersRenewParams{Instance: "B", Forget: []storage.MemberRef{m("a2", "")}})
+	got = renew(storage.SubscriptionMembersRenewParams{Instance: "A", Forget: []storage.MemberRef{m("a2", "")}, Members: []storage.MemberRef{m("a1", "region in (eu, uk)")}})
+	deepEqual(t, got, []storage.MemberRecord{rec("a1", "A", "region in (eu, uk)"), rec("b1", "B", "region=us")}, "after A forgot a2")
+
+	// B stops renewing: past its TTL its record, filter included, is gone.
+	x.advance(5 * time.Second)
+	deepEqual(t, renew(storage.SubscriptionMembersRenewParams{}), []storage.MemberRecord{rec("a1", "A", "region in (eu, uk)")}, "after B expired")
+
+	// Bad input is refused and records nothing.
+	long := strings.Repeat("x", storage.MaxMemberFilterLen+1)
+	for _, p := range []storage.SubscriptionMembersRenewParams{
+		{Instance: "A", Members: []storage.MemberRef{m("z", long)}, TTL: time.Minute},
+		{Instance: strings.Repeat("i", storage.MaxGroupNameLen+1), Members: []storage.MemberRef{m("z", "")}, TTL: time.Minute},
+		{Instance: "A", Forget: make([]storage.MemberRef, storage.MaxRenewMembers+1), TTL: time.Minute},
+	} {
+		_, err := x.e.SubscriptionMembersRenew(x.ctx, &p)
+		errIs(t, err, storage.ErrInvalidArgument, "SubscriptionMembersRenew with bad input")
+	}
+	deepEqual(t, renew(storage.SubscriptionMembersRenewParams{}), []storage.MemberRecord{rec("a1", "A", "region in (eu, uk)")}, "after the refused calls")
 }

@@ -300,9 +300,9 @@ type sub struct {
 	// lastBeat is the last heartbeat (lifecycle.go), in memory only: Open sets it to the Open
 	// time, so a restart gives every subscription a fresh heartbeat timeout. Guarded by e.mu.
 	lastBeat time.Time
-	// live maps the members of an ORDERED subscription renewed by SubscriptionMembersRenew to
-	// their expiry (ordered.go), in memory only. Guarded by e.mu held exclusively.
-	live map[string]time.Time
+	// live maps the members renewed by SubscriptionMembersRenew to their records (ordered.go),
+	// in memory only. Guarded by e.mu held exclusively.
+	live map[string]liveRec
 	// watch is, per partition, the ack floor retention last saw and since when (zombie_ttl,
 	// retention.go), in memory only. Guarded by mu.
 	watch []floorWatch

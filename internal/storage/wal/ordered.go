@@ -128,10 +128,10 @@ func orderedClaim(s *sub, params *storage.DeliveriesClaimParams) (*storage.Deliv
 	return &cp, s.meta.MaxInFlightPerPartition, nil
 }
 
-// SubscriptionMembersRenew renews the liveness of members of ORDERED subscriptions (sub.live),
-// forgets the expired ones of the subscriptions named and returns their live members. The
-// records live in memory only: the embedded engine has one broker instance, whose members all
-// leave with a restart, so after Open every member counts as gone.
+// SubscriptionMembersRenew renews the liveness records of members of subscriptions (sub.live),
+// forgets params.Forget and the expired ones of the subscriptions named and returns their live
+// members. The records live in memory only: the embedded engine has one broker instance, whose
+// members all leave with a restart, so after Open every member counts as gone.
 func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.SubscriptionMembersRenewParams) (*storage.SubscriptionMembersRenewResult, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
@@ -142,39 +142,55 @@ func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.S
 		return nil, err
 	}
 	now := e.now()
-	ordered := func(id int64) *sub {
+	inForce := func(id int64) *sub {
 		s, err := e.subLocked(id)
-		if err != nil || s.meta.Mode != storage.ModeOrdered || s.st == nil {
+		if err != nil || s.st == nil || s.meta.State == storage.Cancelled || s.meta.State == storage.Deleted {
 			return nil
 		}
 		return s
 	}
-	for _, m := range params.Members {
-		if s := ordered(m.SubscriptionID); s != nil {
-			if s.live == nil {
-				s.live = map[string]time.Time{}
-			}
-			s.live[m.Member] = now.Add(params.TTL)
+	for _, m := range params.Forget {
+		if s := inForce(m.SubscriptionID); s != nil && s.live[m.Member].instance == params.Instance {
+			delete(s.live, m.Member)
 		}
 	}
-	res := &storage.SubscriptionMembersRenewResult{Live: map[int64][]string{}}
+	for _, m := range params.Members {
+		if s := inForce(m.SubscriptionID); s != nil {
+			if s.live == nil {
+				s.live = map[string]liveRec{}
+			}
+			s.live[m.Member] = liveRec{expires: now.Add(params.TTL), instance: params.Instance, filter: m.Filter}
+		}
+	}
+	res := &storage.SubscriptionMembersRenewResult{Live: map[int64][]string{}, Records: map[int64][]storage.MemberRecord{}}
 	for _, id := range params.SubscriptionIDs() {
-		s := ordered(id)
+		s := inForce(id)
 		if s == nil {
 			continue
 		}
 		live := []string{}
-		for m, exp := range s.live {
-			if exp.After(now) {
+		for m, r := range s.live {
+			if r.expires.After(now) {
 				live = append(live, m)
 			} else {
 				delete(s.live, m)
 			}
 		}
 		slices.Sort(live)
-		res.Live[id] = live
+		recs := make([]storage.MemberRecord, len(live))
+		for i, m := range live {
+			recs[i] = storage.MemberRecord{Member: m, Instance: s.live[m].instance, Filter: s.live[m].filter}
+		}
+		res.Live[id], res.Records[id] = live, recs
 	}
 	return res, nil
+}
+
+// liveRec is a member's liveness record (SubscriptionMembersRenew).
+type liveRec struct {
+	expires  time.Time
+	instance string
+	filter   string
 }
 
 // batchCheckLocked checks the refs of a batch ack or nack (batch set): they must name every

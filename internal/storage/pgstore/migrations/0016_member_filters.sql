@@ -1,0 +1,7 @@
+-- 0015: member filters with several broker instances (SubscriptionMembersRenew). The liveness
+-- rows of 0011 now cover members of shared subscriptions too, and say which broker instance
+-- renews them and the member's filter ('' for none): an instance completes a message as
+-- filtered only when no live member of any instance wants it (docs/storage.md).
+ALTER TABLE spool.sub_members
+    ADD COLUMN instance text NOT NULL DEFAULT '',
+    ADD COLUMN filter text NOT NULL DEFAULT '';
