@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -193,6 +194,8 @@ type Broker struct {
 	rebalanceDelay       time.Duration
 	sharedEngine         bool
 	memberTimeout        time.Duration
+	// instance names this broker instance in member records and give-backs (filtered.go).
+	instance string
 	// livenessInterval is livenessLoop's period: a third of memberTimeout (tests change it
 	// before Start).
 	livenessInterval   time.Duration
@@ -321,6 +324,7 @@ func New(cfg Config) (*Broker, error) {
 		sharedEngine:          cfg.SharedEngine,
 		memberTimeout:         memberTimeout,
 		livenessInterval:      memberTimeout / 3,
+		instance:              "i-" + rand.Text()[:16],
 		onRebalance:           cfg.OnRebalance,
 		defaultMaxInFlight:    maxInFlight,
 		quit:                  make(chan struct{}),

@@ -43,14 +43,44 @@ import (
 // exists only while the subscription has members here). Ordered groups take no filters (a
 // partition has one owner, who must see every message of it).
 //
-// Several broker instances (Config.SharedEngine, PostgreSQL): an instance knows only its own
-// members' filters, so it cannot tell that a message none of them wants is unwanted by the
-// members on other instances too, and a message it cannot hand to a member there would be given
-// back at the cost of a delivery attempt. Filters are therefore refused with a shared engine
-// (INVALID_ARGUMENT) rather than completing messages another instance's member would take. The
-// design that lifts this (each instance records its members' filters in the database with an
-// expiry; a message is completed only when no recorded filter matches, and given back without
-// counting an attempt otherwise) is in docs/ARCHITECTURE.md.
+// Several broker instances (Config.SharedEngine, PostgreSQL): an instance knows its own
+// members' filters only, so each records them in the engine with their liveness
+// (Engine.SubscriptionMembersRenew: a record per member of every subscription with members here,
+// naming this instance and the member's filter, renewed every third of Config.MemberTimeout by
+// livenessLoop, written at once when members join or leave), and reads the live records of the
+// other instances with each renewal (owner.others). A claimed message that no member here
+// wants is then:
+//   - given back when a live member of another instance wants it (unfiltered, or its filter
+//     matches): Engine.DeliveriesNack with GiveBack = this instance's name, which undoes the
+//     delivery's attempt (give-backs never dead-letter), and this instance's claims Skip that
+//     tag for giveBackSkip, so they pass the message over while the other instances (woken by
+//     the nack's notification) claim it; past giveBackSkip this instance claims it again and
+//     decides again with what it knows then (the wanting member may have left or died);
+//   - completed as filtered when no live member anywhere wants it. Before completing, an owner
+//     rereads the records when its view is older than othersFresh, so a member that joined
+//     another instance counts within about othersFresh (the rule stays "the members connected
+//     now"); an instance that died stops counting when its records expire (MemberTimeout).
+// An unreadable view counts as "another member may want it" (give back: nothing is lost). See
+// docs/ARCHITECTURE.md.
+
+// giveBackSkip is how long this instance's claims pass over a message it gave back.
+const giveBackSkip = 5 * time.Second
+
+// othersFresh is the age past which an owner rereads the other instances' member records before
+// completing messages as filtered.
+const othersFresh = time.Second
+
+// othersView is what an owner knows of the live members of other instances.
+type othersView struct {
+	at      time.Time
+	members []otherMember
+}
+
+// otherMember is a live member of another instance; f nil matches everything.
+type otherMember struct {
+	id string
+	f  *filter.Filter
+}
 
 // maxParked bounds the deliveries an owner holds for members whose filter wants them but that
 // have no credit now.
@@ -82,8 +112,6 @@ func (b *Broker) parseFilter(p *SubscribeParams) (*filter.Filter, error) {
 		return nil, nil
 	case p.Mode == storage.ModeOrdered:
 		return nil, invalid("filter: an ordered group's members take no filter (each partition has one owner, who gets all its messages)")
-	case b.sharedEngine:
-		return nil, invalid("filter: member filters are not supported with a shared engine (PostgreSQL): an instance cannot know the filters of another instance's members")
 	}
 	return f, nil
 }
@@ -99,9 +127,9 @@ func (o *owner) wanted(d *storage.Delivery) bool {
 }
 
 // route splits the deliveries of a claim made for m (see the top of this file) and returns m's.
-// It reports whether it completed filtered messages.
+// It reports whether it completed filtered messages or gave messages back.
 func (o *owner) route(m *Member, ds []*storage.Delivery) (mine []*storage.Delivery, filtered bool) {
-	var out []storage.DeliveryRef
+	var out []*storage.Delivery
 	now := o.b.clock.Now()
 	for _, d := range ds {
 		switch {
@@ -110,13 +138,140 @@ func (o *owner) route(m *Member, ds []*storage.Delivery) (mine []*storage.Delive
 		case o.wanted(d):
 			o.parked = append(o.parked, parkedAt(d, now))
 		default:
-			out = append(out, d.Ref())
+			out = append(out, d)
 		}
 	}
-	if len(out) > 0 {
-		o.completeFiltered(m.id, out)
+	return mine, o.settleUnwanted(m.id, out)
+}
+
+// settleUnwanted settles deliveries held by holder that no member here wants: given back when a
+// live member of another instance wants them, else completed as filtered (see the top of this
+// file). It reports whether there were any.
+func (o *owner) settleUnwanted(holder string, ds []*storage.Delivery) bool {
+	if len(ds) == 0 {
+		return false
 	}
-	return mine, len(out) > 0
+	var done, back []storage.DeliveryRef
+	if o.b.sharedEngine {
+		o.freshOthers()
+	}
+	for _, d := range ds {
+		if o.othersWant(d) {
+			back = append(back, d.Ref())
+		} else {
+			done = append(done, d.Ref())
+		}
+	}
+	if len(done) > 0 {
+		o.completeFiltered(holder, done)
+	}
+	if len(back) > 0 {
+		o.giveBack(holder, back)
+	}
+	return true
+}
+
+// skipTag is the Skip of this owner's claims: this instance's give-backs (shared engine).
+func (o *owner) skipTag() string {
+	if o.b.sharedEngine && o.ord == nil {
+		return o.b.instance
+	}
+	return ""
+}
+
+// othersWant reports whether a live member of another instance may want d: unfiltered, or its
+// filter matches, or (shared engine) nothing is known of them yet.
+func (o *owner) othersWant(d *storage.Delivery) bool {
+	if !o.b.sharedEngine {
+		return false
+	}
+	v := o.others.Load()
+	if v == nil {
+		return true
+	}
+	return slices.ContainsFunc(v.members, func(m otherMember) bool { return m.f.Match(d.Headers) })
+}
+
+// setOthers replaces the view of other instances' members with the live records recs.
+func (o *owner) setOthers(recs []storage.MemberRecord) {
+	v := &othersView{at: o.b.clock.Now()}
+	for _, r := range recs {
+		if r.Instance == o.b.instance {
+			continue // ours: the owner knows its members
+		}
+		f, err := filter.Parse(r.Filter)
+		if err != nil {
+			f = nil // a filter this version cannot read: count the member as wanting everything
+		}
+		v.members = append(v.members, otherMember{id: r.Member, f: f})
+	}
+	o.others.Store(v)
+}
+
+// freshOthers rereads the other instances' member records when the view is older than
+// othersFresh. A failure keeps the view (none: other members count as wanting everything).
+func (o *owner) freshOthers() {
+	if v := o.others.Load(); v != nil && o.b.clock.Now().Sub(v.at) < othersFresh {
+		return
+	}
+	o.recordMembers(nil)
+}
+
+// recordMembers writes, with a shared engine, the member records of o's subscription on this
+// instance (Engine.SubscriptionMembersRenew: the members with their filters, left forgotten)
+// and reads the other instances' records. Ordered groups keep their own renewals (ordered.go).
+func (o *owner) recordMembers(left []string) {
+	b := o.b
+	if !b.sharedEngine || o.ord != nil {
+		return
+	}
+	refs := make([]storage.MemberRef, 0, len(o.members))
+	for _, m := range o.members[:min(len(o.members), storage.MaxRenewMembers)] {
+		refs = append(refs, storage.MemberRef{SubscriptionID: o.id, Member: m.id, Filter: m.filter.String()})
+	}
+	var forget []storage.MemberRef
+	for _, id := range left[:min(len(left), storage.MaxRenewMembers)] {
+		forget = append(forget, storage.MemberRef{SubscriptionID: o.id, Member: id})
+	}
+	res, err := b.engine.SubscriptionMembersRenew(b.rootCtx, &storage.SubscriptionMembersRenewParams{
+		Members: refs, Forget: forget, Subscriptions: []int64{o.id}, TTL: b.memberTimeout, Instance: b.instance,
+	})
+	if err != nil {
+		if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
+			b.logger.Warn("recording member filters failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
+		}
+		return
+	}
+	o.setOthers(res.Records[o.id])
+}
+
+// filterOf returns the filter text of o's member id as last published ("" for none).
+func (o *owner) filterOf(id string) string {
+	for _, m := range o.viewMembers() {
+		if m.id == id {
+			return m.filter.String()
+		}
+	}
+	return ""
+}
+
+// giveBack gives refs, leased to holder, back for another instance's members without counting
+// the delivery (DeliveriesNackParams.GiveBack). A failure is logged: the leases then expire and
+// the messages are routed again.
+func (o *owner) giveBack(holder string, refs []storage.DeliveryRef) {
+	b := o.b
+	_, err := b.engine.DeliveriesNack(b.rootCtx, &storage.DeliveriesNackParams{
+		SubscriptionID: o.id, Member: holder, Refs: refs, GiveBack: b.instance,
+	})
+	if err != nil {
+		if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
+			b.logger.Warn("giving filtered messages back failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
+				slog.Int("messages", len(refs)), slog.Any("error", err))
+		}
+		return
+	}
+	o.givenBack.Add(int64(len(refs)))
+	b.trace.settled(b.rootCtx, "given back", o.id, holder, refs)
 }
 
 // completeFiltered acks refs, leased to holder, as filtered out. A failure is logged: the
@@ -146,25 +301,26 @@ func (o *owner) handOver() (progress bool) {
 	now := b.clock.Now()
 	o.renewParked(now)
 	keep := o.parked[:0]
-	var out map[string][]storage.DeliveryRef // by holder
+	var out map[string][]*storage.Delivery // by holder
 	for _, d := range o.parked {
 		switch {
 		case !now.Before(d.LeaseDeadline):
 			// The engine gives it out again after its backoff.
 		case !o.wanted(d.Delivery):
 			if out == nil {
-				out = make(map[string][]storage.DeliveryRef)
+				out = make(map[string][]*storage.Delivery)
 			}
-			out[d.Member] = append(out[d.Member], d.Ref())
+			out[d.Member] = append(out[d.Member], d.Delivery)
 		default:
 			keep = append(keep, d)
 		}
 	}
 	clear(o.parked[len(keep):])
 	o.parked = keep
-	for holder, refs := range out {
-		o.completeFiltered(holder, refs)
-		progress = true
+	for holder, ds := range out {
+		if o.settleUnwanted(holder, ds) {
+			progress = true
+		}
 	}
 	n := len(o.members)
 	start := 0

@@ -274,7 +274,7 @@ func (b *Broker) renewOwn(ctx context.Context, o *owner) (map[string]bool, error
 		refs = append(refs, storage.MemberRef{SubscriptionID: o.id, Member: m.id})
 	}
 	res, err := b.engine.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
-		Members: refs, Subscriptions: []int64{o.id}, TTL: b.memberTimeout,
+		Members: refs, Subscriptions: []int64{o.id}, TTL: b.memberTimeout, Instance: b.instance,
 	})
 	if err != nil {
 		return nil, err
@@ -311,7 +311,7 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 	b.mu.RLock()
 	owners := make([]*owner, 0, len(b.subs))
 	for _, o := range b.subs {
-		if o.ord != nil {
+		if o.ord != nil || b.sharedEngine { // shared ones for member filters (filtered.go)
 			owners = append(owners, o)
 		}
 	}
@@ -327,18 +327,22 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 			}
 			ids = append(ids, owners[k].id)
 			for _, m := range ms[:min(len(ms), storage.MaxRenewMembers)] {
-				refs = append(refs, storage.MemberRef{SubscriptionID: owners[k].id, Member: m})
+				refs = append(refs, storage.MemberRef{SubscriptionID: owners[k].id, Member: m, Filter: owners[k].filterOf(m)})
 			}
 		}
 		batch := owners[:k]
 		owners = owners[k:]
 		res, err := b.engine.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
-			Members: refs, Subscriptions: ids, TTL: b.memberTimeout,
+			Members: refs, Subscriptions: ids, TTL: b.memberTimeout, Instance: b.instance,
 		})
 		if err != nil {
 			return err
 		}
 		for _, o := range batch {
+			if o.ord == nil {
+				o.setOthers(res.Records[o.id])
+				continue
+			}
 			a := o.ord.view.Load()
 			live, ok := res.Live[o.id]
 			if a == nil || !ok {

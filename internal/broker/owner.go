@@ -69,6 +69,11 @@ type owner struct {
 	parked []parkedDelivery
 	// bf paces the subscription's backfill range (backfill.go); nil before the first pass.
 	bf *ownerBackfill
+	// others are the live members of other broker instances with their filters (shared
+	// engine, filtered.go), as last read; nil before the first read.
+	others atomic.Pointer[othersView]
+	// givenBack counts the messages this owner gave back to other instances (a test signal).
+	givenBack atomic.Int64
 }
 
 // eventKind is what an inbox event says.
@@ -289,6 +294,7 @@ func (o *owner) run() {
 func (o *owner) handleEvents() bool {
 	for {
 		evs := o.take()
+		var left []string // members that left, for the member records (filtered.go)
 		for i, ev := range evs {
 			switch ev.kind {
 			case evJoin:
@@ -307,6 +313,7 @@ func (o *owner) handleEvents() bool {
 					o.served = nil
 				}
 				o.dropParked(ev.m.id)
+				left = append(left, ev.m.id)
 			case evEnd:
 				ev.owned = o.finish(ev.err, evs[i+1:])
 				close(ev.done)
@@ -318,6 +325,9 @@ func (o *owner) handleEvents() bool {
 			if ev.done != nil && (ev.kind != evRebalance || o.ord == nil) {
 				close(ev.done)
 			}
+		}
+		if len(evs) > 0 {
+			o.recordMembers(left)
 		}
 		if len(o.members) > 0 {
 			return true
@@ -493,6 +503,7 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		claimStart := time.Now()
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
 			SubscriptionID: o.id, Member: m.id, Max: n, AvoidMember: others, LeaseDuration: m.leaseDuration, Partitions: parts,
+			Skip: o.skipTag(), SkipFor: giveBackSkip,
 		})
 		if took, slow := b.trace.isSlow(start); slow {
 			b.trace.logSlow(b.rootCtx, "claim", took, slog.String("topic", o.topic), slog.Int64("subscription", o.id))

@@ -1,0 +1,184 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/pgstore"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// pgInstance is a broker instance on its own pgstore engine; several share one schema.
+type pgInstance struct {
+	eng *pgstore.Engine
+	b   *Broker
+	fc  *filterCounter
+}
+
+// startPGInstance opens an engine on schema with clock and starts a SharedEngine broker on it
+// whose liveness renewals the test runs by hand (renewLiveness).
+func startPGInstance(t *testing.T, url, schema string, clock *fakeClock) *pgInstance {
+	t.Helper()
+	eng, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: schema, Migrate: true, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &pgInstance{eng: eng, fc: &filterCounter{}}
+	b, err := New(Config{Engine: eng, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: time.Hour,
+		SharedEngine: true, LifecycleInterval: time.Hour, OnFiltered: in.fc.observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.livenessInterval = time.Hour
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	in.b = b
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = b.Stop(ctx) // the test may have closed the engine first (a dead instance)
+		_ = eng.Close()
+	})
+	return in
+}
+
+// givenBack sums the give-backs of the instance's owners.
+func (in *pgInstance) givenBack() int64 {
+	in.b.mu.RLock()
+	defer in.b.mu.RUnlock()
+	var n int64
+	for _, o := range in.b.subs {
+		n += o.givenBack.Load()
+	}
+	return n
+}
+
+func (in *pgInstance) renew(t *testing.T) {
+	t.Helper()
+	if err := in.b.renewLiveness(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFilterSharedEngineTwoInstances: two broker instances on one PostgreSQL schema, member
+// region=eu on A, region=us on B, max_deliveries 2. Each member gets exactly its own messages,
+// each on its first attempt however often the other instance gave it back; only the messages no
+// member wants are completed as filtered; nothing is dead-lettered. Then B dies (its engine
+// closes, its records are no longer renewed): within the member timeout A still gives a us
+// message back; once B's records expired A completes it as filtered.
+func TestFilterSharedEngineTwoInstances(t *testing.T) {
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_bfilter_")
+	clock := newFakeClock()
+	a := startPGInstance(t, url, schema, clock)
+	bi := startPGInstance(t, url, schema, clock)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := a.b.CreateTopic(ctx, "orders", storage.TopicConfig{Partitions: 2, MaxDeliveries: 2, AckWait: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	eu, err := a.b.Subscribe(ctx, SubscribeParams{Pattern: "orders", MemberID: "eu", MaxInFlight: 100, Filter: "region=eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	us, err := bi.b.Subscribe(ctx, SubscribeParams{Pattern: "orders", MemberID: "us", MaxInFlight: 100, Filter: "region=us"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The liveness loop's renewal: each instance learns the other's member and filter.
+	a.renew(t)
+	bi.renew(t)
+
+	publish := func(regions ...string) {
+		t.Helper()
+		for i, r := range regions {
+			if _, err := a.b.Publish(ctx, "orders", []storage.AppendMessage{{Partition: storage.PartitionAuto,
+				Headers: map[string]string{"region": r}, Payload: fmt.Appendf(nil, "%s-%d", r, i)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var regions []string
+	for range 10 {
+		regions = append(regions, "eu", "us", "ap")
+	}
+	publish(regions...)
+	gs := consumeAll(t, 20, eu, us)
+	for _, g := range gs {
+		if want := map[string]string{"eu": "eu", "us": "us"}[g.member]; g.d.Headers["region"] != want {
+			t.Errorf("member %s got %s (region %q)", g.member, g.d.Payload, g.d.Headers["region"])
+		}
+		if g.d.Attempt != 1 {
+			t.Errorf("member %s got %s with attempt %d, want 1 (give-backs do not count)", g.member, g.d.Payload, g.d.Attempt)
+		}
+	}
+	if n := byMember(gs); n["eu"] != 10 || n["us"] != 10 {
+		t.Fatalf("deliveries per member %v, want 10 each", n)
+	}
+	// No ping-pong: an instance passes over what it gave back (Skip; the fake clock stands
+	// still), so each message is given back at most once, by the instance that does not want it.
+	for name, in := range map[string]*pgInstance{"A": a, "B": bi} {
+		if n := in.givenBack(); n > 10 {
+			t.Errorf("instance %s gave %d messages back, want at most 10", name, n)
+		}
+	}
+	key := "orders/" + storage.QueueGroup
+	stats := func() *storage.SubscriptionStats {
+		info, err := a.b.Group(ctx, "orders", storage.QueueGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Stats
+	}
+	eventually(t, "ap messages filtered", func() error {
+		if n := a.fc.get(key) + bi.fc.get(key); n != 10 {
+			return fmt.Errorf("filtered %d (A %d, B %d), want 10", n, a.fc.get(key), bi.fc.get(key))
+		}
+		if st := stats(); st.Pending != 0 || st.DeadLettered != 0 {
+			return fmt.Errorf("pending %d, dead-lettered %d", st.Pending, st.DeadLettered)
+		}
+		return nil
+	})
+
+	// B dies: nothing renews its records and it claims nothing any more.
+	if err := bi.eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	filteredA, backA := a.fc.get(key), a.givenBack()
+	publish("us")
+	eventually(t, "the us message given back by A", func() error {
+		if st := stats(); st.Pending != 1 || st.InFlight != 0 || st.Redelivering != 1 {
+			return fmt.Errorf("pending %d in flight %d redelivering %d, want 1, 0, 1", st.Pending, st.InFlight, st.Redelivering)
+		}
+		return nil
+	})
+	if n := a.fc.get(key); n != filteredA {
+		t.Fatalf("A completed %d messages as filtered while B's us member was live", n-filteredA)
+	}
+	// A gave it back once and then passes it over: its owner goes idle.
+	(&env{t: t, b: a.b}).waitIdle()
+	if n := a.givenBack() - backA; n != 1 {
+		t.Fatalf("A gave the us message back %d times, want once", n)
+	}
+	// Past the member timeout B's records expired; the next claim, woken by a publish, rereads
+	// the records before completing (its view is older than othersFresh; the read renews A's
+	// own) and finds no live member that wants either us message.
+	clock.Advance(DefaultMemberTimeout)
+	publish("us")
+	eventually(t, "the us messages filtered once B expired", func() error {
+		if n := a.fc.get(key) - filteredA; n != 2 {
+			return fmt.Errorf("A filtered %d, want 2", n)
+		}
+		if st := stats(); st.Pending != 0 || st.DeadLettered != 0 {
+			return fmt.Errorf("pending %d, dead-lettered %d", st.Pending, st.DeadLettered)
+		}
+		return nil
+	})
+	if st := stats(); st.DeadLettered != 0 {
+		t.Fatalf("dead-lettered %d", st.DeadLettered)
+	}
+}
