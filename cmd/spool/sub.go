@@ -41,7 +41,7 @@ extended so that the messages of one key written by one publish are never split,
 together and acked as a unit.
 --filter takes only the messages whose headers match an expression ('region=eu',
 'tier in (gold,silver), !test'; grammar in docs/protocol.md); a message that no member of the
-group matches is completed for the group without a delivery (embedded engine only).
+group matches, on any broker instance, is completed for the group without a delivery.
 
 Credit: at most --max-in-flight deliveries are held at a time (default 2 x --concurrency, at
 most --max; with --max and --ack=false, --max). A delivery holds its credit until the broker has
