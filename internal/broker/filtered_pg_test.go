@@ -81,17 +81,20 @@ func TestFilterSharedEngineTwoInstances(t *testing.T) {
 	if _, err := a.b.CreateTopic(ctx, "orders", storage.TopicConfig{Partitions: 2, MaxDeliveries: 2, AckWait: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
+	// Each instance records its member when it joins (its owner handled the join once idle)
+	// and reads the others' records then: B learns of eu at its join; A, whose member joined
+	// first, learns of us from the liveness loop's renewal.
 	eu, err := a.b.Subscribe(ctx, SubscribeParams{Pattern: "orders", MemberID: "eu", MaxInFlight: 100, Filter: "region=eu"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	(&env{t: t, b: a.b}).waitIdle()
 	us, err := bi.b.Subscribe(ctx, SubscribeParams{Pattern: "orders", MemberID: "us", MaxInFlight: 100, Filter: "region=us"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The liveness loop's renewal: each instance learns the other's member and filter.
+	(&env{t: t, b: bi.b}).waitIdle()
 	a.renew(t)
-	bi.renew(t)
 
 	publish := func(regions ...string) {
 		t.Helper()
