@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spoolmq/spool/internal/filter"
@@ -245,14 +246,16 @@ func (o *owner) recordMembers(left []string) {
 	o.setOthers(res.Records[o.id])
 }
 
-// filterOf returns the filter text of o's member id as last published ("" for none).
-func (o *owner) filterOf(id string) string {
-	for _, m := range o.viewMembers() {
-		if m.id == id {
-			return m.filter.String()
-		}
+// memberRefs lists o's members as last published, with their filters, sorted by ID (the
+// liveness renewal's records, ordered.go).
+func (o *owner) memberRefs() []storage.MemberRef {
+	ms := o.viewMembers()
+	refs := make([]storage.MemberRef, len(ms))
+	for i, m := range ms {
+		refs[i] = storage.MemberRef{SubscriptionID: o.id, Member: m.id, Filter: m.filter.String()}
 	}
-	return ""
+	slices.SortFunc(refs, func(a, b storage.MemberRef) int { return strings.Compare(a.Member, b.Member) })
+	return refs
 }
 
 // giveBack gives refs, leased to holder, back for another instance's members without counting

@@ -321,14 +321,12 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 		var ids []int64
 		k := 0
 		for ; k < len(owners); k++ {
-			ms := owners[k].memberIDs()
+			ms := owners[k].memberRefs()
 			if k > 0 && (len(refs)+len(ms) > storage.MaxRenewMembers || len(ids) == storage.MaxRenewMembers) {
 				break
 			}
 			ids = append(ids, owners[k].id)
-			for _, m := range ms[:min(len(ms), storage.MaxRenewMembers)] {
-				refs = append(refs, storage.MemberRef{SubscriptionID: owners[k].id, Member: m, Filter: owners[k].filterOf(m)})
-			}
+			refs = append(refs, ms[:min(len(ms), storage.MaxRenewMembers)]...)
 		}
 		batch := owners[:k]
 		owners = owners[k:]
