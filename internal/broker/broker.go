@@ -198,7 +198,10 @@ type Broker struct {
 	instance string
 	// livenessInterval is livenessLoop's period: a third of memberTimeout (tests change it
 	// before Start).
-	livenessInterval   time.Duration
+	livenessInterval time.Duration
+	// maxOrderedMembers bounds the members of one ordered group on this instance:
+	// storage.MaxAssignmentMembers (tests lower it before subscribing).
+	maxOrderedMembers  int
 	onRebalance        func(RebalanceInfo)
 	defaultMaxInFlight int
 	// lifecycleInterval is the longest wait between two lifecycle runs; maintainSubs is false when
@@ -325,6 +328,7 @@ func New(cfg Config) (*Broker, error) {
 		memberTimeout:         memberTimeout,
 		livenessInterval:      memberTimeout / 3,
 		instance:              "i-" + rand.Text()[:16],
+		maxOrderedMembers:     storage.MaxAssignmentMembers,
 		onRebalance:           cfg.OnRebalance,
 		defaultMaxInFlight:    maxInFlight,
 		quit:                  make(chan struct{}),

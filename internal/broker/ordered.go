@@ -303,6 +303,11 @@ func (b *Broker) livenessLoop() {
 	}
 }
 
+// An ordered group has at most storage.MaxAssignmentMembers members on an instance (attach
+// refuses more), so one renewal call always holds a group's members: renewOwn and renewLiveness
+// never cut a group. This fails to compile should the bounds part.
+const _ = uint(storage.MaxRenewMembers - storage.MaxAssignmentMembers)
+
 // renewLiveness renews the liveness of the members of every ordered group with members on this
 // instance, in calls of at most storage.MaxRenewMembers members, and tells the owner of each
 // group whose published assignment lists a member of another instance that is no longer live
@@ -326,6 +331,8 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 				break
 			}
 			ids = append(ids, owners[k].id)
+			// Ordered groups fit (the bound above); a shared subscription past the bound keeps its
+			// first MaxRenewMembers member records.
 			refs = append(refs, ms[:min(len(ms), storage.MaxRenewMembers)]...)
 		}
 		batch := owners[:k]
@@ -346,9 +353,13 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 			if a == nil || !ok {
 				continue
 			}
-			own := o.memberIDs()
+			own := o.memberIDs() // sorted
+			isLive := make(map[string]bool, len(live))
+			for _, m := range live {
+				isLive[m] = true
+			}
 			for m := range a.Members {
-				if !slices.Contains(own, m) && !slices.Contains(live, m) {
+				if _, mine := slices.BinarySearch(own, m); !mine && !isLive[m] {
 					o.push(&event{kind: evExpired})
 					break
 				}

@@ -52,6 +52,9 @@ type owner struct {
 	events []*event
 	// ended is set, under Broker.mu and qmu, when the owner unregistered: pushes fail from then on.
 	ended bool
+	// attached counts the members whose join was queued and leave not yet, under Broker.mu: an
+	// ordered group refuses a join past Broker.maxOrderedMembers with it.
+	attached int
 
 	// The goroutine's own state: no lock.
 	members []*Member
@@ -161,6 +164,7 @@ func (b *Broker) leaveLocked(m *Member, o *owner) (ev *event, owned bool) {
 	if !attached {
 		return nil, false
 	}
+	o.attached--
 	ev = &event{kind: evLeave, m: m, done: make(chan struct{})}
 	if !o.push(ev) {
 		return nil, owned

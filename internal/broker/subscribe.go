@@ -286,6 +286,16 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	m.mu.Lock()
 	_, attached = m.topics[topic]
 	ok := b.state == stateRunning && !m.closed && !attached
+	if ok && sub.Mode == storage.ModeOrdered {
+		if o = b.subs[sub.ID]; o != nil && o.attached >= b.maxOrderedMembers {
+			// One assignment lists at most storage.MaxAssignmentMembers members (and one liveness
+			// renewal renews as many): a group past it could never be assigned.
+			m.mu.Unlock()
+			b.mu.Unlock()
+			return fmt.Errorf("%w: ordered group %q of topic %q has %d members on this broker, at most %d",
+				storage.ErrLimitExceeded, sub.Group, topic, o.attached, b.maxOrderedMembers)
+		}
+	}
 	if ok {
 		o = b.subs[sub.ID]
 		if o == nil {
@@ -299,6 +309,7 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 		}
 		m.subs[o.id] = o
 		m.topics[topic] = o.id
+		o.attached++
 		if owned {
 			m.owned[o.id] = true
 		}
