@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -106,44 +108,86 @@ func RefcountStart(want int64, starts, floors []int64, live []bool) int64 {
 }
 
 // RefcountOther is another subscription of the partition, as RefcountSkips sees it: where it
-// started, whether it is live (ACTIVE, PAUSED), and whether it has done an offset (acked or
-// dead-lettered it, or the offset is below its ack floor).
+// started, whether it is live (ACTIVE, PAUSED), and the offsets it has done (acked or
+// dead-lettered): those below Floor, and Above, sorted disjoint runs [lo, hi) at or above Floor
+// (completed out of order).
 type RefcountOther struct {
-	Start int64
-	Live  bool
-	Done  func(o int64) bool
+	Start, Floor int64
+	Live         bool
+	Above        [][2]int64
 }
 
 // RefcountSkips returns the offsets in [from, to) that are complete although RefcountStart did
 // not skip them (completed out of order, above the lowest live ack floor), as sorted runs
 // [lo, hi): done by every live other subscription, and done by at least one subscription at or
-// above its start. A joiner marks them done for itself (it is not added to them). It reads each
-// offset of [from, to) once per subscription until one says no: a cost in the size of the
-// window above the joiner's start, paid at the join only.
+// above its start. A joiner marks them done for itself (it is not added to them). It works on
+// runs: its cost is in the runs of the others (their out-of-order completions), not in the
+// width of [from, to), the pending window the joiner lands in.
 func RefcountSkips(from, to int64, others []RefcountOther) [][2]int64 {
-	if len(others) == 0 {
+	if len(others) == 0 || from >= to {
 		return nil
 	}
-	var runs [][2]int64
-	for o := from; o < to; o++ {
-		complete, someone := true, false
-		for i := range others {
-			h := &others[i]
-			done := h.Done(o)
-			if h.Live && !done {
-				complete = false
-				break
-			}
-			someone = someone || done && o >= h.Start
+	all := [][2]int64{{from, to}} // done by every live other so far
+	var someone [][2]int64        // done by one at or above its start
+	for i := range others {
+		h := &others[i]
+		done := make([][2]int64, 0, len(h.Above)+1)
+		if h.Floor > from {
+			done = append(done, [2]int64{from, min(h.Floor, to)})
 		}
-		if !complete || !someone {
-			continue
+		done = normalizeRuns(append(done, clipRuns(h.Above, from, to)...))
+		if h.Live {
+			all = intersectRuns(all, done)
 		}
-		if n := len(runs); n > 0 && runs[n-1][1] == o {
-			runs[n-1][1] = o + 1
-		} else {
-			runs = append(runs, [2]int64{o, o + 1})
+		someone = append(someone, clipRuns(done, h.Start, to)...)
+	}
+	out := intersectRuns(all, normalizeRuns(someone))
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// clipRuns returns the parts of the sorted runs rs inside [lo, hi).
+func clipRuns(rs [][2]int64, lo, hi int64) [][2]int64 {
+	var out [][2]int64
+	for _, r := range rs {
+		if a, b := max(r[0], lo), min(r[1], hi); a < b {
+			out = append(out, [2]int64{a, b})
 		}
 	}
-	return runs
+	return out
+}
+
+// normalizeRuns sorts rs and merges the runs that overlap or touch.
+func normalizeRuns(rs [][2]int64) [][2]int64 {
+	slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	out := rs[:0]
+	for _, r := range rs {
+		if r[0] >= r[1] {
+			continue
+		}
+		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// intersectRuns returns the offsets in both a and b, normalized runs, as normalized runs.
+func intersectRuns(a, b [][2]int64) [][2]int64 {
+	var out [][2]int64
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		if lo, hi := max(a[i][0], b[j][0]), min(a[i][1], b[j][1]); lo < hi {
+			out = append(out, [2]int64{lo, hi})
+		}
+		if a[i][1] < b[j][1] {
+			i++
+		} else {
+			j++
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,15 +22,10 @@ import (
 // of order (storage.RefcountSkips, below hw), which the joiner marks done. It locks the topic's
 // delivery state first (lockRefcountJoin), then reads the others' floors, cursors and rows.
 func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self int64, want, hw []int64) ([]int64, [][][2]int64, error) {
-	type other struct {
-		start, floor, cursor int64
-		live                 bool
-		acked, open          map[int64]bool // offsets of acked rows, of leased or waiting rows
-	}
 	if err := e.lockRefcountJoin(ctx, tx, topicID); err != nil {
 		return nil, nil, err
 	}
-	byKey := map[[2]int64]*other{} // (sub, partition)
+	byKey := map[[2]int64]*refcountOther{} // (sub, partition)
 	var keys [][2]int64
 	rows, err := tx.Query(ctx, e.sql(`SELECT s.id, sp.partition, coalesce(sp.start_offset, 0), sp.ack_floor, sp.cursor, s.state IN ('ACTIVE', 'PAUSED')
 		FROM spool.subscriptions s JOIN spool.sub_partitions sp ON sp.sub_id = s.id
@@ -40,7 +36,7 @@ func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self in
 	for rows.Next() {
 		var id int64
 		var p int32
-		o := &other{acked: map[int64]bool{}, open: map[int64]bool{}}
+		o := &refcountOther{acked: map[int64]bool{}, open: map[int64]bool{}}
 		if err := rows.Scan(&id, &p, &o.start, &o.floor, &o.cursor, &o.live); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
@@ -94,9 +90,7 @@ func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self in
 				continue
 			}
 			starts, floors, live = append(starts, o.start), append(floors, o.floor), append(live, o.live)
-			views = append(views, storage.RefcountOther{Start: o.start, Live: o.live, Done: func(off int64) bool {
-				return off < o.floor || off < o.cursor && !o.open[off] || o.acked[off]
-			}})
+			views = append(views, storage.RefcountOther{Start: o.start, Floor: o.floor, Live: o.live, Above: o.doneRuns()})
 		}
 		out[p] = storage.RefcountStart(out[p], starts, floors, live)
 		if p < len(hw) {
@@ -104,6 +98,53 @@ func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self in
 		}
 	}
 	return out, skips, nil
+}
+
+// refcountOther is the delivery state of another subscription in one partition, as a refcount
+// join reads it.
+type refcountOther struct {
+	start, floor, cursor int64
+	live                 bool
+	acked, open          map[int64]bool // offsets of acked rows, of leased or waiting rows
+}
+
+// doneRuns returns the offsets o has done at or above its ack floor as sorted runs: those below
+// the cursor with no leased or waiting row, and those of acked rows. Its cost is in o's rows,
+// not in the offsets the runs cover.
+func (o *refcountOther) doneRuns() [][2]int64 {
+	open := make([]int64, 0, len(o.open))
+	for off := range o.open {
+		if off >= o.floor && off < o.cursor {
+			open = append(open, off)
+		}
+	}
+	slices.Sort(open)
+	runs := make([][2]int64, 0, len(open)+1+len(o.acked))
+	lo := o.floor
+	for _, off := range open {
+		if lo < off {
+			runs = append(runs, [2]int64{lo, off})
+		}
+		lo = off + 1
+	}
+	if lo < o.cursor {
+		runs = append(runs, [2]int64{lo, o.cursor})
+	}
+	for off := range o.acked {
+		if off >= o.floor {
+			runs = append(runs, [2]int64{off, off + 1})
+		}
+	}
+	slices.SortFunc(runs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	out := runs[:0]
+	for _, r := range runs {
+		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // lockRefcountJoin locks the sub_partitions rows of the topic's subscriptions with state, in

@@ -199,13 +199,21 @@ func (e *Engine) refcountStartsLocked(t *topic, self int64, want []int64) ([]int
 			starts = append(starts, startOf(o, pp))
 			floors = append(floors, st.Floor(pp))
 			live = append(live, o.meta.State.HoldsRetention())
-			views = append(views, storage.RefcountOther{Start: startOf(o, pp), Live: o.meta.State.HoldsRetention(),
-				Done: func(off int64) bool { return st.Done(pp, off) }})
 		}
 		out[p] = storage.RefcountStart(out[p], starts, floors, live)
 		if p < len(t.parts) && t.parts[p].log != nil {
-			part := t.parts[p]
-			skips[p] = storage.RefcountSkips(out[p], part.log.NextIndex(), views)
+			// Runs, not offsets: the cost is in the others' out-of-order completions, not in the
+			// pending window above out[p] (which can be the whole retained log).
+			end := t.parts[p].log.NextIndex()
+			for _, o := range others {
+				if o.st == nil || p >= o.st.Partitions() {
+					continue
+				}
+				st, pp := o.st, int32(p)
+				views = append(views, storage.RefcountOther{Start: startOf(o, pp), Floor: st.Floor(pp),
+					Live: o.meta.State.HoldsRetention(), Above: st.DoneRuns(pp, out[p], end)})
+			}
+			skips[p] = storage.RefcountSkips(out[p], end, views)
 		}
 	}
 	return out, skips

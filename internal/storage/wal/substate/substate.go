@@ -748,6 +748,22 @@ const maxGap = 1 << 16
 // Forever is a high-water mark above every offset (state log replay).
 const Forever = math.MaxInt64
 
+// DoneRuns returns the offsets of partition p in [from, to) done above the ack floor (acked or
+// dead-lettered out of order) as sorted runs [lo, hi), in time linear in the bitset's words.
+func (s *Sub) DoneRuns(p int32, from, to int64) [][2]int64 {
+	pt := s.part(p)
+	if pt == nil {
+		return nil
+	}
+	var runs [][2]int64
+	for o := pt.done.nextSet(max(from, pt.floor), to); o < to; {
+		hi := min(pt.done.runFrom(o), to)
+		runs = append(runs, [2]int64{o, hi})
+		o = pt.done.nextSet(hi, to)
+	}
+	return runs
+}
+
 // Done reports whether offset o of partition p is done: below the ack floor, or completed above
 // it (acked or dead-lettered out of order).
 func (s *Sub) Done(p int32, o int64) bool {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -680,4 +681,27 @@ func TestDLQIndex(t *testing.T) {
 	}
 	checkInvariants(t, s)
 	checkInvariants(t, back)
+}
+
+// TestDoneRuns: the offsets completed out of order above the floor, as runs cut to [from, to);
+// runs crossing bitset words stay whole.
+func TestDoneRuns(t *testing.T) {
+	s := New([]int64{10})
+	for _, o := range []int64{12, 13, 14, 60, 61, 62, 63, 64, 65, 70, 200} {
+		s.Complete(0, o)
+	}
+	if got, want := s.DoneRuns(0, 0, 1000), [][2]int64{{12, 15}, {60, 66}, {70, 71}, {200, 201}}; !slices.Equal(got, want) {
+		t.Errorf("DoneRuns = %v, want %v", got, want)
+	}
+	if got, want := s.DoneRuns(0, 13, 64), [][2]int64{{13, 15}, {60, 64}}; !slices.Equal(got, want) {
+		t.Errorf("DoneRuns in [13, 64) = %v, want %v", got, want)
+	}
+	s.Complete(0, 10)
+	s.Complete(0, 11) // the floor passes 12-14
+	if got, want := s.DoneRuns(0, 0, 100), [][2]int64{{60, 66}, {70, 71}}; !slices.Equal(got, want) {
+		t.Errorf("DoneRuns after the floor rose to %d = %v, want %v", s.Floor(0), got, want)
+	}
+	if got := s.DoneRuns(1, 0, 100); got != nil {
+		t.Errorf("DoneRuns of a missing partition = %v", got)
+	}
 }
