@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -64,6 +65,9 @@ func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
 		q.Set("state", *state)
 	}
 	path := "/api/v1/groups"
+	if len(pos) == 0 {
+		q.Set("limit", "1000") // the largest page
+	}
 	if len(pos) == 1 {
 		// The topic's own listing: an unknown topic is TOPIC_NOT_FOUND, not an empty list.
 		path = cli.TopicPath(pos[0], "groups")
@@ -72,6 +76,22 @@ func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
 	raw, err := api.Call(ctx, http.MethodGet, path, q, nil, &list)
 	if err != nil {
 		return err
+	}
+	if list.NextAfterID != nil {
+		// GET /api/v1/groups pages: read the rest, and print the whole list as one answer.
+		for next := list.NextAfterID; next != nil; {
+			q.Set("after_id", strconv.FormatInt(*next, 10))
+			var page admin.GroupList
+			if _, err := api.Call(ctx, http.MethodGet, path, q, nil, &page); err != nil {
+				return err
+			}
+			list.Groups = append(list.Groups, page.Groups...)
+			next = page.NextAfterID
+		}
+		list.NextAfterID = nil
+		if raw, err = json.Marshal(list); err != nil {
+			return err
+		}
 	}
 	groups := list.Groups
 	if len(pos) == 1 && (*group != "" || *state != "") {

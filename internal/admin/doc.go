@@ -140,7 +140,8 @@
 // encoding its 170,000 series), and no listing holds a broker or engine lock for more than one
 // topic or subscription at a time, so publishing and dispatch go on. GET /api/v1/topics pages with
 // limit and offset, but still reads every topic's figures (to filter by pattern and count total);
-// the group listings do not page. A member appears in the group listings once per subscription it
+// GET /api/v1/groups pages with limit and after_id (subscription ID) and reads the figures of its
+// page only; the per-topic group listing does not page. A member appears in the group listings once per subscription it
 // is attached to, with its subscription_count but not its subscription IDs (a wildcard member on n
 // topics would repeat n IDs n times); GET /api/v1/members and the single-group GET list them.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/broker"
@@ -94,4 +95,54 @@ func TestGroupListingsDoNotRepeatMemberSubscriptions(t *testing.T) {
 	if g.State != storage.Active || len(g.Members) != 1 || len(g.Members[0].Subscriptions) != n {
 		t.Fatalf("group tap on wide.t03: %+v", g)
 	}
+}
+
+// TestGroupListPages: GET /api/v1/groups answers pages of limit groups in subscription ID order,
+// with next_after_id until the last page, filters before paging, and refuses a bad limit or
+// cursor.
+func TestGroupListPages(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tp := range []string{"pa", "pb"} {
+		e.do("POST", "/api/v1/topics", map[string]any{"name": tp, "semantics": "PUB_SUB"}).ok(201, nil)
+		for i := range 3 {
+			e.do("POST", "/api/v1/topics/"+tp+"/groups", map[string]any{"group": fmt.Sprintf("g%d", i)}).ok(201, nil)
+		}
+	}
+	var got []string
+	var ids []int64
+	path := "/api/v1/groups?limit=2"
+	for pages := 0; ; pages++ {
+		if pages == 4 {
+			t.Fatalf("more than 3 pages of 2 for 6 groups: %v", got)
+		}
+		var gl GroupList
+		e.do("GET", path, nil).ok(200, &gl)
+		if len(gl.Groups) > 2 {
+			t.Fatalf("page of %d groups, limit 2", len(gl.Groups))
+		}
+		for _, g := range gl.Groups {
+			got = append(got, g.Topic+"/"+g.Group)
+			ids = append(ids, g.SubscriptionID)
+		}
+		if gl.NextAfterID == nil {
+			break
+		}
+		path = fmt.Sprintf("/api/v1/groups?limit=2&after_id=%d", *gl.NextAfterID)
+	}
+	want := []string{"pa/g0", "pa/g1", "pa/g2", "pb/g0", "pb/g1", "pb/g2"}
+	if !slices.Equal(got, want) || !slices.IsSorted(ids) {
+		t.Fatalf("pages gave %v (ids %v), want %v in ID order", got, ids, want)
+	}
+	var gl GroupList
+	e.do("GET", "/api/v1/groups?group=g1&limit=1", nil).ok(200, &gl)
+	if len(gl.Groups) != 1 || gl.Groups[0].Topic != "pa" || gl.NextAfterID == nil {
+		t.Fatalf("first page of group g1: %+v", gl)
+	}
+	var last GroupList
+	e.do("GET", fmt.Sprintf("/api/v1/groups?group=g1&limit=1&after_id=%d", *gl.NextAfterID), nil).ok(200, &last)
+	if len(last.Groups) != 1 || last.Groups[0].Topic != "pb" || last.NextAfterID != nil {
+		t.Fatalf("last page of group g1: %+v", last)
+	}
+	e.do("GET", "/api/v1/groups?limit=1001", nil).fails(400, "INVALID_ARGUMENT")
+	e.do("GET", "/api/v1/groups?after_id=-1", nil).fails(400, "INVALID_ARGUMENT")
 }

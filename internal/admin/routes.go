@@ -117,9 +117,12 @@ func (h *Handler) routeTable() []*route {
 		// Groups (subscriptions).
 		{method: "GET", path: "/api/v1/groups", handle: h.listGroups, doc: opDoc{
 			id: "listGroups", tag: "groups", summary: "List subscriptions (consumer groups on topics) with their health.",
-			desc: "Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
+			desc: "Ordered by subscription ID, one page at a time: next_after_id, absent on the last page, is the after_id of the next. " +
+				"Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
 			query: []queryParam{{"topic", "string", "only this topic"}, {"group", "string", "only this group"},
-				{"state", "string", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED"}},
+				{"state", "string", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED"},
+				{"limit", "integer", "page size, 0 to 1000 (default 100)"},
+				{"after_id", "integer", "start after this subscription ID (next_after_id of the previous page)"}},
 			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
 		{method: "GET", path: "/api/v1/topics/{topic}/groups", handle: h.listTopicGroups, doc: opDoc{
 			id: "listTopicGroups", tag: "groups", summary: "List the subscriptions of a topic with their health.",

@@ -170,6 +170,9 @@ func (h *Handler) deleteTopic(w http.ResponseWriter, r *http.Request) error {
 // GroupList is the response of the group listings.
 type GroupList struct {
 	Groups []Group `json:"groups"`
+	// NextAfterID is the after_id of the next page of GET /api/v1/groups; absent on the last
+	// page (and in the unpaged per-topic listing).
+	NextAfterID *int64 `json:"next_after_id,omitempty"`
 }
 
 func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
@@ -180,19 +183,37 @@ func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return invalidf("query parameter state must be ACTIVE, PAUSED, DEAD or CANCELLED, got %q", state)
 	}
-	return h.writeGroups(w, r, topic, func(g *broker.GroupInfo) bool {
-		return (group == "" || g.Group == group) && (state == "" || g.State == state)
-	}, "")
+	after, err := queryInt(r, "after_id", 0, 1<<62)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", defaultPageLimit, maxPageLimit)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		limit = defaultPageLimit
+	}
+	// Paged by subscription ID: only the page's subscriptions have their figures read.
+	infos, next, err := h.b.GroupsPage(r.Context(), broker.GroupPageParams{
+		Topic: topic, Group: group, State: state, AfterID: after, Limit: int(limit)})
+	if err != nil {
+		return err
+	}
+	members := memberMap(h.b)
+	out := GroupList{Groups: make([]Group, 0, len(infos))}
+	for _, g := range infos {
+		out.Groups = append(out.Groups, groupJSON(g, members, true))
+	}
+	if next != 0 {
+		out.NextAfterID = &next
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
 func (h *Handler) listTopicGroups(w http.ResponseWriter, r *http.Request) error {
 	topic := r.PathValue("topic")
-	return h.writeGroups(w, r, topic, func(*broker.GroupInfo) bool { return true }, topic)
-}
-
-// writeGroups writes the groups of topic ("": all) that keep selects. With mustTopic set, an
-// empty result for a topic that does not exist is TOPIC_NOT_FOUND.
-func (h *Handler) writeGroups(w http.ResponseWriter, r *http.Request, topic string, keep func(*broker.GroupInfo) bool, mustTopic string) error {
 	infos, err := h.b.TopicGroups(r.Context(), topic)
 	if err != nil {
 		return err
@@ -200,12 +221,11 @@ func (h *Handler) writeGroups(w http.ResponseWriter, r *http.Request, topic stri
 	members := memberMap(h.b)
 	out := GroupList{Groups: []Group{}}
 	for _, g := range infos {
-		if keep(g) {
-			out.Groups = append(out.Groups, groupJSON(g, members, true))
-		}
+		out.Groups = append(out.Groups, groupJSON(g, members, true))
 	}
-	if len(out.Groups) == 0 && mustTopic != "" {
-		if _, err := h.b.Topic(r.Context(), mustTopic); err != nil {
+	if len(out.Groups) == 0 {
+		// An unknown topic is TOPIC_NOT_FOUND, not an empty list.
+		if _, err := h.b.Topic(r.Context(), topic); err != nil {
 			return err
 		}
 	}

@@ -426,6 +426,13 @@ func TestDashboard(t *testing.T) {
 	b.waitJS("a publish rate", text(row+`[data-col=rate]`)+`.endsWith('/s')`)
 	b.waitJS("the poll interval", `document.body.dataset.poll === '2000'`)
 	b.screenshot("dashboard-topics.png")
+	// The poll reads one page of groups (the figures of 1,000 subscriptions at most), never the
+	// unpaged listing.
+	for _, u := range b.requested() {
+		if strings.Contains(u, "/api/v1/groups") && !strings.Contains(u, "/api/v1/groups?limit=1000") {
+			t.Errorf("the dashboard polled %s, want /api/v1/groups?limit=1000", u)
+		}
+	}
 
 	// Topic: the group's state, members, lag and DLQ count.
 	b.click(row + `a`)

@@ -76,6 +76,51 @@ func (b *Broker) TopicGroups(ctx context.Context, topic string) ([]*GroupInfo, e
 	return out, nil
 }
 
+// GroupPageParams select a page of GroupsPage.
+type GroupPageParams struct {
+	// Topic, Group and State, when set, keep only the subscriptions that match.
+	Topic, Group string
+	State        storage.SubscriptionState
+	// AfterID starts the page after this subscription ID (0: from the first).
+	AfterID int64
+	// Limit is the page size, at least 1.
+	Limit int
+}
+
+// GroupsPage is TopicGroups one page at a time, ordered by subscription ID: the filters are
+// applied to the engine's list first, so it reads the figures of the page's subscriptions only.
+// next is the AfterID of the next page, 0 on the last one.
+func (b *Broker) GroupsPage(ctx context.Context, p GroupPageParams) (page []*GroupInfo, next int64, err error) {
+	if p.Limit < 1 {
+		return nil, 0, invalid("group page limit must be at least 1, got %d", p.Limit)
+	}
+	if err := b.checkRunning(); err != nil {
+		return nil, 0, err
+	}
+	subs, err := b.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{Topic: p.Topic})
+	if err != nil {
+		return nil, 0, fmt.Errorf("broker: list groups: %w", err)
+	}
+	subs = slices.DeleteFunc(subs, func(s *storage.Subscription) bool {
+		return s.ID <= p.AfterID || p.Group != "" && s.Group != p.Group || p.State != "" && s.State != p.State
+	})
+	page = make([]*GroupInfo, 0, min(len(subs), p.Limit))
+	for i, sub := range subs {
+		if len(page) == p.Limit {
+			return page, subs[i-1].ID, nil
+		}
+		info, err := b.groupInfo(ctx, sub, p.Topic != "")
+		if errors.Is(err, storage.ErrSubscriptionNotFound) || errors.Is(err, storage.ErrTopicNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		page = append(page, info)
+	}
+	return page, 0, nil
+}
+
 // Group describes the subscription of group on topic; group "" means the queue subscription
 // (storage.QueueGroup).
 func (b *Broker) Group(ctx context.Context, topic, group string) (*GroupInfo, error) {

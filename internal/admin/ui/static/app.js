@@ -408,7 +408,7 @@
         el('div', { class: 'section' }, el('div', { id: 'topics' }, el('div', { class: 'empty', text: 'Loading…' }))));
     },
     async load(r, gen) {
-      const [tl, gl] = await Promise.all([api('/api/v1/topics?limit=1000'), api('/api/v1/groups')]);
+      const [tl, gl] = await Promise.all([api('/api/v1/topics?limit=1000'), api('/api/v1/groups?limit=1000')]);
       if (stale(gen)) return;
       // Rates and health trends are sampled here, once per poll; draw (also run on each key of
       // the filter) only shows them.
@@ -469,7 +469,8 @@
         card('Topics', fmtNum(tl.total), tl.total > tl.topics.length ? `first ${fmtNum(tl.topics.length)} shown` : null, null, 'topics'),
         card('Messages retained', fmtNum(depth), 'sum of depths', null, 'depth'),
         card('Publish rate', fmtRate(total), 'all topics, msg/s', null, 'rate'),
-        card('Groups needing attention', fmtNum(attention), `${fmtNum(critical)} critical of ${fmtNum(gl.groups.length)} groups`,
+        card('Groups needing attention', fmtNum(attention),
+          `${fmtNum(critical)} critical of ${gl.next_after_id ? 'the first ' : ''}${fmtNum(gl.groups.length)} groups`,
           critical ? 'crit' : attention ? 'warn' : null, 'attention'));
       $('topics').replaceChildren(table(
         ['Topic', 'Semantics', { text: 'Partitions', num: true }, { text: 'Depth', num: true }, { text: 'Size', num: true },
