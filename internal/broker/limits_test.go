@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -88,9 +91,70 @@ func TestOrderedGroupMemberLimit(t *testing.T) {
 	if err := a.Close(e.ctx()); err != nil {
 		t.Fatal(err)
 	}
-	e.subscribe(p) // a left: room for c
+	// a left: room for c once this broker's owner has its assignment without a (until then a is
+	// listed and not attached here: another instance's, for all the owner knows).
+	e.waitOwnerAssignment("lim.ord", "g", e.waitAssignment("lim.ord", "g", "b"))
+	e.subscribe(p)
 	e.waitAssignment("lim.ord", "g", "b", "c")
 	if got := live(); !slices.Contains(got, "b") || !slices.Contains(got, "c") {
 		t.Fatalf("live members %v after a left and c joined, want b and c (a's record expires later)", got)
 	}
+}
+
+// TestOrderedGroupMemberLimitAcrossInstances: with a shared engine the bound counts the other
+// instances' members the assignment in force lists: x on a second broker and a here make two, so
+// b is refused on this one.
+func TestOrderedGroupMemberLimitAcrossInstances(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.RebalanceDelay, c.SharedEngine = -1, true })
+	e.b.maxOrderedMembers = 2
+	b2, err := New(Config{Engine: e.engine, Clock: e.clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: time.Hour,
+		RebalanceDelay: -1, SharedEngine: true, LifecycleInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b2.Stop(context.Background()); err != nil {
+			t.Errorf("second broker Stop: %v", err)
+		}
+	})
+	e.createTopic("lim.ord2", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	e.subscribeOrdered("lim.ord2", "g", "a")
+	e.waitAssignment("lim.ord2", "g", "a")
+	if _, err := b2.Subscribe(e.ctx(), SubscribeParams{Pattern: "lim.ord2", Group: "g", MemberID: "x", Mode: storage.ModeOrdered}); err != nil {
+		t.Fatal(err)
+	}
+	want := e.waitAssignment("lim.ord2", "g", "a", "x")
+	// This broker's owner adopts the assignment at its next claim (woken by a publish).
+	e.publishTo("lim.ord2", "m", 1, 2)
+	e.waitOwnerAssignment("lim.ord2", "g", want)
+	p := SubscribeParams{Pattern: "lim.ord2", Group: "g", MemberID: "b", Mode: storage.ModeOrdered}
+	if _, err := e.b.Subscribe(e.ctx(), p); !errors.Is(err, storage.ErrLimitExceeded) {
+		t.Fatalf("b with a here and x on the other broker: %v, want ErrLimitExceeded", err)
+	}
+	e.waitAssignment("lim.ord2", "g", "a", "x")
+}
+
+// waitOwnerAssignment waits until this broker's owner of the group has adopted assignment want.
+func (e *env) waitOwnerAssignment(topic, group string, want *storage.Assignment) {
+	e.t.Helper()
+	sub, err := e.b.lookup(e.ctx(), topic, group)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	eventually(e.t, fmt.Sprintf("the owner to adopt generation %d", want.Generation), func() error {
+		e.b.mu.RLock()
+		o := e.b.subs[sub.ID]
+		e.b.mu.RUnlock()
+		if o == nil {
+			return errors.New("no owner")
+		}
+		if a := o.ord.view.Load(); a == nil || a.Generation != want.Generation {
+			return fmt.Errorf("owner's assignment %+v", a)
+		}
+		return nil
+	})
 }

@@ -303,6 +303,27 @@ func (b *Broker) livenessLoop() {
 	}
 }
 
+// orderedMembers counts the group's members for the join bound: those attached here and, with a
+// shared engine, the other instances' members listed in the assignment in force (a soft bound
+// across instances: two joining at once on two instances may both pass). Broker.mu must be held.
+func (o *owner) orderedMembers() int {
+	n := o.attached
+	a := o.ord.view.Load()
+	if !o.b.sharedEngine || a == nil || n+len(a.Members) < o.b.maxOrderedMembers {
+		return n // the common case: no need to tell this instance's members from the others'
+	}
+	own := make(map[string]bool, n)
+	for _, m := range o.viewMembers() {
+		own[m.id] = true
+	}
+	for m := range a.Members {
+		if !own[m] {
+			n++
+		}
+	}
+	return n
+}
+
 // An ordered group has at most storage.MaxAssignmentMembers members on an instance (attach
 // refuses more), so one renewal call always holds a group's members: renewOwn and renewLiveness
 // never cut a group. This fails to compile should the bounds part.

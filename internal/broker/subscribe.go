@@ -287,13 +287,15 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	_, attached = m.topics[topic]
 	ok := b.state == stateRunning && !m.closed && !attached
 	if ok && sub.Mode == storage.ModeOrdered {
-		if o = b.subs[sub.ID]; o != nil && o.attached >= b.maxOrderedMembers {
-			// One assignment lists at most storage.MaxAssignmentMembers members (and one liveness
-			// renewal renews as many): a group past it could never be assigned.
-			m.mu.Unlock()
-			b.mu.Unlock()
-			return fmt.Errorf("%w: ordered group %q of topic %q has %d members on this broker, at most %d",
-				storage.ErrLimitExceeded, sub.Group, topic, o.attached, b.maxOrderedMembers)
+		if o = b.subs[sub.ID]; o != nil {
+			if n := o.orderedMembers(); n >= b.maxOrderedMembers {
+				// One assignment lists at most storage.MaxAssignmentMembers members (and one liveness
+				// renewal renews as many): a group past it could never be assigned.
+				m.mu.Unlock()
+				b.mu.Unlock()
+				return fmt.Errorf("%w: ordered group %q of topic %q has %d members (on this broker and in the assignment in force), at most %d",
+					storage.ErrLimitExceeded, sub.Group, topic, n, b.maxOrderedMembers)
+			}
 		}
 	}
 	if ok {
