@@ -42,8 +42,8 @@ func (e *Engine) maintenanceLoop() {
 // maintain pre-creates the current and the next bucket, removes the ephemeral subscriptions
 // (and rows) of instances whose heartbeat is stale (see staleHeartbeats) and deletes expired
 // producer ids. The jobs are safe on several instances at once: bucket creation takes the bucket
-// lock, the cleanup runs under pg_try_advisory_xact_lock (an instance that does not get it skips
-// the job), and the prune deletes only expired rows.
+// lock, the cleanup and the prune run under pg_try_advisory_xact_lock (an instance that does not
+// get it skips the job), and the prune deletes only expired rows.
 func (e *Engine) maintain(ctx context.Context) error {
 	now := e.clock.Now()
 	if err := e.ensureBucket(ctx, now); err != nil {
@@ -55,17 +55,39 @@ func (e *Engine) maintain(ctx context.Context) error {
 	if _, err := e.removeStaleInstances(ctx, now); err != nil {
 		return err
 	}
-	return e.pruneProducerIDs(ctx, now)
+	return e.pruneProducerIDs(ctx, now, pruneProducerIDsBatch)
 }
 
+// pruneProducerIDsBatch bounds the rows one prune transaction deletes, so that it holds few row
+// locks for a short time.
+const pruneProducerIDsBatch = 1000
+
 // pruneProducerIDs deletes the producer ids whose dedup_window ended (migrations/0006): a publish
-// takes over an expired id anyway, so this only bounds the table. Safe on several instances at
-// once (a row deleted twice is deleted once).
-func (e *Engine) pruneProducerIDs(ctx context.Context, now time.Time) error {
-	if _, err := e.pool.Exec(ctx, e.sql("DELETE FROM spool.producer_ids WHERE expires_at <= $1"), now); err != nil {
-		return fmt.Errorf("pgstore: prune producer ids: %w", err)
+// takes over an expired id anyway, so this only bounds the table. It deletes at most batch rows
+// per transaction, skipping the rows a publish holds (taking one over): a publish never waits
+// for the prune, nor the prune for it. One instance prunes at a time (the others skip the job
+// while it holds the advisory lock), so instances do not scan the same rows.
+func (e *Engine) pruneProducerIDs(ctx context.Context, now time.Time, batch int) error {
+	for {
+		ran, n := false, int64(0)
+		err := e.tx(ctx, func(tx pgx.Tx) error {
+			ok, err := tryXactLock(ctx, tx, lockKey(e.schema, "producer_ids"))
+			if err != nil || !ok {
+				return err
+			}
+			ran = true
+			tag, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.producer_ids WHERE ctid = ANY (ARRAY(
+				SELECT ctid FROM spool.producer_ids WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`), now, batch)
+			n = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("pgstore: prune producer ids: %w", err)
+		}
+		if !ran || n < int64(batch) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // removeStaleInstances deletes the ephemeral subscriptions of instances whose heartbeat is older

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // TestPublishTxRollbackLeavesNothing: a rolled-back PublishTx leaves no message and consumes no
@@ -318,10 +319,87 @@ func TestProducerIDsPruned(t *testing.T) {
 		t.Fatalf("producer ids: %d, want 40", n)
 	}
 	clock.Advance(time.Minute)
-	if err := e.maintain(ctx); err != nil {
+	// One instance prunes at a time: this call skips the job while the engine's maintenance loop
+	// holds it (that run may have read the clock before the advance), so call again until done.
+	testutil.Eventually(t, 30*time.Second, "the short window's ids pruned", func() error {
+		if err := e.maintain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(); n != 20 {
+			return fmt.Errorf("producer ids after the short window: %d, want the long topic's 20", n)
+		}
+		return nil
+	})
+	if n := count(); n != 20 {
+		t.Fatalf("producer ids: %d, want the long topic's 20", n)
+	}
+}
+
+// TestProducerIDsPruneBatchesAndLocks: the prune deletes expired ids in batches, skips the rows a
+// publish holds (it never waits for one) and runs on one instance at a time (it skips the job
+// while another holds its advisory lock).
+func TestProducerIDsPruneBatchesAndLocks(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "pb.short", storage.TopicConfig{DedupWindow: time.Minute})
+	var msgs []storage.AppendMessage
+	for i := range 10 {
+		msgs = append(msgs, storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte("x"), ProducerID: fmt.Sprintf("id-%d", i)})
+	}
+	must(e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "pb.short", Messages: msgs}))(t)
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.producer_ids")).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Another instance prunes (it holds the job's lock), and a publish holds id-0 (taking it
+	// over); both before the ids expire, so that this engine's own maintenance loop cannot prune
+	// first.
+	other, err := e.pool.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != 20 {
-		t.Fatalf("producer ids after the short window: %d, want the long topic's 20", n)
+	defer other.Rollback(ctx) // a no-op once rolled back below
+	// Waits for a run of the maintenance loop that holds it.
+	if _, err := other.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "producer_ids")); err != nil {
+		t.Fatalf("taking the prune lock: %v", err)
 	}
+	pub, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Rollback(ctx)
+	if _, err := pub.Exec(ctx, e.sql("SELECT 1 FROM spool.producer_ids WHERE producer_id = 'id-0' FOR UPDATE")); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	now := clock.Now()
+	if err := e.pruneProducerIDs(ctx, now, 3); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 10 {
+		t.Fatalf("producer ids after a prune while another instance holds the job: %d, want 10", n)
+	}
+	if err := other.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The job is free: the 9 ids nobody holds go, 3 at a time (this call, or the maintenance loop
+	// that got the job first), the held one stays. The timeout only reports a prune that waits
+	// for the held row.
+	testutil.Eventually(t, 30*time.Second, "the 9 ids nobody holds pruned", func() error {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := e.pruneProducerIDs(pctx, now, 3); err != nil {
+			t.Fatalf("prune beside a publish holding an id: %v (it waited for the row)", err)
+		}
+		if n := count(); n != 1 {
+			return fmt.Errorf("%d producer ids left, want 1 (the held one)", n)
+		}
+		return nil
+	})
 }
