@@ -130,8 +130,11 @@ func TestServeAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if token != "" && !strings.HasPrefix(token, "Basic ") {
+			token = "Bearer " + token
+		}
 		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Authorization", token)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
@@ -147,6 +150,9 @@ func TestServeAuth(t *testing.T) {
 		{"/api/v1/topics", "", http.StatusForbidden},
 		{"/api/v1/topics", "wrong-0123456789abcdef", http.StatusUnauthorized},
 		{"/api/v1/topics", opsToken, http.StatusOK},
+		// A Basic header is no token: the certificate still names leaf (403, not 401).
+		{"/api/v1/topics", "Basic b3BzOnNlY3JldA==", http.StatusForbidden},
+		{"/healthz", "Basic b3BzOnNlY3JldA==", http.StatusOK},
 		{"/healthz", "", http.StatusOK},
 		{"/readyz", "", http.StatusOK},
 		{"/metrics", "", http.StatusOK},

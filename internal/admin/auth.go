@@ -52,14 +52,14 @@ func routeAccess(rt *route) access {
 }
 
 // principalOf returns the principal a request names: "Authorization: Bearer <token>", else the
-// verified client certificate's common name (mutual TLS).
+// verified client certificate's common name (mutual TLS). Another scheme (Basic, which a browser
+// or a proxy may add) is no token: the certificate still names the principal (docs/protocol.md
+// 5.1.1), and without one the request is unauthenticated.
 func (h *Handler) principalOf(r *http.Request) (*auth.Principal, bool) {
-	if hdr := r.Header.Get("Authorization"); hdr != "" {
-		scheme, token, _ := strings.Cut(hdr, " ")
-		if strings.EqualFold(scheme, "Bearer") {
-			return h.auth.ByToken(strings.TrimSpace(token))
-		}
-	} else if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+	if scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " "); strings.EqualFold(scheme, "Bearer") {
+		return h.auth.ByToken(strings.TrimSpace(token))
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
 		return h.auth.ByCertCN(r.TLS.PeerCertificates[0].Subject.CommonName)
 	}
 	return nil, false
