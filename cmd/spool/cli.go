@@ -93,14 +93,22 @@ func (e *cliEnv) token() (string, error) {
 	return readTokenFile(*e.tls.tokenFile)
 }
 
-// readTokenFile returns the first line of a --token-file.
+// errEmptyTokenFile: a --token-file whose first line is empty. Sending no token would make a
+// broker with authentication answer NOT_AUTHENTICATED, and hide the mistake in the file.
+var errEmptyTokenFile = errors.New("--token-file: the first line holds no token")
+
+// readTokenFile returns the first line of a --token-file, without surrounding spaces; an empty
+// one is errEmptyTokenFile.
 func readTokenFile(path string) (string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
-	return strings.TrimRight(line, "\r"), nil
+	if line = strings.TrimSpace(line); line == "" {
+		return "", fmt.Errorf("%w: %s", errEmptyTokenFile, path)
+	}
+	return line, nil
 }
 
 // bearer adds "Authorization: Bearer <token>" to every request of an admin API client.
