@@ -58,6 +58,10 @@ type Principal struct {
 	CertCN string `yaml:"cert_cn"`
 	// Permissions are what the principal may do; nothing else is allowed.
 	Permissions []Permission `yaml:"permissions"`
+
+	// salt and sum are TokenHash parsed, by New: ByToken runs on every connection and HTTP
+	// request, and checks every principal.
+	salt, sum []byte
 }
 
 // Permission allows one action on the topics matching a pattern.
@@ -163,6 +167,10 @@ func CheckToken(hash, token string) bool {
 	if err != nil {
 		return false
 	}
+	return checkDigest(salt, sum, token)
+}
+
+func checkDigest(salt, sum []byte, token string) bool {
 	return subtle.ConstantTimeCompare(digest(salt, token), sum) == 1
 }
 
@@ -185,6 +193,9 @@ func New(cfg Config) (*Authorizer, error) {
 	a := &Authorizer{byCN: make(map[string]*Principal), openMetrics: cfg.OpenMetrics}
 	for i := range cfg.Principals {
 		p := cfg.Principals[i]
+		if p.TokenHash != "" {
+			p.salt, p.sum, _ = parseHash(p.TokenHash) // valid: checked by Validate
+		}
 		a.principals = append(a.principals, &p)
 		if p.CertCN != "" {
 			a.byCN[p.CertCN] = &p
@@ -207,7 +218,7 @@ func (a *Authorizer) ByToken(token string) (*Principal, bool) {
 	}
 	var found *Principal
 	for _, p := range a.principals {
-		if p.TokenHash != "" && CheckToken(p.TokenHash, token) && found == nil {
+		if p.sum != nil && checkDigest(p.salt, p.sum, token) && found == nil {
 			found = p
 		}
 	}
