@@ -291,8 +291,8 @@ func (s *Subscription) Err() error {
 	return s.err
 }
 
-// AddCredit raises the subscription's MaxInFlight by n (a Credit frame; the broker never lowers
-// it in protocol version 1). The raised value is kept for resubscriptions. The broker reports a
+// AddCredit raises the subscription's MaxInFlight by n (a Credit frame; no protocol version
+// lowers it). The raised value is kept for resubscriptions. The broker reports a
 // refusal (the total over its cap) only in its logs; ctx is unused but reserved.
 func (s *Subscription) AddCredit(_ context.Context, n uint32) error {
 	if n == 0 {

@@ -75,7 +75,7 @@ type versioned interface {
 // unsolicited server pushes. Part of the wire contract: never change a value.
 type Opcode uint16
 
-// Opcodes of version 1.
+// Opcodes, the same in every protocol version.
 const (
 	OpHello             Opcode = 0x01 // client: open the session
 	OpPublish           Opcode = 0x02 // client: append messages
@@ -156,8 +156,8 @@ type ServerMessage interface {
 }
 
 // NewClientMessage returns a new zero message of a client-to-server opcode. It fails with
-// ErrUnknownOpcode for an opcode version 1 does not define, and ErrUnexpectedFrame for one only a
-// server may send.
+// ErrUnknownOpcode for an opcode no protocol version defines, and ErrUnexpectedFrame for one only
+// a server may send.
 func NewClientMessage(op Opcode) (ClientMessage, error) {
 	switch op {
 	case OpHello:
@@ -189,8 +189,8 @@ func NewClientMessage(op Opcode) (ClientMessage, error) {
 }
 
 // NewServerMessage returns a new zero message of a server-to-client opcode. It fails with
-// ErrUnknownOpcode for an opcode version 1 does not define, and ErrUnexpectedFrame for one only a
-// client may send.
+// ErrUnknownOpcode for an opcode no protocol version defines, and ErrUnexpectedFrame for one only
+// a client may send.
 func NewServerMessage(op Opcode) (ServerMessage, error) {
 	switch op {
 	case OpError:
@@ -226,7 +226,7 @@ func NewServerMessage(op Opcode) (ServerMessage, error) {
 }
 
 func opcodeError(op Opcode, client bool) error {
-	sentinel, reason := ErrUnknownOpcode, "opcode not defined in protocol version 1"
+	sentinel, reason := ErrUnknownOpcode, "opcode not defined in any protocol version"
 	if _, known := opcodeNames[op]; known {
 		sentinel, reason = ErrUnexpectedFrame, "a server may not receive this message type"
 		if !client {
@@ -239,7 +239,7 @@ func opcodeError(op Opcode, client bool) error {
 // Frame is one frame as read from the wire: the header fields and the undecoded body.
 type Frame struct {
 	Opcode Opcode
-	// Flags must be 0 in protocol version 1.
+	// Flags must be 0: no protocol version defines one.
 	Flags uint16
 	// CorrelationID pairs a response with its request: a request carries a non-zero id chosen by
 	// its sender, the response (or Error) repeats it. Pushes carry 0.
@@ -288,7 +288,7 @@ func appendFrame(dst []byte, correlationID uint32, m Message, v uint16) ([]byte,
 }
 
 // DecodeClient decodes a frame a server received from a client. Besides the body's own errors
-// (see Message.Decode) it rejects flags that version 1 does not define (ErrMalformedFrame),
+// (see Message.Decode) it rejects flags, which no version defines (ErrMalformedFrame),
 // unknown opcodes (ErrUnknownOpcode) and server-only opcodes (ErrUnexpectedFrame). All errors are
 // *DecodeError; the stream stays in sync, so a server may answer with an Error frame and go on.
 func DecodeClient(f Frame) (ClientMessage, error) {
@@ -329,7 +329,7 @@ func decodeFrame[M Message](f Frame, newMessage func(Opcode) (M, error), v uint1
 
 func checkFlags(f Frame) error {
 	if f.Flags != 0 {
-		return &DecodeError{Opcode: f.Opcode, Field: "flags", Reason: fmt.Sprintf("flags %#04x are not defined in protocol version 1", f.Flags), Err: ErrMalformedFrame}
+		return &DecodeError{Opcode: f.Opcode, Field: "flags", Reason: fmt.Sprintf("flags %#04x are not defined in any protocol version", f.Flags), Err: ErrMalformedFrame}
 	}
 	return nil
 }

@@ -146,8 +146,8 @@ func (b *binarySession) handshake() bool {
 		b.readFailed(err, true)
 		return false
 	}
-	// Anything but Hello first is UNEXPECTED_FRAME (docs/protocol.md section 5), an opcode version 1
-	// does not define included: checked before decoding, which would call it UNKNOWN_OPCODE.
+	// Anything but Hello first is UNEXPECTED_FRAME (docs/protocol.md section 5), an opcode no
+	// version defines included: checked before decoding, which would call it UNKNOWN_OPCODE.
 	if f.Opcode != protocol.OpHello || f.CorrelationID == 0 {
 		b.fail(f.CorrelationID, protocol.ErrUnexpectedFrame.Errorf("the first frame must be Hello with a non-zero correlation id, got %s with correlation id %d", f.Opcode, f.CorrelationID))
 		return false

@@ -81,7 +81,7 @@ func TestHandshakeRefused(t *testing.T) {
 			t.Fatalf("got %v, want one UNEXPECTED_FRAME", got)
 		}
 	})
-	// An opcode version 1 does not define is unexpected before Hello too (it was UNKNOWN_OPCODE).
+	// An opcode no version defines is unexpected before Hello too (it was UNKNOWN_OPCODE).
 	t.Run("unknown opcode first", func(t *testing.T) {
 		nc := e.dialRaw()
 		var frame [12]byte
