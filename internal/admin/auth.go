@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
@@ -151,10 +152,15 @@ func (h *Handler) allowed(r *http.Request, action, topic string) error {
 		"principal %s may not %s on topic %s", p.Name, action, topic))
 }
 
-// denied logs and counts a refused request and returns e. The token is never logged.
+// denied counts a refused request, logs it (at most one line per reason and principal every
+// auth.DenialLogInterval, with the number left out since) and returns e. The token is never
+// logged.
 func (h *Handler) denied(r *http.Request, reason, principal, action string, e *protocol.Error) error {
 	h.metrics.ObserveAuthDenied(reason)
-	h.logger.WarnContext(r.Context(), "request denied", slog.String("reason", reason), slog.String("principal", principal),
-		slog.String("action", action), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	if log, suppressed := h.auth.LogDenial(reason, principal, time.Now()); log {
+		h.logger.WarnContext(r.Context(), "request denied", slog.String("reason", reason), slog.String("principal", principal),
+			slog.String("action", action), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Uint64("suppressed", suppressed))
+	}
 	return e
 }

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spoolmq/spool/internal/names"
 )
@@ -174,12 +176,52 @@ func checkDigest(salt, sum []byte, token string) bool {
 	return subtle.ConstantTimeCompare(digest(salt, token), sum) == 1
 }
 
+// DenialLogInterval is the shortest time between two logged denials of one reason and principal
+// (LogDenial).
+const DenialLogInterval = 10 * time.Second
+
 // Authorizer answers who a credential names and what a principal may do. Nil means
 // authentication is off: every method allows everything.
 type Authorizer struct {
 	principals  []*Principal
 	byCN        map[string]*Principal
 	openMetrics bool
+
+	// denials are LogDenial's state per reason and principal: a few keys (two reasons, the
+	// configured principals and "").
+	mu      sync.Mutex
+	denials map[denialKey]*denialState
+}
+
+type denialKey struct{ reason, principal string }
+
+type denialState struct {
+	logged     time.Time // when the last logged denial was
+	suppressed uint64    // denials not logged since
+}
+
+// LogDenial reports whether a denial of reason for principal ("" when unauthenticated) at now is
+// to be logged, and how many of the same reason and principal were not logged since the last one
+// that was. One per DenialLogInterval is: a client retrying a bad token in a loop would flood the
+// log otherwise (spool_auth_denied_total counts them all). Shared by the TCP and HTTP listeners.
+func (a *Authorizer) LogDenial(reason, principal string, now time.Time) (log bool, suppressed uint64) {
+	if a == nil {
+		return true, 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := denialKey{reason, principal}
+	st := a.denials[k]
+	if st == nil {
+		st = &denialState{}
+		a.denials[k] = st
+	} else if now.Sub(st.logged) < DenialLogInterval {
+		st.suppressed++
+		return false, 0
+	}
+	suppressed = st.suppressed
+	st.logged, st.suppressed = now, 0
+	return true, suppressed
 }
 
 // New returns the authorizer of cfg, or nil when cfg has no principals. cfg must be valid.
@@ -190,7 +232,7 @@ func New(cfg Config) (*Authorizer, error) {
 	if key, err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("auth: %s: %w", key, err)
 	}
-	a := &Authorizer{byCN: make(map[string]*Principal), openMetrics: cfg.OpenMetrics}
+	a := &Authorizer{byCN: make(map[string]*Principal), openMetrics: cfg.OpenMetrics, denials: make(map[denialKey]*denialState)}
 	for i := range cfg.Principals {
 		p := cfg.Principals[i]
 		if p.TokenHash != "" {

@@ -105,10 +105,14 @@ func (c *conn) consumeFilter(group string) func(string) bool {
 	return func(topic string) bool { return p.CanConsume(topic, group) }
 }
 
-// denied logs and counts a refused request and returns e. The token is never logged.
+// denied counts a refused request, logs it (at most one line per reason and principal every
+// auth.DenialLogInterval, with the number left out since) and returns e. The token is never
+// logged.
 func (c *conn) denied(reason, principal, action, topic string, e *protocol.Error) *protocol.Error {
 	c.srv.cfg.Metrics.ObserveAuthDenied(reason)
-	c.logger.Warn("request denied", slog.String("reason", reason), slog.String("principal", principal),
-		slog.String("action", action), slog.String("topic", topic))
+	if log, suppressed := c.srv.cfg.Auth.LogDenial(reason, principal, c.srv.cfg.Clock.Now()); log {
+		c.logger.Warn("request denied", slog.String("reason", reason), slog.String("principal", principal),
+			slog.String("action", action), slog.String("topic", topic), slog.Uint64("suppressed", suppressed))
+	}
 	return e
 }

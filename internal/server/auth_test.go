@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
+	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -266,4 +270,56 @@ func TestAuthTextUnauthenticatedIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.expectEOF()
+}
+
+// TestAuthDenialLogIsRateLimited: a client retrying a bad token, or a forbidden request, in a
+// loop logs one WARN line per reason and principal every auth.DenialLogInterval (of the server's
+// clock), the next one saying how many were left out; the counter counts them all.
+func TestAuthDenialLogIsRateLimited(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(time.Now())
+	logs := &testutil.SyncBuffer{}
+	e, reg := authEnv(t, func(c *Config) {
+		c.Clock = clock
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	lines := func(want string) []string {
+		var out []string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "request denied") && strings.Contains(l, want) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	badHello := func() {
+		if _, err := e.tryDial(&protocol.Hello{ClientName: "test", Token: "wrong-0123456789abcdef"}); !errors.Is(err, protocol.ErrNotAuthenticated) {
+			t.Fatalf("Hello with a wrong token: %v, want NOT_AUTHENTICATED", err)
+		}
+	}
+	for range 4 {
+		badHello()
+	}
+	c := e.dialText()
+	c.send("AUTH " + aliceToken)
+	c.expect("OK authenticated as alice")
+	for range 3 {
+		c.send("PUBLISH billing.x hello")
+		c.expect("ERR PERMISSION_DENIED")
+	}
+	if got := lines("reason=unauthenticated"); len(got) != 1 {
+		t.Errorf("4 bad Hellos logged %d lines, want 1: %q", len(got), got)
+	}
+	if got := lines("reason=forbidden principal=alice"); len(got) != 1 {
+		t.Errorf("3 forbidden publishes logged %d lines, want 1: %q", len(got), got)
+	}
+	// After the interval the next denial is logged with the count of those left out.
+	clock.Advance(auth.DenialLogInterval)
+	badHello()
+	if got := lines("reason=unauthenticated"); len(got) != 2 || !strings.Contains(got[1], "suppressed=3") {
+		t.Errorf("after the interval: %q, want a second line with suppressed=3", got)
+	}
+	if n := deniedCount(t, reg, auth.ReasonUnauthenticated); n != 5 {
+		t.Errorf("unauthenticated denials counted %v, want 5", n)
+	}
 }
