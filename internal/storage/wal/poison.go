@@ -46,37 +46,24 @@ type failureItem struct {
 // replayed, str member, str reason, varint at unix ns). Replay adds each failure to its message's
 // history (substate.RestoreFailure), after the nack record of the same batch.
 func encodeFailures(subID int64, items []failureItem) []byte {
-	e := enc{b: make([]byte, 0, 4+len(items)*32)}
-	e.u8(recFailure)
-	e.uvarint(uint64(subID))
-	e.uvarint(uint64(len(items)))
-	for _, it := range items {
+	return encodeSubItems(recFailure, subID, items, 32, func(e *enc, it *failureItem) {
 		e.uvarint(uint64(it.partition))
 		e.uvarint(uint64(it.offset))
-		if it.replayed {
-			e.u8(1)
-		} else {
-			e.u8(0)
-		}
+		e.flag(it.replayed)
 		e.str(it.f.Member)
 		e.str(it.f.Reason)
 		e.varint(it.f.At)
-	}
-	return e.b
+	})
 }
 
 func decodeFailures(b []byte) (subID int64, items []failureItem, err error) {
-	d := dec{b: b[1:]}
-	subID = int64(d.uvarint())
-	items = make([]failureItem, d.count(6))
-	for i := range items {
-		it := &items[i]
+	return decodeSubItems(b, "failure record", 6, func(d *dec) (it failureItem) {
 		it.partition = int32(d.uvarint())
 		it.offset = int64(d.uvarint())
 		it.replayed = d.u8() == 1
 		it.f.Member = d.str()
 		it.f.Reason = d.str()
 		it.f.At = d.varint()
-	}
-	return subID, items, d.done("failure record")
+		return it
+	})
 }

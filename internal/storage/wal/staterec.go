@@ -158,27 +158,43 @@ func decodeClaim(b []byte) (subID int64, items []claimItem, cursors []cursorItem
 	return subID, items, cursors, d.done("claim record")
 }
 
-// encodeAck: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint offset).
-func encodeAck(subID int64, refs []storage.DeliveryRef) []byte {
-	e := enc{b: make([]byte, 0, 4+len(refs)*6)}
-	e.u8(recAck)
+// encodeSubItems encodes the shape of the records of one subscription's items: type | uvarint
+// sub | uvarint n | n x item; itemSize is an estimate of an item's size, for the buffer.
+func encodeSubItems[T any](typ byte, subID int64, items []T, itemSize int, item func(*enc, *T)) []byte {
+	e := enc{b: make([]byte, 0, 4+len(items)*itemSize)}
+	e.u8(typ)
 	e.uvarint(uint64(subID))
-	e.uvarint(uint64(len(refs)))
-	for _, r := range refs {
-		e.uvarint(uint64(r.Partition))
-		e.uvarint(uint64(r.Offset))
+	e.uvarint(uint64(len(items)))
+	for i := range items {
+		item(&e, &items[i])
 	}
 	return e.b
 }
 
-func decodeAck(b []byte) (subID int64, refs []storage.DeliveryRef, err error) {
+// decodeSubItems decodes what encodeSubItems encoded; minSize is an item's smallest encoding
+// (it bounds n by the bytes left), what names the record in errors.
+func decodeSubItems[T any](b []byte, what string, minSize int, item func(*dec) T) (subID int64, items []T, err error) {
 	d := dec{b: b[1:]}
 	subID = int64(d.uvarint())
-	refs = make([]storage.DeliveryRef, d.count(2))
-	for i := range refs {
-		refs[i] = storage.DeliveryRef{Partition: int32(d.uvarint()), Offset: int64(d.uvarint())}
+	items = make([]T, d.count(minSize))
+	for i := range items {
+		items[i] = item(&d)
 	}
-	return subID, refs, d.done("ack record")
+	return subID, items, d.done(what)
+}
+
+// encodeAck: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint offset).
+func encodeAck(subID int64, refs []storage.DeliveryRef) []byte {
+	return encodeSubItems(recAck, subID, refs, 6, func(e *enc, r *storage.DeliveryRef) {
+		e.uvarint(uint64(r.Partition))
+		e.uvarint(uint64(r.Offset))
+	})
+}
+
+func decodeAck(b []byte) (subID int64, refs []storage.DeliveryRef, err error) {
+	return decodeSubItems(b, "ack record", 2, func(d *dec) storage.DeliveryRef {
+		return storage.DeliveryRef{Partition: int32(d.uvarint()), Offset: int64(d.uvarint())}
+	})
 }
 
 type nackItem struct {
@@ -192,11 +208,7 @@ type nackItem struct {
 // encodeNack: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint offset, varint
 // due unix ns, u8 flags: bit 0 replayed, bit 1 given back).
 func encodeNack(subID int64, items []nackItem) []byte {
-	e := enc{b: make([]byte, 0, 4+len(items)*16)}
-	e.u8(recNack)
-	e.uvarint(uint64(subID))
-	e.uvarint(uint64(len(items)))
-	for _, it := range items {
+	return encodeSubItems(recNack, subID, items, 16, func(e *enc, it *nackItem) {
 		e.uvarint(uint64(it.partition))
 		e.uvarint(uint64(it.offset))
 		e.varint(it.due)
@@ -208,20 +220,25 @@ func encodeNack(subID int64, items []nackItem) []byte {
 			flags |= 2
 		}
 		e.u8(flags)
-	}
-	return e.b
+	})
 }
 
 func decodeNack(b []byte) (subID int64, items []nackItem, err error) {
-	d := dec{b: b[1:]}
-	subID = int64(d.uvarint())
-	items = make([]nackItem, d.count(4))
-	for i := range items {
-		items[i] = nackItem{partition: int32(d.uvarint()), offset: int64(d.uvarint()), due: d.varint()}
+	return decodeSubItems(b, "nack record", 4, func(d *dec) nackItem {
+		it := nackItem{partition: int32(d.uvarint()), offset: int64(d.uvarint()), due: d.varint()}
 		flags := d.u8()
-		items[i].replayed, items[i].givenBack = flags&1 != 0, flags&2 != 0
+		it.replayed, it.givenBack = flags&1 != 0, flags&2 != 0
+		return it
+	})
+}
+
+// flag encodes b as one byte, 1 or 0.
+func (e *enc) flag(b bool) {
+	if b {
+		e.u8(1)
+	} else {
+		e.u8(0)
 	}
-	return subID, items, d.done("nack record")
 }
 
 // encodeDLQ: type | uvarint sub | DLQ entry (see enc.dlqEntry).
@@ -379,25 +396,16 @@ type horizonItem struct {
 
 // encodeHorizon: type | uvarint sub | uvarint n | n x (uvarint partition, uvarint horizon).
 func encodeHorizon(subID int64, items []horizonItem) []byte {
-	e := enc{b: make([]byte, 0, 4+len(items)*6)}
-	e.u8(recHorizon)
-	e.uvarint(uint64(subID))
-	e.uvarint(uint64(len(items)))
-	for _, it := range items {
+	return encodeSubItems(recHorizon, subID, items, 6, func(e *enc, it *horizonItem) {
 		e.uvarint(uint64(it.partition))
 		e.uvarint(uint64(it.horizon))
-	}
-	return e.b
+	})
 }
 
 func decodeHorizon(b []byte) (subID int64, items []horizonItem, err error) {
-	d := dec{b: b[1:]}
-	subID = int64(d.uvarint())
-	items = make([]horizonItem, d.count(2))
-	for i := range items {
-		items[i] = horizonItem{partition: int32(d.uvarint()), horizon: int64(d.uvarint())}
-	}
-	return subID, items, d.done("horizon record")
+	return decodeSubItems(b, "horizon record", 2, func(d *dec) horizonItem {
+		return horizonItem{partition: int32(d.uvarint()), horizon: int64(d.uvarint())}
+	})
 }
 
 func encodeSubIDs(next int64) []byte {
