@@ -57,8 +57,8 @@ func runTopicCompletion(ctx context.Context, e *cliEnv, args []string) error {
 	tab := cli.NewTable("GROUP", "SUBSCRIPTION", "STATE", "AT")
 	for _, g := range mc.Groups {
 		at := ""
-		if g.At != nil {
-			at = cli.Time(*g.At, e.loc)
+		if !g.At.IsZero() {
+			at = cli.Time(g.At, e.loc)
 		}
 		tab.Row(cli.Cell(g.Group), strconv.FormatInt(g.SubscriptionID, 10), string(g.State), at)
 	}

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -24,11 +26,22 @@ func TestMessageCompletion(t *testing.T) {
 	if mc.ID != "0" || mc.Complete || len(mc.Groups) != 2 {
 		t.Fatalf("completion: %+v", mc)
 	}
-	if g := mc.Groups[0]; g.Group != "billing" || g.State != "acked" || g.At == nil {
+	if g := mc.Groups[0]; g.Group != "billing" || g.State != "acked" || g.At.IsZero() {
 		t.Errorf("billing: %+v", g)
 	}
-	if g := mc.Groups[1]; g.Group != "audit" || g.State != "pending" || g.At != nil {
+	if g := mc.Groups[1]; g.Group != "audit" || g.State != "pending" || !g.At.IsZero() {
 		t.Errorf("audit: %+v", g)
+	}
+	// The JSON keys (the API's contract): "at" only once the group is done.
+	var raw map[string]any
+	e.do("GET", "/api/v1/topics/rc/messages/0/completion", nil).ok(200, &raw)
+	if got, want := slices.Sorted(maps.Keys(raw)), []string{"complete", "groups", "id", "offset", "partition", "published_at", "topic"}; !slices.Equal(got, want) {
+		t.Errorf("keys %v, want %v", got, want)
+	}
+	for i, want := range [][]string{{"at", "group", "state", "subscription_id"}, {"group", "state", "subscription_id"}} {
+		if got := slices.Sorted(maps.Keys(raw["groups"].([]any)[i].(map[string]any))); !slices.Equal(got, want) {
+			t.Errorf("group %d keys %v, want %v", i, got, want)
+		}
 	}
 	e.do("GET", "/api/v1/topics/rc/messages/1/completion", nil).fails(400, "OFFSET_OUT_OF_RANGE")
 	e.do("GET", "/api/v1/topics/rc/messages/x/completion", nil).fails(400, "INVALID_ARGUMENT")
