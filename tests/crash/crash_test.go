@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -70,15 +69,7 @@ func runChild(dir string) error {
 	if err != nil {
 		return err
 	}
-	out := bufio.NewWriter(os.Stdout)
-	var outMu sync.Mutex
-	emit := func(line string) {
-		outMu.Lock()
-		out.WriteString(line)
-		out.WriteByte('\n')
-		out.Flush()
-		outMu.Unlock()
-	}
+	emit := newEmitter()
 	run := os.Getenv("SPOOL_CRASH_RUN")
 	var wg sync.WaitGroup
 	for w := range 6 {
@@ -143,34 +134,11 @@ func TestCrashDurableAcks(t *testing.T) {
 	if testing.Short() {
 		iterations = 5
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SPOOL_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (set SPOOL_SEED to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
+	rng := seededRNG(t)
 	dir := t.TempDir()
-	ctx := context.Background()
 
 	// Set up the topic with two groups: "consumer" is consumed by the child, "verifier" only by us.
-	eng, err := wal.Open(dir, wal.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: topic, Config: storage.TopicConfig{
-		Semantics: storage.PubSub, Partitions: partitions, MaxDeliveries: 1000,
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range []string{"consumer", "verifier"} {
-		if _, err := eng.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: topic, Group: g,
-			Start: storage.StartPosition{Kind: storage.FromBeginning}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := eng.Close(); err != nil {
-		t.Fatal(err)
-	}
+	createTopic(t, dir, topic, partitions, "consumer", "verifier")
 
 	published := map[string]pos{} // every acknowledged publish
 	childAcked := map[pos]bool{}  // every acknowledged ack of group "consumer"
@@ -183,21 +151,15 @@ func TestCrashDurableAcks(t *testing.T) {
 			f := strings.Fields(l)
 			switch {
 			case len(f) == 4 && f[0] == "PUB":
-				p, _ := strconv.ParseInt(f[2], 10, 32)
-				o, _ := strconv.ParseInt(f[3], 10, 64)
 				if old, dup := published[f[1]]; dup {
 					t.Fatalf("payload %s published twice (%v)", f[1], old)
 				}
-				published[f[1]] = pos{int32(p), o}
+				published[f[1]] = parsePos(f[2], f[3])
 				newPubs++
 			case len(f) == 3 && f[0] == "ACK":
-				p, _ := strconv.ParseInt(f[1], 10, 32)
-				o, _ := strconv.ParseInt(f[2], 10, 64)
-				childAcked[pos{int32(p), o}] = true
+				childAcked[parsePos(f[1], f[2])] = true
 			case len(f) == 3 && f[0] == "GOT":
-				p, _ := strconv.ParseInt(f[1], 10, 32)
-				o, _ := strconv.ParseInt(f[2], 10, 64)
-				childGot[pos{int32(p), o}] = true
+				childGot[parsePos(f[1], f[2])] = true
 			case strings.HasPrefix(l, "ERR"):
 				t.Fatalf("iteration %d: child error: %s", it, l)
 			}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -201,12 +200,7 @@ func testCrashProducerIDs(t *testing.T, store string) {
 	if testing.Short() {
 		iterations = 5
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SPOOL_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (set SPOOL_SEED to repeat)", seed)
-	rng := mrand.New(mrand.NewPCG(seed, seed))
+	rng := seededRNG(t)
 	ctx := context.Background()
 
 	eng, err := openDedupStore(ctx, store)

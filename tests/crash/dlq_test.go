@@ -1,7 +1,6 @@
 package crash
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -37,15 +36,7 @@ func runDLQChild(dir string) error {
 	if err != nil {
 		return err
 	}
-	out := bufio.NewWriter(os.Stdout)
-	var outMu sync.Mutex
-	emit := func(line string) {
-		outMu.Lock()
-		out.WriteString(line)
-		out.WriteByte('\n')
-		out.Flush()
-		outMu.Unlock()
-	}
+	emit := newEmitter()
 	run := os.Getenv("SPOOL_CRASH_RUN")
 	var wg sync.WaitGroup
 	for w := range 3 {
@@ -137,30 +128,10 @@ func TestCrashDLQ(t *testing.T) {
 	if testing.Short() {
 		iterations = 5
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SPOOL_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (set SPOOL_SEED to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
+	rng := seededRNG(t)
 	dir := t.TempDir()
 	ctx := context.Background()
-	eng, err := wal.Open(dir, wal.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: dlqTopic, Config: storage.TopicConfig{
-		Semantics: storage.PubSub, Partitions: 2, MaxDeliveries: 1000,
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: dlqTopic, Group: "dlq",
-		Start: storage.StartPosition{Kind: storage.FromBeginning}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Close(); err != nil {
-		t.Fatal(err)
-	}
+	createTopic(t, dir, dlqTopic, 2, "dlq")
 
 	published := map[pos]string{}
 	dead := map[pos]bool{}    // reported dead-lettered
@@ -173,18 +144,12 @@ func TestCrashDLQ(t *testing.T) {
 			f := strings.Fields(l)
 			switch {
 			case len(f) == 4 && f[0] == "PUB":
-				p, _ := strconv.ParseInt(f[2], 10, 32)
-				o, _ := strconv.ParseInt(f[3], 10, 64)
-				published[pos{int32(p), o}] = f[1]
+				published[parsePos(f[2], f[3])] = f[1]
 			case len(f) == 3 && f[0] == "DLQ":
-				p, _ := strconv.ParseInt(f[1], 10, 32)
-				o, _ := strconv.ParseInt(f[2], 10, 64)
-				dead[pos{int32(p), o}] = true
+				dead[parsePos(f[1], f[2])] = true
 			case len(f) == 4 && (f[0] == "TOUCH" || f[0] == "PURGED" || f[0] == "REPLAYED"):
 				id, _ := strconv.ParseInt(f[1], 10, 64)
-				p, _ := strconv.ParseInt(f[2], 10, 32)
-				o, _ := strconv.ParseInt(f[3], 10, 64)
-				touched[pos{int32(p), o}] = true
+				touched[parsePos(f[2], f[3])] = true
 				if f[0] != "TOUCH" {
 					gone[id] = true
 				}
