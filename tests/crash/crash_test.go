@@ -6,12 +6,10 @@
 package crash
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,34 +183,17 @@ func runAndKill(t *testing.T, dir string, it int, d time.Duration) []string {
 // runChildAndKill is runAndKill for the child selected by the environment variable env.
 func runChildAndKill(t *testing.T, env, dir string, it int, d time.Duration) []string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env+"="+dir, "SPOOL_CRASH_RUN="+strconv.Itoa(it))
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-	}()
+	c := startChild(t, env+"="+dir, "SPOOL_CRASH_RUN="+strconv.Itoa(it))
 	timer := time.NewTimer(d)
 	select {
 	case <-timer.C:
-	case <-done:
+	case <-c.done:
 		t.Fatalf("iteration %d: child exited early", it)
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
-	_ = cmd.Wait()
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+	_ = c.cmd.Wait()
+	lines := c.lines
 	// The last line may be cut in the middle by the kill; a torn line is not a complete report.
 	if n := len(lines); n > 0 && !complete(lines[n-1]) {
 		lines = lines[:n-1]

@@ -297,36 +297,19 @@ func testCrashProducerIDs(t *testing.T, store string) {
 // returns the complete lines it printed.
 func runUntilKilled(t *testing.T, it int, store, retryFile string, die int) []string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), dedupStoreEnv+"="+store, dedupRetryEnv+"="+retryFile,
+	c := startChild(t, dedupStoreEnv+"="+store, dedupRetryEnv+"="+retryFile,
 		dedupDieEnv+"="+strconv.Itoa(die), "SPOOL_CRASH_RUN="+strconv.Itoa(it))
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-	}()
 	timer := time.NewTimer(time.Minute)
 	defer timer.Stop()
 	select {
-	case <-done:
+	case <-c.done:
 	case <-timer.C:
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		<-c.done
 		t.Fatalf("iteration %d: the child did not reach %d appends in a minute", it, die)
 	}
-	err = cmd.Wait()
+	err := c.cmd.Wait()
+	lines := c.lines
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		last := ""

@@ -5,6 +5,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -72,4 +73,37 @@ func parsePos(partition, offset string) pos {
 	p, _ := strconv.ParseInt(partition, 10, 32)
 	o, _ := strconv.ParseInt(offset, 10, 64)
 	return pos{int32(p), o}
+}
+
+// child is the test binary running as a child process (TestMain picks its role by environment).
+type child struct {
+	cmd *exec.Cmd
+	// lines are what it printed; read them once done is closed.
+	lines []string
+	// done is closed when its stdout ended (it exited or was killed).
+	done chan struct{}
+}
+
+// startChild starts a child with env ("KEY=value") added to the environment and collects the
+// lines it prints.
+func startChild(t *testing.T, env ...string) *child {
+	t.Helper()
+	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), done: make(chan struct{})}
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stderr = os.Stderr
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(c.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines = append(c.lines, sc.Text())
+		}
+	}()
+	return c
 }
