@@ -98,7 +98,8 @@ func (e *Engine) enqueue(op *appendOp) *appendLane {
 type appendLanes struct {
 	mu    sync.Mutex
 	lanes map[string]*appendLane
-	// checked holds the topic configurations MessagesAppendAsync read (checkAppend).
+	// checked holds the topics MessagesAppendAsync (checkAppend) and append transactions read
+	// (rememberTopic).
 	checked map[string]checkedTopic
 }
 
@@ -217,10 +218,10 @@ func (e *Engine) MessagesAppendAsync(p *storage.MessagesAppendParams, done func(
 // topicCheckTTL is how long MessagesAppendAsync trusts a topic configuration it read.
 const topicCheckTTL = time.Second
 
-// checkedTopic is a topic configuration MessagesAppendAsync read.
+// checkedTopic is a topic that MessagesAppendAsync or an append's transaction read.
 type checkedTopic struct {
-	cfg storage.TopicConfig
-	at  time.Time
+	t  *topicRow
+	at time.Time
 }
 
 // maxCheckedTopics bounds the configurations MessagesAppendAsync keeps (all are forgotten at once
@@ -242,15 +243,10 @@ func (e *Engine) checkAppend(p *storage.MessagesAppendParams) error {
 		if err != nil {
 			return e.mapErr(err)
 		}
-		ct = checkedTopic{cfg: t.cfg, at: time.Now()}
-		al.mu.Lock()
-		if al.checked == nil || len(al.checked) >= maxCheckedTopics {
-			al.checked = map[string]checkedTopic{}
-		}
-		al.checked[p.Topic] = ct
-		al.mu.Unlock()
+		ct = checkedTopic{t: t, at: time.Now()}
+		e.rememberTopic(t)
 	}
-	cfg := ct.cfg.WithDefaults()
+	cfg := ct.t.cfg.WithDefaults()
 	for i := range p.Messages {
 		m := &p.Messages[i]
 		if size := appendSize(m); size > cfg.MaxMessageBytes {
@@ -262,6 +258,35 @@ func (e *Engine) checkAppend(p *storage.MessagesAppendParams) error {
 		}
 	}
 	return nil
+}
+
+// rememberTopic keeps t (loaded now) for checkAppend and for planning appends without loading
+// the topic (planAppend).
+func (e *Engine) rememberTopic(t *topicRow) {
+	al := &e.appends
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	if al.checked == nil || len(al.checked) >= maxCheckedTopics {
+		al.checked = map[string]checkedTopic{}
+	}
+	al.checked[t.name] = checkedTopic{t: t, at: time.Now()}
+}
+
+// rememberedTopic returns the topic rememberTopic kept under name, however old (an append planned
+// from it checks it, see topicGuardSQL), or nil.
+func (e *Engine) rememberedTopic(name string) *topicRow {
+	al := &e.appends
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	return al.checked[name].t
+}
+
+// forgetTopic drops what rememberTopic kept of a topic that changed.
+func (e *Engine) forgetTopic(name string) {
+	al := &e.appends
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	delete(al.checked, name)
 }
 
 // runAppends appends the calls of batch in one transaction bounded by Config.TxTimeout and sets

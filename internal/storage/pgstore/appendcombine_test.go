@@ -248,3 +248,48 @@ func TestAppendsCombinedStorageFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendRememberedTopicChanged: an instance plans an append from the topic it remembers (one
+// round trip, topicGuardSQL); when another instance changed the topic meanwhile, the append is
+// planned again from the topic as it is: a message the new configuration refuses is refused, an
+// append to a topic deleted and created again under the same name lands in the new topic, and one
+// to a deleted topic fails with ErrTopicNotFound.
+func TestAppendRememberedTopicChanged(t *testing.T) {
+	t.Parallel()
+	es := openEngines(t, 2)
+	a, b := es[0], es[1]
+	ctx := t.Context()
+	const topic = "pub.guard"
+	logTopic(t, a, topic, storage.TopicConfig{Partitions: 1, MaxMessageBytes: 64})
+	appendA := func(m storage.AppendMessage) (*storage.MessagesAppendResult, error) {
+		return a.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: topic, Messages: []storage.AppendMessage{m}})
+	}
+	must(appendA(msg(0, "first", "")))(t)
+	if a.rememberedTopic(topic) == nil {
+		t.Fatal("the append did not remember the topic")
+	}
+	must(b.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: topic, Config: storage.TopicConfig{Partitions: 1, MaxMessageBytes: 8}}))(t)
+	if _, err := appendA(msg(0, "more than eight", "")); !errors.Is(err, storage.ErrMessageTooLarge) {
+		t.Fatalf("append of 15 bytes after max_message_bytes became 8: %v, want ErrMessageTooLarge", err)
+	}
+	must(b.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: topic, Config: storage.TopicConfig{Partitions: 4, MaxMessageBytes: 8}}))(t)
+	must(appendA(msg(0, "x", "")))(t) // remembers the 4 partitions
+	if err := b.TopicDelete(ctx, &storage.TopicDeleteParams{Name: topic, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	logTopic(t, b, topic, storage.TopicConfig{Partitions: 4, MaxMessageBytes: 8})
+	res := must(appendA(msg(3, "new", "")))(t)
+	if p := res.Positions[0]; p.Partition != 3 || p.Offset != 0 {
+		t.Fatalf("append to the topic created again: %+v, want partition 3 offset 0", p)
+	}
+	got := must(b.MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: 3}))(t)
+	if len(got) != 1 || string(got[0].Payload) != "new" {
+		t.Fatalf("partition 3 of the new topic holds %d messages, want the one appended", len(got))
+	}
+	if err := b.TopicDelete(ctx, &storage.TopicDeleteParams{Name: topic, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendA(msg(0, "gone", "")); !errors.Is(err, storage.ErrTopicNotFound) {
+		t.Fatalf("append to a deleted topic: %v, want ErrTopicNotFound", err)
+	}
+}

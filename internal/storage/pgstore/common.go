@@ -26,6 +26,7 @@ type topicRow struct {
 	name      string
 	cfg       storage.TopicConfig
 	createdAt time.Time
+	raw       []byte // config as stored (jsonb text), for topicGuardSQL
 }
 
 func (t *topicRow) topic() *storage.Topic {
@@ -71,6 +72,7 @@ func (e *Engine) loadTopic(ctx context.Context, q querier, name string, lock loc
 	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
 		return nil, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
 	}
+	t.raw = cfg
 	t.cfg = t.cfg.WithDefaults() // settings added after the topic was stored (dedup_window)
 	return &t, nil
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolmq/spool/internal/names"
@@ -47,7 +48,9 @@ type partShare struct {
 // appendPlan is a validated append: the topic row and the messages grouped by partition, in
 // ascending partition order (the lock order of spool.partitions rows).
 type appendPlan struct {
-	topic  *topicRow
+	topic *topicRow
+	// guard: the topic was not loaded but remembered; appendInTx checks it (topicGuardSQL).
+	guard  bool
 	shares []*partShare
 	// rows are the column arrays of the INSERT, in batch order.
 	partition  []int32
@@ -186,6 +189,7 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
 	}
+	t.raw = cfg
 	claimed := map[string]bool{}
 	rows, err := br.Query()
 	if err != nil {
@@ -237,33 +241,51 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 // calls, when not nil, holds the index in p.Messages where each combined call starts (ascending,
 // calls[0] == 0): the keyless messages of each call go together to a partition of their own, as
 // they would alone.
-func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams, now time.Time, calls []int) (*appendPlan, error) {
+//
+// remembered, when not nil, is the topic as an earlier append loaded it (rememberTopic): a batch
+// without producer ids for a topic that does not block writes without subscriptions is planned
+// from it without a round trip, and appendInTx checks in the same round trip as the writes that
+// the topic is still what it was (topicGuardSQL; errTopicChanged otherwise, nothing written).
+func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams, now time.Time, calls []int, remembered *topicRow) (*appendPlan, error) {
 	var t *topicRow
 	var claimed map[string]bool
 	var known map[string]storage.MessagePosition
 	var err error
-	if ids := producerIDs(p.Messages); len(ids) > 0 {
+	ids := producerIDs(p.Messages)
+	guard := remembered != nil && len(ids) == 0 && !blocksWrites(remembered.cfg.WithDefaults())
+	switch {
+	case guard:
+		t = remembered
+	case len(ids) > 0:
 		t, claimed, known, err = e.loadTopicClaim(ctx, tx, p.Topic, ids, now.Truncate(time.Microsecond))
-	} else {
+	default:
 		t, err = e.loadTopic(ctx, tx, p.Topic, forShare)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !guard {
+		e.rememberTopic(t)
 	}
 	cfg := t.cfg.WithDefaults()
 	n := cfg.Partitions
 	msgs := p.Messages
 	for i := range msgs {
 		m := &msgs[i]
-		if size := appendSize(m); size > cfg.MaxMessageBytes {
+		size := appendSize(m)
+		outOfRange := m.Partition != storage.PartitionAuto && (m.Partition < 0 || int(m.Partition) >= n)
+		if guard && (size > cfg.MaxMessageBytes || outOfRange) {
+			return nil, errTopicChanged // the topic as it is now decides (a grown topic takes it)
+		}
+		if size > cfg.MaxMessageBytes {
 			return nil, fmt.Errorf("%w: message %d of the batch is %d bytes, topic %q allows %d",
 				storage.ErrMessageTooLarge, i, size, p.Topic, cfg.MaxMessageBytes)
 		}
-		if m.Partition != storage.PartitionAuto && (m.Partition < 0 || int(m.Partition) >= n) {
+		if outOfRange {
 			return nil, invalid("message %d: partition %d out of range, topic %q has %d", i, m.Partition, p.Topic, n)
 		}
 	}
-	if cfg.Semantics == storage.PubSub && cfg.BlockWritesOnZeroSubscriptions {
+	if blocksWrites(cfg) {
 		var active bool
 		if err := tx.QueryRow(ctx, e.sql("SELECT EXISTS (SELECT 1 FROM spool.subscriptions WHERE topic_id = $1 AND state = 'ACTIVE')"),
 			t.id).Scan(&active); err != nil {
@@ -274,7 +296,7 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 		}
 	}
 
-	plan := &appendPlan{topic: t}
+	plan := &appendPlan{topic: t, guard: guard}
 	if claimed != nil {
 		plan.dups = make([]bool, len(msgs))
 		plan.dupOf = make([]int, len(msgs))
@@ -389,6 +411,12 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	return plan, nil
 }
 
+// blocksWrites reports whether appends to a topic of configuration cfg must find an ACTIVE
+// subscription.
+func blocksWrites(cfg storage.TopicConfig) bool {
+	return cfg.Semantics == storage.PubSub && cfg.BlockWritesOnZeroSubscriptions
+}
+
 func optTime(t time.Time) pgtype.Timestamptz {
 	if t.IsZero() {
 		return pgtype.Timestamptz{}
@@ -418,10 +446,31 @@ FROM unnest($2::int[], $3::bigint[], $4::bytea[], $5::text[], $6::bytea[], $7::t
 	AS v(partition, back, key, headers, payload, producer_id, not_before, expires_at, size, linked)
 JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition`
 
-// appendInTx appends a validated plan inside tx, in one round trip: one UPDATE per partition (in
-// partition order), one INSERT for the whole batch and, when notify is not empty, a pg_notify of
-// that payload (delivered when tx commits). It returns the positions and records the publish time
-// of each partition in the plan.
+// topicGuardSQL locks topic $1 FOR SHARE, as planAppend's load does, and fails unless it still
+// has id $2 and the stored config $3: the text guardMarker cast to int raises 22P02, which aborts
+// the rest of the pipeline (the writes and the COMMIT sent with it). The CASE is not a constant,
+// so the planner cannot evaluate the cast early.
+const topicGuardSQL = `SELECT coalesce((SELECT CASE WHEN id = $2 AND config = $3::jsonb THEN '1' END
+	FROM spool.topics WHERE name = $1 FOR SHARE), '` + guardMarker + `')::int`
+
+// guardMarker is the text topicGuardSQL fails to cast when the topic changed.
+const guardMarker = "spool: topic changed"
+
+// errTopicChanged: the topic a plan was made from (a remembered one) changed or went away before
+// the append's transaction locked it; nothing was written.
+var errTopicChanged = errors.New("pgstore: topic changed since it was remembered")
+
+// isGuardErr reports topicGuardSQL's failure.
+func isGuardErr(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, guardMarker)
+}
+
+// appendInTx appends a validated plan inside tx, in one round trip: for a plan made from a
+// remembered topic, topicGuardSQL first; one UPDATE per partition (in partition order), one
+// INSERT for the whole batch and, when notify is not empty, a pg_notify of that payload
+// (delivered when tx commits). It returns the positions and records the publish time of each
+// partition in the plan.
 func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nmsgs int, now time.Time, notify string) (*storage.MessagesAppendResult, error) {
 	now = now.Truncate(time.Microsecond)
 	res := &storage.MessagesAppendResult{Positions: make([]storage.MessagePosition, nmsgs)}
@@ -436,6 +485,9 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		return res, nil
 	}
 	b := &pgx.Batch{}
+	if plan.guard {
+		b.Queue(e.sql(topicGuardSQL), plan.topic.name, plan.topic.id, plan.topic.raw)
+	}
 	for _, s := range plan.shares {
 		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes)
 	}
@@ -448,6 +500,16 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		b.Queue("SELECT pg_notify($1, $2)", e.channel(), notify)
 	}
 	br := tx.SendBatch(ctx, b)
+	if plan.guard {
+		var one int
+		if err := br.QueryRow().Scan(&one); err != nil {
+			br.Close()
+			if isGuardErr(err) {
+				return nil, errTopicChanged
+			}
+			return nil, err
+		}
+	}
 	for _, s := range plan.shares {
 		var at time.Time
 		if err := br.QueryRow().Scan(&s.first, &at); err != nil {
@@ -584,12 +646,15 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 	var topicID int64
 	var stored int
 	var linkedOf []bool
+	remembered := e.rememberedTopic(p.Topic)
 	for attempt := 0; ; attempt++ {
 		var plan *appendPlan
-		// Two round trips: BEGIN with the topic's row, then the offsets, the rows and COMMIT.
+		// One round trip (BEGIN, the topic's guard, the offsets, the rows and COMMIT) when the
+		// topic is remembered and the plan needs nothing from the database (planAppend), else
+		// two: BEGIN with the topic's row (and the producer ids' claims), then the rest.
 		err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			plan, err = e.planAppend(ctx, tx, p, now, calls)
+			plan, err = e.planAppend(ctx, tx, p, now, calls, remembered)
 			if err != nil {
 				return err
 			}
@@ -598,6 +663,12 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 			topicID, stored, linkedOf = plan.topic.id, plan.stored, plan.linkedOf
 			return err
 		})
+		if errors.Is(err, errTopicChanged) && remembered != nil {
+			e.forgetTopic(p.Topic)
+			remembered = nil
+			attempt--
+			continue
+		}
 		if err != nil && attempt == 0 && isNoPartition(err) {
 			if err := e.recreateBuckets(ctx, now, plan); err != nil {
 				return nil, err

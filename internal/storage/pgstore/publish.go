@@ -40,7 +40,7 @@ func (e *Engine) PublishTx(ctx context.Context, tx pgx.Tx, p *storage.MessagesAp
 	now := e.clock.Now()
 	var res *storage.MessagesAppendResult
 	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
-		plan, err := e.planAppend(ctx, sp, p, now, nil)
+		plan, err := e.planAppend(ctx, sp, p, now, nil, nil)
 		if err != nil {
 			return err
 		}
