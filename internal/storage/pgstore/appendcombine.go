@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -21,8 +22,9 @@ import (
 // while a transaction of the topic runs, the calls that arrive wait, and the next transaction
 // appends all of them (up to maxCombinedMessages messages or maxCombinedBytes), one topic load,
 // one UPDATE per partition, one INSERT and one COMMIT for the lot. A topic with nothing running
-// starts a transaction at once: an idle engine adds no delay. Lanes exist while a topic has calls
-// running or queued.
+// starts a transaction at once: an idle engine adds no delay. The next transaction starts as soon
+// as the running one holds its partitions' rows, and waits for them in PostgreSQL (laneTurn).
+// Lanes exist while a topic has calls running or queued.
 //
 // Each call gets the answer it would have got alone: its positions, in its own message order;
 // the keyless messages of each call go together to a partition of their own (planAppend); a
@@ -50,8 +52,8 @@ type appendOp struct {
 	err   error
 	// A MessagesAppend call waits on done and lead; a MessagesAppendAsync call has cb instead, and
 	// a batch it leads runs on a goroutine of its own.
-	done chan struct{}    // closed when res and err are set
-	lead chan []*appendOp // hands this call the next batch of its lane to run (which includes it)
+	done chan struct{}  // closed when res and err are set
+	lead chan *laneTurn // hands this call the next batch of its lane to run (which includes it)
 	cb   func(*storage.MessagesAppendResult, error)
 }
 
@@ -59,7 +61,7 @@ type appendOp struct {
 func newAppendOp(p *storage.MessagesAppendParams, cb func(*storage.MessagesAppendResult, error)) *appendOp {
 	op := &appendOp{p: p, cb: cb}
 	if cb == nil {
-		op.done, op.lead = make(chan struct{}), make(chan []*appendOp, 1)
+		op.done, op.lead = make(chan struct{}), make(chan *laneTurn, 1)
 	}
 	for i := range p.Messages {
 		op.bytes += appendSize(&p.Messages[i])
@@ -76,9 +78,34 @@ func (op *appendOp) finish() {
 	close(op.done)
 }
 
-// enqueue queues op on its topic's lane and returns the lane, or nil when the topic had none:
-// then op leads a new one and its caller runs it.
-func (e *Engine) enqueue(op *appendOp) *appendLane {
+// maxLaneTxs is how many transactions of one lane run at once: the newest one, once it holds the
+// rows of its partitions, and the one before it, committing. See laneTurn.
+const maxLaneTxs = 2
+
+// laneTurn is one transaction of a lane: its batch, and what orders it after the one before.
+//
+// A transaction may start as soon as the lane's newest one took its offsets (holds its partitions'
+// rows; laneOffsetsTaken), not only when it ended: it then waits in PostgreSQL for those rows and
+// runs the moment the other commits, so the lane's commits follow one another without a round
+// trip to the broker in between (the row lock is held through the commit's WAL flush, which is
+// what a lane of one transaction at a time waited for). It must not commit if the one before it
+// did not (its calls queued later, and the ones before may run again alone): expect holds the
+// next_offset each partition had when the transactions before it took their offsets, and
+// takeOffsetsSQL fails the transaction (errLaneBroken, nothing written) when a partition's
+// next_offset is not that; its calls then queue again at the head of the lane and run once no
+// transaction of the lane runs. Another instance appending to the partition in between has the
+// same effect (the lane runs one transaction at a time until it catches up).
+type laneTurn struct {
+	batch  []*appendOp
+	seq    uint64
+	expect map[int32]int64
+	prev   <-chan struct{} // closed when the transaction before ended (nil: none)
+	done   chan struct{}   // closed when this one ended
+}
+
+// enqueue queues op on its topic's lane. It returns the turn op leads when the topic had no
+// lane (its caller runs it); otherwise op waits in the lane, which may hand it a turn at once.
+func (e *Engine) enqueue(op *appendOp) *laneTurn {
 	al := &e.appends
 	al.mu.Lock()
 	defer al.mu.Unlock()
@@ -87,11 +114,13 @@ func (e *Engine) enqueue(op *appendOp) *appendLane {
 	}
 	lane := al.lanes[op.p.Topic]
 	if lane == nil {
-		al.lanes[op.p.Topic] = &appendLane{}
-		return nil
+		lane = &appendLane{}
+		al.lanes[op.p.Topic] = lane
+		return lane.startLocked([]*appendOp{op}, nil)
 	}
 	lane.pending = append(lane.pending, op)
-	return lane
+	e.startNextLocked(op.p.Topic, lane)
+	return nil
 }
 
 // appendLanes holds the lanes of the topics that have appends running or queued.
@@ -103,63 +132,42 @@ type appendLanes struct {
 	checked map[string]checkedTopic
 }
 
-// appendLane queues the appends of one topic while one of its transactions runs.
+// appendLane queues the appends of one topic while its transactions run (see laneTurn).
 type appendLane struct {
 	pending []*appendOp
+	running int
+	seq     uint64 // of the newest transaction started
+	// open: the newest transaction took its offsets (expect: the partitions' next_offset after
+	// it and the ones before), so the next one may start before it ends.
+	open     bool
+	expect   map[int32]int64
+	lastDone chan struct{} // done of the newest transaction started
 }
 
-// submitAppend runs p in a transaction of its topic's lane and returns its result. It returns
-// ctx's error, leaving p unwritten, only if ctx ends before p was taken into a transaction; once
-// taken, it waits for the transaction whatever ctx does.
-func (e *Engine) submitAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	op := newAppendOp(p, nil)
-	lane := e.enqueue(op)
-	if lane == nil {
-		e.runAppendLane(ctx, p.Topic, []*appendOp{op})
-		return op.res, op.err
-	}
-	al := &e.appends
-	select {
-	case <-op.done:
-		return op.res, op.err
-	case batch := <-op.lead:
-		e.runAppendLane(ctx, p.Topic, batch)
-		return op.res, op.err
-	case <-ctx.Done():
-	}
-	al.mu.Lock()
-	if i := slices.Index(lane.pending, op); i >= 0 {
-		lane.pending = slices.Delete(lane.pending, i, i+1)
-		al.mu.Unlock()
-		return nil, ctx.Err()
-	}
-	al.mu.Unlock()
-	select { // taken into a transaction already: wait for it, or run it
-	case <-op.done:
-	case batch := <-op.lead:
-		e.runAppendLane(ctx, p.Topic, batch)
-	}
-	return op.res, op.err
+// startLocked makes the turn of a new transaction of the lane running batch.
+func (lane *appendLane) startLocked(batch []*appendOp, expect map[int32]int64) *laneTurn {
+	lane.running++
+	lane.seq++
+	lane.open, lane.expect = false, nil
+	t := &laneTurn{batch: batch, seq: lane.seq, expect: expect, prev: lane.lastDone, done: make(chan struct{})}
+	lane.lastDone = t.done
+	return t
 }
 
-// runAppendLane runs batch, then hands the next batch of what queued meanwhile to its first
-// call, or removes the topic's lane when nothing did.
-func (e *Engine) runAppendLane(ctx context.Context, topic string, batch []*appendOp) {
-	e.appendTxs.Add(1)
-	e.appendOps.Add(int64(len(batch)))
-	e.runAppends(context.WithoutCancel(ctx), batch)
-	for _, op := range batch {
-		op.finish()
+// startNextLocked starts the next transaction of the lane when calls are queued and either no
+// transaction runs or the newest one took its offsets and fewer than maxLaneTxs run.
+func (e *Engine) startNextLocked(topic string, lane *appendLane) {
+	if len(lane.pending) == 0 {
+		return
 	}
-	al := &e.appends
-	al.mu.Lock()
-	lane := al.lanes[topic]
+	var expect map[int32]int64
+	switch {
+	case lane.running == 0:
+	case lane.open && lane.running < maxLaneTxs:
+		expect = lane.expect
+	default:
+		return
+	}
 	var next []*appendOp
 	msgs, bytes := 0, 0
 	for len(next) < len(lane.pending) {
@@ -172,17 +180,104 @@ func (e *Engine) runAppendLane(ctx context.Context, topic string, batch []*appen
 		bytes += op.bytes
 	}
 	lane.pending = slices.Clone(lane.pending[len(next):])
-	if len(next) == 0 {
+	t := lane.startLocked(next, expect)
+	if next[0].cb != nil {
+		go e.runAppendLane(context.Background(), topic, t)
+		return
+	}
+	next[0].lead <- t
+}
+
+// laneOffsetsTaken is called by t's transaction once it holds its partitions' rows, with their
+// next_offset after it: if t is its lane's newest transaction, the next one may start.
+func (e *Engine) laneOffsetsTaken(topic string, t *laneTurn, after map[int32]int64) {
+	al := &e.appends
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	lane := al.lanes[topic]
+	if lane == nil || lane.seq != t.seq {
+		return
+	}
+	expect := maps.Clone(t.expect)
+	if expect == nil {
+		expect = map[int32]int64{}
+	}
+	maps.Copy(expect, after)
+	lane.open, lane.expect = true, expect
+	e.startNextLocked(topic, lane)
+}
+
+// laneEnd records the end of t's transaction: its calls queue again at the head of the lane when
+// requeue (errLaneBroken), the next transaction starts if it may, and the lane goes away when
+// nothing runs or waits.
+func (e *Engine) laneEnd(topic string, t *laneTurn, requeue bool) {
+	al := &e.appends
+	al.mu.Lock()
+	lane := al.lanes[topic]
+	lane.running--
+	if requeue {
+		lane.pending = append(slices.Clone(t.batch), lane.pending...)
+	}
+	if lane.seq == t.seq {
+		lane.open, lane.expect = false, nil // a next one waits until none runs
+	}
+	e.startNextLocked(topic, lane)
+	if lane.running == 0 && len(lane.pending) == 0 {
 		delete(al.lanes, topic)
 	}
 	al.mu.Unlock()
-	switch {
-	case len(next) == 0:
-	case next[0].cb != nil:
-		go e.runAppendLane(context.Background(), topic, next)
-	default:
-		next[0].lead <- next
+	close(t.done)
+}
+
+// submitAppend runs p in a transaction of its topic's lane and returns its result. It returns
+// ctx's error, leaving p unwritten, only if ctx ends while p waits in the lane; once taken into a
+// transaction, it waits for the transaction whatever ctx does.
+func (e *Engine) submitAppend(ctx context.Context, p *storage.MessagesAppendParams) (*storage.MessagesAppendResult, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	op := newAppendOp(p, nil)
+	if t := e.enqueue(op); t != nil {
+		e.runAppendLane(ctx, p.Topic, t)
+	}
+	cancelled := ctx.Done()
+	for {
+		select {
+		case <-op.done:
+			return op.res, op.err
+		case t := <-op.lead:
+			e.runAppendLane(ctx, p.Topic, t)
+		case <-cancelled:
+			al := &e.appends
+			al.mu.Lock()
+			if lane := al.lanes[p.Topic]; lane != nil {
+				if i := slices.Index(lane.pending, op); i >= 0 {
+					lane.pending = slices.Delete(lane.pending, i, i+1)
+					al.mu.Unlock()
+					return nil, ctx.Err()
+				}
+			}
+			al.mu.Unlock()
+			cancelled = nil // taken into a transaction already: wait for it, or run it
+		}
+	}
+}
+
+// runAppendLane runs t's transaction and hands its calls their results, or queues them again
+// (laneTurn).
+func (e *Engine) runAppendLane(ctx context.Context, topic string, t *laneTurn) {
+	e.appendTxs.Add(1)
+	e.appendOps.Add(int64(len(t.batch)))
+	requeue := e.runAppends(context.WithoutCancel(ctx), topic, t)
+	if !requeue {
+		for _, op := range t.batch {
+			op.finish()
+		}
+	}
+	e.laneEnd(topic, t, requeue)
 }
 
 // MessagesAppendAsync is MessagesAppend without a goroutine waiting for the commit
@@ -209,8 +304,8 @@ func (e *Engine) MessagesAppendAsync(p *storage.MessagesAppendParams, done func(
 		return err
 	}
 	op := newAppendOp(p, done)
-	if e.enqueue(op) == nil {
-		go e.runAppendLane(context.Background(), p.Topic, []*appendOp{op})
+	if t := e.enqueue(op); t != nil {
+		go e.runAppendLane(context.Background(), p.Topic, t)
 	}
 	return nil
 }
@@ -289,11 +384,13 @@ func (e *Engine) forgetTopic(name string) {
 	delete(al.checked, name)
 }
 
-// runAppends appends the calls of batch in one transaction bounded by Config.TxTimeout and sets
-// their results; see the comment at the top of the file for failures.
-func (e *Engine) runAppends(ctx context.Context, batch []*appendOp) {
+// runAppends appends the calls of t's batch in one transaction bounded by Config.TxTimeout and
+// sets their results; see the comment at the top of the file for failures. It reports instead
+// whether the calls must queue again (the transaction before t's did not commit, see laneTurn).
+func (e *Engine) runAppends(ctx context.Context, topic string, t *laneTurn) (requeue bool) {
 	tctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
 	defer cancel()
+	batch := t.batch
 	p, calls := batch[0].p, []int(nil)
 	if len(batch) > 1 {
 		p = &storage.MessagesAppendParams{Topic: batch[0].p.Topic}
@@ -303,7 +400,8 @@ func (e *Engine) runAppends(ctx context.Context, batch []*appendOp) {
 		}
 	}
 	t0 := time.Now()
-	res, err := e.appendTx(tctx, p, calls)
+	seq := &appendSeq{expect: t.expect, prev: t.prev, took: func(after map[int32]int64) { e.laneOffsetsTaken(topic, t, after) }}
+	res, err := e.appendTx(tctx, p, calls, seq)
 	if d := time.Since(t0); d > slowLaneTx {
 		e.log.Debug("pgstore: slow publish transaction", "duration", d, "calls", len(batch), "messages", len(p.Messages))
 	}
@@ -317,26 +415,49 @@ func (e *Engine) runAppends(ctx context.Context, batch []*appendOp) {
 			n := len(op.p.Messages)
 			op.res = &storage.MessagesAppendResult{Positions: res.Positions[calls[i] : calls[i]+n : calls[i]+n]}
 		}
-		return
+		return false
+	case errors.Is(err, errLaneBroken):
+		return true
 	case tctx.Err() != nil && ctx.Err() == nil:
 		err = e.txTimeout(err)
 		e.log.Warn("pgstore: publish transaction timed out", "timeout", e.cfg.TxTimeout, "calls", len(batch), "err", err)
 		for _, op := range batch {
 			op.err = err
 		}
-		return
+		return false
 	case len(batch) > 1 && rerunAlone(err):
 		e.log.Debug("pgstore: combined publish transaction failed, running its calls one by one", "calls", len(batch), "err", err)
+		// After the transaction before (its calls may run again alone too), one at a time.
+		waitPrev(t.prev)
 		for _, op := range batch {
-			e.runAppends(ctx, []*appendOp{op})
+			e.runAlone(ctx, op)
 		}
-		return
+		return false
 	}
 	if len(batch) > 1 {
 		e.log.Warn("pgstore: combined publish transaction failed", "calls", len(batch), "err", err)
 	}
 	for _, op := range batch {
 		op.err = err
+	}
+	return false
+}
+
+// runAlone appends op's call in a transaction of its own, once no earlier transaction of its
+// lane runs, and sets its result.
+func (e *Engine) runAlone(ctx context.Context, op *appendOp) {
+	tctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
+	defer cancel()
+	op.res, op.err = e.appendTx(tctx, op.p, nil, nil)
+	if op.err != nil && tctx.Err() != nil && ctx.Err() == nil {
+		op.err = e.txTimeout(op.err)
+	}
+}
+
+// waitPrev waits until the transaction before ended (prev closed; nil: none).
+func waitPrev(prev <-chan struct{}) {
+	if prev != nil {
+		<-prev
 	}
 }
 

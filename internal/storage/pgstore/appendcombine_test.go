@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
 	"github.com/spoolmq/spool/internal/testutil"
 )
 
@@ -291,5 +293,60 @@ func TestAppendRememberedTopicChanged(t *testing.T) {
 	}
 	if _, err := appendA(msg(0, "gone", "")); !errors.Is(err, storage.ErrTopicNotFound) {
 		t.Fatalf("append to a deleted topic: %v, want ErrTopicNotFound", err)
+	}
+}
+
+// TestAppendLanePipelinedAfterFailure: a lane's next transaction starts once the one before took
+// its offsets and waits for it in PostgreSQL; when the one before fails after taking them and its
+// calls run again alone, the next one must not commit first (takeOffsetsSQL's expected
+// next_offset, errLaneBroken): its calls queue again and get the offsets after them.
+func TestAppendLanePipelinedAfterFailure(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(logBase)
+	cfg := testConfig(t, clock)
+	cfg.MaxConns = 8
+	e := logOpen(t, cfg)
+	ctx := t.Context()
+	const topic = "pub.pipe"
+	logTopic(t, e, topic, storage.TopicConfig{Partitions: 1})
+	logTopic(t, e, "pub.other", storage.TopicConfig{Partitions: 1})
+	logPublish(t, e, topic, 0, "w") // offset 0; the topic is remembered: appends lock it in topicGuardSQL
+	// x waits for the topic's row; y1 and y2 queue behind it and will share a transaction.
+	b0 := lockRows(t, e.sql("SELECT 1 FROM spool.topics WHERE name = $1 FOR UPDATE"), topic)
+	x := goAppend(t, e, topic, msg(0, "x", ""))
+	awaitBlockedBy(t, e, b0.pid())
+	y1 := goAppend(t, e, topic, msg(0, "y1", ""))
+	awaitAppendsQueued(t, e, topic, 1)
+	y2 := goAppend(t, e, topic, msg(0, "y2", ""))
+	awaitAppendsQueued(t, e, topic, 2)
+	// y's transaction inserts into the next bucket (x took its time before), held in SHARE mode.
+	clock.Advance(e.bucket.width)
+	logPublish(t, e, "pub.other", 0, "makes the bucket")
+	b1 := lockRows(t, "LOCK TABLE "+pgx.Identifier{cfg.Schema, bucketName(e.bucketStart(clock.Now()))}.Sanitize()+" IN SHARE MODE")
+	b0.release()
+	if o := <-x; o.err != nil || o.res.Positions[0].Offset != 1 {
+		t.Fatalf("x: %+v", o)
+	}
+	awaitBlockedBy(t, e, b1.pid()) // y1 and y2 took offsets 2 and 3, their INSERT waits
+	var ypid int
+	must(0, e.pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", b1.pid()).Scan(&ypid))(t)
+	c := goAppend(t, e, topic, msg(0, "c", "")) // starts at once, waits for y's rows
+	awaitBlockedBy(t, e, ypid)
+	must(e.pool.Exec(ctx, "SELECT pg_cancel_backend($1)", ypid))(t) // y fails; y1, y2 run again alone
+	b1.release()
+	want := map[string]int64{"y1": 2, "y2": 3, "c": 4}
+	for name, ch := range map[string]<-chan appendOut{"y1": y1, "y2": y2, "c": c} {
+		o := <-ch
+		if o.err != nil || o.res.Positions[0].Offset != want[name] {
+			t.Errorf("%s: %+v, err %v; want offset %d", name, o.res, o.err, want[name])
+		}
+	}
+	got := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: 0}))(t)
+	var order []string
+	for _, m := range got {
+		order = append(order, string(m.Payload))
+	}
+	if fmt.Sprint(order) != "[w x y1 y2 c]" {
+		t.Fatalf("partition 0 holds %v, want [w x y1 y2 c]", order)
 	}
 }

@@ -38,7 +38,9 @@
 // transaction of the database.) The broker's own publishes of one topic share transactions
 // (appendcombine.go: while one runs, the calls that arrive wait and the next transaction appends
 // them all), so a partition's publish rate is the commit rate times the batch, not one commit per
-// message; MessagesAppendAsync queues there without a goroutine waiting, so one connection's
+// message. The next transaction starts as soon as the one before holds its rows and waits for
+// them in PostgreSQL, carrying the next_offset they must have then (laneTurn: it fails, writing
+// nothing, and its calls queue again when the one before did not commit); MessagesAppendAsync queues there without a goroutine waiting, so one connection's
 // publishes share transactions too. A combined transaction that fails for one call's input runs
 // each call again alone; one that fails for the database (unavailable, full, a connection lost
 // during the COMMIT, whose outcome is unknown) fails every call with that error, never running
@@ -90,7 +92,8 @@
 //
 // Delivery operations, DLQ changes and MessagesAppend run in pipelined transactions (pipetx.go):
 // BEGIN travels in the pipeline of the first batch and COMMIT in that of the last, so a claim, an
-// ack or an append costs two round trips instead of four. These transactions also set
+// ack or an append costs two round trips instead of four; an append planned from a remembered
+// topic one (topicGuardSQL checks the topic in the same pipeline). These transactions also set
 // enable_seqscan off: their prepared statements keep generic plans per connection, and a plan
 // made while spool.deliveries was nearly empty would scan its dead versions.
 //

@@ -50,7 +50,9 @@ type partShare struct {
 type appendPlan struct {
 	topic *topicRow
 	// guard: the topic was not loaded but remembered; appendInTx checks it (topicGuardSQL).
-	guard  bool
+	guard bool
+	// seq orders the transaction after the one before in its lane (nil: none).
+	seq    *appendSeq
 	shares []*partShare
 	// rows are the column arrays of the INSERT, in batch order.
 	partition  []int32
@@ -427,14 +429,35 @@ func optTime(t time.Time) pgtype.Timestamptz {
 // takeOffsetsSQL reserves n offsets of one partition and moves its publish time forward: the
 // message time is max(now, last_published_at), so published_at never decreases in a partition.
 // The row lock it takes is held until the transaction ends: the next publisher to the partition
-// waits, which is what keeps the visible offsets a gapless prefix.
+// waits, which is what keeps the visible offsets a gapless prefix. When $6 is not null, the
+// partition's next_offset must have been $6 (the transaction before in the lane committed, see
+// laneTurn): else the text laneMarker cast to int fails the statement (22P02), which aborts the
+// rest of the pipeline, COMMIT included.
 const takeOffsetsSQL = `UPDATE spool.partitions SET
 	next_offset = next_offset + $3,
 	last_published_at = greatest(last_published_at, $4::timestamptz),
 	low_published_at = coalesce(low_published_at, greatest(last_published_at, $4::timestamptz)),
 	bytes = bytes + $5
 WHERE topic_id = $1 AND partition = $2
-RETURNING next_offset - $3, last_published_at`
+RETURNING next_offset - $3, last_published_at,
+	(CASE WHEN $6::bigint IS NULL OR next_offset - $3 = $6::bigint THEN '1' ELSE '` + laneMarker + `' END)::int`
+
+// laneMarker is the text takeOffsetsSQL fails to cast when the transaction before did not commit.
+const laneMarker = "spool: lane broken"
+
+// errLaneBroken: the transaction before in the lane did not commit (or another instance appended
+// in between): nothing was written, the calls queue again (laneTurn).
+var errLaneBroken = errors.New("pgstore: the publish transaction before did not commit")
+
+// appendSeq orders an append transaction after the one before in its lane (laneTurn): the
+// partitions' expected next_offset, the end of the one before (the cache is filled in offset
+// order), and the function told the partitions' next_offset once it holds their rows. Nil for an
+// append of its own.
+type appendSeq struct {
+	expect map[int32]int64
+	prev   <-chan struct{}
+	took   func(after map[int32]int64)
+}
 
 // insertMessagesSQL inserts a batch; each row's offset is computed from its partition's (already
 // advanced) next_offset, and its published_at is the partition's last_published_at.
@@ -489,7 +512,13 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		b.Queue(e.sql(topicGuardSQL), plan.topic.name, plan.topic.id, plan.topic.raw)
 	}
 	for _, s := range plan.shares {
-		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes)
+		var expect *int64
+		if plan.seq != nil {
+			if x, ok := plan.seq.expect[s.partition]; ok {
+				expect = &x
+			}
+		}
+		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes, expect)
 	}
 	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, plan.payload,
 		plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked)
@@ -499,7 +528,21 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	if notify != "" {
 		b.Queue("SELECT pg_notify($1, $2)", e.channel(), notify)
 	}
-	br := tx.SendBatch(ctx, b)
+	var br pgx.BatchResults
+	if pt, ok := tx.(*pipeTx); ok && plan.seq != nil && plan.seq.took != nil {
+		// The UPDATEs' results come back as soon as they ran (the rows are held): the lane's next
+		// transaction starts then (laneTurn).
+		n := len(plan.shares)
+		if plan.guard {
+			n++
+		}
+		var err error
+		if br, err = pt.sendFlushed(ctx, b, n); err != nil {
+			return nil, err
+		}
+	} else {
+		br = tx.SendBatch(ctx, b)
+	}
 	if plan.guard {
 		var one int
 		if err := br.QueryRow().Scan(&one); err != nil {
@@ -512,14 +555,26 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	}
 	for _, s := range plan.shares {
 		var at time.Time
-		if err := br.QueryRow().Scan(&s.first, &at); err != nil {
+		var one int
+		if err := br.QueryRow().Scan(&s.first, &at, &one); err != nil {
 			br.Close()
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, fmt.Errorf("pgstore: topic %q has no partition %d row", plan.topic.name, s.partition)
 			}
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, laneMarker) {
+				return nil, errLaneBroken
+			}
 			return nil, err
 		}
 		s.at = at.UTC()
+	}
+	if plan.seq != nil && plan.seq.took != nil {
+		after := make(map[int32]int64, len(plan.shares))
+		for _, s := range plan.shares {
+			after[s.partition] = s.first + int64(len(s.idx))
+		}
+		plan.seq.took(after)
 	}
 	tag, err := br.Exec()
 	if err != nil {
@@ -637,7 +692,7 @@ func (e *Engine) MessagesAppend(ctx context.Context, p *storage.MessagesAppendPa
 
 // appendTx appends p (the calls of a combined transaction, see planAppend) in one transaction
 // and returns once it committed; the messages go to the cache and the topic is announced.
-func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, calls []int) (*storage.MessagesAppendResult, error) {
+func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, calls []int, seq *appendSeq) (*storage.MessagesAppendResult, error) {
 	now, err := e.prepareAppend(ctx, p)
 	if err != nil {
 		return nil, err
@@ -659,6 +714,7 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 				return err
 			}
 			finalBatch(tx)
+			plan.seq = seq
 			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
 			topicID, stored, linkedOf = plan.topic.id, plan.stored, plan.linkedOf
 			return err
@@ -679,6 +735,9 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 			return nil, wrapAppendErr(p.Topic, err)
 		}
 		break
+	}
+	if seq != nil {
+		waitPrev(seq.prev) // the cache takes a partition's messages in offset order
 	}
 	if stored > 0 {
 		e.cacheAppended(topicID, p, res, linkedOf)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // pipeTx is a transaction whose BEGIN travels in the pipeline of its first batch and whose COMMIT
@@ -165,4 +166,158 @@ func (e *Engine) runPipeTx(ctx context.Context, fn func(tx pgx.Tx) error, commit
 		return fmt.Errorf("pgstore: transaction still open after COMMIT (status %q)", st)
 	}
 	return nil
+}
+
+// sendFlushed is SendBatch for a batch whose first n queries' results the caller needs before
+// the rest has run: a Flush request follows them, so the server sends their results at once
+// instead of holding them until the batch's end (a server holds its output until Sync). An
+// append's next transaction starts when its UPDATEs returned (laneTurn). The queries are
+// prepared on the connection (once each) and sent in one pipeline; BEGIN and COMMIT as in
+// SendBatch. The results are read like a pgx batch's, with the methods appendInTx uses.
+func (t *pipeTx) sendFlushed(ctx context.Context, b *pgx.Batch, n int) (pgx.BatchResults, error) {
+	qs := b.QueuedQueries
+	sds := make([]*pgconn.StatementDescription, len(qs))
+	for i, q := range qs {
+		sd, err := t.conn.Prepare(ctx, q.SQL, q.SQL)
+		if err != nil {
+			return nil, err
+		}
+		sds[i] = sd
+	}
+	m := t.conn.TypeMap()
+	pc := t.conn.PgConn()
+	p := pc.StartPipeline(ctx)
+	var eqb pgx.ExtendedQueryBuilder
+	lead := 0
+	if !t.begun {
+		p.SendQueryParams("BEGIN", nil, nil, nil, nil)
+		p.SendQueryParams(noSeqScan, nil, nil, nil, nil)
+		lead = 2
+		t.begun = true
+	}
+	for i, q := range qs {
+		if err := eqb.Build(m, sds[i], q.Arguments); err != nil {
+			_ = p.Close()
+			return nil, err
+		}
+		p.SendQueryStatement(sds[i], eqb.ParamValues, eqb.ParamFormats, eqb.ResultFormats)
+		if i == n-1 {
+			p.SendFlushRequest()
+		}
+	}
+	tail := 0
+	if t.final {
+		p.SendQueryParams("COMMIT", nil, nil, nil, nil)
+		t.committed = true
+		tail = 1
+	}
+	if err := p.Sync(); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	r := &flushedResults{m: m, p: p, tail: tail}
+	for range lead {
+		if _, err := r.Exec(); err != nil {
+			_ = p.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// flushedResults reads the results of sendFlushed's pipeline: Exec, QueryRow and Close as a pgx
+// batch's (the embedded interface is nil: other methods panic).
+type flushedResults struct {
+	pgx.BatchResults
+	m    *pgtype.Map
+	p    *pgconn.Pipeline
+	tail int   // COMMIT results to read in Close
+	err  error // the first failure read: the server skipped the rest
+	done bool
+}
+
+// next returns the next query's result reader.
+func (r *flushedResults) next() (*pgconn.ResultReader, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	res, err := r.p.GetResults()
+	if err != nil {
+		r.err = err
+		return nil, err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		r.err = fmt.Errorf("pgstore: pipeline: expected a query's result, got %T", res)
+		return nil, r.err
+	}
+	return rr, nil
+}
+
+func (r *flushedResults) Exec() (pgconn.CommandTag, error) {
+	rr, err := r.next()
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := rr.Close()
+	if err != nil {
+		r.err = err
+	}
+	return tag, err
+}
+
+func (r *flushedResults) QueryRow() pgx.Row { return flushedRow{r} }
+
+type flushedRow struct{ r *flushedResults }
+
+// Scan reads the first row of the next result into dest (pgx.ErrNoRows without one).
+func (row flushedRow) Scan(dest ...any) error {
+	rr, err := row.r.next()
+	if err != nil {
+		return err
+	}
+	if !rr.NextRow() {
+		if _, err := rr.Close(); err != nil {
+			row.r.err = err
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	fds, vals := rr.FieldDescriptions(), rr.Values()
+	if len(fds) != len(dest) {
+		_, _ = rr.Close()
+		return fmt.Errorf("pgstore: pipeline: %d columns, %d destinations", len(fds), len(dest))
+	}
+	for i, d := range dest {
+		if err := row.r.m.Scan(fds[i].DataTypeOID, fds[i].Format, vals[i], d); err != nil {
+			_, _ = rr.Close()
+			return err
+		}
+	}
+	if _, err = rr.Close(); err != nil {
+		row.r.err = err
+	}
+	return err
+}
+
+// Close reads the COMMIT's result and ends the pipeline.
+func (r *flushedResults) Close() error {
+	if r.done {
+		return nil
+	}
+	r.done = true
+	var err error
+	for range r.tail {
+		if r.err != nil {
+			err = r.err
+			break
+		}
+		if _, err = r.Exec(); err != nil {
+			break
+		}
+	}
+	if cerr := r.p.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
