@@ -417,6 +417,7 @@ func (e *Engine) runAppends(ctx context.Context, topic string, t *laneTurn) (req
 		}
 		return false
 	case errors.Is(err, errLaneBroken):
+		e.appendRequeues.Add(1)
 		return true
 	case tctx.Err() != nil && ctx.Err() == nil:
 		err = e.txTimeout(err)

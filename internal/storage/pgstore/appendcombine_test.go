@@ -3,6 +3,7 @@ package pgstore
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -349,4 +350,82 @@ func TestAppendLanePipelinedAfterFailure(t *testing.T) {
 	if fmt.Sprint(order) != "[w x y1 y2 c]" {
 		t.Fatalf("partition 0 holds %v, want [w x y1 y2 c]", order)
 	}
+}
+
+// TestAppendLanesTwoInstancesAsync: two instances publish asynchronously to one partition, each
+// from several connections that queue their publishes one after the other (their lanes pipeline
+// transactions, and each instance's appends break the other's expected next_offset): every
+// message is stored once, each connection's messages in its order, and each callback has the
+// position stored.
+func TestAppendLanesTwoInstancesAsync(t *testing.T) {
+	t.Parallel()
+	es := openEngines(t, 2)
+	ctx := t.Context()
+	const topic, conns, per = "pub.two", 3, 150
+	logTopic(t, es[0], topic, storage.TopicConfig{Partitions: 1})
+	type result struct {
+		name string
+		pos  storage.MessagePosition
+		err  error
+	}
+	results := make(chan result, 2*conns*per)
+	var wg sync.WaitGroup
+	for ei, e := range es {
+		for c := range conns {
+			wg.Go(func() {
+				window := make(chan struct{}, 4) // a few in flight per connection: many transactions
+				for i := range per {
+					window <- struct{}{}
+					name := fmt.Sprintf("%d-%d-%03d", ei, c, i)
+					p := &storage.MessagesAppendParams{Topic: topic, Messages: []storage.AppendMessage{msg(0, name, "")}}
+					if err := e.MessagesAppendAsync(p, func(res *storage.MessagesAppendResult, err error) {
+						<-window
+						r := result{name: name, err: err}
+						if err == nil {
+							r.pos = res.Positions[0]
+						}
+						results <- r
+					}); err != nil {
+						<-window
+						results <- result{name: name, err: err}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	at := map[string]int64{}
+	for range 2 * conns * per {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+		at[r.name] = r.pos.Offset
+	}
+	var stored []*storage.Message
+	for off := int64(0); ; {
+		ms := must(es[1].MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: 0, Offset: off, Limit: 500}))(t)
+		if len(ms) == 0 {
+			break
+		}
+		stored = append(stored, ms...)
+		off = ms[len(ms)-1].Offset + 1
+	}
+	if len(stored) != 2*conns*per {
+		t.Fatalf("partition holds %d messages, want %d", len(stored), 2*conns*per)
+	}
+	last := map[string]string{}
+	for i, m := range stored {
+		name := string(m.Payload)
+		if m.Offset != int64(i) || at[name] != m.Offset {
+			t.Fatalf("offset %d holds %s (callback said %d)", m.Offset, name, at[name])
+		}
+		conn := name[:3]
+		if prev, ok := last[conn]; ok && prev >= name {
+			t.Fatalf("connection %s: %s stored after %s", conn, name, prev)
+		}
+		last[conn] = name
+	}
+	t.Logf("transactions %d + %d, requeued %d + %d", es[0].appendTxs.Load(), es[1].appendTxs.Load(),
+		es[0].appendRequeues.Load(), es[1].appendRequeues.Load())
 }

@@ -180,9 +180,10 @@ type Engine struct {
 	// laneTxs and laneOps count the transactions of the lanes and the operations they ran.
 	laneTxs, laneOps atomic.Int64
 	// appends queue concurrent MessagesAppend calls of a topic into shared transactions
-	// (appendcombine.go); appendTxs and appendOps count those transactions and the calls they ran.
-	appends              appendLanes
-	appendTxs, appendOps atomic.Int64
+	// (appendcombine.go); appendTxs and appendOps count those transactions and the calls they ran,
+	// appendRequeues the transactions whose calls queued again (errLaneBroken).
+	appends                              appendLanes
+	appendTxs, appendOps, appendRequeues atomic.Int64
 	// seqWake wakes the sequencer of staged messages (sequencer.go); seqRows counts the rows it
 	// sequenced (or dropped), seqBusy its attempts that found the sequencing lock held, seqEmpty
 	// its transactions that found nothing staged, seqCycles the wake-ups it finished.
@@ -257,7 +258,8 @@ func (e *Engine) Close() error {
 		err = e.shutdown(ctx)
 		e.pool.Close()
 		e.log.Debug("pgstore: closed", "delivery_transactions", e.laneTxs.Load(), "delivery_operations", e.laneOps.Load(),
-			"publish_transactions", e.appendTxs.Load(), "publish_calls", e.appendOps.Load())
+			"publish_transactions", e.appendTxs.Load(), "publish_calls", e.appendOps.Load(),
+			"publish_requeues", e.appendRequeues.Load())
 	})
 	return err
 }
