@@ -89,16 +89,16 @@ const maxLaneTxs = 2
 // runs the moment the other commits, so the lane's commits follow one another without a round
 // trip to the broker in between (the row lock is held through the commit's WAL flush, which is
 // what a lane of one transaction at a time waited for). It must not commit if the one before it
-// did not (its calls queued later, and the ones before may run again alone): expect holds the
-// next_offset each partition had when the transactions before it took their offsets, and
-// takeOffsetsSQL fails the transaction (errLaneBroken, nothing written) when a partition's
-// next_offset is not that; its calls then queue again at the head of the lane and run once no
-// transaction of the lane runs. Another instance appending to the partition in between has the
-// same effect (the lane runs one transaction at a time until it catches up).
+// did not (its calls queued later, and the ones before may run again alone): expect holds, per
+// partition, the id of the lane's last transaction that took the row before it, and
+// takeOffsetsSQL fails the transaction (errLaneBroken, nothing written) unless that one committed
+// (pg_xact_status; it has ended once this one holds the row); its calls then queue again at the
+// head of the lane and run once no transaction of the lane runs. Other instances and the
+// sequencer appending to the partition in between change nothing.
 type laneTurn struct {
 	batch  []*appendOp
 	seq    uint64
-	expect map[int32]int64
+	expect map[int32]string
 	prev   <-chan struct{} // closed when the transaction before ended (nil: none)
 	done   chan struct{}   // closed when this one ended
 }
@@ -137,15 +137,15 @@ type appendLane struct {
 	pending []*appendOp
 	running int
 	seq     uint64 // of the newest transaction started
-	// open: the newest transaction took its offsets (expect: the partitions' next_offset after
-	// it and the ones before), so the next one may start before it ends.
+	// open: the newest transaction took its offsets (expect: per partition, the id of the last
+	// transaction that took it, this one or one before), so the next one may start before it ends.
 	open     bool
-	expect   map[int32]int64
+	expect   map[int32]string
 	lastDone chan struct{} // done of the newest transaction started
 }
 
 // startLocked makes the turn of a new transaction of the lane running batch.
-func (lane *appendLane) startLocked(batch []*appendOp, expect map[int32]int64) *laneTurn {
+func (lane *appendLane) startLocked(batch []*appendOp, expect map[int32]string) *laneTurn {
 	lane.running++
 	lane.seq++
 	lane.open, lane.expect = false, nil
@@ -160,7 +160,7 @@ func (e *Engine) startNextLocked(topic string, lane *appendLane) {
 	if len(lane.pending) == 0 {
 		return
 	}
-	var expect map[int32]int64
+	var expect map[int32]string
 	switch {
 	case lane.running == 0:
 	case lane.open && lane.running < maxLaneTxs:
@@ -188,9 +188,9 @@ func (e *Engine) startNextLocked(topic string, lane *appendLane) {
 	next[0].lead <- t
 }
 
-// laneOffsetsTaken is called by t's transaction once it holds its partitions' rows, with their
-// next_offset after it: if t is its lane's newest transaction, the next one may start.
-func (e *Engine) laneOffsetsTaken(topic string, t *laneTurn, after map[int32]int64) {
+// laneOffsetsTaken is called by t's transaction once it holds its partitions' rows, with its id
+// per partition: if t is its lane's newest transaction, the next one may start.
+func (e *Engine) laneOffsetsTaken(topic string, t *laneTurn, after map[int32]string) {
 	al := &e.appends
 	al.mu.Lock()
 	defer al.mu.Unlock()
@@ -200,7 +200,7 @@ func (e *Engine) laneOffsetsTaken(topic string, t *laneTurn, after map[int32]int
 	}
 	expect := maps.Clone(t.expect)
 	if expect == nil {
-		expect = map[int32]int64{}
+		expect = map[int32]string{}
 	}
 	maps.Copy(expect, after)
 	lane.open, lane.expect = true, expect
@@ -400,7 +400,7 @@ func (e *Engine) runAppends(ctx context.Context, topic string, t *laneTurn) (req
 		}
 	}
 	t0 := time.Now()
-	seq := &appendSeq{expect: t.expect, prev: t.prev, took: func(after map[int32]int64) { e.laneOffsetsTaken(topic, t, after) }}
+	seq := &appendSeq{expect: t.expect, prev: t.prev, took: func(after map[int32]string) { e.laneOffsetsTaken(topic, t, after) }}
 	res, err := e.appendTx(tctx, p, calls, seq)
 	if d := time.Since(t0); d > slowLaneTx {
 		e.log.Debug("pgstore: slow publish transaction", "duration", d, "calls", len(batch), "messages", len(p.Messages))

@@ -429,34 +429,35 @@ func optTime(t time.Time) pgtype.Timestamptz {
 // takeOffsetsSQL reserves n offsets of one partition and moves its publish time forward: the
 // message time is max(now, last_published_at), so published_at never decreases in a partition.
 // The row lock it takes is held until the transaction ends: the next publisher to the partition
-// waits, which is what keeps the visible offsets a gapless prefix. When $6 is not null, the
-// partition's next_offset must have been $6 (the transaction before in the lane committed, see
-// laneTurn): else the text laneMarker cast to int fails the statement (22P02), which aborts the
-// rest of the pipeline, COMMIT included.
+// waits, which is what keeps the visible offsets a gapless prefix. It returns the transaction's
+// id too. When $6 is not null, the transaction $6 (the one of the lane that held the row before,
+// see laneTurn; it has ended once this one has the row) must have committed: else the text
+// laneMarker cast to int fails the statement (22P02), which aborts the rest of the pipeline,
+// COMMIT included.
 const takeOffsetsSQL = `UPDATE spool.partitions SET
 	next_offset = next_offset + $3,
 	last_published_at = greatest(last_published_at, $4::timestamptz),
 	low_published_at = coalesce(low_published_at, greatest(last_published_at, $4::timestamptz)),
 	bytes = bytes + $5
 WHERE topic_id = $1 AND partition = $2
-RETURNING next_offset - $3, last_published_at,
-	(CASE WHEN $6::bigint IS NULL OR next_offset - $3 = $6::bigint THEN '1' ELSE '` + laneMarker + `' END)::int`
+RETURNING next_offset - $3, last_published_at, pg_current_xact_id()::text,
+	(CASE WHEN $6::text IS NULL OR pg_xact_status($6::text::xid8) = 'committed' THEN '1' ELSE '` + laneMarker + `' END)::int`
 
 // laneMarker is the text takeOffsetsSQL fails to cast when the transaction before did not commit.
 const laneMarker = "spool: lane broken"
 
-// errLaneBroken: the transaction before in the lane did not commit (or another instance appended
-// in between): nothing was written, the calls queue again (laneTurn).
+// errLaneBroken: the transaction before in the lane did not commit: nothing was written, the
+// calls queue again (laneTurn).
 var errLaneBroken = errors.New("pgstore: the publish transaction before did not commit")
 
-// appendSeq orders an append transaction after the one before in its lane (laneTurn): the
-// partitions' expected next_offset, the end of the one before (the cache is filled in offset
-// order), and the function told the partitions' next_offset once it holds their rows. Nil for an
-// append of its own.
+// appendSeq orders an append transaction after the one before in its lane (laneTurn): per
+// partition, the id of the lane's transaction that held the row before (it must have committed),
+// the end of the one before (the cache is filled in offset order), and the function told this
+// transaction's id per partition once it holds their rows. Nil for an append of its own.
 type appendSeq struct {
-	expect map[int32]int64
+	expect map[int32]string
 	prev   <-chan struct{}
-	took   func(after map[int32]int64)
+	took   func(after map[int32]string)
 }
 
 // insertMessagesSQL inserts a batch; each row's offset is computed from its partition's (already
@@ -512,7 +513,7 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		b.Queue(e.sql(topicGuardSQL), plan.topic.name, plan.topic.id, plan.topic.raw)
 	}
 	for _, s := range plan.shares {
-		var expect *int64
+		var expect *string
 		if plan.seq != nil {
 			if x, ok := plan.seq.expect[s.partition]; ok {
 				expect = &x
@@ -553,10 +554,11 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 			return nil, err
 		}
 	}
+	var xid string
 	for _, s := range plan.shares {
 		var at time.Time
 		var one int
-		if err := br.QueryRow().Scan(&s.first, &at, &one); err != nil {
+		if err := br.QueryRow().Scan(&s.first, &at, &xid, &one); err != nil {
 			br.Close()
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, fmt.Errorf("pgstore: topic %q has no partition %d row", plan.topic.name, s.partition)
@@ -570,9 +572,9 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		s.at = at.UTC()
 	}
 	if plan.seq != nil && plan.seq.took != nil {
-		after := make(map[int32]int64, len(plan.shares))
+		after := make(map[int32]string, len(plan.shares))
 		for _, s := range plan.shares {
-			after[s.partition] = s.first + int64(len(s.idx))
+			after[s.partition] = xid
 		}
 		plan.seq.took(after)
 	}
