@@ -264,3 +264,18 @@ func TestMigrateRefusesOtherMigrationOfSameVersion(t *testing.T) {
 		t.Fatal("Open without migrating accepted the mismatched migration 2")
 	}
 }
+
+func TestServerVersionGuard(t *testing.T) {
+	t.Parallel()
+	if err := serverSupported(120017, "12.17"); !errors.Is(err, storage.ErrInvalidArgument) || !strings.Contains(err.Error(), "12.17 is too old") {
+		t.Fatalf("PostgreSQL 12: %v, want INVALID_ARGUMENT naming the version", err)
+	}
+	if err := serverSupported(MinServerVersion, "13.0"); err != nil {
+		t.Fatalf("PostgreSQL 13: %v", err)
+	}
+	// The server the tests run on passes the check Open and Migrate make.
+	e := logOpen(t, testConfig(t, nil))
+	if err := checkServer(t.Context(), e.pool); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -228,7 +228,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	e.instance[8] = e.instance[8]&0x3f | 0x80
 	if cfg.Migrate {
 		err = Migrate(ctx, pool, cfg.Schema, cfg.BucketWidth)
-	} else {
+	} else if err = checkServer(ctx, pool); err == nil {
 		err = checkVersion(ctx, pool, cfg.Schema)
 	}
 	if err != nil {

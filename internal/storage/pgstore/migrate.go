@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 //go:embed migrations/*.sql
@@ -71,6 +73,28 @@ func lockKey(schema, job string) int64 {
 	return int64(h.Sum64())
 }
 
+// MinServerVersion is the oldest PostgreSQL the engine runs on (server_version_num): the
+// pipelined publish transactions check their predecessor with pg_xact_status over xid8 (13+).
+const MinServerVersion = 130000
+
+// checkServer refuses a PostgreSQL server older than MinServerVersion.
+func checkServer(ctx context.Context, pool *pgxpool.Pool) error {
+	var num int
+	var version string
+	if err := pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, current_setting('server_version')").Scan(&num, &version); err != nil {
+		return fmt.Errorf("pgstore: server version: %w", err)
+	}
+	return serverSupported(num, version)
+}
+
+// serverSupported refuses server_version_num num (version: its text) below MinServerVersion.
+func serverSupported(num int, version string) error {
+	if num < MinServerVersion {
+		return fmt.Errorf("%w: pgstore: PostgreSQL %s is too old: the engine needs PostgreSQL 13 or later", storage.ErrInvalidArgument, version)
+	}
+	return nil
+}
+
 // Migrate creates the schema if needed and applies every pending migration, each in its own
 // transaction, under a session advisory lock so that concurrent broker instances migrate once.
 // bucketWidth is recorded in spool.settings when the store is created (0: DefaultBucketWidth).
@@ -86,6 +110,9 @@ func MigrateReport(ctx context.Context, pool *pgxpool.Pool, schema string, bucke
 	}
 	if bucketWidth == 0 {
 		bucketWidth = DefaultBucketWidth
+	}
+	if err := checkServer(ctx, pool); err != nil {
+		return 0, 0, err
 	}
 	ms, err := migrations()
 	if err != nil {
