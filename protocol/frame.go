@@ -287,7 +287,8 @@ func appendFrame(dst []byte, correlationID uint32, m Message, v uint16) ([]byte,
 	return out, nil
 }
 
-// DecodeClient decodes a frame a server received from a client. Besides the body's own errors
+// DecodeClient decodes a frame a server received from a client, in MaxVersion's layout (after
+// the handshake a server decodes with DecodeClientVersion). Besides the body's own errors
 // (see Message.Decode) it rejects flags, which no version defines (ErrMalformedFrame),
 // unknown opcodes (ErrUnknownOpcode) and server-only opcodes (ErrUnexpectedFrame). All errors are
 // *DecodeError; the stream stays in sync, so a server may answer with an Error frame and go on.
@@ -295,7 +296,8 @@ func DecodeClient(f Frame) (ClientMessage, error) {
 	return decodeFrame(f, NewClientMessage, MaxVersion)
 }
 
-// DecodeServer decodes a frame a client received from a server; see DecodeClient.
+// DecodeServer decodes a frame a client received from a server; see DecodeClient. It uses
+// MaxVersion's layout: after the handshake a client decodes with DecodeServerVersion.
 func DecodeServer(f Frame) (ServerMessage, error) {
 	return decodeFrame(f, NewServerMessage, MaxVersion)
 }
@@ -303,6 +305,12 @@ func DecodeServer(f Frame) (ServerMessage, error) {
 // DecodeClientVersion is DecodeClient in the layout of protocol version v (the negotiated one).
 func DecodeClientVersion(f Frame, v uint16) (ClientMessage, error) {
 	return decodeFrame(f, NewClientMessage, v)
+}
+
+// DecodeServerVersion is DecodeServer in the layout of protocol version v (the negotiated one):
+// an older broker's Deliver has no batch fields, and MaxVersion's layout would reject it.
+func DecodeServerVersion(f Frame, v uint16) (ServerMessage, error) {
+	return decodeFrame(f, NewServerMessage, v)
 }
 
 // decodeFrame makes the message of f's opcode for one direction, checks the flags and decodes the

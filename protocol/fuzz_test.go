@@ -51,6 +51,31 @@ func checkDecoded(t *testing.T, m Message) {
 	}
 }
 
+// checkDecodedVersion is checkDecoded in the layout of version v: a message decoded in it
+// encodes in it and decodes back to itself.
+func checkDecodedVersion(t *testing.T, m Message, v uint16) {
+	t.Helper()
+	frame, err := AppendFrameVersion(nil, 1, m, v)
+	if err != nil {
+		t.Fatalf("%s decoded in version %d but does not encode in it: %v", m.Opcode(), v, err)
+	}
+	again, err := newMessage(m.Opcode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm, ok := again.(versioned); ok {
+		err = vm.decodeVersion(frame[HeaderSize:], v)
+	} else {
+		err = again.Decode(frame[HeaderSize:])
+	}
+	if err != nil {
+		t.Fatalf("%s: version %d decode(encode(x)) failed: %v", m.Opcode(), v, err)
+	}
+	if !reflect.DeepEqual(again, m) {
+		t.Fatalf("%s: version %d decode(encode(x)) != x\n got %#v\nwant %#v", m.Opcode(), v, again, m)
+	}
+}
+
 // FuzzFrameDecode feeds bytes to a Reader, as a connection would, and decodes every frame it
 // yields with the decoders of both directions: no panic, no allocation past the frame (the
 // reader's max frame size bounds it), and every decoded message round-trips.
@@ -79,6 +104,15 @@ func FuzzFrameDecode(f *testing.F) {
 			}
 			if m, err := DecodeServer(fr); err == nil {
 				checkDecoded(t, m)
+			}
+			// Each side decodes in the negotiated version's layout, any of the range.
+			for v := MinVersion; v <= MaxVersion; v++ {
+				if m, err := DecodeClientVersion(fr, v); err == nil {
+					checkDecodedVersion(t, m, v)
+				}
+				if m, err := DecodeServerVersion(fr, v); err == nil {
+					checkDecodedVersion(t, m, v)
+				}
 			}
 		}
 	})

@@ -114,9 +114,10 @@ func (r *Reader) ReadFrame() (Frame, error) {
 	return f, nil
 }
 
-// ReadClientMessage reads a frame and decodes it with DecodeClient. It returns the frame's
-// correlation id whenever a frame was read, also with a decode error, so that a server can answer
-// with an Error frame; decode errors (*DecodeError) are not sticky: the next frame can be read.
+// ReadClientMessage reads a frame and decodes it like DecodeClientVersion with the Reader's
+// version (SetVersion). It returns the frame's correlation id whenever a frame was read, also with
+// a decode error, so that a server can answer with an Error frame; decode errors (*DecodeError)
+// are not sticky: the next frame can be read.
 func (r *Reader) ReadClientMessage() (uint32, ClientMessage, error) {
 	f, err := r.ReadFrame()
 	if err != nil {
@@ -126,7 +127,8 @@ func (r *Reader) ReadClientMessage() (uint32, ClientMessage, error) {
 	return f.CorrelationID, m, err
 }
 
-// ReadServerMessage reads a frame and decodes it with DecodeServer; see ReadClientMessage.
+// ReadServerMessage reads a frame and decodes it like DecodeServerVersion with the Reader's
+// version; see ReadClientMessage.
 func (r *Reader) ReadServerMessage() (uint32, ServerMessage, error) {
 	f, err := r.ReadFrame()
 	if err != nil {

@@ -101,6 +101,14 @@ func TestBatchFieldsVersions(t *testing.T) {
 	if _, m, err := r.ReadServerMessage(); err != nil || !reflect.DeepEqual(m.(*Deliver).Deliveries[0], d) {
 		t.Fatalf("version-3 Deliver round trip: %+v, %v", m, err)
 	}
+	// A client decodes a pushed frame in the negotiated layout: MaxVersion's would read batch
+	// fields a version-3 broker never sends.
+	if m, err := DecodeServerVersion(Frame{Opcode: OpDeliver, Body: old[HeaderSize:]}, Version3); err != nil || !reflect.DeepEqual(m.(*Deliver).Deliveries[0], d) {
+		t.Fatalf("DecodeServerVersion of a version-3 Deliver: %+v, %v", m, err)
+	}
+	if _, err := DecodeServer(Frame{Opcode: OpDeliver, Body: old[HeaderSize:]}); !errors.Is(err, ErrMalformedFrame) {
+		t.Fatalf("DecodeServer (version %d) of a version-3 Deliver: %v, want a decode error", MaxVersion, err)
+	}
 	batched := d
 	batched.BatchLen, batched.BatchOffset = 3, 10
 	if _, err := appendFrame(nil, 0, &Deliver{Deliveries: []Delivery{batched}}, Version3); !errors.Is(err, ErrInvalidArgument) {
