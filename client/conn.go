@@ -509,7 +509,7 @@ func (cn *conn) encodeAcksLocked() {
 		corr := cn.nextCorrLocked()
 		cn.calls[corr] = cl
 		cn.mu.Unlock()
-		buf, err := protocol.AppendFrame(cn.wbuf, corr, &protocol.Ack{Refs: refs})
+		buf, err := protocol.AppendFrameVersion(cn.wbuf, corr, &protocol.Ack{Refs: refs}, cn.hello.Version)
 		if err != nil { // cannot happen: refs always encode
 			cn.mu.Lock()
 			delete(cn.calls, corr)
@@ -607,7 +607,7 @@ func (cn *conn) writeLoop() {
 			cn.mu.Lock()
 			corr := cn.nextCorrLocked() // answered by HeartbeatOK, which matches no call
 			cn.mu.Unlock()
-			if buf, err := protocol.AppendFrame(cn.wbuf, corr, &protocol.Heartbeat{Time: now}); err == nil {
+			if buf, err := protocol.AppendFrameVersion(cn.wbuf, corr, &protocol.Heartbeat{Time: now}, cn.hello.Version); err == nil {
 				cn.wbuf = buf
 			}
 		}
@@ -685,7 +685,9 @@ func (cn *conn) readLoop() {
 
 // handleFrame dispatches one frame from the broker.
 func (cn *conn) handleFrame(f protocol.Frame) {
-	m, err := protocol.DecodeServer(f)
+	// Every frame after HelloOK is in the negotiated version's layout: an older broker's Deliver
+	// has no batch fields.
+	m, err := protocol.DecodeServerVersion(f, cn.hello.Version)
 	if err != nil {
 		if f.CorrelationID != 0 && f.Opcode.IsResponse() {
 			cn.complete(f.CorrelationID, nil, fmt.Errorf("client: undecodable %s from the broker: %w", f.Opcode, err))

@@ -87,6 +87,10 @@ func (p *peer) handshake(mod func(*protocol.HelloOK)) *protocol.Hello {
 		p.t.Fatalf("peer: %v", err)
 	}
 	p.write(corr, resp)
+	// Like a broker, the peer speaks the version its HelloOK chose from then on (a mod choosing
+	// an earlier one plays an older broker).
+	p.r.SetVersion(resp.Version)
+	p.w.SetVersion(resp.Version)
 	return hello
 }
 
