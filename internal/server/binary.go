@@ -283,7 +283,7 @@ func (b *binarySession) answerLocked(its []outItem) bool {
 	for _, it := range its {
 		start := len(buf)
 		var err error
-		buf, err = protocol.AppendFrame(buf, it.corr, it.msg)
+		buf, err = protocol.AppendFrameVersion(buf, it.corr, it.msg, b.version)
 		if err != nil || len(buf)-start > b.w.MaxFrameSize() {
 			b.dbuf = buf[:0]
 			return false // the writer replaces it with an Error frame (write)
