@@ -185,3 +185,77 @@ func TestFilterSharedEngineTwoInstances(t *testing.T) {
 		t.Fatalf("dead-lettered %d", st.DeadLettered)
 	}
 }
+
+// TestFilterSharedEngineSameMemberID: member IDs are unique per instance only. w1 with filter
+// x=1 on A and another w1 with x=2 on B keep a record each (A renewing last must not overwrite
+// B's): every x=2 message reaches B's w1, none is completed as filtered by A.
+func TestFilterSharedEngineSameMemberID(t *testing.T) {
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_bfsame_")
+	clock := newFakeClock()
+	a := startPGInstance(t, url, schema, clock)
+	bi := startPGInstance(t, url, schema, clock)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := a.b.CreateTopic(ctx, "jobs", storage.TopicConfig{Partitions: 2, MaxDeliveries: 2, AckWait: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	wa, err := a.b.Subscribe(ctx, SubscribeParams{Pattern: "jobs", MemberID: "w1", MaxInFlight: 100, Filter: "x=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&env{t: t, b: a.b}).waitIdle()
+	wb, err := bi.b.Subscribe(ctx, SubscribeParams{Pattern: "jobs", MemberID: "w1", MaxInFlight: 100, Filter: "x=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	(&env{t: t, b: bi.b}).waitIdle()
+	a.renew(t) // A writes its w1 last
+	for i := range 20 {
+		if _, err := a.b.Publish(ctx, "jobs", []storage.AppendMessage{{Partition: storage.PartitionAuto,
+			Headers: map[string]string{"x": "2"}, Payload: fmt.Appendf(nil, "m%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := "jobs/" + storage.QueueGroup
+	gs := make(chan int, 1)
+	go func() {
+		n := 0
+		for n < 20 {
+			select {
+			case d, ok := <-wb.Deliveries():
+				if !ok {
+					gs <- n
+					return
+				}
+				_ = wb.Ack(context.Background(), d.SubscriptionID, d.Ref()) // counted by n and the stats
+				n++
+			case <-ctx.Done():
+				gs <- n
+				return
+			}
+		}
+		gs <- n
+	}()
+	var n int
+	eventually(t, "all x=2 messages at B's w1 or filtered", func() error {
+		select {
+		case n = <-gs:
+			return nil
+		default:
+		}
+		if f := a.fc.get(key) + bi.fc.get(key); f > 0 {
+			n = -1
+			return nil
+		}
+		return fmt.Errorf("waiting")
+	})
+	if f := a.fc.get(key) + bi.fc.get(key); f != 0 || n != 20 {
+		t.Fatalf("B's w1 got %d of 20 x=2 messages; %d completed as filtered (A %d, B %d)", n, f, a.fc.get(key), bi.fc.get(key))
+	}
+	select {
+	case d := <-wa.Deliveries():
+		t.Fatalf("A's w1 (x=1) got %s", d.Payload)
+	default:
+	}
+}

@@ -336,7 +336,8 @@ type MemberRef struct {
 // MemberRecord is a live member's record (SubscriptionMembersRenewResult.Records).
 type MemberRecord struct {
 	Member string
-	// Instance is the broker instance that renewed it last (SubscriptionMembersRenewParams).
+	// Instance is the broker instance that renews it (SubscriptionMembersRenewParams). Member
+	// IDs are unique per instance only: each instance's member of one ID has its own record.
 	Instance string
 	// Filter is its filter text, "" for none.
 	Filter string
@@ -354,8 +355,8 @@ type SubscriptionMembersRenewParams struct {
 	// Instance names the renewing broker instance, recorded with Members (at most
 	// MaxGroupNameLen bytes; "" for none).
 	Instance string
-	// Forget are records of members that left Instance, removed at once (only those Instance
-	// renewed last), at most MaxRenewMembers.
+	// Forget are records of members that left Instance, removed at once (only Instance's
+	// records), at most MaxRenewMembers.
 	Forget []MemberRef
 }
 

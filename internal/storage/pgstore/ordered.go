@@ -332,8 +332,10 @@ func (e *Engine) SubscriptionAssignment(ctx context.Context, id int64) (*storage
 
 // SubscriptionMembersRenew renews the liveness rows of members of subscriptions in
 // spool.sub_members (migrations/0011_member_liveness.sql, 0016_member_filters.sql) with their
-// instance and filter, deletes the rows params.Forget names (those of params.Instance) and the
-// expired rows of the subscriptions named, and returns their live members, in one transaction.
+// instance and filter, keyed by (subscription, instance, member) (member IDs are unique per
+// instance only), deletes the rows params.Forget names (those of params.Instance) and the
+// expired rows of the subscriptions named, and returns their live members (each ID once) and
+// records, in one transaction.
 // The subscriptions are locked FOR KEY SHARE (a concurrent deletion waits; a heartbeat does not);
 // rows are upserted in key order and expired ones deleted with SKIP LOCKED, so concurrent
 // renewals by several instances never deadlock.
@@ -394,19 +396,18 @@ func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.S
 				if _, err := tx.Exec(ctx, e.sql(`INSERT INTO spool.sub_members (sub_id, member, expires_at, instance, filter)
 					SELECT u.s, u.m, COALESCE($3::timestamptz, now()) + $4 * interval '1 microsecond', $6, u.f
 					FROM unnest($1::bigint[], $2::text[], $7::text[]) AS u(s, m, f) WHERE u.s = ANY($5) ORDER BY u.s, u.m
-					ON CONFLICT (sub_id, member) DO UPDATE SET expires_at = EXCLUDED.expires_at, instance = EXCLUDED.instance,
-						filter = EXCLUDED.filter`),
+					ON CONFLICT (sub_id, instance, member) DO UPDATE SET expires_at = EXCLUDED.expires_at, filter = EXCLUDED.filter`),
 					subIDs, names, now, params.TTL.Microseconds(), subs, params.Instance, filters); err != nil {
 					return fmt.Errorf("pgstore: members renew: %w", err)
 				}
 			}
-			if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.sub_members WHERE (sub_id, member) IN (
-					SELECT sub_id, member FROM spool.sub_members WHERE sub_id = ANY($1) AND expires_at <= COALESCE($2::timestamptz, now())
+			if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.sub_members WHERE (sub_id, instance, member) IN (
+					SELECT sub_id, instance, member FROM spool.sub_members WHERE sub_id = ANY($1) AND expires_at <= COALESCE($2::timestamptz, now())
 					FOR UPDATE SKIP LOCKED)`), subs, now); err != nil {
 				return fmt.Errorf("pgstore: members renew: forget expired members: %w", err)
 			}
 			rows, err = tx.Query(ctx, e.sql(`SELECT sub_id, member, instance, filter FROM spool.sub_members
-				WHERE sub_id = ANY($1) AND expires_at > COALESCE($2::timestamptz, now()) ORDER BY sub_id, member`), subs, now)
+				WHERE sub_id = ANY($1) AND expires_at > COALESCE($2::timestamptz, now()) ORDER BY sub_id, member, instance`), subs, now)
 			if err != nil {
 				return fmt.Errorf("pgstore: members renew: live members: %w", err)
 			}
@@ -417,7 +418,9 @@ func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.S
 				if err := rows.Scan(&id, &r.Member, &r.Instance, &r.Filter); err != nil {
 					return fmt.Errorf("pgstore: members renew: live members: %w", err)
 				}
-				res.Live[id] = append(res.Live[id], r.Member)
+				if l := res.Live[id]; len(l) == 0 || l[len(l)-1] != r.Member { // one per member ID
+					res.Live[id] = append(l, r.Member)
+				}
 				res.Records[id] = append(res.Records[id], r)
 			}
 			return rows.Err()

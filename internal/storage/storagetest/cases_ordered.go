@@ -666,6 +666,17 @@ func testMemberRecords(t *testing.T, x *env) {
 	got = renew(storage.SubscriptionMembersRenewParams{Instance: "A", Forget: []storage.MemberRef{m("a2", "")}, Members: []storage.MemberRef{m("a1", "region in (eu, uk)")}})
 	deepEqual(t, got, []storage.MemberRecord{rec("a1", "A", "region in (eu, uk)"), rec("b1", "B", "region=us")}, "after A forgot a2")
 
+	// Member IDs are unique per instance only: B's a1 has its own record beside A's (neither
+	// overwrites the other), is listed live once, and B forgetting it leaves A's.
+	res, err := x.e.SubscriptionMembersRenew(x.ctx, &storage.SubscriptionMembersRenewParams{Instance: "B",
+		Members: []storage.MemberRef{m("a1", "region=us")}, TTL: 5 * time.Second})
+	noErr(t, err, "SubscriptionMembersRenew(B's a1)")
+	deepEqual(t, res.Live[sh.ID], []string{"a1", "b1"}, "live members with one ID on two instances")
+	deepEqual(t, res.Records[sh.ID], []storage.MemberRecord{rec("a1", "A", "region in (eu, uk)"), rec("a1", "B", "region=us"), rec("b1", "B", "region=us")},
+		"records of one member ID on two instances")
+	got = renew(storage.SubscriptionMembersRenewParams{Instance: "B", Forget: []storage.MemberRef{m("a1", "")}})
+	deepEqual(t, got, []storage.MemberRecord{rec("a1", "A", "region in (eu, uk)"), rec("b1", "B", "region=us")}, "after B forgot its a1")
+
 	// B stops renewing: past its TTL its record, filter included, is gone.
 	x.advance(5 * time.Second)
 	deepEqual(t, renew(storage.SubscriptionMembersRenewParams{}), []storage.MemberRecord{rec("a1", "A", "region in (eu, uk)")}, "after B expired")

@@ -302,7 +302,7 @@ type sub struct {
 	lastBeat time.Time
 	// live maps the members renewed by SubscriptionMembersRenew to their records (ordered.go),
 	// in memory only. Guarded by e.mu held exclusively.
-	live map[string]liveRec
+	live map[liveKey]liveRec
 	// watch is, per partition, the ack floor retention last saw and since when (zombie_ttl,
 	// retention.go), in memory only. Guarded by mu.
 	watch []floorWatch

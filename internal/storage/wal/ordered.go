@@ -1,9 +1,11 @@
 package wal
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -150,16 +152,16 @@ func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.S
 		return s
 	}
 	for _, m := range params.Forget {
-		if s := inForce(m.SubscriptionID); s != nil && s.live[m.Member].instance == params.Instance {
-			delete(s.live, m.Member)
+		if s := inForce(m.SubscriptionID); s != nil {
+			delete(s.live, liveKey{params.Instance, m.Member})
 		}
 	}
 	for _, m := range params.Members {
 		if s := inForce(m.SubscriptionID); s != nil {
 			if s.live == nil {
-				s.live = map[string]liveRec{}
+				s.live = map[liveKey]liveRec{}
 			}
-			s.live[m.Member] = liveRec{expires: now.Add(params.TTL), instance: params.Instance, filter: m.Filter}
+			s.live[liveKey{params.Instance, m.Member}] = liveRec{expires: now.Add(params.TTL), filter: m.Filter}
 		}
 	}
 	res := &storage.SubscriptionMembersRenewResult{Live: map[int64][]string{}, Records: map[int64][]storage.MemberRecord{}}
@@ -168,29 +170,32 @@ func (e *Engine) SubscriptionMembersRenew(ctx context.Context, params *storage.S
 		if s == nil {
 			continue
 		}
-		live := []string{}
-		for m, r := range s.live {
+		live, recs := []string{}, []storage.MemberRecord{}
+		for k, r := range s.live {
 			if r.expires.After(now) {
-				live = append(live, m)
+				live = append(live, k.member)
+				recs = append(recs, storage.MemberRecord{Member: k.member, Instance: k.instance, Filter: r.filter})
 			} else {
-				delete(s.live, m)
+				delete(s.live, k)
 			}
 		}
 		slices.Sort(live)
-		recs := make([]storage.MemberRecord, len(live))
-		for i, m := range live {
-			recs[i] = storage.MemberRecord{Member: m, Instance: s.live[m].instance, Filter: s.live[m].filter}
-		}
-		res.Live[id], res.Records[id] = live, recs
+		slices.SortFunc(recs, func(a, b storage.MemberRecord) int {
+			return cmp.Or(strings.Compare(a.Member, b.Member), strings.Compare(a.Instance, b.Instance))
+		})
+		res.Live[id], res.Records[id] = slices.Compact(live), recs
 	}
 	return res, nil
 }
 
+// liveKey keys a liveness record: member IDs are unique per broker instance only, so two
+// instances' members of one ID have a record each (a member counts live while either is).
+type liveKey struct{ instance, member string }
+
 // liveRec is a member's liveness record (SubscriptionMembersRenew).
 type liveRec struct {
-	expires  time.Time
-	instance string
-	filter   string
+	expires time.Time
+	filter  string
 }
 
 // batchCheckLocked checks the refs of a batch ack or nack (batch set): they must name every
