@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -52,11 +53,13 @@ import (
 // other instances with each renewal (owner.others). A claimed message that no member here
 // wants is then:
 //   - given back when a live member of another instance wants it (unfiltered, or its filter
-//     matches): Engine.DeliveriesNack with GiveBack = this instance's name, which undoes the
-//     delivery's attempt (give-backs never dead-letter), and this instance's claims Skip that
-//     tag for giveBackSkip, so they pass the message over while the other instances (woken by
-//     the nack's notification) claim it; past giveBackSkip this instance claims it again and
-//     decides again with what it knows then (the wanting member may have left or died);
+//     matches): Engine.DeliveriesNack with GiveBack addressed to one such instance (its name
+//     after giveBackPrefix), which undoes the delivery's attempt (give-backs never dead-letter).
+//     Every instance's claims Skip give-backs for giveBackSkip, except those addressed to it
+//     (Take): the addressee (woken by the nack's notification) takes it at once, no other
+//     instance passes it on (with three instances, skipping only one's own give-backs let two
+//     that do not want a message trade it at database speed); past giveBackSkip any instance
+//     claims it and decides again with what it knows then (the wanting member may have left);
 //   - completed as filtered when no live member anywhere wants it. Before completing, an owner
 //     rereads the records when its view is older than othersFresh, so a member that joined
 //     another instance counts within about othersFresh (the rule stays "the members connected
@@ -64,7 +67,7 @@ import (
 // An unreadable view counts as "another member may want it" (give back: nothing is lost). See
 // docs/ARCHITECTURE.md.
 
-// giveBackSkip is how long this instance's claims pass over a message it gave back.
+// giveBackSkip is how long the claims of instances other than its addressee pass over a give-back.
 const giveBackSkip = 5 * time.Second
 
 // othersFresh is the age past which an owner rereads the other instances' member records before
@@ -79,8 +82,8 @@ type othersView struct {
 
 // otherMember is a live member of another instance; f nil matches everything.
 type otherMember struct {
-	id string
-	f  *filter.Filter
+	id, inst string
+	f        *filter.Filter
 }
 
 // maxParked bounds the deliveries an owner holds for members whose filter wants them but that
@@ -152,13 +155,17 @@ func (o *owner) settleUnwanted(holder string, ds []*storage.Delivery) bool {
 	if len(ds) == 0 {
 		return false
 	}
-	var done, back []storage.DeliveryRef
 	if o.b.sharedEngine {
 		o.freshOthers()
 	}
+	var back map[string][]storage.DeliveryRef // by addressee
+	var done []storage.DeliveryRef
 	for _, d := range ds {
-		if o.othersWant(d) {
-			back = append(back, d.Ref())
+		if to, ok := o.othersWant(d); ok {
+			if back == nil {
+				back = make(map[string][]storage.DeliveryRef)
+			}
+			back[to] = append(back[to], d.Ref())
 		} else {
 			done = append(done, d.Ref())
 		}
@@ -166,31 +173,55 @@ func (o *owner) settleUnwanted(holder string, ds []*storage.Delivery) bool {
 	if len(done) > 0 {
 		o.completeFiltered(holder, done)
 	}
-	if len(back) > 0 {
-		o.giveBack(holder, back)
+	for to, refs := range back {
+		o.giveBack(holder, to, refs)
 	}
 	return true
 }
 
-// skipTag is the Skip of this owner's claims: this instance's give-backs (shared engine).
+// giveBackPrefix starts the tags of give-backs (DeliveriesNackParams.GiveBack), followed by the
+// addressed instance. Member IDs cannot hold ':' (names.ValidateGroup), so no member's nack or
+// expiry is taken for a give-back.
+const giveBackPrefix = "give-back:"
+
+// skipTag is the Skip of this owner's claims: every give-back (shared engine), ...
 func (o *owner) skipTag() string {
 	if o.b.sharedEngine && o.ord == nil {
-		return o.b.instance
+		return giveBackPrefix
 	}
 	return ""
 }
 
-// othersWant reports whether a live member of another instance may want d: unfiltered, or its
-// filter matches, or (shared engine) nothing is known of them yet.
-func (o *owner) othersWant(d *storage.Delivery) bool {
+// takeTag is the Take of this owner's claims: ... except those addressed to this instance.
+func (o *owner) takeTag() string {
+	if o.b.sharedEngine && o.ord == nil {
+		return giveBackPrefix + o.b.instance
+	}
+	return ""
+}
+
+// othersWant reports whether a live member of another instance may want d (unfiltered, or its
+// filter matches, or nothing is known of them yet) and to which instance to address d's
+// give-back: one of those whose member wants it, at random (so one instance whose wanting
+// member has no credit does not hold d back from another's); "" when nothing is known.
+func (o *owner) othersWant(d *storage.Delivery) (to string, ok bool) {
 	if !o.b.sharedEngine {
-		return false
+		return "", false
 	}
 	v := o.others.Load()
 	if v == nil {
-		return true
+		return "", true
 	}
-	return slices.ContainsFunc(v.members, func(m otherMember) bool { return m.f.Match(d.Headers) })
+	var insts []string
+	for _, m := range v.members {
+		if m.f.Match(d.Headers) && !slices.Contains(insts, m.inst) {
+			insts = append(insts, m.inst)
+		}
+	}
+	if len(insts) == 0 {
+		return "", false
+	}
+	return insts[rand.IntN(len(insts))], true
 }
 
 // setOthers replaces the view of other instances' members with the live records recs.
@@ -204,7 +235,7 @@ func (o *owner) setOthers(recs []storage.MemberRecord) {
 		if err != nil {
 			f = nil // a filter this version cannot read: count the member as wanting everything
 		}
-		v.members = append(v.members, otherMember{id: r.Member, f: f})
+		v.members = append(v.members, otherMember{id: r.Member, inst: r.Instance, f: f})
 	}
 	o.others.Store(v)
 }
@@ -258,13 +289,13 @@ func (o *owner) memberRefs() []storage.MemberRef {
 	return refs
 }
 
-// giveBack gives refs, leased to holder, back for another instance's members without counting
-// the delivery (DeliveriesNackParams.GiveBack). A failure is logged: the leases then expire and
-// the messages are routed again.
-func (o *owner) giveBack(holder string, refs []storage.DeliveryRef) {
+// giveBack gives refs, leased to holder, back to instance to (whose members want them) without
+// counting the delivery (DeliveriesNackParams.GiveBack). A failure is logged: the leases then
+// expire and the messages are routed again.
+func (o *owner) giveBack(holder, to string, refs []storage.DeliveryRef) {
 	b := o.b
 	_, err := b.engine.DeliveriesNack(b.rootCtx, &storage.DeliveriesNackParams{
-		SubscriptionID: o.id, Member: holder, Refs: refs, GiveBack: b.instance,
+		SubscriptionID: o.id, Member: holder, Refs: refs, GiveBack: giveBackPrefix + to,
 	})
 	if err != nil {
 		if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {

@@ -259,3 +259,79 @@ func TestFilterSharedEngineSameMemberID(t *testing.T) {
 	default:
 	}
 }
+
+// TestFilterSharedEngineThreeInstances: only C's member wants x=2 messages and has no credit.
+// The instance that claims one (A or B) gives it back addressed to C, and neither A nor B takes
+// it again (no ping-pong from A to B and back at database speed; the fake clock stands still);
+// once C's member has credit, C takes it at once, on its first attempt.
+func TestFilterSharedEngineThreeInstances(t *testing.T) {
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_bf3_")
+	clock := newFakeClock()
+	ins := []*pgInstance{startPGInstance(t, url, schema, clock), startPGInstance(t, url, schema, clock), startPGInstance(t, url, schema, clock)}
+	a, bi, c := ins[0], ins[1], ins[2]
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := a.b.CreateTopic(ctx, "jobs", storage.TopicConfig{Partitions: 2, MaxDeliveries: 2, AckWait: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var members []*Member
+	for i, p := range []SubscribeParams{{MemberID: "a", MaxInFlight: 100, Filter: "x=1"},
+		{MemberID: "b", MaxInFlight: 100, Filter: "x=1"}, {MemberID: "c", MaxInFlight: 1, Filter: "x=2"}} {
+		p.Pattern = "jobs"
+		m, err := ins[i].b.Subscribe(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		(&env{t: t, b: ins[i].b}).waitIdle()
+		members = append(members, m)
+	}
+	for _, in := range ins {
+		in.renew(t) // each reads the others' records
+	}
+	publish := func(payload string) {
+		t.Helper()
+		if _, err := a.b.Publish(ctx, "jobs", []storage.AppendMessage{{Partition: 0,
+			Headers: map[string]string{"x": "2"}, Payload: []byte(payload)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() *storage.Delivery {
+		t.Helper()
+		select {
+		case d := <-members[2].Deliveries():
+			return d
+		case <-ctx.Done():
+			t.Fatal("c got nothing")
+			return nil
+		}
+	}
+	publish("first")
+	first := next() // c holds it: no credit left
+	for _, in := range ins {
+		(&env{t: t, b: in.b}).waitIdle()
+	}
+	back := a.givenBack() + bi.givenBack()
+	publish("second")
+	eventually(t, "second given back", func() error {
+		if n := a.givenBack() + bi.givenBack() - back; n == 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	(&env{t: t, b: a.b}).waitIdle()
+	(&env{t: t, b: bi.b}).waitIdle()
+	if n := a.givenBack() + bi.givenBack() - back; n != 1 {
+		t.Fatalf("A and B gave the second message back %d times, want once", n)
+	}
+	if err := members[2].Ack(ctx, first.SubscriptionID, first.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	if d := next(); string(d.Payload) != "second" || d.Attempt != 1 {
+		t.Fatalf("c got %s attempt %d, want second attempt 1", d.Payload, d.Attempt)
+	}
+	key := "jobs/" + storage.QueueGroup
+	if f := a.fc.get(key) + bi.fc.get(key) + c.fc.get(key); f != 0 {
+		t.Fatalf("%d completed as filtered", f)
+	}
+}

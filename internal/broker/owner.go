@@ -507,7 +507,7 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		claimStart := time.Now()
 		res, err := b.engine.DeliveriesClaim(b.rootCtx, &storage.DeliveriesClaimParams{
 			SubscriptionID: o.id, Member: m.id, Max: n, AvoidMember: others, LeaseDuration: m.leaseDuration, Partitions: parts,
-			Skip: o.skipTag(), SkipFor: giveBackSkip,
+			Skip: o.skipTag(), Take: o.takeTag(), SkipFor: giveBackSkip,
 		})
 		if took, slow := b.trace.isSlow(start); slow {
 			b.trace.logSlow(b.rootCtx, "claim", took, slog.String("topic", o.topic), slog.Int64("subscription", o.id))

@@ -227,12 +227,14 @@ type DeliveriesClaimParams struct {
 	// AvoidMember skips messages whose last delivery went to Member and that are due for
 	// redelivery (the broker sets it when another member of the group could take them).
 	AvoidMember bool
-	// Skip and SkipFor: a due redelivery whose last member is Skip (the tag of a give-back,
-	// DeliveriesNackParams.GiveBack) is not taken by this claim before SkipFor has passed since
-	// it became due; it counts for NextDue then. SkipFor is at most MaxSkipFor. The broker
-	// instance that gave messages back so passes them over while another instance's members,
-	// whose filters want them, claim them.
+	// Skip, Take and SkipFor: a due redelivery whose last member starts with Skip (the tags of
+	// give-backs, DeliveriesNackParams.GiveBack) and is not Take is not taken by this claim
+	// before SkipFor has passed since it became due; it counts for NextDue then. SkipFor is at
+	// most MaxSkipFor. The broker addresses a give-back to an instance whose live member wants
+	// the message (the tag names it): that instance's claims Take it at once, all others pass
+	// it over for SkipFor, then any claims it and decides again (docs/ARCHITECTURE.md section 8).
 	Skip    string
+	Take    string
 	SkipFor time.Duration
 	// Partitions limits the claim to those partitions; nil means all (in an ORDERED
 	// subscription: all the member owns).
@@ -308,7 +310,8 @@ type DeliveriesNackParams struct {
 	// (member filters on a shared engine: no member of this broker instance wants them, one of
 	// another instance does): the attempt count goes back to its value before the claim, nothing
 	// is dead-lettered or recorded as a failure, and GiveBack is recorded as the messages' last
-	// member in place of Member (a claim with Skip = GiveBack passes them over for its SkipFor).
+	// member in place of Member (a claim whose Skip is a prefix of GiveBack, unless its Take is
+	// GiveBack, passes them over for its SkipFor).
 	// Refused with ToDLQ or Batch; at most MaxGroupNameLen bytes.
 	GiveBack string
 }

@@ -196,6 +196,8 @@ func (p *DeliveriesClaimParams) Check() error {
 		return Invalid("batch_size must be between 1 and %d (0: no batches), got %d", MaxBatchSize, p.BatchSize)
 	case len(p.Skip) > MaxGroupNameLen:
 		return Invalid("skip tag must have at most %d bytes, got %d", MaxGroupNameLen, len(p.Skip))
+	case len(p.Take) > MaxGroupNameLen:
+		return Invalid("take tag must have at most %d bytes, got %d", MaxGroupNameLen, len(p.Take))
 	case p.SkipFor < 0 || p.SkipFor > MaxSkipFor:
 		return Invalid("skip_for must be between 0 and %s, got %s", MaxSkipFor, p.SkipFor)
 	}

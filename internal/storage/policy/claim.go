@@ -24,6 +24,7 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -65,7 +66,7 @@ type Input struct {
 type Claim struct {
 	member        string
 	avoid         bool
-	skip          string // Params.Skip
+	skip, take    string // Params.Skip and Take
 	skipFor       int64  // Params.SkipFor
 	now, deadline int64
 	maxDeliveries int
@@ -93,6 +94,7 @@ func (c *Claim) Start(in Input) error {
 		member:        p.Member,
 		avoid:         p.AvoidMember,
 		skip:          p.Skip,
+		take:          p.Take,
 		skipFor:       int64(p.SkipFor),
 		now:           in.Now,
 		maxDeliveries: in.MaxDeliveries,
@@ -210,9 +212,11 @@ func (c *Claim) Claimable(due int64, p int32, last string) bool {
 }
 
 // skipped reports whether a waiting message due at due whose last member is last is a give-back
-// this claim passes over for now (Params.Skip and SkipFor).
+// this claim passes over for now (Params.Skip, Take and SkipFor): any give-back not addressed to
+// this claim's instance, so a give-back goes to the instance that wants it, not on from one
+// instance that does not to the next.
 func (c *Claim) skipped(due int64, last string) bool {
-	return c.skip != "" && last == c.skip && due+c.skipFor > c.now
+	return c.skip != "" && strings.HasPrefix(last, c.skip) && last != c.take && due+c.skipFor > c.now
 }
 
 // Redeliver decides about the next waiting messages (in order: due time, then partition, then

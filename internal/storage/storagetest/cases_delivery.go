@@ -37,6 +37,7 @@ func nackCases() []testCase {
 		{name: "on_max_deliveries", fn: testNackMaxDeliveries},
 		{name: "redelivery_oldest_due_first", fn: testNackOldestDueFirst},
 		{name: "give_back_uncounted_and_skipped", fn: testNackGiveBack},
+		{name: "give_back_addressed", fn: testGiveBackAddressed},
 	}
 }
 
@@ -539,6 +540,40 @@ func testReleaseMaxDeliveries(t *testing.T, x *env) {
 	ds = x.claim(q.ID, "m2", 10)
 	requireOffsets(t, ds, []int64{1}, "the released message")
 	equal(t, ds[0].Attempt, 2, "attempt")
+}
+
+// testGiveBackAddressed: with three broker instances, a give-back addressed to C (its tag) is
+// passed over by the claims of A and B (Skip is the tags' prefix, Take their own tag) for
+// SkipFor, so it does not go from A to B and back while only C wants it; C takes it at once, and
+// past SkipFor any instance takes it again.
+func testGiveBackAddressed(t *testing.T, x *env) {
+	q := x.queueTopic("giveback3", 0, 2, 2)
+	claim := func(inst, member string) *storage.DeliveriesClaimResult {
+		return x.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: member, Max: 1,
+			Skip: "gb:", Take: "gb:" + inst, SkipFor: 5 * time.Second})
+	}
+	give := func(member, tag string) {
+		t.Helper()
+		res := x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: member, Refs: []storage.DeliveryRef{ref(0, 0)}, GiveBack: tag})
+		equal(t, res.Nacked, 1, "given back by %s", member)
+	}
+	requireOffsets(t, claim("A", "a1").Deliveries, []int64{0}, "A's first claim")
+	give("a1", "gb:C")
+	cr := claim("A", "a1")
+	requireOffsets(t, cr.Deliveries, []int64{1}, "the giver A passes over the give-back to C")
+	timeEqual(t, cr.NextDue, x.now().Add(5*time.Second), "NextDue of the give-back for A")
+	cr = claim("B", "b1")
+	requireOffsets(t, cr.Deliveries, nil, "B passes over the give-back to C too")
+	timeEqual(t, cr.NextDue, x.now().Add(5*time.Second), "NextDue of the give-back for B")
+	ds := claim("C", "c1").Deliveries
+	requireOffsets(t, ds, []int64{0}, "C takes the give-back addressed to it at once")
+	equal(t, ds[0].Attempt, 1, "attempt after the give-back")
+
+	// C gives it back to itself (its member has no credit): past SkipFor, B decides again.
+	give("c1", "gb:C")
+	requireOffsets(t, claim("B", "b1").Deliveries, nil, "B within SkipFor")
+	x.advance(5 * time.Second)
+	requireOffsets(t, claim("B", "b1").Deliveries, []int64{0}, "B past SkipFor")
 }
 
 // testNackGiveBack: a give-back (DeliveriesNackParams.GiveBack, member filters on a shared
