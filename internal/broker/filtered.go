@@ -241,12 +241,24 @@ func (o *owner) setOthers(recs []storage.MemberRecord) {
 }
 
 // freshOthers rereads the other instances' member records when the view is older than
-// othersFresh. A failure keeps the view (none: other members count as wanting everything).
+// othersFresh: a renewal naming only the subscription (no upsert of this instance's members;
+// livenessLoop and joins renew those). A failure keeps the view (none: other members count as
+// wanting everything).
 func (o *owner) freshOthers() {
 	if v := o.others.Load(); v != nil && o.b.clock.Now().Sub(v.at) < othersFresh {
 		return
 	}
-	o.recordMembers(nil)
+	b := o.b
+	res, err := b.engine.SubscriptionMembersRenew(b.rootCtx, &storage.SubscriptionMembersRenewParams{
+		Subscriptions: []int64{o.id}, TTL: b.memberTimeout, Instance: b.instance,
+	})
+	if err != nil {
+		if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
+			b.logger.Warn("reading member filters failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
+		}
+		return
+	}
+	o.setOthers(res.Records[o.id])
 }
 
 // recordMembers writes, with a shared engine, the member records of o's subscription on this

@@ -168,8 +168,9 @@ func TestFilterSharedEngineTwoInstances(t *testing.T) {
 		t.Fatalf("A gave the us message back %d times, want once", n)
 	}
 	// Past the member timeout B's records expired; the next claim, woken by a publish, rereads
-	// the records before completing (its view is older than othersFresh; the read renews A's
-	// own) and finds no live member that wants either us message.
+	// the records before completing (its view is older than othersFresh; a read only: A's own
+	// records are renewed by its liveness loop, at an hour here) and finds no live member that
+	// wants either us message.
 	clock.Advance(DefaultMemberTimeout)
 	publish("us")
 	eventually(t, "the us messages filtered once B expired", func() error {
@@ -183,6 +184,15 @@ func TestFilterSharedEngineTwoInstances(t *testing.T) {
 	})
 	if st := stats(); st.DeadLettered != 0 {
 		t.Fatalf("dead-lettered %d", st.DeadLettered)
+	}
+	// The rereads wrote nothing: A's own record expired with B's (no owner renewed it).
+	res, err := a.eng.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
+		Subscriptions: []int64{gs[0].d.SubscriptionID}, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs := res.Records[gs[0].d.SubscriptionID]; len(recs) != 0 {
+		t.Fatalf("records after the member timeout %+v, want none (a reread renewed them)", recs)
 	}
 }
 
