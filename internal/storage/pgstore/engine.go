@@ -189,6 +189,8 @@ type Engine struct {
 	// its transactions that found nothing staged, seqCycles the wake-ups it finished.
 	seqWake                               chan struct{}
 	seqRows, seqBusy, seqEmpty, seqCycles atomic.Int64
+	// seqSkips counts sequencing transactions that left rows because a partition row was held.
+	seqSkips atomic.Int64
 	// dropped counts, by topic name, the staged messages that a forced topic delete or the
 	// sequencer removed, until the next RetentionApply reports them (invariant 1: a metric
 	// counts every removal).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +35,8 @@ import (
 // fewer rows than its bounds (no extra empty transaction). Rows are taken in staging (id) order
 // among the committed ones, per partition: the transaction locks the partition rows of the oldest
 // staged rows with SKIP LOCKED and takes only the rows of the partitions it holds, so a topic
-// whose partition rows are held (a topic delete or update) waits alone and the others go on.
+// whose partition rows are held (a topic delete or update) waits alone and the others go on
+// (after a few skips in a row, one transaction waits for the rows: seqSkipsBeforeWait).
 // The order between concurrent transactions is thus staging order among committed rows, not
 // commit order; a transaction that commits before another one publishes gets the lower offset
 // (its row has the lower id and is visible whenever the later one is); messages of one transaction
@@ -108,7 +110,7 @@ func (e *Engine) wakeSequencer() {
 // seqRetryMin and seqRetryMax bound the wait before the sequencer tries again when another
 // instance holds the sequencing lock or a partition row was held elsewhere (doubling in between).
 // The cap is short: a partition that broker appends keep busy is free only between two of their
-// transactions, and its staged rows wait for a try that falls there.
+// transactions (under a pipelining lane, hardly ever: see seqSkipsBeforeWait).
 const (
 	seqRetryMin = 5 * time.Millisecond
 	seqRetryMax = 100 * time.Millisecond
@@ -131,15 +133,38 @@ func (e *Engine) sequencerLoop() {
 	}
 }
 
+// seqSkipsBeforeWait is how many sequencing transactions in a row may skip held partition rows
+// before one waits for them (takeStagedWaitSQL, at most seqLockTimeout). Skipping alone can
+// starve a partition: a busy lane's next transaction already waits for the row when the one
+// before commits, PostgreSQL hands it straight over, and the row is free only for an instant.
+// The waiting transaction queues behind at most the lane's two transactions; the lane's next one
+// queues behind it (its check of the one before, pg_xact_status, does not care about a sequencing
+// transaction in between).
+const seqSkipsBeforeWait = 3
+
+// seqLockTimeout bounds a waiting sequencing transaction's wait for partition rows (lock_timeout);
+// a row held longer (a topic delete or update) fails it, and the transactions after skip again.
+const seqLockTimeout = "1s"
+
 // sequenceAll runs sequencing transactions until one takes every committed row it found within
 // its bounds. When another instance holds the sequencing lock (its snapshot may predate the rows
 // that woke this one) or a partition row was held elsewhere (its rows were left), it tries again
 // after a short wait, doubling up to seqRetryMax (bounded by PollInterval), instead of blocking a
-// pooled connection on the lock.
+// pooled connection on the lock; after seqSkipsBeforeWait transactions in a row that skipped
+// held partitions, the next one waits for their rows.
 func (e *Engine) sequenceAll() {
 	wait := seqRetryMin
+	skips := 0 // transactions in a row that left rows of held partitions
 	for e.bgCtx.Err() == nil {
-		r, err := e.sequence(e.bgCtx)
+		block := skips >= seqSkipsBeforeWait
+		r, err := e.sequence(e.bgCtx, block)
+		if block {
+			skips = 0 // a blocking try is followed by skipping ones again
+		}
+		if pgCode(err) == "55P03" { // lock_not_available: lockTimeout passed waiting for a row
+			e.log.Debug("pgstore: sequencer waited too long for a partition row", "err", err)
+			err, r = nil, seqRun{cands: 1} // as if skipped: try again after a wait
+		}
 		if err != nil {
 			if e.bgCtx.Err() == nil {
 				e.log.Warn("pgstore: sequencing staged messages failed", "err", err)
@@ -152,6 +177,9 @@ func (e *Engine) sequenceAll() {
 			continue
 		case !r.busy && r.skipped() == 0:
 			return
+		}
+		if r.skipped() > 0 {
+			skips++
 		}
 		timer := time.NewTimer(wait)
 		select {
@@ -210,6 +238,10 @@ SELECT n.cands, n.eligible, s.id, s.topic_id, s.partition, s.key, s.headers::tex
 FROM (SELECT (SELECT count(*) FROM c) AS cands, (SELECT count(*) FROM e) AS eligible) n
 LEFT JOIN s ON true`
 
+// takeStagedWaitSQL is takeStagedSQL waiting for held partition rows instead of skipping them
+// (run under seqLockTimeout; see seqSkipsBeforeWait).
+var takeStagedWaitSQL = strings.Replace(takeStagedSQL, "FOR UPDATE SKIP LOCKED", "FOR UPDATE", 1)
+
 // stagedRow is a row of spool.staged.
 type stagedRow struct {
 	id         int64
@@ -228,8 +260,8 @@ type stagedRow struct {
 }
 
 // sequence runs one sequencing transaction (bounded by Config.TxTimeout) and returns what it
-// found.
-func (e *Engine) sequence(ctx context.Context) (seqRun, error) {
+// found; with block, it waits for held partition rows (takeStagedWaitSQL).
+func (e *Engine) sequence(ctx context.Context, block bool) (seqRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
 	defer cancel()
 	now := e.clock.Now()
@@ -242,7 +274,7 @@ func (e *Engine) sequence(ctx context.Context) (seqRun, error) {
 		var r seqRun
 		err := e.pipeTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			plans, drops, r, err = e.sequenceTx(ctx, tx, now)
+			plans, drops, r, err = e.sequenceTx(ctx, tx, now, block)
 			return err
 		})
 		if err != nil && attempt == 0 && isNoPartition(err) {
@@ -261,6 +293,9 @@ func (e *Engine) sequence(ctx context.Context) (seqRun, error) {
 		} else if r.cands == 0 {
 			e.seqEmpty.Add(1)
 		}
+		if r.skipped() > 0 {
+			e.seqSkips.Add(1)
+		}
 		e.seqRows.Add(int64(r.taken))
 		for _, d := range drops {
 			e.dropped.add(d.topic, d.n)
@@ -277,7 +312,7 @@ func (e *Engine) sequence(ctx context.Context) (seqRun, error) {
 // row committed before the previous sequencing transaction ended), and appends them, one topic
 // after the other in id order (the lock order of the partition rows). It returns the plans
 // appended, the rows of deleted topics it dropped and what it found.
-func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plans []*appendPlan, drops []topicDrop, r seqRun, err error) {
+func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time, block bool) (plans []*appendPlan, drops []topicDrop, r seqRun, err error) {
 	var locked bool
 	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", lockKey(e.schema, "sequencer")).Scan(&locked); err != nil {
 		return nil, nil, r, fmt.Errorf("pgstore: sequencer lock: %w", err)
@@ -287,8 +322,23 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plan
 		return nil, nil, r, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(e.sql(takeStagedSQL), sequenceBatch, sequenceBytes)
+	take := takeStagedSQL
+	if block {
+		// Only the take waits under the short timeout; the appends after it hold their rows.
+		b.Queue("SET LOCAL lock_timeout = '" + seqLockTimeout + "'")
+		take = takeStagedWaitSQL
+	}
+	b.Queue(e.sql(take), sequenceBatch, sequenceBytes)
+	if block {
+		b.Queue("RESET lock_timeout")
+	}
 	br := tx.SendBatch(ctx, b)
+	if block {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, nil, r, err
+		}
+	}
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
@@ -313,7 +363,11 @@ func (e *Engine) sequenceTx(ctx context.Context, tx pgx.Tx, now time.Time) (plan
 		staged = append(staged, sr)
 	}
 	rows.Close()
-	if err := errors.Join(rows.Err(), br.Close()); err != nil {
+	var resetErr error
+	if rows.Err() == nil && block {
+		_, resetErr = br.Exec() // RESET
+	}
+	if err := errors.Join(rows.Err(), resetErr, br.Close()); err != nil {
 		return nil, nil, r, fmt.Errorf("pgstore: take staged messages: %w", err)
 	}
 	r.taken = len(staged)
