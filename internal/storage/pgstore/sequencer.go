@@ -422,8 +422,10 @@ type topicDrop struct {
 // stagedPlan is the append plan of one topic's staged rows (sorted by id). Per partition, the
 // rows of one staging transaction stay consecutive (transactions in the order of their first
 // row, each one's rows in id order) and its runs of one key are linked (storage.LinkRuns): a
-// transaction is one publish for per-key batches. Offsets stay gapless; between concurrent
-// transactions the order is still staging order, of their first rows.
+// transaction is one publish for per-key batches, within the rows one sequencing transaction
+// takes (rows of a partition past its bounds go to the next one: a run is split at that cut).
+// Offsets stay gapless; between concurrent transactions the order is still staging order, of
+// their first rows.
 func stagedPlan(rows []stagedRow) *appendPlan {
 	plan := &appendPlan{topic: &topicRow{id: rows[0].topicID, name: *rows[0].topic}}
 	byPart := map[int32]*partShare{}
