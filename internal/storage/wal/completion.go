@@ -265,32 +265,34 @@ type rejoinItem struct {
 }
 
 // applyRejoin moves the floors of s up and marks the skipped runs done, recording the offsets it
-// had not completed as removed at leftAt. s.mu must be held (or Open be replaying).
+// had not completed as removed at leftAt. Items of partitions s does not have are ignored (a
+// damaged record). s.mu must be held (or Open be replaying).
 func applyRejoin(s *sub, leftAt int64, items []rejoinItem) {
 	if s.rc == nil {
 		s.rc = completions{}
 	}
 	for _, it := range items {
 		p := it.partition
+		if p < 0 || int(p) >= s.st.Partitions() {
+			continue
+		}
+		// removed records the offsets of [lo, hi) not done as removed: the gaps between the done
+		// runs (done ones keep their own records), found run by run, not offset by offset.
 		removed := func(lo, hi int64) {
-			for o := lo; o < hi; {
-				// Runs of offsets not done: done ones keep their own records.
-				if s.st.Done(p, o) {
-					o++
-					continue
+			for _, r := range s.st.DoneRuns(p, lo, hi) {
+				if lo < r[0] {
+					s.rc.addRange(p, lo, r[0], leftAt, runRemoved)
 				}
-				end := o + 1
-				for end < hi && !s.st.Done(p, end) {
-					end++
-				}
-				s.rc.addRange(p, o, end, leftAt, runRemoved)
-				o = end
+				lo = r[1]
+			}
+			if lo < hi {
+				s.rc.addRange(p, lo, hi, leftAt, runRemoved)
 			}
 		}
 		removed(s.st.Floor(p), it.floor)
 		s.st.ForceFloor(p, it.floor)
 		for _, r := range it.skips {
-			removed(r[0], r[1])
+			removed(max(r[0], s.st.Floor(p)), r[1])
 			for o := r[0]; o < r[1]; o++ {
 				s.st.Complete(p, o)
 			}
