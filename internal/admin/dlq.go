@@ -28,18 +28,25 @@ func (h *Handler) partitions(ctx context.Context, topic string) int {
 	return n
 }
 
-func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
-	topic, group := r.PathValue("topic"), r.PathValue("group")
-	after, err := queryInt(r, "after_id", 0, 1<<62)
-	if err != nil {
-		return err
+// idPage reads the after_id and limit of a route paged by ID (limit 0 or absent: the default page).
+func idPage(r *http.Request) (after, limit int64, err error) {
+	if after, err = queryInt(r, "after_id", 0, 1<<62); err != nil {
+		return 0, 0, err
 	}
-	limit, err := queryInt(r, "limit", defaultPageLimit, maxPageLimit)
-	if err != nil {
-		return err
+	if limit, err = queryInt(r, "limit", defaultPageLimit, maxPageLimit); err != nil {
+		return 0, 0, err
 	}
 	if limit == 0 {
 		limit = defaultPageLimit
+	}
+	return after, limit, nil
+}
+
+func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
+	topic, group := r.PathValue("topic"), r.PathValue("group")
+	after, limit, err := idPage(r)
+	if err != nil {
+		return err
 	}
 	// payload=false leaves the payloads out (a page can otherwise be 1000 x 8 MiB): a list that
 	// polls asks for them, then fetches the entry it shows.

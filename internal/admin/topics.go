@@ -183,16 +183,9 @@ func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return invalidf("query parameter state must be ACTIVE, PAUSED, DEAD or CANCELLED, got %q", state)
 	}
-	after, err := queryInt(r, "after_id", 0, 1<<62)
+	after, limit, err := idPage(r)
 	if err != nil {
 		return err
-	}
-	limit, err := queryInt(r, "limit", defaultPageLimit, maxPageLimit)
-	if err != nil {
-		return err
-	}
-	if limit == 0 {
-		limit = defaultPageLimit
 	}
 	// Paged by subscription ID: only the page's subscriptions have their figures read.
 	infos, next, err := h.b.GroupsPage(r.Context(), broker.GroupPageParams{
