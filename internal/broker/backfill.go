@@ -431,6 +431,19 @@ func (b *Broker) backfillInfoFrom(sub *storage.Subscription, p storage.BackfillP
 	return info
 }
 
+// passWait is the wait after a dispatch pass: until the next due time (waitFor), shortened to
+// the pacer's wait (paced > 0) and, while a paced range is IN_PROGRESS, to the refresh interval.
+func (o *owner) passWait(nextDue time.Time, poll, paced time.Duration, limiting bool) time.Duration {
+	wait := o.waitFor(nextDue, poll)
+	if paced > 0 {
+		wait = min(wait, paced)
+	}
+	if limiting && o.bf.state == storage.BackfillInProgress {
+		wait = min(wait, o.b.backfill.cfg.Refresh)
+	}
+	return wait
+}
+
 // planClaim plans the next claim of a subscription whose range is limiting, among the partitions
 // owned (nil: all; an ORDERED member's otherwise) for a member with credit k: the partitions
 // outside their range at full speed until freeDone, then the range within the pacer's tokens.

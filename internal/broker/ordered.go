@@ -529,14 +529,7 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 		}
 	}
 	o.setProblem("")
-	wait = o.waitFor(nextDue, poll)
-	if paced > 0 {
-		wait = min(wait, paced)
-	}
-	if limiting && o.bf.state == storage.BackfillInProgress {
-		wait = min(wait, b.backfill.cfg.Refresh)
-	}
-	return wait, delivered, false
+	return o.passWait(nextDue, poll, paced, limiting), delivered, false
 }
 
 // generation returns the generation of the assignment the owner last published (0: none, or not

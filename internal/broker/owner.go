@@ -555,14 +555,7 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		}
 	}
 	o.setProblem("")
-	wait = o.waitFor(nextDue, poll)
-	if paced > 0 {
-		wait = min(wait, paced)
-	}
-	if limiting && o.bf.state == storage.BackfillInProgress {
-		wait = min(wait, b.backfill.cfg.Refresh)
-	}
-	return wait, delivered, false
+	return o.passWait(nextDue, poll, paced, limiting), delivered, false
 }
 
 // pick chooses the first member with credit after member after (from the start of the list if
