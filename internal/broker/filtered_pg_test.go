@@ -20,15 +20,19 @@ type pgInstance struct {
 
 // startPGInstance opens an engine on schema with clock and starts a SharedEngine broker on it
 // whose liveness renewals the test runs by hand (renewLiveness).
-func startPGInstance(t *testing.T, url, schema string, clock *fakeClock) *pgInstance {
+func startPGInstance(t *testing.T, url, schema string, clock *fakeClock, opts ...func(*Config)) *pgInstance {
 	t.Helper()
 	eng, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: schema, Migrate: true, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := &pgInstance{eng: eng, fc: &filterCounter{}}
-	b, err := New(Config{Engine: eng, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: time.Hour,
-		SharedEngine: true, LifecycleInterval: time.Hour, OnFiltered: in.fc.observe})
+	cfg := Config{Engine: eng, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: time.Hour,
+		SharedEngine: true, LifecycleInterval: time.Hour, OnFiltered: in.fc.observe}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -447,11 +447,17 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 	limiting := o.bf.limiting()
 	var freeDone map[*Member]bool // members whose free partitions ran dry in this pass
 	var paced time.Duration
+	passEnd := time.Now().Add(maxPass)
 	for !o.queued.Load() {
 		select {
 		case <-b.quit:
 			return 0, delivered, false
 		default:
+		}
+		if time.Now().After(passEnd) {
+			o.setProblem("")
+			o.passCut = true
+			return 0, delivered, false // as in dispatch
 		}
 		full := false
 		now := b.clock.Now()

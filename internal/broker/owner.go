@@ -63,6 +63,8 @@ type owner struct {
 	served *Member
 	// problem is the last problem a pass ran into, to log changes only.
 	problem string
+	// passCut is set when the last pass stopped at maxPass: the next one starts at once.
+	passCut bool
 	// ord is the state of an ORDERED subscription (ordered.go), nil for a shared one.
 	ord *ordered
 	// filtering is true while a member here has a filter: claims are routed (filtered.go).
@@ -238,7 +240,7 @@ func (o *owner) run() {
 		if !o.handleEvents() {
 			return
 		}
-		if iv := b.claimInterval; iv > 0 {
+		if iv := b.claimInterval; iv > 0 && !o.passCut {
 			// Let what is published meanwhile gather into one claim (see Config.ClaimInterval).
 			if d := time.Until(lastPass.Add(iv)); d > 0 {
 				// Events are handled while waiting (a Subscribe or a Close waits for its join or
@@ -267,6 +269,7 @@ func (o *owner) run() {
 		}
 		// An ordered subscription rebalances first when one is due (ordered.go).
 		rebalanceIn := o.rebalanceDue()
+		o.passCut = false
 		wait, delivered, gone := o.dispatch(idlePoll(b.pollInterval, quiet))
 		if gone {
 			// The subscription no longer exists in the engine: detach its members.
@@ -440,8 +443,14 @@ func idlePoll(poll time.Duration, quiet int) time.Duration {
 	return poll * time.Duration(min(1<<min(quiet, 30), maxIdlePolls))
 }
 
-// dispatch claims for members with credit, round robin, until nothing more is claimable or events
-// wait in the inbox, and returns how long to wait before the next look without a wake-up (at most
+// maxPass bounds one dispatch pass: a backlog that keeps every member's credit busy would
+// otherwise keep the owner in one pass for as long as it lasts, and what the run loop does
+// between passes (an ordered group's rebalance, the backfill refresh that rereads a cancel and
+// reports the pacer's rate) would wait for it.
+const maxPass = 100 * time.Millisecond
+
+// dispatch claims for members with credit, round robin, until nothing more is claimable, events
+// wait in the inbox or the pass took maxPass, and returns how long to wait before the next look without a wake-up (at most
 // poll), and whether it delivered anything. gone reports that the subscription does not exist any
 // more. The deliveries go straight from the claim to the member's channel: no other goroutine
 // handles them.
@@ -467,11 +476,17 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 	limiting := o.bf.limiting()
 	freeDone := false
 	var paced time.Duration // > 0: the pacer's tokens ran out, wait that long
+	passEnd := time.Now().Add(maxPass)
 	for !o.queued.Load() {
 		select {
 		case <-b.quit:
 			return 0, delivered, false
 		default:
+		}
+		if time.Now().After(passEnd) {
+			o.setProblem("")
+			o.passCut = true
+			return 0, delivered, false // the next pass at once, after the run loop's own work
 		}
 		if len(o.parked) > 0 {
 			// Deliveries another member's filter wants go first; past the bound, wait for the
