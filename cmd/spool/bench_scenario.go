@@ -57,9 +57,13 @@ Scenarios:
                   seeded with --messages messages of --size bytes (seed: 5,000,000; the default
                   1,000,000 x 100 B fits a shared disk). Verdicts: pgbench's p95 while the
                   backfill runs < 100 ms (alone: reported), pgbench held its rate, the backfill
-                  completed, and it throttled itself (its rate limit went down: INCONCLUSIVE when
-                  the database never slowed its claims). Prints the backfill's rate and rate
-                  limit every --sample. The topic is deleted at the end.
+                  completed, and it throttled itself (its rate limit went down). A load spike,
+                  a second pgbench without a rate limit (--spike long, --spike-clients), starts
+                  2 s into the backfill and slows the database: the pacer must lower its rate
+                  (pgbench's p95 verdict leaves the spike out; its figures are printed).
+                  Without a spike (--spike 0) a database that never slowed the claims makes
+                  that verdict INCONCLUSIVE. Prints the backfill's rate and rate limit every
+                  --sample. The topic is deleted at the end.
 
 Examples:
   spool bench scenario kill-resurrect --heartbeat-timeout 10s --live 2m --dead-for 2m
@@ -232,6 +236,8 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.DurationVar(&c.Duration, "duration", bench.DefaultOLTPDuration, "pgbench's run beside the backfill")
 		fs.DurationVar(&c.Timeout, "timeout", bench.DefaultOLTPTimeout, "longest wait for the backfill's end after pgbench's run")
 		fs.DurationVar(&c.Sample, "sample", bench.DefaultOLTPSample, "interval of the backfill's progress series")
+		fs.DurationVar(&c.Spike, "spike", bench.DefaultOLTPSpike, "length of the load spike (unthrottled pgbench) 2 s into the backfill; 0: none")
+		fs.IntVar(&c.SpikeClients, "spike-clients", bench.DefaultOLTPClients, "the load spike's connections")
 		run = func(ctx context.Context) (any, error) {
 			c.Addr, c.Admin = *common.addr, *common.admin
 			var err error

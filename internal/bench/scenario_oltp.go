@@ -31,9 +31,13 @@ import (
 // FROM_BEGINNING on a topic seeded with Messages messages (seed: 5,000,000). The seed's
 // criteria: pgbench's p95 latency stays under 100 ms while the backfill runs, and the backfill
 // throttles itself (the broker's pacer halves its rate while the p95 of its range claims, which
-// on PostgreSQL are database transactions, is above 10 ms). The run reports the backfill's rate
-// and rate limit over time. pgbench's tables live in a schema of their own, dropped at the end
-// with the scenario's topic.
+// on PostgreSQL are database transactions, is above 10 ms). A database that pgbench at 500 TPS
+// leaves idle never slows those claims, so the run can add a load spike: a second pgbench
+// without a rate limit (Spike long, SpikeClients connections) from oltpSpikeAfter into the
+// backfill, which the pacer must answer by lowering its rate. pgbench's p95 verdict is judged
+// outside the spike (inside it pgbench competes with itself); the spike's figures are reported.
+// The run reports the backfill's rate and rate limit over time. pgbench's tables live in a
+// schema of their own, dropped at the end with the scenario's topic.
 
 // Defaults of OLTPConfig.
 const (
@@ -46,6 +50,7 @@ const (
 	DefaultOLTPBaseline = time.Minute
 	DefaultOLTPTimeout  = time.Hour
 	DefaultOLTPSample   = time.Second
+	DefaultOLTPSpike    = 10 * time.Second
 	// oltpP95Target is the seed's bound on pgbench's p95 latency.
 	oltpP95Target = 100 * time.Millisecond
 	// oltpMinTx is the fewest pgbench transactions a window needs to judge its p95.
@@ -55,6 +60,8 @@ const (
 	oltpRateHeld = 0.9
 	// oltpSeedBatch is the messages of one publish of the seeding.
 	oltpSeedBatch = 500
+	// oltpSpikeAfter is when the load spike starts, after the backfill's group is created.
+	oltpSpikeAfter = 2 * time.Second
 )
 
 // ScenarioOLTP is backfill against OLTP.
@@ -86,6 +93,10 @@ type OLTPConfig struct {
 	Timeout time.Duration
 	// Sample is the interval of the backfill's progress series.
 	Sample time.Duration
+	// Spike is the length of the load spike (0: none), SpikeClients its connections (default
+	// Clients).
+	Spike        time.Duration
+	SpikeClients int
 }
 
 func (c OLTPConfig) withDefaults() OLTPConfig {
@@ -100,6 +111,7 @@ func (c OLTPConfig) withDefaults() OLTPConfig {
 	c.Duration = cmp.Or(c.Duration, DefaultOLTPDuration)
 	c.Timeout = cmp.Or(c.Timeout, DefaultOLTPTimeout)
 	c.Sample = cmp.Or(c.Sample, DefaultOLTPSample)
+	c.SpikeClients = cmp.Or(c.SpikeClients, c.Clients)
 	c.Admin = cmp.Or(c.Admin, DefaultAdmin)
 	c.Addr = cmp.Or(c.Addr, DefaultAddr)
 	return c
@@ -122,6 +134,10 @@ func (c OLTPConfig) validate() error {
 		return bad("tps must be in (0, 100000], clients 1 to 1000, scale 1 to 10000")
 	case c.Baseline < time.Second || c.Duration < time.Second || c.Sample <= 0:
 		return bad("baseline and duration must be at least 1s, sample positive")
+	case c.Spike < 0 || (c.Spike > 0 && c.Spike < time.Second) || c.SpikeClients < 1 || c.SpikeClients > 1000:
+		return bad("spike must be 0 (none) or at least 1s, spike clients 1 to 1000")
+	case c.Spike > 0 && oltpSpikeAfter+c.Spike > c.Duration:
+		return bad("the spike (from %s into the backfill, %s long) must end within duration %s", oltpSpikeAfter, c.Spike, c.Duration)
 	}
 	return nil
 }
@@ -157,10 +173,17 @@ type OLTPResult struct {
 	SeedRate float64 `json:"seed_rate"` // msg/s
 	TPS      float64 `json:"pgbench_tps_target"`
 	// Baseline is pgbench alone, During beside the backfill (transactions that ended while it
-	// was IN_PROGRESS), Whole pgbench's whole second run.
+	// was IN_PROGRESS, outside the spike), Whole pgbench's whole second run.
 	Baseline OLTPLatency `json:"baseline"`
 	During   OLTPLatency `json:"during_backfill"`
 	Whole    OLTPLatency `json:"whole_second_run"`
+	// The load spike: its window (seconds since the group's creation; zero: none), the fixed-rate
+	// pgbench's latency inside it, and the spike's own throughput (pgbench's tps line).
+	SpikeFrom   float64     `json:"spike_from_s,omitempty"`
+	SpikeTo     float64     `json:"spike_to_s,omitempty"`
+	InSpike     OLTPLatency `json:"in_spike"`
+	SpikeTPS    float64     `json:"spike_tps,omitempty"`
+	SpikeMinLim float64     `json:"spike_min_rate_limit,omitempty"`
 	// BackfillTotal and BackfillState as the broker reports them at the end; BackfillSeconds
 	// from the group's creation to COMPLETED (0: not completed), BackfillRate the mean.
 	BackfillTotal   int64        `json:"backfill_total"`
@@ -300,8 +323,33 @@ func RunOLTP(ctx context.Context, cfg OLTPConfig) (*OLTPResult, error) {
 			}
 		}
 	}()
+	// The load spike, beside the fixed-rate run.
+	var spikeFrom, spikeTo time.Time
+	var spikeErr error
+	spikeDone := make(chan struct{})
+	go func() {
+		defer close(spikeDone)
+		if cfg.Spike <= 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(bfStart.Add(oltpSpikeAfter))):
+		}
+		spikeFrom = time.Now()
+		var out []byte
+		out, spikeErr = pb.exec(ctx, "-n", "-T", strconv.Itoa(max(1, int(cfg.Spike.Round(time.Second).Seconds()))),
+			"-c", strconv.Itoa(cfg.SpikeClients), "-j", "2")
+		spikeTo = time.Now()
+		res.SpikeTPS = pgbenchTPS(out)
+	}()
 	txs, err = pb.run(ctx, "backfill", cfg.TPS, cfg.Clients, cfg.Duration)
 	pbEnd := time.Now()
+	<-spikeDone
+	if err == nil {
+		err = spikeErr
+	}
 	if err != nil {
 		stopSampler()
 		<-done
@@ -333,6 +381,24 @@ func RunOLTP(ctx context.Context, cfg OLTPConfig) (*OLTPResult, error) {
 		return pbEnd.Sub(bfStart)
 	}()
 	res.During = latencyOf(txs, bfStart.UnixMicro(), end.UnixMicro(), window)
+	if !spikeFrom.IsZero() {
+		from, to := spikeFrom.UnixMicro(), spikeTo.UnixMicro()
+		res.SpikeFrom, res.SpikeTo = spikeFrom.Sub(bfStart).Seconds(), spikeTo.Sub(bfStart).Seconds()
+		res.InSpike = latencyOf(txs, from, to, spikeTo.Sub(spikeFrom))
+		// During leaves the spike out: pgbench's latency there is its own load's.
+		var outside []pgTx
+		for _, t := range txs {
+			if t.end < from || t.end >= to {
+				outside = append(outside, t)
+			}
+		}
+		overlap := spikeTo.Sub(spikeFrom)
+		if end.Before(spikeTo) {
+			overlap = end.Sub(spikeFrom)
+		}
+		inBackfill := window - min(window, max(0, overlap))
+		res.During = latencyOf(outside, bfStart.UnixMicro(), end.UnixMicro(), inBackfill)
+	}
 	res.Samples = samples
 	for _, s := range samples {
 		if s.RateLimit <= 0 {
@@ -344,8 +410,13 @@ func RunOLTP(ctx context.Context, cfg OLTPConfig) (*OLTPResult, error) {
 		res.MaxRateLimit = max(res.MaxRateLimit, s.RateLimit)
 	}
 	for i := 1; i < len(samples); i++ {
-		if a, b := samples[i-1].RateLimit, samples[i].RateLimit; a > 0 && b > 0 && b < a {
+		a, b := samples[i-1].RateLimit, samples[i].RateLimit
+		if a > 0 && b > 0 && b < a {
 			res.Throttled = true // the pacer halved its rate at least once
+		}
+		if b > 0 && res.SpikeTo > 0 && samples[i].At >= res.SpikeFrom && samples[i].At <= res.SpikeTo+cfg.Sample.Seconds() &&
+			(res.SpikeMinLim == 0 || b < res.SpikeMinLim) {
+			res.SpikeMinLim = b
 		}
 	}
 	res.Verdicts = oltpVerdicts(res, cfg)
@@ -373,9 +444,18 @@ func oltpVerdicts(res *OLTPResult, cfg OLTPConfig) []Verdict {
 	vs = append(vs, done)
 	th := verdict("backfill throttles itself", "rate limit lowered while the database is slow", res.Throttled,
 		"rate limit %.0f to %.0f msg/s", res.MinRateLimit, res.MaxRateLimit)
-	if !res.Throttled {
+	switch {
+	case res.SpikeTo > 0 && res.SpikeMinLim == 0:
 		th.Outcome = Inconclusive
-		th.Note = "the pacer never lowered its rate: its range claims' p95 stayed under 10 ms (the database was not slowed down)"
+		th.Note = "the backfill was not IN_PROGRESS during the load spike: seed more messages (--messages)"
+	case res.SpikeTo > 0:
+		th.Measured += fmt.Sprintf("; %.0f msg/s at its lowest in the load spike (%.0f TPS unthrottled)", res.SpikeMinLim, res.SpikeTPS)
+		if !res.Throttled {
+			th.Note = "the load spike did not raise the range claims' p95 above 10 ms, or the pacer did not answer it"
+		}
+	case !res.Throttled:
+		th.Outcome = Inconclusive
+		th.Note = "the pacer never lowered its rate: its range claims' p95 stayed under 10 ms (the database was not slowed down; add a load spike: --spike)"
 	}
 	vs = append(vs, th)
 	return vs
@@ -391,11 +471,17 @@ func (res *OLTPResult) WriteSummary(w io.Writer) error {
 	for _, l := range []struct {
 		name string
 		l    OLTPLatency
-	}{{"alone", res.Baseline}, {"during the backfill", res.During}, {"whole second run", res.Whole}} {
+	}{{"alone", res.Baseline}, {"during the backfill", res.During}, {"in the load spike", res.InSpike}, {"whole second run", res.Whole}} {
+		if l.l.Transactions == 0 && l.name == "in the load spike" {
+			continue
+		}
 		p("  %-22s %8d %8.1f %8s %8s %8s %9s\n", l.name, l.l.Transactions, l.l.TPS, fmtMS(l.l.P50), fmtMS(l.l.P95), fmtMS(l.l.P99), fmtMS(l.l.Max))
 	}
 	p("  backfill: %s, %d messages, %.1f s, %.0f msg/s; rate limit %.0f to %.0f msg/s\n", res.BackfillState,
 		res.BackfillTotal, res.BackfillSeconds, res.BackfillRate, res.MinRateLimit, res.MaxRateLimit)
+	if res.SpikeTo > 0 {
+		p("  load spike: unthrottled pgbench from %.1f s to %.1f s, %.0f TPS\n", res.SpikeFrom, res.SpikeTo, res.SpikeTPS)
+	}
 	p("  %8s %-12s %12s %10s %12s\n", "at", "state", "processed", "msg/s", "rate limit")
 	for _, s := range res.Samples {
 		p("  %7.1fs %-12s %12d %10.0f %12.0f\n", s.At, s.State, s.Processed, s.Rate, s.RateLimit)
@@ -594,6 +680,19 @@ func readPGBenchLog(path string) ([]pgTx, error) {
 		out = append(out, pgTx{end: sec*1_000_000 + us, lat: lat})
 	}
 	return out, sc.Err()
+}
+
+// pgbenchTPS reads the "tps = N (without initial connection time)" line of pgbench's summary (0
+// when absent).
+func pgbenchTPS(out []byte) float64 {
+	for l := range strings.SplitSeq(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "tps = "); ok {
+			if f, err := strconv.ParseFloat(strings.Fields(rest)[0], 64); err == nil {
+				return f
+			}
+		}
+	}
+	return 0
 }
 
 // lastLines returns the last n lines of out.

@@ -272,7 +272,7 @@ func TestKillVerdicts(t *testing.T) {
 }
 
 // TestScenarioBackfillOLTP runs backfill-oltp small (3,000 messages, pgbench at 50 TPS for 2 s
-// alone and 3 s beside the backfill) on the PostgreSQL engine: pgbench's latencies come from its
+// alone and 4 s beside the backfill, a 1 s load spike) on the PostgreSQL engine: pgbench's latencies come from its
 // logs, the backfill completes with its series, every verdict is there, and the topic and
 // pgbench's schema are gone afterwards.
 func TestScenarioBackfillOLTP(t *testing.T) {
@@ -295,7 +295,8 @@ func TestScenarioBackfillOLTP(t *testing.T) {
 	tb := startBrokerOn(t, eng, broker.Config{RetentionInterval: -1})
 	res, err := RunOLTP(ctx, OLTPConfig{Addr: tb.addr, Admin: tb.admin, Logger: testLogger(t), PGURL: url,
 		Messages: 3000, Size: 100, Partitions: 2, Consumers: 1, TPS: 50, Clients: 2, Scale: 1,
-		Baseline: 2 * time.Second, Duration: 3 * time.Second, Timeout: time.Minute, Sample: 200 * time.Millisecond})
+		Baseline: 2 * time.Second, Duration: 4 * time.Second, Timeout: time.Minute, Sample: 200 * time.Millisecond,
+		Spike: time.Second, SpikeClients: 2})
 	if err != nil {
 		t.Fatalf("RunOLTP: %v", err)
 	}
@@ -321,6 +322,10 @@ func TestScenarioBackfillOLTP(t *testing.T) {
 	}
 	verdictOf(t, res.Verdicts, "pgbench held its rate beside the backfill")
 	verdictOf(t, res.Verdicts, "backfill throttles itself")
+	if res.SpikeTPS <= 0 || res.InSpike.Transactions == 0 || res.SpikeTo-res.SpikeFrom < 0.9 {
+		t.Errorf("load spike %.1f s to %.1f s: %.0f TPS, the fixed-rate run saw %d transactions in it",
+			res.SpikeFrom, res.SpikeTo, res.SpikeTPS, res.InSpike.Transactions)
+	}
 	if !strings.Contains(res.Cleanup, "topic "+res.Topic+" deleted") || !strings.Contains(res.Cleanup, "schema "+res.PGSchema+" dropped") {
 		t.Errorf("cleanup: %q", res.Cleanup)
 	}
@@ -355,5 +360,34 @@ func TestReadPGBenchLog(t *testing.T) {
 	l := latencyOf(txs, 1700000000_000000, 1700000001_000000, time.Second)
 	if l.Transactions != 1 || l.TPS != 1 {
 		t.Errorf("window of one transaction: %+v", l)
+	}
+}
+
+// The throttle verdict of backfill-oltp: with a load spike it passes only when the rate limit went
+// down, fails when it did not, and cannot judge a spike the backfill was not running in; without
+// a spike a rate limit that never went down cannot be judged.
+func TestOLTPThrottleVerdict(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		res     OLTPResult
+		outcome string
+	}{
+		{"lowered in the spike", OLTPResult{Throttled: true, SpikeFrom: 2, SpikeTo: 12, SpikeMinLim: 100}, Pass},
+		{"not lowered in the spike", OLTPResult{SpikeFrom: 2, SpikeTo: 12, SpikeMinLim: 50000}, Fail},
+		{"spike after the backfill", OLTPResult{SpikeFrom: 2, SpikeTo: 12}, Inconclusive},
+		{"no spike, never lowered", OLTPResult{}, Inconclusive},
+		{"no spike, lowered", OLTPResult{Throttled: true}, Pass},
+	} {
+		v := verdictOf(t, oltpVerdicts(&c.res, OLTPConfig{TPS: 500}), "backfill throttles itself")
+		if v.Outcome != c.outcome {
+			t.Errorf("%s: %+v, want %s", c.name, v, c.outcome)
+		}
+	}
+	out := []byte("transaction type: <builtin: TPC-B (sort of)>\nlatency average = 7.1 ms\ntps = 2245.123456 (without initial connection time)\n")
+	if got := pgbenchTPS(out); got != 2245.123456 {
+		t.Errorf("pgbenchTPS: %v", got)
+	}
+	if got := pgbenchTPS([]byte("no summary")); got != 0 {
+		t.Errorf("pgbenchTPS without a tps line: %v", got)
 	}
 }
