@@ -228,6 +228,34 @@ func TestScenarioFanout(t *testing.T) {
 
 func fmtGroups(n int) string { return fmt.Sprintf("%d groups: ", n) }
 
+// The fan-out bloat verdict judges the tables of 8 MiB or more: a small table of hot rows, mostly
+// dead tuples between autovacuum passes, is reported but does not fail the run; a large bloated
+// table does; without a large table the verdict cannot judge.
+func TestFanoutBloatVerdict(t *testing.T) {
+	hot := PGTable{Name: "partitions", SizeBytes: 64 << 10, LiveTuples: 4, DeadTuples: 996}
+	msgs := PGTable{Name: "messages", SizeBytes: 200 << 20, LiveTuples: 1_000_000, DeadTuples: 10}
+	bloated := PGTable{Name: "completions", SizeBytes: 50 << 20, LiveTuples: 100_000, DeadTuples: 900_000}
+	for _, c := range []struct {
+		name    string
+		tables  []PGTable
+		outcome string
+	}{
+		{"hot small table only", []PGTable{hot}, Inconclusive},
+		{"hot small table beside a clean large one", []PGTable{hot, msgs}, Pass},
+		{"a bloated large table", []PGTable{hot, msgs, bloated}, Fail},
+	} {
+		row := &FanoutRow{Groups: 4, Result: &Result{PG: &PGResult{}, Delivery: &DeliveryResult{}}}
+		row.tableBloat(c.tables)
+		v := verdictOf(t, fanoutVerdicts(row, Config{Rate: 100}), "4 groups: bloat")
+		if v.Outcome != c.outcome {
+			t.Errorf("%s: %+v, want %s", c.name, v, c.outcome)
+		}
+		if !strings.Contains(v.Measured, "partitions") {
+			t.Errorf("%s: the small table is not reported: %q", c.name, v.Measured)
+		}
+	}
+}
+
 // TestScenarioFanoutNeedsPG: the fan-out scenario refuses to run without the database.
 func TestScenarioFanoutNeedsPG(t *testing.T) {
 	_, err := RunFanout(context.Background(), FanoutConfig{})
