@@ -240,7 +240,7 @@ func (o *owner) run() {
 		if !o.handleEvents() {
 			return
 		}
-		if iv := b.claimInterval; iv > 0 && !o.passCut {
+		if iv := b.claimIntervalNow(); iv > 0 && !o.passCut {
 			// Let what is published meanwhile gather into one claim (see Config.ClaimInterval).
 			if d := time.Until(lastPass.Add(iv)); d > 0 {
 				// Events are handled while waiting (a Subscribe or a Close waits for its join or
@@ -364,6 +364,7 @@ func (o *owner) unregister() bool {
 	o.ended = true
 	if b.subs[o.id] == o {
 		delete(b.subs, o.id)
+		b.owners.Add(-1)
 		if byID := b.byTopic[o.topic]; byID != nil {
 			delete(byID, o.id)
 			if len(byID) == 0 {

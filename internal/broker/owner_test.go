@@ -514,3 +514,34 @@ func TestJoinAndLeaveWaitsEndWithCtx(t *testing.T) {
 		t.Fatalf("m3 got %q, want x", d.Payload)
 	}
 }
+
+// The claim interval applies in full from claimIntervalFull subscriptions with members on the
+// instance, a share of it below (a quarter with one); the count follows owners starting and
+// ending.
+func TestClaimIntervalScalesWithOwners(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ClaimInterval = 20 * time.Millisecond })
+	if got := e.b.claimIntervalNow(); got != 5*time.Millisecond {
+		t.Fatalf("no subscription: %v, want 5ms", got)
+	}
+	var ms []*Member
+	for i, want := range []time.Duration{5, 10, 15, 20, 20} {
+		topic := fmt.Sprintf("t%d", i)
+		e.createTopic(topic, storage.TopicConfig{Semantics: storage.PubSub})
+		ms = append(ms, e.subscribe(SubscribeParams{Pattern: topic, Group: "g"}))
+		e.waitIdle()
+		if got := e.b.claimIntervalNow(); got != want*time.Millisecond {
+			t.Fatalf("%d subscriptions: %v, want %v", i+1, got, want*time.Millisecond)
+		}
+	}
+	for _, m := range ms[1:] {
+		if err := m.Close(e.ctx()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "owners ended", func() error {
+		if got := e.b.claimIntervalNow(); got != 5*time.Millisecond {
+			return fmt.Errorf("one subscription left: %v, want 5ms", got)
+		}
+		return nil
+	})
+}
