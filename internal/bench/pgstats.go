@@ -76,6 +76,10 @@ type PGTable struct {
 	SizeBytes  int64 `json:"size_bytes"`
 	LiveTuples int64 `json:"live_tuples"`
 	DeadTuples int64 `json:"dead_tuples"`
+	// WindowStartBytes and WindowEndBytes are its size (pg_total_relation_size) at the window's
+	// ends (0 when a snapshot is missing).
+	WindowStartBytes int64 `json:"window_start_bytes"`
+	WindowEndBytes   int64 `json:"window_end_bytes"`
 	// Deltas over the window: n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, autovacuum_count.
 	Inserted    int64 `json:"inserted"`
 	Updated     int64 `json:"updated"`
@@ -326,9 +330,13 @@ func pgTables(start, end, final *pgSnapshot) []PGTable {
 		}
 	}
 	if start != nil && end != nil && start.rels != nil && end.rels != nil {
+		for _, s := range start.rels {
+			row(key(s)).WindowStartBytes += s.size
+		}
 		for oid, e := range end.rels {
 			s := start.rels[oid] // zero for a relation created in the window
 			t := row(key(e))
+			t.WindowEndBytes += e.size
 			t.Inserted += max(e.ins-s.ins, 0)
 			t.Updated += max(e.upd-s.upd, 0)
 			t.HotUpdated += max(e.hot-s.hot, 0)

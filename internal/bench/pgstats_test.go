@@ -192,10 +192,10 @@ func TestPGTables(t *testing.T) {
 		4: {name: "messages", size: 0},
 	}}
 	end := &pgSnapshot{rels: map[int64]pgRel{
-		1: {name: "leases", upd: 160, hot: 80, del: 9, ins: 10, autovac: 1},
-		3: {name: "messages_b", msgPart: true, ins: 900},
+		1: {name: "leases", upd: 160, hot: 80, del: 9, ins: 10, autovac: 1, size: 12288},
+		3: {name: "messages_b", msgPart: true, ins: 900, size: 2 << 20},
 		4: {name: "messages"},
-		5: {name: "messages_c", msgPart: true, ins: 300},
+		5: {name: "messages_c", msgPart: true, ins: 300, size: 1 << 20},
 	}}
 	final := &pgSnapshot{rels: map[int64]pgRel{
 		1: {name: "leases", dead: 3, live: 10, size: 16384},
@@ -205,8 +205,10 @@ func TestPGTables(t *testing.T) {
 	}}
 	got := pgTables(start, end, final)
 	want := []PGTable{
-		{Name: "messages", Partitions: 2, DroppedPartitions: 1, SizeBytes: 3 << 20, LiveTuples: 1200, Inserted: 700},
-		{Name: "leases", SizeBytes: 16384, LiveTuples: 10, DeadTuples: 3, Updated: 60, HotUpdated: 30, Deleted: 4, Autovacuums: 1},
+		{Name: "messages", Partitions: 2, DroppedPartitions: 1, SizeBytes: 3 << 20, LiveTuples: 1200,
+			WindowStartBytes: 2 << 20, WindowEndBytes: 3 << 20, Inserted: 700},
+		{Name: "leases", SizeBytes: 16384, LiveTuples: 10, DeadTuples: 3, WindowStartBytes: 8192, WindowEndBytes: 12288,
+			Updated: 60, HotUpdated: 30, Deleted: 4, Autovacuums: 1},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)

@@ -217,10 +217,10 @@ func TestScenarioFanout(t *testing.T) {
 		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"cleanup rate"); v.Outcome != Inconclusive {
 			t.Errorf("%d groups: cleanup verdict %+v in a run shorter than retention", r.Groups, v)
 		}
-		// Table statistics reach other sessions within a second or so: without them the bloat
-		// verdict is INCONCLUSIVE, with them it follows the largest bloat.
-		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"bloat"); (r.BloatTable == "" && v.Outcome != Inconclusive) ||
-			(r.BloatTable != "" && (v.Outcome == Pass) != (r.MaxBloat < 0.2)) {
+		// The window's table sizes come from the monitor's snapshots: the verdict follows the
+		// largest growth.
+		if v := verdictOf(t, r.Verdicts, fmtGroups(r.Groups)+"bloat"); (!r.Judged && v.Outcome != Inconclusive) ||
+			(r.Judged && (v.Outcome == Pass) != (r.MaxBloat < 0.2)) {
 			t.Errorf("%d groups: bloat verdict %+v for %.2f", r.Groups, v, r.MaxBloat)
 		}
 	}
@@ -228,21 +228,24 @@ func TestScenarioFanout(t *testing.T) {
 
 func fmtGroups(n int) string { return fmt.Sprintf("%d groups: ", n) }
 
-// The fan-out bloat verdict judges the tables of 8 MiB or more: a small table of hot rows, mostly
-// dead tuples between autovacuum passes, is reported but does not fail the run; a large bloated
-// table does; without a large table the verdict cannot judge.
+// The fan-out bloat verdict judges each table's growth over the measured window (messages left
+// out): a table of hot rows, mostly dead tuples at the end but flat, passes; a table that grew by
+// more than 20% fails; growth under 1 MiB is not judged; without window sizes the verdict cannot
+// judge. The dead-tuple share is reported.
 func TestFanoutBloatVerdict(t *testing.T) {
-	hot := PGTable{Name: "partitions", SizeBytes: 64 << 10, LiveTuples: 4, DeadTuples: 996}
-	msgs := PGTable{Name: "messages", SizeBytes: 200 << 20, LiveTuples: 1_000_000, DeadTuples: 10}
-	bloated := PGTable{Name: "completions", SizeBytes: 50 << 20, LiveTuples: 100_000, DeadTuples: 900_000}
+	const mib = 1 << 20
+	hot := PGTable{Name: "deliveries", SizeBytes: 9 * mib, LiveTuples: 4, DeadTuples: 996, WindowStartBytes: 9 * mib, WindowEndBytes: 9 * mib}
+	tiny := PGTable{Name: "partitions", SizeBytes: 64 << 10, LiveTuples: 1, DeadTuples: 99, WindowStartBytes: 16 << 10, WindowEndBytes: 64 << 10}
+	msgs := PGTable{Name: messagesTable, SizeBytes: 200 * mib, LiveTuples: 1_000_000, WindowStartBytes: 100 * mib, WindowEndBytes: 200 * mib}
+	growing := PGTable{Name: "completions", SizeBytes: 50 * mib, LiveTuples: 100_000, DeadTuples: 900_000, WindowStartBytes: 30 * mib, WindowEndBytes: 50 * mib}
 	for _, c := range []struct {
 		name    string
 		tables  []PGTable
 		outcome string
 	}{
-		{"hot small table only", []PGTable{hot}, Inconclusive},
-		{"hot small table beside a clean large one", []PGTable{hot, msgs}, Pass},
-		{"a bloated large table", []PGTable{hot, msgs, bloated}, Fail},
+		{"flat hot table, tiny and messages growing", []PGTable{hot, tiny, msgs}, Pass},
+		{"a table that grew by two thirds", []PGTable{hot, msgs, growing}, Fail},
+		{"no window sizes", []PGTable{{Name: "deliveries", LiveTuples: 1, DeadTuples: 9}}, Inconclusive},
 	} {
 		row := &FanoutRow{Groups: 4, Result: &Result{PG: &PGResult{}, Delivery: &DeliveryResult{}}}
 		row.tableBloat(c.tables)
@@ -250,8 +253,8 @@ func TestFanoutBloatVerdict(t *testing.T) {
 		if v.Outcome != c.outcome {
 			t.Errorf("%s: %+v, want %s", c.name, v, c.outcome)
 		}
-		if !strings.Contains(v.Measured, "partitions") {
-			t.Errorf("%s: the small table is not reported: %q", c.name, v.Measured)
+		if !strings.Contains(v.Measured, "largest share") {
+			t.Errorf("%s: the dead-tuple share is not reported: %q", c.name, v.Measured)
 		}
 	}
 }
