@@ -142,8 +142,8 @@ type Config struct {
 	RebalanceDelay time.Duration
 	// SharedEngine says that other broker instances share the engine (PostgreSQL): an ordered
 	// group's assignment then keeps the members other instances listed while they are live (see
-	// ordered.go), the broker renews the liveness of its own members, and member filters are
-	// refused (filtered.go).
+	// ordered.go), the broker records its members (with their filters) and renews their
+	// liveness, and member filters count the other instances' members (filtered.go).
 	SharedEngine bool
 	// MemberTimeout is how long, with SharedEngine, a member of an ordered group stays live in the
 	// engine after this broker last renewed it (the broker renews every third of it): when this

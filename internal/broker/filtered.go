@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -48,8 +49,9 @@ import (
 // Several broker instances (Config.SharedEngine, PostgreSQL): an instance knows its own
 // members' filters only, so each records them in the engine with their liveness
 // (Engine.SubscriptionMembersRenew: a record per member of every subscription with members here,
-// naming this instance and the member's filter, renewed every third of Config.MemberTimeout by
-// livenessLoop, written at once when members join or leave), and reads the live records of the
+// naming this instance and the member's filter, "" for none, renewed every third of
+// Config.MemberTimeout by livenessLoop, written when members join or leave: a join is answered,
+// and Subscribe returns, only once its record is stored), and reads the live records of the
 // other instances with each renewal (owner.others). A claimed message that no member here
 // wants is then:
 //   - given back when a live member of another instance wants it (unfiltered, or its filter
@@ -61,23 +63,29 @@ import (
 //     that do not want a message trade it at database speed); past giveBackSkip any instance
 //     claims it and decides again with what it knows then (the wanting member may have left);
 //   - completed as filtered when no live member anywhere wants it. Before completing, an owner
-//     rereads the records when its view is older than othersFresh, so a member that joined
-//     another instance counts within about othersFresh (the rule stays "the members connected
-//     now"); an instance that died stops counting when its records expire (MemberTimeout).
-// An unreadable view counts as "another member may want it" (give back: nothing is lost). See
-// docs/ARCHITECTURE.md.
+//     rereads the records unless its view was read after the claim started: a member whose
+//     Subscribe returned before the claim is recorded by then, so every message claimed (or
+//     published) after a Subscribe returned is judged with that member, filtered or not (the
+//     rule stays "the members connected now"). That costs a read per claim that has messages
+//     to complete. An instance that died stops counting when its records expire
+//     (MemberTimeout).
+// Views are also reread when older than othersFresh, so that give-backs follow members that
+// left. An unreadable view counts as "another member may want it" (give back: nothing is lost).
+// See docs/ARCHITECTURE.md.
 
 // giveBackSkip is how long the claims of instances other than its addressee pass over a give-back.
 const giveBackSkip = 5 * time.Second
 
 // othersFresh is the age past which an owner rereads the other instances' member records before
-// completing messages as filtered.
+// settling messages no member here wants.
 const othersFresh = time.Second
 
-// othersView is what an owner knows of the live members of other instances.
+// othersView is what an owner knows of the live members of other instances: at is when it was
+// read by the broker's clock (its age), read when the read started by the monotonic clock (what
+// it can have missed: only records stored after that).
 type othersView struct {
-	at      time.Time
-	members []otherMember
+	at, read time.Time
+	members  []otherMember
 }
 
 // otherMember is a live member of another instance; f nil matches everything.
@@ -130,9 +138,10 @@ func (o *owner) wanted(d *storage.Delivery) bool {
 	return slices.ContainsFunc(o.members, func(m *Member) bool { return m.filter.Match(d.Headers) })
 }
 
-// route splits the deliveries of a claim made for m (see the top of this file) and returns m's.
-// It reports whether it completed filtered messages or gave messages back.
-func (o *owner) route(m *Member, ds []*storage.Delivery) (mine []*storage.Delivery, filtered bool) {
+// route splits the deliveries of a claim made for m that started at claimed (time.Now; see the
+// top of this file) and returns m's. It reports whether it completed filtered messages or gave
+// messages back.
+func (o *owner) route(m *Member, ds []*storage.Delivery, claimed time.Time) (mine []*storage.Delivery, filtered bool) {
 	var out []*storage.Delivery
 	now := o.b.clock.Now()
 	for _, d := range ds {
@@ -145,30 +154,29 @@ func (o *owner) route(m *Member, ds []*storage.Delivery) (mine []*storage.Delive
 			out = append(out, d)
 		}
 	}
-	return mine, o.settleUnwanted(m.id, out)
+	return mine, o.settleUnwanted(m.id, out, claimed)
 }
 
-// settleUnwanted settles deliveries held by holder that no member here wants: given back when a
-// live member of another instance wants them, else completed as filtered (see the top of this
-// file). It reports whether there were any.
-func (o *owner) settleUnwanted(holder string, ds []*storage.Delivery) bool {
+// settleUnwanted settles deliveries held by holder, claimed by a claim that started at claimed
+// (time.Now), that no member here wants: given back when a live member of another instance
+// wants them, else completed as filtered (see the top of this file). It reports whether there
+// were any.
+func (o *owner) settleUnwanted(holder string, ds []*storage.Delivery, claimed time.Time) bool {
 	if len(ds) == 0 {
 		return false
 	}
+	var v *othersView
 	if o.b.sharedEngine {
 		o.freshOthers()
+		v = o.others.Load()
 	}
-	var back map[string][]storage.DeliveryRef // by addressee
-	var done []storage.DeliveryRef
-	for _, d := range ds {
-		if to, ok := o.othersWant(d); ok {
-			if back == nil {
-				back = make(map[string][]storage.DeliveryRef)
-			}
-			back[to] = append(back[to], d.Ref())
-		} else {
-			done = append(done, d.Ref())
-		}
+	back, done := o.judge(v, ds)
+	if len(done) > 0 && v != nil && !v.read.After(claimed) {
+		// A member that joined another instance since the view was read is recorded by the
+		// time its Subscribe returned: a read that starts now sees every member whose
+		// Subscribe returned before the claim. A failed read (nil) knows nothing: everything
+		// is given back.
+		back, done = o.judge(o.readOthers(), ds)
 	}
 	if len(done) > 0 {
 		o.completeFiltered(holder, done)
@@ -200,15 +208,31 @@ func (o *owner) takeTag() string {
 	return ""
 }
 
-// othersWant reports whether a live member of another instance may want d (unfiltered, or its
-// filter matches, or nothing is known of them yet) and to which instance to address d's
-// give-back: one of those whose member wants it, at random (so one instance whose wanting
-// member has no credit does not hold d back from another's); "" when nothing is known.
-func (o *owner) othersWant(d *storage.Delivery) (to string, ok bool) {
+// judge splits ds, which no member here wants, by view v (nil: nothing known) into give-backs
+// by addressee and completions.
+func (o *owner) judge(v *othersView, ds []*storage.Delivery) (back map[string][]storage.DeliveryRef, done []storage.DeliveryRef) {
+	for _, d := range ds {
+		if to, ok := o.othersWant(v, d); ok {
+			if back == nil {
+				back = make(map[string][]storage.DeliveryRef)
+			}
+			back[to] = append(back[to], d.Ref())
+		} else {
+			done = append(done, d.Ref())
+		}
+	}
+	return back, done
+}
+
+// othersWant reports whether, by view v, a live member of another instance may want d
+// (unfiltered, or its filter matches, or nothing is known of them: v nil) and to which instance
+// to address d's give-back: one of those whose member wants it, at random (so one instance
+// whose wanting member has no credit does not hold d back from another's); "" when nothing is
+// known.
+func (o *owner) othersWant(v *othersView, d *storage.Delivery) (to string, ok bool) {
 	if !o.b.sharedEngine {
 		return "", false
 	}
-	v := o.others.Load()
 	if v == nil {
 		return "", true
 	}
@@ -224,9 +248,11 @@ func (o *owner) othersWant(d *storage.Delivery) (to string, ok bool) {
 	return insts[rand.IntN(len(insts))], true
 }
 
-// setOthers replaces the view of other instances' members with the live records recs.
-func (o *owner) setOthers(recs []storage.MemberRecord) {
-	v := &othersView{at: o.b.clock.Now()}
+// setOthers makes the live records recs, read from read on (time.Now), o's view of other
+// instances' members unless it has a view read later (renewals run beside the owner), and
+// returns the view it keeps.
+func (o *owner) setOthers(recs []storage.MemberRecord, read time.Time) *othersView {
+	v := &othersView{at: o.b.clock.Now(), read: read}
 	for _, r := range recs {
 		if r.Instance == o.b.instance {
 			continue // ours: the owner knows its members
@@ -237,18 +263,33 @@ func (o *owner) setOthers(recs []storage.MemberRecord) {
 		}
 		v.members = append(v.members, otherMember{id: r.Member, inst: r.Instance, f: f})
 	}
-	o.others.Store(v)
+	for {
+		old := o.others.Load()
+		if old != nil && old.read.After(read) {
+			return old
+		}
+		if o.others.CompareAndSwap(old, v) {
+			return v
+		}
+	}
 }
 
 // freshOthers rereads the other instances' member records when the view is older than
-// othersFresh: a renewal naming only the subscription (no upsert of this instance's members;
-// livenessLoop and joins renew those). A failure keeps the view (none: other members count as
-// wanting everything).
+// othersFresh (readOthers). A failure keeps the view (none: other members count as wanting
+// everything).
 func (o *owner) freshOthers() {
 	if v := o.others.Load(); v != nil && o.b.clock.Now().Sub(v.at) < othersFresh {
 		return
 	}
+	o.readOthers()
+}
+
+// readOthers reads the other instances' member records: a renewal naming only the subscription
+// (no upsert of this instance's members; livenessLoop and joins renew those). It returns the
+// view read, nil when the read failed (logged; the view is kept).
+func (o *owner) readOthers() *othersView {
 	b := o.b
+	read := time.Now()
 	res, err := b.engine.SubscriptionMembersRenew(b.rootCtx, &storage.SubscriptionMembersRenewParams{
 		Subscriptions: []int64{o.id}, TTL: b.memberTimeout, Instance: b.instance,
 	})
@@ -256,27 +297,34 @@ func (o *owner) freshOthers() {
 		if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
 			b.logger.Warn("reading member filters failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
 		}
-		return
+		return nil
 	}
-	o.setOthers(res.Records[o.id])
+	return o.setOthers(res.Records[o.id], read)
 }
 
-// recordMembers writes, with a shared engine, the member records of o's subscription on this
-// instance (Engine.SubscriptionMembersRenew: the members with their filters, left forgotten)
-// and reads the other instances' records. Ordered groups keep their own renewals (ordered.go).
-func (o *owner) recordMembers(left []string) {
+// recordMembers writes, with a shared engine, the records of the members of joins that are
+// still members (Engine.SubscriptionMembersRenew: the member with its filter), forgets those of
+// left, and reads the other instances' records; it returns the write's error. Records of the
+// other members here are renewed by livenessLoop. Ordered groups keep their own renewals
+// (ordered.go).
+func (o *owner) recordMembers(joins []*event, left []string) error {
 	b := o.b
 	if !b.sharedEngine || o.ord != nil {
-		return
+		return nil
 	}
-	refs := make([]storage.MemberRef, 0, len(o.members))
-	for _, m := range o.members[:min(len(o.members), storage.MaxRenewMembers)] {
-		refs = append(refs, storage.MemberRef{SubscriptionID: o.id, Member: m.id, Filter: m.filter.String()})
+	var refs []storage.MemberRef
+	for _, ev := range joins {
+		if slices.Contains(o.members, ev.m) { // not gone again in the same batch
+			refs = append(refs, storage.MemberRef{SubscriptionID: o.id, Member: ev.m.id, Filter: ev.m.filter.String()})
+		}
 	}
 	var forget []storage.MemberRef
-	for _, id := range left[:min(len(left), storage.MaxRenewMembers)] {
-		forget = append(forget, storage.MemberRef{SubscriptionID: o.id, Member: id})
+	for _, id := range left {
+		if !slices.ContainsFunc(o.members, func(m *Member) bool { return m.id == id }) { // not back again
+			forget = append(forget, storage.MemberRef{SubscriptionID: o.id, Member: id})
+		}
 	}
+	read := time.Now()
 	res, err := b.engine.SubscriptionMembersRenew(b.rootCtx, &storage.SubscriptionMembersRenewParams{
 		Members: refs, Forget: forget, Subscriptions: []int64{o.id}, TTL: b.memberTimeout, Instance: b.instance,
 	})
@@ -284,9 +332,10 @@ func (o *owner) recordMembers(left []string) {
 		if !errors.Is(err, storage.ErrClosed) && b.rootCtx.Err() == nil {
 			b.logger.Warn("recording member filters failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
 		}
-		return
+		return fmt.Errorf("record the member for the other broker instances: %w", err)
 	}
-	o.setOthers(res.Records[o.id])
+	o.setOthers(res.Records[o.id], read)
+	return nil
 }
 
 // memberRefs lists o's members as last published, with their filters, sorted by ID (the
@@ -364,7 +413,8 @@ func (o *owner) handOver() (progress bool) {
 	clear(o.parked[len(keep):])
 	o.parked = keep
 	for holder, ds := range out {
-		if o.settleUnwanted(holder, ds) {
+		// Claimed before: a read that starts now is after the claim.
+		if o.settleUnwanted(holder, ds, time.Now()) {
 			progress = true
 		}
 	}

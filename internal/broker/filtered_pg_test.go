@@ -2,9 +2,12 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/pgstore"
@@ -347,5 +350,183 @@ func TestFilterSharedEngineThreeInstances(t *testing.T) {
 	key := "jobs/" + storage.QueueGroup
 	if f := a.fc.get(key) + bi.fc.get(key) + c.fc.get(key); f != 0 {
 		t.Fatalf("%d completed as filtered", f)
+	}
+}
+
+// TestFilterSharedEngineJoinCountsAtOnce: a member that joins another instance counts for every
+// message claimed after its Subscribe returned, whether it has a filter or not (no filter wants
+// everything). A read its view of B's members before they joined and the fake clock stands
+// still (no reread by age). B's member us (region=us) joins, its Subscribe returns, a us message
+// is published and A, the only instance with credit, claims it at once: A gives it back to B
+// instead of completing it as filtered. The same for an ap message once B's unfiltered member
+// all joined. Given credit, B's members get them on their first attempt.
+func TestFilterSharedEngineJoinCountsAtOnce(t *testing.T) {
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_bfjoin_")
+	clock := newFakeClock()
+	a := startPGInstance(t, url, schema, clock)
+	bi := startPGInstance(t, url, schema, clock)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := a.b.CreateTopic(ctx, "orders", storage.TopicConfig{Partitions: 1, MaxDeliveries: 2, AckWait: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.b.Subscribe(ctx, SubscribeParams{Pattern: "orders", MemberID: "eu", MaxInFlight: 100, Filter: "region=eu"}); err != nil {
+		t.Fatal(err)
+	}
+	(&env{t: t, b: a.b}).waitIdle()
+	key := "orders/" + storage.QueueGroup
+
+	// step joins member id with filter flt on B, takes its credit (B's members have none: only
+	// A claims), publishes a message of region and checks that A gives it back rather than
+	// completing it. Then the member gets credit and the message, on its first attempt.
+	step := func(id, flt, region string) {
+		t.Helper()
+		back := a.givenBack()
+		m, err := bi.b.Subscribe(ctx, SubscribeParams{Pattern: "orders", MemberID: id, MaxInFlight: 1, Filter: flt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.SetMaxInFlight(0); err != nil {
+			t.Fatal(err)
+		}
+		(&env{t: t, b: bi.b}).waitIdle() // B's pass after the join claimed before the publish
+		if _, err := a.b.Publish(ctx, "orders", []storage.AppendMessage{{Partition: 0,
+			Headers: map[string]string{"region": region}, Payload: []byte(region)}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "A settles the "+region+" message", func() error {
+			if a.givenBack() == back && a.fc.get(key) == 0 {
+				return fmt.Errorf("not yet")
+			}
+			return nil
+		})
+		if n := a.fc.get(key); n != 0 {
+			t.Fatalf("A completed the %s message as filtered although %s (filter %q) had joined B", region, id, flt)
+		}
+		if n := a.givenBack() - back; n != 1 {
+			t.Fatalf("A gave %d messages back, want 1", n)
+		}
+		if err := m.SetMaxInFlight(1); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case d := <-m.Deliveries():
+			if string(d.Payload) != region || d.Attempt != 1 {
+				t.Fatalf("%s got %s attempt %d, want %s attempt 1", id, d.Payload, d.Attempt, region)
+			}
+			if err := m.Ack(ctx, d.SubscriptionID, d.Ref()); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s got nothing", id)
+		}
+		if err := m.SetMaxInFlight(0); err != nil { // B claims nothing in the next step either
+			t.Fatal(err)
+		}
+	}
+	step("us", "region=us", "us")
+	step("all", "", "ap")
+	if n := a.fc.get(key) + bi.fc.get(key); n != 0 {
+		t.Fatalf("%d completed as filtered", n)
+	}
+}
+
+// TestFilterSharedEngineJoinWaitsForRecord: with a shared engine Subscribe returns only once the
+// member's record (with its filter) is stored. While the test holds a lock that keeps B's
+// owner from writing it, Subscribe waits; its ctx ending then fails it and changes nothing (the
+// member is closed and forgotten, its ID free). Without the lock the record is there when
+// Subscribe returns.
+func TestFilterSharedEngineJoinWaitsForRecord(t *testing.T) {
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_bfrec_")
+	clock := newFakeClock()
+	bi := startPGInstance(t, url, schema, clock)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := bi.b.CreateTopic(ctx, "jobs", storage.TopicConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := bi.b.lookup(ctx, "jobs", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := func() []storage.MemberRecord {
+		t.Helper()
+		res, err := bi.eng.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
+			Subscriptions: []int64{sub.ID}, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Records[sub.ID]
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	table := pgx.Identifier{schema, "sub_members"}.Sanitize()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }() // a no-op once released below
+	// Reads pass the lock, writes (B's record) wait for it.
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	p := SubscribeParams{Pattern: "jobs", MemberID: "w", Filter: "x=1"}
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	type result struct {
+		m   *Member
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		m, err := bi.b.Subscribe(sctx, p)
+		res <- result{m, err}
+	}()
+	obs, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close(context.Background())
+	eventually(t, "B's record write waits for the lock", func() error {
+		var n int
+		if err := obs.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = $1::text::regclass", table).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("no waiter")
+		}
+		return nil
+	})
+	scancel() // Subscribe is still waiting for the record: it fails
+	r := <-res
+	if r.err == nil {
+		t.Fatalf("Subscribe returned member %s while its record could not be written", r.m.ID())
+	}
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Subscribe: %v, want context.Canceled", r.err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The failed member's close follows its join: its record is written, then forgotten.
+	eventually(t, "the failed member forgotten", func() error {
+		bi.b.mu.RLock()
+		_, there := bi.b.members["w"]
+		bi.b.mu.RUnlock()
+		if recs := records(); there || len(recs) != 0 {
+			return fmt.Errorf("member listed %v, records %+v", there, recs)
+		}
+		return nil
+	})
+	if _, err := bi.b.Subscribe(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if recs := records(); len(recs) != 1 || recs[0].Member != "w" || recs[0].Filter != "x=1" || recs[0].Instance != bi.b.instance {
+		t.Fatalf("records when Subscribe returned: %+v, want w with filter x=1", recs)
 	}
 }

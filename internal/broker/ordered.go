@@ -358,6 +358,7 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 		}
 		batch := owners[:k]
 		owners = owners[k:]
+		read := time.Now()
 		res, err := b.engine.SubscriptionMembersRenew(ctx, &storage.SubscriptionMembersRenewParams{
 			Members: refs, Subscriptions: ids, TTL: b.memberTimeout, Instance: b.instance,
 		})
@@ -366,7 +367,7 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 		}
 		for _, o := range batch {
 			if o.ord == nil {
-				o.setOthers(res.Records[o.id])
+				o.setOthers(res.Records[o.id], read)
 				continue
 			}
 			a := o.ord.view.Load()

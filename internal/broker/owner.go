@@ -105,7 +105,9 @@ const (
 type event struct {
 	kind eventKind
 	m    *Member
-	err  error
+	// err is evEnd's reason, and evJoin's answer: the member's record could not be written
+	// (shared engine, filtered.go), written before done is closed.
+	err error
 	// done, when not nil, is closed once the event was handled (or the owner ended without it).
 	done chan struct{}
 	// owned is evEnd's answer, written before done is closed.
@@ -301,7 +303,10 @@ func (o *owner) run() {
 func (o *owner) handleEvents() bool {
 	for {
 		evs := o.take()
-		var left []string // members that left, for the member records (filtered.go)
+		// The member records (filtered.go): those who left are forgotten, those who joined are
+		// written before their joins are answered (a Subscribe returns after its record).
+		var left []string
+		var joins []*event
 		for i, ev := range evs {
 			switch ev.kind {
 			case evJoin:
@@ -310,6 +315,7 @@ func (o *owner) handleEvents() bool {
 					o.publish()
 					o.refilter()
 				}
+				joins = append(joins, ev)
 			case evLeave:
 				if j := slices.Index(o.members, ev.m); j >= 0 {
 					o.members = slices.Delete(o.members, j, j+1)
@@ -322,6 +328,8 @@ func (o *owner) handleEvents() bool {
 				o.dropParked(ev.m.id)
 				left = append(left, ev.m.id)
 			case evEnd:
+				// The subscription ended: no record to write; the joins' members are told why.
+				answer(joins, nil)
 				ev.owned = o.finish(ev.err, evs[i+1:])
 				close(ev.done)
 				return false
@@ -329,12 +337,12 @@ func (o *owner) handleEvents() bool {
 			if o.ord != nil {
 				o.orderedEvent(ev)
 			}
-			if ev.done != nil && (ev.kind != evRebalance || o.ord == nil) {
+			if ev.done != nil && ev.kind != evJoin && (ev.kind != evRebalance || o.ord == nil) {
 				close(ev.done)
 			}
 		}
 		if len(evs) > 0 {
-			o.recordMembers(left)
+			answer(joins, o.recordMembers(joins, left))
 		}
 		if len(o.members) > 0 {
 			return true
@@ -346,6 +354,16 @@ func (o *owner) handleEvents() bool {
 		}
 		if o.unregister() {
 			return false
+		}
+	}
+}
+
+// answer answers join events with err.
+func answer(joins []*event, err error) {
+	for _, ev := range joins {
+		ev.err = err
+		if ev.done != nil {
+			close(ev.done)
 		}
 	}
 }
@@ -547,7 +565,7 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		ds := res.Deliveries
 		if o.filtering {
 			var filtered bool
-			ds, filtered = o.route(m, ds)
+			ds, filtered = o.route(m, ds, claimStart)
 			delivered = delivered || filtered
 		}
 		b.trace.delivered(m.id, o.topic, o.id, ds)

@@ -58,9 +58,8 @@ type SubscribeParams struct {
 	// Filter is a member filter over message headers (package filter: "region=eu",
 	// "tier in (gold,silver), !test"): the member is given only the messages it matches, and a
 	// message that no member of the subscription on this broker matches is completed for the
-	// subscription without a delivery (filtered.go). Empty matches everything. Shared
-	// subscriptions on an engine of this broker alone: refused with ModeOrdered and with
-	// Config.SharedEngine.
+	// subscription without a delivery (filtered.go; with Config.SharedEngine, no live member on
+	// any instance). Empty matches everything. Refused with ModeOrdered.
 	Filter string
 	// BatchSize, when positive (at most storage.MaxBatchSize), makes an ordered member take
 	// per-key batches (batch.go): per partition it owns, consecutive messages up to BatchSize,
@@ -89,6 +88,9 @@ func validateStart(p storage.StartPosition) (storage.StartPosition, error) {
 // topics created later get the group's subscription atomically with their creation; the member
 // joins those as they appear, as does a member without a group. A member whose pattern matches no
 // topic yet is valid and waits.
+//
+// With Config.SharedEngine, Subscribe returns once the member's record (with its filter) is
+// stored, so other instances judge every message claimed from then on with it (filtered.go).
 //
 // Bad input returns an error wrapping storage.ErrInvalidArgument and changes nothing.
 func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, error) {
@@ -325,13 +327,18 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	}
 	b.mu.Unlock()
 	if ok {
-		// Listings show the member once Subscribe returns. The owner handles its inbox between
-		// two claims, so this waits for one claim at most. When ctx ends first the join still
-		// happens; Subscribe then closes the member, whose leave follows the join.
+		// Listings show the member once Subscribe returns, and with a shared engine the other
+		// instances judge every message claimed from then on with its record (filtered.go). The
+		// owner handles its inbox between two claims, so this waits for one claim and one record
+		// write at most. When ctx ends first, or the record could not be written, the join
+		// still happens; Subscribe then closes the member, whose leave follows the join.
 		select {
 		case <-join.done:
 		case <-ctx.Done():
 			return fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, context.Cause(ctx))
+		}
+		if join.err != nil {
+			return fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, join.err)
 		}
 	}
 
