@@ -204,7 +204,11 @@ type Broker struct {
 	livenessInterval time.Duration
 	// maxOrderedMembers bounds the members of one ordered group on this instance:
 	// storage.MaxAssignmentMembers (tests lower it before subscribing).
-	maxOrderedMembers  int
+	maxOrderedMembers int
+	// maxSharedMembers bounds, with a shared engine, the members of one shared subscription on
+	// this instance: storage.MaxRenewMembers, what one record write holds (tests lower it
+	// before subscribing).
+	maxSharedMembers   int
 	onRebalance        func(RebalanceInfo)
 	defaultMaxInFlight int
 	// lifecycleInterval is the longest wait between two lifecycle runs; maintainSubs is false when
@@ -332,6 +336,7 @@ func New(cfg Config) (*Broker, error) {
 		livenessInterval:      memberTimeout / 3,
 		instance:              "i-" + rand.Text()[:16],
 		maxOrderedMembers:     storage.MaxAssignmentMembers,
+		maxSharedMembers:      storage.MaxRenewMembers,
 		onRebalance:           cfg.OnRebalance,
 		defaultMaxInFlight:    maxInFlight,
 		quit:                  make(chan struct{}),

@@ -52,8 +52,10 @@ import (
 // naming this instance and the member's filter, "" for none, renewed every third of
 // Config.MemberTimeout by livenessLoop, written when members join or leave: a join is answered,
 // and Subscribe returns, only once its record is stored), and reads the live records of the
-// other instances with each renewal (owner.others). A claimed message that no member here
-// wants is then:
+// other instances with each renewal (owner.others). A subscription takes at most
+// Broker.maxSharedMembers members per instance (storage.MaxRenewMembers, what one write holds:
+// attach refuses more with LIMIT_EXCEEDED), so no member goes unrecorded. A claimed message that
+// no member here wants is then:
 //   - given back when a live member of another instance wants it (unfiltered, or its filter
 //     matches): Engine.DeliveriesNack with GiveBack addressed to one such instance (its name
 //     after giveBackPrefix), which undoes the delivery's attempt (give-backs never dead-letter).
@@ -305,8 +307,9 @@ func (o *owner) readOthers() *othersView {
 // recordMembers writes, with a shared engine, the records of the members of joins that are
 // still members (Engine.SubscriptionMembersRenew: the member with its filter), forgets those of
 // left, and reads the other instances' records; it returns the write's error. Records of the
-// other members here are renewed by livenessLoop. Ordered groups keep their own renewals
-// (ordered.go).
+// other members here are renewed by livenessLoop. The owner has at most
+// Broker.maxSharedMembers members (storage.MaxRenewMembers), so one write holds its joins and
+// its leaves. Ordered groups keep their own renewals (ordered.go).
 func (o *owner) recordMembers(joins []*event, left []string) error {
 	b := o.b
 	if !b.sharedEngine || o.ord != nil {

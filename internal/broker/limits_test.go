@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +158,62 @@ func (e *env) waitOwnerAssignment(topic, group string, want *storage.Assignment)
 		}
 		return nil
 	})
+}
+
+// TestSharedSubscriptionMemberLimit: with a shared engine every member of a shared subscription
+// is recorded for the other instances (filtered.go) in writes of at most storage.MaxRenewMembers
+// records, so a subscription takes at most maxSharedMembers members on one instance. A join
+// past it fails with ErrLimitExceeded and changes nothing (no record, the member ID stays
+// free); a pattern member that matches the full subscription is refused too; a leave makes
+// room. A broker alone on its engine records nothing and has no such bound.
+func TestSharedSubscriptionMemberLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.SharedEngine = true })
+	e.b.maxSharedMembers = 2
+	e.createTopic("lim.q", storage.TopicConfig{})
+	a := e.subscribe(SubscribeParams{Pattern: "lim.q", MemberID: "a", Filter: "x=1"})
+	e.subscribe(SubscribeParams{Pattern: "lim.q", MemberID: "b"})
+	for _, p := range []SubscribeParams{{Pattern: "lim.q", MemberID: "c"}, {Pattern: "lim.*", MemberID: "c"}} {
+		_, err := e.b.Subscribe(e.ctx(), p)
+		if !errors.Is(err, storage.ErrLimitExceeded) {
+			t.Fatalf("third member (pattern %s): %v, want ErrLimitExceeded", p.Pattern, err)
+		}
+		if want := `has 2 members on this broker instance, at most 2`; !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not say %q", err, want)
+		}
+	}
+	e.waitIdle()
+	sub, err := e.b.lookup(e.ctx(), "lim.q", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func() []string {
+		t.Helper()
+		res, err := e.engine.SubscriptionMembersRenew(e.ctx(), &storage.SubscriptionMembersRenewParams{
+			Subscriptions: []int64{sub.ID}, TTL: DefaultMemberTimeout,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Sorted(slices.Values(res.Live[sub.ID]))
+	}
+	if got := live(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("recorded members %v, want [a b]", got)
+	}
+	if info, err := e.b.Group(e.ctx(), "lim.q", storage.QueueGroup); err != nil || !slices.Equal(info.Members, []string{"a", "b"}) {
+		t.Fatalf("group members %v (%v), want [a b]", info, err)
+	}
+	if err := a.Close(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	e.subscribe(SubscribeParams{Pattern: "lim.q", MemberID: "c"})
+	if got := live(); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("recorded members %v after a left and c joined, want [b c]", got)
+	}
+
+	alone := newEnv(t, nil)
+	alone.b.maxSharedMembers = 1
+	alone.createTopic("lim.q", storage.TopicConfig{})
+	alone.subscribe(SubscribeParams{Pattern: "lim.q", MemberID: "a"})
+	alone.subscribe(SubscribeParams{Pattern: "lim.q", MemberID: "b"})
 }

@@ -352,8 +352,8 @@ func (b *Broker) renewLiveness(ctx context.Context) error {
 				break
 			}
 			ids = append(ids, owners[k].id)
-			// Ordered groups fit (the bound above); a shared subscription past the bound keeps its
-			// first MaxRenewMembers member records.
+			// Ordered groups fit (the bound above), shared subscriptions too (attach refuses a
+			// member past Broker.maxSharedMembers, storage.MaxRenewMembers): the cut never cuts.
 			refs = append(refs, ms[:min(len(ms), storage.MaxRenewMembers)]...)
 		}
 		batch := owners[:k]

@@ -53,7 +53,8 @@ type owner struct {
 	// ended is set, under Broker.mu and qmu, when the owner unregistered: pushes fail from then on.
 	ended bool
 	// attached counts the members whose join was queued and leave not yet, under Broker.mu: an
-	// ordered group refuses a join past Broker.maxOrderedMembers with it.
+	// ordered group refuses a join past Broker.maxOrderedMembers with it, a shared one on a
+	// shared engine past Broker.maxSharedMembers.
 	attached int
 
 	// The goroutine's own state: no lock.

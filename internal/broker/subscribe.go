@@ -90,7 +90,9 @@ func validateStart(p storage.StartPosition) (storage.StartPosition, error) {
 // topic yet is valid and waits.
 //
 // With Config.SharedEngine, Subscribe returns once the member's record (with its filter) is
-// stored, so other instances judge every message claimed from then on with it (filtered.go).
+// stored, so other instances judge every message claimed from then on with it (filtered.go); a
+// shared subscription takes at most maxSharedMembers members on this instance
+// (storage.ErrLimitExceeded past it).
 //
 // Bad input returns an error wrapping storage.ErrInvalidArgument and changes nothing.
 func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, error) {
@@ -298,6 +300,16 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 				return fmt.Errorf("%w: ordered group %q of topic %q has %d members (on this broker and in the assignment in force), at most %d",
 					storage.ErrLimitExceeded, sub.Group, topic, n, b.maxOrderedMembers)
 			}
+		}
+	}
+	if ok && sub.Mode != storage.ModeOrdered && b.sharedEngine {
+		if o = b.subs[sub.ID]; o != nil && o.attached >= b.maxSharedMembers {
+			// Every member here is recorded for the other instances (filtered.go), in writes of
+			// at most storage.MaxRenewMembers records: a member past it would go unrecorded.
+			m.mu.Unlock()
+			b.mu.Unlock()
+			return fmt.Errorf("%w: subscription of group %q on topic %q has %d members on this broker instance, at most %d",
+				storage.ErrLimitExceeded, sub.Group, topic, o.attached, b.maxSharedMembers)
 		}
 	}
 	if ok {
