@@ -179,6 +179,8 @@ func pgConfig(cfg config.Config, logger *slog.Logger) pgstore.Config {
 		BucketWidth:  cfg.Postgres.BucketWidth,
 		PollInterval: cfg.Postgres.PollInterval,
 		TxTimeout:    cfg.Postgres.TxTimeout,
+
+		MaxProducerIDs: cfg.Postgres.MaxProducerIDs,
 	}
 }
 

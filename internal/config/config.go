@@ -143,6 +143,12 @@ type Postgres struct {
 	// fails with TIMEOUT (retryable) instead of waiting until TCP gives up. Such a transaction
 	// takes milliseconds, seconds under heavy load. Defaults to 10 s; between 10 ms and 1 h.
 	TxTimeout time.Duration `yaml:"tx_timeout"`
+	// MaxProducerIDs bounds the producer ids the database remembers for de-duplication, all topics
+	// together (spool.producer_ids, until their dedup_window ends and maintenance prunes them):
+	// past it, publishes with new ids get RATE_LIMITED. Counted approximately: each instance
+	// recounts every maintenance pass (docs/storage.md, "Producer de-duplication"); give every
+	// instance the same value. Defaults to 1,000,000 (pgstore.DefaultMaxProducerIDs).
+	MaxProducerIDs int `yaml:"max_producer_ids"`
 }
 
 // Broker configures the broker.
@@ -209,7 +215,7 @@ func Defaults() Config {
 		ShutdownTimeout:    30 * time.Second,
 		WAL:                WAL{SegmentBytes: 64 << 20, SharedFlush: true, SlowSync: time.Second, MaxProducerIDs: wal.DefaultMaxProducerIDs},
 		Postgres: Postgres{Schema: "spool", Migrate: true, MaxConns: 32, BucketWidth: time.Hour, PollInterval: time.Second,
-			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second},
+			ClaimInterval: 20 * time.Millisecond, TxTimeout: 10 * time.Second, MaxProducerIDs: 1_000_000},
 		Broker: Broker{
 			AutoCreate:            true,
 			AutoCreateSemantics:   string(storage.Queue),
@@ -562,6 +568,8 @@ func (c Config) Validate() error {
 		return bad("postgres.claim_interval", "must be between 0 and 1s, got %s", c.Postgres.ClaimInterval)
 	case c.Postgres.TxTimeout < 10*time.Millisecond || c.Postgres.TxTimeout > time.Hour:
 		return bad("postgres.tx_timeout", "must be between 10ms and 1h, got %s", c.Postgres.TxTimeout)
+	case c.Postgres.MaxProducerIDs < 1:
+		return bad("postgres.max_producer_ids", "must be at least 1, got %d", c.Postgres.MaxProducerIDs)
 	case c.Broker.AutoCreateSemantics != string(storage.Queue) && c.Broker.AutoCreateSemantics != string(storage.PubSub):
 		return bad("broker.auto_create_semantics", "must be QUEUE or PUB_SUB, got %q", c.Broker.AutoCreateSemantics)
 	case c.Broker.MaxTopics < 0:

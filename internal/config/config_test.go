@@ -133,6 +133,7 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "tx timeout negative", env: []string{"SPOOL_POSTGRES_TX_TIMEOUT=-1s"}, want: "postgres.tx_timeout"},
 		{name: "tx timeout too small", flags: map[string]string{"postgres.tx_timeout": "5ms"}, want: "postgres.tx_timeout: must be between 10ms and 1h"},
 		{name: "tx timeout too large", file: "postgres:\n  tx_timeout: 61m\n", want: "postgres.tx_timeout: must be between 10ms and 1h"},
+		{name: "postgres producer ids zero", env: []string{"SPOOL_POSTGRES_MAX_PRODUCER_IDS=0"}, want: "postgres.max_producer_ids: must be at least 1, got 0"},
 		{name: "slow sync zero", env: []string{"SPOOL_WAL_SLOW_SYNC=0s"}, want: "wal.slow_sync: must be between 1ms and 1h"},
 		{name: "slow sync too large", file: "wal:\n  slow_sync: 2h\n", want: "wal.slow_sync: must be between 1ms and 1h"},
 		{name: "max open files negative", env: []string{"SPOOL_WAL_MAX_OPEN_FILES=-1"}, want: "wal.max_open_files: must be 0 (half of the open file limit) or positive, got -1"},
@@ -172,6 +173,13 @@ func TestPostgresStoreIsValid(t *testing.T) {
 	}
 	if cfg.Postgres.TxTimeout != 10*time.Second {
 		t.Fatalf("default postgres.tx_timeout %s, want 10s", cfg.Postgres.TxTimeout)
+	}
+	if cfg.Postgres.MaxProducerIDs != 1_000_000 {
+		t.Fatalf("default postgres.max_producer_ids %d, want 1,000,000", cfg.Postgres.MaxProducerIDs)
+	}
+	cfg, err = Load("", []string{"SPOOL_STORE=postgres://spool@localhost/spool", "SPOOL_POSTGRES_MAX_PRODUCER_IDS=5000"}, nil)
+	if err != nil || cfg.Postgres.MaxProducerIDs != 5000 {
+		t.Fatalf("SPOOL_POSTGRES_MAX_PRODUCER_IDS=5000: %d, %v", cfg.Postgres.MaxProducerIDs, err)
 	}
 	cfg, err = Load("", []string{"SPOOL_STORE=postgres://spool@localhost/spool", "SPOOL_POSTGRES_TX_TIMEOUT=3s"}, nil)
 	if err != nil || cfg.Postgres.TxTimeout != 3*time.Second {

@@ -68,6 +68,12 @@ type Config struct {
 	// retryable) instead of waiting until TCP gives up. Retention, the LISTEN connection and
 	// Close do not use it. Defaults to 10 s; between 10 ms and 1 h.
 	TxTimeout time.Duration
+	// MaxProducerIDs bounds the producer ids spool.producer_ids remembers for de-duplication, all
+	// topics together (instances sharing the database should set the same): past it, a broker
+	// publish (MessagesAppend, PublishTx) with new ids is refused with storage.ErrRateLimited
+	// until the prune of expired ids makes room. Counted approximately (producerids.go).
+	// Defaults to 1,000,000.
+	MaxProducerIDs int
 }
 
 // Defaults of Config.
@@ -80,6 +86,7 @@ const (
 	DefaultInstanceHeartbeat = 5 * time.Second
 	DefaultMessageCacheBytes = 64 << 20
 	DefaultTxTimeout         = 10 * time.Second
+	DefaultMaxProducerIDs    = 1_000_000
 )
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -115,6 +122,9 @@ func (c Config) withDefaults() Config {
 	if c.TxTimeout == 0 {
 		c.TxTimeout = DefaultTxTimeout
 	}
+	if c.MaxProducerIDs == 0 {
+		c.MaxProducerIDs = DefaultMaxProducerIDs
+	}
 	return c
 }
 
@@ -142,6 +152,8 @@ func (c Config) Validate() error {
 		return bad("instance_heartbeat", "must be between 10ms and 1m, got %s", c.InstanceHeartbeat)
 	case c.TxTimeout < 10*time.Millisecond || c.TxTimeout > time.Hour:
 		return bad("tx_timeout", "must be between 10ms and 1h, got %s", c.TxTimeout)
+	case c.MaxProducerIDs < 1:
+		return bad("max_producer_ids", "must be at least 1, got %d", c.MaxProducerIDs)
 	}
 	return nil
 }
@@ -200,6 +212,8 @@ type Engine struct {
 	// sizeRunLimit bounds what one retention run reads for a topic's size bound
 	// (defaultSizeRunLimit).
 	sizeRunLimit int
+	// ids estimates the rows of spool.producer_ids (Config.MaxProducerIDs, producerids.go).
+	ids idCount
 }
 
 // Open connects to PostgreSQL, applies migrations when cfg.Migrate is set (or checks the schema
@@ -232,6 +246,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		err = Migrate(ctx, pool, cfg.Schema, cfg.BucketWidth)
 	} else if err = checkServer(ctx, pool); err == nil {
 		err = checkVersion(ctx, pool, cfg.Schema)
+	}
+	if err == nil {
+		err = e.countProducerIDs(ctx)
 	}
 	if err != nil {
 		pool.Close()
@@ -364,7 +381,8 @@ func isStorageErr(err error) bool {
 		storage.ErrTopicHasSubscriptions, storage.ErrNoSubscriptions, storage.ErrSubscriptionNotFound,
 		storage.ErrSubscriptionExists, storage.ErrSubscriptionNotActive, storage.ErrInvalidTransition,
 		storage.ErrLeaseNotHeld, storage.ErrMessageTooLarge, storage.ErrOffsetOutOfRange,
-		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt, storage.ErrUnavailable, storage.ErrFull} {
+		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt, storage.ErrUnavailable, storage.ErrFull,
+		storage.ErrRateLimited} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -13,7 +13,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	testURL(t)
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true}, conformanceStore(0))
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, MaxProducerIDs: conformanceMaxIDs}, conformanceStore(0))
 }
 
 // TestConformanceNoCache runs the suite with the message cache off: every claim reads its messages
@@ -21,13 +21,17 @@ func TestConformance(t *testing.T) {
 func TestConformanceNoCache(t *testing.T) {
 	t.Parallel()
 	testURL(t)
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true}, conformanceStore(-1))
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, MaxProducerIDs: conformanceMaxIDs}, conformanceStore(-1))
 }
+
+// conformanceMaxIDs is the producer id bound of the conformance runs (Dedup/bounded fills it).
+const conformanceMaxIDs = 32
 
 func conformanceStore(cacheBytes int64) storagetest.NewStoreFunc {
 	return func(t *testing.T) storagetest.OpenFunc {
 		cfg := testConfig(t, nil)
 		cfg.MessageCacheBytes = cacheBytes
+		cfg.MaxProducerIDs = conformanceMaxIDs
 		return func(clock storage.Clock) (storage.Engine, error) {
 			c := cfg
 			c.Clock = clock

@@ -40,10 +40,11 @@ func (e *Engine) maintenanceLoop() {
 }
 
 // maintain pre-creates the current and the next bucket, removes the ephemeral subscriptions
-// (and rows) of instances whose heartbeat is stale (see staleHeartbeats) and deletes expired
-// producer ids. The jobs are safe on several instances at once: bucket creation takes the bucket
-// lock, the cleanup and the prune run under pg_try_advisory_xact_lock (an instance that does not
-// get it skips the job), and the prune deletes only expired rows.
+// (and rows) of instances whose heartbeat is stale (see staleHeartbeats), deletes expired
+// producer ids and counts those left (countProducerIDs). The jobs are safe on several instances
+// at once: bucket creation takes the bucket lock, the cleanup and the prune run under
+// pg_try_advisory_xact_lock (an instance that does not get it skips the job), and the prune
+// deletes only expired rows.
 func (e *Engine) maintain(ctx context.Context) error {
 	now := e.clock.Now()
 	if err := e.ensureBucket(ctx, now); err != nil {
@@ -55,7 +56,12 @@ func (e *Engine) maintain(ctx context.Context) error {
 	if _, err := e.removeStaleInstances(ctx, now); err != nil {
 		return err
 	}
-	return e.pruneProducerIDs(ctx, now, pruneProducerIDsBatch)
+	if err := e.pruneProducerIDs(ctx, now, pruneProducerIDsBatch); err != nil {
+		return err
+	}
+	// Every instance counts, also one that skipped the prune: its estimate takes in the ids of
+	// other instances and the room the prune made (Config.MaxProducerIDs).
+	return e.countProducerIDs(ctx)
 }
 
 // pruneProducerIDsBatch bounds the rows one prune transaction deletes, so that it holds few row

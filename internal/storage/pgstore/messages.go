@@ -73,6 +73,11 @@ type appendPlan struct {
 	idID   []string
 	idPart []int32
 	idBack []int64
+	// newIDs counts the claimed ids that are new rows of spool.producer_ids; xid is the
+	// transaction's id once it took offsets (appendInTx): after its commit, the instance adds
+	// newIDs to its estimate of the table (idCount).
+	newIDs int64
+	xid    string
 	// dups: the messages not stored, by batch index; dupOf[i] >= 0 for an earlier message of the
 	// batch with the same id, else dupPos[i] is the stored message's position.
 	dups   []bool
@@ -127,7 +132,8 @@ var defaultDedupWindowNS = strconv.FormatInt(int64(storage.DefaultDedupWindow), 
 
 // claimIDsSQL claims the producer ids $2 (distinct, sorted: the lock order of the rows) of topic
 // $1 at $3 (see migrations/0006_producer_ids.sql): new ids are inserted, expired ones taken over,
-// both with partition -1 until setPositionsSQL; it returns the ids claimed. Any other id is a
+// both with partition -1 until setPositionsSQL; it returns the ids claimed, and whether each is a
+// new row (xmax 0: inserted, not updated; Config.MaxProducerIDs counts rows). Any other id is a
 // duplicate (dupPositionsSQL). A row another transaction holds is waited for, also one an
 // application's transaction claimed and has not ended (PublishTx, spool.publish): the append,
 // and the topic's publishes combined with or queued behind it, wait for that transaction, at most
@@ -141,7 +147,7 @@ ORDER BY v.id
 ON CONFLICT (topic_id, producer_id) DO UPDATE
 	SET expires_at = excluded.expires_at, partition = -1, "offset" = -1, published_at = excluded.published_at
 	WHERE d.expires_at <= $3::timestamptz
-RETURNING d.producer_id`
+RETURNING d.producer_id, d.xmax = 0`
 
 // dupPositionsSQL reads the positions of the ids of $2 that claimIDsSQL did not claim (run right
 // after it in the same transaction: its own claims still have partition -1).
@@ -171,8 +177,9 @@ func producerIDs(msgs []storage.AppendMessage) []string {
 }
 
 // loadTopicClaim is loadTopic (FOR SHARE) and, in the same round trip, the claim of the batch's
-// producer ids: it returns the topic, the ids claimed and the positions of the others.
-func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids []string, now time.Time) (*topicRow, map[string]bool, map[string]storage.MessagePosition, error) {
+// producer ids: it returns the topic, the ids claimed, the positions of the others and how many
+// of the claimed ids are new rows.
+func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids []string, now time.Time) (*topicRow, map[string]bool, map[string]storage.MessagePosition, int64, error) {
 	b := &pgx.Batch{}
 	b.Queue(e.sql("SELECT id, name, config, created_at FROM spool.topics WHERE name = $1"+forShare.clause()), name)
 	b.Queue(e.sql(claimIDsSQL), name, ids, now)
@@ -183,43 +190,48 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 	var cfg []byte
 	err := br.QueryRow().Scan(&t.id, &t.name, &cfg, &t.createdAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, nil, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name)
+		return nil, nil, nil, 0, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name)
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("pgstore: load topic %q: %w", name, err)
+		return nil, nil, nil, 0, fmt.Errorf("pgstore: load topic %q: %w", name, err)
 	}
 	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
+		return nil, nil, nil, 0, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
 	}
 	t.raw = cfg
 	claimed := map[string]bool{}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+		return nil, nil, nil, 0, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
 	}
+	var inserted int64
 	for rows.Next() {
 		var id string
-		if err := rows.Scan(&id); err != nil {
+		var isNew bool
+		if err := rows.Scan(&id, &isNew); err != nil {
 			rows.Close()
-			return nil, nil, nil, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+			return nil, nil, nil, 0, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
 		}
 		claimed[id] = true
+		if isNew {
+			inserted++
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, nil, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+		return nil, nil, nil, 0, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
 	}
 	known := map[string]storage.MessagePosition{}
 	rows, err = br.Query()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
+		return nil, nil, nil, 0, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
 	}
 	for rows.Next() {
 		var id string
 		var pos storage.MessagePosition
 		if err := rows.Scan(&id, &pos.Partition, &pos.Offset, &pos.PublishedAt); err != nil {
 			rows.Close()
-			return nil, nil, nil, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
+			return nil, nil, nil, 0, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
 		}
 		pos.PublishedAt = pos.PublishedAt.UTC()
 		if pos.Offset < 0 {
@@ -230,9 +242,9 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, nil, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
+		return nil, nil, nil, 0, fmt.Errorf("pgstore: read producer ids of %q: %w", name, err)
 	}
-	return &t, claimed, known, nil
+	return &t, claimed, known, inserted, nil
 }
 
 // planAppend loads and locks the topic (FOR SHARE: it cannot change or go away until the
@@ -252,6 +264,7 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	var t *topicRow
 	var claimed map[string]bool
 	var known map[string]storage.MessagePosition
+	var inserted int64
 	var err error
 	ids := producerIDs(p.Messages)
 	guard := remembered != nil && len(ids) == 0 && !blocksWrites(remembered.cfg.WithDefaults())
@@ -259,7 +272,7 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 	case guard:
 		t = remembered
 	case len(ids) > 0:
-		t, claimed, known, err = e.loadTopicClaim(ctx, tx, p.Topic, ids, now.Truncate(time.Microsecond))
+		t, claimed, known, inserted, err = e.loadTopicClaim(ctx, tx, p.Topic, ids, now.Truncate(time.Microsecond))
 	default:
 		t, err = e.loadTopic(ctx, tx, p.Topic, forShare)
 	}
@@ -297,8 +310,12 @@ func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesA
 			return nil, fmt.Errorf("%w: topic %q", storage.ErrNoSubscriptions, p.Topic)
 		}
 	}
+	// New ids past Config.MaxProducerIDs: refused, the transaction writes nothing.
+	if err := e.checkNewIDs(p.Topic, inserted); err != nil {
+		return nil, err
+	}
 
-	plan := &appendPlan{topic: t, guard: guard}
+	plan := &appendPlan{topic: t, guard: guard, newIDs: inserted}
 	if claimed != nil {
 		plan.dups = make([]bool, len(msgs))
 		plan.dupOf = make([]int, len(msgs))
@@ -571,6 +588,7 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		}
 		s.at = at.UTC()
 	}
+	plan.xid = xid
 	if plan.seq != nil && plan.seq.took != nil {
 		after := make(map[int32]string, len(plan.shares))
 		for _, s := range plan.shares {
@@ -703,6 +721,8 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 	var topicID int64
 	var stored int
 	var linkedOf []bool
+	var newIDs int64
+	var xid string
 	remembered := e.rememberedTopic(p.Topic)
 	for attempt := 0; ; attempt++ {
 		var plan *appendPlan
@@ -719,6 +739,7 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 			plan.seq = seq
 			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
 			topicID, stored, linkedOf = plan.topic.id, plan.stored, plan.linkedOf
+			newIDs, xid = plan.newIDs, plan.xid
 			return err
 		})
 		if errors.Is(err, errTopicChanged) && remembered != nil {
@@ -738,6 +759,7 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 		}
 		break
 	}
+	e.ids.add(xid, newIDs) // committed
 	if seq != nil {
 		waitPrev(seq.prev) // the cache takes a partition's messages in offset order
 	}

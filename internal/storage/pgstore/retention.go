@@ -31,6 +31,7 @@ import (
 // (countExpired), the others as MessagesDeleted; BytesDeleted is their stored size. DLQ entries
 // dead for longer than max_retention are removed (expireDLQ). Then the buckets that hold no
 // retained message are detached and dropped (dropBuckets): that is when the storage is reclaimed.
+// Last, expired producer ids are pruned and counted, as maintenance does (pruneProducerIDs).
 //
 // Safe on several instances at once: each topic is handled under pg_try_advisory_xact_lock (an
 // instance that does not get it skips the topic, another is doing it), and the bucket work under
@@ -106,6 +107,13 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 	if _, err := e.dropBuckets(ctx, now); err != nil {
 		// The messages are logically gone already; the next run tries again.
 		e.log.Warn("pgstore: retention: drop buckets", "err", err)
+	}
+	// Producer ids past their dedup_window go too (as in maintenance), making room under
+	// Config.MaxProducerIDs; the next run or maintenance pass tries again after a failure.
+	if err := e.pruneProducerIDs(ctx, now, pruneProducerIDsBatch); err != nil {
+		e.log.Warn("pgstore: retention: prune producer ids", "err", err)
+	} else if err := e.countProducerIDs(ctx); err != nil {
+		e.log.Warn("pgstore: retention: count producer ids", "err", err)
 	}
 	return res, nil
 }

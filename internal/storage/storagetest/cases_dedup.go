@@ -22,6 +22,7 @@ func dedupCases() []testCase {
 		{name: "refused_batch_reserves_nothing", fn: testDedupRefused},
 		{name: "window_config", fn: testDedupWindowConfig},
 		{name: "across_restart", restart: true, fn: testDedupRestart},
+		{name: "bounded", fn: testDedupBounded},
 	}
 }
 
@@ -253,4 +254,56 @@ func testDedupRestart(t *testing.T, x *env) {
 	a := x.publish("dx", withID("a", "a2"))[0]
 	isTrue(t, !a.Duplicate, "a past its window after a restart: a new copy, got %+v", a)
 	requireDup(t, x.publish("dx", withID("old", "o3"))[0], o, "the new copy of old is remembered (100 s ago)")
+}
+
+// testDedupBounded: the producer ids an engine remembers are bounded, all topics together
+// (Capabilities.MaxProducerIDs): a publish that would remember new ids past the bound is refused
+// with ErrRateLimited and stores nothing, while repeats of remembered ids are still answered as
+// duplicates and messages without an id are stored; once the ids' window ended and retention
+// ran, new ids are taken again, up to the bound. A restart keeps the count.
+func testDedupBounded(t *testing.T, x *env) {
+	max := x.caps.MaxProducerIDs
+	if max == 0 {
+		t.Skip("engine does not declare Capabilities.MaxProducerIDs")
+	}
+	x.createTopic("cap.a", storage.TopicConfig{DedupWindow: time.Minute})
+	x.createTopic("cap.b", storage.TopicConfig{DedupWindow: time.Hour})
+	ids := func(prefix string, n int) []storage.AppendMessage {
+		var ms []storage.AppendMessage
+		for i := range n {
+			ms = append(ms, withID(fmt.Sprint(prefix, i), prefix))
+		}
+		return ms
+	}
+	first := x.publish("cap.a", ids("a", max-4)...)
+	for _, m := range ids("b", 4) {
+		x.publish("cap.b", m)
+	}
+	refused := func(what string, ms ...storage.AppendMessage) {
+		t.Helper()
+		_, err := x.e.MessagesAppend(x.ctx, &storage.MessagesAppendParams{Topic: "cap.b", Messages: ms})
+		errIs(t, err, storage.ErrRateLimited, "%s past %d producer ids", what, max)
+	}
+	refused("a new id", withID("b-new", "x"))
+	refused("a batch of a message without id, a repeat and a new id", msg("none"), withID("b0", "b"), withID("b-new", "x"))
+	deepEqual(t, x.highWaters("cap.b"), []int64{4}, "cap.b high water after the refused appends")
+	requireDup(t, x.publish("cap.a", withID("a0", "a"))[0], first[0], "a repeat at the bound")
+	p := x.publish("cap.b", msg("no id"))[0]
+	isTrue(t, !p.Duplicate && p.Offset == 4, "a message without id at the bound is stored at 4: %+v", p)
+	if x.caps.Restart {
+		x.restart()
+		refused("a new id after a restart", withID("b-new", "x"))
+	}
+
+	x.advance(time.Minute) // cap.a's ids expire
+	_, err := x.e.RetentionApply(x.ctx)
+	noErr(t, err, "RetentionApply")
+	p = x.publish("cap.b", withID("b-new", "x"))[0]
+	isTrue(t, !p.Duplicate && p.Offset == 5, "a new id once cap.a's expired: stored at 5, got %+v", p)
+	for i, q := range x.publish("cap.a", ids("a-late", max-5)...) {
+		isTrue(t, !q.Duplicate, "late id %d of cap.a: stored, got %+v", i, q)
+	}
+	_, err = x.e.MessagesAppend(x.ctx, &storage.MessagesAppendParams{Topic: "cap.a", Messages: []storage.AppendMessage{withID("a-over", "x")}})
+	errIs(t, err, storage.ErrRateLimited, "a new id at the bound again")
+	deepEqual(t, x.highWaters("cap.a"), []int64{int64(2*max - 9)}, "cap.a high water")
 }

@@ -33,6 +33,11 @@ type Capabilities struct {
 	// segment it removes (0: it removes message by message). The size-bound cases allow a run
 	// to remove up to that much more than the bound requires.
 	SegmentBytes int64
+	// MaxProducerIDs is the bound on the producer ids the engine remembers, all topics together,
+	// that newStore opens it with (wal.Config.MaxProducerIDs, pgstore.Config.MaxProducerIDs); the
+	// Dedup/bounded case fills it. Keep it small and above the few ids any other case uses (32
+	// does); 0: the case is skipped.
+	MaxProducerIDs int
 }
 
 // seedFlag fixes the seed of the randomized case; SPOOL_SEED does the same.

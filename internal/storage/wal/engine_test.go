@@ -7,15 +7,18 @@ import (
 	"github.com/spoolmq/spool/internal/storage/storagetest"
 )
 
+// conformanceMaxIDs is the producer id bound of the conformance runs (Dedup/bounded fills it).
+const conformanceMaxIDs = 32
+
 // TestConformance runs the shared storage conformance suite against the embedded log engine, with
 // real files in a temporary directory and small segments so retention cases cross segment
 // boundaries.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, SegmentBytes: 64 << 10}, func(t *testing.T) storagetest.OpenFunc {
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, SegmentBytes: 64 << 10, MaxProducerIDs: conformanceMaxIDs}, func(t *testing.T) storagetest.OpenFunc {
 		dir := t.TempDir()
 		return func(clock storage.Clock) (storage.Engine, error) {
-			return Open(dir, Config{Clock: clock, SegmentBytes: 64 << 10, Logger: testLogger(t)})
+			return Open(dir, Config{Clock: clock, SegmentBytes: 64 << 10, Logger: testLogger(t), MaxProducerIDs: conformanceMaxIDs})
 		}
 	})
 }
@@ -26,10 +29,10 @@ func TestConformance(t *testing.T) {
 // reopened files.
 func TestConformanceFewOpenFiles(t *testing.T) {
 	t.Parallel()
-	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, SegmentBytes: 64 << 10}, func(t *testing.T) storagetest.OpenFunc {
+	storagetest.Run(t, storagetest.Capabilities{Restart: true, AsyncAppend: true, Ordered: true, SegmentBytes: 64 << 10, MaxProducerIDs: conformanceMaxIDs}, func(t *testing.T) storagetest.OpenFunc {
 		dir := t.TempDir()
 		return func(clock storage.Clock) (storage.Engine, error) {
-			return Open(dir, Config{Clock: clock, SegmentBytes: 64 << 10, Logger: testLogger(t), MaxOpenFiles: 2})
+			return Open(dir, Config{Clock: clock, SegmentBytes: 64 << 10, Logger: testLogger(t), MaxOpenFiles: 2, MaxProducerIDs: conformanceMaxIDs})
 		}
 	})
 }
