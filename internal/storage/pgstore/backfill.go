@@ -145,6 +145,7 @@ func (e *Engine) raiseFloor(ctx context.Context, tx pgx.Tx, id int64, partition 
 	var notDone int64
 	err := tx.QueryRow(ctx, e.sql(`SELECT greatest($3 - sp.ack_floor, 0) - coalesce((SELECT count(*) FROM spool.deliveries d, unnest(d.offsets) AS o
 			WHERE d.sub_id = $1 AND d.partition = $2 AND d.state = 'acked' AND o < $3), 0)
+			- `+skipCountSQL("sp.skips", "sp.cursor", "$3")+`
 		FROM spool.sub_partitions sp WHERE sp.sub_id = $1 AND sp.partition = $2`), id, partition, floor).Scan(&notDone)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: subscription %d partition %d: count below %d: %w", id, partition, floor, err)

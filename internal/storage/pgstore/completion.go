@@ -27,7 +27,7 @@ func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self in
 	}
 	byKey := map[[2]int64]*refcountOther{} // (sub, partition)
 	var keys [][2]int64
-	rows, err := tx.Query(ctx, e.sql(`SELECT s.id, sp.partition, coalesce(sp.start_offset, 0), sp.ack_floor, sp.cursor, s.state IN ('ACTIVE', 'PAUSED')
+	rows, err := tx.Query(ctx, e.sql(`SELECT s.id, sp.partition, coalesce(sp.start_offset, 0), sp.ack_floor, sp.cursor, s.state IN ('ACTIVE', 'PAUSED'), sp.skips
 		FROM spool.subscriptions s JOIN spool.sub_partitions sp ON sp.sub_id = s.id
 		WHERE s.topic_id = $1 AND s.id <> $2 AND s.state IN ('ACTIVE', 'PAUSED', 'DEAD') ORDER BY s.id, sp.partition`), topicID, self)
 	if err != nil {
@@ -37,10 +37,12 @@ func (e *Engine) refcountStarts(ctx context.Context, tx pgx.Tx, topicID, self in
 		var id int64
 		var p int32
 		o := &refcountOther{acked: map[int64]bool{}, open: map[int64]bool{}}
-		if err := rows.Scan(&id, &p, &o.start, &o.floor, &o.cursor, &o.live); err != nil {
+		var skips []int64
+		if err := rows.Scan(&id, &p, &o.start, &o.floor, &o.cursor, &o.live, &skips); err != nil {
 			rows.Close()
 			return nil, nil, fmt.Errorf("pgstore: refcount join: read ack floors: %w", err)
 		}
+		o.skips = runsFrom(skips, o.cursor)
 		k := [2]int64{id, int64(p)}
 		byKey[k] = o
 		keys = append(keys, k)
@@ -106,11 +108,12 @@ type refcountOther struct {
 	start, floor, cursor int64
 	live                 bool
 	acked, open          map[int64]bool // offsets of acked rows, of leased or waiting rows
+	skips                [][2]int64     // its skip runs at or above the cursor (done)
 }
 
 // doneRuns returns the offsets o has done at or above its ack floor as sorted runs: those below
-// the cursor with no leased or waiting row, and those of acked rows. Its cost is in o's rows,
-// not in the offsets the runs cover.
+// the cursor with no leased or waiting row, those of acked rows and its skip runs. Its cost is in
+// o's rows and runs, not in the offsets the runs cover.
 func (o *refcountOther) doneRuns() [][2]int64 {
 	open := make([]int64, 0, len(o.open))
 	for off := range o.open {
@@ -119,7 +122,7 @@ func (o *refcountOther) doneRuns() [][2]int64 {
 		}
 	}
 	slices.Sort(open)
-	runs := make([][2]int64, 0, len(open)+1+len(o.acked))
+	runs := make([][2]int64, 0, len(open)+1+len(o.acked)+len(o.skips))
 	lo := o.floor
 	for _, off := range open {
 		if lo < off {
@@ -135,6 +138,7 @@ func (o *refcountOther) doneRuns() [][2]int64 {
 			runs = append(runs, [2]int64{off, off + 1})
 		}
 	}
+	runs = append(runs, o.skips...)
 	slices.SortFunc(runs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
 	out := runs[:0]
 	for _, r := range runs {
@@ -171,8 +175,15 @@ func (e *Engine) refcountJoin(ctx context.Context, tx pgx.Tx, topicID, self int6
 // markSkipped marks the skipped runs of a new (or restarted) subscription done and records them
 // excluded: it is not in their sets, like the messages below its start.
 func (e *Engine) markSkipped(ctx context.Context, tx pgx.Tx, id, topicID int64, skips [][][2]int64) error {
+	if !anyRuns(skips) {
+		return nil
+	}
+	have, err := e.loadSkips(ctx, tx, id)
+	if err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
-	e.queueSkips(b, id, topicID, skips, "excluded", e.now(), e.now())
+	e.queueSkips(b, id, topicID, skips, have, "excluded", e.now())
 	if b.Len() == 0 {
 		return nil
 	}
@@ -194,35 +205,77 @@ func (e *Engine) highWaters(ctx context.Context, tx pgx.Tx, topicID int64) ([]in
 }
 
 // queueSkips queues, for subscription id of topicID, the statements that mark the runs skips done
-// (refcountStarts): their offsets leave its delivery rows, those at or above its cursor get an
-// acked row, and each run gets a completion record of state (removed at at for a subscription
-// back from DEAD, excluded for a new one). The caller then recomputes the ack floor.
-func (e *Engine) queueSkips(b *pgx.Batch, id, topicID int64, skips [][][2]int64, state string, at time.Time, now time.Time) {
+// (refcountStarts): their offsets leave its delivery rows, those at or above its cursor join its
+// skip runs (sub_partitions.skips, merged with have, its runs and cursor per partition as
+// loadSkips read them), and each run gets a completion record of state (removed at at for a
+// subscription back from DEAD, excluded for a new one). Every statement is in the runs, never in
+// the offsets they cover. The caller then recomputes the ack floor.
+func (e *Engine) queueSkips(b *pgx.Batch, id, topicID int64, skips [][][2]int64, have map[int32]partSkips, state string, at time.Time) {
 	for p, runs := range skips {
 		if len(runs) == 0 {
 			continue
 		}
-		var offs, los, his []int64
+		var los, his []int64
 		for _, r := range runs {
 			los, his = append(los, r[0]), append(his, r[1])
-			for o := r[0]; o < r[1]; o++ {
-				offs = append(offs, o)
-			}
 		}
+		lo, hi := slices.Min(los), slices.Max(his)
 		b.Queue(e.sql(`INSERT INTO spool.completions (sub_id, topic_id, partition, lo, hi, state, at)
 			SELECT $1, $2, $3, r.lo, r.hi, $6, $7 FROM unnest($4::bigint[], $5::bigint[]) AS r(lo, hi)
 			ON CONFLICT DO NOTHING`), id, topicID, p, los, his, state, at)
-		b.Queue(e.sql(`DELETE FROM spool.deliveries WHERE sub_id = $1 AND partition = $2 AND offsets <@ $3::bigint[]`), id, p, offs)
-		b.Queue(e.sql(`UPDATE spool.deliveries
-			SET offsets = ARRAY(SELECT o FROM unnest(offsets) AS o WHERE o <> ALL ($3::bigint[]) ORDER BY o),
-				lo = (SELECT min(o) FROM unnest(offsets) AS o WHERE o <> ALL ($3::bigint[]))
-			WHERE sub_id = $1 AND partition = $2 AND offsets && $3::bigint[]`), id, p, offs)
-		b.Queue(e.sql(`INSERT INTO spool.deliveries (sub_id, partition, lo, offsets, state, attempt, member, due)
-			SELECT $1, $2, min(o), array_agg(o ORDER BY o), 'acked', 0, '', $4
-			FROM unnest($3::bigint[]) AS o
-			WHERE o >= (SELECT cursor FROM spool.sub_partitions WHERE sub_id = $1 AND partition = $2)
-			HAVING count(*) > 0`), id, p, offs, now)
+		// Rows with every offset in the runs go; the others lose the offsets in them.
+		const inRuns = `EXISTS (SELECT 1 FROM unnest($3::bigint[], $4::bigint[]) AS r(lo, hi) WHERE o >= r.lo AND o < r.hi)`
+		b.Queue(e.sql(`DELETE FROM spool.deliveries d WHERE d.sub_id = $1 AND d.partition = $2 AND d.lo >= $5 AND d.lo < $6
+			AND NOT EXISTS (SELECT 1 FROM unnest(d.offsets) AS o WHERE NOT `+inRuns+`)`), id, p, los, his, lo, hi)
+		b.Queue(e.sql(`UPDATE spool.deliveries d
+			SET offsets = ARRAY(SELECT o FROM unnest(d.offsets) AS o WHERE NOT `+inRuns+` ORDER BY o),
+				lo = (SELECT min(o) FROM unnest(d.offsets) AS o WHERE NOT `+inRuns+`)
+			WHERE d.sub_id = $1 AND d.partition = $2 AND d.lo < $6 AND d.offsets[cardinality(d.offsets)] >= $5
+				AND EXISTS (SELECT 1 FROM unnest(d.offsets) AS o WHERE `+inRuns+`)`), id, p, los, his, lo, hi)
+		h := have[int32(p)]
+		merged := mergeRuns(runsFrom(h.skips, h.cursor), runs)
+		b.Queue(e.sql(`UPDATE spool.sub_partitions SET skips = $3 WHERE sub_id = $1 AND partition = $2`),
+			id, p, flatRuns(runsFrom(flatRuns(merged), h.cursor)))
 	}
+}
+
+// partSkips is a subscription partition's cursor and skip runs (flattened), as loadSkips reads
+// them.
+type partSkips struct {
+	cursor int64
+	skips  []int64
+}
+
+// loadSkips reads the cursors and skip runs of subscription id's partitions (its rows locked).
+func (e *Engine) loadSkips(ctx context.Context, tx pgx.Tx, id int64) (map[int32]partSkips, error) {
+	rows, err := tx.Query(ctx, e.sql(`SELECT partition, cursor, skips FROM spool.sub_partitions WHERE sub_id = $1`), id)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: subscription %d: read skip runs: %w", id, err)
+	}
+	defer rows.Close()
+	out := map[int32]partSkips{}
+	for rows.Next() {
+		var p int32
+		var ps partSkips
+		if err := rows.Scan(&p, &ps.cursor, &ps.skips); err != nil {
+			return nil, fmt.Errorf("pgstore: subscription %d: read skip runs: %w", id, err)
+		}
+		out[p] = ps
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: subscription %d: read skip runs: %w", id, err)
+	}
+	return out, nil
+}
+
+// anyRuns reports whether skips has a run.
+func anyRuns(skips [][][2]int64) bool {
+	for _, runs := range skips {
+		if len(runs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // rejoin raises the ack floors of subscription id of refcount topic topicID, back from DEAD (it
@@ -274,7 +327,19 @@ func (e *Engine) rejoin(ctx context.Context, tx pgx.Tx, id, topicID int64, leftA
 		b.Queue(e.sql(`UPDATE spool.sub_partitions SET cursor = greatest(cursor, $3), ack_floor = greatest(ack_floor, $3)
 			WHERE sub_id = $1 AND partition = $2`), id, p, f)
 	}
-	e.queueSkips(b, id, topicID, skips, string(storage.CompletionRemoved), leftAt, e.now())
+	if anyRuns(skips) {
+		have, err := e.loadSkips(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		for p, f := range raised {
+			if h, ok := have[int32(p)]; ok && f > h.cursor {
+				h.cursor = f // the batch raises it first
+				have[int32(p)] = h
+			}
+		}
+		e.queueSkips(b, id, topicID, skips, have, string(storage.CompletionRemoved), leftAt)
+	}
 	if b.Len() == 0 {
 		return nil
 	}

@@ -97,6 +97,9 @@ type dpart struct {
 	hw, low       int64
 	cursor0       int64 // cursor as loaded
 	touched       bool  // floor or cursor may have changed
+	// skips are the runs at or above the cursor that a refcount join marked done (skipruns.go),
+	// sorted; the cursor jumps over them (newClaim.skipRuns).
+	skips [][2]int64
 }
 
 // deadItem is a message of the log to copy into the DLQ.
@@ -170,7 +173,7 @@ const loadQueries = 6
 func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string, want loadWant) {
 	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id), s.ordering
 		FROM spool.subscriptions s WHERE s.id = $1`), id)
-	b.Queue(e.sql(`SELECT partition, ack_floor, cursor FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
+	b.Queue(e.sql(`SELECT partition, ack_floor, cursor, skips FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
 	b.Queue(e.sql(`SELECT p.partition, p.next_offset, p.low_offset FROM spool.partitions p
 		WHERE p.topic_id = (SELECT s.topic_id FROM spool.subscriptions s WHERE s.id = $1)`), id)
 	// Every live row lists offsets at or above its partition's ack floor (the floor is the lowest
@@ -322,10 +325,12 @@ func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
 	rows, _ := br.Query()
 	for rows.Next() {
 		dp := &dpart{}
-		if err := rows.Scan(&dp.p, &dp.floor, &dp.cursor); err != nil {
+		var skips []int64
+		if err := rows.Scan(&dp.p, &dp.floor, &dp.cursor, &skips); err != nil {
 			return nil, wrap(err)
 		}
 		dp.cursor0 = dp.cursor
+		dp.skips = runsFrom(skips, dp.cursor)
 		st.parts = append(st.parts, dp)
 		st.partOf[dp.p] = dp
 	}
@@ -654,7 +659,7 @@ func (e *Engine) queueSave(b *pgx.Batch, st *dstate, now time.Time) {
 					WHERE d.sub_id = $1 AND d.partition = c.p AND d.lo >= (SELECT o.ack_floor FROM spool.sub_partitions o
 						WHERE o.sub_id = $1 AND o.partition = c.p)), c.cur)) AS floor
 				FROM unnest($2::int[], $3::bigint[]) AS c(p, cur))
-			UPDATE spool.sub_partitions sp SET cursor = f.cur, ack_floor = f.floor FROM f
+			UPDATE spool.sub_partitions sp SET cursor = f.cur, ack_floor = f.floor, skips = `+trimSkipsSQL("sp.skips", "f.cur")+` FROM f
 			WHERE sp.sub_id = $1 AND sp.partition = f.p AND (sp.cursor <> f.cur OR sp.ack_floor <> f.floor)`), id, tp, tc)
 	}
 }
@@ -947,9 +952,34 @@ func (nc *newClaim) room(dp *dpart) int {
 	return nc.pl.Remaining()
 }
 
-// skipAcked moves the cursor of dp over offsets acked before their delivery.
+// skipRuns moves the cursor of dp over the skip runs it reached (a refcount join marked them
+// done): a run at a time, never reading its messages. The acked rows inside a run (none are
+// made: acks of its offsets are already done) would be taken with it.
+func (nc *newClaim) skipRuns(dp *dpart) {
+	for len(dp.skips) > 0 && dp.skips[0][0] <= dp.cursor {
+		hi := dp.skips[0][1]
+		for _, r := range nc.st.rows {
+			if r.partition == dp.p && r.state == stAcked {
+				for _, o := range r.live() {
+					if o >= dp.cursor && o < hi {
+						nc.st.take(dp.p, o)
+					}
+				}
+			}
+		}
+		dp.cursor = max(dp.cursor, hi)
+		dp.skips = dp.skips[1:]
+		nc.st.touch(dp.p)
+	}
+}
+
+// skipAcked moves the cursor of dp over offsets acked before their delivery, and over skip runs.
 func (nc *newClaim) skipAcked(dp *dpart) {
 	for dp.cursor < dp.hw {
+		nc.skipRuns(dp)
+		if dp.cursor >= dp.hw {
+			return
+		}
 		r := nc.st.rowOf(dp.p, dp.cursor)
 		if r == nil || r.state != stAcked {
 			return
@@ -1097,6 +1127,9 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 		if nc.pl.Batch() || !nc.pl.Full() {
 			for _, dp := range order {
 				avail := dp.hw - dp.cursor
+				if len(dp.skips) > 0 {
+					avail = min(avail, dp.skips[0][0]-dp.cursor) // up to the next run, skipped whole
+				}
 				if avail <= 0 || alloc <= 0 || nc.room(dp) <= 0 || (round == 0 && relink[dp.p]) {
 					continue
 				}
@@ -1277,7 +1310,7 @@ func ackOn(st *dstate, batch []*dop, now time.Time) {
 				}
 				continue
 			}
-			if r.Offset < dp.cursor {
+			if r.Offset < dp.cursor || inRun(dp.skips, r.Offset) {
 				res.AlreadyDone++
 				continue
 			}

@@ -9,13 +9,13 @@ import (
 
 // statsSQL computes a subscription's figures per partition in one statement (one snapshot): its
 // floor and cursor, the partition's high-water mark, the leased, waiting and acked-ahead offsets
-// of its delivery rows; and, on every row, the subscription's replayed DLQ entries (leased,
+// of its delivery rows and its skip runs (skipruns.go); and, on every row, the subscription's replayed DLQ entries (leased,
 // waiting) and DLQ length. The replayed entries are counted through their partial index
 // (dlq_replay_due, 0005), and the DLQ length as all entries less those, which an index-only scan of
 // the primary key can count: a DLQ of millions still costs a count of its index entries.
-const statsSQL = `
+var statsSQL = `
 SELECT sp.partition, sp.ack_floor, sp.cursor, coalesce(p.next_offset, sp.cursor),
-	coalesce(d.leased, 0), coalesce(d.waiting, 0), coalesce(d.acked, 0),
+	coalesce(d.leased, 0), coalesce(d.waiting, 0), coalesce(d.acked, 0) + ` + skipCountSQL("sp.skips", "sp.cursor", "coalesce(p.next_offset, sp.cursor)") + `,
 	r.leased, r.waiting, (SELECT count(*) FROM spool.dlq q WHERE q.sub_id = $1) - r.leased - r.waiting
 FROM spool.sub_partitions sp
 CROSS JOIN (SELECT count(*) FILTER (WHERE q.replay = 'leased') AS leased, count(*) FILTER (WHERE q.replay = 'waiting') AS waiting

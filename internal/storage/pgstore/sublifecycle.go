@@ -214,7 +214,7 @@ func (e *Engine) SubscriptionConfigure(ctx context.Context, params *storage.Subs
 			if start != nil {
 				var progress bool
 				if err := tx.QueryRow(ctx, e.sql(`SELECT EXISTS (SELECT 1 FROM spool.sub_partitions WHERE sub_id = $1
-						AND (start_offset IS NULL OR ack_floor <> start_offset OR cursor <> start_offset))
+						AND (start_offset IS NULL OR ack_floor <> start_offset OR cursor <> start_offset OR skips IS NOT NULL))
 					OR EXISTS (SELECT 1 FROM spool.deliveries WHERE sub_id = $1)
 					OR EXISTS (SELECT 1 FROM spool.dlq WHERE sub_id = $1)`), s.ID).Scan(&progress); err != nil {
 					return fmt.Errorf("pgstore: subscription %d: progress: %w", s.ID, err)

@@ -192,6 +192,7 @@ func (e *Engine) forceSubFloor(ctx context.Context, tx pgx.Tx, sub int64, partit
 				WHERE d.sub_id = $1 AND d.partition = $2 AND d.lo < $4 AND d.state <> 'acked' AND o < $4),
 			(SELECT count(*) FROM spool.deliveries d CROSS JOIN LATERAL unnest(d.offsets) AS o
 				WHERE d.sub_id = $1 AND d.partition = $2 AND d.lo < $4 AND d.state = 'acked' AND o < $4)
+				+ `+skipCountSQL("sp.skips", "greatest(sp.cursor, $3)", "$4")+`
 		FROM spool.sub_partitions sp
 		WHERE sp.sub_id = $1 AND sp.partition = $2 AND sp.ack_floor = $3
 		FOR UPDATE`), sub, partition, floor, to).Scan(&cursor, &open, &ahead)

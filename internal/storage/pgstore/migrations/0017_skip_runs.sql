@@ -1,0 +1,11 @@
+-- 0017: skip runs of refcount joins. A subscription joining a refcount topic (new, or back from
+-- DEAD) marks done the runs of offsets above its start that every other subscription completed
+-- out of order (storage.RefcountSkips). Those at or above its cursor were an 'acked' delivery row
+-- listing every offset: a join over a window of a million messages wrote a million-element array,
+-- which every claim of the subscription then loaded. skips holds them as runs: sorted, disjoint
+-- [lo, hi) pairs, flattened (lo1, hi1, lo2, hi2, ...), done and never to be delivered; a claim's
+-- cursor jumps over a run when it reaches it, and the pairs it passed are dropped when it saves
+-- the cursor. A run, or the part of one, below the cursor means nothing (retention, zombie_ttl and
+-- backfill raise cursors without trimming skips). NULL: none (a column without default: adding it
+-- rewrites nothing).
+ALTER TABLE spool.sub_partitions ADD COLUMN skips bigint[];
