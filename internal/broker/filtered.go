@@ -311,15 +311,27 @@ func (o *owner) readOthers() *othersView {
 // Broker.maxSharedMembers members (storage.MaxRenewMembers), so one write holds its joins and
 // its leaves. Ordered groups keep their own renewals (ordered.go).
 func (o *owner) recordMembers(joins []*event, left []string) error {
+	var ms []*Member
+	for _, ev := range joins {
+		if slices.Contains(o.members, ev.m) { // not gone again in the same batch
+			ms = append(ms, ev.m)
+		}
+	}
+	return o.writeRecords(ms, left)
+}
+
+// recordAll writes the records of every member here (after a failed write).
+func (o *owner) recordAll() error { return o.writeRecords(o.members, nil) }
+
+// writeRecords records members ms of o's subscription and forgets those that left (not back).
+func (o *owner) writeRecords(ms []*Member, left []string) error {
 	b := o.b
 	if !b.sharedEngine || o.ord != nil {
 		return nil
 	}
-	var refs []storage.MemberRef
-	for _, ev := range joins {
-		if slices.Contains(o.members, ev.m) { // not gone again in the same batch
-			refs = append(refs, storage.MemberRef{SubscriptionID: o.id, Member: ev.m.id, Filter: ev.m.filter.String()})
-		}
+	refs := make([]storage.MemberRef, 0, len(ms))
+	for _, m := range ms {
+		refs = append(refs, storage.MemberRef{SubscriptionID: o.id, Member: m.id, Filter: m.filter.String()})
 	}
 	var forget []storage.MemberRef
 	for _, id := range left {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -528,5 +529,65 @@ func TestFilterSharedEngineJoinWaitsForRecord(t *testing.T) {
 	}
 	if recs := records(); len(recs) != 1 || recs[0].Member != "w" || recs[0].Filter != "x=1" || recs[0].Instance != bi.b.instance {
 		t.Fatalf("records when Subscribe returned: %+v, want w with filter x=1", recs)
+	}
+}
+
+// failingRenew wraps the engine at the broker boundary: while fail is set, member record writes
+// (SubscriptionMembersRenew with members) fail, counted.
+type failingRenew struct {
+	storage.Engine
+	fail   atomic.Bool
+	failed atomic.Int64
+}
+
+func (f *failingRenew) SubscriptionMembersRenew(ctx context.Context, p *storage.SubscriptionMembersRenewParams) (*storage.SubscriptionMembersRenewResult, error) {
+	if f.fail.Load() && len(p.Members) > 0 {
+		f.failed.Add(1)
+		return nil, fmt.Errorf("%w: injected", storage.ErrUnavailable)
+	}
+	return f.Engine.SubscriptionMembersRenew(ctx, p)
+}
+
+// A pattern member joined to a topic created after it subscribed keeps the join when its record
+// write fails (no Subscribe waits for it), and its owner writes the record again before its next
+// pass: other instances see the member then, not only at the next liveness renewal (an hour
+// here), during which they would complete the messages it wants as filtered.
+func TestFilterRecordWrittenAgainAfterFailure(t *testing.T) {
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_brec_")
+	fr := &failingRenew{}
+	in := startPGInstance(t, url, schema, newFakeClock(), func(c *Config) { fr.Engine = c.Engine; c.Engine = fr })
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	m, err := in.b.Subscribe(ctx, SubscribeParams{Pattern: "orders.*", MemberID: "eu", MaxInFlight: 10, Filter: "region=eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr.fail.Store(true)
+	if _, err := in.b.CreateTopic(ctx, "orders.new", storage.TopicConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	var sub int64
+	eventually(t, "the member attached to the new topic, its record write failed", func() error {
+		for _, a := range m.Subscriptions() {
+			if a.Topic == "orders.new" {
+				sub = a.SubscriptionID
+			}
+		}
+		if sub == 0 || fr.failed.Load() == 0 {
+			return fmt.Errorf("subscription %d, %d failed writes", sub, fr.failed.Load())
+		}
+		return nil
+	})
+	fr.fail.Store(false)
+	if _, err := in.b.Publish(ctx, "orders.new", []storage.AppendMessage{{Partition: storage.PartitionAuto,
+		Headers: map[string]string{"region": "eu"}, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, m, 1) // the owner made a pass
+	var filter string
+	err = in.eng.Pool().QueryRow(ctx, fmt.Sprintf("SELECT filter FROM %s.sub_members WHERE sub_id = $1 AND member = 'eu'", schema), sub).Scan(&filter)
+	if err != nil || filter != "region=eu" {
+		t.Fatalf("record of member eu on subscription %d after the owner's pass: %q, %v", sub, filter, err)
 	}
 }

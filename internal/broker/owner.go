@@ -66,6 +66,9 @@ type owner struct {
 	problem string
 	// passCut is set when the last pass stopped at maxPass: the next one starts at once.
 	passCut bool
+	// recordAgain: writing the records of joined members failed (filtered.go): write them all
+	// again before the next pass.
+	recordAgain bool
 	// ord is the state of an ORDERED subscription (ordered.go), nil for a shared one.
 	ord *ordered
 	// filtering is true while a member here has a filter: claims are routed (filtered.go).
@@ -272,6 +275,9 @@ func (o *owner) run() {
 		}
 		// An ordered subscription rebalances first when one is due (ordered.go).
 		rebalanceIn := o.rebalanceDue()
+		if o.recordAgain {
+			o.recordAgain = o.recordAll() != nil
+		}
 		o.passCut = false
 		wait, delivered, gone := o.dispatch(idlePoll(b.pollInterval, quiet))
 		if gone {
@@ -292,7 +298,9 @@ func (o *owner) run() {
 			return
 		case <-o.signal:
 		case <-timer.C:
-			quiet++
+			if !o.passCut {
+				quiet++ // a pass cut at maxPass is not an idle poll
+			}
 		}
 		o.idle.Store(false)
 	}
@@ -343,7 +351,11 @@ func (o *owner) handleEvents() bool {
 			}
 		}
 		if len(evs) > 0 {
-			answer(joins, o.recordMembers(joins, left))
+			err := o.recordMembers(joins, left)
+			// A Subscribe answered with the error closes its member; a join from a topic's
+			// creation (attachMatching) stays: its record is written again before the next pass.
+			o.recordAgain = o.recordAgain || (err != nil && len(joins) > 0)
+			answer(joins, err)
 		}
 		if len(o.members) > 0 {
 			return true
