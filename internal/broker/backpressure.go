@@ -241,7 +241,8 @@ func batchBytes(msgs []storage.AppendMessage) int64 {
 // estimated backlog and returns the wait of a throttled one, or refuses it (counting nothing)
 // when the backlog before the batch is at the bound: the accepted messages exceed the bound by
 // less than one batch, even with concurrent publishes (each adds its batch first, so later ones
-// see it).
+// see it). A publish that would wait is refused with ErrWouldThrottle (counting nothing) when
+// opts.NoWait is set.
 func (b *Broker) admit(topic string, msgs []storage.AppendMessage, opts PublishOptions) (time.Duration, admission, error) {
 	b.bp.mu.RLock()
 	defer b.bp.mu.RUnlock()
@@ -271,8 +272,14 @@ func (b *Broker) admit(topic string, msgs []storage.AppendMessage, opts PublishO
 		return 0, admission{}, &BackpressureError{Topic: topic, Backlog: estMsgs, Bound: boundText(&t.info, estBytes),
 			RetryAfter: b.retryAfter(t, r)}
 	case levelThrottled:
+		d := b.throttleDelay(r)
+		if d > 0 && opts.NoWait {
+			t.acceptedMsgs.Add(-a.msgs)
+			t.acceptedBytes.Add(-a.nbytes)
+			return 0, admission{}, ErrWouldThrottle
+		}
 		t.throttled.Add(1)
-		return b.throttleDelay(r), a, nil
+		return d, a, nil
 	}
 	return 0, a, nil
 }

@@ -443,3 +443,34 @@ func TestBackpressureThrottleBetweenReads(t *testing.T) {
 		t.Fatalf("at 50%% after the release: %+v, want throttled (no publish slowed yet)", i)
 	}
 }
+
+// A publish with NoWait that the throttle would delay is refused with ErrWouldThrottle and counts
+// nothing (neither in the estimated backlog nor as throttled); one the throttle would not delay,
+// or a priority one, is appended; the same publish without NoWait waits and is appended.
+func TestBackpressureNoWait(t *testing.T) {
+	e := newBPEnv(t)
+	e.createTopic("bp", storage.TopicConfig{MaxBacklogMessages: 10, BacklogPolicy: storage.BacklogThrottle})
+	e.publishN("bp", "m", 4)
+	wantState(t, e.refreshBP(), BackpressureNormal, 4)
+	if err := e.tryPublish("bp", "normal", PublishOptions{NoWait: true}); err != nil {
+		t.Fatalf("NoWait publish below the throttle: %v", err)
+	}
+	e.publishN("bp", "n", 1)
+	before := e.refreshBP()
+	wantState(t, before, BackpressureThrottled, 6)
+	if err := e.tryPublish("bp", "refused", PublishOptions{NoWait: true}); !errors.Is(err, ErrWouldThrottle) {
+		t.Fatalf("NoWait publish while throttled: %v, want ErrWouldThrottle", err)
+	}
+	if i, _ := e.b.TopicBackpressure("bp"); i.BacklogMessages != 6 || i.Throttled != before.Throttled {
+		t.Fatalf("after a NoWait refusal: %+v, want backlog 6 and %d throttled", i, before.Throttled)
+	}
+	if err := e.tryPublish("bp", "priority", PublishOptions{NoWait: true, Priority: true}); err != nil {
+		t.Fatalf("NoWait priority publish: %v", err)
+	}
+	if err := e.tryPublish("bp", "waited", PublishOptions{}); err != nil {
+		t.Fatalf("throttled publish: %v", err)
+	}
+	if i, _ := e.b.TopicBackpressure("bp"); i.BacklogMessages != 8 || i.Throttled != before.Throttled+1 {
+		t.Fatalf("after a throttled publish: %+v, want backlog 8 and %d throttled", i, before.Throttled+1)
+	}
+}

@@ -16,6 +16,11 @@ var (
 	// ErrMemberClosed is returned by the methods of a Member after Close (or after the broker
 	// stopped, which closes every member).
 	ErrMemberClosed = errors.New("broker: member closed")
+
+	// ErrWouldThrottle refuses a publish with PublishOptions.NoWait that its topic's throttle
+	// would delay; nothing was counted or appended. It never reaches a client: the caller
+	// publishes again where it can wait.
+	ErrWouldThrottle = errors.New("broker: the publish would be throttled")
 )
 
 // invalid and invalidName are the shared validation errors of package storage

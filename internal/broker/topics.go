@@ -28,6 +28,10 @@ type PublishOptions struct {
 	// Priority: the publisher holds the priority permission on the topic and is exempt from its
 	// backpressure (backpressure.go).
 	Priority bool
+	// NoWait: the caller must not wait (it appends other topics' publishes too): a publish its
+	// topic's throttle would delay is refused with ErrWouldThrottle instead, counting nothing;
+	// the caller publishes it again without NoWait where it can wait (server/publish.go).
+	NoWait bool
 }
 
 // PublishWith is Publish with hints for the engine.
@@ -149,8 +153,9 @@ func (b *Broker) appendTo(ctx context.Context, topic string, msgs []storage.Appe
 	}
 	// Backpressure: a refused publish changes nothing; an admitted one counts in the topic's
 	// estimated backlog until its append finished (adm.appended: here when appendFn fails,
-	// otherwise by appendFn's caller); a throttled one waits before its append (its
-	// connection's later publishes wait behind it: TCP pushes back).
+	// otherwise by appendFn's caller); a throttled one waits before its append (the TCP
+	// server's later publishes to the topic on that connection wait behind it), or is refused
+	// with ErrWouldThrottle when the caller cannot wait (PublishOptions.NoWait).
 	delay, adm, err := b.admit(topic, msgs, opts)
 	if err != nil {
 		return fmt.Errorf("broker: publish to %q: %w", topic, err)
