@@ -352,12 +352,16 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) 
 		if e := b.c.authorize(auth.Publish, m.Topic, ""); e != nil {
 			b.c.observePublish(m.Topic, len(m.Messages), time.Now(), e)
 			b.reply(corr, e)
-		} else if b.inlinePublish() {
+		} else if !b.inlinePublish() {
+			b.queuePublish(corr, m, size)
+		} else {
 			now := time.Now()
 			prompt := b.c.nw.Since(now) < promptWithin
-			b.reply(corr, b.appendOne(pubReq{corr: corr, msg: m, start: now, size: size, prompt: prompt}).msg)
-		} else {
-			b.queuePublish(corr, m, size)
+			if it, ok := b.appendOne(pubReq{corr: corr, msg: m, start: now, size: size, prompt: prompt}); ok {
+				b.reply(corr, it.msg)
+			} else {
+				b.queuePublish(corr, m, size) // throttled: a lane waits for it (publish.go)
+			}
 		}
 	case *protocol.Subscribe:
 		b.subscribe(corr, m)

@@ -88,6 +88,11 @@ type conn struct {
 	// Stop gave up waiting.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// quitCtx is ctx, also cancelled when quit closes: the throttle wait of a publish lane
+	// (publish.go) ends with an interrupted session instead of holding its end for up to the
+	// topic's delay.
+	quitCtx    context.Context
+	quitCancel context.CancelFunc
 
 	// wake (capacity 1) wakes the writer: a response was queued, deliveries arrived in a member's
 	// channel (the members' Notify), a subscription ended, the server said goodbye.
@@ -143,6 +148,7 @@ type conn struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	id := s.newSessionID()
 	ctx, cancel := context.WithCancel(s.rootCtx)
+	quitCtx, quitCancel := context.WithCancel(ctx)
 	remote := nc.RemoteAddr().String()
 	return &conn{
 		srv:        s,
@@ -155,6 +161,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		logger:     s.logger.With(slog.String("session", id), slog.String("remote", remote)),
 		ctx:        ctx,
 		cancel:     cancel,
+		quitCtx:    quitCtx,
+		quitCancel: quitCancel,
 		wake:       make(chan struct{}, 1),
 		flushed:    make(chan struct{}, 1),
 		stopWriter: make(chan struct{}),
@@ -552,7 +560,7 @@ func (c *conn) goodbye() {
 // undo the interrupt.
 func (c *conn) interrupt() {
 	c.interrupted.Store(true)
-	c.quitOnce.Do(func() { close(c.quit) })
+	c.quitOnce.Do(c.closeQuit)
 	_ = c.nc.SetReadDeadline(time.Now())
 }
 
@@ -560,7 +568,7 @@ func (c *conn) interrupt() {
 // reads and writes fail.
 func (c *conn) abort() {
 	c.interrupted.Store(true)
-	c.quitOnce.Do(func() { close(c.quit) })
+	c.quitOnce.Do(c.closeQuit)
 	c.closeSocket()
 }
 
@@ -569,6 +577,12 @@ func (c *conn) abort() {
 func (c *conn) setReadDeadline(t time.Time) bool {
 	_ = c.nc.SetReadDeadline(t)
 	return !c.interrupted.Load()
+}
+
+// closeQuit closes quit and cancels quitCtx (once, through quitOnce).
+func (c *conn) closeQuit() {
+	close(c.quit)
+	c.quitCancel()
 }
 
 func (c *conn) closeSocket() {

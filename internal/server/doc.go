@@ -7,8 +7,11 @@
 // byte (within Config.HandshakeTimeout): 0x00 starts a binary session (the preamble), anything
 // else a text session. The reader then starts the connection's writer goroutine. A binary
 // session that publishes also gets a third goroutine, its publish stage's worker (started on the
-// first Publish, stopped by the reader when the session ends). All three are counted in the
-// server's WaitGroup; a connection never runs more.
+// first Publish, stopped by the reader when the session ends), and a publish lane per topic
+// whose throttle (backlog_policy throttle) delays one of its publishes: the lane waits for the
+// throttle and appends that topic's publishes in order while the worker goes on with the other
+// topics (started by the worker, ended when no publish of its topic is queued; at most as many
+// as publishes the connection may have queued). All are counted in the server's WaitGroup.
 //
 //	              accept loop (1)
 //	                   │ one per connection
@@ -24,7 +27,8 @@
 //	members          completion answers
 //
 // Ordering (docs/protocol.md section 6): a connection's publishes to one topic are appended in
-// the order received (one worker, a FIFO queue, engine calls queued one after the other); every other request
+// the order received (one worker, a FIFO queue, engine calls queued one after the other; while a
+// topic has a lane, all its publishes go through the lane, in order); every other request
 // runs on the reader, in the order received, and never waits behind a publish's fsync, except
 // that consecutive Acks read one after the other without waiting for the socket (at most 64) run
 // at the same time, so that they share the engine's commits, and so do consecutive Nacks

@@ -23,10 +23,24 @@ import (
 // request is answered with its own positions. The worker does not wait for the fsync: it hands
 // the call to the engine (broker.PublishAsync), whose completion answers the call's requests,
 // and takes the requests that arrived meanwhile, queued in the engine behind the previous ones
-// (an engine that cannot append asynchronously, PostgreSQL, runs the call on the worker, and the
-// next requests queue up meanwhile). A request counts against the connection's pipelining limit
-// until it is answered. Acks, nacks, extends and every other request stay on the reader, in
-// order among themselves, and never wait behind a publish's fsync.
+// (an engine that cannot append asynchronously would run the call on the worker; both engines
+// can). A request counts against the connection's pipelining limit until it is answered. Acks,
+// nacks, extends and every other request stay on the reader, in order among themselves, and
+// never wait behind a publish's fsync.
+//
+// Throttled topics get a lane. The worker publishes with broker.PublishOptions.NoWait: a call
+// its topic's throttle (backlog_policy throttle, docs/protocol.md section 8.3) would delay is
+// refused before anything is counted, and the worker hands that call's requests and the
+// topic's later ones to a lane of the topic, a goroutine that publishes them in order, waiting
+// for the throttle. While a topic has a lane, the worker hands it every new request of the
+// topic (per-topic order holds); the lane ends once its queue is empty. So a throttled publish
+// delays only the later publishes of its topic on the connection: the others are appended and
+// answered meanwhile (before the throttled one: answers may come in any order, section 6).
+// Lanes need no bound of their own: their requests count against the connection's pipelining
+// bounds until answered, like every queued publish, so there are at most that many lanes. A
+// lane's throttle wait ends when the session is interrupted (conn.quitCtx): its publish is
+// answered CLOSED, nothing appended (the engines' asynchronous appends take no context: one
+// already queued completes).
 //
 // One exception saves a goroutine hand-off on the most common path, a connection that publishes
 // one request at a time and consumes nothing: when nothing is queued, no other frame has arrived
@@ -34,7 +48,8 @@ import (
 // and writes its answer itself too when the writer is idle (binarySession.answer; the worker
 // does the same for the answers of its rounds). Frames that arrive meanwhile wait in the socket
 // and are handed to the worker afterwards; the order holds since nothing else of the connection
-// was being appended.
+// was being appended. The reader does not wait for a throttle either: it publishes with NoWait
+// too, and a refused Publish goes to the worker, which hands it to a lane.
 //
 // A merged call is all or nothing; when it fails for a reason one request can cause on its own
 // (INVALID_ARGUMENT, MESSAGE_TOO_LARGE: the engine validates every message before writing, so
@@ -87,6 +102,16 @@ type pubStage struct {
 	unkicked bool
 	started  bool
 	stopping bool
+	// lanes are the topics whose publishes wait for their throttle on a goroutine of their own,
+	// by topic (the stage's comment).
+	lanes map[string]*pubLane
+}
+
+// pubLane is the lane of one throttled topic: its requests not yet taken by its goroutine, in
+// order (guarded by pubStage.mu).
+type pubLane struct {
+	topic string
+	queue []pubReq
 }
 
 func newPubStage() pubStage {
@@ -185,9 +210,9 @@ func (c *conn) waitPublishes() bool {
 	}
 }
 
-// stopPublishes ends the publish stage after the session ended: the worker appends what is
-// still queued (answered CLOSED instead when the connection was interrupted or broke) and
-// returns, and the appends still in the engine are answered. Reader goroutine only.
+// stopPublishes ends the publish stage after the session ended: the worker and the lanes append
+// what is still queued (answered CLOSED instead when the connection was interrupted or broke)
+// and return, and the appends still in the engine are answered. Reader goroutine only.
 func (c *conn) stopPublishes() {
 	p := &c.pub
 	p.mu.Lock()
@@ -229,15 +254,69 @@ func (b *binarySession) publishLoop() {
 		}
 		select {
 		case <-c.quit:
-			items := make([]outItem, len(batch))
-			for i, r := range batch {
-				items[i] = outItem{corr: r.corr, msg: protocol.ErrClosed.Errorf("the connection is closing; the publish was not processed")}
-			}
-			c.enqueueAll(items)
-			b.answered(batch)
+			b.refuseClosed(batch)
 		default:
 			b.publishRound(batch)
 		}
+	}
+}
+
+// refuseClosed answers reqs CLOSED (the session was interrupted; nothing was appended).
+func (b *binarySession) refuseClosed(reqs []pubReq) {
+	items := make([]outItem, len(reqs))
+	for i, r := range reqs {
+		items[i] = outItem{corr: r.corr, msg: protocol.ErrClosed.Errorf("the connection is closing; the publish was not processed")}
+	}
+	b.c.enqueueAll(items)
+	b.answered(reqs)
+}
+
+// laneLoop is the goroutine of a throttled topic's lane: it publishes the lane's requests in
+// order, waiting for the topic's throttle, and ends (removing the lane) once none is left.
+func (b *binarySession) laneLoop(l *pubLane) {
+	c := b.c
+	p := &c.pub
+	defer c.srv.wg.Done()
+	for {
+		p.mu.Lock()
+		reqs := l.queue
+		l.queue = nil
+		if len(reqs) == 0 {
+			delete(p.lanes, l.topic)
+		}
+		p.mu.Unlock()
+		if len(reqs) == 0 {
+			return
+		}
+		select {
+		case <-c.quit:
+			b.refuseClosed(reqs)
+		default:
+			b.appendTopic(l.topic, reqs, true)
+		}
+	}
+}
+
+// toLane hands reqs (one topic, in order) to the topic's lane, starting it if the topic has
+// none. Worker goroutine only (the only one that starts lanes).
+func (b *binarySession) toLane(topic string, reqs []pubReq) {
+	c := b.c
+	p := &c.pub
+	p.mu.Lock()
+	l := p.lanes[topic]
+	start := l == nil
+	if start {
+		if p.lanes == nil {
+			p.lanes = make(map[string]*pubLane)
+		}
+		l = &pubLane{topic: topic}
+		p.lanes[topic] = l
+	}
+	l.queue = append(l.queue, reqs...)
+	p.mu.Unlock()
+	if start {
+		c.srv.wg.Add(1)
+		go b.laneLoop(l)
 	}
 }
 
@@ -256,7 +335,8 @@ func (b *binarySession) answered(reqs []pubReq) {
 }
 
 // publishRound appends the requests of one round: per topic, in order, in calls of at most
-// protocol.MaxBatch messages (a single larger request goes alone). The calls do not wait for
+// protocol.MaxBatch messages (a single larger request goes alone); the requests of a topic
+// with a lane go to its lane, as do those its throttle would delay. The calls do not wait for
 // their appends (broker.PublishAsync): the engine's completion of each call sends its answers
 // (answer: written to the socket at once when the writer is idle, else queued for it), so that
 // the worker takes the requests that arrive meanwhile at once, and the engine commits them
@@ -271,42 +351,73 @@ func (b *binarySession) publishRound(batch []pubReq) {
 		}
 		byTopic[r.msg.Topic] = append(byTopic[r.msg.Topic], r)
 	}
+	p := &b.c.pub
 	for _, topic := range topics {
 		reqs := byTopic[topic]
-		for len(reqs) > 0 {
-			n, msgs := 1, len(reqs[0].msg.Messages)
-			for n < len(reqs) && msgs+len(reqs[n].msg.Messages) <= protocol.MaxBatch {
-				msgs += len(reqs[n].msg.Messages)
-				n++
-			}
-			b.appendMerged(topic, reqs[:n], msgs)
-			reqs = reqs[n:]
+		p.mu.Lock()
+		l := p.lanes[topic]
+		if l != nil {
+			l.queue = append(l.queue, reqs...)
+		}
+		p.mu.Unlock()
+		if l == nil {
+			b.appendTopic(topic, reqs, false)
 		}
 	}
 }
 
+// appendTopic appends reqs (one topic, in order) in calls of at most protocol.MaxBatch messages.
+// A lane waits for the topic's throttle (wait); the worker does not: the call the throttle would
+// delay and the requests after it go to the topic's lane.
+func (b *binarySession) appendTopic(topic string, reqs []pubReq, wait bool) {
+	for len(reqs) > 0 {
+		n, msgs := 1, len(reqs[0].msg.Messages)
+		for n < len(reqs) && msgs+len(reqs[n].msg.Messages) <= protocol.MaxBatch {
+			msgs += len(reqs[n].msg.Messages)
+			n++
+		}
+		if done := b.appendMerged(topic, reqs[:n], msgs, wait); done < n {
+			b.toLane(topic, reqs[done:])
+			return
+		}
+		reqs = reqs[n:]
+	}
+}
+
 // appendMerged appends reqs (one topic, total messages in all) with one broker call, whose
-// completion answers them; see the stage's comment for the fallback on errors.
-func (b *binarySession) appendMerged(topic string, reqs []pubReq, total int) {
+// completion answers them; see the stage's comment for the fallback on errors. It returns how
+// many of reqs it handled: fewer when, without wait, the topic's throttle would delay the rest
+// (nothing of them was counted or appended).
+func (b *binarySession) appendMerged(topic string, reqs []pubReq, total int, wait bool) int {
 	c := b.c
 	now := c.srv.cfg.Clock.Now()
 	msgs := make([]storage.AppendMessage, 0, total)
 	for _, r := range reqs {
 		msgs = appendMessagesTo(msgs, r.msg.Messages, now)
 	}
-	err := c.srv.broker.PublishAsync(c.ctx, topic, msgs, broker.PublishOptions{Priority: c.priority(topic)}, func(ps []storage.MessagePosition, err error) {
+	ctx := c.ctx
+	if wait {
+		ctx = c.quitCtx // an interrupted session ends the throttle wait
+	}
+	opts := broker.PublishOptions{Priority: c.priority(topic), NoWait: !wait}
+	err := c.srv.broker.PublishAsync(ctx, topic, msgs, opts, func(ps []storage.MessagePosition, err error) {
 		b.answerMerged(reqs, total, ps, err)
 	})
 	switch {
 	case err == nil:
+	case errors.Is(err, broker.ErrWouldThrottle):
+		return 0
 	case len(reqs) > 1 && (errors.Is(err, storage.ErrInvalidArgument) || errors.Is(err, storage.ErrMessageTooLarge)):
 		// Refused before anything was appended, for a reason one request can cause alone.
-		for _, r := range reqs {
-			b.appendMerged(topic, []pubReq{r}, len(r.msg.Messages))
+		for i, r := range reqs {
+			if b.appendMerged(topic, reqs[i:i+1], len(r.msg.Messages), wait) == 0 {
+				return i
+			}
 		}
 	default:
 		b.answerMerged(reqs, total, nil, err)
 	}
+	return len(reqs)
 }
 
 // answerMerged answers the requests of one broker call (total messages in all) with their
@@ -330,11 +441,17 @@ func (b *binarySession) answerMerged(reqs []pubReq, total int, ps []storage.Mess
 	b.answered(reqs)
 }
 
-// appendOne appends one request with its own broker call and returns its answer.
-func (b *binarySession) appendOne(r pubReq) outItem {
+// appendOne appends one request with its own broker call and returns its answer; false when the
+// topic's throttle would delay it (nothing was counted or appended: the reader must not wait,
+// the request goes to the publish stage instead).
+func (b *binarySession) appendOne(r pubReq) (outItem, bool) {
 	c := b.c
-	ps, err := c.srv.broker.PublishWith(c.ctx, r.msg.Topic, appendMessages(r.msg.Messages, c.srv.cfg.Clock.Now()), broker.PublishOptions{Prompt: r.prompt, Priority: c.priority(r.msg.Topic)})
-	return b.published(r, ps, err)
+	opts := broker.PublishOptions{Prompt: r.prompt, Priority: c.priority(r.msg.Topic), NoWait: true}
+	ps, err := c.srv.broker.PublishWith(c.ctx, r.msg.Topic, appendMessages(r.msg.Messages, c.srv.cfg.Clock.Now()), opts)
+	if errors.Is(err, broker.ErrWouldThrottle) {
+		return outItem{}, false
+	}
+	return b.published(r, ps, err), true
 }
 
 // published counts the outcome of r's append and returns its answer.

@@ -57,8 +57,8 @@ type Server struct {
 	// sessionPrefix makes session ids unique across restarts.
 	sessionPrefix string
 
-	// wg counts the accept loop, every connection goroutine (reader, writer, publish worker) and
-	// the goroutines answering connections over the limit.
+	// wg counts the accept loop, every connection goroutine (reader, writer, publish worker and
+	// lanes) and the goroutines answering connections over the limit.
 	wg sync.WaitGroup
 	// rootCtx is the parent of every connection's context; cancelled when Stop gives up waiting.
 	rootCtx    context.Context
