@@ -67,7 +67,7 @@ func startCLIStack(t *testing.T, mods ...func(*wal.Config, *broker.Config)) *cli
 	if err := srv.Start(ctx, ln); err != nil {
 		t.Fatalf("server.Start: %v", err)
 	}
-	h, err := admin.New(admin.Config{Broker: br})
+	h, err := admin.New(admin.Config{Broker: br, Sessions: adminSessions(srv)})
 	if err != nil {
 		t.Fatalf("admin.New: %v", err)
 	}

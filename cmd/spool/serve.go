@@ -322,13 +322,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		Metrics:  m,
 		Logger:   logger,
 		Auth:     authz,
-		Sessions: func() []admin.Session {
-			var out []admin.Session
-			for _, s := range srv.Sessions() {
-				out = append(out, admin.Session{ID: s.ID, Mode: s.Mode, Remote: s.Remote, Client: s.Client, Opened: s.Opened, Members: s.Members})
-			}
-			return out
-		},
+		Sessions: adminSessions(srv),
 		Ready: func() error {
 			if shuttingDown.Load() {
 				return errors.New("shutting down")
@@ -479,4 +473,16 @@ func shutdown(stopCtx func() (context.Context, context.CancelFunc), logger *slog
 		logger.Error("shutdown", slog.Any("error", err))
 	}
 	return err
+}
+
+// adminSessions lists srv's connections for the admin API (GET /admin/connections).
+func adminSessions(srv *server.Server) func() []admin.Session {
+	return func() []admin.Session {
+		var out []admin.Session
+		for _, s := range srv.Sessions() {
+			out = append(out, admin.Session{ID: s.ID, Mode: s.Mode, Remote: s.Remote, Client: s.Client,
+				ProtocolVersion: s.ProtocolVersion, Opened: s.Opened, Members: s.Members})
+		}
+		return out
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
-	"github.com/spoolmq/spool/protocol"
 )
 
 // Seed 002's remaining documented HTTP paths (milestone checks M1-18, M4-9 and M4-10, and the
@@ -135,7 +134,10 @@ type Session struct {
 	Mode   string // "binary", "text", or "" before the first byte
 	Remote string
 	Client string
-	Opened time.Time
+	// ProtocolVersion is the binary protocol version the connection negotiated (0 for the text
+	// mode and before the handshake).
+	ProtocolVersion int
+	Opened          time.Time
 	// Members are the IDs of the connection's members.
 	Members []string
 }
@@ -146,7 +148,8 @@ type SeedConnection struct {
 	Remote string `json:"remote"`
 	// Mode is binary, text, or empty before the first byte.
 	Mode string `json:"mode"`
-	// ProtocolVersion is the binary protocol's version (0 for the text mode).
+	// ProtocolVersion is the binary protocol version the connection negotiated in its handshake
+	// (0 for the text mode and before the handshake).
 	ProtocolVersion int       `json:"protocol_version"`
 	Client          string    `json:"client,omitempty"`
 	Opened          time.Time `json:"opened"`
@@ -168,13 +171,10 @@ func (h *Handler) seedConnections(w http.ResponseWriter, _ *http.Request) error 
 	}
 	now := time.Now()
 	for _, s := range h.sessions() {
-		c := SeedConnection{ID: s.ID, Remote: s.Remote, Mode: s.Mode, Client: s.Client, Opened: s.Opened,
-			DurationSeconds: now.Sub(s.Opened).Seconds(), Members: s.Members}
+		c := SeedConnection{ID: s.ID, Remote: s.Remote, Mode: s.Mode, ProtocolVersion: s.ProtocolVersion, Client: s.Client,
+			Opened: s.Opened, DurationSeconds: now.Sub(s.Opened).Seconds(), Members: s.Members}
 		if c.Members == nil {
 			c.Members = []string{}
-		}
-		if s.Mode == "binary" {
-			c.ProtocolVersion = int(protocol.MaxVersion) // the only version the server speaks
 		}
 		out.Connections = append(out.Connections, c)
 	}

@@ -185,7 +185,7 @@ func (b *binarySession) handshake() bool {
 	}
 	c.mu.Lock()
 	b.ready, b.interval = true, interval
-	c.client = hello.ClientName
+	c.client, c.version = hello.ClientName, version
 	c.out = append(c.out, outItem{corr: f.CorrelationID, msg: ok2})
 	c.mu.Unlock()
 	c.signal()

@@ -126,8 +126,9 @@ type conn struct {
 	mu   sync.Mutex
 	mode string
 	sess session
-	// client is Hello.client_name.
-	client string
+	// client is Hello.client_name; version the protocol version its handshake negotiated.
+	client  string
+	version uint16
 	// out is the queue of responses for the writer.
 	out []outItem
 	// handles are the open subscription handles by id.
@@ -618,7 +619,8 @@ func (c *conn) modeName() string {
 func (c *conn) info() SessionInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	info := SessionInfo{ID: c.id, Mode: c.mode, Remote: c.remote, Client: c.client, Opened: c.opened, Members: []string{}}
+	info := SessionInfo{ID: c.id, Mode: c.mode, Remote: c.remote, Client: c.client, ProtocolVersion: int(c.version),
+		Opened: c.opened, Members: []string{}}
 	for _, h := range c.sortedHandlesLocked() {
 		info.Members = append(info.Members, h.member.ID())
 	}

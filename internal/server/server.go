@@ -121,6 +121,9 @@ type SessionInfo struct {
 	Remote string `json:"remote"`
 	// Client is Hello.client_name (binary).
 	Client string `json:"client,omitempty"`
+	// ProtocolVersion is the binary protocol version the handshake negotiated (0 for the text
+	// mode and before the handshake).
+	ProtocolVersion int `json:"protocol_version"`
 	// Opened is when the connection was accepted.
 	Opened time.Time `json:"opened"`
 	// Members are the IDs of the connection's members (one per open subscription handle).
