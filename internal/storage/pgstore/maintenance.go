@@ -46,7 +46,17 @@ func (e *Engine) maintenanceLoop() {
 // pg_try_advisory_xact_lock (an instance that does not get it skips the job), and the prune
 // deletes only expired rows.
 func (e *Engine) maintain(ctx context.Context) error {
-	now := e.clock.Now()
+	// Every instance counts, also one that skipped the prune or failed a step before it: its
+	// estimate takes in the ids of other instances and the room expiry made (the count leaves
+	// expired rows out: Config.MaxProducerIDs).
+	err := e.maintainSteps(ctx, e.clock.Now())
+	if cerr := e.countProducerIDs(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (e *Engine) maintainSteps(ctx context.Context, now time.Time) error {
 	if err := e.ensureBucket(ctx, now); err != nil {
 		return err
 	}
@@ -56,12 +66,7 @@ func (e *Engine) maintain(ctx context.Context) error {
 	if _, err := e.removeStaleInstances(ctx, now); err != nil {
 		return err
 	}
-	if err := e.pruneProducerIDs(ctx, now, pruneProducerIDsBatch); err != nil {
-		return err
-	}
-	// Every instance counts, also one that skipped the prune: its estimate takes in the ids of
-	// other instances and the room the prune made (Config.MaxProducerIDs).
-	return e.countProducerIDs(ctx)
+	return e.pruneProducerIDs(ctx, now, pruneProducerIDsBatch)
 }
 
 // pruneProducerIDsBatch bounds the rows one prune transaction deletes, so that it holds few row

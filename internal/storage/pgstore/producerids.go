@@ -20,9 +20,11 @@ import (
 // writes nothing. The rows other instances, PublishTx and spool.publish inserted count from the
 // next count on: the table can pass the bound by what they insert within one maintenance interval.
 
-// countProducerIDsSQL counts the rows of spool.producer_ids, at most $1 (the scan stops there),
-// and returns the snapshot of the count: which publish transactions it saw (pg_current_snapshot).
-const countProducerIDsSQL = `SELECT (SELECT count(*) FROM (SELECT FROM spool.producer_ids LIMIT $1) s), pg_current_snapshot()::text`
+// countProducerIDsSQL counts the rows of spool.producer_ids not expired at $2, at most $1 (the
+// scan stops there; an expired row is room: a publish takes it over, the prune deletes it), and
+// returns the snapshot of the count: which publish transactions it saw (pg_current_snapshot).
+const countProducerIDsSQL = `SELECT (SELECT count(*) FROM (SELECT FROM spool.producer_ids WHERE expires_at > $2 LIMIT $1) s),
+	pg_current_snapshot()::text`
 
 // idCount is an instance's estimate of the rows of spool.producer_ids.
 type idCount struct {
@@ -139,7 +141,7 @@ func (e *Engine) countProducerIDs(ctx context.Context) error {
 	c.start()
 	var n int64
 	var text string
-	if err := e.pool.QueryRow(ctx, e.sql(countProducerIDsSQL), e.cfg.MaxProducerIDs+1).Scan(&n, &text); err != nil {
+	if err := e.pool.QueryRow(ctx, e.sql(countProducerIDsSQL), e.cfg.MaxProducerIDs+1, e.clock.Now()).Scan(&n, &text); err != nil {
 		c.set(0, nil)
 		return fmt.Errorf("pgstore: count producer ids: %w", err)
 	}
