@@ -135,13 +135,13 @@ func RefcountSkips(from, to int64, others []RefcountOther) [][2]int64 {
 		if h.Floor > from {
 			done = append(done, [2]int64{from, min(h.Floor, to)})
 		}
-		done = normalizeRuns(append(done, clipRuns(h.Above, from, to)...))
+		done = NormalizeRuns(append(done, clipRuns(h.Above, from, to)...))
 		if h.Live {
 			all = intersectRuns(all, done)
 		}
 		someone = append(someone, clipRuns(done, h.Start, to)...)
 	}
-	out := intersectRuns(all, normalizeRuns(someone))
+	out := intersectRuns(all, NormalizeRuns(someone))
 	if len(out) == 0 {
 		return nil
 	}
@@ -159,8 +159,9 @@ func clipRuns(rs [][2]int64, lo, hi int64) [][2]int64 {
 	return out
 }
 
-// normalizeRuns sorts rs and merges the runs that overlap or touch.
-func normalizeRuns(rs [][2]int64) [][2]int64 {
+// NormalizeRuns sorts rs (in place) and merges the runs [lo, hi) that overlap or touch; empty runs
+// go.
+func NormalizeRuns(rs [][2]int64) [][2]int64 {
 	slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
 	out := rs[:0]
 	for _, r := range rs {

@@ -1,9 +1,10 @@
 package pgstore
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // Skip runs (spool.sub_partitions.skips, migration 0017): the runs of offsets at or above a
@@ -39,20 +40,7 @@ func flatRuns(runs [][2]int64) []int64 {
 
 // mergeRuns returns the union of a and b as sorted, disjoint runs; runs that touch are joined.
 func mergeRuns(a, b [][2]int64) [][2]int64 {
-	all := slices.Concat(a, b)
-	slices.SortFunc(all, func(x, y [2]int64) int { return cmp.Compare(x[0], y[0]) })
-	var out [][2]int64
-	for _, r := range all {
-		if r[0] >= r[1] {
-			continue
-		}
-		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
-			out[n-1][1] = max(out[n-1][1], r[1])
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
+	return storage.NormalizeRuns(slices.Concat(a, b))
 }
 
 // skipCountSQL is an SQL expression: how many offsets of [lo, hi) the runs of the skips column
