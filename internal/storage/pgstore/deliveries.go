@@ -953,24 +953,28 @@ func (nc *newClaim) room(dp *dpart) int {
 }
 
 // skipRuns moves the cursor of dp over the skip runs it reached (a refcount join marked them
-// done): a run at a time, never reading its messages. The acked rows inside a run (none are
-// made: acks of its offsets are already done) would be taken with it.
+// done), never reading their messages. The acked rows inside the runs (none are made: acks of
+// their offsets are already done) would be taken with them, in one sweep of the rows.
 func (nc *newClaim) skipRuns(dp *dpart) {
+	lo, n := dp.cursor, len(dp.skips)
 	for len(dp.skips) > 0 && dp.skips[0][0] <= dp.cursor {
-		hi := dp.skips[0][1]
-		for _, r := range nc.st.rows {
-			if r.partition == dp.p && r.state == stAcked {
-				for _, o := range r.live() {
-					if o >= dp.cursor && o < hi {
-						nc.st.take(dp.p, o)
-					}
+		dp.cursor = max(dp.cursor, dp.skips[0][1])
+		dp.skips = dp.skips[1:]
+	}
+	if len(dp.skips) == n {
+		return
+	}
+	// The runs passed cover [lo, cursor) together: one sweep of the rows for all of them.
+	for _, r := range nc.st.rows {
+		if r.partition == dp.p && r.state == stAcked {
+			for _, o := range r.live() {
+				if o >= lo && o < dp.cursor {
+					nc.st.take(dp.p, o)
 				}
 			}
 		}
-		dp.cursor = max(dp.cursor, hi)
-		dp.skips = dp.skips[1:]
-		nc.st.touch(dp.p)
 	}
+	nc.st.touch(dp.p)
 }
 
 // skipAcked moves the cursor of dp over offsets acked before their delivery, and over skip runs.
