@@ -74,17 +74,7 @@ func TestOrderedGroupMemberLimit(t *testing.T) {
 		if err := e.b.renewLiveness(e.ctx()); err != nil {
 			t.Fatal(err)
 		}
-		sub, err := e.b.lookup(e.ctx(), "lim.ord", "g")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := e.engine.SubscriptionMembersRenew(e.ctx(), &storage.SubscriptionMembersRenewParams{
-			Subscriptions: []int64{sub.ID}, TTL: DefaultMemberTimeout,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return slices.Sorted(slices.Values(res.Live[sub.ID]))
+		return e.recordedMembers("lim.ord", "g")
 	}
 	if got := live(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("live members %v, want [a b]", got)
@@ -183,19 +173,9 @@ func TestSharedSubscriptionMemberLimit(t *testing.T) {
 		}
 	}
 	e.waitIdle()
-	sub, err := e.b.lookup(e.ctx(), "lim.q", storage.QueueGroup)
-	if err != nil {
-		t.Fatal(err)
-	}
 	live := func() []string {
 		t.Helper()
-		res, err := e.engine.SubscriptionMembersRenew(e.ctx(), &storage.SubscriptionMembersRenewParams{
-			Subscriptions: []int64{sub.ID}, TTL: DefaultMemberTimeout,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return slices.Sorted(slices.Values(res.Live[sub.ID]))
+		return e.recordedMembers("lim.q", storage.QueueGroup)
 	}
 	if got := live(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("recorded members %v, want [a b]", got)
@@ -216,4 +196,20 @@ func TestSharedSubscriptionMemberLimit(t *testing.T) {
 	alone.createTopic("lim.q", storage.TopicConfig{})
 	alone.subscribe(SubscribeParams{Pattern: "lim.q", MemberID: "a"})
 	alone.subscribe(SubscribeParams{Pattern: "lim.q", MemberID: "b"})
+}
+
+// recordedMembers returns the sorted members the engine records as live for group on topic.
+func (e *env) recordedMembers(topic, group string) []string {
+	e.t.Helper()
+	sub, err := e.b.lookup(e.ctx(), topic, group)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	res, err := e.engine.SubscriptionMembersRenew(e.ctx(), &storage.SubscriptionMembersRenewParams{
+		Subscriptions: []int64{sub.ID}, TTL: DefaultMemberTimeout,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return slices.Sorted(slices.Values(res.Live[sub.ID]))
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -248,12 +247,8 @@ func TestPublishRoundFallbackToLane(t *testing.T) {
 	if bp, _ := e.b.TopicBackpressure("merge"); bp.State != broker.BackpressureNormal || bp.BacklogMessages != 48 {
 		t.Fatalf("backpressure %+v, want normal at 48", bp)
 	}
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	c := newConn(e.srv, a)
-	defer c.cancel()
-	sess := &binarySession{c: c}
+	sess := pipeSession(t, e)
+	c := sess.c
 	reqs := []pubReq{
 		{corr: 1, msg: pub("merge", "a")},
 		{corr: 2, msg: pub("merge", strings.Repeat("z", 100))},

@@ -196,12 +196,8 @@ func TestPublishRoundMerges(t *testing.T) {
 	if _, err := e.b.CreateTopic(context.Background(), "merge", storage.TopicConfig{MaxMessageBytes: 64}); err != nil {
 		t.Fatal(err)
 	}
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	c := newConn(e.srv, a)
-	defer c.cancel()
-	sess := &binarySession{c: c}
+	sess := pipeSession(t, e)
+	c := sess.c
 	reqs := []pubReq{
 		{corr: 1, msg: pub("merge", "a", "b")},
 		{corr: 2, msg: pub("other", "x")},
@@ -433,4 +429,18 @@ func TestPublishWorkerDoesNotWaitForItsAppends(t *testing.T) {
 			t.Fatalf("answer to publish %d: %#v, want offset %d", i, got[corr], first+1+int64(i))
 		}
 	}
+}
+
+// pipeSession returns a binary session of the server over an in-memory pipe (nothing reads its
+// peer end); both end with the test.
+func pipeSession(t *testing.T, e *env) *binarySession {
+	t.Helper()
+	a, b := net.Pipe()
+	c := newConn(e.srv, a)
+	t.Cleanup(func() {
+		c.cancel()
+		a.Close()
+		b.Close()
+	})
+	return &binarySession{c: c}
 }
