@@ -193,7 +193,6 @@ type Broker struct {
 	maxThrottleDelay     time.Duration
 	pollInterval         time.Duration
 	claimInterval        time.Duration
-	owners               atomic.Int64 // len(subs), read without mu (claimIntervalNow)
 	rebalanceDelay       time.Duration
 	sharedEngine         bool
 	memberTimeout        time.Duration
@@ -638,6 +637,11 @@ const claimIntervalFull = 4
 // claim transactions of many busy subscriptions, and a few of them cannot make many, so they
 // keep their latency (with the 20 ms default: one subscription at 10,000 msg/s waits 5 ms).
 func (b *Broker) claimIntervalNow() time.Duration {
-	n := min(max(b.owners.Load(), 1), claimIntervalFull)
+	if b.claimInterval == 0 {
+		return 0
+	}
+	b.mu.RLock()
+	n := min(max(len(b.subs), 1), claimIntervalFull)
+	b.mu.RUnlock()
 	return b.claimInterval * time.Duration(n) / claimIntervalFull
 }

@@ -395,7 +395,6 @@ func (o *owner) unregister() bool {
 	o.ended = true
 	if b.subs[o.id] == o {
 		delete(b.subs, o.id)
-		b.owners.Add(-1)
 		if byID := b.byTopic[o.topic]; byID != nil {
 			delete(byID, o.id)
 			if len(byID) == 0 {

@@ -317,7 +317,6 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 		if o == nil {
 			o = newOwner(b, sub)
 			b.subs[sub.ID] = o
-			b.owners.Add(1)
 			if b.byTopic[o.topic] == nil {
 				b.byTopic[o.topic] = make(map[int64]*owner)
 			}
