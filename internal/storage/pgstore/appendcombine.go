@@ -368,7 +368,7 @@ func (e *Engine) rememberTopic(t *topicRow) {
 }
 
 // rememberedTopic returns the topic rememberTopic kept under name, however old (an append planned
-// from it checks it, see topicGuardSQL), or nil.
+// from it checks it, see takeOffsetsSQL), or nil.
 func (e *Engine) rememberedTopic(name string) *topicRow {
 	al := &e.appends
 	al.mu.Lock()

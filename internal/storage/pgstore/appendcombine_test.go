@@ -253,7 +253,7 @@ func TestAppendsCombinedStorageFailure(t *testing.T) {
 }
 
 // TestAppendRememberedTopicChanged: an instance plans an append from the topic it remembers (one
-// round trip, topicGuardSQL); when another instance changed the topic meanwhile, the append is
+// round trip, takeOffsetsSQL checks the gen); when another instance changed the topic meanwhile, the append is
 // planned again from the topic as it is: a message the new configuration refuses is refused, an
 // append to a topic deleted and created again under the same name lands in the new topic, and one
 // to a deleted topic fails with ErrTopicNotFound.
@@ -297,6 +297,28 @@ func TestAppendRememberedTopicChanged(t *testing.T) {
 	}
 }
 
+// TestAppendRememberedTopicChangedWhileWaiting: an append planned from the remembered topic waits
+// for its partition row while another session changes the topic's config (any writer: here plain
+// SQL); once that commits, the append finds the row with another gen, is planned again from the
+// topic as it is now and refused by it, writing nothing.
+func TestAppendRememberedTopicChangedWhileWaiting(t *testing.T) {
+	t.Parallel()
+	e := logOpen(t, testConfig(t, nil))
+	const topic = "pub.gen"
+	logTopic(t, e, topic, storage.TopicConfig{Partitions: 1, MaxMessageBytes: 64})
+	logPublish(t, e, topic, 0, "first") // the topic is remembered
+	change := lockRows(t, e.sql("UPDATE spool.topics SET config = jsonb_set(config, '{max_message_bytes}', '8') WHERE name = $1"), topic)
+	out := goAppend(t, e, topic, msg(0, "more than eight", ""))
+	awaitBlockedBy(t, e, change.pid()) // the trigger of 0018 holds the partition row
+	change.commit()
+	if o := <-out; !errors.Is(o.err, storage.ErrMessageTooLarge) {
+		t.Fatalf("append of 15 bytes that waited for max_message_bytes to become 8: %+v, want ErrMessageTooLarge", o)
+	}
+	if got := must(e.MessagesRead(t.Context(), &storage.MessagesReadParams{Topic: topic, Partition: 0}))(t); len(got) != 1 {
+		t.Fatalf("partition 0 holds %d messages, want only the first", len(got))
+	}
+}
+
 // TestAppendLanePipelinedAfterFailure: a lane's next transaction starts once the one before took
 // its offsets and waits for it in PostgreSQL; when the one before fails after taking them and its
 // calls run again alone, the next one must not commit first (takeOffsetsSQL's expected
@@ -311,9 +333,9 @@ func TestAppendLanePipelinedAfterFailure(t *testing.T) {
 	const topic = "pub.pipe"
 	logTopic(t, e, topic, storage.TopicConfig{Partitions: 1})
 	logTopic(t, e, "pub.other", storage.TopicConfig{Partitions: 1})
-	logPublish(t, e, topic, 0, "w") // offset 0; the topic is remembered: appends lock it in topicGuardSQL
-	// x waits for the topic's row; y1 and y2 queue behind it and will share a transaction.
-	b0 := lockRows(t, e.sql("SELECT 1 FROM spool.topics WHERE name = $1 FOR UPDATE"), topic)
+	logPublish(t, e, topic, 0, "w") // offset 0; the topic is remembered
+	// x waits for the partition's row; y1 and y2 queue behind it and will share a transaction.
+	b0 := lockRows(t, e.sql("SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id WHERE t.name = $1 FOR UPDATE OF p"), topic)
 	x := goAppend(t, e, topic, msg(0, "x", ""))
 	awaitBlockedBy(t, e, b0.pid())
 	y1 := goAppend(t, e, topic, msg(0, "y1", ""))

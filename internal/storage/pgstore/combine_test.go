@@ -405,6 +405,14 @@ func (b *blocker) release() {
 	}
 }
 
+// commit commits the blocker's transaction (a change that other sessions waited for).
+func (b *blocker) commit() {
+	b.t.Helper()
+	if err := b.tx.Commit(b.t.Context()); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
 // opOut is the outcome of an operation run in a goroutine.
 type opOut struct {
 	what string

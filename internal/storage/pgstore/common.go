@@ -26,7 +26,7 @@ type topicRow struct {
 	name      string
 	cfg       storage.TopicConfig
 	createdAt time.Time
-	raw       []byte // config as stored (jsonb text), for topicGuardSQL
+	gen       int64 // bumped by every change of config (migration 0018), see takeOffsetsSQL
 }
 
 func (t *topicRow) topic() *storage.Topic {
@@ -61,8 +61,8 @@ func (m lockMode) clause() string {
 func (e *Engine) loadTopic(ctx context.Context, q querier, name string, lock lockMode) (*topicRow, error) {
 	var t topicRow
 	var cfg []byte
-	err := q.QueryRow(ctx, e.sql("SELECT id, name, config, created_at FROM spool.topics WHERE name = $1"+lock.clause()), name).
-		Scan(&t.id, &t.name, &cfg, &t.createdAt)
+	err := q.QueryRow(ctx, e.sql("SELECT id, name, config, created_at, gen FROM spool.topics WHERE name = $1"+lock.clause()), name).
+		Scan(&t.id, &t.name, &cfg, &t.createdAt, &t.gen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name)
 	}
@@ -72,7 +72,6 @@ func (e *Engine) loadTopic(ctx context.Context, q querier, name string, lock loc
 	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
 		return nil, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
 	}
-	t.raw = cfg
 	t.cfg = t.cfg.WithDefaults() // settings added after the topic was stored (dedup_window)
 	return &t, nil
 }

@@ -93,9 +93,10 @@
 // Delivery operations, DLQ changes and MessagesAppend run in pipelined transactions (pipetx.go):
 // BEGIN travels in the pipeline of the first batch and COMMIT in that of the last, so a claim, an
 // ack or an append costs two round trips instead of four; an append planned from a remembered
-// topic one (topicGuardSQL checks the topic in the same pipeline). These transactions also set
-// enable_seqscan off: their prepared statements keep generic plans per connection, and a plan
-// made while spool.deliveries was nearly empty would scan its dead versions.
+// topic one (its partition rows' UPDATE checks the topic's gen, migration 0018). These
+// transactions also set enable_seqscan off: their prepared statements keep generic plans per
+// connection, and a plan made while spool.deliveries was nearly empty would scan its dead
+// versions.
 //
 // # Combined delivery transactions
 //

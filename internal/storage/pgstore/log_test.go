@@ -144,9 +144,10 @@ func awaitWaiters(t *testing.T, e *Engine, pid int, waiting bool) {
 // fails after Config.TxTimeout with a retryable TIMEOUT instead of waiting for that session, and
 // stores nothing: once the session lets go, the partition's high-water mark has not moved, a read
 // finds no trace of it, and the next publish takes the offset the timed-out one would have taken.
-// The held row is first the topic's (the publish waits in its first batch, for its FOR SHARE
-// lock), then the partition's (it waits in its last batch, the one carrying the COMMIT; the test
-// lets go only once PostgreSQL cancelled the wait, so that the outcome is known: rolled back).
+// The held row is first the topic's (a publish that does not remember the topic waits in its
+// first batch, for its FOR SHARE lock), then the partition's (it waits in its last batch, the one
+// carrying the COMMIT; the test lets go only once PostgreSQL cancelled the wait, so that the
+// outcome is known: rolled back).
 func TestMessagesAppendTimeout(t *testing.T) {
 	t.Parallel()
 	e := openTxTimeout(t, 4)
@@ -169,6 +170,11 @@ func TestMessagesAppendTimeout(t *testing.T) {
 		{"the partition row", `SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
 			WHERE t.name = $1 AND p.partition = 0 FOR UPDATE OF p`},
 	} {
+		if held.what == "the topic row" {
+			e.forgetTopic("pub.t") // a remembered topic is checked under the partition row's lock only
+		} else if err := e.checkAppend(&storage.MessagesAppendParams{Topic: "pub.t"}); err != nil { // remembers it
+			t.Fatal(err)
+		}
 		b := lockRows(t, e.sql(held.query), "pub.t")
 		t0 := time.Now()
 		checkTimeoutErr(t, awaitOut(t, goOp("publish", publish), t0, "the publish waiting for "+held.what))

@@ -49,7 +49,8 @@ type partShare struct {
 // ascending partition order (the lock order of spool.partitions rows).
 type appendPlan struct {
 	topic *topicRow
-	// guard: the topic was not loaded but remembered; appendInTx checks it (topicGuardSQL).
+	// guard: the topic was not loaded but remembered; takeOffsetsSQL checks its partition rows'
+	// gen.
 	guard bool
 	// seq orders the transaction after the one before in its lane (nil: none).
 	seq    *appendSeq
@@ -181,14 +182,14 @@ func producerIDs(msgs []storage.AppendMessage) []string {
 // of the claimed ids are new rows.
 func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids []string, now time.Time) (*topicRow, map[string]bool, map[string]storage.MessagePosition, int64, error) {
 	b := &pgx.Batch{}
-	b.Queue(e.sql("SELECT id, name, config, created_at FROM spool.topics WHERE name = $1"+forShare.clause()), name)
+	b.Queue(e.sql("SELECT id, name, config, created_at, gen FROM spool.topics WHERE name = $1"+forShare.clause()), name)
 	b.Queue(e.sql(claimIDsSQL), name, ids, now)
 	b.Queue(e.sql(dupPositionsSQL), name, ids)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	var t topicRow
 	var cfg []byte
-	err := br.QueryRow().Scan(&t.id, &t.name, &cfg, &t.createdAt)
+	err := br.QueryRow().Scan(&t.id, &t.name, &cfg, &t.createdAt, &t.gen)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, nil, 0, fmt.Errorf("%w: %q", storage.ErrTopicNotFound, name)
 	}
@@ -198,7 +199,6 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
 	}
-	t.raw = cfg
 	claimed := map[string]bool{}
 	rows, err := br.Query()
 	if err != nil {
@@ -259,7 +259,8 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 // remembered, when not nil, is the topic as an earlier append loaded it (rememberTopic): a batch
 // without producer ids for a topic that does not block writes without subscriptions is planned
 // from it without a round trip, and appendInTx checks in the same round trip as the writes that
-// the topic is still what it was (topicGuardSQL; errTopicChanged otherwise, nothing written).
+// the topic is still what it was (takeOffsetsSQL's gen; errTopicChanged otherwise, nothing
+// written).
 func (e *Engine) planAppend(ctx context.Context, tx pgx.Tx, p *storage.MessagesAppendParams, now time.Time, calls []int, remembered *topicRow) (*appendPlan, error) {
 	var t *topicRow
 	var claimed map[string]bool
@@ -450,13 +451,15 @@ func optTime(t time.Time) pgtype.Timestamptz {
 // id too. When $6 is not null, the transaction $6 (the one of the lane that held the row before,
 // see laneTurn; it has ended once this one has the row) must have committed: else the text
 // laneMarker cast to int fails the statement (22P02), which aborts the rest of the pipeline,
-// COMMIT included.
+// COMMIT included. When $7 is not null (a plan made from a remembered topic), the row must still
+// have gen $7 (migration 0018), checked on the row as it is once locked: if it changed or went
+// away, no row is returned, and insertMessagesSQL, given the same gen, inserts nothing.
 const takeOffsetsSQL = `UPDATE spool.partitions SET
 	next_offset = next_offset + $3,
 	last_published_at = greatest(last_published_at, $4::timestamptz),
 	low_published_at = coalesce(low_published_at, greatest(last_published_at, $4::timestamptz)),
 	bytes = bytes + $5
-WHERE topic_id = $1 AND partition = $2
+WHERE topic_id = $1 AND partition = $2 AND ($7::bigint IS NULL OR gen = $7::bigint)
 RETURNING next_offset - $3, last_published_at, pg_current_xact_id()::text,
 	(CASE WHEN $6::text IS NULL OR pg_xact_status($6::text::xid8) = 'committed' THEN '1' ELSE '` + laneMarker + `' END)::int`
 
@@ -478,37 +481,24 @@ type appendSeq struct {
 }
 
 // insertMessagesSQL inserts a batch; each row's offset is computed from its partition's (already
-// advanced) next_offset, and its published_at is the partition's last_published_at.
+// advanced) next_offset, and its published_at is the partition's last_published_at. With $12
+// (takeOffsetsSQL's gen) only into partitions whose row has that gen: the rows takeOffsetsSQL
+// locked, or none (a topic changed since its plan: nothing is written, the COMMIT sent with it
+// commits an empty transaction).
 const insertMessagesSQL = `INSERT INTO spool.messages
 	(topic_id, partition, "offset", published_at, key, headers, payload, producer_id, not_before, expires_at, size, linked)
 SELECT $1, v.partition, p.next_offset - v.back, p.last_published_at, v.key, v.headers::jsonb, v.payload, v.producer_id,
 	v.not_before, v.expires_at, v.size, v.linked
 FROM unnest($2::int[], $3::bigint[], $4::bytea[], $5::text[], $6::bytea[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::int[], $11::bool[])
 	AS v(partition, back, key, headers, payload, producer_id, not_before, expires_at, size, linked)
-JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition`
-
-// topicGuardSQL locks topic $1 FOR SHARE, as planAppend's load does, and fails unless it still
-// has id $2 and the stored config $3: the text guardMarker cast to int raises 22P02, which aborts
-// the rest of the pipeline (the writes and the COMMIT sent with it). The CASE is not a constant,
-// so the planner cannot evaluate the cast early.
-const topicGuardSQL = `SELECT coalesce((SELECT CASE WHEN id = $2 AND config = $3::jsonb THEN '1' END
-	FROM spool.topics WHERE name = $1 FOR SHARE), '` + guardMarker + `')::int`
-
-// guardMarker is the text topicGuardSQL fails to cast when the topic changed.
-const guardMarker = "spool: topic changed"
+JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition AND ($12::bigint IS NULL OR p.gen = $12::bigint)`
 
 // errTopicChanged: the topic a plan was made from (a remembered one) changed or went away before
-// the append's transaction locked it; nothing was written.
+// the append's transaction locked its partition rows; nothing was written.
 var errTopicChanged = errors.New("pgstore: topic changed since it was remembered")
 
-// isGuardErr reports topicGuardSQL's failure.
-func isGuardErr(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, guardMarker)
-}
-
-// appendInTx appends a validated plan inside tx, in one round trip: for a plan made from a
-// remembered topic, topicGuardSQL first; one UPDATE per partition (in partition order), one
+// appendInTx appends a validated plan inside tx, in one round trip: one UPDATE per partition (in
+// partition order; for a plan made from a remembered topic, checking the topic's gen), one
 // INSERT for the whole batch and, when notify is not empty, a pg_notify of that payload
 // (delivered when tx commits). It returns the positions and records the publish time of each
 // partition in the plan.
@@ -526,8 +516,9 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		return res, nil
 	}
 	b := &pgx.Batch{}
+	var gen *int64
 	if plan.guard {
-		b.Queue(e.sql(topicGuardSQL), plan.topic.name, plan.topic.id, plan.topic.raw)
+		gen = &plan.topic.gen
 	}
 	for _, s := range plan.shares {
 		var expect *string
@@ -536,10 +527,10 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 				expect = &x
 			}
 		}
-		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes, expect)
+		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes, expect, gen)
 	}
 	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, plan.payload,
-		plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked)
+		plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, gen)
 	if len(plan.idID) > 0 {
 		b.Queue(e.sql(setPositionsSQL), plan.topic.id, plan.idID, plan.idPart, plan.idBack)
 	}
@@ -550,26 +541,12 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	if pt, ok := tx.(*pipeTx); ok && plan.seq != nil && plan.seq.took != nil {
 		// The UPDATEs' results come back as soon as they ran (the rows are held): the lane's next
 		// transaction starts then (laneTurn).
-		n := len(plan.shares)
-		if plan.guard {
-			n++
-		}
 		var err error
-		if br, err = pt.sendFlushed(ctx, b, n); err != nil {
+		if br, err = pt.sendFlushed(ctx, b, len(plan.shares)); err != nil {
 			return nil, err
 		}
 	} else {
 		br = tx.SendBatch(ctx, b)
-	}
-	if plan.guard {
-		var one int
-		if err := br.QueryRow().Scan(&one); err != nil {
-			br.Close()
-			if isGuardErr(err) {
-				return nil, errTopicChanged
-			}
-			return nil, err
-		}
 	}
 	var xid string
 	for _, s := range plan.shares {
@@ -577,6 +554,9 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		var one int
 		if err := br.QueryRow().Scan(&s.first, &at, &xid, &one); err != nil {
 			br.Close()
+			if errors.Is(err, pgx.ErrNoRows) && plan.guard {
+				return nil, errTopicChanged
+			}
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, fmt.Errorf("pgstore: topic %q has no partition %d row", plan.topic.name, s.partition)
 			}
