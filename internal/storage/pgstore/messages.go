@@ -484,20 +484,21 @@ type appendSeq struct {
 // advanced) next_offset, and its published_at is the partition's last_published_at. With $12
 // (takeOffsetsSQL's gen) only into partitions whose row has that gen: the rows takeOffsetsSQL
 // locked, or none (a topic changed since its plan: nothing is written, the COMMIT sent with it
-// commits an empty transaction). The payloads come as one bytea $6, each row's from its start
-// (1-based) and length in $13 and $14 (concatPayloads): a bytea[] of a batch's payloads cost the
+// commits an empty transaction). The payloads come as one bytea, $14, each row's from its start
+// (1-based) and length in $6 and $13 (concatPayloads): a bytea[] of a batch's payloads cost the
 // broker twice as much CPU to encode (pgx grows its buffer element by element, by reflection),
-// and that encoding lies on the lane's critical path.
+// and that encoding lies on the lane's critical path. $14 is the last parameter, so that pgx's
+// buffer of parameters grows once for it.
 const insertMessagesSQL = `INSERT INTO spool.messages
 	(topic_id, partition, "offset", published_at, key, headers, payload, producer_id, not_before, expires_at, size, linked)
 SELECT $1, v.partition, p.next_offset - v.back, p.last_published_at, v.key, v.headers::jsonb,
-	substring($6::bytea FROM v.pstart FOR v.plen), v.producer_id, v.not_before, v.expires_at, v.size, v.linked
-FROM unnest($2::int[], $3::bigint[], $4::bytea[], $5::text[], $13::int[], $14::int[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::int[], $11::bool[])
+	substring($14::bytea FROM v.pstart FOR v.plen), v.producer_id, v.not_before, v.expires_at, v.size, v.linked
+FROM unnest($2::int[], $3::bigint[], $4::bytea[], $5::text[], $6::int[], $13::int[], $7::text[], $8::timestamptz[], $9::timestamptz[], $10::int[], $11::bool[])
 	AS v(partition, back, key, headers, pstart, plen, producer_id, not_before, expires_at, size, linked)
 JOIN spool.partitions p ON p.topic_id = $1 AND p.partition = v.partition AND ($12::bigint IS NULL OR p.gen = $12::bigint)`
 
 // concatPayloads returns payloads one after the other, with the start (1-based) and length of
-// each (insertMessagesSQL's $6, $13 and $14).
+// each (insertMessagesSQL's $14, $6 and $13).
 func concatPayloads(payloads [][]byte) (cat []byte, starts, lens []int32) {
 	total := 0
 	for _, pl := range payloads {
@@ -549,8 +550,8 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes, expect, gen)
 	}
 	cat, starts, lens := concatPayloads(plan.payload)
-	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, cat,
-		plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, gen, starts, lens)
+	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, starts,
+		plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, gen, lens, cat)
 	if len(plan.idID) > 0 {
 		b.Queue(e.sql(setPositionsSQL), plan.topic.id, plan.idID, plan.idPart, plan.idBack)
 	}
