@@ -485,10 +485,9 @@ type appendSeq struct {
 // (takeOffsetsSQL's gen) only into partitions whose row has that gen: the rows takeOffsetsSQL
 // locked, or none (a topic changed since its plan: nothing is written, the COMMIT sent with it
 // commits an empty transaction). The payloads come as one bytea, $14, each row's from its start
-// (1-based) and length in $6 and $13 (concatPayloads): a bytea[] of a batch's payloads cost the
-// broker twice as much CPU to encode (pgx grows its buffer element by element, by reflection),
-// and that encoding lies on the lane's critical path. $14 is the last parameter, so that pgx's
-// buffer of parameters grows once for it.
+// (1-based) and length in $6 and $13 (concatPayloads): pgx encodes a bytea[] element by element
+// through reflection, growing its buffer as it goes, and that encoding lies on the lane's
+// critical path. $14 is the last parameter, so that pgx's parameter buffer grows once for it.
 const insertMessagesSQL = `INSERT INTO spool.messages
 	(topic_id, partition, "offset", published_at, key, headers, payload, producer_id, not_before, expires_at, size, linked)
 SELECT $1, v.partition, p.next_offset - v.back, p.last_published_at, v.key, v.headers::jsonb,
