@@ -4,16 +4,20 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
 )
 
 // deadLetterN publishes n messages of payload to topic and dead-letters them (claim, nack to the
@@ -417,5 +421,83 @@ func untar(t *testing.T, path, dir string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestDLQLogFullDiskWaitsForRoom: a DLQ log that cannot make its next segment (the disk is full)
+// does not stop the engine. Its records wait in memory, in ID order: the entries are listed from
+// there, acks and dead-letterings go on, no snapshot is written (the state log keeps what rebuilds
+// them); once there is room they are appended again, each at its ID. A crash while they wait loses
+// nothing: Open rebuilds them from the state log.
+func TestDLQLogFullDiskWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	var full atomic.Bool
+	efs := wlogtest.NewErrorFS(nil, func(op wlogtest.Op, path string) error {
+		if full.Load() && op == wlogtest.OpAllocate && strings.Contains(path, string(filepath.Separator)+dlqDir+string(filepath.Separator)) {
+			return syscall.ENOSPC
+		}
+		return nil
+	})
+	h := newHarness(t, func(c *Config) { c.FS = efs }) // 64 KiB segments
+	h.createTopic("q", storage.TopicConfig{Partitions: 1, MaxDeliveries: 1})
+	q := h.queueSub("q")
+	payload := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 4000) }
+	deadLetter := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			deadLetterN(h, "q", q.ID, 1, 1, payload(i))
+		}
+	}
+	check := func(what string, n int) {
+		t.Helper()
+		list, err := h.e.DLQList(h.ctx, &storage.DLQListParams{SubscriptionID: q.ID, Limit: 1000})
+		h.must(err, what+": list")
+		equal(t, len(list), n, what+": entries")
+		for i, d := range list {
+			if d.ID != int64(i+1) || !bytes.Equal(d.Message.Payload, payload(i)) {
+				t.Fatalf("%s: entry %d: ID %d, payload %.3q..., want ID %d, %.3q...", what, i, d.ID, d.Message.Payload, i+1, payload(i))
+			}
+		}
+	}
+	segments := func() int {
+		h.e.mu.RLock()
+		defer h.e.mu.RUnlock()
+		return len(h.e.subs[q.ID].dlq.log.Segments())
+	}
+
+	deadLetter(0, 5)
+	full.Store(true)
+	deadLetter(5, 25) // ~120 KiB: past the first 64 KiB segment
+	if err := h.e.failedErr(); err != nil {
+		t.Fatalf("engine stopped on a full disk: %v", err)
+	}
+	equal(t, h.e.dlqStalled.Load(), int64(1), "stalled DLQ logs")
+	equal(t, segments(), 1, "segments while the disk is full")
+	check("disk full", 30)
+	if err := h.e.snapshot(false); !errors.Is(err, errDLQHeld) {
+		t.Fatalf("snapshot with DLQ records waiting: %v, want errDLQHeld", err)
+	}
+
+	full.Store(false)
+	h.e.retryDLQs() // what dlqRetryLoop does every second
+	<-h.e.subs[q.ID].dlq.settled()
+	equal(t, h.e.dlqStalled.Load(), int64(0), "stalled DLQ logs once there is room")
+	equal(t, h.e.dlqHeld.Load(), int64(0), "bytes waiting")
+	if segments() < 2 {
+		t.Fatal("the DLQ log did not grow once there was room")
+	}
+	check("room again", 30)
+	h.restart() // the final snapshot
+	check("after a restart", 30)
+
+	full.Store(true)
+	deadLetter(30, 20)
+	equal(t, h.e.dlqStalled.Load(), int64(1), "stalled DLQ logs")
+	check("disk full again", 50)
+	h.e.crashForTest()
+	full.Store(false)
+	h.open()
+	check("after a crash", 50)
+	if err := h.e.failedErr(); err != nil {
+		t.Fatal(err)
 	}
 }

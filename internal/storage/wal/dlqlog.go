@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/substate"
@@ -40,18 +42,40 @@ const (
 const maxDLQFill = 1 << 20
 
 // dlqLog is a subscription's DLQ log. Its fields are guarded by the subscription's mutex (or used
-// by recovery alone).
+// by recovery alone), except the appends' state, guarded by mu.
 type dlqLog struct {
 	log    *wlog.Log
 	nextID int64 // the ID of the next record queued (its index + 1)
 	lastTS int64 // frame timestamps never decrease (SearchTime finds expired entries)
-	// last is closed when the last queued append is complete (durable or failed); nil when
-	// nothing was queued since the log was opened.
-	last chan struct{}
-	// batch holds the records queued by dead-letterings of the current operation, appended by
-	// flushDLQLocked before the operation releases the subscription's mutex.
+	// batch holds the records queued by dead-letterings of the current operation, handed to the
+	// appends by flushDLQLocked before the operation releases the subscription's mutex.
 	batch []wlog.Record
+
+	// The appends: one at a time (sending, from ID sendFirst), the records queued meanwhile
+	// waiting in pend (from ID pendFirst), so that every record lands at index ID-1 even when an
+	// append fails. An append that found no room for the log's next segment (wlog.ErrNoSegment:
+	// the disk is full) leaves its records at the head of pend and the log stalled: they are
+	// appended again by the next dead-lettering or retryDLQs, reads find them in memory meanwhile,
+	// and no snapshot is written (the state log's dead-letter records rebuild them after a
+	// restart). mu is taken after the subscription's mutex and never held while appending.
+	mu        sync.Mutex
+	sending   []wlog.Record
+	sendFirst int64
+	pend      []wlog.Record
+	pendFirst int64
+	bytes     int64 // of sending and pend (Engine.dlqHeld counts them for all logs)
+	stalled   bool
+	// idle is closed while nothing is sent or waits to be sent but stalled records.
+	idle       chan struct{}
+	idleClosed bool
 }
+
+// maxDLQHeld bounds the bytes of DLQ records not yet in their logs (Engine.dlqHeld): past it, while
+// the disk has no room for their segments, dead-letterings stop the engine (errDLQHeld).
+const maxDLQHeld = 64 << 20
+
+// dlqRetryEvery is how often retryDLQs appends the records of stalled DLQ logs again.
+const dlqRetryEvery = time.Second
 
 func (e *Engine) dlqPath(id int64) string {
 	return filepath.Join(e.dir, dlqDir, strconv.FormatInt(id, 10))
@@ -101,23 +125,195 @@ func (dl *dlqLog) queueLocked(d *storage.DLQEntry) error {
 	return nil
 }
 
-// flushDLQLocked queues the DLQ records the current operation on s added. A failed append stops
-// the engine (the DLQ log no longer matches the IDs; the next Open rebuilds it from the state log).
-// s.mu must be held.
+// flushDLQLocked hands the DLQ records the current operation on s added to the log's appends
+// (dlqLog). Past maxDLQHeld bytes waiting, the engine stops (a DLQ log must take every entry in
+// ID order; the next Open rebuilds what is missing from the state log). s.mu must be held.
 func (e *Engine) flushDLQLocked(s *sub) {
 	dl := s.dlq
 	if dl == nil || len(dl.batch) == 0 {
 		return
 	}
-	ch := make(chan struct{})
-	e.committer.AppendAsync(dl.log, dl.batch, func(_ int64, err error) {
-		if err != nil {
-			e.fail(fmt.Errorf("wal: DLQ log append: %w", err))
-		}
-		close(ch)
-	})
+	var n int64
+	for _, r := range dl.batch {
+		n += int64(len(r.Body))
+	}
+	dl.mu.Lock()
+	if len(dl.pend) == 0 {
+		dl.pendFirst = dl.nextID - int64(len(dl.batch))
+	}
+	dl.pend = append(dl.pend, dl.batch...)
+	dl.bytes += n
+	if dl.stalled { // try again now
+		dl.stalled = false
+		e.dlqStalled.Add(-1)
+	}
+	dl.busyLocked()
+	dl.mu.Unlock()
 	dl.batch = nil
-	dl.last = ch
+	if held := e.dlqHeld.Add(n); held > maxDLQHeld {
+		e.fail(fmt.Errorf("%w: %d bytes of dead-lettered messages wait for room in their DLQ logs (at most %d)",
+			errDLQHeld, held, maxDLQHeld))
+	}
+	e.sendDLQ(dl)
+}
+
+// errDLQHeld: DLQ records wait in memory because their log could not make its next segment.
+var errDLQHeld = errors.New("wal: the disk has no room for the next segment of a DLQ log")
+
+// busyLocked opens dl.idle (records to send). dl.mu must be held.
+func (dl *dlqLog) busyLocked() {
+	if dl.idle == nil || dl.idleClosed {
+		dl.idle, dl.idleClosed = make(chan struct{}), false
+	}
+}
+
+// settled returns a channel closed once nothing is being appended to dl or waits to be but stalled
+// records; held reports those.
+func (dl *dlqLog) settled() <-chan struct{} {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if dl.idle == nil {
+		dl.idle, dl.idleClosed = make(chan struct{}), true
+		close(dl.idle)
+	}
+	return dl.idle
+}
+
+// held reports whether records of dl wait for room (stalled).
+func (dl *dlqLog) held() bool {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return dl.stalled
+}
+
+// busy reports whether records of dl are not in the log yet.
+func (dl *dlqLog) busy() bool {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return len(dl.sending)+len(dl.pend) > 0
+}
+
+// settleLocked closes dl.idle when nothing is sent and nothing waits to be but stalled records.
+// dl.mu must be held.
+func (dl *dlqLog) settleLocked() {
+	if dl.sending == nil && (len(dl.pend) == 0 || dl.stalled) && dl.idle != nil && !dl.idleClosed {
+		close(dl.idle)
+		dl.idleClosed = true
+	}
+}
+
+// sendDLQ appends the records waiting in dl.pend unless an append of dl is in flight or dl is
+// stalled.
+func (e *Engine) sendDLQ(dl *dlqLog) {
+	dl.mu.Lock()
+	if dl.sending != nil || len(dl.pend) == 0 || dl.stalled {
+		dl.mu.Unlock()
+		return
+	}
+	recs := dl.pend
+	dl.sending, dl.sendFirst = recs, dl.pendFirst
+	dl.pend, dl.pendFirst = nil, 0
+	dl.mu.Unlock()
+	e.committer.AppendAsync(dl.log, recs, func(_ int64, err error) { e.dlqSent(dl, err) })
+}
+
+// dlqSent completes the append in flight of dl: on success the records waiting are sent; on a
+// full disk (wlog.ErrNoSegment: nothing was written) its records go back to the head of the queue
+// and dl stalls; any other failure stops the engine.
+func (e *Engine) dlqSent(dl *dlqLog, err error) {
+	dl.mu.Lock()
+	recs, first := dl.sending, dl.sendFirst
+	dl.sending = nil
+	var n int64
+	switch {
+	case err == nil:
+		for _, r := range recs {
+			n += int64(len(r.Body))
+		}
+		dl.bytes -= n
+	default: // kept for reads; after a failure other than a full disk the engine stops
+		if !dl.stalled {
+			e.dlqStalled.Add(1)
+		}
+		dl.pend, dl.pendFirst, dl.stalled = append(recs, dl.pend...), first, true
+	}
+	dl.settleLocked()
+	dl.mu.Unlock()
+	e.dlqHeld.Add(-n)
+	switch {
+	case err == nil:
+		e.sendDLQ(dl)
+	case errors.Is(err, wlog.ErrNoSegment):
+		e.warnDLQHeld(err)
+	default:
+		e.fail(fmt.Errorf("wal: DLQ log append: %w", err))
+	}
+}
+
+// warnDLQHeld logs that DLQ records wait for room, at most once per fdWarnEvery.
+func (e *Engine) warnDLQHeld(err error) {
+	now := e.clock.Now().UnixNano()
+	last := e.dlqWarnAt.Load()
+	if last != 0 && now-last < int64(fdWarnEvery) || !e.dlqWarnAt.CompareAndSwap(last, now) {
+		return
+	}
+	e.logger.Warn("wal: dead-lettered messages wait in memory for room in their DLQ logs (free disk space); they are appended again every second",
+		slog.Int64("bytes", e.dlqHeld.Load()), slog.Any("error", err))
+}
+
+// retryDLQs appends again the records of the stalled DLQ logs (dlqRetryLoop).
+func (e *Engine) retryDLQs() {
+	if e.dlqStalled.Load() == 0 {
+		return
+	}
+	var stalled []*dlqLog
+	e.mu.RLock()
+	for _, s := range e.subs {
+		s.mu.Lock()
+		if dl := s.dlq; dl != nil {
+			dl.mu.Lock()
+			if dl.stalled {
+				dl.stalled = false
+				e.dlqStalled.Add(-1)
+				dl.busyLocked()
+				stalled = append(stalled, dl)
+			}
+			dl.mu.Unlock()
+		}
+		s.mu.Unlock()
+	}
+	e.mu.RUnlock()
+	for _, dl := range stalled {
+		e.sendDLQ(dl)
+	}
+}
+
+// dlqRetryLoop runs retryDLQs every dlqRetryEvery until Close.
+func (e *Engine) dlqRetryLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(dlqRetryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.quit:
+			return
+		case <-t.C:
+			e.retryDLQs()
+		}
+	}
+}
+
+// memRecord returns the body of the record of id while it is not in the log yet.
+func (dl *dlqLog) memRecord(id int64) ([]byte, bool) {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if i := id - dl.sendFirst; dl.sending != nil && i >= 0 && i < int64(len(dl.sending)) {
+		return dl.sending[i].Body, true
+	}
+	if i := id - dl.pendFirst; len(dl.pend) > 0 && i >= 0 && i < int64(len(dl.pend)) {
+		return dl.pend[i].Body, true
+	}
+	return nil, false
 }
 
 // decodeDLQRecord decodes the DLQ log record of entry id.
@@ -138,8 +334,8 @@ func decodeDLQRecord(subID, id int64, body []byte) (*storage.DLQEntry, error) {
 }
 
 // read returns the entries of ids (increasing), nil for those whose records are not readable:
-// deleted (retention compacted the log after they left the DLQ) or not durable yet. Other read
-// errors are returned.
+// deleted (retention compacted the log after they left the DLQ). Records not in the log yet are
+// read from memory (dlqLog). Other read errors are returned.
 func (dl *dlqLog) read(subID int64, ids []int64) ([]*storage.DLQEntry, error) {
 	out := make([]*storage.DLQEntry, len(ids))
 	err := dl.scan(ids, func(i int, body []byte) error {
@@ -163,8 +359,18 @@ func (dl *dlqLog) scan(ids []int64, fn func(i int, body []byte) error) error {
 		}
 		for i < j {
 			if ids[i]-1 >= dl.log.NextIndex() {
-				i = j // not durable yet
-				break
+				if body, ok := dl.memRecord(ids[i]); ok {
+					if err := fn(i, body); err != nil {
+						return err
+					}
+					i++
+					continue
+				}
+				if ids[i]-1 >= dl.log.NextIndex() {
+					i = j // not queued
+					break
+				}
+				continue // it reached the log meanwhile
 			}
 			recs, err := dl.log.Read(ids[i]-1, j-i, readBatchBytes)
 			if errors.Is(err, storage.ErrOffsetOutOfRange) {
@@ -222,8 +428,8 @@ func (dl *dlqLog) readOne(subID, id int64) (*storage.DLQEntry, error) {
 	return got[0], nil
 }
 
-// dlqDurable waits until the DLQ log records queued for subscription id so far are durable, so
-// that an operation that reads them finds every entry that was in the DLQ when it began.
+// dlqDurable waits until the DLQ log records queued for subscription id so far are durable or
+// stalled (read from memory), so that an operation that reads them finds them in the log.
 func (e *Engine) dlqDurable(ctx context.Context, id int64) error {
 	e.mu.RLock()
 	if e.closed {
@@ -236,9 +442,9 @@ func (e *Engine) dlqDurable(ctx context.Context, id int64) error {
 		return err
 	}
 	s.mu.Lock()
-	var ch chan struct{}
+	var ch <-chan struct{}
 	if s.dlq != nil {
-		ch = s.dlq.last
+		ch = s.dlq.settled()
 	}
 	s.mu.Unlock()
 	e.mu.RUnlock()
@@ -247,7 +453,7 @@ func (e *Engine) dlqDurable(ctx context.Context, id int64) error {
 	}
 	select {
 	case <-ch:
-		return nil // failed or not: what is readable is read (a change is refused by checkLocked)
+		return nil // what is readable is read (a change is refused by checkLocked)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -494,9 +700,8 @@ func (e *Engine) reapDLQs() {
 		return
 	}
 	for _, dl := range doomed {
-		if dl.last != nil {
-			<-dl.last
-		}
+		<-dl.settled()
+		e.discardHeld(dl) // stalled records of a subscription that is gone
 	}
 	// The change that dropped them was queued with e.mu held: once it is released, a record queued
 	// now comes after it, and durable means that change is.
@@ -524,6 +729,19 @@ func (e *Engine) reapDLQs() {
 	}
 }
 
+// discardHeld drops the records of dl waiting for room (its subscription is gone); dl is settled.
+func (e *Engine) discardHeld(dl *dlqLog) {
+	dl.mu.Lock()
+	n := dl.bytes
+	if dl.stalled {
+		dl.stalled = false
+		e.dlqStalled.Add(-1)
+	}
+	dl.pend, dl.bytes = nil, 0
+	dl.mu.Unlock()
+	e.dlqHeld.Add(-n)
+}
+
 // dropIdleDLQLocked removes the DLQ log of s when none of its records is needed (the DLQ is empty
 // and no replayed copy reads from it) and nothing is being appended to it, and reports whether it
 // did: a drained DLQ gives back its disk and files at once. It runs with s.mu held, so that a
@@ -533,15 +751,8 @@ func (e *Engine) reapDLQs() {
 // allowed. e.mu (read) and s.mu must be held.
 func (e *Engine) dropIdleDLQLocked(s *sub) bool {
 	dl := s.dlq
-	if s.st.DLQLen() > 0 || s.st.MinReplayedDLQ() < s.st.NextDLQID() || len(dl.batch) > 0 {
-		return false
-	}
-	if dl.last != nil {
-		select {
-		case <-dl.last:
-		default:
-			return false // an append in flight: at the next run
-		}
+	if s.st.DLQLen() > 0 || s.st.MinReplayedDLQ() < s.st.NextDLQID() || len(dl.batch) > 0 || dl.busy() {
+		return false // an append in flight or waiting: at the next run
 	}
 	s.dlq = nil
 	dir := dl.log.Dir()

@@ -117,6 +117,7 @@
 // # Lock order
 //
 //	Engine.snapMu -> Engine.retentionMu -> Engine.mu -> sub.mu (several: in ID order) -> partition.mu
+//	sub.mu -> dlqLog.mu (a leaf: never held while appending)
 //	Engine.reapMu -> Engine.mu;  Engine.dlqMu is a leaf (the list of DLQ logs to remove)
 //
 // Engine.mu is held shared by every operation on messages and delivery state and exclusively by
@@ -129,9 +130,11 @@
 //
 // # Goroutines
 //
-// The wlog.Committer's goroutine (group commit), the engine's snapshot goroutine and its trash
+// The wlog.Committer's goroutine (group commit), the engine's snapshot goroutine, its trash
 // goroutine (which also closes and removes the DLQ logs of cancelled and deleted subscriptions once
-// their appends and the change are durable), all started by Open and stopped by Close (which also
+// their appends and the change are durable) and its DLQ retry goroutine (appends again, every
+// second, the records of DLQ logs that found no room: dlqRetryLoop), all started by Open and
+// stopped by Close (which also
 // waits for appends in flight and takes the final snapshot). wlog may run a goroutine per log that prepares the next segment; Log.Close stops it.
 //
 // # Deviations from the design brief

@@ -248,6 +248,11 @@ type Engine struct {
 	dlqPend     map[int64][]*storage.DLQEntry
 	dlqMigrate  []dlqMigrateCopy
 	dlqMigrated bool
+	// dlqHeld counts the bytes of DLQ records not in their logs yet, dlqStalled the logs whose
+	// records wait for room, dlqWarnAt the engine clock of the last warning (dlqLog).
+	dlqHeld    atomic.Int64
+	dlqStalled atomic.Int64
+	dlqWarnAt  atomic.Int64
 
 	// snapshotEncodeHook, if set (tests, before any snapshot can run), is called on the snapshot
 	// goroutine right before a snapshot is encoded.
@@ -389,9 +394,10 @@ func Open(dir string, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.startHeartbeats()
-	e.wg.Add(2)
+	e.wg.Add(3)
 	go e.snapshotLoop()
 	go e.trashLoop() // empties what a deletion before a crash or Close left in trash/
+	go e.dlqRetryLoop()
 	e.logger.Info("wal engine open", slog.String("dir", dir), slog.Int("topics", len(e.topics)),
 		slog.Int("subscriptions", len(e.subs)), slog.Duration("took", e.clock.Now().Sub(start)))
 	return e, nil
@@ -501,6 +507,7 @@ func (e *Engine) Close() error {
 	}
 	var errs []error
 	if e.failedErr() == nil {
+		e.retryDLQs() // once more: records that waited for room go in if there is some now
 		if err := e.snapshot(true); err != nil {
 			errs = append(errs, fmt.Errorf("wal: final snapshot: %w", err))
 		} else if _, err := e.committer.Append(context.Background(), e.state,
@@ -622,7 +629,14 @@ func (e *Engine) snapshotLoop() {
 		case <-e.quit:
 			return
 		case <-e.snapReq:
-			if err := e.snapshot(false); err != nil {
+			if err := e.snapshot(false); errors.Is(err, errDLQHeld) {
+				// Put off while DLQ records wait for room (the next growth asks again).
+				select {
+				case <-e.quit:
+					return
+				case <-time.After(dlqRetryEvery):
+				}
+			} else if err != nil {
 				e.logger.Error("wal snapshot failed", slog.Any("error", err))
 			}
 			e.snapPending.Store(false)

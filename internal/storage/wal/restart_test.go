@@ -201,9 +201,7 @@ func projectWith(e *Engine, crashed bool) projection {
 			sp.Parts, dlq = s.st.Export()
 			sp.NextDLQ = dlq.Next
 			if s.dlq != nil {
-				if s.dlq.last != nil {
-					<-s.dlq.last
-				}
+				<-s.dlq.settled()
 				entries, err := s.dlq.read(id, s.st.DLQIDs(0, s.st.DLQLen()))
 				if err != nil {
 					panic(err)

@@ -71,9 +71,9 @@ type snapshotState struct {
 	nextSubID int64
 	metaJSON  []byte
 	subs      []snapshotSub // ID order
-	// dlqSynced are the last appends queued to the DLQ logs: the snapshot is written once they are
-	// durable, so that every DLQ entry it holds is in its DLQ log.
-	dlqSynced []chan struct{}
+	// dlqSynced are the DLQ logs with appends queued: the snapshot is written once they are durable,
+	// so that every DLQ entry it holds is in its DLQ log.
+	dlqSynced []*dlqLog
 }
 
 // snapshotSub is one subscription's delivery state in a snapshotState.
@@ -136,8 +136,8 @@ func (e *Engine) exportSnapshotLocked() *snapshotState {
 	for i, s := range withState {
 		parts, dlq := s.st.Export()
 		st.subs[i] = snapshotSub{id: s.meta.ID, parts: parts, dlq: dlq}
-		if s.dlq != nil && s.dlq.last != nil {
-			st.dlqSynced = append(st.dlqSynced, s.dlq.last)
+		if s.dlq != nil && s.dlq.busy() {
+			st.dlqSynced = append(st.dlqSynced, s.dlq)
 		}
 	}
 	return st
@@ -369,6 +369,10 @@ func (e *Engine) snapshot(final bool) error {
 	// the snapshot holds, since changes queue their records with e.mu held) has an index < K, every
 	// later one > K. The state is exported now and encoded once the lock is released; the index
 	// is only known once the marker is written, so the header is patched afterwards.
+	if e.dlqStalled.Load() > 0 {
+		e.mu.Unlock()
+		return errDLQHeld // the state log keeps what rebuilds the records waiting for room
+	}
 	st := e.exportSnapshotLocked()
 	type result struct {
 		index int64
@@ -389,8 +393,11 @@ func (e *Engine) snapshot(final bool) error {
 		e.fail(fmt.Errorf("wal: state log append: %w", r.err))
 		return r.err
 	}
-	for _, c := range st.dlqSynced {
-		<-c
+	for _, dl := range st.dlqSynced {
+		<-dl.settled()
+		if dl.held() {
+			return errDLQHeld // the state log keeps what rebuilds its records
+		}
 	}
 	if err := e.failedErr(); err != nil {
 		return err // a DLQ log append failed: the snapshot could name entries it lacks
