@@ -910,7 +910,9 @@ func TestAsyncPublishClosedWhileRetryingTellsWhy(t *testing.T) {
 				if attempts++; attempts == 2 {
 					close(retried)
 				}
-				p.write(corr, protocol.ErrStorageUnavailable.WithMessage("partition damaged"))
+				if p.tryWrite(corr, protocol.ErrStorageUnavailable.WithMessage("partition damaged")) != nil {
+					return // the client's Close ended the connection while a retry was answered
+				}
 			case *protocol.Goodbye:
 				p.write(corr, &protocol.GoodbyeOK{})
 				_ = p.nc.Close()

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -97,13 +98,22 @@ func (p *peer) handshake(mod func(*protocol.HelloOK)) *protocol.Hello {
 // write sends one frame.
 func (p *peer) write(corr uint32, m protocol.Message) {
 	p.t.Helper()
+	if err := p.tryWrite(corr, m); err != nil {
+		p.t.Fatalf("peer: %v", err)
+	}
+}
+
+// tryWrite writes m and returns the error: for a peer goroutine that the client's close may
+// interrupt.
+func (p *peer) tryWrite(corr uint32, m protocol.Message) error {
 	_ = p.nc.SetWriteDeadline(time.Now().Add(waitTimeout))
 	if err := p.w.WriteMessage(corr, m); err != nil {
-		p.t.Fatalf("peer: write %s: %v", m.Opcode(), err)
+		return fmt.Errorf("write %s: %w", m.Opcode(), err)
 	}
 	if err := p.w.Flush(); err != nil {
-		p.t.Fatalf("peer: flush: %v", err)
+		return fmt.Errorf("flush: %w", err)
 	}
+	return nil
 }
 
 // read returns the client's next frame, answering heartbeats on the way.
