@@ -148,3 +148,78 @@ func (f *failEnv) get(path string) (int, string) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
 }
+
+// TestDiskFullDeadLettersWaitForRoom: on a real file system that fills up, dead-letterings whose
+// DLQ log needs a segment it cannot make are answered as usual and the engine goes on (the records
+// wait in memory); once space is freed they reach the DLQ log, Close writes its final snapshot, and
+// a reopen lists every entry with its message.
+func TestDiskFullDeadLettersWaitForRoom(t *testing.T) {
+	t.Parallel()
+	dir := mountTmpfs(t, "4m")
+	data := filepath.Join(dir, "data")
+	eng, err := wal.Open(data, wal.Config{SegmentBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFailEnv(t, eng, dir)
+	c := f.dial(nil)
+	const n = 30
+	payload := strings.Repeat("p", 4000) // 30 of them: about twice a DLQ log's first 64 KiB segment
+	for range n {
+		c.publish("d", payload)
+	}
+	c2 := f.dial(nil)
+	c2.subscribe(&protocol.Subscribe{Topic: "d", Group: "g", MaxInFlight: n})
+	ds := c2.deliveriesN(n)
+	nack := func(d protocol.Delivery) {
+		t.Helper()
+		if resp := c2.request(&protocol.Nack{ToDLQ: true, Reason: "poison", Refs: refs(d)}); !isNackOK(resp) {
+			t.Fatalf("nack to the DLQ: %+v", resp)
+		}
+	}
+	nack(ds[0]) // the DLQ log is made while there is room
+	filler := fillUp(t, dir, 16<<10)
+	for _, d := range ds[1:] {
+		nack(d)
+	}
+	if _, err := eng.BindingCreate(context.Background(), &storage.BindingCreateParams{Group: "probe", Pattern: "probe.#"}); err != nil {
+		t.Fatalf("a state change after dead-letterings on a full disk: %v", err)
+	}
+	subs, err := eng.SubscriptionList(context.Background(), &storage.SubscriptionListParams{Topic: "d"})
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subscriptions of d: %+v, %v", subs, err)
+	}
+	sub := subs[0]
+	list := func(e *wal.Engine, what string) {
+		t.Helper()
+		got, err := e.DLQList(context.Background(), &storage.DLQListParams{SubscriptionID: sub.ID, Limit: 100})
+		if err != nil || len(got) != n {
+			t.Fatalf("%s: %d DLQ entries, %v; want %d", what, len(got), err, n)
+		}
+		for i, d := range got {
+			if d.ID != int64(i+1) || string(d.Message.Payload) != payload {
+				t.Fatalf("%s: entry %d: ID %d, %d bytes of payload", what, i, d.ID, len(d.Message.Payload))
+			}
+		}
+	}
+	list(eng, "disk full")
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	f.b.Stop(context.Background())
+	if err := eng.Close(); err != nil { // the records are appended, then the final snapshot written
+		t.Fatalf("close once space is back: %v", err)
+	}
+	eng2, err := wal.Open(data, wal.Config{SegmentBytes: 1 << 20})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer eng2.Close()
+	list(eng2, "after a reopen")
+}
+
+func isNackOK(m protocol.ServerMessage) bool {
+	_, ok := m.(*protocol.NackOK)
+	return ok
+}
