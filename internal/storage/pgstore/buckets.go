@@ -178,7 +178,9 @@ type bucket struct {
 // such a transaction has taken its offset and may not have written yet, and its committed
 // low_published_at is not visible to us.
 //
-// Each bucket is removed from spool.buckets first (under the bucket lock), detached with DETACH
+// Each bucket is removed from spool.buckets first (under the bucket lock, its row moved to
+// spool.bucket_drops until the end: the drops of an instance that is gone are finished here too,
+// orphanDropsSQL), detached with DETACH
 // PARTITION CONCURRENTLY (outside a transaction block and without holding any lock of ours, so a
 // transactional publisher creating a bucket meanwhile cannot deadlock with it), then checked: if a
 // row at or above its partition's low offset is in it (a publisher whose clock is behind ours by
@@ -196,13 +198,24 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 		if err != nil {
 			return err
 		}
-		var limit time.Time
-		if err := tx.QueryRow(ctx, e.sql(candidateLimitSQL), now).Scan(&limit); err != nil {
+		rows, err := tx.Query(ctx, e.sql(orphanDropsSQL), e.instanceUUID())
+		if err != nil {
 			return err
 		}
-		if limit.IsZero() {
+		if candidates, err = appendBuckets(candidates, rows); err != nil {
+			return err
+		}
+		if len(candidates) > 0 {
+			e.log.Info("pgstore: retention finishes the drop of buckets a stopped instance left", "buckets", len(candidates))
+		}
+		var latest pgtype.Timestamptz
+		if err := tx.QueryRow(ctx, e.sql(candidateLimitSQL), now).Scan(&latest); err != nil {
+			return err
+		}
+		if !latest.Valid {
 			return nil // no bucket ends before the limit of retained messages
 		}
+		limit := latest.Time
 		var floor pgtype.Timestamptz
 		if err := tx.QueryRow(ctx, e.sql(writeFloorSQL), limit).Scan(&floor); err != nil {
 			return err
@@ -213,21 +226,15 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 		if floor.Valid && floor.InfinityModifier == pgtype.Finite && floor.Time.Before(limit) {
 			limit = floor.Time
 		}
-		rows, err := tx.Query(ctx, e.sql(`DELETE FROM spool.buckets b WHERE b.end_at <= $1
-			RETURNING name, start_at, end_at`), limit)
+		rows, err = tx.Query(ctx, e.sql(`WITH gone AS (DELETE FROM spool.buckets b WHERE b.end_at <= $1
+			RETURNING name, start_at, end_at)
+			INSERT INTO spool.bucket_drops (name, start_at, end_at, instance) SELECT name, start_at, end_at, $2 FROM gone
+			RETURNING name, start_at, end_at`), limit, e.instanceUUID())
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var b bucket
-			if err := rows.Scan(&b.name, &b.startAt, &b.endAt); err != nil {
-				rows.Close()
-				return err
-			}
-			b.startKey = b.startAt.Unix()
-			candidates = append(candidates, b)
-		}
-		return rows.Err()
+		candidates, err = appendBuckets(candidates, rows)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: retention: list buckets: %w", err)
@@ -246,6 +253,27 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 		dropped++
 	}
 	return dropped, firstErr
+}
+
+// orphanDropsSQL takes over the buckets being dropped by instances that are gone (bucket_drops,
+// migration 0019): an instance that stopped between removing a bucket from spool.buckets and
+// dropping its table.
+const orphanDropsSQL = `UPDATE spool.bucket_drops d SET instance = $1
+WHERE NOT EXISTS (SELECT 1 FROM spool.instances i WHERE i.id = d.instance)
+RETURNING name, start_at, end_at`
+
+// appendBuckets appends the buckets (name, start_at, end_at) of rows to bs and closes rows.
+func appendBuckets(bs []bucket, rows pgx.Rows) ([]bucket, error) {
+	defer rows.Close()
+	for rows.Next() {
+		var b bucket
+		if err := rows.Scan(&b.name, &b.startAt, &b.endAt); err != nil {
+			return bs, err
+		}
+		b.startKey = b.startAt.Unix()
+		bs = append(bs, b)
+	}
+	return bs, rows.Err()
 }
 
 // candidateLimitSQL is the latest end of a bucket that may be dropped as far as committed data
@@ -284,7 +312,10 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 				" FOR VALUES FROM ("+pgTimeLiteral(b.startAt)+") TO ("+pgTimeLiteral(b.endAt)+")")); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, e.sql("INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3)"), b.name, b.startAt, b.endAt)
+			if _, err := tx.Exec(ctx, e.sql("INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3)"), b.name, b.startAt, b.endAt); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, e.sql("DELETE FROM spool.bucket_drops WHERE name = $1"), b.name)
 			return err
 		})
 		if err != nil {
@@ -293,11 +324,14 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 		e.setBucketKnown(b.startKey, true)
 		return nil
 	}
-	var attached bool
-	err := e.pool.QueryRow(ctx, e.sql(`SELECT EXISTS (SELECT 1 FROM pg_inherits
-		WHERE inhrelid = to_regclass('spool.`+b.name+`') AND inhparent = to_regclass('spool.messages'))`)).Scan(&attached)
+	var exists, attached bool
+	err := e.pool.QueryRow(ctx, e.sql(`SELECT to_regclass('spool.`+b.name+`') IS NOT NULL, EXISTS (SELECT 1 FROM pg_inherits
+		WHERE inhrelid = to_regclass('spool.`+b.name+`') AND inhparent = to_regclass('spool.messages'))`)).Scan(&exists, &attached)
 	if err != nil {
 		return err
+	}
+	if !exists { // dropped by an instance that stopped before it said so
+		return e.forgetDrop(ctx, b)
 	}
 	if attached {
 		_, err := e.pool.Exec(ctx, e.sql("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name+" CONCURRENTLY"))
@@ -324,12 +358,21 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 		return fmt.Errorf("drop: %w", err)
 	}
 	e.log.Debug("pgstore: dropped bucket", "bucket", b.name)
+	return e.forgetDrop(ctx, b)
+}
+
+// forgetDrop forgets a bucket whose table is dropped (bucket_drops).
+func (e *Engine) forgetDrop(ctx context.Context, b bucket) error {
+	if _, err := e.pool.Exec(ctx, e.sql("DELETE FROM spool.bucket_drops WHERE name = $1"), b.name); err != nil {
+		return fmt.Errorf("forget the dropped bucket: %w", err)
+	}
 	return nil
 }
 
 // reregister puts a bucket that could not be detached back into spool.buckets.
 func (e *Engine) reregister(ctx context.Context, b bucket) error {
-	_, err := e.pool.Exec(ctx, e.sql("INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"),
+	_, err := e.pool.Exec(ctx, e.sql(`WITH back AS (DELETE FROM spool.bucket_drops WHERE name = $1)
+		INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`),
 		b.name, b.startAt, b.endAt)
 	if err == nil {
 		e.setBucketKnown(b.startKey, true)

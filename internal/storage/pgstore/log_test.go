@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
@@ -356,6 +357,76 @@ func TestLogBucketsCreatedForAnyTimeAndDropped(t *testing.T) {
 	ms = must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "late"}))(t)
 	if len(ms) != 1 || !ms[0].PublishedAt.Equal(logBase) {
 		t.Fatalf("late: %+v", ms)
+	}
+}
+
+// TestLogBucketDropLeftByStoppedInstance: an instance that stopped between removing a bucket from
+// spool.buckets and dropping its table (attached still, detached, or dropped without saying so)
+// left a row in spool.bucket_drops; the next retention run of another instance finishes it (the
+// table is dropped, the row goes) and a publish in that time range is stored again. The row of a
+// live instance's drop in progress is left alone.
+func TestLogBucketDropLeftByStoppedInstance(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "drop", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Minute,
+		ZeroSubscriptionRetention: time.Minute, MaxRetention: 48 * time.Hour})
+	var names []string
+	for range 4 { // four buckets, an hour apart
+		names = append(names, bucketName(e.bucketStart(clock.Now())))
+		logPublish(t, e, "drop", 0, "m")
+		clock.Advance(time.Hour)
+	}
+	logPublish(t, e, "drop", 0, "now")
+	// What each stopped instance left: the bucket unlisted, its drop recorded for an instance that
+	// is gone (or, for names[3], for this live instance: in progress), and its table attached
+	// (names[0], names[3]), detached (names[1]) or dropped (names[2]).
+	gone := pgtype.UUID{Bytes: [16]byte{0: 1, 6: 0x40, 8: 0x80}, Valid: true}
+	for i, name := range names {
+		inst := gone
+		if i == 3 {
+			inst = e.instanceUUID()
+		}
+		if _, err := e.pool.Exec(ctx, e.sql(`WITH b AS (DELETE FROM spool.buckets WHERE name = $1 RETURNING name, start_at, end_at)
+			INSERT INTO spool.bucket_drops SELECT name, start_at, end_at, $2::uuid FROM b`), name, inst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.pool.Exec(ctx, e.sql("ALTER TABLE spool.messages DETACH PARTITION spool."+names[1])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, e.sql("DROP TABLE spool."+names[2])); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.TopicDelete(ctx, &storage.TopicDeleteParams{Name: "drop", Force: true}); err != nil {
+		t.Fatal(err) // nothing retained in them any more
+	}
+
+	must(e.RetentionApply(ctx))(t)
+	for _, name := range names[:3] {
+		if tableExists(t, e, name) {
+			t.Errorf("bucket %s left by a stopped instance: table still there", name)
+		}
+	}
+	var drops []string
+	rows := must(e.pool.Query(ctx, e.sql("SELECT name FROM spool.bucket_drops ORDER BY name")))(t)
+	drops = must(pgx.CollectRows(rows, pgx.RowTo[string]))(t)
+	if len(drops) != 1 || drops[0] != names[3] || !tableExists(t, e, names[3]) {
+		t.Fatalf("bucket drops after retention: %v (table %s there: %v), want only the live instance's %s",
+			drops, names[3], tableExists(t, e, names[3]), names[3])
+	}
+
+	// No bucket ends before now: nothing to drop, and no error (max() of no rows is NULL).
+	if _, err := e.dropBuckets(ctx, e.now()); err != nil {
+		t.Fatalf("drop buckets with none to drop: %v", err)
+	}
+
+	// A publish in the time of a finished bucket makes it again.
+	clock.Set(logBase)
+	logTopic(t, e, "late", storage.TopicConfig{})
+	logPublish(t, e, "late", 0, "late")
+	if !contains(bucketNames(t, e), names[0]) {
+		t.Fatalf("bucket %s not made again for a publish in its range: %v", names[0], bucketNames(t, e))
 	}
 }
 
