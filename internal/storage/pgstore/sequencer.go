@@ -46,13 +46,38 @@ import (
 //
 // The costs: every transactional message is written twice (staged, then logged) and deleted once
 // from spool.staged (vacuumed after a fixed number of changes); it becomes visible to consumers
-// one sequencing transaction after the commit (a notification and three round trips, a few
-// milliseconds; the poll interval when notifications are lost); and its offset is not known to
-// the application (PublishTx and spool.publish answer offset -1 / NULL).
+// one sequencing transaction after the commit (a notification, or the awake instance's poll, and
+// three round trips, a few milliseconds; the poll interval when notifications are lost); and its
+// offset is not known to the application (PublishTx and spool.publish answer offset -1 / NULL).
 
 // stagedPayload is the notification a staging transaction sends on the schema's channel at
 // commit. parsePayload rejects it as malformed, so older instances ignore it.
 const stagedPayload = "staged"
+
+// A NOTIFY takes a database-wide lock at commit, held through the commit's WAL flush: staging
+// transactions that all notified committed one after the other, database-wide (migration 0020).
+// So an instance whose sequencer took staged messages looks for more every seqPollEvery until
+// seqAwakeFor after the last it took, and publishes settings.sequencer_awake_until (seconds since
+// the epoch, database clock) a little short of that; a staging transaction notifies only past it
+// (stagedNotifySQL, and spool.publish since 0020). One that read the time just before it passed
+// and commits after the instance stopped looking waits for the next notification or
+// PollInterval. An instance that dies while awake leaves publishers quiet until the time passes.
+const (
+	seqPollEvery = 5 * time.Millisecond
+	seqAwakeFor  = 5 * time.Second
+)
+
+// stagedNotifySQL wakes the sequencers at commit unless one is awake (see seqAwakeFor).
+const stagedNotifySQL = `SELECT pg_notify($1, $2) WHERE coalesce((SELECT s.value::double precision
+	FROM spool.settings s WHERE s.key = 'sequencer_awake_until'), 0) < extract(epoch FROM clock_timestamp())`
+
+// markAwakeSQL publishes until when this instance looks for staged messages ($1 seconds from now,
+// database clock).
+const markAwakeSQL = `UPDATE spool.settings SET value = (extract(epoch FROM clock_timestamp()) + $1::double precision)::text
+	WHERE key = 'sequencer_awake_until'`
+
+// stagedWaitingSQL tells whether a committed staged message waits (the oldest, by the primary key).
+const stagedWaitingSQL = `SELECT EXISTS (SELECT 1 FROM spool.staged ORDER BY id LIMIT 1)`
 
 // sequenceBatch and sequenceBytes bound the staged rows one sequencing transaction takes (the
 // first is taken whatever its size).
@@ -85,7 +110,7 @@ func (e *Engine) stageInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nms
 		if len(plan.idID) > 0 {
 			b.Queue(e.sql(stageIDsSQL), plan.topic.id, plan.idID, plan.idPart)
 		}
-		b.Queue("SELECT pg_notify($1, $2)", e.channel(), stagedPayload)
+		b.Queue(e.sql(stagedNotifySQL), e.channel(), stagedPayload)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return nil, err
 		}
@@ -116,20 +141,56 @@ const (
 	seqRetryMax = 100 * time.Millisecond
 )
 
-// sequencerLoop sequences staged messages when woken and every PollInterval, until Close.
+// sequencerLoop sequences staged messages when woken, every PollInterval, and while awake (see
+// seqAwakeFor) whenever one waits, every seqPollEvery; until Close.
 func (e *Engine) sequencerLoop() {
 	defer e.wg.Done()
 	t := time.NewTicker(e.cfg.PollInterval)
 	defer t.Stop()
+	poll := time.NewTicker(seqPollEvery)
+	poll.Stop() // ticking only while awake
+	defer poll.Stop()
+	var awake, told time.Time // looking until awake; sequencer_awake_until says told
+	polling := false
 	for {
+		if polling && !time.Now().Before(awake) {
+			poll.Stop()
+			polling = false
+		}
+		var pollC <-chan time.Time
+		if polling {
+			pollC = poll.C
+		}
 		select {
 		case <-e.bgCtx.Done():
 			return
 		case <-e.seqWake:
 		case <-t.C:
+		case <-pollC:
+			var waiting bool
+			if err := e.pool.QueryRow(e.bgCtx, e.sql(stagedWaitingSQL)).Scan(&waiting); err != nil || !waiting {
+				continue
+			}
 		}
-		e.sequenceAll()
+		taken := e.sequenceAll()
 		e.seqCycles.Add(1)
+		if taken == 0 {
+			continue
+		}
+		now := time.Now()
+		awake = now.Add(seqAwakeFor)
+		if !polling {
+			poll.Reset(seqPollEvery)
+			polling = true
+		}
+		if told.Sub(now) < seqAwakeFor/2 {
+			// Publishers stay quiet until a second short of when this instance stops looking.
+			if _, err := e.pool.Exec(e.bgCtx, e.sql(markAwakeSQL), (seqAwakeFor - time.Second).Seconds()); err != nil {
+				e.log.Debug("pgstore: mark the sequencer awake", "err", err)
+				continue
+			}
+			told = now.Add(seqAwakeFor - time.Second)
+		}
 	}
 }
 
@@ -151,13 +212,14 @@ const seqLockTimeout = "1s"
 // that woke this one) or a partition row was held elsewhere (its rows were left), it tries again
 // after a short wait, doubling up to seqRetryMax (bounded by PollInterval), instead of blocking a
 // pooled connection on the lock; after seqSkipsBeforeWait transactions in a row that skipped
-// held partitions, the next one waits for their rows.
-func (e *Engine) sequenceAll() {
+// held partitions, the next one waits for their rows. It returns how many staged rows it took.
+func (e *Engine) sequenceAll() (taken int) {
 	wait := seqRetryMin
 	skips := 0 // transactions in a row that left rows of held partitions
 	for e.bgCtx.Err() == nil {
 		block := skips >= seqSkipsBeforeWait
 		r, err := e.sequence(e.bgCtx, block)
+		taken += r.taken
 		if block {
 			skips = 0 // a blocking try is followed by skipping ones again
 		}
@@ -190,6 +252,7 @@ func (e *Engine) sequenceAll() {
 		}
 		wait = min(2*wait, seqRetryMax, max(e.cfg.PollInterval, seqRetryMin))
 	}
+	return taken
 }
 
 // seqRun is what one sequencing transaction found.

@@ -516,3 +516,94 @@ func TestSequencerNotStarvedByHandedOverRow(t *testing.T) {
 		t.Fatalf("partition holds %v, want the staged message at offset 0", ms)
 	}
 }
+
+// TestStagingQuietWhileSequencerAwake (migration 0020): once a sequencer took staged messages,
+// staging transactions (PublishTx and spool.publish) commit without a NOTIFY, which would take a
+// database-wide lock through their commit's flush, and their messages are still sequenced (the
+// awake instance looks every few milliseconds); once no instance is awake they notify again.
+// Notifications of different transactions arrive in commit order, so a sentinel sent after a
+// commit tells whether that commit notified.
+func TestStagingQuietWhileSequencerAwake(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, storagetest.NewFakeClock(logBase))
+	cfg.PollInterval = time.Minute // what is sequenced within the test: woken, or by the awake polling
+	e := logOpen(t, cfg)
+	ctx := t.Context()
+	logTopic(t, e, "quiet", storage.TopicConfig{})
+	listener := must(pgx.Connect(ctx, testURL(t)))(t)
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	must(listener.Exec(ctx, "LISTEN "+pgx.Identifier{e.channel()}.Sanitize()))(t)
+	sentinel := 0
+	// notified commits a staging transaction made by stage and reports whether it notified.
+	notified := func(stage func(tx pgx.Tx)) bool {
+		t.Helper()
+		tx := must(e.pool.Begin(ctx))(t)
+		stage(tx)
+		must(0, tx.Commit(ctx))(t)
+		sentinel++
+		mark := fmt.Sprintf("sentinel-%d", sentinel)
+		must(e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", e.channel(), mark))(t)
+		staged := false
+		for {
+			n := must(listener.WaitForNotification(ctx))(t)
+			switch n.Payload {
+			case stagedPayload:
+				staged = true
+			case mark:
+				return staged
+			}
+		}
+	}
+	publishTx := func(tx pgx.Tx) {
+		must(e.PublishTx(ctx, tx, &storage.MessagesAppendParams{Topic: "quiet",
+			Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("go")}}}))(t)
+	}
+	publishSQL := func(tx pgx.Tx) {
+		must(tx.Exec(ctx, e.sql("SELECT * FROM spool.publish('quiet', 'sql'::bytea)")))(t)
+	}
+	sleep := func() {
+		must(e.pool.Exec(ctx, e.sql("UPDATE spool.settings SET value = '0' WHERE key = 'sequencer_awake_until'")))(t)
+	}
+	awake := func() bool {
+		var yes bool
+		must(0, e.pool.QueryRow(ctx, e.sql(`SELECT value::double precision > extract(epoch FROM clock_timestamp())
+			FROM spool.settings WHERE key = 'sequencer_awake_until'`)).Scan(&yes))(t)
+		return yes
+	}
+
+	if !notified(publishTx) {
+		t.Fatal("a staging transaction with no sequencer awake did not notify")
+	}
+	awaitSequenced(t, e)
+	testutil.Eventually(t, 10*time.Second, "the sequencer says it is awake", func() error {
+		if !awake() {
+			return errors.New("not awake")
+		}
+		return nil
+	})
+	for i, stage := range []func(pgx.Tx){publishTx, publishSQL} {
+		if notified(stage) {
+			t.Fatalf("staging %d notified while a sequencer is awake", i)
+		}
+		awaitSequenced(t, e) // by the awake sequencer, without a notification
+	}
+	stored := 3
+	for i, stage := range []func(pgx.Tx){publishTx, publishSQL} {
+		// The sequencer may say it is awake once more right after the rows it took last (it
+		// renews the time after sequencing): then the next try finds it asleep.
+		ok := false
+		for try := 0; try < 2 && !ok; try++ {
+			sleep()
+			ok = notified(stage)
+			stored++
+			awaitSequenced(t, e)
+		}
+		if !ok {
+			t.Fatalf("staging %d did not notify with no sequencer awake", i)
+		}
+	}
+	got := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "quiet", Limit: 10}))(t)
+	if len(got) != stored {
+		t.Fatalf("%d messages in the log, want the %d staged", len(got), stored)
+	}
+}
