@@ -135,10 +135,10 @@ var defaultDedupWindowNS = strconv.FormatInt(int64(storage.DefaultDedupWindow), 
 // $1 at $3 (see migrations/0006_producer_ids.sql): new ids are inserted, expired ones taken over,
 // both with partition -1 until setPositionsSQL; it returns the ids claimed, and whether each is a
 // new row (xmax 0: inserted, not updated; Config.MaxProducerIDs counts rows). Any other id is a
-// duplicate (dupPositionsSQL). A row another transaction holds is waited for, also one an
-// application's transaction claimed and has not ended (PublishTx, spool.publish): the append,
-// and the topic's publishes combined with or queued behind it, wait for that transaction, at most
-// Config.TxTimeout (docs/storage.md, "Producer de-duplication").
+// duplicate (dupPositionsSQL). A row another transaction holds is waited for, at most
+// claimLockTimeout (loadTopicClaim): one an application's transaction claimed and has not ended
+// (PublishTx, spool.publish) would otherwise hold up the append, and the topic's publishes
+// combined with or queued behind it, for as long as that transaction stays open.
 var claimIDsSQL = `INSERT INTO spool.producer_ids AS d (topic_id, producer_id, expires_at, partition, "offset", published_at)
 SELECT t.id, v.id, $3::timestamptz + coalesce(nullif((t.config->>'dedup_window')::bigint, 0), ` + defaultDedupWindowNS + `) / 1000 * interval '1 microsecond',
 	-1, -1, $3::timestamptz
@@ -149,6 +149,24 @@ ON CONFLICT (topic_id, producer_id) DO UPDATE
 	SET expires_at = excluded.expires_at, partition = -1, "offset" = -1, published_at = excluded.published_at
 	WHERE d.expires_at <= $3::timestamptz
 RETURNING d.producer_id, d.xmax = 0`
+
+// claimLockTimeout bounds the wait of claimIDsSQL for a producer id's row that another
+// transaction holds (lock_timeout).
+const claimLockTimeout = "1s"
+
+// errProducerIDHeld marks the claim of a producer id whose row another transaction held past
+// claimLockTimeout: a combined append's calls run again alone (rerunAlone), and the one with that
+// id fails with storage.ErrUnavailable (retryable).
+var errProducerIDHeld = errors.New("pgstore: a producer id of the publish is held by an open transaction")
+
+// claimErr wraps an error of claimIDsSQL: a lock timeout becomes errProducerIDHeld.
+func claimErr(topic string, err error) error {
+	if pgCode(err) == "55P03" { // lock_not_available
+		return &storage.IOError{Kind: storage.ErrUnavailable, Reason: "a producer id of the publish is being published by an open transaction, retry",
+			Err: fmt.Errorf("%w (topic %q): %w", errProducerIDHeld, topic, err)}
+	}
+	return fmt.Errorf("pgstore: claim producer ids of %q: %w", topic, err)
+}
 
 // dupPositionsSQL reads the positions of the ids of $2 that claimIDsSQL did not claim (run right
 // after it in the same transaction: its own claims still have partition -1).
@@ -183,7 +201,9 @@ func producerIDs(msgs []storage.AppendMessage) []string {
 func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids []string, now time.Time) (*topicRow, map[string]bool, map[string]storage.MessagePosition, int64, error) {
 	b := &pgx.Batch{}
 	b.Queue(e.sql("SELECT id, name, config, created_at, gen FROM spool.topics WHERE name = $1"+forShare.clause()), name)
+	b.Queue("SET LOCAL lock_timeout = '" + claimLockTimeout + "'")
 	b.Queue(e.sql(claimIDsSQL), name, ids, now)
+	b.Queue("SET LOCAL lock_timeout TO DEFAULT")
 	b.Queue(e.sql(dupPositionsSQL), name, ids)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -199,10 +219,13 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 	if err := json.Unmarshal(cfg, &t.cfg); err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("%w: topic %q: config: %v", storage.ErrCorrupt, name, err)
 	}
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, nil, 0, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+	}
 	claimed := map[string]bool{}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, nil, 0, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
+		return nil, nil, nil, 0, claimErr(name, err)
 	}
 	var inserted int64
 	for rows.Next() {
@@ -219,6 +242,9 @@ func (e *Engine) loadTopicClaim(ctx context.Context, tx pgx.Tx, name string, ids
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
+		return nil, nil, nil, 0, claimErr(name, err)
+	}
+	if _, err := br.Exec(); err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("pgstore: claim producer ids of %q: %w", name, err)
 	}
 	known := map[string]storage.MessagePosition{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -388,6 +389,53 @@ func TestBrokerPublishWaitsForAppProducerID(t *testing.T) {
 	}
 	if p := o.res.Positions[0]; !p.Duplicate || p.Partition != 0 {
 		t.Fatalf("broker publish of the application's id: %+v, want a duplicate in partition 0", p)
+	}
+}
+
+// TestBrokerPublishDoesNotQueueBehindAppProducerID: an application's transaction that claimed a
+// producer id and stays open holds up a broker publish of that id for claimLockTimeout only: the
+// publish fails alone, retryable (storage.ErrUnavailable), and a publish combined with it in one
+// transaction is stored. (Before, the lane's transaction waited until Config.TxTimeout and all
+// of its calls failed.)
+func TestBrokerPublishDoesNotQueueBehindAppProducerID(t *testing.T) {
+	t.Parallel()
+	e := openConns(t, 8)
+	ctx := t.Context()
+	const topic = "ids.open"
+	logTopic(t, e, topic, storage.TopicConfig{})
+	app := must(e.pool.Begin(ctx))(t)
+	t.Cleanup(func() { _ = app.Rollback(context.Background()) })
+	must(e.PublishTx(ctx, app, &storage.MessagesAppendParams{Topic: topic,
+		Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte("app"), ProducerID: "x"}}}))(t)
+
+	// The two calls queue behind a publish held on the partition row, so one transaction takes both.
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
+		WHERE t.name = $1 AND p.partition = 0 FOR UPDATE OF p`), topic)
+	first := goAppend(t, e, topic, msg(0, "first", ""))
+	awaitBlockedBy(t, e, b.pid())
+	held := goAppend(t, e, topic, msg(0, "broker", "x"))
+	awaitAppendsQueued(t, e, topic, 1)
+	plain := goAppend(t, e, topic, msg(0, "plain", ""))
+	awaitAppendsQueued(t, e, topic, 2)
+	b.release()
+
+	if o := <-first; o.err != nil {
+		t.Fatalf("first publish: %v", o.err)
+	}
+	if o := <-plain; o.err != nil {
+		t.Fatalf("a publish combined with the held producer id's, with the application's transaction open: %v", o.err)
+	}
+	o := <-held
+	if !errors.Is(o.err, storage.ErrUnavailable) || !strings.Contains(o.err.Error(), "producer id") {
+		t.Fatalf("publish of a producer id an open transaction holds: %+v, want a retryable ErrUnavailable naming the producer id", o)
+	}
+	if st := app.Conn().PgConn().TxStatus(); st != 'T' {
+		t.Fatalf("the application's transaction is %q, want still open", st)
+	}
+	must(0, app.Commit(ctx))(t)
+	o = <-goAppend(t, e, topic, msg(0, "broker", "x"))
+	if o.err != nil || !o.res.Positions[0].Duplicate {
+		t.Fatalf("the publish again once the application committed: %+v, want a duplicate", o)
 	}
 }
 
