@@ -61,7 +61,8 @@ const stagedPayload = "staged"
 // the epoch, database clock) a little short of that; a staging transaction notifies only past it
 // (stagedNotifySQL, and spool.publish since 0020). One that read the time just before it passed
 // and commits after the instance stopped looking waits for the next notification or
-// PollInterval. An instance that dies while awake leaves publishers quiet until the time passes.
+// PollInterval. An instance that closes while awake sets the time back; one that dies leaves
+// publishers quiet until it passes (the others still look every PollInterval).
 const (
 	seqPollEvery = 5 * time.Millisecond
 	seqAwakeFor  = 5 * time.Second
@@ -151,6 +152,16 @@ func (e *Engine) sequencerLoop() {
 	poll.Stop() // ticking only while awake
 	defer poll.Stop()
 	var awake, told time.Time // looking until awake; sequencer_awake_until says told
+	defer func() {
+		if time.Now().Before(told) {
+			// Closing while publishers stay quiet for this instance: they notify the others again.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := e.pool.Exec(ctx, e.sql(markAwakeSQL), -1.0); err != nil {
+				e.log.Debug("pgstore: mark the sequencer asleep", "err", err)
+			}
+		}
+	}()
 	polling := false
 	for {
 		if polling && !time.Now().Before(awake) {

@@ -392,6 +392,39 @@ func TestBrokerPublishWaitsForAppProducerID(t *testing.T) {
 	}
 }
 
+// TestStagingNotifiesOnceAwakeInstanceClosed: an instance that closes while its sequencer is
+// awake sets sequencer_awake_until back, so that publishers notify the other instances at once
+// (a rolling restart does not leave them polling every poll_interval).
+func TestStagingNotifiesOnceAwakeInstanceClosed(t *testing.T) {
+	t.Parallel()
+	e, _ := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "closing", storage.TopicConfig{})
+	awake := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) bool {
+		var yes bool
+		must(0, q.QueryRow(ctx, e.sql(`SELECT value::double precision > extract(epoch FROM clock_timestamp())
+			FROM spool.settings WHERE key = 'sequencer_awake_until'`)).Scan(&yes))(t)
+		return yes
+	}
+	tx := stagedPublish(t, e, "closing", 0, "m")
+	must(0, tx.Commit(ctx))(t)
+	awaitSequenced(t, e)
+	testutil.Eventually(t, 10*time.Second, "the sequencer says it is awake", func() error {
+		if !awake(e.pool) {
+			return errors.New("not awake")
+		}
+		return nil
+	})
+	other := must(pgx.Connect(ctx, testURL(t)))(t)
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	must(0, e.Close())(t)
+	if awake(other) {
+		t.Fatal("sequencer_awake_until still ahead after the awake instance closed")
+	}
+}
+
 // TestBrokerPublishDoesNotQueueBehindAppProducerID: an application's transaction that claimed a
 // producer id and stays open holds up a broker publish of that id for claimLockTimeout only: the
 // publish fails alone, retryable (storage.ErrUnavailable), and a publish combined with it in one
@@ -654,4 +687,5 @@ func TestStagingQuietWhileSequencerAwake(t *testing.T) {
 	if len(got) != stored {
 		t.Fatalf("%d messages in the log, want the %d staged", len(got), stored)
 	}
+
 }
