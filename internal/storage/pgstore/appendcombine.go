@@ -464,10 +464,11 @@ func waitPrev(prev <-chan struct{}) {
 
 // rerunAlone reports whether the calls of a combined append that failed with err may run again
 // one by one: the transaction certainly did not commit and one call may be the cause (a storage
-// sentinel such as ErrMessageTooLarge or ErrInvalidArgument, an error the server reported for
-// a statement, or a producer id held by an open transaction). Not after a storage failure (storage.IOError: the database is unavailable or
-// full, or the connection broke after the COMMIT was sent and the outcome is unknown, so running
-// again could store the messages twice) nor after any other error.
+// sentinel such as ErrMessageTooLarge or ErrInvalidArgument, an error the server reported for a
+// statement, or a producer id held by an open transaction). Not after a storage failure
+// (storage.IOError: the database is unavailable or full, or the connection broke after the
+// COMMIT was sent and the outcome is unknown, so running again could store the messages twice)
+// nor after any other error.
 func rerunAlone(err error) bool {
 	if errors.Is(err, errProducerIDHeld) {
 		return true // one call's producer id (claimErr)
