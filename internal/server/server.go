@@ -78,8 +78,12 @@ type Server struct {
 	lastRejectLog atomic.Int64
 	stats         counters
 
-	// partitions caches topic partition counts for message ids (sync.Map of string to int).
-	partitions sync.Map
+	// partitions caches topic partition counts for message ids (sync.Map of string to int), at
+	// most partitionsMax topics (partitionsN counts them; past the bound the cache starts over:
+	// deleted topics' names would otherwise stay in it for good).
+	partitions    sync.Map
+	partitionsN   atomic.Int64
+	partitionsMax int64
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -149,6 +153,7 @@ func New(cfg Config, b *broker.Broker) (*Server, error) {
 		broker:        b,
 		logger:        logger.With("component", "server"),
 		sessionPrefix: strings.ToLower(rand.Text()[:6]),
+		partitionsMax: maxPartitionCounts,
 		acceptDone:    make(chan struct{}),
 		acceptStop:    make(chan struct{}),
 		connsChanged:  make(chan struct{}, 1),
@@ -493,6 +498,12 @@ func (s *Server) partitionCount(ctx context.Context, topic string, partition int
 	if err != nil {
 		return int(partition) + 2 // unknown: format "partition:offset", which is always accepted
 	}
-	s.partitions.Store(topic, n)
+	if _, loaded := s.partitions.Swap(topic, n); !loaded && s.partitionsN.Add(1) > s.partitionsMax {
+		s.partitions.Clear()
+		s.partitionsN.Store(0)
+	}
 	return n
 }
+
+// maxPartitionCounts bounds the partition counts a server caches: twice the default topic bound.
+const maxPartitionCounts = 2 * broker.DefaultMaxTopics
