@@ -148,8 +148,8 @@ var (
 	// current owner generation; the member lost the partition and its ack is refused.
 	ErrStaleGeneration = &Error{Code: CodeStaleGeneration, Name: "STALE_GENERATION"}
 	// ErrLimitExceeded: the request would take the server past a configured bound (broker
-	// max_topics, max_partitions). Nothing changed; not retryable until an operator raises the
-	// bound or frees room (deletes topics).
+	// max_topics, max_partitions, max_subscriptions, max_bindings). Nothing changed; not
+	// retryable until an operator raises the bound or frees room (deletes topics or groups).
 	ErrLimitExceeded = &Error{Code: CodeLimitExceeded, Name: "LIMIT_EXCEEDED"}
 
 	// ErrClosed: the broker is shutting down or the engine is closed. Retry on another connection

@@ -218,6 +218,8 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		SlowOperation:      cmp.Or(cfg.Broker.SlowOperation, -1), // config 0: off
 		DefaultMaxInFlight: cfg.Broker.DefaultMaxInFlight,
 		MaxTopics:          cmp.Or(cfg.Broker.MaxTopics, -1), // config 0: no bound
+		MaxSubscriptions:   cmp.Or(cfg.Broker.MaxSubscriptions, -1),
+		MaxBindings:        cmp.Or(cfg.Broker.MaxBindings, -1),
 		MaxPartitions:      cfg.Broker.MaxPartitions,
 		PollInterval:       cfg.Broker.PollInterval,
 		ClaimInterval:      claimInterval(cfg),

@@ -48,6 +48,11 @@ const (
 	DefaultMaxTopics = 10_000
 	// DefaultMaxPartitions is the default Config.MaxPartitions.
 	DefaultMaxPartitions = 1024
+	// DefaultMaxSubscriptions is the default Config.MaxSubscriptions: each durable subscription
+	// keeps delivery state per partition of its topic for as long as it is not deleted.
+	DefaultMaxSubscriptions = 100_000
+	// DefaultMaxBindings is the default Config.MaxBindings.
+	DefaultMaxBindings = 10_000
 )
 
 // Config configures a Broker. The zero value of every field but Engine is valid and means the
@@ -71,6 +76,14 @@ type Config struct {
 	// auto-creating publish) fails with storage.ErrLimitExceeded (LIMIT_EXCEEDED). Defaults to
 	// DefaultMaxTopics; negative means no bound.
 	MaxTopics int
+	// MaxSubscriptions bounds the durable subscriptions (groups) the engine keeps: creating one
+	// more (a member of a new group, GroupCreate) fails with storage.ErrLimitExceeded. Those that
+	// bindings make when a topic is created are not checked (bindings and topics are bounded).
+	// Defaults to DefaultMaxSubscriptions; negative means no bound.
+	MaxSubscriptions int
+	// MaxBindings bounds the bindings (durable groups on topic patterns) the engine keeps, as
+	// MaxSubscriptions does. Defaults to DefaultMaxBindings; negative means no bound.
+	MaxBindings int
 	// MaxPartitions bounds a topic's partitions on create and update (at most
 	// storage.MaxPartitions): more fail with storage.ErrLimitExceeded. Defaults to
 	// DefaultMaxPartitions.
@@ -176,6 +189,8 @@ type Broker struct {
 	autoCreate       bool
 	autoCreateConfig storage.TopicConfig
 	maxTopics        int // 0: no bound
+	maxSubscriptions int // 0: no bound
+	maxBindings      int // 0: no bound
 	maxPartitions    int
 	// storageFullSince is when publishes started failing with storage.ErrFull (unix ns), 0 while
 	// they are stored (noteStorage).
@@ -278,10 +293,13 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.PollInterval < 0 {
 		return nil, invalid("broker config: PollInterval must not be negative, got %s", cfg.PollInterval)
 	}
-	maxTopics := cmp.Or(cfg.MaxTopics, DefaultMaxTopics)
-	if maxTopics < 0 {
-		maxTopics = 0 // no bound
+	bound := func(v, def int) int {
+		if v = cmp.Or(v, def); v < 0 {
+			return 0 // no bound
+		}
+		return v
 	}
+	maxTopics := bound(cfg.MaxTopics, DefaultMaxTopics)
 	maxParts := cmp.Or(cfg.MaxPartitions, DefaultMaxPartitions)
 	if maxParts < 1 || maxParts > storage.MaxPartitions {
 		return nil, invalid("broker config: MaxPartitions must be between 1 and %d, got %d", storage.MaxPartitions, cfg.MaxPartitions)
@@ -321,6 +339,8 @@ func New(cfg Config) (*Broker, error) {
 		autoCreate:            !cfg.DisableAutoCreate,
 		autoCreateConfig:      autoCfg,
 		maxTopics:             maxTopics,
+		maxSubscriptions:      bound(cfg.MaxSubscriptions, DefaultMaxSubscriptions),
+		maxBindings:           bound(cfg.MaxBindings, DefaultMaxBindings),
 		maxPartitions:         maxParts,
 		retentionInterval:     cmp.Or(cfg.RetentionInterval, DefaultRetentionInterval),
 		backpressureInterval:  cmp.Or(cfg.BackpressureInterval, DefaultBackpressureInterval),

@@ -62,6 +62,7 @@ func (b *Broker) CreateGroup(ctx context.Context, p CreateGroupParams) (*storage
 	}
 	sub, err := b.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{
 		Topic: p.Topic, Group: p.Group, Start: start, HeartbeatTimeout: p.HeartbeatTimeout, MaxBackfillMessages: p.MaxBackfillMessages,
+		MaxSubscriptions: b.maxSubscriptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("broker: create group %q on topic %q: %w", p.Group, p.Topic, err)

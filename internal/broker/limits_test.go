@@ -51,6 +51,51 @@ func TestTopicAndPartitionLimits(t *testing.T) {
 	e.publishN("lim.three", "m", 1)
 }
 
+// TestSubscriptionAndBindingLimits: a client cannot make the broker keep unbounded durable groups
+// or bindings: past MaxSubscriptions a member of a new group and GroupCreate fail with
+// ErrLimitExceeded (members of an existing group still join), past MaxBindings a pattern member of
+// a new group does, and nothing is created.
+func TestSubscriptionAndBindingLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxSubscriptions, c.MaxBindings = 2, 1 })
+	ctx := e.ctx()
+	e.createTopic("sl", storage.TopicConfig{Semantics: storage.PubSub})
+	join := func(pattern, group, id string) error {
+		m, err := e.b.Subscribe(ctx, SubscribeParams{Pattern: pattern, Group: group, MemberID: id})
+		if err == nil {
+			t.Cleanup(func() { _, _ = m.Leave(context.Background()) })
+		}
+		return err
+	}
+	if err := join("sl", "a", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "sl", Group: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := join("sl", "c", "c1"); !errors.Is(err, storage.ErrLimitExceeded) {
+		t.Fatalf("a member of a third group: %v, want ErrLimitExceeded", err)
+	}
+	if _, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "sl", Group: "d"}); !errors.Is(err, storage.ErrLimitExceeded) {
+		t.Fatalf("GroupCreate of a third group: %v, want ErrLimitExceeded", err)
+	}
+	if err := join("sl", "a", "a2"); err != nil {
+		t.Fatalf("a second member of an existing group: %v", err)
+	}
+	if subs, err := e.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{Topic: "sl"}); err != nil || len(subs) != 2 {
+		t.Fatalf("subscriptions: %d, %v; want 2", len(subs), err)
+	}
+	if err := join("bl.*", "p", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := join("bl.#", "q", "q1"); !errors.Is(err, storage.ErrLimitExceeded) {
+		t.Fatalf("a second binding: %v, want ErrLimitExceeded", err)
+	}
+	if bs, err := e.engine.BindingList(ctx); err != nil || len(bs) != 1 {
+		t.Fatalf("bindings: %d, %v; want 1", len(bs), err)
+	}
+}
+
 // TestOrderedGroupMemberLimit: an ordered group takes at most maxOrderedMembers members on one
 // instance (storage.MaxAssignmentMembers: one assignment, and one liveness renewal, holds no
 // more). A join past it fails with ErrLimitExceeded and changes nothing: the assignment and the

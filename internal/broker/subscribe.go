@@ -233,7 +233,8 @@ func (b *Broker) subscribeExisting(ctx context.Context, m *Member) error {
 
 // bind registers the durable binding of m's group on m's pattern.
 func (b *Broker) bind(ctx context.Context, m *Member) error {
-	_, err := b.engine.BindingCreate(ctx, &storage.BindingCreateParams{Group: m.group, Pattern: m.pattern, Start: m.start})
+	_, err := b.engine.BindingCreate(ctx, &storage.BindingCreateParams{Group: m.group, Pattern: m.pattern, Start: m.start,
+		MaxBindings: b.maxBindings})
 	if err != nil && !errors.Is(err, storage.ErrBindingExists) {
 		return fmt.Errorf("broker: subscribe %q group %q: create binding: %w", m.pattern, m.group, err)
 	}
@@ -436,6 +437,7 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 			sub, err = b.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{
 				Topic: topic, Group: group, Pattern: pattern, Start: start,
 				Mode: m.mode, Strategy: m.strategy, MaxInFlightPerPartition: m.maxInFlightPerPartition,
+				MaxSubscriptions: b.maxSubscriptions,
 			})
 			if err == nil {
 				if sub.Backfill != nil {

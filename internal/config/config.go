@@ -163,6 +163,13 @@ type Broker struct {
 	// MaxTopics bounds the topics the broker keeps (explicit and auto-created): one more is
 	// refused with LIMIT_EXCEEDED. 0 means no bound. Defaults to 10,000.
 	MaxTopics int `yaml:"max_topics"`
+	// MaxSubscriptions bounds the durable subscriptions (groups) the broker keeps: a member of a
+	// new group, or a group created ahead, past it is refused with LIMIT_EXCEEDED. 0 means no
+	// bound. Defaults to 100,000.
+	MaxSubscriptions int `yaml:"max_subscriptions"`
+	// MaxBindings bounds the bindings (durable groups on topic patterns) the broker keeps, as
+	// MaxSubscriptions does. 0 means no bound. Defaults to 10,000.
+	MaxBindings int `yaml:"max_bindings"`
 	// MaxPartitions bounds a topic's partitions (create, and growth by update). At most 4096.
 	// Defaults to 1024.
 	MaxPartitions int `yaml:"max_partitions"`
@@ -221,6 +228,8 @@ func Defaults() Config {
 			AutoCreateSemantics:   string(storage.Queue),
 			DefaultMaxInFlight:    10,
 			MaxTopics:             broker.DefaultMaxTopics,
+			MaxSubscriptions:      broker.DefaultMaxSubscriptions,
+			MaxBindings:           broker.DefaultMaxBindings,
 			MaxPartitions:         broker.DefaultMaxPartitions,
 			RetentionInterval:     time.Minute,
 			PollInterval:          time.Second,
@@ -574,6 +583,10 @@ func (c Config) Validate() error {
 		return bad("broker.auto_create_semantics", "must be QUEUE or PUB_SUB, got %q", c.Broker.AutoCreateSemantics)
 	case c.Broker.MaxTopics < 0:
 		return bad("broker.max_topics", "must not be negative (0: no bound), got %d", c.Broker.MaxTopics)
+	case c.Broker.MaxSubscriptions < 0:
+		return bad("broker.max_subscriptions", "must not be negative (0: no bound), got %d", c.Broker.MaxSubscriptions)
+	case c.Broker.MaxBindings < 0:
+		return bad("broker.max_bindings", "must not be negative (0: no bound), got %d", c.Broker.MaxBindings)
 	case c.Broker.MaxPartitions < 1 || c.Broker.MaxPartitions > storage.MaxPartitions:
 		return bad("broker.max_partitions", "must be between 1 and %d, got %d", storage.MaxPartitions, c.Broker.MaxPartitions)
 	case c.Broker.DefaultMaxInFlight < 1 || c.Broker.DefaultMaxInFlight > c.Server.MaxCredit:

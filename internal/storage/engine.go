@@ -184,6 +184,10 @@ type BindingCreateParams struct {
 	Group   string
 	Pattern string
 	Start   StartPosition
+	// MaxBindings, when positive, bounds the bindings the engine keeps: creating one more fails
+	// with ErrLimitExceeded (checked atomically with the creation, across instances on a shared
+	// engine).
+	MaxBindings int
 }
 
 // BindingDeleteParams are the parameters of Engine.BindingDelete.
@@ -588,6 +592,11 @@ type SubscriptionCreateParams struct {
 	// means DefaultMaxBackfillMessages, UnlimitedBackfill none. When a range is longer, only its
 	// newest messages are kept: the start rises past the others (counted in Backfill.Skipped).
 	MaxBackfillMessages int64
+	// MaxSubscriptions, when positive, bounds the durable subscriptions (not ephemeral, not
+	// DELETED) the engine keeps: creating one more fails with ErrLimitExceeded (checked
+	// atomically with the creation, across instances on a shared engine). Ephemeral
+	// subscriptions live as long as their member's connection and are not counted.
+	MaxSubscriptions int
 }
 
 // SubscriptionConfigureParams are the parameters of Engine.SubscriptionConfigure.

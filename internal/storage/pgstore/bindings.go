@@ -32,6 +32,20 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 func (e *Engine) bindingCreate(ctx context.Context, params *storage.BindingCreateParams, start storage.StartPosition, startJSON []byte) (*storage.Binding, error) {
 	var out *storage.Binding
 	err := e.tx(ctx, func(tx pgx.Tx) error {
+		if params.MaxBindings > 0 {
+			var exists bool
+			if err := tx.QueryRow(ctx, e.sql("SELECT EXISTS (SELECT 1 FROM spool.bindings WHERE group_name = $1 AND pattern = $2)"),
+				params.Group, params.Pattern).Scan(&exists); err != nil {
+				return fmt.Errorf("pgstore: create binding %q %q: %w", params.Group, params.Pattern, err)
+			}
+			if exists {
+				return fmt.Errorf("%w: group %q pattern %q", storage.ErrBindingExists, params.Group, params.Pattern)
+			}
+			if err := e.checkCount(ctx, tx, "binding-create", "SELECT count(*) FROM spool.bindings", params.MaxBindings,
+				"bindings, the most this broker keeps (broker.max_bindings); delete bindings or raise it"); err != nil {
+				return err
+			}
+		}
 		b := &storage.Binding{Group: params.Group, Pattern: params.Pattern, Start: start, CreatedAt: e.now()}
 		_, err := tx.Exec(ctx, e.sql("INSERT INTO spool.bindings (group_name, pattern, start, created_at) VALUES ($1, $2, $3, $4)"),
 			b.Group, b.Pattern, startJSON, b.CreatedAt)

@@ -279,6 +279,23 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 	})
 }
 
+// checkCount fails with storage.ErrLimitExceeded when countSQL counts max or more rows, under the
+// transaction-level advisory lock named lock: creations of every instance take turns on it, so
+// the count is exact.
+func (e *Engine) checkCount(ctx context.Context, tx pgx.Tx, lock, countSQL string, max int, what string) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, lock)); err != nil {
+		return fmt.Errorf("pgstore: %s: lock: %w", lock, err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, e.sql(countSQL)).Scan(&n); err != nil {
+		return fmt.Errorf("pgstore: %s: count: %w", lock, err)
+	}
+	if n >= max {
+		return fmt.Errorf("%w: %d %s", storage.ErrLimitExceeded, n, what)
+	}
+	return nil
+}
+
 // subscriptionCreate runs SubscriptionCreate with ctx bounded by Config.TxTimeout.
 func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.SubscriptionCreateParams, start storage.StartPosition) (*storage.Subscription, error) {
 	var out *storage.Subscription
@@ -312,6 +329,13 @@ func (e *Engine) subscriptionCreate(ctx context.Context, params *storage.Subscri
 			}
 			if !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("pgstore: create subscription on topic %q: %w", params.Topic, err)
+			}
+		}
+		if !ephemeral && params.MaxSubscriptions > 0 {
+			if err := e.checkCount(ctx, tx, "sub-create", `SELECT count(*) FROM spool.subscriptions
+				WHERE NOT ephemeral AND state <> 'DELETED'`, params.MaxSubscriptions,
+				"subscriptions, the most this broker keeps (broker.max_subscriptions); delete groups or raise it"); err != nil {
+				return err
 			}
 		}
 		starts, bf, err := e.resolveStartBackfill(ctx, tx, t, start, params.MaxBackfillMessages)

@@ -12,6 +12,7 @@ import (
 func bindingCases() []testCase {
 	return []testCase{
 		{name: "create_list_delete", fn: testBindingBasics},
+		{name: "create_past_max_bindings", fn: testBindingCreateMax},
 		{name: "topic_create_subscribes_atomically", fn: testBindingTopicCreate},
 		{name: "overlapping_patterns", fn: testBindingOverlap},
 		{name: "ordered_by_group_then_pattern", fn: testBindingOrder},
@@ -161,4 +162,22 @@ func testBindingExistingTopics(t *testing.T, x *env) {
 	equal(t, len(x.listSubs("metrics.cpu")), 0, "an existing topic gets no subscription from BindingCreate")
 	x.createTopic("metrics.mem", pubSub(1))
 	equal(t, len(x.listSubs("metrics.mem")), 1, "a topic created afterwards does")
+}
+
+// Past MaxBindings a creation fails with ErrLimitExceeded and creates nothing (a binding that
+// exists is still ErrBindingExists); once one is deleted there is room again.
+func testBindingCreateMax(t *testing.T, x *env) {
+	create := func(group string) error {
+		_, err := x.e.BindingCreate(x.ctx, &storage.BindingCreateParams{Group: group, Pattern: "mb.*", MaxBindings: 2})
+		return err
+	}
+	noErr(t, create("a"), "first binding")
+	noErr(t, create("b"), "second binding")
+	errIs(t, create("c"), storage.ErrLimitExceeded, "BindingCreate past MaxBindings")
+	errIs(t, create("a"), storage.ErrBindingExists, "BindingCreate of one that exists, at the bound")
+	bs, err := x.e.BindingList(x.ctx)
+	noErr(t, err, "BindingList")
+	equal(t, len(bs), 2, "bindings")
+	noErr(t, x.e.BindingDelete(x.ctx, &storage.BindingDeleteParams{Group: "a", Pattern: "mb.*"}), "BindingDelete")
+	noErr(t, create("c"), "BindingCreate after a delete")
 }

@@ -15,6 +15,7 @@ func subscriptionCases() []testCase {
 		{name: "queue_topic_has_one", fn: testSubQueue},
 		{name: "pubsub_one_per_group", fn: testSubPubSub},
 		{name: "create_invalid", fn: testSubCreateInvalid},
+		{name: "create_past_max_subscriptions", fn: testSubCreateMax},
 		{name: "start_from_now", fn: testSubFromNow},
 		{name: "start_from_beginning", fn: testSubFromBeginning},
 		{name: "start_from_timestamp", fn: testSubFromTimestamp},
@@ -422,4 +423,48 @@ func testSubList(t *testing.T, x *env) {
 	equal(t, len(la), 2, "subscriptions of l.a")
 	equal(t, la[0].ID, a1.ID, "first of l.a")
 	equal(t, la[1].ID, a2.ID, "second of l.a")
+}
+
+// Past MaxSubscriptions the creation of a durable subscription fails with ErrLimitExceeded and
+// creates nothing, concurrent creations included; ephemeral subscriptions are not counted; once a
+// subscription is deleted there is room again.
+func testSubCreateMax(t *testing.T, x *env) {
+	x.createTopic("ms", pubSub(1))
+	create := func(group string, max int) (*storage.Subscription, error) {
+		return x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "ms", Group: group, MaxSubscriptions: max})
+	}
+	first, err := create("g1", 2)
+	noErr(t, err, "first group")
+	_, err = create("g2", 2)
+	noErr(t, err, "second group")
+	_, err = create("g3", 2)
+	errIs(t, err, storage.ErrLimitExceeded, "SubscriptionCreate past MaxSubscriptions")
+	_, err = x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "ms", Ephemeral: true, MaxSubscriptions: 2})
+	noErr(t, err, "an ephemeral subscription at the bound")
+	errs := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			_, err := create("r"+string(rune('0'+i)), 4)
+			errs <- err
+		}()
+	}
+	created := 0
+	for range 4 {
+		if err := <-errs; err == nil {
+			created++
+		} else {
+			errIs(t, err, storage.ErrLimitExceeded, "concurrent SubscriptionCreate")
+		}
+	}
+	equal(t, created, 2, "concurrent creations up to MaxSubscriptions 4 with 2 groups")
+	durable := 0
+	for _, s := range x.listSubs("ms") {
+		if !s.Ephemeral {
+			durable++
+		}
+	}
+	equal(t, durable, 4, "durable subscriptions")
+	noErr(t, x.e.SubscriptionDelete(x.ctx, first.ID), "SubscriptionDelete")
+	_, err = create("g3", 4)
+	noErr(t, err, "SubscriptionCreate after a delete")
 }

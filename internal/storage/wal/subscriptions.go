@@ -161,6 +161,13 @@ func (e *Engine) SubscriptionCreate(ctx context.Context, params *storage.Subscri
 		e.mu.Unlock()
 		return nil, invalid("a durable subscription to PUB_SUB topic %q needs a group", params.Topic)
 	}
+	if !ephemeral && params.MaxSubscriptions > 0 {
+		if n := e.durableSubsLocked(); n >= params.MaxSubscriptions {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d subscriptions, the most this broker keeps (broker.max_subscriptions); delete groups or raise it",
+				storage.ErrLimitExceeded, n)
+		}
+	}
 	ord := params.Ordering()
 	if group != "" {
 		for _, s := range t.subs {
@@ -396,6 +403,11 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: group %q pattern %q", storage.ErrBindingExists, params.Group, params.Pattern)
 	}
+	if n := len(e.bindings); params.MaxBindings > 0 && n >= params.MaxBindings {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d bindings, the most this broker keeps (broker.max_bindings); delete bindings or raise it",
+			storage.ErrLimitExceeded, n)
+	}
 	b := &storage.Binding{Group: params.Group, Pattern: params.Pattern, Start: start, CreatedAt: e.now()}
 	e.bindings[key] = b
 	ch := e.queueStateWait(encodeJSON(recBindingCreate, b))
@@ -405,6 +417,18 @@ func (e *Engine) BindingCreate(ctx context.Context, params *storage.BindingCreat
 		return nil, err
 	}
 	return &out, nil
+}
+
+// durableSubsLocked counts the durable subscriptions not DELETED (SubscriptionCreateParams.
+// MaxSubscriptions). e.mu must be held.
+func (e *Engine) durableSubsLocked() int {
+	n := 0
+	for _, s := range e.subs {
+		if !s.meta.Ephemeral && s.meta.State != storage.Deleted {
+			n++
+		}
+	}
+	return n
 }
 
 // BindingDelete removes a binding; the subscriptions it created stay.
