@@ -464,13 +464,19 @@ func TestDLQLogFullDiskWaitsForRoom(t *testing.T) {
 		return len(h.e.subs[q.ID].dlq.log.Segments())
 	}
 
+	// The appends are asynchronous and are tried again (each dead-lettering, every second): the
+	// log is stalled once the one in flight found no room.
+	awaitStalled := func() {
+		t.Helper()
+		eventually(t, "the DLQ log stalled", func() bool { return h.e.dlqStalled.Load() == 1 })
+	}
 	deadLetter(0, 5)
 	full.Store(true)
 	deadLetter(5, 25) // ~120 KiB: past the first 64 KiB segment
 	if err := h.e.failedErr(); err != nil {
 		t.Fatalf("engine stopped on a full disk: %v", err)
 	}
-	equal(t, h.e.dlqStalled.Load(), int64(1), "stalled DLQ logs")
+	awaitStalled()
 	equal(t, segments(), 1, "segments while the disk is full")
 	check("disk full", 30)
 	if err := h.e.snapshot(false); !errors.Is(err, errDLQHeld) {
@@ -478,10 +484,11 @@ func TestDLQLogFullDiskWaitsForRoom(t *testing.T) {
 	}
 
 	full.Store(false)
-	h.e.retryDLQs() // what dlqRetryLoop does every second
-	<-h.e.subs[q.ID].dlq.settled()
-	equal(t, h.e.dlqStalled.Load(), int64(0), "stalled DLQ logs once there is room")
-	equal(t, h.e.dlqHeld.Load(), int64(0), "bytes waiting")
+	eventually(t, "the records appended once there is room", func() bool {
+		h.e.retryDLQs() // what dlqRetryLoop does every second
+		<-h.e.subs[q.ID].dlq.settled()
+		return h.e.dlqStalled.Load() == 0 && h.e.dlqHeld.Load() == 0
+	})
 	if segments() < 2 {
 		t.Fatal("the DLQ log did not grow once there was room")
 	}
@@ -491,7 +498,7 @@ func TestDLQLogFullDiskWaitsForRoom(t *testing.T) {
 
 	full.Store(true)
 	deadLetter(30, 20)
-	equal(t, h.e.dlqStalled.Load(), int64(1), "stalled DLQ logs")
+	awaitStalled()
 	check("disk full again", 50)
 	h.e.crashForTest()
 	full.Store(false)

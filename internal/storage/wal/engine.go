@@ -508,7 +508,13 @@ func (e *Engine) Close() error {
 	var errs []error
 	if e.failedErr() == nil {
 		e.retryDLQs() // once more: records that waited for room go in if there is some now
-		if err := e.snapshot(true); err != nil {
+		err := e.snapshot(true)
+		if errors.Is(err, errDLQHeld) {
+			// An append in flight when Close began may have found no room just before it was made.
+			e.retryDLQs()
+			err = e.snapshot(true)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("wal: final snapshot: %w", err))
 		} else if _, err := e.committer.Append(context.Background(), e.state,
 			[]wlog.Record{{Timestamp: e.clock.Now().UnixNano(), Body: []byte{recCleanClose}}}); err != nil {
