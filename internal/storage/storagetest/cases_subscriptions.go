@@ -441,21 +441,10 @@ func testSubCreateMax(t *testing.T, x *env) {
 	errIs(t, err, storage.ErrLimitExceeded, "SubscriptionCreate past MaxSubscriptions")
 	_, err = x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "ms", Ephemeral: true, MaxSubscriptions: 2})
 	noErr(t, err, "an ephemeral subscription at the bound")
-	errs := make(chan error, 4)
-	for i := range 4 {
-		go func() {
-			_, err := create("r"+string(rune('0'+i)), 4)
-			errs <- err
-		}()
-	}
-	created := 0
-	for range 4 {
-		if err := <-errs; err == nil {
-			created++
-		} else {
-			errIs(t, err, storage.ErrLimitExceeded, "concurrent SubscriptionCreate")
-		}
-	}
+	created := createConcurrently(t, 4, "concurrent SubscriptionCreate", func(i int) error {
+		_, err := create("r"+string(rune('0'+i)), 4)
+		return err
+	})
 	equal(t, created, 2, "concurrent creations up to MaxSubscriptions 4 with 2 groups")
 	durable := 0
 	for _, s := range x.listSubs("ms") {

@@ -90,21 +90,10 @@ func testTopicCreateMaxTopics(t *testing.T, x *env) {
 	errIs(t, err, storage.ErrLimitExceeded, "TopicCreate past MaxTopics")
 	_, err = x.e.TopicGet(x.ctx, "lim.c")
 	errIs(t, err, storage.ErrTopicNotFound, "TopicGet of the refused topic")
-	errs := make(chan error, 4)
-	for i := range 4 {
-		go func() {
-			_, err := x.e.TopicCreate(x.ctx, &storage.TopicCreateParams{Name: "lim.r" + string(rune('0'+i)), Config: pubSub(1), MaxTopics: 4})
-			errs <- err
-		}()
-	}
-	created := 0
-	for range 4 {
-		if err := <-errs; err == nil {
-			created++
-		} else {
-			errIs(t, err, storage.ErrLimitExceeded, "concurrent TopicCreate")
-		}
-	}
+	created := createConcurrently(t, 4, "concurrent TopicCreate", func(i int) error {
+		_, err := x.e.TopicCreate(x.ctx, &storage.TopicCreateParams{Name: "lim.r" + string(rune('0'+i)), Config: pubSub(1), MaxTopics: 4})
+		return err
+	})
 	equal(t, created, 2, "concurrent creations up to MaxTopics 4 with 2 topics")
 	topics, err := x.e.TopicList(x.ctx)
 	noErr(t, err, "TopicList")
@@ -504,4 +493,23 @@ func testTopicDeleteQueuePending(t *testing.T, x *env) {
 	x.ack(q.ID, "m1", ds[2].Ref())
 	noErr(t, x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "del.work"}), "TopicDelete of a drained queue")
 	requireTopicGone(t, x, "del.work", []int64{q.ID}, storage.QueueGroup)
+}
+
+// createConcurrently runs create(0..n-1) at once and returns how many succeeded; the others must
+// fail with ErrLimitExceeded.
+func createConcurrently(t *testing.T, n int, what string, create func(i int) error) int {
+	t.Helper()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- create(i) }()
+	}
+	created := 0
+	for range n {
+		if err := <-errs; err == nil {
+			created++
+		} else {
+			errIs(t, err, storage.ErrLimitExceeded, "%s", what)
+		}
+	}
+	return created
 }
