@@ -275,6 +275,10 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 			if err := m.RegisterOpenFiles(read); err != nil {
 				return err
 			}
+			// Dead letters waiting in memory for room: spool_wal_dlq_held_bytes.
+			if err := m.RegisterDLQHeld(we.DLQHeld); err != nil {
+				return err
+			}
 		}
 	}
 

@@ -133,6 +133,10 @@
 //	spool_storage_available_bytes                   gauge     bytes available on the file system of the embedded engine's data
 //	                                                          directory, statfs at scrape time (RegisterDiskSpace; absent on PostgreSQL).
 //	spool_storage_size_bytes                        gauge     size of that file system.
+//	spool_wal_dlq_held_bytes                        gauge     bytes of dead-lettered messages the embedded engine keeps in memory
+//	                                                          because their DLQ logs could not make their next segment (a full
+//	                                                          disk; past 64 MiB the engine stops), read at scrape time
+//	                                                          (RegisterDLQHeld; absent on PostgreSQL).
 //	spool_wal_open_files                            gauge     segment files the embedded engine holds open, read at scrape time
 //	                                                          (RegisterOpenFiles; absent on PostgreSQL).
 //	spool_wal_max_open_files                        gauge     its bound, wal.max_open_files.

@@ -477,6 +477,9 @@ func TestDLQLogFullDiskWaitsForRoom(t *testing.T) {
 		t.Fatalf("engine stopped on a full disk: %v", err)
 	}
 	awaitStalled()
+	if held := h.e.DLQHeld(); held < 4000 || held > 25*4100 {
+		t.Fatalf("DLQHeld %d while the disk is full, want the entries past the first segment (4-100 KB)", held)
+	}
 	equal(t, segments(), 1, "segments while the disk is full")
 	check("disk full", 30)
 	if err := h.e.snapshot(false); !errors.Is(err, errDLQHeld) {
@@ -489,6 +492,7 @@ func TestDLQLogFullDiskWaitsForRoom(t *testing.T) {
 		<-h.e.subs[q.ID].dlq.settled()
 		return h.e.dlqStalled.Load() == 0 && h.e.dlqHeld.Load() == 0
 	})
+	equal(t, h.e.DLQHeld(), int64(0), "DLQHeld once there is room")
 	if segments() < 2 {
 		t.Fatal("the DLQ log did not grow once there was room")
 	}

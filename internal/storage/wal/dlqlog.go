@@ -261,6 +261,15 @@ func (e *Engine) warnDLQHeld(err error) {
 		slog.Int64("bytes", e.dlqHeld.Load()), slog.Any("error", err))
 }
 
+// DLQHeld returns, while a DLQ log waits for room (a full disk), the bytes of dead-lettered
+// messages not in their DLQ logs yet; 0 otherwise (appends in flight are not reported).
+func (e *Engine) DLQHeld() int64 {
+	if e.dlqStalled.Load() == 0 {
+		return 0
+	}
+	return e.dlqHeld.Load()
+}
+
 // retryDLQs appends again the records of the stalled DLQ logs (dlqRetryLoop).
 func (e *Engine) retryDLQs() {
 	if e.dlqStalled.Load() == 0 {
