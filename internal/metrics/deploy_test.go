@@ -58,6 +58,12 @@ func exportedNames(t *testing.T) map[string]bool {
 	if err := m.RegisterDiskSpace(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
+	if err := m.RegisterOpenFiles(func() OpenFilesStats { return OpenFilesStats{} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RegisterDLQHeld(func() int64 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
 	if len(rec.names) < 30 {
 		t.Fatalf("recorded only %d metric names: %v", len(rec.names), rec.names)
 	}
