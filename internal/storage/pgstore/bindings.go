@@ -33,6 +33,8 @@ func (e *Engine) bindingCreate(ctx context.Context, params *storage.BindingCreat
 	var out *storage.Binding
 	err := e.tx(ctx, func(tx pgx.Tx) error {
 		if params.MaxBindings > 0 {
+			// Every pattern member's Subscribe creates its binding, which mostly exists: answered
+			// before the lock and the count.
 			var exists bool
 			if err := tx.QueryRow(ctx, e.sql("SELECT EXISTS (SELECT 1 FROM spool.bindings WHERE group_name = $1 AND pattern = $2)"),
 				params.Group, params.Pattern).Scan(&exists); err != nil {

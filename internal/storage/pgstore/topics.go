@@ -70,16 +70,9 @@ func (e *Engine) topicCreate(ctx context.Context, params *storage.TopicCreatePar
 	err := e.tx(ctx, func(tx pgx.Tx) error {
 		now := e.now()
 		if params.MaxTopics > 0 {
-			// Creations of every instance take turns on this lock, so the count is exact.
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(e.schema, "topic-create")); err != nil {
-				return fmt.Errorf("pgstore: topic create %q: lock: %w", params.Name, err)
-			}
-			var n int
-			if err := tx.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.topics")).Scan(&n); err != nil {
-				return fmt.Errorf("pgstore: topic create %q: count: %w", params.Name, err)
-			}
-			if n >= params.MaxTopics {
-				return fmt.Errorf("%w: %d topics, the most this broker keeps (broker.max_topics); delete topics or raise it", storage.ErrLimitExceeded, n)
+			if err := e.checkCount(ctx, tx, "topic-create", "SELECT count(*) FROM spool.topics", params.MaxTopics,
+				"topics, the most this broker keeps (broker.max_topics); delete topics or raise it"); err != nil {
+				return err
 			}
 		}
 		var groups, patterns []string
