@@ -63,7 +63,6 @@ type dlqLog struct {
 	sendFirst int64
 	pend      []wlog.Record
 	pendFirst int64
-	bytes     int64 // of sending and pend (Engine.dlqHeld counts them for all logs)
 	stalled   bool
 	// idle is closed while nothing is sent or waits to be sent but stalled records.
 	idle       chan struct{}
@@ -133,16 +132,12 @@ func (e *Engine) flushDLQLocked(s *sub) {
 	if dl == nil || len(dl.batch) == 0 {
 		return
 	}
-	var n int64
-	for _, r := range dl.batch {
-		n += int64(len(r.Body))
-	}
+	n := recordsBytes(dl.batch)
 	dl.mu.Lock()
 	if len(dl.pend) == 0 {
 		dl.pendFirst = dl.nextID - int64(len(dl.batch))
 	}
 	dl.pend = append(dl.pend, dl.batch...)
-	dl.bytes += n
 	if dl.stalled { // try again now
 		dl.stalled = false
 		e.dlqStalled.Add(-1)
@@ -155,6 +150,15 @@ func (e *Engine) flushDLQLocked(s *sub) {
 			errDLQHeld, held, maxDLQHeld))
 	}
 	e.sendDLQ(dl)
+}
+
+// recordsBytes returns the bytes of the bodies of recs (what Engine.dlqHeld counts).
+func recordsBytes(recs []wlog.Record) int64 {
+	var n int64
+	for _, r := range recs {
+		n += int64(len(r.Body))
+	}
+	return n
 }
 
 // errDLQHeld: DLQ records wait in memory because their log could not make its next segment.
@@ -224,13 +228,10 @@ func (e *Engine) dlqSent(dl *dlqLog, err error) {
 	dl.mu.Lock()
 	recs, first := dl.sending, dl.sendFirst
 	dl.sending = nil
-	var n int64
+	var n int64 // the bytes now in the log (Engine.dlqHeld)
 	switch {
 	case err == nil:
-		for _, r := range recs {
-			n += int64(len(r.Body))
-		}
-		dl.bytes -= n
+		n = recordsBytes(recs)
 	default: // kept for reads; after a failure other than a full disk the engine stops
 		if !dl.stalled {
 			e.dlqStalled.Add(1)
@@ -252,9 +253,7 @@ func (e *Engine) dlqSent(dl *dlqLog, err error) {
 
 // warnDLQHeld logs that DLQ records wait for room, at most once per fdWarnEvery.
 func (e *Engine) warnDLQHeld(err error) {
-	now := e.clock.Now().UnixNano()
-	last := e.dlqWarnAt.Load()
-	if last != 0 && now-last < int64(fdWarnEvery) || !e.dlqWarnAt.CompareAndSwap(last, now) {
+	if !e.warnDue(&e.dlqWarnAt) {
 		return
 	}
 	e.logger.Warn("wal: dead-lettered messages wait in memory for room in their DLQ logs (free disk space); they are appended again every second",
@@ -741,12 +740,12 @@ func (e *Engine) reapDLQs() {
 // discardHeld drops the records of dl waiting for room (its subscription is gone); dl is settled.
 func (e *Engine) discardHeld(dl *dlqLog) {
 	dl.mu.Lock()
-	n := dl.bytes
+	n := recordsBytes(dl.pend)
 	if dl.stalled {
 		dl.stalled = false
 		e.dlqStalled.Add(-1)
 	}
-	dl.pend, dl.bytes = nil, 0
+	dl.pend = nil
 	dl.mu.Unlock()
 	e.dlqHeld.Add(-n)
 }

@@ -560,17 +560,23 @@ func (e *Engine) fail(err error) {
 }
 
 // fdWarnEvery is the shortest interval between two warnings of claims that could not reopen a
-// partition's file.
+// partition's file (and between two of DLQ records waiting for room).
 const fdWarnEvery = 10 * time.Second
+
+// warnDue reports whether a warning rate-limited by *last (the engine clock of the previous one,
+// unix ns) may be logged now, once per fdWarnEvery, and records it.
+func (e *Engine) warnDue(last *atomic.Int64) bool {
+	now := e.clock.Now().UnixNano()
+	prev := last.Load()
+	return (prev == 0 || now-prev >= int64(fdWarnEvery)) && last.CompareAndSwap(prev, now)
+}
 
 // warnOutOfFiles logs that a claim could not read partition p of topic because its segment file
 // could not be opened again (EMFILE, ENFILE): at most once per fdWarnEvery, with the number of
 // such claims since the last warning, so that polling claims do not flood the log.
 func (e *Engine) warnOutOfFiles(topic string, p int32, err error) {
 	missed := e.fdWarnMissed.Add(1)
-	now := e.clock.Now().UnixNano()
-	last := e.fdWarnAt.Load()
-	if last != 0 && now-last < int64(fdWarnEvery) || !e.fdWarnAt.CompareAndSwap(last, now) {
+	if !e.warnDue(&e.fdWarnAt) {
 		return
 	}
 	e.fdWarnMissed.Add(-missed)
