@@ -377,6 +377,9 @@ func New(cfg Config) (*Broker, error) {
 // (Config.DefaultMaxInFlight or its default).
 func (b *Broker) DefaultMaxInFlight() int { return b.defaultMaxInFlight }
 
+// MaxTopics is the bound on topics the broker keeps (Config.MaxTopics; 0: none).
+func (b *Broker) MaxTopics() int { return b.maxTopics }
+
 // Start registers for engine notifications and starts the broker's own goroutines (the notifier
 // and the retention job; subscription owners start with their first member). ctx provides values only:
 // cancelling it does not stop the broker, Stop does. Start fails with ErrNotRunning after Stop and

@@ -79,8 +79,9 @@ type Server struct {
 	stats         counters
 
 	// partitions caches topic partition counts for message ids (sync.Map of string to int), at
-	// most partitionsMax topics (partitionsN counts them; past the bound the cache starts over:
-	// deleted topics' names would otherwise stay in it for good).
+	// most partitionsMax topics, twice the broker's topic bound (partitionsN counts them; past it
+	// the cache starts over: deleted topics' names would otherwise stay in it for good, and live
+	// ones alone never reach it).
 	partitions    sync.Map
 	partitionsN   atomic.Int64
 	partitionsMax int64
@@ -153,7 +154,7 @@ func New(cfg Config, b *broker.Broker) (*Server, error) {
 		broker:        b,
 		logger:        logger.With("component", "server"),
 		sessionPrefix: strings.ToLower(rand.Text()[:6]),
-		partitionsMax: maxPartitionCounts,
+		partitionsMax: int64(2 * max(b.MaxTopics(), broker.DefaultMaxTopics)),
 		acceptDone:    make(chan struct{}),
 		acceptStop:    make(chan struct{}),
 		connsChanged:  make(chan struct{}, 1),
@@ -504,6 +505,3 @@ func (s *Server) partitionCount(ctx context.Context, topic string, partition int
 	}
 	return n
 }
-
-// maxPartitionCounts bounds the partition counts a server caches: twice the default topic bound.
-const maxPartitionCounts = 2 * broker.DefaultMaxTopics
