@@ -266,17 +266,14 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		if err := m.RegisterDiskSpace(cfg.DataDir); err != nil {
 			return err
 		}
-		// Its open segment files: spool_wal_open_files, _max_open_files, _open_files_shed_total.
+		// Its open segment files and dead letters waiting for room: spool_wal_open_files,
+		// _max_open_files, _open_files_shed_total, _dlq_held_bytes.
 		if we, ok := eng.(*wal.Engine); ok {
-			read := func() metrics.OpenFilesStats {
+			read := func() metrics.WALStats {
 				st := we.OpenFiles()
-				return metrics.OpenFilesStats{Open: st.Open, Max: st.Max, Shed: st.Shed}
+				return metrics.WALStats{Open: st.Open, Max: st.Max, Shed: st.Shed, DLQHeldBytes: we.DLQHeld()}
 			}
-			if err := m.RegisterOpenFiles(read); err != nil {
-				return err
-			}
-			// Dead letters waiting in memory for room: spool_wal_dlq_held_bytes.
-			if err := m.RegisterDLQHeld(we.DLQHeld); err != nil {
+			if err := m.RegisterWAL(read); err != nil {
 				return err
 			}
 		}

@@ -58,10 +58,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	if err := m.RegisterDiskSpace(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.RegisterOpenFiles(func() OpenFilesStats { return OpenFilesStats{} }); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.RegisterDLQHeld(func() int64 { return 0 }); err != nil {
+	if err := m.RegisterWAL(func() WALStats { return WALStats{} }); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.names) < 30 {

@@ -136,9 +136,9 @@
 //	spool_wal_dlq_held_bytes                        gauge     bytes of dead-lettered messages the embedded engine keeps in memory
 //	                                                          because their DLQ logs could not make their next segment (a full
 //	                                                          disk; past 64 MiB the engine stops), read at scrape time
-//	                                                          (RegisterDLQHeld; absent on PostgreSQL).
+//	                                                          (RegisterWAL; absent on PostgreSQL).
 //	spool_wal_open_files                            gauge     segment files the embedded engine holds open, read at scrape time
-//	                                                          (RegisterOpenFiles; absent on PostgreSQL).
+//	                                                          (RegisterWAL; absent on PostgreSQL).
 //	spool_wal_max_open_files                        gauge     its bound, wal.max_open_files.
 //	spool_wal_open_files_shed_total                 counter   idle segment files it closed because an open failed for lack of
 //	                                                          descriptors (EMFILE, ENFILE) under that bound: the process's other
