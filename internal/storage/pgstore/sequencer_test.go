@@ -392,6 +392,28 @@ func TestBrokerPublishWaitsForAppProducerID(t *testing.T) {
 	}
 }
 
+// sequencerAwake reads through q whether settings.sequencer_awake_until is ahead (migration 0020).
+func sequencerAwake(t *testing.T, e *Engine, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) bool {
+	t.Helper()
+	var yes bool
+	must(0, q.QueryRow(t.Context(), e.sql(`SELECT value::double precision > extract(epoch FROM clock_timestamp())
+		FROM spool.settings WHERE key = 'sequencer_awake_until'`)).Scan(&yes))(t)
+	return yes
+}
+
+// awaitAwake waits until an instance's sequencer says it is awake.
+func awaitAwake(t *testing.T, e *Engine) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, "the sequencer says it is awake", func() error {
+		if !sequencerAwake(t, e, e.pool) {
+			return errors.New("not awake")
+		}
+		return nil
+	})
+}
+
 // TestStagingNotifiesOnceAwakeInstanceClosed: an instance that closes while its sequencer is
 // awake sets sequencer_awake_until back, so that publishers notify the other instances at once
 // (a rolling restart does not leave them polling every poll_interval).
@@ -400,27 +422,14 @@ func TestStagingNotifiesOnceAwakeInstanceClosed(t *testing.T) {
 	e, _ := logEngine(t)
 	ctx := t.Context()
 	logTopic(t, e, "closing", storage.TopicConfig{})
-	awake := func(q interface {
-		QueryRow(context.Context, string, ...any) pgx.Row
-	}) bool {
-		var yes bool
-		must(0, q.QueryRow(ctx, e.sql(`SELECT value::double precision > extract(epoch FROM clock_timestamp())
-			FROM spool.settings WHERE key = 'sequencer_awake_until'`)).Scan(&yes))(t)
-		return yes
-	}
 	tx := stagedPublish(t, e, "closing", 0, "m")
 	must(0, tx.Commit(ctx))(t)
 	awaitSequenced(t, e)
-	testutil.Eventually(t, 10*time.Second, "the sequencer says it is awake", func() error {
-		if !awake(e.pool) {
-			return errors.New("not awake")
-		}
-		return nil
-	})
+	awaitAwake(t, e)
 	other := must(pgx.Connect(ctx, testURL(t)))(t)
 	t.Cleanup(func() { _ = other.Close(context.Background()) })
 	must(0, e.Close())(t)
-	if awake(other) {
+	if sequencerAwake(t, e, other) {
 		t.Fatal("sequencer_awake_until still ahead after the awake instance closed")
 	}
 }
@@ -645,23 +654,12 @@ func TestStagingQuietWhileSequencerAwake(t *testing.T) {
 	sleep := func() {
 		must(e.pool.Exec(ctx, e.sql("UPDATE spool.settings SET value = '0' WHERE key = 'sequencer_awake_until'")))(t)
 	}
-	awake := func() bool {
-		var yes bool
-		must(0, e.pool.QueryRow(ctx, e.sql(`SELECT value::double precision > extract(epoch FROM clock_timestamp())
-			FROM spool.settings WHERE key = 'sequencer_awake_until'`)).Scan(&yes))(t)
-		return yes
-	}
 
 	if !notified(publishTx) {
 		t.Fatal("a staging transaction with no sequencer awake did not notify")
 	}
 	awaitSequenced(t, e)
-	testutil.Eventually(t, 10*time.Second, "the sequencer says it is awake", func() error {
-		if !awake() {
-			return errors.New("not awake")
-		}
-		return nil
-	})
+	awaitAwake(t, e)
 	for i, stage := range []func(pgx.Tx){publishTx, publishSQL} {
 		if notified(stage) {
 			t.Fatalf("staging %d notified while a sequencer is awake", i)
