@@ -121,6 +121,25 @@ func (a *adminAPI) groupState(ctx context.Context, topic, group string) (string,
 	return g.State, nil
 }
 
+// groupBackfill returns the backfill of a group (its backfill object; zero when it has none).
+func (a *adminAPI) groupBackfill(ctx context.Context, topic, group string) (groupBackfillInfo, error) {
+	var g struct {
+		Backfill *groupBackfillInfo `json:"backfill"`
+	}
+	if err := a.getJSON(ctx, "/api/v1/topics/"+url.PathEscape(topic)+"/groups/"+url.PathEscape(group), &g); err != nil || g.Backfill == nil {
+		return groupBackfillInfo{}, err
+	}
+	return *g.Backfill, nil
+}
+
+// groupBackfillInfo is what a scenario reads of a group's backfill.
+type groupBackfillInfo struct {
+	State     string `json:"state"`
+	Processed int64  `json:"processed"`
+	Total     int64  `json:"total"`
+	Skipped   int64  `json:"skipped"`
+}
+
 // topicStored returns the messages and bytes a topic retains (stats of GET /api/v1/topics/{topic}).
 func (a *adminAPI) topicStored(ctx context.Context, topic string) (messages, bytes int64, err error) {
 	var t struct {

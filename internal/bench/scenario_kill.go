@@ -187,7 +187,11 @@ type KillResult struct {
 	// (removed by retention while it was DEAD). New counts the messages published after it came
 	// back that it received; BackfillSeconds is the time from its return to its last backfilled
 	// message.
+	// BackfillTotal and BackfillSkipped are the broker's backfill range of the resurrection (the
+	// group's backfill object): the messages it was to get, and those it gave up for the bound.
 	BackfillBound      int64        `json:"backfill_bound"`
+	BackfillTotal      int64        `json:"backfill_total"`
+	BackfillSkipped    int64        `json:"backfill_skipped"`
 	Backfilled         int64        `json:"backfilled"`
 	PublishedWhileDown int64        `json:"published_while_down"`
 	ReceivedWhileDown  int64        `json:"received_while_down"`
@@ -442,6 +446,9 @@ func RunKill(ctx context.Context, cfg KillConfig) (*KillResult, error) {
 	if st, err := r.adm.groupState(ctx, topic, killGroup); err == nil {
 		res.StateAfterResurrection = st
 	}
+	if bf, err := r.adm.groupBackfill(ctx, topic, killGroup); err == nil {
+		res.BackfillTotal, res.BackfillSkipped = bf.Total, bf.Skipped
+	}
 
 	res.Published = acked.Load()
 	res.PublishErrors, _ = errs.get()
@@ -522,9 +529,10 @@ func killVerdicts(res *KillResult, cfg KillConfig) []Verdict {
 	vs = append(vs, verdict("inventory resurrected", "ACTIVE, receives new messages",
 		res.StateAfterResurrection == string(storage.Active) && res.New >= res.NewExpected,
 		"%s, %d of %d new messages", res.StateAfterResurrection, res.New, res.NewExpected))
-	bf := verdict("backfill bounded", fmt.Sprintf("<= %d messages", cfg.BackfillBound), res.Backfilled <= cfg.BackfillBound,
-		"%d messages published before the return received after it (%d of the %d published while down; %d lost to retention)",
-		res.Backfilled, res.ReceivedWhileDown, res.PublishedWhileDown, res.LostWhileDown)
+	bf := verdict("backfill bounded", fmt.Sprintf("<= %d messages", cfg.BackfillBound),
+		res.Backfilled <= cfg.BackfillBound && res.BackfillTotal <= cfg.BackfillBound,
+		"%d messages published before the return received after it (%d of the %d published while down; %d lost); the broker's range %d, %d given up for the bound",
+		res.Backfilled, res.ReceivedWhileDown, res.PublishedWhileDown, res.LostWhileDown, res.BackfillTotal, res.BackfillSkipped)
 	vs = append(vs, bf)
 	vs = append(vs, verdict("backfill time", "<= 5m", res.BackfillSeconds <= maxBackfillTime.Seconds(),
 		"%.1f s from the return to the last backfilled message", res.BackfillSeconds))
@@ -542,8 +550,8 @@ func (res *KillResult) WriteSummary(w io.Writer) error {
 	for _, g := range res.Groups {
 		p("  %-10s delivered %d, missing %d, latency %s\n", g.Group, g.Delivered, g.Missing, g.Latency)
 	}
-	p("  %-10s backfilled %d (bound %d), new %d of %d, backfill %.1f s, new latency %s\n", killGroup,
-		res.Backfilled, res.BackfillBound, res.New, res.NewExpected, res.BackfillSeconds, res.NewLatency)
+	p("  %-10s backfilled %d (bound %d; range %d, %d given up), new %d of %d, backfill %.1f s, new latency %s\n", killGroup,
+		res.Backfilled, res.BackfillBound, res.BackfillTotal, res.BackfillSkipped, res.New, res.NewExpected, res.BackfillSeconds, res.NewLatency)
 	p("storage (topic stats; elapsed s, phase, inventory state, messages, bytes):\n")
 	step := max(len(res.Samples)/40, 1)
 	for i, s := range res.Samples {
