@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/cli"
-	"github.com/spoolmq/spool/internal/storage"
 )
 
 // spool doctor answers the four troubleshooting questions of seed 004 (the PeeGeeQ user guide)
@@ -218,13 +218,13 @@ func (f *doctorFacts) notReceiving(g admin.Group) finding {
 	a.evidence = append(a.evidence, "start "+startDesc(g.Start))
 	topic, name := f.topic.Name, g.Group
 	switch g.State {
-	case storage.Paused:
+	case api.Paused:
 		a.verdict, a.why, a.fix = "FAIL", "the group is PAUSED: it receives nothing until resumed", "spool group resume "+topic+" "+name
 		return a
-	case storage.Cancelled:
+	case api.Cancelled:
 		a.verdict, a.why, a.fix = "FAIL", "the group is CANCELLED (terminal)", "subscribe again: that creates a new subscription"
 		return a
-	case storage.Dead:
+	case api.Dead:
 		a.verdict, a.why = "FAIL", "the group is DEAD: no live consumer for its heartbeat timeout (see 3)"
 		a.fix = "start a consumer (subscribing resurrects it) or spool group resurrect " + topic + " " + name
 		return a
@@ -234,7 +234,7 @@ func (f *doctorFacts) notReceiving(g admin.Group) finding {
 		a.fix = "repair the partitions (docs/storage.md, damaged partitions)"
 		return a
 	}
-	if g.Start.Kind == storage.FromTimestamp && g.Start.Time.After(f.now) && g.Lag == 0 {
+	if g.Start.Kind == api.FromTimestamp && g.Start.Time.After(f.now) && g.Lag == 0 {
 		a.verdict, a.why = "WARN", "the group starts at "+g.Start.Time.UTC().Format(time.RFC3339)+", in the future: earlier messages are not for it"
 		a.fix = "spool group update " + topic + " " + name + " --from ... (only before it delivered anything), or wait"
 		return a
@@ -278,12 +278,12 @@ func (f *doctorFacts) dead(g admin.Group) finding {
 	a.evidence = []string{fmt.Sprintf("last heartbeat %s (%s ago); heartbeat timeout %s; members on this broker: %d",
 		g.LastHeartbeatAt.UTC().Format(time.RFC3339), cli.Duration(ago), cli.Duration(timeout), g.MemberCount)}
 	switch {
-	case g.State == storage.Dead:
+	case g.State == api.Dead:
 		a.verdict = "FAIL"
 		a.why = fmt.Sprintf("no consumer of the group was attached to any broker for its heartbeat timeout (%s): the consumers crashed, stopped or cannot reach the broker", cli.Duration(timeout))
 		a.fix = "restart the consumers (a consumer subscribing resurrects the group), or spool group resurrect " + f.topic.Name + " " + g.Group +
 			"; if it is gone for good: spool group remove " + f.topic.Name + " " + g.Group
-	case g.State == storage.Active && g.MemberCount == 0:
+	case g.State == api.Active && g.MemberCount == 0:
 		a.verdict = "WARN"
 		left := max(timeout-ago, 0)
 		a.why = fmt.Sprintf("not DEAD yet, but no consumer is attached here: DEAD in about %s unless one attaches (to this or another broker)", cli.Duration(left))
@@ -296,7 +296,7 @@ func (f *doctorFacts) dead(g admin.Group) finding {
 // holdsRetention says whether a group keeps messages from retention (seed 000: ACTIVE and PAUSED
 // hold, DEAD and CANCELLED do not).
 func holdsRetention(g admin.Group) bool {
-	return g.State == storage.Active || g.State == storage.Paused
+	return g.State == api.Active || g.State == api.Paused
 }
 
 // notCleaned answers question 2 for the topic (seed 004: a group not completing messages, the
@@ -377,7 +377,7 @@ func (f *doctorFacts) writesBlocked() finding {
 	active := 0
 	var states []string
 	for _, g := range f.groups {
-		if g.State == storage.Active {
+		if g.State == api.Active {
 			active++
 		}
 		states = append(states, g.Group+" "+string(g.State))
@@ -394,7 +394,7 @@ func (f *doctorFacts) writesBlocked() finding {
 	case strings.Contains(f.ready.Detail, "STORAGE_FULL"):
 		a.verdict, a.why = "FAIL", "the storage is full: every publish is refused with STORAGE_FULL"
 		a.fix = "free disk space or grow the volume; retention and cleanup free space as groups complete messages"
-	case t.Config.Semantics == storage.PubSub && t.Config.BlockWritesOnZeroSubscriptions && active == 0:
+	case t.Config.Semantics == api.PubSub && t.Config.BlockWritesOnZeroSubscriptions && active == 0:
 		a.verdict, a.why = "FAIL", "the topic blocks writes without an ACTIVE group (block_writes_on_zero_subscriptions): publishes fail with NO_SUBSCRIPTIONS"
 		a.fix = "resume or resurrect a group, or create one (spool group create), or turn block_writes_on_zero_subscriptions off"
 	case t.Backpressure != nil && t.Backpressure.State == broker.BackpressureRejecting:
@@ -415,14 +415,14 @@ func (f *doctorFacts) writesBlocked() finding {
 }
 
 // startDesc describes a start position in one line.
-func startDesc(s storage.StartPosition) string {
+func startDesc(s api.StartPosition) string {
 	switch s.Kind {
-	case storage.FromTimestamp:
+	case api.FromTimestamp:
 		return string(s.Kind) + " " + s.Time.UTC().Format(time.RFC3339)
-	case storage.FromMessageID:
+	case api.FromMessageID:
 		return fmt.Sprintf("%s %d:%d", s.Kind, s.Partition, s.Offset)
 	case "":
-		return string(storage.FromNow)
+		return string(api.FromNow)
 	}
 	return string(s.Kind)
 }

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/cli"
-	"github.com/spoolmq/spool/internal/storage"
 )
 
 const groupArgHelp = `<group> is the consumer group; "" or '$queue' (or leaving it out) names the one
@@ -223,14 +223,14 @@ func runGroupDescribe(ctx context.Context, e *cliEnv, args []string) error {
 }
 
 // startText describes a start position.
-func startText(s storage.StartPosition, e *cliEnv) string {
+func startText(s api.StartPosition, e *cliEnv) string {
 	switch s.Kind {
-	case storage.FromTimestamp:
+	case api.FromTimestamp:
 		return string(s.Kind) + " " + cli.Time(s.Time, e.loc)
-	case storage.FromMessageID:
+	case api.FromMessageID:
 		return fmt.Sprintf("%s %d:%d", s.Kind, s.Partition, s.Offset)
 	case "":
-		return string(storage.FromNow)
+		return string(api.FromNow)
 	}
 	return string(s.Kind)
 }

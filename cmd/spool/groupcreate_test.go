@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -28,7 +29,7 @@ func TestGroupCreateAndUpdate(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &g); err != nil {
 		t.Fatal(err)
 	}
-	if g.Start.Kind != storage.FromMessageID || g.Start.Offset != 1 || time.Duration(g.HeartbeatTimeout) != storage.DefaultHeartbeatTimeout || g.Lag != 1 {
+	if g.Start.Kind != api.FromMessageID || g.Start.Offset != 1 || time.Duration(g.HeartbeatTimeout) != storage.DefaultHeartbeatTimeout || g.Lag != 1 {
 		t.Fatalf("group created from message 1: %+v", g)
 	}
 	for _, c := range []struct {

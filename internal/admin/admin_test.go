@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
@@ -95,7 +96,7 @@ func TestTopics(t *testing.T) {
 	var created Topic
 	r := e.do("POST", "/api/v1/topics", map[string]any{"name": "orders.created", "partitions": 2, "ack_wait": "10s"}).ok(201, &created)
 	if created.Name != "orders.created" || created.Config.Partitions != 2 || time.Duration(created.Config.AckWait) != 10*time.Second ||
-		created.Config.Semantics != storage.Queue || created.Config.MaxDeliveries != 5 {
+		created.Config.Semantics != api.Queue || created.Config.MaxDeliveries != 5 {
 		t.Fatalf("created %+v", created)
 	}
 	if loc := r.header.Get("Location"); loc != "/api/v1/topics/orders.created" {
@@ -153,7 +154,7 @@ func TestTopics(t *testing.T) {
 
 	// Update: absent fields keep their values.
 	e.do("PUT", "/api/v1/topics/events/config", map[string]any{"max_deliveries": 9}).ok(200, &got)
-	if got.Config.MaxDeliveries != 9 || got.Config.Semantics != storage.PubSub || time.Duration(got.Config.AckWait) != 1500*time.Millisecond {
+	if got.Config.MaxDeliveries != 9 || got.Config.Semantics != api.PubSub || time.Duration(got.Config.AckWait) != 1500*time.Millisecond {
 		t.Fatalf("update: %+v", got.Config)
 	}
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"partitions": 1}).fails(400, "INVALID_ARGUMENT")
@@ -168,12 +169,12 @@ func TestTopics(t *testing.T) {
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"max_deliveries": 0, "bogus": 1}).fails(400, "INVALID_ARGUMENT")
 	e.do("PUT", "/api/v1/topics/missing/config", map[string]any{"max_deliveries": 3}).fails(404, "TOPIC_NOT_FOUND")
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"semantics": "PUB_SUB", "queue_to_group": "legacy"}).ok(200, &got)
-	if got.Config.Semantics != storage.PubSub {
+	if got.Config.Semantics != api.PubSub {
 		t.Fatalf("QUEUE to PUB_SUB: %+v", got.Config)
 	}
 	var g Group
 	e.do("GET", "/api/v1/topics/orders.created/groups/legacy", nil).ok(200, &g)
-	if g.Pending != 1 || g.State != storage.Active {
+	if g.Pending != 1 || g.State != api.Active {
 		t.Fatalf("queue subscription became group legacy: %+v", g)
 	}
 
@@ -397,7 +398,7 @@ func TestGroupsAndDLQ(t *testing.T) {
 
 	var g Group
 	e.do("GET", "/api/v1/topics/events/groups/billing", nil).ok(200, &g)
-	if g.State != storage.Active || g.MemberCount != 2 || len(g.Members) != 2 || g.Pending != 3 || g.InFlight != 3 || g.Lag != 0 ||
+	if g.State != api.Active || g.MemberCount != 2 || len(g.Members) != 2 || g.Pending != 3 || g.InFlight != 3 || g.Lag != 0 ||
 		g.SubscriptionID == 0 || len(g.Partitions) != 1 {
 		t.Fatalf("billing: %+v", g)
 	}
@@ -488,16 +489,16 @@ func TestGroupsAndDLQ(t *testing.T) {
 
 	// Pause, resume, cancel, with the transitions seed 000 allows.
 	e.do("POST", "/api/v1/topics/events/groups/billing/pause", nil).ok(200, &g)
-	if g.State != storage.Paused {
+	if g.State != api.Paused {
 		t.Fatalf("pause: %+v", g)
 	}
 	e.do("POST", "/api/v1/topics/events/groups/billing/pause", nil).fails(409, "INVALID_TRANSITION")
 	e.do("POST", "/api/v1/topics/events/groups/billing/resume", nil).ok(200, &g)
-	if g.State != storage.Active {
+	if g.State != api.Active {
 		t.Fatalf("resume: %+v", g)
 	}
 	e.do("POST", "/api/v1/topics/events/groups/billing/cancel", nil).ok(200, &g)
-	if g.State != storage.Cancelled {
+	if g.State != api.Cancelled {
 		t.Fatalf("cancel: %+v", g)
 	}
 	e.do("POST", "/api/v1/topics/events/groups/billing/resume", nil).fails(409, "INVALID_TRANSITION")
@@ -960,7 +961,7 @@ func TestSizeBoundSettings(t *testing.T) {
 	e.do("GET", "/api/v1/topics/s", nil).fails(404, "TOPIC_NOT_FOUND")
 	var tp Topic
 	e.do("POST", "/api/v1/topics", map[string]any{"name": "s", "max_messages": 2, "size_policy": "keep_needed"}).ok(201, &tp)
-	if tp.Config.MaxMessages != 2 || tp.Config.SizePolicy != storage.SizeKeepNeeded || tp.SizeBoundExceeded {
+	if tp.Config.MaxMessages != 2 || tp.Config.SizePolicy != api.SizeKeepNeeded || tp.SizeBoundExceeded {
 		t.Fatalf("created: %+v", tp)
 	}
 	for range 3 {
@@ -972,7 +973,7 @@ func TestSizeBoundSettings(t *testing.T) {
 	}
 	tp = Topic{}
 	e.do("PUT", "/api/v1/topics/s/config", map[string]any{"max_messages": 0, "max_bytes": 1 << 20, "size_policy": "drop_oldest"}).ok(200, &tp)
-	if tp.Config.MaxMessages != 0 || tp.Config.MaxBytes != 1<<20 || tp.Config.SizePolicy != storage.SizeDropOldest || tp.SizeBoundExceeded {
+	if tp.Config.MaxMessages != 0 || tp.Config.MaxBytes != 1<<20 || tp.Config.SizePolicy != api.SizeDropOldest || tp.SizeBoundExceeded {
 		t.Fatalf("updated: %+v", tp)
 	}
 }

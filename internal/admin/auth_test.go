@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -142,7 +143,7 @@ func TestBackpressureHTTP(t *testing.T) {
 	cfg := map[string]any{"name": "orders.bp", "max_backlog_messages": 1, "backlog_policy": "reject"}
 	var tp Topic
 	e.do("POST", "/api/v1/topics", cfg, bearer(adminToken)...).ok(http.StatusCreated, &tp)
-	if tp.Config.MaxBacklogMessages != 1 || tp.Config.BacklogPolicy != storage.BacklogReject {
+	if tp.Config.MaxBacklogMessages != 1 || tp.Config.BacklogPolicy != api.BacklogReject {
 		t.Fatalf("created config %+v", tp.Config)
 	}
 	msg := map[string]any{"payload": "a"}

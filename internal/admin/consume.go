@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -21,7 +22,7 @@ type PullRequest struct {
 	Wait *Duration `json:"wait,omitempty"`
 	// Start is where the group's subscription starts if this pull creates it (a PUB_SUB topic the
 	// group has no subscription on yet). Defaults to FROM_NOW.
-	Start *storage.StartPosition `json:"start,omitempty"`
+	Start *api.StartPosition `json:"start,omitempty"`
 	// Filter is a member filter over message headers ("region=eu", grammar in docs/protocol.md
 	// section 8.1.1): the pull session of (topic, group, filter) takes only the messages it
 	// matches. Nack and extend of its messages name the same filter.
@@ -65,7 +66,7 @@ func (h *Handler) pull(w http.ResponseWriter, r *http.Request) error {
 	}
 	var start storage.StartPosition
 	if req.Start != nil {
-		start = *req.Start
+		start = startStorage(*req.Start)
 	}
 	s, err := h.pulls.acquire(r.Context(), topic, group, req.Filter, start, n)
 	if err != nil {

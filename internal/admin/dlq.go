@@ -363,7 +363,7 @@ func (h *Handler) seedGroups(w http.ResponseWriter, r *http.Request) error {
 	for _, gi := range infos {
 		g := groupJSON(gi, members, true)
 		out.Groups = append(out.Groups, SeedGroup{
-			Topic: g.Topic, Group: g.Group, State: g.State, Members: g.MemberCount, Consumers: g.Members,
+			Topic: g.Topic, Group: g.Group, State: gi.State, Members: g.MemberCount, Consumers: g.Members,
 			Pending: g.Pending, Lag: g.Lag, InFlight: g.InFlight, DeadLettered: g.DeadLettered,
 		})
 	}

@@ -19,7 +19,10 @@
 //     the Go types of the bodies (see buildOpenAPI), so it cannot drift from the handlers.
 //
 // Handler.Routes lists the routes; the OpenAPI document describes each one with its parameters,
-// bodies and error statuses.
+// bodies and error statuses. The bodies of the topic, group, cleanup and completion routes and
+// of errors are the types of the public package client/admin (the Go client of this API),
+// aliased here (Group = api.Group, ...): the server converts the engine's and the broker's
+// values to them, so the JSON a client decodes is defined in one place.
 //
 // # Addressing subscriptions
 //

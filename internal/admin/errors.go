@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
@@ -28,18 +29,13 @@ func httpErr(status int, code, format string, args ...any) *httpError {
 	return &httpError{status: status, code: code, message: fmt.Sprintf(format, args...)}
 }
 
-// errorBody is the JSON body of every error response.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	// Code is the protocol error name (docs/protocol.md section 9.2), or one of the HTTP-only
-	// names NOT_FOUND, METHOD_NOT_ALLOWED.
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	Retryable bool   `json:"retryable"`
-}
+// errorBody is the JSON body of every error response; errorDetail its error, whose Code is the
+// protocol error name (docs/protocol.md section 9.2), or one of the HTTP-only names NOT_FOUND,
+// METHOD_NOT_ALLOWED.
+type (
+	errorBody   = api.ErrorBody
+	errorDetail = api.ErrorDetail
+)
 
 // statusForCode maps a protocol error code to an HTTP status.
 func statusForCode(code uint16) int {

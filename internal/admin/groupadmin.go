@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 )
@@ -11,46 +12,20 @@ import (
 // Seed 000's manual admin operations on a group (broker/groupadmin.go): remove, resurrect,
 // force-complete. They need the admin permission on the topic.
 
-// ResurrectRequest is the optional body of POST .../groups/{group}/resurrect.
-type ResurrectRequest struct {
-	// Backfill delivers what the group missed while DEAD, from its ack floors to the log end,
-	// bounded to its newest max_backfill_messages (what a consumer subscribing does too). Without
-	// it the group gives all of that up (counted in spool_backfill_missed_messages_total).
-	Backfill bool `json:"backfill,omitempty"`
-}
-
-// BackfillActionRequest is the optional body of POST .../groups/{group}/backfill/cancel.
-type BackfillActionRequest struct {
-	// Skip gives up the rest of the range at once (counted in
-	// spool_backfill_missed_messages_total{reason="skipped"}); without it the rest is kept and
-	// held back until resume.
-	Skip bool `json:"skip,omitempty"`
-}
-
-// ForceCompleteRequest is the body of POST .../groups/{group}/force-complete.
-type ForceCompleteRequest struct {
-	// OlderThan: the group's messages published more than this ago are completed. Required, at
-	// least 1s.
-	OlderThan Duration `json:"older_than"`
-	// Limit is the most messages one call completes or scans (default 100000, at most 1000000);
-	// truncated in the answer says to call again.
-	Limit int `json:"limit,omitempty"`
-}
-
-// ForceCompleteResult is the answer of POST .../groups/{group}/force-complete.
-type ForceCompleteResult struct {
-	Topic string `json:"topic"`
-	Group string `json:"group"`
-	// Completed counts the messages this call completed for the group (also counted in
-	// spool_messages_force_completed_total{topic,group}).
-	Completed int `json:"completed"`
-	// AlreadyDone counts scanned messages the group had already completed.
-	AlreadyDone int `json:"already_done"`
-	// Before is the cutoff: messages published before it were completed.
-	Before time.Time `json:"before"`
-	// Truncated: the call stopped at its limit; call again for the rest.
-	Truncated bool `json:"truncated"`
-}
+// Bodies and answers of the routes of this file (package client/admin documents the fields).
+type (
+	// ResurrectRequest is the optional body of POST .../groups/{group}/resurrect.
+	ResurrectRequest = api.ResurrectRequest
+	// BackfillActionRequest is the optional body of POST .../groups/{group}/backfill/cancel.
+	BackfillActionRequest = api.BackfillActionRequest
+	// ForceCompleteRequest is the body of POST .../groups/{group}/force-complete.
+	ForceCompleteRequest = api.ForceCompleteRequest
+	// ForceCompleteResult is the answer of POST .../groups/{group}/force-complete.
+	ForceCompleteResult = api.ForceCompleteResult
+	// BackfillInfo is a group's backfill (broker.BackfillInfo): GET .../backfill and the
+	// answer of cancel and resume.
+	BackfillInfo = api.BackfillInfo
+)
 
 // groupAdminRoutes are the routes of this file, appended to routeTable's.
 func (h *Handler) groupAdminRoutes() []*route {
@@ -78,17 +53,17 @@ func (h *Handler) groupAdminRoutes() []*route {
 			id: "getBackfill", tag: "groups", summary: "Get a group's backfill: state, processed, total, rate, ETA.",
 			desc: "The same object as the backfill field of the group. rate and eta_seconds are measured by this broker instance " +
 				"(0 when it has no consumer of the group).",
-			ok: 200, resp: typeOf[broker.BackfillInfo](), errs: errsRead}},
+			ok: 200, resp: typeOf[BackfillInfo](), errs: errsRead}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/backfill/cancel", handle: h.backfillOp(storage.BackfillCancel), doc: opDoc{
 			id: "cancelBackfill", tag: "groups", summary: "Stop a group's backfill (CANCELLED).",
 			desc: "The rest of the range is held back: in partitions still inside it nothing is delivered until resume. " +
 				"skip true gives the rest up at once instead (the group continues after the range; counted). " +
 				"409 INVALID_TRANSITION unless the backfill is IN_PROGRESS or FAILED (skip: also CANCELLED).",
-			body: typeOf[BackfillActionRequest](), bodyOptional: true, ok: 200, resp: typeOf[broker.BackfillInfo](), errs: errsWrite}},
+			body: typeOf[BackfillActionRequest](), bodyOptional: true, ok: 200, resp: typeOf[BackfillInfo](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/backfill/resume", handle: h.backfillOp(storage.BackfillResume), doc: opDoc{
 			id: "resumeBackfill", tag: "groups", summary: "Resume a CANCELLED or FAILED backfill where it stopped.",
 			desc: "Delivery continues at the group's ack floors (the checkpoint). 409 INVALID_TRANSITION in any other state.",
-			ok:   200, resp: typeOf[broker.BackfillInfo](), errs: errsWrite}},
+			ok:   200, resp: typeOf[BackfillInfo](), errs: errsWrite}},
 	}
 }
 
@@ -97,7 +72,7 @@ func (h *Handler) getBackfill(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, backfillJSON(info))
 	return nil
 }
 
@@ -117,7 +92,7 @@ func (h *Handler) backfillOp(action storage.BackfillAction) func(http.ResponseWr
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, info)
+		writeJSON(w, http.StatusOK, backfillJSON(info))
 		return nil
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolmq/spool/internal/broker"
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
@@ -66,10 +66,10 @@ func TestGroupAdminAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.do("POST", "/api/v1/topics/ev/groups/billing/resurrect", map[string]any{"backfill": true}).ok(200, &g)
-	if g.State != storage.Active || g.Backfill == nil {
+	if g.State != api.Active || g.Backfill == nil {
 		t.Fatalf("resurrected group: %s, backfill %+v", g.State, g.Backfill)
 	}
-	var bf broker.BackfillInfo
+	var bf BackfillInfo
 	e.do("GET", "/api/v1/topics/ev/groups/billing/backfill", nil).ok(200, &bf)
 	if bf.State != g.Backfill.State || bf.Total != g.Backfill.Total {
 		t.Errorf("GET backfill %+v, group's %+v", bf, *g.Backfill)

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolmq/spool/internal/storage"
+	api "github.com/spoolmq/spool/client/admin"
 )
 
 // POST /api/v1/topics/{topic}/groups creates a group ahead of its consumers (201, Location);
@@ -21,7 +21,7 @@ func TestCreateAndUpdateGroupAPI(t *testing.T) {
 	if loc := r.header.Get("Location"); loc != "/api/v1/topics/ev/groups/billing" {
 		t.Errorf("Location %q", loc)
 	}
-	if g.Group != "billing" || g.State != storage.Active || g.Start.Kind != storage.FromBeginning || time.Duration(g.HeartbeatTimeout) != 90*time.Second || g.LastHeartbeatAt.IsZero() {
+	if g.Group != "billing" || g.State != api.Active || g.Start.Kind != api.FromBeginning || time.Duration(g.HeartbeatTimeout) != 90*time.Second || g.LastHeartbeatAt.IsZero() {
 		t.Fatalf("created group: %+v", g)
 	}
 	for _, c := range []struct {
@@ -43,7 +43,7 @@ func TestCreateAndUpdateGroupAPI(t *testing.T) {
 	e.do("GET", "/api/v1/topics/ev/groups/x", nil).ok(404, nil)
 
 	e.do("PUT", "/api/v1/topics/ev/groups/billing/config", map[string]any{"start": map[string]any{"kind": "FROM_NOW"}, "heartbeat_timeout": "2m"}).ok(200, &g)
-	if g.Start.Kind != storage.FromNow || time.Duration(g.HeartbeatTimeout) != 2*time.Minute {
+	if g.Start.Kind != api.FromNow || time.Duration(g.HeartbeatTimeout) != 2*time.Minute {
 		t.Fatalf("updated group: %+v", g)
 	}
 	if got := e.do("PUT", "/api/v1/topics/ev/groups/billing/config", map[string]any{}); got.status != 400 {

@@ -3,16 +3,13 @@ package admin
 import (
 	"net/http"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/errmap"
 )
 
-// Status is the body of the probes.
-type Status struct {
-	Status string `json:"status"`
-	// Detail says what is degraded while the broker stays ready: the cleanup jobs that fall
-	// behind (seed 000's health rule; GET /api/v1/cleanup has the figures).
-	Detail string `json:"detail,omitempty"`
-}
+// Status is the body of the probes. Its Detail says what is degraded while the broker stays
+// ready: the cleanup jobs that fall behind (seed 000's health rule; GET /api/v1/cleanup).
+type Status = api.Status
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, Status{Status: "ok"})

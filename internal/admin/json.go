@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
@@ -71,90 +71,38 @@ func isJSON(ct string) bool {
 
 // Duration is a time.Duration in JSON: written as a Go duration string ("30s", "1h0m0s"), read
 // from such a string or from a number of milliseconds.
-type Duration time.Duration
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
-}
-
-// UnmarshalJSON reads a duration string or a number of milliseconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("duration %q: want a Go duration such as \"30s\" or a number of milliseconds", s)
-		}
-		*d = Duration(v)
-		return nil
-	}
-	var ms float64
-	if err := json.Unmarshal(b, &ms); err != nil {
-		return fmt.Errorf("duration %s: want a Go duration such as \"30s\" or a number of milliseconds", b)
-	}
-	*d = Duration(time.Duration(ms * float64(time.Millisecond)))
-	return nil
-}
+type Duration = api.Duration
 
 // TopicConfig is storage.TopicConfig in the API: durations as strings. Zero fields mean the default
 // when creating a topic. Settings that are not built are refused (INVALID_ARGUMENT, "not implemented
 // yet"). completion_tracking cannot change while the topic holds messages (INVALID_ARGUMENT).
-type TopicConfig struct {
-	Semantics                      storage.Semantics          `json:"semantics,omitempty"`
-	Partitions                     int                        `json:"partitions,omitempty"`
-	AckWait                        Duration                   `json:"ack_wait,omitempty"`
-	MaxDeliveries                  int                        `json:"max_deliveries,omitempty"`
-	MessageRetention               Duration                   `json:"message_retention,omitempty"`
-	ZeroSubscriptionRetention      Duration                   `json:"zero_subscription_retention,omitempty"`
-	BlockWritesOnZeroSubscriptions bool                       `json:"block_writes_on_zero_subscriptions"`
-	CompletionTracking             storage.CompletionTracking `json:"completion_tracking,omitempty"`
-	MaxRetention                   Duration                   `json:"max_retention,omitempty"`
-	ZombieTTL                      Duration                   `json:"zombie_ttl,omitempty"`
-	MaxMessageBytes                int                        `json:"max_message_bytes,omitempty"`
-	DedupWindow                    Duration                   `json:"dedup_window,omitempty"`
-	MaxBacklogMessages             int64                      `json:"max_backlog_messages,omitempty"`
-	MaxBacklogBytes                int64                      `json:"max_backlog_bytes,omitempty"`
-	BacklogPolicy                  storage.BacklogPolicy      `json:"backlog_policy,omitempty"`
-	MaxMessages                    int64                      `json:"max_messages,omitempty"`
-	MaxBytes                       int64                      `json:"max_bytes,omitempty"`
-	SizePolicy                     storage.SizePolicy         `json:"size_policy,omitempty"`
-	// PoisonRules is shown only when a rule is on; null in an update turns them off.
-	PoisonRules *PoisonRules `json:"poison_rules,omitempty"`
-}
+type TopicConfig = api.TopicConfig
 
 // PoisonRules is storage.PoisonRules in the API (seed 002 ACK-9): dead-letter a message early
 // when the same nack reason comes from more than one member (distinct_members), or after
 // max_failures nacks within window (default 30s). Off by default.
-type PoisonRules struct {
-	DistinctMembers bool     `json:"distinct_members"`
-	MaxFailures     int      `json:"max_failures"`
-	Window          Duration `json:"window,omitempty"`
-}
+type PoisonRules = api.PoisonRules
 
 func configJSON(c storage.TopicConfig) TopicConfig {
 	return TopicConfig{
-		Semantics:                      c.Semantics,
+		Semantics:                      api.Semantics(c.Semantics),
 		Partitions:                     c.Partitions,
 		AckWait:                        Duration(c.AckWait),
 		MaxDeliveries:                  c.MaxDeliveries,
 		MessageRetention:               Duration(c.MessageRetention),
 		ZeroSubscriptionRetention:      Duration(c.ZeroSubscriptionRetention),
 		BlockWritesOnZeroSubscriptions: c.BlockWritesOnZeroSubscriptions,
-		CompletionTracking:             c.CompletionTracking,
+		CompletionTracking:             api.CompletionTracking(c.CompletionTracking),
 		MaxRetention:                   Duration(c.MaxRetention),
 		ZombieTTL:                      Duration(c.ZombieTTL),
 		MaxMessageBytes:                c.MaxMessageBytes,
 		DedupWindow:                    Duration(c.DedupWindow),
 		MaxBacklogMessages:             c.MaxBacklogMessages,
 		MaxBacklogBytes:                c.MaxBacklogBytes,
-		BacklogPolicy:                  c.BacklogPolicy,
+		BacklogPolicy:                  api.BacklogPolicy(c.BacklogPolicy),
 		MaxMessages:                    c.MaxMessages,
 		MaxBytes:                       c.MaxBytes,
-		SizePolicy:                     c.SizePolicy,
+		SizePolicy:                     api.SizePolicy(c.SizePolicy),
 		PoisonRules:                    poisonJSON(c.PoisonRules),
 	}
 }
@@ -166,9 +114,9 @@ func poisonJSON(r storage.PoisonRules) *PoisonRules {
 	return &PoisonRules{DistinctMembers: r.DistinctMembers, MaxFailures: r.MaxFailures, Window: Duration(r.Window)}
 }
 
-// storage converts the rules; the window means nothing without max_failures (an update that
+// poisonStorage converts the rules; the window means nothing without max_failures (an update that
 // turns max_failures off keeps no window behind).
-func (r *PoisonRules) storage() storage.PoisonRules {
+func poisonStorage(r *PoisonRules) storage.PoisonRules {
 	if r == nil {
 		return storage.PoisonRules{}
 	}
@@ -179,68 +127,42 @@ func (r *PoisonRules) storage() storage.PoisonRules {
 	return out
 }
 
-func (c TopicConfig) storage() storage.TopicConfig {
+// configStorage converts an API configuration to the engine's.
+func configStorage(c TopicConfig) storage.TopicConfig {
 	return storage.TopicConfig{
-		Semantics:                      c.Semantics,
+		Semantics:                      storage.Semantics(c.Semantics),
 		Partitions:                     c.Partitions,
 		AckWait:                        time.Duration(c.AckWait),
 		MaxDeliveries:                  c.MaxDeliveries,
 		MessageRetention:               time.Duration(c.MessageRetention),
 		ZeroSubscriptionRetention:      time.Duration(c.ZeroSubscriptionRetention),
 		BlockWritesOnZeroSubscriptions: c.BlockWritesOnZeroSubscriptions,
-		CompletionTracking:             c.CompletionTracking,
+		CompletionTracking:             storage.CompletionTracking(c.CompletionTracking),
 		MaxRetention:                   time.Duration(c.MaxRetention),
 		ZombieTTL:                      time.Duration(c.ZombieTTL),
 		MaxMessageBytes:                c.MaxMessageBytes,
 		DedupWindow:                    time.Duration(c.DedupWindow),
 		MaxBacklogMessages:             c.MaxBacklogMessages,
 		MaxBacklogBytes:                c.MaxBacklogBytes,
-		BacklogPolicy:                  c.BacklogPolicy,
+		BacklogPolicy:                  storage.BacklogPolicy(c.BacklogPolicy),
 		MaxMessages:                    c.MaxMessages,
 		MaxBytes:                       c.MaxBytes,
-		SizePolicy:                     c.SizePolicy,
-		PoisonRules:                    c.PoisonRules.storage(),
+		SizePolicy:                     storage.SizePolicy(c.SizePolicy),
+		PoisonRules:                    poisonStorage(c.PoisonRules),
 	}
 }
 
 // Topic is a topic in the API.
-type Topic struct {
-	Name      string              `json:"name"`
-	Config    TopicConfig         `json:"config"`
-	CreatedAt time.Time           `json:"created_at"`
-	Stats     *storage.TopicStats `json:"stats,omitempty"`
-	// Subscriptions counts the topic's subscriptions that are not DELETED.
-	Subscriptions int `json:"subscriptions"`
-	// Members counts the members of this broker attached to the topic.
-	Members int `json:"members"`
-	// Backpressure is the state of a topic with a backlog bound: normal, throttled or rejecting,
-	// the backlog, and the publishes throttled and rejected since the broker started.
-	Backpressure *Backpressure `json:"backpressure,omitempty"`
-	// SizeBoundExceeded: the topic holds more than its max_messages or max_bytes (what the bound
-	// may not remove because a group still needs it, or what came since the last retention run).
-	SizeBoundExceeded bool `json:"size_bound_exceeded,omitempty"`
-}
+type Topic = api.Topic
 
 // Backpressure is broker.BackpressureInfo in the API: durations as strings.
-type Backpressure struct {
-	State              string                `json:"state"`
-	Policy             storage.BacklogPolicy `json:"policy"`
-	BacklogMessages    int64                 `json:"backlog_messages"`
-	BacklogBytes       int64                 `json:"backlog_bytes"`
-	MaxBacklogMessages int64                 `json:"max_backlog_messages,omitempty"`
-	MaxBacklogBytes    int64                 `json:"max_backlog_bytes,omitempty"`
-	Delay              Duration              `json:"delay"`
-	RetryAfter         Duration              `json:"retry_after"`
-	Throttled          int64                 `json:"throttled"`
-	Rejected           int64                 `json:"rejected"`
-	UpdatedAt          time.Time             `json:"updated_at"`
-}
+type Backpressure = api.Backpressure
 
 func backpressureJSON(i *broker.BackpressureInfo) *Backpressure {
 	if i == nil {
 		return nil
 	}
-	return &Backpressure{State: i.State, Policy: i.Policy, BacklogMessages: i.BacklogMessages, BacklogBytes: i.BacklogBytes,
+	return &Backpressure{State: i.State, Policy: api.BacklogPolicy(i.Policy), BacklogMessages: i.BacklogMessages, BacklogBytes: i.BacklogBytes,
 		MaxBacklogMessages: i.MaxBacklogMessages, MaxBacklogBytes: i.MaxBacklogBytes, Delay: Duration(i.Delay),
 		RetryAfter: Duration(i.RetryAfter), Throttled: i.Throttled, Rejected: i.Rejected, UpdatedAt: i.UpdatedAt}
 }
@@ -250,7 +172,7 @@ func topicJSON(info *broker.TopicInfo) Topic {
 		Name:          info.Topic.Name,
 		Config:        configJSON(info.Topic.Config),
 		CreatedAt:     info.Topic.CreatedAt,
-		Stats:         info.Stats,
+		Stats:         topicStatsJSON(info.Stats),
 		Subscriptions: info.Subscriptions,
 		Members:       info.Members,
 		Backpressure:  backpressureJSON(info.Backpressure),
@@ -259,57 +181,11 @@ func topicJSON(info *broker.TopicInfo) Topic {
 	}
 }
 
-// Member is a live member of this broker.
-type Member = broker.MemberInfo
+// Member is a live member of this broker (broker.MemberInfo in the API).
+type Member = api.Member
 
 // Group is a subscription (a consumer group on a topic) with its health.
-type Group struct {
-	Topic          string                    `json:"topic"`
-	Group          string                    `json:"group"`
-	SubscriptionID int64                     `json:"subscription_id"`
-	State          storage.SubscriptionState `json:"state"`
-	Pattern        string                    `json:"pattern,omitempty"`
-	Ephemeral      bool                      `json:"ephemeral"`
-	Start          storage.StartPosition     `json:"start"`
-	CreatedAt      time.Time                 `json:"created_at"`
-	UpdatedAt      time.Time                 `json:"updated_at"`
-	// HeartbeatTimeout: without a live member for this long the group becomes DEAD.
-	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
-	// LastHeartbeatAt is the last time a broker saw a member of the group (or it became ACTIVE).
-	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
-	// Backfill is the group's catch-up range: state NOT_STARTED, IN_PROGRESS, COMPLETED,
-	// CANCELLED or FAILED, processed, total, skipped, rate and ETA (GET .../backfill).
-	Backfill    *broker.BackfillInfo `json:"backfill,omitempty"`
-	MemberCount int                  `json:"member_count"`
-	// Members describe the members of this broker attached to the subscription. In the group
-	// listings (GET /api/v1/groups, /api/v1/topics/{topic}/groups, /admin/groups) they carry
-	// subscription_count but not their subscription IDs, which GET /api/v1/members and
-	// GET /api/v1/topics/{topic}/groups/{group} give.
-	Members      []Member                             `json:"members"`
-	Pending      int64                                `json:"pending"`
-	Lag          int64                                `json:"lag"`
-	InFlight     int64                                `json:"in_flight"`
-	Redelivering int64                                `json:"redelivering"`
-	DeadLettered int64                                `json:"dead_lettered"`
-	Partitions   []storage.SubscriptionPartitionStats `json:"partitions"`
-	// OldestUnackedAt is the publish time of the oldest message the group has not completed, and
-	// OldestUnackedAge its age; absent when none is left, and in GET /api/v1/groups (one read per
-	// partition: the one-topic listing and the group have them).
-	OldestUnackedAt  *time.Time `json:"oldest_unacked_at,omitempty"`
-	OldestUnackedAge *Duration  `json:"oldest_unacked_age,omitempty"`
-	// Health is OK, WARN (receives, but see reasons) or FAIL (DEAD, PAUSED or CANCELLED: receives
-	// nothing); Reasons say why, empty when OK.
-	Health  string   `json:"health"`
-	Reasons []string `json:"reasons"`
-	// Mode is "shared" or "ordered"; the fields below are for ordered groups only: the
-	// assignment strategy, the unsettled bound per partition, the generation (incremented by
-	// every rebalance) and the assignment (member name to partitions, on every broker instance).
-	Mode                    string             `json:"mode"`
-	Strategy                string             `json:"strategy,omitempty"`
-	MaxInFlightPerPartition int                `json:"max_in_flight_per_partition,omitempty"`
-	Generation              int64              `json:"generation,omitempty"`
-	Assignment              map[string][]int32 `json:"assignment,omitempty"`
-}
+type Group = api.Group
 
 // groupJSON converts a GroupInfo; members maps member IDs to their descriptions (from
 // Broker.Members). A listing (list set) leaves out the members' subscription IDs: a member on n
@@ -319,10 +195,10 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 	out := Group{
 		Topic:       g.Topic,
 		Group:       g.Group,
-		State:       g.State,
+		State:       api.SubscriptionState(g.State),
 		MemberCount: len(g.Members),
 		Members:     make([]Member, 0, len(g.Members)),
-		Partitions:  []storage.SubscriptionPartitionStats{},
+		Partitions:  []api.SubscriptionPartitionStats{},
 		Health:      g.Health,
 		Reasons:     g.Reasons,
 	}
@@ -337,13 +213,13 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 		out.SubscriptionID = s.ID
 		out.Pattern = s.Pattern
 		out.Ephemeral = s.Ephemeral
-		out.Start = s.Start
+		out.Start = startJSON(s.Start)
 		out.CreatedAt = s.CreatedAt
 		out.UpdatedAt = s.UpdatedAt
 		out.HeartbeatTimeout = Duration(s.HeartbeatTimeout)
 		out.LastHeartbeatAt = s.LastHeartbeatAt
 	}
-	out.Backfill = g.Backfill
+	out.Backfill = backfillJSON(g.Backfill)
 	orderedJSON(&out, g)
 	if st := g.Stats; st != nil {
 		out.Pending = st.Pending
@@ -351,8 +227,8 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 		out.InFlight = st.InFlight
 		out.Redelivering = st.Redelivering
 		out.DeadLettered = st.DeadLettered
-		if st.Partitions != nil {
-			out.Partitions = st.Partitions
+		for _, p := range st.Partitions {
+			out.Partitions = append(out.Partitions, api.SubscriptionPartitionStats(p))
 		}
 	}
 	for _, id := range g.Members {
@@ -372,7 +248,47 @@ func memberMap(b *broker.Broker) map[string]Member {
 	ms := b.Members()
 	out := make(map[string]Member, len(ms))
 	for _, m := range ms {
-		out[m.ID] = m
+		out[m.ID] = memberJSON(m)
+	}
+	return out
+}
+
+// memberJSON converts a member's description. Member, PartitionStats and
+// SubscriptionPartitionStats are converted as Go conversions: a field added to the broker's or
+// the engine's type stops the build here until the API's type gets it too (or a conversion).
+func memberJSON(m broker.MemberInfo) Member { return Member(m) }
+
+// startJSON converts a start position.
+func startJSON(p storage.StartPosition) api.StartPosition {
+	return api.StartPosition{Kind: api.StartKind(p.Kind), Time: p.Time, Partition: p.Partition, Offset: p.Offset}
+}
+
+// startStorage converts an API start position to the engine's.
+func startStorage(p api.StartPosition) storage.StartPosition {
+	return storage.StartPosition{Kind: storage.StartKind(p.Kind), Time: p.Time, Partition: p.Partition, Offset: p.Offset}
+}
+
+// backfillJSON converts a backfill's progress (nil for nil).
+func backfillJSON(b *broker.BackfillInfo) *api.BackfillInfo {
+	if b == nil {
+		return nil
+	}
+	return &api.BackfillInfo{State: api.BackfillState(b.State), Processed: b.Processed, Total: b.Total,
+		Remaining: b.Remaining, Skipped: b.Skipped, MaxMessages: b.MaxMessages, Rate: b.Rate, RateLimit: b.RateLimit,
+		ETASeconds: b.ETASeconds, StartedAt: b.StartedAt, UpdatedAt: b.UpdatedAt, Error: b.Error}
+}
+
+// topicStatsJSON converts a topic's statistics (nil for nil).
+func topicStatsJSON(st *storage.TopicStats) *api.TopicStats {
+	if st == nil {
+		return nil
+	}
+	out := &api.TopicStats{Topic: st.Topic, Messages: st.Messages, Bytes: st.Bytes}
+	if st.Partitions != nil {
+		out.Partitions = make([]api.PartitionStats, 0, len(st.Partitions))
+	}
+	for _, p := range st.Partitions {
+		out.Partitions = append(out.Partitions, api.PartitionStats(p))
 	}
 	return out
 }

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/broker"
-	"github.com/spoolmq/spool/internal/storage"
 )
 
 // TestGroupListingsDoNotRepeatMemberSubscriptions: a wildcard member attached to n subscriptions
@@ -92,7 +92,7 @@ func TestGroupListingsDoNotRepeatMemberSubscriptions(t *testing.T) {
 	}
 	var g Group
 	e.do("GET", "/api/v1/topics/wide.t03/groups/tap", nil).ok(200, &g)
-	if g.State != storage.Active || len(g.Members) != 1 || len(g.Members[0].Subscriptions) != n {
+	if g.State != api.Active || len(g.Members) != 1 || len(g.Members[0].Subscriptions) != n {
 		t.Fatalf("group tap on wide.t03: %+v", g)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
@@ -139,10 +140,18 @@ var (
 	durationType = reflect.TypeFor[Duration]()
 	bytesType    = reflect.TypeFor[[]byte]()
 
-	// componentNames overrides the component name of a few types.
+	// componentNames overrides the component name of a few types: Member kept the name of
+	// broker.MemberInfo, which the API wrote before package client/admin had its own type.
 	componentNames = map[reflect.Type]string{
 		reflect.TypeFor[errorBody]():   "Error",
 		reflect.TypeFor[errorDetail](): "ErrorDetail",
+		reflect.TypeFor[Member]():      "MemberInfo",
+	}
+
+	// schemaAs documents an engine type that the API writes as is under the component of its
+	// client/admin twin, which has the same JSON (one StartPosition in the document).
+	schemaAs = map[reflect.Type]reflect.Type{
+		reflect.TypeFor[storage.StartPosition](): reflect.TypeFor[api.StartPosition](),
 	}
 
 	enums = map[reflect.Type][]string{
@@ -155,10 +164,23 @@ var (
 		reflect.TypeFor[storage.StartKind](): {string(storage.FromNow), string(storage.FromBeginning),
 			string(storage.FromTimestamp), string(storage.FromMessageID)},
 		reflect.TypeFor[storage.DLQReason](): {string(storage.DLQMaxDeliveries), string(storage.DLQRejected)},
+
+		// The same enums in the types of client/admin (TestPublicEnums keeps them equal).
+		reflect.TypeFor[api.Semantics]():          {string(api.Queue), string(api.PubSub)},
+		reflect.TypeFor[api.CompletionTracking](): {string(api.Watermark), string(api.Refcount)},
+		reflect.TypeFor[api.CompletionState](): {string(api.CompletionPending), string(api.CompletionAcked),
+			string(api.CompletionDeadLettered), string(api.CompletionRemoved)},
+		reflect.TypeFor[api.SubscriptionState](): {string(api.Active), string(api.Paused), string(api.Dead),
+			string(api.Cancelled), string(api.Deleted)},
+		reflect.TypeFor[api.StartKind](): {string(api.FromNow), string(api.FromBeginning),
+			string(api.FromTimestamp), string(api.FromMessageID)},
 	}
 )
 
 func (g *schemaGen) schema(t reflect.Type) map[string]any {
+	if as, ok := schemaAs[t]; ok {
+		t = as
+	}
 	switch t {
 	case timeType:
 		return map[string]any{"type": "string", "format": "date-time"}

@@ -267,14 +267,14 @@ func (h *Handler) seedConsumerHealth(w http.ResponseWriter, r *http.Request) err
 			continue
 		}
 		g := groupJSON(gi, members, true)
-		c := SeedConsumerHealth{Topic: g.Topic, Group: g.Group, State: g.State, Consumers: g.Members, Pending: g.Pending, InFlight: g.InFlight}
+		c := SeedConsumerHealth{Topic: g.Topic, Group: g.Group, State: gi.State, Consumers: g.Members, Pending: g.Pending, InFlight: g.InFlight}
 		switch {
-		case g.State == storage.Active && g.MemberCount > 0:
+		case gi.State == storage.Active && g.MemberCount > 0:
 			c.Healthy, c.Status = true, "healthy"
-		case g.State == storage.Active:
+		case gi.State == storage.Active:
 			c.Status = "no_consumers"
 		default:
-			c.Status = strings.ToLower(string(g.State))
+			c.Status = strings.ToLower(string(gi.State))
 		}
 		out.Groups = append(out.Groups, c)
 	}

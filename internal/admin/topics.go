@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
@@ -19,13 +20,7 @@ const (
 )
 
 // TopicList is the response of GET /api/v1/topics.
-type TopicList struct {
-	Topics []Topic `json:"topics"`
-	// Total counts the topics that match the pattern, before paging.
-	Total  int `json:"total"`
-	Limit  int `json:"limit"`
-	Offset int `json:"offset"`
-}
+type TopicList = api.TopicList
 
 func (h *Handler) listTopics(w http.ResponseWriter, r *http.Request) error {
 	limit, err := queryInt(r, "limit", defaultPageLimit, maxPageLimit)
@@ -64,17 +59,10 @@ func (h *Handler) listTopics(w http.ResponseWriter, r *http.Request) error {
 // CreateTopicRequest is the body of POST /api/v1/topics: the name and the configuration fields
 // (zero or absent fields take the defaults). retention_policy.max_age (seconds) is seed 002's
 // spelling of message_retention.
-type CreateTopicRequest struct {
-	Name string `json:"name"`
-	TopicConfig
-	RetentionPolicy *RetentionPolicy `json:"retention_policy,omitempty"`
-}
+type CreateTopicRequest = api.CreateTopicRequest
 
-// RetentionPolicy is seed 002's retention object.
-type RetentionPolicy struct {
-	// MaxAge is message_retention in seconds.
-	MaxAge float64 `json:"max_age"`
-}
+// RetentionPolicy is seed 002's retention object: max_age is message_retention in seconds.
+type RetentionPolicy = api.RetentionPolicy
 
 func (h *Handler) createTopic(w http.ResponseWriter, r *http.Request) error {
 	var req CreateTopicRequest
@@ -84,7 +72,7 @@ func (h *Handler) createTopic(w http.ResponseWriter, r *http.Request) error {
 	if req.Name == "" {
 		return invalidf("name is required")
 	}
-	cfg := req.TopicConfig.storage()
+	cfg := configStorage(req.TopicConfig)
 	if rp := req.RetentionPolicy; rp != nil {
 		if rp.MaxAge < 0 {
 			return invalidf("retention_policy.max_age must not be negative, got %v", rp.MaxAge)
@@ -138,7 +126,7 @@ func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) erro
 		return invalidf("partitions must be between 1 and %d, got 0", storage.MaxPartitions)
 	}
 	t, err := h.b.UpdateTopic(r.Context(), broker.UpdateTopicParams{
-		Name: name, Config: req.TopicConfig.storage(), QueueToGroup: req.QueueToGroup,
+		Name: name, Config: configStorage(req.TopicConfig), QueueToGroup: req.QueueToGroup,
 	})
 	if err != nil {
 		return err
@@ -168,12 +156,7 @@ func (h *Handler) deleteTopic(w http.ResponseWriter, r *http.Request) error {
 }
 
 // GroupList is the response of the group listings.
-type GroupList struct {
-	Groups []Group `json:"groups"`
-	// NextAfterID is the after_id of the next page of GET /api/v1/groups; absent on the last
-	// page (and in the unpaged per-topic listing).
-	NextAfterID *int64 `json:"next_after_id,omitempty"`
-}
+type GroupList = api.GroupList
 
 func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
@@ -257,11 +240,11 @@ type MemberList struct {
 }
 
 func (h *Handler) listMembers(w http.ResponseWriter, r *http.Request) error {
-	ms := h.b.Members()
-	if ms == nil {
-		ms = []Member{}
+	out := MemberList{Members: []Member{}}
+	for _, m := range h.b.Members() {
+		out.Members = append(out.Members, memberJSON(m))
 	}
-	writeJSON(w, http.StatusOK, MemberList{Members: ms})
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
