@@ -107,8 +107,13 @@ func TestCallErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = down.Call(ctx, http.MethodGet, "/api/v1/topics", nil, nil, nil)
-	if err == nil || !strings.Contains(err.Error(), "cannot reach the admin API at http://"+addr) || errors.As(err, &ae) {
+	hint := "cannot reach the admin API at http://" + addr + " (set --http or SPOOL_HTTP): "
+	if err == nil || !strings.Contains(err.Error(), hint) || errors.As(err, &ae) {
 		t.Fatalf("unreachable API: %v", err)
+	}
+	// The typed calls of client/admin that the CLI makes give the same hint.
+	if _, err := down.Group(ctx, "t", "g"); err == nil || !strings.Contains(err.Error(), hint) {
+		t.Fatalf("unreachable API, Group: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()

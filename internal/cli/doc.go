@@ -1,10 +1,11 @@
 // Package cli holds the parts of the spool command-line client (cmd/spool: pub, sub, topic, group,
-// dlq) that are not commands: the HTTP admin API client and the rendering of tables, fields and
-// values for humans and of JSON lines for scripts.
+// dlq) that are not commands: the CLI side of the HTTP admin API client and the rendering of
+// tables, fields and values for humans and of JSON lines for scripts.
 //
-//   - AdminClient calls the REST API of internal/admin (/api/v1, JSON). A 2xx answer returns the
-//     raw body (so that --json can print exactly what the API said); any other answer returns an
-//     *APIError carrying the API's error code ("spool: TOPIC_NOT_FOUND: ..." on the terminal).
+//   - AdminClient is the public admin client (package client/admin) with the CLI's hint at
+//     --http on a transport failure. Call returns the raw body of a 2xx answer (so that --json
+//     can print exactly what the API said); any other answer returns an *APIError carrying the
+//     API's error code ("spool: TOPIC_NOT_FOUND: ..." on the terminal).
 //   - Table renders aligned columns with text/tabwriter; Fields renders "Name: value" blocks.
 //     Both sanitize cells (tabs, newlines and other control characters would break the layout).
 //   - Bytes, Duration, Time, Text and Truncate format values for those tables; Payload renders a

@@ -6,73 +6,52 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/client/admin"
 )
 
-// Typed calls of the admin API for consumer-group operations and diagnosis (seed 000's
-// ConsumerGroupAdmin). The Go client (package client) speaks the binary protocol only; these are
-// the Go API of the HTTP admin routes, used by spool group and spool doctor.
+// The typed calls of package client/admin that spool group and spool doctor make, with the
+// CLI's hint on a transport failure.
 
 // Topic returns a topic with its configuration, statistics and backpressure state.
 func (c *AdminClient) Topic(ctx context.Context, topic string) (*admin.Topic, error) {
-	var t admin.Topic
-	if _, err := c.Call(ctx, http.MethodGet, TopicPath(topic), nil, nil, &t); err != nil {
-		return nil, err
-	}
-	return &t, nil
+	t, err := c.Client.Topic(ctx, topic)
+	return t, c.hint(err)
 }
 
 // TopicGroups lists the groups of a topic with their health and oldest unacked message.
 func (c *AdminClient) TopicGroups(ctx context.Context, topic string) ([]admin.Group, error) {
-	var l admin.GroupList
-	if _, err := c.Call(ctx, http.MethodGet, TopicPath(topic, "groups"), nil, nil, &l); err != nil {
-		return nil, err
-	}
-	return l.Groups, nil
+	gs, err := c.Client.TopicGroups(ctx, topic)
+	return gs, c.hint(err)
 }
 
 // Group returns one group with its health ("" is the queue subscription).
 func (c *AdminClient) Group(ctx context.Context, topic, group string) (*admin.Group, error) {
-	var g admin.Group
-	if _, err := c.Call(ctx, http.MethodGet, GroupPath(topic, group), nil, nil, &g); err != nil {
-		return nil, err
-	}
-	return &g, nil
+	g, err := c.Client.Group(ctx, topic, group)
+	return g, c.hint(err)
 }
 
 // RemoveGroup cancels a group and deletes it at once.
 func (c *AdminClient) RemoveGroup(ctx context.Context, topic, group string) error {
-	_, err := c.Call(ctx, http.MethodDelete, GroupPath(topic, group), nil, nil, nil)
-	return err
+	return c.hint(c.Client.RemoveGroup(ctx, topic, group))
 }
 
-// ResurrectGroup makes a DEAD group ACTIVE; backfill is refused by the server (not built).
+// ResurrectGroup makes a DEAD group ACTIVE, with or without the backfill of what it missed.
 func (c *AdminClient) ResurrectGroup(ctx context.Context, topic, group string, backfill bool) (*admin.Group, error) {
-	var g admin.Group
-	if _, err := c.Call(ctx, http.MethodPost, GroupPath(topic, group, "resurrect"), nil, admin.ResurrectRequest{Backfill: backfill}, &g); err != nil {
-		return nil, err
-	}
-	return &g, nil
+	g, err := c.Client.ResurrectGroup(ctx, topic, group, backfill)
+	return g, c.hint(err)
 }
 
 // ForceCompleteGroup completes, for a group, the messages published more than olderThan ago (at
 // most limit, 0 for the server's default).
 func (c *AdminClient) ForceCompleteGroup(ctx context.Context, topic, group string, olderThan time.Duration, limit int) (*admin.ForceCompleteResult, error) {
-	var r admin.ForceCompleteResult
-	req := admin.ForceCompleteRequest{OlderThan: admin.Duration(olderThan), Limit: limit}
-	if _, err := c.Call(ctx, http.MethodPost, GroupPath(topic, group, "force-complete"), nil, req, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	r, err := c.Client.ForceComplete(ctx, topic, group, olderThan, limit)
+	return r, c.hint(err)
 }
 
 // Cleanup returns the cleanup jobs' figures.
 func (c *AdminClient) Cleanup(ctx context.Context) (*admin.CleanupList, error) {
-	var l admin.CleanupList
-	if _, err := c.Call(ctx, http.MethodGet, "/api/v1/cleanup", nil, nil, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	l, err := c.Client.Cleanup(ctx)
+	return l, c.hint(err)
 }
 
 // Ready reads /readyz: the status (and detail) when ready; when not ready (503) a status
