@@ -358,6 +358,15 @@ type Group struct {
 	Redelivering int64                        `json:"redelivering"`
 	DeadLettered int64                        `json:"dead_lettered"`
 	Partitions   []SubscriptionPartitionStats `json:"partitions"`
+	// Processed, Failed and Filtered are seed 000's group counters, counted by the broker
+	// instance that answers, since it started (the engines keep no such totals): messages acks
+	// through this instance completed (an ack of a message already done is not counted again),
+	// deliveries nacked through it (given back or dead-lettered by the nack; lease expiries are
+	// not counted), and messages it completed without a delivery because no member's filter
+	// matched. With a shared PostgreSQL engine each instance counts its own; a restart zeroes them.
+	Processed int64 `json:"processed"`
+	Failed    int64 `json:"failed"`
+	Filtered  int64 `json:"filtered"`
 	// OldestUnackedAt is the publish time of the oldest message the group has not completed, and
 	// OldestUnackedAge its age; absent when none is left, and in ListGroups.
 	OldestUnackedAt  *time.Time `json:"oldest_unacked_at,omitempty"`

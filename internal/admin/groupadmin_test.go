@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -80,4 +81,50 @@ func TestGroupAdminAPI(t *testing.T) {
 	e.do("DELETE", "/api/v1/topics/ev/groups/billing", nil).ok(204, nil)
 	e.do("GET", "/api/v1/topics/ev/groups/billing", nil).fails(404, "SUBSCRIPTION_NOT_FOUND")
 	e.do("DELETE", "/api/v1/topics/ev/groups/billing", nil).fails(404, "SUBSCRIPTION_NOT_FOUND")
+}
+
+// Seed 000's group counters: processed counts the messages acks completed (an ack repeated is not
+// counted again), failed the deliveries nacked (for redelivery or to the DLQ); they show in the
+// group, in the topic's listing and in GET /api/v1/groups, and another group's stay at zero.
+func TestGroupCounters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "ev", "semantics": "PUB_SUB"}).ok(201, nil)
+	for _, g := range []string{"billing", "audit"} {
+		e.do("POST", "/api/v1/topics/ev/groups", map[string]any{"group": g, "start": map[string]any{"kind": "FROM_BEGINNING"}}).ok(201, nil)
+	}
+	for i := range 5 {
+		e.do("POST", "/api/v1/topics/ev/messages", map[string]any{"payload": fmt.Sprintf("m%d", i)}).ok(201, nil)
+	}
+	msgs := e.pullN("ev", "billing", 5, nil)
+	e.do("POST", "/api/v1/topics/ev/groups/billing/ack", map[string]any{"ids": []string{msgs[0].ID, msgs[1].ID}}).ok(200, nil)
+	e.do("POST", "/api/v1/topics/ev/groups/billing/ack", map[string]any{"ids": []string{msgs[0].ID}}).ok(200, nil) // already done
+	e.do("POST", "/api/v1/topics/ev/groups/billing/nack", map[string]any{"ids": []string{msgs[2].ID}}).ok(200, nil)
+	e.do("POST", "/api/v1/topics/ev/groups/billing/nack", map[string]any{"ids": []string{msgs[3].ID}, "to_dlq": true}).ok(200, nil)
+
+	check := func(where string, g Group) {
+		t.Helper()
+		want := map[string][2]int64{"billing": {2, 2}, "audit": {0, 0}}[g.Group]
+		if g.Processed != want[0] || g.Failed != want[1] || g.Filtered != 0 {
+			t.Errorf("%s: group %s processed %d, failed %d, filtered %d; want %d, %d, 0",
+				where, g.Group, g.Processed, g.Failed, g.Filtered, want[0], want[1])
+		}
+	}
+	var g Group
+	e.do("GET", "/api/v1/topics/ev/groups/billing", nil).ok(200, &g)
+	check("GET group", g)
+	for _, path := range []string{"/api/v1/topics/ev/groups", "/api/v1/groups"} {
+		var l GroupList
+		e.do("GET", path, nil).ok(200, &l)
+		if len(l.Groups) != 2 {
+			t.Fatalf("%s: %d groups, want 2", path, len(l.Groups))
+		}
+		for _, g := range l.Groups {
+			check(path, g)
+		}
+	}
+	raw := e.do("GET", "/api/v1/topics/ev/groups/billing", nil)
+	if !strings.Contains(string(raw.body), `"processed":2`) || !strings.Contains(string(raw.body), `"failed":2`) {
+		t.Errorf("group JSON lacks processed/failed: %s", raw.body)
+	}
 }

@@ -220,6 +220,7 @@ func groupJSON(g *broker.GroupInfo, members map[string]Member, list bool) Group 
 		out.LastHeartbeatAt = s.LastHeartbeatAt
 	}
 	out.Backfill = backfillJSON(g.Backfill)
+	out.Processed, out.Failed, out.Filtered = g.Counts.Processed, g.Counts.Failed, g.Counts.Filtered
 	orderedJSON(&out, g)
 	if st := g.Stats; st != nil {
 		out.Pending = st.Pending

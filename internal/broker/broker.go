@@ -237,6 +237,10 @@ type Broker struct {
 	// backfill paces backfill ranges and counts what they missed (backfill.go).
 	backfill backfillStats
 
+	// counts are the groups' processed, failed and filtered totals of this process
+	// (groupcounts.go).
+	counts groupCounters
+
 	// cleanup records the cleanup jobs' runs (cleanup.go).
 	cleanup cleanupStats
 

@@ -397,6 +397,7 @@ func (o *owner) completeFiltered(holder string, refs []storage.DeliveryRef) {
 		return
 	}
 	b.trace.settled(b.rootCtx, "filtered", o.id, holder, refs)
+	b.countSettled(o.id, 0, 0, res.Acked)
 	if b.onFiltered != nil && res.Acked > 0 {
 		b.onFiltered(o.topic, o.group, res.Acked)
 	}

@@ -123,6 +123,14 @@ func TestFilterRoutesAndCompletes(t *testing.T) {
 		}
 		return nil
 	})
+	// The group's counters (groupcounts.go): the 20 acked, the 10 filtered.
+	info, err := e.b.Group(e.ctx(), "orders", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info.Counts; c != (GroupCounts{Processed: 20, Filtered: 10}) {
+		t.Errorf("group counts %+v, want 20 processed, 10 filtered", c)
+	}
 }
 
 // TestFilterCreditNotConsumed: a member with credit 1 whose filter matches one message in a

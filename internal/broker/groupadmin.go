@@ -125,6 +125,7 @@ func (b *Broker) RemoveGroup(ctx context.Context, topic, group string) (*storage
 	if err := b.engine.SubscriptionDelete(ctx, sub.ID); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
 		return nil, fmt.Errorf("broker: remove group %q on topic %q: %w", sub.Group, topic, err)
 	}
+	b.counts.forget(sub.ID)
 	b.logger.InfoContext(ctx, "group removed", subAttrs(sub)...)
 	sub.State = storage.Deleted
 	return sub, nil

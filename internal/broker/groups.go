@@ -41,6 +41,9 @@ type GroupInfo struct {
 	// Health is HealthOK, HealthWarn or HealthFail; Reasons say why (empty when OK).
 	Health  string   `json:"health"`
 	Reasons []string `json:"reasons"`
+	// Counts are the group's processed, failed and filtered messages on this broker instance
+	// since it started (groupcounts.go: the engines keep no such totals).
+	Counts GroupCounts `json:"counts"`
 	// Assignment is the partition assignment of an ORDERED subscription (nil for a shared one):
 	// its generation, strategy and which member owns which partitions, on every instance.
 	Assignment *storage.Assignment `json:"assignment,omitempty"`
@@ -165,6 +168,7 @@ func (b *Broker) groupInfo(ctx context.Context, sub *storage.Subscription, oldes
 	if !info.OldestUnackedAt.IsZero() {
 		info.OldestUnackedAge = now.Sub(info.OldestUnackedAt)
 	}
+	info.Counts = b.groupCounts(sub.ID)
 	groupHealth(info, now)
 	return info, nil
 }

@@ -751,6 +751,7 @@ func (b *Broker) ack(ctx context.Context, subID int64, member string, gen int64,
 		return nil, fmt.Errorf("broker: ack on subscription %d: %w", subID, err)
 	}
 	b.trace.settled(ctx, "acked", subID, member, refs)
+	b.countSettled(subID, res.Acked, 0, 0)
 	if s == nil {
 		// Attached since the lookup above (its first member joined meanwhile).
 		b.mu.RLock()
@@ -837,6 +838,7 @@ func (m *Member) NackBatchGen(ctx context.Context, subID, gen int64, refs []stor
 		return nil, fmt.Errorf("broker: nack on subscription %d: %w", subID, err)
 	}
 	m.b.trace.settled(ctx, "nacked", subID, m.id, refs, slog.Bool("to_dlq", opts.ToDLQ))
+	m.b.countSettled(subID, 0, res.Nacked+res.DeadLettered, 0)
 	m.forget(subID, refs)
 	m.creditReturned()
 	// The nacked messages may be claimable again at once (by this member or another).
