@@ -155,6 +155,18 @@ func (c *Client) ForceComplete(ctx context.Context, topic, group string, olderTh
 	return &r, nil
 }
 
+// ForceCompleteTopic completes, for every group of topic (not CANCELLED ones; ORDERED ones are
+// skipped with the reason), the messages published more than olderThan ago, at most limit over
+// the groups (0 for the server's default), with per-group counts.
+func (c *Client) ForceCompleteTopic(ctx context.Context, topic string, olderThan time.Duration, limit int) (*ForceCompleteTopicResult, error) {
+	var r ForceCompleteTopicResult
+	req := ForceCompleteRequest{OlderThan: Duration(olderThan), Limit: limit}
+	if _, err := c.Call(ctx, http.MethodPost, TopicPath(topic, "force-complete"), nil, req, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // Backfill returns a group's backfill: state, processed, total, rate, ETA.
 func (c *Client) Backfill(ctx context.Context, topic, group string) (*BackfillInfo, error) {
 	return c.backfillCall(ctx, http.MethodGet, GroupPath(topic, group, "backfill"), nil)

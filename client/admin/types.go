@@ -435,7 +435,8 @@ type BackfillActionRequest struct {
 	Skip bool `json:"skip,omitempty"`
 }
 
-// ForceCompleteRequest is the body of POST .../groups/{group}/force-complete.
+// ForceCompleteRequest is the body of POST .../groups/{group}/force-complete and of
+// POST /api/v1/topics/{topic}/force-complete.
 type ForceCompleteRequest struct {
 	// OlderThan: the group's messages published more than this ago are completed. Required, at
 	// least 1s.
@@ -458,6 +459,33 @@ type ForceCompleteResult struct {
 	Before time.Time `json:"before"`
 	// Truncated: the call stopped at its limit; call again for the rest.
 	Truncated bool `json:"truncated"`
+}
+
+// ForceCompleteTopicResult is the answer of POST /api/v1/topics/{topic}/force-complete.
+type ForceCompleteTopicResult struct {
+	Topic string `json:"topic"`
+	// Completed counts the messages completed over all the groups.
+	Completed int `json:"completed"`
+	// Before is the cutoff: messages published before it were completed.
+	Before time.Time `json:"before"`
+	// Truncated: the call stopped at its limit (which spans the groups); call again for the rest.
+	Truncated bool `json:"truncated"`
+	// Groups are the topic's groups (CANCELLED ones left out), each with its counts, or skipped
+	// with the reason (an ORDERED group, or the limit reached before it).
+	Groups []GroupForceComplete `json:"groups"`
+}
+
+// GroupForceComplete is one group's part of a ForceCompleteTopicResult.
+type GroupForceComplete struct {
+	Group string `json:"group"`
+	// Completed and AlreadyDone are as in ForceCompleteResult; Truncated: the limit stopped the
+	// call inside or before this group.
+	Completed   int  `json:"completed"`
+	AlreadyDone int  `json:"already_done"`
+	Truncated   bool `json:"truncated"`
+	// Skipped says why the group was not scanned (an ORDERED group, or the limit was reached
+	// before it); empty when it was.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // CleanupJob is one cleanup job of the answering broker: the retention job (message cleanup) or

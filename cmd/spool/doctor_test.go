@@ -143,6 +143,29 @@ func TestGroupAdminCommands(t *testing.T) {
 	}
 	wantAnswer(t, s, []string{topic}, 2, "[OK] topic d.old: every group completed its messages")
 
+	// --all: every group of the topic, per group; an ORDERED group is skipped, saying why.
+	for _, g := range []string{"a", "b"} {
+		if _, err := s.broker.CreateGroup(ctx, broker.CreateGroupParams{Topic: topic, Group: g, Start: storage.StartPosition{Kind: storage.FromBeginning}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: topic, Group: "ord",
+		Start: storage.StartPosition{Kind: storage.FromBeginning}, Mode: storage.ModeOrdered}); err != nil {
+		t.Fatal(err)
+	}
+	s.fails(t, 2, "--all takes the topic only", "group", "force-complete", "--all", topic, "a", "--older-than", "24h")
+	s.fails(t, 2, "give <topic> <group>, or --all <topic>", "group", "force-complete", topic, "--older-than", "24h")
+	r = s.ok(t, "", "group", "force-complete", "--all", topic, "--older-than", "24h")
+	rows := cliTableRows(t, r.stdout[:strings.Index(r.stdout, "topic d.old:")])
+	got := map[string]string{}
+	for _, row := range rows {
+		got[row["GROUP"]] = row["COMPLETED"] + " " + row["NOTE"]
+	}
+	if len(rows) != 4 || got["g"] != "0 -" || got["a"] != "3 -" || got["b"] != "3 -" || got["ord"] != "0 skipped: ORDERED" ||
+		!strings.Contains(r.stdout, "topic d.old: 6 messages published before ") || !strings.Contains(r.stderr, "fenced by partition ownership") {
+		t.Fatalf("force-complete --all printed %q (rows %v), stderr %q", r.stdout, got, r.stderr)
+	}
+
 	s.fails(t, 1, "INVALID_TRANSITION", "group", "resurrect", topic, "g")
 	g, err := s.broker.Group(ctx, topic, "g")
 	if err != nil {

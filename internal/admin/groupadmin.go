@@ -25,7 +25,10 @@ type (
 	// BackfillInfo is a group's backfill (broker.BackfillInfo): GET .../backfill and the
 	// answer of cancel and resume.
 	BackfillInfo = api.BackfillInfo
+	// ForceCompleteTopicResult is the answer of POST /api/v1/topics/{topic}/force-complete.
+	ForceCompleteTopicResult = api.ForceCompleteTopicResult
 )
+
 
 // groupAdminRoutes are the routes of this file, appended to routeTable's.
 func (h *Handler) groupAdminRoutes() []*route {
@@ -47,8 +50,15 @@ func (h *Handler) groupAdminRoutes() []*route {
 			desc: "Seed 000's forceCompleteOrphanedMessages for one group: the group's unfinished messages (never delivered, leased, " +
 				"waiting for redelivery) published before now - older_than are acked, so retention can remove them. Work a live consumer " +
 				"still does on them is lost to the group (its ack answers already done). Dead-lettered messages stay in the DLQ. " +
-				"ORDERED groups are refused (not implemented yet).",
+				"ORDERED groups are refused (400 INVALID_ARGUMENT): their acks are fenced by partition ownership, which an admin does not hold.",
 			body: typeOf[ForceCompleteRequest](), ok: 200, resp: typeOf[ForceCompleteResult](), errs: errsWrite}},
+		{method: "POST", path: "/api/v1/topics/{topic}/force-complete", handle: h.forceCompleteTopic, doc: opDoc{
+			id: "forceCompleteTopic", tag: "groups", summary: "Complete, for every group of the topic, every message published more than older_than ago.",
+			desc: "Seed 000's forceCompleteOrphanedMessages(topic, olderThan): the group force-complete for every group holding " +
+				"messages (ACTIVE, PAUSED and DEAD; not CANCELLED), with one cutoff, counted per group. limit spans the groups; " +
+				"groups it left out are listed with skipped and truncated. ORDERED groups are skipped with the reason: their acks " +
+				"are fenced by partition ownership.",
+			body: typeOf[ForceCompleteRequest](), ok: 200, resp: typeOf[ForceCompleteTopicResult](), errs: errsWrite}},
 		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}/backfill", handle: h.getBackfill, doc: opDoc{
 			id: "getBackfill", tag: "groups", summary: "Get a group's backfill: state, processed, total, rate, ETA.",
 			desc: "The same object as the backfill field of the group. rate and eta_seconds are measured by this broker instance " +
@@ -131,5 +141,26 @@ func (h *Handler) forceCompleteGroup(w http.ResponseWriter, r *http.Request) err
 	}
 	writeJSON(w, http.StatusOK, ForceCompleteResult{Topic: topic, Group: group, Completed: res.Completed,
 		AlreadyDone: res.AlreadyDone, Before: res.Before, Truncated: res.Truncated})
+	return nil
+}
+
+func (h *Handler) forceCompleteTopic(w http.ResponseWriter, r *http.Request) error {
+	var req ForceCompleteRequest
+	if err := decodeJSON(r, &req, false); err != nil {
+		return err
+	}
+	topic := r.PathValue("topic")
+	res, err := h.b.ForceCompleteTopic(r.Context(), broker.ForceCompleteTopicParams{
+		Topic: topic, OlderThan: time.Duration(req.OlderThan), Limit: req.Limit,
+	})
+	if err != nil {
+		return err
+	}
+	out := ForceCompleteTopicResult{Topic: topic, Completed: res.Completed, Before: res.Before,
+		Truncated: res.Truncated, Groups: make([]api.GroupForceComplete, len(res.Groups))}
+	for i, g := range res.Groups {
+		out.Groups[i] = api.GroupForceComplete(g)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -128,3 +128,48 @@ func TestGroupCounters(t *testing.T) {
 		t.Errorf("group JSON lacks processed/failed: %s", raw.body)
 	}
 }
+
+// POST /api/v1/topics/{topic}/force-complete completes the old messages of every group of the
+// topic and answers per group; an ORDERED group is skipped with the reason (and refused by the
+// group route, saying why); bad input and unknown topics are refused.
+func TestForceCompleteTopicAPI(t *testing.T) {
+	t.Parallel()
+	// The engine's clock is two days behind the broker's: what it publishes is 48 h old.
+	published := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
+	e := newEnvWith(t, wal.Config{Clock: storagetest.NewFakeClock(published)}, metrics.CollectorOptions{}, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "ev", "semantics": "PUB_SUB"}).ok(201, nil)
+	for _, g := range []string{"billing", "audit"} {
+		e.do("POST", "/api/v1/topics/ev/groups", map[string]any{"group": g, "start": map[string]any{"kind": "FROM_BEGINNING"}}).ok(201, nil)
+	}
+	if _, err := e.eng.SubscriptionCreate(t.Context(), &storage.SubscriptionCreateParams{Topic: "ev", Group: "ord",
+		Start: storage.StartPosition{Kind: storage.FromBeginning}, Mode: storage.ModeOrdered}); err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", "/api/v1/topics/ev/messages", map[string]any{"messages": []any{map[string]any{"payload": "a"}, map[string]any{"payload": "b"}}}).ok(201, nil)
+
+	e.do("POST", "/api/v1/topics/ev/force-complete", map[string]any{}).fails(400, "INVALID_ARGUMENT")
+	e.do("POST", "/api/v1/topics/ev/force-complete", map[string]any{"older_than": "1h", "limit": -1}).fails(400, "INVALID_ARGUMENT")
+	e.do("POST", "/api/v1/topics/nope/force-complete", map[string]any{"older_than": "1h"}).fails(404, "TOPIC_NOT_FOUND")
+	if got := e.do("POST", "/api/v1/topics/ev/groups/ord/force-complete", map[string]any{"older_than": "1h"}); got.status != 400 ||
+		!strings.Contains(string(got.body), "fenced by partition ownership") {
+		t.Errorf("force-complete of an ORDERED group: %d %s, want 400 saying why", got.status, got.body)
+	}
+
+	var res ForceCompleteTopicResult
+	e.do("POST", "/api/v1/topics/ev/force-complete", map[string]any{"older_than": "24h"}).ok(200, &res)
+	got := map[string]api.GroupForceComplete{}
+	for _, g := range res.Groups {
+		got[g.Group] = g
+	}
+	if res.Topic != "ev" || res.Completed != 4 || res.Truncated || len(res.Groups) != 3 || got["billing"].Completed != 2 ||
+		got["audit"].Completed != 2 || got["ord"].Completed != 0 || !strings.Contains(got["ord"].Skipped, "ORDERED") {
+		t.Fatalf("topic force-complete: %+v", res)
+	}
+	var l GroupList
+	e.do("GET", "/api/v1/topics/ev/groups", nil).ok(200, &l)
+	for _, g := range l.Groups {
+		if want := map[string]int64{"billing": 0, "audit": 0, "ord": 2}[g.Group]; g.Pending != want {
+			t.Errorf("group %s after topic force-complete: pending %d, want %d", g.Group, g.Pending, want)
+		}
+	}
+}

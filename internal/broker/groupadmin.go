@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
@@ -175,39 +176,154 @@ type ForceCompleteResult struct {
 	Truncated bool `json:"truncated"`
 }
 
+// forceCompleteOrderedWhy explains why an ORDERED group is not force-completed: its acks are
+// fenced by partition ownership (storage.Assignment.Fence: only the member owning a partition
+// since the deliveries' generation may ack there). An admin is no member, a group without
+// consumers (the orphaned case) owns no partition, and acking as the owner would complete
+// messages behind the back of the member processing that partition in order.
+const forceCompleteOrderedWhy = "an ORDERED group's acks are fenced by partition ownership (only the member owning a partition " +
+	"in the current generation may ack there; an admin is no member and a group without consumers has no owners); " +
+	"to give up its backlog remove the group, or resurrect a DEAD one without backfill"
+
 // ForceCompleteGroup is seed 000's forceCompleteOrphanedMessages for one group: it acks, for the
 // group, every retained message published more than OlderThan ago that the group has not
 // completed (never delivered, leased, waiting for redelivery). A consumer still holding a lease
 // on one of them gets "already done" for its ack. It can lose work if the group is alive, which
 // is why it is an explicit admin call. Dead-lettered messages stay in the DLQ. An ORDERED group
-// is refused (its acks are fenced by partition ownership) with storage.ErrNotImplemented.
+// is refused with storage.ErrInvalidArgument (forceCompleteOrderedWhy says why).
 //
 // It scans each partition from the group's ack floor in offset order (publish times do not
 // decrease inside a partition) and stops at the first message at or after the cutoff, acking in
 // pages of 1,000, at most Limit messages.
 func (b *Broker) ForceCompleteGroup(ctx context.Context, p ForceCompleteParams) (*ForceCompleteResult, error) {
-	switch {
-	case p.OlderThan < time.Second:
-		return nil, invalid("force-complete: older_than must be at least 1s, got %s", p.OlderThan)
-	case p.Limit < 0 || p.Limit > MaxForceComplete:
-		return nil, invalid("force-complete: limit must be 0 to %d, got %d", MaxForceComplete, p.Limit)
-	}
-	limit := p.Limit
-	if limit == 0 {
-		limit = DefaultForceComplete
+	limit, err := checkForceComplete(p.OlderThan, p.Limit)
+	if err != nil {
+		return nil, err
 	}
 	sub, err := b.lookup(ctx, p.Topic, p.Group)
 	if err != nil {
 		return nil, err
 	}
 	if sub.Mode == storage.ModeOrdered {
-		return nil, fmt.Errorf("%w: force-complete of an ORDERED group", storage.ErrNotImplemented)
+		return nil, invalid("force-complete of ORDERED group %q on topic %q is not supported: %s", sub.Group, p.Topic, forceCompleteOrderedWhy)
 	}
+	return b.forceCompleteSub(ctx, sub, b.clock.Now().Add(-p.OlderThan), limit)
+}
+
+// checkForceComplete validates the cutoff and limit of a force-complete and returns the limit to
+// apply.
+func checkForceComplete(olderThan time.Duration, limit int) (int, error) {
+	switch {
+	case olderThan < time.Second:
+		return 0, invalid("force-complete: older_than must be at least 1s, got %s", olderThan)
+	case limit < 0 || limit > MaxForceComplete:
+		return 0, invalid("force-complete: limit must be 0 to %d, got %d", MaxForceComplete, limit)
+	case limit == 0:
+		return DefaultForceComplete, nil
+	}
+	return limit, nil
+}
+
+// ForceCompleteTopicParams are the parameters of ForceCompleteTopic.
+type ForceCompleteTopicParams struct {
+	Topic string
+	// OlderThan: messages published more than this before now are completed. At least 1 s.
+	OlderThan time.Duration
+	// Limit is the most messages one call scans over all the groups (0: DefaultForceComplete, at
+	// most MaxForceComplete); Truncated says it stopped there.
+	Limit int
+}
+
+// GroupForceComplete is one group's part of a ForceCompleteTopic.
+type GroupForceComplete struct {
+	Group string `json:"group"`
+	// Completed and AlreadyDone are as in ForceCompleteResult; Truncated: the limit stopped the
+	// call inside or before this group.
+	Completed   int  `json:"completed"`
+	AlreadyDone int  `json:"already_done"`
+	Truncated   bool `json:"truncated"`
+	// Skipped says why the group was not scanned (an ORDERED group, or the limit was reached
+	// before it); empty when it was.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// ForceCompleteTopicResult is the result of ForceCompleteTopic.
+type ForceCompleteTopicResult struct {
+	// Completed counts the messages completed over all the groups.
+	Completed int
+	// Before is the cutoff: messages published before it were completed.
+	Before time.Time
+	// Truncated: the call stopped at its limit; call again for the rest.
+	Truncated bool
+	// Groups are the topic's groups, ordered by subscription ID.
+	Groups []GroupForceComplete
+}
+
+// ForceCompleteTopic is seed 000's forceCompleteOrphanedMessages(topic, olderThan): ForceCompleteGroup
+// for every group of topic that holds messages (every subscription but the CANCELLED ones, PAUSED
+// and DEAD groups too), with one cutoff and one limit for the call. ORDERED groups are skipped
+// with the reason in their entry (see ForceCompleteGroup); groups the limit left out too. Errors:
+// storage.ErrTopicNotFound, storage.ErrInvalidArgument, the engine's; the groups done before an
+// engine error keep their completions (it is returned with the partial result).
+func (b *Broker) ForceCompleteTopic(ctx context.Context, p ForceCompleteTopicParams) (*ForceCompleteTopicResult, error) {
+	limit, err := checkForceComplete(p.OlderThan, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.checkRunning(); err != nil {
+		return nil, err
+	}
+	if err := names.ValidateTopic(p.Topic); err != nil {
+		return nil, invalidName(err)
+	}
+	if _, err := b.engine.TopicGet(ctx, p.Topic); err != nil {
+		return nil, fmt.Errorf("broker: force-complete topic %q: %w", p.Topic, err)
+	}
+	subs, err := b.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{Topic: p.Topic})
+	if err != nil {
+		return nil, fmt.Errorf("broker: force-complete topic %q: %w", p.Topic, err)
+	}
+	res := &ForceCompleteTopicResult{Before: b.clock.Now().Add(-p.OlderThan), Groups: []GroupForceComplete{}}
+	scanned := 0
+	for _, sub := range subs {
+		if sub.State == storage.Cancelled || sub.State == storage.Deleted {
+			continue
+		}
+		g := GroupForceComplete{Group: sub.Group}
+		switch {
+		case sub.Mode == storage.ModeOrdered:
+			g.Skipped = "ORDERED: not supported: " + forceCompleteOrderedWhy
+		case scanned >= limit:
+			g.Skipped, g.Truncated, res.Truncated = "the call's limit was reached before this group: call again", true, true
+		default:
+			r, err := b.forceCompleteSub(ctx, sub, res.Before, limit-scanned)
+			if r != nil {
+				g.Completed, g.AlreadyDone, g.Truncated = r.Completed, r.AlreadyDone, r.Truncated
+				scanned += r.Completed + r.AlreadyDone
+				res.Completed += r.Completed
+				res.Truncated = res.Truncated || r.Truncated
+			}
+			if errors.Is(err, storage.ErrSubscriptionNotFound) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				res.Groups = append(res.Groups, g)
+				return res, err
+			}
+		}
+		res.Groups = append(res.Groups, g)
+	}
+	return res, nil
+}
+
+// forceCompleteSub force-completes, for shared subscription sub, the messages published before
+// before, scanning at most limit (ForceCompleteGroup). The result is not nil, also with an error.
+func (b *Broker) forceCompleteSub(ctx context.Context, sub *storage.Subscription, before time.Time, limit int) (*ForceCompleteResult, error) {
+	res := &ForceCompleteResult{Before: before}
 	st, err := b.engine.SubscriptionStats(ctx, sub.ID)
 	if err != nil {
-		return nil, fmt.Errorf("broker: force-complete group %q on topic %q: %w", sub.Group, p.Topic, err)
+		return res, fmt.Errorf("broker: force-complete group %q on topic %q: %w", sub.Group, sub.Topic, err)
 	}
-	res := &ForceCompleteResult{Before: b.clock.Now().Add(-p.OlderThan)}
 	scanned := 0
 	defer func() {
 		if res.Completed > 0 {
@@ -228,7 +344,7 @@ func (b *Broker) ForceCompleteGroup(ctx context.Context, p ForceCompleteParams) 
 			n := min(forceCompletePage, limit-scanned)
 			msgs, err := b.engine.MessagesRead(ctx, &storage.MessagesReadParams{Topic: sub.Topic, Partition: part.Partition, Offset: off, Limit: n})
 			if err != nil {
-				return res, fmt.Errorf("broker: force-complete group %q on topic %q: %w", sub.Group, p.Topic, err)
+				return res, fmt.Errorf("broker: force-complete group %q on topic %q: %w", sub.Group, sub.Topic, err)
 			}
 			refs := make([]storage.DeliveryRef, 0, len(msgs))
 			done := len(msgs) == 0
@@ -244,7 +360,7 @@ func (b *Broker) ForceCompleteGroup(ctx context.Context, p ForceCompleteParams) 
 				scanned += len(refs)
 				ack, err := b.engine.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: forceCompleteMember, Refs: refs})
 				if err != nil {
-					return res, fmt.Errorf("broker: force-complete group %q on topic %q: %w", sub.Group, p.Topic, err)
+					return res, fmt.Errorf("broker: force-complete group %q on topic %q: %w", sub.Group, sub.Topic, err)
 				}
 				res.Completed += ack.Acked
 				res.AlreadyDone += ack.AlreadyDone

@@ -68,6 +68,76 @@ func TestForceCompleteGroup(t *testing.T) {
 	}
 }
 
+// Force-complete of a topic completes the old messages of every group holding them (PAUSED and
+// DEAD ones too, not a CANCELLED one) with one cutoff, answers per group, skips an ORDERED group
+// saying why (ForceCompleteGroup refuses it the same way), and its limit spans the groups.
+func TestForceCompleteTopic(t *testing.T) {
+	forced := map[string]int{}
+	e := newEnv(t, func(c *Config) {
+		c.OnForceComplete = func(topic, group string, n int) { forced[topic+"/"+group] += n }
+	})
+	ctx := e.ctx()
+	e.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2})
+	from := storage.StartPosition{Kind: storage.FromBeginning}
+	for _, g := range []string{"a", "paused", "gone"} {
+		if _, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "orders", Group: g, Start: from}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "orders", Group: "ord", Start: from, Mode: storage.ModeOrdered}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.PauseGroup(ctx, "orders", "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.CancelGroup(ctx, "orders", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	e.publishN("orders", "old", 4)
+	e.clock.Advance(2 * time.Hour)
+	e.publishN("orders", "new", 2)
+
+	if _, err := e.b.ForceCompleteTopic(ctx, ForceCompleteTopicParams{Topic: "orders", OlderThan: time.Millisecond}); !errors.Is(err, storage.ErrInvalidArgument) {
+		t.Errorf("older_than 1ms: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := e.b.ForceCompleteTopic(ctx, ForceCompleteTopicParams{Topic: "nope", OlderThan: time.Hour}); !errors.Is(err, storage.ErrTopicNotFound) {
+		t.Errorf("unknown topic: %v, want ErrTopicNotFound", err)
+	}
+	_, err := e.b.ForceCompleteGroup(ctx, ForceCompleteParams{Topic: "orders", Group: "ord", OlderThan: time.Hour})
+	if !errors.Is(err, storage.ErrInvalidArgument) || !strings.Contains(err.Error(), "fenced by partition ownership") {
+		t.Errorf("force-complete of an ORDERED group: %v, want ErrInvalidArgument saying why", err)
+	}
+
+	// A limit of 6 completes a's 4 and 2 of paused's, and stops there.
+	res, err := e.b.ForceCompleteTopic(ctx, ForceCompleteTopicParams{Topic: "orders", OlderThan: time.Hour, Limit: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]GroupForceComplete{}
+	for _, g := range res.Groups {
+		got[g.Group] = g
+	}
+	if res.Completed != 6 || !res.Truncated || len(res.Groups) != 3 || got["a"].Completed != 4 || got["a"].Truncated ||
+		got["paused"].Completed != 2 || !got["paused"].Truncated || !strings.Contains(got["ord"].Skipped, "ORDERED") {
+		t.Fatalf("limited topic force-complete: %+v", res)
+	}
+	if _, ok := got["gone"]; ok {
+		t.Errorf("the CANCELLED group was listed: %+v", got["gone"])
+	}
+	res, err = e.b.ForceCompleteTopic(ctx, ForceCompleteTopicParams{Topic: "orders", OlderThan: time.Hour})
+	if err != nil || res.Completed != 2 || res.Truncated {
+		t.Fatalf("topic force-complete: %+v, %v; want paused's 2 left", res, err)
+	}
+	for g, want := range map[string]int64{"a": 2, "paused": 2, "ord": 6} {
+		if st := e.groupStats("orders", g); st.Pending != want {
+			t.Errorf("group %s after force-complete: pending %d, want %d", g, st.Pending, want)
+		}
+	}
+	if forced["orders/a"] != 4 || forced["orders/paused"] != 4 || len(forced) != 2 {
+		t.Errorf("OnForceComplete counted %v, want orders/a and orders/paused: 4", forced)
+	}
+}
+
 // Resurrect makes a DEAD group ACTIVE and refuses other states, changing nothing. With backfill
 // the group gets what it missed while DEAD, bounded to its newest max_backfill_messages; without,
 // it gives that up; both are counted.

@@ -48,6 +48,14 @@ func (c *AdminClient) ForceCompleteGroup(ctx context.Context, topic, group strin
 	return r, c.hint(err)
 }
 
+// ForceCompleteTopic completes, for every group of topic, the messages published more than
+// olderThan ago (at most limit over the groups, 0 for the server's default), with per-group
+// counts (POST /api/v1/topics/{topic}/force-complete).
+func (c *AdminClient) ForceCompleteTopic(ctx context.Context, topic string, olderThan time.Duration, limit int) (*admin.ForceCompleteTopicResult, error) {
+	r, err := c.Client.ForceCompleteTopic(ctx, topic, olderThan, limit)
+	return r, c.hint(err)
+}
+
 // Cleanup returns the cleanup jobs' figures.
 func (c *AdminClient) Cleanup(ctx context.Context) (*admin.CleanupList, error) {
 	l, err := c.Client.Cleanup(ctx)
