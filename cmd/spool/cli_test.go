@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/internal/config"
+	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -68,6 +70,62 @@ func TestParseStart(t *testing.T) {
 	for _, in := range []string{"yesterday", "1:", ":1", "-1", "2025-01-02", "1:2:3"} {
 		if got, err := parseStart(in); err == nil {
 			t.Errorf("parseStart(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+// --from takes the seed's position names too, in any case, with '=' before a value, in spool
+// sub and group create/update alike; bad values name the accepted forms.
+func TestParseFromSeedNames(t *testing.T) {
+	t.Parallel()
+	ts := time.Date(2025, 1, 2, 15, 4, 5, 0, time.UTC)
+	for in, want := range map[string]storage.StartPosition{
+		"FROM_NOW":                            {Kind: storage.FromNow},
+		"from_beginning":                      {Kind: storage.FromBeginning},
+		"From_Timestamp=2025-01-02T15:04:05Z": {Kind: storage.FromTimestamp, Time: ts},
+		"FROM_MESSAGE_ID=42":                  {Kind: storage.FromMessageID, Offset: 42},
+		"from_message_id=1:42":                {Kind: storage.FromMessageID, Partition: 1, Offset: 42},
+		"beginning":                           {Kind: storage.FromBeginning},
+		"2025-01-02T15:04:05Z":                {Kind: storage.FromTimestamp, Time: ts},
+		"3:7":                                 {Kind: storage.FromMessageID, Partition: 3, Offset: 7},
+	} {
+		got, err := parseGroupStart(in)
+		if err != nil || got.Kind != want.Kind || !got.Time.Equal(want.Time) || got.Partition != want.Partition || got.Offset != want.Offset {
+			t.Errorf("parseGroupStart(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+		sub, err := parseStart(in)
+		wantSub := string(want.Kind)
+		switch want.Kind {
+		case storage.FromTimestamp:
+			wantSub += " 2025-01-02T15:04:05Z"
+		case storage.FromMessageID:
+			wantSub += fmt.Sprintf(" %d:%d", want.Partition, want.Offset)
+			if want.Partition == 0 {
+				wantSub = string(want.Kind) + " 42"
+			}
+		}
+		if err != nil || sub.String() != wantSub {
+			t.Errorf("parseStart(%q) = %v, %v; want %s", in, sub, err, wantSub)
+		}
+	}
+	for in, wantErr := range map[string]string{
+		"FROM_TIMESTAMP":                      "FROM_TIMESTAMP=<RFC 3339 time>",
+		"FROM_TIMESTAMP=yesterday":            "FROM_TIMESTAMP=<RFC 3339 time>",
+		"FROM_TIMESTAMP:2025-01-02T15:04:05Z": "FROM_TIMESTAMP=<RFC 3339 time>",
+		"FROM_MESSAGE_ID":                     "FROM_MESSAGE_ID=<id>",
+		"FROM_MESSAGE_ID=1:x":                 "PARTITION:OFFSET",
+		"FROM_MESSAGE_ID=-1":                  "PARTITION:OFFSET",
+		"FROM_NOW=1":                          "takes no value",
+		"FROM_LATEST":                         "FROM_MESSAGE_ID=<id> (any case)",
+		"earliest":                            "FROM_BEGINNING, FROM_NOW",
+	} {
+		for name, parse := range map[string]func(string) error{
+			"parseGroupStart": func(s string) error { _, err := parseGroupStart(s); return err },
+			"parseStart":      func(s string) error { _, err := parseStart(s); return err },
+		} {
+			if err := parse(in); err == nil || !strings.Contains(err.Error(), wantErr) {
+				t.Errorf("%s(%q) = %v, want an error naming %q", name, in, err, wantErr)
+			}
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/spoolmq/spool/internal/admin"
@@ -14,7 +13,7 @@ import (
 )
 
 // fromHelp describes --from of group create and update: the syntax of spool sub's --from.
-const fromHelp = "where the group starts: beginning, now, an RFC 3339 time, or a message id (as spool sub --from)"
+const fromHelp = "where the group starts (as spool sub --from): " + fromForms
 
 var groupCreateSpec = cmdSpec{
 	name: "group create",
@@ -41,27 +40,6 @@ INVALID_TRANSITION and nothing changes) or its heartbeat timeout.`,
 		"spool group update --from beginning orders.created shipping   # nothing delivered yet",
 		"spool group update --heartbeat-timeout 30m orders.created billing",
 	},
-}
-
-// parseGroupStart reads --from into the API's start position (spool sub's syntax).
-func parseGroupStart(s string) (storage.StartPosition, error) {
-	switch strings.ToLower(s) {
-	case "", "now":
-		return storage.StartPosition{Kind: storage.FromNow}, nil
-	case "beginning":
-		return storage.StartPosition{Kind: storage.FromBeginning}, nil
-	}
-	if messageIDPattern.MatchString(s) {
-		p, o, err := storage.ParseMessageID(s)
-		if err != nil {
-			return storage.StartPosition{}, fmt.Errorf("--from %q: %w", s, err)
-		}
-		return storage.StartPosition{Kind: storage.FromMessageID, Partition: p, Offset: o}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return storage.StartPosition{Kind: storage.FromTimestamp, Time: t}, nil
-	}
-	return storage.StartPosition{}, fmt.Errorf("--from %q: want beginning, now, an RFC 3339 time (2025-01-02T15:04:05Z) or a message id (42, 1:42)", s)
 }
 
 // groupWriteFlags are the flags of group create and update.

@@ -32,12 +32,18 @@ func TestGroupCreateAndUpdate(t *testing.T) {
 	if g.Start.Kind != api.FromMessageID || g.Start.Offset != 1 || time.Duration(g.HeartbeatTimeout) != storage.DefaultHeartbeatTimeout || g.Lag != 1 {
 		t.Fatalf("group created from message 1: %+v", g)
 	}
+	// The seed's names, any case.
+	r = s.ok(t, "", "group", "create", "--from", "from_message_id=0:1", "--json", topic, "audit2")
+	if g = (admin.Group{}); json.Unmarshal([]byte(r.stdout), &g) != nil || g.Start.Kind != storage.FromMessageID || g.Start.Offset != 1 {
+		t.Fatalf("group created from FROM_MESSAGE_ID=0:1: %s", r.stdout)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"group", "create", topic, "billing"}, "SUBSCRIPTION_EXISTS"},
-		{[]string{"group", "create", "--from", "yesterday", topic, "x"}, `--from "yesterday"`},
+		{[]string{"group", "create", "--from", "yesterday", topic, "x"}, `--from "yesterday": want beginning, now`},
+		{[]string{"group", "create", "--from", "FROM_TIMESTAMP=soon", topic, "x"}, "want FROM_TIMESTAMP=<RFC 3339 time>"},
 		{[]string{"group", "create", "--heartbeat-timeout", "10ms", topic, "x"}, "heartbeat_timeout must be between"},
 		{[]string{"group", "create", "nope", "x"}, "TOPIC_NOT_FOUND"},
 		{[]string{"group", "update", topic, "billing"}, "nothing to change"},

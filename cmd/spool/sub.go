@@ -52,6 +52,7 @@ count raised; --max-in-flight 1 prefetches nothing.`,
 		`spool sub orders.created`,
 		`spool sub --group billing --from beginning --max 10 'orders.#'`,
 		`spool sub --json --from 2025-01-02T15:04:05Z orders.created | jq .payload`,
+		`spool sub --group audit --from FROM_MESSAGE_ID=1:42 orders.created`,
 		`spool sub --group billing --ack=false --max 1 orders.created   # peek: not acked, delivered again`,
 	},
 }
@@ -59,28 +60,11 @@ count raised; --max-in-flight 1 prefetches nothing.`,
 // messageIDPattern is a message id: offset, or partition:offset.
 var messageIDPattern = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
 
-// parseStart reads --from: beginning, now, an RFC 3339 time, or a message id.
-func parseStart(s string) (client.StartPosition, error) {
-	switch strings.ToLower(s) {
-	case "", "now":
-		return client.FromNow(), nil
-	case "beginning":
-		return client.FromBeginning(), nil
-	}
-	if messageIDPattern.MatchString(s) {
-		return client.FromMessageID(s), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return client.FromTimestamp(t), nil
-	}
-	return client.StartPosition{}, fmt.Errorf("--from %q: want beginning, now, an RFC 3339 time (2025-01-02T15:04:05Z) or a message id (42, 1:42)", s)
-}
-
 func runSub(ctx context.Context, e *cliEnv, args []string) error {
 	fs := e.flagSet(subSpec)
 	addr := e.addrFlag(fs)
 	group := fs.String("group", "", "consumer group (default: none; see above)")
-	from := fs.String("from", "now", "where a new subscription starts: beginning, now, an RFC 3339 time, or a message id")
+	from := fs.String("from", "now", "where a new subscription starts: "+fromForms)
 	maxN := fs.Int("max", 0, "exit after this many deliveries (0: run until SIGINT)")
 	ack := fs.Bool("ack", true, "ack each delivery after printing it (false: leave it unsettled)")
 	concurrency := fs.Int("concurrency", 1, "deliveries handled at a time")
