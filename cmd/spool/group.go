@@ -11,6 +11,7 @@ import (
 
 	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/admin"
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/cli"
 )
 
@@ -38,8 +39,11 @@ var groupListSpec = cmdSpec{
 	args: "[flags] [topic]",
 	desc: `Lists subscriptions (one per consumer group and topic; "$queue" is a QUEUE topic's subscription)
 with their health: state, verdict (OK, WARN, FAIL: group describe and doctor say why), members,
-pending (not yet done), lag (never delivered), in flight (leased), redelivering, and dead-lettered
-(DLQ entries).`,
+pending (not yet done), lag (never delivered), in flight (leased), redelivering, dead-lettered
+(DLQ entries), heartbeat (when a broker last saw a member), with a topic oldest (the age of the
+oldest unacked message; the all-topics listing does not read it), and backfill (its state, with
+the percentage done while IN_PROGRESS; - when the group never had one). --json adds processed,
+failed and filtered, counted by the broker answering since it started.`,
 	examples: []string{
 		"spool group list",
 		"spool group list orders.created",
@@ -114,25 +118,70 @@ func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
 		fmt.Fprintln(e.stderr, "no groups")
 		return nil
 	}
-	return groupTable(groups, true).Write(e.stdout)
+	return groupTable(groups, true, len(pos) == 1).Write(e.stdout)
 }
 
-// groupTable is the table of group list (withTopic) and topic describe.
-func groupTable(groups []admin.Group, withTopic bool) *cli.Table {
-	head := []string{"GROUP", "STATE", "HEALTH", "MEMBERS", "PENDING", "LAG", "IN-FLIGHT", "REDELIVERING", "DLQ"}
+// groupTable is the table of group list (withTopic) and topic describe. oldest adds the age of
+// each group's oldest unacked message, which only the one-topic listing has (GET /api/v1/groups
+// leaves it out: a read per partition). HEARTBEAT is how long ago a broker last saw a member of
+// the group, on this machine's clock.
+func groupTable(groups []admin.Group, withTopic, oldest bool) *cli.Table {
+	head := []string{"GROUP", "STATE", "HEALTH", "MEMBERS", "PENDING", "LAG", "IN-FLIGHT", "REDELIVERING", "DLQ", "HEARTBEAT"}
+	if oldest {
+		head = append(head, "OLDEST")
+	}
+	head = append(head, "BACKFILL")
 	if withTopic {
 		head = append([]string{"TOPIC"}, head...)
 	}
 	tab := cli.NewTable(head...)
+	now := time.Now()
 	for _, g := range groups {
 		row := []string{g.Group, string(g.State), g.Health, strconv.Itoa(g.MemberCount), i64(g.Pending), i64(g.Lag),
-			i64(g.InFlight), i64(g.Redelivering), i64(g.DeadLettered)}
+			i64(g.InFlight), i64(g.Redelivering), i64(g.DeadLettered), "-"}
+		if !g.LastHeartbeatAt.IsZero() {
+			row[len(row)-1] = shortAge(now.Sub(g.LastHeartbeatAt)) + " ago"
+		}
+		if oldest {
+			age := "-" // nothing unacked
+			if g.OldestUnackedAge != nil {
+				age = shortAge(time.Duration(*g.OldestUnackedAge))
+			}
+			row = append(row, age)
+		}
+		row = append(row, backfillCell(g.Backfill))
 		if withTopic {
 			row = append([]string{g.Topic}, row...)
 		}
 		tab.Row(row...)
 	}
 	return tab
+}
+
+// shortAge is d in its largest unit, rounded down: 45s, 12m, 5h, 3d (0s when negative: clocks
+// differ).
+func shortAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return strconv.FormatInt(int64(max(d, 0)/time.Second), 10) + "s"
+	case d < time.Hour:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	case d < 48*time.Hour:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+}
+
+// backfillCell is a group's backfill state for a table: "-" when it never had one, the state
+// otherwise, with the percentage done while IN_PROGRESS.
+func backfillCell(b *broker.BackfillInfo) string {
+	if b == nil || b.State == "" || b.State == storage.BackfillNotStarted {
+		return "-"
+	}
+	if b.State == storage.BackfillInProgress && b.Total > 0 {
+		return fmt.Sprintf("%s:%d%%", b.State, b.Processed*100/b.Total)
+	}
+	return string(b.State)
 }
 
 func i64(n int64) string { return strconv.FormatInt(n, 10) }

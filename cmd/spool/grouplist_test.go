@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
 	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
@@ -34,5 +37,49 @@ func TestCLIGroupListPages(t *testing.T) {
 	cliDecodeJSON(t, s.ok(t, "", "group", "list", "--json").stdout, &list)
 	if len(list.Groups) != n || list.NextAfterID != nil {
 		t.Fatalf("group list --json: %d groups (next %v), want %d", len(list.Groups), list.NextAfterID, n)
+	}
+}
+
+// group list shows each group's last heartbeat, backfill state and, with a topic (and in topic
+// describe), the age of its oldest unacked message; the all-topics listing, which does not read
+// it, has no such column. The engine's clock is two days behind: what it records is 48 h old.
+func TestCLIGroupListColumns(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t, func(c *wal.Config, _ *broker.Config) {
+		c.Clock = storagetest.NewFakeClock(time.Now().Add(-48 * time.Hour))
+	})
+	const topic = "cols"
+	s.ok(t, "", "topic", "create", topic, "--semantics", "PUB_SUB")
+	s.ok(t, "", "pub", topic, "a", "b", "c", "d")
+	s.ok(t, "", "group", "create", "--from", "FROM_BEGINNING", topic, "late")
+	s.ok(t, "", "group", "create", topic, "fresh")
+	for _, args := range [][]string{{"group", "list", topic}, {"topic", "describe", topic}} {
+		out := s.ok(t, "", args...).stdout
+		if args[0] == "topic" {
+			out = out[strings.Index(out, "Groups:\n")+len("Groups:\n"):]
+		}
+		rows := cliTableRows(t, out)
+		late, fresh := cliFindRow(t, rows, "GROUP", "late"), cliFindRow(t, rows, "GROUP", "fresh")
+		if late["HEARTBEAT"] != "2d ago" || late["OLDEST"] != "2d" || late["BACKFILL"] != "IN_PROGRESS:0%" ||
+			fresh["HEARTBEAT"] != "2d ago" || fresh["OLDEST"] != "-" || fresh["BACKFILL"] != "-" {
+			t.Errorf("spool %s: rows %v, %v", strings.Join(args, " "), late, fresh)
+		}
+	}
+	rows := cliTableRows(t, s.ok(t, "", "group", "list").stdout)
+	late := cliFindRow(t, rows, "GROUP", "late")
+	if _, ok := late["OLDEST"]; ok || late["HEARTBEAT"] != "2d ago" || late["BACKFILL"] != "IN_PROGRESS:0%" {
+		t.Errorf("group list (all topics): row %v, want HEARTBEAT and BACKFILL, no OLDEST", late)
+	}
+}
+
+func TestShortAge(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		-time.Second: "0s", 0: "0s", 59 * time.Second: "59s", 90 * time.Second: "1m", 59 * time.Minute: "59m",
+		time.Hour: "1h", 47 * time.Hour: "47h", 48 * time.Hour: "2d", 10 * 24 * time.Hour: "10d",
+	} {
+		if got := shortAge(d); got != want {
+			t.Errorf("shortAge(%s) = %q, want %q", d, got, want)
+		}
 	}
 }

@@ -377,7 +377,7 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 		fmt.Fprintln(e.stdout, "  none")
 		return nil
 	}
-	return groupTable(groups.Groups, false).Write(e.stdout)
+	return groupTable(groups.Groups, false, true).Write(e.stdout)
 }
 
 var topicUpdateSpec = cmdSpec{

@@ -82,7 +82,7 @@ func TestCLIBinary(t *testing.T) {
 
 	// Both deliveries were acked before the SIGINT; the member left.
 	out, errOut, code = runSpool(t, b, "", "group", "list", "e2e.cli")
-	if code != 0 || !regexp.MustCompile(`(?m)^e2e\.cli +g +ACTIVE +WARN +0 +0 +0 +0 +0 +0$`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`(?m)^e2e\.cli +g +ACTIVE +WARN +0 +0 +0 +0 +0 +0 +\d+s ago +- +\S+$`).MatchString(out) {
 		t.Fatalf("group list: exit %d, %q, %q", code, out, errOut)
 	}
 }
