@@ -127,6 +127,10 @@ func TestGroupLifecycle(t *testing.T) {
 	if err != nil || fc.Topic != "orders" || fc.Group != "audit" || fc.Completed != 0 || fc.Before.IsZero() {
 		t.Fatalf("ForceComplete: %+v, %v", fc, err)
 	}
+	ft, err := c.ForceCompleteTopic(ctx, "orders", time.Hour, 10)
+	if err != nil || ft.Topic != "orders" || len(ft.Groups) == 0 {
+		t.Fatalf("ForceCompleteTopic: %+v, %v", ft, err)
+	}
 	_, err = c.ForceComplete(ctx, "orders", "audit", time.Millisecond, 0)
 	wantAPIError(t, "ForceComplete under 1s", err, http.StatusBadRequest, "INVALID_ARGUMENT")
 

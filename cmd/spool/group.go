@@ -11,7 +11,6 @@ import (
 
 	api "github.com/spoolmq/spool/client/admin"
 	"github.com/spoolmq/spool/internal/admin"
-	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/cli"
 )
 
@@ -174,11 +173,11 @@ func shortAge(d time.Duration) string {
 
 // backfillCell is a group's backfill state for a table: "-" when it never had one, the state
 // otherwise, with the percentage done while IN_PROGRESS.
-func backfillCell(b *broker.BackfillInfo) string {
-	if b == nil || b.State == "" || b.State == storage.BackfillNotStarted {
+func backfillCell(b *api.BackfillInfo) string {
+	if b == nil || b.State == "" || b.State == api.BackfillNotStarted {
 		return "-"
 	}
-	if b.State == storage.BackfillInProgress && b.Total > 0 {
+	if b.State == api.BackfillInProgress && b.Total > 0 {
 		return fmt.Sprintf("%s:%d%%", b.State, b.Processed*100/b.Total)
 	}
 	return string(b.State)

@@ -34,7 +34,7 @@ func TestGroupCreateAndUpdate(t *testing.T) {
 	}
 	// The seed's names, any case.
 	r = s.ok(t, "", "group", "create", "--from", "from_message_id=0:1", "--json", topic, "audit2")
-	if g = (admin.Group{}); json.Unmarshal([]byte(r.stdout), &g) != nil || g.Start.Kind != storage.FromMessageID || g.Start.Offset != 1 {
+	if g = (admin.Group{}); json.Unmarshal([]byte(r.stdout), &g) != nil || g.Start.Kind != api.FromMessageID || g.Start.Offset != 1 {
 		t.Fatalf("group created from FROM_MESSAGE_ID=0:1: %s", r.stdout)
 	}
 	for _, c := range []struct {

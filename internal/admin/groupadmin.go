@@ -29,7 +29,6 @@ type (
 	ForceCompleteTopicResult = api.ForceCompleteTopicResult
 )
 
-
 // groupAdminRoutes are the routes of this file, appended to routeTable's.
 func (h *Handler) groupAdminRoutes() []*route {
 	return []*route{
