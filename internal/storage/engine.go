@@ -474,6 +474,14 @@ type RetentionResult struct {
 	// Zombies are the subscriptions whose stuck ack floors zombie_ttl force-advanced in this run,
 	// by topic and subscription, in the order they were counted. Add to it with AddZombie.
 	Zombies []ZombieCount
+	// Backlog is the retention backlog after the run (seed 000's cleanupBacklog): the messages
+	// still stored in whole removal units (embedded engine: segments; PostgreSQL: buckets) every
+	// message of which retention allows to remove now, i.e. what the next run would remove if it
+	// ran at once. 0 after a run that removed everything it could; above 0 when a removal failed
+	// or was blocked (a segment that could not be sealed, a bucket whose drop waits for a lock or
+	// failed). Computed cheaply from what the engine knows of its units (PostgreSQL: an estimate
+	// from each bucket's lowest and highest offset per partition).
+	Backlog int64
 }
 
 // SizeRemoval is what a topic's size bound removed in one retention run.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,7 @@ import (
 // dead for longer than max_retention are removed (expireDLQ). Then the buckets that hold no
 // retained message are detached and dropped (dropBuckets): that is when the storage is reclaimed.
 // Last, expired producer ids are pruned and counted, as maintenance does (pruneProducerIDs).
+// Backlog is estimated from the buckets left that dropBuckets could have dropped (retentionBacklog).
 //
 // Safe on several instances at once: each topic is handled under pg_try_advisory_xact_lock (an
 // instance that does not get it skips the topic, another is doing it), and the bucket work under
@@ -107,6 +109,9 @@ func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, 
 	if _, err := e.dropBuckets(ctx, now); err != nil {
 		// The messages are logically gone already; the next run tries again.
 		e.log.Warn("pgstore: retention: drop buckets", "err", err)
+	}
+	if res.Backlog, err = e.retentionBacklog(ctx, now); err != nil {
+		e.log.Warn("pgstore: retention: backlog", "err", err)
 	}
 	// Producer ids past their dedup_window go too (as in maintenance), making room under
 	// Config.MaxProducerIDs; the next run or maintenance pass tries again after a failure.
@@ -472,4 +477,68 @@ func (e *Engine) retainSize(ctx context.Context, tx pgx.Tx, topicID int64, name 
 		res.AddSizeRemoved(name, p.cut-p.low, gone)
 	}
 	return nil
+}
+
+// backlogBucketsSQL lists the buckets that hold nothing retained and are still stored after a
+// run: those dropBuckets takes as candidates from committed data (candidateLimitSQL at $1) and
+// those being dropped (spool.bucket_drops), whose table exists in schema $2. A bucket a publisher
+// may still write to (writeFloorSQL) is among them: it waits, like a blocked drop.
+const backlogBucketsSQL = `SELECT x.name FROM (
+	SELECT b.name FROM spool.buckets b
+	WHERE b.end_at <= $1
+	  AND b.end_at <= coalesce((SELECT min(low_published_at) FROM spool.partitions), 'infinity')
+	UNION
+	SELECT d.name FROM spool.bucket_drops d) x
+WHERE EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE n.nspname = $2 AND c.relname = x.name)
+ORDER BY x.name`
+
+// bucketMessagesSQL estimates the messages of one bucket (its table is spool.bucket__): for each
+// (topic, partition) it holds, found by a skip scan of its position index, the span from its
+// lowest to its highest offset. Index probes only, never a scan of the bucket's rows; a
+// partition's messages in a bucket are a run of offsets (published_at never decreases within a
+// partition), so the span is exact but for missing offsets.
+const bucketMessagesSQL = `WITH RECURSIVE k (topic_id, partition) AS (
+	(SELECT m.topic_id, m.partition FROM spool.bucket__ m ORDER BY m.topic_id, m.partition LIMIT 1)
+	UNION ALL
+	SELECT n.topic_id, n.partition FROM k CROSS JOIN LATERAL (
+		SELECT m.topic_id, m.partition FROM spool.bucket__ m
+		WHERE (m.topic_id, m.partition) > (k.topic_id, k.partition)
+		ORDER BY m.topic_id, m.partition LIMIT 1) n
+)
+SELECT coalesce(sum(
+	(SELECT max(m."offset") FROM spool.bucket__ m WHERE m.topic_id = k.topic_id AND m.partition = k.partition) -
+	(SELECT min(m."offset") FROM spool.bucket__ m WHERE m.topic_id = k.topic_id AND m.partition = k.partition) + 1), 0)::bigint
+FROM k`
+
+// retentionBacklog estimates RetentionResult.Backlog after a run at now: the messages of the
+// buckets that hold nothing retained (every message in them is below its partition's low
+// offset, or of a deleted topic) and are still stored: a drop that failed, that waits (the bucket
+// lock held by another instance, a publisher's open transaction), or that another instance is
+// doing. After a run whose drops all succeeded it is 0. A bucket's messages are estimated from
+// its offsets (bucketMessagesSQL). Messages released from the retained range but in a bucket
+// that also holds retained ones are not counted (the bucket is not removable yet).
+func (e *Engine) retentionBacklog(ctx context.Context, now time.Time) (int64, error) {
+	rows, err := e.pool.Query(ctx, e.sql(backlogBucketsSQL), now, e.schema)
+	if err != nil {
+		return 0, e.mapErr(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, e.mapErr(err)
+	}
+	var n int64
+	for _, name := range names {
+		var m int64
+		// Rendered here, not through e.sql: its cache would keep one query per bucket forever.
+		q := strings.ReplaceAll(renderSchema(bucketMessagesSQL, e.schema), "bucket__", name)
+		if err := e.pool.QueryRow(ctx, q).Scan(&m); err != nil {
+			if pgCode(err) == "42P01" { // dropped meanwhile
+				continue
+			}
+			return n, e.mapErr(fmt.Errorf("bucket %s: %w", name, err))
+		}
+		n += m
+	}
+	return n, nil
 }

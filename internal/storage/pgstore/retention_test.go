@@ -145,3 +145,46 @@ func TestZombieFloorRaisedByRetention(t *testing.T) {
 		t.Fatalf("zombies %+v after zombie_ttl stuck, want the subscription", res.Zombies)
 	}
 }
+
+// TestRetentionBacklogBlockedDrop: RetentionResult.Backlog counts the messages of the buckets
+// that hold nothing retained and are still stored. While another session holds the bucket lock
+// (another instance creating or dropping buckets), a run removes messages from the retained
+// range but drops no bucket: the backlog is the whole bucket it could have dropped, not the one
+// that still holds a retained message of another topic. Once the lock is free the next run drops
+// it and the backlog is 0.
+func TestRetentionBacklogBlockedDrop(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(time.Date(2031, 3, 14, 9, 26, 53, 0, time.UTC))
+	e := logOpen(t, testConfig(t, clock))
+	ctx := t.Context()
+	logTopic(t, e, "bk", storage.TopicConfig{Semantics: storage.PubSub, ZeroSubscriptionRetention: time.Minute})
+	logTopic(t, e, "keep", storage.TopicConfig{Semantics: storage.PubSub})
+	logSub(t, e, "keep", "s")
+	logPublish(t, e, "bk", 0, "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9") // bucket 09:00
+	clock.Advance(time.Hour)
+	logPublish(t, e, "bk", 0, "b0", "b1", "b2", "b3", "b4") // bucket 10:00
+	logPublish(t, e, "keep", 0, "k0")                       // retained: bucket 10:00 stays
+	clock.Advance(2 * time.Hour)
+	bucketExists := func(name string) bool {
+		var ok bool
+		if err := e.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", e.schema+"."+name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	first := bucketName(time.Date(2031, 3, 14, 9, 0, 0, 0, time.UTC).Unix())
+	if !bucketExists(first) {
+		t.Fatalf("bucket %s missing", first)
+	}
+
+	other := lockRows(t, e.sql(bucketLockSQL))
+	res := must(e.RetentionApply(ctx))(t)
+	if res.MessagesDeleted != 15 || res.Backlog != 10 {
+		t.Fatalf("run with the bucket lock held: deleted %d, backlog %d; want 15 and 10 (bucket 09:00)", res.MessagesDeleted, res.Backlog)
+	}
+	other.release()
+	res = must(e.RetentionApply(ctx))(t)
+	if res.Backlog != 0 || bucketExists(first) {
+		t.Fatalf("run with the bucket lock free: backlog %d, bucket %s still there: %v", res.Backlog, first, bucketExists(first))
+	}
+}

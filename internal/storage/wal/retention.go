@@ -94,7 +94,9 @@ func (r retentionRule) removable(end, newest int64) (reason int, ok bool) {
 // reason of the rule that removed them (the precedence of storage.ExpiryReason), and the floors
 // of those subscriptions are force-advanced (recorded in the state log before any file is
 // deleted); the others in MessagesDeleted. DLQ entries dead for longer than max_retention are
-// removed and counted. Calls are serialized.
+// removed and counted. Backlog is what the run found removable and left in the logs (a seal or
+// a deletion that failed); damaged partitions, left for the repair, are not counted. Calls are
+// serialized.
 func (e *Engine) RetentionApply(ctx context.Context) (*storage.RetentionResult, error) {
 	e.retentionMu.Lock()
 	defer e.retentionMu.Unlock()
@@ -313,8 +315,9 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 		}
 		recs, bytes, err := plan.p.log.DeleteBefore(plan.cut)
 		if err != nil {
+			// The segments left the log before their files were removed (a removal that failed
+			// leaves a file Open cleans up): recs were removed all the same and are counted.
 			e.logger.Warn("wal: retention delete", slog.String("dir", plan.p.dir), slog.Any("error", err))
-			continue
 		}
 		// recs is what was planned: the segments below cut are sealed, and only this
 		// (serialized) call deletes. min guards the counts all the same.
@@ -334,6 +337,12 @@ func (e *Engine) retainTopic(ctx context.Context, t *topic, res *storage.Retenti
 			e.logger.Debug("wal retention", slog.String("topic", t.meta.Name), slog.Int("partition", int(plan.p.index)),
 				slog.Int64("deleted", recs-exp), slog.Int64("expired", exp), slog.Int64("bytes", bytes))
 		}
+	}
+	// The backlog: what this run found removable and is still in the log (a seal or a deletion
+	// that failed, records not yet durable). Only this (serialized) call deletes, so the log's
+	// first index tells.
+	for _, plan := range plans {
+		res.Backlog += max(plan.cut-plan.p.log.FirstIndex(), 0)
 	}
 	return nil
 }

@@ -3,11 +3,14 @@ package wal
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal/wlog"
+	"github.com/spoolmq/spool/internal/storage/wal/wlog/wlogtest"
 )
 
 // segments returns the segments of partition 0 of topic and the number of segment files in its
@@ -152,4 +155,68 @@ func TestZombieTTLZeroMeansDefault(t *testing.T) {
 	h.must(err, "retention")
 	equal(t, len(res.Zombies), 0, "zombies a minute later")
 	equal(t, h.stats(s.ID).Partitions[0].AckFloor, int64(0), "floor")
+}
+
+// TestRetentionBacklog: RetentionResult.Backlog is what a run found removable and left in the
+// log. A partition whose active segment cannot be sealed (no new segment file can be opened)
+// keeps its expired messages: the backlog counts them and grows with what production adds;
+// once files open again the next run removes them all and the backlog is 0. A segment whose
+// file removal fails is out of the log all the same: removed, counted, not in the backlog.
+func TestRetentionBacklog(t *testing.T) {
+	t.Parallel()
+	efs := wlogtest.NewErrorFS(nil, nil)
+	h := newHarness(t, func(c *Config) { c.FS = efs })
+	h.createTopic("bl", storage.TopicConfig{Semantics: storage.PubSub, ZeroSubscriptionRetention: 3 * time.Second})
+	h.e.mu.RLock()
+	dir := h.e.topics["bl"].parts[0].dir + string(filepath.Separator)
+	h.e.mu.RUnlock()
+	inDir := func(ops ...wlogtest.Op) wlogtest.Injector {
+		return func(op wlogtest.Op, path string) error {
+			if slices.Contains(ops, op) && strings.HasPrefix(path, dir) {
+				return wlogtest.ErrInjected
+			}
+			return nil
+		}
+	}
+	run := func() *storage.RetentionResult {
+		t.Helper()
+		res, err := h.e.RetentionApply(h.ctx)
+		h.must(err, "retention")
+		return res
+	}
+
+	h.publishN("bl", 10)
+	h.clock.Advance(4 * time.Second)
+	equal(t, run().Backlog, 0, "nothing removable is left after a healthy run")
+
+	efs.SetInjector(inDir(wlogtest.OpOpen))
+	h.publishN("bl", 10)
+	h.clock.Advance(4 * time.Second)
+	res := run()
+	equal(t, res.MessagesDeleted, 0, "deleted while the segment cannot be sealed")
+	equal(t, res.Backlog, 10, "backlog: the expired messages of the segment that could not be sealed")
+	h.publishN("bl", 5)
+	h.clock.Advance(4 * time.Second)
+	equal(t, run().Backlog, 15, "backlog after production went on")
+
+	efs.SetInjector(nil)
+	res = run()
+	equal(t, res.MessagesDeleted, 15, "deleted once the segment can be sealed")
+	equal(t, res.Backlog, 0, "backlog after the removal")
+
+	// Sealed by a run (its oldest messages may go, not its newest), then removed by the next.
+	h.publishN("bl", 5)
+	h.clock.Advance(2 * time.Second)
+	h.publishN("bl", 1)
+	h.clock.Advance(2 * time.Second)
+	equal(t, run().MessagesDeleted, 0, "deleted with the newest message 2s old")
+	h.clock.Advance(2 * time.Second)
+	efs.SetInjector(inDir(wlogtest.OpRemove, wlogtest.OpRename))
+	res = run()
+	efs.SetInjector(nil)
+	equal(t, res.MessagesDeleted, 6, "deleted though the file removal failed (the records left the log)")
+	equal(t, res.Backlog, 0, "backlog after a removal whose file stayed")
+	msgs, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "bl", Partition: 0, Limit: 100})
+	h.must(err, "read")
+	equal(t, len(msgs), 0, "messages readable")
 }
