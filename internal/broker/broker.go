@@ -580,11 +580,11 @@ func (b *Broker) runRetention(ctx context.Context) {
 	if took, slow := b.trace.isSlow(start); slow {
 		b.trace.logSlow(ctx, "retention", took)
 	}
-	var removed int64
+	var removed, backlog int64
 	if res != nil {
-		removed = res.MessagesDeleted + res.MessagesExpired
+		removed, backlog = res.MessagesDeleted+res.MessagesExpired, res.Backlog
 	}
-	b.recordCleanup(JobRetention, clockStart, b.clock.Now().Sub(clockStart), removed, err)
+	b.recordCleanupRun(JobRetention, clockStart, b.clock.Now().Sub(clockStart), removed, backlog, err)
 	if res != nil {
 		if b.onRetention != nil {
 			b.onRetention(res)
