@@ -168,7 +168,7 @@ type ErrorDetail struct {
 type Status struct {
 	Status string `json:"status"`
 	// Detail says what is degraded while the broker stays ready: the cleanup jobs that fall
-	// behind (Client.Cleanup has the figures).
+	// behind or whose backlog exceeds 1,000,000 messages (Client.Cleanup has the figures).
 	Detail string `json:"detail,omitempty"`
 }
 
@@ -500,14 +500,21 @@ type CleanupJob struct {
 	LastSuccess  time.Time `json:"last_success,omitzero"`
 	LastDuration Duration  `json:"last_duration"`
 	LastError    string    `json:"last_error,omitempty"`
-	// Behind: the job falls behind production (Reason says why).
-	Behind bool   `json:"behind"`
-	Reason string `json:"reason,omitempty"`
+	// Backlog is what the job could remove now and has not, after its last successful run
+	// (retention: messages; seed 000's cleanupBacklog).
+	Backlog int64 `json:"backlog"`
+	// Behind is seed 000's CRITICAL rule: the job falls behind production (no successful run
+	// for 3 intervals, a run longer than its interval, or a backlog that grew at each of the
+	// last 3 runs). Warning is its WARNING rule: a backlog above 1,000,000 messages. Reason says
+	// which rules fired, with the figures.
+	Behind  bool   `json:"behind"`
+	Warning bool   `json:"warning"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // CleanupList is the answer of GET /api/v1/cleanup (Client.Cleanup).
 type CleanupList struct {
-	// Healthy is false when a job falls behind.
+	// Healthy is false when a job falls behind or has a warning (seed 000's isHealthy).
 	Healthy bool         `json:"healthy"`
 	Jobs    []CleanupJob `json:"jobs"`
 }

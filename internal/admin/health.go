@@ -8,7 +8,8 @@ import (
 )
 
 // Status is the body of the probes. Its Detail says what is degraded while the broker stays
-// ready: the cleanup jobs that fall behind (seed 000's health rule; GET /api/v1/cleanup).
+// ready: the cleanup jobs that fall behind or whose backlog exceeds 1,000,000 messages (seed
+// 000's CRITICAL and WARNING rules; GET /api/v1/cleanup has the figures).
 type Status = api.Status
 
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) error {

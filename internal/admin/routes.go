@@ -65,8 +65,8 @@ func (h *Handler) routeTable() []*route {
 			ok: 200, contentType: "application/json"}},
 
 		{method: "GET", path: "/api/v1/cleanup", handle: h.listCleanup, doc: opDoc{
-			id: "listCleanup", tag: "health", summary: "The broker's cleanup jobs: runs, failures, what they removed, and whether they fall behind.",
-			desc: "Jobs: retention (message cleanup) and subscription_lifecycle (dead detection, CANCELLED to DELETED). A job falls behind (seed 000's health rule) without a successful run for 3 intervals, or when its last run took longer than its interval; /readyz then says so in detail.",
+			id: "listCleanup", tag: "health", summary: "The broker's cleanup jobs: runs, failures, what they removed, their backlog, and whether they fall behind.",
+			desc: "Jobs: retention (message cleanup) and subscription_lifecycle (dead detection, CANCELLED to DELETED). backlog is what a job could remove now and has not (retention: messages in whole segments or buckets). A job falls behind (seed 000's CRITICAL rule) without a successful run for 3 intervals, when its last run took longer than its interval, or when its backlog grew at each of its last 3 runs; warning (seed 000's WARNING rule) is a backlog above 1,000,000 messages. /readyz stays ready and says either in detail.",
 			ok:   200, resp: typeOf[CleanupList](), errs: errsRead}},
 
 		// Topics.
