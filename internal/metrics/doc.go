@@ -168,8 +168,12 @@
 //	spool_cleanup_job_removed_total{task}           counter   messages (retention) or subscriptions made DEAD or DELETED (lifecycle).
 //	spool_cleanup_job_last_duration_seconds{task}   gauge     duration of the last run.
 //	spool_cleanup_job_last_success_timestamp_seconds{task} gauge start of the last successful run (Unix time, 0: none).
-//	spool_cleanup_job_behind{task}                  gauge     1 when the job falls behind (seed 000's health rule: no successful run for 3
-//	                                                          intervals, or a run longer than its interval; /readyz says so in detail).
+//	spool_cleanup_job_behind{task}                  gauge     1 when the job falls behind (seed 000's CRITICAL rule: no successful run for 3
+//	                                                          intervals, a run longer than its interval, or a backlog that grew at each of
+//	                                                          the last 3 runs; /readyz says so in detail).
+//	spool_cleanup_job_backlog{task}                 gauge     what the job could remove now and has not, after its last successful run:
+//	                                                          retention, messages in whole segments or buckets (storage.RetentionResult.
+//	                                                          Backlog; seed 000's cleanupBacklog, WARNING above 1,000,000); lifecycle, 0.
 //	spool_backfill_missed_messages_total{reason}    counter   messages groups will not get: "bound" (a backfill range cut to
 //	                                                          max_backfill_messages, the newest kept), "skipped" (cancel with skip,
 //	                                                          resurrect without backfill); each is also logged (broker.BackfillCounters).

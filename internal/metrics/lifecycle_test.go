@@ -65,7 +65,7 @@ func TestCleanupCollector(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	at := time.Unix(1700000000, 0)
 	reg.MustRegister(newCleanupCollector(fakeCleanup{
-		{Job: broker.JobRetention, Runs: 5, Failures: 2, Removed: 40, LastDuration: 1500 * time.Millisecond, LastSuccess: at, Behind: true},
+		{Job: broker.JobRetention, Runs: 5, Failures: 2, Removed: 40, LastDuration: 1500 * time.Millisecond, LastSuccess: at, Behind: true, Backlog: 1234},
 		{Job: broker.JobSubscriptionLifecycle, Runs: 1},
 	}))
 	ret := map[string]string{"task": broker.JobRetention}
@@ -84,6 +84,8 @@ func TestCleanupCollector(t *testing.T) {
 		{"spool_cleanup_job_runs_total", life, 1},
 		{"spool_cleanup_job_last_success_timestamp_seconds", life, 0},
 		{"spool_cleanup_job_behind", life, 0},
+		{"spool_cleanup_job_backlog", ret, 1234},
+		{"spool_cleanup_job_backlog", life, 0},
 	} {
 		if got := mustSample(t, reg, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
