@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,6 +235,12 @@ type Broker struct {
 	onForceComplete       func(topic, group string, n int)
 	onFiltered            func(topic, group string, n int)
 
+	// lifecycleWait is the lifecycle loop's current interval (ns; MaxInt64 while it is computed);
+	// lifecycleResched makes the loop compute it again, lifecycleCheck run if due (lifecycle.go).
+	lifecycleWait    atomic.Int64
+	lifecycleResched chan struct{}
+	lifecycleCheck   chan struct{}
+
 	// backfill paces backfill ranges and counts what they missed (backfill.go).
 	backfill backfillStats
 
@@ -335,7 +342,7 @@ func New(cfg Config) (*Broker, error) {
 		clock = cfg.Clock
 	}
 	logger = logger.With("component", "broker")
-	return &Broker{
+	b := &Broker{
 		engine:                cfg.Engine,
 		logger:                logger,
 		trace:                 newTracer(logger, cfg.SlowOperation),
@@ -369,12 +376,16 @@ func New(cfg Config) (*Broker, error) {
 		byTopic:               make(map[string]map[int64]*owner),
 		lifecycleInterval:     every,
 		maintainSubs:          lifecycle > 0,
+		lifecycleResched:      make(chan struct{}, 1),
+		lifecycleCheck:        make(chan struct{}, 1),
 		subscriptionRetention: cmp.Or(cfg.SubscriptionRetention, storage.DefaultSubscriptionRetention),
 		onLifecycle:           cfg.OnLifecycle,
 		onForceComplete:       cfg.OnForceComplete,
 		onFiltered:            cfg.OnFiltered,
 		backfill:              backfillStats{cfg: cfg.Backfill.withDefaults(), progress: map[int64]*BackfillInfo{}},
-	}, nil
+	}
+	b.lifecycleWait.Store(math.MaxInt64) // the loop has not computed it yet: reschedule
+	return b, nil
 }
 
 // DefaultMaxInFlight returns the credit of a member that subscribes with MaxInFlight 0
@@ -389,6 +400,17 @@ func (b *Broker) MaxTopics() int { return b.maxTopics }
 // cancelling it does not stop the broker, Stop does. Start fails with ErrNotRunning after Stop and
 // is a no-op when already started.
 func (b *Broker) Start(ctx context.Context) error {
+	// The lifecycle loop's first wait follows the subscriptions already stored. It is read here:
+	// not under b.mu (never held while calling the engine), and not on the loop's goroutine (the
+	// engine is not called behind the caller's back before anything needs it).
+	b.mu.RLock()
+	fresh := b.state == stateNew
+	b.mu.RUnlock()
+	var lifecycleStart time.Time
+	var firstWait time.Duration
+	if fresh {
+		lifecycleStart, firstWait = b.clock.Now(), b.nextLifecycle(ctx)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -411,7 +433,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	if b.maintainSubs {
 		b.registerCleanupJob(JobSubscriptionLifecycle, b.lifecycleInterval)
 	}
-	b.goLocked(b.lifecycleLoop)
+	b.goLocked(func() { b.lifecycleLoop(lifecycleStart, firstWait) })
 	if b.sharedEngine {
 		b.goLocked(b.livenessLoop)
 	}

@@ -71,6 +71,7 @@ func (b *Broker) CreateGroup(ctx context.Context, p CreateGroupParams) (*storage
 		b.countMissed(ctx, sub, sub.Backfill.Skipped, false, "range cut to max_backfill_messages")
 	}
 	b.logger.InfoContext(ctx, "group created", subAttrs(sub)...)
+	b.lifecycleSooner(sub.HeartbeatTimeout)
 	return sub, nil
 }
 
@@ -116,5 +117,8 @@ func (b *Broker) UpdateGroup(ctx context.Context, p UpdateGroupParams) (*storage
 	b.logger.InfoContext(ctx, "group updated", append(subAttrs(up), slog.String("start", string(up.Start.Kind)),
 		slog.Duration("heartbeat_timeout", up.HeartbeatTimeout))...)
 	b.wakeSubscription(up.ID)
+	if up.State == storage.Active {
+		b.lifecycleSooner(up.HeartbeatTimeout)
+	}
 	return up, nil
 }

@@ -218,6 +218,9 @@ func (b *Broker) setGroupState(ctx context.Context, topic, group string, state s
 	b.logger.InfoContext(ctx, "group state changed", slog.String("topic", topic), slog.String("group", sub.Group),
 		slog.Int64("subscription", sub.ID), slog.String("from", string(sub.State)), slog.String("to", string(state)))
 	b.wakeSubscription(sub.ID)
+	if up.State == storage.Active {
+		b.lifecycleSooner(up.HeartbeatTimeout)
+	}
 	return up, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 
@@ -23,8 +24,9 @@ import (
 // from any instance, and comes back only with a member attached (attach or heartbeat), so a
 // member that crashes and reconnects within the timeout never flips the state. The run interval
 // is at most a fifth of the shortest heartbeat timeout of the subscriptions (seed 000: detection
-// interval <= 20% of the timeout), at least MinLifecycleInterval: DEAD comes between the timeout
-// and the timeout plus one interval after the last heartbeat.
+// interval <= 20% of the timeout), at least MinLifecycleInterval, from the start and at once
+// when a group with a shorter timeout appears here (lifecycleSooner): DEAD comes between the
+// timeout and the timeout plus one interval after the last heartbeat.
 
 // DefaultLifecycleInterval is Config.LifecycleInterval's default (seed 000: detection every
 // minute for the 5-minute default timeout).
@@ -48,37 +50,82 @@ type LifecycleResult struct {
 	Err  error
 }
 
-// lifecycleLoop runs the lifecycle job until Stop, at the interval nextLifecycle chooses.
-func (b *Broker) lifecycleLoop() {
-	wait := b.lifecycleInterval
+// lifecycleLoop runs the lifecycle job until Stop, at the interval nextLifecycle chooses (Start
+// computed the first, wait). The interval is measured on the broker's clock from the start of the
+// previous run (or Start): a subscription with a shorter heartbeat timeout appearing
+// (lifecycleSooner) shortens the wait at once, and a run that is already due starts at once.
+func (b *Broker) lifecycleLoop(start time.Time, wait time.Duration) {
+	last := start
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	for {
-		t := time.NewTimer(wait)
+		timer := false
 		select {
 		case <-b.quit:
-			t.Stop()
 			return
+		case <-b.lifecycleResched:
+			wait = b.nextLifecycle(b.rootCtx)
+		case <-b.lifecycleCheck:
 		case <-t.C:
+			timer = true
 		}
+		if left := wait - b.clock.Now().Sub(last); left > 0 {
+			// Not due yet: rescheduled, or the timer fired before a clock that is not the
+			// system's (a test's fake clock) reached the time; wait a whole interval then, so a
+			// clock that stands still costs no spinning.
+			if timer {
+				left = wait
+			}
+			t.Reset(left)
+			continue
+		}
+		last = b.clock.Now()
 		b.runLifecycle(b.rootCtx)
 		wait = b.nextLifecycle(b.rootCtx)
+		t.Reset(wait)
 	}
 }
 
 // nextLifecycle is the wait before the next run: the configured interval, or a fifth of the
 // shortest heartbeat timeout of a live subscription if that is shorter, at least
-// MinLifecycleInterval.
+// MinLifecycleInterval. It records the wait for lifecycleSooner.
 func (b *Broker) nextLifecycle(ctx context.Context) time.Duration {
+	// While the list is read a new subscription must reschedule: it may not be in the list.
+	b.lifecycleWait.Store(math.MaxInt64)
 	wait := b.lifecycleInterval
 	subs, err := b.engine.SubscriptionList(ctx, nil)
-	if err != nil {
-		return wait
-	}
-	for _, s := range subs {
-		if s.State == storage.Active && s.HeartbeatTimeout > 0 {
-			wait = min(wait, s.HeartbeatTimeout/5)
+	if err == nil {
+		for _, s := range subs {
+			if s.State == storage.Active && s.HeartbeatTimeout > 0 {
+				wait = min(wait, s.HeartbeatTimeout/5)
+			}
 		}
 	}
-	return max(wait, MinLifecycleInterval)
+	wait = max(wait, MinLifecycleInterval)
+	b.lifecycleWait.Store(int64(wait))
+	return wait
+}
+
+// lifecycleSooner reschedules the lifecycle loop when an ACTIVE subscription with this heartbeat
+// timeout needs a shorter interval than the loop's (a group created, updated, resumed or
+// attached here), so DEAD is detected within the timeout plus a fifth of it from the start.
+func (b *Broker) lifecycleSooner(timeout time.Duration) {
+	if timeout <= 0 || int64(max(timeout/5, MinLifecycleInterval)) >= b.lifecycleWait.Load() {
+		return
+	}
+	select {
+	case b.lifecycleResched <- struct{}{}:
+	default: // one is pending
+	}
+}
+
+// checkLifecycle makes the loop check whether a run is due now (tests call it after moving a
+// fake clock).
+func (b *Broker) checkLifecycle() {
+	select {
+	case b.lifecycleCheck <- struct{}{}:
+	default:
+	}
 }
 
 // attachedSubscriptions lists the IDs of the subscriptions that have a member on this broker.

@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -229,5 +230,179 @@ func TestBriefAttachCountsAsLive(t *testing.T) {
 	}
 	if got, _ := e.engine.SubscriptionGet(ctx, s.ID); got.State != storage.Active {
 		t.Fatalf("state %s, want ACTIVE", got.State)
+	}
+}
+
+// lifecycleRecorder records the runs of the lifecycle loop (Config.OnLifecycle) with the fake
+// time of each.
+type lifecycleRecorder struct {
+	clock *fakeClock
+	runs  chan lifecycleRun
+}
+
+type lifecycleRun struct {
+	at  time.Time
+	res *LifecycleResult
+}
+
+func recordLifecycle(e *env) *lifecycleRecorder {
+	r := &lifecycleRecorder{clock: e.clock, runs: make(chan lifecycleRun, 1000)}
+	e.cfg.OnLifecycle = func(res *LifecycleResult) {
+		r.runs <- lifecycleRun{at: r.clock.Now(), res: res}
+	}
+	return r
+}
+
+// lifecycleEnv is an env whose broker reports to a lifecycleRecorder, with the default
+// LifecycleInterval (one minute) unless mod changes it.
+func lifecycleEnv(t *testing.T, mod func(*Config)) (*env, *lifecycleRecorder) {
+	e := &env{t: t, dir: t.TempDir(), clock: newFakeClock()}
+	e.cfg = Config{Logger: testLogger(t), RetentionInterval: -1, PollInterval: time.Hour}
+	if mod != nil {
+		mod(&e.cfg)
+	}
+	r := recordLifecycle(e)
+	e.open()
+	t.Cleanup(e.close)
+	return e, r
+}
+
+// step moves the fake clock by d, lets the lifecycle loop look, and returns its run at the new
+// time (waited for a bounded real time: the loop runs on its goroutine).
+func (r *lifecycleRecorder) step(t *testing.T, e *env, d time.Duration) *LifecycleResult {
+	t.Helper()
+	e.clock.Advance(d)
+	now := e.clock.Now()
+	e.b.checkLifecycle()
+	limit := time.NewTimer(5 * time.Second)
+	defer limit.Stop()
+	for {
+		select {
+		case run := <-r.runs:
+			if run.at.Equal(now) {
+				return run.res
+			}
+		case <-limit.C:
+			t.Fatalf("no lifecycle run at %s", now)
+			return nil
+		}
+	}
+}
+
+// Seed 000: DEAD is detected within the heartbeat timeout plus at most 20% of it. With the default
+// LifecycleInterval (one minute), a group with a 10 s timeout goes DEAD within 12 s of its last
+// heartbeat, however it came to this broker: it existed at the start (the first wait is the
+// computed one, not the configured minute), was created or updated here after the start, or a
+// member attached to it (each reschedules the loop at once).
+func TestLifecycleReschedulesForShortTimeout(t *testing.T) {
+	const timeout = 10 * time.Second
+	for _, c := range []struct {
+		name string
+		// group makes the group with the 10 s timeout at the fake start time, returns its ID.
+		group func(e *env) int64
+	}{
+		{"existing_at_start", func(e *env) int64 {
+			s, err := e.engine.SubscriptionCreate(e.ctx(), &storage.SubscriptionCreateParams{Topic: "t", Group: "g", HeartbeatTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.restart()
+			return s.ID
+		}},
+		{"created", func(e *env) int64 {
+			s, err := e.b.CreateGroup(e.ctx(), CreateGroupParams{Topic: "t", Group: "g", HeartbeatTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s.ID
+		}},
+		{"updated", func(e *env) int64 {
+			s, err := e.b.CreateGroup(e.ctx(), CreateGroupParams{Topic: "t", Group: "g"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.b.UpdateGroup(e.ctx(), UpdateGroupParams{Topic: "t", Group: "g", HeartbeatTimeout: timeout}); err != nil {
+				t.Fatal(err)
+			}
+			return s.ID
+		}},
+		{"attached", func(e *env) int64 {
+			// Created elsewhere (another instance, the engine): this broker learns of it when a
+			// member attaches.
+			s, err := e.engine.SubscriptionCreate(e.ctx(), &storage.SubscriptionCreateParams{Topic: "t", Group: "g", HeartbeatTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := e.subscribe(SubscribeParams{Pattern: "t", Group: "g"})
+			if err := m.Close(e.ctx()); err != nil {
+				t.Fatal(err)
+			}
+			return s.ID
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, rec := lifecycleEnv(t, nil)
+			e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+			id := c.group(e)
+			// Runs every 2 s of fake time (a fifth of the timeout): not DEAD at the timeout,
+			// DEAD at the first run past it.
+			var dead time.Duration
+			for at := 2 * time.Second; at <= timeout+timeout/5 && dead == 0; at += 2 * time.Second {
+				r := rec.step(t, e, 2*time.Second)
+				if r.Err != nil {
+					t.Fatalf("run at +%s: %v", at, r.Err)
+				}
+				if slices.Contains(lifecycleIDs(r.Dead), id) {
+					dead = at
+				}
+			}
+			if dead == 0 {
+				t.Fatalf("not DEAD %s after its last heartbeat (timeout %s)", timeout+timeout/5, timeout)
+			}
+			if dead <= timeout {
+				t.Fatalf("DEAD at +%s, before its timeout %s", dead, timeout)
+			}
+		})
+	}
+}
+
+// Seed 000's debounce: a member that keeps crashing and reconnecting within the heartbeat timeout
+// never flips its group's state, over many timeouts; once members stay away a whole timeout the
+// group goes DEAD, once.
+func TestCrashLoopingMemberNeverFlipsState(t *testing.T) {
+	const timeout = 10 * time.Second
+	e, rec := lifecycleEnv(t, nil)
+	ctx := e.ctx()
+	e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+	sub, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "t", Group: "g", HeartbeatTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Six crashes 9 s apart: 54 s, more than five timeouts; the lifecycle job runs between each
+	// crash and the next attach, when no member is attached.
+	for i := range 6 {
+		m := e.subscribe(SubscribeParams{Pattern: "t", Group: "g"})
+		if err := m.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := rec.step(t, e, timeout-time.Second)
+		if r.Err != nil || len(r.Dead) != 0 || len(r.Resurrected) != 0 {
+			t.Fatalf("run after crash %d: dead %v, resurrected %v, err %v", i, lifecycleIDs(r.Dead), lifecycleIDs(r.Resurrected), r.Err)
+		}
+		if g, err := e.b.Group(ctx, "t", "g"); err != nil || g.State != storage.Active {
+			t.Fatalf("group after crash %d: %+v, %v", i, g, err)
+		}
+	}
+	// The members stay away: DEAD at the first run past the timeout (2 s later: the run 9 s
+	// after the last attach was the last one before it), and only once.
+	if r := rec.step(t, e, 2*time.Second); !sameIDs(lifecycleIDs(r.Dead), []int64{sub.ID}) {
+		t.Fatalf("DEAD %v at the first run past the timeout, want [%d]", lifecycleIDs(r.Dead), sub.ID)
+	}
+	// With no live short timeout left the loop waits the configured minute again.
+	if r := rec.step(t, e, DefaultLifecycleInterval); len(r.Dead) != 0 || len(r.Resurrected) != 0 {
+		t.Fatalf("next run: dead %v, resurrected %v", lifecycleIDs(r.Dead), lifecycleIDs(r.Resurrected))
+	}
+	if g, err := e.b.Group(ctx, "t", "g"); err != nil || g.State != storage.Dead {
+		t.Fatalf("group after members stayed away: %+v, %v", g, err)
 	}
 }

@@ -370,6 +370,7 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	if !owned {
 		// A member that attaches and leaves between two lifecycle runs still counts as live.
 		b.heartbeatAttached(ctx, sub.ID)
+		b.lifecycleSooner(sub.HeartbeatTimeout)
 	}
 	return nil
 }
