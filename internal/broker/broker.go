@@ -120,8 +120,9 @@ type Config struct {
 	// SubscriptionRetention is how long a CANCELLED subscription is kept before the lifecycle job
 	// makes it DELETED. Defaults to storage.DefaultSubscriptionRetention (30 days).
 	SubscriptionRetention time.Duration
-	// OnLifecycle, if set, is called after every run of the lifecycle job with what it changed
-	// (metrics count DEAD and DELETED subscriptions there). It must not block.
+	// OnLifecycle, if set, is called after every run of the lifecycle job with what it changed,
+	// and after every resurrection or deletion made outside it (LifecycleResult.Job false);
+	// metrics count every transition there, once. It must not block.
 	OnLifecycle func(*LifecycleResult)
 	// OnForceComplete, if set, is called after ForceCompleteGroup with the messages it completed
 	// (metrics count them). It must not block.

@@ -123,12 +123,17 @@ func (b *Broker) RemoveGroup(ctx context.Context, topic, group string) (*storage
 			return nil, err
 		}
 	}
-	if err := b.engine.SubscriptionDelete(ctx, sub.ID); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
+	err = b.engine.SubscriptionDelete(ctx, sub.ID)
+	if err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
 		return nil, fmt.Errorf("broker: remove group %q on topic %q: %w", sub.Group, topic, err)
 	}
 	b.counts.forget(sub.ID)
 	b.logger.InfoContext(ctx, "group removed", subAttrs(sub)...)
 	sub.State = storage.Deleted
+	if err == nil {
+		// This call deleted it (not found: someone else did, and counted it).
+		b.reportTransition(&LifecycleResult{Deleted: []*storage.Subscription{sub}})
+	}
 	return sub, nil
 }
 

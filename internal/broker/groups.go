@@ -221,6 +221,11 @@ func (b *Broker) setGroupState(ctx context.Context, topic, group string, state s
 	if up.State == storage.Active {
 		b.lifecycleSooner(up.HeartbeatTimeout)
 	}
+	if sub.State == storage.Dead && up.State == storage.Active {
+		// ResumeGroup or ResurrectGroup of a DEAD group (a concurrent change would have made
+		// the update fail: no state moves to itself).
+		b.reportTransition(&LifecycleResult{Resurrected: []*storage.Subscription{up}})
+	}
 	return up, nil
 }
 

@@ -35,8 +35,14 @@ const DefaultLifecycleInterval = time.Minute
 // MinLifecycleInterval is the shortest interval between two runs.
 const MinLifecycleInterval = time.Second
 
-// LifecycleResult is what one run of the lifecycle job changed, for Config.OnLifecycle.
+// LifecycleResult is what one run of the lifecycle job changed, for Config.OnLifecycle. The
+// transitions made outside the job are reported the same way, each once, with Job false and only
+// Resurrected or Deleted set: a member attaching resurrects a DEAD subscription
+// (heartbeatAttached, resolveSubscription), an admin resumes or resurrects a DEAD group, or
+// removes a group (RemoveGroup: CANCELLED then DELETED at once).
 type LifecycleResult struct {
+	// Job is true for a run of the lifecycle job.
+	Job bool
 	// Heartbeats counts the subscriptions heartbeated.
 	Heartbeats int
 	// Resurrected are the subscriptions that were DEAD and are ACTIVE again.
@@ -142,7 +148,7 @@ func (b *Broker) attachedSubscriptions() []int64 {
 // subscription disappears from listings, its log line stays) and reports to Config.OnLifecycle.
 func (b *Broker) runLifecycle(ctx context.Context) *LifecycleResult {
 	start, clockStart := time.Now(), b.clock.Now()
-	res := &LifecycleResult{}
+	res := &LifecycleResult{Job: true}
 	ids := b.attachedSubscriptions()
 	for len(ids) > 0 && res.Err == nil {
 		n := min(len(ids), storage.MaxHeartbeatIDs)
@@ -211,4 +217,13 @@ func (b *Broker) heartbeatAttached(ctx context.Context, id int64) {
 		b.wakeSubscription(s.ID)
 	}
 	b.resurrected(ctx, res.Resurrected)
+	b.reportTransition(&LifecycleResult{Resurrected: res.Resurrected})
+}
+
+// reportTransition reports to Config.OnLifecycle a transition made outside a run of the
+// lifecycle job, so that the metrics count every one once; an empty one is not reported.
+func (b *Broker) reportTransition(r *LifecycleResult) {
+	if b.onLifecycle != nil && len(r.Resurrected)+len(r.Deleted) > 0 {
+		b.onLifecycle(r)
+	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -144,10 +145,17 @@ func TestLifecycleJob(t *testing.T) {
 		t.Errorf("no audit line for the DELETED subscription:\n%s", logs.String())
 	}
 	mu.Lock()
-	n := len(results)
+	var runs, others int
+	for _, r := range results {
+		if r.Job {
+			runs++
+		} else {
+			others++ // the member coming back resurrected it
+		}
+	}
 	mu.Unlock()
-	if n != 6 {
-		t.Errorf("OnLifecycle called %d times, want 6", n)
+	if runs != 6 || others != 1 {
+		t.Errorf("OnLifecycle called for %d runs and %d other transitions, want 6 and 1", runs, others)
 	}
 }
 
@@ -233,11 +241,14 @@ func TestBriefAttachCountsAsLive(t *testing.T) {
 	}
 }
 
-// lifecycleRecorder records the runs of the lifecycle loop (Config.OnLifecycle) with the fake
-// time of each.
+// lifecycleRecorder records what the broker reports to Config.OnLifecycle: the runs of the
+// lifecycle loop on runs with the fake time of each, the transitions made outside the job on
+// others.
 type lifecycleRecorder struct {
-	clock *fakeClock
-	runs  chan lifecycleRun
+	clock  *fakeClock
+	runs   chan lifecycleRun
+	mu     sync.Mutex
+	others []*LifecycleResult
 }
 
 type lifecycleRun struct {
@@ -248,9 +259,21 @@ type lifecycleRun struct {
 func recordLifecycle(e *env) *lifecycleRecorder {
 	r := &lifecycleRecorder{clock: e.clock, runs: make(chan lifecycleRun, 1000)}
 	e.cfg.OnLifecycle = func(res *LifecycleResult) {
-		r.runs <- lifecycleRun{at: r.clock.Now(), res: res}
+		if res.Job {
+			r.runs <- lifecycleRun{at: r.clock.Now(), res: res}
+			return
+		}
+		r.mu.Lock()
+		r.others = append(r.others, res)
+		r.mu.Unlock()
 	}
 	return r
+}
+
+func (r *lifecycleRecorder) outside() []*LifecycleResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.others)
 }
 
 // lifecycleEnv is an env whose broker reports to a lifecycleRecorder, with the default
@@ -405,4 +428,96 @@ func TestCrashLoopingMemberNeverFlipsState(t *testing.T) {
 	if g, err := e.b.Group(ctx, "t", "g"); err != nil || g.State != storage.Dead {
 		t.Fatalf("group after members stayed away: %+v, %v", g, err)
 	}
+	if others := rec.outside(); len(others) != 0 {
+		t.Fatalf("transitions outside the job: %+v", others)
+	}
+}
+
+// Every resurrection and deletion made outside the lifecycle job reaches Config.OnLifecycle once
+// (the metrics' one path): a member attaching to a DEAD group, a heartbeat of an attached DEAD
+// group, ResurrectGroup and ResumeGroup of a DEAD group, RemoveGroup; resuming a PAUSED group is
+// no resurrection and a second RemoveGroup deletes nothing.
+func TestTransitionsOutsideJobReported(t *testing.T) {
+	e, rec := lifecycleEnv(t, func(c *Config) { c.LifecycleInterval = time.Hour })
+	ctx := e.ctx()
+	e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+	sub, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "t", Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill := func() {
+		t.Helper()
+		if _, err := e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Dead}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := 0
+	expect := func(what string, resurrected, deleted []int64) {
+		t.Helper()
+		all := rec.outside()
+		got := all[seen:]
+		seen = len(all)
+		var res, del []int64
+		for _, r := range got {
+			if r.Job || r.Heartbeats != 0 || len(r.Dead) != 0 {
+				t.Errorf("%s: report %+v", what, r)
+			}
+			res = append(res, lifecycleIDs(r.Resurrected)...)
+			del = append(del, lifecycleIDs(r.Deleted)...)
+		}
+		if !sameIDs(res, resurrected) || !sameIDs(del, deleted) {
+			t.Fatalf("%s: reported resurrected %v deleted %v, want %v and %v", what, res, del, resurrected, deleted)
+		}
+	}
+
+	kill()
+	m := e.subscribe(SubscribeParams{Pattern: "t", Group: "g"})
+	expect("member attaching to a DEAD group", []int64{sub.ID}, nil)
+	kill()
+	e.b.heartbeatAttached(ctx, sub.ID)
+	expect("heartbeat of an attached DEAD group", []int64{sub.ID}, nil)
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kill()
+	if _, err := e.b.ResurrectGroup(ctx, "t", "g", true); err != nil {
+		t.Fatal(err)
+	}
+	expect("ResurrectGroup", []int64{sub.ID}, nil)
+	kill()
+	if _, err := e.b.ResumeGroup(ctx, "t", "g"); err != nil {
+		t.Fatal(err)
+	}
+	expect("ResumeGroup of a DEAD group", []int64{sub.ID}, nil)
+	if _, err := e.b.PauseGroup(ctx, "t", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.ResumeGroup(ctx, "t", "g"); err != nil {
+		t.Fatal(err)
+	}
+	expect("pause and resume", nil, nil)
+	if _, err := e.b.RemoveGroup(ctx, "t", "g"); err != nil {
+		t.Fatal(err)
+	}
+	expect("RemoveGroup", nil, []int64{sub.ID})
+	if _, err := e.b.RemoveGroup(ctx, "t", "g"); !errors.Is(err, storage.ErrSubscriptionNotFound) {
+		t.Fatalf("second RemoveGroup: %v", err)
+	}
+	// A CANCELLED group removed: deleted at once too.
+	other, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "t", Group: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.CancelGroup(ctx, "t", "h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.RemoveGroup(ctx, "t", "h"); err != nil {
+		t.Fatal(err)
+	}
+	expect("RemoveGroup of a CANCELLED group", nil, []int64{other.ID})
+	// The job's own runs stay reported as runs.
+	if r := e.b.runLifecycle(ctx); !r.Job {
+		t.Fatalf("a run reported with Job false: %+v", r)
+	}
+	expect("a run of the job", nil, nil)
 }

@@ -414,6 +414,7 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 			if err == nil {
 				b.logger.InfoContext(ctx, "dead subscription resurrected", slog.Int64("subscription", sub.ID),
 					slog.String("topic", topic), slog.String("group", group))
+				b.reportTransition(&LifecycleResult{Resurrected: []*storage.Subscription{up}})
 				// A bounded backfill of what it missed while DEAD (backfill.go).
 				if bf, err := b.beginBackfill(ctx, up, false); err == nil {
 					up = bf

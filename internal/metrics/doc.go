@@ -147,9 +147,11 @@
 //	spool_subscriptions_dead_total{topic}           counter   subscriptions the lifecycle job of this process made DEAD (no live member
 //	                                                          for their heartbeat timeout) (ObserveLifecycle, wired to
 //	                                                          broker.Config.OnLifecycle).
-//	spool_subscriptions_resurrected_total{topic}    counter   DEAD subscriptions a heartbeat of this process made ACTIVE again.
-//	spool_subscriptions_deleted_total{topic}        counter   CANCELLED subscriptions made DELETED after subscription_retention: what
-//	                                                          remains of them beside the log line, since they leave every listing.
+//	spool_subscriptions_resurrected_total{topic}    counter   DEAD subscriptions this process made ACTIVE again: a member attaching (or
+//	                                                          its heartbeat), or an admin resume or resurrect.
+//	spool_subscriptions_deleted_total{topic}        counter   CANCELLED subscriptions made DELETED after subscription_retention, or at
+//	                                                          once by an admin group removal: what remains of them beside the log
+//	                                                          line, since they leave every listing.
 //	spool_messages_force_completed_total{topic,group} counter messages an admin force-complete completed for a group without the group
 //	                                                          processing them (ObserveForceComplete, wired to
 //	                                                          broker.Config.OnForceComplete).

@@ -23,11 +23,11 @@ func newLifecycleMetrics(reg prometheus.Registerer) *lifecycleMetrics {
 		}, []string{"topic"}),
 		resurrected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_subscriptions_resurrected_total",
-			Help: "DEAD subscriptions a heartbeat of this process made ACTIVE again (a member is attached).",
+			Help: "DEAD subscriptions this process made ACTIVE again: a member attached (or its heartbeat), or an admin resume or resurrect.",
 		}, []string{"topic"}),
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_subscriptions_deleted_total",
-			Help: "CANCELLED subscriptions the lifecycle job of this process made DELETED after subscription_retention.",
+			Help: "CANCELLED subscriptions this process made DELETED: the lifecycle job after subscription_retention, or an admin group removal at once.",
 		}, []string{"topic"}),
 		forceCompleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_force_completed_total",
@@ -44,8 +44,9 @@ func newLifecycleMetrics(reg prometheus.Registerer) *lifecycleMetrics {
 	return l
 }
 
-// ObserveLifecycle records the transitions of one run of the subscription lifecycle job. Its
-// signature is that of broker.Config.OnLifecycle. It never blocks.
+// ObserveLifecycle records the transitions of one run of the subscription lifecycle job, or one
+// made outside it (the broker reports each once). Its signature is that of
+// broker.Config.OnLifecycle. It never blocks.
 func (m *Metrics) ObserveLifecycle(r *broker.LifecycleResult) {
 	if m == nil || r == nil {
 		return

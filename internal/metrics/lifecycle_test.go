@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/storagetest"
+	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
 // The lifecycle job's runs and transitions are counted; a DELETED subscription leaves a count
@@ -90,5 +93,63 @@ func TestCleanupCollector(t *testing.T) {
 		if got := mustSample(t, reg, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+}
+
+// The transitions made outside the lifecycle job reach the counters through the same path serve
+// wires (OnLifecycle: ObserveLifecycle), once each: a member attaching to a DEAD group and the
+// admin's ResurrectGroup count as resurrections, RemoveGroup's immediate delete as a deletion.
+func TestLifecycleMetricsOutsideJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := storagetest.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	b, err := broker.New(broker.Config{Engine: eng, Clock: clock, Logger: testLogger(t), OnLifecycle: m.ObserveLifecycle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		defer cancel()
+		_ = b.Stop(sctx)
+		_ = eng.Close()
+	})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = b.CreateTopic(ctx, "orders", storage.TopicConfig{Semantics: storage.PubSub})
+	must(err)
+	sub, err := b.CreateGroup(ctx, broker.CreateGroupParams{Topic: "orders", Group: "g"})
+	must(err)
+	kill := func() {
+		_, err := eng.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Dead})
+		must(err)
+	}
+	kill()
+	_, err = b.ResurrectGroup(ctx, "orders", "g", false)
+	must(err)
+	kill()
+	mem, err := b.Subscribe(ctx, broker.SubscribeParams{Pattern: "orders", Group: "g"})
+	must(err)
+	must(mem.Close(ctx))
+	_, err = b.RemoveGroup(ctx, "orders", "g")
+	must(err)
+	topic := map[string]string{"topic": "orders"}
+	if got := mustSample(t, reg, "spool_subscriptions_resurrected_total", topic); got != 2 {
+		t.Errorf("spool_subscriptions_resurrected_total = %v, want 2", got)
+	}
+	if got := mustSample(t, reg, "spool_subscriptions_deleted_total", topic); got != 1 {
+		t.Errorf("spool_subscriptions_deleted_total = %v, want 1", got)
 	}
 }
