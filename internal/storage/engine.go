@@ -144,7 +144,8 @@ type Engine interface {
 	// SubscriptionStats returns a subscription's depth, lag, in-flight and DLQ figures.
 	SubscriptionStats(ctx context.Context, id int64) (*SubscriptionStats, error)
 	// SubscriptionUpdate changes a subscription's state (pause, resume, dead, cancel) following
-	// CanTransition. Becoming ACTIVE restarts the heartbeat timeout (LastHeartbeatAt = now).
+	// CanTransition. Becoming ACTIVE restarts the heartbeat timeout (LastHeartbeatAt = now). A
+	// DELETED subscription is final: its update is ErrInvalidTransition, like any other refused one.
 	SubscriptionUpdate(ctx context.Context, params *SubscriptionUpdateParams) (*Subscription, error)
 	// SubscriptionsHeartbeat records that the subscriptions IDs have a live member now: their
 	// heartbeat timeout starts again, and a DEAD one becomes ACTIVE (resurrected, seed 000's

@@ -534,6 +534,14 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 	// A transaction that does not call locked is bounded whole, COMMIT included.
 	err := e.txLocksBounded(ctx, "subscription update", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
 		s, err := e.loadSub(ctx, tx, params.ID, forNoKeyUpdate)
+		if errors.Is(err, storage.ErrSubscriptionNotFound) {
+			// A DELETED subscription is kept (listed with IncludeDeleted): its update is a
+			// refused transition, DELETED being final, not an unknown subscription.
+			var state string
+			if qerr := tx.QueryRow(ctx, e.sql("SELECT state FROM spool.subscriptions WHERE id = $1"), params.ID).Scan(&state); qerr == nil && state == string(storage.Deleted) {
+				return fmt.Errorf("%w: subscription %d from %s to %s", storage.ErrInvalidTransition, params.ID, state, params.State)
+			}
+		}
 		if err != nil {
 			return err
 		}

@@ -136,6 +136,21 @@ func (x *env) setState(id int64, state storage.SubscriptionState) *storage.Subsc
 	return s
 }
 
+// subState returns a subscription's state, DELETED included (SubscriptionGet does not return a
+// DELETED subscription).
+func (x *env) subState(id int64) storage.SubscriptionState {
+	x.t.Helper()
+	subs, err := x.e.SubscriptionList(x.ctx, &storage.SubscriptionListParams{IncludeDeleted: true})
+	noErr(x.t, err, "SubscriptionList IncludeDeleted")
+	for _, s := range subs {
+		if s.ID == id {
+			return s.State
+		}
+	}
+	x.t.Fatalf("subscription %d is not listed with IncludeDeleted", id)
+	return ""
+}
+
 func (x *env) listSubs(topic string) []*storage.Subscription {
 	x.t.Helper()
 	subs, err := x.e.SubscriptionList(x.ctx, &storage.SubscriptionListParams{Topic: topic})

@@ -21,6 +21,16 @@ func (e *Engine) subLocked(id int64) (*sub, error) {
 	return s, nil
 }
 
+// subUpdatable returns a subscription for SubscriptionUpdate: like subLocked, but a DELETED one
+// (kept, listed with IncludeDeleted) is returned for CanTransition to refuse: DELETED is final.
+// e.mu must be held.
+func (e *Engine) subUpdatable(id int64) (*sub, error) {
+	if s := e.subs[id]; s != nil && s.meta.State == storage.Deleted {
+		return s, nil
+	}
+	return e.subLocked(id)
+}
+
 // subWithState returns a subscription whose delivery state may be acted on (not CANCELLED). e.mu
 // must be held.
 func (e *Engine) subWithState(id int64) (*sub, error) {
@@ -358,7 +368,7 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	s, err := e.lockSub(params.ID, e.subLocked)
+	s, err := e.lockSub(params.ID, e.subUpdatable)
 	if err != nil {
 		return nil, err
 	}
