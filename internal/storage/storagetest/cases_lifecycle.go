@@ -1,6 +1,9 @@
 package storagetest
 
 import (
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +27,8 @@ func lifecycleCases() []testCase {
 		{name: "configure_heartbeat_timeout", fn: testLifeConfigureTimeout},
 		{name: "configure_refused", fn: testLifeConfigureRefused},
 		{name: "configure_restart", restart: true, fn: testLifeConfigureRestart},
+		{name: "maintain_concurrent_once", fn: testLifeMaintainConcurrent},
+		{name: "heartbeat_races_maintain", fn: testLifeHeartbeatRacesMaintain},
 	}
 }
 
@@ -380,4 +385,135 @@ func testLifeConfigureRestart(t *testing.T, x *env) {
 	x.requireStats(s.ID, wantStats{pending: 3, lag: 3}, "no progress after the restart")
 	_, err := x.e.SubscriptionConfigure(x.ctx, &storage.SubscriptionConfigureParams{ID: done.ID, Start: &fromBeginning})
 	errIs(t, err, storage.ErrSubscriptionHasProgress, "progress after the restart")
+}
+
+// testLifeMaintainConcurrent: several callers (broker instances) run SubscriptionsMaintain at the
+// same time: every transition is made once and reported by exactly one call, and the final states
+// are right (a PAUSED subscription and one heartbeated now are left alone).
+func testLifeMaintainConcurrent(t *testing.T, x *env) {
+	const retention = time.Hour
+	x.createTopic("mc", pubSub(1))
+	var wantDead, wantDeleted []int64
+	for i := range 6 {
+		wantDead = append(wantDead, x.subscribe("mc", fmt.Sprintf("idle-%d", i), fromBeginning).ID)
+	}
+	for i := range 4 {
+		s := x.subscribe("mc", fmt.Sprintf("gone-%d", i), fromBeginning)
+		x.setState(s.ID, storage.Cancelled)
+		wantDeleted = append(wantDeleted, s.ID)
+	}
+	paused := x.subscribe("mc", "paused", fromBeginning)
+	x.setState(paused.ID, storage.Paused)
+	live := x.subscribe("mc", "live", fromBeginning)
+	x.advance(max(storage.DefaultHeartbeatTimeout, retention) + time.Second)
+	x.heartbeat(live.ID)
+
+	for round := range 3 {
+		const callers = 8
+		results := make([]*storage.SubscriptionsMaintainResult, callers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				<-start
+				res, err := x.e.SubscriptionsMaintain(x.ctx, &storage.SubscriptionsMaintainParams{CancelledRetention: retention})
+				if err != nil {
+					t.Errorf("round %d: SubscriptionsMaintain %d: %v", round, i, err)
+					return
+				}
+				results[i] = res
+			})
+		}
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		dead, deleted := map[int64]int{}, map[int64]int{}
+		for _, res := range results {
+			for _, s := range res.Dead {
+				dead[s.ID]++
+				equal(t, s.State, storage.Dead, "round %d: state of DEAD subscription %d in the result", round, s.ID)
+			}
+			for _, s := range res.Deleted {
+				deleted[s.ID]++
+				equal(t, s.State, storage.Deleted, "round %d: state of DELETED subscription %d in the result", round, s.ID)
+			}
+		}
+		if round > 0 {
+			// Everything happened in the first round: later ones find nothing to do.
+			equal(t, len(dead)+len(deleted), 0, "round %d: transitions reported (dead %v, deleted %v)", round, dead, deleted)
+			continue
+		}
+		requireOnce(t, dead, wantDead, "DEAD")
+		requireOnce(t, deleted, wantDeleted, "DELETED")
+	}
+	for _, id := range wantDead {
+		equal(t, x.subState(id), storage.Dead, "final state of %d", id)
+	}
+	for _, id := range wantDeleted {
+		equal(t, x.subState(id), storage.Deleted, "final state of %d", id)
+	}
+	equal(t, x.subState(paused.ID), storage.Paused, "final state of the PAUSED subscription")
+	equal(t, x.subState(live.ID), storage.Active, "final state of the heartbeated subscription")
+}
+
+// requireOnce checks that counts holds each of want exactly once and nothing else.
+func requireOnce(t *testing.T, counts map[int64]int, want []int64, what string) {
+	t.Helper()
+	for _, id := range want {
+		equal(t, counts[id], 1, "%s reports of subscription %d across the concurrent calls", what, id)
+	}
+	for id := range counts {
+		isTrue(t, slices.Contains(want, id), "%s reported for subscription %d, want only %v", what, id, want)
+	}
+}
+
+// testLifeHeartbeatRacesMaintain: a heartbeat racing SubscriptionsMaintain past the timeout is
+// never lost. Either the heartbeat comes first (the subscription stays ACTIVE, Maintain reports
+// nothing) or Maintain does (DEAD) and the heartbeat resurrects it (in its result): the
+// subscription ends ACTIVE with the heartbeat's time, and a DEAD report always comes with a
+// resurrection.
+func testLifeHeartbeatRacesMaintain(t *testing.T, x *env) {
+	x.createTopic("hr", pubSub(1))
+	var ids []int64
+	for i := range 5 {
+		ids = append(ids, x.subscribe("hr", fmt.Sprintf("g-%d", i), fromBeginning).ID)
+	}
+	for round := range 10 {
+		x.advance(storage.DefaultHeartbeatTimeout + time.Millisecond)
+		var hb *storage.SubscriptionsHeartbeatResult
+		var mt *storage.SubscriptionsMaintainResult
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			var err error
+			if hb, err = x.e.SubscriptionsHeartbeat(x.ctx, &storage.SubscriptionsHeartbeatParams{IDs: ids}); err != nil {
+				t.Errorf("round %d: SubscriptionsHeartbeat: %v", round, err)
+			}
+		})
+		wg.Go(func() {
+			<-start
+			var err error
+			if mt, err = x.e.SubscriptionsMaintain(x.ctx, &storage.SubscriptionsMaintainParams{}); err != nil {
+				t.Errorf("round %d: SubscriptionsMaintain: %v", round, err)
+			}
+		})
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		equal(t, hb.Beats, len(ids), "round %d: beats", round)
+		dead, back := subIDs(mt.Dead), subIDs(hb.Resurrected)
+		for _, id := range ids {
+			equal(t, slices.Contains(dead, id), slices.Contains(back, id),
+				"round %d: subscription %d DEAD %v but resurrected %v", round, id, dead, back)
+			got := x.getSub(id)
+			equal(t, got.State, storage.Active, "round %d: state of %d after the race", round, id)
+			timeEqual(t, got.LastHeartbeatAt, x.now(), "round %d: LastHeartbeatAt of %d", round, id)
+		}
+		requireIDs(t, x.maintain(0).Dead, nil, fmt.Sprintf("round %d: Maintain after the race", round))
+	}
 }
