@@ -313,8 +313,8 @@ func (f *doctorFacts) notCleaned() finding {
 		}
 	}
 	if job != nil {
-		ev := fmt.Sprintf("retention job: every %s, %d runs, %d failures, %d removed, last success %s",
-			cli.Duration(time.Duration(job.Interval)), job.Runs, job.Failures, job.Removed, since(job.LastSuccess))
+		ev := fmt.Sprintf("retention job: every %s, %d runs, %d failures, %d removed, backlog %d, last success %s",
+			cli.Duration(time.Duration(job.Interval)), job.Runs, job.Failures, job.Removed, job.Backlog, since(job.LastSuccess))
 		if job.LastError != "" {
 			ev += ", last error: " + job.LastError
 		}
@@ -338,12 +338,19 @@ func (f *doctorFacts) notCleaned() finding {
 		a.verdict, a.why, a.fix = "FAIL", "the broker runs no retention job", "check the broker's retention_interval setting (a negative value disables it)"
 	case job.Behind:
 		a.verdict, a.why, a.fix = "FAIL", "the retention job falls behind: "+job.Reason, "look at the broker's log and spool_cleanup_job_* metrics"
+	case job.Warning:
+		a.verdict, a.why, a.fix = "WARN", "the retention job's backlog is high: "+job.Reason,
+			"look at the broker's log for failed removals and at spool_cleanup_job_backlog"
 	case slowest != nil:
 		a.verdict = "WARN"
 		a.why = fmt.Sprintf("%d group(s) have not completed messages; the slowest, %s, holds them%s (kept until max_retention %s)",
 			holding, slowest.Group, oldestText(*slowest), cli.Duration(time.Duration(c.MaxRetention)))
 		a.fix = "make the group consume; if it never will: spool group force-complete " + f.topic.Name + " " + slowest.Group +
 			" --older-than <age>, or spool group remove / cancel"
+		if slowest.Mode == "ordered" {
+			// Force-complete refuses ORDERED groups: their acks are fenced by partition ownership.
+			a.fix = "make the group consume; if it never will: spool group remove / cancel " + f.topic.Name + " " + slowest.Group
+		}
 	case !slices.ContainsFunc(f.groups, holdsRetention):
 		a.verdict = "OK"
 		a.why = "no group holds retention: messages are removed after zero_subscription_retention " + cli.Duration(time.Duration(c.ZeroSubscriptionRetention))

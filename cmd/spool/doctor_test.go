@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/admin"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
@@ -165,6 +166,11 @@ func TestGroupAdminCommands(t *testing.T) {
 		!strings.Contains(r.stdout, "topic d.old: 6 messages published before ") || !strings.Contains(r.stderr, "fenced by partition ownership") {
 		t.Fatalf("force-complete --all printed %q (rows %v), stderr %q", r.stdout, got, r.stderr)
 	}
+	// The ORDERED group holds the rest: doctor does not suggest force-complete for it.
+	out := wantAnswer(t, s, []string{topic}, 2, "the slowest, ord, holds them", "spool group remove / cancel d.old ord")
+	if a := doctorAnswer(t, out, 2); strings.Contains(a, "force-complete") {
+		t.Errorf("doctor suggests force-complete for an ORDERED group:\n%s", a)
+	}
 
 	s.fails(t, 1, "INVALID_TRANSITION", "group", "resurrect", topic, "g")
 	g, err := s.broker.Group(ctx, topic, "g")
@@ -181,4 +187,20 @@ func TestGroupAdminCommands(t *testing.T) {
 		t.Fatalf("remove printed %q", r.stdout)
 	}
 	s.fails(t, 1, "SUBSCRIPTION_NOT_FOUND", "group", "describe", topic, "g")
+}
+
+// A retention job whose backlog is past seed 000's WARNING threshold makes question 2 a WARN that
+// says so, with the backlog in the evidence; the CRITICAL rule (behind) a FAIL.
+func TestDoctorCleanupBacklog(t *testing.T) {
+	job := admin.CleanupJob{Job: broker.JobRetention, Runs: 9, Backlog: 1_200_000, Warning: true,
+		Reason: "backlog 1200000 messages exceeds 1000000"}
+	f := &doctorFacts{topic: &admin.Topic{Name: "t"}, cleanup: &admin.CleanupList{Jobs: []admin.CleanupJob{job}}, now: time.Now()}
+	a := f.notCleaned()
+	if a.verdict != "WARN" || !strings.Contains(a.why, "backlog is high: backlog 1200000") || !strings.Contains(strings.Join(a.evidence, "\n"), "backlog 1200000") {
+		t.Errorf("warning: %+v", a)
+	}
+	f.cleanup.Jobs[0].Behind = true
+	if a := f.notCleaned(); a.verdict != "FAIL" || !strings.Contains(a.why, "falls behind") {
+		t.Errorf("behind: %+v", a)
+	}
 }
