@@ -52,7 +52,7 @@ count raised; --max-in-flight 1 prefetches nothing.`,
 		`spool sub orders.created`,
 		`spool sub --group billing --from beginning --max 10 'orders.#'`,
 		`spool sub --json --from 2025-01-02T15:04:05Z orders.created | jq .payload`,
-		`spool sub --group audit --from FROM_MESSAGE_ID=1:42 orders.created`,
+		`spool sub --from FROM_MESSAGE_ID=1:42 --max 5 orders.created   # the seed's names work too`,
 		`spool sub --group billing --ack=false --max 1 orders.created   # peek: not acked, delivered again`,
 	},
 }
