@@ -67,7 +67,7 @@ fanout)
 	# Buckets of 1 minute, retention every 10 s: retention drops buckets within the run.
 	env=(SPOOL_POSTGRES_SCHEMA="$schema" SPOOL_POSTGRES_BUCKET_WIDTH=1m SPOOL_BROKER_RETENTION_INTERVAL=10s)
 	store=(--store "$PG")
-	defaults=(--pg "$PG" --pg-schema "$schema" --groups 4,16,64 --rate 2000 --duration 90s --message-retention 1m)
+	defaults=(--pg "$PG" --pg-schema "$schema" --groups 4,16,64 --rate 2000 --message-retention 1m)
 	;;
 backfill-oltp)
 	need_pg

@@ -77,8 +77,10 @@ type PGTable struct {
 	LiveTuples int64 `json:"live_tuples"`
 	DeadTuples int64 `json:"dead_tuples"`
 	// WindowStartBytes and WindowEndBytes are its size (pg_total_relation_size) at the window's
-	// ends (0 when a snapshot is missing).
+	// ends (0 when a snapshot is missing), WindowMidBytes at the first sample taken at or after
+	// its middle (0 without one: the window was shorter than Config.PGSample).
 	WindowStartBytes int64 `json:"window_start_bytes"`
+	WindowMidBytes   int64 `json:"window_mid_bytes,omitempty"`
 	WindowEndBytes   int64 `json:"window_end_bytes"`
 	// Deltas over the window: n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, autovacuum_count.
 	Inserted    int64 `json:"inserted"`
@@ -156,6 +158,9 @@ type pgMonitor struct {
 	first    *pgSnapshot
 	winStart *pgSnapshot
 	winEnd   *pgSnapshot
+	// measured are the samples taken inside the window (pgTables reads the table sizes of the
+	// one at its middle).
+	measured []*pgSnapshot
 	ended    bool
 }
 
@@ -218,7 +223,9 @@ func (m *pgMonitor) loop() {
 			case m.winStart != nil:
 				phase = "measured"
 			}
-			m.sampleLocked(phase)
+			if snap := m.sampleLocked(phase); phase == "measured" && snap.rels != nil {
+				m.measured = append(m.measured, snap)
+			}
 			m.mu.Unlock()
 		}
 	}
@@ -291,7 +298,7 @@ func (m *pgMonitor) finish(published int64) *PGResult {
 		last = e
 	}
 	if last != nil && last.rels != nil {
-		r.Tables = pgTables(s, e, last)
+		r.Tables = pgTables(s, m.middle(), e, last)
 		for _, t := range r.Tables {
 			r.LiveTuples += t.LiveTuples
 			r.DeadTuples += t.DeadTuples
@@ -302,9 +309,24 @@ func (m *pgMonitor) finish(published int64) *PGResult {
 	return &out
 }
 
+// middle returns the first sample taken at or after the middle of the window, nil without one.
+func (m *pgMonitor) middle() *pgSnapshot {
+	if m.winStart == nil || m.winEnd == nil {
+		return nil
+	}
+	mid := m.winStart.at.Add(m.winEnd.at.Sub(m.winStart.at) / 2)
+	for _, snap := range m.measured {
+		if !snap.at.Before(mid) {
+			return snap
+		}
+	}
+	return nil
+}
+
 // pgTables groups the relations of final by table (the partitions of messages in its row), with
-// the deltas of their counters between start and end (none when either is missing).
-func pgTables(start, end, final *pgSnapshot) []PGTable {
+// the deltas of their counters between start and end (none when either is missing) and their
+// sizes at mid (a sample in the middle of the window; nil: none).
+func pgTables(start, mid, end, final *pgSnapshot) []PGTable {
 	key := func(r pgRel) string {
 		if r.msgPart {
 			return messagesTable
@@ -332,6 +354,11 @@ func pgTables(start, end, final *pgSnapshot) []PGTable {
 	if start != nil && end != nil && start.rels != nil && end.rels != nil {
 		for _, s := range start.rels {
 			row(key(s)).WindowStartBytes += s.size
+		}
+		if mid != nil {
+			for _, r := range mid.rels {
+				row(key(r)).WindowMidBytes += r.size
+			}
 		}
 		for oid, e := range end.rels {
 			s := start.rels[oid] // zero for a relation created in the window

@@ -203,18 +203,23 @@ func TestPGTables(t *testing.T) {
 		4: {name: "messages"},
 		5: {name: "messages_c", msgPart: true, live: 300, size: 1 << 20},
 	}}
-	got := pgTables(start, end, final)
+	mid := &pgSnapshot{rels: map[int64]pgRel{
+		1: {name: "leases", size: 10240},
+		3: {name: "messages_b", msgPart: true, size: 1 << 20},
+		5: {name: "messages_c", msgPart: true, size: 1 << 20},
+	}}
+	got := pgTables(start, mid, end, final)
 	want := []PGTable{
 		{Name: "messages", Partitions: 2, DroppedPartitions: 1, SizeBytes: 3 << 20, LiveTuples: 1200,
-			WindowStartBytes: 2 << 20, WindowEndBytes: 3 << 20, Inserted: 700},
-		{Name: "leases", SizeBytes: 16384, LiveTuples: 10, DeadTuples: 3, WindowStartBytes: 8192, WindowEndBytes: 12288,
-			Updated: 60, HotUpdated: 30, Deleted: 4, Autovacuums: 1},
+			WindowStartBytes: 2 << 20, WindowMidBytes: 2 << 20, WindowEndBytes: 3 << 20, Inserted: 700},
+		{Name: "leases", SizeBytes: 16384, LiveTuples: 10, DeadTuples: 3, WindowStartBytes: 8192, WindowMidBytes: 10240,
+			WindowEndBytes: 12288, Updated: 60, HotUpdated: 30, Deleted: 4, Autovacuums: 1},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
 	// Without a window, the end figures only.
-	got = pgTables(nil, end, final)
+	got = pgTables(nil, nil, end, final)
 	if len(got) != 2 || got[0].Inserted != 0 || got[1].Updated != 0 || got[1].DeadTuples != 3 {
 		t.Fatalf("no window: %+v", got)
 	}

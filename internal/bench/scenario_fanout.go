@@ -31,11 +31,16 @@ const (
 	DefaultFanoutWarmup    = 30 * time.Second
 	DefaultFanoutRetention = time.Minute
 	// maxBloat is the seed's bound on table bloat, judged as the growth of a table over the
-	// measured window: a table whose dead rows autovacuum reclaims reuses their space and stays
-	// flat, whatever share of dead tuples a snapshot shows (a table of hot rows, partitions or
-	// deliveries, is mostly dead tuples between two passes); one it does not keep up with grows.
-	// The partitions of messages are left out (retention drops whole ones).
+	// second half of the measured window: a table whose dead rows autovacuum reclaims reuses
+	// their space and stays flat once it reached its steady size, whatever share of dead tuples a
+	// snapshot shows (a table of hot rows, partitions or deliveries, is mostly dead tuples between
+	// two passes); one it does not keep up with grows. The first half lets a table reach that size
+	// (a fresh one grows until autovacuum's first passes). The partitions of messages are left
+	// out (retention drops whole ones).
 	maxBloat = 0.20
+	// bloatMinHalf is the shortest second half that can show a table flat: autovacuum visits a
+	// table about once per autovacuum_naptime (60 s by default), two visits at least.
+	bloatMinHalf = 2 * time.Minute
 	// bloatSlackBytes: growth below it is not judged (a table of a few pages doubles by one).
 	bloatSlackBytes = 1 << 20
 	// cleanupTolerance: retention drops whole buckets, so over a half window the cleanup rate
@@ -74,9 +79,9 @@ type FanoutRow struct {
 	WALBytesPerMessage float64 `json:"wal_bytes_per_message"`
 	WALMBps            float64 `json:"wal_mb_per_s"`
 	DeadTuples         int64   `json:"dead_tuples"`
-	// MaxBloat is the largest growth over the measured window of a table (not messages) that grew
-	// by bloatSlackBytes or more, as a share of its size at the window's start; BloatTable its
-	// name ("" when none grew that much), BloatFrom and BloatTo its sizes. MaxDeadShare is the
+	// MaxBloat is the largest growth over the second half of the measured window of a table (not
+	// messages) that grew by bloatSlackBytes or more, as a share of its size in the middle of the
+	// window; BloatTable its name ("" when none grew that much), BloatFrom and BloatTo its sizes. MaxDeadShare is the
 	// largest n_dead_tup/(n_live_tup+n_dead_tup) at the end, DeadTable its table (reported).
 	MaxBloat     float64 `json:"max_bloat"`
 	BloatTable   string  `json:"bloat_table"`
@@ -84,7 +89,8 @@ type FanoutRow struct {
 	BloatTo      int64   `json:"bloat_to_bytes"`
 	MaxDeadShare float64 `json:"max_dead_share"`
 	DeadTable    string  `json:"dead_table"`
-	// Judged is false when the window's table sizes were not measured.
+	// Judged is false when the table sizes in the middle and at the end of the window were not
+	// measured.
 	Judged bool `json:"bloat_judged"`
 	// CleanupRate and ProductionRate (msg/s) over the second half of the measured time: retention
 	// removals (GET /api/v1/cleanup) and removals plus the growth of the retained messages.
@@ -220,8 +226,8 @@ func runFanoutRow(ctx context.Context, adm *adminAPI, c Config) (*FanoutRow, err
 	return row, nil
 }
 
-// tableBloat sets the largest growth over the window among the tables (not messages) and the
-// largest dead-tuple share.
+// tableBloat sets the largest growth over the second half of the window among the tables (not
+// messages) and the largest dead-tuple share.
 func (row *FanoutRow) tableBloat(tables []PGTable) {
 	for _, t := range tables {
 		if n := t.LiveTuples + t.DeadTuples; n > 0 {
@@ -229,16 +235,16 @@ func (row *FanoutRow) tableBloat(tables []PGTable) {
 				row.MaxDeadShare, row.DeadTable = d, t.Name
 			}
 		}
-		if t.Name == messagesTable || t.WindowStartBytes <= 0 || t.WindowEndBytes <= 0 {
+		if t.Name == messagesTable || t.WindowMidBytes <= 0 || t.WindowEndBytes <= 0 {
 			continue
 		}
 		row.Judged = true
-		grew := t.WindowEndBytes - t.WindowStartBytes
+		grew := t.WindowEndBytes - t.WindowMidBytes
 		if grew < bloatSlackBytes {
 			continue
 		}
-		if g := float64(grew) / float64(t.WindowStartBytes); g > row.MaxBloat || row.BloatTable == "" {
-			row.MaxBloat, row.BloatTable, row.BloatFrom, row.BloatTo = g, t.Name, t.WindowStartBytes, t.WindowEndBytes
+		if g := float64(grew) / float64(t.WindowMidBytes); g > row.MaxBloat || row.BloatTable == "" {
+			row.MaxBloat, row.BloatTable, row.BloatFrom, row.BloatTo = g, t.Name, t.WindowMidBytes, t.WindowEndBytes
 		}
 	}
 }
@@ -247,21 +253,30 @@ func (row *FanoutRow) tableBloat(tables []PGTable) {
 func fanoutVerdicts(row *FanoutRow, c Config) []Verdict {
 	name := fmt.Sprintf("%d groups: ", row.Groups)
 	var vs []Verdict
-	const bloatTarget = "< 20% per table (growth over the measured window)"
+	const bloatTarget = "< 20% per table (growth over the second half of the measured window)"
 	dead := ""
 	if row.DeadTable != "" {
 		dead = fmt.Sprintf("; dead tuples at the end %d, largest share %.1f%% (%s)", row.DeadTuples, 100*row.MaxDeadShare, row.DeadTable)
 	}
+	var bv Verdict
 	switch {
 	case row.Result.PG == nil || !row.Judged:
-		vs = append(vs, Verdict{Check: name + "bloat", Target: bloatTarget, Outcome: Inconclusive,
-			Measured: "no table sizes at the window's ends" + dead, Note: "see the run's PostgreSQL errors"})
+		bv = Verdict{Check: name + "bloat", Target: bloatTarget, Outcome: Inconclusive,
+			Measured: "no table sizes in the middle and at the end of the window" + dead,
+			Note:     "the window must be longer than twice --pg-sample; else see the run's PostgreSQL errors"}
 	case row.BloatTable == "":
-		vs = append(vs, verdict(name+"bloat", bloatTarget, true, "no table grew by 1 MiB or more%s", dead))
+		bv = verdict(name+"bloat", bloatTarget, true, "no table grew by 1 MiB or more%s", dead)
 	default:
-		vs = append(vs, verdict(name+"bloat", bloatTarget, row.MaxBloat < maxBloat,
-			"largest growth %.1f%% (%s, %d to %d kB)%s", 100*row.MaxBloat, row.BloatTable, row.BloatFrom>>10, row.BloatTo>>10, dead))
+		bv = verdict(name+"bloat", bloatTarget, row.MaxBloat < maxBloat,
+			"largest growth %.1f%% (%s, %d to %d kB)%s", 100*row.MaxBloat, row.BloatTable, row.BloatFrom>>10, row.BloatTo>>10, dead)
 	}
+	if row.Judged && row.Result.PG.WindowSeconds/2 < bloatMinHalf.Seconds() {
+		half := row.Result.PG.WindowSeconds / 2
+		bv.Outcome = Inconclusive
+		bv.Note = fmt.Sprintf("the second half of the window (%.0f s) is shorter than %s: autovacuum visits a table about once per autovacuum_naptime (60 s by default), so a table cannot show it stays flat; run --duration %s or longer",
+			half, bloatMinHalf, 2*bloatMinHalf)
+	}
+	vs = append(vs, bv)
 	cl := verdict(name+"cleanup rate", "> production rate", row.CleanupRate >= cleanupTolerance*row.ProductionRate && row.CleanupRate > 0,
 		"cleanup %.0f msg/s, production %.0f msg/s over %.0f s", row.CleanupRate, row.ProductionRate, row.CleanupSpan)
 	if row.CleanupSpan == 0 || (row.CleanupRate == 0 && c.Duration/2 < c.MessageRetention+time.Minute) {
