@@ -124,7 +124,7 @@ func (e *Engine) createBucket(ctx context.Context, start int64) error {
 			return nil
 		}
 		var leftover bool
-		if err := tx.QueryRow(ctx, e.sql("SELECT to_regclass('spool."+name+"') IS NOT NULL")).Scan(&leftover); err != nil {
+		if err := tx.QueryRow(ctx, e.sqlOnce("SELECT to_regclass('spool."+name+"') IS NOT NULL")).Scan(&leftover); err != nil {
 			return err
 		}
 		if leftover {
@@ -138,7 +138,7 @@ func (e *Engine) createBucket(ctx context.Context, start int64) error {
 			" AND published_at < " + pgTimeLiteral(to) + ");\n" +
 			"ALTER TABLE spool.messages ATTACH PARTITION spool." + name + " FOR VALUES " + rng + ";\n" +
 			"ALTER TABLE spool." + name + " DROP CONSTRAINT " + name + "_range"
-		if _, err := tx.Exec(ctx, e.sql(ddl)); err != nil {
+		if _, err := tx.Exec(ctx, e.sqlOnce(ddl)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, e.sql("INSERT INTO spool.buckets (name, start_at, end_at) VALUES ($1, $2, $3)"), name, from, to)
@@ -308,7 +308,7 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 			if err := e.lockBuckets(ctx, tx); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, e.sql("ALTER TABLE spool.messages ATTACH PARTITION spool."+b.name+
+			if _, err := tx.Exec(ctx, e.sqlOnce("ALTER TABLE spool.messages ATTACH PARTITION spool."+b.name+
 				" FOR VALUES FROM ("+pgTimeLiteral(b.startAt)+") TO ("+pgTimeLiteral(b.endAt)+")")); err != nil {
 				return err
 			}
@@ -325,7 +325,7 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 		return nil
 	}
 	var exists, attached bool
-	err := e.pool.QueryRow(ctx, e.sql(`SELECT to_regclass('spool.`+b.name+`') IS NOT NULL, EXISTS (SELECT 1 FROM pg_inherits
+	err := e.pool.QueryRow(ctx, e.sqlOnce(`SELECT to_regclass('spool.`+b.name+`') IS NOT NULL, EXISTS (SELECT 1 FROM pg_inherits
 		WHERE inhrelid = to_regclass('spool.`+b.name+`') AND inhparent = to_regclass('spool.messages'))`)).Scan(&exists, &attached)
 	if err != nil {
 		return err
@@ -334,10 +334,10 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 		return e.forgetDrop(ctx, b)
 	}
 	if attached {
-		_, err := e.pool.Exec(ctx, e.sql("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name+" CONCURRENTLY"))
+		_, err := e.pool.Exec(ctx, e.sqlOnce("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name+" CONCURRENTLY"))
 		if err != nil {
 			if pgCode(err) == "55000" { // an earlier detach was interrupted: finish it
-				_, err = e.pool.Exec(ctx, e.sql("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name+" FINALIZE"))
+				_, err = e.pool.Exec(ctx, e.sqlOnce("ALTER TABLE spool.messages DETACH PARTITION spool."+b.name+" FINALIZE"))
 			}
 			if err != nil {
 				return errors.Join(fmt.Errorf("detach: %w", err), e.reregister(ctx, b))
@@ -345,7 +345,7 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 		}
 	}
 	var retained bool
-	err = e.pool.QueryRow(ctx, e.sql(`SELECT EXISTS (SELECT 1 FROM spool.partitions p WHERE EXISTS (
+	err = e.pool.QueryRow(ctx, e.sqlOnce(`SELECT EXISTS (SELECT 1 FROM spool.partitions p WHERE EXISTS (
 		SELECT 1 FROM spool.`+b.name+` d WHERE d.topic_id = p.topic_id AND d.partition = p.partition AND d."offset" >= p.low_offset))`)).Scan(&retained)
 	if err != nil {
 		return errors.Join(fmt.Errorf("check: %w", err), reattach())
@@ -354,7 +354,7 @@ func (e *Engine) dropBucket(ctx context.Context, b bucket) error {
 		e.log.Warn("pgstore: bucket still holds retained messages, attached again", "bucket", b.name)
 		return reattach()
 	}
-	if _, err := e.pool.Exec(ctx, e.sql("DROP TABLE spool."+b.name)); err != nil {
+	if _, err := e.pool.Exec(ctx, e.sqlOnce("DROP TABLE spool."+b.name)); err != nil {
 		return fmt.Errorf("drop: %w", err)
 	}
 	e.log.Debug("pgstore: dropped bucket", "bucket", b.name)

@@ -303,6 +303,15 @@ func (e *Engine) sql(q string) string {
 	return r
 }
 
+// sqlOnce is sql for a statement that names one bucket: rendered each time, never cached (the
+// cache would keep every bucket's statements for the life of the process).
+func (e *Engine) sqlOnce(q string) string {
+	if e.schema == DefaultSchema {
+		return q
+	}
+	return renderSchema(q, e.schema)
+}
+
 func renderSchema(q, schema string) string {
 	return strings.ReplaceAll(q, "spool.", pgx.Identifier{schema}.Sanitize()+".")
 }

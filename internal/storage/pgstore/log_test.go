@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -358,6 +359,17 @@ func TestLogBucketsCreatedForAnyTimeAndDropped(t *testing.T) {
 	if len(ms) != 1 || !ms[0].PublishedAt.Equal(logBase) {
 		t.Fatalf("late: %+v", ms)
 	}
+	// The statements that name a bucket are not kept in the engine's SQL cache: one per bucket
+	// would grow it for the life of the process.
+	if e.schema == DefaultSchema {
+		t.Fatal("the test engine must use a schema of its own (the cache is not used otherwise)")
+	}
+	e.queries.Range(func(k, _ any) bool {
+		if q := k.(string); strings.Contains(q, old) || strings.Contains(q, cur) {
+			t.Errorf("cached statement names a bucket: %.120s", q)
+		}
+		return true
+	})
 }
 
 // TestLogBucketDropLeftByStoppedInstance: an instance that stopped between removing a bucket from
