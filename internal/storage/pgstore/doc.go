@@ -94,9 +94,10 @@
 // BEGIN travels in the pipeline of the first batch and COMMIT in that of the last, so a claim, an
 // ack or an append costs two round trips instead of four; an append planned from a remembered
 // topic one (its partition rows' UPDATE checks the topic's gen, migration 0018). These
-// transactions also set enable_seqscan off: their prepared statements keep generic plans per
-// connection, and a plan made while spool.deliveries was nearly empty would scan its dead
-// versions.
+// transactions also set enable_seqscan off and plan_cache_mode force_generic_plan (txSettings):
+// their prepared statements keep generic plans per connection, a plan made while
+// spool.deliveries was nearly empty would scan its dead versions, and statements over unnested
+// arrays were otherwise planned again at every execution.
 //
 // # Combined delivery transactions
 //
