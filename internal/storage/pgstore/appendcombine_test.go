@@ -3,6 +3,7 @@ package pgstore
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -353,7 +354,8 @@ func TestAppendLanePipelinedAfterFailure(t *testing.T) {
 	awaitBlockedBy(t, e, b1.pid()) // y1 and y2 took offsets 2 and 3, their INSERT waits
 	var ypid int
 	must(0, e.pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", b1.pid()).Scan(&ypid))(t)
-	c := goAppend(t, e, topic, msg(0, "c", "")) // starts at once, waits for y's rows
+	// c starts at once (a transaction starts early only for minEarlyBytes), waits for y's rows.
+	c := goAppend(t, e, topic, msg(0, "c"+strings.Repeat("-", minEarlyBytes), ""))
 	awaitBlockedBy(t, e, ypid)
 	must(e.pool.Exec(ctx, "SELECT pg_cancel_backend($1)", ypid))(t) // y fails; y1, y2 run again alone
 	b1.release()
@@ -367,10 +369,39 @@ func TestAppendLanePipelinedAfterFailure(t *testing.T) {
 	got := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: 0}))(t)
 	var order []string
 	for _, m := range got {
-		order = append(order, string(m.Payload))
+		order = append(order, strings.TrimRight(string(m.Payload), "-"))
 	}
 	if fmt.Sprint(order) != "[w x y1 y2 c]" {
 		t.Fatalf("partition 0 holds %v, want [w x y1 y2 c]", order)
+	}
+}
+
+// TestAppendLaneGathersSmallCalls: while a lane's transaction that took its offsets runs, a small
+// call waits for its end (so that calls gather into fewer transactions) instead of starting the
+// next transaction at once; calls that add up to minEarlyBytes start it early, the small one with
+// them.
+func TestAppendLaneGathersSmallCalls(t *testing.T) {
+	t.Parallel()
+	clock := storagetest.NewFakeClock(logBase)
+	cfg := testConfig(t, clock)
+	e := logOpen(t, cfg)
+	const topic = "pub.gather"
+	logTopic(t, e, topic, storage.TopicConfig{Partitions: 1})
+	logPublish(t, e, topic, 0, "w") // offset 0; the topic is remembered
+	// x takes its offset, then its INSERT waits for the bucket.
+	b := lockRows(t, "LOCK TABLE "+pgx.Identifier{cfg.Schema, bucketName(e.bucketStart(clock.Now()))}.Sanitize()+" IN SHARE MODE")
+	x := goAppend(t, e, topic, msg(0, "x", ""))
+	awaitBlockedBy(t, e, b.pid())
+	s := goAppend(t, e, topic, msg(0, "s", ""))
+	awaitAppendsQueued(t, e, topic, 1) // stays queued: an early start would have taken it at once
+	big := goAppend(t, e, topic, msg(0, "big"+strings.Repeat("-", minEarlyBytes), ""))
+	awaitAppendsQueued(t, e, topic, 0) // s and big started together, before x ended
+	b.release()
+	want := map[string]int64{"x": 1, "s": 2, "big": 3}
+	for name, ch := range map[string]<-chan appendOut{"x": x, "s": s, "big": big} {
+		if o := <-ch; o.err != nil || o.res.Positions[0].Offset != want[name] {
+			t.Errorf("%s: %+v, err %v; want offset %d", name, o.res, o.err, want[name])
+		}
 	}
 }
 

@@ -38,9 +38,10 @@
 // transaction of the database.) The broker's own publishes of one topic share transactions
 // (appendcombine.go: while one runs, the calls that arrive wait and the next transaction appends
 // them all), so a partition's publish rate is the commit rate times the batch, not one commit per
-// message. The next transaction starts as soon as the one before holds its rows and waits for
-// them in PostgreSQL, carrying that one's transaction id (laneTurn: it fails, writing nothing,
-// and its calls queue again when the one before did not commit); MessagesAppendAsync queues there without a goroutine waiting, so one connection's
+// message. The next transaction, when it carries enough to be worth one (minEarlyMessages,
+// minEarlyBytes), starts as soon as the one before holds its rows and waits for them in
+// PostgreSQL, carrying that one's transaction id (laneTurn: it fails, writing nothing, and its
+// calls queue again when the one before did not commit); MessagesAppendAsync queues there without a goroutine waiting, so one connection's
 // publishes share transactions too. A combined transaction that fails for one call's input runs
 // each call again alone; one that fails for the database (unavailable, full, a connection lost
 // during the COMMIT, whose outcome is unknown) fails every call with that error, never running
