@@ -190,12 +190,21 @@ type bucket struct {
 func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 	var candidates []bucket
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, e.sql(bucketLockSQL+" SKIP LOCKED")).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // another instance is creating or dropping buckets
+		// The bucket lock is held for milliseconds (a bucket's creation, the listing below of
+		// another instance), so retention waits for it rather than skipping its drops (a run that
+		// met this instance's own maintenance creating the next bucket dropped nothing); a lock
+		// held longer than bucketLockTimeout skips them until the next run.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+bucketLockTimeout+"'"); err != nil {
+			return err
 		}
-		if err != nil {
+		if err := e.lockBuckets(ctx, tx); err != nil {
+			if pgCode(err) == "55P03" {
+				e.log.Info("pgstore: retention skips bucket drops: the bucket lock is held", "waited", bucketLockTimeout)
+				return errSkipDrops
+			}
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout TO DEFAULT"); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, e.sql(orphanDropsSQL), e.instanceUUID())
@@ -236,6 +245,9 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 		candidates, err = appendBuckets(candidates, rows)
 		return err
 	})
+	if errors.Is(err, errSkipDrops) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: retention: list buckets: %w", err)
 	}
@@ -254,6 +266,9 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 	}
 	return dropped, firstErr
 }
+
+// errSkipDrops: dropBuckets did not get the bucket lock in time (nothing changed).
+var errSkipDrops = errors.New("pgstore: bucket lock busy")
 
 // orphanDropsSQL takes over the buckets being dropped by instances that are gone (bucket_drops,
 // migration 0019): an instance that stopped between removing a bucket from spool.buckets and

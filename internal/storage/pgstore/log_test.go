@@ -300,6 +300,35 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// TestRetentionWaitsForBucketLock: retention waits for the bucket lock that a bucket's creation
+// (this instance's maintenance making the next bucket, or another instance) holds for a moment,
+// and then drops what it may, instead of skipping its drops for the run.
+func TestRetentionWaitsForBucketLock(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	old := bucketName(e.bucketStart(clock.Now()))
+	logTopic(t, e, "drop", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Minute,
+		ZeroSubscriptionRetention: time.Minute, MaxRetention: 48 * time.Hour})
+	logPublish(t, e, "drop", 0, "a")
+	clock.Advance(3 * time.Hour)
+	logPublish(t, e, "drop", 0, "b")
+	b := lockRows(t, e.sql(bucketLockSQL))
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.RetentionApply(ctx)
+		done <- err
+	}()
+	awaitBlockedBy(t, e, b.pid())
+	b.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if contains(bucketNames(t, e), old) || tableExists(t, e, old) {
+		t.Fatalf("bucket %s kept: retention skipped it while the bucket lock was held", old)
+	}
+}
+
 // TestLogBucketsCreatedForAnyTimeAndDropped: buckets are created on demand for any clock time;
 // retention drops a bucket once no partition retains a message in it, and keeps it while one
 // does.
