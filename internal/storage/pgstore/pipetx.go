@@ -190,6 +190,15 @@ func (t *pipeTx) sendFlushed(ctx context.Context, b *pgx.Batch, n int) (pgx.Batc
 		}
 		sds[i] = sd
 	}
+	var settings *pgconn.StatementDescription
+	if !t.begun {
+		// Prepared like the queries: sent unnamed, it was planned at every transaction.
+		sd, err := t.conn.Prepare(ctx, txSettings, txSettings)
+		if err != nil {
+			return nil, err
+		}
+		settings = sd
+	}
 	m := t.conn.TypeMap()
 	pc := t.conn.PgConn()
 	p := pc.StartPipeline(ctx)
@@ -197,7 +206,7 @@ func (t *pipeTx) sendFlushed(ctx context.Context, b *pgx.Batch, n int) (pgx.Batc
 	lead := 0
 	if !t.begun {
 		p.SendQueryParams("BEGIN", nil, nil, nil, nil)
-		p.SendQueryParams(txSettings, nil, nil, nil, nil)
+		p.SendQueryStatement(settings, nil, nil, nil)
 		lead = 2
 		t.begun = true
 	}
