@@ -24,7 +24,7 @@ func runGroup(ctx context.Context, e *cliEnv, args []string) error {
 		{"update", "change a group's start position (before it delivered anything) or heartbeat timeout", runGroupUpdate},
 		{"describe", "show a subscription with its members and partitions", runGroupDescribe},
 		{"pause", "pause a subscription: it receives nothing and keeps holding retention", groupOp("pause")},
-		{"resume", "resume a PAUSED subscription", groupOp("resume")},
+		{"resume", "resume a PAUSED subscription (a DEAD one: as resurrect --backfill)", groupOp("resume")},
 		{"cancel", "cancel a subscription: it releases everything (terminal)", groupOp("cancel")},
 		{"remove", "cancel a group and delete it at once", runGroupRemove},
 		{"resurrect", "make a DEAD group ACTIVE again", runGroupResurrect},

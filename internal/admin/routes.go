@@ -148,7 +148,7 @@ func (h *Handler) routeTable() []*route {
 			id: "pauseGroup", tag: "groups", summary: "Pause a subscription: it receives nothing and keeps holding retention.",
 			ok: 200, resp: typeOf[Group](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/resume", handle: h.groupOp(h.b.ResumeGroup), doc: opDoc{
-			id: "resumeGroup", tag: "groups", summary: "Resume a PAUSED or DEAD subscription.",
+			id: "resumeGroup", tag: "groups", summary: "Resume a PAUSED subscription, or a DEAD one with the bounded backfill of what it missed (as resurrect with backfill).",
 			ok: 200, resp: typeOf[Group](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/cancel", handle: h.groupOp(h.b.CancelGroup), doc: opDoc{
 			id: "cancelGroup", tag: "groups", summary: "Cancel a subscription: it releases everything; terminal.",

@@ -197,6 +197,16 @@ func TestResurrectGroup(t *testing.T) {
 	if c := e.b.BackfillCounters(); c.MissedBound != 2+4 || c.MissedSkipped != 3 {
 		t.Errorf("missed counters %+v, want bound 6 (2, then 4 cut of 7), skipped 3", c)
 	}
+	// Resuming a DEAD group resurrects it as a consumer attaching does: with the bounded backfill.
+	dead()
+	e.publishN("orders", "c", 2)
+	if s, err := e.b.ResumeGroup(ctx, "orders", "g"); err != nil || s.State != storage.Active ||
+		s.Backfill == nil || s.Backfill.State != storage.BackfillInProgress || s.Backfill.Total != 2 {
+		t.Fatalf("resume of a DEAD group: %+v, %v; want ACTIVE with a backfill of 2", s, err)
+	}
+	if st := e.groupStats("orders", "g"); st.Pending != 2 {
+		t.Errorf("pending after resuming a DEAD group: %d, want 2", st.Pending)
+	}
 }
 
 // Remove cancels a group (detaching its members) and deletes it at once; the queue subscription is

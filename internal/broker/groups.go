@@ -207,13 +207,19 @@ func (b *Broker) lookup(ctx context.Context, topic, group string) (*storage.Subs
 
 // setGroupState moves a subscription to state and wakes its owner.
 func (b *Broker) setGroupState(ctx context.Context, topic, group string, state storage.SubscriptionState) (*storage.Subscription, error) {
+	up, _, err := b.changeGroupState(ctx, topic, group, state)
+	return up, err
+}
+
+// changeGroupState is setGroupState, also returning the state the subscription left.
+func (b *Broker) changeGroupState(ctx context.Context, topic, group string, state storage.SubscriptionState) (*storage.Subscription, storage.SubscriptionState, error) {
 	sub, err := b.lookup(ctx, topic, group)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	up, err := b.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: state})
 	if err != nil {
-		return nil, fmt.Errorf("broker: group %q on topic %q: set state %s: %w", sub.Group, topic, state, err)
+		return nil, "", fmt.Errorf("broker: group %q on topic %q: set state %s: %w", sub.Group, topic, state, err)
 	}
 	b.logger.InfoContext(ctx, "group state changed", slog.String("topic", topic), slog.String("group", sub.Group),
 		slog.Int64("subscription", sub.ID), slog.String("from", string(sub.State)), slog.String("to", string(state)))
@@ -226,7 +232,7 @@ func (b *Broker) setGroupState(ctx context.Context, topic, group string, state s
 		// the update fail: no state moves to itself).
 		b.reportTransition(&LifecycleResult{Resurrected: []*storage.Subscription{up}})
 	}
-	return up, nil
+	return up, sub.State, nil
 }
 
 // PauseGroup pauses the subscription of group on topic ("" for the queue subscription): it
@@ -236,9 +242,15 @@ func (b *Broker) PauseGroup(ctx context.Context, topic, group string) (*storage.
 	return b.setGroupState(ctx, topic, group, storage.Paused)
 }
 
-// ResumeGroup makes a PAUSED or DEAD subscription ACTIVE again and wakes its owner.
+// ResumeGroup makes a PAUSED or DEAD subscription ACTIVE again and wakes its owner. A DEAD one is
+// resurrected as by a consumer attaching: it begins the bounded backfill of what it missed
+// (ResurrectGroup with backfill).
 func (b *Broker) ResumeGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
-	return b.setGroupState(ctx, topic, group, storage.Active)
+	up, from, err := b.changeGroupState(ctx, topic, group, storage.Active)
+	if err != nil || from != storage.Dead {
+		return up, err
+	}
+	return b.beginBackfill(ctx, up, false)
 }
 
 // CancelGroup cancels the subscription of group on topic: it releases everything at once and is
