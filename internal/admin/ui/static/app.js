@@ -629,6 +629,12 @@
         }
         const dlq = el('td', { class: 'num', 'data-col': 'dlq' },
           el('a', { href: dlqHref(g.topic, g.group), title: 'Open the dead-letter queue', text: fmtNum(g.dead_lettered) + ' →' }));
+        const processed = el('td', { class: 'num', 'data-col': 'processed',
+          title: 'acked, dead-lettered (failed) and filtered out by this broker since it started' }, fmtNum(g.processed));
+        if (g.failed || g.filtered) {
+          processed.append(el('div', { class: 'members', text: [g.failed ? fmtNum(g.failed) + ' failed' : '',
+            g.filtered ? fmtNum(g.filtered) + ' filtered' : ''].filter(Boolean).join(' · ') }));
+        }
         let action = null;
         if (g.state === 'ACTIVE' && !g.ephemeral) {
           action = el('button', { type: 'button', class: 'ghost', 'data-action': 'pause', text: 'Pause group', onclick: () => this.groupOp(g, 'pause') });
@@ -638,12 +644,12 @@
         return el('tr', { 'data-group': g.group },
           name, el('td', { 'data-col': 'state' }, stateBadge(g.state)), healthCell(h), members,
           num(g.lag, 'lag'), num(g.pending, 'pending'), num(g.in_flight, 'in_flight'), num(g.redelivering, 'redelivering'),
-          el('td', { class: 'num', 'data-col': 'done_rate' }, fmtRate(done.rate), spark(done.hist)), dlq,
+          el('td', { class: 'num', 'data-col': 'done_rate' }, fmtRate(done.rate), spark(done.hist)), processed, dlq,
           el('td', { 'data-col': 'actions' }, action));
       });
       $('groups').replaceChildren(table(
         ['Group', 'State', 'Health', 'Members', { text: 'Lag', num: true }, { text: 'Pending', num: true },
-          { text: 'In flight', num: true }, { text: 'Redelivering', num: true }, { text: 'Done rate', num: true }, { text: 'DLQ', num: true }, ''],
+          { text: 'In flight', num: true }, { text: 'Redelivering', num: true }, { text: 'Done rate', num: true }, { text: 'Processed', num: true }, { text: 'DLQ', num: true }, ''],
         rows, t.config.semantics === 'PUB_SUB'
           ? 'No consumer group yet: messages are kept for zero_subscription_retention (' + fmtDur(t.config.zero_subscription_retention) + ').'
           : 'No consumer yet.'));
