@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -386,6 +387,19 @@ func TestDashboardAssets(t *testing.T) {
 	a.do("GET", "/api/v1/topics", nil).fails(http.StatusUnauthorized, "NOT_AUTHENTICATED")
 }
 
+// TestDashboardCleanup: the topics page shows the cleanup jobs' health: a retention backlog that
+// grows at each run (seed 000's CRITICAL rule) reads BEHIND with the reason.
+func TestDashboardCleanup(t *testing.T) {
+	var n atomic.Int64
+	e := backlogEnv(t, func() int64 { return 1_000_000 + n.Add(1) })
+	cleanupJobs(e, func(j map[string]any) bool { return j["behind"] == true })
+	b := newBrowser(t, e.srv.URL)
+	b.do(chromedp.Navigate(e.srv.URL + "/"))
+	b.waitText(`[data-card=cleanup] .value`, "BEHIND")
+	b.waitJS("the reason", text(`[data-card=cleanup] .sub`)+`.includes('retention: the backlog grew at each of the last 3 runs')`)
+	b.waitJS("a critical card", `document.querySelector('[data-card=cleanup]').classList.contains('crit')`)
+}
+
 // TestDashboard walks the dashboard's pages over real data: the topic list (depth, live
 // update), a topic (its group's state, members, lag, DLQ count; pause and resume), the group's
 // DLQ (inspect, replay, purge with confirmation), checking each action's effect through the API,
@@ -425,6 +439,8 @@ func TestDashboard(t *testing.T) {
 	b.waitLoads(n, 2)
 	b.waitJS("a publish rate", text(row+`[data-col=rate]`)+`.endsWith('/s')`)
 	b.waitJS("the poll interval", `document.body.dataset.poll === '2000'`)
+	b.waitText(`[data-card=cleanup] .value`, "OK")
+	b.waitText(`[data-card=cleanup] .sub`, "backlog 0 messages")
 	b.screenshot("dashboard-topics.png")
 	// The poll reads one page of groups (the figures of 1,000 subscriptions at most), never the
 	// unpaged listing.

@@ -394,6 +394,19 @@
 
   // ---------- view: topics ----------
 
+  // cleanupCard shows the cleanup jobs' health (GET /api/v1/cleanup): seed 000's rules, CRITICAL
+  // when a job falls behind production, WARNING when the retention backlog passes 1,000,000.
+  function cleanupCard(cl) {
+    if (!cl) return card('Cleanup', '—', 'status unavailable', null, 'cleanup');
+    const backlog = sum(cl.jobs, (j) => j.backlog);
+    const behind = cl.jobs.filter((j) => j.behind);
+    const warn = cl.jobs.filter((j) => j.warning);
+    const bad = behind.length ? behind : warn;
+    const sub = `backlog ${fmtNum(backlog)} messages` + (bad.length ? ' · ' + bad.map((j) => j.job + ': ' + j.reason).join(' · ') : '');
+    return card('Cleanup', behind.length ? 'BEHIND' : warn.length ? 'WARNING' : 'OK', sub,
+      behind.length ? 'crit' : warn.length ? 'warn' : null, 'cleanup');
+  }
+
   const topicsView = {
     filter: '',
     mount(main) {
@@ -408,7 +421,8 @@
         el('div', { class: 'section' }, el('div', { id: 'topics' }, el('div', { class: 'empty', text: 'Loading…' }))));
     },
     async load(r, gen) {
-      const [tl, gl] = await Promise.all([api('/api/v1/topics?limit=1000'), api('/api/v1/groups?limit=1000')]);
+      const [tl, gl, cl] = await Promise.all([api('/api/v1/topics?limit=1000'), api('/api/v1/groups?limit=1000'),
+        api('/api/v1/cleanup').catch(() => null)]);
       if (stale(gen)) return;
       // Rates and health trends are sampled here, once per poll; draw (also run on each key of
       // the filter) only shows them.
@@ -418,12 +432,12 @@
         rates.set(t.name, sample('topic\u0000' + t.name, sum(st.partitions, (p) => p.high_water)));
       }
       const healths = gl.groups.map(groupHealth);
-      this.data = { tl, gl, rates, healths };
+      this.data = { tl, gl, cl, rates, healths };
       this.draw();
     },
     draw() {
       if (!this.data) return;
-      const { tl, gl, rates, healths } = this.data;
+      const { tl, gl, cl, rates, healths } = this.data;
       const byTopic = new Map();
       let attention = 0, critical = 0;
       for (const [i, g] of gl.groups.entries()) {
@@ -471,7 +485,8 @@
         card('Publish rate', fmtRate(total), 'all topics, msg/s', null, 'rate'),
         card('Groups needing attention', fmtNum(attention),
           `${fmtNum(critical)} critical of ${gl.next_after_id ? 'the first ' : ''}${fmtNum(gl.groups.length)} groups`,
-          critical ? 'crit' : attention ? 'warn' : null, 'attention'));
+          critical ? 'crit' : attention ? 'warn' : null, 'attention'),
+        cleanupCard(cl));
       $('topics').replaceChildren(table(
         ['Topic', 'Semantics', { text: 'Partitions', num: true }, { text: 'Depth', num: true }, { text: 'Size', num: true },
           { text: 'Publish rate', num: true }, { text: 'Groups', num: true }, { text: 'Members', num: true },
