@@ -652,9 +652,9 @@
         }
         let action = null;
         if (g.state === 'ACTIVE' && !g.ephemeral) {
-          action = el('button', { type: 'button', class: 'ghost', 'data-action': 'pause', text: 'Pause group', onclick: () => this.groupOp(g, 'pause') });
+          action = el('button', { type: 'button', class: 'ghost', 'data-action': 'pause', text: 'Pause', title: 'Pause group ' + g.group, onclick: () => this.groupOp(g, 'pause') });
         } else if (g.state === 'PAUSED' || g.state === 'DEAD') {
-          action = el('button', { type: 'button', 'data-action': 'resume', text: 'Resume group', onclick: () => this.groupOp(g, 'resume') });
+          action = el('button', { type: 'button', 'data-action': 'resume', text: 'Resume', title: 'Resume group ' + g.group, onclick: () => this.groupOp(g, 'resume') });
         }
         return el('tr', { 'data-group': g.group },
           name, el('td', { 'data-col': 'state' }, stateBadge(g.state)), healthCell(h), members,
