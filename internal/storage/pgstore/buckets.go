@@ -190,10 +190,10 @@ type bucket struct {
 func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 	var candidates []bucket
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		// The bucket lock is held for milliseconds (a bucket's creation, the listing below of
-		// another instance), so retention waits for it rather than skipping its drops (a run that
-		// met this instance's own maintenance creating the next bucket dropped nothing); a lock
-		// held longer than bucketLockTimeout skips them until the next run.
+		// The bucket lock is held for milliseconds (a bucket's creation, which this instance's
+		// maintenance runs on a timer; another instance's listing below), so retention waits for
+		// it rather than skipping its drops; held longer than bucketLockTimeout, the drops wait
+		// for the next run.
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+bucketLockTimeout+"'"); err != nil {
 			return err
 		}
