@@ -105,13 +105,22 @@ func (c *Client) ListGroups(ctx context.Context, p ListGroupsParams) (*GroupList
 	return &l, nil
 }
 
-// TopicGroups lists the groups of a topic with their health and oldest unacked message.
+// TopicGroups lists the groups of a topic with their health and oldest unacked message, all of
+// them (it reads the pages of 1000 one after the other).
 func (c *Client) TopicGroups(ctx context.Context, topic string) ([]Group, error) {
-	var l GroupList
-	if _, err := c.Call(ctx, http.MethodGet, TopicPath(topic, "groups"), nil, nil, &l); err != nil {
-		return nil, err
+	var all []Group
+	q := url.Values{}
+	for {
+		var l GroupList
+		if _, err := c.Call(ctx, http.MethodGet, TopicPath(topic, "groups"), q, nil, &l); err != nil {
+			return nil, err
+		}
+		all = append(all, l.Groups...)
+		if l.NextAfterID == nil {
+			return all, nil
+		}
+		q.Set("after_id", strconv.FormatInt(*l.NextAfterID, 10))
 	}
-	return l.Groups, nil
 }
 
 // Group returns one group with its health ("" is the queue subscription).

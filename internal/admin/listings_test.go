@@ -146,3 +146,65 @@ func TestGroupListPages(t *testing.T) {
 	e.do("GET", "/api/v1/groups?limit=1001", nil).fails(400, "INVALID_ARGUMENT")
 	e.do("GET", "/api/v1/groups?after_id=-1", nil).fails(400, "INVALID_ARGUMENT")
 }
+
+// TestTopicGroupListPages: GET /api/v1/topics/{topic}/groups answers at most limit groups of the
+// topic (1000 by default), with next_after_id until the last page, and refuses a bad limit; an
+// unknown topic is TOPIC_NOT_FOUND on its first page only. The Go admin client reads every page.
+func TestTopicGroupListPages(t *testing.T) {
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "tg", "semantics": "PUB_SUB"}).ok(201, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "other", "semantics": "PUB_SUB"}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/other/groups", map[string]any{"group": "x"}).ok(201, nil)
+	for i := range 5 {
+		e.do("POST", "/api/v1/topics/tg/groups", map[string]any{"group": fmt.Sprintf("g%d", i)}).ok(201, nil)
+	}
+	var got []string
+	path := "/api/v1/topics/tg/groups?limit=2"
+	for pages := 0; ; pages++ {
+		if pages == 3 {
+			t.Fatalf("more than 3 pages of 2 for 5 groups: %v", got)
+		}
+		var gl GroupList
+		e.do("GET", path, nil).ok(200, &gl)
+		if len(gl.Groups) > 2 {
+			t.Fatalf("page of %d groups, limit 2", len(gl.Groups))
+		}
+		for _, g := range gl.Groups {
+			got = append(got, g.Topic+"/"+g.Group)
+		}
+		if gl.NextAfterID == nil {
+			break
+		}
+		path = fmt.Sprintf("/api/v1/topics/tg/groups?limit=2&after_id=%d", *gl.NextAfterID)
+	}
+	want := []string{"tg/g0", "tg/g1", "tg/g2", "tg/g3", "tg/g4"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pages gave %v, want %v", got, want)
+	}
+	var all GroupList
+	e.do("GET", "/api/v1/topics/tg/groups", nil).ok(200, &all)
+	if len(all.Groups) != 5 || all.NextAfterID != nil {
+		t.Fatalf("default page: %d groups, next %v", len(all.Groups), all.NextAfterID)
+	}
+	e.do("GET", "/api/v1/topics/tg/groups?limit=1001", nil).fails(400, "INVALID_ARGUMENT")
+	e.do("GET", "/api/v1/topics/missing/groups", nil).fails(404, "TOPIC_NOT_FOUND")
+
+	// Past one page of 1000, the client reads the next.
+	for i := range 1000 {
+		if _, err := e.b.CreateGroup(t.Context(), broker.CreateGroupParams{Topic: "tg", Group: fmt.Sprintf("h%04d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.do("GET", "/api/v1/topics/tg/groups", nil).ok(200, &all)
+	if len(all.Groups) != 1000 || all.NextAfterID == nil {
+		t.Fatalf("first page of 1005 groups: %d groups, next %v", len(all.Groups), all.NextAfterID)
+	}
+	c, err := api.NewClient(e.srv.URL, e.srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := c.TopicGroups(t.Context(), "tg")
+	if err != nil || len(gs) != 1005 {
+		t.Fatalf("client TopicGroups: %d groups, %v; want 1005", len(gs), err)
+	}
+}

@@ -126,8 +126,11 @@ func (h *Handler) routeTable() []*route {
 			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
 		{method: "GET", path: "/api/v1/topics/{topic}/groups", handle: h.listTopicGroups, doc: opDoc{
 			id: "listTopicGroups", tag: "groups", summary: "List the subscriptions of a topic with their health.",
-			desc: "Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
-			ok:   200, resp: typeOf[GroupList](), errs: errsRead}},
+			desc: "Ordered by subscription ID, at most 1000 a page: next_after_id, absent on the last page, is the after_id of the next. " +
+				"Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
+			query: []queryParam{{"limit", "integer", "page size, 0 to 1000 (default and 0: 1000)"},
+				{"after_id", "integer", "start after this subscription ID (next_after_id of the previous page)"}},
+			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups", handle: h.createGroup, doc: opDoc{
 			id: "createGroup", tag: "groups", summary: "Create a consumer group on a PUB_SUB topic ahead of its consumers.",
 			desc: "Messages from its start on are kept for it until its consumers subscribe. A group without a live consumer for its heartbeat_timeout becomes DEAD (a consumer subscribing makes it ACTIVE again). 409 SUBSCRIPTION_EXISTS when the group is already subscribed; 400 on a QUEUE topic.",

@@ -188,9 +188,23 @@ func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listTopicGroups lists a topic's groups with their oldest unacked message, a page at a time
+// (default and most maxPageLimit): each group's figures are read per request, so an unpaged list
+// of a topic with tens of thousands of groups would make one request read all of theirs.
 func (h *Handler) listTopicGroups(w http.ResponseWriter, r *http.Request) error {
 	topic := r.PathValue("topic")
-	infos, err := h.b.TopicGroups(r.Context(), topic)
+	after, err := queryInt(r, "after_id", 0, 1<<62)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", maxPageLimit, maxPageLimit)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		limit = maxPageLimit
+	}
+	infos, next, err := h.b.GroupsPage(r.Context(), broker.GroupPageParams{Topic: topic, AfterID: after, Limit: int(limit)})
 	if err != nil {
 		return err
 	}
@@ -199,7 +213,10 @@ func (h *Handler) listTopicGroups(w http.ResponseWriter, r *http.Request) error 
 	for _, g := range infos {
 		out.Groups = append(out.Groups, groupJSON(g, members, true))
 	}
-	if len(out.Groups) == 0 {
+	if next != 0 {
+		out.NextAfterID = &next
+	}
+	if len(out.Groups) == 0 && after == 0 {
 		// An unknown topic is TOPIC_NOT_FOUND, not an empty list.
 		if _, err := h.b.Topic(r.Context(), topic); err != nil {
 			return err

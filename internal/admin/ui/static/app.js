@@ -627,7 +627,9 @@
         card('Depth', fmtNum(st.messages), 'messages retained', null, 'depth'),
         card('Size', fmtBytes(st.bytes), `${fmtNum(t.config.partitions)} partition(s)`, null, 'bytes'),
         card('Publish rate', fmtRate(s.rate), 'msg/s, from the last two polls', null, 'rate'),
-        card('Groups', fmtNum(gl.groups.length), bad ? `${bad} need attention` : 'all healthy', bad ? 'warn' : null, 'groups'),
+        card('Groups', fmtNum(gl.groups.length) + (gl.next_after_id ? '+' : ''),
+          (bad ? `${bad} need attention` : 'all healthy') + (gl.next_after_id ? ` · the first ${fmtNum(gl.groups.length)} shown` : ''),
+          bad ? 'warn' : null, 'groups'),
         card('Members', fmtNum(t.members), 'connected to this broker', null, 'members'));
 
       const rows = gl.groups.map((g, i) => {
