@@ -45,6 +45,15 @@ func (e *Engine) lockBuckets(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+// lockBucketsBounded is lockBuckets with tx's lock_timeout set to bucketLockTimeout first (for
+// the rest of tx): past it, the error has SQLSTATE 55P03.
+func (e *Engine) lockBucketsBounded(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+bucketLockTimeout+"'"); err != nil {
+		return err
+	}
+	return e.lockBuckets(ctx, tx)
+}
+
 // bucketStart returns the start (Unix seconds) of the bucket holding t.
 func (e *Engine) bucketStart(t time.Time) int64 {
 	w := int64(e.bucket.width / time.Second)
@@ -110,10 +119,7 @@ func (e *Engine) createBucket(ctx context.Context, start int64) error {
 	to := from.Add(e.bucket.width)
 	name := bucketName(start)
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+bucketLockTimeout+"'"); err != nil {
-			return err
-		}
-		if err := e.lockBuckets(ctx, tx); err != nil {
+		if err := e.lockBucketsBounded(ctx, tx); err != nil {
 			return err
 		}
 		var exists bool
@@ -194,10 +200,7 @@ func (e *Engine) dropBuckets(ctx context.Context, now time.Time) (int, error) {
 		// maintenance runs on a timer; another instance's listing below), so retention waits for
 		// it rather than skipping its drops; held longer than bucketLockTimeout, the drops wait
 		// for the next run.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+bucketLockTimeout+"'"); err != nil {
-			return err
-		}
-		if err := e.lockBuckets(ctx, tx); err != nil {
+		if err := e.lockBucketsBounded(ctx, tx); err != nil {
 			if pgCode(err) == "55P03" {
 				e.log.Info("pgstore: retention skips bucket drops: the bucket lock is held", "waited", bucketLockTimeout)
 				return errSkipDrops

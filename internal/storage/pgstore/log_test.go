@@ -300,6 +300,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// dropSoon is a PUB_SUB topic whose messages retention removes a minute after their publish.
+var dropSoon = storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Minute,
+	ZeroSubscriptionRetention: time.Minute, MaxRetention: 48 * time.Hour}
+
 // TestRetentionWaitsForBucketLock: retention waits for the bucket lock that a bucket's creation
 // (this instance's maintenance making the next bucket, or another instance) holds for a moment,
 // and then drops what it may, instead of skipping its drops for the run.
@@ -308,8 +312,7 @@ func TestRetentionWaitsForBucketLock(t *testing.T) {
 	e, clock := logEngine(t)
 	ctx := t.Context()
 	old := bucketName(e.bucketStart(clock.Now()))
-	logTopic(t, e, "drop", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Minute,
-		ZeroSubscriptionRetention: time.Minute, MaxRetention: 48 * time.Hour})
+	logTopic(t, e, "drop", dropSoon)
 	logPublish(t, e, "drop", 0, "a")
 	clock.Advance(3 * time.Hour)
 	logPublish(t, e, "drop", 0, "b")
@@ -337,8 +340,7 @@ func TestLogBucketsCreatedForAnyTimeAndDropped(t *testing.T) {
 	e, clock := logEngine(t)
 	ctx := t.Context()
 	old := bucketName(e.bucketStart(clock.Now()))
-	logTopic(t, e, "drop", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Minute,
-		ZeroSubscriptionRetention: time.Minute, MaxRetention: 48 * time.Hour})
+	logTopic(t, e, "drop", dropSoon)
 	logTopic(t, e, "keep", storage.TopicConfig{})
 	logPublish(t, e, "drop", 0, "a", "b", "c")
 	logPublish(t, e, "keep", 0, "k")
@@ -410,8 +412,7 @@ func TestLogBucketDropLeftByStoppedInstance(t *testing.T) {
 	t.Parallel()
 	e, clock := logEngine(t)
 	ctx := t.Context()
-	logTopic(t, e, "drop", storage.TopicConfig{Semantics: storage.PubSub, MessageRetention: time.Minute,
-		ZeroSubscriptionRetention: time.Minute, MaxRetention: 48 * time.Hour})
+	logTopic(t, e, "drop", dropSoon)
 	var names []string
 	for range 4 { // four buckets, an hour apart
 		names = append(names, bucketName(e.bucketStart(clock.Now())))
