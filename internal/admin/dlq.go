@@ -30,14 +30,19 @@ func (h *Handler) partitions(ctx context.Context, topic string) int {
 
 // idPage reads the after_id and limit of a route paged by ID (limit 0 or absent: the default page).
 func idPage(r *http.Request) (after, limit int64, err error) {
+	return idPageOf(r, defaultPageLimit)
+}
+
+// idPageOf is idPage with def as the page size when limit is absent or 0.
+func idPageOf(r *http.Request, def int64) (after, limit int64, err error) {
 	if after, err = queryInt(r, "after_id", 0, 1<<62); err != nil {
 		return 0, 0, err
 	}
-	if limit, err = queryInt(r, "limit", defaultPageLimit, maxPageLimit); err != nil {
+	if limit, err = queryInt(r, "limit", def, maxPageLimit); err != nil {
 		return 0, 0, err
 	}
 	if limit == 0 {
-		limit = defaultPageLimit
+		limit = def
 	}
 	return after, limit, nil
 }

@@ -97,6 +97,32 @@ func TestGroupListingsDoNotRepeatMemberSubscriptions(t *testing.T) {
 	}
 }
 
+// groupPages reads the group listing at path page by page, limit groups a page, following
+// next_after_id, and fails the test past maxPages pages or on a page larger than limit. It returns
+// the groups as topic/group and their subscription IDs, in the order read.
+func groupPages(t *testing.T, e *env, path string, limit, maxPages int) (names []string, ids []int64) {
+	t.Helper()
+	url := fmt.Sprintf("%s?limit=%d", path, limit)
+	for pages := 0; ; pages++ {
+		if pages == maxPages {
+			t.Fatalf("%s: more than %d pages of %d: %v", path, maxPages, limit, names)
+		}
+		var gl GroupList
+		e.do("GET", url, nil).ok(200, &gl)
+		if len(gl.Groups) > limit {
+			t.Fatalf("%s: page of %d groups, limit %d", path, len(gl.Groups), limit)
+		}
+		for _, g := range gl.Groups {
+			names = append(names, g.Topic+"/"+g.Group)
+			ids = append(ids, g.SubscriptionID)
+		}
+		if gl.NextAfterID == nil {
+			return names, ids
+		}
+		url = fmt.Sprintf("%s?limit=%d&after_id=%d", path, limit, *gl.NextAfterID)
+	}
+}
+
 // TestGroupListPages: GET /api/v1/groups answers pages of limit groups in subscription ID order,
 // with next_after_id until the last page, filters before paging, and refuses a bad limit or
 // cursor.
@@ -108,27 +134,7 @@ func TestGroupListPages(t *testing.T) {
 			e.do("POST", "/api/v1/topics/"+tp+"/groups", map[string]any{"group": fmt.Sprintf("g%d", i)}).ok(201, nil)
 		}
 	}
-	var got []string
-	var ids []int64
-	path := "/api/v1/groups?limit=2"
-	for pages := 0; ; pages++ {
-		if pages == 4 {
-			t.Fatalf("more than 3 pages of 2 for 6 groups: %v", got)
-		}
-		var gl GroupList
-		e.do("GET", path, nil).ok(200, &gl)
-		if len(gl.Groups) > 2 {
-			t.Fatalf("page of %d groups, limit 2", len(gl.Groups))
-		}
-		for _, g := range gl.Groups {
-			got = append(got, g.Topic+"/"+g.Group)
-			ids = append(ids, g.SubscriptionID)
-		}
-		if gl.NextAfterID == nil {
-			break
-		}
-		path = fmt.Sprintf("/api/v1/groups?limit=2&after_id=%d", *gl.NextAfterID)
-	}
+	got, ids := groupPages(t, e, "/api/v1/groups", 2, 3)
 	want := []string{"pa/g0", "pa/g1", "pa/g2", "pb/g0", "pb/g1", "pb/g2"}
 	if !slices.Equal(got, want) || !slices.IsSorted(ids) {
 		t.Fatalf("pages gave %v (ids %v), want %v in ID order", got, ids, want)
@@ -158,28 +164,10 @@ func TestTopicGroupListPages(t *testing.T) {
 	for i := range 5 {
 		e.do("POST", "/api/v1/topics/tg/groups", map[string]any{"group": fmt.Sprintf("g%d", i)}).ok(201, nil)
 	}
-	var got []string
-	path := "/api/v1/topics/tg/groups?limit=2"
-	for pages := 0; ; pages++ {
-		if pages == 3 {
-			t.Fatalf("more than 3 pages of 2 for 5 groups: %v", got)
-		}
-		var gl GroupList
-		e.do("GET", path, nil).ok(200, &gl)
-		if len(gl.Groups) > 2 {
-			t.Fatalf("page of %d groups, limit 2", len(gl.Groups))
-		}
-		for _, g := range gl.Groups {
-			got = append(got, g.Topic+"/"+g.Group)
-		}
-		if gl.NextAfterID == nil {
-			break
-		}
-		path = fmt.Sprintf("/api/v1/topics/tg/groups?limit=2&after_id=%d", *gl.NextAfterID)
-	}
+	got, ids := groupPages(t, e, "/api/v1/topics/tg/groups", 2, 3)
 	want := []string{"tg/g0", "tg/g1", "tg/g2", "tg/g3", "tg/g4"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("pages gave %v, want %v", got, want)
+	if !slices.Equal(got, want) || !slices.IsSorted(ids) {
+		t.Fatalf("pages gave %v (ids %v), want %v in ID order", got, ids, want)
 	}
 	var all GroupList
 	e.do("GET", "/api/v1/topics/tg/groups", nil).ok(200, &all)

@@ -193,16 +193,9 @@ func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
 // of a topic with tens of thousands of groups would make one request read all of theirs.
 func (h *Handler) listTopicGroups(w http.ResponseWriter, r *http.Request) error {
 	topic := r.PathValue("topic")
-	after, err := queryInt(r, "after_id", 0, 1<<62)
+	after, limit, err := idPageOf(r, maxPageLimit)
 	if err != nil {
 		return err
-	}
-	limit, err := queryInt(r, "limit", maxPageLimit, maxPageLimit)
-	if err != nil {
-		return err
-	}
-	if limit == 0 {
-		limit = maxPageLimit
 	}
 	infos, next, err := h.b.GroupsPage(r.Context(), broker.GroupPageParams{Topic: topic, AfterID: after, Limit: int(limit)})
 	if err != nil {
