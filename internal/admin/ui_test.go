@@ -457,7 +457,7 @@ func TestDashboard(t *testing.T) {
 	b.waitJS("one member", text(grow+`[data-col=members]`)+`.startsWith('1')`)
 	b.waitText(grow+`[data-col=lag]`, "2") // the two messages published last were not pulled
 	b.waitText(grow+`[data-col=dlq]`, "1 →")
-	b.waitText(grow+`[data-col=processed]`, "2"+"1 failed") // two acked; one dead-lettered (the line below)
+	b.waitText(grow+`[data-col=processed]`, "2"+"1 failed") // two acked; one nacked to the DLQ (the line below)
 	b.waitText(`[data-card=depth] .value`, "5")
 	b.screenshot("dashboard-topic.png")
 

@@ -647,7 +647,7 @@
         const dlq = el('td', { class: 'num', 'data-col': 'dlq' },
           el('a', { href: dlqHref(g.topic, g.group), title: 'Open the dead-letter queue', text: fmtNum(g.dead_lettered) + ' →' }));
         const processed = el('td', { class: 'num', 'data-col': 'processed',
-          title: 'acked, dead-lettered (failed) and filtered out by this broker since it started' }, fmtNum(g.processed));
+          title: 'completed by acks (processed), nacked (failed) and filtered out through this broker since it started' }, fmtNum(g.processed));
         if (g.failed || g.filtered) {
           processed.append(el('div', { class: 'members', text: [g.failed ? fmtNum(g.failed) + ' failed' : '',
             g.filtered ? fmtNum(g.filtered) + ' filtered' : ''].filter(Boolean).join(' · ') }));
