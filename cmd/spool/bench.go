@@ -40,7 +40,10 @@ Modes:
   floor     no broker: this machine's ceiling for --publishers synchronous publishers, each on its
             own connection, fsync before each answer (a minimal group-commit server in a child
             process, publishers in this one); reports msg/s and CPU per message. Divide the
-            publish figures by it, measured in the same window (docs/benchmarks.md)
+            publish figures by it, measured in the same window (docs/benchmarks.md). With
+            --store postgres://... the server commits each round into PostgreSQL instead (one
+            statement: offsets from a head row, one row per message): the ceiling of a broker
+            in front of that database
   scenario  seed 000's pre-GA tests against a running broker, each with verdicts against the
             seed's targets: kill-resurrect, isolation, fanout (spool bench scenario -h)
 
@@ -63,6 +66,7 @@ Examples:
   spool bench publish --publishers 10 --clients 1
   spool bench publish --async
   spool bench floor --publishers 10 --duration 10s
+  spool bench floor --publishers 10 --store postgres://spool@127.0.0.1/spool
   spool bench scenario kill-resurrect --heartbeat-timeout 10s
 
 Flags:
@@ -244,6 +248,8 @@ func benchFloor(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.Dir, "dir", "", "directory of the server's file (default: a temporary directory)")
 	fs.Int64Var(&c.FileSize, "file-size", c.FileSize, "size of the server's preallocated file; writes wrap around")
 	fs.BoolVar(&c.Gather, "gather", c.Gather, "the committer waits for as many requests as its last round carried")
+	fs.StringVar(&c.Store, "store", "", "a PostgreSQL URL: commit each round there (offsets from a head row, one row per message) instead of into a file")
+	fs.StringVar(&c.Schema, "schema", c.Schema, "the schema of the --store tables (dropped and made again, dropped at the end)")
 	serveFile := fs.String("serve", "", "internal: run the server child on this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -252,7 +258,7 @@ func benchFloor(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bench floor: unexpected arguments %q", fs.Args())
 	}
 	if *serveFile != "" {
-		return floor.Serve(*serveFile, c.FileSize, c.Gather)
+		return floor.Serve(c, *serveFile)
 	}
 	self, err := os.Executable()
 	if err != nil {

@@ -14,6 +14,11 @@
 // protocol, no records, no index, no broker: what it costs is the kernel's and the Go runtime's
 // share of every message, which Spool pays too.
 //
+// With Store (a PostgreSQL URL) the committer commits each round there instead, as one
+// autocommitted statement that takes the round's offsets from a head row and inserts one row per
+// message: the ceiling of any broker in front of PostgreSQL on this machine, to compare with a
+// plain queue that its clients write directly (cmd/pgqueue).
+//
 // It prints messages per second and the CPU time per message of the server and of the
 // publishers' process.
 package floor
@@ -44,6 +49,10 @@ type Config struct {
 	Dir        string        // directory of the server's file (default: a temporary directory)
 	FileSize   int64         // size of the server's preallocated file; writes wrap around
 	Gather     bool          // the committer waits for as many requests as its last round carried
+	// Store, a PostgreSQL URL, makes the server commit each round there (one statement that takes
+	// the round's offsets from a head row and inserts its rows) instead of into the file: the
+	// ceiling of a broker in front of PostgreSQL. Schema holds its tables.
+	Store, Schema string
 	// Child is the command line that runs this program's server child; the child's own flags
 	// (ChildArgs) are appended to it. spool runs itself as "spool bench floor".
 	Child []string
@@ -52,7 +61,7 @@ type Config struct {
 // Defaults returns the defaults of every setting but Child.
 func Defaults() Config {
 	return Config{Publishers: 10, Size: 1024, Duration: 10 * time.Second, Warmup: 2 * time.Second,
-		FileSize: 256 << 20, Gather: true}
+		FileSize: 256 << 20, Gather: true, Schema: DefaultSchema}
 }
 
 // Check validates c, naming the setting that is wrong.
@@ -66,15 +75,21 @@ func (c Config) Check() error {
 		return errors.New("duration must be positive and warmup not negative")
 	case c.FileSize < 1<<20:
 		return fmt.Errorf("file-size must be at least 1 MiB, got %d", c.FileSize)
+	case c.Store != "" && c.Schema == "":
+		return errors.New("schema must be set with store")
 	case len(c.Child) == 0:
 		return errors.New("no child command line")
 	}
 	return nil
 }
 
-// ChildArgs are the arguments that make the child serve file.
-func ChildArgs(file string, fileSize int64, gather bool) []string {
-	return []string{"--serve", file, "--file-size", strconv.FormatInt(fileSize, 10), "--gather=" + strconv.FormatBool(gather)}
+// ChildArgs are the arguments that make the child serve c into file (or c.Store).
+func ChildArgs(c Config, file string) []string {
+	a := []string{"--serve", file, "--file-size", strconv.FormatInt(c.FileSize, 10), "--gather=" + strconv.FormatBool(c.Gather)}
+	if c.Store != "" {
+		a = append(a, "--store", c.Store, "--schema", c.Schema)
+	}
+	return a
 }
 
 // Run measures the floor and prints the figures to out.
@@ -95,8 +110,8 @@ func Run(c Config, out io.Writer) error {
 
 // measure starts the server child, runs the publishers and prints the figures.
 func measure(out io.Writer, c Config, file string) error {
-	fileSize, gather, publishers, size, warmup, duration := c.FileSize, c.Gather, c.Publishers, c.Size, c.Warmup, c.Duration
-	args := append(append([]string(nil), c.Child[1:]...), ChildArgs(file, fileSize, gather)...)
+	gather, publishers, size, warmup, duration := c.Gather, c.Publishers, c.Size, c.Warmup, c.Duration
+	args := append(append([]string(nil), c.Child[1:]...), ChildArgs(c, file)...)
 	cmd := exec.Command(c.Child[0], args...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -158,19 +173,34 @@ func measure(out io.Writer, c Config, file string) error {
 		return errors.New("no message was acknowledged in the measured time")
 	}
 	perMsg := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(msgs) }
-	fmt.Fprintf(out, "%d publishers, %d-byte payloads, gather %v: %d messages in %v, %.0f msg/s\n",
-		publishers, size, gather, msgs, elapsed.Round(time.Millisecond), float64(msgs)/elapsed.Seconds())
+	into := "a file"
+	if c.Store != "" {
+		into = "PostgreSQL"
+	}
+	fmt.Fprintf(out, "%d publishers, %d-byte payloads, gather %v, into %s: %d messages in %v, %.0f msg/s\n",
+		publishers, size, gather, into, msgs, elapsed.Round(time.Millisecond), float64(msgs)/elapsed.Seconds())
 	fmt.Fprintf(out, "cpu per message: server %.1f us, publishers %.1f us\n", perMsg(s1-s0), perMsg(cli1-cli0))
 	return nil
 }
 
-// Serve is the server process: it answers "addr" with its listening address and "cpu"
-// with its CPU time so far, one line each, on stdin and stdout, and exits when stdin closes.
-func Serve(file string, fileSize int64, gather bool) error {
-	s, err := newServer(file, fileSize, gather)
+// maxFrame is the largest frame the server accepts (Check bounds Size below it).
+const maxFrame = 4 + 1<<20
+
+// Serve is the server process of c, writing into file or c.Store: it answers "addr" with its
+// listening address and "cpu" with its CPU time so far, one line each, on stdin and stdout, and
+// exits when stdin closes.
+func Serve(c Config, file string) error {
+	var sk sink
+	var err error
+	if c.Store != "" {
+		sk, err = newPGSink(c.Store, c.Schema)
+	} else {
+		sk, err = newFileSink(file, c.FileSize)
+	}
 	if err != nil {
 		return err
 	}
+	s := newServer(sk, min(maxFrame, c.FileSize), c.Gather)
 	defer s.close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

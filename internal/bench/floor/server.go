@@ -29,10 +29,16 @@ type request struct {
 	done  chan struct{}
 }
 
+// sink makes a round durable: it sets each request's off and returns once the round is on disk.
+type sink interface {
+	commit(batch []*request, buf []byte) error
+	close() error
+}
+
 // server is the minimal group-commit server: see the package comment.
 type server struct {
-	f        *os.File
-	fileSize int64
+	sink     sink
+	maxFrame int64 // largest frame accepted, length prefix included
 	gather   bool
 
 	mu    sync.Mutex
@@ -45,35 +51,19 @@ type server struct {
 	wg           sync.WaitGroup
 }
 
-// newServer creates (or truncates) file, zero-fills fileSize bytes of it and syncs it, so that
-// rounds overwrite allocated blocks, and starts the committer.
-func newServer(file string, fileSize int64, gather bool) (*server, error) {
-	f, err := os.OpenFile(file, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	zero := make([]byte, 1<<20)
-	for off := int64(0); off < fileSize; off += int64(len(zero)) {
-		if _, err := f.WriteAt(zero[:min(int64(len(zero)), fileSize-off)], off); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	s := &server{f: f, fileSize: fileSize, gather: gather, arrived: make(chan struct{}, 1), closed: make(chan struct{})}
+// newServer starts the committer of rounds into sk; frames up to maxFrame bytes are accepted.
+func newServer(sk sink, maxFrame int64, gather bool) *server {
+	s := &server{sink: sk, maxFrame: maxFrame, gather: gather, arrived: make(chan struct{}, 1), closed: make(chan struct{})}
 	s.wg.Add(1)
 	go s.commitLoop()
-	return s, nil
+	return s
 }
 
-// close stops the committer (requests still queued fail) and closes the file.
+// close stops the committer (requests still queued fail) and closes the sink.
 func (s *server) close() error {
 	close(s.closed)
 	s.wg.Wait()
-	return s.f.Close()
+	return s.sink.close()
 }
 
 // accept serves every connection of ln on a goroutine until ln is closed.
@@ -98,7 +88,7 @@ func (s *server) serveConn(c net.Conn) {
 			return
 		}
 		n := binary.BigEndian.Uint32(hdr[:])
-		if n == 0 || int64(n)+4 > s.fileSize {
+		if n == 0 || int64(n)+4 > s.maxFrame {
 			return
 		}
 		frame := make([]byte, 4+n)
@@ -134,11 +124,10 @@ func (s *server) enqueue(r *request) {
 	}
 }
 
-// commitLoop runs rounds until close: gather, take the queue, write it at the next offset
-// (wrapping to 0 when the file is full), fdatasync, release the requests.
+// commitLoop runs rounds until close: gather, take the queue, commit it to the sink, release
+// the requests.
 func (s *server) commitLoop() {
 	defer s.wg.Done()
-	var off int64
 	var last int
 	var buf []byte
 	for {
@@ -165,17 +154,11 @@ func (s *server) commitLoop() {
 		for _, r := range batch {
 			buf = append(buf, r.frame...)
 		}
-		if off+int64(len(buf)) > s.fileSize {
-			off = 0
-		}
-		err := s.write(buf, off)
-		pos := off
+		err := s.sink.commit(batch, buf)
 		for _, r := range batch {
-			r.off, r.err = pos, err
-			pos += int64(len(r.frame))
+			r.err = err
 			close(r.done)
 		}
-		off = pos
 		last = len(batch)
 	}
 }
@@ -199,16 +182,56 @@ func (s *server) gatherFor(n int64) {
 	}
 }
 
-// write writes b at off and syncs the file's data.
-func (s *server) write(b []byte, off int64) error {
-	if int64(len(b)) > s.fileSize {
-		return fmt.Errorf("round of %d bytes exceeds the file", len(b))
+// fileSink writes rounds into a preallocated file, one pwrite and one fdatasync per round,
+// wrapping to the start when the file is full; a request's off is its frame's file offset.
+type fileSink struct {
+	f    *os.File
+	size int64
+	off  int64
+}
+
+// newFileSink creates (or truncates) file, zero-fills size bytes of it and syncs it, so that
+// rounds overwrite allocated blocks.
+func newFileSink(file string, size int64) (*fileSink, error) {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := s.f.WriteAt(b, off); err != nil {
+	zero := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(zero)) {
+		if _, err := f.WriteAt(zero[:min(int64(len(zero)), size-off)], off); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &fileSink{f: f, size: size}, nil
+}
+
+func (fs *fileSink) commit(batch []*request, buf []byte) error {
+	if int64(len(buf)) > fs.size {
+		return fmt.Errorf("round of %d bytes exceeds the file", len(buf))
+	}
+	if fs.off+int64(len(buf)) > fs.size {
+		fs.off = 0
+	}
+	if _, err := fs.f.WriteAt(buf, fs.off); err != nil {
 		return err
 	}
-	return unix.Fdatasync(int(s.f.Fd()))
+	if err := unix.Fdatasync(int(fs.f.Fd())); err != nil {
+		return err
+	}
+	for _, r := range batch {
+		r.off = fs.off
+		fs.off += int64(len(r.frame))
+	}
+	return nil
 }
+
+func (fs *fileSink) close() error { return fs.f.Close() }
 
 // failQueued fails what is still queued (close).
 func (s *server) failQueued() {
