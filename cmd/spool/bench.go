@@ -243,6 +243,7 @@ func benchFloor(args []string, stdout, stderr io.Writer) error {
 	c := floor.Defaults()
 	fs.IntVar(&c.Publishers, "publishers", c.Publishers, "publishers, each on its own connection, each waiting for its answer")
 	fs.IntVar(&c.Size, "size", c.Size, "payload bytes per message")
+	fs.IntVar(&c.Batch, "batch", c.Batch, "messages per request (each publisher waits for its request's answer)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "measured time")
 	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "time before the measurement starts")
 	fs.StringVar(&c.Dir, "dir", "", "directory of the server's file (default: a temporary directory)")
@@ -250,6 +251,7 @@ func benchFloor(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&c.Gather, "gather", c.Gather, "the committer waits for as many requests as its last round carried")
 	fs.StringVar(&c.Store, "store", "", "a PostgreSQL URL: commit each round there (offsets from a head row, one row per message) instead of into a file")
 	fs.StringVar(&c.Schema, "schema", c.Schema, "the schema of the --store tables (dropped and made again, dropped at the end)")
+	fs.IntVar(&c.Committers, "committers", c.Committers, "with --store: rounds committed side by side, each on its own connection and head row (as partitions)")
 	serveFile := fs.String("serve", "", "internal: run the server child on this file")
 	if err := fs.Parse(args); err != nil {
 		return err

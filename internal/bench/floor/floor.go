@@ -43,6 +43,7 @@ import (
 // Config is one measurement.
 type Config struct {
 	Publishers int           // publishers, each on its own connection, each waiting for its answer
+	Batch      int           // messages per request
 	Size       int           // payload bytes per message
 	Duration   time.Duration // measured time
 	Warmup     time.Duration // time before the measurement starts
@@ -51,8 +52,11 @@ type Config struct {
 	Gather     bool          // the committer waits for as many requests as its last round carried
 	// Store, a PostgreSQL URL, makes the server commit each round there (one statement that takes
 	// the round's offsets from a head row and inserts its rows) instead of into the file: the
-	// ceiling of a broker in front of PostgreSQL. Schema holds its tables.
+	// ceiling of a broker in front of PostgreSQL. Schema holds its tables. Committers (with
+	// Store) commit rounds side by side, each on its own connection and head row, as the
+	// partitions of a topic could.
 	Store, Schema string
+	Committers    int
 	// Child is the command line that runs this program's server child; the child's own flags
 	// (ChildArgs) are appended to it. spool runs itself as "spool bench floor".
 	Child []string
@@ -60,8 +64,8 @@ type Config struct {
 
 // Defaults returns the defaults of every setting but Child.
 func Defaults() Config {
-	return Config{Publishers: 10, Size: 1024, Duration: 10 * time.Second, Warmup: 2 * time.Second,
-		FileSize: 256 << 20, Gather: true, Schema: DefaultSchema}
+	return Config{Publishers: 10, Batch: 1, Size: 1024, Duration: 10 * time.Second, Warmup: 2 * time.Second,
+		FileSize: 256 << 20, Gather: true, Schema: DefaultSchema, Committers: 1}
 }
 
 // Check validates c, naming the setting that is wrong.
@@ -71,12 +75,16 @@ func (c Config) Check() error {
 		return fmt.Errorf("publishers must be at least 1, got %d", c.Publishers)
 	case c.Size < 16 || c.Size > 1<<20:
 		return fmt.Errorf("size must be between 16 and 1048576, got %d", c.Size)
+	case c.Batch < 1 || c.Batch*(4+c.Size) > 16<<20:
+		return fmt.Errorf("batch must be at least 1 and batch x size at most 16 MiB, got %d", c.Batch)
 	case c.Duration <= 0 || c.Warmup < 0:
 		return errors.New("duration must be positive and warmup not negative")
 	case c.FileSize < 1<<20:
 		return fmt.Errorf("file-size must be at least 1 MiB, got %d", c.FileSize)
 	case c.Store != "" && c.Schema == "":
 		return errors.New("schema must be set with store")
+	case c.Committers < 1 || c.Committers > 64 || (c.Committers > 1 && c.Store == ""):
+		return fmt.Errorf("committers must be between 1 and 64, more than 1 only with store, got %d", c.Committers)
 	case len(c.Child) == 0:
 		return errors.New("no child command line")
 	}
@@ -85,9 +93,10 @@ func (c Config) Check() error {
 
 // ChildArgs are the arguments that make the child serve c into file (or c.Store).
 func ChildArgs(c Config, file string) []string {
-	a := []string{"--serve", file, "--file-size", strconv.FormatInt(c.FileSize, 10), "--gather=" + strconv.FormatBool(c.Gather)}
+	a := []string{"--serve", file, "--file-size", strconv.FormatInt(c.FileSize, 10), "--gather=" + strconv.FormatBool(c.Gather),
+		"--batch", strconv.Itoa(c.Batch)}
 	if c.Store != "" {
-		a = append(a, "--store", c.Store, "--schema", c.Schema)
+		a = append(a, "--store", c.Store, "--schema", c.Schema, "--committers", strconv.Itoa(c.Committers))
 	}
 	return a
 }
@@ -143,7 +152,7 @@ func measure(out io.Writer, c Config, file string) error {
 	if err != nil {
 		return err
 	}
-	load, err := startLoad(addr, publishers, size)
+	load, err := startLoad(addr, publishers, size, c.Batch)
 	if err != nil {
 		return err
 	}
@@ -175,10 +184,10 @@ func measure(out io.Writer, c Config, file string) error {
 	perMsg := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(msgs) }
 	into := "a file"
 	if c.Store != "" {
-		into = "PostgreSQL"
+		into = fmt.Sprintf("PostgreSQL (%d committers)", c.Committers)
 	}
-	fmt.Fprintf(out, "%d publishers, %d-byte payloads, gather %v, into %s: %d messages in %v, %.0f msg/s\n",
-		publishers, size, gather, into, msgs, elapsed.Round(time.Millisecond), float64(msgs)/elapsed.Seconds())
+	fmt.Fprintf(out, "%d publishers, batches of %d, %d-byte payloads, gather %v, into %s: %d messages in %v, %.0f msg/s\n",
+		publishers, c.Batch, size, gather, into, msgs, elapsed.Round(time.Millisecond), float64(msgs)/elapsed.Seconds())
 	fmt.Fprintf(out, "cpu per message: server %.1f us, publishers %.1f us\n", perMsg(s1-s0), perMsg(cli1-cli0))
 	return nil
 }
@@ -190,17 +199,20 @@ const maxFrame = 4 + 1<<20
 // listening address and "cpu" with its CPU time so far, one line each, on stdin and stdout, and
 // exits when stdin closes.
 func Serve(c Config, file string) error {
-	var sk sink
-	var err error
+	var sinks []sink
 	if c.Store != "" {
-		sk, err = newPGSink(c.Store, c.Schema)
+		var err error
+		if sinks, err = newPGSinks(c.Store, c.Schema, c.Committers); err != nil {
+			return err
+		}
 	} else {
-		sk, err = newFileSink(file, c.FileSize)
+		sk, err := newFileSink(file, c.FileSize)
+		if err != nil {
+			return err
+		}
+		sinks = []sink{sk}
 	}
-	if err != nil {
-		return err
-	}
-	s := newServer(sk, min(maxFrame, c.FileSize), c.Gather)
+	s := newServer(sinks, min(maxFrame, c.FileSize), c.Batch, c.Gather)
 	defer s.close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -28,6 +28,8 @@ func TestMain(m *testing.M) {
 		file := fs.String("serve", "", "")
 		fs.Int64Var(&c.FileSize, "file-size", 0, "")
 		fs.BoolVar(&c.Gather, "gather", true, "")
+		fs.IntVar(&c.Batch, "batch", 1, "")
+		fs.IntVar(&c.Committers, "committers", 1, "")
 		fs.StringVar(&c.Store, "store", "", "")
 		fs.StringVar(&c.Schema, "schema", "", "")
 		fs.Parse(os.Args[1:])
@@ -59,7 +61,7 @@ func TestServerWritesWhatItAcknowledges(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			acked := runLoad(t, newServer(sk, fileSize, gather), publishers, size)
+			acked := runLoad(t, newServer([]sink{sk}, fileSize, 1, gather), publishers, size, 1)
 			if acked*(4+size) > fileSize {
 				t.Fatalf("%d messages wrapped the file; make it larger", acked)
 			}
@@ -97,14 +99,14 @@ func TestServerWritesWhatItAcknowledges(t *testing.T) {
 
 // runLoad runs publishers against s until at least 100 messages are acknowledged, stops them,
 // closes s and returns how many were acknowledged.
-func runLoad(t *testing.T, s *server, publishers, size int) int64 {
+func runLoad(t *testing.T, s *server, publishers, size, batch int) int64 {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go s.accept(ln)
-	l, err := startLoad(ln.Addr().String(), publishers, size)
+	l, err := startLoad(ln.Addr().String(), publishers, size, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,56 +127,78 @@ func runLoad(t *testing.T, s *server, publishers, size int) int64 {
 	return acked
 }
 
-// TestPGServerLogsWhatItAcknowledges: into PostgreSQL, every acknowledged message is a row with
-// its payload, offsets are gapless from 0, each publisher's messages are in the order sent, and
-// nothing else was inserted.
+// TestPGServerLogsWhatItAcknowledges: into PostgreSQL, with 1 and 2 committers, every
+// acknowledged message is a row with its payload (requests of 3 messages), each head's offsets
+// are gapless from 0, each publisher's messages are in the order sent within a head and each is
+// there once, and nothing else was inserted.
 func TestPGServerLogsWhatItAcknowledges(t *testing.T) {
 	url := testutil.DatabaseURL(t)
-	schema := testutil.PGSchema(t, url, "floor_")
-	const size, publishers = 100, 4
-	sk, err := newPGSink(url, schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sk.keep = true // read the rows below; PGSchema drops the schema
-	s := newServer(sk, maxFrame, true)
-	acked := runLoad(t, s, publishers, size)
-	if err := s.close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT off, payload FROM "+pgx.Identifier{schema, "log"}.Sanitize()+" ORDER BY off")
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := make([]uint64, publishers)
-	var n int64
-	for rows.Next() {
-		var off int64
-		var p []byte
-		if err := rows.Scan(&off, &p); err != nil {
-			t.Fatal(err)
-		}
-		if off != n || len(p) != size {
-			t.Fatalf("row %d: offset %d, %d bytes; want offset %d, %d bytes", n, off, len(p), n, size)
-		}
-		id, seq := binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])
-		if id >= publishers || seq != next[id] {
-			t.Fatalf("offset %d: publisher %d seq %d, want seq %d", off, id, seq, next[min(id, publishers-1)])
-		}
-		next[id]++
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n != acked {
-		t.Fatalf("%d rows, %d acknowledged", n, acked)
+	for _, committers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("committers=%d", committers), func(t *testing.T) {
+			schema := testutil.PGSchema(t, url, "floor_")
+			const size, publishers, batch = 100, 4, 3
+			sinks, err := newPGSinks(url, schema, committers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sinks[0].(*pgSink).drop = false // read the rows below; PGSchema drops the schema
+			s := newServer(sinks, maxFrame, batch, true)
+			acked := runLoad(t, s, publishers, size, batch)
+			if err := s.close(); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			rows, err := conn.Query(ctx, "SELECT head, off, payload FROM "+pgx.Identifier{schema, "log"}.Sanitize()+" ORDER BY head, off")
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := make([]map[uint64]bool, publishers)
+			for i := range seen {
+				seen[i] = map[uint64]bool{}
+			}
+			var n int64
+			var head, want int64
+			last := map[[2]uint64]uint64{} // (head, publisher) -> last seq + 1
+			for rows.Next() {
+				var h, off int64
+				var p []byte
+				if err := rows.Scan(&h, &off, &p); err != nil {
+					t.Fatal(err)
+				}
+				if h != head {
+					head, want = h, 0
+				}
+				if h < 1 || h > int64(committers) || off != want || len(p) != size {
+					t.Fatalf("row %d: head %d offset %d, %d bytes; want offset %d, %d bytes", n, h, off, len(p), want, size)
+				}
+				want++
+				id, seq := binary.BigEndian.Uint64(p), binary.BigEndian.Uint64(p[8:])
+				k := [2]uint64{uint64(h), id}
+				if id >= publishers || seen[id][seq] || seq < last[k] {
+					t.Fatalf("head %d offset %d: publisher %d seq %d again or out of order", h, off, id, seq)
+				}
+				seen[id][seq], last[k] = true, seq+1
+				n++
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			for id, m := range seen {
+				for seq := range uint64(len(m)) {
+					if !m[seq] {
+						t.Fatalf("publisher %d: seq %d missing of %d", id, seq, len(m))
+					}
+				}
+			}
+			if n != acked {
+				t.Fatalf("%d rows, %d acknowledged", n, acked)
+			}
+		})
 	}
 }
 
@@ -201,11 +225,12 @@ func TestMeasurePG(t *testing.T) {
 	c := testConfig(t)
 	c.Store = testutil.DatabaseURL(t)
 	c.Schema = testutil.PGSchema(t, c.Store, "floor_")
+	c.Committers, c.Batch = 2, 2
 	var out bytes.Buffer
 	if err := Run(c, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`into PostgreSQL: [1-9]\d* messages in `).MatchString(out.String()) {
+	if !regexp.MustCompile(`into PostgreSQL \(2 committers\): [1-9]\d* messages in `).MatchString(out.String()) {
 		t.Fatalf("output:\n%s", out.String())
 	}
 	ctx := context.Background()
@@ -225,6 +250,8 @@ func TestBadConfig(t *testing.T) {
 	for name, bad := range map[string]func(*Config){
 		"publishers": func(c *Config) { c.Publishers = 0 },
 		"size":       func(c *Config) { c.Size = 8 },
+		"batch":      func(c *Config) { c.Batch = 0 },
+		"committers": func(c *Config) { c.Committers = 2 },
 		"duration":   func(c *Config) { c.Duration = 0 },
 		"file-size":  func(c *Config) { c.FileSize = 1000 },
 		"schema":     func(c *Config) { c.Store, c.Schema = "postgres://x", "" },

@@ -22,10 +22,10 @@ type load struct {
 	err      error
 }
 
-// startLoad dials addr publishers times and starts the publishers. Each payload starts with
-// the publisher's number and the message's sequence number (8 bytes each, big-endian), so that
-// what the server wrote can be checked.
-func startLoad(addr string, publishers, size int) (*load, error) {
+// startLoad dials addr publishers times and starts the publishers, each sending batch messages
+// per request. Each payload starts with the publisher's number and the message's sequence number
+// (8 bytes each, big-endian), so that what the server wrote can be checked.
+func startLoad(addr string, publishers, size, batch int) (*load, error) {
 	l := &load{}
 	for range publishers {
 		c, err := net.Dial("tcp", addr)
@@ -36,19 +36,25 @@ func startLoad(addr string, publishers, size int) (*load, error) {
 		l.conns = append(l.conns, c)
 	}
 	for i, c := range l.conns {
-		l.wg.Go(func() { l.publish(c, uint64(i), size) })
+		l.wg.Go(func() { l.publish(c, uint64(i), size, batch) })
 	}
 	return l, nil
 }
 
-// publish is one publisher.
-func (l *load) publish(c net.Conn, id uint64, size int) {
-	frame := make([]byte, 4+size)
-	binary.BigEndian.PutUint32(frame, uint32(size))
-	binary.BigEndian.PutUint64(frame[4:], id)
+// publish is one publisher: a request is batch frames (4-byte big-endian length, payload) end
+// to end, answered as one.
+func (l *load) publish(c net.Conn, id uint64, size, batch int) {
+	frame := make([]byte, batch*(4+size))
+	for m := range batch {
+		binary.BigEndian.PutUint32(frame[m*(4+size):], uint32(size))
+		binary.BigEndian.PutUint64(frame[m*(4+size)+4:], id)
+	}
 	var ack [ackSize]byte
-	for seq := uint64(0); !l.stopping.Load(); seq++ {
-		binary.BigEndian.PutUint64(frame[12:], seq)
+	for seq := uint64(0); !l.stopping.Load(); {
+		for m := range batch {
+			binary.BigEndian.PutUint64(frame[m*(4+size)+12:], seq)
+			seq++
+		}
 		if _, err := c.Write(frame); err != nil {
 			l.fail(err)
 			return
@@ -61,7 +67,7 @@ func (l *load) publish(c net.Conn, id uint64, size int) {
 			l.fail(fmt.Errorf("publisher %d: answer for %d bytes, sent %d", id, n, len(frame)))
 			return
 		}
-		l.acked.Add(1)
+		l.acked.Add(int64(batch))
 	}
 }
 

@@ -37,8 +37,9 @@ type sink interface {
 
 // server is the minimal group-commit server: see the package comment.
 type server struct {
-	sink     sink
-	maxFrame int64 // largest frame accepted, length prefix included
+	sinks    []sink // one committer each
+	maxFrame int64  // largest frame accepted, length prefix included
+	batch    int    // frames per request
 	gather   bool
 
 	mu    sync.Mutex
@@ -51,19 +52,25 @@ type server struct {
 	wg           sync.WaitGroup
 }
 
-// newServer starts the committer of rounds into sk; frames up to maxFrame bytes are accepted.
-func newServer(sk sink, maxFrame int64, gather bool) *server {
-	s := &server{sink: sk, maxFrame: maxFrame, gather: gather, arrived: make(chan struct{}, 1), closed: make(chan struct{})}
-	s.wg.Add(1)
-	go s.commitLoop()
+// newServer starts a committer of rounds into each of sinks; requests are batch frames of up to
+// maxFrame bytes each.
+func newServer(sinks []sink, maxFrame int64, batch int, gather bool) *server {
+	s := &server{sinks: sinks, maxFrame: maxFrame, batch: batch, gather: gather, arrived: make(chan struct{}, 1), closed: make(chan struct{})}
+	for _, sk := range sinks {
+		s.wg.Go(func() { s.commitLoop(sk) })
+	}
 	return s
 }
 
-// close stops the committer (requests still queued fail) and closes the sink.
+// close stops the committers (requests still queued fail) and closes the sinks.
 func (s *server) close() error {
 	close(s.closed)
 	s.wg.Wait()
-	return s.sink.close()
+	var errs []error
+	for _, sk := range s.sinks {
+		errs = append(errs, sk.close())
+	}
+	return errors.Join(errs...)
 }
 
 // accept serves every connection of ln on a goroutine until ln is closed.
@@ -77,24 +84,27 @@ func (s *server) accept(ln net.Listener) {
 	}
 }
 
-// serveConn reads frames (4-byte big-endian length, payload), has each committed and answers it
-// with its offset and length, one at a time.
+// serveConn reads requests (batch frames of a 4-byte big-endian length and a payload), has each
+// committed and answers it with its offset and length, one at a time.
 func (s *server) serveConn(c net.Conn) {
 	defer c.Close()
 	var hdr [4]byte
 	var ack [ackSize]byte
 	for {
-		if _, err := io.ReadFull(c, hdr[:]); err != nil {
-			return
-		}
-		n := binary.BigEndian.Uint32(hdr[:])
-		if n == 0 || int64(n)+4 > s.maxFrame {
-			return
-		}
-		frame := make([]byte, 4+n)
-		copy(frame, hdr[:])
-		if _, err := io.ReadFull(c, frame[4:]); err != nil {
-			return
+		var frame []byte
+		for range s.batch {
+			if _, err := io.ReadFull(c, hdr[:]); err != nil {
+				return
+			}
+			n := binary.BigEndian.Uint32(hdr[:])
+			if n == 0 || int64(n)+4 > s.maxFrame {
+				return
+			}
+			frame = append(frame, hdr[:]...)
+			frame = append(frame, make([]byte, n)...)
+			if _, err := io.ReadFull(c, frame[len(frame)-int(n):]); err != nil {
+				return
+			}
 		}
 		r := &request{frame: frame, done: make(chan struct{})}
 		s.enqueue(r)
@@ -124,10 +134,9 @@ func (s *server) enqueue(r *request) {
 	}
 }
 
-// commitLoop runs rounds until close: gather, take the queue, commit it to the sink, release
-// the requests.
-func (s *server) commitLoop() {
-	defer s.wg.Done()
+// commitLoop runs rounds into sk until close: gather, take the queue, commit it, release the
+// requests. Several committers take turns at the queue, each with its own rounds.
+func (s *server) commitLoop(sk sink) {
 	var last int
 	var buf []byte
 	for {
@@ -154,7 +163,7 @@ func (s *server) commitLoop() {
 		for _, r := range batch {
 			buf = append(buf, r.frame...)
 		}
-		err := s.sink.commit(batch, buf)
+		err := sk.commit(batch, buf)
 		for _, r := range batch {
 			r.err = err
 			close(r.done)
