@@ -146,12 +146,19 @@ func (s *subProc) signal(t *testing.T, sig os.Signal) error {
 }
 
 // TestBenchFloorBinary runs spool bench floor on the real binary: it starts itself as the server
-// child (spool bench floor --serve) and prints the machine's figures.
+// child (spool bench floor --serve) and prints the machine's figures, into a file and into
+// PostgreSQL (batches, two committers).
 func TestBenchFloorBinary(t *testing.T) {
 	out, errOut, code := runSpool(t, &broker{}, "", "bench", "floor", "--publishers", "2", "--duration", "300ms",
 		"--warmup", "50ms", "--file-size", "16777216", "--dir", t.TempDir())
-	if code != 0 || !regexp.MustCompile(`^2 publishers, 1024-byte payloads, gather true: [1-9]\d* messages in .*msg/s\ncpu per message: server [\d.]+ us`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`^2 publishers, batches of 1, 1024-byte payloads, gather true, into a file: [1-9]\d* messages in .*msg/s\ncpu per message: server [\d.]+ us`).MatchString(out) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	url := testutil.DatabaseURL(t)
+	out, errOut, code = runSpool(t, &broker{}, "", "bench", "floor", "--publishers", "2", "--duration", "300ms",
+		"--warmup", "50ms", "--batch", "3", "--committers", "2", "--store", url, "--schema", testutil.PGSchema(t, url, "floor_"))
+	if code != 0 || !regexp.MustCompile(`^2 publishers, batches of 3, 1024-byte payloads, gather true, into PostgreSQL \(2 committers\): [1-9]\d* messages in `).MatchString(out) {
+		t.Fatalf("--store: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if _, errOut, code := runSpool(t, &broker{}, "", "bench", "floor", "--size", "8"); code != 1 || !strings.Contains(errOut, "size must be between") {
 		t.Fatalf("--size 8: exit %d, stderr %q", code, errOut)
