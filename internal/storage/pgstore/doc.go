@@ -158,7 +158,9 @@
 // # Instances
 //
 // Each Engine registers in spool.instances with a heartbeat. Ephemeral subscriptions belong to one
-// instance (owner); Close removes them, and maintenance removes those of instances whose heartbeat
-// is stale. Maintenance jobs run under pg_try_advisory_xact_lock, so several instances may run
+// instance (owner); Close removes them, and maintenance removes, in one statement, the rows of
+// instances whose heartbeat is stale with their ephemeral subscriptions, and the ephemeral
+// subscriptions of owners without a row. An instance whose row was removed while it lived (a
+// pause longer than the stale bound) registers again at its next heartbeat. Maintenance jobs run under pg_try_advisory_xact_lock, so several instances may run
 // them at the same time safely.
 package pgstore

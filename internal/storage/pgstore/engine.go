@@ -170,8 +170,9 @@ type Engine struct {
 	log     *slog.Logger
 	schema  string
 	// instance identifies this Engine in spool.instances and as owner of its ephemeral
-	// subscriptions.
-	instance [16]byte
+	// subscriptions; startedAt is when it registered.
+	instance  [16]byte
+	startedAt time.Time
 
 	// queries caches SQL text rendered for the schema (see sql).
 	queries sync.Map // string -> string

@@ -23,15 +23,23 @@ func (e *Engine) start(ctx context.Context) error {
 		return fmt.Errorf("pgstore: settings: bad bucket_seconds %q", secs)
 	}
 	e.bucket.width = time.Duration(n) * time.Second
-	now := e.clock.Now()
+	e.startedAt = e.clock.Now()
 	if _, err := e.pool.Exec(ctx, e.sql("INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)"),
-		e.instanceUUID(), now); err != nil {
+		e.instanceUUID(), e.startedAt); err != nil {
 		return fmt.Errorf("pgstore: register instance: %w", err)
 	}
 	e.wg.Add(1)
 	go e.heartbeatLoop()
 	return e.startNotify(ctx)
 }
+
+// heartbeatSQL refreshes the instance's heartbeat; it registers the instance again when its row
+// is gone (another instance's maintenance found it stale, e.g. after a long pause, and removed
+// it with its ephemeral subscriptions): without a row, maintenance would remove every ephemeral
+// subscription the instance makes from then on. inserted reports the registration.
+const heartbeatSQL = `INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $3)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
+RETURNING xmax = 0 AS inserted`
 
 // heartbeatLoop refreshes this instance's heartbeat until Close.
 func (e *Engine) heartbeatLoop() {
@@ -44,10 +52,14 @@ func (e *Engine) heartbeatLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(e.bgCtx, e.cfg.InstanceHeartbeat)
-			_, err := e.pool.Exec(ctx, e.sql("UPDATE spool.instances SET heartbeat_at = $2 WHERE id = $1"), e.instanceUUID(), e.clock.Now())
+			var inserted bool
+			err := e.pool.QueryRow(ctx, e.sql(heartbeatSQL), e.instanceUUID(), e.startedAt, e.clock.Now()).Scan(&inserted)
 			cancel()
-			if err != nil && e.bgCtx.Err() == nil {
+			switch {
+			case err != nil && e.bgCtx.Err() == nil:
 				e.log.Warn("pgstore: instance heartbeat failed", "err", err)
+			case err == nil && inserted:
+				e.log.Warn("pgstore: this instance had been removed as stale (its ephemeral subscriptions with it); registered again")
 			}
 		}
 	}

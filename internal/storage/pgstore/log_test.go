@@ -569,6 +569,55 @@ func TestLogMaintenance(t *testing.T) {
 	}
 }
 
+// TestStaleInstanceJobRemovesOrphans: an ephemeral subscription whose owner has no instance row
+// (left by an owner removed between two statements of an older job) is removed with the stale
+// instances; this instance's own stays.
+func TestStaleInstanceJobRemovesOrphans(t *testing.T) {
+	t.Parallel()
+	e, clock := logEngine(t)
+	ctx := t.Context()
+	logTopic(t, e, "orphan", storage.TopicConfig{Semantics: storage.PubSub})
+	mine := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "orphan", Group: "mine", Ephemeral: true}))(t)
+	orphan := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "orphan", Group: "orphan", Ephemeral: true}))(t)
+	must(e.pool.Exec(ctx, e.sql("UPDATE spool.subscriptions SET owner = $1 WHERE id = $2"), "00000000-0000-4000-8000-000000000002", orphan.ID))(t)
+	testutil.Eventually(t, 10*time.Second, "the stale-instance job ran", func() error {
+		ran, err := e.removeStaleInstances(ctx, clock.Now())
+		if err == nil && !ran {
+			err = errors.New("skipped: another transaction holds the job's lock")
+		}
+		return err
+	})
+	if _, err := e.SubscriptionGet(ctx, orphan.ID); !errors.Is(err, storage.ErrSubscriptionNotFound) {
+		t.Fatalf("ephemeral subscription of an owner without a row: %v, want not found", err)
+	}
+	must(e.SubscriptionGet(ctx, mine.ID))(t)
+}
+
+// TestHeartbeatRegistersAgain: an instance whose row another instance removed (found stale
+// after a long pause) registers again at its next heartbeat, with its start time, so that its
+// ephemeral subscriptions are not taken for orphans from then on.
+func TestHeartbeatRegistersAgain(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, storagetest.NewFakeClock(logBase))
+	cfg.InstanceHeartbeat = 20 * time.Millisecond
+	e := logOpen(t, cfg)
+	ctx := t.Context()
+	if tag := must(e.pool.Exec(ctx, e.sql("DELETE FROM spool.instances WHERE id = $1"), e.instanceUUID()))(t); tag.RowsAffected() != 1 {
+		t.Fatalf("deleted %d instance rows, want 1", tag.RowsAffected())
+	}
+	testutil.Eventually(t, 10*time.Second, "the instance registered again", func() error {
+		var started time.Time
+		err := e.pool.QueryRow(ctx, e.sql("SELECT started_at FROM spool.instances WHERE id = $1"), e.instanceUUID()).Scan(&started)
+		if err != nil {
+			return err
+		}
+		if !started.Equal(e.startedAt) {
+			return fmt.Errorf("started_at %v, want %v", started, e.startedAt)
+		}
+		return nil
+	})
+}
+
 // BenchmarkLogAppend publishes batches of 1 KiB messages from parallel goroutines (the broker's
 // shape: one MessagesAppend per batch); reports messages per second.
 func BenchmarkLogAppend(b *testing.B) {

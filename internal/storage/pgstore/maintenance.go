@@ -101,10 +101,12 @@ func (e *Engine) pruneProducerIDs(ctx context.Context, now time.Time, batch int)
 	}
 }
 
-// removeStaleInstances deletes the ephemeral subscriptions of instances whose heartbeat is older
-// than staleHeartbeats intervals (their members are gone with them), then the instance rows.
-// It reports false, doing nothing, when another transaction (of this or another instance) holds
-// the job's lock.
+// removeStaleInstances deletes the instance rows whose heartbeat is older than staleHeartbeats
+// intervals and the ephemeral subscriptions they owned (their members are gone with them), and
+// the ephemeral subscriptions of owners that have no row any more. One statement: with two, an
+// owner committed between them (read committed) left its subscription behind once its row was
+// gone. It reports false, doing nothing, when another transaction (of this or another
+// instance) holds the job's lock.
 func (e *Engine) removeStaleInstances(ctx context.Context, now time.Time) (ran bool, err error) {
 	cutoff := now.Add(-staleHeartbeats * max(e.cfg.InstanceHeartbeat, time.Minute))
 	err = e.tx(ctx, func(tx pgx.Tx) error {
@@ -113,17 +115,19 @@ func (e *Engine) removeStaleInstances(ctx context.Context, now time.Time) (ran b
 			return err
 		}
 		ran = true
-		tag, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.subscriptions WHERE ephemeral AND owner IN (
-			SELECT id FROM spool.instances WHERE heartbeat_at < $1 AND id <> $2)`), cutoff, e.instanceUUID())
+		var instances, subs int64
+		err = tx.QueryRow(ctx, e.sql(`WITH gone AS (
+	DELETE FROM spool.instances WHERE heartbeat_at < $1 AND id <> $2 RETURNING id),
+subs AS (
+	DELETE FROM spool.subscriptions s WHERE s.ephemeral AND s.owner <> $2
+	AND (s.owner IN (SELECT id FROM gone) OR NOT EXISTS (SELECT 1 FROM spool.instances i WHERE i.id = s.owner))
+	RETURNING 1)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM subs)`), cutoff, e.instanceUUID()).Scan(&instances, &subs)
 		if err != nil {
-			return fmt.Errorf("pgstore: remove ephemeral subscriptions of stale instances: %w", err)
+			return fmt.Errorf("pgstore: remove stale instances and their ephemeral subscriptions: %w", err)
 		}
-		gone, err := tx.Exec(ctx, e.sql("DELETE FROM spool.instances WHERE heartbeat_at < $1 AND id <> $2"), cutoff, e.instanceUUID())
-		if err != nil {
-			return fmt.Errorf("pgstore: remove stale instances: %w", err)
-		}
-		if gone.RowsAffected() > 0 {
-			e.log.Info("pgstore: removed stale instances", "instances", gone.RowsAffected(), "ephemeral_subscriptions", tag.RowsAffected())
+		if instances > 0 || subs > 0 {
+			e.log.Info("pgstore: removed stale instances", "instances", instances, "ephemeral_subscriptions", subs)
 		}
 		return nil
 	})
