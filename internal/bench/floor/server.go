@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,8 +101,8 @@ func (s *server) serveConn(c net.Conn) {
 			if n == 0 || int64(n)+4 > s.maxFrame {
 				return
 			}
-			frame = append(frame, hdr[:]...)
-			frame = append(frame, make([]byte, n)...)
+			frame = append(slices.Grow(frame, 4+int(n)), hdr[:]...) // one allocation for a batch of 1
+			frame = frame[:len(frame)+int(n)]
 			if _, err := io.ReadFull(c, frame[len(frame)-int(n):]); err != nil {
 				return
 			}
