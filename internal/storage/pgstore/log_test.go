@@ -547,15 +547,7 @@ func TestLogMaintenance(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Hour) // our own heartbeat is stale by the fake clock too: it must stay
-	// The engine's own maintenance loop may hold the job's lock at this moment (its first run,
-	// at Open, can be slow on a loaded machine); the job is then skipped, so retry until it ran.
-	testutil.Eventually(t, 10*time.Second, "the stale-instance job ran", func() error {
-		ran, err := e.removeStaleInstances(ctx, clock.Now())
-		if err == nil && !ran {
-			err = errors.New("skipped: another transaction holds the job's lock")
-		}
-		return err
-	})
+	runStaleInstanceJob(t, e, clock.Now())
 	if _, err := e.SubscriptionGet(ctx, theirs.ID); !errors.Is(err, storage.ErrSubscriptionNotFound) {
 		t.Fatalf("ephemeral subscription of a dead instance: %v, want not found", err)
 	}
@@ -569,6 +561,20 @@ func TestLogMaintenance(t *testing.T) {
 	}
 }
 
+// runStaleInstanceJob runs the stale-instance job at now. The engine's own maintenance loop may
+// hold the job's lock at this moment (its first run, at Open, can be slow on a loaded machine);
+// the job is then skipped, so it retries until the job ran.
+func runStaleInstanceJob(t *testing.T, e *Engine, now time.Time) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, "the stale-instance job ran", func() error {
+		ran, err := e.removeStaleInstances(t.Context(), now)
+		if err == nil && !ran {
+			err = errors.New("skipped: another transaction holds the job's lock")
+		}
+		return err
+	})
+}
+
 // TestStaleInstanceJobRemovesOrphans: an ephemeral subscription whose owner has no instance row
 // (left by an owner removed between two statements of an older job) is removed with the stale
 // instances; this instance's own stays.
@@ -580,13 +586,7 @@ func TestStaleInstanceJobRemovesOrphans(t *testing.T) {
 	mine := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "orphan", Group: "mine", Ephemeral: true}))(t)
 	orphan := must(e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "orphan", Group: "orphan", Ephemeral: true}))(t)
 	must(e.pool.Exec(ctx, e.sql("UPDATE spool.subscriptions SET owner = $1 WHERE id = $2"), "00000000-0000-4000-8000-000000000002", orphan.ID))(t)
-	testutil.Eventually(t, 10*time.Second, "the stale-instance job ran", func() error {
-		ran, err := e.removeStaleInstances(ctx, clock.Now())
-		if err == nil && !ran {
-			err = errors.New("skipped: another transaction holds the job's lock")
-		}
-		return err
-	})
+	runStaleInstanceJob(t, e, clock.Now())
 	if _, err := e.SubscriptionGet(ctx, orphan.ID); !errors.Is(err, storage.ErrSubscriptionNotFound) {
 		t.Fatalf("ephemeral subscription of an owner without a row: %v, want not found", err)
 	}
