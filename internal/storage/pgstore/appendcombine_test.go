@@ -376,32 +376,45 @@ func TestAppendLanePipelinedAfterFailure(t *testing.T) {
 	}
 }
 
-// TestAppendLaneGathersSmallCalls: while a lane's transaction that took its offsets runs, a small
-// call waits for its end (so that calls gather into fewer transactions) instead of starting the
-// next transaction at once; calls that add up to minEarlyBytes start it early, the small one with
-// them.
+// TestAppendLaneGathersSmallCalls: while a lane's transaction that took its offsets runs, small
+// calls wait for its end (so that calls gather into fewer transactions) instead of starting the
+// next transaction at once; once they add up to minEarlyMessages messages, or a call brings
+// minEarlyBytes bytes, the next transaction starts early with all of them.
 func TestAppendLaneGathersSmallCalls(t *testing.T) {
 	t.Parallel()
-	clock := storagetest.NewFakeClock(logBase)
-	cfg := testConfig(t, clock)
-	e := logOpen(t, cfg)
-	const topic = "pub.gather"
-	logTopic(t, e, topic, storage.TopicConfig{Partitions: 1})
-	logPublish(t, e, topic, 0, "w") // offset 0; the topic is remembered
-	// x takes its offset, then its INSERT waits for the bucket.
-	b := lockRows(t, "LOCK TABLE "+pgx.Identifier{cfg.Schema, bucketName(e.bucketStart(clock.Now()))}.Sanitize()+" IN SHARE MODE")
-	x := goAppend(t, e, topic, msg(0, "x", ""))
-	awaitBlockedBy(t, e, b.pid())
-	s := goAppend(t, e, topic, msg(0, "s", ""))
-	awaitAppendsQueued(t, e, topic, 1) // stays queued: an early start would have taken it at once
-	big := goAppend(t, e, topic, msg(0, "big"+strings.Repeat("-", minEarlyBytes), ""))
-	awaitAppendsQueued(t, e, topic, 0) // s and big started together, before x ended
-	b.release()
-	want := map[string]int64{"x": 1, "s": 2, "big": 3}
-	for name, ch := range map[string]<-chan appendOut{"x": x, "s": s, "big": big} {
-		if o := <-ch; o.err != nil || o.res.Positions[0].Offset != want[name] {
-			t.Errorf("%s: %+v, err %v; want offset %d", name, o.res, o.err, want[name])
-		}
+	for name, last := range map[string]storage.AppendMessage{
+		"messages": msg(0, "last", ""), // the 4th message
+		"bytes":    msg(0, "last"+strings.Repeat("-", minEarlyBytes), ""),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := storagetest.NewFakeClock(logBase)
+			cfg := testConfig(t, clock)
+			e := logOpen(t, cfg)
+			const topic = "pub.gather"
+			logTopic(t, e, topic, storage.TopicConfig{Partitions: 1})
+			logPublish(t, e, topic, 0, "w") // offset 0; the topic is remembered
+			// x takes its offset, then its INSERT waits for the bucket.
+			b := lockRows(t, "LOCK TABLE "+pgx.Identifier{cfg.Schema, bucketName(e.bucketStart(clock.Now()))}.Sanitize()+" IN SHARE MODE")
+			x := goAppend(t, e, topic, msg(0, "x", ""))
+			awaitBlockedBy(t, e, b.pid())
+			s := goAppend(t, e, topic, msg(0, "s", ""))
+			awaitAppendsQueued(t, e, topic, 1) // stays queued: an early start would have taken it at once
+			if minEarlyMessages != 4 {
+				t.Fatalf("minEarlyMessages is %d: make the calls below add up to it", minEarlyMessages)
+			}
+			pair := goAppend(t, e, topic, msg(0, "p1", ""), msg(0, "p2", ""))
+			awaitAppendsQueued(t, e, topic, 2) // 3 messages: still gathering
+			end := goAppend(t, e, topic, last)
+			awaitAppendsQueued(t, e, topic, 0) // all three started together, before x ended
+			b.release()
+			want := map[string]int64{"x": 1, "s": 2, "pair": 3, "last": 5}
+			for name, ch := range map[string]<-chan appendOut{"x": x, "s": s, "pair": pair, "last": end} {
+				if o := <-ch; o.err != nil || o.res.Positions[0].Offset != want[name] {
+					t.Errorf("%s: %+v, err %v; want offset %d", name, o.res, o.err, want[name])
+				}
+			}
+		})
 	}
 }
 
