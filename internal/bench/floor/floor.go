@@ -106,7 +106,7 @@ func Run(c Config, out io.Writer) error {
 	if err := c.Check(); err != nil {
 		return err
 	}
-	if c.Dir == "" {
+	if c.Dir == "" && c.Store == "" { // into PostgreSQL the child makes no file
 		d, err := os.MkdirTemp("", "spool-floor-")
 		if err != nil {
 			return err
