@@ -21,8 +21,8 @@ import (
 // down), spends the CPU on statements, round trips and WAL flushes, and the flushes queue behind
 // each other. So the operations queue on a lane (subscription id modulo deliveryLanes): while a
 // transaction of the lane runs, later operations wait, and the next transaction takes all of them,
-// whatever their subscriptions, loading every subscription once (one round trip for all of them)
-// and saving them with the COMMIT (one more). A lane with nothing running starts a transaction at
+// whatever their subscriptions, loading every subscription once (six statements for all of them,
+// one round trip) and saving them with the COMMIT (one more). A lane with nothing running starts a transaction at
 // once: an idle engine adds no delay.
 //
 // Lock order: a transaction locks its subscriptions in id order, each one's partitions in order,
@@ -314,20 +314,20 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 	slices.Sort(subs) // the lock order
 
 	b := &pgx.Batch{}
-	for _, id := range subs {
-		e.queueLoad(b, id, loadDue, "", wantFor(bySub[id]))
-	}
-	br := tx.SendBatch(ctx, b)
-	states := make([]*dstate, len(subs))
+	wants := make([]loadWant, len(subs))
 	for i, id := range subs {
-		st, err := readState(br, id)
-		if err != nil && !opError(err) {
-			_ = br.Close()
-			return err
-		}
-		states[i] = st
+		wants[i] = wantFor(bySub[id])
+	}
+	e.queueLoad(b, subs, loadDue, "", wants)
+	br := tx.SendBatch(ctx, b)
+	states, errs, err := readStates(br, subs)
+	if err != nil {
+		_ = br.Close()
+		return err
+	}
+	for i, id := range subs {
 		for _, op := range bySub[id] {
-			op.err = err
+			op.err = errs[i]
 		}
 	}
 	if err := br.Close(); err != nil {
@@ -335,6 +335,7 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 	}
 
 	save := &pgx.Batch{}
+	var saved []*dstate
 	for i, id := range subs {
 		st := states[i]
 		if st == nil {
@@ -384,9 +385,10 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 			j++
 		}
 		if st != nil {
-			e.queueSave(save, st, now)
+			saved = append(saved, st)
 		}
 	}
+	e.queueSave(save, saved, now)
 	finalBatch(tx)
 	if save.Len() == 0 {
 		return nil // pipeTx sends the COMMIT alone

@@ -147,7 +147,8 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMo
 	if async {
 		b.Queue("SET LOCAL synchronous_commit = off")
 	}
-	e.queueLoad(b, id, mode, member, want)
+	ids := []int64{id}
+	e.queueLoad(b, ids, mode, member, []loadWant{want})
 	br := tx.SendBatch(ctx, b)
 	if async {
 		if _, err := br.Exec(); err != nil {
@@ -155,43 +156,59 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMo
 			return nil, fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err)
 		}
 	}
-	st, err := readState(br, id)
+	states, errs, err := readStates(br, ids)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, cerr)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return st, nil
+	if errs[0] != nil {
+		return nil, errs[0]
+	}
+	return states[0], nil
 }
 
-// loadQueries is the number of statements queueLoad queues (and readState reads).
+// loadQueries is the number of statements queueLoad queues (and readStates reads).
 const loadQueries = 6
 
 // queueLoad queues the loadQueries statements that read (and lock) the delivery state of
-// subscription id (see loadState).
-func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string, want loadWant) {
+// subscriptions ids (ascending: the lock order), wants[i] being what ids[i] needs of its waiting
+// rows and replayed entries (see loadState). Each statement reads every subscription: a lane's
+// transaction of many subscriptions (combine.go) costs six statements to load, not six per
+// subscription. PostgreSQL's CPU per executed statement (executor start, expressions, catalog
+// lookups, protocol messages) was most of its time in a 16-group fan-out.
+func (e *Engine) queueLoad(b *pgx.Batch, ids []int64, mode loadMode, member string, wants []loadWant) {
+	lims := make([]int32, len(ids)) // -1: every waiting row
+	var rs []int64
+	var rps []int32
+	var ros []int64
+	for i, w := range wants {
+		lims[i] = int32(w.waiting)
+		for j := range w.ps {
+			rs, rps, ros = append(rs, ids[i]), append(rps, w.ps[j]), append(ros, w.os[j])
+		}
+	}
+	if rs == nil {
+		rs, rps, ros = []int64{}, []int32{}, []int64{}
+	}
 	b.Queue(e.sql(`SELECT s.id, s.topic_id, s.topic, s.state, (SELECT t.config FROM spool.topics t WHERE t.id = s.topic_id), s.ordering
-		FROM spool.subscriptions s WHERE s.id = $1`), id)
-	b.Queue(e.sql(`SELECT partition, ack_floor, cursor, skips FROM spool.sub_partitions WHERE sub_id = $1 ORDER BY partition FOR UPDATE`), id)
-	b.Queue(e.sql(`SELECT p.partition, p.next_offset, p.low_offset FROM spool.partitions p
-		WHERE p.topic_id = (SELECT s.topic_id FROM spool.subscriptions s WHERE s.id = $1)`), id)
+		FROM spool.subscriptions s WHERE s.id = ANY ($1::bigint[])`), ids)
+	// The locks are taken in the order of the rows (LockRows runs above the sort): subscriptions
+	// in id order, each one's partitions in order.
+	b.Queue(e.sql(`SELECT sub_id, partition, ack_floor, cursor, skips FROM spool.sub_partitions
+		WHERE sub_id = ANY ($1::bigint[]) ORDER BY sub_id, partition FOR UPDATE`), ids)
+	b.Queue(e.sql(`SELECT s.id, p.partition, p.next_offset, p.low_offset FROM spool.subscriptions s
+		JOIN spool.partitions p ON p.topic_id = s.topic_id WHERE s.id = ANY ($1::bigint[])`), ids)
 	// Every live row lists offsets at or above its partition's ack floor (the floor is the lowest
 	// listed offset, or the cursor), so the scans start at the floor in the primary key: the
 	// versions of rows acked below it (dead until vacuum) are never visited. (OFFSET 0 keeps the
 	// planner from flattening the lateral subquery into a join that scans every row of sub_id.)
-	const rowCols = `SELECT d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due, d.failures
+	const rowCols = `SELECT sp.sub_id, d.partition, d.lo, d.offsets, d.state, d.attempt, d.member, d.due, d.failures
 		FROM spool.sub_partitions sp
 		CROSS JOIN LATERAL (SELECT * FROM spool.deliveries x
 			WHERE x.sub_id = sp.sub_id AND x.partition = sp.partition AND x.lo >= sp.ack_floor OFFSET 0) d
-		WHERE sp.sub_id = $1 `
-	if want.ps == nil {
-		want.ps, want.os = []int32{}, []int64{}
-	}
-	var waiting any = want.waiting
-	if want.waiting < 0 {
-		waiting = nil // LIMIT NULL: every one
-	}
+		WHERE `
 	switch mode {
 	case loadDue:
 		// The rows the transaction can need: a subscription has few leased and acked rows (the
@@ -200,34 +217,36 @@ func (e *Engine) queueLoad(b *pgx.Batch, id int64, mode loadMode, member string,
 		// transaction would read. So: every leased and acked row, and the want.waiting waiting
 		// ones due first (see loadWant); the rows of other waiting offsets that its acks name
 		// are read afterwards (loadAckedRows).
-		b.Queue(e.sql(rowCols+`AND d.state <> 'waiting'
+		b.Queue(e.sql(rowCols+`sp.sub_id = ANY ($1::bigint[]) AND d.state <> 'waiting'
 UNION ALL
-(`+rowCols+`AND d.state = 'waiting' ORDER BY d.due, d.partition, d.lo LIMIT $2)`), id, waiting)
+SELECT w.* FROM unnest($1::bigint[], $2::int[]) AS u(id, lim) CROSS JOIN LATERAL (`+rowCols+`sp.sub_id = u.id AND d.state = 'waiting'
+	ORDER BY d.due, d.partition, d.lo LIMIT nullif(u.lim, -1)) w`), ids, lims)
 	case loadMember:
-		b.Queue(e.sql(rowCols+`AND d.state = 'leased' AND d.member = $2`), id, member)
+		b.Queue(e.sql(rowCols+`sp.sub_id = ANY ($1::bigint[]) AND d.state = 'leased' AND d.member = $2`), ids, member)
 	}
-	b.Queue(e.sql(loadReplayedSQL), id, waiting, want.ps, want.os)
-	b.Queue(e.sql(assignmentQuery), id) // ordered.go
+	b.Queue(e.sql(loadReplayedSQL), ids, lims, rs, rps, ros)
+	b.Queue(e.sql(assignmentQuery), ids) // ordered.go
 }
 
-// loadReplayedSQL reads the replayed DLQ entries of subscription $1 that a transaction can need,
-// through the partial indexes of the replayed entries (0005), never the entries of its DLQ nor
+// loadReplayedSQL reads the replayed DLQ entries of subscriptions $1 that a transaction can need,
+// through the partial indexes of the replayed entries (0005), never the entries of their DLQs nor
 // every replayed entry (an operator who replays a DLQ of a million entries makes a million
 // replayed entries, waiting): every leased one (few: the members' credit bounds them; claims
 // expire them, releases give them back, nacks and extends need the lease), the $2 waiting ones
-// due first (what claims take, and the earliest due time, for NextDue), and those at the
-// positions ($3 partitions, $4 offsets) that the transaction's acks, nacks and extends name (an
-// ack completes a replayed copy in any state). See loadWant.
-const loadReplayedSQL = `SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
-	FROM spool.dlq WHERE sub_id = $1 AND replay = 'leased'
+// of each due first (what claims take, and the earliest due time, for NextDue), and those at the
+// positions ($3 subscriptions, $4 partitions, $5 offsets) that the transaction's acks, nacks and
+// extends name (an ack completes a replayed copy in any state). See loadWant.
+const loadReplayedSQL = `SELECT sub_id, id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
+	FROM spool.dlq WHERE sub_id = ANY ($1::bigint[]) AND replay = 'leased'
 UNION
-(SELECT id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
-	FROM spool.dlq WHERE sub_id = $1 AND replay = 'waiting' ORDER BY replay_due, id LIMIT $2)
+SELECT w.* FROM unnest($1::bigint[], $2::int[]) AS u(id, lim) CROSS JOIN LATERAL (
+	SELECT sub_id, id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
+	FROM spool.dlq WHERE sub_id = u.id AND replay = 'waiting' ORDER BY replay_due, id LIMIT nullif(u.lim, -1)) w
 UNION
-SELECT q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_member, q.replay_due, q.failures
-	FROM unnest($3::int[], $4::bigint[]) AS r (p, o)
-	JOIN spool.dlq q ON q.sub_id = $1 AND q.replay IS NOT NULL AND q.partition = r.p AND q."offset" = r.o
-ORDER BY id`
+SELECT q.sub_id, q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_member, q.replay_due, q.failures
+	FROM unnest($3::bigint[], $4::int[], $5::bigint[]) AS r (s, p, o)
+	JOIN spool.dlq q ON q.sub_id = r.s AND q.replay IS NOT NULL AND q.partition = r.p AND q."offset" = r.o
+ORDER BY sub_id, id`
 
 // loadWant says which waiting delivery rows and replayed DLQ entries a load reads besides the
 // leased (and acked) ones (queueLoad, loadReplayedSQL): of each, waiting, the first due (more than
@@ -277,17 +296,19 @@ func wantFor(ops []*dop) loadWant {
 	return w
 }
 
-// readState reads the results of queueLoad's statements, all of them also when it fails (so that
-// the statements queued after them can be read next).
-func readState(br pgx.BatchResults, id int64) (*dstate, error) {
+// readStates reads the results of queueLoad's statements for subscriptions ids, all of them also
+// when it fails (so that the statements queued after them can be read next). states[i] is the
+// state of ids[i], or nil when errs[i] says why its operations fail alone
+// (storage.ErrSubscriptionNotFound, storage.ErrSubscriptionNotActive); err fails the transaction.
+func readStates(br pgx.BatchResults, ids []int64) (states []*dstate, errs []error, err error) {
 	cr := &countedResults{BatchResults: br}
-	st, err := readStateFrom(cr, id)
+	states, errs, err = readStatesFrom(cr, ids)
 	for ; cr.n < loadQueries; cr.n++ {
 		if _, xerr := br.Exec(); xerr != nil && err == nil {
-			err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, xerr)
+			err = fmt.Errorf("pgstore: load delivery state: %w", xerr)
 		}
 	}
-	return st, err
+	return states, errs, err
 }
 
 // countedResults counts the result sets taken from a batch.
@@ -299,103 +320,166 @@ type countedResults struct {
 func (c *countedResults) Query() (pgx.Rows, error) { c.n++; return c.BatchResults.Query() }
 func (c *countedResults) QueryRow() pgx.Row        { c.n++; return c.BatchResults.QueryRow() }
 
-func readStateFrom(br pgx.BatchResults, id int64) (*dstate, error) {
-	wrap := func(err error) error { return fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err) }
-	var cfg, ordering []byte
-	var s subRow // only what delivery operations use: ID, topicID, Topic, State, the ordering
-	var state string
-	err := br.QueryRow().Scan(&s.ID, &s.topicID, &s.Topic, &state, &cfg, &ordering)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && state == string(storage.Deleted)) {
-		return nil, fmt.Errorf("%w: id %d", storage.ErrSubscriptionNotFound, id)
+func readStatesFrom(br pgx.BatchResults, ids []int64) ([]*dstate, []error, error) {
+	wrap := func(err error) error {
+		return fmt.Errorf("pgstore: subscriptions %v: load delivery state: %w", ids, err)
 	}
+	states, errs := make([]*dstate, len(ids)), make([]error, len(ids))
+	index := make(map[int64]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	// of returns the loaded state of subscription id, nil for one whose operations fail.
+	of := func(id int64) *dstate {
+		if i, ok := index[id]; ok {
+			return states[i]
+		}
+		return nil
+	}
+	// each scans every row of the next result with scan.
+	each := func(scan func(rows pgx.Rows) error) error {
+		rows, err := br.Query()
+		if err != nil {
+			if rows != nil {
+				rows.Close()
+			}
+			return wrap(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return wrap(err)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return wrap(err)
+		}
+		return nil
+	}
+
+	found := make([]bool, len(ids))
+	err := each(func(rows pgx.Rows) error {
+		var cfg, ordering []byte
+		var s subRow // only what delivery operations use: ID, topicID, Topic, State, the ordering
+		var state string
+		if err := rows.Scan(&s.ID, &s.topicID, &s.Topic, &state, &cfg, &ordering); err != nil {
+			return err
+		}
+		i, ok := index[s.ID]
+		if !ok {
+			return nil
+		}
+		found[i] = true
+		switch s.State = storage.SubscriptionState(state); s.State {
+		case storage.Deleted:
+			errs[i] = fmt.Errorf("%w: id %d", storage.ErrSubscriptionNotFound, s.ID)
+			return nil
+		case storage.Cancelled:
+			errs[i] = fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, s.ID, s.State)
+			return nil
+		}
+		if err := scanOrdering(&s.Subscription, ordering); err != nil {
+			return err
+		}
+		st := &dstate{sub: &s, partOf: map[int32]*dpart{}, replay: map[dref]*dreplay{}}
+		if err := json.Unmarshal(cfg, &st.cfg); err != nil {
+			return fmt.Errorf("%w: topic of subscription %d: config: %v", storage.ErrCorrupt, s.ID, err)
+		}
+		states[i] = st
+		return nil
+	})
 	if err != nil {
-		return nil, wrap(err)
+		return nil, nil, err
 	}
-	if err := scanOrdering(&s.Subscription, ordering); err != nil {
-		return nil, err
+	for i, id := range ids {
+		if !found[i] {
+			errs[i] = fmt.Errorf("%w: id %d", storage.ErrSubscriptionNotFound, id)
+		}
 	}
-	s.State = storage.SubscriptionState(state)
-	if s.State == storage.Cancelled {
-		return nil, fmt.Errorf("%w: subscription %d is %s", storage.ErrSubscriptionNotActive, id, s.State)
-	}
-	st := &dstate{sub: &s, partOf: map[int32]*dpart{}, replay: map[dref]*dreplay{}}
-	if err := json.Unmarshal(cfg, &st.cfg); err != nil {
-		return nil, fmt.Errorf("%w: topic of subscription %d: config: %v", storage.ErrCorrupt, id, err)
-	}
-	rows, _ := br.Query()
-	for rows.Next() {
+	if err := each(func(rows pgx.Rows) error {
+		var id int64
 		dp := &dpart{}
 		var skips []int64
-		if err := rows.Scan(&dp.p, &dp.floor, &dp.cursor, &skips); err != nil {
-			return nil, wrap(err)
+		if err := rows.Scan(&id, &dp.p, &dp.floor, &dp.cursor, &skips); err != nil {
+			return err
 		}
-		dp.cursor0 = dp.cursor
-		dp.skips = runsFrom(skips, dp.cursor)
-		st.parts = append(st.parts, dp)
-		st.partOf[dp.p] = dp
+		if st := of(id); st != nil {
+			dp.cursor0 = dp.cursor
+			dp.skips = runsFrom(skips, dp.cursor)
+			st.parts = append(st.parts, dp)
+			st.partOf[dp.p] = dp
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap(err)
+	for i, st := range states {
+		if st != nil && len(st.parts) == 0 {
+			// Cancelled (or deleted) while this operation waited for its locks.
+			states[i], errs[i] = nil, fmt.Errorf("%w: subscription %d has no delivery state", storage.ErrSubscriptionNotActive, ids[i])
+		}
 	}
-	if len(st.parts) == 0 {
-		// Cancelled (or deleted) while this operation waited for its locks.
-		return nil, fmt.Errorf("%w: subscription %d has no delivery state", storage.ErrSubscriptionNotActive, id)
-	}
-	rows, _ = br.Query()
-	for rows.Next() {
+	if err := each(func(rows pgx.Rows) error {
+		var id int64
 		var p int32
 		var hw, low int64
-		if err := rows.Scan(&p, &hw, &low); err != nil {
-			return nil, wrap(err)
+		if err := rows.Scan(&id, &p, &hw, &low); err != nil {
+			return err
 		}
-		if dp := st.partOf[p]; dp != nil {
-			dp.hw, dp.low = hw, low
+		if st := of(id); st != nil {
+			if dp := st.partOf[p]; dp != nil {
+				dp.hw, dp.low = hw, low
+			}
 		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap(err)
-	}
-	rows, _ = br.Query()
-	for rows.Next() {
-		r, err := scanRow(rows)
+	if err := each(func(rows pgx.Rows) error {
+		var id int64
+		r, err := scanRow(rows, &id)
 		if err != nil {
-			return nil, wrap(err)
+			return err
 		}
-		st.rows = append(st.rows, r)
+		if st := of(id); st != nil {
+			st.rows = append(st.rows, r)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap(err)
-	}
-	rows, _ = br.Query()
-	for rows.Next() {
+	if err := each(func(rows pgx.Rows) error {
+		var id int64
 		rp := &dreplay{}
 		var due pgtype.Timestamptz
 		var fs []byte
-		if err := rows.Scan(&rp.id, &rp.partition, &rp.offset, &rp.state, &rp.attempt, &rp.member, &due, &fs); err != nil {
-			return nil, wrap(err)
+		if err := rows.Scan(&id, &rp.id, &rp.partition, &rp.offset, &rp.state, &rp.attempt, &rp.member, &due, &fs); err != nil {
+			return err
 		}
 		if err := decodeFailures(fs, &rp.failures); err != nil {
-			return nil, wrap(err)
+			return err
 		}
 		rp.due = due.Time.UTC()
-		st.replays = append(st.replays, rp)
-		st.replay[dref{rp.partition, rp.offset}] = rp
+		if st := of(id); st != nil {
+			st.replays = append(st.replays, rp)
+			st.replay[dref{rp.partition, rp.offset}] = rp
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, wrap(err)
+	if err := each(func(rows pgx.Rows) error { return readAssignment(rows, of) }); err != nil {
+		return nil, nil, err
 	}
-	if err := readAssignment(br, st); err != nil {
-		return nil, wrap(err)
-	}
-	return st, nil
+	return states, errs, nil
 }
 
-// scanRow reads a stored delivery row (partition, lo, offsets, state, attempt, member, due,
-// failures).
-func scanRow(rows pgx.Rows) (*drow, error) {
+// scanRow reads the columns lead points to, then a stored delivery row (partition, lo, offsets,
+// state, attempt, member, due, failures).
+func scanRow(rows pgx.Rows, lead ...any) (*drow, error) {
 	r := &drow{stored: true}
 	var fs []byte
-	if err := rows.Scan(&r.partition, &r.key, &r.offsets, &r.state, &r.attempt, &r.member, &r.due, &fs); err != nil {
+	if err := rows.Scan(append(lead, &r.partition, &r.key, &r.offsets, &r.state, &r.attempt, &r.member, &r.due, &fs)...); err != nil {
 		return nil, err
 	}
 	if err := decodeFailures(fs, &r.failures); err != nil {
@@ -552,7 +636,7 @@ func (st *dstate) deadLetterOutcome(p int32, o int64, out dlqOutcome) {
 // sub_partitions rows whose floor or cursor may have changed.
 func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time) error {
 	b := &pgx.Batch{}
-	e.queueSave(b, st, now)
+	e.queueSave(b, []*dstate{st}, now)
 	if b.Len() == 0 {
 		return nil
 	}
@@ -562,52 +646,108 @@ func (e *Engine) save(ctx context.Context, tx pgx.Tx, st *dstate, now time.Time)
 	return nil
 }
 
-// queueSave queues the statements of save in b.
-func (e *Engine) queueSave(b *pgx.Batch, st *dstate, now time.Time) {
-	id := st.sub.ID
-	var delP []int32
-	var delLo []int64
-	type upd struct {
-		r  *drow
-		to []int64
+// queueSave queues the statements of save for the loaded states of states in b: one statement
+// each for the delivery rows deleted, inserted and the sub_partitions rows of all of them (like
+// queueLoad), one per changed row that stays, and the DLQ and completion statements of each.
+// The deletes come before the updates and the inserts, so that a key a row leaves (its lo moves
+// up) can be taken by a new row.
+func (e *Engine) queueSave(b *pgx.Batch, states []*dstate, now time.Time) {
+	var del struct {
+		s  []int64
+		p  []int32
+		lo []int64
 	}
-	var upds, inss []upd
-	for _, r := range st.rows {
-		if !r.changed {
-			continue
+	var ins struct {
+		s, offsets []int64
+		p, at, end []int32
+		state, mem []string
+		attempt    []int32
+		due        []time.Time
+		fails      []*string
+	}
+	var ups struct {
+		s  []int64
+		p  []int32
+		cu []int64
+	}
+	var after []func()
+	for _, st := range states {
+		id := st.sub.ID
+		for _, r := range st.rows {
+			if !r.changed {
+				continue
+			}
+			live := r.live()
+			slices.Sort(live)
+			switch {
+			case len(live) == 0 && r.stored:
+				del.s, del.p, del.lo = append(del.s, id), append(del.p, r.partition), append(del.lo, r.key)
+			case len(live) == 0:
+			case r.stored:
+				r, live := r, live
+				after = append(after, func() {
+					b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9, failures = $10
+						WHERE sub_id = $1 AND partition = $2 AND lo = $3`),
+						id, r.partition, r.key, live[0], live, r.state, r.attempt, r.member, r.due, encodeFailures(r.failures))
+				})
+			default:
+				ins.s, ins.p = append(ins.s, id), append(ins.p, r.partition)
+				ins.at = append(ins.at, int32(len(ins.offsets)+1))
+				ins.offsets = append(ins.offsets, live...)
+				ins.end = append(ins.end, int32(len(ins.offsets)))
+				ins.state, ins.attempt, ins.mem = append(ins.state, r.state), append(ins.attempt, int32(r.attempt)), append(ins.mem, r.member)
+				ins.due, ins.fails = append(ins.due, r.due), append(ins.fails, encodeFailures(r.failures))
+			}
 		}
-		live := r.live()
-		slices.Sort(live)
-		switch {
-		case len(live) == 0 && r.stored:
-			delP, delLo = append(delP, r.partition), append(delLo, r.key)
-		case len(live) == 0:
-		case r.stored:
-			upds = append(upds, upd{r, live})
-		default:
-			inss = append(inss, upd{r, live})
+		for _, dp := range st.parts {
+			if dp.touched || dp.cursor != dp.cursor0 {
+				ups.s, ups.p, ups.cu = append(ups.s, id), append(ups.p, dp.p), append(ups.cu, dp.cursor)
+			}
 		}
 	}
-	if len(delP) > 0 {
+	if len(del.s) > 0 {
 		// Each row is found by its whole primary key, then deleted by ctid: a join with the
 		// unnest (the obvious form) gets a generic plan that visits every index entry of sub_id,
 		// the dead versions of acked rows included (seen: 1.1 ms per DELETE, on the CPU). The rows
 		// cannot move meanwhile: their subscription's sub_partitions rows are locked.
 		b.Queue(e.sql(`DELETE FROM spool.deliveries d WHERE d.ctid = ANY (ARRAY(
-			SELECT x.ctid FROM unnest($2::int[], $3::bigint[]) AS k(p, lo)
-			CROSS JOIN LATERAL (SELECT ctid FROM spool.deliveries x WHERE x.sub_id = $1 AND x.partition = k.p AND x.lo = k.lo OFFSET 0) x))`),
-			id, delP, delLo)
+			SELECT x.ctid FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS k(s, p, lo)
+			CROSS JOIN LATERAL (SELECT ctid FROM spool.deliveries x WHERE x.sub_id = k.s AND x.partition = k.p AND x.lo = k.lo OFFSET 0) x))`),
+			del.s, del.p, del.lo)
 	}
-	for _, u := range upds {
-		b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9, failures = $10
-			WHERE sub_id = $1 AND partition = $2 AND lo = $3`),
-			id, u.r.partition, u.r.key, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due, encodeFailures(u.r.failures))
+	for _, f := range after {
+		f()
 	}
-	for _, u := range inss {
+	if len(ins.s) > 0 {
+		// Each row's offsets are the slice [at:end] of one flat array (arrays of arrays must all
+		// have the same length).
 		b.Queue(e.sql(`INSERT INTO spool.deliveries (sub_id, partition, lo, offsets, state, attempt, member, due, failures)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`),
-			id, u.r.partition, u.to[0], u.to, u.r.state, u.r.attempt, u.r.member, u.r.due, encodeFailures(u.r.failures))
+			SELECT r.s, r.p, ($3::bigint[])[r.at], ($3::bigint[])[r.at:r.e], r.st, r.a, r.m, r.due, r.f::jsonb
+			FROM unnest($1::bigint[], $2::int[], $4::int[], $5::int[], $6::text[], $7::int[], $8::text[], $9::timestamptz[], $10::text[])
+				AS r(s, p, at, e, st, a, m, due, f)`),
+			ins.s, ins.p, ins.offsets, ins.at, ins.end, ins.state, ins.attempt, ins.mem, ins.due, ins.fails)
 	}
+	for _, st := range states {
+		e.queueDead(b, st, now)
+	}
+	if len(ups.s) > 0 {
+		// The new floor is the lowest listed offset at or above the old one (floors never go
+		// back: rows are made at or above the cursor, splits keep their offsets), so the min(lo)
+		// scan skips the dead versions of rows acked below it.
+		b.Queue(e.sql(`WITH f AS (
+				SELECT c.s, c.p, c.cur, least(c.cur, coalesce((SELECT min(d.lo) FROM spool.deliveries d
+					WHERE d.sub_id = c.s AND d.partition = c.p AND d.lo >= (SELECT o.ack_floor FROM spool.sub_partitions o
+						WHERE o.sub_id = c.s AND o.partition = c.p)), c.cur)) AS floor
+				FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS c(s, p, cur))
+			UPDATE spool.sub_partitions sp SET cursor = f.cur, ack_floor = f.floor, skips = `+trimSkipsSQL("sp.skips", "f.cur")+` FROM f
+			WHERE sp.sub_id = f.s AND sp.partition = f.p AND (sp.cursor <> f.cur OR sp.ack_floor <> f.floor)`), ups.s, ups.p, ups.cu)
+	}
+}
+
+// queueDead queues the DLQ statements of st (messages dead-lettered, replayed entries changed)
+// and its completion records.
+func (e *Engine) queueDead(b *pgx.Batch, st *dstate, now time.Time) {
+	id := st.sub.ID
 	if len(st.dead) > 0 {
 		n := len(st.dead)
 		ps, os, as := make([]int32, n), make([]int64, n), make([]int32, n)
@@ -643,25 +783,6 @@ func (e *Engine) queueSave(b *pgx.Batch, st *dstate, now time.Time) {
 		}
 	}
 	e.queueCompletions(b, st, now)
-	var tp []int32
-	var tc []int64
-	for _, dp := range st.parts {
-		if dp.touched || dp.cursor != dp.cursor0 {
-			tp, tc = append(tp, dp.p), append(tc, dp.cursor)
-		}
-	}
-	if len(tp) > 0 {
-		// The new floor is the lowest listed offset at or above the old one (floors never go
-		// back: rows are made at or above the cursor, splits keep their offsets), so the min(lo)
-		// scan skips the dead versions of rows acked below it.
-		b.Queue(e.sql(`WITH f AS (
-				SELECT c.p, c.cur, least(c.cur, coalesce((SELECT min(d.lo) FROM spool.deliveries d
-					WHERE d.sub_id = $1 AND d.partition = c.p AND d.lo >= (SELECT o.ack_floor FROM spool.sub_partitions o
-						WHERE o.sub_id = $1 AND o.partition = c.p)), c.cur)) AS floor
-				FROM unnest($2::int[], $3::bigint[]) AS c(p, cur))
-			UPDATE spool.sub_partitions sp SET cursor = f.cur, ack_floor = f.floor, skips = `+trimSkipsSQL("sp.skips", "f.cur")+` FROM f
-			WHERE sp.sub_id = $1 AND sp.partition = f.p AND (sp.cursor <> f.cur OR sp.ack_floor <> f.floor)`), id, tp, tc)
-	}
 }
 
 // msgCols are the columns scanMsg reads after partition and offset.

@@ -105,8 +105,9 @@
 // Claims, acks, nacks and extends do not get a transaction each (combine.go): they queue on one of
 // deliveryLanes lanes (by subscription id), and while a transaction of a lane runs, the operations
 // that arrive wait for the next one, which runs all of them: every subscription loaded once (all
-// its delivery rows and replayed DLQ entries), all loads in one round trip, all saves with the
-// COMMIT. A nack storm (a consumer that gives back every message while its downstream is down) thus
+// its delivery rows and replayed DLQ entries) by six statements that read all the subscriptions
+// of the transaction, in one round trip, and saved by one statement per kind for all of them
+// (rows deleted, rows inserted, sub_partitions updated), with the COMMIT. A nack storm (a consumer that gives back every message while its downstream is down) thus
 // costs a transaction per lane batch, not per nack. Releases keep a transaction each. Operations of
 // one subscription run in arrival order on its state, each with the answer it would have got alone;
 // one that fails on its own fails alone, and a failed transaction runs its operations again one by

@@ -56,27 +56,27 @@ func (e *Engine) setOrdering(ctx context.Context, tx pgx.Tx, s *subRow, o storag
 	return nil
 }
 
-// assignmentQuery is the last statement of queueLoad: the subscription's assignment (no row:
-// none yet, or a shared subscription; one primary key lookup). It runs after the sub_partitions
-// locks are taken, so it reads the assignment in force (an assignment holds the same locks); the
-// ordering settings never change and come with the first statement.
-const assignmentQuery = `SELECT assignment FROM spool.sub_assignments WHERE sub_id = $1`
+// assignmentQuery is the last statement of queueLoad: the assignments of subscriptions $1 (no
+// row: none yet, or a shared subscription; primary key lookups). It runs after the
+// sub_partitions locks are taken, so it reads the assignments in force (an assignment holds the
+// same locks); the ordering settings never change and come with the first statement.
+const assignmentQuery = `SELECT sub_id, assignment FROM spool.sub_assignments WHERE sub_id = ANY ($1::bigint[])`
 
-// readAssignment reads the result of assignmentQuery into st.
-func readAssignment(br pgx.BatchResults, st *dstate) error {
+// readAssignment reads a row of assignmentQuery into the state of its subscription (of returns
+// it, nil for one not loaded).
+func readAssignment(rows pgx.Rows, of func(id int64) *dstate) error {
+	var id int64
 	var asg []byte
-	err := br.QueryRow().Scan(&asg)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
+	if err := rows.Scan(&id, &asg); err != nil {
 		return err
 	}
-	if asg != nil {
-		st.asg = &storage.Assignment{}
-		if err := json.Unmarshal(asg, st.asg); err != nil {
-			return fmt.Errorf("%w: subscription %d: assignment: %v", storage.ErrCorrupt, st.sub.ID, err)
-		}
+	st := of(id)
+	if st == nil || asg == nil {
+		return nil
+	}
+	st.asg = &storage.Assignment{}
+	if err := json.Unmarshal(asg, st.asg); err != nil {
+		return fmt.Errorf("%w: subscription %d: assignment: %v", storage.ErrCorrupt, id, err)
 	}
 	return nil
 }

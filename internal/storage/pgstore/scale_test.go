@@ -302,7 +302,7 @@ func TestScaleDLQ(t *testing.T) {
 	explain(t, e, "DLQList last page", `SELECT m.id, m.reason, m.attempts, m.last_error, m.dead_at, m.partition, m."offset", `+msgCols+`
 		FROM spool.dlq m WHERE m.sub_id = $1 AND m.replay IS NULL AND m.id > $2 ORDER BY m.id LIMIT $3`, s.ID, maxID-50, 100)
 	explain(t, e, "SubscriptionStats", statsSQL, s.ID, topicID)
-	explain(t, e, "delivery load: replayed DLQ entries (a claim of 2)", loadReplayedSQL, s.ID, minLoadWaiting+4, []int32{}, []int64{})
+	explain(t, e, "delivery load: replayed DLQ entries (a claim of 2)", loadReplayedSQL, []int64{s.ID}, []int32{minLoadWaiting + 4}, []int64{}, []int32{}, []int64{})
 
 	// The operator replays the whole DLQ: every entry is replayed, waiting for redelivery.
 	start = time.Now()

@@ -187,7 +187,7 @@ func TestDLQReplayedReadsFewPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A claim of 10 and an ack of the two replayed entries (the transaction's refs).
-	rows, pages := planOf(t, e, tx, loadReplayedSQL, s.ID, minLoadWaiting+20, []int32{0, 0}, []int64{4, 499})
+	rows, pages := planOf(t, e, tx, loadReplayedSQL, []int64{s.ID}, []int32{minLoadWaiting + 20}, []int64{s.ID, s.ID}, []int32{0, 0}, []int64{4, 499})
 	if rows != 2 {
 		t.Fatalf("replayed entries: %d rows, want 2", rows)
 	}
@@ -259,7 +259,7 @@ func TestDLQReplayOfManyEntries(t *testing.T) {
 
 	// What a claim of 100 and an ack of the last entry load.
 	want := wantFor([]*dop{{sub: s.ID, claim: &storage.DeliveriesClaimParams{Max: 100}}, {sub: s.ID, refs: []storage.DeliveryRef{{Partition: 0, Offset: n - 1}}}})
-	rows, _ := planOf(t, e, e.pool, loadReplayedSQL, s.ID, want.waiting, want.ps, want.os)
+	rows, _ := planOf(t, e, e.pool, loadReplayedSQL, []int64{s.ID}, []int32{int32(want.waiting)}, []int64{s.ID}, want.ps, want.os)
 	if rows != int64(minLoadWaiting+200+1) {
 		t.Errorf("a claim of 100 and an ack loaded %d of %d replayed entries, want %d", rows, n, minLoadWaiting+200+1)
 	}
@@ -327,12 +327,16 @@ func TestNackedBacklogLoadsFewRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := &pgx.Batch{}
-	e.queueLoad(b, s.ID, loadDue, "", want)
-	st, err := readState(tx.SendBatch(ctx, b), s.ID)
+	e.queueLoad(b, []int64{s.ID}, loadDue, "", []loadWant{want})
+	states, errs, err := readStates(tx.SendBatch(ctx, b), []int64{s.ID})
 	_ = tx.Rollback(ctx)
+	if err == nil {
+		err = errs[0]
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
+	st := states[0]
 	if len(st.rows) != minLoadWaiting+20 {
 		t.Errorf("a claim of 10 loaded %d of the %d waiting rows, want %d", len(st.rows), n/batch, minLoadWaiting+20)
 	}
