@@ -150,6 +150,70 @@ func TestDeliveriesCombinedAcrossSubscriptions(t *testing.T) {
 	run(true)
 }
 
+// TestDeliveriesCombinedLoadsPerSubscription: the subscriptions of one lane transaction are
+// loaded by shared statements, each with what its own operations need: an ack-only subscription
+// (no waiting rows) loaded before a claiming one whose due messages are all waiting rows (nacked)
+// does not make the claim miss them, and the claim's rows do not reach the acker.
+func TestDeliveriesCombinedLoadsPerSubscription(t *testing.T) {
+	t.Parallel()
+	e := openConns(t, 8)
+	ctx := t.Context()
+	logTopic(t, e, "per.t", storage.TopicConfig{Semantics: storage.PubSub})
+	subs := laneSubs(t, e, "per.t", 3)
+	blocked, acker, claimer := subs[0], subs[1], subs[2] // id order: the acker loads first
+	logPublish(t, e, "per.t", 0, "a", "b", "c")
+	held := claimN(t, e, acker.ID, "m", 1)
+	var refs []storage.DeliveryRef
+	for _, d := range claimN(t, e, claimer.ID, "m", 3) {
+		refs = append(refs, d.Ref())
+	}
+	must(e.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: claimer.ID, Member: "m", Refs: refs}))(t)
+
+	b := lockSub(t, e, blocked.ID)
+	first := goOp("claim of the blocked subscription", func() (*storage.DeliveriesClaimResult, error) {
+		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: blocked.ID, Member: "m", Max: 10})
+	})
+	awaitBlockedBy(t, e, b.pid())
+	lane := &e.lanes[0]
+	txs0 := e.laneTxs.Load()
+	ack := goOp("ack", func() (*storage.DeliveriesAckResult, error) {
+		return e.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: acker.ID, Member: "m", Refs: []storage.DeliveryRef{held[0].Ref()}})
+	})
+	awaitPending(t, lane, 1)
+	claim := goOp("claim of the nacked messages", func() (*storage.DeliveriesClaimResult, error) {
+		return e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: claimer.ID, Member: "m2", Max: 10})
+	})
+	awaitPending(t, lane, 2)
+	b.release()
+
+	if o := <-first; o.err != nil || len(o.res.(*storage.DeliveriesClaimResult).Deliveries) != 3 {
+		t.Errorf("%s: %+v, %v; want 3 deliveries", o.what, o.res, o.err)
+	}
+	if o := <-ack; o.err != nil || o.res.(*storage.DeliveriesAckResult).Acked != 1 {
+		t.Errorf("%s: %+v, %v; want 1 acked", o.what, o.res, o.err)
+	}
+	o := <-claim
+	if o.err != nil {
+		t.Fatalf("%s: %v", o.what, o.err)
+	}
+	ds := o.res.(*storage.DeliveriesClaimResult).Deliveries
+	if got := storagetest.OffsetsOf(ds); !slices.Equal(got, []int64{0, 1, 2}) {
+		t.Errorf("%s: offsets %v, want [0 1 2] (the nacked ones)", o.what, got)
+	}
+	for _, d := range ds {
+		if d.Attempt != 2 {
+			t.Errorf("%s: offset %d attempt %d, want 2", o.what, d.Offset, d.Attempt)
+		}
+	}
+	if n := e.laneTxs.Load() - txs0; n != 1 {
+		t.Errorf("the queued operations ran in %d lane transactions, want 1", n)
+	}
+	// The acker's other messages are still its own to claim, once each.
+	if got := storagetest.OffsetsOf(claimN(t, e, acker.ID, "m", 2)); !slices.Equal(got, []int64{1, 2}) {
+		t.Errorf("acker's next claim: offsets %v, want [1 2]", got)
+	}
+}
+
 // TestDeliveriesNackExtendCombined: nacks and extends of several subscriptions that queue while
 // their lane's transaction waits run together in the next transaction, with claims, each with the
 // answer it would have got alone, in arrival order within a subscription (an extend of a message
