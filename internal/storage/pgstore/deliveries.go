@@ -670,7 +670,12 @@ func (e *Engine) queueSave(b *pgx.Batch, states []*dstate, now time.Time) {
 		p  []int32
 		cu []int64
 	}
-	var after []func()
+	type upd struct {
+		sub  int64
+		r    *drow
+		live []int64
+	}
+	var upds []upd // one statement each: rows that keep some of their offsets (few)
 	for _, st := range states {
 		id := st.sub.ID
 		for _, r := range st.rows {
@@ -684,12 +689,7 @@ func (e *Engine) queueSave(b *pgx.Batch, states []*dstate, now time.Time) {
 				del.s, del.p, del.lo = append(del.s, id), append(del.p, r.partition), append(del.lo, r.key)
 			case len(live) == 0:
 			case r.stored:
-				r, live := r, live
-				after = append(after, func() {
-					b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9, failures = $10
-						WHERE sub_id = $1 AND partition = $2 AND lo = $3`),
-						id, r.partition, r.key, live[0], live, r.state, r.attempt, r.member, r.due, encodeFailures(r.failures))
-				})
+				upds = append(upds, upd{id, r, live})
 			default:
 				ins.s, ins.p = append(ins.s, id), append(ins.p, r.partition)
 				ins.at = append(ins.at, int32(len(ins.offsets)+1))
@@ -715,8 +715,10 @@ func (e *Engine) queueSave(b *pgx.Batch, states []*dstate, now time.Time) {
 			CROSS JOIN LATERAL (SELECT ctid FROM spool.deliveries x WHERE x.sub_id = k.s AND x.partition = k.p AND x.lo = k.lo OFFSET 0) x))`),
 			del.s, del.p, del.lo)
 	}
-	for _, f := range after {
-		f()
+	for _, u := range upds {
+		b.Queue(e.sql(`UPDATE spool.deliveries SET lo = $4, offsets = $5, state = $6, attempt = $7, member = $8, due = $9, failures = $10
+			WHERE sub_id = $1 AND partition = $2 AND lo = $3`),
+			u.sub, u.r.partition, u.r.key, u.live[0], u.live, u.r.state, u.r.attempt, u.r.member, u.r.due, encodeFailures(u.r.failures))
 	}
 	if len(ins.s) > 0 {
 		// Each row's offsets are the slice [at:end] of one flat array (arrays of arrays must all
