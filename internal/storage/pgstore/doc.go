@@ -107,8 +107,9 @@
 // that arrive wait for the next one, which runs all of them: every subscription loaded once (all
 // its delivery rows and replayed DLQ entries) by six statements that read all the subscriptions
 // of the transaction, in one round trip, and saved by one statement per kind for all of them
-// (rows deleted, rows inserted, sub_partitions updated), with the COMMIT. A nack storm (a consumer that gives back every message while its downstream is down) thus
-// costs a transaction per lane batch, not per nack. Releases keep a transaction each. Operations of
+// (rows deleted, rows inserted, sub_partitions updated), with the COMMIT. A nack storm (a
+// consumer that gives back every message while its downstream is down) thus costs a transaction
+// per lane batch, not per nack. Releases keep a transaction each. Operations of
 // one subscription run in arrival order on its state, each with the answer it would have got alone;
 // one that fails on its own fails alone, and a failed transaction runs its operations again one by
 // one. On two cores with 16 groups this halved the p99 end-to-end latency (docs/benchmarks.md):
