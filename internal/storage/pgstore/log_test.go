@@ -120,6 +120,13 @@ func awaitBlockedBy(t *testing.T, e *Engine, pid int) {
 	awaitWaiters(t, e, pid, true)
 }
 
+// waitersOf counts the backends that wait for a lock held by backend pid.
+func waitersOf(t *testing.T, e *Engine, pid int) (int, error) {
+	var n int
+	err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", pid).Scan(&n)
+	return n, err
+}
+
 // awaitWaiters polls until some backend waits for a lock held by pid (waiting) or none does.
 func awaitWaiters(t *testing.T, e *Engine, pid int, waiting bool) {
 	t.Helper()
@@ -128,8 +135,8 @@ func awaitWaiters(t *testing.T, e *Engine, pid int, waiting bool) {
 		what = fmt.Sprintf("no backend waiting for backend %d", pid)
 	}
 	testutil.Eventually(t, 10*time.Second, what, func() error {
-		var n int
-		if err := e.pool.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))", pid).Scan(&n); err != nil {
+		n, err := waitersOf(t, e, pid)
+		if err != nil {
 			return err
 		}
 		if waiting && n == 0 {
