@@ -321,8 +321,11 @@ func (c *countedResults) Query() (pgx.Rows, error) { c.n++; return c.BatchResult
 func (c *countedResults) QueryRow() pgx.Row        { c.n++; return c.BatchResults.QueryRow() }
 
 func readStatesFrom(br pgx.BatchResults, ids []int64) ([]*dstate, []error, error) {
-	wrap := func(err error) error {
-		return fmt.Errorf("pgstore: subscriptions %v: load delivery state: %w", ids, err)
+	wrap := func(err error) error { // the ids of a large transaction would make a long line
+		if len(ids) == 1 {
+			return fmt.Errorf("pgstore: subscription %d: load delivery state: %w", ids[0], err)
+		}
+		return fmt.Errorf("pgstore: load delivery state of %d subscriptions: %w", len(ids), err)
 	}
 	states, errs := make([]*dstate, len(ids)), make([]error, len(ids))
 	index := make(map[int64]int, len(ids))
