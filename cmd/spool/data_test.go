@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -183,8 +184,10 @@ func TestDamagedPartitionServed(t *testing.T) {
 	}
 }
 
-// TestDataVerifyDLQLog: spool data verify checks DLQ logs too, and says what to do with a damaged
-// one (it cannot be truncated).
+// TestDataVerifyDLQLog: spool data verify checks DLQ logs too; reading a damaged one, or opening
+// the engine when Open meets the damage, fails with ErrCorrupt naming the repair; spool data
+// truncate --dlq refuses without --yes, then cuts the log at the damage, after which the engine
+// opens with the DLQ entries before it.
 func TestDataVerifyDLQLog(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -200,17 +203,20 @@ func TestDataVerifyDLQLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := storage.AppendMessage{Partition: 0, Payload: []byte("payload")}
-	if _, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "orders", Messages: []storage.AppendMessage{msg, msg}}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 2})
-	if err != nil || len(res.Deliveries) != 2 {
-		t.Fatalf("claim: %v %v", res, err)
-	}
-	if _, err := eng.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m",
-		Refs: []storage.DeliveryRef{res.Deliveries[0].Ref(), res.Deliveries[1].Ref()}, ToDLQ: true}); err != nil {
-		t.Fatal(err)
+	payloads := []string{"entry-one", "entry-two", "entry-three"}
+	for _, pl := range payloads { // one DLQ record each
+		if _, err := eng.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "orders",
+			Messages: []storage.AppendMessage{{Partition: 0, Payload: []byte(pl)}}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := eng.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 1})
+		if err != nil || len(res.Deliveries) != 1 {
+			t.Fatalf("claim: %v %v", res, err)
+		}
+		if _, err := eng.DeliveriesNack(ctx, &storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m",
+			Refs: []storage.DeliveryRef{res.Deliveries[0].Ref()}, ToDLQ: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
@@ -218,20 +224,24 @@ func TestDataVerifyDLQLog(t *testing.T) {
 	if r := runDataCLI(t, "verify", "--data-dir", dir); r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("DLQ log of subscription %d: ok", q.ID)) {
 		t.Fatalf("verify of a healthy directory: %v", r)
 	}
-	dlqDir := filepath.Join(dir, "dlq", fmt.Sprint(q.ID))
-	seg := filepath.Join(dlqDir, "00000000000000000000.seg")
+	seg := filepath.Join(dir, "dlq", fmt.Sprint(q.ID), "00000000000000000000.seg")
 	b, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[wlog.SegmentHeaderBytes+wlog.FrameHeaderBytes] ^= 0x80 // the first of two entries (a bad last one is a torn tail)
+	at := strings.Index(string(b), "entry-two") // the second of three records (a bad last one is a torn tail)
+	if at < 0 {
+		t.Fatal("entry-two not found in the DLQ segment")
+	}
+	b[at] ^= 0x80
 	if err := os.WriteFile(seg, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := runDataCLI(t, "verify", "--data-dir", dir)
 	for _, want := range []string{
-		fmt.Sprintf("DLQ log of subscription %d: DAMAGED in file %s at byte %d", q.ID, seg, wlog.SegmentHeaderBytes),
-		"a DLQ log cannot be truncated; moving " + dlqDir + " out of the data directory",
+		fmt.Sprintf("DLQ log of subscription %d: DAMAGED in file %s at byte ", q.ID, seg),
+		"truncating gives up 2 DLQ entries, IDs 2 to 3",
+		fmt.Sprintf("spool data truncate --data-dir %s --dlq %d --yes", dir, q.ID),
 		"3 logs verified, 1 damaged", // state, orders/0, the DLQ log
 	} {
 		if !strings.Contains(r.stdout, want) {
@@ -240,5 +250,79 @@ func TestDataVerifyDLQLog(t *testing.T) {
 	}
 	if r.code != 1 {
 		t.Fatalf("verify of a damaged DLQ log: exit %d", r.code)
+	}
+	// A damaged record in the middle of the log: the engine opens, and reading that DLQ fails
+	// with the damage and the repair.
+	eng, err = wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.DLQList(ctx, &storage.DLQListParams{SubscriptionID: q.ID}); !errors.Is(err, storage.ErrCorrupt) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("spool data truncate --dlq %d", q.ID)) {
+		t.Fatalf("DLQList of a damaged DLQ log: %v, want ErrCorrupt naming the repair", err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--dlq", fmt.Sprint(q.ID), "--topic", "orders", "--partition", "0"},
+		{"--dlq", "-1"},
+	} {
+		if r := runDataCLI(t, append([]string{"truncate", "--data-dir", dir}, args...)...); r.code != 2 {
+			t.Errorf("truncate %v: %v, want a usage error", args, r)
+		}
+	}
+	if r := runDataCLI(t, "truncate", "--data-dir", dir, "--dlq", "999"); r.code != 1 || !strings.Contains(r.stderr, "no DLQ log of subscription 999") {
+		t.Errorf("truncate of a missing DLQ log: %v", r)
+	}
+	r = runDataCLI(t, "truncate", "--data-dir", dir, "--dlq", fmt.Sprint(q.ID))
+	if r.code != 1 || !strings.Contains(r.stdout, "truncating would give up 2 DLQ entries, IDs 2 to 3") {
+		t.Fatalf("truncate without --yes: %v", r)
+	}
+	if after, err := os.ReadFile(seg); err != nil || string(after) != string(b) {
+		t.Fatalf("truncate without --yes changed the segment (%v)", err)
+	}
+	r = runDataCLI(t, "truncate", "--data-dir", dir, "--dlq", fmt.Sprint(q.ID), "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "truncated at DLQ entry ID 2: gave up 2 DLQ entries") {
+		t.Fatalf("truncate --yes: %v", r)
+	}
+	eng, err = wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatalf("Open after the cut: %v", err)
+	}
+	got, err := eng.DLQList(ctx, &storage.DLQListParams{SubscriptionID: q.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].ID != 1 || string(got[0].Message.Payload) != "entry-one" {
+		t.Fatalf("DLQ after the cut: %+v, want entry 1 alone", got)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Damage that Open meets (the segment's header) stops it, naming the repair; the cut then
+	// gives up the whole segment.
+	if b, err = os.ReadFile(seg); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wal.Open(dir, wal.Config{}); !errors.Is(err, storage.ErrCorrupt) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("spool data truncate --dlq %d", q.ID)) {
+		t.Fatalf("Open with a damaged DLQ segment header: %v, want ErrCorrupt naming the repair", err)
+	}
+	if r := runDataCLI(t, "truncate", "--data-dir", dir, "--dlq", fmt.Sprint(q.ID), "--yes"); r.code != 0 || !strings.Contains(r.stdout, "truncated at DLQ entry ID 1") {
+		t.Fatalf("truncate --yes of a damaged header: %v", r)
+	}
+	eng, err = wal.Open(dir, wal.Config{})
+	if err != nil {
+		t.Fatalf("Open after the second cut: %v", err)
+	}
+	defer eng.Close()
+	if got, err := eng.DLQList(ctx, &storage.DLQListParams{SubscriptionID: q.ID}); err != nil || len(got) != 0 {
+		t.Fatalf("DLQ after the second cut: %+v %v, want none", got, err)
 	}
 }

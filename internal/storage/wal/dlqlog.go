@@ -94,6 +94,10 @@ func (e *Engine) dlqOf(s *sub, firstID int64) (*dlqLog, error) {
 	opts := e.logOptions()
 	opts.FirstIndex = max(firstID-1, 0)
 	l, err := wlog.Open(e.dlqPath(s.meta.ID), opts)
+	if errors.Is(err, storage.ErrCorrupt) {
+		// Unlike a partition's, a DLQ log cannot be left out (its IDs follow the state).
+		return nil, dlqDamaged(s.meta.ID, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("wal: open DLQ log of subscription %d: %w", s.meta.ID, err)
 	}
@@ -341,6 +345,13 @@ func decodeDLQRecord(subID, id int64, body []byte) (*storage.DLQEntry, error) {
 	return de, nil
 }
 
+// dlqDamaged is the error of a damaged DLQ log (err wraps storage.ErrCorrupt), naming the repair:
+// with the broker stopped, the operator cuts the log at its first damage.
+func dlqDamaged(subID int64, err error) error {
+	return fmt.Errorf("wal: the DLQ log of subscription %d is damaged (with the broker stopped, spool data verify shows the damage and spool data truncate --dlq %d cuts the log there): %w",
+		subID, subID, err)
+}
+
 // read returns the entries of ids (increasing), nil for those whose records are not readable:
 // deleted (retention compacted the log after they left the DLQ). Records not in the log yet are
 // read from memory (dlqLog). Other read errors are returned.
@@ -351,6 +362,9 @@ func (dl *dlqLog) read(subID int64, ids []int64) ([]*storage.DLQEntry, error) {
 		out[i] = de
 		return err
 	})
+	if errors.Is(err, storage.ErrCorrupt) {
+		return nil, dlqDamaged(subID, err)
+	}
 	if err != nil {
 		return nil, err
 	}

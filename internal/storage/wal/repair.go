@@ -108,20 +108,44 @@ func TruncatePartition(dir, topic string, p int, apply bool) (*wlog.Damage, erro
 	if err := names.ValidateTopic(topic); err != nil {
 		return nil, fmt.Errorf("%w: %v", storage.ErrInvalidArgument, err)
 	}
+	name := fmt.Sprintf("log of topic %q partition %d", topic, p)
+	if p < 0 {
+		return nil, fmt.Errorf("%w: no %s in %s", storage.ErrInvalidArgument, name, dir)
+	}
+	return truncateLog(dir, filepath.Join(topicsDir, topic, strconv.Itoa(p)), name, apply)
+}
+
+// TruncateDLQ inspects the DLQ log of subscription sub in the data directory dir and returns its
+// first damage (nil when it is healthy). With apply, it cuts the log there: the entries from ID
+// Damage.Index+1 on are given up (a record's index is its entry's ID minus one), and the next
+// Open of the engine drops them from the subscription's DLQ, with the replayed copies they held
+// (dlqRecover), so that the broker starts with the entries before the damage. It refuses to run
+// while an engine holds the directory (ErrDirInUse).
+func TruncateDLQ(dir string, sub int64, apply bool) (*wlog.Damage, error) {
+	name := fmt.Sprintf("DLQ log of subscription %d", sub)
+	if sub <= 0 {
+		return nil, fmt.Errorf("%w: no %s in %s", storage.ErrInvalidArgument, name, dir)
+	}
+	return truncateLog(dir, filepath.Join(dlqDir, strconv.FormatInt(sub, 10)), name, apply)
+}
+
+// truncateLog inspects the log at rel (relative to the data directory dir; name says which) and,
+// with apply, cuts it at its first damage, holding the directory's LOCK.
+func truncateLog(dir, rel, name string, apply bool) (*wlog.Damage, error) {
 	lock, err := lockForRepair(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer lock.Close()
-	pdir := filepath.Join(dir, topicsDir, topic, strconv.Itoa(p))
-	if st, err := os.Stat(pdir); p < 0 || err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("%w: no log of topic %q partition %d in %s", storage.ErrInvalidArgument, topic, p, dir)
+	ldir := filepath.Join(dir, rel)
+	if st, err := os.Stat(ldir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%w: no %s in %s", storage.ErrInvalidArgument, name, dir)
 	}
-	d, err := wlog.Inspect(pdir, repairOptions())
+	d, err := wlog.Inspect(ldir, repairOptions())
 	if err != nil || d == nil || !apply {
 		return d, err
 	}
-	if err := wlog.Truncate(pdir, d); err != nil {
+	if err := wlog.Truncate(ldir, d); err != nil {
 		return nil, err
 	}
 	return d, nil
