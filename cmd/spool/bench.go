@@ -253,6 +253,7 @@ func benchFloor(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&c.Schema, "schema", c.Schema, "the schema of the --store tables (dropped and made again, dropped at the end)")
 	fs.IntVar(&c.Committers, "committers", c.Committers, "with --store: rounds committed side by side, each on its own connection and head row (as partitions)")
 	serveFile := fs.String("serve", "", "internal: run the server child on this file")
+	fs.BoolVar(&c.StoreStdin, "store-stdin", false, "internal: the server child reads --store from the first line of stdin")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -57,6 +57,9 @@ type Config struct {
 	// partitions of a topic could.
 	Store, Schema string
 	Committers    int
+	// StoreStdin (the child's) reads Store from the first line of stdin: a URL on the child's
+	// command line would show its password to every user of the machine (ps).
+	StoreStdin bool
 	// Child is the command line that runs this program's server child; the child's own flags
 	// (ChildArgs) are appended to it. spool runs itself as "spool bench floor".
 	Child []string
@@ -91,12 +94,13 @@ func (c Config) Check() error {
 	return nil
 }
 
-// ChildArgs are the arguments that make the child serve c into file (or c.Store).
+// ChildArgs are the arguments that make the child serve c into file (or c.Store, which measure
+// sends on the child's stdin: StoreStdin).
 func ChildArgs(c Config, file string) []string {
 	a := []string{"--serve", file, "--file-size", strconv.FormatInt(c.FileSize, 10), "--gather=" + strconv.FormatBool(c.Gather),
 		"--batch", strconv.Itoa(c.Batch)}
 	if c.Store != "" {
-		a = append(a, "--store", c.Store, "--schema", c.Schema, "--committers", strconv.Itoa(c.Committers))
+		a = append(a, "--store-stdin", "--schema", c.Schema, "--committers", strconv.Itoa(c.Committers))
 	}
 	return a
 }
@@ -138,6 +142,11 @@ func measure(out io.Writer, c Config, file string) error {
 		stdin.Close() // the child exits when its stdin closes
 		cmd.Wait()
 	}()
+	if c.Store != "" {
+		if _, err := fmt.Fprintln(stdin, c.Store); err != nil { // StoreStdin
+			return err
+		}
+	}
 	lines := bufio.NewScanner(stdout)
 	ask := func(q string) (string, error) {
 		if _, err := fmt.Fprintln(stdin, q); err != nil {
@@ -199,6 +208,13 @@ const maxFrame = 4 + 1<<20
 // listening address and "cpu" with its CPU time so far, one line each, on stdin and stdout, and
 // exits when stdin closes.
 func Serve(c Config, file string) error {
+	in := bufio.NewScanner(os.Stdin)
+	if c.StoreStdin {
+		if !in.Scan() {
+			return fmt.Errorf("no store URL on stdin (%v)", in.Err())
+		}
+		c.Store = strings.TrimSpace(in.Text())
+	}
 	var sinks []sink
 	if c.Store != "" {
 		var err error
@@ -222,7 +238,6 @@ func Serve(c Config, file string) error {
 	go s.accept(ln)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() && ctx.Err() == nil {
 		switch q := strings.TrimSpace(in.Text()); q {
 		case "addr":

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		fs.BoolVar(&c.Gather, "gather", true, "")
 		fs.IntVar(&c.Batch, "batch", 1, "")
 		fs.IntVar(&c.Committers, "committers", 1, "")
-		fs.StringVar(&c.Store, "store", "", "")
+		fs.BoolVar(&c.StoreStdin, "store-stdin", false, "")
 		fs.StringVar(&c.Schema, "schema", "", "")
 		fs.Parse(os.Args[1:])
 		if err := Serve(c, *file); err != nil {
@@ -242,6 +242,18 @@ func TestMeasurePG(t *testing.T) {
 	var left bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", c.Schema).Scan(&left); err != nil || left {
 		t.Fatalf("schema %s left after the run (%v)", c.Schema, err)
+	}
+}
+
+// TestChildArgsStoreOffCommandLine: the store URL (its password) never reaches the child's
+// command line, which every user of the machine can read; the child reads it from stdin
+// (TestMeasurePG runs that path).
+func TestChildArgsStoreOffCommandLine(t *testing.T) {
+	c := Defaults()
+	c.Store = "postgres://spool:s3cret@db.example/spool"
+	args := strings.Join(ChildArgs(c, "floor.dat"), " ")
+	if strings.Contains(args, "s3cret") || !strings.Contains(args, "--store-stdin") {
+		t.Fatalf("child arguments %q: want --store-stdin and no URL", args)
 	}
 }
 
