@@ -596,14 +596,41 @@ type pgbench struct {
 }
 
 func (p *pgbench) exec(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, p.bin, append(args, p.url)...)
+	conn, password := splitPassword(p.url)
+	cmd := exec.CommandContext(ctx, p.bin, append(args, conn)...)
 	cmd.Dir = p.dir
 	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+p.schema)
+	if password != "" {
+		cmd.Env = append(cmd.Env, "PGPASSWORD="+password)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return out, fmt.Errorf("bench: %s %s: %w: %s", filepath.Base(p.bin), strings.Join(args, " "), err, lastLines(out, 5))
 	}
 	return out, nil
+}
+
+// splitPassword returns a postgres:// URL without its password, and the password, which pgbench
+// then gets from PGPASSWORD: a child's command line is readable by every user of the machine, its
+// environment only by its owner. Other connection strings are returned whole.
+func splitPassword(conn string) (string, string) {
+	u, err := url.Parse(conn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return conn, ""
+	}
+	var password string
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			password = pw
+			u.User = url.User(u.User.Username())
+		}
+	}
+	if q := u.Query(); q.Has("password") {
+		password = q.Get("password")
+		q.Del("password")
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), password
 }
 
 // init creates the schema and pgbench's tables at scale.

@@ -433,3 +433,19 @@ func TestOLTPThrottleVerdict(t *testing.T) {
 		t.Errorf("pgbenchTPS without a tps line: %v", got)
 	}
 }
+
+// TestSplitPassword: pgbench gets the password through its environment, never on its command
+// line; connection strings that are not URLs pass whole.
+func TestSplitPassword(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"postgres://spool:s3cret@db:5432/spool?sslmode=disable":       {"postgres://spool@db:5432/spool?sslmode=disable", "s3cret"},
+		"postgresql://spool@db/spool?password=s3cret&sslmode=require": {"postgresql://spool@db/spool?sslmode=require", "s3cret"},
+		"postgres://spool@db/spool":                                   {"postgres://spool@db/spool", ""},
+		"host=db user=spool password=s3cret":                          {"host=db user=spool password=s3cret", ""},
+	} {
+		conn, pw := splitPassword(in)
+		if conn != want[0] || pw != want[1] {
+			t.Errorf("splitPassword(%q) = %q, %q; want %q, %q", in, conn, pw, want[0], want[1])
+		}
+	}
+}
