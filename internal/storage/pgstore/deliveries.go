@@ -235,17 +235,23 @@ SELECT w.* FROM unnest($1::bigint[], $2::int[]) AS u(id, lim) CROSS JOIN LATERAL
 // expire them, releases give them back, nacks and extends need the lease), the $2 waiting ones
 // of each due first (what claims take, and the earliest due time, for NextDue), and those at the
 // positions ($3 subscriptions, $4 partitions, $5 offsets) that the transaction's acks, nacks and
-// extends name (an ack completes a replayed copy in any state). See loadWant.
-const loadReplayedSQL = `SELECT sub_id, id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
-	FROM spool.dlq WHERE sub_id = ANY ($1::bigint[]) AND replay = 'leased'
-UNION
-SELECT w.* FROM unnest($1::bigint[], $2::int[]) AS u(id, lim) CROSS JOIN LATERAL (
+// extends name (an ack completes a replayed copy in any state). See loadWant. The EXISTS, planned
+// as a one-time filter, skips the rest when the subscriptions have no replayed entry, as nearly
+// always: the three reads cost some 140 us of the database's CPU per delivery transaction with
+// nothing to find (a 16-group fan-out, 2026-11-27), the probe of the empty partial index little.
+const loadReplayedSQL = `SELECT * FROM (
 	SELECT sub_id, id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
-	FROM spool.dlq WHERE sub_id = u.id AND replay = 'waiting' ORDER BY replay_due, id LIMIT nullif(u.lim, -1)) w
-UNION
-SELECT q.sub_id, q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_member, q.replay_due, q.failures
-	FROM unnest($3::bigint[], $4::int[], $5::bigint[]) AS r (s, p, o)
-	JOIN spool.dlq q ON q.sub_id = r.s AND q.replay IS NOT NULL AND q.partition = r.p AND q."offset" = r.o
+		FROM spool.dlq WHERE sub_id = ANY ($1::bigint[]) AND replay = 'leased'
+	UNION
+	SELECT w.* FROM unnest($1::bigint[], $2::int[]) AS u(id, lim) CROSS JOIN LATERAL (
+		SELECT sub_id, id, partition, "offset", replay, replay_attempt, replay_member, replay_due, failures
+		FROM spool.dlq WHERE sub_id = u.id AND replay = 'waiting' ORDER BY replay_due, id LIMIT nullif(u.lim, -1)) w
+	UNION
+	SELECT q.sub_id, q.id, q.partition, q."offset", q.replay, q.replay_attempt, q.replay_member, q.replay_due, q.failures
+		FROM unnest($3::bigint[], $4::int[], $5::bigint[]) AS r (s, p, o)
+		JOIN spool.dlq q ON q.sub_id = r.s AND q.replay IS NOT NULL AND q.partition = r.p AND q."offset" = r.o
+) x
+WHERE EXISTS (SELECT FROM spool.dlq g WHERE g.sub_id = ANY ($1::bigint[]) AND g.replay IS NOT NULL)
 ORDER BY sub_id, id`
 
 // loadWant says which waiting delivery rows and replayed DLQ entries a load reads besides the
