@@ -503,3 +503,58 @@ func TestDLQTimeout(t *testing.T) {
 		t.Fatalf("claim after the replay: offsets %v, want the 2 replayed messages", got)
 	}
 }
+
+// TestDeliveryRowsGoWithTheirSubscription: a subscription partition's delivery rows go with it
+// (migration 0021's trigger, which replaced the foreign key's cascade): when the subscription is
+// deleted through the engine, and when its row is deleted and the cascade removes its partitions
+// (as the removal of a dead instance's ephemeral subscriptions and a topic's deletion do). The
+// other subscription's rows stay.
+func TestDeliveryRowsGoWithTheirSubscription(t *testing.T) {
+	t.Parallel()
+	e := logOpen(t, testConfig(t, nil))
+	ctx := t.Context()
+	if _, err := e.TopicCreate(ctx, &storage.TopicCreateParams{Name: "gone.t",
+		Config: storage.TopicConfig{Semantics: storage.PubSub, Partitions: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	var subs []*storage.Subscription
+	for _, g := range []string{"a", "b", "c"} {
+		s, err := e.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{Topic: "gone.t", Group: g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, s)
+	}
+	msgs := []storage.AppendMessage{{Partition: 0, Payload: []byte("x")}, {Partition: 1, Payload: []byte("y")}}
+	if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "gone.t", Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(id int64) int {
+		t.Helper()
+		var n int
+		if err := e.pool.QueryRow(ctx, e.sql("SELECT count(*) FROM spool.deliveries WHERE sub_id = $1"), id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, s := range subs {
+		res, err := e.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: s.ID, Member: "m", Max: 10})
+		if err != nil || len(res.Deliveries) != 2 {
+			t.Fatalf("claim of %s: %v %v", s.Group, res, err)
+		}
+		if n := rows(s.ID); n != 2 {
+			t.Fatalf("group %s holds %d delivery rows after its claim, want 2 (one per partition)", s.Group, n)
+		}
+	}
+	if err := e.SubscriptionDelete(ctx, subs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, e.sql("DELETE FROM spool.subscriptions WHERE id = $1"), subs[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{0, 0, 2} {
+		if n := rows(subs[i].ID); n != want {
+			t.Errorf("group %s: %d delivery rows left, want %d", subs[i].Group, n, want)
+		}
+	}
+}

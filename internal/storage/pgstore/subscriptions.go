@@ -380,9 +380,9 @@ func (e *Engine) lockSubState(ctx context.Context, tx pgx.Tx, id int64) error {
 }
 
 // dropSubState removes a subscription's delivery state (CANCELLED and DELETED subscriptions have
-// none): its sub_partitions rows, with the spool.deliveries rows that reference them (ON DELETE
-// CASCADE), and its DLQ entries (spool.dlq, see 0002_deliveries.sql). Lock order: sub_partitions,
-// then delivery rows, then dlq.
+// none): its sub_partitions rows, with the spool.deliveries rows that reference them (the trigger
+// sub_partition_gone, migration 0021), and its DLQ entries (spool.dlq, see 0002_deliveries.sql).
+// Lock order: sub_partitions, then delivery rows, then dlq.
 func (e *Engine) dropSubState(ctx context.Context, tx pgx.Tx, id int64) error {
 	if _, err := tx.Exec(ctx, e.sql("DELETE FROM spool.sub_partitions WHERE sub_id = $1"), id); err != nil {
 		return fmt.Errorf("pgstore: subscription %d: drop delivery state: %w", id, err)
