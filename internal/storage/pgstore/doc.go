@@ -76,7 +76,9 @@
 // competing members on different broker instances take turns and no message is leased twice. The
 // offsets between floor and cursor that are leased or waiting for redelivery are kept sparse, per
 // claim batch rather than per message (see migrations/0002_deliveries.sql); an offset in
-// [floor, cursor) that no such row lists is done.
+// [floor, cursor) that no such row lists is done. Those rows carry no foreign key (migration
+// 0021): they are only inserted under their sub_partitions row locks, and a trigger deletes them
+// with their sub_partitions row.
 //
 // A delivery operation loads the subscription's state in one batch (loadState), decides in
 // memory and writes the changes back in one batch (save). The load reads what the operation can
