@@ -392,7 +392,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 					// the next claim. Every claim may meet it: logged every fdWarnEvery.
 					e.warnOutOfFiles(t.meta.Name, pi, err)
 				default:
-					e.logger.Error("wal: read for claim", slog.String("topic", t.meta.Name), slog.Int("partition", int(pi)), slog.Any("error", err))
+					e.warnClaimRead(t.meta.Name, pi, err)
 				}
 				break
 			}

@@ -232,10 +232,9 @@ type Engine struct {
 	trashKick chan struct{}
 	trashSeq  atomic.Int64
 
-	// fdWarnAt is the engine clock (unix ns) of the last "out of file descriptors" warning of a
-	// claim, fdWarnMissed the claims that met the condition since (warnOutOfFiles).
-	fdWarnAt     atomic.Int64
-	fdWarnMissed atomic.Int64
+	// Claims that could not read a partition, warned at most once per fdWarnEvery: for lack of
+	// file descriptors (warnOutOfFiles) and for another read error (warnClaimRead).
+	fdWarn, readWarn claimWarn
 
 	// DLQ logs (dlqlog.go). dlqDoomed holds the logs of cancelled and deleted subscriptions until
 	// the trash loop removes them (guarded by dlqMu). Recovery only: dlqFound lists the DLQ log
@@ -571,17 +570,41 @@ func (e *Engine) warnDue(last *atomic.Int64) bool {
 	return (prev == 0 || now-prev >= int64(fdWarnEvery)) && last.CompareAndSwap(prev, now)
 }
 
+// claimWarn rate-limits the warning of a condition that every claim of a partition may meet:
+// at is the engine clock (unix ns) of the last warning, missed the claims that met it since.
+type claimWarn struct {
+	at, missed atomic.Int64
+}
+
+// due counts a claim that met w's condition and reports whether to warn now (once per
+// fdWarnEvery), with the claims to report.
+func (e *Engine) due(w *claimWarn) (int64, bool) {
+	missed := w.missed.Add(1)
+	if !e.warnDue(&w.at) {
+		return 0, false
+	}
+	w.missed.Add(-missed)
+	return missed, true
+}
+
 // warnOutOfFiles logs that a claim could not read partition p of topic because its segment file
 // could not be opened again (EMFILE, ENFILE): at most once per fdWarnEvery, with the number of
 // such claims since the last warning, so that polling claims do not flood the log.
 func (e *Engine) warnOutOfFiles(topic string, p int32, err error) {
-	missed := e.fdWarnMissed.Add(1)
-	if !e.warnDue(&e.fdWarnAt) {
-		return
+	if missed, ok := e.due(&e.fdWarn); ok {
+		e.logger.Warn("wal: claim skipped a partition: out of file descriptors (raise ulimit -n or lower wal.max_open_files)",
+			slog.String("topic", topic), slog.Int("partition", int(p)), slog.Int64("claims", missed), slog.Any("error", err))
 	}
-	e.fdWarnMissed.Add(-missed)
-	e.logger.Warn("wal: claim skipped a partition: out of file descriptors (raise ulimit -n or lower wal.max_open_files)",
-		slog.String("topic", topic), slog.Int("partition", int(p)), slog.Int64("claims", missed), slog.Any("error", err))
+}
+
+// warnClaimRead logs that a claim could not read partition p of topic for another reason than
+// damage or a lack of descriptors (an I/O error): its messages wait, and the next claims meet it
+// again, so at most once per fdWarnEvery, with the number of such claims since the last one.
+func (e *Engine) warnClaimRead(topic string, p int32, err error) {
+	if missed, ok := e.due(&e.readWarn); ok {
+		e.logger.Error("wal: claim skipped a partition it could not read; its messages wait",
+			slog.String("topic", topic), slog.Int("partition", int(p)), slog.Int64("claims", missed), slog.Any("error", err))
+	}
 }
 
 // now is the engine clock in UTC without a monotonic reading, so times compare and persist the

@@ -286,3 +286,41 @@ func (w *syncBuffer) String() string {
 	defer w.mu.Unlock()
 	return w.b.String()
 }
+
+// TestClaimReadErrorWarnsRateLimited: a claim that cannot read a partition (an I/O error, not
+// damage) skips it and its messages wait; every claim meets the error again, so it is logged once
+// per 10 s of the engine clock with the number of claims, and the messages are delivered once the
+// reads work again.
+func TestClaimReadErrorWarnsRateLimited(t *testing.T) {
+	efs := wlogtest.NewErrorFS(nil, nil)
+	logs := &syncBuffer{}
+	h := newHarness(t, func(c *Config) {
+		c.FS = efs
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	h.createTopic("eio", storage.TopicConfig{})
+	h.publishN("eio", 2)
+	sub := h.queueSub("eio")
+	sep := string(filepath.Separator)
+	efs.SetInjector(func(op wlogtest.Op, path string) error {
+		if op == wlogtest.OpRead && strings.Contains(path, sep+"eio"+sep) {
+			return syscall.EIO
+		}
+		return nil
+	})
+	for range 3 {
+		equal(t, len(h.claim(sub.ID, "m1", 10)), 0, "deliveries while the partition cannot be read")
+	}
+	const warning = "claim skipped a partition it could not read"
+	equal(t, strings.Count(logs.String(), warning), 1, "warnings for 3 claims")
+	h.clock.Advance(fdWarnEvery)
+	h.claim(sub.ID, "m1", 10)
+	if out := logs.String(); strings.Count(out, warning) != 2 || !strings.Contains(out, "claims=3") {
+		t.Fatalf("want a second warning counting 3 claims after 10 s:\n%s", out)
+	}
+	efs.SetInjector(nil)
+	equal(t, len(h.claim(sub.ID, "m1", 10)), 2, "deliveries once the partition reads")
+	st, err := h.e.TopicStats(h.ctx, "eio")
+	h.must(err, "stats")
+	equal(t, st.Partitions[0].Damaged, false, "damaged")
+}
