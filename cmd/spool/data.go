@@ -74,7 +74,7 @@ func runDataVerify(_ context.Context, e *cliEnv, args []string) error {
 		}
 		fmt.Fprintf(e.stdout, "  truncating gives up %s\n", givenUp(r.Damage, r.DLQ != 0))
 		if r.DLQ != 0 {
-			// The broker refuses to start with a damaged DLQ log (a partition's is only unavailable).
+			// A damaged DLQ log fails that DLQ's reads, and the broker's start when Open meets it.
 			fmt.Fprintf(e.stdout, "  spool data truncate --data-dir %s --dlq %d --yes\n", *dir, r.DLQ)
 			continue
 		}
@@ -115,9 +115,10 @@ partition again with the messages before it. Prints exactly what is given up (of
 bytes); without --yes it changes nothing. Subscription positions above the new end are moved back
 to it when the broker starts; messages published afterwards reuse the offsets given up.
 
-With --dlq it cuts the DLQ log of that subscription (spool data verify names it) the same way: the
-broker refuses to start while a DLQ log is damaged, and starts after the cut with the DLQ entries
-before the damage; the entries given up (IDs) leave the DLQ, and replays of them end.`,
+With --dlq it cuts the DLQ log of that subscription (spool data verify names it) the same way. A
+damaged DLQ log fails the reads of that DLQ (list, replay), and the broker's start when the damage
+is in what opening reads (a segment's header); after the cut the DLQ keeps the entries before the
+damage, and the entries given up (IDs) leave it, replays of them included.`,
 	examples: []string{
 		"spool data truncate --data-dir /var/lib/spool --topic orders --partition 3",
 		"spool data truncate --data-dir /var/lib/spool --topic orders --partition 3 --yes",

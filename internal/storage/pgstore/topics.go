@@ -362,8 +362,9 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 }
 
 // TopicDelete deletes a topic's catalog rows: the topic, its partitions, its subscriptions and
-// their delivery state (ON DELETE CASCADE; delivery rows by the trigger of migration 0021). Its messages stay in their buckets until retention
-// drops them; topic ids are never reused, so a topic created again under the name starts empty.
+// their delivery state (ON DELETE CASCADE; delivery rows by the trigger of migration 0021). Its
+// messages stay in their buckets until retention drops them; topic ids are never reused, so a
+// topic created again under the name starts empty.
 // Without Force it fails with storage.ErrTopicHasSubscriptions while a durable subscription other
 // than the queue subscription is ACTIVE or PAUSED, while the queue subscription (ACTIVE or
 // PAUSED) has messages not done, or while spool.staged holds committed transactional publishes
