@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -156,7 +157,7 @@ func (e *Engine) loadState(ctx context.Context, tx pgx.Tx, id int64, mode loadMo
 			return nil, fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, err)
 		}
 	}
-	states, errs, err := readStates(br, ids)
+	states, errs, err := e.readStates(br, ids)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("pgstore: subscription %d: load delivery state: %w", id, cerr)
 	}
@@ -306,15 +307,46 @@ func wantFor(ops []*dop) loadWant {
 // when it fails (so that the statements queued after them can be read next). states[i] is the
 // state of ids[i], or nil when errs[i] says why its operations fail alone
 // (storage.ErrSubscriptionNotFound, storage.ErrSubscriptionNotActive); err fails the transaction.
-func readStates(br pgx.BatchResults, ids []int64) (states []*dstate, errs []error, err error) {
+func (e *Engine) readStates(br pgx.BatchResults, ids []int64) (states []*dstate, errs []error, err error) {
 	cr := &countedResults{BatchResults: br}
-	states, errs, err = readStatesFrom(cr, ids)
+	states, errs, err = e.readStatesFrom(cr, ids)
 	for ; cr.n < loadQueries; cr.n++ {
 		if _, xerr := br.Exec(); xerr != nil && err == nil {
 			err = fmt.Errorf("pgstore: load delivery state: %w", xerr)
 		}
 	}
 	return states, errs, err
+}
+
+// topicConfigs keeps the topic configurations delivery loads decoded, by their stored JSON: every
+// delivery transaction reads the configuration of its subscriptions' topics, and decoding it took
+// a twentieth of the broker's CPU in a 16-group fan-out. Equal text, equal configuration, so a
+// changed configuration is a miss. At most maxTopicConfigs texts: past it the cache starts over.
+type topicConfigs struct {
+	mu sync.Mutex
+	m  map[string]storage.TopicConfig
+}
+
+const maxTopicConfigs = 1024
+
+// decode returns the configuration stored as raw.
+func (c *topicConfigs) decode(raw []byte) (storage.TopicConfig, error) {
+	c.mu.Lock()
+	cfg, ok := c.m[string(raw)]
+	c.mu.Unlock()
+	if ok {
+		return cfg, nil
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return storage.TopicConfig{}, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxTopicConfigs {
+		c.m = make(map[string]storage.TopicConfig)
+	}
+	c.m[string(raw)] = cfg
+	c.mu.Unlock()
+	return cfg, nil
 }
 
 // countedResults counts the result sets taken from a batch.
@@ -326,7 +358,7 @@ type countedResults struct {
 func (c *countedResults) Query() (pgx.Rows, error) { c.n++; return c.BatchResults.Query() }
 func (c *countedResults) QueryRow() pgx.Row        { c.n++; return c.BatchResults.QueryRow() }
 
-func readStatesFrom(br pgx.BatchResults, ids []int64) ([]*dstate, []error, error) {
+func (e *Engine) readStatesFrom(br pgx.BatchResults, ids []int64) ([]*dstate, []error, error) {
 	wrap := func(err error) error { // the ids of a large transaction would make a long line
 		if len(ids) == 1 {
 			return fmt.Errorf("pgstore: subscription %d: load delivery state: %w", ids[0], err)
@@ -391,7 +423,8 @@ func readStatesFrom(br pgx.BatchResults, ids []int64) ([]*dstate, []error, error
 			return err
 		}
 		st := &dstate{sub: &s, partOf: map[int32]*dpart{}, replay: map[dref]*dreplay{}}
-		if err := json.Unmarshal(cfg, &st.cfg); err != nil {
+		var err error
+		if st.cfg, err = e.topicCfgs.decode(cfg); err != nil {
 			return fmt.Errorf("%w: topic of subscription %d: config: %v", storage.ErrCorrupt, s.ID, err)
 		}
 		states[i] = st

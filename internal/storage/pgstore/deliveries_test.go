@@ -558,3 +558,32 @@ func TestDeliveryRowsGoWithTheirSubscription(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicConfigsDecode: a configuration text decodes once and is answered from the cache
+// after; another text (a changed configuration) decodes anew; the cache starts over past
+// maxTopicConfigs texts; a bad text fails.
+func TestTopicConfigsDecode(t *testing.T) {
+	var c topicConfigs
+	a, err := c.decode([]byte(`{"max_deliveries": 3}`))
+	if err != nil || a.MaxDeliveries != 3 {
+		t.Fatalf("decode: %+v %v", a, err)
+	}
+	c.m[`{"max_deliveries": 3}`] = storage.TopicConfig{MaxDeliveries: 7} // what a second decode answers
+	if got, _ := c.decode([]byte(`{"max_deliveries": 3}`)); got.MaxDeliveries != 7 {
+		t.Fatalf("second decode of the same text: %+v, want the cached configuration", got)
+	}
+	if got, _ := c.decode([]byte(`{"max_deliveries": 1}`)); got.MaxDeliveries != 1 {
+		t.Fatalf("decode of a changed text: %+v", got)
+	}
+	for i := range maxTopicConfigs {
+		if _, err := c.decode(fmt.Appendf(nil, `{"max_deliveries": %d}`, 100+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.m); n > maxTopicConfigs {
+		t.Fatalf("%d texts cached, at most %d", n, maxTopicConfigs)
+	}
+	if _, err := c.decode([]byte(`{"max_deliveries": "x"}`)); err == nil {
+		t.Fatal("a bad text decoded")
+	}
+}

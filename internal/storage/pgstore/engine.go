@@ -161,9 +161,11 @@ func (c Config) Validate() error {
 // Engine is the PostgreSQL storage engine. Every method is safe for concurrent use, also by
 // several Engines (broker instances) on the same schema.
 type Engine struct {
-	cfg   Config
-	pool  *pgxpool.Pool
-	clock storage.Clock
+	cfg Config
+	// topicCfgs: the topic configurations delivery loads decoded (deliveries.go).
+	topicCfgs topicConfigs
+	pool      *pgxpool.Pool
+	clock     storage.Clock
 	// dbClock: no Config.Clock was given, so heartbeats and dead detection use the database's
 	// clock (lifecycle.go).
 	dbClock bool
