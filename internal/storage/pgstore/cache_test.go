@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -114,5 +115,48 @@ func TestMsgCacheFullWindowAmortized(t *testing.T) {
 	w := c.parts[cacheKey{1, 0}]
 	if got := offsetsOf(c.get(1, 0, w.base, 2000)); len(got) != len(w.msgs) || got[len(got)-1] != 5999 || w.bytes > c.budget/2 {
 		t.Fatalf("window after the puts: base %d, %d messages, %d bytes", w.base, len(got), w.bytes)
+	}
+}
+
+// TestClaimReadsPastTheCachedRun: a claim whose messages the cache holds only in part takes that
+// run from the cache and reads only what follows it from the database (here the messages another
+// instance published, which this instance's cache never held).
+func TestClaimReadsPastTheCachedRun(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, nil)
+	e1, e2 := logOpen(t, cfg), logOpen(t, cfg)
+	ctx := t.Context()
+	if _, err := e1.TopicCreate(ctx, &storage.TopicCreateParams{Name: "prefix.q"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range []*Engine{e1, e1, e1, e2, e2} {
+		if _, err := e.MessagesAppend(ctx, &storage.MessagesAppendParams{Topic: "prefix.q", Messages: []storage.AppendMessage{
+			{Partition: 0, Payload: fmt.Appendf(nil, "m%d", 2*i)}, {Partition: 0, Payload: fmt.Appendf(nil, "m%d", 2*i+1)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var topicID int64
+	if err := e1.pool.QueryRow(ctx, e1.sql("SELECT id FROM spool.topics WHERE name = 'prefix.q'")).Scan(&topicID); err != nil {
+		t.Fatal(err)
+	}
+	cached := e1.cache.get(topicID, 0, 0, 10)
+	if len(cached) != 6 {
+		t.Fatalf("instance 1 caches %d messages, want its own 6", len(cached))
+	}
+	sub, err := e1.SubscriptionGetByGroup(ctx, "prefix.q", storage.QueueGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e1.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "m", Max: 10})
+	if err != nil || len(res.Deliveries) != 10 {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	for i, d := range res.Deliveries {
+		if d.Offset != int64(i) || string(d.Payload) != fmt.Sprintf("m%d", i) {
+			t.Fatalf("delivery %d: offset %d payload %q", i, d.Offset, d.Payload)
+		}
+		if i < len(cached) && &d.Payload[0] != &cached[i].Payload[0] {
+			t.Errorf("offset %d was read from the database, not taken from the cache", i)
+		}
 	}
 }

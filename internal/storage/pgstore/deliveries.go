@@ -1313,11 +1313,17 @@ func (e *Engine) claimRead(ctx context.Context, tx pgx.Tx, st *dstate, again []r
 		var qc []int64
 		var ql []int32
 		for _, pl := range plan {
-			if ms := e.cache.get(st.sub.topicID, pl.p, pl.cur, int(pl.lim)); len(ms) == int(pl.lim) {
+			ms := e.cache.get(st.sub.topicID, pl.p, pl.cur, int(pl.lim))
+			if len(ms) == int(pl.lim) {
 				got[pl.p] = ms
 				continue
 			}
-			qp, qc, ql = append(qp, pl.p), append(qc, pl.cur), append(ql, pl.lim)
+			// The database reads what follows the cached run (often the last publish
+			// transaction's messages, committed but not cached yet: at 10,000 msg/s with one
+			// group, three quarters of what such claims wanted was cached already).
+			got[pl.p] = ms
+			n := int32(len(ms))
+			qp, qc, ql = append(qp, pl.p), append(qc, pl.cur+int64(n)), append(ql, pl.lim-n)
 		}
 		if len(qp) > 0 {
 			b.Queue(e.sql(`SELECT m.linked, m.partition, m."offset", `+msgCols+`
