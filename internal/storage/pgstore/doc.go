@@ -106,9 +106,9 @@
 //
 // Claims, acks, nacks and extends do not get a transaction each (combine.go): they queue on one of
 // deliveryLanes lanes (by subscription id), and while a transaction of a lane runs, the operations
-// that arrive wait for the next one, which runs all of them: every subscription loaded once (all
-// its delivery rows and replayed DLQ entries) by six statements that read all the subscriptions
-// of the transaction, in one round trip, and saved by one statement per kind for all of them
+// that arrive wait for the next one, which runs all of them: every subscription loaded once (the
+// delivery rows and replayed DLQ entries its operations need, loadWant) by six statements that
+// read all the subscriptions of the transaction, in one round trip, and saved by one statement per kind for all of them
 // (rows deleted, rows inserted, sub_partitions updated), with the COMMIT. A nack storm (a
 // consumer that gives back every message while its downstream is down) thus costs a transaction
 // per lane batch, not per nack. Releases keep a transaction each. Operations of
@@ -130,7 +130,8 @@
 //
 // Each Engine keeps the most recent messages of each partition in memory (cache.go,
 // Config.MessageCacheBytes): filled by MessagesAppend after commit and by claims that read from
-// the database, read by claims before the database. Messages are immutable and topic ids never
+// the database, read by claims before the database (a claim takes the cached run of a partition
+// and reads only what follows it). Messages are immutable and topic ids never
 // reused, so an entry is never stale; fan-out to many groups then reads a message from
 // PostgreSQL once per instance instead of once per group.
 //

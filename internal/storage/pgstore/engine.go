@@ -161,11 +161,9 @@ func (c Config) Validate() error {
 // Engine is the PostgreSQL storage engine. Every method is safe for concurrent use, also by
 // several Engines (broker instances) on the same schema.
 type Engine struct {
-	cfg Config
-	// topicCfgs: the topic configurations delivery loads decoded (deliveries.go).
-	topicCfgs topicConfigs
-	pool      *pgxpool.Pool
-	clock     storage.Clock
+	cfg   Config
+	pool  *pgxpool.Pool
+	clock storage.Clock
 	// dbClock: no Config.Clock was given, so heartbeats and dead detection use the database's
 	// clock (lifecycle.go).
 	dbClock bool
@@ -190,6 +188,8 @@ type Engine struct {
 	notify notifyState
 	// cache holds recent messages for claims (nil when disabled).
 	cache *msgCache
+	// topicCfgs: the topic configurations delivery loads decoded (deliveries.go).
+	topicCfgs topicConfigs
 	// lanes queue claims, acks, nacks and extends into shared transactions (combine.go).
 	lanes [deliveryLanes]opLane
 	// laneTxs and laneOps count the transactions of the lanes and the operations they ran.
