@@ -576,9 +576,9 @@ type claimWarn struct {
 	at, missed atomic.Int64
 }
 
-// due counts a claim that met w's condition and reports whether to warn now (once per
+// claimWarnDue counts a claim that met w's condition and reports whether to warn now (once per
 // fdWarnEvery), with the claims to report.
-func (e *Engine) due(w *claimWarn) (int64, bool) {
+func (e *Engine) claimWarnDue(w *claimWarn) (int64, bool) {
 	missed := w.missed.Add(1)
 	if !e.warnDue(&w.at) {
 		return 0, false
@@ -591,7 +591,7 @@ func (e *Engine) due(w *claimWarn) (int64, bool) {
 // could not be opened again (EMFILE, ENFILE): at most once per fdWarnEvery, with the number of
 // such claims since the last warning, so that polling claims do not flood the log.
 func (e *Engine) warnOutOfFiles(topic string, p int32, err error) {
-	if missed, ok := e.due(&e.fdWarn); ok {
+	if missed, ok := e.claimWarnDue(&e.fdWarn); ok {
 		e.logger.Warn("wal: claim skipped a partition: out of file descriptors (raise ulimit -n or lower wal.max_open_files)",
 			slog.String("topic", topic), slog.Int("partition", int(p)), slog.Int64("claims", missed), slog.Any("error", err))
 	}
@@ -601,7 +601,7 @@ func (e *Engine) warnOutOfFiles(topic string, p int32, err error) {
 // damage or a lack of descriptors (an I/O error): its messages wait, and the next claims meet it
 // again, so at most once per fdWarnEvery, with the number of such claims since the last one.
 func (e *Engine) warnClaimRead(topic string, p int32, err error) {
-	if missed, ok := e.due(&e.readWarn); ok {
+	if missed, ok := e.claimWarnDue(&e.readWarn); ok {
 		e.logger.Error("wal: claim skipped a partition it could not read; its messages wait",
 			slog.String("topic", topic), slog.Int("partition", int(p)), slog.Int64("claims", missed), slog.Any("error", err))
 	}
