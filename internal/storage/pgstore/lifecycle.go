@@ -24,14 +24,20 @@ func (e *Engine) start(ctx context.Context) error {
 	}
 	e.bucket.width = time.Duration(n) * time.Second
 	e.startedAt = e.clock.Now()
-	if _, err := e.pool.Exec(ctx, e.sql("INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)"),
-		e.instanceUUID(), e.startedAt); err != nil {
+	var others bool
+	if err := e.pool.QueryRow(ctx, e.sql(`INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)
+		RETURNING `+othersSQL), e.instanceUUID(), e.startedAt).Scan(&others); err != nil {
 		return fmt.Errorf("pgstore: register instance: %w", err)
 	}
+	e.sawInstances(others, 0)
 	e.wg.Add(1)
 	go e.heartbeatLoop()
 	return e.startNotify(ctx)
 }
+
+// othersSQL reports whether instances other than $1 are registered (notifyState.alone). Rows of
+// instances that died count until maintenance removes them: notifying nobody costs little.
+const othersSQL = `EXISTS (SELECT FROM spool.instances o WHERE o.id <> $1) AS others`
 
 // heartbeatSQL refreshes the instance's heartbeat; it registers the instance again when its row
 // is gone (another instance's maintenance found it stale, e.g. after a long pause, and removed
@@ -39,7 +45,7 @@ func (e *Engine) start(ctx context.Context) error {
 // subscription the instance makes from then on. inserted reports the registration.
 const heartbeatSQL = `INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $3)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
-RETURNING xmax = 0 AS inserted`
+RETURNING xmax = 0 AS inserted, ` + othersSQL
 
 // heartbeatLoop refreshes this instance's heartbeat until Close.
 func (e *Engine) heartbeatLoop() {
@@ -52,9 +58,13 @@ func (e *Engine) heartbeatLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(e.bgCtx, e.cfg.InstanceHeartbeat)
-			var inserted bool
-			err := e.pool.QueryRow(ctx, e.sql(heartbeatSQL), e.instanceUUID(), e.startedAt, e.clock.Now()).Scan(&inserted)
+			var inserted, others bool
+			heard := e.notify.peerHeard.Load()
+			err := e.pool.QueryRow(ctx, e.sql(heartbeatSQL), e.instanceUUID(), e.startedAt, e.clock.Now()).Scan(&inserted, &others)
 			cancel()
+			if err == nil {
+				e.sawInstances(others, heard)
+			}
 			switch {
 			case err != nil && e.bgCtx.Err() == nil:
 				e.log.Warn("pgstore: instance heartbeat failed", "err", err)

@@ -1,9 +1,12 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/storagetest"
@@ -222,4 +225,90 @@ func TestDeliveryChangesNotifyOtherInstances(t *testing.T) {
 	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: id, State: storage.Paused}))(t)
 	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: id, State: storage.Active}))(t)
 	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.resume"})
+}
+
+// TestNotifyNothingWhileAlone: an instance with no other registered sends no NOTIFY (nobody
+// listens; each was a transaction with its WAL flush); a newcomer's hello makes it notify again
+// at once (its heartbeat is a minute away here), including what it left unsent just before; the
+// others' leaving makes it quiet again at its next heartbeat.
+func TestNotifyNothingWhileAlone(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cfg := testConfig(t, storagetest.NewFakeClock(logBase))
+	cfg.InstanceHeartbeat = time.Minute
+	e := logOpen(t, cfg)
+	if !e.notify.alone.Load() {
+		t.Fatal("the only instance is not alone")
+	}
+	listener := must(pgx.Connect(ctx, testURL(t)))(t)
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	must(listener.Exec(ctx, "LISTEN "+pgx.Identifier{e.channel()}.Sanitize()))(t)
+	logTopic(t, e, "alone", storage.TopicConfig{})
+	logPublish(t, e, "alone", 0, "a")
+	published := storage.Notification{Kind: storage.NotifyMessages, Topic: "alone"}
+	testutil.Eventually(t, 10*time.Second, "the notifier passed the publish by", func() error {
+		e.notify.pendingMu.Lock()
+		defer e.notify.pendingMu.Unlock()
+		if _, ok := e.notify.dropped[published]; !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	must(e.pool.Exec(ctx, "SELECT pg_notify($1, 'sentinel')", e.channel()))(t)
+	if n := must(listener.WaitForNotification(ctx))(t); n.Payload != "sentinel" {
+		t.Fatalf("an instance alone notified %q", n.Payload)
+	}
+
+	// A newcomer: the first instance hears its hello and sends what it dropped.
+	cfg2 := cfg
+	cfg2.PollInterval = time.Minute
+	e2 := must(Open(ctx, cfg2))(t)
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = e2.Close()
+		}
+	})
+	if e2.notify.alone.Load() {
+		t.Fatal("the second instance thinks it is alone")
+	}
+	awaitPayload := func(want string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		for {
+			n, err := listener.WaitForNotification(wctx)
+			if err != nil {
+				t.Fatalf("waiting for notification %q: %v", want, err)
+			}
+			if n.Payload == want {
+				return
+			}
+		}
+	}
+	awaitPayload(e.payload(published))
+	if e.notify.alone.Load() {
+		t.Fatal("alone after the newcomer's hello")
+	}
+	logPublish(t, e, "alone", 0, "b")
+	awaitPayload(e.payload(published))
+
+	// The newcomer leaves; the next heartbeat finds nobody else.
+	closed = true
+	must(0, e2.Close())(t)
+	heard := e.notify.peerHeard.Load()
+	var inserted, others bool
+	must(0, e.pool.QueryRow(ctx, e.sql(heartbeatSQL), e.instanceUUID(), e.startedAt, logBase).Scan(&inserted, &others))(t)
+	if others {
+		t.Fatal("the heartbeat counts an instance that closed")
+	}
+	e.sawInstances(others, heard)
+	if !e.notify.alone.Load() {
+		t.Fatal("not alone once the other closed")
+	}
+	// A read that raced a notification of another instance does not make it alone.
+	e.sawInstances(false, heard-1)
+	if e.notify.alone.Load() {
+		t.Fatal("alone after a read that raced a peer's notification")
+	}
 }
