@@ -320,7 +320,7 @@ func (e *Engine) opsTx(ctx context.Context, tx pgx.Tx, batch []*dop, nacked *[]s
 	}
 	e.queueLoad(b, subs, loadDue, "", wants)
 	br := tx.SendBatch(ctx, b)
-	states, errs, err := e.readStates(br, subs)
+	states, errs, err := e.readStates(br, subs, loadDue, wants)
 	if err != nil {
 		_ = br.Close()
 		return err

@@ -85,7 +85,9 @@
 // need, never what grows with a backlog: the leased and acked rows, the waiting rows and replayed
 // DLQ entries due first (more than its claims can take, so the earliest due time of the rest is
 // among them: loadWant), the replayed entries its refs name, and, in one more query only when an
-// ack names an offset of a waiting row left out, that row (loadAckedRows). Claims, acks, nacks
+// ack names an offset of a waiting row left out, that row (loadAckedRows). The save writes the
+// new ack floors it knows from the rows it read (all of them, or a row still at the old floor);
+// only for the others does its statement look for the lowest listed offset. Claims, acks, nacks
 // and extends commit synchronously: a claim is durable before its deliveries leave the broker, so
 // a database crash never hands a message out again with the same attempt number, and an ack or
 // an extended lease never goes back. Only DeliveriesRelease commits with synchronous_commit off (a lost release

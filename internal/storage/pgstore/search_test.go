@@ -328,7 +328,7 @@ func TestNackedBacklogLoadsFewRows(t *testing.T) {
 	}
 	b := &pgx.Batch{}
 	e.queueLoad(b, []int64{s.ID}, loadDue, "", []loadWant{want})
-	states, errs, err := e.readStates(tx.SendBatch(ctx, b), []int64{s.ID})
+	states, errs, err := e.readStates(tx.SendBatch(ctx, b), []int64{s.ID}, loadDue, []loadWant{want})
 	_ = tx.Rollback(ctx)
 	if err == nil {
 		err = errs[0]
