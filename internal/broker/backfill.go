@@ -32,6 +32,8 @@ type BackfillConfig struct {
 	// MaxRate caps the range messages claimed per second per subscription and broker instance
 	// (default 50,000).
 	MaxRate float64
+	// MinRate is the lowest rate the pacer goes down to (default 100 messages a second).
+	MinRate float64
 	// Refresh is how often an owner rereads the range and its progress (default 1 s).
 	Refresh time.Duration
 }
@@ -41,7 +43,7 @@ const (
 	DefaultBackfillBatch     = 10_000
 	DefaultBackfillTargetP95 = 10 * time.Millisecond
 	DefaultBackfillMaxRate   = 50_000
-	backfillMinRate          = 100
+	defaultBackfillMinRate   = 100
 	backfillWindow           = 100 // latency samples kept for the p95
 	backfillAdjustEvery      = 10  // samples between two rate changes
 )
@@ -55,6 +57,9 @@ func (c BackfillConfig) withDefaults() BackfillConfig {
 	}
 	if c.MaxRate <= 0 {
 		c.MaxRate = DefaultBackfillMaxRate
+	}
+	if c.MinRate <= 0 {
+		c.MinRate = min(defaultBackfillMinRate, c.MaxRate)
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = time.Second
@@ -75,7 +80,7 @@ type pacer struct {
 }
 
 func newPacer(cfg BackfillConfig, now time.Time) *pacer {
-	rate := max(backfillMinRate, cfg.MaxRate/10)
+	rate := max(cfg.MinRate, cfg.MaxRate/10)
 	// A tenth of a second's worth to start with, so that the first pass claims at once.
 	return &pacer{cfg: cfg, rate: rate, tokens: min(float64(cfg.Batch), rate/10), last: now}
 }
@@ -112,7 +117,7 @@ func (p *pacer) took(n int, d time.Duration) {
 	}
 	p.since = 0
 	if p.p95() > p.cfg.TargetP95 {
-		p.rate = max(backfillMinRate, p.rate/2)
+		p.rate = max(p.cfg.MinRate, p.rate/2)
 	} else {
 		p.rate = min(p.cfg.MaxRate, p.rate+p.cfg.MaxRate/20)
 	}

@@ -26,10 +26,14 @@ func TestBackfillPacerFollowsPostgreSQL(t *testing.T) {
 	schema := testutil.PGSchema(t, url, "t_bfpace_")
 	const maxRate = 1e6
 	in := startPGInstance(t, url, schema, newFakeClock(), func(c *Config) {
-		c.Backfill = BackfillConfig{Batch: 50, MaxRate: maxRate, Refresh: 5 * time.Millisecond}
+		// A target of 50 ms (the slow database below takes 100 ms per claim) and a floor of 5,000
+		// a second: on a loaded machine (the race detector, packages tested side by side) claims
+		// took more than the default 10 ms with the database fast, and at the default floor of
+		// 100 the rest of the range took longer than the test waits.
+		c.Backfill = BackfillConfig{Batch: 50, MaxRate: maxRate, MinRate: 5000, TargetP95: 50 * time.Millisecond, Refresh: 5 * time.Millisecond}
 	})
 	initial := newPacer(in.b.backfill.cfg, time.Now()).rate
-	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*waitTimeout)
 	defer cancel()
 	if _, err := in.b.CreateTopic(ctx, "history", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 1}); err != nil {
 		t.Fatal(err)
@@ -123,7 +127,7 @@ func TestBackfillPacerFollowsPostgreSQL(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		exec(fmt.Sprintf(`CREATE FUNCTION %[1]s.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END $$;
+		exec(fmt.Sprintf(`CREATE FUNCTION %[1]s.slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.1); RETURN NULL; END $$;
 			CREATE TRIGGER slow AFTER UPDATE ON %[1]s.sub_partitions FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.slow()`, schema))
 		m := start("slow")
 		defer m.Close(ctx)
@@ -146,7 +150,8 @@ func TestBackfillPacerFollowsPostgreSQL(t *testing.T) {
 		}
 		eventually(t, "the rate limit below its start while the database is slow", func() error {
 			take()
-			if info := backfill("slow"); info.State != storage.BackfillInProgress || info.RateLimit >= initial {
+			// RateLimit is 0 until the group's owner reports its pacer.
+			if info := backfill("slow"); info.State != storage.BackfillInProgress || info.RateLimit <= 0 || info.RateLimit >= initial {
 				return fmt.Errorf("backfill %s, rate limit %v (start %v), %d delivered", info.State, info.RateLimit, initial, len(seen))
 			}
 			return nil
@@ -155,7 +160,7 @@ func TestBackfillPacerFollowsPostgreSQL(t *testing.T) {
 			t.Fatalf("the whole range was delivered while the database was slow")
 		}
 		exec(fmt.Sprintf(`DROP TRIGGER slow ON %s.sub_partitions`, schema))
-		eventually(t, "the backfill COMPLETED", func() error {
+		testutil.Eventually(t, 3*waitTimeout, "the backfill COMPLETED", func() error {
 			take()
 			if info := backfill("slow"); info.State != storage.BackfillCompleted {
 				return fmt.Errorf("backfill %s, %d of %d processed, %d delivered", info.State, info.Processed, info.Total, len(seen))

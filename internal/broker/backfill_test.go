@@ -43,8 +43,8 @@ func TestPacerAIMD(t *testing.T) {
 	for range 20 {
 		slow()
 	}
-	if p.rate != backfillMinRate {
-		t.Errorf("rate after many slow claims: %v, want the minimum %d", p.rate, backfillMinRate)
+	if p.rate != defaultBackfillMinRate {
+		t.Errorf("rate after many slow claims: %v, want the minimum %d", p.rate, defaultBackfillMinRate)
 	}
 	// The window still holds slow samples: fast claims raise the rate once the p95 is fast.
 	for range backfillWindow / backfillAdjustEvery {
