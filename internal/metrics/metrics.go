@@ -186,17 +186,47 @@ func (m *Metrics) ObservePublishError(code string) {
 // redeliveries. For a first attempt, the time since publishedAt (storage.Message.PublishedAt, the
 // broker's or database's clock) is observed as end-to-end latency.
 func (m *Metrics) ObserveDelivery(topic, group string, attempt int, publishedAt time.Time) {
-	if m == nil {
+	o := m.Deliveries()
+	o.Observe(topic, group, attempt, publishedAt)
+}
+
+// DeliveryObserver records deliveries as ObserveDelivery does, looking the labelled series up
+// once per run of deliveries of one topic and group rather than once per delivery (two label
+// lookups a delivery were ~3% of the broker's CPU in a 16-group fan-out). Make one per batch
+// (Metrics.Deliveries) and drop it after: the series it holds are not looked up again, so if
+// ForgetTopic deletes them meanwhile, the rest of the batch counts in series no longer exported.
+type DeliveryObserver struct {
+	m            *Metrics
+	topic, group string
+	ok           bool
+	delivered    prometheus.Counter
+	redelivered  prometheus.Counter // looked up on the first redelivery
+	endToEnd     prometheus.Observer
+}
+
+// Deliveries returns a DeliveryObserver for one batch of deliveries.
+func (m *Metrics) Deliveries() DeliveryObserver { return DeliveryObserver{m: m} }
+
+// Observe is ObserveDelivery.
+func (o *DeliveryObserver) Observe(topic, group string, attempt int, publishedAt time.Time) {
+	if o.m == nil {
 		return
 	}
-	g := GroupLabel(group)
-	m.delivered.WithLabelValues(topic, g).Inc()
+	if !o.ok || topic != o.topic || group != o.group {
+		g := GroupLabel(group)
+		*o = DeliveryObserver{m: o.m, topic: topic, group: group, ok: true,
+			delivered: o.m.delivered.WithLabelValues(topic, g), endToEnd: o.m.endToEnd.WithLabelValues(topic)}
+	}
+	o.delivered.Inc()
 	if attempt > 1 {
-		m.redelivered.WithLabelValues(topic, g).Inc()
+		if o.redelivered == nil {
+			o.redelivered = o.m.redelivered.WithLabelValues(topic, GroupLabel(group))
+		}
+		o.redelivered.Inc()
 		return
 	}
 	if !publishedAt.IsZero() {
-		m.endToEnd.WithLabelValues(topic).Observe(max(time.Since(publishedAt), 0).Seconds())
+		o.endToEnd.Observe(max(time.Since(publishedAt), 0).Seconds())
 	}
 }
 

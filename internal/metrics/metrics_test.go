@@ -206,12 +206,52 @@ func TestHooks(t *testing.T) {
 	}
 }
 
+// TestDeliveryObserver: a batch whose deliveries change topic and group counts each in its own
+// series, as ObserveDelivery would.
+func TestDeliveryObserver(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	o := m.Deliveries()
+	now := time.Now()
+	for _, d := range []struct {
+		topic, group string
+		attempt      int
+	}{{"a", "g1", 1}, {"a", "g1", 2}, {"b", "g1", 1}, {"b", "g1", 3}, {"a", "g2", 1}, {"a", "g1", 1}, {"a", "$ephemeral-3", 1}} {
+		o.Observe(d.topic, d.group, d.attempt, now)
+	}
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"spool_messages_delivered_total", map[string]string{"topic": "a", "group": "g1"}, 3},
+		{"spool_messages_redelivered_total", map[string]string{"topic": "a", "group": "g1"}, 1},
+		{"spool_messages_delivered_total", map[string]string{"topic": "b", "group": "g1"}, 2},
+		{"spool_messages_redelivered_total", map[string]string{"topic": "b", "group": "g1"}, 1},
+		{"spool_messages_delivered_total", map[string]string{"topic": "a", "group": "g2"}, 1},
+		{"spool_messages_delivered_total", map[string]string{"topic": "a", "group": GroupEphemeral}, 1},
+		{"spool_end_to_end_latency_seconds", map[string]string{"topic": "a"}, 4},
+		{"spool_end_to_end_latency_seconds", map[string]string{"topic": "b"}, 1},
+	}
+	for _, c := range checks {
+		if got := mustSample(t, reg, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "spool_messages_redelivered_total"); err != nil || n != 2 {
+		t.Errorf("%d redelivered series (err %v), want 2", n, err)
+	}
+}
+
 func TestNilMetricsRecordNothing(t *testing.T) {
 	t.Parallel()
 	var m *Metrics
 	m.ObservePublish("a", 1, time.Millisecond)
 	m.ObservePublishError("X")
 	m.ObserveDelivery("a", "", 1, time.Now())
+	o := m.Deliveries()
+	o.Observe("a", "", 1, time.Now())
 	m.ObserveAck("a", "", 1)
 	m.ObserveNack("a", "", 1, true)
 	m.ObserveDeadLettered("a", "", 1)

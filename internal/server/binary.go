@@ -782,6 +782,7 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 		}
 		return wrote, nil
 	}
+	batch := deliveredBatch{obs: c.srv.cfg.Metrics.Deliveries()}
 	for _, d := range ds {
 		pd := delivery(h.id, d)
 		pd.Partitions = uint32(c.srv.partitionCount(c.ctx, d.Topic, d.Partition))
@@ -791,7 +792,7 @@ func (b *binarySession) flushHandle(h *handle) (wrote bool, err error) {
 			continue
 		}
 		c.est.observe(n)
-		c.delivered(h, d)
+		c.delivered(&batch, h, d)
 		if b.batchBytes+n > maxBody || len(b.batch) == protocol.MaxBatch {
 			if err := b.writeBatch(); err != nil {
 				return wrote, err

@@ -17,6 +17,7 @@ import (
 	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
+	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -487,10 +488,21 @@ func (c *conn) eachHolder(sub int64, refs []storage.DeliveryRef, op func(h *hand
 // subLabels are the metric labels of a subscription.
 type subLabels struct{ topic, group string }
 
-// delivered records metrics of a delivery the writer is about to send on h.
-func (c *conn) delivered(h *handle, d *storage.Delivery) {
+// deliveredBatch records the metrics of the deliveries a writer sends in one go (see
+// metrics.DeliveryObserver).
+type deliveredBatch struct {
+	obs     metrics.DeliveryObserver
+	lastSub int64 // the subscription whose labels are known to be in conn.labels (0: none)
+}
+
+// delivered records metrics of a delivery the writer is about to send on h, in batch b.
+func (c *conn) delivered(b *deliveredBatch, h *handle, d *storage.Delivery) {
 	group := h.member.Group()
-	c.srv.cfg.Metrics.ObserveDelivery(d.Topic, group, d.Attempt, d.PublishedAt)
+	b.obs.Observe(d.Topic, group, d.Attempt, d.PublishedAt)
+	if d.SubscriptionID == b.lastSub {
+		return
+	}
+	b.lastSub = d.SubscriptionID
 	c.mu.Lock()
 	if _, ok := c.labels[d.SubscriptionID]; !ok && len(c.labels) < maxLeftSubscriptions {
 		c.labels[d.SubscriptionID] = subLabels{topic: d.Topic, group: group}

@@ -622,9 +622,10 @@ func (t *textSession) flush(final, _ bool) (bool, error) {
 			}
 			continue
 		}
+		batch := deliveredBatch{obs: c.srv.cfg.Metrics.Deliveries()}
 		for i, d := range ds {
 			ds[i] = nil // the buffer is reused: keep no delivery alive
-			c.delivered(h, d)
+			c.delivered(&batch, h, d)
 			c.mu.Lock()
 			if len(t.tags) == 0 {
 				t.heldSince = c.srv.cfg.Clock.Now()
