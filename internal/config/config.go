@@ -256,6 +256,7 @@ func Defaults() Config {
 // (except OtherEnv and the test harness's SPOOL_TEST_* variables). The result is validated.
 func Load(file string, env []string, flags map[string]string) (Config, error) {
 	cfg := Defaults()
+	cfg.Server.TextAckTimeout = 0 // unless set: 5 min, at most text_ack_wait (below)
 	if file == "" {
 		file = lookupEnv(env, EnvConfigFile)
 	}
@@ -299,6 +300,10 @@ func Load(file string, env []string, flags map[string]string) (Config, error) {
 		if err := f.set(flags[k]); err != nil {
 			return Config{}, fmt.Errorf("flag %s: %w", k, err)
 		}
+	}
+	if cfg.Server.TextAckTimeout == 0 {
+		// Not set: the default, at most text_ack_wait (which may have been lowered).
+		cfg.Server.TextAckTimeout = min(server.DefaultTextAckTimeout, cfg.Server.TextAckWait)
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

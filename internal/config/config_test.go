@@ -36,6 +36,29 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestTextAckTimeoutFollowsWait: text_ack_timeout left unset is 5 min, or text_ack_wait when that
+// is lower, so that lowering the wait alone does not stop the broker from starting.
+func TestTextAckTimeoutFollowsWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  []string
+		want time.Duration
+	}{
+		{nil, 5 * time.Minute},
+		{[]string{"SPOOL_SERVER_TEXT_ACK_WAIT=1m"}, time.Minute},
+		{[]string{"SPOOL_SERVER_TEXT_ACK_WAIT=1m", "SPOOL_SERVER_TEXT_ACK_TIMEOUT=30s"}, 30 * time.Second},
+		{[]string{"SPOOL_SERVER_TEXT_ACK_TIMEOUT=1h"}, time.Hour},
+	} {
+		cfg, err := Load("", tc.env, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		if cfg.Server.TextAckTimeout != tc.want {
+			t.Errorf("%v: text_ack_timeout %s, want %s", tc.env, cfg.Server.TextAckTimeout, tc.want)
+		}
+	}
+}
+
 // TestPrecedence: file < environment < flags.
 func TestPrecedence(t *testing.T) {
 	t.Parallel()
@@ -142,6 +165,8 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "max throttle delay", flags: map[string]string{"broker.max_throttle_delay": "2m"}, want: "broker.max_throttle_delay: must be between 1ms and 1m"},
 		{name: "conn buffer", env: []string{"SPOOL_SERVER_MAX_CONN_BUFFER_BYTES=1000"}, want: "server.max_conn_buffer_bytes"},
 		{name: "text ack timeout", flags: map[string]string{"server.text_ack_timeout": "25h"}, want: "server.text_ack_timeout"},
+		{name: "text ack timeout above a lowered wait", env: []string{"SPOOL_SERVER_TEXT_ACK_WAIT=1m", "SPOOL_SERVER_TEXT_ACK_TIMEOUT=2m"}, want: "server.text_ack_timeout: must be between 1ms and text_ack_wait (1m0s), got 2m0s"},
+		{name: "goodbye grace zero", file: "server:\n  goodbye_grace: 0s\n", want: "server.goodbye_grace: must be positive"},
 		{name: "lifecycle interval", env: []string{"SPOOL_BROKER_LIFECYCLE_INTERVAL=10ms"}, want: "broker.lifecycle_interval: must be at least 1s"},
 		{name: "backfill batch", env: []string{"SPOOL_BROKER_BACKFILL_BATCH=0"}, want: "broker.backfill_batch: must be between 1 and 1000000"},
 		{name: "backfill target", env: []string{"SPOOL_BROKER_BACKFILL_TARGET_P95=10us"}, want: "broker.backfill_target_p95: must be at least 1ms"},

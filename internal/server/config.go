@@ -91,7 +91,7 @@ type Config struct {
 	MinHeartbeatInterval time.Duration `yaml:"min_heartbeat_interval"`
 	MaxHeartbeatInterval time.Duration `yaml:"max_heartbeat_interval"`
 	// GoodbyeGrace is how long Stop lets binary clients settle their deliveries after the server's
-	// Goodbye before it closes their connections. Defaults to 5 s.
+	// Goodbye before it closes their connections. Defaults to 5 s; must be positive.
 	GoodbyeGrace time.Duration `yaml:"goodbye_grace"`
 	// MaxCredit bounds a handle's credit (Subscribe.max_in_flight plus Credit). Defaults to 65,536
 	// (broker.MaxInFlightLimit), which is also its maximum.
@@ -233,8 +233,9 @@ func (c Config) Validate() error {
 		return bad("session_timeout", "must be at least twice heartbeat_interval (%s), got %s", c.HeartbeatInterval, c.SessionTimeout)
 	case time.Duration(float64(c.MaxHeartbeatInterval)*c.sessionRatio()) > protocol.MaxDuration:
 		return bad("session_timeout", "(%s) scaled to max_heartbeat_interval exceeds %s", c.SessionTimeout, protocol.MaxDuration)
-	case c.GoodbyeGrace < 0:
-		return bad("goodbye_grace", "must not be negative, got %s", c.GoodbyeGrace)
+	case c.GoodbyeGrace <= 0:
+		// WithDefaults makes 0 the default: refusing it here keeps a configured 0 from becoming 5 s.
+		return bad("goodbye_grace", "must be positive (1ms for next to none), got %s", c.GoodbyeGrace)
 	case c.MaxCredit < 1 || c.MaxCredit > broker.MaxInFlightLimit:
 		return bad("max_credit", "must be between 1 and %d, got %d", broker.MaxInFlightLimit, c.MaxCredit)
 	case c.MaxQueuedResponses < 1:
