@@ -67,7 +67,8 @@ type SubscribeParams struct {
 	Group string
 	// MaxInFlight is the credit: the most deliveries the broker leaves unsettled with this
 	// subscription at a time (running in handlers or waiting for one). Defaults to 0: twice the
-	// Concurrency, so that a handler finds its next delivery waiting. The broker caps it (65 536).
+	// Concurrency, so that a handler finds its next delivery waiting. More than the broker's cap
+	// (server.max_credit, 65 536 by default) fails the subscribe with INVALID_ARGUMENT.
 	MaxInFlight int
 	// Start is where the subscription starts if this call creates it. Defaults to FromNow.
 	Start StartPosition

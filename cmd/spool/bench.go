@@ -45,7 +45,8 @@ Modes:
             statement: offsets from a head row, one row per message): the ceiling of a broker
             in front of that database
   scenario  seed 000's pre-GA tests against a running broker, each with verdicts against the
-            seed's targets: kill-resurrect, isolation, fanout (spool bench scenario -h)
+            seed's targets: kill-resurrect, isolation, fanout, backfill-oltp (spool bench
+            scenario -h)
 
 A run uses a fresh topic, created through the HTTP admin API (--admin) as --semantics (PUB_SUB by
 default) with --partitions and the retention overrides, and deleted afterwards; the warm-up is

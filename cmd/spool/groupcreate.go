@@ -109,7 +109,7 @@ func runGroupWrite(ctx context.Context, e *cliEnv, args []string, spec cmdSpec, 
 		return err
 	}
 	if !create && len(body) == 0 {
-		return fmt.Errorf("nothing to change: give --from or --heartbeat-timeout")
+		return usagef(fs, "%s: nothing to change: give --from or --heartbeat-timeout", fs.Name())
 	}
 	api, err := e.admin(fs, *httpAddr)
 	if err != nil {

@@ -54,8 +54,6 @@
 // Config.MaxPullWait (30 s: the HTTP server's WriteTimeout must be longer). List pages hold at most
 // 1000 entries. JSON bodies reject unknown fields.
 //
-// # Limits
-//
 // Request bodies are bounded in size (Config.MaxBodyBytes, 1 MiB; publishes
 // Config.MaxPublishBodyBytes, 16 MiB: 413 FRAME_TOO_LARGE) and in time (Config.BodyReadTimeout,
 // 30 s from the start of the handler: 408 SESSION_TIMEOUT). NewServer adds the header timeout
@@ -143,8 +141,8 @@
 // encoding its 170,000 series), and no listing holds a broker or engine lock for more than one
 // topic or subscription at a time, so publishing and dispatch go on. GET /api/v1/topics pages with
 // limit and offset, but still reads every topic's figures (to filter by pattern and count total);
-// GET /api/v1/groups pages with limit and after_id (subscription ID) and reads the figures of its
-// page only; the per-topic group listing does not page. A member appears in the group listings once per subscription it
+// GET /api/v1/groups and GET /api/v1/topics/{topic}/groups page with limit and after_id
+// (subscription ID) and read the figures of their page only. A member appears in the group listings once per subscription it
 // is attached to, with its subscription_count but not its subscription IDs (a wildcard member on n
 // topics would repeat n IDs n times); GET /api/v1/members and the single-group GET list them.
 //
@@ -171,9 +169,10 @@
 // cancelled), consumers, pending and in_flight: a consumer that dies leaves its group at once
 // (or after the session timeout), its leases released, so the group shows no_consumers.
 //
-// # Not served yet
+// # Not served
 //
 // Seed 002 also names /api/v1/metrics (other than topics), /api/v1/health (other than consumers),
-// rebalance and member-removal endpoints and CORS. The broker exposes no last-heartbeat,
-// processed count or oldest-unacked age per group yet, so group health lacks them.
+// member-removal endpoints and CORS. (Rebalancing an ordered group is POST
+// .../groups/{group}/rebalance; a group's last heartbeat, processed count and oldest unacked age
+// are in its JSON.)
 package admin

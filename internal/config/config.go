@@ -557,6 +557,8 @@ func (c Config) Validate() error {
 		return bad("data_dir", "must not be empty with the embedded engine")
 	case c.Store != "" && !IsPostgresURL(c.Store):
 		return bad("store", "must be empty (embedded engine) or a postgres:// URL, got %q", redact(c.Store))
+	case c.Store != "" && c.WAL.UnsafeNoSync:
+		return bad("wal.unsafe_no_sync", "applies to the embedded engine only: with a PostgreSQL store, durability is the database's (synchronous_commit)")
 	case c.ShutdownTimeout <= 0:
 		return bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
 	case c.WAL.MaxProducerIDs < 1:

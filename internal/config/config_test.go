@@ -166,6 +166,7 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "conn buffer", env: []string{"SPOOL_SERVER_MAX_CONN_BUFFER_BYTES=1000"}, want: "server.max_conn_buffer_bytes"},
 		{name: "text ack timeout", flags: map[string]string{"server.text_ack_timeout": "25h"}, want: "server.text_ack_timeout"},
 		{name: "text ack timeout above a lowered wait", env: []string{"SPOOL_SERVER_TEXT_ACK_WAIT=1m", "SPOOL_SERVER_TEXT_ACK_TIMEOUT=2m"}, want: "server.text_ack_timeout: must be between 1ms and text_ack_wait (1m0s), got 2m0s"},
+		{name: "unsafe no sync on postgres", env: []string{"SPOOL_STORE=postgres://spool@db/spool", "SPOOL_WAL_UNSAFE_NO_SYNC=true"}, want: "wal.unsafe_no_sync: applies to the embedded engine only"},
 		{name: "goodbye grace zero", file: "server:\n  goodbye_grace: 0s\n", want: "server.goodbye_grace: must be positive"},
 		{name: "lifecycle interval", env: []string{"SPOOL_BROKER_LIFECYCLE_INTERVAL=10ms"}, want: "broker.lifecycle_interval: must be at least 1s"},
 		{name: "backfill batch", env: []string{"SPOOL_BROKER_BACKFILL_BATCH=0"}, want: "broker.backfill_batch: must be between 1 and 1000000"},

@@ -62,7 +62,7 @@ const (
 // defaults and validates. The yaml tags are the keys of the "server" section of the spool
 // configuration file (package config).
 type Config struct {
-	// Name identifies this broker instance in HelloOK and in logs. Defaults to the host name.
+	// Name identifies this broker instance in HelloOK. Defaults to the host name.
 	Name string `yaml:"name"`
 	// MaxConnections bounds the open connections, both modes. Defaults to 10,000.
 	MaxConnections int `yaml:"max_connections"`
