@@ -407,6 +407,16 @@ type CreateGroupRequest struct {
 	// log end at creation, and what it missed while DEAD): only the newest are kept, the others
 	// are counted in spool_backfill_missed_messages_total. 0: 1,000,000 (default); -1: no bound.
 	MaxBackfillMessages int64 `json:"max_backfill_messages,omitempty"`
+	// Mode is "shared" (the default: any consumer gets any message) or "ordered" (each partition
+	// is owned by one consumer at a time and delivered in offset order; its consumers subscribe
+	// ordered).
+	Mode string `json:"mode,omitempty"`
+	// Strategy assigns an ordered group's partitions to its consumers: "round-robin" (default)
+	// or "sticky".
+	Strategy string `json:"strategy,omitempty"`
+	// MaxInFlightPerPartition is how many messages of one partition an ordered group leaves
+	// unsettled at a time (default 1, at most 1000).
+	MaxInFlightPerPartition int `json:"max_in_flight_per_partition,omitempty"`
 }
 
 // UpdateGroupRequest is the body of PUT /api/v1/topics/{topic}/groups/{group}/config: what to

@@ -23,9 +23,13 @@ start position on are kept for it, and its consumers continue from there when th
 (spool sub --group). A group without a live consumer for its heartbeat timeout becomes DEAD and
 stops holding retention; a consumer subscribing makes it ACTIVE again. Its start position can be
 changed with spool group update until it delivered something. The messages before now it gets
-(its backfill, see group backfill) are bounded by --max-backfill-messages: the newest are kept.`,
+(its backfill, see group backfill) are bounded by --max-backfill-messages: the newest are kept.
+With --ordered the group is an ordered one (its consumers subscribe with spool sub --ordered):
+--strategy and --max-in-flight-per-partition set how its partitions are assigned and how many
+messages of a partition are unsettled at a time (1 by default: strict order, one at a time).`,
 	examples: []string{
 		"spool group create orders.created shipping",
+		"spool group create --ordered --strategy sticky --max-in-flight-per-partition 8 accounts ledger",
 		"spool group create --from beginning --heartbeat-timeout 10m --max-backfill-messages 100000 orders.created audit",
 		"spool group create --from 2025-01-02T15:04:05Z orders.created replay",
 	},
@@ -47,6 +51,10 @@ type groupWriteFlags struct {
 	from        *string
 	timeout     cli.DurationValue
 	maxBackfill *int64
+	// create only: an ordered group and its settings
+	ordered      *bool
+	strategy     *string
+	perPartition *int
 }
 
 func addGroupWriteFlags(fs *flag.FlagSet, create bool) *groupWriteFlags {
@@ -60,6 +68,9 @@ func addGroupWriteFlags(fs *flag.FlagSet, create bool) *groupWriteFlags {
 	if create {
 		g.maxBackfill = fs.Int64("max-backfill-messages", 0,
 			"bound of the group's backfill (messages before now it gets, and what it missed while DEAD): the newest are kept; 0: 1000000, -1: none")
+		g.ordered = fs.Bool("ordered", false, "an ordered group: each partition owned by one consumer at a time, in offset order (its consumers subscribe with spool sub --ordered)")
+		g.strategy = fs.String("strategy", "", "ordered groups: how partitions are assigned to consumers, round-robin (default) or sticky")
+		g.perPartition = fs.Int("max-in-flight-per-partition", 0, "ordered groups: messages of one partition unsettled at a time, 1 to 1000 (default 1)")
 	}
 	return g
 }
@@ -79,6 +90,14 @@ func (g *groupWriteFlags) body(fs *flag.FlagSet) (map[string]any, error) {
 			out["heartbeat_timeout"] = g.timeout.D.String()
 		case "max-backfill-messages":
 			out["max_backfill_messages"] = *g.maxBackfill
+		case "ordered":
+			if *g.ordered {
+				out["mode"] = "ordered"
+			}
+		case "strategy":
+			out["strategy"] = *g.strategy
+		case "max-in-flight-per-partition":
+			out["max_in_flight_per_partition"] = *g.perPartition
 		}
 	})
 	return out, err

@@ -37,11 +37,17 @@ func TestGroupCreateAndUpdate(t *testing.T) {
 	if g = (admin.Group{}); json.Unmarshal([]byte(r.stdout), &g) != nil || g.Start.Kind != api.FromMessageID || g.Start.Offset != 1 {
 		t.Fatalf("group created from FROM_MESSAGE_ID=0:1: %s", r.stdout)
 	}
+	r = s.ok(t, "", "group", "create", "--ordered", "--strategy", "sticky", "--max-in-flight-per-partition", "8", "--json", topic, "ledger")
+	if g = (admin.Group{}); json.Unmarshal([]byte(r.stdout), &g) != nil || g.Mode != "ordered" || g.Strategy != "sticky" || g.MaxInFlightPerPartition != 8 {
+		t.Fatalf("ordered group created: %s", r.stdout)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"group", "create", topic, "billing"}, "SUBSCRIPTION_EXISTS"},
+		{[]string{"group", "create", "--strategy", "sticky", topic, "x"}, "for ordered groups only"},
+		{[]string{"group", "create", "--ordered", "--max-in-flight-per-partition", "5000", topic, "x"}, "max_in_flight_per_partition must be between 1 and 1000"},
 		{[]string{"group", "create", "--from", "yesterday", topic, "x"}, `--from "yesterday": want beginning, now`},
 		{[]string{"group", "create", "--from", "FROM_TIMESTAMP=soon", topic, "x"}, "want FROM_TIMESTAMP=<RFC 3339 time>"},
 		{[]string{"group", "create", "--heartbeat-timeout", "10ms", topic, "x"}, "heartbeat_timeout must be between"},

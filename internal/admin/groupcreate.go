@@ -27,10 +27,19 @@ func (h *Handler) createGroup(w http.ResponseWriter, r *http.Request) error {
 	if req.Group == "" {
 		return invalidf("group is required")
 	}
+	var ordered bool
+	switch req.Mode {
+	case "", "shared":
+	case "ordered":
+		ordered = true
+	default:
+		return invalidf("mode %q: want shared or ordered", req.Mode)
+	}
 	topic := r.PathValue("topic")
 	sub, err := h.b.CreateGroup(r.Context(), broker.CreateGroupParams{
 		Topic: topic, Group: req.Group, Start: startStorage(req.Start), HeartbeatTimeout: time.Duration(req.HeartbeatTimeout),
 		MaxBackfillMessages: req.MaxBackfillMessages,
+		Ordered:             ordered, Strategy: req.Strategy, MaxInFlightPerPartition: req.MaxInFlightPerPartition,
 	})
 	if err != nil {
 		return err

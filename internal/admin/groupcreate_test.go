@@ -35,12 +35,21 @@ func TestCreateAndUpdateGroupAPI(t *testing.T) {
 		{"/api/v1/topics/ev/groups", map[string]any{"group": "x", "heartbeat_timeout": "100ms"}, 400},
 		{"/api/v1/topics/jobs/groups", map[string]any{"group": "x"}, 400},
 		{"/api/v1/topics/nope/groups", map[string]any{"group": "x"}, 404},
+		{"/api/v1/topics/ev/groups", map[string]any{"group": "x", "mode": "fifo"}, 400},
+		{"/api/v1/topics/ev/groups", map[string]any{"group": "x", "strategy": "sticky"}, 400},
+		{"/api/v1/topics/ev/groups", map[string]any{"group": "x", "mode": "ordered", "max_in_flight_per_partition": 1001}, 400},
 	} {
 		if got := e.do("POST", c.path, c.body); got.status != c.status {
 			t.Errorf("POST %s %v: status %d, want %d; body %s", c.path, c.body, got.status, c.status, got.body)
 		}
 	}
 	e.do("GET", "/api/v1/topics/ev/groups/x", nil).ok(404, nil)
+
+	e.do("POST", "/api/v1/topics/ev/groups", map[string]any{"group": "ledger", "mode": "ordered", "strategy": "sticky",
+		"max_in_flight_per_partition": 4}).ok(201, &g)
+	if g.Mode != "ordered" || g.Strategy != "sticky" || g.MaxInFlightPerPartition != 4 {
+		t.Fatalf("created ordered group: mode %q strategy %q max_in_flight_per_partition %d", g.Mode, g.Strategy, g.MaxInFlightPerPartition)
+	}
 
 	e.do("PUT", "/api/v1/topics/ev/groups/billing/config", map[string]any{"start": map[string]any{"kind": "FROM_NOW"}, "heartbeat_timeout": "2m"}).ok(200, &g)
 	if g.Start.Kind != api.FromNow || time.Duration(g.HeartbeatTimeout) != 2*time.Minute {

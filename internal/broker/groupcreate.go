@@ -24,6 +24,13 @@ type CreateGroupParams struct {
 	// MaxBackfillMessages bounds the group's backfill ranges (0: storage.DefaultMaxBackfillMessages,
 	// storage.UnlimitedBackfill: none); the newest are kept.
 	MaxBackfillMessages int64
+	// Ordered makes an ordered group (storage.ModeOrdered: each partition owned by one member at a
+	// time, delivered in offset order), whose members subscribe ordered. Strategy (round-robin,
+	// the default, or sticky) and MaxInFlightPerPartition (default 1) are its settings, refused
+	// for a shared group.
+	Ordered                 bool
+	Strategy                string
+	MaxInFlightPerPartition int
 }
 
 // CreateGroup creates a consumer group's subscription on a PUB_SUB topic ahead of its consumers
@@ -53,6 +60,20 @@ func (b *Broker) CreateGroup(ctx context.Context, p CreateGroupParams) (*storage
 	if err := storage.CheckMaxBackfill(p.MaxBackfillMessages); err != nil {
 		return nil, err
 	}
+	mode := storage.ModeShared
+	switch {
+	case !p.Ordered && (p.Strategy != "" || p.MaxInFlightPerPartition != 0):
+		return nil, invalid("create group %q: strategy and max_in_flight_per_partition are for ordered groups only", p.Group)
+	case !p.Ordered:
+	case p.MaxInFlightPerPartition < 0 || p.MaxInFlightPerPartition > storage.MaxInFlightPerPartitionLimit:
+		return nil, invalid("create group %q: max_in_flight_per_partition must be between 1 and %d, got %d",
+			p.Group, storage.MaxInFlightPerPartitionLimit, p.MaxInFlightPerPartition)
+	default:
+		if err := storage.CheckStrategy(p.Strategy); err != nil {
+			return nil, err
+		}
+		mode = storage.ModeOrdered
+	}
 	t, err := b.engine.TopicGet(ctx, p.Topic)
 	if err != nil {
 		return nil, fmt.Errorf("broker: create group %q: %w", p.Group, err)
@@ -62,6 +83,7 @@ func (b *Broker) CreateGroup(ctx context.Context, p CreateGroupParams) (*storage
 	}
 	sub, err := b.engine.SubscriptionCreate(ctx, &storage.SubscriptionCreateParams{
 		Topic: p.Topic, Group: p.Group, Start: start, HeartbeatTimeout: p.HeartbeatTimeout, MaxBackfillMessages: p.MaxBackfillMessages,
+		Mode: mode, Strategy: p.Strategy, MaxInFlightPerPartition: p.MaxInFlightPerPartition,
 		MaxSubscriptions: b.maxSubscriptions,
 	})
 	if err != nil {

@@ -64,3 +64,43 @@ func TestCreateGroupAheadOfConsumers(t *testing.T) {
 		t.Fatalf("UpdateGroup of the timeout after progress: %+v, %v", up, err)
 	}
 }
+
+// An ordered group created ahead of its consumers keeps its strategy and per-partition limit: a
+// member that joins later gets that many unsettled messages of a partition, not one; a shared
+// member cannot join it; ordered settings on a shared group, or out of range, are refused.
+func TestCreateOrderedGroupAhead(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := e.ctx()
+	e.createTopic("ledger", storage.TopicConfig{Semantics: storage.PubSub, Partitions: 1})
+	for _, p := range []CreateGroupParams{
+		{Topic: "ledger", Group: "g", Strategy: storage.StrategySticky},
+		{Topic: "ledger", Group: "g", MaxInFlightPerPartition: 2},
+		{Topic: "ledger", Group: "g", Ordered: true, MaxInFlightPerPartition: storage.MaxInFlightPerPartitionLimit + 1},
+		{Topic: "ledger", Group: "g", Ordered: true, Strategy: "random"},
+	} {
+		if _, err := e.b.CreateGroup(ctx, p); !errors.Is(err, storage.ErrInvalidArgument) {
+			t.Errorf("CreateGroup(%+v): %v, want INVALID_ARGUMENT", p, err)
+		}
+	}
+	sub, err := e.b.CreateGroup(ctx, CreateGroupParams{Topic: "ledger", Group: "books", Ordered: true, Strategy: storage.StrategySticky,
+		MaxInFlightPerPartition: 3, Start: storage.StartPosition{Kind: storage.FromBeginning}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Mode != storage.ModeOrdered || sub.Strategy != storage.StrategySticky || sub.MaxInFlightPerPartition != 3 {
+		t.Fatalf("created ordered group: mode %q strategy %q max_in_flight_per_partition %d", sub.Mode, sub.Strategy, sub.MaxInFlightPerPartition)
+	}
+	if _, err := e.b.Subscribe(ctx, SubscribeParams{Pattern: "ledger", Group: "books", MaxInFlight: 10}); !errors.Is(err, storage.ErrSubscriptionExists) {
+		t.Errorf("a shared member joined the ordered group: %v", err)
+	}
+	e.publishN("ledger", "m", 5)
+	m := e.subscribe(SubscribeParams{Pattern: "ledger", Group: "books", Mode: storage.ModeOrdered, MaxInFlight: 10})
+	ds := recv(t, m, 3) // with the default of 1 per partition, only one would come
+	for i, d := range ds {
+		if d.Offset != int64(i) {
+			t.Fatalf("delivery %d has offset %d: out of order", i, d.Offset)
+		}
+	}
+	ack(t, m, ds...)
+	ack(t, m, recv(t, m, 2)...)
+}
