@@ -29,7 +29,7 @@ With --ordered the group is an ordered one (its consumers subscribe with spool s
 messages of a partition are unsettled at a time (1 by default: strict order, one at a time).`,
 	examples: []string{
 		"spool group create orders.created shipping",
-		"spool group create --ordered --strategy sticky --max-in-flight-per-partition 8 accounts ledger",
+		"spool group create --ordered --strategy sticky --max-in-flight-per-partition 8 orders.created ledger",
 		"spool group create --from beginning --heartbeat-timeout 10m --max-backfill-messages 100000 orders.created audit",
 		"spool group create --from 2025-01-02T15:04:05Z orders.created replay",
 	},

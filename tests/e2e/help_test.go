@@ -109,10 +109,11 @@ func TestHelpExamples(t *testing.T) {
 	}
 	// What must hold before an example: --force is for a topic with a live group.
 	before := map[string][][]string{
-		// The group examples made shipping and audit on orders.created; a plain delete needs no
-		// live group.
+		// The group examples made shipping, audit and ledger on orders.created; a plain delete
+		// needs no live group.
 		"spool topic delete orders.created": {
 			{"group", "cancel", "orders.created", "shipping"}, {"group", "cancel", "orders.created", "audit"},
+			{"group", "cancel", "orders.created", "ledger"},
 		},
 		"spool topic delete --force orders.created": {
 			{"topic", "create", "orders.created", "--semantics", "PUB_SUB"}, {"pub", "orders.created", "x"},
