@@ -1,0 +1,174 @@
+// Package embed runs a Spool broker inside a Go program: the engine, broker and protocol server
+// of spool serve, reached with the client package over in-memory connections (Broker.Dial), and,
+// when Config.Listen is set, over TCP by other processes too.
+//
+//	b, err := embed.Start(ctx, embed.Config{DataDir: "./spool-data"})
+//	if err != nil { ... }
+//	defer b.Close(context.Background())
+//	c, err := b.Dial(ctx)
+//	if err != nil { ... }
+//	defer c.Close(context.Background())
+//	_, err = c.Publish(ctx, "orders.created", client.Message{Payload: body})
+//
+// Settings are those of spool serve's configuration file, by dotted key (Config.Settings); the
+// HTTP admin API, dashboard and /metrics are spool serve's only.
+package embed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/internal/assemble"
+	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/config"
+	"github.com/spoolmq/spool/internal/server"
+	"github.com/spoolmq/spool/internal/storage"
+)
+
+// Config is what Start runs.
+type Config struct {
+	// DataDir is the embedded engine's directory (default ./spool-data), unless Store is set.
+	DataDir string
+	// Store, a postgres:// URL, selects the PostgreSQL engine instead (several brokers, embedded
+	// or served, may share its database).
+	Store string
+	// Listen, when not empty, also serves the binary protocol and the text mode on this TCP
+	// address (as spool serve's listen; "127.0.0.1:0" picks a free port, see Broker.Addr).
+	Listen string
+	// Settings are further settings by the dotted keys of spool serve's configuration file
+	// ("broker.max_topics": "100", "server.max_connections": "50"), validated as spool serve
+	// validates them; the keys listen, http and data_dir and store are set by the fields above.
+	Settings map[string]string
+	// Logger receives the broker's logs (default: none).
+	Logger *slog.Logger
+}
+
+// Broker is a running embedded broker.
+type Broker struct {
+	eng  storage.Engine
+	b    *broker.Broker
+	srv  *server.Server
+	pipe *pipeListener
+	tcp  net.Listener
+	once sync.Once
+	err  error
+}
+
+// Start opens the engine, starts the broker and its protocol server, and returns once they
+// accept connections. Bad settings are refused with an error naming the setting, and nothing is
+// started. Close stops it.
+func Start(ctx context.Context, cfg Config) (*Broker, error) {
+	flags := map[string]string{}
+	for k, v := range cfg.Settings {
+		switch k {
+		case "listen", "http", "data_dir", "store":
+			return nil, fmt.Errorf("embed: setting %q: use the Config field", k)
+		}
+		flags[k] = v
+	}
+	if cfg.DataDir != "" {
+		flags["data_dir"] = cfg.DataDir
+	}
+	if cfg.Store != "" {
+		flags["store"] = cfg.Store
+	}
+	if cfg.Listen != "" {
+		flags["listen"] = cfg.Listen
+	}
+	c, err := config.Load("", nil, flags)
+	if err != nil {
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	authz, err := auth.New(c.Auth)
+	if err != nil {
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	if c.Server.TLS.Enabled() {
+		return nil, errors.New("embed: server.tls is spool serve's only: an embedded broker's TCP listener has no TLS")
+	}
+	eng, err := assemble.OpenEngine(ctx, c, logger, nil)
+	if err != nil {
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	eb := &Broker{eng: eng, pipe: newPipeListener()}
+	fail := func(err error) (*Broker, error) {
+		eb.shutdown(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	if eb.b, err = broker.New(assemble.BrokerConfig(c, eng, logger, nil)); err != nil {
+		return fail(err)
+	}
+	if err := eb.b.Start(ctx); err != nil {
+		eb.b = nil
+		return fail(err)
+	}
+	srvCfg := c.Server
+	srvCfg.Logger, srvCfg.Auth = logger, authz
+	if eb.srv, err = server.New(srvCfg, eb.b); err != nil {
+		return fail(err)
+	}
+	var ln net.Listener = eb.pipe
+	if cfg.Listen != "" {
+		if eb.tcp, err = net.Listen("tcp", c.Listen); err != nil {
+			return fail(fmt.Errorf("listen %s: %w", c.Listen, err))
+		}
+		ln = eb.pipe.with(eb.tcp)
+	}
+	if err := eb.srv.Start(ctx, ln); err != nil {
+		eb.srv = nil
+		return fail(err)
+	}
+	return eb, nil
+}
+
+// Dial connects a client to the broker in memory; opts are the client's (a token when the
+// settings name principals, a client name, ...). The client reconnects by itself while the broker
+// runs, as over TCP.
+func (eb *Broker) Dial(ctx context.Context, opts ...client.Opt) (*client.Client, error) {
+	opts = append(opts[:len(opts):len(opts)], client.Dialer(func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return eb.pipe.dial(ctx)
+	}))
+	return client.Dial(ctx, pipeAddr{}.String(), opts...)
+}
+
+// Addr is the TCP address of Config.Listen ("" without one).
+func (eb *Broker) Addr() string {
+	if eb.tcp == nil {
+		return ""
+	}
+	return eb.tcp.Addr().String()
+}
+
+// Close stops the server (its clients get Goodbye and a grace to settle their deliveries, within
+// ctx), the broker and the engine, in that order. Calls after the first return its result.
+func (eb *Broker) Close(ctx context.Context) error {
+	eb.once.Do(func() { eb.err = eb.shutdown(ctx) })
+	return eb.err
+}
+
+// shutdown stops what Start started, last started first.
+func (eb *Broker) shutdown(ctx context.Context) error {
+	var errs []error
+	if eb.srv != nil {
+		errs = append(errs, eb.srv.Stop(ctx))
+	}
+	eb.pipe.Close()
+	if eb.tcp != nil {
+		_ = eb.tcp.Close()
+	}
+	if eb.b != nil {
+		errs = append(errs, eb.b.Stop(ctx))
+	}
+	errs = append(errs, eb.eng.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,169 @@
+package embed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/client"
+	"github.com/spoolmq/spool/embed"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+const waitTimeout = 15 * time.Second
+
+// publish publishes n messages "<prefix>-<i>" to topic.
+func publish(t *testing.T, c *client.Client, topic, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := c.Publish(t.Context(), topic, client.Message{Payload: fmt.Appendf(nil, "%s-%d", prefix, i)}); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+}
+
+// consume subscribes to topic in group until it received want payloads (acking each), and
+// returns them.
+func consume(t *testing.T, c *client.Client, topic, group string, want int) map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]int{}
+	n := 0
+	done := make(chan struct{})
+	sub, err := c.Subscribe(t.Context(), client.SubscribeParams{Topic: topic, Group: group, Start: client.FromBeginning()},
+		func(_ context.Context, d *client.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got[string(d.Payload)]++
+			if n++; n == want {
+				close(done)
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	defer func() { _ = sub.Close(context.Background()) }()
+	select {
+	case <-done:
+	case <-time.After(waitTimeout):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("received %d of %d messages within %s", n, want, waitTimeout)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return got
+}
+
+func start(t *testing.T, cfg embed.Config) *embed.Broker {
+	t.Helper()
+	b, err := embed.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	return b
+}
+
+func dial(t *testing.T, b *embed.Broker) *client.Client {
+	t.Helper()
+	c, err := b.Dial(t.Context())
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// TestEmbeddedBrokerKeepsMessages: a program publishes to its embedded broker with the client
+// API, closes it, starts it again on the same directory, and consumes what it published.
+func TestEmbeddedBrokerKeepsMessages(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	b := start(t, embed.Config{DataDir: dir})
+	c := dial(t, b)
+	publish(t, c, "jobs", "m", 20)
+	if err := c.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(t.Context()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := b.Dial(t.Context()); err == nil {
+		t.Fatal("dial after close succeeded")
+	}
+
+	b = start(t, embed.Config{DataDir: dir})
+	got := consume(t, dial(t, b), "jobs", "", 20)
+	for i := range 20 {
+		if got[fmt.Sprintf("m-%d", i)] != 1 {
+			t.Fatalf("after a restart: %v, want m-0..m-19 once each", got)
+		}
+	}
+}
+
+// TestEmbeddedBrokerOverTCP: with Listen, other processes reach the embedded broker over TCP and
+// share its topics with the in-memory clients.
+func TestEmbeddedBrokerOverTCP(t *testing.T) {
+	t.Parallel()
+	b := start(t, embed.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		Settings: map[string]string{"broker.auto_create_semantics": "PUB_SUB"}})
+	if !strings.HasPrefix(b.Addr(), "127.0.0.1:") {
+		t.Fatalf("Addr %q", b.Addr())
+	}
+	remote, err := client.Dial(t.Context(), b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close(context.Background())
+	publish(t, remote, "events", "tcp", 5)
+	publish(t, dial(t, b), "events", "mem", 5)
+	got := consume(t, dial(t, b), "events", "audit", 10)
+	if len(got) != 10 {
+		t.Fatalf("in-memory consumer got %v", got)
+	}
+}
+
+// TestEmbeddedBrokerBadSettings: bad settings are refused naming the setting, before anything is
+// written.
+func TestEmbeddedBrokerBadSettings(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	for _, c := range []struct {
+		settings map[string]string
+		want     string
+	}{
+		{map[string]string{"broker.max_topics": "many"}, "broker.max_topics"},
+		{map[string]string{"server.max_conections": "5"}, "no such setting"},
+		{map[string]string{"data_dir": "/elsewhere"}, `setting "data_dir": use the Config field`},
+		{map[string]string{"server.tls.cert_file": "x.pem", "server.tls.key_file": "x.key"}, "server.tls"},
+	} {
+		_, err := embed.Start(t.Context(), embed.Config{DataDir: dir, Settings: c.settings})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("settings %v: %v, want an error with %q", c.settings, err, c.want)
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused starts wrote the data directory: %v", err)
+	}
+}
+
+// TestEmbeddedBrokerOnPostgreSQL: an embedded broker on the PostgreSQL engine.
+func TestEmbeddedBrokerOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_embed_")
+	b := start(t, embed.Config{Store: url, Settings: map[string]string{"postgres.schema": schema}})
+	c := dial(t, b)
+	publish(t, c, "jobs", "pg", 10)
+	if got := consume(t, c, "jobs", "", 10); len(got) != 10 {
+		t.Fatalf("got %v", got)
+	}
+}

@@ -1,0 +1,99 @@
+package embed
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+)
+
+// pipeListener is the server's listener of in-memory connections: dial hands the server one
+// end of a net.Pipe. with merges a TCP listener's connections into it, so that one server serves
+// both.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// errClosed is what dial returns once the broker is closed.
+var errClosed = errors.New("embed: broker closed")
+
+// dial returns the client end of a new in-memory connection once the server took the other.
+func (l *pipeListener) dial(ctx context.Context) (net.Conn, error) {
+	cc, sc := net.Pipe()
+	select {
+	case l.conns <- sc:
+		return cc, nil
+	case <-l.done:
+		err := errClosed
+		_, _ = cc.Close(), sc.Close()
+		return nil, err
+	case <-ctx.Done():
+		_, _ = cc.Close(), sc.Close()
+		return nil, ctx.Err()
+	}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// with returns a listener that accepts l's connections and tcp's; closing it closes both.
+func (l *pipeListener) with(tcp net.Listener) net.Listener {
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					continue
+				}
+				_ = l.Close() // the TCP listener failed or closed: so does the server's
+				return
+			}
+			select {
+			case l.conns <- c:
+			case <-l.done:
+				_ = c.Close()
+				return
+			}
+		}
+	}()
+	return &bothListener{pipeListener: l, tcp: tcp}
+}
+
+// bothListener is pipeListener.with's listener: its address is the TCP one.
+type bothListener struct {
+	*pipeListener
+	tcp net.Listener
+}
+
+func (b *bothListener) Close() error {
+	_ = b.pipeListener.Close()
+	return b.tcp.Close()
+}
+
+func (b *bothListener) Addr() net.Addr { return b.tcp.Addr() }
+
+// pipeAddr is the address of in-memory connections.
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "embedded" }
