@@ -191,8 +191,9 @@ func (m *Metrics) ObserveDelivery(topic, group string, attempt int, publishedAt 
 }
 
 // DeliveryObserver records deliveries as ObserveDelivery does, looking the labelled series up
-// once per run of deliveries of one topic and group rather than once per delivery (two label
-// lookups a delivery were ~3% of the broker's CPU in a 16-group fan-out). Make one per batch
+// once per run of deliveries of one topic and group rather than once per delivery (in a 16-group
+// fan-out, recording deliveries took 1.65% of the broker's CPU profile that way, 1.24% this
+// way). Make one per batch
 // (Metrics.Deliveries) and drop it after: the series it holds are not looked up again, so if
 // ForgetTopic deletes them meanwhile, the rest of the batch counts in series no longer exported.
 type DeliveryObserver struct {

@@ -309,9 +309,9 @@ func wantFor(ops []*dop) loadWant {
 
 // readStates reads the results of queueLoad's statements for subscriptions ids (loaded with mode
 // and wants), all of them also when it fails (so that the statements queued after them can be
-// read next). states[i] is the
-// state of ids[i], or nil when errs[i] says why its operations fail alone
-// (storage.ErrSubscriptionNotFound, storage.ErrSubscriptionNotActive); err fails the transaction.
+// read next). states[i] is the state of ids[i], or nil when errs[i] says why its operations fail
+// alone (storage.ErrSubscriptionNotFound, storage.ErrSubscriptionNotActive); err fails the
+// transaction.
 func (e *Engine) readStates(br pgx.BatchResults, ids []int64, mode loadMode, wants []loadWant) (states []*dstate, errs []error, err error) {
 	cr := &countedResults{BatchResults: br}
 	states, errs, err = e.readStatesFrom(cr, ids)
@@ -691,8 +691,8 @@ func (st *dstate) deadLetterOutcome(p int32, o int64, out dlqOutcome) {
 // listed in a row, or the cursor) that the loaded rows tell: each partition's where the load read
 // every row (allRows), and otherwise those that stay where they were (the rows the load left out
 // list offsets at or above the old floor, so a loaded row still at the old floor keeps it there).
-// For the others the save's statement looks (~40% of its time in a 16-group fan-out was that
-// look, once per partition saved).
+// For the others the save's statement looks (with the look for every partition saved, the
+// statement took 251-315 us a call in a 16-group fan-out; 217-228 us now).
 func (st *dstate) floors() map[int32]int64 {
 	fl := make(map[int32]int64, len(st.parts))
 	for _, dp := range st.parts {
