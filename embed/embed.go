@@ -61,8 +61,8 @@ type Broker struct {
 }
 
 // Start opens the engine, starts the broker and its protocol server, and returns once they
-// accept connections. Bad settings are refused with an error naming the setting, and nothing is
-// started. Close stops it.
+// accept connections; ctx bounds the start only. Bad settings are refused with an error naming
+// the setting, and nothing is started. Close stops it.
 func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	flags := map[string]string{}
 	for k, v := range cfg.Settings {
