@@ -11,7 +11,9 @@
 //	_, err = c.Publish(ctx, "orders.created", client.Message{Payload: body})
 //
 // Settings are those of spool serve's configuration file, by dotted key (Config.Settings); the
-// HTTP admin API, dashboard and /metrics are spool serve's only.
+// HTTP admin API, dashboard and /metrics are spool serve's only, and so are TLS and principals
+// (lists are no key=value settings): Config.Listen follows spool serve's rule without principals,
+// loopback addresses only unless the setting insecure is "true".
 package embed
 
 import (
