@@ -150,6 +150,10 @@ func TestEmbeddedBrokerBadSettings(t *testing.T) {
 			t.Errorf("settings %v: %v, want an error with %q", c.settings, err, c.want)
 		}
 	}
+	// Without principals, a listener other hosts reach needs insecure, as with spool serve.
+	if _, err := embed.Start(t.Context(), embed.Config{DataDir: dir, Listen: "0.0.0.0:0"}); err == nil || !strings.Contains(err.Error(), "insecure") {
+		t.Errorf("a listener on every address without principals: %v, want a refusal naming insecure", err)
+	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("refused starts wrote the data directory: %v", err)
 	}
