@@ -10,10 +10,11 @@
 //	defer c.Close(context.Background())
 //	_, err = c.Publish(ctx, "orders.created", client.Message{Payload: body})
 //
-// Settings are those of spool serve's configuration file, by dotted key (Config.Settings); the
-// HTTP admin API, dashboard and /metrics are spool serve's only, and so are TLS and principals
-// (lists are no key=value settings): Config.Listen follows spool serve's rule without principals,
-// loopback addresses only unless the setting insecure is "true".
+// Settings are those of spool serve: its configuration file (Config.ConfigFile: principals and
+// their permissions too), then settings by dotted key (Config.Settings). The HTTP admin API,
+// dashboard and /metrics are spool serve's only, and so is TLS. Config.Listen follows spool
+// serve's rule: without principals, loopback addresses only unless the setting insecure is
+// "true"; with them, clients authenticate as over TCP (client.Token), in memory too.
 package embed
 
 import (
@@ -43,6 +44,9 @@ type Config struct {
 	// Listen, when not empty, also serves the binary protocol and the text mode on this TCP
 	// address (as spool serve's listen; "127.0.0.1:0" picks a free port, see Broker.Addr).
 	Listen string
+	// ConfigFile, when not empty, is a configuration file as spool serve reads it (YAML), read
+	// first; the environment is not read.
+	ConfigFile string
 	// Settings are further settings by the dotted keys of spool serve's configuration file
 	// ("broker.max_topics": "100", "server.max_connections": "50"), validated as spool serve
 	// validates them; the keys listen, http and data_dir and store are set by the fields above.
@@ -83,7 +87,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Listen != "" {
 		flags["listen"] = cfg.Listen
 	}
-	c, err := config.Load("", nil, flags)
+	c, err := config.Load(cfg.ConfigFile, nil, flags)
 	if err != nil {
 		return nil, fmt.Errorf("embed: %w", err)
 	}

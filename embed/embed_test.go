@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolmq/spool/client"
 	"github.com/spoolmq/spool/embed"
+	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/testutil"
 )
 
@@ -168,6 +169,48 @@ func TestEmbeddedBrokerOnPostgreSQL(t *testing.T) {
 	c := dial(t, b)
 	publish(t, c, "jobs", "pg", 10)
 	if got := consume(t, c, "jobs", "", 10); len(got) != 10 {
+		t.Fatalf("got %v", got)
+	}
+}
+
+// TestEmbeddedBrokerPrincipals: principals from a configuration file apply to in-memory clients
+// too: without a token the handshake is refused, with one the principal's permissions hold.
+func TestEmbeddedBrokerPrincipals(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	hash, err := auth.HashToken("s3cret-token-0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "spool.yaml")
+	yaml := fmt.Sprintf(`auth:
+  principals:
+    - name: app
+      token_hash: %q
+      permissions:
+        - {action: publish, topics: "jobs"}
+        - {action: consume, topics: "jobs"}
+`, hash)
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, embed.Config{DataDir: filepath.Join(dir, "data"), ConfigFile: file})
+	if anon, err := b.Dial(t.Context()); err == nil || !strings.Contains(err.Error(), "NOT_AUTHENTICATED") {
+		if anon != nil {
+			_ = anon.Close(context.Background())
+		}
+		t.Fatalf("dial without a token: %v, want NOT_AUTHENTICATED", err)
+	}
+	c, err := b.Dial(t.Context(), client.Token("s3cret-token-0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Publish(t.Context(), "other", client.Message{Payload: []byte("x")}); err == nil || !strings.Contains(err.Error(), "PERMISSION_DENIED") {
+		t.Fatalf("publish outside the permissions: %v, want PERMISSION_DENIED", err)
+	}
+	publish(t, c, "jobs", "a", 3)
+	if got := consume(t, c, "jobs", "", 3); len(got) != 3 {
 		t.Fatalf("got %v", got)
 	}
 }
