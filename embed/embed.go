@@ -45,11 +45,12 @@ type Config struct {
 	// address (as spool serve's listen; "127.0.0.1:0" picks a free port, see Broker.Addr).
 	Listen string
 	// ConfigFile, when not empty, is a configuration file as spool serve reads it (YAML), read
-	// first; the environment is not read.
+	// first; the environment is not read. Its listen and http are not used (Listen is), its
+	// data_dir and store are unless the fields above are set.
 	ConfigFile string
 	// Settings are further settings by the dotted keys of spool serve's configuration file
 	// ("broker.max_topics": "100", "server.max_connections": "50"), validated as spool serve
-	// validates them; the keys listen, http and data_dir and store are set by the fields above.
+	// validates them; the keys listen, http, data_dir and store are refused (the fields above).
 	Settings map[string]string
 	// Logger receives the broker's logs (default: none).
 	Logger *slog.Logger
@@ -84,6 +85,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	if cfg.Store != "" {
 		flags["store"] = cfg.Store
 	}
+	// Only Config.Listen opens a TCP listener, and there is no HTTP one: a listen or http in
+	// the file is neither used nor checked.
+	flags["listen"], flags["http"] = "127.0.0.1:0", "127.0.0.1:0"
 	if cfg.Listen != "" {
 		flags["listen"] = cfg.Listen
 	}
@@ -171,6 +175,7 @@ func (eb *Broker) shutdown(ctx context.Context) error {
 	eb.pipe.Close()
 	if eb.tcp != nil {
 		_ = eb.tcp.Close()
+		eb.pipe.wait()
 	}
 	if eb.b != nil {
 		errs = append(errs, eb.b.Stop(ctx))

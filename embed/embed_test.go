@@ -183,7 +183,10 @@ func TestEmbeddedBrokerPrincipals(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "spool.yaml")
-	yaml := fmt.Sprintf(`auth:
+	// The file's listen and http are not used (nor refused for want of insecure): no TCP.
+	yaml := fmt.Sprintf(`listen: "0.0.0.0:9092"
+http: "0.0.0.0:8080"
+auth:
   principals:
     - name: app
       token_hash: %q
@@ -195,6 +198,9 @@ func TestEmbeddedBrokerPrincipals(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := start(t, embed.Config{DataDir: filepath.Join(dir, "data"), ConfigFile: file})
+	if b.Addr() != "" {
+		t.Fatalf("the file's listen opened %s", b.Addr())
+	}
 	if anon, err := b.Dial(t.Context()); err == nil || !strings.Contains(err.Error(), "NOT_AUTHENTICATED") {
 		if anon != nil {
 			_ = anon.Close(context.Background())

@@ -11,13 +11,22 @@ import (
 // end of a net.Pipe. with merges a TCP listener's connections into it, so that one server serves
 // both.
 type pipeListener struct {
-	conns chan net.Conn
+	conns chan accepted
 	done  chan struct{}
 	once  sync.Once
+	wg    sync.WaitGroup // the TCP forwarder of with
+}
+
+// accepted is what Accept returns: an in-memory connection, or what the TCP listener accepted
+// (a connection or an error such as running out of descriptors, which the server backs off
+// from as it does with its own listener).
+type accepted struct {
+	c   net.Conn
+	err error
 }
 
 func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	return &pipeListener{conns: make(chan accepted), done: make(chan struct{})}
 }
 
 // errClosed is what dial returns once the broker is closed.
@@ -27,7 +36,7 @@ var errClosed = errors.New("embed: broker closed")
 func (l *pipeListener) dial(ctx context.Context) (net.Conn, error) {
 	cc, sc := net.Pipe()
 	select {
-	case l.conns <- sc:
+	case l.conns <- accepted{c: sc}:
 		return cc, nil
 	case <-l.done:
 		err := errClosed
@@ -41,8 +50,8 @@ func (l *pipeListener) dial(ctx context.Context) (net.Conn, error) {
 
 func (l *pipeListener) Accept() (net.Conn, error) {
 	select {
-	case c := <-l.conns:
-		return c, nil
+	case a := <-l.conns:
+		return a.c, a.err
 	case <-l.done:
 		return nil, net.ErrClosed
 	}
@@ -55,29 +64,32 @@ func (l *pipeListener) Close() error {
 
 func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
 
-// with returns a listener that accepts l's connections and tcp's; closing it closes both.
+// with returns a listener that accepts l's connections and tcp's; closing it closes both. Its
+// forwarder goroutine ends once tcp is closed (wait).
 func (l *pipeListener) with(tcp net.Listener) net.Listener {
+	l.wg.Add(1)
 	go func() {
+		defer l.wg.Done()
 		for {
 			c, err := tcp.Accept()
-			if err != nil {
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					continue
-				}
-				_ = l.Close() // the TCP listener failed or closed: so does the server's
+			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			select {
-			case l.conns <- c:
+			case l.conns <- accepted{c: c, err: err}:
 			case <-l.done:
-				_ = c.Close()
+				if c != nil {
+					_ = c.Close()
+				}
 				return
 			}
 		}
 	}()
 	return &bothListener{pipeListener: l, tcp: tcp}
 }
+
+// wait waits for the forwarder of with, once the TCP listener is closed.
+func (l *pipeListener) wait() { l.wg.Wait() }
 
 // bothListener is pipeListener.with's listener: its address is the TCP one.
 type bothListener struct {
