@@ -1,7 +1,8 @@
 // Package pgpublish publishes Spool messages inside an application's own PostgreSQL transaction
 // (the transactional outbox), for brokers running on the PostgreSQL engine (spool serve --store
 // postgres://...). A message published with it exists if and only if the transaction commits;
-// broker instances are woken right after the commit.
+// broker instances sequence it right after the commit (an instance whose sequencer is awake
+// looks every few milliseconds; otherwise the transaction notifies them).
 //
 //	tx, _ := pool.Begin(ctx)
 //	// ... the application's own writes ...
@@ -42,7 +43,7 @@ var (
 	ErrTopicNotFound = errors.New("pgpublish: topic not found")
 	// ErrMessageTooLarge: key, headers and payload exceed the topic's max_message_bytes (54000).
 	ErrMessageTooLarge = errors.New("pgpublish: message too large")
-	// ErrInvalidArgument: a bad partition, headers or topic (22023).
+	// ErrInvalidArgument: a bad partition, headers, topic or producer id (over 1024 bytes) (22023).
 	ErrInvalidArgument = errors.New("pgpublish: invalid argument")
 	// ErrNoSubscriptions: a PUB_SUB topic that blocks writes has no active subscription (55000).
 	ErrNoSubscriptions = errors.New("pgpublish: topic has no active subscription and blocks writes")
