@@ -21,8 +21,9 @@ type Engine interface {
 	// BindingList lists all bindings, ordered by group then pattern.
 	BindingList(ctx context.Context) ([]*Binding, error)
 
-	// Close flushes and closes the engine. Later calls of any method return ErrClosed. Close is safe
-	// to call twice.
+	// Close flushes and closes the engine: the appends queued before it (MessagesAppend and
+	// MessagesAppendAsync) are completed and answered first. Later calls of any method return
+	// ErrClosed. Close is safe to call twice.
 	Close() error
 
 	// DeliveriesAck completes messages for a subscription. Acks are idempotent: acking a message

@@ -115,12 +115,17 @@ type laneTurn struct {
 	done   chan struct{}   // closed when this one ended
 }
 
-// enqueue queues op on its topic's lane. It returns the turn op leads when the topic had no
-// lane (its caller runs it); otherwise op waits in the lane, which may hand it a turn at once.
-func (e *Engine) enqueue(op *appendOp) *laneTurn {
+// enqueue queues op on its topic's lane. When the topic had no lane, op leads a turn at once: a
+// MessagesAppend call's is returned (its caller runs it), a MessagesAppendAsync call's runs on
+// a goroutine of its own (goLane). Otherwise op waits in the lane, which may hand it a turn at
+// once. Once Close began it refuses op with storage.ErrClosed.
+func (e *Engine) enqueue(op *appendOp) (*laneTurn, error) {
 	al := &e.appends
 	al.mu.Lock()
 	defer al.mu.Unlock()
+	if e.closing.Load() {
+		return nil, storage.ErrClosed // Close waits for those queued before (waitAppends)
+	}
 	if al.lanes == nil {
 		al.lanes = map[string]*appendLane{}
 	}
@@ -128,17 +133,26 @@ func (e *Engine) enqueue(op *appendOp) *laneTurn {
 	if lane == nil {
 		lane = &appendLane{}
 		al.lanes[op.p.Topic] = lane
-		return lane.startLocked([]*appendOp{op}, nil)
+		t := lane.startLocked([]*appendOp{op}, nil)
+		if op.cb != nil {
+			e.goLane(op.p.Topic, t)
+			return nil, nil
+		}
+		return t, nil
 	}
 	lane.pending = append(lane.pending, op)
 	e.startNextLocked(op.p.Topic, lane)
-	return nil
+	return nil, nil
 }
 
 // appendLanes holds the lanes of the topics that have appends running or queued.
 type appendLanes struct {
 	mu    sync.Mutex
 	lanes map[string]*appendLane
+	// async counts the goroutines running MessagesAppendAsync batches (goLane); idle is
+	// signalled (on mu) when it or the lanes drop to none, for waitAppends.
+	async int
+	idle  *sync.Cond
 	// checked holds the topics MessagesAppendAsync (checkAppend) and append transactions read
 	// (rememberTopic).
 	checked map[string]checkedTopic
@@ -197,7 +211,7 @@ func (e *Engine) startNextLocked(topic string, lane *appendLane) {
 	lane.pending = slices.Clone(lane.pending[len(next):])
 	t := lane.startLocked(next, expect)
 	if next[0].cb != nil {
-		go e.runAppendLane(context.Background(), topic, t)
+		e.goLane(topic, t)
 		return
 	}
 	next[0].lead <- t
@@ -239,6 +253,9 @@ func (e *Engine) laneEnd(topic string, t *laneTurn, requeue bool) {
 	e.startNextLocked(topic, lane)
 	if lane.running == 0 && len(lane.pending) == 0 {
 		delete(al.lanes, topic)
+		if len(al.lanes) == 0 && al.idle != nil {
+			al.idle.Broadcast()
+		}
 	}
 	al.mu.Unlock()
 	close(t.done)
@@ -255,7 +272,11 @@ func (e *Engine) submitAppend(ctx context.Context, p *storage.MessagesAppendPara
 		return nil, err
 	}
 	op := newAppendOp(p, nil)
-	if t := e.enqueue(op); t != nil {
+	t, err := e.enqueue(op)
+	if err != nil {
+		return nil, err
+	}
+	if t != nil {
 		e.runAppendLane(ctx, p.Topic, t)
 	}
 	cancelled := ctx.Done()
@@ -318,11 +339,39 @@ func (e *Engine) MessagesAppendAsync(p *storage.MessagesAppendParams, done func(
 	if err := e.checkAppend(p); err != nil {
 		return err
 	}
-	op := newAppendOp(p, done)
-	if t := e.enqueue(op); t != nil {
-		go e.runAppendLane(context.Background(), p.Topic, t)
+	_, err := e.enqueue(newAppendOp(p, done))
+	return err
+}
+
+// goLane runs t, a batch that a MessagesAppendAsync call leads, on a goroutine of its own,
+// counted in appendLanes.async: Close waits for them (waitAppends), so the batches queued before it
+// are appended and answered before it returns, as the embedded engine's Close completes queued
+// appends. Called with appends.mu held.
+func (e *Engine) goLane(topic string, t *laneTurn) {
+	al := &e.appends
+	al.async++
+	go func() {
+		e.runAppendLane(context.Background(), topic, t)
+		al.mu.Lock()
+		if al.async--; al.async == 0 && al.idle != nil {
+			al.idle.Broadcast()
+		}
+		al.mu.Unlock()
+	}()
+}
+
+// waitAppends waits until no append runs or waits in a lane and no goroutine of goLane is left
+// (Close: enqueue refuses new appends by then).
+func (e *Engine) waitAppends() {
+	al := &e.appends
+	al.mu.Lock()
+	defer al.mu.Unlock()
+	if al.idle == nil {
+		al.idle = sync.NewCond(&al.mu)
 	}
-	return nil
+	for al.async > 0 || len(al.lanes) > 0 {
+		al.idle.Wait()
+	}
 }
 
 // topicCheckTTL is how long MessagesAppendAsync trusts a topic configuration it read.

@@ -529,3 +529,69 @@ func TestAppendLanesTwoInstancesAsync(t *testing.T) {
 	t.Logf("transactions %d + %d, requeued %d + %d", es[0].appendTxs.Load(), es[1].appendTxs.Load(),
 		es[0].appendRequeues.Load(), es[1].appendRequeues.Load())
 }
+
+// TestCloseCompletesQueuedAppends: appends queued when Close is called (MessagesAppendAsync
+// batches on a lane waiting for a partition row, and a MessagesAppend call behind them) are
+// appended and answered before Close returns, as the embedded engine's Close completes queued
+// appends; appends after Close began are refused with ErrClosed.
+func TestCloseCompletesQueuedAppends(t *testing.T) {
+	t.Parallel()
+	e := openConns(t, 8)
+	const topic = "pub.close"
+	logTopic(t, e, topic, storage.TopicConfig{})
+	b := lockRows(t, e.sql(`SELECT 1 FROM spool.partitions p JOIN spool.topics t ON t.id = p.topic_id
+		WHERE t.name = $1 FOR UPDATE OF p`), topic)
+	const n = 20
+	var mu sync.Mutex
+	var answered []error
+	for i := range n {
+		err := e.MessagesAppendAsync(&storage.MessagesAppendParams{Topic: topic, Messages: []storage.AppendMessage{msg(0, fmt.Sprint(i), "")}},
+			func(_ *storage.MessagesAppendResult, err error) {
+				mu.Lock()
+				answered = append(answered, err)
+				mu.Unlock()
+			})
+		if err != nil {
+			t.Fatalf("async append %d: %v", i, err)
+		}
+		if i == 0 {
+			awaitBlockedBy(t, e, b.pid())
+		}
+	}
+	sync := goAppend(t, e, topic, msg(0, "sync", ""))
+	awaitAppendsQueued(t, e, topic, n)
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	testutil.Eventually(t, 10*time.Second, "Close began", func() error {
+		if !e.closing.Load() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if _, err := e.enqueue(newAppendOp(&storage.MessagesAppendParams{Topic: topic, Messages: []storage.AppendMessage{msg(0, "late", "")}},
+		func(*storage.MessagesAppendResult, error) {})); !errors.Is(err, storage.ErrClosed) {
+		t.Fatalf("an append queued after Close began: %v, want ErrClosed", err)
+	}
+	b.release()
+	if err := <-closed; err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(answered) != n {
+		t.Fatalf("%d of %d queued async appends answered when Close returned", len(answered), n)
+	}
+	for i, err := range answered {
+		if err != nil {
+			t.Fatalf("queued async append answered with %v (answer %d)", err, i)
+		}
+	}
+	select {
+	case o := <-sync:
+		if o.err != nil {
+			t.Fatalf("queued MessagesAppend: %v", o.err)
+		}
+	default:
+		t.Fatal("the queued MessagesAppend had not returned when Close returned")
+	}
+}

@@ -177,7 +177,9 @@ type Engine struct {
 	// queries caches SQL text rendered for the schema (see sql).
 	queries sync.Map // string -> string
 
-	closed    atomic.Bool
+	closed atomic.Bool
+	// closing: Close began; new appends are refused while the queued ones finish (waitAppends).
+	closing   atomic.Bool
 	closeOnce sync.Once
 	// stop ends the background goroutines (listener, notifier, poller, heartbeat); wg waits for
 	// them.
@@ -267,11 +269,15 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Close stops the background goroutines, removes this instance's ephemeral subscriptions and
-// closes the pool. Later calls of any method return storage.ErrClosed. Safe to call twice.
+// Close waits for the appends queued before it (appended and answered, each transaction bounded
+// by Config.TxTimeout), stops the background goroutines, removes this
+// instance's ephemeral subscriptions and closes the pool. Later calls of any method return
+// storage.ErrClosed. Safe to call twice.
 func (e *Engine) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
+		e.closing.Store(true)
+		e.waitAppends() // appends queued before Close: appended and answered
 		e.closed.Store(true)
 		e.stop()
 		e.wg.Wait()
