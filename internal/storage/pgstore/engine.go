@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -171,8 +172,10 @@ type Engine struct {
 	schema  string
 	// instance identifies this Engine in spool.instances and as owner of its ephemeral
 	// subscriptions; startedAt is when it registered.
-	instance  [16]byte
-	startedAt time.Time
+	instance [16]byte
+	// instanceHex is instance in hex, as notification payloads carry it.
+	instanceHex string
+	startedAt   time.Time
 
 	// queries caches SQL text rendered for the schema (see sql).
 	queries sync.Map // string -> string
@@ -247,6 +250,7 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.instance[6] = e.instance[6]&0x0f | 0x40 // UUID version 4
 	e.instance[8] = e.instance[8]&0x3f | 0x80
+	e.instanceHex = hex.EncodeToString(e.instance[:])
 	if cfg.Migrate {
 		err = Migrate(ctx, pool, cfg.Schema, cfg.BucketWidth)
 	} else if err = checkServer(ctx, pool); err == nil {

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/hex"
 	"maps"
 	"strconv"
 	"strings"
@@ -195,7 +194,7 @@ func (e *Engine) channel() string { return e.schema }
 
 // payload encodes a notification of this instance for NOTIFY.
 func (e *Engine) payload(n storage.Notification) string {
-	return formatPayload(hex.EncodeToString(e.instance[:]), n)
+	return formatPayload(e.instanceHex, n)
 }
 
 // formatPayload encodes a notification sent by instance (hex).
@@ -217,14 +216,14 @@ func (e *Engine) parsePayload(s string) (n storage.Notification, self, ok bool) 
 	if err != nil || k < int(storage.NotifyMessages) || k > int(storage.NotifyTopicDeleted) {
 		return n, false, false
 	}
-	return storage.Notification{Kind: storage.NotificationKind(k), Topic: topic}, inst == hex.EncodeToString(e.instance[:]), true
+	return storage.Notification{Kind: storage.NotificationKind(k), Topic: topic}, inst == e.instanceHex, true
 }
 
 // fromPeer reports whether a payload was sent by another broker instance (not by this one, nor
 // by an application's transaction), and whether it is that instance's hello.
 func (e *Engine) fromPeer(payload string) (peer, hello bool) {
 	inst, rest, found := strings.Cut(payload, ":")
-	if !found || inst == "0" || inst == hex.EncodeToString(e.instance[:]) {
+	if !found || inst == "0" || inst == e.instanceHex {
 		return false, false
 	}
 	return true, rest == helloKind
@@ -244,7 +243,7 @@ func (e *Engine) startNotify(ctx context.Context) error {
 		return err
 	}
 	// Instances that were alone learn of this one now, not at their next heartbeat.
-	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", e.channel(), hex.EncodeToString(e.instance[:])+":"+helloKind); err != nil {
+	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", e.channel(), e.instanceHex+":"+helloKind); err != nil {
 		e.log.Warn("pgstore: could not announce this instance to the others (they notify it from their next heartbeat on)", "err", err)
 	}
 	e.wg.Add(5)
@@ -310,8 +309,9 @@ func (e *Engine) notifierLoop() {
 
 // keepDropped remembers the notifications pending that the notifier did not send (the instance
 // was alone), for resendDropped. Called with pendingMu held. The map holds a notification per
-// kind and topic at most; past maxDropped, those older than droppedWindow go, at most once per
-// droppedWindow.
+// kind and topic at most; at maxDropped, those older than droppedWindow go (at most once per
+// droppedWindow), and while it stays full the rest are not kept: a newcomer's poller finds
+// those topics within its poll_interval.
 func (e *Engine) keepDropped(pending map[storage.Notification]struct{}) {
 	ns := &e.notify
 	if len(pending) == 0 {
@@ -327,12 +327,14 @@ func (e *Engine) keepDropped(pending map[storage.Notification]struct{}) {
 		maps.DeleteFunc(ns.dropped, func(_ storage.Notification, at time.Time) bool { return !at.After(since) })
 	}
 	for n := range pending {
-		ns.dropped[n] = now
+		if _, ok := ns.dropped[n]; ok || len(ns.dropped) < maxDropped {
+			ns.dropped[n] = now
+		}
 	}
 }
 
-// maxDropped is the size of notifyState.dropped past which keepDropped forgets the old ones.
-const maxDropped = 1024
+// maxDropped bounds notifyState.dropped (keepDropped).
+const maxDropped = 16384
 
 // listen opens the listener's dedicated connection (not from the pool) and LISTENs.
 func (e *Engine) listen(ctx context.Context) (*pgx.Conn, error) {

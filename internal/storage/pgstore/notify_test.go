@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -310,5 +311,24 @@ func TestNotifyNothingWhileAlone(t *testing.T) {
 	e.sawInstances(false, heard-1)
 	if e.notify.alone.Load() {
 		t.Fatal("alone after a read that raced a peer's notification")
+	}
+}
+
+// TestNotifyDroppedBounded: an instance alone keeps at most maxDropped unsent notifications (one
+// per kind and topic); the rest fall back to the newcomer's poller.
+func TestNotifyDroppedBounded(t *testing.T) {
+	t.Parallel()
+	e := &Engine{}
+	pending := map[storage.Notification]struct{}{}
+	for i := range maxDropped + 10 {
+		pending[storage.Notification{Kind: storage.NotifyMessages, Topic: fmt.Sprintf("t%d", i)}] = struct{}{}
+	}
+	e.notify.pendingMu.Lock()
+	e.keepDropped(pending)
+	e.keepDropped(pending)
+	n := len(e.notify.dropped)
+	e.notify.pendingMu.Unlock()
+	if n != maxDropped {
+		t.Fatalf("%d notifications kept, want the bound %d", n, maxDropped)
 	}
 }
