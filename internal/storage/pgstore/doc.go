@@ -158,7 +158,7 @@
 // none while no other instance is registered (each was a transaction with its WAL flush, ~18% of
 // a single instance's commits in a 16-group fan-out). An instance says hello on its channel once
 // it LISTENs; an instance that was alone notifies again on hearing it (or at its next heartbeat,
-// which reads spool.instances), first what it left unsent in the last 10 s.
+// which reads spool.instances), first what it left unsent in the last 10 s (at most 16,384).
 // Transactional publishes send "staged" inside the caller's transaction (coalesced by PostgreSQL
 // to one per transaction), which wakes the sequencers; a sequencing transaction announces its
 // topics as a broker publish does. A listener connection LISTENs, reconnects with backoff
