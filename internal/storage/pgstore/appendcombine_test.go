@@ -364,6 +364,7 @@ func TestAppendLanePipelinedAfterFailure(t *testing.T) {
 	cfg := testConfig(t, clock)
 	cfg.MaxConns = 8
 	e := logOpen(t, cfg)
+	e.predict.off = true // x's INSERT must wait after x took its offsets
 	ctx := t.Context()
 	const topic = "pub.pipe"
 	logTopic(t, e, topic, storage.TopicConfig{Partitions: 1})
@@ -425,6 +426,7 @@ func TestAppendLaneGathersSmallCalls(t *testing.T) {
 			clock := storagetest.NewFakeClock(logBase)
 			cfg := testConfig(t, clock)
 			e := logOpen(t, cfg)
+			e.predict.off = true // x's INSERT must wait after x took its offsets
 			const topic = "pub.gather"
 			logTopic(t, e, topic, storage.TopicConfig{Partitions: 1})
 			logPublish(t, e, topic, 0, "w") // offset 0; the topic is remembered
@@ -526,8 +528,9 @@ func TestAppendLanesTwoInstancesAsync(t *testing.T) {
 		}
 		last[conn] = name
 	}
-	t.Logf("transactions %d + %d, requeued %d + %d", es[0].appendTxs.Load(), es[1].appendTxs.Load(),
-		es[0].appendRequeues.Load(), es[1].appendRequeues.Load())
+	t.Logf("transactions %d + %d, requeued %d + %d, guessed %d + %d (wrong %d + %d)", es[0].appendTxs.Load(), es[1].appendTxs.Load(),
+		es[0].appendRequeues.Load(), es[1].appendRequeues.Load(), es[0].appendGuesses.Load(), es[1].appendGuesses.Load(),
+		es[0].appendMisses.Load(), es[1].appendMisses.Load())
 }
 
 // TestCloseCompletesQueuedAppends: appends queued when Close is called (MessagesAppendAsync

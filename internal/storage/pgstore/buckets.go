@@ -175,8 +175,11 @@ type bucket struct {
 //
 // A writer of the log (a broker append or a sequencing transaction: applications' transactions
 // only stage, see sequencer.go) writes at greatest(its clock, the partition's last_published_at)
-// while it holds the partition's row lock (takeOffsetsSQL), so every write a partition can still
-// receive is at or after its committed last_published_at, and at or after low_published_at when
+// while it holds the partition's row lock (takeOffsetsSQL), or, a lane append that guessed its
+// offsets (appendpredict.go), before it takes the row, at the later of its clock and the time its
+// instance's last append left, and commits only if that is not before the row's
+// last_published_at; so every write a partition can still commit is at or after its committed
+// last_published_at, and at or after low_published_at when
 // it holds retained messages. A bucket is a candidate when it ends at or before now, at or before
 // the low_published_at of every partition holding retained messages, and, for a partition that
 // holds none whose row a writer holds now (an open transaction, stalled between its statements

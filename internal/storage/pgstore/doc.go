@@ -42,7 +42,11 @@
 // minEarlyBytes), starts as soon as the one before holds its rows and waits for them in
 // PostgreSQL, carrying that one's transaction id (laneTurn: it fails, writing nothing, and its
 // calls queue again when the one before did not commit); MessagesAppendAsync queues there without a goroutine waiting, so one connection's
-// publishes share transactions too. A combined transaction that fails for one call's input runs
+// publishes share transactions too. Once the instance appended to a partition, its next
+// transaction there inserts its rows first, at the offsets that follow, and takes the row last,
+// failing (nothing written) unless the row is where it guessed (appendpredict.go): the row is then
+// held only for that UPDATE and the commit, and the partition's commits follow one another
+// faster. A combined transaction that fails for one call's input runs
 // each call again alone; one that fails for the database (unavailable, full, a connection lost
 // during the COMMIT, whose outcome is unknown) fails every call with that error, never running
 // them again, which could store their messages twice.

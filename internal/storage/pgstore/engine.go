@@ -204,6 +204,11 @@ type Engine struct {
 	// appendRequeues the transactions whose calls queued again (errLaneBroken).
 	appends                              appendLanes
 	appendTxs, appendOps, appendRequeues atomic.Int64
+	// predict holds where this instance's appends left each partition, so that a lane's
+	// transaction may insert its rows before it takes the partitions' rows (appendpredict.go);
+	// appendGuesses counts the transactions that did, appendMisses those whose guess was wrong.
+	predict                     predictions
+	appendGuesses, appendMisses atomic.Int64
 	// seqWake wakes the sequencer of staged messages (sequencer.go); seqRows counts the rows it
 	// sequenced (or dropped), seqBusy its attempts that found the sequencing lock held, seqEmpty
 	// its transactions that found nothing staged, seqCycles the wake-ups it finished.
@@ -291,7 +296,7 @@ func (e *Engine) Close() error {
 		e.pool.Close()
 		e.log.Debug("pgstore: closed", "delivery_transactions", e.laneTxs.Load(), "delivery_operations", e.laneOps.Load(),
 			"publish_transactions", e.appendTxs.Load(), "publish_calls", e.appendOps.Load(),
-			"publish_requeues", e.appendRequeues.Load())
+			"publish_requeues", e.appendRequeues.Load(), "publish_guesses", e.appendGuesses.Load(), "publish_guesses_missed", e.appendMisses.Load())
 	})
 	return err
 }

@@ -53,8 +53,12 @@ type appendPlan struct {
 	// gen.
 	guard bool
 	// seq orders the transaction after the one before in its lane (nil: none).
-	seq    *appendSeq
-	shares []*partShare
+	seq *appendSeq
+	// predicted: the rows go in first at the offsets guessed (each share's first) with publish
+	// time at, and the partitions' rows are taken last (appendpredict.go).
+	predicted bool
+	at        time.Time
+	shares    []*partShare
 	// rows are the column arrays of the INSERT, in batch order.
 	partition  []int32
 	back       []int64 // offset = partition's new next_offset - back
@@ -565,18 +569,37 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	if plan.guard {
 		gen = &plan.topic.gen
 	}
-	for _, s := range plan.shares {
-		var expect *string
+	expect := func(s *partShare) *string {
 		if plan.seq != nil {
 			if x, ok := plan.seq.expect[s.partition]; ok {
-				expect = &x
+				return &x
 			}
 		}
-		b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes, expect, gen)
+		return nil
 	}
 	cat, starts, lens := concatPayloads(plan.payload)
-	b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, starts,
-		plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, gen, lens, cat)
+	if plan.predicted {
+		// The rows first, at the offsets guessed; the partitions' rows last (appendpredict.go).
+		offs := make([]int64, len(plan.back))
+		r := 0
+		for _, s := range plan.shares {
+			for j := range s.idx {
+				offs[r] = s.first + int64(j)
+				r++
+			}
+		}
+		b.Queue(e.sql(insertPredictedSQL), plan.topic.id, plan.partition, offs, plan.key, plan.headers, starts,
+			plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, plan.at, lens, cat)
+		for _, s := range plan.shares {
+			b.Queue(e.sql(takePredictedSQL), plan.topic.id, s.partition, int64(len(s.idx)), plan.at, s.bytes, expect(s), gen, s.first)
+		}
+	} else {
+		for _, s := range plan.shares {
+			b.Queue(e.sql(takeOffsetsSQL), plan.topic.id, s.partition, int64(len(s.idx)), now, s.bytes, expect(s), gen)
+		}
+		b.Queue(e.sql(insertMessagesSQL), plan.topic.id, plan.partition, plan.back, plan.key, plan.headers, starts,
+			plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, gen, lens, cat)
+	}
 	if len(plan.idID) > 0 {
 		b.Queue(e.sql(setPositionsSQL), plan.topic.id, plan.idID, plan.idPart, plan.idBack)
 	}
@@ -587,12 +610,24 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	if pt, ok := tx.(*pipeTx); ok && plan.seq != nil && plan.seq.took != nil {
 		// The UPDATEs' results come back as soon as they ran (the rows are held): the lane's next
 		// transaction starts then (laneTurn).
+		n := len(plan.shares)
+		if plan.predicted {
+			n++ // the INSERT's
+		}
 		var err error
-		if br, err = pt.sendFlushed(ctx, b, len(plan.shares)); err != nil {
+		if br, err = pt.sendFlushed(ctx, b, n); err != nil {
 			return nil, err
 		}
 	} else {
 		br = tx.SendBatch(ctx, b)
+	}
+	var tag pgconn.CommandTag
+	if plan.predicted {
+		var err error
+		if tag, err = br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
 	}
 	var xid string
 	for _, s := range plan.shares {
@@ -600,15 +635,19 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 		var one int
 		if err := br.QueryRow().Scan(&s.first, &at, &xid, &one); err != nil {
 			br.Close()
-			if errors.Is(err, pgx.ErrNoRows) && plan.guard {
+			var pe *pgconn.PgError
+			gone := errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, goneMarker)
+			if (gone || errors.Is(err, pgx.ErrNoRows)) && plan.guard {
 				return nil, errTopicChanged
 			}
-			if errors.Is(err, pgx.ErrNoRows) {
+			if gone || errors.Is(err, pgx.ErrNoRows) {
 				return nil, fmt.Errorf("pgstore: topic %q has no partition %d row", plan.topic.name, s.partition)
 			}
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "22P02" && strings.Contains(pe.Message, laneMarker) {
+			if pe != nil && pe.Code == "22P02" && strings.Contains(pe.Message, laneMarker) {
 				return nil, errLaneBroken
+			}
+			if pe != nil && pe.Code == "22P02" && strings.Contains(pe.Message, predictMarker) {
+				return nil, errPredictionMissed
 			}
 			return nil, err
 		}
@@ -616,16 +655,19 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	}
 	plan.xid = xid
 	if plan.seq != nil && plan.seq.took != nil {
+		e.predict.took(plan)
 		after := make(map[int32]string, len(plan.shares))
 		for _, s := range plan.shares {
 			after[s.partition] = xid
 		}
 		plan.seq.took(after)
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		br.Close()
-		return nil, err
+	if !plan.predicted {
+		var err error
+		if tag, err = br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
 	}
 	if len(plan.idID) > 0 {
 		if _, err := br.Exec(); err != nil {
@@ -763,12 +805,28 @@ func (e *Engine) appendTx(ctx context.Context, p *storage.MessagesAppendParams, 
 			}
 			finalBatch(tx)
 			plan.seq = seq
+			if seq != nil && plan.stored > 0 {
+				if plan.predicted = e.predict.guess(plan, now.Truncate(time.Microsecond)); plan.predicted {
+					e.appendGuesses.Add(1)
+				}
+			}
 			res, err = e.appendInTx(ctx, tx, plan, len(p.Messages), now, "")
 			topicID, stored, linkedOf = plan.topic.id, plan.stored, plan.linkedOf
 			newIDs, xid = plan.newIDs, plan.xid
 			return err
 		})
+		if err != nil {
+			e.predict.failed(plan, errors.Is(err, errPredictionMissed), now)
+		}
+		if errors.Is(err, errPredictionMissed) {
+			// Nothing written; the partitions are not guessed again for a while: take their rows
+			// first this time.
+			e.appendMisses.Add(1)
+			attempt--
+			continue
+		}
 		if errors.Is(err, errTopicChanged) && remembered != nil {
+			e.predict.forgetTopic(remembered.id)
 			e.forgetTopic(p.Topic)
 			remembered = nil
 			attempt--
