@@ -182,6 +182,54 @@ func TestAdminTimeout(t *testing.T) {
 				t.Errorf("topic after the delete: %+v, %v; want storage.ErrTopicNotFound", tp, err)
 			}
 		},
+	}, {
+		name: "SubscriptionAssignment", // an ordered group's owner rebalancing, the group listing
+		lock: func(t *testing.T, f *adminFixture) *blocker {
+			f.sub = must(f.e.SubscriptionCreate(t.Context(), &storage.SubscriptionCreateParams{Topic: topic, Group: "o",
+				Mode: storage.ModeOrdered, Start: storage.StartPosition{Kind: storage.FromBeginning}}))(t)
+			return lockRows(t, f.e.sql(`LOCK TABLE spool.sub_assignments IN ACCESS EXCLUSIVE MODE`))
+		},
+		op: func(t *testing.T, f *adminFixture) (any, error) {
+			return f.e.SubscriptionAssignment(t.Context(), f.sub.ID)
+		},
+		done: func(t *testing.T, f *adminFixture, res any) {
+			if a := res.(*storage.Assignment); a.SubscriptionID != f.sub.ID {
+				t.Errorf("assignment of subscription %d, want %d", a.SubscriptionID, f.sub.ID)
+			}
+		},
+	}, {
+		name: "MessageCompletion",
+		lock: func(t *testing.T, f *adminFixture) *blocker {
+			logTopic(t, f.e, "adm.rc", storage.TopicConfig{Semantics: storage.PubSub, CompletionTracking: storage.Refcount})
+			logPublish(t, f.e, "adm.rc", 0, "c")
+			return lockRows(t, f.e.sql(`LOCK TABLE spool.completions IN ACCESS EXCLUSIVE MODE`))
+		},
+		op: func(t *testing.T, f *adminFixture) (any, error) {
+			return f.e.MessageCompletion(t.Context(), &storage.MessageCompletionParams{Topic: "adm.rc"})
+		},
+		done: func(t *testing.T, f *adminFixture, res any) {
+			if c := res.(*storage.MessageCompletion); c == nil {
+				t.Error("no completion record")
+			}
+		},
+	}, {
+		name: "SubscriptionsMaintain", // the lifecycle loop
+		lock: func(t *testing.T, f *adminFixture) *blocker {
+			return lockRows(t, f.e.sql(`LOCK TABLE spool.subscriptions IN ACCESS EXCLUSIVE MODE`))
+		},
+		op: func(t *testing.T, f *adminFixture) (any, error) {
+			return f.e.SubscriptionsMaintain(t.Context(), &storage.SubscriptionsMaintainParams{})
+		},
+		unchanged: func(t *testing.T, f *adminFixture) {
+			if s := must(f.e.SubscriptionGet(t.Context(), f.sub.ID))(t); s.State != storage.Active {
+				t.Errorf("subscription after the timed-out maintenance: %s, want ACTIVE", s.State)
+			}
+		},
+		done: func(t *testing.T, f *adminFixture, res any) {
+			if r := res.(*storage.SubscriptionsMaintainResult); len(r.Dead) != 0 {
+				t.Errorf("maintenance made %d subscriptions DEAD, want none", len(r.Dead))
+			}
+		},
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

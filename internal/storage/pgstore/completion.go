@@ -408,6 +408,12 @@ var completionBoundsHook func()
 // the time it became DEAD when it skipped the message coming back), else pending (live) or
 // removed at the time it left (DEAD, CANCELLED).
 func (e *Engine) MessageCompletion(ctx context.Context, params *storage.MessageCompletionParams) (*storage.MessageCompletion, error) {
+	return withTxTimeout(e, ctx, "message completion", func(ctx context.Context) (*storage.MessageCompletion, error) {
+		return e.messageCompletion(ctx, params)
+	})
+}
+
+func (e *Engine) messageCompletion(ctx context.Context, params *storage.MessageCompletionParams) (*storage.MessageCompletion, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}

@@ -301,8 +301,15 @@ func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.Subscri
 	})
 }
 
-// SubscriptionAssignment returns the current assignment of an ORDERED subscription.
+// SubscriptionAssignment returns the current assignment of an ORDERED subscription (bounded by
+// Config.TxTimeout).
 func (e *Engine) SubscriptionAssignment(ctx context.Context, id int64) (*storage.Assignment, error) {
+	return withTxTimeout(e, ctx, "subscription assignment", func(ctx context.Context) (*storage.Assignment, error) {
+		return e.subscriptionAssignment(ctx, id)
+	})
+}
+
+func (e *Engine) subscriptionAssignment(ctx context.Context, id int64) (*storage.Assignment, error) {
 	s, err := e.SubscriptionGet(ctx, id)
 	if err != nil {
 		return nil, err

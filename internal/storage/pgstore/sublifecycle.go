@@ -113,8 +113,15 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 }
 
 // SubscriptionsMaintain makes ACTIVE subscriptions past their heartbeat timeout DEAD and CANCELLED
-// ones past the retention DELETED (an ephemeral one is removed), in one transaction.
+// ones past the retention DELETED (an ephemeral one is removed), in one transaction bounded by
+// Config.TxTimeout (a stuck one would stop the lifecycle loop that runs it).
 func (e *Engine) SubscriptionsMaintain(ctx context.Context, params *storage.SubscriptionsMaintainParams) (*storage.SubscriptionsMaintainResult, error) {
+	return withTxTimeout(e, ctx, "subscriptions maintain", func(ctx context.Context) (*storage.SubscriptionsMaintainResult, error) {
+		return e.subscriptionsMaintain(ctx, params)
+	})
+}
+
+func (e *Engine) subscriptionsMaintain(ctx context.Context, params *storage.SubscriptionsMaintainParams) (*storage.SubscriptionsMaintainResult, error) {
 	retention, err := params.Check()
 	if err != nil {
 		return nil, err
