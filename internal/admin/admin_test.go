@@ -320,6 +320,40 @@ func TestPullAckNackExtend(t *testing.T) {
 	e.do("POST", "/api/v1/topics/fan/groups/bad%20group/pull", nil).fails(400, "INVALID_ARGUMENT")
 }
 
+// TestAckOtherSubscriptionRefused: the permission checked is the URL's topic and group, so an ack,
+// nack or extend naming the subscription of another group (here another topic's) is refused and
+// settles nothing there.
+func TestAckOtherSubscriptionRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	for _, name := range []string{"open", "billing"} {
+		e.do("POST", "/api/v1/topics", map[string]any{"name": name, "ack_wait": "1m"}).ok(201, nil)
+	}
+	e.do("POST", "/api/v1/topics/open/messages", map[string]any{"payload": "o"}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/billing/messages", map[string]any{"payload": "b"}).ok(201, nil)
+	mine := e.pullN("open", "$queue", 1, nil)[0]
+	theirs := e.pullN("billing", "$queue", 1, nil)[0]
+	if mine.SubscriptionID == theirs.SubscriptionID {
+		t.Fatalf("both topics have subscription %d", mine.SubscriptionID)
+	}
+	for _, op := range []string{"ack", "nack", "extend"} {
+		e.do("POST", "/api/v1/topics/open/groups/$queue/"+op, map[string]any{"subscription_id": theirs.SubscriptionID,
+			"ids": []string{theirs.ID}, "duration": "1m"}).fails(400, "INVALID_ARGUMENT")
+	}
+	// billing's message is still leased to its own pull session: its nack settles it.
+	var res AckResult
+	e.do("POST", "/api/v1/topics/billing/groups/$queue/nack", map[string]any{"ids": []string{theirs.ID}}).ok(200, &res)
+	if res.Nacked == nil || *res.Nacked != 1 {
+		t.Fatalf("nack of billing's message: %+v", res)
+	}
+	// The right subscription id is still taken.
+	e.do("POST", "/api/v1/topics/open/groups/$queue/ack", map[string]any{"subscription_id": mine.SubscriptionID,
+		"ids": []string{mine.ID}}).ok(200, &res)
+	if res.Acked == nil || *res.Acked != 1 {
+		t.Fatalf("ack with the group's subscription id: %+v", res)
+	}
+}
+
 func TestPullSessionCloses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.PullIdleTimeout = 50 * time.Millisecond })

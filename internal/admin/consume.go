@@ -132,13 +132,24 @@ func metricsGroup(group string) string {
 	return group
 }
 
-// subscriptionID resolves the subscription of refs: the one given, the one the pull session is
-// attached to, or the subscription of (topic, group) (for a QUEUE topic pulled with a group name:
-// its queue subscription).
+// subscriptionID resolves the subscription of refs: the one the pull session is attached to, or
+// the subscription of (topic, group) (for a QUEUE topic pulled with a group name: its queue
+// subscription). A subscription id given in the request must be that one: the permission checked
+// is the URL's topic and group, so an id of another group's subscription would settle messages
+// that group never received.
 func (h *Handler) subscriptionID(ctx context.Context, topic, group string, given int64, s *session) (int64, error) {
-	if given != 0 {
-		return given, nil
+	id, err := h.groupSubscriptionID(ctx, topic, group, s)
+	if err != nil {
+		return 0, err
 	}
+	if given != 0 && given != id {
+		return 0, invalidf("subscription_id %d is not the subscription of group %q of topic %q (%d): the group was created again since the pull, or the id is another group's",
+			given, group, topic, id)
+	}
+	return id, nil
+}
+
+func (h *Handler) groupSubscriptionID(ctx context.Context, topic, group string, s *session) (int64, error) {
 	if s != nil {
 		if id, ok := s.subscription(); ok {
 			return id, nil
