@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -159,9 +160,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	if err := b.Start(ctx); err != nil {
 		return err
 	}
-	stopCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	}
+	stopCtx := stopper(ctx, cfg.ShutdownTimeout)
 	defer func() {
 		sctx, cancel := stopCtx()
 		defer cancel()
@@ -354,6 +353,19 @@ func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
 	return func() { _ = ds.Close() }, nil
 }
 
+// stopper returns the contexts of the shutdown's steps: all of them end at one deadline,
+// shutdown_timeout after the first one was asked for (when the shutdown began), so the timeout
+// bounds the listeners, sessions, HTTP requests and broker together, not each of them. They do
+// not end with parent (the signal that starts the shutdown cancels it).
+func stopper(parent context.Context, timeout time.Duration) func() (context.Context, context.CancelFunc) {
+	var once sync.Once
+	var deadline time.Time
+	return func() (context.Context, context.CancelFunc) {
+		once.Do(func() { deadline = time.Now().Add(timeout) })
+		return context.WithDeadline(context.WithoutCancel(parent), deadline)
+	}
+}
+
 // shutdown stops the listeners and their sessions; the deferred calls of run then stop the broker
 // and close the engine. The order:
 //
@@ -365,6 +377,9 @@ func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
 //     waits for the requests in flight;
 //  4. (run) the broker stops its dispatchers and retention job;
 //  5. (run) the engine closes: the committer flushes, a snapshot is written, files close.
+//
+// Steps 1-4 share one deadline (stopper); the engine's close is not cut short (on PostgreSQL its
+// queued appends are each bounded by postgres.tx_timeout).
 func shutdown(stopCtx func() (context.Context, context.CancelFunc), logger *slog.Logger, shuttingDown *atomic.Bool,
 	srv *server.Server, adminHandler *admin.Handler, httpSrv *http.Server, httpDone <-chan error) error {
 	ctx, cancel := stopCtx()

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestStopperSharesOneDeadline: every step of the shutdown gets the deadline the first one got,
+// so shutdown_timeout bounds them together; the parent's cancellation (the signal) does not end
+// them.
+func TestStopperSharesOneDeadline(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	cancel()
+	stopCtx := stopper(parent, time.Minute)
+	first, c1 := stopCtx()
+	defer c1()
+	time.Sleep(20 * time.Millisecond)
+	second, c2 := stopCtx()
+	defer c2()
+	d1, ok1 := first.Deadline()
+	d2, ok2 := second.Deadline()
+	if !ok1 || !ok2 || !d1.Equal(d2) {
+		t.Fatalf("deadlines %v (%v) and %v (%v), want one", d1, ok1, d2, ok2)
+	}
+	if first.Err() != nil {
+		t.Fatalf("step context ended with its parent: %v", first.Err())
+	}
+}
