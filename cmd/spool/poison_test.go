@@ -45,3 +45,15 @@ func TestPoisonFlags(t *testing.T) {
 		t.Errorf("failuresText = %q", got)
 	}
 }
+
+// TestCLIPoisonWindowAlone: --poison-window without --poison-max-failures (on a topic without
+// max_failures) fails with the server's error instead of storing nothing.
+func TestCLIPoisonWindowAlone(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	const want = "poison_rules.window needs poison_rules.max_failures"
+	s.fails(t, 1, want, "topic", "create", "jobs", "--poison-window", "1m")
+	s.ok(t, "", "topic", "create", "jobs")
+	s.fails(t, 1, want, "topic", "update", "jobs", "--poison-window", "1m")
+	s.ok(t, "", "topic", "update", "jobs", "--poison-max-failures", "3", "--poison-window", "1m")
+}

@@ -22,13 +22,24 @@ import (
 // JSON are INVALID_ARGUMENT; an empty body leaves v unchanged when allowEmpty, else it is
 // INVALID_ARGUMENT too; a body over the limit is FRAME_TOO_LARGE.
 func decodeJSON(r *http.Request, v any, allowEmpty bool) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
-		return invalidf("request body must be JSON (Content-Type application/json), got %q", ct)
-	}
-	data, err := readBody(r)
+	data, err := jsonBody(r)
 	if err != nil {
 		return err
 	}
+	return unmarshalJSON(data, v, allowEmpty)
+}
+
+// jsonBody reads a request body that decodeJSON would decode: one whose Content-Type, if any, is
+// JSON.
+func jsonBody(r *http.Request) ([]byte, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSON(ct) {
+		return nil, invalidf("request body must be JSON (Content-Type application/json), got %q", ct)
+	}
+	return readBody(r)
+}
+
+// unmarshalJSON is decodeJSON of a body already read.
+func unmarshalJSON(data []byte, v any, allowEmpty bool) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		if allowEmpty {
 			return nil
@@ -114,17 +125,23 @@ func poisonJSON(r storage.PoisonRules) *PoisonRules {
 	return &PoisonRules{DistinctMembers: r.DistinctMembers, MaxFailures: r.MaxFailures, Window: Duration(r.Window)}
 }
 
-// poisonStorage converts the rules; the window means nothing without max_failures (an update that
-// turns max_failures off keeps no window behind).
+// poisonStorage converts the rules as they are: a window without max_failures reaches the
+// engine's validation, which refuses it (updateTopicConfig drops a window the body did not give).
 func poisonStorage(r *PoisonRules) storage.PoisonRules {
 	if r == nil {
 		return storage.PoisonRules{}
 	}
-	out := storage.PoisonRules{DistinctMembers: r.DistinctMembers, MaxFailures: r.MaxFailures, Window: time.Duration(r.Window)}
-	if out.MaxFailures == 0 {
-		out.Window = 0
+	return storage.PoisonRules{DistinctMembers: r.DistinctMembers, MaxFailures: r.MaxFailures, Window: time.Duration(r.Window)}
+}
+
+// setsPoisonWindow reports whether a JSON body gives poison_rules.window (not null).
+func setsPoisonWindow(data []byte) bool {
+	var probe struct {
+		PoisonRules *struct {
+			Window *json.RawMessage `json:"window"`
+		} `json:"poison_rules"`
 	}
-	return out
+	return json.Unmarshal(data, &probe) == nil && probe.PoisonRules != nil && probe.PoisonRules.Window != nil
 }
 
 // configStorage converts an API configuration to the engine's.

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,5 +48,32 @@ func TestPoisonRulesAPI(t *testing.T) {
 	e.do("PUT", "/api/v1/topics/jobs/config", map[string]any{"poison_rules": nil}).ok(200, &off)
 	if off.Config.PoisonRules != nil {
 		t.Fatalf("poison rules after null: %+v", off.Config.PoisonRules)
+	}
+}
+
+// TestPoisonWindowNeedsMaxFailures: a window given without max_failures is refused, on create and
+// on update, as the engine refuses it; an update that turns max_failures off drops the window it
+// did not give.
+func TestPoisonWindowNeedsMaxFailures(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	const want = "poison_rules.window needs poison_rules.max_failures"
+	window := map[string]any{"window": "1m"}
+	if d := e.do("POST", "/api/v1/topics", map[string]any{"name": "jobs", "poison_rules": window}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, want) {
+		t.Fatalf("create with a window alone: %q, want %q", d.Message, want)
+	}
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "jobs"}).ok(201, nil)
+	if d := e.do("PUT", "/api/v1/topics/jobs/config", map[string]any{"poison_rules": window}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, want) {
+		t.Fatalf("update with a window alone: %q, want %q", d.Message, want)
+	}
+	var tp Topic
+	e.do("PUT", "/api/v1/topics/jobs/config", map[string]any{"poison_rules": map[string]any{"distinct_members": true, "max_failures": 3, "window": "1m"}}).ok(200, &tp)
+	if d := e.do("PUT", "/api/v1/topics/jobs/config", map[string]any{"poison_rules": map[string]any{"max_failures": 0, "window": "2m"}}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, want) {
+		t.Fatalf("update turning max_failures off with a window: %q, want %q", d.Message, want)
+	}
+	var off Topic
+	e.do("PUT", "/api/v1/topics/jobs/config", map[string]any{"poison_rules": map[string]any{"max_failures": 0}}).ok(200, &off)
+	if r := off.Config.PoisonRules; r == nil || !r.DistinctMembers || r.MaxFailures != 0 || r.Window != 0 {
+		t.Fatalf("poison rules after max_failures 0: %+v", r)
 	}
 }

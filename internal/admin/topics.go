@@ -117,8 +117,17 @@ func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) erro
 	// Decoding onto the current configuration changes exactly the fields the body has. Two
 	// concurrent updates of different fields may overwrite each other (the last one wins).
 	req := UpdateTopicRequest{TopicConfig: configJSON(cur.Topic.Config)}
-	if err := decodeJSON(r, &req, false); err != nil {
+	data, err := jsonBody(r)
+	if err != nil {
 		return err
+	}
+	if err := unmarshalJSON(data, &req, false); err != nil {
+		return err
+	}
+	// The current window means nothing once max_failures is off: an update that turns it off
+	// keeps no window behind. A window the body gives without max_failures is refused.
+	if p := req.PoisonRules; p != nil && p.MaxFailures == 0 && !setsPoisonWindow(data) {
+		p.Window = 0
 	}
 	// The current count is at least 1, so 0 came from the body; left to the defaults it would
 	// become 1 and be refused as "got 1".
