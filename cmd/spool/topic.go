@@ -385,7 +385,7 @@ var topicUpdateSpec = cmdSpec{
 	args: "[flags] <topic>",
 	desc: `Changes a topic's configuration: only the flags given change. Partitions only grow. Changing a
 QUEUE topic to PUB_SUB needs --queue-to-group, the group its queue subscription becomes (nothing
-pending is lost).`,
+pending is lost); the server refuses --queue-to-group with any other update.`,
 	examples: []string{
 		"spool topic update orders.created --max-deliveries 10 --ack-wait 1m",
 		"spool topic update jobs --semantics PUB_SUB --queue-to-group workers",
@@ -397,7 +397,7 @@ func runTopicUpdate(ctx context.Context, e *cliEnv, args []string) error {
 	httpAddr := e.httpFlag(fs)
 	jsonOut := fs.Bool("json", false, "print the API's JSON answer")
 	cfg := addTopicConfigFlags(fs, false)
-	queueToGroup := fs.String("queue-to-group", "", "QUEUE to PUB_SUB: the group the queue subscription becomes")
+	queueToGroup := fs.String("queue-to-group", "", "QUEUE to PUB_SUB: the group the queue subscription becomes (with --semantics PUB_SUB only)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

@@ -168,6 +168,15 @@ func TestTopics(t *testing.T) {
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"semantics": "PUB_SUB"}).fails(400, "INVALID_ARGUMENT")
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"max_deliveries": 0, "bogus": 1}).fails(400, "INVALID_ARGUMENT")
 	e.do("PUT", "/api/v1/topics/missing/config", map[string]any{"max_deliveries": 3}).fails(404, "TOPIC_NOT_FOUND")
+	// queue_to_group outside a change from QUEUE to PUB_SUB is refused, not ignored.
+	for topic, body := range map[string]map[string]any{
+		"orders.created": {"max_deliveries": 4, "queue_to_group": "legacy"},
+		"events":         {"semantics": "PUB_SUB", "queue_to_group": "legacy"},
+	} {
+		if d := e.do("PUT", "/api/v1/topics/"+topic+"/config", body).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, "queue_to_group is only for a change from QUEUE to PUB_SUB") {
+			t.Errorf("queue_to_group on %s with %v: %q", topic, body, d.Message)
+		}
+	}
 	e.do("PUT", "/api/v1/topics/orders.created/config", map[string]any{"semantics": "PUB_SUB", "queue_to_group": "legacy"}).ok(200, &got)
 	if got.Config.Semantics != api.PubSub {
 		t.Fatalf("QUEUE to PUB_SUB: %+v", got.Config)

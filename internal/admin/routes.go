@@ -83,7 +83,7 @@ func (h *Handler) routeTable() []*route {
 			ok: 200, resp: typeOf[Topic](), errs: errsRead}},
 		{method: "PUT", path: "/api/v1/topics/{topic}/config", handle: h.updateTopicConfig, doc: opDoc{
 			id: "updateTopicConfig", tag: "topics", summary: "Change a topic's configuration.",
-			desc: "Fields absent from the body keep their values. Partitions only grow. QUEUE to PUB_SUB needs queue_to_group, the group the queue subscription becomes.",
+			desc: "Fields absent from the body keep their values. Partitions only grow. QUEUE to PUB_SUB needs queue_to_group, the group the queue subscription becomes; queue_to_group with any other update is INVALID_ARGUMENT.",
 			body: typeOf[UpdateTopicRequest](), ok: 200, resp: typeOf[Topic](), errs: errsWrite}},
 		{method: "DELETE", path: "/api/v1/topics/{topic}", handle: h.deleteTopic, doc: opDoc{
 			id: "deleteTopic", tag: "topics", summary: "Delete a topic with its messages and subscriptions.",

@@ -102,7 +102,7 @@ func (h *Handler) getTopic(w http.ResponseWriter, r *http.Request) error {
 
 // UpdateTopicRequest is the body of PUT /api/v1/topics/{topic}/config: the configuration fields to
 // change (absent fields keep their current values) and, for a change from QUEUE to PUB_SUB, the
-// group the queue subscription becomes.
+// group the queue subscription becomes (refused with any other update).
 type UpdateTopicRequest struct {
 	TopicConfig
 	QueueToGroup string `json:"queue_to_group,omitempty"`
@@ -128,6 +128,11 @@ func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) erro
 	// keeps no window behind. A window the body gives without max_failures is refused.
 	if p := req.PoisonRules; p != nil && p.MaxFailures == 0 && !setsPoisonWindow(data) {
 		p.Window = 0
+	}
+	// queue_to_group means something only for that change: accepted elsewhere, it would be ignored.
+	if req.QueueToGroup != "" && (cur.Topic.Config.Semantics != storage.Queue || storage.Semantics(req.Semantics) != storage.PubSub) {
+		return invalidf("queue_to_group is only for a change from QUEUE to PUB_SUB; topic %q is %s and the update makes it %s",
+			name, cur.Topic.Config.Semantics, req.Semantics)
 	}
 	// The current count is at least 1, so 0 came from the body; left to the defaults it would
 	// become 1 and be refused as "got 1".
