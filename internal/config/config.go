@@ -36,11 +36,14 @@ const EnvConfigFile = EnvPrefix + "CONFIG"
 // file; the dotted path of a key ("server.max_connections") is also the name of its environment
 // variable (SPOOL_SERVER_MAX_CONNECTIONS) and of its entry in Load's flags map.
 type Config struct {
-	// Listen is the TCP address of the binary protocol and the text mode. Defaults to
+	// Listen is the TCP address of the binary protocol and the text mode, host:port (an empty
+	// host: every interface; the port 0 to 65535 or a service name). Defaults to
 	// "127.0.0.1:9092"; an address other hosts reach needs Insecure.
 	Listen string `yaml:"listen"`
-	// HTTP is the address of the HTTP listener (admin API, dashboard, /metrics, /healthz, /readyz). Defaults
-	// to "127.0.0.1:8080"; an address other hosts reach needs Insecure.
+	// HTTP is the address of the HTTP listener (admin API, dashboard, /metrics, /healthz, /readyz),
+	// host:port as Listen: not a URL, although the client commands' SPOOL_HTTP may be one (their
+	// --http takes host:port too, so one host:port value serves both). Defaults to
+	// "127.0.0.1:8080"; an address other hosts reach needs Insecure.
 	HTTP string `yaml:"http"`
 	// Insecure lets Listen and HTTP be addresses that other hosts reach (":9092", a LAN address)
 	// although authentication is off (no auth.principals): whoever reaches them may publish,
@@ -61,8 +64,8 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM or SIGINT. Defaults to 30 s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// DebugListen is the address of an opt-in listener serving Go's /debug/pprof/ profiles (CPU,
-	// heap, goroutines, mutex, block). Keep it on loopback: it has no authentication. Defaults to
-	// empty: off.
+	// heap, goroutines, mutex, block), host:port as Listen. Keep it on loopback: it has no
+	// authentication. Defaults to empty: off.
 	DebugListen string `yaml:"debug_listen"`
 
 	// WAL configures the embedded engine.
@@ -540,11 +543,23 @@ func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) error {
 		return &KeyError{Key: key, Err: fmt.Errorf(format, args...)}
 	}
+	for _, a := range []struct{ key, addr, example string }{
+		{"listen", c.Listen, "127.0.0.1:9092"}, {"http", c.HTTP, "127.0.0.1:8080"}, {"debug_listen", c.DebugListen, "127.0.0.1:6060"},
+	} {
+		if a.addr == "" && a.key == "debug_listen" {
+			continue // off
+		}
+		if a.addr == "" {
+			return bad(a.key, "must not be empty")
+		}
+		// Before the loopback rule, which takes what it cannot parse for an exposed address, and
+		// with authentication on too, so that a bad address stops the start here and not at
+		// net.Listen once the engine is open.
+		if err := checkListenAddr(a.addr, a.example); err != nil {
+			return &KeyError{Key: a.key, Err: err}
+		}
+	}
 	switch {
-	case c.Listen == "":
-		return bad("listen", "must not be empty")
-	case c.HTTP == "":
-		return bad("http", "must not be empty")
 	case !c.Insecure && !c.Auth.Enabled() && !IsLoopback(c.Listen):
 		return bad("listen", "%q can be reached from other hosts, and authentication is off: configure auth.principals, use a loopback address (127.0.0.1:9092), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.Listen)
 	case !c.Insecure && !c.Auth.Enabled() && !IsLoopback(c.HTTP):
@@ -704,6 +719,30 @@ func IsLoopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// checkListenAddr reports why addr is not a TCP listen address: host:port, where the host may be
+// empty (every interface), an IP address or a name, and the port is 0 to 65535 or a service
+// name ("http"), as net.Listen reads it. A URL is refused with the host:port to give instead.
+// example is a good address for the error message.
+func checkListenAddr(addr, example string) error {
+	if _, rest, ok := strings.Cut(addr, "://"); ok {
+		hostPort, _, _ := strings.Cut(rest, "/")
+		return fmt.Errorf("%q is a URL: a listen address is host:port (%q)", addr, hostPort)
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			err = errors.New(ae.Err)
+		}
+		_, port, _ := strings.Cut(example, ":")
+		return fmt.Errorf("%q is not host:port (%v), e.g. %s, or :%s for every interface", addr, err, example, port)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q is not host:port with a port from 0 to 65535 or a service name (http), got port %q", addr, port)
+	}
+	return nil
 }
 
 // openFilesAllowed reports whether n files fit under the process's open file limit.
