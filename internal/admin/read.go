@@ -78,13 +78,23 @@ func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	start := rs.offset
+	if !rs.at.IsZero() {
+		// An empty page from a time started at the partition's end (the broker does not return
+		// the offset the time resolved to). The end is read before the page: one read after it
+		// could pass a message published in between, which belongs on the next page. Errors are
+		// the read's to report.
+		if info, err := h.b.Topic(r.Context(), topic); err == nil && int(rs.partition) < len(info.Stats.Partitions) {
+			start = info.Stats.Partitions[rs.partition].HighWater
+		}
+	}
 	msgs, err := h.b.ReadMessages(r.Context(), broker.ReadParams{Topic: topic, Partition: rs.partition, Offset: rs.offset,
 		Time: rs.at, Limit: int(limit)})
 	if err != nil {
 		return err
 	}
 	parts := h.partitions(r.Context(), topic)
-	out := MessageList{Topic: topic, Partition: rs.partition, Messages: make([]Message, 0, len(msgs)), NextOffset: rs.offset}
+	out := MessageList{Topic: topic, Partition: rs.partition, Messages: make([]Message, 0, len(msgs)), NextOffset: start}
 	for _, m := range msgs {
 		out.Messages = append(out.Messages, messageJSON(m, parts))
 	}

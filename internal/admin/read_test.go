@@ -62,6 +62,14 @@ func TestReadMessagesHTTP(t *testing.T) {
 	if page = read(url.Values{"partition": {"1"}, "from": {times[4].Format(time.RFC3339Nano)}, "limit": {"1"}}); len(page.Messages) != 1 || page.Messages[0].Offset > 4 {
 		t.Fatalf("from the publish time of 1:4: %v", ids(page))
 	}
+	// An empty page from a time: next_offset is where the time resolved to, the partition's end.
+	later := times[5].Add(time.Hour).Format(time.RFC3339Nano)
+	if page = read(url.Values{"partition": {"1"}, "from": {later}}); len(page.Messages) != 0 || page.NextOffset != 6 {
+		t.Fatalf("from after the last message: %v next %d, want none and 6", ids(page), page.NextOffset)
+	}
+	if page = read(url.Values{"partition": {"0"}, "from": {later}}); len(page.Messages) != 0 || page.NextOffset != 0 {
+		t.Fatalf("from a time on the empty partition: %v next %d", ids(page), page.NextOffset)
+	}
 	if page = read(url.Values{}); len(page.Messages) != 0 || page.NextOffset != 0 {
 		t.Fatalf("partition 0 is empty, got %v", ids(page))
 	}
