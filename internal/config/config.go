@@ -68,9 +68,12 @@ type Config struct {
 	// authentication. Defaults to empty: off.
 	DebugListen string `yaml:"debug_listen"`
 
-	// WAL configures the embedded engine.
+	// WAL configures the embedded engine. Ignored with a PostgreSQL store (wal.unsafe_no_sync is
+	// refused there); the ranges of its values are checked with either engine, wal.max_open_files
+	// against ulimit -n with the embedded engine only.
 	WAL WAL `yaml:"wal"`
-	// Postgres configures the PostgreSQL engine (used when Store is a postgres:// URL).
+	// Postgres configures the PostgreSQL engine (used when Store is a postgres:// URL). Ignored
+	// with the embedded engine; the ranges of its values are checked with either engine.
 	Postgres Postgres `yaml:"postgres"`
 	// Broker configures the broker.
 	Broker Broker `yaml:"broker"`
@@ -81,7 +84,7 @@ type Config struct {
 	Auth auth.Config `yaml:"auth"`
 }
 
-// WAL configures the embedded engine.
+// WAL configures the embedded engine; a PostgreSQL store ignores it.
 type WAL struct {
 	// UnsafeNoSync acknowledges publishes and acks before they are fsynced: a machine crash (not a
 	// process crash) loses acknowledged messages. Defaults to false.
@@ -108,11 +111,11 @@ type WAL struct {
 	// idle the longest are closed past it and opened again on use, so that 10,000 topics run
 	// under ulimit -n 4096. Files in use at the same moment are never closed (a busy
 	// partition's active segment stays open). At most the process's open file limit
-	// (RLIMIT_NOFILE). Defaults to 0: half of that limit.
+	// (RLIMIT_NOFILE), checked with the embedded engine only. Defaults to 0: half of that limit.
 	MaxOpenFiles int `yaml:"max_open_files"`
 }
 
-// Postgres configures the PostgreSQL engine.
+// Postgres configures the PostgreSQL engine; the embedded engine ignores it.
 type Postgres struct {
 	// Schema is the PostgreSQL schema of Spool's tables. Defaults to "spool".
 	Schema string `yaml:"schema"`
@@ -584,7 +587,9 @@ func (c Config) Validate() error {
 		return bad("wal.slow_sync", "must be between 1ms and 1h, got %s", c.WAL.SlowSync)
 	case c.WAL.MaxOpenFiles < 0:
 		return bad("wal.max_open_files", "must be 0 (half of the open file limit) or positive, got %d", c.WAL.MaxOpenFiles)
-	case c.WAL.MaxOpenFiles > 0 && !openFilesAllowed(c.WAL.MaxOpenFiles):
+	case c.Store == "" && c.WAL.MaxOpenFiles > 0 && !openFilesAllowed(c.WAL.MaxOpenFiles):
+		// The embedded engine's only: wal.* are ignored with a PostgreSQL store, and a check
+		// against the machine (ulimit -n) must not stop a broker that never opens the files.
 		limit, _ := wal.OpenFileLimit()
 		return bad("wal.max_open_files", "must be at most the process's open file limit (ulimit -n: %d), got %d; raise the limit or lower the setting", limit, c.WAL.MaxOpenFiles)
 	case c.Store != "" && !pgSchemaName(c.Postgres.Schema):

@@ -457,3 +457,23 @@ func TestListenAddressSyntax(t *testing.T) {
 		t.Errorf("http as a URL: %v, want the host:port to give instead", err)
 	}
 }
+
+// TestWALSettingsIgnoredOnPostgres: the PostgreSQL engine uses no wal.* setting, so
+// wal.max_open_files, checked against the machine (ulimit -n), does not stop it from starting;
+// the embedded engine still refuses a value above the limit. Ranges that depend on nothing but
+// the value are checked with either engine.
+func TestWALSettingsIgnoredOnPostgres(t *testing.T) {
+	t.Parallel()
+	const pg = "SPOOL_STORE=postgres://spool@localhost/spool"
+	huge := []string{"SPOOL_WAL_MAX_OPEN_FILES=1073741824"}
+	if _, err := Load("", append(huge, pg), nil); err != nil {
+		t.Errorf("%v with a PostgreSQL store: %v", huge, err)
+	}
+	var ke *KeyError
+	if _, err := Load("", huge, nil); !errors.As(err, &ke) || ke.Key != "wal.max_open_files" {
+		t.Errorf("%v with the embedded engine: got %v, want a *KeyError for wal.max_open_files", huge, err)
+	}
+	if _, err := Load("", []string{"SPOOL_WAL_SEGMENT_BYTES=1", pg}, nil); !errors.As(err, &ke) || ke.Key != "wal.segment_bytes" {
+		t.Errorf("wal.segment_bytes 1 with a PostgreSQL store: got %v, want a *KeyError for wal.segment_bytes", err)
+	}
+}

@@ -20,6 +20,11 @@
 // Values in the environment and in flags are strings: durations use Go's syntax ("30s", "5m"),
 // booleans true or false, sizes plain byte counts.
 //
+// The wal.* settings are the embedded engine's and are ignored with a PostgreSQL store (store: a
+// postgres:// URL), except wal.unsafe_no_sync, which is refused there; the postgres.* settings
+// are ignored with the embedded engine. Their ranges are checked with either engine, but
+// wal.max_open_files is checked against ulimit -n with the embedded engine only.
+//
 // # Example file
 //
 //	listen: "127.0.0.1:9092"
