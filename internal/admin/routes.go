@@ -218,7 +218,7 @@ func (h *Handler) routeTable() []*route {
 			body: typeOf[SeedReplayRequest](), ok: 200, resp: typeOf[SeedReplayResult](), errs: errsWrite}},
 		{method: "POST", path: "/publish", publish: true, curlForm: true, handle: h.seedPublish, doc: opDoc{
 			id: "seedPublish", tag: "seed", summary: "Seed 002 M1-18: publish one message, {\"topic\": \"test\", \"message\": \"hello\"}.",
-			desc: "A string message is stored as its text, any other JSON value as its JSON. Needs publish on the topic. " +
+			desc: "A string message is stored as its text, any other JSON value as its JSON. Needs publish on the topic; priority on it exempts from its backpressure. " +
 				"The JSON body may come as application/x-www-form-urlencoded (curl -d, as in the seed's check).",
 			body: typeOf[SeedPublishRequest](), ok: 201, resp: typeOf[PublishResult](), errs: errsWrite}},
 		{method: "GET", path: "/admin/pending", handle: h.seedPending, doc: opDoc{

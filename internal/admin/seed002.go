@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/names"
@@ -28,7 +29,8 @@ type SeedPublishRequest struct {
 }
 
 // seedPublish serves POST /publish (seed 002 M1-18): one message to the topic named in the body,
-// auto-created like any publish; publish permission on that topic.
+// auto-created like any publish; publish permission on that topic, and priority exempts from the
+// topic's backpressure as on POST /api/v1/topics/{topic}/messages.
 func (h *Handler) seedPublish(w http.ResponseWriter, r *http.Request) error {
 	var req SeedPublishRequest
 	if isCurlForm(r.Header.Get("Content-Type")) {
@@ -56,7 +58,7 @@ func (h *Handler) seedPublish(w http.ResponseWriter, r *http.Request) error {
 		am.Key = []byte(*req.Key)
 	}
 	start := time.Now()
-	pos, err := h.b.Publish(r.Context(), req.Topic, []storage.AppendMessage{am})
+	pos, err := h.b.PublishWith(r.Context(), req.Topic, []storage.AppendMessage{am}, broker.PublishOptions{Priority: h.priority(r, req.Topic)})
 	if err != nil {
 		h.metrics.ObservePublishError(errmap.ErrorFrom(err).Name)
 		return err

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 	"testing"
 )
@@ -27,4 +28,18 @@ func TestSeedPublish(t *testing.T) {
 	// Only this route takes the form type, and a cross-origin browser request is refused.
 	e.do("POST", "/api/v1/topics/orders.x/messages", []byte(`{"payload":"x"}`), append(form, bearer(pubToken)...)...).fails(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE")
 	e.do("POST", "/publish", []byte(`{"topic":"orders.x","message":"x"}`), append(form, append(bearer(pubToken), "Sec-Fetch-Site", "cross-site")...)...).fails(http.StatusForbidden, "FORBIDDEN")
+}
+
+// TestSeedPublishPriority: POST /publish at a topic's backlog bound is refused with 429, except
+// for a principal with the priority permission, as on POST /api/v1/topics/{topic}/messages.
+func TestSeedPublishPriority(t *testing.T) {
+	e := authEnv(t, true)
+	cfg := map[string]any{"name": "orders.bp", "max_backlog_messages": 1, "backlog_policy": "reject"}
+	e.do("POST", "/api/v1/topics", cfg, bearer(adminToken)...).ok(http.StatusCreated, nil)
+	e.do("POST", "/publish", `{"topic":"orders.bp","message":"a"}`, bearer(pubToken)...).ok(http.StatusCreated, nil)
+	if err := e.b.RefreshBackpressure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.do("POST", "/publish", `{"topic":"orders.bp","message":"b"}`, bearer(pubToken)...).fails(http.StatusTooManyRequests, "RATE_LIMITED")
+	e.do("POST", "/publish", `{"topic":"orders.bp","message":"c"}`, bearer(prioToken)...).ok(http.StatusCreated, nil)
 }
