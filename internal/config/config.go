@@ -90,7 +90,7 @@ type WAL struct {
 	// process crash) loses acknowledged messages. Defaults to false.
 	UnsafeNoSync bool `yaml:"unsafe_no_sync"`
 	// SegmentBytes is the largest size log segments are preallocated to (they start at 64 KiB and
-	// grow four times with each segment that fills). Defaults to 64 MiB.
+	// grow four times with each segment that fills), 1 MiB to 1 GiB. Defaults to 64 MiB.
 	SegmentBytes int64 `yaml:"segment_bytes"`
 	// MaxProducerIDs bounds the producer ids remembered for de-duplication, all topics together
 	// (each in memory until its dedup_window ends): past it, publishes with new ids get
@@ -215,6 +215,13 @@ type Broker struct {
 	// most 1 minute.
 	MaxThrottleDelay time.Duration `yaml:"max_throttle_delay"`
 }
+
+// Bounds of wal.segment_bytes. The largest is the embedded engine's own (wal.Config.Validate),
+// checked here so that the error names the key and comes before the engine opens.
+const (
+	minSegmentBytes = 1 << 20
+	maxSegmentBytes = 1 << 30
+)
 
 // Defaults returns the default configuration.
 func Defaults() Config {
@@ -581,8 +588,8 @@ func (c Config) Validate() error {
 		return bad("shutdown_timeout", "must be positive, got %s", c.ShutdownTimeout)
 	case c.WAL.MaxProducerIDs < 1:
 		return bad("wal.max_producer_ids", "must be at least 1, got %d", c.WAL.MaxProducerIDs)
-	case c.WAL.SegmentBytes < 1<<20:
-		return bad("wal.segment_bytes", "must be at least 1 MiB, got %d", c.WAL.SegmentBytes)
+	case c.WAL.SegmentBytes < minSegmentBytes || c.WAL.SegmentBytes > maxSegmentBytes:
+		return bad("wal.segment_bytes", "must be between 1 MiB and 1 GiB (%d and %d), got %d", minSegmentBytes, maxSegmentBytes, c.WAL.SegmentBytes)
 	case c.WAL.SlowSync < time.Millisecond || c.WAL.SlowSync > time.Hour:
 		return bad("wal.slow_sync", "must be between 1ms and 1h, got %s", c.WAL.SlowSync)
 	case c.WAL.MaxOpenFiles < 0:

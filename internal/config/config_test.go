@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/auth"
+	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/internal/tlsconf"
 )
 
@@ -475,5 +476,30 @@ func TestWALSettingsIgnoredOnPostgres(t *testing.T) {
 	}
 	if _, err := Load("", []string{"SPOOL_WAL_SEGMENT_BYTES=1", pg}, nil); !errors.As(err, &ke) || ke.Key != "wal.segment_bytes" {
 		t.Errorf("wal.segment_bytes 1 with a PostgreSQL store: got %v, want a *KeyError for wal.segment_bytes", err)
+	}
+}
+
+// TestSegmentBytesRange: wal.segment_bytes is 1 MiB to 1 GiB, refused past it naming the key
+// (not only when the engine opens, naming wal.Config's field), and config's bound is wal's.
+func TestSegmentBytesRange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{{"1048575", false}, {"1048576", true}, {"1073741824", true}, {"1073741825", false}, {"4294967296", false}} {
+		_, err := Load("", []string{"SPOOL_WAL_SEGMENT_BYTES=" + tc.value}, nil)
+		var ke *KeyError
+		if tc.ok && err != nil {
+			t.Errorf("wal.segment_bytes %s: %v", tc.value, err)
+		}
+		if !tc.ok && (!errors.As(err, &ke) || ke.Key != "wal.segment_bytes" || !strings.Contains(err.Error(), "between 1 MiB and 1 GiB")) {
+			t.Errorf("wal.segment_bytes %s: got %v, want a *KeyError for wal.segment_bytes naming the range", tc.value, err)
+		}
+	}
+	if err := (wal.Config{SegmentBytes: maxSegmentBytes}).Validate(); err != nil {
+		t.Errorf("the embedded engine refuses config's largest wal.segment_bytes: %v", err)
+	}
+	if err := (wal.Config{SegmentBytes: maxSegmentBytes + 1}).Validate(); err == nil {
+		t.Errorf("the embedded engine accepts more than config's largest wal.segment_bytes: raise the bound here")
 	}
 }
