@@ -80,7 +80,8 @@ type Config struct {
 	// Server configures the TCP server (protocol limits and timeouts); see server.Config.
 	Server server.Config `yaml:"server"`
 	// Auth configures authentication and authorization (auth.principals, file only; see
-	// auth.Config). Without principals every client may do everything.
+	// auth.Config). Without principals every client may do everything, and auth.open_metrics:
+	// false, which closes /metrics to clients without a principal, is refused.
 	Auth auth.Config `yaml:"auth"`
 }
 
@@ -650,6 +651,9 @@ func (c Config) Validate() error {
 	}
 	if key, err := c.Auth.Validate(); err != nil {
 		return &KeyError{Key: "auth." + key, Err: err}
+	}
+	if !c.Auth.OpenMetrics && !c.Auth.Enabled() {
+		return bad("auth.open_metrics", "false needs auth.principals: without authentication every route is open, /metrics too")
 	}
 	for i, p := range c.Auth.Principals {
 		if p.CertCN != "" && c.Server.TLS.ClientCAFile == "" {

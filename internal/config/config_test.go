@@ -503,3 +503,20 @@ func TestSegmentBytesRange(t *testing.T) {
 		t.Errorf("the embedded engine accepts more than config's largest wal.segment_bytes: raise the bound here")
 	}
 }
+
+// TestClosedMetricsNeedPrincipals: auth.open_metrics: false closes /metrics to unauthenticated
+// scrapers only with authentication on (it then needs admin on "#"); without principals it
+// would do nothing, so it is refused.
+func TestClosedMetricsNeedPrincipals(t *testing.T) {
+	t.Parallel()
+	var ke *KeyError
+	if _, err := Load(writeFile(t, "auth:\n  open_metrics: false\n"), nil, nil); !errors.As(err, &ke) || ke.Key != "auth.open_metrics" || !strings.Contains(err.Error(), "needs auth.principals") {
+		t.Errorf("open_metrics false in the file without principals: got %v, want a *KeyError for auth.open_metrics", err)
+	}
+	if _, err := Load("", []string{"SPOOL_AUTH_OPEN_METRICS=false"}, nil); !errors.As(err, &ke) || ke.Key != "auth.open_metrics" {
+		t.Errorf("SPOOL_AUTH_OPEN_METRICS=false without principals: got %v, want a *KeyError for auth.open_metrics", err)
+	}
+	if _, err := Load("", []string{"SPOOL_AUTH_OPEN_METRICS=true"}, nil); err != nil {
+		t.Errorf("SPOOL_AUTH_OPEN_METRICS=true without principals: %v", err)
+	}
+}

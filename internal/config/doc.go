@@ -59,7 +59,7 @@
 //	    key_file: /etc/spool/server.key
 //	    client_ca_file: /etc/spool/ca.pem   # optional: mutual TLS (client certificates required)
 //	auth:                        # authentication on: listen and http may be any address
-//	  open_metrics: true         # /metrics without credentials (/healthz, /readyz always)
+//	  open_metrics: true         # /metrics without credentials (/healthz, /readyz always); false needs principals
 //	  principals:                # file only (no variable or flag)
 //	    - name: billing
 //	      token_hash: "sha256:..."   # spool token hash < token-file
