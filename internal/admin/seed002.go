@@ -16,7 +16,9 @@ import (
 
 // Seed 002's remaining documented HTTP paths (milestone checks M1-18, M4-9 and M4-10, and the
 // operator views of its monitoring section), so that its checks run verbatim. Each answers with
-// what Spool knows; docs/protocol.md section 15 says what each field means and what is missing.
+// what Spool knows. The Seed* types' comments (here, SeedTopic in dlq.go) say what each field means;
+// the routes' summaries and descriptions (routes.go, served as OpenAPI with the tag seed) say how
+// each path differs from the seed.
 
 // SeedPublishRequest is the body of POST /publish: {"topic": "test", "message": "hello"}.
 type SeedPublishRequest struct {
