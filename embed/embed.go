@@ -15,6 +15,12 @@
 // dashboard and /metrics are spool serve's only, and so is TLS. Config.Listen follows spool
 // serve's rule: without principals, loopback addresses only unless the setting insecure is
 // "true"; with them, clients authenticate as over TCP (client.Token), in memory too.
+//
+// Some of spool serve's settings have no use here: http, http_max_connections and
+// auth.open_metrics (no HTTP listener), debug_listen (no profiling listener), log_level (the
+// level is Config.Logger's) and shutdown_timeout (Close's context bounds the shutdown). Settings
+// refuses them; in ConfigFile they are ignored (after spool serve's validation), so that one file
+// serves both. server.tls is refused from either.
 package embed
 
 import (
@@ -46,14 +52,29 @@ type Config struct {
 	Listen string
 	// ConfigFile, when not empty, is a configuration file as spool serve reads it (YAML), read
 	// first; the environment is not read. Its listen and http are not used (Listen is), its
-	// data_dir and store are unless the fields above are set.
+	// data_dir and store are unless the fields above are set. Its http_max_connections,
+	// auth.open_metrics, debug_listen, log_level and shutdown_timeout are ignored (see the
+	// package doc), and its server.tls is refused.
 	ConfigFile string
 	// Settings are further settings by the dotted keys of spool serve's configuration file
 	// ("broker.max_topics": "100", "server.max_connections": "50"), validated as spool serve
-	// validates them; the keys listen, http, data_dir and store are refused (the fields above).
+	// validates them; the keys listen, data_dir and store are refused (the fields above), and so
+	// are those an embedded broker has no use for (http, http_max_connections,
+	// auth.open_metrics, debug_listen, log_level, shutdown_timeout) and server.tls.
 	Settings map[string]string
 	// Logger receives the broker's logs (default: none).
 	Logger *slog.Logger
+}
+
+// serveOnly maps the settings of spool serve that an embedded broker has no use for to the
+// reason a Settings entry naming one is refused.
+var serveOnly = map[string]string{
+	"http":                 "an embedded broker has no HTTP listener (admin API, dashboard, /metrics)",
+	"http_max_connections": "an embedded broker has no HTTP listener (admin API, dashboard, /metrics)",
+	"auth.open_metrics":    "an embedded broker has no HTTP listener (admin API, dashboard, /metrics)",
+	"debug_listen":         "an embedded broker opens no profiling listener (the program may serve net/http/pprof itself)",
+	"log_level":            "an embedded broker logs to Config.Logger, at its handler's level",
+	"shutdown_timeout":     "the context of Broker.Close bounds the shutdown",
 }
 
 // Broker is a running embedded broker.
@@ -74,8 +95,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	flags := map[string]string{}
 	for k, v := range cfg.Settings {
 		switch k {
-		case "listen", "http", "data_dir", "store":
+		case "listen", "data_dir", "store":
 			return nil, fmt.Errorf("embed: setting %q: use the Config field", k)
+		}
+		if why, ok := serveOnly[k]; ok {
+			return nil, fmt.Errorf("embed: setting %q is spool serve's only: %s", k, why)
 		}
 		flags[k] = v
 	}

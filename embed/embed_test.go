@@ -145,8 +145,18 @@ func TestEmbeddedBrokerBadSettings(t *testing.T) {
 		{map[string]string{"server.max_conections": "5"}, "no such setting"},
 		{map[string]string{"data_dir": "/elsewhere"}, `setting "data_dir": use the Config field`},
 		{map[string]string{"server.tls.cert_file": "x.pem", "server.tls.key_file": "x.key"}, "server.tls"},
+		// spool serve's settings an embedded broker has no use for are refused, not ignored.
+		{map[string]string{"http": "127.0.0.1:8080"}, `setting "http" is spool serve's only: an embedded broker has no HTTP listener`},
+		{map[string]string{"http_max_connections": "10"}, `setting "http_max_connections" is spool serve's only: an embedded broker has no HTTP listener`},
+		{map[string]string{"auth.open_metrics": "true"}, `setting "auth.open_metrics" is spool serve's only: an embedded broker has no HTTP listener`},
+		{map[string]string{"debug_listen": "127.0.0.1:6060"}, `setting "debug_listen" is spool serve's only`},
+		{map[string]string{"log_level": "debug"}, `setting "log_level" is spool serve's only: an embedded broker logs to Config.Logger`},
+		{map[string]string{"shutdown_timeout": "5s"}, `setting "shutdown_timeout" is spool serve's only: the context of Broker.Close`},
 	} {
-		_, err := embed.Start(t.Context(), embed.Config{DataDir: dir, Settings: c.settings})
+		b, err := embed.Start(t.Context(), embed.Config{DataDir: dir, Settings: c.settings})
+		if err == nil {
+			_ = b.Close(context.Background())
+		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("settings %v: %v, want an error with %q", c.settings, err, c.want)
 		}
@@ -183,10 +193,16 @@ func TestEmbeddedBrokerPrincipals(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "spool.yaml")
-	// The file's listen and http are not used (nor refused for want of insecure): no TCP.
+	// The file's listen and http are not used (nor refused for want of insecure): no TCP. Its
+	// settings of spool serve only are ignored, so that one file serves both.
 	yaml := fmt.Sprintf(`listen: "0.0.0.0:9092"
 http: "0.0.0.0:8080"
+http_max_connections: 10
+debug_listen: "127.0.0.1:6060"
+log_level: debug
+shutdown_timeout: 5s
 auth:
+  open_metrics: false
   principals:
     - name: app
       token_hash: %q
