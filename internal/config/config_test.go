@@ -520,3 +520,28 @@ func TestClosedMetricsNeedPrincipals(t *testing.T) {
 		t.Errorf("SPOOL_AUTH_OPEN_METRICS=true without principals: %v", err)
 	}
 }
+
+// TestDeployUnitOpenFiles: the systemd unit's comment on LimitNOFILE describes the open segment
+// files as wal.max_open_files bounds them (idle files are closed), not one open log per partition.
+func TestDeployUnitOpenFiles(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../deploy/systemd/spool.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var comment []string
+	for line := range strings.Lines(string(data)) {
+		if strings.HasPrefix(line, "LimitNOFILE=") {
+			break
+		}
+		if strings.HasPrefix(line, "#") {
+			comment = append(comment, line)
+		} else {
+			comment = nil
+		}
+	}
+	text := strings.Join(comment, "")
+	if !strings.Contains(text, "wal.max_open_files") || strings.Contains(text, "keeps its log open") {
+		t.Errorf("the comment above LimitNOFILE does not describe wal.max_open_files:\n%s", text)
+	}
+}
