@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"strings"
@@ -32,6 +33,14 @@ spool_backfill_missed_messages_total). resume continues where it stopped.`,
 	},
 }
 
+// backfillFlagUse says which use of group backfill each of its own flags is for.
+var backfillFlagUse = map[string]string{
+	"skip":     "cancel only",
+	"watch":    "status only",
+	"interval": "status --watch only",
+	"json":     "not with --watch",
+}
+
 func runGroupBackfill(ctx context.Context, e *cliEnv, args []string) error {
 	fs := e.flagSet(groupBackfillSpec)
 	httpAddr := e.httpFlag(fs)
@@ -49,6 +58,30 @@ func runGroupBackfill(ctx context.Context, e *cliEnv, args []string) error {
 		return usagef(fs, "unknown backfill command %q: want status, cancel or resume", action)
 	case *every <= 0:
 		return usagef(fs, "--interval must be positive, got %s", *every)
+	}
+	// A flag of another action would be parsed and ignored: refuse it.
+	var misfit error
+	fs.Visit(func(f *flag.Flag) {
+		var fits bool
+		what := "backfill " + action
+		switch f.Name {
+		case "skip":
+			fits = action == "cancel"
+		case "watch":
+			fits = action == "status"
+		case "interval":
+			fits = action == "status" && *watch
+		case "json":
+			fits, what = !*watch, what+" --watch"
+		default:
+			return
+		}
+		if !fits && misfit == nil {
+			misfit = usagef(fs, "--%s does not apply to %s (%s)", f.Name, what, backfillFlagUse[f.Name])
+		}
+	})
+	if misfit != nil {
+		return misfit
 	}
 	path := cli.GroupPath(topic, group, "backfill")
 	var info broker.BackfillInfo

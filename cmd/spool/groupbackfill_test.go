@@ -42,5 +42,17 @@ func TestGroupBackfill(t *testing.T) {
 		t.Fatalf("status --watch printed %q", r.stdout)
 	}
 	s.fails(t, 2, "want status, cancel or resume", "group", "backfill", "rewind", topic, "g")
+	// A flag of another action is a usage error, not ignored.
+	for _, c := range []struct{ args, want string }{
+		{"status --skip", "--skip does not apply to backfill status (cancel only)"},
+		{"resume --skip", "--skip does not apply to backfill resume (cancel only)"},
+		{"cancel --watch", "--watch does not apply to backfill cancel (status only)"},
+		{"resume --watch", "--watch does not apply to backfill resume (status only)"},
+		{"cancel --interval 2s", "--interval does not apply to backfill cancel (status --watch only)"},
+		{"status --interval 2s", "--interval does not apply to backfill status (status --watch only)"},
+		{"status --watch --json", "--json does not apply to backfill status --watch (not with --watch)"},
+	} {
+		s.fails(t, 2, c.want, append(append([]string{"group", "backfill"}, strings.Fields(c.args)...), topic, "g")...)
+	}
 	s.fails(t, 1, "max_backfill_messages must be", "group", "create", "--max-backfill-messages", "-2", topic, "x")
 }
