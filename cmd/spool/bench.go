@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -91,15 +90,12 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return flag.ErrHelp
 		}
-		return errors.New("bench: give the mode, publish, e2e, floor or scenario")
+		return &usageError{msg: "bench: give the mode, publish, e2e, floor or scenario"} // usage printed
 	}
 	mode := args[0]
 	bf := newBenchFlags(mode, stderr)
-	if err := bf.fs.Parse(args[1:]); err != nil {
+	if err := parseFlagsOnly(bf.fs, args[1:]); err != nil {
 		return err
-	}
-	if bf.fs.NArg() > 0 {
-		return fmt.Errorf("bench: unexpected arguments %q", bf.fs.Args())
 	}
 	cfg := bf.config()
 	if *bf.tlsCA != "" || *bf.tlsCert != "" || *bf.tlsKey != "" {
@@ -255,11 +251,8 @@ func benchFloor(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.Committers, "committers", c.Committers, "with --store: rounds committed side by side, each on its own connection and head row (as partitions)")
 	serveFile := fs.String("serve", "", "internal: run the server child on this file")
 	fs.BoolVar(&c.StoreStdin, "store-stdin", false, "internal: the server child reads --store from the first line of stdin")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench floor: unexpected arguments %q", fs.Args())
 	}
 	if *serveFile != "" {
 		return floor.Serve(c, *serveFile)

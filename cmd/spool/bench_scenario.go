@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -146,7 +145,7 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if len(args) > 0 {
 			return flag.ErrHelp
 		}
-		return errors.New("bench scenario: give the scenario, kill-resurrect, isolation, fanout or backfill-oltp")
+		return &usageError{msg: "bench scenario: give the scenario, kill-resurrect, isolation, fanout or backfill-oltp"} // usage printed
 	}
 	name := args[0]
 	fs := flag.NewFlagSet("bench scenario "+name, flag.ContinueOnError)
@@ -253,7 +252,7 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 		c := bench.KillChildConfig{}
 		fs.StringVar(&c.Topic, "topic", "", "topic")
 		fs.StringVar(&c.Group, "group", "", "group")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseFlagsOnly(fs, args[1:]); err != nil {
 			return err
 		}
 		var err error
@@ -264,13 +263,10 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return bench.RunKillChild(ctx, c, os.Stdin, stdout)
 	default:
 		usage(nil)()
-		return fmt.Errorf("bench scenario: unknown scenario %q: kill-resurrect, isolation, fanout or backfill-oltp", name)
+		return &usageError{msg: fmt.Sprintf("bench scenario: unknown scenario %q: kill-resurrect, isolation, fanout or backfill-oltp", name)}
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlagsOnly(fs, args[1:]); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("bench scenario: unexpected arguments %q", fs.Args())
 	}
 	res, err := run(ctx)
 	if err != nil {

@@ -188,12 +188,7 @@ func runCLI(ctx context.Context, e *cliEnv, run cliFunc, args []string) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		if ue.msg != "" {
-			fmt.Fprintf(e.stderr, "spool: %s\n\n", ue.msg)
-		}
-		if ue.usage != nil {
-			ue.usage()
-		}
+		ue.report(e.stderr)
 		return 2
 	}
 	fmt.Fprintf(e.stderr, "spool: %s\n", errorText(err))
@@ -221,6 +216,20 @@ type usageError struct {
 	msg string
 	// usage prints the command's usage on stderr; nil when it was already printed.
 	usage func()
+}
+
+// report prints the error on w (unless the flag package already did), then the usage (unless
+// already printed).
+func (e *usageError) report(w io.Writer) {
+	if e.msg != "" {
+		fmt.Fprintf(w, "spool: %s\n", e.msg)
+		if e.usage != nil {
+			fmt.Fprintln(w)
+		}
+	}
+	if e.usage != nil {
+		e.usage()
+	}
 }
 
 func (e *usageError) Error() string {
@@ -294,6 +303,22 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// parseFlagsOnly parses the flags of a command that takes no positional arguments (serve, migrate,
+// the bench modes): flag.ErrHelp for -h, a *usageError for a bad flag (already printed) or an
+// argument.
+func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{}
+	}
+	if fs.NArg() > 0 {
+		return usagef(fs, "%s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	return nil
 }
 
 // wantArgs checks the number of positional arguments.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -267,6 +269,48 @@ func TestUsage(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "Usage: spool ") || r.stdout != "" {
 			t.Errorf("spool %s: want exit 2 and %q, got %v", strings.Join(tc.args, " "), tc.want, r)
 		}
+	}
+}
+
+// TestUsageExitStatusOfOtherCommands: a bad flag or argument of migrate, bench and token exits
+// with status 2, as those of the client commands; -h with 0, another error with 1.
+func TestUsageExitStatusOfOtherCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var out, errOut bytes.Buffer
+	bench := func(args ...string) error { return benchMain(ctx, args, &out, &errOut) }
+	for _, c := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"migrate --bogus", migrate(ctx, []string{"--bogus"}), 2},
+		{"migrate extra", migrate(ctx, []string{"extra"}), 2},
+		{"bench", bench(), 2},
+		{"bench fast", bench("fast"), 2},
+		{"bench e2e --bogus", bench("e2e", "--bogus"), 2},
+		{"bench e2e --rate x", bench("e2e", "--rate", "x"), 2},
+		{"bench publish extra", bench("publish", "extra"), 2},
+		{"bench floor --bogus", bench("floor", "--bogus"), 2},
+		{"bench floor extra", bench("floor", "extra"), 2},
+		{"bench scenario", bench("scenario"), 2},
+		{"bench scenario chaos", bench("scenario", "chaos"), 2},
+		{"bench scenario isolation --bogus", bench("scenario", "isolation", "--bogus"), 2},
+		{"bench scenario isolation extra", bench("scenario", "isolation", "extra"), 2},
+		{"bench e2e -h", bench("e2e", "-h"), 0},
+		{"bench e2e --size 10", bench("e2e", "--size", "10"), 1},
+		{"token make", tokenRun([]string{"make"}, strings.NewReader(""), &out, &errOut), 2},
+		{"token", tokenRun(nil, strings.NewReader(""), &out, &errOut), 2},
+		{"token hash, no token", tokenRun([]string{"hash"}, strings.NewReader(""), &out, &errOut), 1},
+	} {
+		var stderr bytes.Buffer
+		if got := exitCode(c.err, &stderr); got != c.want {
+			t.Errorf("spool %s: exit %d (%v), want %d", c.name, got, c.err, c.want)
+		}
+	}
+	var stderr bytes.Buffer // the usage goes to os.Stderr, migrate's flag set's output
+	if exitCode(migrate(ctx, []string{"extra"}), &stderr); stderr.String() != "spool: migrate: unexpected arguments [\"extra\"]\n\n" {
+		t.Errorf("migrate extra printed %q", stderr.String())
 	}
 }
 

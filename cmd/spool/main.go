@@ -32,7 +32,8 @@ type command struct {
 	// summary is its line in the usage text.
 	summary string
 	// run runs it with the arguments after its name. ctx is cancelled on SIGINT or SIGTERM. An
-	// error wrapping flag.ErrHelp exits with status 0 (the flag package printed the help).
+	// error wrapping flag.ErrHelp exits with status 0 (the flag package printed the help), a
+	// *usageError with status 2 (see exitCode).
 	run func(ctx context.Context, args []string) error
 }
 
@@ -84,8 +85,23 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := commands[i].run(ctx, args)
 	stop()
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "spool:", err)
-		os.Exit(1)
+	if code := exitCode(err, os.Stderr); code != 0 {
+		os.Exit(code)
 	}
+}
+
+// exitCode prints a command's error on stderr and returns the exit status: 0 without one (also
+// -h), 2 for a *usageError (a bad flag or argument, as the client commands), 1 otherwise. The
+// client commands exit themselves (runCLI); this serves serve, migrate, bench and token.
+func exitCode(err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		ue.report(stderr)
+		return 2
+	}
+	fmt.Fprintln(stderr, "spool:", err)
+	return 1
 }

@@ -35,11 +35,8 @@ func migrate(ctx context.Context, args []string) error {
 	def := config.Defaults()
 	fs.String("store", def.Store, "PostgreSQL URL (postgres://...; or $SPOOL_STORE)")
 	fs.String("schema", def.Postgres.Schema, "PostgreSQL schema (or $SPOOL_POSTGRES_SCHEMA)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("migrate: unexpected arguments %q", fs.Args())
 	}
 	cfg, err := loadConfig(fs, *configFile, migrateFlags)
 	if err != nil {

@@ -42,7 +42,7 @@ func tokenRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if len(args) != 1 || args[0] != "hash" {
 		fmt.Fprint(stderr, tokenUsage)
-		return fmt.Errorf("token: want \"hash\", got %q", args)
+		return &usageError{msg: fmt.Sprintf("token: want \"hash\", got %q", args)} // usage printed
 	}
 	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
