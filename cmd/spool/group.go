@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	api "github.com/spoolmq/spool/client/admin"
@@ -55,10 +56,16 @@ func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
 	httpAddr := e.httpFlag(fs)
 	jsonOut := fs.Bool("json", false, "print the API's JSON answer")
 	group := fs.String("group", "", "only this group")
-	state := fs.String("state", "", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED")
+	state := fs.String("state", "", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED (any case)")
 	pos, api, err := e.adminArgs(fs, httpAddr, args, 0, 1, "")
 	if err != nil {
 		return err
+	}
+	switch s := strings.ToUpper(*state); s {
+	case "", "ACTIVE", "PAUSED", "DEAD", "CANCELLED":
+		*state = s
+	default:
+		return usagef(fs, "group list: --state must be ACTIVE, PAUSED, DEAD or CANCELLED, got %q", *state)
 	}
 	q := url.Values{}
 	if *group != "" {
@@ -97,19 +104,6 @@ func runGroupList(ctx context.Context, e *cliEnv, args []string) error {
 		}
 	}
 	groups := list.Groups
-	if len(pos) == 1 && (*group != "" || *state != "") {
-		// The per-topic route takes no filters.
-		groups = groups[:0]
-		for _, g := range list.Groups {
-			if (*group == "" || g.Group == *group) && (*state == "" || string(g.State) == *state) {
-				groups = append(groups, g)
-			}
-		}
-		list.Groups = groups
-		if *jsonOut {
-			return cli.NewJSONLines(e.stdout).Write(list)
-		}
-	}
 	if *jsonOut {
 		return writeRaw(e, raw)
 	}

@@ -72,6 +72,38 @@ func TestCLIGroupListColumns(t *testing.T) {
 	}
 }
 
+// TestCLIGroupListState: --state (any case) and --group filter both listings; another state is a
+// usage error.
+func TestCLIGroupListState(t *testing.T) {
+	t.Parallel()
+	s := startCLIStack(t)
+	const topic = "states"
+	s.ok(t, "", "topic", "create", topic, "--semantics", "PUB_SUB")
+	s.ok(t, "", "group", "create", topic, "a")
+	s.ok(t, "", "group", "create", topic, "b")
+	s.ok(t, "", "group", "pause", topic, "b")
+	for _, args := range [][]string{
+		{"group", "list", "--state", "paused", topic}, {"group", "list", "--state", "PAUSED"},
+		{"group", "list", "--group", "b", topic}, {"group", "list", "--state", "Paused", "--group", "b"},
+	} {
+		rows := cliTableRows(t, s.ok(t, "", args...).stdout)
+		if len(rows) != 1 || rows[0]["GROUP"] != "b" || rows[0]["STATE"] != "PAUSED" {
+			t.Errorf("spool %s: %v, want b alone", strings.Join(args, " "), rows)
+		}
+	}
+	var list admin.GroupList
+	cliDecodeJSON(t, s.ok(t, "", "group", "list", "--json", "--state", "active", topic).stdout, &list)
+	if len(list.Groups) != 1 || list.Groups[0].Group != "a" {
+		t.Errorf("group list --json --state active %s: %+v", topic, list.Groups)
+	}
+	if r := s.ok(t, "", "group", "list", "--state", "dead", topic); r.stdout != "" || r.stderr != "no groups\n" {
+		t.Errorf("group list --state dead: %v", r)
+	}
+	for _, args := range [][]string{{"group", "list", "--state", "gone", topic}, {"group", "list", "--state", "DELETED"}} {
+		s.fails(t, 2, `--state must be ACTIVE, PAUSED, DEAD or CANCELLED, got`, args...)
+	}
+}
+
 func TestShortAge(t *testing.T) {
 	t.Parallel()
 	for d, want := range map[time.Duration]string{

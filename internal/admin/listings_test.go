@@ -177,6 +177,23 @@ func TestTopicGroupListPages(t *testing.T) {
 	e.do("GET", "/api/v1/topics/tg/groups?limit=1001", nil).fails(400, "INVALID_ARGUMENT")
 	e.do("GET", "/api/v1/topics/missing/groups", nil).fails(404, "TOPIC_NOT_FOUND")
 
+	// The filters of GET /api/v1/groups, group and state, apply here too (they used to be ignored).
+	e.do("POST", "/api/v1/topics/tg/groups/g1/pause", nil).ok(200, nil)
+	for q, want := range map[string][]string{"state=PAUSED": {"tg/g1"}, "state=DEAD": nil, "group=g3": {"tg/g3"},
+		"group=g1&state=ACTIVE": nil, "state=ACTIVE&limit=2": {"tg/g0", "tg/g2"}} {
+		var l GroupList
+		e.do("GET", "/api/v1/topics/tg/groups?"+q, nil).ok(200, &l)
+		var got []string
+		for _, g := range l.Groups {
+			got = append(got, g.Topic+"/"+g.Group)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("?%s: %v, want %v", q, got, want)
+		}
+	}
+	e.do("GET", "/api/v1/topics/tg/groups?state=paused", nil).fails(400, "INVALID_ARGUMENT")
+	e.do("POST", "/api/v1/topics/tg/groups/g1/resume", nil).ok(200, nil)
+
 	// Past one page of 1000, the client reads the next.
 	for i := range 1000 {
 		if _, err := e.b.CreateGroup(t.Context(), broker.CreateGroupParams{Topic: "tg", Group: fmt.Sprintf("h%04d", i)}); err != nil {

@@ -128,7 +128,9 @@ func (h *Handler) routeTable() []*route {
 			id: "listTopicGroups", tag: "groups", summary: "List the subscriptions of a topic with their health.",
 			desc: "Ordered by subscription ID, at most 1000 a page: next_after_id, absent on the last page, is the after_id of the next. " +
 				"Members carry subscription_count, not their subscription IDs (GET /api/v1/members has them).",
-			query: []queryParam{{"limit", "integer", "page size, 0 to 1000 (default and 0: 1000)"},
+			query: []queryParam{{"group", "string", "only this group"},
+				{"state", "string", "only this state: ACTIVE, PAUSED, DEAD or CANCELLED"},
+				{"limit", "integer", "page size, 0 to 1000 (default and 0: 1000)"},
 				{"after_id", "integer", "start after this subscription ID (next_after_id of the previous page)"}},
 			ok: 200, resp: typeOf[GroupList](), errs: errsRead}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups", handle: h.createGroup, doc: opDoc{

@@ -173,13 +173,11 @@ func (h *Handler) deleteTopic(w http.ResponseWriter, r *http.Request) error {
 type GroupList = api.GroupList
 
 func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	topic, group, state := q.Get("topic"), q.Get("group"), storage.SubscriptionState(q.Get("state"))
-	switch state {
-	case "", storage.Active, storage.Paused, storage.Dead, storage.Cancelled:
-	default:
-		return invalidf("query parameter state must be ACTIVE, PAUSED, DEAD or CANCELLED, got %q", state)
+	group, state, err := groupFilter(r)
+	if err != nil {
+		return err
 	}
+	topic := r.URL.Query().Get("topic")
 	after, limit, err := idPage(r)
 	if err != nil {
 		return err
@@ -202,16 +200,34 @@ func (h *Handler) listGroups(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// groupFilter reads the group and state query parameters of the group listings.
+func groupFilter(r *http.Request) (string, storage.SubscriptionState, error) {
+	q := r.URL.Query()
+	state := storage.SubscriptionState(q.Get("state"))
+	switch state {
+	case "", storage.Active, storage.Paused, storage.Dead, storage.Cancelled:
+	default:
+		return "", "", invalidf("query parameter state must be ACTIVE, PAUSED, DEAD or CANCELLED, got %q", state)
+	}
+	return q.Get("group"), state, nil
+}
+
 // listTopicGroups lists a topic's groups with their oldest unacked message, a page at a time
 // (default and most maxPageLimit): each group's figures are read per request, so an unpaged list
-// of a topic with tens of thousands of groups would make one request read all of theirs.
+// of a topic with tens of thousands of groups would make one request read all of theirs. It takes
+// the filters of listGroups but topic.
 func (h *Handler) listTopicGroups(w http.ResponseWriter, r *http.Request) error {
 	topic := r.PathValue("topic")
+	group, state, err := groupFilter(r)
+	if err != nil {
+		return err
+	}
 	after, limit, err := idPageOf(r, maxPageLimit)
 	if err != nil {
 		return err
 	}
-	infos, next, err := h.b.GroupsPage(r.Context(), broker.GroupPageParams{Topic: topic, AfterID: after, Limit: int(limit)})
+	infos, next, err := h.b.GroupsPage(r.Context(), broker.GroupPageParams{Topic: topic, Group: group, State: state,
+		AfterID: after, Limit: int(limit)})
 	if err != nil {
 		return err
 	}
