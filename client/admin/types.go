@@ -388,8 +388,8 @@ type Group struct {
 // GroupList is the answer of the group listings (Client.ListGroups, Client.TopicGroups).
 type GroupList struct {
 	Groups []Group `json:"groups"`
-	// NextAfterID is the after_id of the next page of GET /api/v1/groups; absent on the last
-	// page (and in the unpaged per-topic listing).
+	// NextAfterID is the after_id of the next page of either listing (GET /api/v1/groups, GET
+	// /api/v1/topics/{topic}/groups: pages of at most 1000); absent on the last page.
 	NextAfterID *int64 `json:"next_after_id,omitempty"`
 }
 

@@ -14,8 +14,8 @@ import (
 	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
-// TestCLIGroupListPages: GET /api/v1/groups answers at most 1,000 groups a page; group list
-// reads every page, in the table and in --json.
+// TestCLIGroupListPages: the group listings answer at most 1,000 groups a page; group list and
+// topic describe read every page (group list in the table and in --json).
 func TestCLIGroupListPages(t *testing.T) {
 	s := startCLIStack(t, func(c *wal.Config, _ *broker.Config) { c.Sync = wal.UnsafeNoSync })
 	ctx := context.Background()
@@ -37,6 +37,11 @@ func TestCLIGroupListPages(t *testing.T) {
 	cliDecodeJSON(t, s.ok(t, "", "group", "list", "--json").stdout, &list)
 	if len(list.Groups) != n || list.NextAfterID != nil {
 		t.Fatalf("group list --json: %d groups (next %v), want %d", len(list.Groups), list.NextAfterID, n)
+	}
+	out := s.ok(t, "", "topic", "describe", "many").stdout
+	rows = cliTableRows(t, out[strings.Index(out, "Groups:\n")+len("Groups:\n"):])
+	if len(rows) != n || rows[n-1]["GROUP"] != fmt.Sprintf("g%04d", n-1) {
+		t.Fatalf("topic describe printed %d groups, want %d", len(rows), n)
 	}
 }
 

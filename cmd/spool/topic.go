@@ -294,8 +294,8 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 	if *jsonOut {
 		return writeRaw(e, raw)
 	}
-	var groups admin.GroupList
-	if _, err := api.Call(ctx, http.MethodGet, cli.TopicPath(pos[0], "groups"), nil, nil, &groups); err != nil {
+	groups, err := api.TopicGroups(ctx, pos[0]) // every page
+	if err != nil {
 		return err
 	}
 	c := t.Config
@@ -373,11 +373,11 @@ func runTopicDescribe(ctx context.Context, e *cliEnv, args []string) error {
 		}
 	}
 	fmt.Fprintln(e.stdout, "\nGroups:")
-	if len(groups.Groups) == 0 {
+	if len(groups) == 0 {
 		fmt.Fprintln(e.stdout, "  none")
 		return nil
 	}
-	return groupTable(groups.Groups, false, true).Write(e.stdout)
+	return groupTable(groups, false, true).Write(e.stdout)
 }
 
 var topicUpdateSpec = cmdSpec{
