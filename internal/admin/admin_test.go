@@ -320,6 +320,20 @@ func TestPullAckNackExtend(t *testing.T) {
 	e.do("POST", "/api/v1/topics/jobs/groups/$queue/ack", map[string]any{}).fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics/jobs/groups/$queue/ack", map[string]any{"ids": []string{"x:y"}}).fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics/jobs/groups/$queue/ack", map[string]any{"ids": []string{"999"}}).fails(400, "INVALID_ARGUMENT")
+	// A ref that names no message fails the ack after the others were acked, as documented.
+	if d := e.do("POST", "/api/v1/topics/jobs/groups/$queue/ack", map[string]any{"ids": []string{msgs[1].ID, "999"}}).fails(400, "INVALID_ARGUMENT"); !strings.Contains(d.Message, "1 of 2 refs name no message") {
+		t.Errorf("partial ack: %q", d.Message)
+	}
+	e.do("POST", "/api/v1/topics/jobs/groups/$queue/nack", map[string]any{"ids": []string{msgs[1].ID}}).fails(409, "LEASE_NOT_HELD") // acked
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Description string `json:"description"`
+		} `json:"paths"`
+	}
+	e.do("GET", "/api/v1/openapi.json", nil).ok(200, &doc)
+	if desc := doc.Paths["/api/v1/topics/{topic}/groups/{group}/ack"]["post"].Description; !strings.Contains(desc, "400 INVALID_ARGUMENT") || !strings.Contains(desc, "the others are acked") {
+		t.Errorf("ack's description does not document the partial ack: %q", desc)
+	}
 	e.do("POST", "/api/v1/topics/jobs/groups/$queue/nack", map[string]any{"ids": []string{"1"}, "delay": "-1s"}).fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics/jobs/groups/$queue/pull", map[string]any{"max": 0, "wait": "1h"}).fails(400, "INVALID_ARGUMENT")
 	e.do("POST", "/api/v1/topics/jobs/groups/$queue/pull", map[string]any{"max": 100000}).fails(400, "INVALID_ARGUMENT")

@@ -169,7 +169,8 @@ func (h *Handler) groupSubscriptionID(ctx context.Context, topic, group string, 
 }
 
 // ack serves POST .../ack. Any member of a subscription may ack, so this needs no pull session:
-// an ack after the session closed (or through another broker instance) works too.
+// an ack after the session closed (or through another broker instance) works too. Refs that name
+// no message make it INVALID_ARGUMENT after the others were acked (as routes.go documents).
 func (h *Handler) ack(w http.ResponseWriter, r *http.Request) error {
 	topic, group := r.PathValue("topic"), r.PathValue("group")
 	var req RefsRequest

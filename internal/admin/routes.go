@@ -185,6 +185,8 @@ func (h *Handler) routeTable() []*route {
 			body: typeOf[PullRequest](), bodyOptional: true, ok: 200, resp: typeOf[PullResult](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/ack", handle: h.ack, doc: opDoc{
 			id: "ack", tag: "consume", summary: "Ack pulled messages (idempotent; works without the lease).",
+			desc: "Refs that name no message (above the partition's high-water mark, or in a partition the topic lacks) answer 400 INVALID_ARGUMENT " +
+				"saying how many: the others are acked (acks are idempotent, so the request may be sent again without them).",
 			body: typeOf[RefsRequest](), ok: 200, resp: typeOf[AckResult](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/nack", handle: h.nack, doc: opDoc{
 			id: "nack", tag: "consume", summary: "Give pulled messages back: redelivered after delay, or dead-lettered with to_dlq.",
