@@ -284,6 +284,8 @@ func TestUsageExitStatusOfOtherCommands(t *testing.T) {
 		err  error
 		want int
 	}{
+		{"serve --bogus", serve(ctx, []string{"--bogus"}), 2},
+		{"serve extra", serve(ctx, []string{"extra"}), 2},
 		{"migrate --bogus", migrate(ctx, []string{"--bogus"}), 2},
 		{"migrate extra", migrate(ctx, []string{"extra"}), 2},
 		{"bench", bench(), 2},

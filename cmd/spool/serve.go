@@ -71,11 +71,8 @@ func serve(ctx context.Context, args []string) error {
 	fs.String("log-level", def.LogLevel, "debug, info, warn or error (JSON logs on stderr)")
 	fs.Bool("unsafe-no-sync", def.WAL.UnsafeNoSync, "acknowledge before fsync: a machine crash loses acknowledged messages")
 	fs.Bool("insecure", def.Insecure, "let --listen and --http be addresses other hosts reach although auth.principals is empty: no authentication (trusted networks only)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
 	cfg, err := loadConfig(fs, *configFile, serveFlags)
 	if err != nil {
