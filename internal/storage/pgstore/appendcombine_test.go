@@ -462,7 +462,6 @@ func TestAppendLaneGathersSmallCalls(t *testing.T) {
 func TestAppendLanesTwoInstancesAsync(t *testing.T) {
 	t.Parallel()
 	es := openEngines(t, 2)
-	ctx := t.Context()
 	const topic, conns, per = "pub.two", 3, 150
 	logTopic(t, es[0], topic, storage.TopicConfig{Partitions: 1})
 	type result struct {
@@ -504,15 +503,7 @@ func TestAppendLanesTwoInstancesAsync(t *testing.T) {
 		}
 		at[r.name] = r.pos.Offset
 	}
-	var stored []*storage.Message
-	for off := int64(0); ; {
-		ms := must(es[1].MessagesRead(ctx, &storage.MessagesReadParams{Topic: topic, Partition: 0, Offset: off, Limit: 500}))(t)
-		if len(ms) == 0 {
-			break
-		}
-		stored = append(stored, ms...)
-		off = ms[len(ms)-1].Offset + 1
-	}
+	stored := readAll(t, es[1], topic, 0)
 	if len(stored) != 2*conns*per {
 		t.Fatalf("partition holds %d messages, want %d", len(stored), 2*conns*per)
 	}
