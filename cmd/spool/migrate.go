@@ -25,7 +25,8 @@ func migrate(ctx context.Context, args []string) error {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: spool migrate --store postgres://USER@HOST:PORT/DB [flags]\n\n"+
 			"Creates the PostgreSQL schema of the broker or applies its pending migrations, each in its own\n"+
-			"transaction, under an advisory lock (safe while brokers run). Settings as for spool serve.\n\nFlags:\n")
+			"transaction, under an advisory lock (safe while brokers run). Settings as for spool serve (only\n"+
+			"the store's are checked: store, postgres.schema, postgres.bucket_width).\n\nFlags:\n")
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), "\nExamples:\n"+
 			"  spool migrate --store postgres://spool@127.0.0.1:5432/app\n"+
@@ -38,7 +39,9 @@ func migrate(ctx context.Context, args []string) error {
 	if err := parseFlagsOnly(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(fs, *configFile, migrateFlags)
+	// Only the store's settings are checked: spool serve's file may name TLS files or listeners
+	// that this shell cannot read or that do not matter here.
+	cfg, err := loadConfigWith(config.LoadStore, fs, *configFile, migrateFlags)
 	if err != nil {
 		return err
 	}

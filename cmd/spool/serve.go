@@ -87,13 +87,20 @@ func serve(ctx context.Context, args []string) error {
 // $SPOOL_CONFIG), then the SPOOL_* variables, then the flags of fs given on the command line
 // (keys maps a flag's name to its configuration key).
 func loadConfig(fs *flag.FlagSet, configFile string, keys map[string]string) (config.Config, error) {
+	return loadConfigWith(config.Load, fs, configFile, keys)
+}
+
+// loadConfigWith is loadConfig with the loader load (config.Load, or config.LoadStore for a
+// command that only opens the store).
+func loadConfigWith(load func(string, []string, map[string]string) (config.Config, error), fs *flag.FlagSet,
+	configFile string, keys map[string]string) (config.Config, error) {
 	flags := map[string]string{}
 	fs.Visit(func(f *flag.Flag) {
 		if key, ok := keys[f.Name]; ok {
 			flags[key] = f.Value.String()
 		}
 	})
-	return config.Load(configFile, os.Environ(), flags)
+	return load(configFile, os.Environ(), flags)
 }
 
 // logExposure says who can reach the listeners and who may use them: with authentication on, the

@@ -269,6 +269,33 @@ func Defaults() Config {
 // keys in the file, unknown flag keys and SPOOL_* variables that name no setting are errors
 // (except OtherEnv and the test harness's SPOOL_TEST_* variables). The result is validated.
 func Load(file string, env []string, flags map[string]string) (Config, error) {
+	cfg, err := load(file, env, flags)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// LoadStore is Load for a command that only opens the store (spool migrate): the same sources and
+// the same errors for unknown keys, but only the store's settings are validated (store,
+// postgres.schema, postgres.bucket_width), not the listeners, TLS files or limits it never uses,
+// so that spool serve's own file works from an administrator's shell.
+func LoadStore(file string, env []string, flags map[string]string) (Config, error) {
+	cfg, err := load(file, env, flags)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := cfg.validateStore(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// load is Load without the validation.
+func load(file string, env []string, flags map[string]string) (Config, error) {
 	cfg := Defaults()
 	cfg.Server.TextAckTimeout = 0 // unless set: 5 min, at most text_ack_wait (below)
 	if file == "" {
@@ -318,9 +345,6 @@ func Load(file string, env []string, flags map[string]string) (Config, error) {
 	if cfg.Server.TextAckTimeout == 0 {
 		// Not set: the default, at most text_ack_wait (which may have been lowered).
 		cfg.Server.TextAckTimeout = min(server.DefaultTextAckTimeout, cfg.Server.TextAckWait)
-	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
 	}
 	return cfg, nil
 }
@@ -547,12 +571,31 @@ func (e *KeyError) Error() string {
 
 func (e *KeyError) Unwrap() error { return e.Err }
 
+// validateStore checks the settings that say which store to open and how (LoadStore's).
+func (c Config) validateStore() error {
+	bad := func(key, format string, args ...any) error {
+		return &KeyError{Key: key, Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case c.Store != "" && !IsPostgresURL(c.Store):
+		return bad("store", "must be empty (embedded engine) or a postgres:// URL, got %q", redact(c.Store))
+	case c.Store != "" && !pgSchemaName(c.Postgres.Schema):
+		return bad("postgres.schema", "must be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes), got %q", c.Postgres.Schema)
+	case c.Postgres.BucketWidth < time.Second || c.Postgres.BucketWidth > 30*24*time.Hour:
+		return bad("postgres.bucket_width", "must be between 1s and 720h, got %s", c.Postgres.BucketWidth)
+	}
+	return nil
+}
+
 // Validate reports the first invalid setting as a *KeyError, named by its key. TLS files
 // (server.tls) are read, so that a missing or unreadable one stops the start, not the first
 // handshake.
 func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) error {
 		return &KeyError{Key: key, Err: fmt.Errorf(format, args...)}
+	}
+	if err := c.validateStore(); err != nil {
+		return err
 	}
 	for _, a := range []struct{ key, addr, example string }{
 		{"listen", c.Listen, "127.0.0.1:9092"}, {"http", c.HTTP, "127.0.0.1:8080"}, {"debug_listen", c.DebugListen, "127.0.0.1:6060"},
@@ -581,8 +624,6 @@ func (c Config) Validate() error {
 		return bad("http_max_connections", "must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
 	case c.Store == "" && c.DataDir == "":
 		return bad("data_dir", "must not be empty with the embedded engine")
-	case c.Store != "" && !IsPostgresURL(c.Store):
-		return bad("store", "must be empty (embedded engine) or a postgres:// URL, got %q", redact(c.Store))
 	case c.Store != "" && c.WAL.UnsafeNoSync:
 		return bad("wal.unsafe_no_sync", "applies to the embedded engine only: with a PostgreSQL store, durability is the database's (synchronous_commit)")
 	case c.ShutdownTimeout <= 0:
@@ -600,12 +641,8 @@ func (c Config) Validate() error {
 		// against the machine (ulimit -n) must not stop a broker that never opens the files.
 		limit, _ := wal.OpenFileLimit()
 		return bad("wal.max_open_files", "must be at most the process's open file limit (ulimit -n: %d), got %d; raise the limit or lower the setting", limit, c.WAL.MaxOpenFiles)
-	case c.Store != "" && !pgSchemaName(c.Postgres.Schema):
-		return bad("postgres.schema", "must be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes), got %q", c.Postgres.Schema)
 	case c.Postgres.MaxConns < 2 || c.Postgres.MaxConns > 1000:
 		return bad("postgres.max_conns", "must be between 2 and 1000, got %d", c.Postgres.MaxConns)
-	case c.Postgres.BucketWidth < time.Second || c.Postgres.BucketWidth > 30*24*time.Hour:
-		return bad("postgres.bucket_width", "must be between 1s and 720h, got %s", c.Postgres.BucketWidth)
 	case c.Postgres.PollInterval < time.Millisecond || c.Postgres.PollInterval > time.Minute:
 		return bad("postgres.poll_interval", "must be between 1ms and 1m, got %s", c.Postgres.PollInterval)
 	case c.Postgres.ClaimInterval < 0 || c.Postgres.ClaimInterval > time.Second:

@@ -545,3 +545,29 @@ func TestDeployUnitOpenFiles(t *testing.T) {
 		t.Errorf("the comment above LimitNOFILE does not describe wal.max_open_files:\n%s", text)
 	}
 }
+
+// TestLoadStoreChecksOnlyTheStore: spool migrate's loader takes spool serve's file although it
+// names a TLS key this shell cannot read and a listener open to other hosts without
+// authentication (Load refuses both), and still refuses a bad store setting and unknown keys.
+func TestLoadStoreChecksOnlyTheStore(t *testing.T) {
+	serveFile := writeFile(t, "store: postgres://spool@db:5432/app\nlisten: \"0.0.0.0:9092\"\n"+
+		"server:\n  tls:\n    cert_file: /nonexistent/server.crt\n    key_file: /nonexistent/server.key\n"+
+		"postgres:\n  schema: spool_app\n")
+	if _, err := Load(serveFile, nil, nil); err == nil {
+		t.Fatal("Load took a file with unreadable TLS files and an exposed listener")
+	}
+	cfg, err := LoadStore(serveFile, nil, nil)
+	if err != nil {
+		t.Fatalf("LoadStore: %v", err)
+	}
+	if cfg.Store != "postgres://spool@db:5432/app" || cfg.Postgres.Schema != "spool_app" {
+		t.Fatalf("LoadStore: store %q schema %q", cfg.Store, cfg.Postgres.Schema)
+	}
+	var ke *KeyError
+	if _, err := LoadStore(serveFile, nil, map[string]string{"postgres.schema": "Bad-Name"}); !errors.As(err, &ke) || ke.Key != "postgres.schema" {
+		t.Fatalf("LoadStore with a bad schema: %v, want a postgres.schema error", err)
+	}
+	if _, err := LoadStore(serveFile, []string{"SPOOL_POSTGRES_SCHEMAA=x"}, nil); err == nil {
+		t.Fatal("LoadStore took an unknown SPOOL_ variable")
+	}
+}
