@@ -182,17 +182,7 @@ func runCLI(ctx context.Context, e *cliEnv, run cliFunc, args []string) int {
 	// Handlers, hooks and progress write concurrently: whole writes must not interleave.
 	e.stdout = &lockedWriter{w: e.stdout}
 	e.stderr = &lockedWriter{w: e.stderr}
-	err := run(ctx, e, args)
-	var ue *usageError
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		ue.report(e.stderr)
-		return 2
-	}
-	fmt.Fprintf(e.stderr, "spool: %s\n", errorText(err))
-	return 1
+	return exitCode(run(ctx, e, args), e.stderr)
 }
 
 // errorText returns what the CLI prints for err: "CODE: message" for an error of the broker or

@@ -90,9 +90,9 @@ func main() {
 	}
 }
 
-// exitCode prints a command's error on stderr and returns the exit status: 0 without one (also
-// -h), 2 for a *usageError (a bad flag or argument, as the client commands), 1 otherwise. The
-// client commands exit themselves (runCLI); this serves serve, migrate, bench and token.
+// exitCode prints a command's error on stderr (errorText) and returns the exit status: 0 without
+// one (also -h), 2 for a *usageError (a bad flag or argument), 1 otherwise: the client commands'
+// through runCLI, serve, migrate, bench and token's through main.
 func exitCode(err error, stderr io.Writer) int {
 	var ue *usageError
 	switch {
@@ -102,6 +102,6 @@ func exitCode(err error, stderr io.Writer) int {
 		ue.report(stderr)
 		return 2
 	}
-	fmt.Fprintln(stderr, "spool:", err)
+	fmt.Fprintf(stderr, "spool: %s\n", errorText(err))
 	return 1
 }
