@@ -63,7 +63,7 @@ type predictions struct {
 	off bool
 }
 
-// guess sets the offsets of plan's shares (first) and the rows' publish time (plan.at) when
+// guess sets the offsets of plan's shares (first) and the rows' publish time (at, one for all) when
 // every partition of plan is known and none missed lately, and reports whether it did.
 func (pr *predictions) guess(plan *appendPlan, now time.Time) bool {
 	pr.mu.Lock()
@@ -92,7 +92,6 @@ func (pr *predictions) guess(plan *appendPlan, now time.Time) bool {
 		s.first = pr.next[partKey{plan.topic.id, s.partition}].next
 		s.at = at
 	}
-	plan.at = at
 	return true
 }
 

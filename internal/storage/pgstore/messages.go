@@ -54,10 +54,10 @@ type appendPlan struct {
 	guard bool
 	// seq orders the transaction after the one before in its lane (nil: none).
 	seq *appendSeq
-	// predicted: the rows go in first at the offsets guessed (each share's first) with publish
-	// time at, and the partitions' rows are taken last (appendpredict.go).
+	// predicted: the rows go in first at the offsets guessed (each share's first) with the
+	// publish time guessed (every share's at), and the partitions' rows are taken last
+	// (appendpredict.go).
 	predicted bool
-	at        time.Time
 	shares    []*partShare
 	// rows are the column arrays of the INSERT, in batch order.
 	partition  []int32
@@ -580,6 +580,7 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 	cat, starts, lens := concatPayloads(plan.payload)
 	if plan.predicted {
 		// The rows first, at the offsets guessed; the partitions' rows last (appendpredict.go).
+		at := plan.shares[0].at // the same for every share (guess)
 		offs := make([]int64, len(plan.back))
 		r := 0
 		for _, s := range plan.shares {
@@ -589,9 +590,9 @@ func (e *Engine) appendInTx(ctx context.Context, tx pgx.Tx, plan *appendPlan, nm
 			}
 		}
 		b.Queue(e.sql(insertPredictedSQL), plan.topic.id, plan.partition, offs, plan.key, plan.headers, starts,
-			plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, plan.at, lens, cat)
+			plan.producerID, plan.notBefore, plan.expiresAt, plan.size, plan.linked, at, lens, cat)
 		for _, s := range plan.shares {
-			b.Queue(e.sql(takePredictedSQL), plan.topic.id, s.partition, int64(len(s.idx)), plan.at, s.bytes, expect(s), gen, s.first)
+			b.Queue(e.sql(takePredictedSQL), plan.topic.id, s.partition, int64(len(s.idx)), at, s.bytes, expect(s), gen, s.first)
 		}
 	} else {
 		for _, s := range plan.shares {
