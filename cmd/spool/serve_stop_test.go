@@ -15,7 +15,6 @@ func TestStopperSharesOneDeadline(t *testing.T) {
 	stopCtx := stopper(parent, time.Minute)
 	first, c1 := stopCtx()
 	defer c1()
-	time.Sleep(20 * time.Millisecond)
 	second, c2 := stopCtx()
 	defer c2()
 	d1, ok1 := first.Deadline()
