@@ -177,7 +177,8 @@ type Engine interface {
 	TopicStats(ctx context.Context, name string) (*TopicStats, error)
 	// TopicUpdate changes a topic's configuration. Partitions may only grow. Changing semantics
 	// from QUEUE to PUB_SUB turns the queue subscription into the group QueueToGroup, so nothing
-	// pending is lost; PUB_SUB to QUEUE is refused while more than one subscription is live.
+	// pending is lost; PUB_SUB to QUEUE is refused while more than one subscription is live. With
+	// Expect set it is a compare-and-set on the configuration (ErrTopicChanged).
 	TopicUpdate(ctx context.Context, params *TopicUpdateParams) (*Topic, error)
 }
 
@@ -691,4 +692,12 @@ type TopicUpdateParams struct {
 	// QueueToGroup names the group the queue subscription becomes when Semantics changes from
 	// QUEUE to PUB_SUB. Required for that change.
 	QueueToGroup string
+	// Expect, when set, makes the update a compare-and-set: it is applied only if the topic's
+	// stored configuration equals Expect (both completed with TopicConfig.WithDefaults, so the
+	// Config of a TopicGet is the usual value), checked atomically with the write (on PostgreSQL
+	// under the topic row's lock, in the update's transaction). Otherwise TopicUpdate fails with
+	// ErrTopicChanged and changes nothing. A caller that read the configuration, changed some
+	// fields and writes the whole of it back passes what it read, so that it cannot overwrite
+	// another update that landed in between. Nil: no check (the last update wins).
+	Expect *TopicConfig
 }

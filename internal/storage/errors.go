@@ -27,6 +27,11 @@ var (
 	// ErrTopicExists is returned by TopicCreate when the topic already exists.
 	ErrTopicExists = errors.New("topic already exists")
 
+	// ErrTopicChanged is returned by TopicUpdate with Expect set when the topic's configuration is
+	// no longer the expected one: another update landed after the caller read it. Nothing was
+	// changed; read the configuration again and re-apply the change to it.
+	ErrTopicChanged = errors.New("topic configuration changed since it was read")
+
 	// ErrTopicHasSubscriptions is returned by TopicDelete without Force while live (ACTIVE or PAUSED)
 	// durable subscriptions exist on the topic.
 	ErrTopicHasSubscriptions = errors.New("topic has live subscriptions")

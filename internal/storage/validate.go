@@ -309,3 +309,15 @@ func (p *TopicUpdateParams) Check() (TopicConfig, error) {
 	}
 	return CheckTopic(p.Name, p.Config)
 }
+
+// CheckExpect compares Expect with stored, the topic's configuration as the engine holds it: nil
+// when Expect is nil or equal to it, else an error wrapping ErrTopicChanged. Both sides are
+// completed with WithDefaults first, so a configuration stored before a setting existed equals
+// the same configuration read back with the setting's default. Engines call it under the lock
+// their update writes with.
+func (p *TopicUpdateParams) CheckExpect(stored TopicConfig) error {
+	if p.Expect == nil || p.Expect.WithDefaults() == stored.WithDefaults() {
+		return nil
+	}
+	return fmt.Errorf("%w: topic %q", ErrTopicChanged, p.Name)
+}

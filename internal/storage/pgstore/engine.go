@@ -409,7 +409,7 @@ func isStorageErr(err error) bool {
 		storage.ErrSubscriptionExists, storage.ErrSubscriptionNotActive, storage.ErrInvalidTransition,
 		storage.ErrLeaseNotHeld, storage.ErrMessageTooLarge, storage.ErrOffsetOutOfRange,
 		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt, storage.ErrUnavailable, storage.ErrFull,
-		storage.ErrRateLimited} {
+		storage.ErrRateLimited, storage.ErrTopicChanged} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -199,8 +199,9 @@ func (e *Engine) topicList(ctx context.Context) ([]*storage.Topic, error) {
 // storage.ErrTopicHasSubscriptions while more than one subscription is ACTIVE or PAUSED (or the
 // one that is is ephemeral), renames the one live durable subscription to the queue group, or
 // creates the queue subscription (from the first retained message) when none is live. The topic
-// row is locked (FOR UPDATE) for the whole change. Bounded by Config.TxTimeout (past it: TIMEOUT,
-// retryable).
+// row is locked (FOR UPDATE) for the whole change; params.Expect is compared with the
+// configuration read under that lock (storage.ErrTopicChanged). Bounded by Config.TxTimeout
+// (past it: TIMEOUT, retryable).
 func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdateParams) (*storage.Topic, error) {
 	cfg, cfgJSON, err := checkTopic(params.Check())
 	if err != nil {
@@ -220,6 +221,10 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 			return err
 		}
 		old := t.cfg
+		// Under the row lock: no other update of the topic commits before this transaction ends.
+		if err := params.CheckExpect(old); err != nil {
+			return err
+		}
 		if cfg.Partitions < old.Partitions {
 			return invalid("partitions may only grow: topic %q has %d, got %d", params.Name, old.Partitions, cfg.Partitions)
 		}

@@ -2,6 +2,7 @@ package storagetest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ func topicCases() []testCase {
 		{name: "update_partitions_grow", fn: testTopicGrowPartitions},
 		{name: "update_partitions_shrink_refused", fn: testTopicShrinkPartitions},
 		{name: "update_config", fn: testTopicUpdateConfig},
+		{name: "update_expect", fn: testTopicUpdateExpect},
+		{name: "update_expect_concurrent", fn: testTopicUpdateExpectConcurrent},
 		{name: "backlog_config_round_trip", restart: true, fn: testTopicBacklogConfig},
 		{name: "update_queue_to_pubsub", fn: testTopicQueueToPubSub},
 		{name: "update_pubsub_to_queue", fn: testTopicPubSubToQueue},
@@ -279,6 +282,83 @@ func testTopicUpdateConfig(t *testing.T, x *env) {
 	// A partial config is completed with defaults: the zero MaxDeliveries becomes 5 again.
 	tp = x.updateTopic(storage.TopicUpdateParams{Name: "upd", Config: storage.TopicConfig{AckWait: 7 * time.Second}})
 	deepEqual(t, tp.Config, storage.TopicConfig{AckWait: 7 * time.Second}.WithDefaults(), "config replaced and defaulted")
+}
+
+// An update with Expect is a compare-and-set on the configuration: over a stale Expect (another
+// update landed after it was read) it fails with ErrTopicChanged and changes nothing, not even the
+// partitions it would add; over the current one it applies. Expect is compared after defaults, so
+// the partial configuration a topic was created from matches too.
+func testTopicUpdateExpect(t *testing.T, x *env) {
+	x.createTopic("cas", pubSub(1))
+	read := x.getTopic("cas").Config // what two updaters read
+	first := read
+	first.MessageRetention = time.Hour
+	x.updateTopic(storage.TopicUpdateParams{Name: "cas", Config: first, Expect: &read})
+
+	second := read
+	second.MaxMessageBytes = 2048
+	second.Partitions = 3
+	_, err := x.e.TopicUpdate(x.ctx, &storage.TopicUpdateParams{Name: "cas", Config: second, Expect: &read})
+	errIs(t, err, storage.ErrTopicChanged, "TopicUpdate over a stale Expect")
+	deepEqual(t, x.getTopic("cas").Config, first, "config after the refused update")
+	equal(t, len(x.highWaters("cas")), 1, "partitions after the refused update")
+
+	cur := x.getTopic("cas").Config
+	second = cur
+	second.MaxMessageBytes = 2048
+	second.Partitions = 3
+	deepEqual(t, x.updateTopic(storage.TopicUpdateParams{Name: "cas", Config: second, Expect: &cur}).Config, second,
+		"TopicUpdate over the current Expect")
+	deepEqual(t, x.getTopic("cas").Config, second, "TopicGet after it")
+	equal(t, len(x.highWaters("cas")), 3, "partitions after it")
+
+	x.createTopic("cas.partial", storage.TopicConfig{AckWait: 3 * time.Second})
+	up := x.updateTopic(storage.TopicUpdateParams{Name: "cas.partial", Config: storage.TopicConfig{AckWait: 4 * time.Second},
+		Expect: &storage.TopicConfig{AckWait: 3 * time.Second}})
+	equal(t, up.Config.AckWait, 4*time.Second, "TopicUpdate over a partial Expect")
+
+	_, err = x.e.TopicUpdate(x.ctx, &storage.TopicUpdateParams{Name: "cas.none", Config: cur, Expect: &cur})
+	errIs(t, err, storage.ErrTopicNotFound, "TopicUpdate with Expect of an unknown topic")
+}
+
+// Concurrent read-modify-write updates of different fields, each retrying on ErrTopicChanged,
+// all survive: the comparison is atomic with the write. A refusal means another updater's write
+// landed, and each writes once, so no updater needs more attempts than there are updaters.
+func testTopicUpdateExpectConcurrent(t *testing.T, x *env) {
+	x.createTopic("cas.many", pubSub(1))
+	set := []func(*storage.TopicConfig){
+		func(c *storage.TopicConfig) { c.AckWait = 7 * time.Second },
+		func(c *storage.TopicConfig) { c.MaxDeliveries = 9 },
+		func(c *storage.TopicConfig) { c.MessageRetention = time.Hour },
+		func(c *storage.TopicConfig) { c.MaxMessageBytes = 4096 },
+		func(c *storage.TopicConfig) { c.BlockWritesOnZeroSubscriptions = true },
+	}
+	want := x.getTopic("cas.many").Config
+	errs := make(chan error, len(set))
+	for _, change := range set {
+		change(&want)
+		go func() {
+			for range len(set) {
+				cur, err := x.e.TopicGet(x.ctx, "cas.many")
+				if err != nil {
+					errs <- err
+					return
+				}
+				cfg := cur.Config
+				change(&cfg)
+				_, err = x.e.TopicUpdate(x.ctx, &storage.TopicUpdateParams{Name: "cas.many", Config: cfg, Expect: &cur.Config})
+				if !errors.Is(err, storage.ErrTopicChanged) {
+					errs <- err
+					return
+				}
+			}
+			errs <- fmt.Errorf("refused %d times with %d updaters", len(set), len(set))
+		}()
+	}
+	for range set {
+		noErr(t, <-errs, "read-modify-write update")
+	}
+	deepEqual(t, x.getTopic("cas.many").Config, want, "every updater's field")
 }
 
 // The backpressure settings (broker backpressure.go) are stored, listed, updated and survive a

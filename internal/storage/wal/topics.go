@@ -316,7 +316,8 @@ func (e *Engine) TopicStats(ctx context.Context, name string) (*storage.TopicSta
 // subscription to the group QueueToGroup; PUB_SUB to QUEUE is refused with
 // storage.ErrTopicHasSubscriptions while more than one subscription is ACTIVE or PAUSED, renames
 // the one live durable subscription to the queue group, or creates the queue subscription (from
-// the first retained message) when none is live.
+// the first retained message) when none is live. With params.Expect set the configuration is
+// compared under e.mu while the name is reserved for this change (storage.ErrTopicChanged).
 func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdateParams) (*storage.Topic, error) {
 	cfg, err := params.Check()
 	if err != nil {
@@ -329,6 +330,11 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 			return topicNotFound(params.Name)
 		}
 		old = t.meta.Config
+		// Under e.mu with the name not yet reserved by another change: no update lands between
+		// this check and the write below, which holds the reservation.
+		if err := params.CheckExpect(old); err != nil {
+			return err
+		}
 		if cfg.Partitions < old.Partitions {
 			return invalid("partitions may only grow: topic %q has %d, got %d", params.Name, old.Partitions, cfg.Partitions)
 		}
