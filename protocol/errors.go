@@ -69,6 +69,7 @@ const (
 	CodeBindingNotFound    uint16 = 113
 	CodeStaleGeneration    uint16 = 114
 	CodeLimitExceeded      uint16 = 115
+	CodeTopicChanged       uint16 = 116
 	CodeClosed             uint16 = 200
 	CodeInternal           uint16 = 201
 	CodeOverloaded         uint16 = 202
@@ -151,6 +152,10 @@ var (
 	// max_topics, max_partitions, max_subscriptions, max_bindings). Nothing changed; not
 	// retryable until an operator raises the bound or frees room (deletes topics or groups).
 	ErrLimitExceeded = &Error{Code: CodeLimitExceeded, Name: "LIMIT_EXCEEDED"}
+	// ErrTopicChanged: a topic's configuration changed between the read an update was based on
+	// and its write, more times than the server re-applies the update (HTTP PUT
+	// .../topics/{topic}/config). Nothing changed; send the update again.
+	ErrTopicChanged = &Error{Code: CodeTopicChanged, Name: "TOPIC_CHANGED"}
 
 	// ErrClosed: the broker is shutting down or the engine is closed. Retry on another connection
 	// (or instance) after a backoff.
@@ -183,7 +188,7 @@ var errorTable = []*Error{
 	ErrInvalidArgument, ErrTopicNotFound, ErrTopicExists, ErrTopicHasSubscriptions,
 	ErrNoSubscriptions, ErrSubscriptionNotFound, ErrSubscriptionExists, ErrSubscriptionNotActive,
 	ErrInvalidTransition, ErrLeaseNotHeld, ErrMessageTooLarge, ErrOffsetOutOfRange,
-	ErrBindingExists, ErrBindingNotFound, ErrStaleGeneration, ErrLimitExceeded,
+	ErrBindingExists, ErrBindingNotFound, ErrStaleGeneration, ErrLimitExceeded, ErrTopicChanged,
 	ErrClosed, ErrInternal, ErrOverloaded, ErrRateLimited, ErrTimeout, ErrStorageUnavailable,
 	ErrStorageFull,
 }

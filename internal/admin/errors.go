@@ -55,7 +55,7 @@ func statusForCode(code uint16) int {
 	case protocol.CodeTopicExists, protocol.CodeTopicHasSubs, protocol.CodeNoSubscriptions,
 		protocol.CodeSubExists, protocol.CodeSubNotActive, protocol.CodeInvalidTransition,
 		protocol.CodeLeaseNotHeld, protocol.CodeBindingExists, protocol.CodeStaleGeneration,
-		protocol.CodeLimitExceeded:
+		protocol.CodeLimitExceeded, protocol.CodeTopicChanged:
 		return http.StatusConflict
 	case protocol.CodeFrameTooLarge, protocol.CodeMessageTooLarge, protocol.CodeLineTooLong:
 		return http.StatusRequestEntityTooLarge

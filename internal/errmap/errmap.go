@@ -36,6 +36,7 @@ var sentinels = []struct {
 	{storage.ErrBindingExists, protocol.ErrBindingExists},
 	{storage.ErrBindingNotFound, protocol.ErrBindingNotFound},
 	{storage.ErrLimitExceeded, protocol.ErrLimitExceeded},
+	{storage.ErrTopicChanged, protocol.ErrTopicChanged},
 	{storage.ErrRateLimited, protocol.ErrRateLimited},
 	{storage.ErrInvalidArgument, protocol.ErrInvalidArgument},
 	{names.ErrInvalidName, protocol.ErrInvalidArgument},

@@ -31,6 +31,7 @@ func TestErrorFrom(t *testing.T) {
 		{fmt.Errorf("%w: %w: 2 MiB", storage.ErrInvalidArgument, storage.ErrMessageTooLarge), protocol.ErrMessageTooLarge},
 		{fmt.Errorf("wal: %w: topic", storage.ErrRateLimited), protocol.ErrRateLimited},
 		{storage.ErrLimitExceeded, protocol.ErrLimitExceeded},
+		{fmt.Errorf("broker: update topic %q: %w", "a", storage.ErrTopicChanged), protocol.ErrTopicChanged},
 		{storage.ErrTopicExists, protocol.ErrTopicExists},
 		{storage.ErrTopicHasSubscriptions, protocol.ErrTopicHasSubscriptions},
 		{storage.ErrNoSubscriptions, protocol.ErrNoSubscriptions},
