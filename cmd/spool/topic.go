@@ -385,7 +385,9 @@ var topicUpdateSpec = cmdSpec{
 	args: "[flags] <topic>",
 	desc: `Changes a topic's configuration: only the flags given change. Partitions only grow. Changing a
 QUEUE topic to PUB_SUB needs --queue-to-group, the group its queue subscription becomes (nothing
-pending is lost); the server refuses --queue-to-group with any other update.`,
+pending is lost); the server refuses --queue-to-group with any other update. Concurrent updates of
+other fields are kept: the server re-applies the flags to their result, and answers TOPIC_CHANGED
+(changing nothing: run the command again) only if the topic kept changing meanwhile.`,
 	examples: []string{
 		"spool topic update orders.created --max-deliveries 10 --ack-wait 1m",
 		"spool topic update jobs --semantics PUB_SUB --queue-to-group workers",

@@ -118,6 +118,10 @@ type Handler struct {
 	routes []*route
 	// openAPIJSON is the OpenAPI document of routes.
 	openAPIJSON []byte
+	// topicReadHook, when set, is called by updateTopicConfig with the topic's name after each
+	// read of its configuration, before the update based on it is written. Nil except in tests,
+	// which land another update there.
+	topicReadHook func(topic string)
 }
 
 // New validates cfg and returns the handler.

@@ -3,6 +3,7 @@ package admin
 import (
 	"net/http"
 	"reflect"
+	"strconv"
 )
 
 // opDoc is the OpenAPI description of a route.
@@ -83,7 +84,8 @@ func (h *Handler) routeTable() []*route {
 			ok: 200, resp: typeOf[Topic](), errs: errsRead}},
 		{method: "PUT", path: "/api/v1/topics/{topic}/config", handle: h.updateTopicConfig, doc: opDoc{
 			id: "updateTopicConfig", tag: "topics", summary: "Change a topic's configuration.",
-			desc: "Fields absent from the body keep their values. Partitions only grow. QUEUE to PUB_SUB needs queue_to_group, the group the queue subscription becomes; queue_to_group with any other update is INVALID_ARGUMENT.",
+			desc: "Fields absent from the body keep their values. Partitions only grow. QUEUE to PUB_SUB needs queue_to_group, the group the queue subscription becomes; queue_to_group with any other update is INVALID_ARGUMENT. " +
+				"Concurrent updates of different fields all take effect: an update that lands between this request's read of the configuration and its write makes the server apply the body again to a fresh read, up to " + strconv.Itoa(topicUpdateAttempts) + " times, then answer 409 TOPIC_CHANGED having changed nothing.",
 			body: typeOf[UpdateTopicRequest](), ok: 200, resp: typeOf[Topic](), errs: errsWrite}},
 		{method: "DELETE", path: "/api/v1/topics/{topic}", handle: h.deleteTopic, doc: opDoc{
 			id: "deleteTopic", tag: "topics", summary: "Delete a topic with its messages and subscriptions.",

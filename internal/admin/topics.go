@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -108,21 +110,59 @@ type UpdateTopicRequest struct {
 	QueueToGroup string `json:"queue_to_group,omitempty"`
 }
 
+// topicUpdateAttempts bounds how many times updateTopicConfig applies one request to a fresh read
+// of the configuration while other updates keep landing between its read and its write.
+const topicUpdateAttempts = 5
+
+// updateTopicConfig decodes the body onto the configuration it read, so that the body changes
+// exactly the fields it has, and writes the result back expecting the configuration read
+// (broker.UpdateTopicParams.Expect). An update that landed in between (another request, another
+// broker instance) makes the write fail with storage.ErrTopicChanged instead of being undone with
+// the values read: the body is then applied again to a fresh read, up to topicUpdateAttempts
+// times, and past them the request fails with 409 TOPIC_CHANGED, having changed nothing.
 func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("topic")
 	cur, err := h.b.Topic(r.Context(), name)
 	if err != nil {
 		return err
 	}
-	// Decoding onto the current configuration changes exactly the fields the body has. Two
-	// concurrent updates of different fields may overwrite each other (the last one wins).
-	req := UpdateTopicRequest{TopicConfig: configJSON(cur.Topic.Config)}
 	data, err := jsonBody(r)
 	if err != nil {
 		return err
 	}
+	for attempt := 1; ; attempt++ {
+		if hook := h.topicReadHook; hook != nil {
+			hook(name)
+		}
+		t, err := h.applyTopicConfig(r.Context(), name, cur.Topic.Config, data)
+		if err == nil {
+			info, err := h.b.Topic(r.Context(), t.Name)
+			if err != nil {
+				writeJSON(w, http.StatusOK, Topic{Name: t.Name, Config: configJSON(t.Config), CreatedAt: t.CreatedAt})
+				return nil // the update succeeded; the stats are best effort
+			}
+			writeJSON(w, http.StatusOK, topicJSON(info))
+			return nil
+		}
+		if !errors.Is(err, storage.ErrTopicChanged) {
+			return err
+		}
+		if attempt == topicUpdateAttempts {
+			return fmt.Errorf("%w: topic %q: other updates of its configuration landed during each of the %d attempts "+
+				"to apply this one; this request changed nothing, send it again", storage.ErrTopicChanged, name, attempt)
+		}
+		if cur, err = h.b.Topic(r.Context(), name); err != nil {
+			return err
+		}
+	}
+}
+
+// applyTopicConfig applies the body data of a configuration update to the configuration cur read
+// and writes the result if the topic's configuration is still cur (storage.ErrTopicChanged).
+func (h *Handler) applyTopicConfig(ctx context.Context, name string, cur storage.TopicConfig, data []byte) (*storage.Topic, error) {
+	req := UpdateTopicRequest{TopicConfig: configJSON(cur)}
 	if err := unmarshalJSON(data, &req, false); err != nil {
-		return err
+		return nil, err
 	}
 	// The current window means nothing once max_failures is off: an update that turns it off
 	// keeps no window behind. A window the body gives without max_failures is refused.
@@ -130,28 +170,18 @@ func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) erro
 		p.Window = 0
 	}
 	// queue_to_group means something only for that change: accepted elsewhere, it would be ignored.
-	if req.QueueToGroup != "" && (cur.Topic.Config.Semantics != storage.Queue || storage.Semantics(req.Semantics) != storage.PubSub) {
-		return invalidf("queue_to_group is only for a change from QUEUE to PUB_SUB; topic %q is %s and the update makes it %s",
-			name, cur.Topic.Config.Semantics, req.Semantics)
+	if req.QueueToGroup != "" && (cur.Semantics != storage.Queue || storage.Semantics(req.Semantics) != storage.PubSub) {
+		return nil, invalidf("queue_to_group is only for a change from QUEUE to PUB_SUB; topic %q is %s and the update makes it %s",
+			name, cur.Semantics, req.Semantics)
 	}
 	// The current count is at least 1, so 0 came from the body; left to the defaults it would
 	// become 1 and be refused as "got 1".
 	if req.Partitions == 0 {
-		return invalidf("partitions must be between 1 and %d, got 0", storage.MaxPartitions)
+		return nil, invalidf("partitions must be between 1 and %d, got 0", storage.MaxPartitions)
 	}
-	t, err := h.b.UpdateTopic(r.Context(), broker.UpdateTopicParams{
-		Name: name, Config: configStorage(req.TopicConfig), QueueToGroup: req.QueueToGroup,
+	return h.b.UpdateTopic(ctx, broker.UpdateTopicParams{
+		Name: name, Config: configStorage(req.TopicConfig), QueueToGroup: req.QueueToGroup, Expect: &cur,
 	})
-	if err != nil {
-		return err
-	}
-	info, err := h.b.Topic(r.Context(), t.Name)
-	if err != nil {
-		writeJSON(w, http.StatusOK, Topic{Name: t.Name, Config: configJSON(t.Config), CreatedAt: t.CreatedAt})
-		return nil // the update succeeded; the stats are best effort
-	}
-	writeJSON(w, http.StatusOK, topicJSON(info))
-	return nil
 }
 
 func (h *Handler) deleteTopic(w http.ResponseWriter, r *http.Request) error {

@@ -234,12 +234,18 @@ type UpdateTopicParams struct {
 	// QueueToGroup names the group the queue subscription becomes when Semantics changes from
 	// QUEUE to PUB_SUB (nothing pending is lost). Required for that change.
 	QueueToGroup string
+	// Expect, when set, applies the update only if the topic's configuration is still Expect
+	// (what the caller read, as Topic returns it), checked by the engine atomically with the
+	// write: otherwise the update fails with storage.ErrTopicChanged and changes nothing
+	// (storage.TopicUpdateParams.Expect). Nil: the last update wins.
+	Expect *storage.TopicConfig
 }
 
 // UpdateTopic changes a topic's configuration. When the semantics change, members of this broker
 // attached to the topic move to the subscription they belong to under the new semantics (their
 // leases on the old one are released). Members connected to other broker instances move when they
-// reconnect.
+// reconnect. With p.Expect set it is a compare-and-set on the configuration
+// (storage.ErrTopicChanged).
 func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage.Topic, error) {
 	if err := b.checkRunning(); err != nil {
 		return nil, err
@@ -265,7 +271,10 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 	if old.Config.Semantics == storage.Queue && cfg.Semantics == storage.PubSub && p.QueueToGroup == "" {
 		return nil, invalid("update topic %q: changing QUEUE to PUB_SUB needs QueueToGroup, the group the queue subscription becomes", p.Name)
 	}
-	t, err := b.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: p.Name, Config: cfg, QueueToGroup: p.QueueToGroup})
+	// old is for the checks above and the members' move below, not for p.Expect: the engine
+	// compares that under the lock it writes with.
+	t, err := b.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: p.Name, Config: cfg, QueueToGroup: p.QueueToGroup,
+		Expect: p.Expect})
 	if err != nil {
 		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
 	}
