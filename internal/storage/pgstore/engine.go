@@ -409,7 +409,8 @@ func isStorageErr(err error) bool {
 		storage.ErrSubscriptionExists, storage.ErrSubscriptionNotActive, storage.ErrInvalidTransition,
 		storage.ErrLeaseNotHeld, storage.ErrMessageTooLarge, storage.ErrOffsetOutOfRange,
 		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt, storage.ErrUnavailable, storage.ErrFull,
-		storage.ErrRateLimited, storage.ErrTopicChanged} {
+		storage.ErrRateLimited, storage.ErrTopicChanged, storage.ErrLimitExceeded, storage.ErrStaleGeneration,
+		storage.ErrClosed} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -73,3 +73,27 @@ func containsAny(s string, subs ...string) bool {
 	}
 	return false
 }
+
+// TestMapErrClosedKeepsSentinels: once the engine is closing, a database error becomes CLOSED,
+// but a storage sentinel the operation failed with stays what it is (a limit reached or a stale
+// generation must not turn into a retryable CLOSED).
+func TestMapErrClosedKeepsSentinels(t *testing.T) {
+	t.Parallel()
+	e := &Engine{}
+	e.closed.Store(true)
+	for _, s := range []error{storage.ErrInvalidArgument, storage.ErrTopicNotFound, storage.ErrTopicExists,
+		storage.ErrTopicHasSubscriptions, storage.ErrNoSubscriptions, storage.ErrSubscriptionNotFound,
+		storage.ErrSubscriptionExists, storage.ErrSubscriptionNotActive, storage.ErrInvalidTransition,
+		storage.ErrLeaseNotHeld, storage.ErrMessageTooLarge, storage.ErrOffsetOutOfRange,
+		storage.ErrBindingExists, storage.ErrBindingNotFound, storage.ErrCorrupt, storage.ErrUnavailable,
+		storage.ErrFull, storage.ErrRateLimited, storage.ErrTopicChanged, storage.ErrLimitExceeded,
+		storage.ErrStaleGeneration, storage.ErrSubscriptionHasProgress, storage.ErrNotImplemented} {
+		err := fmt.Errorf("pgstore: op: %w", s)
+		if got := e.mapErr(err); got != err {
+			t.Errorf("%v became %v", s, got)
+		}
+	}
+	if got := e.mapErr(errors.New("boom")); !errors.Is(got, storage.ErrClosed) {
+		t.Errorf("a database error of a closed engine: %v, want CLOSED", got)
+	}
+}
