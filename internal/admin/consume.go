@@ -283,7 +283,7 @@ func (h *Handler) nack(w http.ResponseWriter, r *http.Request) error {
 	// Refs not held are not this session's any more either.
 	s.forget(sub, refs)
 	n := len(refs) - len(res.NotHeld)
-	h.metrics.ObserveNack(topic, s.label, n, req.ToDLQ)
+	h.metrics.ObserveNack(topic, s.label, res.Nacked, res.DeadLettered)
 	if len(res.NotHeld) > 0 {
 		return notHeldErr("nack", res.NotHeld, len(refs))
 	}

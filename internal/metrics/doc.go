@@ -97,12 +97,14 @@
 //	spool_messages_redelivered_total{topic,group}   counter   of those, deliveries with attempt > 1.
 //	spool_end_to_end_latency_seconds{topic}         histogram from publish time to the first delivery to a consumer.
 //	spool_messages_acked_total{topic,group}         counter   acked deliveries (ObserveAck).
-//	spool_messages_nacked_total{topic,group}        counter   nacked deliveries (ObserveNack).
-//	spool_messages_dead_lettered_total{topic,group} counter   dead-letterings this process caused and knows of: nacks straight to the
-//	                                                          DLQ (ObserveNack with toDLQ, ObserveDeadLettered). Dead-letterings the
-//	                                                          engine decides on its own (lease expiry or a nack on the last attempt)
-//	                                                          are not reported to the broker; the DLQ size is
-//	                                                          spool_subscription_dead_lettered.
+//	spool_messages_nacked_total{topic,group}        counter   nacked deliveries (ObserveNack), TCP and HTTP alike: those given back for
+//	                                                          redelivery and those the nack dead-lettered (to_dlq, the last attempt, a
+//	                                                          poison rule). Summed over the instances: the groups' `failed` figure.
+//	spool_messages_dead_lettered_total{topic,group} counter   messages a nack through this process dead-lettered (ObserveNack with the
+//	                                                          engine's DeadLettered count): a nack to the DLQ, a nack on the last
+//	                                                          attempt, a poison rule. Dead-letterings the engine does on its own (a
+//	                                                          lease expiring or released on the last attempt) are not counted; the DLQ
+//	                                                          size is spool_subscription_dead_lettered.
 //	spool_messages_expired_total{topic,reason}      counter   messages the retention job of this process removed while a subscription
 //	                                                          (ACTIVE, PAUSED or DEAD) had not completed them (ObserveRetention, wired
 //	                                                          to broker.Config.OnRetention): the removals invariant 1 requires to count.

@@ -89,11 +89,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic", "group"}),
 		nacked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_nacked_total",
-			Help: "Deliveries nacked through this process.",
+			Help: "Deliveries nacked through this process, those given back for redelivery and those the nack dead-lettered.",
 		}, []string{"topic", "group"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_dead_lettered_total",
-			Help: "Messages dead-lettered by a request of this process (nack to the DLQ); expiries the engine dead-letters are not counted.",
+			Help: "Messages dead-lettered by a nack through this process (to_dlq, the last attempt, a poison rule); lease expiries and released leases the engine dead-letters are not counted.",
 		}, []string{"topic", "group"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_expired_total",
@@ -239,26 +239,20 @@ func (m *Metrics) ObserveAck(topic, group string, n int) {
 	m.acked.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
 }
 
-// ObserveNack records n deliveries of group on topic nacked; toDLQ says they were sent straight to
-// the dead-letter queue, which also counts them as dead-lettered.
-func (m *Metrics) ObserveNack(topic, group string, n int, toDLQ bool) {
-	if m == nil || n <= 0 {
+// ObserveNack records nacks of deliveries of group on topic with the engine's counts
+// (storage.DeliveriesNackResult): nacked messages were given back for redelivery, deadLettered ones
+// went to the dead-letter queue (a nack with ToDLQ, on the last attempt or by a poison rule). All
+// of them count as nacked, so that every protocol counts a nack the same whatever its outcome;
+// deadLettered ones also count as dead-lettered.
+func (m *Metrics) ObserveNack(topic, group string, nacked, deadLettered int) {
+	if m == nil || nacked < 0 || deadLettered < 0 || nacked+deadLettered == 0 {
 		return
 	}
 	g := GroupLabel(group)
-	m.nacked.WithLabelValues(topic, g).Add(float64(n))
-	if toDLQ {
-		m.deadLettered.WithLabelValues(topic, g).Add(float64(n))
+	m.nacked.WithLabelValues(topic, g).Add(float64(nacked + deadLettered))
+	if deadLettered > 0 {
+		m.deadLettered.WithLabelValues(topic, g).Add(float64(deadLettered))
 	}
-}
-
-// ObserveDeadLettered records n messages of group on topic dead-lettered by a cause other than a
-// nack to the DLQ that the caller knows of.
-func (m *Metrics) ObserveDeadLettered(topic, group string, n int) {
-	if m == nil || n <= 0 {
-		return
-	}
-	m.deadLettered.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
 }
 
 // ObserveRetention records what one run of the retention job removed: every entry of res.Expired

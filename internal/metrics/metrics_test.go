@@ -146,9 +146,8 @@ func TestHooks(t *testing.T) {
 	m.ObserveDelivery("orders", "billing", 2, time.Now())
 	m.ObserveDelivery("orders", "$ephemeral-17", 1, time.Now())
 	m.ObserveAck("orders", "billing", 4)
-	m.ObserveNack("orders", "billing", 2, true)
-	m.ObserveNack("orders", "billing", 1, false)
-	m.ObserveDeadLettered("orders", "billing", 1)
+	m.ObserveNack("orders", "billing", 0, 2)
+	m.ObserveNack("orders", "billing", 1, 1)
 	m.ObserveFsync(300*time.Microsecond, 12, 1)
 	m.ConnectionOpened(ProtocolBinary)
 	m.ConnectionOpened(ProtocolBinary)
@@ -178,7 +177,7 @@ func TestHooks(t *testing.T) {
 		{"spool_messages_delivered_total", map[string]string{"topic": "orders", "group": GroupEphemeral}, 1},
 		{"spool_end_to_end_latency_seconds", topic, 2},
 		{"spool_messages_acked_total", billing, 4},
-		{"spool_messages_nacked_total", billing, 3},
+		{"spool_messages_nacked_total", billing, 4},
 		{"spool_messages_dead_lettered_total", billing, 3},
 		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "max_retention"}, 6},
 		{"spool_messages_expired_total", map[string]string{"topic": "orders", "reason": "dead_subscription"}, 3},
@@ -253,8 +252,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	o := m.Deliveries()
 	o.Observe("a", "", 1, time.Now())
 	m.ObserveAck("a", "", 1)
-	m.ObserveNack("a", "", 1, true)
-	m.ObserveDeadLettered("a", "", 1)
+	m.ObserveNack("a", "", 1, 1)
 	m.ObserveFsync(time.Millisecond, 1, 1)
 	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 1, Expired: []storage.ExpiredCount{{Topic: "a", Reason: storage.ExpiredMaxRetention, Messages: 1}}})
 	m.ConnectionOpened(ProtocolText)
@@ -292,7 +290,7 @@ func TestLint(t *testing.T) {
 	m.ObservePublish("lint.topic", 1, time.Millisecond)
 	m.ObserveDelivery("lint.topic", "g", 1, time.Now())
 	m.ObserveAck("lint.topic", "g", 1)
-	m.ObserveNack("lint.topic", "g", 1, true)
+	m.ObserveNack("lint.topic", "g", 0, 1)
 	m.ObserveFsync(time.Millisecond, 1, 1)
 	m.ConnectionOpened(ProtocolBinary)
 	m.ObserveHTTPRequest("GET /x", 200, time.Millisecond)

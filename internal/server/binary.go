@@ -593,7 +593,7 @@ func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 			if err != nil {
 				return nil, err
 			}
-			c.observeNack(g.sub, r.Nacked, r.DeadLettered, m.ToDLQ)
+			c.observeNack(g.sub, r.Nacked, r.DeadLettered)
 			res.Nacked += uint32(r.Nacked)
 			res.DeadLettered += uint32(r.DeadLettered)
 			return r.NotHeld, nil

@@ -525,22 +525,10 @@ func (c *conn) observeAck(sub int64, n int) {
 	}
 }
 
-func (c *conn) observeNack(sub int64, nacked, dead int, toDLQ bool) {
-	l, ok := c.labelsOf(sub)
-	if !ok {
-		return
-	}
-	m := c.srv.cfg.Metrics
-	switch {
-	case toDLQ:
-		m.ObserveNack(l.topic, l.group, dead, true)
-	default:
-		if nacked > 0 {
-			m.ObserveNack(l.topic, l.group, nacked, false)
-		}
-		if dead > 0 {
-			m.ObserveDeadLettered(l.topic, l.group, dead)
-		}
+// nacked and dead are the engine's counts (metrics.Metrics.ObserveNack).
+func (c *conn) observeNack(sub int64, nacked, dead int) {
+	if l, ok := c.labelsOf(sub); ok {
+		c.srv.cfg.Metrics.ObserveNack(l.topic, l.group, nacked, dead)
 	}
 }
 

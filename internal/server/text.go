@@ -425,7 +425,7 @@ func (t *textSession) nack(cmd text.Command) {
 			t.fail(err)
 			return
 		default:
-			c.observeNack(g.sub, r.Nacked, r.DeadLettered, false)
+			c.observeNack(g.sub, r.Nacked, r.DeadLettered)
 			nacked += r.Nacked
 			dead += r.DeadLettered
 			notHeld += len(r.NotHeld)

@@ -1,0 +1,72 @@
+package admin
+
+import (
+	"testing"
+)
+
+// metricValue returns the value of the series name{labels} of e's registry (a counter or gauge)
+// and whether it exists.
+func (e *env) metricValue(name string, labels map[string]string) (float64, bool) {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if len(got) != len(labels) {
+				continue
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue(), true
+			}
+			return m.GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// expectMetric fails unless the series name{labels} exists with value want.
+func (e *env) expectMetric(name string, labels map[string]string, want float64) {
+	e.t.Helper()
+	got, ok := e.metricValue(name, labels)
+	if !ok {
+		e.t.Errorf("no series %s%v", name, labels)
+		return
+	}
+	if got != want {
+		e.t.Errorf("%s%v = %v, want %v", name, labels, got, want)
+	}
+}
+
+// TestNackOnLastAttemptMetrics: a nack on the last attempt, which the engine dead-letters, counts
+// as nacked and as dead-lettered, as over TCP (internal/server TestNackOnLastAttemptMetrics).
+func TestNackOnLastAttemptMetrics(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "jobs", "semantics": "PUB_SUB", "max_deliveries": 1}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/jobs/groups", map[string]any{"group": "billing"}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/jobs/messages", map[string]any{"payload": "x"}).ok(201, nil)
+	msgs := e.pullN("jobs", "billing", 1, nil)
+	var res AckResult
+	e.do("POST", "/api/v1/topics/jobs/groups/billing/nack", map[string]any{"ids": []string{msgs[0].ID}}).ok(200, &res)
+	if res.Nacked == nil || *res.Nacked != 1 {
+		t.Fatalf("nack answered %+v, want nacked 1", res)
+	}
+	labels := map[string]string{"topic": "jobs", "group": "billing"}
+	e.expectMetric("spool_messages_nacked_total", labels, 1)
+	e.expectMetric("spool_messages_dead_lettered_total", labels, 1)
+}
