@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -111,7 +113,9 @@ type Subscription struct {
 	handler Handler
 	// batchHandler, when not nil, replaces handler (Client.SubscribeBatch).
 	batchHandler BatchHandler
-	logger       *slog.Logger
+	// pattern: params.Topic is a wildcard pattern (a handle of several subscriptions).
+	pattern bool
+	logger  *slog.Logger
 	// ctx is the handlers' context (the subscription's service context).
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -157,10 +161,13 @@ type Subscription struct {
 // Nack fails with ErrConnectionLost and the broker, which released its lease, redelivers it
 // (with a higher Attempt). Handlers must therefore be idempotent.
 //
-// When the broker ends the whole subscription (SubscriptionEnded: the group was cancelled, the
-// topic deleted) with a non-retryable code, the Subscription stops: Done is closed after its
-// handlers returned and Err returns the reason. Errors: bad parameters wrap
-// protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
+// When the broker ends the subscription of a topic name (SubscriptionEnded: the group was
+// cancelled, SUBSCRIPTION_NOT_ACTIVE; the topic deleted, SUBSCRIPTION_NOT_FOUND) or closes the
+// handle with a non-retryable code, the Subscription stops without subscribing again: Done is
+// closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
+// when one of its topics' subscriptions ends: it keeps the others and joins matching topics
+// created later; the end is logged and reported to SubscriptionEndedHook. Errors: bad parameters
+// wrap protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
 func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handler, opts ...SubscribeOpt) (*Subscription, error) {
 	if p.BatchSize != 0 {
 		return nil, fmt.Errorf("client: subscribe: %w: BatchSize needs a batch handler (SubscribeBatch)", protocol.ErrInvalidArgument)
@@ -192,6 +199,7 @@ func (c *Client) subscribe(ctx context.Context, p SubscribeParams, handler Handl
 		cfg:          cfg,
 		handler:      handler,
 		batchHandler: batchHandler,
+		pattern:      names.IsPattern(p.Topic),
 		logger:       c.logger.With(slog.String("topic", p.Topic), slog.String("group", p.Group)),
 		credit:       credit,
 		workersDone:  make(chan struct{}),
@@ -461,7 +469,31 @@ func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
 		h.OnSubscriptionEnded(ev)
 	}
 	if m.SubscriptionID != 0 {
-		s.logger.Warn("subscription ended by the broker; the handle stays open", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
+		switch s.joinedEnded(cn, m) {
+		case handleEmpty:
+		case handleRetry:
+			// Not sent by the current broker: a retryable end of the one subscription of a
+			// topic-name handle. Give the empty handle back and subscribe again.
+			s.logger.Warn("subscription ended by the broker; resubscribing", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
+			s.mu.Lock()
+			if s.cn == cn && s.handle == m.Handle {
+				s.cn, s.handle = nil, 0
+				s.dropQueuedLocked(cn)
+			}
+			s.mu.Unlock()
+			cn.unregisterHandle(m.Handle)
+			cn.startNoWait(&protocol.Unsubscribe{Handle: m.Handle}, true)
+			s.c.requestResubscribe()
+			return
+		default:
+			s.logger.Warn("subscription ended by the broker; the handle stays open", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
+			return
+		}
+		// The handle's only subscription ended for good (group cancelled, topic deleted): the
+		// Subscription ends with it. Subscribing again would create a new subscription, which
+		// is not what the caller's group was.
+		s.logger.Error("subscription ended by the broker", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
+		s.end(err)
 		return
 	}
 	s.mu.Lock()
@@ -477,6 +509,40 @@ func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
 	}
 	s.logger.Error("subscription ended by the broker", slog.Any("reason", err))
 	s.end(err)
+}
+
+// What a subscription's end (SubscriptionEnded with a subscription id) leaves of a handle.
+const (
+	handleOpen  = iota // a pattern's handle, or an end that is not of the current handle
+	handleEmpty        // a topic-name handle lost its subscription for good
+	handleRetry        // a topic-name handle lost its subscription for a retryable reason
+)
+
+// joinedEnded forgets the subscription m ended and says what is left of the handle. A topic-name
+// handle joined exactly one subscription: without it the handle will deliver nothing more. A
+// pattern's handle stays open: it keeps its other topics and joins matching topics created later
+// (a deleted topic created again, with the group's binding).
+func (s *Subscription) joinedEnded(cn *conn, m *protocol.SubscriptionEnded) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.cn != cn || s.handle != m.Handle {
+		return handleOpen
+	}
+	found := false
+	s.joined = slices.DeleteFunc(s.joined, func(j protocol.SubscriptionInfo) bool {
+		if j.SubscriptionID == m.SubscriptionID {
+			found = true
+			return true
+		}
+		return false
+	})
+	switch {
+	case !found || s.pattern || len(s.joined) > 0:
+		return handleOpen
+	case protocol.IsRetryable(m.Err()):
+		return handleRetry
+	}
+	return handleEmpty
 }
 
 // end stops s because of err (the broker ended it, or a resubscription failed for good): the
