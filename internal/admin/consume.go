@@ -201,8 +201,10 @@ func (h *Handler) ack(w http.ResponseWriter, r *http.Request) error {
 	if s != nil {
 		s.forget(sub, refs)
 	}
+	// The answer counts every ref that names a message (acks are idempotent); the metric only
+	// those this call completed, as over TCP: an ack of a message already done is not counted again.
 	n := len(refs) - len(res.Unknown)
-	h.metrics.ObserveAck(topic, metricsGroup(group), n)
+	h.metrics.ObserveAck(topic, metricsGroup(group), res.Acked)
 	if len(res.Unknown) > 0 {
 		return invalidf("%d of %d refs name no message (first %d:%d); the others were acked",
 			len(res.Unknown), len(refs), res.Unknown[0].Partition, res.Unknown[0].Offset)

@@ -70,3 +70,22 @@ func TestNackOnLastAttemptMetrics(t *testing.T) {
 	e.expectMetric("spool_messages_nacked_total", labels, 1)
 	e.expectMetric("spool_messages_dead_lettered_total", labels, 1)
 }
+
+// TestAckAgainNotCounted: acking a message three times over HTTP counts one ack, as over TCP (an
+// ack of a message already done is not counted again, README).
+func TestAckAgainNotCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "jobs", "semantics": "PUB_SUB"}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/jobs/groups", map[string]any{"group": "billing"}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/jobs/messages", map[string]any{"payload": "x"}).ok(201, nil)
+	msgs := e.pullN("jobs", "billing", 1, nil)
+	for range 3 {
+		var res AckResult
+		e.do("POST", "/api/v1/topics/jobs/groups/billing/ack", map[string]any{"ids": []string{msgs[0].ID}}).ok(200, &res)
+		if res.Acked == nil || *res.Acked != 1 {
+			t.Fatalf("ack answered %+v, want acked 1 (acks are idempotent)", res)
+		}
+	}
+	e.expectMetric("spool_messages_acked_total", map[string]string{"topic": "jobs", "group": "billing"}, 1)
+}
