@@ -156,7 +156,8 @@
 //	                                                          line, since they leave every listing.
 //	spool_messages_force_completed_total{topic,group} counter messages an admin force-complete completed for a group without the group
 //	                                                          processing them (ObserveForceComplete, wired to
-//	                                                          broker.Config.OnForceComplete).
+//	                                                          broker.Config.OnForceComplete; a topic's force-complete
+//	                                                          covers its ephemeral groups, as "$ephemeral").
 //	spool_messages_filtered_total{topic,group}      counter   messages completed for a subscription without a delivery because no
 //	                                                          member's filter matched them (ObserveFiltered, wired to
 //	                                                          broker.Config.OnFiltered; ephemeral groups as "$ephemeral").

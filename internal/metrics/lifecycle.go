@@ -64,12 +64,14 @@ func (m *Metrics) ObserveLifecycle(r *broker.LifecycleResult) {
 }
 
 // ObserveForceComplete counts the messages one force-complete completed for a group. Its signature
-// is that of broker.Config.OnForceComplete. It never blocks.
+// is that of broker.Config.OnForceComplete. It never blocks. A topic's force-complete also covers
+// its ephemeral subscriptions ("$ephemeral-<id>"), folded into "$ephemeral" (GroupLabel) so that
+// they do not make one series each.
 func (m *Metrics) ObserveForceComplete(topic, group string, n int) {
 	if m == nil || n <= 0 {
 		return
 	}
-	m.lifecycle.forceCompleted.WithLabelValues(topic, group).Add(float64(n))
+	m.lifecycle.forceCompleted.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
 }
 
 // ObserveFiltered counts the messages of a subscription that no member's filter matched and

@@ -27,6 +27,8 @@ func TestObserveLifecycle(t *testing.T) {
 		Err: errors.New("boom")})
 	m.ObserveForceComplete("orders", "g", 3)
 	m.ObserveForceComplete("orders", "g", 0)
+	m.ObserveForceComplete("orders", "$ephemeral-x1", 5)
+	m.ObserveForceComplete("orders", "$ephemeral-x2", 1)
 	m.ObserveFiltered("orders", "g", 4)
 	m.ObserveFiltered("orders", "$ephemeral-x1", 2)
 	m.ObserveFiltered("orders", "g", 0)
@@ -45,6 +47,7 @@ func TestObserveLifecycle(t *testing.T) {
 		{"spool_subscriptions_resurrected_total", topic, 1},
 		{"spool_subscriptions_deleted_total", topic, 1},
 		{"spool_messages_force_completed_total", map[string]string{"topic": "orders", "group": "g"}, 3},
+		{"spool_messages_force_completed_total", map[string]string{"topic": "orders", "group": GroupEphemeral}, 6},
 		{"spool_messages_filtered_total", map[string]string{"topic": "orders", "group": "g"}, 4},
 		{"spool_messages_filtered_total", map[string]string{"topic": "orders", "group": GroupEphemeral}, 2},
 	} {
