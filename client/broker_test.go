@@ -17,10 +17,12 @@ import (
 // the TCP server on 127.0.0.1. It can be stopped and started again on the same directory and port
 // (a broker restart).
 type testBroker struct {
-	tb      testing.TB
-	dir     string
-	addr    string
-	walCfg  wal.Config
+	tb     testing.TB
+	dir    string
+	addr   string
+	walCfg wal.Config
+	// srvMod, when set, changes the server config (every start).
+	srvMod  func(*server.Config)
 	engine  *wal.Engine
 	broker  *broker.Broker
 	srv     *server.Server
@@ -34,6 +36,15 @@ func startBroker(tb testing.TB, mod func(*wal.Config)) *testBroker {
 	if mod != nil {
 		mod(&b.walCfg)
 	}
+	b.start()
+	tb.Cleanup(b.stop)
+	return b
+}
+
+// startBrokerServer is startBroker with a change to the server config.
+func startBrokerServer(tb testing.TB, mod func(*server.Config)) *testBroker {
+	tb.Helper()
+	b := &testBroker{tb: tb, dir: tb.TempDir(), addr: "127.0.0.1:0", srvMod: mod}
 	b.start()
 	tb.Cleanup(b.stop)
 	return b
@@ -53,7 +64,11 @@ func (b *testBroker) start() {
 	if err := br.Start(context.Background()); err != nil {
 		b.tb.Fatalf("broker.Start: %v", err)
 	}
-	srv, err := server.New(server.Config{Name: "test", GoodbyeGrace: 2 * time.Second}, br)
+	cfg := server.Config{Name: "test", GoodbyeGrace: 2 * time.Second}
+	if b.srvMod != nil {
+		b.srvMod(&cfg)
+	}
+	srv, err := server.New(cfg, br)
 	if err != nil {
 		b.tb.Fatalf("server.New: %v", err)
 	}

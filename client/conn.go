@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +100,10 @@ type conn struct {
 	sendMax        int
 	hb             time.Duration
 	sessionTimeout time.Duration
-	logger         *slog.Logger
+	// maxCredit is the broker's cap on a handle's credit (HelloOK.properties["server.max_credit"]),
+	// 0 if it did not say.
+	maxCredit uint32
+	logger    *slog.Logger
 	// nw is the socket's write side: direct writes (none on TLS or net.Pipe: every frame then goes
 	// through the writer), what they left unwritten, and the time of the last write, from which
 	// heartbeats count silence.
@@ -228,6 +232,9 @@ func (c *Client) dialConn(ctx context.Context) (*conn, error) {
 	}
 	if c.cfg.maxFrameSize > 0 && c.cfg.maxFrameSize < cn.sendMax {
 		cn.sendMax = c.cfg.maxFrameSize
+	}
+	if v, err := strconv.ParseUint(ok.Properties["server.max_credit"], 10, 32); err == nil {
+		cn.maxCredit = uint32(v)
 	}
 	if cn.hb <= 0 {
 		cn.hb = 10 * time.Second

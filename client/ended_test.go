@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
 )
@@ -102,3 +103,126 @@ func TestSubscriptionEndedByBroker(t *testing.T) {
 type endedHook func(SubscriptionEndedEvent)
 
 func (f endedHook) OnSubscriptionEnded(e SubscriptionEndedEvent) { f(e) }
+
+// TestAddCreditPastCap: a raise past the broker's cap is refused by AddCredit and not kept, so
+// the subscription survives a reconnect (whose Subscribe would otherwise ask for more than the
+// cap and be refused).
+func TestAddCreditPastCap(t *testing.T) {
+	t.Parallel()
+	b := startBrokerServer(t, func(cfg *server.Config) { cfg.MaxCredit, cfg.TextMaxInFlight = 100, 100 })
+	b.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
+	connects := make(chan ConnectEvent, 4)
+	c := b.dial(t, Hooks(connectHook(func(e ConnectEvent) { connects <- e })))
+	recv(t, connects, "connect")
+	got := make(chan string, 4)
+	sub, err := c.Subscribe(context.Background(), SubscribeParams{Topic: "orders", Group: "billing", MaxInFlight: 100}, func(_ context.Context, d *Delivery) error {
+		got <- string(d.Payload)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.AddCredit(context.Background(), 1); !errors.Is(err, protocol.ErrInvalidArgument) {
+		t.Fatalf("AddCredit past the cap: %v, want INVALID_ARGUMENT", err)
+	}
+	_ = c.current().nc.Close() // a dropped TCP connection
+	if ev := recv(t, connects, "reconnect"); !ev.Reconnect {
+		t.Fatalf("connect event %+v", ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	// The group outlives the connection: the message reaches the member once it resubscribed.
+	if _, err := c.Publish(ctx, "orders", Message{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p != "after" {
+			t.Fatalf("delivery %q", p)
+		}
+	case <-sub.Done():
+		t.Fatalf("subscription ended: %v", sub.Err())
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for a delivery after the reconnect")
+	}
+}
+
+// TestCreditLoweredToNewCap: after a restart with a lower server.max_credit, the resubscription
+// asks for the new cap instead of being refused.
+func TestCreditLoweredToNewCap(t *testing.T) {
+	t.Parallel()
+	b := startBrokerServer(t, func(cfg *server.Config) { cfg.MaxCredit, cfg.TextMaxInFlight = 100, 100 })
+	b.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
+	c := b.dial(t)
+	got := make(chan string, 4)
+	sub, err := c.Subscribe(context.Background(), SubscribeParams{Topic: "orders", Group: "billing", MaxInFlight: 100}, func(_ context.Context, d *Delivery) error {
+		got <- string(d.Payload)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srvMod = func(cfg *server.Config) { cfg.MaxCredit, cfg.TextMaxInFlight = 50, 50 }
+	b.restart()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := c.Publish(ctx, "orders", Message{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		if p != "after" {
+			t.Fatalf("delivery %q", p)
+		}
+	case <-sub.Done():
+		t.Fatalf("subscription ended: %v", sub.Err())
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for a delivery after the restart")
+	}
+}
+
+// TestCreditRaiseRefusedWithoutCap: a broker that announces no cap refuses a raise only with an
+// Error; the resubscription that asks for the raised credit is refused too, and the client
+// subscribes again with the credit the broker accepted instead of ending the subscription.
+func TestCreditRaiseRefusedWithoutCap(t *testing.T) {
+	t.Parallel()
+	n, c, p := pipeClient(t, nil)
+	sub, _ := subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g", MaxInFlight: 100}, func(context.Context, *Delivery) error { return nil })
+	if err := sub.AddCredit(context.Background(), 1); err != nil {
+		t.Fatalf("AddCredit with no announced cap: %v", err)
+	}
+	corr, _ := expect[*protocol.Credit](p)
+	p.write(corr, protocol.ErrInvalidArgument.Errorf("credit 100 + 1 exceeds the server's cap 100"))
+	_ = p.nc.Close()
+
+	p = n.acceptPeer(t)
+	p.handshake(nil)
+	corr, req := expect[*protocol.Subscribe](p)
+	if req.MaxInFlight != 101 {
+		t.Fatalf("first resubscribe asks for %d, want the raised 101", req.MaxInFlight)
+	}
+	p.write(corr, protocol.ErrInvalidArgument.Errorf("max_in_flight 101 exceeds the server's cap 100"))
+	corr, req = expect[*protocol.Subscribe](p)
+	if req.MaxInFlight != 100 {
+		t.Fatalf("second resubscribe asks for %d, want the accepted 100", req.MaxInFlight)
+	}
+	p.write(corr, &protocol.SubscribeOK{Handle: 2, MemberID: "m1"})
+	checkFor(t, waitTimeout, func() error {
+		select {
+		case <-sub.Done():
+			t.Fatalf("subscription ended: %v", sub.Err())
+		default:
+		}
+		if sub.handleOf() != 2 {
+			return errors.New("not resubscribed yet")
+		}
+		return nil
+	})
+}
+
+// handleOf returns the current handle, 0 if none.
+func (s *Subscription) handleOf() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handle
+}

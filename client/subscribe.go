@@ -130,9 +130,16 @@ type Subscription struct {
 	handle   uint32
 	memberID string
 	joined   []protocol.SubscriptionInfo
-	credit   uint32
-	started  bool // subscribed once: the supervisor resubscribes it
-	queue    []*Delivery
+	// credit is the MaxInFlight of the next Subscribe: the handle's credit on the broker, unless
+	// a raise sent to a broker that announced no cap was refused (accepted is then lower).
+	credit uint32
+	// accepted is the credit the broker is known to have taken: the last Subscribe's, plus the
+	// raises within the announced cap since.
+	accepted uint32
+	// maxCredit is the cap the broker of the last handle announced; 0 if it did not.
+	maxCredit uint32
+	started   bool // subscribed once: the supervisor resubscribes it
+	queue     []*Delivery
 	// pending holds the batches still arriving (batch.go).
 	pending map[batchKey][]*Delivery
 	closing bool  // closed or ended: no new deliveries to handlers
@@ -301,8 +308,15 @@ func (s *Subscription) Err() error {
 }
 
 // AddCredit raises the subscription's MaxInFlight by n (a Credit frame; no protocol version
-// lowers it). The raised value is kept for resubscriptions. The broker reports a
-// refusal (the total over its cap) only in its logs; ctx is unused but reserved.
+// lowers it). The raised value is kept for resubscriptions.
+//
+// A raise past the broker's cap (server.max_credit, announced at the handshake) fails with an
+// error wrapping protocol.ErrInvalidArgument and changes nothing. A broker that announces no cap
+// (an older one) answers a refused Credit only with an Error the client logs; the client then
+// learns of the refusal at the next resubscription, which drops the raises that broker refused
+// and subscribes with the credit it last accepted. After a reconnect to a broker with a lower cap,
+// the credit is lowered to that cap. Otherwise AddCredit returns nil, also while reconnecting (the
+// next Subscribe carries the new credit), or ErrSubscriptionClosed. ctx is unused but reserved.
 func (s *Subscription) AddCredit(_ context.Context, n uint32) error {
 	if n == 0 {
 		return nil
@@ -312,11 +326,20 @@ func (s *Subscription) AddCredit(_ context.Context, n uint32) error {
 		s.mu.Unlock()
 		return ErrSubscriptionClosed
 	}
-	if uint64(s.credit)+uint64(n) > math.MaxUint32 {
+	total := uint64(s.credit) + uint64(n)
+	if total > math.MaxUint32 {
 		s.mu.Unlock()
 		return fmt.Errorf("client: add credit: %w: %d + %d overflows", protocol.ErrInvalidArgument, s.credit, n)
 	}
+	if s.maxCredit != 0 && total > uint64(s.maxCredit) {
+		credit, limit := s.credit, s.maxCredit
+		s.mu.Unlock()
+		return fmt.Errorf("client: add credit: %w: credit %d + %d exceeds the broker's cap %d", protocol.ErrInvalidArgument, credit, n, limit)
+	}
 	s.credit += n
+	if s.maxCredit != 0 {
+		s.accepted = s.credit
+	}
 	s.setWideWindow()
 	cn, h := s.cn, s.handle
 	s.mu.Unlock()
@@ -355,8 +378,43 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 		s.mu.Unlock()
 		return nil
 	}
+	if resub && cn.maxCredit != 0 && s.credit > cn.maxCredit {
+		// A broker with a lower cap than the last one: it would refuse the subscription.
+		s.logger.Warn("credit lowered to the broker's cap", slog.Uint64("credit", uint64(s.credit)), slog.Uint64("max_credit", uint64(cn.maxCredit)))
+		s.credit = cn.maxCredit
+		s.setWideWindow()
+	}
 	credit := s.credit
 	s.mu.Unlock()
+	err := s.subscribeWith(ctx, cn, resub, credit)
+	if resub && err != nil && errors.Is(err, protocol.ErrInvalidArgument) && s.dropUnconfirmedCredit(credit) {
+		// A broker that announced no cap refused raises sent with Credit: subscribe with the
+		// credit it accepted.
+		s.mu.Lock()
+		credit = s.credit
+		s.mu.Unlock()
+		err = s.subscribeWith(ctx, cn, resub, credit)
+	}
+	return err
+}
+
+// dropUnconfirmedCredit lowers the credit to what the broker last accepted when a Subscribe with
+// credit (raised since) was refused; false when there was nothing to lower.
+func (s *Subscription) dropUnconfirmedCredit(credit uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.accepted == 0 || s.credit != credit || credit <= s.accepted {
+		return false
+	}
+	s.logger.Warn("credit raise refused by the broker, dropped", slog.Uint64("credit", uint64(credit)), slog.Uint64("accepted", uint64(s.accepted)))
+	s.credit = s.accepted
+	s.setWideWindow()
+	return true
+}
+
+// subscribeWith sends the Subscribe of s on cn with credit and waits for its answer. s.subMu
+// must be held.
+func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, credit uint32) error {
 	start := s.params.Start
 	if resub && s.params.Group == "" {
 		start = FromNow()
@@ -384,7 +442,7 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 		if !isOK {
 			return
 		}
-		if won && s.attach(cn, ok) {
+		if won && s.attach(cn, ok, credit) {
 			cn.registerHandle(ok.Handle, s)
 			return
 		}
@@ -401,14 +459,19 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 	return nil
 }
 
-// attach records the handle of a successful Subscribe; false when the subscription closed.
-func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK) bool {
+// attach records the handle of a successful Subscribe with credit; false when the subscription
+// closed.
+func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK, credit uint32) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
 	s.cn, s.handle, s.memberID, s.joined, s.started = cn, ok.Handle, ok.MemberID, ok.Subscriptions, true
+	s.maxCredit = cn.maxCredit
+	// Raises between sending the Subscribe and its answer are not in credit: they went to no
+	// handle (cn was nil) and the next Subscribe carries them.
+	s.accepted = credit
 	return true
 }
 

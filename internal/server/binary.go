@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,7 +182,9 @@ func (b *binarySession) handshake() bool {
 		SessionTimeout:    timeout,
 		MaxFrameSize:      uint32(cfg.MaxFrameSize),
 		MaxMessageSize:    uint32(cfg.MaxMessageSize),
-		Properties:        map[string]string{"server.version": cfg.Version},
+		// server.max_credit lets a client refuse a Credit past the cap itself: Credit has no
+		// success answer, so it cannot tell an accepted raise from one whose Error is coming.
+		Properties: map[string]string{"server.version": cfg.Version, "server.max_credit": strconv.Itoa(cfg.MaxCredit)},
 	}
 	c.mu.Lock()
 	b.ready, b.interval = true, interval

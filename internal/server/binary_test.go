@@ -26,7 +26,7 @@ func TestHandshake(t *testing.T) {
 	if h.Version != protocol.Version4 || h.ServerName != "test" || h.SessionID == "" ||
 		h.HeartbeatInterval != DefaultHeartbeatInterval || h.SessionTimeout != DefaultSessionTimeout ||
 		h.MaxFrameSize != protocol.DefaultMaxFrameSize || h.MaxMessageSize != storage.DefaultMaxMessageBytes ||
-		h.Properties["server.version"] != "1.2.3" {
+		h.Properties["server.version"] != "1.2.3" || h.Properties["server.max_credit"] != "65536" {
 		t.Fatalf("HelloOK = %+v", h)
 	}
 

@@ -93,7 +93,8 @@ type Config struct {
 	// GoodbyeGrace is how long Stop lets binary clients settle their deliveries after the server's
 	// Goodbye before it closes their connections. Defaults to 5 s; must be positive.
 	GoodbyeGrace time.Duration `yaml:"goodbye_grace"`
-	// MaxCredit bounds a handle's credit (Subscribe.max_in_flight plus Credit). Defaults to 65,536
+	// MaxCredit bounds a handle's credit (Subscribe.max_in_flight plus Credit); it is announced in
+	// HelloOK.properties["server.max_credit"]. Defaults to 65,536
 	// (broker.MaxInFlightLimit), which is also its maximum.
 	MaxCredit int `yaml:"max_credit"`
 	// MaxQueuedResponses bounds the requests of one connection in progress: responses queued for
