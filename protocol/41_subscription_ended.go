@@ -2,8 +2,8 @@ package protocol
 
 // SubscriptionEnded is a server push (correlation id 0): the server stopped delivering a
 // subscription on a handle, or closed the handle, for a reason other than the client's
-// Unsubscribe. Examples: an administrator cancelled the group's subscription or deleted the
-// topic (SUBSCRIPTION_NOT_FOUND), the group moved to ordered mode (INVALID_ARGUMENT).
+// Unsubscribe: an administrator cancelled the group's subscription (SUBSCRIPTION_NOT_ACTIVE), or
+// deleted the subscription or its topic (SUBSCRIPTION_NOT_FOUND).
 //
 // With SubscriptionID 0 the whole handle is closed, as if unsubscribed: the handle's leases were
 // released and no Deliver for it follows. With a SubscriptionID, the handle stays open for its
