@@ -21,8 +21,8 @@ type Subscribe struct {
 	// application wants it to be); "" lets the server assign one (SubscribeOK.MemberID).
 	MemberID string
 	// Mode is GroupShared (default) or GroupOrdered; every member of a group must ask for the
-	// same mode (INVALID_ARGUMENT otherwise, and for GroupOrdered on a server without ordered
-	// groups).
+	// mode the group's subscription was created with (SUBSCRIPTION_EXISTS otherwise; a server
+	// without ordered groups answers GroupOrdered with INVALID_ARGUMENT).
 	Mode GroupMode
 	// MaxInFlight is the handle's credit: the most deliveries the server leaves unsettled on this
 	// handle at a time (a delivery is settled by Ack, Nack, or its lease deadline passing). 0
