@@ -86,8 +86,9 @@ type SubscribeParams struct {
 	// grammar in docs/protocol.md): this subscription gets only the messages it matches, and a
 	// message that no member of the group on the broker matches is completed for the group without
 	// a delivery. A bad filter fails Subscribe with an error wrapping protocol.ErrInvalidArgument
-	// (it says where). Not with Ordered; needs a broker on the embedded engine and protocol
-	// version 3.
+	// (it says where). Not with Ordered; needs protocol version 3. Both engines take filters;
+	// with several broker instances on one PostgreSQL database, "no member" means none on any
+	// instance (docs/protocol.md section 8.1.1).
 	Filter string
 	// BatchSize, with Ordered and a BatchHandler (Client.SubscribeBatch), makes the member take
 	// per-key batches of up to BatchSize messages (at most 1000) per partition, extended so that

@@ -111,8 +111,8 @@ func parkedAt(d *storage.Delivery, now time.Time) parkedDelivery {
 	return parkedDelivery{Delivery: d, renewAt: now.Add(d.LeaseDeadline.Sub(now) / 2)}
 }
 
-// parseFilter compiles p.Filter; nil when empty. Bad text, an ordered member and a shared
-// engine get an error wrapping storage.ErrInvalidArgument.
+// parseFilter compiles p.Filter; nil when empty. Bad text and an ordered member get an error
+// wrapping storage.ErrInvalidArgument; every engine takes filters.
 func (b *Broker) parseFilter(p *SubscribeParams) (*filter.Filter, error) {
 	if p.Filter == "" {
 		return nil, nil
