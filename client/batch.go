@@ -12,9 +12,11 @@ import (
 // BatchHandler processes one per-key batch of an ordered subscription (SubscribeBatch): the
 // consecutive messages of one partition, in offset order. A nil return acks the whole batch, an
 // error nacks the whole batch (redelivered whole, before any later message of its partition,
-// after NackDelay, or as NackWithDelay and ToDLQ say). The deliveries must not be settled one by
-// one: the broker refuses an ack or nack of part of a batch (protocol.ErrInvalidArgument). ctx is
-// as for Handler; a panic is recovered and treated as an error.
+// after NackDelay, or as NackWithDelay and ToDLQ say). The deliveries are not settled one by one:
+// Ack and Nack of one delivery of a batch of several fail with an error wrapping
+// protocol.ErrInvalidArgument and send nothing (the broker refuses part of a batch, and would
+// refuse with it the acks of other subscriptions that share its Ack frame). ctx is as for
+// Handler; a panic is recovered and treated as an error.
 type BatchHandler func(ctx context.Context, batch []*Delivery) error
 
 // SubscribeBatch is Subscribe for an ordered member that takes per-key batches: p.Ordered and
@@ -90,8 +92,8 @@ func (s *Subscription) runBatchHandler(batch []*Delivery) (err error) {
 // broker's answer (one Ack frame: the coalesced acks of single deliveries could cut a batch
 // between two frames, which the broker would refuse).
 func (s *Subscription) settleBatch(batch []*Delivery, err error) error {
-	// Every ref, also of deliveries the handler tried to settle alone: the broker refused that
-	// (a part of a batch), unless the batch has one message, whose ack is idempotent.
+	// Every ref, also of a one-message batch the handler settled itself (an idempotent ack);
+	// the deliveries of a larger batch cannot be settled alone (Delivery.partOfBatch).
 	refs := make([]protocol.Ref, 0, len(batch))
 	for _, d := range batch {
 		d.settled.Store(true)

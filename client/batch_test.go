@@ -87,3 +87,41 @@ func TestSubscribeBatch(t *testing.T) {
 	check(recv(t, batches, "the nacked batch again"), 0, 4, 2)
 	check(recv(t, batches, "the next batch"), 4, 1, 1)
 }
+
+// TestBatchDeliveryAckStaysLocal: an Ack of one delivery of a batch is refused by the client
+// and never sent: coalesced with other subscriptions' acks, the broker's refusal of a part of a
+// batch would have failed their acks too. The batch's own Ack carries all its refs.
+func TestBatchDeliveryAckStaysLocal(t *testing.T) {
+	t.Parallel()
+	_, c, p := pipeClient(t, nil)
+	ackErr := make(chan error, 1)
+	ch := make(chan error, 1)
+	go func() {
+		_, err := c.SubscribeBatch(context.Background(), SubscribeParams{Topic: "orders", Group: "g", Ordered: true, BatchSize: 2},
+			func(_ context.Context, batch []*Delivery) error {
+				ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+				defer cancel()
+				ackErr <- batch[0].Ack(ctx)
+				return nil
+			})
+		ch <- err
+	}()
+	corr, _ := expect[*protocol.Subscribe](p)
+	p.write(corr, &protocol.SubscribeOK{Handle: 1, MemberID: "m1", Subscriptions: []protocol.SubscriptionInfo{{SubscriptionID: 10, Topic: "orders"}}})
+	if err := recv(t, ch, "SubscribeBatch"); err != nil {
+		t.Fatal(err)
+	}
+	ds := []protocol.Delivery{delivery(1, 0, "a"), delivery(1, 1, "b")}
+	for i := range ds {
+		ds[i].BatchLen, ds[i].BatchOffset = 2, 0
+	}
+	p.write(0, &protocol.Deliver{Deliveries: ds})
+	if err := recv(t, ackErr, "the handler's Ack"); !errors.Is(err, protocol.ErrInvalidArgument) {
+		t.Fatalf("Ack of one delivery of a batch: %v, want ErrInvalidArgument", err)
+	}
+	corr, ack := expect[*protocol.Ack](p)
+	if len(ack.Refs) != 2 {
+		t.Fatalf("first Ack frame has %d refs, want the batch's 2", len(ack.Refs))
+	}
+	p.write(corr, &protocol.AckOK{Acked: 2})
+}

@@ -71,6 +71,17 @@ func newDelivery(s *Subscription, cn *conn, pd *protocol.Delivery) *Delivery {
 	}
 }
 
+// partOfBatch refuses to settle one delivery of a per-key batch of several (SubscribeBatch): the
+// broker refuses a part of a batch, and would refuse with it the whole Ack frame this ack shares
+// with the coalesced acks of other subscriptions. The batch is settled by the handler's return.
+func (d *Delivery) partOfBatch(op string) error {
+	if d.BatchLen > 1 && d.sub != nil && d.sub.batchHandler != nil {
+		return fmt.Errorf("client: %s %s/%s: %w: one delivery of a batch of %d; the batch handler's return settles the batch",
+			op, d.Topic, d.MessageID(), protocol.ErrInvalidArgument, d.BatchLen)
+	}
+	return nil
+}
+
 // MessageID returns the message id users see everywhere (see Position.MessageID): the offset on a
 // one-partition topic, "partition:offset" otherwise.
 func (d *Delivery) MessageID() string {
@@ -82,8 +93,13 @@ func (d *Delivery) MessageID() string {
 // ErrAlreadySettled after an earlier Ack or Nack, ErrConnectionLost when the delivery's connection
 // broke (the broker redelivers the message), ErrUnknownMessage when the broker no longer knows the
 // subscription, or ctx's error (the ack may still be applied). Use it with ManualAck; without, a
-// handler may still call it and its return value then only matters for the hook.
+// handler may still call it and its return value then only matters for the hook. On a delivery
+// of a batch of several (SubscribeBatch) it fails with an error wrapping
+// protocol.ErrInvalidArgument and sends nothing, and so does Nack.
 func (d *Delivery) Ack(ctx context.Context) error {
+	if err := d.partOfBatch("ack"); err != nil {
+		return err
+	}
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrAlreadySettled
 	}
@@ -106,6 +122,9 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // ErrAlreadySettled, ErrConnectionLost (the broker redelivers anyway), an error wrapping
 // protocol.ErrLeaseNotHeld when the lease had expired or moved to another member, or ctx's error.
 func (d *Delivery) Nack(ctx context.Context, reason error) error {
+	if err := d.partOfBatch("nack"); err != nil {
+		return err
+	}
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrAlreadySettled
 	}
