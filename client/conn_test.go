@@ -596,8 +596,9 @@ func TestResubscribe(t *testing.T) {
 	}
 }
 
-// TestBrokerGoodbye: on the broker's Goodbye the client reconnects for new work at once, lets the
-// running handler finish and ack on the old connection, then answers GoodbyeOK there.
+// TestBrokerGoodbye: on the broker's Goodbye the client reconnects for new work (after the first
+// backoff), lets the running handler finish and ack on the old connection, then answers GoodbyeOK
+// there.
 func TestBrokerGoodbye(t *testing.T) {
 	t.Parallel()
 	n, c, p := pipeClient(t, nil)

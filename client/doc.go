@@ -40,9 +40,11 @@
 // reconnecting wait for the connection until their ctx ends; PublishAsync messages wait up to
 // AsyncPublishTimeout.
 //
-// When the broker says Goodbye (shutdown), the client reconnects at once for new work, lets the
-// handlers running on deliveries of the old connection finish and settle them there (the broker
-// accepts acks for a grace period), and answers GoodbyeOK when the last one returned.
+// When the broker says Goodbye (shutdown), the client stops sending new work on that connection
+// and reconnects after the first backoff (ReconnectBackoff's min, 100 ms by default: the broker
+// that is going away is not asked again at once); meanwhile it lets the handlers running on
+// deliveries of the old connection finish and settle them there (the broker accepts acks for a
+// grace period), and answers GoodbyeOK when the last one returned.
 //
 // Heartbeats: the broker announces the heartbeat interval and session timeout in its handshake
 // answer (10 s and 30 s by default; HeartbeatInterval asks for another interval). The client sends
