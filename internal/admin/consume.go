@@ -124,35 +124,28 @@ type AckResult struct {
 	Nacked *int `json:"nacked,omitempty"`
 }
 
-// metricsGroup is the group label of a URL group ("$queue" is a member without a group).
-func metricsGroup(group string) string {
-	if group == storage.QueueGroup {
-		return ""
-	}
-	return group
-}
-
 // subscriptionID resolves the subscription of refs: the one the pull session is attached to, or
 // the subscription of (topic, group) (for a QUEUE topic pulled with a group name: its queue
 // subscription). A subscription id given in the request must be that one: the permission checked
 // is the URL's topic and group, so an id of another group's subscription would settle messages
-// that group never received.
-func (h *Handler) subscriptionID(ctx context.Context, topic, group string, given int64, s *session) (int64, error) {
-	id, err := h.groupSubscriptionID(ctx, topic, group, s)
+// that group never received. It also returns the subscription's group, the group label of its
+// metrics (broker.Member.SubscriptionGroup): "$queue" for a QUEUE topic pulled with a group name.
+func (h *Handler) subscriptionID(ctx context.Context, topic, group string, given int64, s *session) (int64, string, error) {
+	id, subGroup, err := h.groupSubscriptionID(ctx, topic, group, s)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if given != 0 && given != id {
-		return 0, invalidf("subscription_id %d is not the subscription of group %q of topic %q (%d): the group was created again since the pull, or the id is another group's",
+		return 0, "", invalidf("subscription_id %d is not the subscription of group %q of topic %q (%d): the group was created again since the pull, or the id is another group's",
 			given, group, topic, id)
 	}
-	return id, nil
+	return id, subGroup, nil
 }
 
-func (h *Handler) groupSubscriptionID(ctx context.Context, topic, group string, s *session) (int64, error) {
+func (h *Handler) groupSubscriptionID(ctx context.Context, topic, group string, s *session) (int64, string, error) {
 	if s != nil {
 		if id, ok := s.subscription(); ok {
-			return id, nil
+			return id, s.member.SubscriptionGroup(id), nil
 		}
 	}
 	g, err := h.b.Group(ctx, topic, group)
@@ -163,9 +156,9 @@ func (h *Handler) groupSubscriptionID(ctx context.Context, topic, group string, 
 		}
 	}
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return g.Subscription.ID, nil
+	return g.Subscription.ID, g.Subscription.Group, nil
 }
 
 // ack serves POST .../ack. Any member of a subscription may ack, so this needs no pull session:
@@ -190,7 +183,7 @@ func (h *Handler) ack(w http.ResponseWriter, r *http.Request) error {
 		defer s.release()
 		memberID = s.member.ID()
 	}
-	sub, err := h.subscriptionID(r.Context(), topic, group, req.SubscriptionID, s)
+	sub, subGroup, err := h.subscriptionID(r.Context(), topic, group, req.SubscriptionID, s)
 	if err != nil {
 		return err
 	}
@@ -204,7 +197,7 @@ func (h *Handler) ack(w http.ResponseWriter, r *http.Request) error {
 	// The answer counts every ref that names a message (acks are idempotent); the metric only
 	// those this call completed, as over TCP: an ack of a message already done is not counted again.
 	n := len(refs) - len(res.Unknown)
-	h.metrics.ObserveAck(topic, metricsGroup(group), res.Acked)
+	h.metrics.ObserveAck(topic, subGroup, res.Acked)
 	if len(res.Unknown) > 0 {
 		return invalidf("%d of %d refs name no message (first %d:%d); the others were acked",
 			len(res.Unknown), len(refs), res.Unknown[0].Partition, res.Unknown[0].Offset)
@@ -234,7 +227,7 @@ func (h *Handler) leaseHolder(ctx context.Context, topic, group, filter string, 
 	if err != nil {
 		return nil, 0, err
 	}
-	sub, err := h.subscriptionID(ctx, topic, group, given, s)
+	sub, _, err := h.subscriptionID(ctx, topic, group, given, s)
 	if err != nil {
 		s.release()
 		return nil, 0, err
@@ -285,7 +278,7 @@ func (h *Handler) nack(w http.ResponseWriter, r *http.Request) error {
 	// Refs not held are not this session's any more either.
 	s.forget(sub, refs)
 	n := len(refs) - len(res.NotHeld)
-	h.metrics.ObserveNack(topic, s.label, res.Nacked, res.DeadLettered)
+	h.metrics.ObserveNack(topic, s.member.SubscriptionGroup(sub), res.Nacked, res.DeadLettered)
 	if len(res.NotHeld) > 0 {
 		return notHeldErr("nack", res.NotHeld, len(refs))
 	}

@@ -89,3 +89,36 @@ func TestAckAgainNotCounted(t *testing.T) {
 	}
 	e.expectMetric("spool_messages_acked_total", map[string]string{"topic": "jobs", "group": "billing"}, 1)
 }
+
+// TestHookMetricsGroupLabel: HTTP deliveries, acks and nacks of a QUEUE topic's subscription are
+// labelled "$queue", whatever group the URL names, as its scrape-time metrics are (never "").
+func TestHookMetricsGroupLabel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "jobs", "semantics": "QUEUE"}).ok(201, nil)
+	for _, p := range []string{"a", "b", "c", "d"} {
+		e.do("POST", "/api/v1/topics/jobs/messages", map[string]any{"payload": p}).ok(201, nil)
+	}
+	// Pulled as $queue and as a group name (the same subscription), acked by a URL group that has
+	// no pull session (the subscription is looked up).
+	msgs := e.pullN("jobs", "$queue", 2, nil)
+	msgs = append(msgs, e.pullN("jobs", "workers", 2, nil)...)
+	e.do("POST", "/api/v1/topics/jobs/groups/$queue/ack", map[string]any{"ids": []string{msgs[0].ID}}).ok(200, nil)
+	e.do("POST", "/api/v1/topics/jobs/groups/other/ack", map[string]any{"ids": []string{msgs[2].ID}}).ok(200, nil)
+	e.do("POST", "/api/v1/topics/jobs/groups/$queue/nack", map[string]any{"ids": []string{msgs[1].ID}, "to_dlq": true}).ok(200, nil)
+	e.do("POST", "/api/v1/topics/jobs/groups/workers/nack", map[string]any{"ids": []string{msgs[3].ID}, "to_dlq": true}).ok(200, nil)
+	labels := map[string]string{"topic": "jobs", "group": "$queue"}
+	e.expectMetric("spool_messages_delivered_total", labels, 4)
+	e.expectMetric("spool_messages_acked_total", labels, 2)
+	e.expectMetric("spool_messages_nacked_total", labels, 2)
+	e.expectMetric("spool_messages_dead_lettered_total", labels, 2)
+	e.expectMetric("spool_subscription_dead_lettered", labels, 2)
+	for _, g := range []string{"", "workers", "other"} {
+		if _, ok := e.metricValue("spool_messages_delivered_total", map[string]string{"topic": "jobs", "group": g}); ok {
+			t.Errorf("spool_messages_delivered_total{group=%q} exists", g)
+		}
+		if _, ok := e.metricValue("spool_messages_acked_total", map[string]string{"topic": "jobs", "group": g}); ok {
+			t.Errorf("spool_messages_acked_total{group=%q} exists", g)
+		}
+	}
+}

@@ -60,7 +60,6 @@ type session struct {
 	key     sessionKey
 	member  *broker.Member
 	notify  chan struct{}
-	label   string // group label of metrics
 	ackWait time.Duration
 	parts   int
 
@@ -164,7 +163,7 @@ func (p *pulls) acquire(ctx context.Context, topic, group, filter string, start 
 		return nil, err
 	}
 	s := &session{
-		p: p, key: key, member: member, notify: notify, label: subGroup, ackWait: info.Topic.Config.AckWait,
+		p: p, key: key, member: member, notify: notify, ackWait: info.Topic.Config.AckWait,
 		parts: info.Topic.Config.Partitions, changed: make(chan struct{}), handed: make(map[leaseKey]time.Time),
 	}
 	p.mu.Lock()
@@ -366,8 +365,13 @@ func (s *session) handOut(ctx context.Context, got []*storage.Delivery) []*stora
 		s.handed[keyOf(d)] = d.LeaseDeadline
 	}
 	s.mu.Unlock()
+	var sub int64
+	var group string // the metrics group label of sub (broker.Member.SubscriptionGroup)
 	for _, d := range out {
-		s.p.metrics.ObserveDelivery(d.Topic, s.label, d.Attempt, d.PublishedAt)
+		if d.SubscriptionID != sub {
+			sub, group = d.SubscriptionID, s.member.SubscriptionGroup(d.SubscriptionID)
+		}
+		s.p.metrics.ObserveDelivery(d.Topic, group, d.Attempt, d.PublishedAt)
 	}
 	return out
 }

@@ -173,6 +173,23 @@ func (m *Member) Pattern() string { return m.pattern }
 // Group returns the member's consumer group, empty if none.
 func (m *Member) Group() string { return m.group }
 
+// SubscriptionGroup returns the group of subscription subID as the subscription names it, which
+// is not always Group: storage.QueueGroup for the subscription of a QUEUE topic (whatever group
+// the member gave), "$ephemeral-<id>" for the ephemeral subscription of a member without a group
+// on a PUB_SUB topic. The metrics of deliveries, acks and nacks are labelled with it (folding the
+// ephemeral ones into one label), as the scrape-time metrics label the subscription, so that the
+// two join. When the member is not attached to subID (it was detached after the delivery was
+// taken) it returns Group.
+func (m *Member) SubscriptionGroup(subID int64) string {
+	m.mu.Lock()
+	o := m.subs[subID]
+	m.mu.Unlock()
+	if o == nil {
+		return m.group
+	}
+	return o.group
+}
+
 // Filter returns the member's filter as given (trimmed), empty if none.
 func (m *Member) Filter() string { return m.filter.String() }
 

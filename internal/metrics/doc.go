@@ -30,8 +30,11 @@
 // Group label values: a durable group's name; "$queue" for the one subscription of a QUEUE topic;
 // "$ephemeral" for the ephemeral subscriptions of members without a group on a PUB_SUB topic (the
 // engine names each one "$ephemeral-<id>"; they are aggregated into one series per topic so that
-// short-lived subscribers do not create unbounded series). Hook methods take the group the member
-// subscribed with ("" for a member without a group) and apply the same folding of "$ephemeral-<id>".
+// short-lived subscribers do not create unbounded series). Hook methods take the group of the
+// subscription as it names itself (broker.Member.SubscriptionGroup: "$queue", "$ephemeral-<id>"
+// or the durable group, not the group a member subscribed with, which is empty for a member
+// without a group and may be any name on a QUEUE topic) and apply the same folding of
+// "$ephemeral-<id>", so that hook and broker metrics of a subscription carry the same labels.
 //
 // # Metric reference
 //

@@ -152,9 +152,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// GroupLabel returns the group label value of a group name: "$ephemeral" for an ephemeral
-// subscription's group ("$ephemeral-<id>"), the name itself otherwise ("" for a member without a
-// group, "$queue" for the queue subscription).
+// GroupLabel returns the group label value of a subscription's group: "$ephemeral" for an
+// ephemeral subscription's group ("$ephemeral-<id>"), the name itself otherwise ("$queue" for the
+// queue subscription).
 func GroupLabel(group string) string {
 	if strings.HasPrefix(group, GroupEphemeral) {
 		return GroupEphemeral

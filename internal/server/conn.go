@@ -492,22 +492,32 @@ type subLabels struct{ topic, group string }
 // metrics.DeliveryObserver).
 type deliveredBatch struct {
 	obs     metrics.DeliveryObserver
-	lastSub int64 // the subscription whose labels are known to be in conn.labels (0: none)
+	lastSub int64  // the subscription of the last delivery (0: none)
+	group   string // its group label
 }
 
 // delivered records metrics of a delivery the writer is about to send on h, in batch b.
 func (c *conn) delivered(b *deliveredBatch, h *handle, d *storage.Delivery) {
-	group := h.member.Group()
-	b.obs.Observe(d.Topic, group, d.Attempt, d.PublishedAt)
-	if d.SubscriptionID == b.lastSub {
-		return
+	if d.SubscriptionID != b.lastSub {
+		b.lastSub, b.group = d.SubscriptionID, c.groupOf(h, d)
 	}
-	b.lastSub = d.SubscriptionID
+	b.obs.Observe(d.Topic, b.group, d.Attempt, d.PublishedAt)
+}
+
+// groupOf returns the group label of d's subscription and records its labels in c.labels for the
+// acks and nacks of its deliveries: the subscription's group (broker.Member.SubscriptionGroup),
+// "$queue" or "$ephemeral-<id>" for a member without a group, as the scrape-time metrics name it.
+func (c *conn) groupOf(h *handle, d *storage.Delivery) string {
+	if l, ok := c.labelsOf(d.SubscriptionID); ok {
+		return l.group
+	}
+	group := h.member.SubscriptionGroup(d.SubscriptionID)
 	c.mu.Lock()
 	if _, ok := c.labels[d.SubscriptionID]; !ok && len(c.labels) < maxLeftSubscriptions {
 		c.labels[d.SubscriptionID] = subLabels{topic: d.Topic, group: group}
 	}
 	c.mu.Unlock()
+	return group
 }
 
 // labelsOf returns the metric labels of a subscription the connection received deliveries from.

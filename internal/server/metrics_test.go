@@ -102,3 +102,55 @@ func TestNackOnLastAttemptMetrics(t *testing.T) {
 	expectMetric(t, reg, "spool_messages_nacked_total", labels, 1)
 	expectMetric(t, reg, "spool_messages_dead_lettered_total", labels, 1)
 }
+
+// TestHookMetricsGroupLabel: deliveries, acks and nacks are labelled with the subscription's group
+// as the scrape-time metrics name it: "$queue" for a QUEUE topic's subscription (also for a member
+// that gave a group), "$ephemeral" for the subscription of a member without a group on a PUB_SUB
+// topic; never "" (doc.go of internal/metrics).
+func TestHookMetricsGroupLabel(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	e := newEnv(t, func(c *Config) { c.Metrics = m }, nil)
+	if err := m.RegisterBroker(e.b, metrics.CollectorOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.CreateTopic(t.Context(), "events", storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		topic, group, label string
+	}{
+		{"jobs", "", "$queue"},
+		{"jobs2", "billing", "$queue"},
+		{"events", "", "$ephemeral"},
+	} {
+		cl := e.dial(nil)
+		// An ephemeral subscription starts at the end: subscribe, then publish.
+		cl.subscribe(&protocol.Subscribe{Topic: c.topic, Group: c.group, MaxInFlight: 2})
+		cl.publish(c.topic, "a", "b")
+		d := cl.deliveriesN(2)
+		expectOK[*protocol.AckOK](cl, &protocol.Ack{Refs: refs(d[0])})
+		expectOK[*protocol.NackOK](cl, &protocol.Nack{Refs: refs(d[1]), ToDLQ: true})
+		labels := map[string]string{"topic": c.topic, "group": c.label}
+		for _, name := range []string{"spool_messages_delivered_total", "spool_messages_acked_total",
+			"spool_messages_nacked_total", "spool_messages_dead_lettered_total"} {
+			want := 1.0
+			if name == "spool_messages_delivered_total" {
+				want = 2
+			}
+			expectMetric(t, reg, name, labels, want)
+		}
+		// The same labels as the scrape-time metrics of the subscription: they join.
+		if _, ok := metricValue(t, reg, "spool_subscription_pending", labels); !ok {
+			t.Errorf("no series spool_subscription_pending%v", labels)
+		}
+	}
+	for _, name := range []string{"spool_messages_delivered_total", "spool_messages_acked_total"} {
+		for _, topic := range []string{"jobs", "jobs2", "events"} {
+			if _, ok := metricValue(t, reg, name, map[string]string{"topic": topic, "group": ""}); ok {
+				t.Errorf("%s{topic=%q,group=\"\"} exists", name, topic)
+			}
+		}
+	}
+}

@@ -410,7 +410,7 @@ func TestBinaryProtocolAndHTTP(t *testing.T) {
 		for _, want := range []string{"queue_depth{", "consumer_lag{", "message_throughput{",
 			// Hook metrics of the TCP server and the engine.
 			`spool_connections{protocol="binary"} 1`, `spool_messages_published_total{topic="bin.topic"} 1`,
-			`spool_messages_delivered_total{group="",topic="bin.topic"} 1`, `spool_messages_acked_total{group="",topic="bin.topic"} 1`,
+			`spool_messages_delivered_total{group="$queue",topic="bin.topic"} 1`, `spool_messages_acked_total{group="$queue",topic="bin.topic"} 1`,
 			"spool_wal_fsync_duration_seconds_count", "spool_wal_open_files ", "spool_wal_max_open_files "} {
 			if code != 200 || !strings.Contains(body, want) {
 				return fmt.Errorf("/metrics %d lacks %s", code, want)
