@@ -181,8 +181,9 @@ func (m *Metrics) ObservePublishError(code string) {
 	m.publishErrors.WithLabelValues(code).Inc()
 }
 
-// ObserveDelivery records one delivery handed to a consumer of group on topic (group as the member
-// subscribed, "" without one). attempt is storage.Delivery.Attempt; attempts above 1 also count as
+// ObserveDelivery records one delivery handed to a consumer of group on topic (the subscription's
+// group, broker.Member.SubscriptionGroup: "$queue", "$ephemeral-<id>" or a durable name, see the
+// package doc). attempt is storage.Delivery.Attempt; attempts above 1 also count as
 // redeliveries. For a first attempt, the time since publishedAt (storage.Message.PublishedAt, the
 // broker's or database's clock) is observed as end-to-end latency.
 func (m *Metrics) ObserveDelivery(topic, group string, attempt int, publishedAt time.Time) {
