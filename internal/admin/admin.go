@@ -287,7 +287,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // wrap adds to a route's handler: the request id, the body limits (size and read time), JSON
-// errors, panic recovery, logging and request metrics.
+// errors, panic recovery, logging and request metrics, and for publish routes the count of
+// failed publishes.
 func (h *Handler) wrap(rt *route) http.Handler {
 	pattern := rt.pattern()
 	limit := h.maxBody
@@ -298,6 +299,15 @@ func (h *Handler) wrap(rt *route) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		rid := setRequestID(sw, r)
+		// fail answers err. Every failed publish counts in spool_publish_errors_total by the code
+		// of the answer, wherever it failed (auth, CSRF check, body, validation, broker), as the
+		// TCP server counts its refusals.
+		fail := func(err error) {
+			code := h.writeError(sw, r, err)
+			if rt.publish {
+				h.metrics.ObservePublishError(code)
+			}
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(h.bodyTimeout)) == nil {
@@ -315,7 +325,7 @@ func (h *Handler) wrap(rt *route) http.Handler {
 				h.logger.ErrorContext(r.Context(), "admin handler panicked", slog.String("route", pattern),
 					slog.String("request_id", rid), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 				if !sw.wrote {
-					h.writeError(sw, r, protocol.ErrInternal.WithMessage("internal error"))
+					fail(protocol.ErrInternal.WithMessage("internal error"))
 				}
 			}
 			took := time.Since(start)
@@ -327,15 +337,15 @@ func (h *Handler) wrap(rt *route) http.Handler {
 			if errors.Is(err, protocol.ErrNotAuthenticated) {
 				sw.Header().Set("WWW-Authenticate", `Bearer realm="spool"`)
 			}
-			h.writeError(sw, r, err)
+			fail(err)
 			return
 		}
 		if err := h.checkMutation(rt, r); err != nil {
-			h.writeError(sw, r, err)
+			fail(err)
 			return
 		}
 		if err := rt.handle(sw, r); err != nil {
-			h.writeError(sw, r, err)
+			fail(err)
 		}
 	})
 }

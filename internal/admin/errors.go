@@ -71,10 +71,10 @@ func statusForCode(code uint16) int {
 	return http.StatusInternalServerError
 }
 
-// writeError writes err as a JSON error. Storage and broker errors are mapped by errmap.ErrorFrom,
-// so the HTTP API and the TCP protocol report the same code for the same condition; a request body
-// over the limit is FRAME_TOO_LARGE (413).
-func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// writeError writes err as a JSON error and returns its code. Storage and broker errors are mapped
+// by errmap.ErrorFrom, so the HTTP API and the TCP protocol report the same code for the same
+// condition; a request body over the limit is FRAME_TOO_LARGE (413).
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) string {
 	var (
 		he     *httpError
 		mbe    *http.MaxBytesError
@@ -108,6 +108,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 			slog.Any("error", err))
 	}
 	writeJSON(w, status, body)
+	return body.Error.Code
 }
 
 // writeJSON writes v as the JSON response body with status.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
-	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
@@ -161,8 +160,7 @@ func (h *Handler) publish(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	pos, err := h.b.PublishWith(r.Context(), topic, msgs, broker.PublishOptions{Priority: h.priority(r, topic)})
 	if err != nil {
-		h.metrics.ObservePublishError(errmap.ErrorFrom(err).Name)
-		return err
+		return err // counted in spool_publish_errors_total by Handler.wrap
 	}
 	h.metrics.ObservePublish(topic, len(msgs), time.Since(start))
 	parts := 0

@@ -122,3 +122,17 @@ func TestHookMetricsGroupLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishErrorsCounted: HTTP publishes refused before they reach the broker (here, by body
+// validation) count in spool_publish_errors_total, on both publish routes.
+func TestPublishErrorsCounted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.do("POST", "/api/v1/topics/jobs/messages", map[string]any{"messages": []any{}}).fails(400, "INVALID_ARGUMENT")
+	e.do("POST", "/publish", map[string]any{"topic": "jobs"}).fails(400, "INVALID_ARGUMENT")
+	e.expectMetric("spool_publish_errors_total", map[string]string{"code": "INVALID_ARGUMENT"}, 2)
+	// Refused by the broker: counted once.
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "one", "partitions": 1}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/one/messages", map[string]any{"payload": "x", "partition": 5}).fails(400, "INVALID_ARGUMENT")
+	e.expectMetric("spool_publish_errors_total", map[string]string{"code": "INVALID_ARGUMENT"}, 3)
+}

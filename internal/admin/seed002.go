@@ -8,7 +8,6 @@ import (
 
 	"github.com/spoolmq/spool/internal/auth"
 	"github.com/spoolmq/spool/internal/broker"
-	"github.com/spoolmq/spool/internal/errmap"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/names"
 	"github.com/spoolmq/spool/internal/storage"
@@ -62,8 +61,7 @@ func (h *Handler) seedPublish(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	pos, err := h.b.PublishWith(r.Context(), req.Topic, []storage.AppendMessage{am}, broker.PublishOptions{Priority: h.priority(r, req.Topic)})
 	if err != nil {
-		h.metrics.ObservePublishError(errmap.ErrorFrom(err).Name)
-		return err
+		return err // counted in spool_publish_errors_total by Handler.wrap
 	}
 	h.metrics.ObservePublish(req.Topic, 1, time.Since(start))
 	parts := h.partitions(r.Context(), req.Topic)

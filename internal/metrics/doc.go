@@ -95,7 +95,10 @@
 //
 //	spool_messages_published_total{topic}           counter   messages this process accepted (ObservePublish).
 //	spool_publish_duration_seconds                  histogram duration of a publish call, including the fsync (ObservePublish).
-//	spool_publish_errors_total{code}                counter   failed publish calls by protocol error name (ObservePublishError).
+//	spool_publish_errors_total{code}                counter   failed publish calls by protocol error name (ObservePublishError), also
+//	                                                          those refused before the broker (authentication, request body,
+//	                                                          validation); over HTTP the code of the error answer, which may be
+//	                                                          one of HTTP's own (UNSUPPORTED_MEDIA_TYPE, FORBIDDEN).
 //	spool_messages_delivered_total{topic,group}     counter   deliveries handed to consumers (ObserveDelivery).
 //	spool_messages_redelivered_total{topic,group}   counter   of those, deliveries with attempt > 1.
 //	spool_end_to_end_latency_seconds{topic}         histogram from publish time to the first delivery to a consumer.

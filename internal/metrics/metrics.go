@@ -67,7 +67,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_publish_errors_total",
-			Help: "Failed publish calls by protocol error name.",
+			Help: "Failed publish calls by error name: the protocol's, or over HTTP the code of the answer (also refusals before the broker: authentication, body, validation).",
 		}, []string{"code"}),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_delivered_total",
@@ -173,7 +173,9 @@ func (m *Metrics) ObservePublish(topic string, n int, took time.Duration) {
 }
 
 // ObservePublishError records a failed publish call; code is the protocol error name
-// (protocol.Error.Name, "TOPIC_NOT_FOUND"), which keeps the label bounded.
+// (protocol.Error.Name, "TOPIC_NOT_FOUND") or, over HTTP, the code of the error answer (the same
+// names plus a few of HTTP's own, UNSUPPORTED_MEDIA_TYPE), which keeps the label bounded. Count
+// every failure, also those refused before the broker saw the call.
 func (m *Metrics) ObservePublishError(code string) {
 	if m == nil {
 		return
