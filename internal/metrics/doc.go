@@ -210,10 +210,10 @@
 // Seed 000's monitoring figures per subscription (state, pending, in flight, dead-lettered,
 // members) and per topic (messages, bytes, subscriptions) are the spool_subscription_* and
 // spool_topic_* gauges; dead groups detected and subscriptions deleted are the
-// spool_subscriptions_*_total counters. Not exported yet, because the broker and engine do not
-// expose them: the age of a subscription's oldest unacked message (seed 002's "time lag"), last
-// heartbeat per group (it is in the admin API's subscription record), processed counts per group
-// since creation, the retention job's backlog (messages retention may remove but has not; its
-// runs are spool_cleanup_job_*, messages expired spool_messages_expired_total); backfill
-// progress is spool_backfill_*.
+// spool_subscriptions_*_total counters; the retention job's backlog is spool_cleanup_job_backlog,
+// its runs the other spool_cleanup_job_* series, messages it expired
+// spool_messages_expired_total; backfill progress is spool_backfill_*. Not exported yet, because
+// the broker and engine do not expose them: the age of a subscription's oldest unacked message
+// (seed 002's "time lag"), last heartbeat per group (it is in the admin API's subscription
+// record), processed counts per group since creation.
 package metrics
