@@ -102,7 +102,9 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []storage.
 }
 
 // noteStorage records the outcome of a publish for StorageFull: one refused because the storage
-// is out of space (storage.ErrFull) starts the condition, a successful one ends it.
+// is out of space (storage.ErrFull) starts the condition, a successful one ends it. A refusal
+// more than storageFullFor after the one before also starts it again (StorageFull had expired):
+// a new run of refusals logs its WARN and reports its own since.
 func (b *Broker) noteStorage(err error) {
 	switch {
 	case err == nil:
@@ -112,8 +114,12 @@ func (b *Broker) noteStorage(err error) {
 		}
 	case errors.Is(err, storage.ErrFull):
 		now := b.clock.Now().UnixNano()
-		b.storageFullLast.Store(now)
-		if b.storageFullSince.CompareAndSwap(0, now) {
+		// Of concurrent refusals after an expiry only the first gets the old last refusal from
+		// the swap, so only it starts the new run.
+		last := b.storageFullLast.Swap(now)
+		since := b.storageFullSince.Load()
+		expired := since != 0 && now-last > int64(storageFullFor)
+		if (since == 0 || expired) && b.storageFullSince.CompareAndSwap(since, now) {
 			b.logger.Warn("storage full: publishes are refused (STORAGE_FULL) until space is freed; deliveries of stored messages go on",
 				slog.Any("error", err))
 		}
