@@ -149,7 +149,7 @@ var (
 	descBrokerUp = prometheus.NewDesc("spool_broker_up",
 		"1 if the broker answered this scrape, 0 if not.", nil, nil)
 	descStorageFull = prometheus.NewDesc("spool_storage_full",
-		"1 while publishes are refused because the storage is out of space (from a publish refused with STORAGE_FULL until one is stored again), else 0.", nil, nil)
+		"1 while publishes are refused because the storage is out of space (from a publish refused with STORAGE_FULL until one is stored again or 10 s after the last refusal), else 0.", nil, nil)
 	descCollectDuration = prometheus.NewDesc("spool_metrics_collect_duration_seconds",
 		"Time reading the broker took at this scrape.", nil, nil)
 	descCollectErrors = prometheus.NewDesc("spool_metrics_collect_errors_total",
