@@ -278,7 +278,11 @@ func (b *Broker) admit(topic string, msgs []storage.AppendMessage, opts PublishO
 			t.acceptedBytes.Add(-a.nbytes)
 			return 0, admission{}, ErrWouldThrottle
 		}
-		t.throttled.Add(1)
+		if d > 0 {
+			// Counted as delayed only when it waits: at the release threshold, which keeps
+			// the topic throttled (hysteresis), the delay is 0.
+			t.throttled.Add(1)
+		}
 		return d, a, nil
 	}
 	return 0, a, nil
