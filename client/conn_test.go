@@ -807,10 +807,6 @@ func TestHooksAndCredit(t *testing.T) {
 	if corr == 0 || credit.Handle != 1 || credit.Additional != 5 {
 		t.Fatalf("credit corr %d %+v", corr, credit)
 	}
-	p.write(0, &protocol.SubscriptionEnded{Handle: 1, SubscriptionID: 10, Topic: "orders", Code: protocol.CodeSubNotFound})
-	if ev := recv(t, h.ended, "ended hook"); ev.HandleClosed || ev.Topic != "orders" || !errors.Is(ev.Err, protocol.ErrSubscriptionNotFound) {
-		t.Fatalf("ended event %+v", ev)
-	}
 	_ = p.nc.Close()
 	p = n.acceptPeer(t)
 	p.handshake(nil)
@@ -818,7 +814,21 @@ func TestHooksAndCredit(t *testing.T) {
 	if again.MaxInFlight != sub.MaxInFlight+5 {
 		t.Fatalf("resubscribe credit %d, want %d", again.MaxInFlight, sub.MaxInFlight+5)
 	}
-	p.write(corr, &protocol.SubscribeOK{Handle: 3})
+	p.write(corr, &protocol.SubscribeOK{Handle: 3, MemberID: "m1", Subscriptions: []protocol.SubscriptionInfo{{SubscriptionID: 10, Topic: "orders"}}})
+
+	// The end of the handle's one subscription: hooked, and it ends the Subscription, which gives
+	// the handle back.
+	p.write(0, &protocol.SubscriptionEnded{Handle: 3, SubscriptionID: 10, Topic: "orders", Code: protocol.CodeSubNotFound})
+	if ev := recv(t, h.ended, "ended hook"); ev.HandleClosed || ev.Topic != "orders" || !errors.Is(ev.Err, protocol.ErrSubscriptionNotFound) {
+		t.Fatalf("ended event %+v", ev)
+	}
+	if _, unsub := expect[*protocol.Unsubscribe](p); unsub.Handle != 3 {
+		t.Fatalf("unsubscribe of handle %d, want 3", unsub.Handle)
+	}
+	recv(t, s.Done(), "Done")
+	if err := s.Err(); !errors.Is(err, protocol.ErrSubscriptionNotFound) {
+		t.Fatalf("Err() = %v, want SUBSCRIPTION_NOT_FOUND", err)
+	}
 }
 
 // TestCloseWhileReconnecting: calls waiting for a connection end with ErrClientClosed, and Close
