@@ -71,12 +71,12 @@ func expectMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map
 func TestNackOnLastAttemptMetrics(t *testing.T) {
 	t.Parallel()
 	e, reg := metricsEnv(t)
-	if _, err := e.b.CreateTopic(t.Context(), "jobs", storage.TopicConfig{MaxDeliveries: 1}); err != nil {
+	if _, err := e.b.CreateTopic(t.Context(), "jobs", storage.TopicConfig{Semantics: storage.PubSub, MaxDeliveries: 1}); err != nil {
 		t.Fatal(err)
 	}
 	c := e.dial(nil)
-	c.publish("jobs", "b")
 	c.subscribe(&protocol.Subscribe{Topic: "jobs", Group: "billing", MaxInFlight: 1})
+	c.publish("jobs", "b")
 	d := c.deliveriesN(1)
 	if nack := expectOK[*protocol.NackOK](c, &protocol.Nack{Refs: refs(d...)}); nack.Nacked != 0 || nack.DeadLettered != 1 {
 		t.Fatalf("nack on the last attempt: %+v, want dead-lettered 1", nack)
@@ -86,7 +86,7 @@ func TestNackOnLastAttemptMetrics(t *testing.T) {
 	expectMetric(t, reg, "spool_messages_dead_lettered_total", labels, 1)
 
 	// The text protocol's NACK.
-	if _, err := e.b.CreateTopic(t.Context(), "tjobs", storage.TopicConfig{MaxDeliveries: 1}); err != nil {
+	if _, err := e.b.CreateTopic(t.Context(), "tjobs", storage.TopicConfig{Semantics: storage.PubSub, MaxDeliveries: 1}); err != nil {
 		t.Fatal(err)
 	}
 	tc := e.dialText()
