@@ -2,54 +2,21 @@ package admin
 
 import (
 	"testing"
+
+	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // metricValue returns the value of the series name{labels} of e's registry (a counter or gauge)
 // and whether it exists.
 func (e *env) metricValue(name string, labels map[string]string) (float64, bool) {
 	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if len(got) != len(labels) {
-				continue
-			}
-			for k, v := range labels {
-				if got[k] != v {
-					continue next
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue(), true
-			}
-			return m.GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
+	return testutil.MetricValue(e.t, e.reg, name, labels)
 }
 
 // expectMetric fails unless the series name{labels} exists with value want.
 func (e *env) expectMetric(name string, labels map[string]string, want float64) {
 	e.t.Helper()
-	got, ok := e.metricValue(name, labels)
-	if !ok {
-		e.t.Errorf("no series %s%v", name, labels)
-		return
-	}
-	if got != want {
-		e.t.Errorf("%s%v = %v, want %v", name, labels, got, want)
-	}
+	testutil.ExpectMetric(e.t, e.reg, name, labels, want)
 }
 
 // TestNackOnLastAttemptMetrics: a nack on the last attempt, which the engine dead-letters, counts

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
 	"github.com/spoolmq/spool/protocol"
 )
 
@@ -16,53 +17,6 @@ func metricsEnv(t *testing.T) (*env, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	return newEnv(t, func(c *Config) { c.Metrics = m }, nil), reg
-}
-
-// metricValue returns the value of the counter or gauge name{labels} of reg and whether it exists.
-func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if len(got) != len(labels) {
-				continue
-			}
-			for k, v := range labels {
-				if got[k] != v {
-					continue next
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue(), true
-			}
-			return m.GetGauge().GetValue(), true
-		}
-	}
-	return 0, false
-}
-
-// expectMetric fails unless the series name{labels} of reg exists with value want.
-func expectMetric(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string, want float64) {
-	t.Helper()
-	got, ok := metricValue(t, reg, name, labels)
-	if !ok {
-		t.Errorf("no series %s%v", name, labels)
-		return
-	}
-	if got != want {
-		t.Errorf("%s%v = %v, want %v", name, labels, got, want)
-	}
 }
 
 // TestNackOnLastAttemptMetrics: a nack on the last attempt, which the engine dead-letters, counts
@@ -82,8 +36,8 @@ func TestNackOnLastAttemptMetrics(t *testing.T) {
 		t.Fatalf("nack on the last attempt: %+v, want dead-lettered 1", nack)
 	}
 	labels := map[string]string{"topic": "jobs", "group": "billing"}
-	expectMetric(t, reg, "spool_messages_nacked_total", labels, 1)
-	expectMetric(t, reg, "spool_messages_dead_lettered_total", labels, 1)
+	testutil.ExpectMetric(t, reg, "spool_messages_nacked_total", labels, 1)
+	testutil.ExpectMetric(t, reg, "spool_messages_dead_lettered_total", labels, 1)
 
 	// The text protocol's NACK.
 	if _, err := e.b.CreateTopic(t.Context(), "tjobs", storage.TopicConfig{Semantics: storage.PubSub, MaxDeliveries: 1}); err != nil {
@@ -99,8 +53,8 @@ func TestNackOnLastAttemptMetrics(t *testing.T) {
 	tc.send("NACK 1")
 	tc.expect("OK 0 nacked")
 	labels = map[string]string{"topic": "tjobs", "group": "billing"}
-	expectMetric(t, reg, "spool_messages_nacked_total", labels, 1)
-	expectMetric(t, reg, "spool_messages_dead_lettered_total", labels, 1)
+	testutil.ExpectMetric(t, reg, "spool_messages_nacked_total", labels, 1)
+	testutil.ExpectMetric(t, reg, "spool_messages_dead_lettered_total", labels, 1)
 }
 
 // TestHookMetricsGroupLabel: deliveries, acks and nacks are labelled with the subscription's group
@@ -139,16 +93,16 @@ func TestHookMetricsGroupLabel(t *testing.T) {
 			if name == "spool_messages_delivered_total" {
 				want = 2
 			}
-			expectMetric(t, reg, name, labels, want)
+			testutil.ExpectMetric(t, reg, name, labels, want)
 		}
 		// The same labels as the scrape-time metrics of the subscription: they join.
-		if _, ok := metricValue(t, reg, "spool_subscription_pending", labels); !ok {
+		if _, ok := testutil.MetricValue(t, reg, "spool_subscription_pending", labels); !ok {
 			t.Errorf("no series spool_subscription_pending%v", labels)
 		}
 	}
 	for _, name := range []string{"spool_messages_delivered_total", "spool_messages_acked_total"} {
 		for _, topic := range []string{"jobs", "jobs2", "events"} {
-			if _, ok := metricValue(t, reg, name, map[string]string{"topic": topic, "group": ""}); ok {
+			if _, ok := testutil.MetricValue(t, reg, name, map[string]string{"topic": topic, "group": ""}); ok {
 				t.Errorf("%s{topic=%q,group=\"\"} exists", name, topic)
 			}
 		}
