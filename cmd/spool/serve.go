@@ -29,6 +29,7 @@ import (
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/internal/tlsconf"
+	"github.com/spoolmq/spool/protocol"
 )
 
 // serveFlags maps the flags of spool serve to their configuration keys.
@@ -241,12 +242,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		Logger:   logger,
 		Auth:     authz,
 		Sessions: adminSessions(srv),
-		Ready: func() error {
-			if shuttingDown.Load() {
-				return errors.New("shutting down")
-			}
-			return brokerReady()
-		},
+		Ready:    readiness(&shuttingDown, brokerReady),
 	})
 	if err != nil {
 		sctx, cancel := stopCtx()
@@ -407,6 +403,17 @@ func shutdown(stopCtx func() (context.Context, context.CancelFunc), logger *slog
 		logger.Error("shutdown", slog.Any("error", err))
 	}
 	return err
+}
+
+// readiness is /readyz's check: CLOSED (retryable) from the start of a shutdown, so that a load
+// balancer sends new clients elsewhere while this instance drains, else the broker's readiness.
+func readiness(shuttingDown *atomic.Bool, brokerReady func() error) func() error {
+	return func() error {
+		if shuttingDown.Load() {
+			return protocol.ErrClosed.WithMessage("shutting down")
+		}
+		return brokerReady()
+	}
 }
 
 // adminSessions lists srv's connections for the admin API (GET /admin/connections).

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/errmap"
 )
 
 // TestStopperSharesOneDeadline: every step of the shutdown gets the deadline the first one got,
@@ -24,5 +28,22 @@ func TestStopperSharesOneDeadline(t *testing.T) {
 	}
 	if first.Err() != nil {
 		t.Fatalf("step context ended with its parent: %v", first.Err())
+	}
+}
+
+// TestReadinessWhileShuttingDown: from the start of a shutdown /readyz's check answers CLOSED, a
+// retryable code (a load balancer sends new clients elsewhere), not INTERNAL; before it, the
+// broker's readiness.
+func TestReadinessWhileShuttingDown(t *testing.T) {
+	var down atomic.Bool
+	brokerErr := errors.New("broker not ready")
+	ready := readiness(&down, func() error { return brokerErr })
+	if err := ready(); err != brokerErr {
+		t.Fatalf("before the shutdown: %v, want the broker's %v", err, brokerErr)
+	}
+	down.Store(true)
+	pe := errmap.ErrorFrom(ready())
+	if pe == nil || pe.Name != "CLOSED" || !pe.Retryable {
+		t.Fatalf("shutting down: %+v, want a retryable CLOSED", pe)
 	}
 }

@@ -58,7 +58,7 @@ func (h *Handler) routeTable() []*route {
 			id: "readyz", tag: "health", summary: "Readiness: the engine is open, the broker running, the storage not full, and the server not shutting down.",
 			desc: "503 with the reason otherwise: the broker starting or stopped, or its engine not answering a cheap read (CLOSED, STORAGE_UNAVAILABLE, TIMEOUT...); " +
 				"STORAGE_FULL while publishes are refused for lack of space (until a publish is stored, or 10 s after the last refusal); " +
-				"and from the start of a graceful shutdown of spool serve, so that load balancers stop sending before the listeners close. " +
+				"and CLOSED from the start of a graceful shutdown of spool serve, so that load balancers stop sending before the listeners close. " +
 				"A ready answer's detail says when a cleanup job falls behind.",
 			ok: 200, resp: typeOf[Status](), errs: []int{http.StatusServiceUnavailable}}},
 		{method: "GET", path: "/metrics", handle: h.serveMetrics, doc: opDoc{
