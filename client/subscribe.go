@@ -533,23 +533,7 @@ func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
 		h.OnSubscriptionEnded(ev)
 	}
 	if m.SubscriptionID != 0 {
-		switch s.joinedEnded(cn, m) {
-		case handleEmpty:
-		case handleRetry:
-			// Not sent by the current broker: a retryable end of the one subscription of a
-			// topic-name handle. Give the empty handle back and subscribe again.
-			s.logger.Warn("subscription ended by the broker; resubscribing", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
-			s.mu.Lock()
-			if s.cn == cn && s.handle == m.Handle {
-				s.cn, s.handle = nil, 0
-				s.dropQueuedLocked(cn)
-			}
-			s.mu.Unlock()
-			cn.unregisterHandle(m.Handle)
-			cn.startNoWait(&protocol.Unsubscribe{Handle: m.Handle}, true)
-			s.c.requestResubscribe()
-			return
-		default:
+		if !s.lastJoinedEnded(cn, m) {
 			s.logger.Warn("subscription ended by the broker; the handle stays open", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
 			return
 		}
@@ -575,22 +559,16 @@ func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
 	s.end(err)
 }
 
-// What a subscription's end (SubscriptionEnded with a subscription id) leaves of a handle.
-const (
-	handleOpen  = iota // a pattern's handle, or an end that is not of the current handle
-	handleEmpty        // a topic-name handle lost its subscription for good
-	handleRetry        // a topic-name handle lost its subscription for a retryable reason
-)
-
-// joinedEnded forgets the subscription m ended and says what is left of the handle. A topic-name
-// handle joined exactly one subscription: without it the handle will deliver nothing more. A
-// pattern's handle stays open: it keeps its other topics and joins matching topics created later
-// (a deleted topic created again, with the group's binding).
-func (s *Subscription) joinedEnded(cn *conn, m *protocol.SubscriptionEnded) int {
+// lastJoinedEnded forgets the subscription m ended and reports whether the handle lost its only
+// subscription for good: a topic-name handle joined exactly one, and without it delivers nothing
+// more. A pattern's handle stays open: it keeps its other topics and joins matching topics created
+// later (a deleted topic created again, with the group's binding). So does a handle whose end is
+// retryable (the broker sends none today).
+func (s *Subscription) lastJoinedEnded(cn *conn, m *protocol.SubscriptionEnded) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || s.cn != cn || s.handle != m.Handle {
-		return handleOpen
+		return false
 	}
 	found := false
 	s.joined = slices.DeleteFunc(s.joined, func(j protocol.SubscriptionInfo) bool {
@@ -600,13 +578,7 @@ func (s *Subscription) joinedEnded(cn *conn, m *protocol.SubscriptionEnded) int 
 		}
 		return false
 	})
-	switch {
-	case !found || s.pattern || len(s.joined) > 0:
-		return handleOpen
-	case protocol.IsRetryable(m.Err()):
-		return handleRetry
-	}
-	return handleEmpty
+	return found && !s.pattern && len(s.joined) == 0 && !protocol.IsRetryable(m.Err())
 }
 
 // end stops s because of err (the broker ended it, or a resubscription failed for good): the
