@@ -122,7 +122,8 @@ const topicUpdateAttempts = 5
 // times, and past them the request fails with 409 TOPIC_CHANGED, having changed nothing.
 func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("topic")
-	cur, err := h.b.Topic(r.Context(), name)
+	// The configuration alone: a read with the statistics (Topic) is for the answer.
+	cur, err := h.b.TopicConfig(r.Context(), name)
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) erro
 		if hook := h.topicReadHook; hook != nil {
 			hook(name)
 		}
-		t, err := h.applyTopicConfig(r.Context(), name, cur.Topic.Config, data)
+		t, err := h.applyTopicConfig(r.Context(), name, cur.Config, data)
 		if err == nil {
 			info, err := h.b.Topic(r.Context(), t.Name)
 			if err != nil {
@@ -151,7 +152,7 @@ func (h *Handler) updateTopicConfig(w http.ResponseWriter, r *http.Request) erro
 			return fmt.Errorf("%w: topic %q: other updates of its configuration landed during each of the %d attempts "+
 				"to apply this one; this request changed nothing, send it again", storage.ErrTopicChanged, name, attempt)
 		}
-		if cur, err = h.b.Topic(r.Context(), name); err != nil {
+		if cur, err = h.b.TopicConfig(r.Context(), name); err != nil {
 			return err
 		}
 	}

@@ -425,18 +425,28 @@ func (b *Broker) Topic(ctx context.Context, name string) (*TopicInfo, error) {
 	return b.topicInfo(ctx, t)
 }
 
-// TopicPartitions returns the partition count of a topic: the configuration alone, without the
-// statistics Topic gathers (for message ids, BRIEF.md 2b).
-func (b *Broker) TopicPartitions(ctx context.Context, name string) (int, error) {
+// TopicConfig returns a topic as stored, its configuration without the statistics Topic gathers
+// (one engine read).
+func (b *Broker) TopicConfig(ctx context.Context, name string) (*storage.Topic, error) {
 	if err := b.checkRunning(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := names.ValidateTopic(name); err != nil {
-		return 0, invalidName(err)
+		return nil, invalidName(err)
 	}
 	t, err := b.engine.TopicGet(ctx, name)
 	if err != nil {
-		return 0, fmt.Errorf("broker: topic %q: %w", name, err)
+		return nil, fmt.Errorf("broker: topic %q: %w", name, err)
+	}
+	return t, nil
+}
+
+// TopicPartitions returns the partition count of a topic: the configuration alone (TopicConfig;
+// for message ids, BRIEF.md 2b).
+func (b *Broker) TopicPartitions(ctx context.Context, name string) (int, error) {
+	t, err := b.TopicConfig(ctx, name)
+	if err != nil {
+		return 0, err
 	}
 	return t.Config.Partitions, nil
 }
