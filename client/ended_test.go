@@ -129,22 +129,8 @@ func TestAddCreditPastCap(t *testing.T) {
 	if ev := recv(t, connects, "reconnect"); !ev.Reconnect {
 		t.Fatalf("connect event %+v", ev)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-	defer cancel()
 	// The group outlives the connection: the message reaches the member once it resubscribed.
-	if _, err := c.Publish(ctx, "orders", Message{Payload: []byte("after")}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case p := <-got:
-		if p != "after" {
-			t.Fatalf("delivery %q", p)
-		}
-	case <-sub.Done():
-		t.Fatalf("subscription ended: %v", sub.Err())
-	case <-ctx.Done():
-		t.Fatal("timed out waiting for a delivery after the reconnect")
-	}
+	publishReaches(t, c, sub, got, "the reconnect")
 }
 
 // TestCreditLoweredToNewCap: after a restart with a lower server.max_credit, the resubscription
@@ -164,6 +150,13 @@ func TestCreditLoweredToNewCap(t *testing.T) {
 	}
 	b.srvMod = func(cfg *server.Config) { cfg.MaxCredit, cfg.TextMaxInFlight = 50, 50 }
 	b.restart()
+	publishReaches(t, c, sub, got, "the restart")
+}
+
+// publishReaches publishes "after" to orders and fails unless sub's handler (which sends payloads
+// to got) receives it while sub stays open.
+func publishReaches(t *testing.T, c *Client, sub *Subscription, got <-chan string, after string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if _, err := c.Publish(ctx, "orders", Message{Payload: []byte("after")}); err != nil {
@@ -177,7 +170,7 @@ func TestCreditLoweredToNewCap(t *testing.T) {
 	case <-sub.Done():
 		t.Fatalf("subscription ended: %v", sub.Err())
 	case <-ctx.Done():
-		t.Fatal("timed out waiting for a delivery after the restart")
+		t.Fatalf("timed out waiting for a delivery after %s", after)
 	}
 }
 
