@@ -256,7 +256,10 @@ func (c *Client) requestResubscribe() {
 }
 
 // resubscribeAll subscribes every live subscription that has no handle on cn. It reports whether
-// a retryable failure asks for another round later. Non-retryable failures end the subscription.
+// a retryable failure asks for another round later. Non-retryable failures end the subscription,
+// of a topic name and of a pattern alike: a refused resubscription leaves no handle to go on
+// with. SUBSCRIPTION_NOT_ACTIVE is one of them: the group's subscription is no longer active
+// (cancelled meanwhile), and a retry would loop, or make a new group of the name should it pass.
 func (c *Client) resubscribeAll(cn *conn) (retryLater bool) {
 	c.mu.Lock()
 	subs := slices.Collect(maps.Keys(c.subs))
@@ -270,7 +273,7 @@ func (c *Client) resubscribeAll(cn *conn) (retryLater bool) {
 		case err == nil:
 		case cn.isDead() || errors.Is(err, ErrClientClosed) || errors.Is(err, ErrSubscriptionClosed) || c.rootCtx.Err() != nil:
 			return false
-		case IsRetryable(err) || errors.Is(err, protocol.ErrSubscriptionNotActive),
+		case IsRetryable(err),
 			// The same parameters succeeded before: with a fixed MemberID, INVALID_ARGUMENT means
 			// the broker still holds the member of the broken connection (until its session
 			// timeout).

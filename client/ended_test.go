@@ -100,6 +100,32 @@ func TestSubscriptionEndedByBroker(t *testing.T) {
 	})
 }
 
+// TestResubscribeRefusedNotActive: a resubscription that the broker refuses with
+// SUBSCRIPTION_NOT_ACTIVE (the group's subscription is no longer active) ends the Subscription
+// with that reason instead of being retried, for a topic name and a pattern alike: neither has a
+// handle left to go on with. The peer plays the broker (the current one takes such a Subscribe as
+// a new group instead).
+func TestResubscribeRefusedNotActive(t *testing.T) {
+	t.Parallel()
+	for _, topic := range []string{"orders", "orders.*"} {
+		t.Run(topic, func(t *testing.T) {
+			t.Parallel()
+			n, c, p := pipeClient(t, nil)
+			sub, _ := subscribePipe(t, c, p, SubscribeParams{Topic: topic, Group: "g"}, func(context.Context, *Delivery) error { return nil })
+			_ = p.nc.Close()
+
+			p = n.acceptPeer(t)
+			p.handshake(nil)
+			corr, _ := expect[*protocol.Subscribe](p)
+			p.write(corr, protocol.ErrSubscriptionNotActive.Errorf("subscription 10 of group \"g\" is CANCELLED"))
+			recv(t, sub.Done(), "Done after the refused resubscription")
+			if err := sub.Err(); !errors.Is(err, protocol.ErrSubscriptionNotActive) {
+				t.Fatalf("Err() = %v, want SUBSCRIPTION_NOT_ACTIVE", err)
+			}
+		})
+	}
+}
+
 type endedHook func(SubscriptionEndedEvent)
 
 func (f endedHook) OnSubscriptionEnded(e SubscriptionEndedEvent) { f(e) }

@@ -174,8 +174,11 @@ type Subscription struct {
 // handle with a non-retryable code, the Subscription stops without subscribing again: Done is
 // closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
 // when one of its topics' subscriptions ends: it keeps the others and joins matching topics
-// created later; the end is logged and reported to SubscriptionEndedHook. Errors: bad parameters
-// wrap protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
+// created later; the end is logged and reported to SubscriptionEndedHook. A resubscription after
+// a reconnect that the broker refuses with a non-retryable code (SUBSCRIPTION_NOT_ACTIVE: the
+// group was cancelled meanwhile) stops the Subscription the same way, a pattern's too: no handle
+// is left to go on with. Errors: bad parameters wrap protocol.ErrInvalidArgument; the broker's
+// refusal is its *protocol.Error.
 func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handler, opts ...SubscribeOpt) (*Subscription, error) {
 	if p.BatchSize != 0 {
 		return nil, fmt.Errorf("client: subscribe: %w: BatchSize needs a batch handler (SubscribeBatch)", protocol.ErrInvalidArgument)
