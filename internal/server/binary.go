@@ -518,49 +518,64 @@ func (b *binarySession) groupResult(m protocol.ClientMessage) protocol.Message {
 	return protocol.ErrInternal.Errorf("%s is not gathered", m.Opcode())
 }
 
-// ackResult runs an Ack request and returns its answer (AckOK or Error).
+// ackResult runs an Ack request and returns its answer (AckOK or Error). Each subscription's refs
+// are acked on their own (docs/protocol.md section 8.4): the Go client coalesces the acks of all
+// its subscriptions into one Ack, and one subscription that fails must not leave the others'
+// messages to come back after their lease. Refs of a subscription that is gone (subscriptionGone)
+// are unknown; any other failure answers an Error (settleFailure) once every group was tried.
 func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 	c := b.c
+	if e := checkRefs(m.Refs); e != nil {
+		return e
+	}
 	res := &protocol.AckOK{}
-	var stale error
+	var failed error
 	for _, g := range groupRefs(m.Refs) {
 		member, ok := c.memberFor(g.sub)
 		if !ok {
 			res.Unknown = wireRefs(res.Unknown, g.sub, g.refs)
 			continue
 		}
-		r, err := c.srv.broker.AckBatchGen(c.ctx, g.sub, member, g.gen, g.refs)
-		if errors.Is(err, storage.ErrStaleGeneration) {
-			// Ordered groups: the engine refused the whole group; ack the partitions the member
-			// still owns and answer STALE_GENERATION for the request after (the Go client then
-			// acks its refs one by one to learn which were refused).
-			r, stale, err = b.ackByPartition(g, member)
-		}
-		switch {
-		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
-			// Deleted or cancelled meanwhile: its messages are gone for this connection.
-			res.Unknown = wireRefs(res.Unknown, g.sub, g.refs)
-		case err != nil:
-			return b.errorFrame(err)
-		default:
+		r, err := b.ackGroup(g, member)
+		if r != nil {
 			c.observeAck(g.sub, r.Acked)
 			res.Acked += uint32(r.Acked)
 			res.AlreadyDone += uint32(r.AlreadyDone)
 			res.Unknown = wireRefs(res.Unknown, g.sub, r.Unknown)
 		}
+		failed = settleFailure(failed, err)
 	}
-	if stale != nil {
-		return b.errorFrame(stale)
+	if failed != nil {
+		return b.errorFrame(failed)
 	}
 	return res
 }
 
-// ackByPartition acks the refs of g one partition at a time and returns the sum and the last
-// storage.ErrStaleGeneration of a partition the member lost (other errors end it).
-func (b *binarySession) ackByPartition(g refGroup, member string) (*storage.DeliveriesAckResult, error, error) {
+// ackGroup acks the refs of one group and returns what was done (nil: nothing) and why the rest
+// was not, if it failed for another reason than its subscription being gone (whose refs it
+// returns as unknown).
+func (b *binarySession) ackGroup(g refGroup, member string) (*storage.DeliveriesAckResult, error) {
+	r, err := b.c.srv.broker.AckBatchGen(b.c.ctx, g.sub, member, g.gen, g.refs)
+	switch {
+	case errors.Is(err, storage.ErrStaleGeneration):
+		// Ordered groups: the engine refused the whole group; ack the partitions the member
+		// still owns and answer STALE_GENERATION (the Go client then acks its refs one by one
+		// to learn which were refused).
+		return b.ackByPartition(g, member)
+	case subscriptionGone(err):
+		// Deleted or cancelled meanwhile: its messages are gone for this connection.
+		return &storage.DeliveriesAckResult{Unknown: g.refs}, nil
+	}
+	return r, err
+}
+
+// ackByPartition acks the refs of g one partition at a time and returns the sum and the failure
+// of the partitions that were not acked (settleFailure), storage.ErrStaleGeneration for one the
+// member lost.
+func (b *binarySession) ackByPartition(g refGroup, member string) (*storage.DeliveriesAckResult, error) {
 	c := b.c
 	sum := &storage.DeliveriesAckResult{}
-	var stale error
+	var failed error
 	byPart := map[int32][]storage.DeliveryRef{}
 	var order []int32
 	for _, r := range g.refs {
@@ -572,24 +587,54 @@ func (b *binarySession) ackByPartition(g refGroup, member string) (*storage.Deli
 	for _, p := range order {
 		r, err := c.srv.broker.AckBatchGen(c.ctx, g.sub, member, g.gen, byPart[p])
 		switch {
-		case errors.Is(err, storage.ErrStaleGeneration):
-			stale = err
+		case subscriptionGone(err):
+			sum.Unknown = append(sum.Unknown, byPart[p]...)
 		case err != nil:
-			return nil, stale, err
+			failed = settleFailure(failed, err)
 		default:
 			sum.Acked += r.Acked
 			sum.AlreadyDone += r.AlreadyDone
 			sum.Unknown = append(sum.Unknown, r.Unknown...)
 		}
 	}
-	return sum, stale, nil
+	return sum, failed
 }
 
-// nackResult runs a Nack request and returns its answer (NackOK or Error).
+// subscriptionGone reports whether err says that a subscription is gone for good: deleted (with
+// its topic or alone) or cancelled, by this broker or another instance on the same database. Its
+// deliveries name nothing that can be acked, nacked or extended any more: an Ack lists their refs
+// unknown, a Nack or Extend not held.
+func subscriptionGone(err error) bool {
+	return errors.Is(err, storage.ErrSubscriptionNotFound) || errors.Is(err, storage.ErrSubscriptionNotActive) ||
+		errors.Is(err, storage.ErrTopicNotFound)
+}
+
+// settleFailure returns the error an Ack, Nack or Extend answers when its groups failed with prev
+// (nil: none so far) and err (nil: this group did not fail): the first retryable one, so that the
+// client may send the request again, else the first. Either way every group was tried.
+func settleFailure(prev, err error) error {
+	switch {
+	case err == nil:
+		return prev
+	case prev == nil:
+		return err
+	case !errmap.ErrorFrom(prev).Retryable && errmap.ErrorFrom(err).Retryable:
+		return err
+	}
+	return prev
+}
+
+// nackResult runs a Nack request and returns its answer (NackOK or Error). As for an Ack, each
+// subscription's refs are nacked on their own: a gone subscription's refs are not held, and any
+// other failure answers an Error once every group was tried.
 func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 	c := b.c
+	if e := checkRefs(m.Refs); e != nil {
+		return e
+	}
 	opts := broker.NackOptions{Delay: m.Delay, ToDLQ: m.ToDLQ, Reason: m.Reason}
 	res := &protocol.NackOK{}
+	var failed error
 	for _, g := range groupRefs(m.Refs) {
 		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
 			r, err := h.member.NackBatchGen(c.ctx, g.sub, g.gen, refs, opts)
@@ -602,21 +647,30 @@ func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 			return r.NotHeld, nil
 		})
 		if err != nil {
-			return b.errorFrame(err)
+			failed = settleFailure(failed, err)
+			continue
 		}
 		res.NotHeld = wireRefs(res.NotHeld, g.sub, notHeld)
+	}
+	if failed != nil {
+		return b.errorFrame(failed)
 	}
 	return res
 }
 
-// extendResult runs an Extend request and returns its answer (ExtendOK or Error).
+// extendResult runs an Extend request and returns its answer (ExtendOK or Error), each
+// subscription's refs on their own as for a Nack.
 func (b *binarySession) extendResult(m *protocol.Extend) protocol.Message {
 	c := b.c
 	// Checked before any ref: refs this connection holds no lease for never reach the broker.
 	if err := broker.CheckLeaseDuration("extend duration", m.Duration); err != nil {
 		return b.errorFrame(err)
 	}
+	if e := checkRefs(m.Refs); e != nil {
+		return e
+	}
 	res := &protocol.ExtendOK{}
+	var failed error
 	for _, g := range groupRefs(m.Refs) {
 		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
 			r, err := h.member.ExtendBatchGen(c.ctx, g.sub, g.gen, refs, m.Duration)
@@ -630,9 +684,13 @@ func (b *binarySession) extendResult(m *protocol.Extend) protocol.Message {
 			return r.NotHeld, nil
 		})
 		if err != nil {
-			return b.errorFrame(err)
+			failed = settleFailure(failed, err)
+			continue
 		}
 		res.NotHeld = wireRefs(res.NotHeld, g.sub, notHeld)
+	}
+	if failed != nil {
+		return b.errorFrame(failed)
 	}
 	return res
 }

@@ -118,6 +118,19 @@ func groupRefs(refs []protocol.Ref) []refGroup {
 	return groups
 }
 
+// checkRefs refuses refs that can name no message (a negative partition or offset) before any ref
+// of an Ack, Nack or Extend is settled: INVALID_ARGUMENT then changed nothing, also for the
+// request's other subscriptions.
+func checkRefs(refs []protocol.Ref) *protocol.Error {
+	for _, r := range refs {
+		if r.Partition < 0 || r.Offset < 0 {
+			return protocol.ErrInvalidArgument.Errorf("ref %d:%d of subscription %d: partition and offset must not be negative",
+				r.Partition, r.Offset, r.SubscriptionID)
+		}
+	}
+	return nil
+}
+
 // wireRefs converts refs of subscription sub back to wire refs.
 func wireRefs(dst []protocol.Ref, sub int64, refs []storage.DeliveryRef) []protocol.Ref {
 	for _, r := range refs {
