@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/server"
@@ -124,6 +126,121 @@ func TestResubscribeRefusedNotActive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestResubscribeAfterCancel: a group cancelled while the client reconnects ends its topic-name
+// Subscription with SUBSCRIPTION_NOT_ACTIVE, as the end does when it comes while connected: the
+// broker takes the resubscription for a new group, whose handle the client gives back instead of
+// consuming from it. A pattern's Subscription reports the end of that topic's subscription and
+// goes on.
+func TestResubscribeAfterCancel(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Topic", func(t *testing.T) {
+		t.Parallel()
+		b := startBroker(t, nil)
+		b.createTopic("orders", storage.TopicConfig{Semantics: storage.PubSub})
+		dialer, reconnect := gatedDialer()
+		endedEv := make(chan SubscriptionEndedEvent, 4)
+		c := b.dial(t, dialer, Hooks(endedHook(func(e SubscriptionEndedEvent) { endedEv <- e })))
+		sub, err := c.Subscribe(context.Background(), SubscribeParams{Topic: "orders", Group: "billing"}, func(context.Context, *Delivery) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := b.broker.Group(context.Background(), "orders", "billing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancelled := g.Subscription.ID
+
+		_ = c.current().nc.Close() // a dropped TCP connection
+		if _, err := b.broker.CancelGroup(context.Background(), "orders", "billing"); err != nil {
+			t.Fatal(err)
+		}
+		reconnect <- struct{}{}
+		recv(t, sub.Done(), "Done after the resubscription found the group cancelled")
+		if err := sub.Err(); !errors.Is(err, protocol.ErrSubscriptionNotActive) {
+			t.Fatalf("Err() = %v, want SUBSCRIPTION_NOT_ACTIVE", err)
+		}
+		if ev := recv(t, endedEv, "the end of orders"); ev.Topic != "orders" || ev.HandleClosed || !errors.Is(ev.Err, protocol.ErrSubscriptionNotActive) {
+			t.Fatalf("ended event %+v", ev)
+		}
+		// The broker made a new subscription of the group for the resubscription (the protocol
+		// has no way to join only an existing one); the client left it at once.
+		checkFor(t, waitTimeout, func() error {
+			g, err := b.broker.Group(context.Background(), "orders", "billing")
+			switch {
+			case err != nil:
+				return err
+			case g.Subscription.ID == cancelled:
+				t.Fatalf("group still on subscription %d (%s)", cancelled, g.State)
+			case len(g.Members) > 0:
+				return fmt.Errorf("new subscription %d still has members %v", g.Subscription.ID, g.Members)
+			}
+			return nil
+		})
+	})
+
+	t.Run("Pattern", func(t *testing.T) {
+		t.Parallel()
+		b := startBroker(t, nil)
+		b.createTopic("orders.eu", storage.TopicConfig{Semantics: storage.PubSub})
+		b.createTopic("orders.us", storage.TopicConfig{Semantics: storage.PubSub})
+		dialer, reconnect := gatedDialer()
+		endedEv := make(chan SubscriptionEndedEvent, 4)
+		c := b.dial(t, dialer, Hooks(endedHook(func(e SubscriptionEndedEvent) { endedEv <- e })))
+		got := make(chan string, 4)
+		sub, err := c.Subscribe(context.Background(), SubscribeParams{Topic: "orders.*", Group: "billing"}, func(_ context.Context, d *Delivery) error {
+			got <- d.Topic
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		_ = c.current().nc.Close()
+		if _, err := b.broker.CancelGroup(context.Background(), "orders.eu", "billing"); err != nil {
+			t.Fatal(err)
+		}
+		reconnect <- struct{}{}
+		if ev := recv(t, endedEv, "the end of orders.eu"); ev.Topic != "orders.eu" || ev.Pattern != "orders.*" || ev.HandleClosed ||
+			!errors.Is(ev.Err, protocol.ErrSubscriptionNotActive) {
+			t.Fatalf("ended event %+v", ev)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if _, err := c.Publish(ctx, "orders.us", Message{Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case topic := <-got:
+			if topic != "orders.us" {
+				t.Fatalf("delivery of %q", topic)
+			}
+		case <-sub.Done():
+			t.Fatalf("pattern subscription ended: %v", sub.Err())
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for a delivery of orders.us")
+		}
+	})
+}
+
+// gatedDialer returns a Dialer option that dials TCP at once the first time and then once per
+// value sent on reconnect, so that a test changes the broker while the client is away.
+func gatedDialer() (Opt, chan<- struct{}) {
+	reconnect := make(chan struct{}, 1)
+	first := make(chan struct{}, 1)
+	first <- struct{}{}
+	var d net.Dialer
+	return Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+		select {
+		case <-first:
+		case <-reconnect:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return d.DialContext(ctx, network, addr)
+	}), reconnect
 }
 
 type endedHook func(SubscriptionEndedEvent)

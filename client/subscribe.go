@@ -104,9 +104,10 @@ type Handler func(ctx context.Context, d *Delivery) error
 
 // Subscription is a running consumer: a handle on the broker and Concurrency handler goroutines.
 // It survives reconnects: after a broken connection the client subscribes again with the same
-// parameters. A durable group continues where its acks left off; an ephemeral subscription (no
-// Group on a PUB_SUB topic) ended with the connection and restarts FromNow, so messages published
-// while disconnected are not delivered to it. Every method is safe for concurrent use.
+// parameters. A durable group continues where its acks left off (unless its subscription ended
+// meanwhile: see Client.Subscribe); an ephemeral subscription (no Group on a PUB_SUB topic) ended
+// with the connection and restarts FromNow, so messages published while disconnected are not
+// delivered to it. Every method is safe for concurrent use.
 type Subscription struct {
 	c       *Client
 	params  SubscribeParams
@@ -174,11 +175,15 @@ type Subscription struct {
 // handle with a non-retryable code, the Subscription stops without subscribing again: Done is
 // closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
 // when one of its topics' subscriptions ends: it keeps the others and joins matching topics
-// created later; the end is logged and reported to SubscriptionEndedHook. A resubscription after
-// a reconnect that the broker refuses with a non-retryable code (SUBSCRIPTION_NOT_ACTIVE: the
-// group was cancelled meanwhile) stops the Subscription the same way, a pattern's too: no handle
-// is left to go on with. Errors: bad parameters wrap protocol.ErrInvalidArgument; the broker's
-// refusal is its *protocol.Error.
+// created later; the end is logged and reported to SubscriptionEndedHook. An end while the client
+// reconnects is handled the same way: when the answer to the resubscription names a new
+// subscription of a durable group on a topic (the old one was cancelled or its topic deleted and
+// created again, and the broker took the Subscribe for a new group), a topic name's Subscription
+// stops with SUBSCRIPTION_NOT_ACTIVE and gives the new handle back (the new subscription stays on
+// the broker without members until it goes DEAD or is cancelled), and a pattern's reports the end
+// and goes on. A resubscription the broker refuses with a non-retryable code stops the
+// Subscription, a pattern's too: no handle is left to go on with. Errors: bad parameters wrap
+// protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
 func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handler, opts ...SubscribeOpt) (*Subscription, error) {
 	if p.BatchSize != 0 {
 		return nil, fmt.Errorf("client: subscribe: %w: BatchSize needs a batch handler (SubscribeBatch)", protocol.ErrInvalidArgument)
@@ -440,15 +445,19 @@ func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, 
 	}
 	// The handle is attached on the reader goroutine, before the next frame (possibly its first
 	// delivery) is read. If the waiter gave up or the subscription closed meanwhile, the handle is
-	// given back at once.
+	// given back at once; so is a topic name's whose subscription was replaced (attach).
+	var replaced []replacedSub // written by hook before cl.done is closed
 	hook := func(cl *call, won bool) {
 		ok, isOK := cl.resp.(*protocol.SubscribeOK)
 		if !isOK {
 			return
 		}
-		if won && s.attach(cn, ok, credit) {
-			cn.registerHandle(ok.Handle, s)
-			return
+		if won {
+			var attached bool
+			if attached, replaced = s.attach(cn, ok, credit, resub); attached {
+				cn.registerHandle(ok.Handle, s)
+				return
+			}
 		}
 		cn.startNoWait(&protocol.Unsubscribe{Handle: ok.Handle}, false)
 	}
@@ -459,24 +468,77 @@ func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, 
 	if _, err := cn.wait(ctx, cl); err != nil {
 		return err
 	}
+	if err := s.replacedEnded(replaced); err != nil {
+		return err
+	}
 	s.logger.Debug("subscribed", slog.Bool("resubscribe", resub), slog.String("member_id", s.MemberID()))
 	return nil
 }
 
+// replacedSub is a subscription of a durable group that a resubscription found replaced: the
+// broker answered with a new subscription of the group on the same topic.
+type replacedSub struct {
+	topic    string
+	from, to int64
+}
+
 // attach records the handle of a successful Subscribe with credit; false when the subscription
-// closed.
-func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK, credit uint32) bool {
+// closed. On a resubscription of a durable group (resub) it returns the subscriptions the answer
+// replaced: they ended while the client was away (group cancelled, topic deleted and created
+// again) and the broker took the Subscribe as that of a new group. A topic-name handle is then
+// not attached (false): its Subscription ends with its subscription, as it does when the end
+// comes while connected (ended); a pattern's handle goes on with the new one.
+func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK, credit uint32, resub bool) (bool, []replacedSub) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return false
+		return false, nil
+	}
+	var replaced []replacedSub
+	if resub && s.params.Group != "" {
+		// An ephemeral subscription (no group) is new at every resubscription by design.
+		for _, now := range ok.Subscriptions {
+			for _, was := range s.joined {
+				if was.Topic == now.Topic && was.SubscriptionID != now.SubscriptionID {
+					replaced = append(replaced, replacedSub{topic: now.Topic, from: was.SubscriptionID, to: now.SubscriptionID})
+				}
+			}
+		}
+		if len(replaced) > 0 && !s.pattern {
+			return false, replaced
+		}
 	}
 	s.cn, s.handle, s.memberID, s.joined, s.started = cn, ok.Handle, ok.MemberID, ok.Subscriptions, true
 	s.maxCredit = cn.maxCredit
 	// Raises between sending the Subscribe and its answer are not in credit: they went to no
 	// handle (cn was nil) and the next Subscribe carries them.
 	s.accepted = credit
-	return true
+	return true, replaced
+}
+
+// replacedEnded reports the subscriptions a resubscription found replaced (attach) as ended by the
+// broker: to SubscriptionEndedHook and the log. For a topic name it returns the end's reason, a
+// non-retryable SUBSCRIPTION_NOT_ACTIVE, with which resubscribeAll ends the Subscription; a
+// pattern's Subscription goes on.
+func (s *Subscription) replacedEnded(replaced []replacedSub) error {
+	var last error
+	for _, r := range replaced {
+		err := protocol.ErrSubscriptionNotActive.Errorf("subscription %d of group %q on topic %q ended while the client was reconnecting; the broker took the resubscription for a new group (subscription %d)",
+			r.from, s.params.Group, r.topic, r.to)
+		ev := SubscriptionEndedEvent{Topic: r.topic, Pattern: s.params.Topic, Group: s.params.Group, Err: err}
+		for _, h := range s.c.hooks.ended {
+			h.OnSubscriptionEnded(ev)
+		}
+		if s.pattern {
+			s.logger.Warn("subscription ended while reconnecting; the pattern goes on with its new one", slog.String("ended_topic", r.topic),
+				slog.Int64("subscription", r.to), slog.Any("reason", err))
+		}
+		last = err
+	}
+	if s.pattern {
+		return nil
+	}
+	return last
 }
 
 // push queues a delivery for the handlers (on the reader goroutine). Deliveries of a handle that
