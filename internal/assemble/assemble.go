@@ -20,7 +20,8 @@ import (
 
 // OpenEngine opens the engine cfg selects: the embedded log engine in DataDir, or the PostgreSQL
 // engine when Store is a postgres:// URL (migrating the schema first unless postgres.migrate is
-// off).
+// off). m (nil: no metrics) follows the engine's topic notifications, so that every instance
+// forgets the series of a topic deleted by any of them (metrics.Metrics.ObserveNotification).
 func OpenEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *metrics.Metrics) (storage.Engine, error) {
 	start := time.Now()
 	if cfg.Store != "" {
@@ -30,6 +31,7 @@ func OpenEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 		}
 		logger.Info("engine open", slog.String("store", cfg.Redacted()), slog.String("schema", cfg.Postgres.Schema),
 			slog.Duration("took", time.Since(start)))
+		watchTopics(eng, m)
 		return eng, nil
 	}
 	walCfg := wal.Config{Logger: logger, SegmentBytes: cfg.WAL.SegmentBytes, OnSync: m.ObserveFsync, NoSharedFlush: !cfg.WAL.SharedFlush, SlowSync: cfg.WAL.SlowSync,
@@ -44,7 +46,15 @@ func OpenEngine(ctx context.Context, cfg config.Config, logger *slog.Logger, m *
 	}
 	logger.Info("engine open", slog.String("data_dir", cfg.DataDir), slog.Int("max_open_files", eng.OpenFiles().Max),
 		slog.Duration("took", time.Since(start)))
+	watchTopics(eng, m)
 	return eng, nil
+}
+
+// watchTopics registers m for eng's notifications for as long as eng is open.
+func watchTopics(eng storage.Engine, m *metrics.Metrics) {
+	if m != nil {
+		eng.NotifyRegister(m.ObserveNotification)
+	}
 }
 
 // claimInterval is the broker's ClaimInterval: postgres.claim_interval on the PostgreSQL engine,

@@ -124,6 +124,8 @@
 //	                                                          completed them), topic_deleted (PostgreSQL: committed transactional
 //	                                                          publishes not yet sequenced, removed by a forced topic delete or by the
 //	                                                          sequencer of this process; reported with its next retention run).
+//	                                                          Expiries of a topic this process has forgotten (deleted: always so
+//	                                                          for topic_deleted) count under topic "$deleted".
 //	                                                          Completed messages that retention deletes, messages
 //	                                                          no subscription needed and expired DLQ entries are not counted. On
 //	                                                          PostgreSQL each topic's run is done by one instance: sum() across
@@ -204,6 +206,23 @@
 //	spool_http_request_duration_seconds{route}      histogram HTTP request duration by route pattern.
 //	spool_auth_denied_total{reason}                 counter   requests refused by authentication ("unauthenticated") or
 //	                                                          authorization ("forbidden"), TCP and HTTP (ObserveAuthDenied).
+//
+// # Series of deleted topics
+//
+// Hook series carry topic labels, so they must not outlive their topic (each would be exported
+// forever, and the series grow with every name ever used). A topic's series are deleted on every
+// instance when the engine notifies the topic deleted (ObserveNotification, registered by
+// assemble.OpenEngine; forget.go): at once on the instance that deleted it, within the
+// notification delay on the other PostgreSQL instances (NOTIFY, or the engine's
+// postgres.poll_interval poll when a notification is lost). The admin API's delete also calls
+// ForgetTopic.
+//
+// Observations of a forgotten topic (a delivery or ack that raced the deletion, expiries reported
+// by the next retention run) do not make its series again until the instance learns the topic
+// exists again (a notification that it was created; at most an hour): they are dropped, except
+// expiries, which count under topic "$deleted" (invariant 1). A topic that is deleted and created
+// again under the same name starts its counters at 0 (rate() sees a reset). The cost is one
+// lock-free map lookup per observation (per batch of deliveries).
 //
 // # Seed figures and what is missing
 //

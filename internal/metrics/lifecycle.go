@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolmq/spool/internal/broker"
+	"github.com/spoolmq/spool/internal/storage"
 )
 
 // lifecycleMetrics count the subscription lifecycle job's transitions (broker/lifecycle.go); its
@@ -52,14 +53,17 @@ func (m *Metrics) ObserveLifecycle(r *broker.LifecycleResult) {
 		return
 	}
 	l := m.lifecycle
-	for _, s := range r.Dead {
-		l.dead.WithLabelValues(s.Topic).Inc()
-	}
-	for _, s := range r.Resurrected {
-		l.resurrected.WithLabelValues(s.Topic).Inc()
-	}
-	for _, s := range r.Deleted {
-		l.deleted.WithLabelValues(s.Topic).Inc()
+	for _, x := range []struct {
+		vec  *prometheus.CounterVec
+		subs []*storage.Subscription
+	}{{l.dead, r.Dead}, {l.resurrected, r.Resurrected}, {l.deleted, r.Deleted}} {
+		for _, s := range x.subs {
+			if m.idx.isGone(s.Topic) {
+				continue
+			}
+			x.vec.WithLabelValues(s.Topic).Inc()
+			m.idx.note(s.Topic, labelNone, "")
+		}
 	}
 }
 
@@ -68,22 +72,22 @@ func (m *Metrics) ObserveLifecycle(r *broker.LifecycleResult) {
 // its ephemeral subscriptions ("$ephemeral-<id>"), folded into "$ephemeral" (GroupLabel) so that
 // they do not make one series each.
 func (m *Metrics) ObserveForceComplete(topic, group string, n int) {
-	if m == nil || n <= 0 {
+	if m == nil || n <= 0 || m.idx.isGone(topic) {
 		return
 	}
-	m.lifecycle.forceCompleted.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
+	g := GroupLabel(group)
+	m.lifecycle.forceCompleted.WithLabelValues(topic, g).Add(float64(n))
+	m.idx.note(topic, labelGroup, g)
 }
 
 // ObserveFiltered counts the messages of a subscription that no member's filter matched and
 // that were completed without a delivery. Its signature is that of broker.Config.OnFiltered. It
 // never blocks.
 func (m *Metrics) ObserveFiltered(topic, group string, n int) {
-	if m == nil || n <= 0 {
+	if m == nil || n <= 0 || m.idx.isGone(topic) {
 		return
 	}
-	m.lifecycle.filtered.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
-}
-
-func (l *lifecycleMetrics) topicVecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{l.dead.MetricVec, l.resurrected.MetricVec, l.deleted.MetricVec, l.forceCompleted.MetricVec, l.filtered.MetricVec}
+	g := GroupLabel(group)
+	m.lifecycle.filtered.WithLabelValues(topic, g).Add(float64(n))
+	m.idx.note(topic, labelGroup, g)
 }

@@ -47,6 +47,10 @@ type Metrics struct {
 	authDenied      *prometheus.CounterVec
 	lifecycle       *lifecycleMetrics
 	rebalance       *rebalanceMetrics
+
+	// vecs are the vectors labelled by topic and idx the label values they hold (forget.go).
+	vecs []topicVec
+	idx  seriesIndex
 }
 
 // New creates the hook metrics and registers them with reg. A nil reg creates them without
@@ -149,6 +153,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.lifecycle = newLifecycleMetrics(reg)
 	m.rebalance = newRebalanceMetrics(reg)
+	m.vecs = m.topicVecs()
 	return m
 }
 
@@ -168,8 +173,12 @@ func (m *Metrics) ObservePublish(topic string, n int, took time.Duration) {
 	if m == nil {
 		return
 	}
-	m.published.WithLabelValues(topic).Add(float64(n))
 	m.publishDuration.Observe(took.Seconds())
+	if m.idx.isGone(topic) {
+		return
+	}
+	m.published.WithLabelValues(topic).Add(float64(n))
+	m.idx.note(topic, labelNone, "")
 }
 
 // ObservePublishError records a failed publish call; code is the protocol error name
@@ -203,6 +212,7 @@ type DeliveryObserver struct {
 	m            *Metrics
 	topic, group string
 	ok           bool
+	gone         bool // the topic was forgotten: its deliveries are not counted
 	delivered    prometheus.Counter
 	redelivered  prometheus.Counter // looked up on the first redelivery
 	endToEnd     prometheus.Observer
@@ -217,14 +227,23 @@ func (o *DeliveryObserver) Observe(topic, group string, attempt int, publishedAt
 		return
 	}
 	if !o.ok || topic != o.topic || group != o.group {
+		*o = DeliveryObserver{m: o.m, topic: topic, group: group, ok: true, gone: o.m.idx.isGone(topic)}
+		if o.gone {
+			return
+		}
 		g := GroupLabel(group)
-		*o = DeliveryObserver{m: o.m, topic: topic, group: group, ok: true,
-			delivered: o.m.delivered.WithLabelValues(topic, g), endToEnd: o.m.endToEnd.WithLabelValues(topic)}
+		o.delivered, o.endToEnd = o.m.delivered.WithLabelValues(topic, g), o.m.endToEnd.WithLabelValues(topic)
+		o.m.idx.note(topic, labelGroup, g)
+	}
+	if o.gone {
+		return
 	}
 	o.delivered.Inc()
 	if attempt > 1 {
 		if o.redelivered == nil {
-			o.redelivered = o.m.redelivered.WithLabelValues(topic, GroupLabel(group))
+			g := GroupLabel(group)
+			o.redelivered = o.m.redelivered.WithLabelValues(topic, g)
+			o.m.idx.note(topic, labelGroup, g) // after the series is made (note)
 		}
 		o.redelivered.Inc()
 		return
@@ -236,10 +255,12 @@ func (o *DeliveryObserver) Observe(topic, group string, attempt int, publishedAt
 
 // ObserveAck records n deliveries of group on topic acked.
 func (m *Metrics) ObserveAck(topic, group string, n int) {
-	if m == nil || n <= 0 {
+	if m == nil || n <= 0 || m.idx.isGone(topic) {
 		return
 	}
-	m.acked.WithLabelValues(topic, GroupLabel(group)).Add(float64(n))
+	g := GroupLabel(group)
+	m.acked.WithLabelValues(topic, g).Add(float64(n))
+	m.idx.note(topic, labelGroup, g)
 }
 
 // ObserveNack records nacks of deliveries of group on topic with the engine's counts
@@ -248,7 +269,7 @@ func (m *Metrics) ObserveAck(topic, group string, n int) {
 // of them count as nacked, so that every protocol counts a nack the same whatever its outcome;
 // deadLettered ones also count as dead-lettered.
 func (m *Metrics) ObserveNack(topic, group string, nacked, deadLettered int) {
-	if m == nil || nacked < 0 || deadLettered < 0 || nacked+deadLettered == 0 {
+	if m == nil || nacked < 0 || deadLettered < 0 || nacked+deadLettered == 0 || m.idx.isGone(topic) {
 		return
 	}
 	g := GroupLabel(group)
@@ -256,25 +277,42 @@ func (m *Metrics) ObserveNack(topic, group string, nacked, deadLettered int) {
 	if deadLettered > 0 {
 		m.deadLettered.WithLabelValues(topic, g).Add(float64(deadLettered))
 	}
+	m.idx.note(topic, labelGroup, g)
 }
 
 // ObserveRetention records what one run of the retention job removed: every entry of res.Expired
 // (messages removed while a subscription had not completed them) in spool_messages_expired_total,
 // every entry of res.Zombies (messages given up by a stuck subscription) in
 // spool_zombie_messages_total, and every entry of res.SizeRemoved in
-// spool_retention_size_removed_total. Its signature is that of broker.Config.OnRetention. It never blocks.
+// spool_retention_size_removed_total. Expiries of a topic this process forgot (ForgetTopic) count
+// under topic TopicDeleted; its other figures are dropped. Its signature is that of
+// broker.Config.OnRetention. It never blocks.
 func (m *Metrics) ObserveRetention(res *storage.RetentionResult) {
 	if m == nil || res == nil {
 		return
 	}
 	for _, x := range res.Expired {
+		if m.idx.isGone(x.Topic) {
+			m.expired.WithLabelValues(TopicDeleted, string(x.Reason)).Add(float64(x.Messages))
+			continue
+		}
 		m.expired.WithLabelValues(x.Topic, string(x.Reason)).Add(float64(x.Messages))
+		m.idx.note(x.Topic, labelReason, string(x.Reason))
 	}
 	for _, z := range res.Zombies {
-		m.zombie.WithLabelValues(z.Topic, GroupLabel(z.Group)).Add(float64(z.Messages))
+		if m.idx.isGone(z.Topic) {
+			continue
+		}
+		g := GroupLabel(z.Group)
+		m.zombie.WithLabelValues(z.Topic, g).Add(float64(z.Messages))
+		m.idx.note(z.Topic, labelGroup, g)
 	}
 	for _, x := range res.SizeRemoved {
+		if m.idx.isGone(x.Topic) {
+			continue
+		}
 		m.sizeRemoved.WithLabelValues(x.Topic).Add(float64(x.Messages))
+		m.idx.note(x.Topic, labelNone, "")
 	}
 }
 
@@ -326,23 +364,4 @@ func (m *Metrics) ObserveAuthDenied(reason string) {
 		return
 	}
 	m.authDenied.WithLabelValues(reason).Inc()
-}
-
-// ForgetTopic deletes the hook series of a deleted topic so that they do not outlive it. Call it
-// after deleting a topic; a later publish to the same name starts its counters again at 0.
-func (m *Metrics) ForgetTopic(topic string) {
-	if m == nil {
-		return
-	}
-	l := prometheus.Labels{"topic": topic}
-	for _, v := range []*prometheus.MetricVec{
-		m.published.MetricVec, m.delivered.MetricVec, m.redelivered.MetricVec, m.endToEnd.MetricVec,
-		m.acked.MetricVec, m.nacked.MetricVec, m.deadLettered.MetricVec, m.expired.MetricVec, m.zombie.MetricVec,
-		m.sizeRemoved.MetricVec,
-	} {
-		v.DeletePartialMatch(l)
-	}
-	for _, v := range append(m.lifecycle.topicVecs(), m.rebalance.topicVecs()...) {
-		v.DeletePartialMatch(l)
-	}
 }

@@ -39,15 +39,12 @@ func newRebalanceMetrics(reg prometheus.Registerer) *rebalanceMetrics {
 // ObserveRebalance records one rebalance. Its signature is that of broker.Config.OnRebalance.
 // It never blocks.
 func (m *Metrics) ObserveRebalance(info broker.RebalanceInfo) {
-	if m == nil {
+	if m == nil || m.idx.isGone(info.Topic) {
 		return
 	}
 	r := m.rebalance
 	r.count.WithLabelValues(info.Topic, info.Group).Inc()
 	r.duration.WithLabelValues(info.Topic).Observe(info.Took.Seconds())
 	r.generation.WithLabelValues(info.Topic, info.Group).Set(float64(info.Generation))
-}
-
-func (r *rebalanceMetrics) topicVecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{r.count.MetricVec, r.duration.MetricVec, r.generation.MetricVec}
+	m.idx.note(info.Topic, labelGroup, info.Group)
 }
