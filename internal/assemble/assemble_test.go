@@ -126,3 +126,40 @@ func TestTopicDeletedElsewhereForgotten(t *testing.T) {
 	}
 	testutil.ExpectMetric(t, b.reg, "spool_messages_expired_total", map[string]string{"topic": metrics.TopicDeleted, "reason": "topic_deleted"}, 3)
 }
+
+// TestGroupRemovedElsewhereForgotten: two instances share a PostgreSQL schema and B exports its
+// broker metrics as serve does. B counts acks of two groups; A removes one: B's scrapes stop
+// exporting that group's series and keep the other's.
+func TestGroupRemovedElsewhereForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := pgConfig(t)
+	a, b := startInstance(t, cfg), startInstance(t, cfg)
+	if err := b.m.RegisterBroker(b.b, metrics.CollectorOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const topic = "orders"
+	if _, err := a.b.CreateTopic(ctx, topic, storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"billing", "shipping"} {
+		if _, err := a.b.CreateGroup(ctx, broker.CreateGroupParams{Topic: topic, Group: g}); err != nil {
+			t.Fatal(err)
+		}
+		b.m.ObserveAck(topic, g, 1)
+	}
+	shipping := map[string]string{"topic": topic, "group": "shipping"}
+	testutil.ExpectMetric(t, b.reg, "spool_messages_acked_total", shipping, 1)
+
+	if _, err := a.b.RemoveGroup(ctx, topic, "shipping"); err != nil {
+		t.Fatal(err)
+	}
+	// The scrape that sweeps may have collected the hook series already: a later one has not.
+	testutil.Eventually(t, waitTimeout, "B forgets the group A removed", func() error {
+		if _, ok := testutil.MetricValue(t, b.reg, "spool_messages_acked_total", shipping); ok {
+			return fmt.Errorf("spool_messages_acked_total%v still exported", shipping)
+		}
+		return nil
+	})
+	testutil.ExpectMetric(t, b.reg, "spool_messages_acked_total", map[string]string{"topic": topic, "group": "billing"}, 1)
+}

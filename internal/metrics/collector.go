@@ -43,8 +43,9 @@ type CollectorOptions struct {
 
 // RegisterBroker registers a collector that reads src at every scrape and exports the broker
 // metrics (queue_depth, consumer_lag, message_throughput, spool_topic_*, spool_subscription_*,
-// spool_broker_*; see the package documentation) with the registerer given to New. It fails if m
-// was created without a registerer or a broker collector is registered already.
+// spool_broker_*; see the package documentation) with the registerer given to New. Each scrape
+// also forgets the hook series of the topics and groups its listings no longer have (forget.go).
+// It fails if m was created without a registerer or a broker collector is registered already.
 func (m *Metrics) RegisterBroker(src BrokerSource, opts CollectorOptions) error {
 	if m == nil || m.reg == nil {
 		return errors.New("metrics: register broker collector: no registerer")
@@ -52,7 +53,9 @@ func (m *Metrics) RegisterBroker(src BrokerSource, opts CollectorOptions) error 
 	if src == nil {
 		return errors.New("metrics: register broker collector: nil broker")
 	}
-	if err := m.reg.Register(NewBrokerCollector(src, opts)); err != nil {
+	c := NewBrokerCollector(src, opts)
+	c.hooks = m
+	if err := m.reg.Register(c); err != nil {
 		return err
 	}
 	if c, ok := src.(cleanupSource); ok {
@@ -73,6 +76,9 @@ type BrokerCollector struct {
 	timeout time.Duration
 	logger  *slog.Logger
 	errors  atomic.Int64
+	// hooks, if set (RegisterBroker), has its series of topics and groups gone swept at every
+	// scrape that read the broker.
+	hooks *Metrics
 
 	// mu serializes collections.
 	mu sync.Mutex
@@ -190,6 +196,7 @@ func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 
 	start := time.Now()
+	begin := c.hooks.sweepBegin()
 	topics, groups, err := c.read(ctx)
 	took := time.Since(start)
 	ch <- prometheus.MustNewConstMetric(descCollectDuration, prometheus.GaugeValue, took.Seconds())
@@ -202,6 +209,7 @@ func (c *BrokerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return
 	}
+	c.hooks.sweep(begin, topics, groups)
 	ch <- prometheus.MustNewConstMetric(descCollectErrors, prometheus.CounterValue, float64(c.errors.Load()))
 	ch <- prometheus.MustNewConstMetric(descBrokerUp, prometheus.GaugeValue, 1)
 	full := 0.0

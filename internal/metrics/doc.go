@@ -207,22 +207,32 @@
 //	spool_auth_denied_total{reason}                 counter   requests refused by authentication ("unauthenticated") or
 //	                                                          authorization ("forbidden"), TCP and HTTP (ObserveAuthDenied).
 //
-// # Series of deleted topics
+// # Series of deleted topics and groups
 //
-// Hook series carry topic labels, so they must not outlive their topic (each would be exported
-// forever, and the series grow with every name ever used). A topic's series are deleted on every
-// instance when the engine notifies the topic deleted (ObserveNotification, registered by
-// assemble.OpenEngine; forget.go): at once on the instance that deleted it, within the
-// notification delay on the other PostgreSQL instances (NOTIFY, or the engine's
-// postgres.poll_interval poll when a notification is lost). The admin API's delete also calls
-// ForgetTopic.
+// Hook series carry topic and group labels, so they must not outlive their topic or group (each
+// would be exported forever, and the series grow with every name ever used). They are deleted on
+// every instance (forget.go):
+//
+//   - a topic's series when the engine notifies the topic deleted (ObserveNotification, registered
+//     by assemble.OpenEngine): at once on the instance that deleted it, within the notification
+//     delay on the other PostgreSQL instances (NOTIFY, or the engine's postgres.poll_interval
+//     poll when a notification is lost); the admin API's delete also calls ForgetTopic;
+//   - at every scrape (RegisterBroker), the series of the topics and groups that the scrape's own
+//     listings no longer have: groups have no notification, so a group's series go with its
+//     subscription (DELETED: an admin removal, or subscription_retention after a cancel, here or
+//     on another instance), as its spool_subscription_* series do. "$ephemeral" and a topic's
+//     other series go with the topic. A series made after the listings began is left for the
+//     next scrape. The sweep that forgets a series runs while that scrape is collected, so the
+//     series may be in that scrape and is absent from the next.
 //
 // Observations of a forgotten topic (a delivery or ack that raced the deletion, expiries reported
 // by the next retention run) do not make its series again until the instance learns the topic
-// exists again (a notification that it was created; at most an hour): they are dropped, except
-// expiries, which count under topic "$deleted" (invariant 1). A topic that is deleted and created
-// again under the same name starts its counters at 0 (rate() sees a reset). The cost is one
-// lock-free map lookup per observation (per batch of deliveries).
+// exists again (a notification that it was created, or a scrape's listing; at most an hour): they
+// are dropped, except expiries, which count under topic "$deleted" (invariant 1). A topic that is
+// deleted and created again under the same name starts its counters at 0 (rate() sees a reset).
+// The cost is one lock-free map lookup per observation (per batch of deliveries) and, per
+// scrape, sets of the listed topics and groups and one pass over those with series: small
+// against the listings themselves at 10,000 topics.
 //
 // # Seed figures and what is missing
 //

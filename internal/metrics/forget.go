@@ -7,11 +7,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
-// Forgetting the series of topics that no longer exist (the package doc says when: ForgetTopic
-// and ObserveNotification).
+// Forgetting the series of topics and groups that no longer exist (the package doc says when:
+// ForgetTopic, ObserveNotification, and the sweep of every scrape of the broker collector).
 //
 // Deleting by label values needs them: DeletePartialMatch scans every series of a vector under
 // its lock, so forgetting one topic would cost as much as all topics have series (18 vectors, of
@@ -59,6 +60,9 @@ type indexKey struct {
 // seriesIndex records the topics, groups and expiry reasons that have hook series, and the
 // tombstones of forgotten topics.
 type seriesIndex struct {
+	// epoch counts the sweeps begun (sweepBegin): topics, groups and tombstones record the epoch
+	// they were made in, so that a sweep leaves alone what appeared after its listings began.
+	epoch atomic.Int64
 	// known holds every indexKey of topics, for note's lock-free check; written under mu.
 	known sync.Map
 	// gone maps the topics forgotten to their *tombstone, read lock-free while goneN > 0;
@@ -74,12 +78,14 @@ type seriesIndex struct {
 
 // topicSeries is what seriesIndex knows of one topic.
 type topicSeries struct {
-	groups  map[string]struct{}
+	born    int64            // epoch of its first series
+	groups  map[string]int64 // group label -> epoch of its first series
 	reasons map[string]struct{}
 }
 
 type tombstone struct {
-	at time.Time
+	epoch int64
+	at    time.Time
 }
 
 // note records that topic has a series with the second label of kind (label "" for labelNone).
@@ -95,21 +101,22 @@ func (x *seriesIndex) note(topic string, kind labelKind, label string) {
 	if _, ok := x.known.Load(k); ok {
 		return
 	}
+	epoch := x.epoch.Load()
 	ts := x.topics[topic]
 	if ts == nil {
 		if x.topics == nil {
 			x.topics = make(map[string]*topicSeries)
 		}
-		ts = &topicSeries{}
+		ts = &topicSeries{born: epoch}
 		x.topics[topic] = ts
 		x.known.Store(indexKey{topic: topic}, struct{}{})
 	}
 	switch kind {
 	case labelGroup:
 		if ts.groups == nil {
-			ts.groups = make(map[string]struct{})
+			ts.groups = make(map[string]int64)
 		}
-		ts.groups[label] = struct{}{}
+		ts.groups[label] = epoch
 	case labelReason:
 		if ts.reasons == nil {
 			ts.reasons = make(map[string]struct{})
@@ -134,7 +141,7 @@ func (x *seriesIndex) forgetTopicLocked(topic string, now time.Time) *topicSerie
 	if _, ok := x.gone.Load(topic); !ok {
 		x.goneN.Add(1)
 	}
-	x.gone.Store(topic, &tombstone{at: now})
+	x.gone.Store(topic, &tombstone{epoch: x.epoch.Load(), at: now})
 	if now.Sub(x.pruned) > goneTTL/8 {
 		x.pruneLocked(now)
 	}
@@ -206,9 +213,21 @@ func (m *Metrics) deleteSeries(topic string, ts *topicSeries) {
 	}
 }
 
+// deleteGroupSeries deletes the series of groups of topic.
+func (m *Metrics) deleteGroupSeries(topic string, groups []string) {
+	for _, v := range m.vecs {
+		if v.second == labelGroup {
+			for _, g := range groups {
+				v.vec.DeleteLabelValues(topic, g)
+			}
+		}
+	}
+}
+
 // ForgetTopic deletes the hook series of a deleted topic so that they do not outlive it, and
 // drops later observations of it (a late expiry counts under TopicDeleted) until this process
-// learns that the topic exists again (ObserveNotification with NotifyTopicCreated). Call it after deleting a topic; a topic created again
+// learns that the topic exists again (ObserveNotification with NotifyTopicCreated, or a scrape
+// of the broker collector listing it). Call it after deleting a topic; a topic created again
 // under the name starts its counters at 0. It never blocks for long: its cost is the topic's own
 // series.
 func (m *Metrics) ForgetTopic(topic string) {
@@ -242,5 +261,83 @@ func (m *Metrics) ObserveNotification(n storage.Notification) {
 		m.idx.mu.Lock()
 		m.idx.reviveLocked(n.Topic)
 		m.idx.mu.Unlock()
+	}
+}
+
+// sweepBegin starts a sweep: call it before reading the listings given to sweep, which then
+// leaves alone the topics and groups whose first series came after.
+func (m *Metrics) sweepBegin() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.idx.epoch.Add(1)
+}
+
+// sweep forgets the topics that have hook series but are not in topics, and the groups of
+// listed topics that have hook series but no subscription in groups (every subscription that is
+// not DELETED; "$ephemeral" stays with its topic), provided their first series came before
+// begin (sweepBegin). It lifts the tombstones of the topics listed that were forgotten before
+// begin (created again since). Its cost is linear in the topics and groups listed and indexed.
+func (m *Metrics) sweep(begin int64, topics []*broker.TopicInfo, groups []*broker.GroupInfo) {
+	if m == nil {
+		return
+	}
+	type group struct{ topic, group string }
+	liveTopics := make(map[string]struct{}, len(topics))
+	for _, t := range topics {
+		if t.Topic != nil {
+			liveTopics[t.Topic.Name] = struct{}{}
+		}
+	}
+	liveGroups := make(map[group]struct{}, len(groups))
+	for _, g := range groups {
+		liveGroups[group{g.Topic, GroupLabel(g.Group)}] = struct{}{}
+	}
+	type forgot struct {
+		topic  string
+		ts     *topicSeries // the whole topic, or
+		groups []string     // these groups of it
+	}
+	var out []forgot
+	x := &m.idx
+	now := time.Now()
+	x.mu.Lock()
+	for name, ts := range x.topics {
+		if ts.born >= begin {
+			continue
+		}
+		if _, ok := liveTopics[name]; !ok {
+			out = append(out, forgot{topic: name, ts: x.forgetTopicLocked(name, now)})
+			continue
+		}
+		var gone []string
+		for g, born := range ts.groups {
+			if _, ok := liveGroups[group{name, g}]; !ok && born < begin && g != GroupEphemeral {
+				gone = append(gone, g)
+			}
+		}
+		for _, g := range gone {
+			delete(ts.groups, g)
+			x.known.Delete(indexKey{topic: name, label: g, kind: labelGroup})
+		}
+		if gone != nil {
+			out = append(out, forgot{topic: name, groups: gone})
+		}
+	}
+	if x.goneN.Load() > 0 {
+		x.gone.Range(func(k, v any) bool {
+			if _, ok := liveTopics[k.(string)]; ok && v.(*tombstone).epoch < begin {
+				x.reviveLocked(k.(string))
+			}
+			return true
+		})
+		x.pruneLocked(now)
+	}
+	x.mu.Unlock()
+	for _, f := range out {
+		if f.ts != nil {
+			m.deleteSeries(f.topic, f.ts)
+		}
+		m.deleteGroupSeries(f.topic, f.groups)
 	}
 }
