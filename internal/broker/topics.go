@@ -243,15 +243,28 @@ type UpdateTopicParams struct {
 	// Expect, when set, applies the update only if the topic's configuration is still Expect
 	// (what the caller read, as Topic returns it), checked by the engine atomically with the
 	// write: otherwise the update fails with storage.ErrTopicChanged and changes nothing
-	// (storage.TopicUpdateParams.Expect). Nil: the last update wins.
+	// (storage.TopicUpdateParams.Expect). Nil: the update replaces whatever configuration the
+	// topic has (the last update wins); UpdateTopic then reads it and writes with that read as
+	// the expected configuration, reading again when another update landed in between, and
+	// fails with storage.ErrTopicChanged only after updateTopicAttempts such attempts.
 	Expect *storage.TopicConfig
 }
+
+// updateTopicAttempts bounds the compare-and-set attempts of an UpdateTopic without Expect (as
+// the HTTP API bounds its own, admin.topicUpdateAttempts).
+const updateTopicAttempts = 5
 
 // UpdateTopic changes a topic's configuration. When the semantics change, members of this broker
 // attached to the topic move to the subscription they belong to under the new semantics (their
 // leases on the old one are released). Members connected to other broker instances move when they
 // reconnect. With p.Expect set it is a compare-and-set on the configuration
 // (storage.ErrTopicChanged).
+//
+// Every write is a compare-and-set, so that the checks and the members' move are decided from the
+// configuration the write replaced: the caller's Expect, or else UpdateTopic's own read. Judged
+// from a read that another update overtook (PUB_SUB read, then changed to QUEUE, then this write
+// back to PUB_SUB), the write's own semantics change would go unnoticed and the members would
+// stay on the subscription the queue became, which is another group's.
 func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage.Topic, error) {
 	if err := b.checkRunning(); err != nil {
 		return nil, err
@@ -265,32 +278,52 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 			return nil, invalidName(err)
 		}
 	}
-	old, err := b.engine.TopicGet(ctx, p.Name)
-	if err != nil {
-		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+	for attempt := 1; ; attempt++ {
+		t, old, err := b.updateTopicOnce(ctx, p, cfg)
+		if errors.Is(err, storage.ErrTopicChanged) && p.Expect == nil && attempt < updateTopicAttempts {
+			continue // another update landed after the read: judge from a fresh one
+		}
+		if err != nil {
+			return nil, err
+		}
+		b.logger.InfoContext(ctx, "topic updated", slog.String("topic", p.Name), slog.String("semantics", string(t.Config.Semantics)))
+		if old.Semantics != t.Config.Semantics {
+			b.reattachTopic(ctx, t)
+		}
+		b.wakeTopic(p.Name)
+		b.topicConfigChanged()
+		return t, nil
 	}
-	if cfg.Partitions > old.Config.Partitions {
+}
+
+// updateTopicOnce checks cfg against the configuration it is to replace, p.Expect or a fresh read,
+// and writes it if the topic still has that configuration (storage.ErrTopicChanged otherwise). It
+// returns the topic written and the configuration it replaced.
+func (b *Broker) updateTopicOnce(ctx context.Context, p UpdateTopicParams, cfg storage.TopicConfig) (*storage.Topic, storage.TopicConfig, error) {
+	var old storage.TopicConfig
+	if p.Expect != nil {
+		old = p.Expect.WithDefaults()
+	} else {
+		t, err := b.engine.TopicGet(ctx, p.Name)
+		if err != nil {
+			return nil, old, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+		}
+		old = t.Config
+	}
+	if cfg.Partitions > old.Partitions {
 		if err := b.checkPartitions(cfg.Partitions); err != nil {
-			return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+			return nil, old, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
 		}
 	}
-	if old.Config.Semantics == storage.Queue && cfg.Semantics == storage.PubSub && p.QueueToGroup == "" {
-		return nil, invalid("update topic %q: changing QUEUE to PUB_SUB needs QueueToGroup, the group the queue subscription becomes", p.Name)
+	if old.Semantics == storage.Queue && cfg.Semantics == storage.PubSub && p.QueueToGroup == "" {
+		return nil, old, invalid("update topic %q: changing QUEUE to PUB_SUB needs QueueToGroup, the group the queue subscription becomes", p.Name)
 	}
-	// old is for the checks above and the members' move below, not for p.Expect: the engine
-	// compares that under the lock it writes with.
 	t, err := b.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: p.Name, Config: cfg, QueueToGroup: p.QueueToGroup,
-		Expect: p.Expect})
+		Expect: &old})
 	if err != nil {
-		return nil, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
+		return nil, old, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
 	}
-	b.logger.InfoContext(ctx, "topic updated", slog.String("topic", p.Name), slog.String("semantics", string(t.Config.Semantics)))
-	if old.Config.Semantics != t.Config.Semantics {
-		b.reattachTopic(ctx, t)
-	}
-	b.wakeTopic(p.Name)
-	b.topicConfigChanged()
-	return t, nil
+	return t, old, nil
 }
 
 // reattachTopic moves the members attached to t to the subscription they belong to under t's
