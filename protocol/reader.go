@@ -13,8 +13,8 @@ import (
 const ReadBufferSize = 32 << 10
 
 // Reader reads frames from a byte stream, reassembling frames split across reads. It checks
-// every frame's length against the max frame size before allocating its body, so a hostile
-// length costs nothing.
+// every frame's length against the max frame size before allocating its body, and allocates a
+// large body as its bytes arrive, so a hostile length costs at most 64 KiB.
 //
 // A Reader is not safe for concurrent use; a connection has one reading goroutine.
 type Reader struct {
@@ -106,12 +106,40 @@ func (r *Reader) ReadFrame() (Frame, error) {
 		r.err = &FrameTooLargeError{Opcode: f.Opcode, CorrelationID: f.CorrelationID, Size: size, Max: r.max}
 		return Frame{}, r.err
 	}
-	f.Body = make([]byte, length-(HeaderSize-4))
-	if _, err := io.ReadFull(r.br, f.Body); err != nil {
+	body, err := readBody(r.br, int(length-(HeaderSize-4)))
+	if err != nil {
 		r.err = readErr("frame body", err)
 		return Frame{}, r.err
 	}
+	f.Body = body
 	return f, nil
+}
+
+// eagerBody is the largest body allocated whole before its bytes arrive. A larger one grows as
+// they do, so that a length the peer never sends costs at most this much.
+const eagerBody = 64 << 10
+
+// readBody reads an n-byte body: at once up to eagerBody, else in doubling steps (at most one
+// extra copy of what arrived).
+func readBody(r io.Reader, n int) ([]byte, error) {
+	if n <= eagerBody {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	b := make([]byte, eagerBody)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	for len(b) < n {
+		next := make([]byte, min(n, 2*len(b)))
+		copy(next, b)
+		if _, err := io.ReadFull(r, next[len(b):]); err != nil {
+			return nil, err
+		}
+		b = next
+	}
+	return b, nil
 }
 
 // ReadClientMessage reads a frame and decodes it like DecodeClientVersion with the Reader's

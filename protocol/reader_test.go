@@ -250,3 +250,31 @@ func TestReaderReusesPeekedBufio(t *testing.T) {
 	}
 	readAll(t, br)
 }
+
+// A body past 64 KiB is allocated as its bytes arrive: a header announcing 10 MiB followed by a
+// few bytes costs at most the first 64 KiB; bodies of every size around the steps read whole.
+func TestReaderLargeBodyGrowsWithItsBytes(t *testing.T) {
+	// Not parallel: TotalAlloc counts the whole process.
+	src := append(header(DefaultMaxFrameSize-4, OpPublish, 0, 1), make([]byte, 100)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := NewReader(bytes.NewReader(src), DefaultMaxFrameSize).ReadFrame()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("want io.ErrUnexpectedEOF, got %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Fatalf("a 10 MiB header with 100 bytes behind it allocated %d bytes", got)
+	}
+	for _, size := range []int{eagerBody - 1, eagerBody, eagerBody + 1, 2*eagerBody + 7, 1<<20 + 3} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(i * 7)
+		}
+		frame := append(header(uint32(8+size), OpPublish, 0, 2), body...)
+		f, err := NewReader(iotest.HalfReader(bytes.NewReader(frame)), DefaultMaxFrameSize).ReadFrame()
+		if err != nil || !bytes.Equal(f.Body, body) || cap(f.Body) != size {
+			t.Fatalf("body of %d bytes: err %v, got %d bytes (cap %d), equal %v", size, err, len(f.Body), cap(f.Body), bytes.Equal(f.Body, body))
+		}
+	}
+}

@@ -62,7 +62,9 @@ type binarySession struct {
 func newBinarySession(c *conn) *binarySession {
 	return &binarySession{
 		c: c,
-		r: protocol.NewReader(c.br, c.srv.cfg.MaxFrameSize),
+		// Until HelloOK the peer is unauthenticated and sends only Hello: frames are held to the
+		// smallest max frame size a server may announce; handshake raises it.
+		r: protocol.NewReader(c.br, min(c.srv.cfg.MaxFrameSize, protocol.MinMaxFrameSize)),
 		w: protocol.NewWriter(stallWriter{c}, c.srv.cfg.MaxFrameSize),
 	}
 }
@@ -186,6 +188,7 @@ func (b *binarySession) handshake() bool {
 		// success answer, so it cannot tell an accepted raise from one whose Error is coming.
 		Properties: map[string]string{"server.version": cfg.Version, "server.max_credit": strconv.Itoa(cfg.MaxCredit)},
 	}
+	b.r.SetMaxFrameSize(cfg.MaxFrameSize)
 	c.mu.Lock()
 	b.ready, b.interval = true, interval
 	c.client, c.version = hello.ClientName, version

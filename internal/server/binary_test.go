@@ -100,6 +100,33 @@ func TestHandshakeRefused(t *testing.T) {
 			t.Fatalf("got %v, want one UNEXPECTED_FRAME", got)
 		}
 	})
+	// Before HelloOK the peer is unauthenticated: a frame past 64 KiB is refused, although the
+	// server's max frame size (10 MiB here) allows it afterwards.
+	t.Run("frame past 64 KiB before Hello", func(t *testing.T) {
+		nc := e.dialRaw()
+		var frame [12]byte
+		binary.BigEndian.PutUint32(frame[0:], 1<<20)
+		binary.BigEndian.PutUint16(frame[4:], uint16(protocol.OpHello))
+		binary.BigEndian.PutUint32(frame[8:], 1)
+		if _, err := nc.Write(append(protocol.Preamble[:], frame[:]...)); err != nil {
+			t.Fatal(err)
+		}
+		c := &bclient{t: t, nc: nc, r: protocol.NewReader(nc, 0)}
+		if err := c.r.ReadPreamble(); err != nil {
+			t.Fatalf("server preamble: %v", err)
+		}
+		got := c.expectClosed()
+		if len(got) != 1 || got[0].(*protocol.Error).Code != protocol.CodeFrameTooLarge {
+			t.Fatalf("got %v, want one FRAME_TOO_LARGE", got)
+		}
+		// After the handshake the announced max frame size holds again.
+		c2 := e.dial(nil)
+		if c2.hello.MaxFrameSize != protocol.DefaultMaxFrameSize {
+			t.Fatalf("announced max frame size %d", c2.hello.MaxFrameSize)
+		}
+		payload := bytes.Repeat([]byte("p"), 200<<10)
+		c2.publish("big.after.hello", string(payload))
+	})
 	t.Run("bad preamble closes without an answer", func(t *testing.T) {
 		nc := e.dialRaw()
 		if _, err := nc.Write([]byte("\x00XYZ")); err != nil {
