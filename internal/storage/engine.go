@@ -261,6 +261,11 @@ type DeliveriesClaimParams struct {
 // DeliveriesClaimResult is the result of Engine.DeliveriesClaim.
 type DeliveriesClaimResult struct {
 	Deliveries []*Delivery
+	// DeadLettered counts the messages this claim sent to the DLQ instead of delivering them:
+	// expired leases on their max_deliveries-th delivery and, on the embedded engine,
+	// redeliveries whose attempt would exceed max_deliveries after a crash (reason
+	// max_deliveries).
+	DeadLettered int
 	// NextDue is the earliest time something not claimable now becomes claimable without a new
 	// publish (a backoff elapses, a lease expires, a delayed message matures). Zero if nothing is
 	// waiting.

@@ -964,6 +964,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 	deadline := time.Unix(0, pl.Deadline()).UTC()
 
 	// 1. Expired leases.
+	dead := 0
 	for _, r := range slices.Clone(st.rows) {
 		if r.state != stLeased {
 			continue
@@ -973,6 +974,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 			for _, o := range slices.Clone(r.live()) {
 				st.take(r.partition, o)
 				st.deadLetterOutcome(r.partition, o, dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: policy.ExpiredError, attempt: r.attempt, failures: r.failures})
+				dead++
 			}
 		case policy.Wait:
 			r.state, r.due, r.changed = stWaiting, time.Unix(0, due).UTC(), true
@@ -987,6 +989,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 			rp.changed = true
 			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: policy.ExpiredError, attempt: rp.attempt, failures: rp.failures}
 			delete(st.replay, dref{rp.partition, rp.offset})
+			dead++
 		case policy.Wait:
 			rp.changed = true
 			rp.state, rp.due = stWaiting, time.Unix(0, due).UTC()
@@ -1086,7 +1089,7 @@ func (e *Engine) claimOn(ctx context.Context, tx pgx.Tx, st *dstate, p *storage.
 	if err != nil {
 		return nil, err
 	}
-	res := &storage.DeliveriesClaimResult{}
+	res := &storage.DeliveriesClaimResult{DeadLettered: dead}
 	for _, a := range again {
 		m := msgs[dref{a.p, a.o}]
 		if a.rp != nil {

@@ -491,7 +491,11 @@ func testExpiryMaxDeliveries(t *testing.T, x *env) {
 	}
 	deadline := ds[0].LeaseDeadline
 	x.clock.Set(deadline.Add(time.Hour))
-	equal(t, len(x.claimAll(q.ID, "m1")), 0, "after the 3rd expiry (max_deliveries 3) nothing is redelivered")
+	res := x.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m1", Max: 10})
+	equal(t, len(res.Deliveries), 0, "after the 3rd expiry (max_deliveries 3) nothing is redelivered")
+	equal(t, res.DeadLettered, 2, "DeadLettered: the claim that processed the expiries")
+	equal(t, x.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m1", Max: 10}).DeadLettered, 0,
+		"DeadLettered of the next claim")
 	entries := x.dlq(q.ID)
 	equal(t, len(entries), 2, "both messages are in the DLQ")
 	for i, en := range entries {

@@ -225,13 +225,14 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 	durableClaim := s.durableClaim.Load()
 
 	// 1. Expired leases.
+	res := &storage.DeliveriesClaimResult{}
 	for _, en := range s.st.ExpireLeases(&pl) {
 		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, policy.ExpiredError, now); r != nil {
 			recs = append(recs, r)
+			res.DeadLettered++
 		}
 	}
 
-	res := &storage.DeliveriesClaimResult{}
 	deliver := func(en *substate.Entry, m *storage.Message) {
 		d := &storage.Delivery{Message: *m, SubscriptionID: s.meta.ID, Attempt: en.Attempt, Member: params.Member, LeaseDeadline: deadline}
 		if maxInFlight > 0 {
@@ -257,6 +258,7 @@ func (e *Engine) claim(params *storage.DeliveriesClaimParams) (*storage.Deliveri
 		en.Attempt = cfg.MaxDeliveries
 		if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, possiblyDelivered, now); r != nil {
 			recs = append(recs, r)
+			res.DeadLettered++
 		}
 		unlease()
 		return true
