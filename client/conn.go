@@ -407,6 +407,15 @@ func (cn *conn) send(corr uint32, m protocol.Message) error {
 	return cn.put(context.Background(), false, corr, m, nil, false)
 }
 
+// sendCredit sends a Credit raising handle h's credit by n. It has no success answer; a failure
+// comes back as an Error with its correlation id, which matches no call and is logged (complete).
+func (cn *conn) sendCredit(h, n uint32) error {
+	cn.mu.Lock()
+	corr := cn.nextCorrLocked()
+	cn.mu.Unlock()
+	return cn.send(corr, &protocol.Credit{Handle: h, Additional: n})
+}
+
 // start sends a request. hook (may be nil) runs when it completes; with wait, the call has a done
 // channel for conn.wait. An error means the request was not sent and nothing will complete it.
 func (cn *conn) start(ctx context.Context, m protocol.ClientMessage, hook func(*call, bool), wait, flushAcks bool) (*call, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/server"
@@ -354,6 +355,66 @@ func TestCreditRaiseRefusedWithoutCap(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAddCreditDuringResubscribe: a raise made while a resubscription waits for its answer is
+// checked against the cap of the broker the resubscription went to and, once answered, sent to the
+// new handle in a Credit; it is counted once (the next resubscription asks for it, and no Credit
+// repeats it). The peer holds the SubscribeOK back while the test raises.
+func TestAddCreditDuringResubscribe(t *testing.T) {
+	t.Parallel()
+	// A broker with cap n. Its heartbeat interval outlasts the peer's read deadline, so that a
+	// Credit that never comes fails the read instead of being waited for between heartbeats.
+	maxCredit := func(n int) func(*protocol.HelloOK) {
+		return func(ok *protocol.HelloOK) {
+			ok.Properties = map[string]string{"server.max_credit": strconv.Itoa(n)}
+			ok.HeartbeatInterval, ok.SessionTimeout = 2*waitTimeout, 6*waitTimeout
+		}
+	}
+	ctx := context.Background()
+	n, c, p := pipeClient(t, maxCredit(100))
+	sub, _ := subscribePipe(t, c, p, SubscribeParams{Topic: "orders", Group: "g", MaxInFlight: 10}, func(context.Context, *Delivery) error { return nil })
+	_ = p.nc.Close()
+
+	// The broker reconnected to has a lower cap.
+	p = n.acceptPeer(t)
+	p.handshake(maxCredit(12))
+	corr, req := expect[*protocol.Subscribe](p)
+	if req.MaxInFlight != 10 {
+		t.Fatalf("resubscribe asks for %d, want 10", req.MaxInFlight)
+	}
+	if err := sub.AddCredit(ctx, 5); !errors.Is(err, protocol.ErrInvalidArgument) {
+		t.Fatalf("AddCredit past the new broker's cap during the resubscribe: %v, want INVALID_ARGUMENT", err)
+	}
+	if err := sub.AddCredit(ctx, 2); err != nil {
+		t.Fatalf("AddCredit during the resubscribe: %v", err)
+	}
+	p.write(corr, &protocol.SubscribeOK{Handle: 2, MemberID: "m1", Subscriptions: []protocol.SubscriptionInfo{{SubscriptionID: 10, Topic: "orders"}}})
+	if _, cr := expect[*protocol.Credit](p); cr.Handle != 2 || cr.Additional != 2 {
+		t.Fatalf("credit after the resubscribe: %+v, want handle 2 +2", cr)
+	}
+
+	// Counted once: the next broker is asked for 12, and a raise then is sent as it is.
+	_ = p.nc.Close()
+	p = n.acceptPeer(t)
+	p.handshake(maxCredit(100))
+	corr, req = expect[*protocol.Subscribe](p)
+	if req.MaxInFlight != 12 {
+		t.Fatalf("next resubscribe asks for %d, want 12", req.MaxInFlight)
+	}
+	p.write(corr, &protocol.SubscribeOK{Handle: 3, MemberID: "m1", Subscriptions: []protocol.SubscriptionInfo{{SubscriptionID: 10, Topic: "orders"}}})
+	checkFor(t, waitTimeout, func() error {
+		if sub.handleOf() != 3 {
+			return errors.New("not resubscribed yet")
+		}
+		return nil
+	})
+	if err := sub.AddCredit(ctx, 1); err != nil {
+		t.Fatalf("AddCredit after the resubscribe: %v", err)
+	}
+	if _, cr := expect[*protocol.Credit](p); cr.Handle != 3 || cr.Additional != 1 {
+		t.Fatalf("credit after AddCredit(1): %+v, want handle 3 +1", cr)
+	}
 }
 
 // handleOf returns the current handle, 0 if none.

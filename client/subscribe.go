@@ -138,7 +138,8 @@ type Subscription struct {
 	// accepted is the credit the broker is known to have taken: the last Subscribe's, plus the
 	// raises within the announced cap since.
 	accepted uint32
-	// maxCredit is the cap the broker of the last handle announced; 0 if it did not.
+	// maxCredit is the cap the broker of the last Subscribe (sent, or answered) announced; 0 if
+	// it did not.
 	maxCredit uint32
 	started   bool // subscribed once: the supervisor resubscribes it
 	queue     []*Delivery
@@ -324,8 +325,10 @@ func (s *Subscription) Err() error {
 // (an older one) answers a refused Credit only with an Error the client logs; the client then
 // learns of the refusal at the next resubscription, which drops the raises that broker refused
 // and subscribes with the credit it last accepted. After a reconnect to a broker with a lower cap,
-// the credit is lowered to that cap. Otherwise AddCredit returns nil, also while reconnecting (the
-// next Subscribe carries the new credit), or ErrSubscriptionClosed. ctx is unused but reserved.
+// the credit is lowered to that cap; while a resubscription waits for its answer, raises are
+// checked against the cap of the broker it went to. Otherwise AddCredit returns nil, also while
+// reconnecting (the next Subscribe carries the new credit; a resubscription already on its way
+// gets it in a Credit once answered), or ErrSubscriptionClosed. ctx is unused but reserved.
 func (s *Subscription) AddCredit(_ context.Context, n uint32) error {
 	if n == 0 {
 		return nil
@@ -355,12 +358,7 @@ func (s *Subscription) AddCredit(_ context.Context, n uint32) error {
 	if cn == nil {
 		return nil // the next Subscribe carries the new credit
 	}
-	// A Credit has no success answer; a failure comes back as an Error with its correlation id,
-	// which matches no call and is logged.
-	cn.mu.Lock()
-	corr := cn.nextCorrLocked()
-	cn.mu.Unlock()
-	if err := cn.send(corr, &protocol.Credit{Handle: h, Additional: n}); err != nil && !errors.Is(err, ErrConnectionLost) {
+	if err := cn.sendCredit(h, n); err != nil && !errors.Is(err, ErrConnectionLost) {
 		return fmt.Errorf("client: add credit: %w", err)
 	}
 	return nil
@@ -393,6 +391,9 @@ func (s *Subscription) subscribeOn(ctx context.Context, cn *conn, resub bool) er
 		s.credit = cn.maxCredit
 		s.setWideWindow()
 	}
+	// AddCredit checks raises made while the Subscribe is on its way against this broker's cap:
+	// attach sends them to it.
+	s.maxCredit = cn.maxCredit
 	credit := s.credit
 	s.mu.Unlock()
 	err := s.subscribeWith(ctx, cn, resub, credit)
@@ -454,8 +455,12 @@ func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, 
 		}
 		if won {
 			var attached bool
-			if attached, replaced = s.attach(cn, ok, credit, resub); attached {
+			var raise uint32
+			if attached, raise, replaced = s.attach(cn, ok, credit, resub); attached {
 				cn.registerHandle(ok.Handle, s)
+				if raise > 0 {
+					_ = cn.sendCredit(ok.Handle, raise)
+				}
 				return
 			}
 		}
@@ -483,18 +488,18 @@ type replacedSub struct {
 }
 
 // attach records the handle of a successful Subscribe with credit; false when the subscription
-// closed. On a resubscription of a durable group (resub) it returns the subscriptions the answer
-// replaced: they ended while the client was away (group cancelled, topic deleted and created
-// again) and the broker took the Subscribe as that of a new group. A topic-name handle is then
-// not attached (false): its Subscription ends with its subscription, as it does when the end
+// closed. raise is what AddCredit added while the Subscribe was on its way, for the caller to send
+// to the new handle. On a resubscription of a durable group (resub) it returns the subscriptions
+// the answer replaced: they ended while the client was away (group cancelled, topic deleted and
+// created again) and the broker took the Subscribe as that of a new group. A topic-name handle is
+// then not attached (false): its Subscription ends with its subscription, as it does when the end
 // comes while connected (ended); a pattern's handle goes on with the new one.
-func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK, credit uint32, resub bool) (bool, []replacedSub) {
+func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK, credit uint32, resub bool) (attached bool, raise uint32, replaced []replacedSub) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return false, nil
+		return false, 0, nil
 	}
-	var replaced []replacedSub
 	if resub && s.params.Group != "" {
 		// An ephemeral subscription (no group) is new at every resubscription by design.
 		for _, now := range ok.Subscriptions {
@@ -505,15 +510,23 @@ func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK, credit uint32,
 			}
 		}
 		if len(replaced) > 0 && !s.pattern {
-			return false, replaced
+			return false, 0, replaced
 		}
 	}
 	s.cn, s.handle, s.memberID, s.joined, s.started = cn, ok.Handle, ok.MemberID, ok.Subscriptions, true
 	s.maxCredit = cn.maxCredit
-	// Raises between sending the Subscribe and its answer are not in credit: they went to no
-	// handle (cn was nil) and the next Subscribe carries them.
 	s.accepted = credit
-	return true, replaced
+	// Raises made since credit was read did not reach this handle (AddCredit sent them to none,
+	// or to the one it replaces): the caller sends them to it. They are within cn's cap
+	// (subscribeOn lowered the credit to it, AddCredit checked them against it). From now on
+	// AddCredit sends its raises to this handle itself.
+	if s.credit > credit {
+		raise = s.credit - credit
+		if s.maxCredit != 0 {
+			s.accepted = s.credit
+		}
+	}
+	return true, raise, replaced
 }
 
 // replacedEnded reports the subscriptions a resubscription found replaced (attach) as ended by the
