@@ -109,6 +109,7 @@ func BrokerConfig(cfg config.Config, eng storage.Engine, logger *slog.Logger, m 
 		OnLifecycle:           m.ObserveLifecycle,
 		OnForceComplete:       m.ObserveForceComplete,
 		OnFiltered:            m.ObserveFiltered,
+		OnDeadLettered:        m.ObserveDeadLettered,
 		// Ordered groups (broker ordered.go): on PostgreSQL other instances' members stay in the
 		// assignments while their instance renews them; one that stops renewing loses them after
 		// the member session timeout.

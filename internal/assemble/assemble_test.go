@@ -163,3 +163,108 @@ func TestGroupRemovedElsewhereForgotten(t *testing.T) {
 	})
 	testutil.ExpectMetric(t, b.reg, "spool_messages_acked_total", map[string]string{"topic": topic, "group": "billing"}, 1)
 }
+
+// TestEngineDeadLettersCounted: the dead-letters the engine makes on its own, not in a nack, are
+// counted in spool_messages_dead_lettered_total with the subscription's labels, on both engines
+// built as serve builds them: a lease that expired on its last attempt (max_deliveries 1),
+// dead-lettered by the claim that follows its deadline (shared and ordered groups), and a lease on
+// its last attempt that a member leaving releases.
+func TestEngineDeadLettersCounted(t *testing.T) {
+	t.Parallel()
+	t.Run("wal", func(t *testing.T) {
+		t.Parallel()
+		cfg := config.Defaults()
+		cfg.DataDir = t.TempDir()
+		cfg.WAL.UnsafeNoSync = true
+		cfg.Broker.RetentionInterval = -1
+		cfg.Broker.LifecycleInterval = -1
+		testEngineDeadLettersCounted(t, cfg)
+	})
+	t.Run("pgstore", func(t *testing.T) {
+		t.Parallel()
+		testEngineDeadLettersCounted(t, pgConfig(t))
+	})
+}
+
+func testEngineDeadLettersCounted(t *testing.T, cfg config.Config) {
+	ctx := context.Background()
+	in := startInstance(t, cfg)
+	const topic = "jobs"
+	if _, err := in.b.CreateTopic(ctx, topic, storage.TopicConfig{Semantics: storage.Queue, MaxDeliveries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func() {
+		t.Helper()
+		if _, err := in.b.Publish(ctx, topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive := func(m *broker.Member) *storage.Delivery {
+		t.Helper()
+		select {
+		case d := <-m.Deliveries():
+			return d
+		case <-time.After(waitTimeout):
+			t.Fatal("no delivery")
+			return nil
+		}
+	}
+	labels := map[string]string{"topic": topic, "group": storage.QueueGroup}
+
+	// A lease of 100 ms on the last attempt: the owner's claim at its deadline dead-letters it.
+	publish()
+	short, err := in.b.Subscribe(ctx, broker.SubscribeParams{Pattern: topic, MaxInFlight: 1, LeaseDuration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := receive(short); d.Attempt != 1 {
+		t.Fatalf("attempt %d, want 1", d.Attempt)
+	}
+	testutil.Eventually(t, waitTimeout, "the expired lease counted as dead-lettered", func() error {
+		if v, _ := testutil.MetricValue(t, in.reg, "spool_messages_dead_lettered_total", labels); v != 1 {
+			return fmt.Errorf("spool_messages_dead_lettered_total%v = %v, want 1", labels, v)
+		}
+		return nil
+	})
+	if err := short.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lease on the last attempt released by its member leaving.
+	publish()
+	long, err := in.b.Subscribe(ctx, broker.SubscribeParams{Pattern: topic, MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive(long)
+	if err := long.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.ExpectMetric(t, in.reg, "spool_messages_dead_lettered_total", labels, 2)
+	if _, ok := testutil.MetricValue(t, in.reg, "spool_messages_nacked_total", labels); ok {
+		t.Error("dead-letters without a nack counted as nacked")
+	}
+
+	// An ordered group's claims dead-letter its expired leases the same way.
+	const ordered = "jobs.ordered"
+	if _, err := in.b.CreateTopic(ctx, ordered, storage.TopicConfig{Semantics: storage.PubSub, MaxDeliveries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	member, err := in.b.Subscribe(ctx, broker.SubscribeParams{Pattern: ordered, Group: "o", Mode: storage.ModeOrdered,
+		Start: storage.StartPosition{Kind: storage.FromBeginning}, LeaseDuration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = member.Close(ctx) }()
+	if _, err := in.b.Publish(ctx, ordered, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	receive(member)
+	labels = map[string]string{"topic": ordered, "group": "o"}
+	testutil.Eventually(t, waitTimeout, "the ordered group's expired lease counted as dead-lettered", func() error {
+		if v, _ := testutil.MetricValue(t, in.reg, "spool_messages_dead_lettered_total", labels); v != 1 {
+			return fmt.Errorf("spool_messages_dead_lettered_total%v = %v, want 1", labels, v)
+		}
+		return nil
+	})
+}

@@ -131,6 +131,12 @@ type Config struct {
 	// that no member's filter matched and that were completed without a delivery (filtered.go;
 	// metrics count them). It runs on the subscription's owner and must not block.
 	OnFiltered func(topic, group string, n int)
+	// OnDeadLettered, if set, is called with the messages of a subscription (its topic and
+	// group) that the engine dead-lettered in a claim (leases that expired on their
+	// max_deliveries-th delivery) or when a member of this broker left (its leases on their
+	// max_deliveries-th delivery released). Nacks are not reported: their callers count the
+	// engine's DeliveriesNackResult.DeadLettered. Metrics count them. It must not block.
+	OnDeadLettered func(topic, group string, n int)
 	// Backfill paces the delivery of backfill ranges (backfill.go); zero fields take defaults.
 	Backfill BackfillConfig
 	// DefaultMaxInFlight is the credit of a member whose SubscribeParams.MaxInFlight is 0: how many
@@ -235,6 +241,7 @@ type Broker struct {
 	onLifecycle           func(*LifecycleResult)
 	onForceComplete       func(topic, group string, n int)
 	onFiltered            func(topic, group string, n int)
+	onDeadLettered        func(topic, group string, n int)
 
 	// lifecycleWait is the lifecycle loop's current interval (ns; MaxInt64 while it is computed);
 	// lifecycleResched makes the loop compute it again, lifecycleCheck run if due (lifecycle.go).
@@ -383,6 +390,7 @@ func New(cfg Config) (*Broker, error) {
 		onLifecycle:           cfg.OnLifecycle,
 		onForceComplete:       cfg.OnForceComplete,
 		onFiltered:            cfg.OnFiltered,
+		onDeadLettered:        cfg.OnDeadLettered,
 		backfill:              backfillStats{cfg: cfg.Backfill.withDefaults(), progress: map[int64]*BackfillInfo{}},
 	}
 	b.lifecycleWait.Store(math.MaxInt64) // the loop has not computed it yet: reschedule

@@ -1058,6 +1058,7 @@ func (m *Member) doClose(ctx context.Context) (int, error) {
 		switch {
 		case err == nil:
 			released += res.Released
+			b.reportDeadLettered(s, res.DeadLettered)
 		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
 			// Gone or cancelled: no lease left to give back.
 		default:

@@ -509,6 +509,7 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 				wait, gone := o.claimFailed(err)
 				return wait, delivered, gone
 			}
+			b.reportDeadLettered(o, res.DeadLettered)
 			if ranged {
 				o.rangeSucceeded(len(res.Deliveries), time.Since(claimStart))
 			}

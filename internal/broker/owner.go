@@ -568,6 +568,7 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 			wait, gone := o.claimFailed(err)
 			return wait, delivered, gone
 		}
+		b.reportDeadLettered(o, res.DeadLettered)
 		if ranged {
 			o.rangeSucceeded(len(res.Deliveries), time.Since(claimStart))
 		}
@@ -679,6 +680,14 @@ func (o *owner) waitFor(nextDue time.Time, poll time.Duration) time.Duration {
 		wait = min(wait, max(time.Millisecond, nextDue.Sub(now)))
 	}
 	return wait
+}
+
+// reportDeadLettered reports n > 0 messages of o's subscription that the engine dead-lettered
+// in a claim or a release to Config.OnDeadLettered.
+func (b *Broker) reportDeadLettered(o *owner, n int) {
+	if n > 0 && b.onDeadLettered != nil {
+		b.onDeadLettered(o.topic, o.group, n)
+	}
 }
 
 // earliest returns the earlier of two times, ignoring zero ones.

@@ -401,7 +401,10 @@ func (b *Broker) leave(ctx context.Context, m *Member, s *owner) error {
 		}
 		return nil
 	}
-	_, err := b.engine.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: s.id, Member: m.id})
+	res, err := b.engine.DeliveriesRelease(ctx, &storage.DeliveriesReleaseParams{SubscriptionID: s.id, Member: m.id})
+	if err == nil {
+		b.reportDeadLettered(s, res.DeadLettered)
+	}
 	b.wakeSubscription(s.id)
 	if err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) && !errors.Is(err, storage.ErrSubscriptionNotActive) {
 		return fmt.Errorf("broker: release leases of %q on subscription %d: %w", m.id, s.id, err)

@@ -106,11 +106,18 @@
 //	spool_messages_nacked_total{topic,group}        counter   nacked deliveries (ObserveNack), TCP and HTTP alike: those given back for
 //	                                                          redelivery and those the nack dead-lettered (to_dlq, the last attempt, a
 //	                                                          poison rule). Summed over the instances: the groups' `failed` figure.
-//	spool_messages_dead_lettered_total{topic,group} counter   messages a nack through this process dead-lettered (ObserveNack with the
-//	                                                          engine's DeadLettered count): a nack to the DLQ, a nack on the last
-//	                                                          attempt, a poison rule. Dead-letterings the engine does on its own (a
-//	                                                          lease expiring or released on the last attempt) are not counted; the DLQ
-//	                                                          size is spool_subscription_dead_lettered.
+//	spool_messages_dead_lettered_total{topic,group} counter   messages dead-lettered through this process, with the engine's counts: by
+//	                                                          a nack (ObserveNack: to the DLQ, on the last attempt, a poison rule), by a
+//	                                                          claim that found a lease expired on the max_deliveries-th delivery (when
+//	                                                          the subscription's next claim after the deadline runs, on whichever
+//	                                                          instance makes it), and by a member of this process leaving with leases
+//	                                                          on their last attempt (ObserveDeadLettered, wired to
+//	                                                          broker.Config.OnDeadLettered). On PostgreSQL: sum() across instances.
+//	                                                          Not counted: leases on their last attempt that a rebalance of an ordered
+//	                                                          group drops from a partition it moves (storage.Engine.SubscriptionAssign
+//	                                                          reports no count), and those the embedded engine finds at open after a
+//	                                                          restart; every entry, whatever put it there, is in
+//	                                                          spool_subscription_dead_lettered (the DLQ size).
 //	spool_messages_expired_total{topic,reason}      counter   messages the retention job of this process removed while a subscription
 //	                                                          (ACTIVE, PAUSED or DEAD) had not completed them (ObserveRetention, wired
 //	                                                          to broker.Config.OnRetention): the removals invariant 1 requires to count.

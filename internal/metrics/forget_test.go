@@ -20,6 +20,7 @@ func observeAll(m *Metrics, topic, group string) {
 	m.ObserveDelivery(topic, group, 2, time.Now())
 	m.ObserveAck(topic, group, 1)
 	m.ObserveNack(topic, group, 1, 1)
+	m.ObserveDeadLettered(topic, group, 1)
 	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 2,
 		Expired:     []storage.ExpiredCount{{Topic: topic, Reason: storage.ExpiredTopicDeleted, Messages: 2}},
 		Zombies:     []storage.ZombieCount{{Topic: topic, Group: group, Messages: 1}},

@@ -97,7 +97,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic", "group"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_dead_lettered_total",
-			Help: "Messages dead-lettered by a nack through this process (to_dlq, the last attempt, a poison rule); lease expiries and released leases the engine dead-letters are not counted.",
+			Help: "Messages this process dead-lettered: by a nack (to_dlq, the last attempt, a poison rule), a claim finding a lease expired on its last attempt, or a member leaving with leases on their last attempt. Not counted: leases a rebalance moves or an embedded-engine restart finds on their last attempt.",
 		}, []string{"topic", "group"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_expired_total",
@@ -277,6 +277,19 @@ func (m *Metrics) ObserveNack(topic, group string, nacked, deadLettered int) {
 	if deadLettered > 0 {
 		m.deadLettered.WithLabelValues(topic, g).Add(float64(deadLettered))
 	}
+	m.idx.note(topic, labelGroup, g)
+}
+
+// ObserveDeadLettered records n messages of group on topic that the engine dead-lettered on its
+// own, in a claim (leases expired on their max_deliveries-th delivery) or a release (a member
+// left holding leases on it). Nacks are counted by ObserveNack. Its signature is that of
+// broker.Config.OnDeadLettered. It never blocks.
+func (m *Metrics) ObserveDeadLettered(topic, group string, n int) {
+	if m == nil || n <= 0 || m.idx.isGone(topic) {
+		return
+	}
+	g := GroupLabel(group)
+	m.deadLettered.WithLabelValues(topic, g).Add(float64(n))
 	m.idx.note(topic, labelGroup, g)
 }
 

@@ -253,6 +253,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	o.Observe("a", "", 1, time.Now())
 	m.ObserveAck("a", "", 1)
 	m.ObserveNack("a", "", 1, 1)
+	m.ObserveDeadLettered("a", "", 1)
 	m.ObserveFsync(time.Millisecond, 1, 1)
 	m.ObserveRetention(&storage.RetentionResult{MessagesExpired: 1, Expired: []storage.ExpiredCount{{Topic: "a", Reason: storage.ExpiredMaxRetention, Messages: 1}}})
 	m.ConnectionOpened(ProtocolText)
