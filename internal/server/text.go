@@ -121,6 +121,12 @@ func (t *textSession) run() {
 			c.logger.Debug("read failed", slog.Any("error", err))
 			return
 		}
+		if text.IsHTTP(line) {
+			// A cross-protocol request (a web page's fetch to this port): nothing of it runs.
+			c.srv.stats.closedByError.Add(1)
+			c.logger.Warn("an HTTP request on the text protocol, closing the connection without running it")
+			return
+		}
 		cmd, err := text.Parse(line)
 		if err != nil {
 			t.reply(text.AppendErr(nil, err))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -279,4 +280,28 @@ func TestTextFirstLineHandshakeTimeout(t *testing.T) {
 	if st := e.srv.Stats(); st.SessionTimeouts != 1 {
 		t.Fatalf("stats %+v, want 1 session timeout", st)
 	}
+}
+
+// TestTextRefusesHTTP: a browser's request to the text port (a web page's fetch with text-mode
+// commands in its body) is closed at its request line; nothing of it runs.
+func TestTextRefusesHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	pub := e.dialText()
+	pub.send("PUBLISH xproto.orders first")
+	pub.expect("OK 0")
+
+	for _, first := range []string{"POST / HTTP/1.1", "Host: 127.0.0.1:9092"} {
+		c := e.dialText()
+		body := "PUBLISH xproto.orders injected\n"
+		req := first + "\r\nContent-Type: text/plain\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		if _, err := io.WriteString(c.nc, req); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.expectEOF(); len(got) != 0 {
+			t.Fatalf("%q: read %q, want the connection closed without an answer", first, got)
+		}
+	}
+	pub.send("PUBLISH xproto.orders second")
+	pub.expect("OK 1") // offset 1: no injected message took it
 }

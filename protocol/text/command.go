@@ -454,3 +454,27 @@ func truncate(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// httpMethods are the request methods a browser (or any HTTP client) may send.
+var httpMethods = []string{"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE"}
+
+// IsHTTP reports whether line is an HTTP/1 request line ("POST / HTTP/1.1") or a Host header.
+// A server closes such a session without running any of its lines: a web page can make a
+// browser send a request whose body holds text-mode commands to the text port (a cross-protocol
+// request), and the request's own lines would otherwise only be answered ERR.
+func IsHTTP(line []byte) bool {
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	if len(line) >= 5 && bytes.EqualFold(line[:5], []byte("host:")) {
+		return true
+	}
+	f := bytes.Fields(line)
+	if len(f) != 3 || !bytes.HasPrefix(f[2], []byte("HTTP/")) {
+		return false
+	}
+	for _, m := range httpMethods {
+		if string(f[0]) == m {
+			return true
+		}
+	}
+	return false
+}

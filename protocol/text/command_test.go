@@ -196,3 +196,27 @@ func TestVerbString(t *testing.T) {
 		t.Fatal("Verb.String")
 	}
 }
+
+func TestIsHTTP(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		line string
+		want bool
+	}{
+		{"POST / HTTP/1.1", true},
+		{"GET /index.html HTTP/1.0\r", true},
+		{"OPTIONS * HTTP/1.1", true},
+		{"Host: 127.0.0.1:9092", true},
+		{"host:localhost", true},
+		{"PUBLISH orders HTTP/1.1", false}, // a payload, not a method
+		{"PUBLISH orders.created {\"a\":1}", false},
+		{"post / HTTP/1.1", false}, // methods are case-sensitive
+		{"GET / HTTP", false},
+		{"SUBSCRIBE orders", false},
+		{"", false},
+	} {
+		if got := IsHTTP([]byte(c.line)); got != c.want {
+			t.Errorf("IsHTTP(%q) = %v, want %v", c.line, got, c.want)
+		}
+	}
+}
