@@ -407,6 +407,10 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		b.reply(corr, e)
 		return
 	}
+	if e := c.handleRoom(); e != nil {
+		b.reply(corr, e)
+		return
+	}
 	credit, initial := c.subscribeCredit(m.MaxInFlight)
 	member, err := c.srv.broker.Subscribe(c.ctx, broker.SubscribeParams{
 		Allow:         c.consumeFilter(m.Group),

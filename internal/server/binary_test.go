@@ -959,3 +959,31 @@ func TestManyConnections(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSubscriptionsPerConnectionBounded: a connection past max_subscriptions_per_connection gets
+// LIMIT_EXCEEDED and no member; unsubscribing makes room again. Text sessions share the bound.
+func TestSubscriptionsPerConnectionBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxSubscriptionsPerConn = 2 }, nil)
+	c := e.dial(nil)
+	first := c.subscribe(&protocol.Subscribe{Topic: "bound.a"})
+	c.subscribe(&protocol.Subscribe{Topic: "bound.b"})
+	members := len(e.b.Members())
+	if pe := c.expectErr(&protocol.Subscribe{Topic: "bound.c"}, protocol.CodeLimitExceeded); !strings.Contains(pe.Message, "max_subscriptions_per_connection") {
+		t.Fatalf("error %v", pe)
+	}
+	if n := len(e.b.Members()); n != members {
+		t.Fatalf("members %d after the refused subscribe, want %d", n, members)
+	}
+	if _, ok := c.request(&protocol.Unsubscribe{Handle: first.Handle}).(*protocol.UnsubscribeOK); !ok {
+		t.Fatal("unsubscribe failed")
+	}
+	c.subscribe(&protocol.Subscribe{Topic: "bound.c"})
+
+	tc := e.dialText()
+	tc.send("SUBSCRIBE bound.a", "SUBSCRIBE bound.b")
+	tc.expect("OK subscribed bound.a")
+	tc.expect("OK subscribed bound.b")
+	tc.send("SUBSCRIBE bound.c")
+	tc.expect("ERR LIMIT_EXCEEDED this connection has 2 subscriptions open")
+}

@@ -39,6 +39,8 @@ const (
 	// DefaultMaxQueuedResponses bounds the responses waiting for the writer of one connection; a
 	// reader that finds the queue full stops reading (TCP backpressure) until the writer catches up.
 	DefaultMaxQueuedResponses = 1024
+	// DefaultMaxSubscriptionsPerConn bounds the subscriptions open on one connection.
+	DefaultMaxSubscriptionsPerConn = 1024
 	// DefaultMaxPipelinedBytes bounds the Publish frames of one connection read but not yet
 	// appended; beyond it the reader stops reading until the publish stage catches up.
 	DefaultMaxPipelinedBytes = 32 << 20
@@ -97,6 +99,10 @@ type Config struct {
 	// HelloOK.properties["server.max_credit"]. Defaults to 65,536
 	// (broker.MaxInFlightLimit), which is also its maximum.
 	MaxCredit int `yaml:"max_credit"`
+	// MaxSubscriptionsPerConn bounds the subscriptions (handles) open on one connection, binary or
+	// text: each holds a broker member, its credit's buffer and, without a group on a PUB_SUB
+	// topic, an ephemeral subscription. A Subscribe past it gets LIMIT_EXCEEDED. Defaults to 1024.
+	MaxSubscriptionsPerConn int `yaml:"max_subscriptions_per_connection"`
 	// MaxQueuedResponses bounds the requests of one connection in progress: responses queued for
 	// its writer plus publishes queued for its publish stage or being appended. Beyond it the
 	// connection's reader stops reading (TCP backpressure). Defaults to 1024.
@@ -151,25 +157,26 @@ type Config struct {
 // name when the server is created).
 func DefaultConfig() Config {
 	return Config{
-		MaxConnections:       DefaultMaxConnections,
-		MaxFrameSize:         protocol.DefaultMaxFrameSize,
-		MaxLineLength:        text.DefaultMaxLineLength,
-		HandshakeTimeout:     DefaultHandshakeTimeout,
-		HeartbeatInterval:    DefaultHeartbeatInterval,
-		SessionTimeout:       DefaultSessionTimeout,
-		MinHeartbeatInterval: DefaultMinHeartbeatInterval,
-		MaxHeartbeatInterval: DefaultMaxHeartbeatInterval,
-		GoodbyeGrace:         DefaultGoodbyeGrace,
-		MaxCredit:            broker.MaxInFlightLimit,
-		MaxQueuedResponses:   DefaultMaxQueuedResponses,
-		MaxPipelinedBytes:    DefaultMaxPipelinedBytes,
-		TextAckWait:          DefaultTextAckWait,
-		TextMaxInFlight:      DefaultTextMaxInFlight,
-		TextPublisherIdle:    DefaultTextPublisherIdle,
-		MaxConnBufferBytes:   DefaultMaxConnBufferBytes,
-		TextAckTimeout:       DefaultTextAckTimeout,
-		MaxMessageSize:       storage.DefaultMaxMessageBytes,
-		Version:              "dev",
+		MaxConnections:          DefaultMaxConnections,
+		MaxFrameSize:            protocol.DefaultMaxFrameSize,
+		MaxLineLength:           text.DefaultMaxLineLength,
+		HandshakeTimeout:        DefaultHandshakeTimeout,
+		HeartbeatInterval:       DefaultHeartbeatInterval,
+		SessionTimeout:          DefaultSessionTimeout,
+		MinHeartbeatInterval:    DefaultMinHeartbeatInterval,
+		MaxHeartbeatInterval:    DefaultMaxHeartbeatInterval,
+		GoodbyeGrace:            DefaultGoodbyeGrace,
+		MaxCredit:               broker.MaxInFlightLimit,
+		MaxSubscriptionsPerConn: DefaultMaxSubscriptionsPerConn,
+		MaxQueuedResponses:      DefaultMaxQueuedResponses,
+		MaxPipelinedBytes:       DefaultMaxPipelinedBytes,
+		TextAckWait:             DefaultTextAckWait,
+		TextMaxInFlight:         DefaultTextMaxInFlight,
+		TextPublisherIdle:       DefaultTextPublisherIdle,
+		MaxConnBufferBytes:      DefaultMaxConnBufferBytes,
+		TextAckTimeout:          DefaultTextAckTimeout,
+		MaxMessageSize:          storage.DefaultMaxMessageBytes,
+		Version:                 "dev",
 	}
 }
 
@@ -192,6 +199,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxHeartbeatInterval = cmp.Or(c.MaxHeartbeatInterval, d.MaxHeartbeatInterval)
 	c.GoodbyeGrace = cmp.Or(c.GoodbyeGrace, d.GoodbyeGrace)
 	c.MaxCredit = cmp.Or(c.MaxCredit, d.MaxCredit)
+	c.MaxSubscriptionsPerConn = cmp.Or(c.MaxSubscriptionsPerConn, d.MaxSubscriptionsPerConn)
 	c.MaxQueuedResponses = cmp.Or(c.MaxQueuedResponses, d.MaxQueuedResponses)
 	c.MaxPipelinedBytes = cmp.Or(c.MaxPipelinedBytes, d.MaxPipelinedBytes)
 	c.TextAckWait = cmp.Or(c.TextAckWait, d.TextAckWait)
@@ -239,6 +247,8 @@ func (c Config) Validate() error {
 		return bad("goodbye_grace", "must be positive (1ms for next to none), got %s", c.GoodbyeGrace)
 	case c.MaxCredit < 1 || c.MaxCredit > broker.MaxInFlightLimit:
 		return bad("max_credit", "must be between 1 and %d, got %d", broker.MaxInFlightLimit, c.MaxCredit)
+	case c.MaxSubscriptionsPerConn < 1 || c.MaxSubscriptionsPerConn > 1<<20:
+		return bad("max_subscriptions_per_connection", "must be between 1 and %d, got %d", 1<<20, c.MaxSubscriptionsPerConn)
 	case c.MaxQueuedResponses < 1:
 		return bad("max_queued_responses", "must be at least 1, got %d", c.MaxQueuedResponses)
 	case c.MaxPipelinedBytes < 64<<10:

@@ -393,6 +393,18 @@ func (c *conn) addHandle(pattern string, m *broker.Member, credit int, reply fun
 	return h
 }
 
+// handleRoom returns LIMIT_EXCEEDED when the connection has max_subscriptions_per_connection
+// handles open, else nil. Subscribes of a connection run one at a time on its reader.
+func (c *conn) handleRoom() *protocol.Error {
+	c.mu.Lock()
+	n := len(c.handles)
+	c.mu.Unlock()
+	if limit := c.srv.cfg.MaxSubscriptionsPerConn; n >= limit {
+		return protocol.ErrLimitExceeded.Errorf("this connection has %d subscriptions open, the server's max_subscriptions_per_connection: unsubscribe one or open another connection", n)
+	}
+	return nil
+}
+
 // removeHandles unregisters the handles for which keep returns false and remembers their
 // subscriptions (acks of their deliveries stay valid). The caller closes their members.
 func (c *conn) removeHandles(drop func(*handle) bool) []*handle {

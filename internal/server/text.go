@@ -325,6 +325,10 @@ func (t *textSession) subscribe(cmd text.Command) {
 		t.fail(e)
 		return
 	}
+	if e := c.handleRoom(); e != nil {
+		t.fail(e)
+		return
+	}
 	member, err := c.srv.broker.Subscribe(c.ctx, broker.SubscribeParams{
 		Allow:         c.consumeFilter(t.group),
 		Pattern:       cmd.Topic,
