@@ -236,13 +236,14 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	var shuttingDown atomic.Bool
 	brokerReady := admin.BrokerReady(b)
 	adminHandler, err := admin.New(admin.Config{
-		Broker:   b,
-		Gatherer: reg,
-		Metrics:  m,
-		Logger:   logger,
-		Auth:     authz,
-		Sessions: adminSessions(srv),
-		Ready:    readiness(&shuttingDown, brokerReady),
+		Broker:       b,
+		Gatherer:     reg,
+		Metrics:      m,
+		Logger:       logger,
+		Auth:         authz,
+		AllowedHosts: cfg.HTTPAllowedHosts,
+		Sessions:     adminSessions(srv),
+		Ready:        readiness(&shuttingDown, brokerReady),
 	})
 	if err != nil {
 		sctx, cancel := stopCtx()
@@ -347,7 +348,7 @@ func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ds := &http.Server{Handler: admin.HostGuard(mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = ds.Serve(dl) }()
 	logger.Warn("pprof debug listener on (no authentication: keep it on loopback)", slog.String("debug_listen", dl.Addr().String()))
 	return func() { _ = ds.Close() }, nil

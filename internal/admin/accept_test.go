@@ -29,7 +29,7 @@ func TestLimitListenerBacksOffWhenOutOfFiles(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	res, nc := rawRequest(t, ab.Addr(), "GET /healthz HTTP/1.1\r\nHost: spool\r\n\r\n")
+	res, nc := rawRequest(t, ab.Addr(), "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	res.Body.Close()
 	nc.Close()
 	if res.StatusCode != 200 {

@@ -60,6 +60,9 @@ type Config struct {
 	Metrics *metrics.Metrics
 	// Logger receives the handler's logs. Nil discards them.
 	Logger *slog.Logger
+	// AllowedHosts are the host names, besides localhost, IP addresses and the machine's name,
+	// that a request on a loopback address may name while Auth is nil (LocalHost).
+	AllowedHosts []string
 	// Auth authenticates and authorizes requests (Authorization: Bearer, or a client
 	// certificate). Nil: authentication is off. /healthz, /readyz and the OpenAPI document are
 	// always open, /metrics unless auth.open_metrics is off.
@@ -106,6 +109,8 @@ type Handler struct {
 	bodyTimeout time.Duration
 	metricsHTTP http.Handler
 	pulls       *pulls
+	// allowedHosts: see Config.AllowedHosts.
+	allowedHosts []string
 	// cop refuses cross-origin browser requests that change something (see checkMutation).
 	cop *http.CrossOriginProtection
 
@@ -154,19 +159,20 @@ func New(cfg Config) (*Handler, error) {
 	}
 	logger = logger.With("component", "admin")
 	h := &Handler{
-		b:           cfg.Broker,
-		metrics:     cfg.Metrics,
-		logger:      logger,
-		ready:       cfg.Ready,
-		sessions:    cfg.Sessions,
-		auth:        cfg.Auth,
-		maxBody:     cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
-		maxPubBody:  cmp.Or(cfg.MaxPublishBodyBytes, DefaultMaxPublishBodyBytes),
-		bodyTimeout: cmp.Or(cfg.BodyReadTimeout, DefaultBodyReadTimeout),
-		mux:         http.NewServeMux(),
-		pathMux:     http.NewServeMux(),
-		allow:       make(map[string][]string),
-		cop:         http.NewCrossOriginProtection(),
+		b:            cfg.Broker,
+		metrics:      cfg.Metrics,
+		logger:       logger,
+		ready:        cfg.Ready,
+		sessions:     cfg.Sessions,
+		auth:         cfg.Auth,
+		maxBody:      cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxPubBody:   cmp.Or(cfg.MaxPublishBodyBytes, DefaultMaxPublishBodyBytes),
+		bodyTimeout:  cmp.Or(cfg.BodyReadTimeout, DefaultBodyReadTimeout),
+		mux:          http.NewServeMux(),
+		pathMux:      http.NewServeMux(),
+		allow:        make(map[string][]string),
+		cop:          http.NewCrossOriginProtection(),
+		allowedHosts: cfg.AllowedHosts,
 	}
 	if h.ready == nil {
 		h.ready = BrokerReady(cfg.Broker)
@@ -265,6 +271,14 @@ func (h *Handler) register(rt *route) {
 // ServeHTTP serves the API. Unknown paths get 404 NOT_FOUND, known paths with another method 405
 // METHOD_NOT_ALLOWED with an Allow header, both as JSON errors.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.auth.Enabled() && !LocalHost(r, h.allowedHosts) {
+		h.logger.WarnContext(r.Context(), "request for another host on a loopback address refused (DNS rebinding?)",
+			slog.String("host", r.Host), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		sw := &statusWriter{ResponseWriter: w}
+		h.writeError(sw, r, misdirected(r))
+		h.metrics.ObserveHTTPRequest("misdirected", sw.code(), 0)
+		return
+	}
 	if _, pattern := h.mux.Handler(r); pattern != "" {
 		h.mux.ServeHTTP(w, r)
 		return

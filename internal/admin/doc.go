@@ -42,9 +42,9 @@
 // INVALID_TRANSITION, LEASE_NOT_HELD, BINDING_EXISTS, STALE_GENERATION, LIMIT_EXCEEDED,
 // TOPIC_CHANGED; 413 MESSAGE_TOO_LARGE, FRAME_TOO_LARGE (a request body over the limit); 429
 // RATE_LIMITED; 503 CLOSED (broker stopped, engine closed), OVERLOADED, STORAGE_UNAVAILABLE; 507
-// STORAGE_FULL; 504 TIMEOUT; 500 INTERNAL. Only in HTTP: 403 FORBIDDEN and 415
-// UNSUPPORTED_MEDIA_TYPE (requests from browsers, see below), NOT_FOUND (no such route, no such
-// DLQ entry) and METHOD_NOT_ALLOWED (405, with an Allow header).
+// STORAGE_FULL; 504 TIMEOUT; 500 INTERNAL. Only in HTTP: 403 FORBIDDEN, 415
+// UNSUPPORTED_MEDIA_TYPE and 421 MISDIRECTED_REQUEST (requests from browsers, see below),
+// NOT_FOUND (no such route, no such DLQ entry) and METHOD_NOT_ALLOWED (405, with an Allow header).
 //
 // # Limits
 //
@@ -86,6 +86,12 @@
 // http.CrossOriginProtection), and with 415 UNSUPPORTED_MEDIA_TYPE when it carries a body that is
 // not JSON (but for the raw publish above). Requests without those headers (curl, the CLI, other
 // programs) and same-origin pages are served as before. This does not replace authentication.
+//
+// DNS rebinding makes a page's requests same-origin to the browser; they still name the page's
+// host. Without authentication, a request that arrived on a loopback address must name localhost
+// (or a name under .localhost), an IP address, the machine's host name or one of
+// Config.AllowedHosts in its Host header, else 421 MISDIRECTED_REQUEST (LocalHost; the pprof
+// debug listener always checks).
 //
 // # Authentication
 //

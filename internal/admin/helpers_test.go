@@ -155,6 +155,10 @@ func (e *env) do(method, path string, body any, header ...string) *resp {
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
+	if h := req.Header.Get("Host"); h != "" { // the client sends req.Host, not a Host header
+		req.Host = h
+		req.Header.Del("Host")
+	}
 	res, err := e.srv.Client().Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)

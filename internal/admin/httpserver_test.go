@@ -53,7 +53,7 @@ func TestBodyReadTimeout(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.BodyReadTimeout = 300 * time.Millisecond })
 	addr := strings.TrimPrefix(e.srv.URL, "http://")
 
-	res, _ := rawRequest(t, addr, "POST /api/v1/topics HTTP/1.1\r\nHost: spool\r\nContent-Type: application/json\r\n"+
+	res, _ := rawRequest(t, addr, "POST /api/v1/topics HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"+
 		"Content-Length: 100\r\n\r\n{\"name\":")
 	if d := decodeError(t, res); res.StatusCode != http.StatusRequestTimeout || d.Code != "SESSION_TIMEOUT" ||
 		!strings.Contains(d.Message, "request body not received within 300ms") {
@@ -88,7 +88,7 @@ func TestLimitListener(t *testing.T) {
 		}
 	})
 	addr := ln.Addr().String()
-	get := "GET /healthz HTTP/1.1\r\nHost: spool\r\n\r\n"
+	get := "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 	// The first connection stays open (keep-alive) and holds the only place.
 	res, first := rawRequest(t, addr, get)

@@ -43,7 +43,7 @@ func TestLimitListenerTLS(t *testing.T) {
 			return nil, nil, err
 		}
 		_ = nc.SetDeadline(time.Now().Add(waitTimeout))
-		if _, err := io.WriteString(nc, "GET /healthz HTTP/1.1\r\nHost: spool\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(nc, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
 			nc.Close()
 			return nil, nil, err
 		}

@@ -54,6 +54,11 @@ type Config struct {
 	// HTTPMaxConnections bounds the open connections of the HTTP listener; one more is answered
 	// 503 OVERLOADED (Retry-After: 1) and closed. Defaults to 1024.
 	HTTPMaxConnections int `yaml:"http_max_connections"`
+	// HTTPAllowedHosts are host names (without port) that a request on a loopback address may
+	// name in its Host header besides localhost, IP addresses and the machine's host name, while
+	// authentication is off: e.g. the name a reverse proxy on this machine forwards. Other names
+	// are refused (421) because a web page using DNS rebinding names its own. File only.
+	HTTPAllowedHosts []string `yaml:"http_allowed_hosts"`
 	// DataDir is the directory of the embedded engine. Defaults to "./spool-data".
 	DataDir string `yaml:"data_dir"`
 	// Store selects the engine: empty for the embedded engine in DataDir, or a postgres:// URL
@@ -620,6 +625,8 @@ func (c Config) Validate() error {
 		return bad("http", "%q can be reached from other hosts, and authentication is off: configure auth.principals, use a loopback address (127.0.0.1:8080), or set insecure: true (--insecure, SPOOL_INSECURE=true) on a trusted network", c.HTTP)
 	case c.DebugListen != "" && !c.Insecure && !IsLoopback(c.DebugListen):
 		return bad("debug_listen", "%q can be reached from other hosts, and the profiling listener has no authentication: use a loopback address, or set insecure: true on a trusted network", c.DebugListen)
+	case badHostName(c.HTTPAllowedHosts) != "":
+		return bad("http_allowed_hosts", "%q is not a host name (no port, scheme or path)", badHostName(c.HTTPAllowedHosts))
 	case c.HTTPMaxConnections < 1 || c.HTTPMaxConnections > 1_000_000:
 		return bad("http_max_connections", "must be between 1 and 1000000, got %d", c.HTTPMaxConnections)
 	case c.Store == "" && c.DataDir == "":
@@ -802,4 +809,14 @@ func checkListenAddr(addr, example string) error {
 func openFilesAllowed(n int) bool {
 	limit, ok := wal.OpenFileLimit()
 	return !ok || uint64(n) <= limit
+}
+
+// badHostName returns the first of names that is not a bare host name, or "".
+func badHostName(names []string) string {
+	for _, n := range names {
+		if n == "" || strings.ContainsAny(n, ":/ @[]") {
+			return n
+		}
+	}
+	return ""
 }

@@ -154,6 +154,7 @@ func TestErrorsNameTheSetting(t *testing.T) {
 		{name: "store password redacted", flags: map[string]string{"store": "mysql://u:secret@h"}, want: "u:***@h"},
 		{name: "listen", flags: map[string]string{"listen": ""}, want: "listen: must not be empty"},
 		{name: "http connections", env: []string{"SPOOL_HTTP_MAX_CONNECTIONS=0"}, want: "http_max_connections: must be between 1 and 1000000, got 0"},
+		{name: "http allowed hosts", file: "http_allowed_hosts: [proxy.example, \"proxy.example:443\"]\n", want: `http_allowed_hosts: "proxy.example:443" is not a host name`},
 		{name: "tx timeout negative", env: []string{"SPOOL_POSTGRES_TX_TIMEOUT=-1s"}, want: "postgres.tx_timeout"},
 		{name: "tx timeout too small", flags: map[string]string{"postgres.tx_timeout": "5ms"}, want: "postgres.tx_timeout: must be between 10ms and 1h"},
 		{name: "tx timeout too large", file: "postgres:\n  tx_timeout: 61m\n", want: "postgres.tx_timeout: must be between 10ms and 1h"},
