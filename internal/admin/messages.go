@@ -1,7 +1,10 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -35,8 +38,37 @@ type PublishMessage struct {
 // PublishRequest is the JSON body of POST /api/v1/topics/{topic}/messages: either
 // {"messages": [...]} or one message object.
 type PublishRequest struct {
-	Messages []PublishMessage `json:"messages,omitempty"`
+	Messages publishList `json:"messages,omitempty"`
 	PublishMessage
+}
+
+// publishList decodes a batch element by element and stops past maxPublishBatch, so that a body
+// of millions of tiny elements is refused before it is decoded into as many structs.
+type publishList []PublishMessage
+
+func (l *publishList) UnmarshalJSON(data []byte) error {
+	if string(bytes.TrimSpace(data)) == "null" {
+		*l = nil
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return fmt.Errorf("messages must be an array")
+	}
+	list := publishList{}
+	for dec.More() {
+		if len(list) == maxPublishBatch {
+			return invalidf("at most %d messages per request, got more", maxPublishBatch)
+		}
+		var m PublishMessage
+		if err := dec.Decode(&m); err != nil {
+			return fmt.Errorf("messages[%d]: %w", len(list), err)
+		}
+		list = append(list, m)
+	}
+	*l = list
+	return nil
 }
 
 // PublishedMessage is the position of one published message.
