@@ -88,6 +88,9 @@ type Config struct {
 	// PullIdleTimeout is how long a pull session lives without requests once no lease it handed
 	// out is live. Defaults to DefaultPullIdleTimeout.
 	PullIdleTimeout time.Duration
+	// MaxPullSessions bounds the open pull sessions (one per topic, group and filter pulled); a
+	// pull that needs one more gets LIMIT_EXCEEDED. 0: 1024.
+	MaxPullSessions int
 	// DefaultPullWait is the wait of a pull that does not give one. Defaults to DefaultPullWait.
 	DefaultPullWait time.Duration
 	// MaxPullWait bounds the wait of a pull. Defaults to DefaultMaxPullWait.
@@ -188,6 +191,7 @@ func New(cfg Config) (*Handler, error) {
 		idle:        cmp.Or(cfg.PullIdleTimeout, DefaultPullIdleTimeout),
 		defWait:     defWait,
 		maxWait:     maxWait,
+		maxSessions: cmp.Or(cfg.MaxPullSessions, maxPullSessions),
 	})
 	if cfg.Gatherer != nil {
 		h.metricsHTTP = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{

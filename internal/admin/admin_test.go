@@ -1098,3 +1098,21 @@ func TestPullFilter(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPullSessionsBounded: a pull that needs a session past MaxPullSessions (each filter makes
+// one) gets LIMIT_EXCEEDED and leaves no member; existing sessions keep serving.
+func TestPullSessionsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxPullSessions = 2 })
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "ps", "semantics": "PUB_SUB"}).ok(201, nil)
+	e.do("POST", "/api/v1/topics/ps/groups/g/pull", map[string]any{"filter": "region=eu", "wait": "0s"}).ok(200, nil)
+	e.do("POST", "/api/v1/topics/ps/groups/g/pull", map[string]any{"filter": "region=us", "wait": "0s"}).ok(200, nil)
+	members := len(e.b.Members())
+	if pe := e.do("POST", "/api/v1/topics/ps/groups/g/pull", map[string]any{"filter": "region=ap", "wait": "0s"}).fails(409, "LIMIT_EXCEEDED"); !strings.Contains(pe.Message, "2 pull sessions are open") {
+		t.Fatalf("error %q", pe.Message)
+	}
+	if n := len(e.b.Members()); n != members {
+		t.Fatalf("members %d after the refused pull, want %d", n, members)
+	}
+	e.do("POST", "/api/v1/topics/ps/groups/g/pull", map[string]any{"filter": "region=eu", "wait": "0s"}).ok(200, nil)
+}

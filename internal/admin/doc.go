@@ -110,7 +110,8 @@
 // take back at once the leases of the messages it just handed out. Pull consumption is therefore
 // served by a pull session per (topic, group) of the URL and member filter of the request body
 // ("filter", empty for none; nack and extend name it too): a broker member (id "http-pull-...")
-// that lives across requests and claims on demand.
+// that lives across requests and claims on demand. At most Config.MaxPullSessions (1024) are
+// open; a pull that needs one more gets 409 LIMIT_EXCEEDED.
 //
 //   - Its credit (Member.SetMaxInFlight) is 0 while no pull waits: it keeps its leases and claims
 //     nothing, so messages nobody asked for stay with the group's other members. A pull raises it

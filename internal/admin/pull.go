@@ -12,6 +12,7 @@ import (
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/protocol"
 )
 
 // errPullClosed is returned by pulls after Handler.Close.
@@ -27,6 +28,7 @@ type pullConfig struct {
 	maxInFlight      int
 	idle             time.Duration
 	defWait, maxWait time.Duration
+	maxSessions      int
 }
 
 // pulls owns the pull sessions, one per (topic, group) of the URL. See the package documentation
@@ -99,6 +101,24 @@ func (p *pulls) existing(key sessionKey) (*session, error) {
 	return p.existingLocked(key)
 }
 
+// maxPullSessions bounds the pull sessions of a handler: each holds a broker member and a
+// goroutine, and a client makes a new one per (topic, group, filter) it names.
+const maxPullSessions = 1024
+
+// room returns LIMIT_EXCEEDED when the handler has maxPullSessions sessions.
+func (p *pulls) room() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.roomLocked()
+}
+
+func (p *pulls) roomLocked() error {
+	if n := len(p.sessions); n >= p.cfg.maxSessions {
+		return protocol.ErrLimitExceeded.Errorf("%d pull sessions are open (one per topic, group and filter, closed 10 s after their last use): pull with fewer filters or wait", n)
+	}
+	return nil
+}
+
 // existingLocked is existing with p.mu held. A session whose member closed under it (Broker.Stop)
 // is dropped.
 func (p *pulls) existingLocked(key sessionKey) (*session, error) {
@@ -137,6 +157,9 @@ func (p *pulls) acquire(ctx context.Context, topic, group, filter string, start 
 	if s, err := p.existing(key); s != nil || err != nil {
 		return s, err
 	}
+	if err := p.room(); err != nil {
+		return nil, err
+	}
 	info, err := p.b.Topic(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -168,6 +191,9 @@ func (p *pulls) acquire(ctx context.Context, topic, group, filter string, start 
 	}
 	p.mu.Lock()
 	other, err := p.existingLocked(key)
+	if other == nil && err == nil {
+		err = p.roomLocked()
+	}
 	if other == nil && err == nil {
 		s.active = 1
 		p.sessions[key] = s
