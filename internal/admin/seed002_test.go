@@ -2,7 +2,11 @@ package admin
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -42,4 +46,56 @@ func TestSeedPublishPriority(t *testing.T) {
 	}
 	e.do("POST", "/publish", `{"topic":"orders.bp","message":"b"}`, bearer(pubToken)...).fails(http.StatusTooManyRequests, "RATE_LIMITED")
 	e.do("POST", "/publish", `{"topic":"orders.bp","message":"c"}`, bearer(prioToken)...).ok(http.StatusCreated, nil)
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestSeedPublishUnauthenticatedReadsNoBody: with authentication on, POST /publish without a
+// token is refused before its body is read: the topic is named in the body, but a request
+// without a principal must not make the server read and decode up to the publish body limit.
+func TestSeedPublishUnauthenticatedReadsNoBody(t *testing.T) {
+	t.Parallel()
+	e := authEnv(t, true)
+	const size = DefaultMaxPublishBodyBytes - 64
+	// {"topic":"orders.x","message":"x","headers":{"k":"v","k":"v",...,"z":"z"}}, within the limit.
+	head, pair, tail := `{"topic":"orders.x","message":"x","headers":{`, `"k":"v",`, `"z":"z"}}`
+	pairs := (size - len(head) - len(tail)) / len(pair)
+	body := &countingReader{r: io.MultiReader(strings.NewReader(head),
+		io.LimitReader(&repeatReader{s: pair}, int64(pairs*len(pair))), strings.NewReader(tail))}
+	req := httptest.NewRequest("POST", "/publish", body)
+	req.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	e.h.ServeHTTP(w, req)
+	if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "NOT_AUTHENTICATED") {
+		t.Fatalf("status %d, body %s", w.Code, w.Body)
+	}
+	if n := body.n.Load(); n > 64<<10 {
+		t.Fatalf("read %d of the %d bytes of an unauthenticated body", n, size)
+	}
+}
+
+// repeatReader reads s again and again.
+type repeatReader struct {
+	s   string
+	off int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], r.s[r.off:])
+		n += c
+		r.off = (r.off + c) % len(r.s)
+	}
+	return n, nil
 }
