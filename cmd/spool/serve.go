@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -235,13 +236,14 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 	// HTTP: the admin API with /metrics, /healthz and /readyz (package admin).
 	var shuttingDown atomic.Bool
 	brokerReady := admin.BrokerReady(b)
+	allowedHosts := httpAllowedHosts(cfg)
 	adminHandler, err := admin.New(admin.Config{
 		Broker:       b,
 		Gatherer:     reg,
 		Metrics:      m,
 		Logger:       logger,
 		Auth:         authz,
-		AllowedHosts: cfg.HTTPAllowedHosts,
+		AllowedHosts: allowedHosts,
 		Sessions:     adminSessions(srv),
 		Ready:        readiness(&shuttingDown, brokerReady),
 	})
@@ -264,7 +266,7 @@ func run(ctx context.Context, cfg config.Config, logger *slog.Logger) (err error
 		httpDone <- httpSrv.Serve(admin.LimitListener(hl, cfg.HTTPMaxConnections, httpTLS, logger.With("component", "admin")))
 	}()
 	if cfg.DebugListen != "" {
-		stopDebug, err := serveDebug(cfg.DebugListen, logger)
+		stopDebug, err := serveDebug(cfg.DebugListen, allowedHosts, logger)
 		if err != nil {
 			return errors.Join(err, shutdown(stopCtx, logger, &shuttingDown, srv, adminHandler, httpSrv, httpDone))
 		}
@@ -336,8 +338,20 @@ func reloadTLS(s *tlsconf.Server, logger *slog.Logger) {
 	logger.Info("tls certificate reloaded", slog.Time("cert_not_after", s.NotAfter()))
 }
 
-// serveDebug serves net/http/pprof on addr until the returned function is called.
-func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
+// httpAllowedHosts are the names, besides IP addresses, localhost and the machine's name, that
+// requests to the HTTP and debug listeners may name without authentication (admin.LocalHost):
+// http_allowed_hosts and the host name of http, if it is one.
+func httpAllowedHosts(cfg config.Config) []string {
+	hosts := slices.Clone(cfg.HTTPAllowedHosts)
+	if h, _, err := net.SplitHostPort(cfg.HTTP); err == nil && h != "" && net.ParseIP(h) == nil {
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
+// serveDebug serves net/http/pprof on addr until the returned function is called. Without
+// authentication of its own, it refuses requests naming hosts other than allowed (admin.HostGuard).
+func serveDebug(addr string, allowed []string, logger *slog.Logger) (stop func(), err error) {
 	dl, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s (debug_listen): %w", addr, err)
@@ -348,7 +362,7 @@ func serveDebug(addr string, logger *slog.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	ds := &http.Server{Handler: admin.HostGuard(mux), ReadHeaderTimeout: 10 * time.Second}
+	ds := &http.Server{Handler: admin.HostGuard(mux, allowed), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = ds.Serve(dl) }()
 	logger.Warn("pprof debug listener on (no authentication: keep it on loopback)", slog.String("debug_listen", dl.Addr().String()))
 	return func() { _ = ds.Close() }, nil

@@ -61,7 +61,7 @@ type Config struct {
 	// Logger receives the handler's logs. Nil discards them.
 	Logger *slog.Logger
 	// AllowedHosts are the host names, besides localhost, IP addresses and the machine's name,
-	// that a request on a loopback address may name while Auth is nil (LocalHost).
+	// that a request may name in its Host while Auth is nil (LocalHost); others get 421.
 	AllowedHosts []string
 	// Auth authenticates and authorizes requests (Authorization: Bearer, or a client
 	// certificate). Nil: authentication is off. /healthz, /readyz and the OpenAPI document are
@@ -276,7 +276,7 @@ func (h *Handler) register(rt *route) {
 // METHOD_NOT_ALLOWED with an Allow header, both as JSON errors.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.auth.Enabled() && !LocalHost(r, h.allowedHosts) {
-		h.logger.WarnContext(r.Context(), "request for another host on a loopback address refused (DNS rebinding?)",
+		h.logger.WarnContext(r.Context(), "request naming another host refused (DNS rebinding?)",
 			slog.String("host", r.Host), slog.String("method", r.Method), slog.String("path", r.URL.Path))
 		sw := &statusWriter{ResponseWriter: w}
 		h.writeError(sw, r, misdirected(r))

@@ -88,10 +88,11 @@
 // programs) and same-origin pages are served as before. This does not replace authentication.
 //
 // DNS rebinding makes a page's requests same-origin to the browser; they still name the page's
-// host. Without authentication, a request that arrived on a loopback address must name localhost
+// host. Without authentication, a request, on whatever address it arrived, must name localhost
 // (or a name under .localhost), an IP address, the machine's host name or one of
 // Config.AllowedHosts in its Host header, else 421 MISDIRECTED_REQUEST (LocalHost; the pprof
-// debug listener always checks).
+// debug listener always checks). Probes and scrapes by IP address or localhost pass; a scrape by
+// another name needs it in Config.AllowedHosts.
 //
 // # Authentication
 //

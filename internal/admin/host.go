@@ -7,22 +7,19 @@ import (
 	"strings"
 )
 
-// A web page can reach a broker on its visitor's machine by DNS rebinding: its own name resolves
-// to the attacker first, then to 127.0.0.1, and the browser then treats the broker's answers as
-// the page's own origin (same-origin: the cross-origin check passes and responses are readable).
-// Such a request still carries the page's name as Host. So a request that arrived on a loopback
-// address must name a host that can only mean this machine: an IP address, localhost (or a name
-// under .localhost) or the machine's host name. Requests on other addresses are not checked: a
-// broker reachable there without authentication is open to that network anyway.
+// A web page can reach a broker its visitor's browser can reach by DNS rebinding: its own name
+// resolves to the attacker first, then to 127.0.0.1 (or the broker's address on the visitor's
+// network), and the browser then treats the broker's answers as the page's own origin
+// (same-origin: the cross-origin check passes and responses are readable). Such a request still
+// carries the page's name as Host. So without authentication a request must name a host that the
+// page cannot own: an IP address, localhost (or a name under .localhost), the machine's host name
+// or a name the operator configured. This holds whatever address the request arrived on: a broker
+// in a container or behind a port forward sees the browser's loopback request on another address.
 
-// LocalHost reports whether r, if it arrived on a loopback address, names this machine in its
-// Host (see above) or one of allowed; true for requests on any other address.
+// LocalHost reports whether r names, in its Host, an IP address, localhost or a name under
+// .localhost, the machine's host name or one of allowed (case-insensitive, port and trailing dot
+// ignored). An empty Host (HTTP/1.0) passes: browsers always send one.
 func LocalHost(r *http.Request, allowed []string) bool {
-	la, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	ta, ok := la.(*net.TCPAddr)
-	if !ok || !ta.IP.IsLoopback() {
-		return true
-	}
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -33,7 +30,7 @@ func LocalHost(r *http.Request, allowed []string) bool {
 		return true
 	}
 	for _, a := range allowed {
-		if strings.EqualFold(host, a) {
+		if strings.EqualFold(host, strings.TrimSuffix(a, ".")) {
 			return true
 		}
 	}
@@ -44,14 +41,14 @@ func LocalHost(r *http.Request, allowed []string) bool {
 // misdirected is the answer to a request that fails LocalHost.
 func misdirected(r *http.Request) error {
 	return httpErr(http.StatusMisdirectedRequest, "MISDIRECTED_REQUEST",
-		"host %q does not name this machine: on a loopback address, name localhost or an IP address (a page using DNS rebinding names its own host)", r.Host)
+		"host %q is not a name of this broker: without authentication, name it by IP address or localhost, or add the name to http_allowed_hosts (a page using DNS rebinding names its own host)", r.Host)
 }
 
 // HostGuard wraps next (a listener without authentication, such as the pprof debug listener) with
-// the LocalHost check, answering 421 Misdirected Request in plain text.
-func HostGuard(next http.Handler) http.Handler {
+// the LocalHost check of allowed, answering 421 Misdirected Request in plain text.
+func HostGuard(next http.Handler, allowed []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !LocalHost(r, nil) {
+		if !LocalHost(r, allowed) {
 			http.Error(w, misdirected(r).Error(), http.StatusMisdirectedRequest)
 			return
 		}

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,10 +33,49 @@ func TestLoopbackRequestMustNameThisMachine(t *testing.T) {
 	}
 }
 
-// TestHostGuard: the debug listener's wrapper answers 421 for another host on loopback.
+// TestOtherAddressRequestMustNameThisMachine: the Host check does not depend on the address a
+// request arrived on: a broker in a container (or behind a port forward) gets the browser's
+// loopback request on its own address, so a rebinding page's name is refused there too, while
+// scrapes and probes by IP address are served.
+func TestOtherAddressRequestMustNameThisMachine(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	withAuth := authEnv(t, true)
+	on := func(h http.Handler, method, path, host string) int {
+		req := httptest.NewRequest(method, path, nil)
+		req.Host = host
+		local := &net.TCPAddr{IP: net.ParseIP("172.17.0.2"), Port: 8080}
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, local))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	for _, c := range []struct {
+		h            http.Handler
+		method, path string
+		host         string
+		want         int
+	}{
+		{e.h, "GET", "/api/v1/topics", "evil.example:8080", http.StatusMisdirectedRequest},
+		{e.h, "DELETE", "/api/v1/topics/x", "evil.example", http.StatusMisdirectedRequest},
+		{e.h, "GET", "/metrics", "evil.example", http.StatusMisdirectedRequest},
+		{e.h, "GET", "/metrics", "172.17.0.2:8080", http.StatusOK},
+		{e.h, "GET", "/readyz", "10.0.0.7:8080", http.StatusOK},
+		{e.h, "GET", "/api/v1/topics", "localhost:8080", http.StatusOK},
+		{withAuth.h, "GET", "/healthz", "evil.example", http.StatusOK},
+		{HostGuard(http.NotFoundHandler(), nil), "GET", "/debug/pprof/cmdline", "evil.example", http.StatusMisdirectedRequest},
+		{HostGuard(http.NotFoundHandler(), []string{"pprof.example"}), "GET", "/debug/pprof/cmdline", "pprof.example:6060", http.StatusNotFound},
+	} {
+		if got := on(c.h, c.method, c.path, c.host); got != c.want {
+			t.Errorf("%s %s Host %s: status %d, want %d", c.method, c.path, c.host, got, c.want)
+		}
+	}
+}
+
+// TestHostGuard: the debug listener's wrapper answers 421 for another host.
 func TestHostGuard(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(HostGuard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	srv := httptest.NewServer(HostGuard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), nil))
 	defer srv.Close()
 	for host, want := range map[string]int{"evil.example": http.StatusMisdirectedRequest, "127.0.0.1": http.StatusOK, "localhost:6060": http.StatusOK} {
 		req, _ := http.NewRequest("GET", srv.URL+"/debug/pprof/cmdline", nil)

@@ -21,6 +21,7 @@ func (e *env) serve(method, path string, body any) *resp {
 		e.t.Fatal(err)
 	}
 	req := httptest.NewRequestWithContext(e.t.Context(), method, path, bytes.NewReader(data))
+	req.Host = "localhost" // not httptest's example.com: without auth the handler refuses other names
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	e.h.ServeHTTP(rec, req)

@@ -54,10 +54,11 @@ type Config struct {
 	// HTTPMaxConnections bounds the open connections of the HTTP listener; one more is answered
 	// 503 OVERLOADED (Retry-After: 1) and closed. Defaults to 1024.
 	HTTPMaxConnections int `yaml:"http_max_connections"`
-	// HTTPAllowedHosts are host names (without port) that a request on a loopback address may
-	// name in its Host header besides localhost, IP addresses and the machine's host name, while
-	// authentication is off: e.g. the name a reverse proxy on this machine forwards. Other names
-	// are refused (421) because a web page using DNS rebinding names its own. File only.
+	// HTTPAllowedHosts are host names (without port) that a request to the HTTP or debug listener
+	// may name in its Host header besides localhost, IP addresses, the machine's host name and
+	// the host of http, while authentication is off: e.g. the name a reverse proxy forwards, or
+	// the name Prometheus scrapes. Other names are refused (421) because a web page using DNS
+	// rebinding names its own. File only.
 	HTTPAllowedHosts []string `yaml:"http_allowed_hosts"`
 	// DataDir is the directory of the embedded engine. Defaults to "./spool-data".
 	DataDir string `yaml:"data_dir"`

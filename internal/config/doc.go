@@ -31,7 +31,7 @@
 //	http: "127.0.0.1:8080"
 //	insecure: false   # true lets listen and http be reachable from other hosts without authentication
 //	http_max_connections: 1024
-//	http_allowed_hosts: []   # Host names besides localhost and IPs on loopback without auth
+//	http_allowed_hosts: []   # Host names besides localhost and IPs that HTTP requests may name without auth
 //	data_dir: /var/lib/spool
 //	log_level: info
 //	shutdown_timeout: 30s
