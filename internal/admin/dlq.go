@@ -65,6 +65,17 @@ func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// At most maxResponseBytes of messages (their payloads only when included); a shorter page
+	// says where the next starts.
+	fit := fitBytes(len(entries), func(i int) int {
+		m := &entries[i].Message
+		if payload {
+			return m.Size()
+		}
+		return m.Size() - len(m.Payload)
+	})
+	more := fit < len(entries) || len(entries) == int(limit)
+	entries = entries[:fit]
 	parts := h.partitions(r.Context(), topic)
 	out := DLQList{Entries: make([]DLQEntry, 0, len(entries))}
 	for _, e := range entries {
@@ -75,7 +86,7 @@ func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Entries = append(out.Entries, j)
 	}
-	if len(entries) == int(limit) {
+	if more {
 		next := entries[len(entries)-1].ID
 		out.NextAfterID = &next
 	}

@@ -53,7 +53,10 @@
 // each message is still bounded by its topic's max_message_bytes. A publish carries at most
 // 10,000 messages, a pull returns at most Config.PullMaxBatch (100) and waits at most
 // Config.MaxPullWait (30 s: the HTTP server's WriteTimeout must be longer). List pages hold at most
-// 1000 entries. JSON bodies reject unknown fields.
+// 1000 entries. A message read, a DLQ list and a pull answer at most 4 MiB of messages (key,
+// headers and payload; at least one message; maxResponseBytes) whatever limit or max asks: the
+// page ends early with its cursor set (next_offset, next_after_id; a pull's rest waits, leased, for
+// the next pull). JSON bodies reject unknown fields.
 //
 // Request bodies are bounded in size (Config.MaxBodyBytes, 1 MiB; publishes
 // Config.MaxPublishBodyBytes, 16 MiB: 413 FRAME_TOO_LARGE) and in time (Config.BodyReadTimeout,

@@ -17,6 +17,8 @@ import (
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/metrics"
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/pgstore"
 	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/internal/testutil"
 )
@@ -30,11 +32,12 @@ func TestMain(m *testing.M) {
 	os.Exit(testutil.RunLeakChecked(m, 5*time.Second, http.DefaultClient.CloseIdleConnections))
 }
 
-// env is an admin handler over a real broker on a real wal engine, served by httptest.
+// env is an admin handler over a real broker on a real engine (wal, or PostgreSQL: newEnvPG),
+// served by httptest.
 type env struct {
 	t       *testing.T
 	b       *broker.Broker
-	eng     *wal.Engine
+	eng     storage.Engine
 	reg     *prometheus.Registry
 	h       *Handler
 	srv     *httptest.Server
@@ -53,7 +56,27 @@ func newEnvWith(t *testing.T, walCfg wal.Config, opts metrics.CollectorOptions, 
 	if err != nil {
 		t.Fatalf("wal.Open: %v", err)
 	}
-	b, err := broker.New(broker.Config{Engine: eng, Logger: testLogger(t), RetentionInterval: -1})
+	return newEnvOn(t, broker.Config{Engine: eng}, opts, mod)
+}
+
+// newEnvPG is newEnv on a PostgreSQL engine in a schema of its own (TEST_DATABASE_URL), with a
+// broker configured as spool serve configures one on PostgreSQL (SharedEngine).
+func newEnvPG(t *testing.T, mod func(*Config)) *env {
+	t.Helper()
+	url := testutil.DatabaseURL(t)
+	eng, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, Schema: testutil.PGSchema(t, url, "t_admin_"), Migrate: true})
+	if err != nil {
+		t.Fatalf("pgstore.Open: %v", err)
+	}
+	return newEnvOn(t, broker.Config{Engine: eng, SharedEngine: true}, metrics.CollectorOptions{}, mod)
+}
+
+// newEnvOn is newEnv on the broker of bcfg (its engine closed at the end of the test).
+func newEnvOn(t *testing.T, bcfg broker.Config, opts metrics.CollectorOptions, mod func(*Config)) *env {
+	t.Helper()
+	eng := bcfg.Engine
+	bcfg.Logger, bcfg.RetentionInterval = testLogger(t), -1
+	b, err := broker.New(bcfg)
 	if err != nil {
 		t.Fatalf("broker.New: %v", err)
 	}

@@ -307,17 +307,21 @@ func (s *session) applyCreditLocked() {
 	}
 }
 
-// takeLocked removes up to n usable deliveries from buf; expired ones are dropped (the engine
-// redelivers them). s.mu must be held.
+// takeLocked removes up to n usable deliveries from buf, in order and at most maxResponseBytes of
+// messages (at least one); expired ones are dropped (the engine redelivers them). s.mu must be
+// held.
 func (s *session) takeLocked(n int, now time.Time) []*storage.Delivery {
 	var got []*storage.Delivery
 	rest := s.buf[:0]
+	bytes, full := 0, false
 	for _, d := range s.buf {
 		switch {
 		case !d.LeaseDeadline.After(now):
-		case len(got) < n:
+		case !full && len(got) < n && (len(got) == 0 || bytes+d.Size() <= maxResponseBytes):
 			got = append(got, d)
+			bytes += d.Size()
 		default:
+			full = true // the rest waits for the next pull, in order
 			rest = append(rest, d)
 		}
 	}

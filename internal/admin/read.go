@@ -20,6 +20,28 @@ type MessageList struct {
 	NextOffset int64 `json:"next_offset"`
 }
 
+// maxResponseBytes bounds the messages of one read, DLQ list or pull response by their size (key,
+// headers and payload: storage.Message.Size), as one log read of the embedded engine is bounded: a
+// page ends before the message that would pass it, but holds at least one, and says where the
+// next starts (next_offset, next_after_id; what a pull leaves stays leased for the next pull). So
+// limit=1000 of 8 MiB messages answers about 4 MiB of messages (its JSON, with base64 or escapes,
+// up to a few times that), not 8 GB.
+const maxResponseBytes = 4 << 20
+
+// fitBytes returns how many of n messages, the size of message i being size(i), fit in
+// maxResponseBytes taken in order: at least one when n > 0.
+func fitBytes(n int, size func(i int) int) int {
+	used := 0
+	for i := range n {
+		s := size(i)
+		if i > 0 && used+s > maxResponseBytes {
+			return i
+		}
+		used += s
+	}
+	return n
+}
+
 // readStart is where a read starts: an offset of a partition, or a time.
 type readStart struct {
 	partition    int32
@@ -93,6 +115,7 @@ func (h *Handler) readMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	msgs = msgs[:fitBytes(len(msgs), func(i int) int { return msgs[i].Size() })]
 	parts := h.partitions(r.Context(), topic)
 	out := MessageList{Topic: topic, Partition: rs.partition, Messages: make([]Message, 0, len(msgs)), NextOffset: start}
 	for _, m := range msgs {

@@ -107,7 +107,8 @@ func (h *Handler) routeTable() []*route {
 		{method: "GET", path: "/api/v1/topics/{topic}/messages", handle: h.readMessages, doc: opDoc{
 			id: "readMessages", tag: "messages", summary: "Read a partition's retained messages without consuming them.",
 			desc: "Changes no delivery state (no lease, cursor or ack). Needs the consume or admin permission on the topic. " +
-				"next_offset is the from of the next page.",
+				"next_offset is the from of the next page. A page holds at most 4 MiB of messages (key, headers and payload; at least one message), " +
+				"so it can be shorter than limit before the end: read on from next_offset until a page is empty.",
 			query: []queryParam{{"partition", "integer", "the partition (default 0, or the one of a partition:offset from)"},
 				{"from", "string", "an offset, a message id (partition:offset) or an RFC 3339 time (the first message published at or after it); default: the first retained message"},
 				{"limit", "integer", "page size, 1 to 1000 (default 100)"}},
@@ -168,6 +169,8 @@ func (h *Handler) routeTable() []*route {
 		// Dead-letter queues.
 		{method: "GET", path: "/api/v1/topics/{topic}/groups/{group}/dlq", handle: h.listDLQ, doc: opDoc{
 			id: "listDLQ", tag: "dlq", summary: "List a subscription's dead-lettered messages in id order.",
+			desc: "A page holds at most 4 MiB of messages (key, headers and, unless payload=false, payload; at least one entry), " +
+				"so it can be shorter than limit with next_after_id set: page on while next_after_id is given.",
 			query: []queryParam{{"after_id", "integer", "entries with a larger id (paging: next_after_id)"},
 				{"limit", "integer", "page size, 1 to 1000 (default 100)"},
 				{"payload", "boolean", "false leaves each message's payload out and gives payload_bytes, its size, instead (default true)"}},
@@ -185,7 +188,8 @@ func (h *Handler) routeTable() []*route {
 		// Pull consumption.
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/pull", handle: h.pull, doc: opDoc{
 			id: "pull", tag: "consume", summary: "Lease up to max messages to the caller, waiting up to wait for the first.",
-			desc: "Returns as soon as a message is there, with up to max; an empty list when none arrived within wait. " +
+			desc: "Returns as soon as a message is there, with up to max and at most 4 MiB of messages (at least one; " +
+				"what is left stays leased to the session for the next pull); an empty list when none arrived within wait. " +
 				"Ack or nack each message before lease_deadline, else it is redelivered. group is a consumer group " +
 				"($queue, or any group, on a QUEUE topic). A PUB_SUB group's subscription is created at the first pull, at start.",
 			body: typeOf[PullRequest](), bodyOptional: true, ok: 200, resp: typeOf[PullResult](), errs: errsWrite}},

@@ -884,10 +884,15 @@ func wrapAppendErr(topic string, err error) error {
 	return fmt.Errorf("pgstore: append to topic %q: %w", topic, err)
 }
 
+// readBatchBytes bounds the messages one MessagesRead returns by their stored size (key, headers
+// and payload), at least one, as one log read of the embedded engine is bounded: Limit 1000 of
+// 8 MiB messages is not 8 GB in memory. Callers page on after the last message returned.
+const readBatchBytes = 4 << 20
+
 // MessagesRead reads up to Limit (default 100) retained messages of a partition from Offset
-// (from the first retained one when Offset is below it), without leasing them, in one statement
-// (one snapshot). An Offset above the high-water mark fails with storage.ErrOffsetOutOfRange; at
-// the high-water mark the result is empty. A partition the topic does not have fails with
+// (from the first retained one when Offset is below it), at most readBatchBytes of them (at least
+// one), without leasing them, in one statement (one snapshot). An Offset above the high-water
+// mark fails with storage.ErrOffsetOutOfRange; at the high-water mark the result is empty. A partition the topic does not have fails with
 // storage.ErrInvalidArgument. It does not wait for messages to come. Bounded by Config.TxTimeout
 // (past it: TIMEOUT, retryable).
 func (e *Engine) MessagesRead(ctx context.Context, p *storage.MessagesReadParams) ([]*storage.Message, error) {
@@ -916,14 +921,19 @@ func (e *Engine) messagesRead(ctx context.Context, p *storage.MessagesReadParams
 		FROM spool.topics t
 		LEFT JOIN spool.partitions pt ON pt.topic_id = t.id AND pt.partition = $2
 		LEFT JOIN LATERAL (
-			SELECT * FROM spool.messages m
-			WHERE m.topic_id = t.id AND m.partition = $2
-			  AND m."offset" >= greatest($3, pt.low_offset) AND m."offset" < pt.next_offset
-			  AND m.published_at >= coalesce(pt.low_published_at, '-infinity')
-			ORDER BY m."offset" LIMIT $4
+			-- The first row, then the next ones while their running size stays within $5.
+			SELECT * FROM (
+				SELECT m.*, row_number() OVER w AS n, sum(m.size) OVER w AS upto
+				FROM spool.messages m
+				WHERE m.topic_id = t.id AND m.partition = $2
+				  AND m."offset" >= greatest($3, pt.low_offset) AND m."offset" < pt.next_offset
+				  AND m.published_at >= coalesce(pt.low_published_at, '-infinity')
+				WINDOW w AS (ORDER BY m."offset" ROWS UNBOUNDED PRECEDING)
+				ORDER BY m."offset" LIMIT $4
+			) m WHERE m.n = 1 OR m.upto <= $5
 		) m ON true
 		WHERE t.name = $1
-		ORDER BY m."offset"`), p.Topic, p.Partition, p.Offset, limit)
+		ORDER BY m."offset"`), p.Topic, p.Partition, p.Offset, limit, readBatchBytes)
 	if err != nil {
 		return nil, e.mapErr(fmt.Errorf("pgstore: read %q partition %d: %w", p.Topic, p.Partition, err))
 	}

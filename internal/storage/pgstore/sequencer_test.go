@@ -277,9 +277,14 @@ func TestSequencerBounded(t *testing.T) {
 	seq0 := e.seqRows.Load()
 	lock.release()
 	awaitSequenced(t, e)
-	ms := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "big", Partition: 0, Limit: 10}))(t)
-	if len(ms) != n {
-		t.Fatalf("read %d messages, want %d", len(ms), n)
+	// A read returns at most readBatchBytes (one 3 MiB message here): page on.
+	var ms []*storage.Message
+	for len(ms) < n {
+		page := must(e.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "big", Partition: 0, Offset: int64(len(ms)), Limit: 10}))(t)
+		if len(page) == 0 {
+			t.Fatalf("read %d messages, want %d", len(ms), n)
+		}
+		ms = append(ms, page...)
 	}
 	for i, m := range ms {
 		if m.Offset != int64(i) || m.Payload[0] != byte(i) {

@@ -585,7 +585,9 @@
       note.hidden = n === 0;
       if (n) {
         note.textContent = `Partition ${pg.partition}, offsets ${fmtNum(pg.messages[0].offset)} to ${fmtNum(pg.messages[n - 1].offset)}` +
-          (n < MSG_PAGE ? ': the end of the partition for now.' : '. "Next page" reads on from offset ' + fmtNum(pg.next_offset) + '.');
+          // A page also ends at 4 MiB of messages: a short one is not always the end.
+          (n < MSG_PAGE ? ': the end of the partition for now, or of the 4 MiB of messages a page holds.'
+            : '. "Next page" reads on from offset ' + fmtNum(pg.next_offset) + '.');
       }
       $('msg-next').disabled = false; // also after the end: messages published since show up
       this.drawMessage();
