@@ -89,8 +89,11 @@ type Config struct {
 	// out is live. Defaults to DefaultPullIdleTimeout.
 	PullIdleTimeout time.Duration
 	// MaxPullSessions bounds the open pull sessions (one per topic, group and filter pulled); a
-	// pull that needs one more gets LIMIT_EXCEEDED. 0: 1024.
+	// pull that needs one more gets LIMIT_EXCEEDED. Defaults to 1024.
 	MaxPullSessions int
+	// MaxGroupPullSessions bounds the open pull sessions of one (topic, group), one per filter
+	// pulled, each a member of the group; past it, LIMIT_EXCEEDED. Defaults to 64.
+	MaxGroupPullSessions int
 	// DefaultPullWait is the wait of a pull that does not give one. Defaults to DefaultPullWait.
 	DefaultPullWait time.Duration
 	// MaxPullWait bounds the wait of a pull. Defaults to DefaultMaxPullWait.
@@ -145,6 +148,7 @@ func New(cfg Config) (*Handler, error) {
 		{"PullMaxBatch", int64(cfg.PullMaxBatch)}, {"PullMaxInFlight", int64(cfg.PullMaxInFlight)},
 		{"PullIdleTimeout", int64(cfg.PullIdleTimeout)}, {"BodyReadTimeout", int64(cfg.BodyReadTimeout)},
 		{"DefaultPullWait", int64(cfg.DefaultPullWait)}, {"MaxPullWait", int64(cfg.MaxPullWait)},
+		{"MaxPullSessions", int64(cfg.MaxPullSessions)}, {"MaxGroupPullSessions", int64(cfg.MaxGroupPullSessions)},
 	} {
 		if f.v < 0 {
 			return nil, fmt.Errorf("admin: config: %s must not be negative, got %d", f.name, f.v)
@@ -186,12 +190,13 @@ func New(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("admin: config: DefaultPullWait (%s) exceeds MaxPullWait (%s)", defWait, maxWait)
 	}
 	h.pulls = newPulls(cfg.Broker, cfg.Metrics, logger, pullConfig{
-		maxBatch:    maxBatch,
-		maxInFlight: maxInFlight,
-		idle:        cmp.Or(cfg.PullIdleTimeout, DefaultPullIdleTimeout),
-		defWait:     defWait,
-		maxWait:     maxWait,
-		maxSessions: cmp.Or(cfg.MaxPullSessions, maxPullSessions),
+		maxBatch:         maxBatch,
+		maxInFlight:      maxInFlight,
+		idle:             cmp.Or(cfg.PullIdleTimeout, DefaultPullIdleTimeout),
+		defWait:          defWait,
+		maxWait:          maxWait,
+		maxSessions:      cmp.Or(cfg.MaxPullSessions, maxPullSessions),
+		maxGroupSessions: cmp.Or(cfg.MaxGroupPullSessions, maxGroupPullSessions),
 	})
 	if cfg.Gatherer != nil {
 		h.metricsHTTP = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{

@@ -1116,3 +1116,50 @@ func TestPullSessionsBounded(t *testing.T) {
 	}
 	e.do("POST", "/api/v1/topics/ps/groups/g/pull", map[string]any{"filter": "region=eu", "wait": "0s"}).ok(200, nil)
 }
+
+// TestPullSessionsBoundedPerGroup: a (topic, group) takes at most MaxGroupPullSessions sessions
+// (each a member of the group, one per filter); past it a pull gets LIMIT_EXCEEDED and leaves no
+// member, while other groups still open theirs.
+func TestPullSessionsBoundedPerGroup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxGroupPullSessions = 2 })
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "pg", "semantics": "PUB_SUB"}).ok(201, nil)
+	pull := func(group, filter string) *resp {
+		return e.do("POST", "/api/v1/topics/pg/groups/"+group+"/pull", map[string]any{"filter": filter, "wait": "0s"})
+	}
+	pull("g", "region=eu").ok(200, nil)
+	pull("g", "region=us").ok(200, nil)
+	members := len(e.b.Members())
+	if pe := pull("g", "region=ap").fails(409, "LIMIT_EXCEEDED"); !strings.Contains(pe.Message, `2 pull sessions of group "g" on topic "pg"`) {
+		t.Fatalf("error %q", pe.Message)
+	}
+	if n := len(e.b.Members()); n != members {
+		t.Fatalf("members %d after the refused pull, want %d", n, members)
+	}
+	pull("g", "region=eu").ok(200, nil)
+	pull("h", "region=ap").ok(200, nil)
+}
+
+// TestPullSessionsBoundedWhileOpening: a session being opened counts against MaxPullSessions, so
+// a pull arriving meanwhile is refused at once instead of making a member of its own.
+func TestPullSessionsBoundedWhileOpening(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MaxPullSessions = 1 })
+	e.do("POST", "/api/v1/topics", map[string]any{"name": "po", "semantics": "PUB_SUB"}).ok(201, nil)
+	members := len(e.b.Members())
+	var inner *resp
+	e.h.pulls.openHook = func(key sessionKey) {
+		if key.filter != "region=eu" {
+			return
+		}
+		inner = e.do("POST", "/api/v1/topics/po/groups/g/pull", map[string]any{"filter": "region=us", "wait": "0s"})
+		if n := len(e.b.Members()); n != members {
+			t.Errorf("members %d while the first session opens, want %d", n, members)
+		}
+	}
+	e.do("POST", "/api/v1/topics/po/groups/g/pull", map[string]any{"filter": "region=eu", "wait": "0s"}).ok(200, nil)
+	inner.fails(409, "LIMIT_EXCEEDED")
+	if n := len(e.b.Members()); n != members+1 {
+		t.Fatalf("members %d, want %d", n, members+1)
+	}
+}

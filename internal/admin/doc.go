@@ -115,7 +115,8 @@
 // served by a pull session per (topic, group) of the URL and member filter of the request body
 // ("filter", empty for none; nack and extend name it too): a broker member (id "http-pull-...")
 // that lives across requests and claims on demand. At most Config.MaxPullSessions (1024) are
-// open; a pull that needs one more gets 409 LIMIT_EXCEEDED.
+// open, and Config.MaxGroupPullSessions (64) of one (topic, group), those being opened included;
+// a pull that needs one more gets 409 LIMIT_EXCEEDED and makes no member.
 //
 //   - Its credit (Member.SetMaxInFlight) is 0 while no pull waits: it keeps its leases and claims
 //     nothing, so messages nobody asked for stay with the group's other members. A pull raises it

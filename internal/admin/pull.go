@@ -29,6 +29,7 @@ type pullConfig struct {
 	idle             time.Duration
 	defWait, maxWait time.Duration
 	maxSessions      int
+	maxGroupSessions int
 }
 
 // pulls owns the pull sessions, one per (topic, group) of the URL. See the package documentation
@@ -48,10 +49,19 @@ type pulls struct {
 	mu       sync.Mutex
 	closed   bool
 	sessions map[sessionKey]*session
+	// opening counts, per (topic, group), the sessions being opened: room reserved (reserve), not
+	// in sessions yet.
+	opening map[groupKey]int
+	// openHook, when set, is called by acquire with room reserved for a new session, before its
+	// member is made. Nil except in tests, which pull concurrently there.
+	openHook func(key sessionKey)
 }
 
 // sessionKey names a pull session: one member per (topic, group, member filter).
 type sessionKey struct{ topic, group, filter string }
+
+// groupKey is the (topic, group) of sessions.
+type groupKey struct{ topic, group string }
 
 // session is a broker member that consumes for the HTTP clients of one (topic, group). Its credit
 // is 0 except while pulls wait (then it is what the member holds plus what they ask for), so it
@@ -91,7 +101,7 @@ func keyOf(d *storage.Delivery) leaseKey {
 }
 
 func newPulls(b *broker.Broker, m *metrics.Metrics, logger *slog.Logger, cfg pullConfig) *pulls {
-	return &pulls{b: b, metrics: m, logger: logger, cfg: cfg, sessions: make(map[sessionKey]*session)}
+	return &pulls{b: b, metrics: m, logger: logger, cfg: cfg, sessions: make(map[sessionKey]*session), opening: make(map[groupKey]int)}
 }
 
 // existing returns the open session of key with a request counted (release it), or nil.
@@ -101,22 +111,49 @@ func (p *pulls) existing(key sessionKey) (*session, error) {
 	return p.existingLocked(key)
 }
 
-// maxPullSessions bounds the pull sessions of a handler: each holds a broker member and a
-// goroutine, and a client makes a new one per (topic, group, filter) it names.
-const maxPullSessions = 1024
+// maxPullSessions and maxGroupPullSessions bound the pull sessions of a handler and of one
+// (topic, group): each holds a broker member (one more in its group) and a goroutine, and a client
+// makes a new one per (topic, group, filter) it names.
+const (
+	maxPullSessions      = 1024
+	maxGroupPullSessions = 64
+)
 
-// room returns LIMIT_EXCEEDED when the handler has maxPullSessions sessions.
-func (p *pulls) room() error {
+// reserve takes room for a new session of key, or returns LIMIT_EXCEEDED: at most
+// cfg.maxSessions sessions in all and cfg.maxGroupSessions of key's (topic, group), counting
+// those being opened, so that concurrent pulls cannot open more. The caller calls unreserveLocked
+// once the session is in p.sessions or failed to open.
+func (p *pulls) reserve(key sessionKey) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.roomLocked()
+	gk := groupKey{key.topic, key.group}
+	all, group := len(p.sessions), p.opening[gk]
+	for _, n := range p.opening {
+		all += n
+	}
+	if all >= p.cfg.maxSessions {
+		return protocol.ErrLimitExceeded.Errorf("%d pull sessions are open (one per topic, group and filter, closed %s after their last use): pull with fewer filters or wait",
+			all, p.cfg.idle)
+	}
+	for k := range p.sessions {
+		if k.topic == key.topic && k.group == key.group {
+			group++
+		}
+	}
+	if group >= p.cfg.maxGroupSessions {
+		return protocol.ErrLimitExceeded.Errorf("%d pull sessions of group %q on topic %q are open (one per filter, closed %s after their last use): pull with fewer filters or wait",
+			group, key.group, key.topic, p.cfg.idle)
+	}
+	p.opening[gk]++
+	return nil
 }
 
-func (p *pulls) roomLocked() error {
-	if n := len(p.sessions); n >= p.cfg.maxSessions {
-		return protocol.ErrLimitExceeded.Errorf("%d pull sessions are open (one per topic, group and filter, closed 10 s after their last use): pull with fewer filters or wait", n)
+// unreserveLocked gives back the room reserve took for key. p.mu must be held.
+func (p *pulls) unreserveLocked(key sessionKey) {
+	gk := groupKey{key.topic, key.group}
+	if p.opening[gk]--; p.opening[gk] <= 0 {
+		delete(p.opening, gk)
 	}
-	return nil
 }
 
 // existingLocked is existing with p.mu held. A session whose member closed under it (Broker.Stop)
@@ -157,8 +194,19 @@ func (p *pulls) acquire(ctx context.Context, topic, group, filter string, start 
 	if s, err := p.existing(key); s != nil || err != nil {
 		return s, err
 	}
-	if err := p.room(); err != nil {
+	if err := p.reserve(key); err != nil {
 		return nil, err
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			p.mu.Lock()
+			p.unreserveLocked(key)
+			p.mu.Unlock()
+		}
+	}()
+	if p.openHook != nil {
+		p.openHook(key)
 	}
 	info, err := p.b.Topic(ctx, topic)
 	if err != nil {
@@ -190,10 +238,9 @@ func (p *pulls) acquire(ctx context.Context, topic, group, filter string, start 
 		parts: info.Topic.Config.Partitions, changed: make(chan struct{}), handed: make(map[leaseKey]time.Time),
 	}
 	p.mu.Lock()
+	p.unreserveLocked(key)
+	reserved = false
 	other, err := p.existingLocked(key)
-	if other == nil && err == nil {
-		err = p.roomLocked()
-	}
 	if other == nil && err == nil {
 		s.active = 1
 		p.sessions[key] = s

@@ -191,7 +191,8 @@ func (h *Handler) routeTable() []*route {
 			desc: "Returns as soon as a message is there, with up to max and at most 4 MiB of messages (at least one; " +
 				"what is left stays leased to the session for the next pull); an empty list when none arrived within wait. " +
 				"Ack or nack each message before lease_deadline, else it is redelivered. group is a consumer group " +
-				"($queue, or any group, on a QUEUE topic). A PUB_SUB group's subscription is created at the first pull, at start.",
+				"($queue, or any group, on a QUEUE topic). A PUB_SUB group's subscription is created at the first pull, at start. " +
+				"Each (topic, group, filter) pulled holds a session until 10 s past its last use; past 1024 sessions, or 64 of one group (the defaults), 409 LIMIT_EXCEEDED.",
 			body: typeOf[PullRequest](), bodyOptional: true, ok: 200, resp: typeOf[PullResult](), errs: errsWrite}},
 		{method: "POST", path: "/api/v1/topics/{topic}/groups/{group}/ack", handle: h.ack, doc: opDoc{
 			id: "ack", tag: "consume", summary: "Ack pulled messages (idempotent; works without the lease).",
