@@ -49,6 +49,9 @@ func unmarshalJSON(data []byte, v any, allowEmpty bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, storage.ErrInvalidArgument) {
+			return err // a field's own check (publishList) says what is wrong
+		}
 		return invalidf("request body: %v", err)
 	}
 	if dec.More() {

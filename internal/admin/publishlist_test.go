@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -42,4 +43,17 @@ func TestPublishListStopsPastTheBatchLimit(t *testing.T) {
 			t.Fatalf("%s: %v (messages %v), want %q", body, err, req.Messages, want)
 		}
 	}
+}
+
+// TestPublishBatchPastTheLimitHTTP: over HTTP, a batch of 20,000 empty messages is refused with
+// 400 INVALID_ARGUMENT and the batch limit's message, as before it was decoded element-wise.
+func TestPublishBatchPastTheLimitHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	body := `{"messages":[` + strings.Repeat(`{},`, 19_999) + `{}]}`
+	d := e.do("POST", "/api/v1/topics/batch/messages", body).fails(http.StatusBadRequest, "INVALID_ARGUMENT")
+	if want := "invalid argument: at most 10000 messages per request"; !strings.HasPrefix(d.Message, want) {
+		t.Fatalf("message %q, want it to start %q", d.Message, want)
+	}
+	e.do("POST", "/api/v1/topics/batch/messages", `{"messages":[{"payload":"a","nope":1}]}`).fails(http.StatusBadRequest, "INVALID_ARGUMENT")
 }
