@@ -361,7 +361,7 @@ func (m *Metrics) ConnectionClosed(protocol string) {
 
 // ObserveHTTPRequest records one HTTP request; route is the matched route pattern
 // ("GET /api/v1/topics/{topic}", never the raw path, which would make the label unbounded),
-// "unmatched" or "misdirected" (a loopback request naming another host).
+// "unmatched" or "misdirected" (a request without authentication naming another host).
 func (m *Metrics) ObserveHTTPRequest(route string, code int, took time.Duration) {
 	if m == nil {
 		return
