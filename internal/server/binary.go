@@ -543,7 +543,7 @@ func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 			res.Unknown = wireRefs(res.Unknown, g.sub, g.refs)
 			continue
 		}
-		r, err := b.ackGroup(g, member)
+		r, err := c.ackGroup(g, member)
 		if r != nil {
 			c.observeAck(g.sub, r.Acked)
 			res.Acked += uint32(r.Acked)
@@ -558,79 +558,6 @@ func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 	return res
 }
 
-// ackGroup acks the refs of one group and returns what was done (nil: nothing) and why the rest
-// was not, if it failed for another reason than its subscription being gone (whose refs it
-// returns as unknown).
-func (b *binarySession) ackGroup(g refGroup, member string) (*storage.DeliveriesAckResult, error) {
-	r, err := b.c.srv.broker.AckBatchGen(b.c.ctx, g.sub, member, g.gen, g.refs)
-	switch {
-	case errors.Is(err, storage.ErrStaleGeneration):
-		// Ordered groups: the engine refused the whole group; ack the partitions the member
-		// still owns and answer STALE_GENERATION (the Go client then acks its refs one by one
-		// to learn which were refused).
-		return b.ackByPartition(g, member)
-	case subscriptionGone(err):
-		// Deleted or cancelled meanwhile: its messages are gone for this connection.
-		return &storage.DeliveriesAckResult{Unknown: g.refs}, nil
-	}
-	return r, err
-}
-
-// ackByPartition acks the refs of g one partition at a time and returns the sum and the failure
-// of the partitions that were not acked (settleFailure), storage.ErrStaleGeneration for one the
-// member lost.
-func (b *binarySession) ackByPartition(g refGroup, member string) (*storage.DeliveriesAckResult, error) {
-	c := b.c
-	sum := &storage.DeliveriesAckResult{}
-	var failed error
-	byPart := map[int32][]storage.DeliveryRef{}
-	var order []int32
-	for _, r := range g.refs {
-		if _, ok := byPart[r.Partition]; !ok {
-			order = append(order, r.Partition)
-		}
-		byPart[r.Partition] = append(byPart[r.Partition], r)
-	}
-	for _, p := range order {
-		r, err := c.srv.broker.AckBatchGen(c.ctx, g.sub, member, g.gen, byPart[p])
-		switch {
-		case subscriptionGone(err):
-			sum.Unknown = append(sum.Unknown, byPart[p]...)
-		case err != nil:
-			failed = settleFailure(failed, err)
-		default:
-			sum.Acked += r.Acked
-			sum.AlreadyDone += r.AlreadyDone
-			sum.Unknown = append(sum.Unknown, r.Unknown...)
-		}
-	}
-	return sum, failed
-}
-
-// subscriptionGone reports whether err says that a subscription is gone for good: deleted (with
-// its topic or alone) or cancelled, by this broker or another instance on the same database. Its
-// deliveries name nothing that can be acked, nacked or extended any more: an Ack lists their refs
-// unknown, a Nack or Extend not held.
-func subscriptionGone(err error) bool {
-	return errors.Is(err, storage.ErrSubscriptionNotFound) || errors.Is(err, storage.ErrSubscriptionNotActive) ||
-		errors.Is(err, storage.ErrTopicNotFound)
-}
-
-// settleFailure returns the error an Ack, Nack or Extend answers when its groups failed with prev
-// (nil: none so far) and err (nil: this group did not fail): the first retryable one, so that the
-// client may send the request again, else the first. Either way every group was tried.
-func settleFailure(prev, err error) error {
-	switch {
-	case err == nil:
-		return prev
-	case prev == nil:
-		return err
-	case !errmap.ErrorFrom(prev).Retryable && errmap.ErrorFrom(err).Retryable:
-		return err
-	}
-	return prev
-}
-
 // nackResult runs a Nack request and returns its answer (NackOK or Error). As for an Ack, each
 // subscription's refs are nacked on their own: a gone subscription's refs are not held, and any
 // other failure answers an Error once every group was tried.
@@ -643,16 +570,9 @@ func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 	res := &protocol.NackOK{}
 	var failed error
 	for _, g := range groupRefs(m.Refs) {
-		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
-			r, err := h.member.NackBatchGen(c.ctx, g.sub, g.gen, refs, opts)
-			if err != nil {
-				return nil, err
-			}
-			c.observeNack(g.sub, r.Nacked, r.DeadLettered)
-			res.Nacked += uint32(r.Nacked)
-			res.DeadLettered += uint32(r.DeadLettered)
-			return r.NotHeld, nil
-		})
+		nacked, dead, notHeld, err := c.nackGroup(c.holders(g.sub), g, opts)
+		res.Nacked += uint32(nacked)
+		res.DeadLettered += uint32(dead)
 		if err != nil {
 			failed = settleFailure(failed, err)
 			continue
@@ -679,7 +599,7 @@ func (b *binarySession) extendResult(m *protocol.Extend) protocol.Message {
 	res := &protocol.ExtendOK{}
 	var failed error
 	for _, g := range groupRefs(m.Refs) {
-		notHeld, err := c.eachHolder(g.sub, g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
+		notHeld, err := c.eachHolder(c.holders(g.sub), g.refs, func(h *handle, refs []storage.DeliveryRef) ([]storage.DeliveryRef, error) {
 			r, err := h.member.ExtendBatchGen(c.ctx, g.sub, g.gen, refs, m.Duration)
 			if err != nil {
 				return nil, err

@@ -475,14 +475,15 @@ func (c *conn) holders(sub int64) []*handle {
 	return out
 }
 
-// eachHolder settles refs of subscription sub through the handles attached to it (usually one):
-// only the member holding a lease may nack or extend it, so op runs on each handle in turn with
-// what the previous ones did not hold, and returns what it did not hold. A handle whose member
-// closed or whose subscription is gone (subscriptionGone: deleted, or cancelled, perhaps by another
-// broker instance while the member is still attached here) is passed over: it holds no lease of
-// sub. eachHolder returns the refs no handle held, or op's first other error.
-func (c *conn) eachHolder(sub int64, refs []storage.DeliveryRef, op func(h *handle, refs []storage.DeliveryRef) (notHeld []storage.DeliveryRef, err error)) ([]storage.DeliveryRef, error) {
-	for _, h := range c.holders(sub) {
+// eachHolder settles refs of one subscription through the handles hs attached to it (usually
+// one: holders, or the handle a text delivery tag names): only the member holding a lease may
+// nack or extend it, so op runs on each handle in turn with what the previous ones did not hold,
+// and returns what it did not hold. A handle whose member closed or whose subscription is gone
+// (subscriptionGone: deleted, or cancelled, perhaps by another broker instance while the member
+// is still attached here) is passed over: it holds no lease of the subscription. eachHolder
+// returns the refs no handle held, or op's first other error.
+func (c *conn) eachHolder(hs []*handle, refs []storage.DeliveryRef, op func(h *handle, refs []storage.DeliveryRef) (notHeld []storage.DeliveryRef, err error)) ([]storage.DeliveryRef, error) {
+	for _, h := range hs {
 		notHeld, err := op(h, refs)
 		if errors.Is(err, broker.ErrMemberClosed) || subscriptionGone(err) {
 			continue

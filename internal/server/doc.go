@@ -112,11 +112,13 @@
 // until ACK, NACK, UNSUBSCRIBE, QUIT or the end of the connection, which releases them at once.
 // A session that holds deliveries and acks or nacks none for Config.TextAckTimeout (5 min) is
 // closed with SESSION_TIMEOUT: a forgotten nc gives its deliveries back to the group.
-// The n-th delivery line has tag n; ACK and NACK name tags. A session that only published is
-// closed after Config.TextPublisherIdle without input, so `echo "PUBLISH ..." | nc` ends with
-// every nc. When the input ends (nc -N, ncat, or nc killed), a session without subscription ends;
-// one with a subscription writes an information line and keeps delivering while empty writes
-// succeed: a killed nc answers that line with a reset, and its leases are released at once.
+// The n-th delivery line has tag n; ACK and NACK name tags, settled one subscription at a time
+// by the binary Ack's and Nack's code (settle.go): a failed subscription's tags stay held. A
+// session that only published is closed after Config.TextPublisherIdle without input, so
+// `echo "PUBLISH ..." | nc` ends with every nc. When the input ends (nc -N, ncat, or nc killed),
+// a session without subscription ends; one with a subscription writes an information line and
+// keeps delivering while empty writes succeed: a killed nc answers that line with a reset, and
+// its leases are released at once.
 //
 // # Limits and shutdown
 //

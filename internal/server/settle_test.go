@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/protocol"
+	"github.com/spoolmq/spool/protocol/text"
 )
 
 // An Ack, Nack or Extend may carry refs of several subscriptions of the connection (the Go client
@@ -207,4 +210,99 @@ func TestSettleRefusesNegativeRefsFirst(t *testing.T) {
 		t.Fatalf("ExtendOK %+v: the refused Nack gave the message back", ext)
 	}
 	s.notAcked("after the refused Ack", s.bs[0])
+}
+
+// failSettleEngine fails the acks and nacks of one subscription (sub, 0: none) with a storage
+// failure, as a database that stopped answering for it would.
+type failSettleEngine struct {
+	storage.Engine
+	sub atomic.Int64
+}
+
+func (f *failSettleEngine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
+	if p.SubscriptionID == f.sub.Load() {
+		return nil, fmt.Errorf("%w: injected ack failure", storage.ErrUnavailable)
+	}
+	return f.Engine.DeliveriesAck(ctx, p)
+}
+
+func (f *failSettleEngine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
+	if p.SubscriptionID == f.sub.Load() {
+		return nil, fmt.Errorf("%w: injected nack failure", storage.ErrUnavailable)
+	}
+	return f.Engine.DeliveriesNack(ctx, p)
+}
+
+// TestTextSettleAcrossFailingSubscription: a text session's ACK and NACK name tags of two
+// subscriptions (a wildcard SUBSCRIBE), and the first one's fail with a storage failure. As a
+// binary Ack, the other subscription's tags are acked (nacked) all the same and the answer is
+// the failure's ERR; the failed subscription's tags stay held, so the same ACK works once the
+// storage is back.
+func TestTextSettleAcrossFailingSubscription(t *testing.T) {
+	t.Parallel()
+	wengine, err := wal.Open(t.TempDir(), wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := &failSettleEngine{Engine: wengine}
+	e := newEnvEngine(t, eng, fastPublisherIdle, nil)
+	ctx := context.Background()
+	for _, topic := range []string{"s.a", "s.b"} {
+		if _, err := e.b.CreateTopic(ctx, topic, storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.dialText()
+	c.send("VERBOSE ON", "JOIN_GROUP g c", "SUBSCRIBE s.* FROM_BEGINNING")
+	c.expect("OK verbose on")
+	c.expect("OK group g consumer c")
+	c.expect("OK subscribed s.*")
+	for _, m := range []struct{ topic, payload string }{{"s.a", "a0"}, {"s.a", "a1"}, {"s.b", "b0"}, {"s.b", "b1"}} {
+		if _, err := e.b.Publish(ctx, m.topic, []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte(m.payload)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tags := map[string]uint64{} // by payload
+	for range 4 {
+		r := parseReply(t, c.expect("DELIVERY "))
+		tags[string(r.Delivery.Payload)] = r.Delivery.Tag
+	}
+	info, err := e.b.Group(ctx, "s.a", "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.sub.Store(info.Subscription.ID)
+
+	c.send(fmt.Sprintf("ACK %d %d", tags["a0"], tags["b0"]))
+	c.expect("ERR STORAGE_UNAVAILABLE")
+	if st := e.groupStats("s.b", "g"); st.Pending != 1 {
+		t.Fatalf("s.b stats %+v after the ACK: want b0 acked (1 pending)", st)
+	}
+
+	// NACK: b1 comes back (attempt 2), the ERR is the reply; in either order.
+	c.send(fmt.Sprintf("NACK %d %d", tags["a1"], tags["b1"]))
+	var reply string
+	var again text.Reply
+	for reply == "" || again.Delivery.Tag == 0 {
+		l := c.line()
+		switch {
+		case strings.HasPrefix(l, "DELIVERY "):
+			again = parseReply(t, l)
+		case !strings.HasPrefix(l, "# "):
+			reply = l
+		}
+	}
+	if !strings.HasPrefix(reply, "ERR STORAGE_UNAVAILABLE") {
+		t.Fatalf("NACK answered %q, want ERR STORAGE_UNAVAILABLE", reply)
+	}
+	if string(again.Delivery.Payload) != "b1" || again.Delivery.Attempt != 2 {
+		t.Fatalf("after the NACK got %+v, want b1 again (attempt 2)", again.Delivery)
+	}
+
+	// The failed subscription's tags are still held: acked now that the storage answers.
+	eng.sub.Store(0)
+	c.send(fmt.Sprintf("ACK %d %d", tags["a0"], tags["a1"]))
+	c.expect("OK 2 acked")
+	c.send(fmt.Sprintf("ACK %d", again.Delivery.Tag))
+	c.expect("OK 1 acked")
 }

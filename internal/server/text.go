@@ -388,6 +388,10 @@ func (t *textSession) forgetTags(tags []uint64) {
 	}
 }
 
+// ack runs ACK. As a binary Ack, it settles each subscription's tags on their own (settle.go,
+// docs/protocol.md section 11.2): a gone subscription's tags count as already done, and any
+// other failure is answered with ERR once every subscription was tried; the tags of a
+// subscription that failed stay held, so that the same ACK may be sent again.
 func (t *textSession) ack(cmd text.Command) {
 	c := t.c
 	tags, refs, done, err := t.lookupTags(cmd.Tags)
@@ -396,28 +400,34 @@ func (t *textSession) ack(cmd text.Command) {
 		return
 	}
 	acked := 0
-	for _, g := range groupTagRefs(refs) {
-		r, err := c.srv.broker.AckBatch(c.ctx, g.sub, g.h.member.ID(), g.refs)
-		switch {
-		case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
-			done += len(g.refs) // deleted or cancelled: nothing left to ack
-		case err != nil:
-			t.fail(err)
-			return
-		default:
+	var failed error
+	var settled []uint64
+	for _, g := range groupTagRefs(tags, refs) {
+		r, err := c.ackGroup(refGroup{sub: g.sub, refs: g.refs}, g.h.member.ID())
+		if r != nil {
 			c.observeAck(g.sub, r.Acked)
 			acked += r.Acked
 			done += r.AlreadyDone + len(r.Unknown)
 		}
+		if err != nil {
+			failed = settleFailure(failed, err)
+			continue
+		}
+		settled = append(settled, g.tags...)
 	}
-	t.forgetTags(tags)
-	if done > 0 {
+	t.forgetTags(settled)
+	switch {
+	case failed != nil:
+		t.fail(failed)
+	case done > 0:
 		t.ok("%d acked, %d already done", acked, done)
-		return
+	default:
+		t.ok("%d acked", acked)
 	}
-	t.ok("%d acked", acked)
 }
 
+// nack runs NACK, each subscription's tags on their own as for ACK: a gone subscription's tags
+// are not held.
 func (t *textSession) nack(cmd text.Command) {
 	c := t.c
 	tags, refs, notHeld, err := t.lookupTags(cmd.Tags)
@@ -426,22 +436,25 @@ func (t *textSession) nack(cmd text.Command) {
 		return
 	}
 	nacked, dead := 0, 0
-	for _, g := range groupTagRefs(refs) {
-		r, err := g.h.member.NackBatch(c.ctx, g.sub, g.refs, broker.NackOptions{})
-		switch {
-		case errors.Is(err, broker.ErrMemberClosed), errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
-			notHeld += len(g.refs)
-		case err != nil:
-			t.fail(err)
-			return
-		default:
-			c.observeNack(g.sub, r.Nacked, r.DeadLettered)
-			nacked += r.Nacked
-			dead += r.DeadLettered
-			notHeld += len(r.NotHeld)
+	var failed error
+	var settled []uint64
+	for _, g := range groupTagRefs(tags, refs) {
+		// Only the tag's handle holds its lease.
+		n, d, nh, err := c.nackGroup([]*handle{g.h}, refGroup{sub: g.sub, refs: g.refs}, broker.NackOptions{})
+		nacked += n
+		dead += d
+		if err != nil {
+			failed = settleFailure(failed, err)
+			continue
 		}
+		notHeld += len(nh)
+		settled = append(settled, g.tags...)
 	}
-	t.forgetTags(tags)
+	t.forgetTags(settled)
+	if failed != nil {
+		t.fail(failed)
+		return
+	}
 	msg := fmt.Sprintf("%d nacked", nacked)
 	if dead > 0 {
 		msg += fmt.Sprintf(", %d dead-lettered", dead)
@@ -452,16 +465,19 @@ func (t *textSession) nack(cmd text.Command) {
 	t.ok("%s", msg)
 }
 
-// tagGroup is the refs of one handle and subscription.
+// tagGroup is the tags of one handle and subscription, with their refs.
 type tagGroup struct {
 	h    *handle
 	sub  int64
+	tags []uint64
 	refs []storage.DeliveryRef
 }
 
-func groupTagRefs(refs []tagRef) []tagGroup {
+// groupTagRefs groups the tags and their refs (in the same order) by handle and subscription,
+// keeping the order of first appearance.
+func groupTagRefs(tags []uint64, refs []tagRef) []tagGroup {
 	var out []tagGroup
-	for _, r := range refs {
+	for j, r := range refs {
 		i := 0
 		for ; i < len(out); i++ {
 			if out[i].h == r.h && out[i].sub == r.sub {
@@ -471,6 +487,7 @@ func groupTagRefs(refs []tagRef) []tagGroup {
 		if i == len(out) {
 			out = append(out, tagGroup{h: r.h, sub: r.sub})
 		}
+		out[i].tags = append(out[i].tags, tags[j])
 		out[i].refs = append(out[i].refs, r.ref)
 	}
 	return out
