@@ -373,21 +373,23 @@ func (w *ownerBackfill) split(owned []int32) (free, ranged []int32) {
 	return free, ranged
 }
 
-// refreshBackfill rereads the range and progress when due: every Refresh while the range is
-// paced or held back (a cancel or resume on another instance is seen within it), once a minute
-// otherwise; at once after this instance changed it (bfDirty).
-func (o *owner) refreshBackfill(now time.Time) {
+// refreshBackfill rereads the subscription, and the range and progress, when due: every Refresh
+// while the range is paced or held back (a cancel or resume on another instance is seen within
+// it), once a minute otherwise; at once after this instance changed it (bfDirty) or with force.
+// It returns the subscription's read (Engine.SubscriptionGet) when it made one (read).
+func (o *owner) refreshBackfill(now time.Time, force bool) (sub *storage.Subscription, read bool, readErr error) {
 	b := o.b
 	w := o.bf
 	if w == nil {
 		w = &ownerBackfill{pacer: newPacer(b.backfill.cfg, now)}
 		o.bf = w
 	}
-	if now.Before(w.nextRefresh) && !o.bfDirty.Swap(false) {
-		return
+	if now.Before(w.nextRefresh) && !o.bfDirty.Swap(false) && !force {
+		return nil, false, nil
 	}
 	every := b.backfill.cfg.Refresh
-	sub, err := b.engine.SubscriptionGet(b.rootCtx, o.id)
+	sub, readErr = b.engine.SubscriptionGet(b.rootCtx, o.id)
+	read, err := true, readErr
 	var st *storage.SubscriptionStats
 	if err == nil && sub.Backfill != nil && sub.State != storage.Cancelled {
 		st, err = b.engine.SubscriptionStats(b.rootCtx, o.id)
@@ -395,9 +397,9 @@ func (o *owner) refreshBackfill(now time.Time) {
 	if err != nil || sub.Backfill == nil {
 		// None: reread once a minute (a change this instance makes sets bfDirty at once).
 		w.state, w.pending = "", nil
-		w.nextRefresh = now.Add(time.Minute)
+		w.nextRefresh = now.Add(b.refreshInterval)
 		b.backfill.forget(o.id)
-		return
+		return sub, read, readErr
 	}
 	p := sub.Backfill.Progress(st.Partitions)
 	if w.state != sub.Backfill.State {
@@ -414,9 +416,9 @@ func (o *owner) refreshBackfill(now time.Time) {
 		b.backfill.mu.Lock()
 		b.backfill.progress[o.id] = info
 		b.backfill.mu.Unlock()
-		return
+		return sub, read, readErr
 	}
-	w.nextRefresh = now.Add(time.Minute)
+	w.nextRefresh = now.Add(b.refreshInterval)
 	b.backfill.mu.Lock()
 	_, had := b.backfill.progress[o.id]
 	delete(b.backfill.progress, o.id)
@@ -424,6 +426,7 @@ func (o *owner) refreshBackfill(now time.Time) {
 	if had && p.State == storage.BackfillCompleted {
 		b.logger.Info("backfill completed", append(subAttrs(sub), slog.Int64("processed", p.Processed), slog.Int64("skipped", p.Skipped))...)
 	}
+	return sub, read, readErr
 }
 
 func (b *Broker) backfillInfoFrom(sub *storage.Subscription, p storage.BackfillProgress, w *ownerBackfill) *BackfillInfo {

@@ -224,6 +224,9 @@ type Broker struct {
 	// livenessInterval is livenessLoop's period: a third of memberTimeout (tests change it
 	// before Start).
 	livenessInterval time.Duration
+	// refreshInterval is how often an owner with members rereads its subscription when no
+	// backfill range is paced (refreshBackfill): a minute (tests change it before Start).
+	refreshInterval time.Duration
 	// maxOrderedMembers bounds the members of one ordered group on this instance:
 	// storage.MaxAssignmentMembers (tests lower it before subscribing).
 	maxOrderedMembers int
@@ -372,6 +375,7 @@ func New(cfg Config) (*Broker, error) {
 		sharedEngine:          cfg.SharedEngine,
 		memberTimeout:         memberTimeout,
 		livenessInterval:      memberTimeout / 3,
+		refreshInterval:       time.Minute,
 		instance:              "i-" + rand.Text()[:16],
 		maxOrderedMembers:     storage.MaxAssignmentMembers,
 		maxSharedMembers:      storage.MaxRenewMembers,

@@ -31,9 +31,9 @@
 // Leaving (Member.Close, or Member.Leave, which also counts the leases released) is not cancelling:
 // the member's leases are released and redelivered to the other members at once, and the durable
 // subscription stays. Only ephemeral subscriptions end with their member. When a subscription ends
-// under a member for another reason (CancelGroup, DeleteTopic, a subscription deleted elsewhere),
-// the member is detached from it and told so (Member.TakeEnded); it stays open for its other
-// subscriptions and for matching topics created later.
+// under a member for another reason (CancelGroup, DeleteTopic, a subscription deleted or cancelled
+// elsewhere), the member is detached from it and told so (Member.TakeEnded); it stays open for its
+// other subscriptions and for matching topics created later.
 //
 // # What connections need
 //
@@ -93,9 +93,13 @@
 // AvoidMember comes back short, when two claims in a row by different members come back short
 // (what the first left behind was last delivered to it, and the second would have taken it), or
 // when events wait in the inbox (they are handled, then a new pass starts).
-// A claim that fails with storage.ErrSubscriptionNotActive (PAUSED, DEAD, CANCELLED) leaves the
-// owner idle until woken or polled; storage.ErrSubscriptionNotFound ends it (the members are
-// detached and told; pattern members join again if the topic comes back).
+// A claim that fails with storage.ErrSubscriptionNotActive leaves the owner idle until woken or
+// polled while the subscription is PAUSED or DEAD (it reads the subscription when its claims start
+// failing so); a CANCELLED one, and storage.ErrSubscriptionNotFound, end it: the members are
+// detached and told as by CancelGroup or DeleteTopic (pattern members join again if the topic
+// comes back). The owner also rereads its subscription once a minute while it has members
+// (refreshBackfill), so a subscription cancelled or deleted elsewhere (another broker instance on
+// the same database, the engine directly) ends its members here even when none of them claims.
 //
 // While a member of a shared subscription has a filter (SubscribeParams.Filter), the owner routes
 // what each claim brings (filtered.go): to the member it was claimed for when its filter matches,

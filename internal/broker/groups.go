@@ -255,8 +255,10 @@ func (b *Broker) ResumeGroup(ctx context.Context, topic, group string) (*storage
 
 // CancelGroup cancels the subscription of group on topic: it releases everything at once and is
 // terminal. The members of this broker attached to it are detached and told so
-// (Member.TakeEnded); they stay open for their other subscriptions. Subscribing again creates a new
-// subscription. The group's pattern bindings stay (see DeleteBinding).
+// (Member.TakeEnded); they stay open for their other subscriptions. Those of other broker
+// instances on the same database are told the same by their own owner once it finds the cancel
+// (owner.endReason). Subscribing again creates a new subscription. The group's pattern bindings
+// stay (see DeleteBinding).
 func (b *Broker) CancelGroup(ctx context.Context, topic, group string) (*storage.Subscription, error) {
 	sub, err := b.setGroupState(ctx, topic, group, storage.Cancelled)
 	if err != nil {
@@ -266,8 +268,7 @@ func (b *Broker) CancelGroup(ctx context.Context, topic, group string) (*storage
 	s := b.subs[sub.ID]
 	b.mu.RUnlock()
 	if s != nil {
-		owned := s.end(fmt.Errorf("%w: subscription %d of group %q on topic %q was cancelled",
-			storage.ErrSubscriptionNotActive, sub.ID, sub.Group, topic))
+		owned := s.end(cancelledReason(sub))
 		if owned {
 			if err := b.engine.SubscriptionDelete(ctx, sub.ID); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
 				b.logger.WarnContext(ctx, "deleting cancelled ephemeral subscription failed", slog.Int64("subscription", sub.ID), slog.Any("error", err))

@@ -178,9 +178,12 @@ func (o *owner) rebalance() {
 		err = fmt.Errorf("%w: the assignment kept changing (%d attempts)", storage.ErrStaleGeneration, maxAssignRetries)
 	}
 	switch {
-	case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive),
-		errors.Is(err, storage.ErrClosed), ctx.Err() != nil:
-		// The claim finds out and ends the owner, or the broker is stopping.
+	case errors.Is(err, storage.ErrSubscriptionNotFound), errors.Is(err, storage.ErrSubscriptionNotActive):
+		// Deleted, or not active (cancelled elsewhere perhaps): the next pass reads the
+		// subscription and ends the owner if so, also before any assignment.
+		o.checkState = true
+	case errors.Is(err, storage.ErrClosed), ctx.Err() != nil:
+		// The broker is stopping.
 	default:
 		b.logger.Warn("ordered group rebalance failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
 	}
@@ -430,21 +433,23 @@ func (o *owner) adopt(a *storage.Assignment) {
 // dispatchOrdered is dispatch for an ORDERED subscription: each member with partitions claims
 // from its own (the engine knows which), with the current generation and its whole credit, in
 // turn, until a round brings no full claim or events wait.
-func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, delivered, gone bool) {
+func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, delivered bool, end error) {
 	b := o.b
+	// Backfill pacing as in dispatch (backfill.go), per member among its partitions: those
+	// outside their range first, then the range within the pacer's tokens. The refresh also
+	// finds the subscription ended elsewhere, also before any assignment (a rebalance refused
+	// as not active asks for it at once).
+	if end := o.refresh(time.Now()); end != nil {
+		return 0, false, end
+	}
 	a := o.ord.assign
 	if a == nil {
 		if o.ord.due.IsZero() {
 			o.ord.due = time.Now()
 		}
-		return poll, false, false
+		return poll, false, nil
 	}
 	var nextDue time.Time
-	// Backfill pacing as in dispatch (backfill.go), per member among its partitions: those
-	// outside their range first, then the range within the pacer's tokens.
-	if len(o.members) > 0 {
-		o.refreshBackfill(time.Now())
-	}
 	limiting := o.bf.limiting()
 	var freeDone map[*Member]bool // members whose free partitions ran dry in this pass
 	var paced time.Duration
@@ -452,13 +457,13 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 	for !o.queued.Load() {
 		select {
 		case <-b.quit:
-			return 0, delivered, false
+			return 0, delivered, nil
 		default:
 		}
 		if time.Now().After(passEnd) {
 			o.setProblem("")
 			o.passCut = true
-			return 0, delivered, false // as in dispatch
+			return 0, delivered, nil // as in dispatch
 		}
 		full := false
 		now := b.clock.Now()
@@ -499,15 +504,15 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 				if errors.Is(err, storage.ErrStaleGeneration) {
 					// Another instance stored a new assignment: read it (rebalanceDue) at once.
 					o.ord.due = time.Now()
-					return time.Millisecond, delivered, false
+					return time.Millisecond, delivered, nil
 				}
 				if ranged {
 					if wait, ok := o.rangeFailed(err); ok {
-						return wait, delivered, false
+						return wait, delivered, nil
 					}
 				}
-				wait, gone := o.claimFailed(err)
-				return wait, delivered, gone
+				wait, end := o.claimFailed(err)
+				return wait, delivered, end
 			}
 			b.reportDeadLettered(o, res.DeadLettered)
 			if ranged {
@@ -537,7 +542,7 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 		}
 	}
 	o.setProblem("")
-	return o.passWait(nextDue, poll, paced, limiting), delivered, false
+	return o.passWait(nextDue, poll, paced, limiting), delivered, nil
 }
 
 // generation returns the generation of the assignment the owner last published (0: none, or not

@@ -66,6 +66,9 @@ type owner struct {
 	problem string
 	// passCut is set when the last pass stopped at maxPass: the next one starts at once.
 	passCut bool
+	// checkState makes the next pass read the subscription (refreshBackfill) whatever its
+	// schedule: a rebalance was refused as not active, and a cancel ends the owner (endReason).
+	checkState bool
 	// recordAgain: writing the records of joined members failed (filtered.go): write them all
 	// again before the next pass.
 	recordAgain bool
@@ -279,10 +282,9 @@ func (o *owner) run() {
 			o.recordAgain = o.recordAll() != nil
 		}
 		o.passCut = false
-		wait, delivered, gone := o.dispatch(idlePoll(b.pollInterval, quiet))
-		if gone {
-			// The subscription no longer exists in the engine: detach its members.
-			o.finish(fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, o.id, o.topic), nil)
+		wait, delivered, end := o.dispatch(idlePoll(b.pollInterval, quiet))
+		if end != nil {
+			o.endHere(end)
 			return
 		}
 		if delivered {
@@ -436,6 +438,41 @@ func (o *owner) finish(reason error, pending []*event) (owned bool) {
 	}
 }
 
+// endHere ends the owner for a subscription that ended in the engine without this broker ending
+// it (deleted, or cancelled by another broker instance on the same database or in the engine
+// directly): its members are detached and told reason as by a local CancelGroup or DeleteTopic,
+// and an ephemeral subscription one of them owned is deleted, as CancelGroup does.
+func (o *owner) endHere(reason error) {
+	b := o.b
+	b.logger.Info("subscription ended elsewhere, detaching its members", slog.Int64("subscription", o.id),
+		slog.String("topic", o.topic), slog.Any("reason", reason))
+	if o.finish(reason, nil) {
+		if err := b.engine.SubscriptionDelete(b.rootCtx, o.id); err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound) {
+			b.logger.Warn("deleting ended ephemeral subscription failed", slog.Int64("subscription", o.id), slog.Any("error", err))
+		}
+	}
+}
+
+// endReason returns why the subscription ended, judged from a read of it (Engine.SubscriptionGet's
+// result): deleted (not found, DELETED) or cancelled; nil while it lives (PAUSED and DEAD
+// included) or when the read failed otherwise.
+func (o *owner) endReason(sub *storage.Subscription, err error) error {
+	switch {
+	case errors.Is(err, storage.ErrSubscriptionNotFound), err == nil && sub.State == storage.Deleted:
+		return fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, o.id, o.topic)
+	case err == nil && sub.State == storage.Cancelled:
+		return cancelledReason(sub)
+	}
+	return nil
+}
+
+// cancelledReason is what the members of a cancelled subscription are told (Member.TakeEnded),
+// whether this broker cancelled it or found it cancelled.
+func cancelledReason(sub *storage.Subscription) error {
+	return fmt.Errorf("%w: subscription %d of group %q on topic %q was cancelled",
+		storage.ErrSubscriptionNotActive, sub.ID, sub.Group, sub.Topic)
+}
+
 // abandon runs when the goroutine returns: after Broker.Stop (quit) it refuses further events and
 // releases the callers still waiting for one.
 func (o *owner) abandon() {
@@ -482,15 +519,15 @@ const maxPass = 100 * time.Millisecond
 
 // dispatch claims for members with credit, round robin, until nothing more is claimable, events
 // wait in the inbox or the pass took maxPass, and returns how long to wait before the next look without a wake-up (at most
-// poll), and whether it delivered anything. gone reports that the subscription does not exist any
-// more. The deliveries go straight from the claim to the member's channel: no other goroutine
-// handles them.
+// poll), and whether it delivered anything. end, when not nil, says that the subscription ended
+// (deleted or cancelled, elsewhere: endReason): the owner ends with it. The deliveries go straight
+// from the claim to the member's channel: no other goroutine handles them.
 //
 // Termination: a claim that returns fewer deliveries than asked for without AvoidMember means the
 // subscription is drained for now. With AvoidMember it means that what is left was last delivered
 // to that member; the next member claims it, so two short claims in a row by different members
 // mean drained too.
-func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gone bool) {
+func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered bool, end error) {
 	if o.ord != nil {
 		return o.dispatchOrdered(poll)
 	}
@@ -500,9 +537,10 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 	after := o.served
 	// Backfill pacing (backfill.go): partitions outside their range are claimed first at full
 	// speed (freeDone once they ran dry), then those inside it within the pacer's tokens.
-	// Pacing runs on real time (it paces load), not the broker's clock.
-	if len(o.members) > 0 {
-		o.refreshBackfill(time.Now())
+	// Pacing runs on real time (it paces load), not the broker's clock. The refresh's read of the
+	// subscription also finds it ended elsewhere, while no claim runs.
+	if end := o.refresh(time.Now()); end != nil {
+		return 0, false, end
 	}
 	limiting := o.bf.limiting()
 	freeDone := false
@@ -511,13 +549,13 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 	for !o.queued.Load() {
 		select {
 		case <-b.quit:
-			return 0, delivered, false
+			return 0, delivered, nil
 		default:
 		}
 		if time.Now().After(passEnd) {
 			o.setProblem("")
 			o.passCut = true
-			return 0, delivered, false // the next pass at once, after the run loop's own work
+			return 0, delivered, nil // the next pass at once, after the run loop's own work
 		}
 		if len(o.parked) > 0 {
 			// Deliveries another member's filter wants go first; past the bound, wait for the
@@ -562,11 +600,11 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 			m.unreserve(k)
 			if ranged {
 				if wait, ok := o.rangeFailed(err); ok {
-					return wait, delivered, false
+					return wait, delivered, nil
 				}
 			}
-			wait, gone := o.claimFailed(err)
-			return wait, delivered, gone
+			wait, end := o.claimFailed(err)
+			return wait, delivered, end
 		}
 		b.reportDeadLettered(o, res.DeadLettered)
 		if ranged {
@@ -602,7 +640,7 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered, gon
 		}
 	}
 	o.setProblem("")
-	return o.passWait(nextDue, poll, paced, limiting), delivered, false
+	return o.passWait(nextDue, poll, paced, limiting), delivered, nil
 }
 
 // pick chooses the first member with credit after member after (from the start of the list if
@@ -635,15 +673,39 @@ func (o *owner) pick(after *Member) (m *Member, k int, others bool) {
 	return m, k, others
 }
 
-// claimFailed handles a claim error: the owner idles until woken or polled.
-func (o *owner) claimFailed(err error) (time.Duration, bool) {
+// refresh rereads the subscription while the owner has members, when refreshBackfill's schedule
+// says so (once a minute without a paced backfill range) or a rebalance asked (checkState), and
+// returns why it ended if it did (endReason): a subscription cancelled elsewhere ends its members
+// here within that time even when none of them claims (no credit).
+func (o *owner) refresh(now time.Time) error {
+	if len(o.members) == 0 {
+		return nil
+	}
+	force := o.checkState
+	o.checkState = false
+	sub, read, err := o.refreshBackfill(now, force)
+	if !read {
+		return nil
+	}
+	return o.endReason(sub, err)
+}
+
+// claimFailed handles a claim error: the owner idles until woken or polled, or ends (end not
+// nil) when the subscription was deleted or cancelled.
+func (o *owner) claimFailed(err error) (wait time.Duration, end error) {
 	b := o.b
 	switch {
 	case errors.Is(err, storage.ErrSubscriptionNotFound):
-		b.logger.Info("subscription gone, detaching its members", slog.Int64("subscription", o.id), slog.String("topic", o.topic))
-		return 0, true
+		return 0, o.endReason(nil, err)
 	case errors.Is(err, storage.ErrSubscriptionNotActive):
-		o.setProblem("not active")
+		// PAUSED and DEAD wait; CANCELLED (through another broker instance on the same database,
+		// or in the engine) is terminal: the members end as by a local CancelGroup. Read once
+		// when the claims start failing, then by the owner's refresh.
+		if o.setProblem("not active") {
+			if end := o.endReason(b.engine.SubscriptionGet(b.rootCtx, o.id)); end != nil {
+				return 0, end
+			}
+		}
 	case errors.Is(err, storage.ErrClosed), b.rootCtx.Err() != nil:
 		o.setProblem("engine closed")
 	default:
@@ -651,7 +713,7 @@ func (o *owner) claimFailed(err error) (time.Duration, bool) {
 			b.logger.Warn("claim failed", slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.Any("error", err))
 		}
 	}
-	return b.pollInterval, false
+	return b.pollInterval, nil
 }
 
 // setProblem records the owner's current problem and reports whether it changed.

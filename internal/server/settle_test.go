@@ -109,11 +109,12 @@ func TestAckAcrossGoneSubscription(t *testing.T) {
 	}
 }
 
-// TestSettleAcrossSubscriptionCancelledElsewhere: a subscription cancelled in the engine while
-// its member is still attached here (as when another broker instance on the same database
-// cancels the group: a claim that finds it CANCELLED leaves the member attached) fails its own
-// refs only. In an Extend and a Nack they are not held and the other subscription's are extended
-// and nacked; in an Ack they are unknown and the other's are acked.
+// TestSettleAcrossSubscriptionCancelledElsewhere: a subscription cancelled in the engine (as when
+// another broker instance on the same database cancels the group) fails its own refs only,
+// whether its member is still attached here or its owner found the cancel and ended it already.
+// In an Extend and a Nack they are not held and the other subscription's are extended and
+// nacked; in an Ack they are unknown and the other's are acked. Then the handle is told that the
+// subscription ended, as for a cancel through this broker.
 func TestSettleAcrossSubscriptionCancelledElsewhere(t *testing.T) {
 	t.Parallel()
 	s := newSettleEnv(t, 3)
@@ -135,10 +136,15 @@ func TestSettleAcrossSubscriptionCancelledElsewhere(t *testing.T) {
 		t.Fatalf("AckOK %+v, want 1 acked and unknown %v", ack, refs(s.a))
 	}
 	s.acked("the live subscription's acked message", s.bs[2])
-	// The member was attached to the cancelled subscription all along (else its refs would not
-	// have reached the engine).
-	if info, err := s.memberInfo(s.member); err != nil || !slices.Contains(info.Subscriptions, s.subA) {
-		t.Fatalf("member %+v, %v: want it still attached to subscription %d", info, err, s.subA)
+	// The owner finds the cancel (its claims are refused) and ends the member's subscription.
+	for len(s.c.ended) == 0 {
+		s.c.keep(s.c.read())
+	}
+	if se := s.c.ended[0]; se.SubscriptionID != s.subA || se.Code != protocol.CodeSubNotActive {
+		t.Fatalf("SubscriptionEnded %+v, want subscription %d SUBSCRIPTION_NOT_ACTIVE", se, s.subA)
+	}
+	if info, err := s.memberInfo(s.member); err != nil || slices.Contains(info.Subscriptions, s.subA) {
+		t.Fatalf("member %+v, %v: want it detached from subscription %d", info, err, s.subA)
 	}
 	// The nacked message waits for its delay: nothing of s.b is leased but the extended one.
 	if st := s.groupStats("s.b", "g"); st.InFlight != 1 || st.Pending != 2 {

@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// A subscription cancelled without this broker (another broker instance on the same PostgreSQL
+// database, or the engine directly) ends this broker's members as a local CancelGroup does: the
+// owner notices at its next claim, or at its refresh when none of its members claims.
+
+// waitEnded waits until m is told that subscription sub ended and returns why; m must then be
+// detached from it and still open.
+func waitEnded(t *testing.T, m *Member, sub int64) error {
+	t.Helper()
+	var ended []EndedSubscription
+	eventually(t, fmt.Sprintf("member %s told that subscription %d ended", m.ID(), sub), func() error {
+		ended = append(ended, m.TakeEnded()...)
+		if len(ended) == 0 {
+			return errors.New("not told")
+		}
+		return nil
+	})
+	if len(ended) != 1 || ended[0].SubscriptionID != sub {
+		t.Fatalf("ended %+v, want subscription %d", ended, sub)
+	}
+	if info := m.Info(); slices.Contains(info.Subscriptions, sub) {
+		t.Fatalf("member %+v still attached to subscription %d", info, sub)
+	}
+	select {
+	case <-m.Done():
+		t.Fatalf("member %s closed: an ended subscription leaves it open", m.ID())
+	default:
+	}
+	return ended[0].Err
+}
+
+// cancelledAs fails unless err is what a local CancelGroup tells the members of sub.
+func cancelledAs(t *testing.T, err error, sub *storage.Subscription) {
+	t.Helper()
+	if want := cancelledReason(sub); !errors.Is(err, storage.ErrSubscriptionNotActive) || err.Error() != want.Error() {
+		t.Fatalf("ended with %v, want %v", err, want)
+	}
+}
+
+// TestCancelledInEngineEndsMembers: the subscription of a member with credit (of a shared group,
+// an ordered group, or an ephemeral one) is cancelled in the engine; the next claim (a publish
+// wakes the owner) is refused, and the owner ends the member's subscription as a local cancel
+// would. An ephemeral subscription ended so is deleted, as CancelGroup deletes it.
+func TestCancelledInEngineEndsMembers(t *testing.T) {
+	for name, p := range map[string]SubscribeParams{
+		"shared":    {Group: "g"},
+		"ordered":   {Group: "g", Mode: storage.ModeOrdered},
+		"ephemeral": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, func(c *Config) { c.RebalanceDelay = -1 })
+			e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+			p.Pattern, p.MaxInFlight = "t", 10
+			m := e.subscribe(p)
+			id := m.Info().Subscriptions[0]
+			e.waitIdle()
+			sub, err := e.engine.SubscriptionUpdate(e.ctx(), &storage.SubscriptionUpdateParams{ID: id, State: storage.Cancelled})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.publishN("t", "x", 1)
+			cancelledAs(t, waitEnded(t, m, id), sub)
+			if p.Group == "" {
+				eventually(t, "ephemeral subscription deleted", func() error {
+					s, err := e.engine.SubscriptionGet(e.ctx(), id)
+					if errors.Is(err, storage.ErrSubscriptionNotFound) || err == nil && s.State == storage.Deleted {
+						return nil
+					}
+					return fmt.Errorf("subscription %+v, %v", s, err)
+				})
+			}
+		})
+	}
+}
+
+// TestCancelledInEngineEndsMembersWithoutCredit: the member holds all it may (no claim runs for
+// it); the owner's refresh of its subscription finds the cancel and ends it all the same.
+func TestCancelledInEngineEndsMembersWithoutCredit(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PollInterval = 10 * time.Millisecond })
+	e.b.refreshInterval = 20 * time.Millisecond // before the owner starts
+	e.createTopic("t", storage.TopicConfig{Semantics: storage.PubSub})
+	m := e.subscribe(SubscribeParams{Pattern: "t", Group: "g", MaxInFlight: 1})
+	e.publishN("t", "x", 2)
+	d := recv(t, m, 1)[0]
+	sub, err := e.engine.SubscriptionUpdate(e.ctx(), &storage.SubscriptionUpdateParams{ID: d.SubscriptionID, State: storage.Cancelled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelledAs(t, waitEnded(t, m, d.SubscriptionID), sub)
+}
+
+// TestCancelThroughAnotherInstanceEndsMembers: two broker instances on one PostgreSQL schema;
+// group g's member is on A, B cancels the group. A's owner finds the cancel at its next claim
+// and ends the member's subscription with what a cancel through A says; a member of g
+// subscribing again on A gets a new subscription.
+func TestCancelThroughAnotherInstanceEndsMembers(t *testing.T) {
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, "t_bcancel_")
+	clock := newFakeClock()
+	a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+	bi := startPGInstance(t, url, schema, clock)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if _, err := bi.b.CreateTopic(ctx, "t", storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.b.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: "g", MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := m.Info().Subscriptions[0]
+	sub, err := bi.b.CancelGroup(ctx, "t", "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelledAs(t, waitEnded(t, m, id), sub)
+
+	again, err := a.b.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: "g", MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs := again.Info().Subscriptions; len(subs) != 1 || subs[0] == id {
+		t.Fatalf("member of g subscribing again is on %v, want a new subscription", subs)
+	}
+}
