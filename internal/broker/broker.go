@@ -533,6 +533,10 @@ func (b *Broker) checkRunning() error {
 	return nil
 }
 
+// notifyRenamed is the notifier's own kind of job, next to the engine's notifications: an owner
+// found its subscription of Topic renamed, which only a semantics change does (owner.refresh).
+const notifyRenamed storage.NotificationKind = math.MaxUint8
+
 // onNotify is the engine's notification callback. It must not block: message notifications only
 // wake subscription owners (non-blocking sends under b.mu, which is never held across engine calls), and
 // topic notifications are queued for the notifier goroutine.
@@ -572,7 +576,8 @@ func (b *Broker) wakeSubscription(id int64) {
 	}
 }
 
-// notifyLoop handles topic created and deleted notifications, which need engine calls.
+// notifyLoop handles topic created and deleted notifications, which need engine calls, and the
+// semantics changes owners found (notifyRenamed): moving members waits for their owners.
 func (b *Broker) notifyLoop() {
 	for {
 		select {
@@ -586,6 +591,8 @@ func (b *Broker) notifyLoop() {
 				b.attachMatching(b.rootCtx, n.Topic, true)
 			case storage.NotifyTopicDeleted:
 				b.detachTopic(b.rootCtx, n.Topic)
+			case notifyRenamed:
+				b.followSemantics(b.rootCtx, n.Topic)
 			}
 		}
 	}

@@ -18,7 +18,10 @@
 // member shares, with or without a group. A PUB_SUB topic has one durable subscription per group,
 // created by the first member of the group at its start position; a member without a group gets an
 // ephemeral subscription (its group named by the engine) that only it consumes and that is deleted
-// when it leaves.
+// when it leaves. A semantics change (UpdateTopic) moves the topic's members to the subscriptions
+// they belong to then; one made without this broker (another broker instance on the same
+// database) renames the subscription they are on, which its owner finds at its reread of the
+// subscription (once a minute), and they move the same way (followSemantics).
 //
 // A Member is one Subscribe call: a topic name or wildcard pattern, an optional group and a credit
 // (MaxInFlight). It is attached to one subscription per matching topic. A durable group also

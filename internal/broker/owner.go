@@ -69,6 +69,10 @@ type owner struct {
 	// checkState makes the next pass read the subscription (refreshBackfill) whatever its
 	// schedule: a rebalance was refused as not active, and a cancel ends the owner (endReason).
 	checkState bool
+	// named is the subscription's group as last read: a read that finds it renamed (a semantics
+	// change of the topic, which may come from another broker instance) moves the topic's
+	// members here (Broker.topicRenamed).
+	named string
 	// recordAgain: writing the records of joined members failed (filtered.go): write them all
 	// again before the next pass.
 	recordAgain bool
@@ -125,7 +129,7 @@ type event struct {
 }
 
 func newOwner(b *Broker, sub *storage.Subscription) *owner {
-	o := &owner{b: b, id: sub.ID, topic: sub.Topic, group: sub.Group, signal: make(chan struct{}, 1)}
+	o := &owner{b: b, id: sub.ID, topic: sub.Topic, group: sub.Group, named: sub.Group, signal: make(chan struct{}, 1)}
 	if sub.Mode == storage.ModeOrdered {
 		o.ord = &ordered{group: sub.Group}
 	}
@@ -677,6 +681,12 @@ func (o *owner) pick(after *Member) (m *Member, k int, others bool) {
 // says so (once a minute without a paced backfill range) or a rebalance asked (checkState), and
 // returns why it ended if it did (endReason): a subscription cancelled elsewhere ends its members
 // here within that time even when none of them claims (no credit).
+//
+// A read that finds the subscription under another group than the last one means the topic's
+// semantics changed (QUEUE to PUB_SUB renames the queue subscription to the group it becomes,
+// PUB_SUB to QUEUE the one live group's to the queue's), perhaps through another broker instance,
+// whose UpdateTopic moved its own members only: the members here then move as after a local
+// UpdateTopic (Broker.topicRenamed).
 func (o *owner) refresh(now time.Time) error {
 	if len(o.members) == 0 {
 		return nil
@@ -687,7 +697,14 @@ func (o *owner) refresh(now time.Time) error {
 	if !read {
 		return nil
 	}
-	return o.endReason(sub, err)
+	if end := o.endReason(sub, err); end != nil {
+		return end
+	}
+	if err == nil && sub.Group != o.named {
+		o.named = sub.Group
+		o.b.topicRenamed(o.topic)
+	}
+	return nil
 }
 
 // claimFailed handles a claim error: the owner idles until woken or polled, or ends (end not

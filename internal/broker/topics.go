@@ -256,8 +256,9 @@ const updateTopicAttempts = 5
 
 // UpdateTopic changes a topic's configuration. When the semantics change, members of this broker
 // attached to the topic move to the subscription they belong to under the new semantics (their
-// leases on the old one are released). Members connected to other broker instances move when they
-// reconnect. With p.Expect set it is a compare-and-set on the configuration
+// leases on the old one are released). Members connected to other broker instances move when
+// their instance finds the subscription they are on renamed (owner.refresh, followSemantics):
+// within about a minute. With p.Expect set it is a compare-and-set on the configuration
 // (storage.ErrTopicChanged).
 //
 // Every write is a compare-and-set, so that the checks and the members' move are decided from the
@@ -324,6 +325,33 @@ func (b *Broker) updateTopicOnce(ctx context.Context, p UpdateTopicParams, cfg s
 		return nil, old, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
 	}
 	return t, old, nil
+}
+
+// topicRenamed asks the notifier to move the members attached to topic as its semantics say
+// (followSemantics): an owner found its subscription renamed. It never blocks (owners call it,
+// and moving a member waits for its owners).
+func (b *Broker) topicRenamed(topic string) {
+	b.events.push(storage.Notification{Kind: notifyRenamed, Topic: topic})
+}
+
+// followSemantics moves the members of this broker attached to topic to the subscriptions they
+// belong to under its semantics as stored now, as UpdateTopic does after its own write changed
+// them: the change was made without this broker (another instance on the same database), which
+// an owner noticed as its subscription renamed (owner.refresh). Members already where they
+// belong stay.
+func (b *Broker) followSemantics(ctx context.Context, topic string) {
+	t, err := b.engine.TopicGet(ctx, topic)
+	if err != nil {
+		if !errors.Is(err, storage.ErrTopicNotFound) && !errors.Is(err, storage.ErrClosed) && ctx.Err() == nil {
+			// As UpdateTopic's own moves, a failure is logged: those members stay where they are.
+			b.logger.WarnContext(ctx, "reading a topic whose semantics changed failed; its members here were not moved",
+				slog.String("topic", topic), slog.Any("error", err))
+		}
+		return
+	}
+	b.logger.InfoContext(ctx, "topic semantics changed elsewhere, moving its members", slog.String("topic", topic),
+		slog.String("semantics", string(t.Config.Semantics)))
+	b.reattachTopic(ctx, t)
 }
 
 // reattachTopic moves the members attached to t to the subscription they belong to under t's

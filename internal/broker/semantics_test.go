@@ -1,0 +1,96 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/testutil"
+)
+
+// A topic's semantics changed without this broker (through another broker instance on the same
+// PostgreSQL database, or in the engine directly): the owner that finds its subscription renamed
+// makes this broker's members of the topic move as after a local UpdateTopic.
+
+// TestSemanticsChangedElsewhere: topic t is QUEUE and the broker a has members of groups g and h
+// and one without a group, all on the queue subscription. The topic becomes PUB_SUB with the
+// queue becoming group h, through another instance (PostgreSQL) or in the engine (embedded). a's
+// members follow: h's stays on the subscription that is h's now, g's moves to a subscription of
+// its own group, the one without a group to an ephemeral one; each then gets every message.
+func TestSemanticsChangedElsewhere(t *testing.T) {
+	t.Parallel()
+	t.Run("engine", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		e.b.refreshInterval = 50 * time.Millisecond // before its owners start
+		testSemanticsChangedElsewhere(t, e.b, e.b, func(ctx context.Context) error {
+			_, err := e.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
+			return err
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url := testutil.DatabaseURL(t)
+		schema := testutil.PGSchema(t, url, "t_bsemantics_")
+		clock := newFakeClock()
+		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		a.b.refreshInterval = 50 * time.Millisecond // before its owners start
+		bi := startPGInstance(t, url, schema, clock)
+		testSemanticsChangedElsewhere(t, a.b, bi.b, func(ctx context.Context) error {
+			_, err := bi.b.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
+			return err
+		})
+	})
+}
+
+// testSemanticsChangedElsewhere runs TestSemanticsChangedElsewhere with a's members; other
+// creates the topic and publishes, update changes the semantics without a.
+func testSemanticsChangedElsewhere(t *testing.T, a, other *Broker, update func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout) // outlives eventually's wait
+	defer cancel()
+	if _, err := other.CreateTopic(ctx, "t", queueCfg); err != nil {
+		t.Fatal(err)
+	}
+	members := map[string]*Member{}
+	for _, g := range []string{"g", "h", ""} {
+		m, err := a.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: g, MaxInFlight: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members[g] = m
+	}
+	queue := members["h"].Info().Subscriptions[0]
+	if err := update(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a's members on the subscriptions of their groups", func() error {
+		for g, m := range members {
+			subs := m.Info().Subscriptions
+			if len(subs) != 1 {
+				return fmt.Errorf("member of group %q attached to %v", g, subs)
+			}
+			sub, err := a.engine.SubscriptionGet(ctx, subs[0])
+			if err != nil {
+				return err
+			}
+			switch {
+			case g == "h" && sub.ID != queue:
+				return fmt.Errorf("h's member moved from the queue subscription %d (now h's) to %+v", queue, sub)
+			case g != "" && sub.Group != g, g == "" && !sub.Ephemeral:
+				return fmt.Errorf("member of group %q on subscription %d of group %q", g, sub.ID, sub.Group)
+			}
+		}
+		return nil
+	})
+	if _, err := other.Publish(ctx, "t", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("after")}}); err != nil {
+		t.Fatal(err)
+	}
+	for g, m := range members {
+		if d := recv(t, m, 1)[0]; string(d.Payload) != "after" || !slices.Contains(m.Info().Subscriptions, d.SubscriptionID) {
+			t.Fatalf("member of group %q got %+v", g, d)
+		}
+	}
+}
