@@ -83,19 +83,7 @@ func TestHandshakeRefused(t *testing.T) {
 	})
 	// An opcode no version defines is unexpected before Hello too (it was UNKNOWN_OPCODE).
 	t.Run("unknown opcode first", func(t *testing.T) {
-		nc := e.dialRaw()
-		var frame [12]byte
-		binary.BigEndian.PutUint32(frame[0:], 8)
-		binary.BigEndian.PutUint16(frame[4:], 0x3f)
-		binary.BigEndian.PutUint32(frame[8:], 4)
-		if _, err := nc.Write(append(protocol.Preamble[:], frame[:]...)); err != nil {
-			t.Fatal(err)
-		}
-		c := &bclient{t: t, nc: nc, r: protocol.NewReader(nc, 0)}
-		if err := c.r.ReadPreamble(); err != nil {
-			t.Fatalf("server preamble: %v", err)
-		}
-		got := c.expectClosed()
+		got := e.firstFrameHeader(t, 8, 0x3f, 4)
 		if len(got) != 1 || got[0].(*protocol.Error).Code != protocol.CodeUnexpectedFrame {
 			t.Fatalf("got %v, want one UNEXPECTED_FRAME", got)
 		}
@@ -103,19 +91,7 @@ func TestHandshakeRefused(t *testing.T) {
 	// Before HelloOK the peer is unauthenticated: a frame past 64 KiB is refused, although the
 	// server's max frame size (10 MiB here) allows it afterwards.
 	t.Run("frame past 64 KiB before Hello", func(t *testing.T) {
-		nc := e.dialRaw()
-		var frame [12]byte
-		binary.BigEndian.PutUint32(frame[0:], 1<<20)
-		binary.BigEndian.PutUint16(frame[4:], uint16(protocol.OpHello))
-		binary.BigEndian.PutUint32(frame[8:], 1)
-		if _, err := nc.Write(append(protocol.Preamble[:], frame[:]...)); err != nil {
-			t.Fatal(err)
-		}
-		c := &bclient{t: t, nc: nc, r: protocol.NewReader(nc, 0)}
-		if err := c.r.ReadPreamble(); err != nil {
-			t.Fatalf("server preamble: %v", err)
-		}
-		got := c.expectClosed()
+		got := e.firstFrameHeader(t, 1<<20, protocol.OpHello, 1)
 		if len(got) != 1 || got[0].(*protocol.Error).Code != protocol.CodeFrameTooLarge {
 			t.Fatalf("got %v, want one FRAME_TOO_LARGE", got)
 		}
@@ -137,6 +113,24 @@ func TestHandshakeRefused(t *testing.T) {
 			t.Fatalf("bad preamble: read %q, %v; want a close without answer", b, err)
 		}
 	})
+}
+
+// firstFrameHeader sends the preamble and a first frame header of length, op and corr (no
+// body), and returns what the server answered before closing the connection.
+func (e *env) firstFrameHeader(t *testing.T, length uint32, op protocol.Opcode, corr uint32) []protocol.ServerMessage {
+	nc := e.dialRaw()
+	var frame [12]byte
+	binary.BigEndian.PutUint32(frame[0:], length)
+	binary.BigEndian.PutUint16(frame[4:], uint16(op))
+	binary.BigEndian.PutUint32(frame[8:], corr)
+	if _, err := nc.Write(append(protocol.Preamble[:], frame[:]...)); err != nil {
+		t.Fatal(err)
+	}
+	c := &bclient{t: t, nc: nc, r: protocol.NewReader(nc, 0)}
+	if err := c.r.ReadPreamble(); err != nil {
+		t.Fatalf("server preamble: %v", err)
+	}
+	return c.expectClosed()
 }
 
 func TestHandshakeTimeout(t *testing.T) {
