@@ -53,8 +53,9 @@ func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// payload=false leaves the payloads out (a page can otherwise be 1000 x 8 MiB): a list that
-	// polls asks for them, then fetches the entry it shows.
+	// payload=false leaves the payloads out of the answer: a list that polls asks for them, then
+	// fetches the entry it shows. Pages of large messages stay short either way: the engine
+	// reads at most storage.ReadBatchBytes of whole messages.
 	payload := true
 	if r.URL.Query().Get("payload") != "" {
 		if payload, err = queryBool(r, "payload"); err != nil {
@@ -76,6 +77,15 @@ func (h *Handler) listDLQ(w http.ResponseWriter, r *http.Request) error {
 	})
 	more := fit < len(entries) || len(entries) == int(limit)
 	entries = entries[:fit]
+	if !more && len(entries) > 0 {
+		// The engine also stops at storage.ReadBatchBytes of messages: a short page is the end
+		// only when nothing follows it.
+		next, err := h.b.DLQ(r.Context(), topic, group, entries[len(entries)-1].ID, 1)
+		if err != nil {
+			return err
+		}
+		more = len(next) > 0
+	}
 	parts := h.partitions(r.Context(), topic)
 	out := DLQList{Entries: make([]DLQEntry, 0, len(entries))}
 	for _, e := range entries {

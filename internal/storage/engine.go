@@ -50,7 +50,8 @@ type Engine interface {
 	// their attempt counts; one that reached max_deliveries goes to the DLQ.
 	DeliveriesRelease(ctx context.Context, params *DeliveriesReleaseParams) (*DeliveriesReleaseResult, error)
 
-	// DLQList lists a subscription's dead-lettered messages in ID order.
+	// DLQList lists a subscription's dead-lettered messages in ID order, at most ReadBatchBytes
+	// of them (at least one).
 	DLQList(ctx context.Context, params *DLQListParams) ([]*DLQEntry, error)
 	// DLQPurge removes DLQ entries (all of them when IDs is empty) and returns how many.
 	DLQPurge(ctx context.Context, params *DLQPurgeParams) (int, error)
@@ -70,7 +71,7 @@ type Engine interface {
 	// whose messages are all duplicates stores nothing and still succeeds.
 	MessagesAppend(ctx context.Context, params *MessagesAppendParams) (*MessagesAppendResult, error)
 	// MessagesRead reads retained messages of one partition from an offset, without leasing them
-	// (browsing, admin, audit).
+	// (browsing, admin, audit), at most ReadBatchBytes of them (at least one).
 	MessagesRead(ctx context.Context, params *MessagesReadParams) ([]*Message, error)
 
 	// NotifyRegister registers fn to be called after messages were appended to a topic or a topic

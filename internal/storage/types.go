@@ -52,6 +52,10 @@ const (
 	DefaultMaxMessageBytes = 1 << 20
 	// MaxMessageBytesLimit is the largest max_message_bytes a topic may be configured with.
 	MaxMessageBytesLimit = 8 << 20
+	// ReadBatchBytes bounds the messages (key, headers and payload) one MessagesRead or DLQList
+	// returns, at least one whatever its size: a Limit of 1,000 messages of 8 MiB is not 8 GB in
+	// memory. Callers page on after the last one returned.
+	ReadBatchBytes = 4 << 20
 	// MaxProducerIDLen bounds the producer id of a message in bytes.
 	MaxProducerIDLen = 1024
 	// DefaultDedupWindow is the default dedup_window (BRIEF.md section 5).

@@ -14,7 +14,7 @@ import (
 )
 
 // DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
-// (default 100). A CANCELLED subscription has none. Bounded by Config.TxTimeout (past it: TIMEOUT,
+// (default 100) and storage.ReadBatchBytes of messages (at least one). A CANCELLED subscription has none. Bounded by Config.TxTimeout (past it: TIMEOUT,
 // retryable).
 func (e *Engine) DLQList(ctx context.Context, p *storage.DLQListParams) ([]*storage.DLQEntry, error) {
 	if err := p.Check(); err != nil {
@@ -42,8 +42,15 @@ func (e *Engine) dlqList(ctx context.Context, p *storage.DLQListParams) ([]*stor
 	if s.State == storage.Cancelled {
 		return out, nil
 	}
+	// The first entry, then the next ones while their running size stays within $4.
 	rows, err := e.pool.Query(ctx, e.sql(`SELECT m.id, m.reason, m.attempts, m.last_error, m.dead_at, m.rule, m.failures, m.partition, m."offset", `+msgCols+`
-		FROM spool.dlq m WHERE m.sub_id = $1 AND m.replay IS NULL AND m.id > $2 ORDER BY m.id LIMIT $3`), s.ID, p.AfterID, limit)
+		FROM (
+			SELECT m.*, row_number() OVER w AS n,
+				sum(octet_length(m.payload) + coalesce(octet_length(m.key), 0) + coalesce(octet_length(m.headers::text), 0)) OVER w AS upto
+			FROM spool.dlq m WHERE m.sub_id = $1 AND m.replay IS NULL AND m.id > $2
+			WINDOW w AS (ORDER BY m.id ROWS UNBOUNDED PRECEDING)
+			ORDER BY m.id LIMIT $3
+		) m WHERE m.n = 1 OR m.upto <= $4 ORDER BY m.id`), s.ID, p.AfterID, limit, storage.ReadBatchBytes)
 	if err != nil {
 		return nil, e.mapErr(fmt.Errorf("pgstore: subscription %d: list DLQ: %w", s.ID, err))
 	}

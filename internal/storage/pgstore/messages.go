@@ -887,7 +887,7 @@ func wrapAppendErr(topic string, err error) error {
 // readBatchBytes bounds the messages one MessagesRead returns by their stored size (key, headers
 // and payload), at least one, as one log read of the embedded engine is bounded: Limit 1000 of
 // 8 MiB messages is not 8 GB in memory. Callers page on after the last message returned.
-const readBatchBytes = 4 << 20
+const readBatchBytes = storage.ReadBatchBytes
 
 // MessagesRead reads up to Limit (default 100) retained messages of a partition from Offset
 // (from the first retained one when Offset is below it), at most readBatchBytes of them (at least

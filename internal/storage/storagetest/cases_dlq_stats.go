@@ -1,6 +1,7 @@
 package storagetest
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 func dlqCases() []testCase {
 	return []testCase{
 		{name: "list_paging", fn: testDLQPaging},
+		{name: "list_bounded_in_bytes", fn: testDLQListBoundedInBytes},
 		{name: "replay_to_that_subscription_only", fn: testDLQReplay},
 		{name: "replay_all", fn: testDLQReplayAll},
 		{name: "purge", fn: testDLQPurge},
@@ -203,4 +205,46 @@ func testStatsPartitions(t *testing.T, x *env) {
 	equal(t, partStats(t, st, 1), storage.SubscriptionPartitionStats{Partition: 1, AckFloor: 0, Cursor: 0, HighWater: 2}, "partition 1")
 	_, err := x.e.SubscriptionStats(x.ctx, q.ID+1000)
 	errIs(t, err, storage.ErrSubscriptionNotFound, "stats of an unknown subscription")
+}
+
+// testDLQListBoundedInBytes: a DLQ list stops before the entry whose message would take it past
+// storage.ReadBatchBytes, whatever Limit asks, but returns at least one entry (one larger than
+// the bound alone); listing on after the last entry returned continues.
+func testDLQListBoundedInBytes(t *testing.T, x *env) {
+	const mib = 1 << 20
+	x.createTopic("dlqb", storage.TopicConfig{MaxMessageBytes: storage.MaxMessageBytesLimit})
+	sizes := []int{mib, mib, mib, mib, mib, 5 * mib, 10, 10}
+	for _, n := range sizes { // one at a time: a batch is bounded too
+		x.publish("dlqb", storage.AppendMessage{Partition: 0, Payload: bytes.Repeat([]byte{'x'}, n)})
+	}
+	q := x.queueSub("dlqb")
+	ds := x.claimAll(q.ID, "dl")
+	equal(t, len(ds), len(sizes), "claimed for the DLQ")
+	for _, d := range ds {
+		res := x.nack(storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "dl", Refs: []storage.DeliveryRef{d.Ref()}, ToDLQ: true, Reason: "big"})
+		equal(t, res.DeadLettered, 1, "dead-lettered %d", d.Offset)
+	}
+	list := func(after int64, limit int) (offsets, ids []int64) {
+		t.Helper()
+		entries, err := x.e.DLQList(x.ctx, &storage.DLQListParams{SubscriptionID: q.ID, AfterID: after, Limit: limit})
+		noErr(t, err, "DLQList after %d, limit %d", after, limit)
+		for _, en := range entries {
+			equal(t, len(en.Message.Payload), sizes[en.Message.Offset], "payload of offset %d", en.Message.Offset)
+			offsets = append(offsets, en.Message.Offset)
+			ids = append(ids, en.ID)
+		}
+		return offsets, ids
+	}
+	// Four 1 MiB messages make the bound; then the fifth alone (the 5 MiB one would pass it);
+	// the 5 MiB one alone; then the rest.
+	var after int64
+	for i, want := range [][]int64{{0, 1, 2, 3}, {4}, {5}, {6, 7}, nil} {
+		offsets, ids := list(after, 1000)
+		deepEqual(t, offsets, want, "page %d of a list with limit 1000", i)
+		if len(ids) > 0 {
+			after = ids[len(ids)-1]
+		}
+	}
+	offsets, _ := list(0, 2)
+	deepEqual(t, offsets, []int64{0, 1}, "a limit below the bound")
 }

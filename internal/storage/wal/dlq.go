@@ -7,7 +7,7 @@ import (
 )
 
 // DLQList lists a subscription's dead-lettered messages in ID order, after AfterID, at most Limit
-// (default 100), read from its DLQ log. A CANCELLED subscription has none.
+// (default 100) and readBatchBytes of messages (at least one), read from its DLQ log. A CANCELLED subscription has none.
 func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]*storage.DLQEntry, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
@@ -35,7 +35,7 @@ func (e *Engine) DLQList(ctx context.Context, params *storage.DLQListParams) ([]
 	if s.st == nil || s.dlq == nil {
 		return out, nil
 	}
-	entries, err := s.dlq.read(s.meta.ID, s.st.DLQIDs(params.AfterID, limit))
+	entries, err := s.dlq.read(s.meta.ID, s.st.DLQIDs(params.AfterID, limit), readBatchBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -354,22 +354,39 @@ func dlqDamaged(subID int64, err error) error {
 
 // read returns the entries of ids (increasing), nil for those whose records are not readable:
 // deleted (retention compacted the log after they left the DLQ). Records not in the log yet are
-// read from memory (dlqLog). Other read errors are returned.
-func (dl *dlqLog) read(subID int64, ids []int64) ([]*storage.DLQEntry, error) {
+// read from memory (dlqLog). It stops before the entry that would take the messages it returns
+// past maxBytes (storage.Message.Size), returning at least one. Other read errors are returned.
+func (dl *dlqLog) read(subID int64, ids []int64, maxBytes int) ([]*storage.DLQEntry, error) {
 	out := make([]*storage.DLQEntry, len(ids))
+	end, total := len(ids), 0
 	err := dl.scan(ids, func(i int, body []byte) error {
 		de, err := decodeDLQRecord(subID, ids[i], body)
+		if err != nil {
+			return err
+		}
+		n := de.Message.Size()
+		if total > 0 && total+n > maxBytes {
+			end = i
+			return errFull
+		}
+		total += n
 		out[i] = de
-		return err
+		return nil
 	})
+	if errors.Is(err, errFull) {
+		err = nil
+	}
 	if errors.Is(err, storage.ErrCorrupt) {
 		return nil, dlqDamaged(subID, err)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return out[:end], nil
 }
+
+// errFull stops a read at its byte bound.
+var errFull = errors.New("wal: read bound reached")
 
 // scan calls fn with the record body of each of ids (increasing) that is readable (see read), in
 // order; body is only valid during the call.
@@ -440,7 +457,7 @@ func decodeDLQPosition(subID, id int64, body []byte) (int32, int64, error) {
 
 // readOne reads the entry of id; it must be durable.
 func (dl *dlqLog) readOne(subID, id int64) (*storage.DLQEntry, error) {
-	got, err := dl.read(subID, []int64{id})
+	got, err := dl.read(subID, []int64{id}, readBatchBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -378,7 +378,7 @@ func (e *Engine) appended(params *storage.MessagesAppendParams, op *appendOp) (*
 }
 
 // readBatchBytes bounds the bodies one log read returns.
-const readBatchBytes = 4 << 20
+const readBatchBytes = storage.ReadBatchBytes
 
 // decodeRecord decodes a partition log record into m.
 func decodeRecord(topicName string, p int32, offset int64, rec wlog.Record, m *storage.Message) error {

@@ -3,6 +3,7 @@ package wal
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"reflect"
@@ -202,7 +203,7 @@ func projectWith(e *Engine, crashed bool) projection {
 			sp.NextDLQ = dlq.Next
 			if s.dlq != nil {
 				<-s.dlq.settled()
-				entries, err := s.dlq.read(id, s.st.DLQIDs(0, s.st.DLQLen()))
+				entries, err := s.dlq.read(id, s.st.DLQIDs(0, s.st.DLQLen()), math.MaxInt)
 				if err != nil {
 					panic(err)
 				}
