@@ -28,9 +28,10 @@ const (
 	// accessRead: consume (in any group) or admin on {topic}: reading messages without
 	// consuming them.
 	accessRead
-	// accessHandler: an authenticated principal; the handler checks the permission on the topic
-	// named in the body (seed 002's POST /publish) with h.allowed.
-	accessHandler
+	// accessPublishBody: a principal that may publish to some topic, checked before the body is
+	// read; the handler checks the permission on the topic named in the body (seed 002's POST
+	// /publish) with h.allowed.
+	accessPublishBody
 )
 
 // routeAccess says what a route needs, by its operation id; a route not listed needs admin.
@@ -47,7 +48,7 @@ func routeAccess(rt *route) access {
 	case "readMessages", "messageCompletion":
 		return accessRead
 	case "seedPublish":
-		return accessHandler
+		return accessPublishBody
 	}
 	return accessAdmin
 }
@@ -104,8 +105,8 @@ func (h *Handler) authorize(rt *route, r *http.Request) error {
 		action, ok = auth.Consume, p.CanConsume(topic, group)
 	case accessRead:
 		action, ok = auth.Consume, p.Can(auth.Consume, topic) || p.Can(auth.Admin, topic)
-	case accessHandler:
-		return nil
+	case accessPublishBody:
+		action, ok = auth.Publish, p.CanAny(auth.Publish)
 	case accessAdmin:
 		action = auth.Admin
 		if topic != "" {
@@ -135,7 +136,7 @@ func (h *Handler) principal(r *http.Request) (*auth.Principal, error) {
 	return p, nil
 }
 
-// allowed checks, for a route whose topic is in the body (accessHandler), that the request's
+// allowed checks, for a route whose topic is in the body (accessPublishBody), that the request's
 // principal may do action on topic: nil when authentication is off.
 func (h *Handler) allowed(r *http.Request, action, topic string) error {
 	if !h.auth.Enabled() {

@@ -65,7 +65,20 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // without a principal must not make the server read and decode up to the publish body limit.
 func TestSeedPublishUnauthenticatedReadsNoBody(t *testing.T) {
 	t.Parallel()
-	e := authEnv(t, true)
+	seedPublishReadsNoBody(t, authEnv(t, true), "", http.StatusUnauthorized, "NOT_AUTHENTICATED")
+}
+
+// TestSeedPublishWithoutPublishPermissionReadsNoBody: a principal that may publish to no topic
+// (here admin only) is refused before its body is read too.
+func TestSeedPublishWithoutPublishPermissionReadsNoBody(t *testing.T) {
+	t.Parallel()
+	seedPublishReadsNoBody(t, authEnv(t, true), adminToken, http.StatusForbidden, "PERMISSION_DENIED")
+}
+
+// seedPublishReadsNoBody posts a body just within the publish body limit with token ("": none)
+// and checks that it is refused with status and code having read at most 64 KiB of it.
+func seedPublishReadsNoBody(t *testing.T, e *env, token string, status int, code string) {
+	t.Helper()
 	const size = DefaultMaxPublishBodyBytes - 64
 	// {"topic":"orders.x","message":"x","headers":{"k":"v","k":"v",...,"z":"z"}}, within the limit.
 	head, pair, tail := `{"topic":"orders.x","message":"x","headers":{`, `"k":"v",`, `"z":"z"}}`
@@ -74,13 +87,16 @@ func TestSeedPublishUnauthenticatedReadsNoBody(t *testing.T) {
 		io.LimitReader(&repeatReader{s: pair}, int64(pairs*len(pair))), strings.NewReader(tail))}
 	req := httptest.NewRequest("POST", "/publish", body)
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	w := httptest.NewRecorder()
 	e.h.ServeHTTP(w, req)
-	if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "NOT_AUTHENTICATED") {
-		t.Fatalf("status %d, body %s", w.Code, w.Body)
+	if w.Code != status || !strings.Contains(w.Body.String(), code) {
+		t.Fatalf("status %d, body %s; want %d %s", w.Code, w.Body, status, code)
 	}
 	if n := body.n.Load(); n > 64<<10 {
-		t.Fatalf("read %d of the %d bytes of an unauthenticated body", n, size)
+		t.Fatalf("read %d of the %d bytes of a refused body", n, size)
 	}
 }
 

@@ -289,6 +289,19 @@ func (p *Principal) Can(action, topic string) bool {
 	return false
 }
 
+// CanAny reports whether p may do action on some topic.
+func (p *Principal) CanAny(action string) bool {
+	if p == nil {
+		return false
+	}
+	for _, perm := range p.Permissions {
+		if perm.Action == action {
+			return true
+		}
+	}
+	return false
+}
+
 // CanConsume reports whether p may consume topic in group ("" for no group).
 func (p *Principal) CanConsume(topic, group string) bool {
 	if p == nil {
