@@ -746,6 +746,10 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			if op["summary"] == "" || op["operationId"] == "" || op["responses"] == nil {
 				t.Errorf("%s %s: incomplete operation %v", method, path, op)
 			}
+			// Every request can be refused for its Host (authentication off, DNS rebinding).
+			if resp, _ := op["responses"].(map[string]any); resp["421"] == nil {
+				t.Errorf("%s %s: no 421 response", method, path)
+			}
 			// Every path parameter is declared.
 			declared := map[string]bool{}
 			params, _ := op["parameters"].([]any)

@@ -74,7 +74,9 @@ func buildOpenAPI(routes []*route) map[string]any {
 			okResp["content"] = map[string]any{d.contentType: map[string]any{"schema": map[string]any{"type": "object"}}}
 		}
 		responses[strconv.Itoa(d.ok)] = okResp
-		errs := append(append([]int(nil), d.errs...), http.StatusInternalServerError)
+		// 421: without authentication, a Host that names no address of this broker (DNS
+		// rebinding; Handler.ServeHTTP).
+		errs := append(append([]int(nil), d.errs...), http.StatusInternalServerError, http.StatusMisdirectedRequest)
 		if d.body != nil {
 			errs = append(errs, http.StatusRequestEntityTooLarge)
 		}
