@@ -206,7 +206,7 @@ func (b *Broker) ActiveBackfills() []ActiveBackfill {
 		}
 		b.backfill.mu.Lock()
 		if p := b.backfill.progress[id]; p != nil {
-			out = append(out, ActiveBackfill{Topic: o.topic, Group: o.group, Info: *p})
+			out = append(out, ActiveBackfill{Topic: o.topic, Group: o.groupName(), Info: *p})
 		}
 		b.backfill.mu.Unlock()
 	}
@@ -514,7 +514,7 @@ func (o *owner) rangeFailed(err error) (wait time.Duration, ok bool) {
 	if transientClaimError(err) {
 		limit = backfillMaxRetries
 	}
-	attrs := []any{slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.String("group", o.group),
+	attrs := []any{slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.String("group", o.groupName()),
 		slog.Int("failures", w.fails), slog.Any("error", err)}
 	if w.fails < limit {
 		backoff := min(backfillRetryMax, backfillRetryBase<<(w.fails-1))

@@ -399,7 +399,7 @@ func (o *owner) completeFiltered(holder string, refs []storage.DeliveryRef) {
 	b.trace.settled(b.rootCtx, "filtered", o.id, holder, refs)
 	b.countSettled(o.id, 0, 0, res.Acked)
 	if b.onFiltered != nil && res.Acked > 0 {
-		b.onFiltered(o.topic, o.group, res.Acked)
+		b.onFiltered(o.topic, o.groupName(), res.Acked)
 	}
 }
 

@@ -187,7 +187,7 @@ func (m *Member) SubscriptionGroup(subID int64) string {
 	if o == nil {
 		return m.group
 	}
-	return o.group
+	return o.groupName()
 }
 
 // Filter returns the member's filter as given (trimmed), empty if none.

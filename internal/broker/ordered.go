@@ -60,8 +60,6 @@ type RebalanceInfo struct {
 // ordered is an owner's state for an ORDERED subscription; only the owner's goroutine writes it,
 // except view (published for readers).
 type ordered struct {
-	// group is the subscription's group (for RebalanceInfo).
-	group string
 	// assign is the assignment the owner claims with (nil until read).
 	assign *storage.Assignment
 	// view is assign as last published.
@@ -165,7 +163,7 @@ func (o *owner) rebalance() {
 			b.logger.Info("ordered group rebalanced", slog.Int64("subscription", o.id), slog.String("topic", o.topic),
 				slog.Int64("generation", cur.Generation), slog.Int("members", len(cur.Members)), slog.Duration("took", took))
 			if b.onRebalance != nil {
-				b.onRebalance(RebalanceInfo{SubscriptionID: o.id, Topic: o.topic, Group: s.group, Generation: cur.Generation, Took: took})
+				b.onRebalance(RebalanceInfo{SubscriptionID: o.id, Topic: o.topic, Group: o.groupName(), Generation: cur.Generation, Took: took})
 			}
 		}
 		for _, w := range s.waiters {
@@ -218,7 +216,7 @@ func (o *owner) assignOnce(ctx context.Context) (*storage.Assignment, bool, erro
 	}
 	if gone := expiredMembers(cur, members, s.departed); len(gone) > 0 && !s.dropForeign {
 		b.logger.Warn("ordered group members expired: their broker instance stopped renewing them, their partitions move",
-			slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.String("group", s.group),
+			slog.Int64("subscription", o.id), slog.String("topic", o.topic), slog.String("group", o.groupName()),
 			slog.Any("members", gone), slog.Duration("member_timeout", b.memberTimeout))
 	}
 	strategy := cur.Strategy

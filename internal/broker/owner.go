@@ -28,7 +28,11 @@ type owner struct {
 	b     *Broker
 	id    int64
 	topic string
-	group string
+	// group is the subscription's group as this broker last knew it (groupName): a semantics
+	// change of the topic renames the subscription (QUEUE to PUB_SUB: the queue's to the group
+	// it becomes; PUB_SUB to QUEUE: the one live group's to the queue's), and the members that
+	// stay on it are labelled (metrics, Member.SubscriptionGroup) with its new name.
+	group atomic.Pointer[string]
 	// bfDirty asks the goroutine to reread the backfill at once (this instance changed it).
 	bfDirty atomic.Bool
 
@@ -69,10 +73,6 @@ type owner struct {
 	// checkState makes the next pass read the subscription (refreshBackfill) whatever its
 	// schedule: a rebalance was refused as not active, and a cancel ends the owner (endReason).
 	checkState bool
-	// named is the subscription's group as last read: a read that finds it renamed (a semantics
-	// change of the topic, which may come from another broker instance) moves the topic's
-	// members here (Broker.topicRenamed).
-	named string
 	// recordAgain: writing the records of joined members failed (filtered.go): write them all
 	// again before the next pass.
 	recordAgain bool
@@ -129,11 +129,24 @@ type event struct {
 }
 
 func newOwner(b *Broker, sub *storage.Subscription) *owner {
-	o := &owner{b: b, id: sub.ID, topic: sub.Topic, group: sub.Group, named: sub.Group, signal: make(chan struct{}, 1)}
+	o := &owner{b: b, id: sub.ID, topic: sub.Topic, signal: make(chan struct{}, 1)}
+	o.group.Store(&sub.Group)
 	if sub.Mode == storage.ModeOrdered {
-		o.ord = &ordered{group: sub.Group}
+		o.ord = &ordered{}
 	}
 	return o
+}
+
+// groupName returns the subscription's group as this broker last knew it.
+func (o *owner) groupName() string { return *o.group.Load() }
+
+// renamed records the subscription's group as a read of it found it and reports whether it
+// changed: a semantics change of the topic renamed it (perhaps through another broker instance).
+func (o *owner) renamed(group string) bool {
+	if old := o.group.Swap(&group); *old != group {
+		return true
+	}
+	return false
 }
 
 // wakeUp asks the owner for a dispatch pass. It never blocks and coalesces.
@@ -700,8 +713,7 @@ func (o *owner) refresh(now time.Time) error {
 	if end := o.endReason(sub, err); end != nil {
 		return end
 	}
-	if err == nil && sub.Group != o.named {
-		o.named = sub.Group
+	if err == nil && o.renamed(sub.Group) {
 		o.b.topicRenamed(o.topic)
 	}
 	return nil
@@ -765,7 +777,7 @@ func (o *owner) waitFor(nextDue time.Time, poll time.Duration) time.Duration {
 // in a claim or a release to Config.OnDeadLettered.
 func (b *Broker) reportDeadLettered(o *owner, n int) {
 	if n > 0 && b.onDeadLettered != nil {
-		b.onDeadLettered(o.topic, o.group, n)
+		b.onDeadLettered(o.topic, o.groupName(), n)
 	}
 }
 

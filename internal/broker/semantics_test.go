@@ -19,7 +19,8 @@ import (
 // and one without a group, all on the queue subscription. The topic becomes PUB_SUB with the
 // queue becoming group h, through another instance (PostgreSQL) or in the engine (embedded). a's
 // members follow: h's stays on the subscription that is h's now, g's moves to a subscription of
-// its own group, the one without a group to an ephemeral one; each then gets every message.
+// its own group, the one without a group to an ephemeral one; each then gets every message, and
+// counts in the metrics under its subscription's group as named now (h's too, which stayed).
 func TestSemanticsChangedElsewhere(t *testing.T) {
 	t.Parallel()
 	t.Run("engine", func(t *testing.T) {
@@ -81,6 +82,9 @@ func testSemanticsChangedElsewhere(t *testing.T, a, other *Broker, update func(c
 				return fmt.Errorf("h's member moved from the queue subscription %d (now h's) to %+v", queue, sub)
 			case g != "" && sub.Group != g, g == "" && !sub.Ephemeral:
 				return fmt.Errorf("member of group %q on subscription %d of group %q", g, sub.ID, sub.Group)
+			case m.SubscriptionGroup(sub.ID) != sub.Group:
+				// The label of its deliveries, acks and nacks in the metrics.
+				return fmt.Errorf("member of group %q labelled %q on subscription %d of group %q", g, m.SubscriptionGroup(sub.ID), sub.ID, sub.Group)
 			}
 		}
 		return nil
@@ -91,6 +95,35 @@ func testSemanticsChangedElsewhere(t *testing.T, a, other *Broker, update func(c
 	for g, m := range members {
 		if d := recv(t, m, 1)[0]; string(d.Payload) != "after" || !slices.Contains(m.Info().Subscriptions, d.SubscriptionID) {
 			t.Fatalf("member of group %q got %+v", g, d)
+		}
+	}
+}
+
+// TestRenamedSubscriptionRelabelsMembers: the members that stay on the subscription a semantics
+// change made through this broker renamed count under its new name at once (Member.
+// SubscriptionGroup labels their deliveries, acks and nacks in the metrics, OnDeadLettered its
+// dead-letters), both ways: QUEUE to PUB_SUB (the queue's subscription becomes h's) and back.
+func TestRenamedSubscriptionRelabelsMembers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	e.createTopic("t", queueCfg)
+	m := e.subscribe(SubscribeParams{Pattern: "t", Group: "h", MaxInFlight: 10})
+	id := m.Info().Subscriptions[0]
+	if g := m.SubscriptionGroup(id); g != storage.QueueGroup {
+		t.Fatalf("member of the queue labelled %q, want %q", g, storage.QueueGroup)
+	}
+	for _, step := range []struct {
+		cfg   storage.TopicConfig
+		group string
+	}{{pubSubCfg, "h"}, {queueCfg, storage.QueueGroup}} {
+		if _, err := e.b.UpdateTopic(e.ctx(), UpdateTopicParams{Name: "t", Config: step.cfg, QueueToGroup: "h"}); err != nil {
+			t.Fatal(err)
+		}
+		if subs := m.Info().Subscriptions; len(subs) != 1 || subs[0] != id {
+			t.Fatalf("member on %v after the change to %s, want it still on subscription %d", subs, step.cfg.Semantics, id)
+		}
+		if g := m.SubscriptionGroup(id); g != step.group {
+			t.Fatalf("member labelled %q after the change to %s, want %q", g, step.cfg.Semantics, step.group)
 		}
 	}
 }

@@ -371,6 +371,10 @@ func (b *Broker) reattachTopic(ctx context.Context, t *storage.Topic) {
 	b.mu.RUnlock()
 	for _, a := range all {
 		sub, err := b.engine.SubscriptionGet(ctx, a.s.id)
+		if err == nil {
+			// The members that stay count under the subscription's new name from now on.
+			a.s.renamed(sub.Group)
+		}
 		if err == nil && belongs(t, a.m, sub) {
 			continue
 		}
