@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -125,5 +126,94 @@ func TestRenamedSubscriptionRelabelsMembers(t *testing.T) {
 		if g := m.SubscriptionGroup(id); g != step.group {
 			t.Fatalf("member labelled %q after the change to %s, want %q", g, step.cfg.Semantics, step.group)
 		}
+	}
+}
+
+// TestPubSubToQueueWithAnOrderedGroup: PUB_SUB to QUEUE renames the topic's one live subscription
+// to the queue's, which every consumer shares; when that one is an ordered group's (ACTIVE or
+// PAUSED) the change is refused with storage.ErrTopicHasSubscriptions and changes nothing, made
+// through the instance of the group's member or another one (PostgreSQL). A cancelled ordered
+// group (and a cancelled shared one) does not block it: the queue's subscription is then a new,
+// shared one.
+func TestPubSubToQueueWithAnOrderedGroup(t *testing.T) {
+	t.Parallel()
+	t.Run("engine", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, nil)
+		testPubSubToQueueWithAnOrderedGroup(t, e.b, e.b)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url := testutil.DatabaseURL(t)
+		schema := testutil.PGSchema(t, url, "t_btoqueue_")
+		clock := newFakeClock()
+		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		bi := startPGInstance(t, url, schema, clock)
+		testPubSubToQueueWithAnOrderedGroup(t, a.b, bi.b)
+	})
+}
+
+// testPubSubToQueueWithAnOrderedGroup runs TestPubSubToQueueWithAnOrderedGroup: a holds the
+// members, other makes the changes.
+func testPubSubToQueueWithAnOrderedGroup(t *testing.T, a, other *Broker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	if _, err := other.CreateTopic(ctx, "t", pubSubCfg); err != nil {
+		t.Fatal(err)
+	}
+	// Group h: a shared group, cancelled (not live).
+	h, err := a.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: "h", MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.CancelGroup(ctx, "t", "h"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: "g", Mode: storage.ModeOrdered, MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid := g.Info().Subscriptions[0]
+	for _, state := range []storage.SubscriptionState{storage.Active, storage.Paused} {
+		if state == storage.Paused {
+			if _, err := other.PauseGroup(ctx, "t", "g"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := other.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: queueCfg})
+		if !errors.Is(err, storage.ErrTopicHasSubscriptions) {
+			t.Fatalf("PUB_SUB to QUEUE with the ordered group %s: %v, want ErrTopicHasSubscriptions", state, err)
+		}
+		t.Logf("refused: %v", err)
+		if tp, err := other.TopicConfig(ctx, "t"); err != nil || tp.Config.Semantics != storage.PubSub {
+			t.Fatalf("topic after the refused change: %+v, %v", tp, err)
+		}
+		if sub, err := other.engine.SubscriptionGet(ctx, gid); err != nil || sub.Group != "g" || sub.State != state {
+			t.Fatalf("g's subscription after the refused change: %+v, %v", sub, err)
+		}
+	}
+	if _, err := other.ResumeGroup(ctx, "t", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Publish(ctx, "t", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, g, 1)[0]; d.SubscriptionID != gid {
+		t.Fatalf("g's member got %+v, want a delivery of subscription %d", d, gid)
+	}
+
+	// Cancelled, g does not block the change: the queue gets a new, shared subscription.
+	if _, err := other.CancelGroup(ctx, "t", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: queueCfg}); err != nil {
+		t.Fatalf("PUB_SUB to QUEUE with no live group: %v", err)
+	}
+	q, err := other.engine.SubscriptionGetByGroup(ctx, "t", storage.QueueGroup)
+	if err != nil || q.ID == gid || q.Mode == storage.ModeOrdered {
+		t.Fatalf("queue subscription %+v, %v: want a new shared one", q, err)
 	}
 }

@@ -258,7 +258,9 @@ const updateTopicAttempts = 5
 // attached to the topic move to the subscription they belong to under the new semantics (their
 // leases on the old one are released). Members connected to other broker instances move when
 // their instance finds the subscription they are on renamed (owner.refresh, followSemantics):
-// within about a minute. With p.Expect set it is a compare-and-set on the configuration
+// within about a minute. PUB_SUB to QUEUE is refused with storage.ErrTopicHasSubscriptions while
+// the one live subscription it would make the queue's is an ordered group's (checkToQueue), as
+// the engine refuses it while more than one lives. With p.Expect set it is a compare-and-set on the configuration
 // (storage.ErrTopicChanged).
 //
 // Every write is a compare-and-set, so that the checks and the members' move are decided from the
@@ -319,12 +321,49 @@ func (b *Broker) updateTopicOnce(ctx context.Context, p UpdateTopicParams, cfg s
 	if old.Semantics == storage.Queue && cfg.Semantics == storage.PubSub && p.QueueToGroup == "" {
 		return nil, old, invalid("update topic %q: changing QUEUE to PUB_SUB needs QueueToGroup, the group the queue subscription becomes", p.Name)
 	}
+	if old.Semantics == storage.PubSub && cfg.Semantics == storage.Queue {
+		if err := b.checkToQueue(ctx, p.Name); err != nil {
+			return nil, old, err
+		}
+	}
 	t, err := b.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: p.Name, Config: cfg, QueueToGroup: p.QueueToGroup,
 		Expect: &old})
 	if err != nil {
 		return nil, old, fmt.Errorf("broker: update topic %q: %w", p.Name, err)
 	}
 	return t, old, nil
+}
+
+// checkToQueue refuses to change topic from PUB_SUB to QUEUE while its one live subscription
+// (ACTIVE or PAUSED), which the change would rename to the queue's, is an ordered group's. A
+// QUEUE topic's one subscription is shared by every consumer, with or without a group (BRIEF.md
+// 2), and ordered groups need a PUB_SUB topic (resolveSubscription): renamed, it would stay
+// ordered, and no member could join it any more (an ordered one is refused on a
+// QUEUE topic, a shared one by the mode conflict), so the group's members would lose it and
+// consumers of the queue could not consume. The engine refuses more than one live
+// subscription, or an ephemeral one, itself (storage.ErrTopicHasSubscriptions), and creates a
+// shared queue subscription when none lives; an ordered group that is not live (DEAD, CANCELLED)
+// stays the group's and does not block the change.
+//
+// The check reads the subscriptions before the engine's write, which decides under its own lock:
+// an ordered group resurrected (or the other live group cancelled) in between is not seen.
+func (b *Broker) checkToQueue(ctx context.Context, topic string) error {
+	subs, err := b.engine.SubscriptionList(ctx, &storage.SubscriptionListParams{Topic: topic})
+	if err != nil {
+		return fmt.Errorf("broker: update topic %q: list subscriptions: %w", topic, err)
+	}
+	var live []*storage.Subscription
+	for _, s := range subs {
+		if s.State.HoldsRetention() {
+			live = append(live, s)
+		}
+	}
+	if len(live) == 1 && live[0].Mode == storage.ModeOrdered {
+		return fmt.Errorf("broker: update topic %q to QUEUE: %w: the one that would become the queue's is the ordered group %q "+
+			"(subscription %d), and a QUEUE topic's one subscription is shared by every consumer; cancel the group first, or keep the topic PUB_SUB",
+			topic, storage.ErrTopicHasSubscriptions, live[0].Group, live[0].ID)
+	}
+	return nil
 }
 
 // topicRenamed asks the notifier to move the members attached to topic as its semantics say
