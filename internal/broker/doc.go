@@ -21,7 +21,10 @@
 // when it leaves. A semantics change (UpdateTopic) moves the topic's members to the subscriptions
 // they belong to then; one made without this broker (another broker instance on the same
 // database) renames the subscription they are on, which its owner finds at its reread of the
-// subscription (once a minute), and they move the same way (followSemantics).
+// subscription (once a minute), and they move the same way (followSemantics). A member that
+// cannot join the subscription it belongs to is told that the one it was on ended, with the
+// reason, and closed (moveFailed): never left open without it. PUB_SUB to QUEUE is refused while
+// the subscription it would make the queue's is an ordered group's (checkToQueue).
 //
 // A Member is one Subscribe call: a topic name or wildcard pattern, an optional group and a credit
 // (MaxInFlight). It is attached to one subscription per matching topic. A durable group also

@@ -217,3 +217,94 @@ func testPubSubToQueueWithAnOrderedGroup(t *testing.T, a, other *Broker) {
 		t.Fatalf("queue subscription %+v, %v: want a new shared one", q, err)
 	}
 }
+
+// TestFailedMoveEndsMember: a QUEUE topic becomes PUB_SUB with the queue becoming group h; the
+// member of group g on broker a cannot join a subscription of g (a's MaxSubscriptions is
+// reached). It is told that the queue subscription ended, with a reason that says why
+// (LIMIT_EXCEEDED), and closed, so that its client subscribes again or ends; it is never left
+// open and detached. h's member stays and consumes. The change is made through a (wal), in the
+// engine (wal: a follows), or through another instance (PostgreSQL: a follows).
+func TestFailedMoveEndsMember(t *testing.T) {
+	t.Parallel()
+	limit := func(c *Config) { c.MaxSubscriptions = 1 } // the queue's, which becomes h's
+	t.Run("local", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, limit)
+		testFailedMoveEndsMember(t, e.b, e.b, func(ctx context.Context) error {
+			_, err := e.b.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
+			return err
+		})
+	})
+	t.Run("engine", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, func(c *Config) { limit(c); c.PollInterval = 20 * time.Millisecond })
+		e.b.refreshInterval = 50 * time.Millisecond // before its owners start
+		testFailedMoveEndsMember(t, e.b, e.b, func(ctx context.Context) error {
+			_, err := e.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
+			return err
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url := testutil.DatabaseURL(t)
+		schema := testutil.PGSchema(t, url, "t_bmovefail_")
+		clock := newFakeClock()
+		a := startPGInstance(t, url, schema, clock, limit, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		a.b.refreshInterval = 50 * time.Millisecond // before its owners start
+		bi := startPGInstance(t, url, schema, clock)
+		testFailedMoveEndsMember(t, a.b, bi.b, func(ctx context.Context) error {
+			_, err := bi.b.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
+			return err
+		})
+	})
+}
+
+// testFailedMoveEndsMember runs TestFailedMoveEndsMember with a's members; other creates the
+// topic and publishes, update changes its semantics.
+func testFailedMoveEndsMember(t *testing.T, a, other *Broker, update func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	if _, err := other.CreateTopic(ctx, "t", queueCfg); err != nil {
+		t.Fatal(err)
+	}
+	members := map[string]*Member{}
+	for _, g := range []string{"g", "h"} {
+		m, err := a.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: g, MaxInFlight: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members[g] = m
+	}
+	queue := members["h"].Info().Subscriptions[0]
+	if err := update(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := members["g"]
+	var ended []EndedSubscription
+	eventually(t, "g's member told and closed", func() error {
+		ended = append(ended, g.TakeEnded()...)
+		select {
+		case <-g.Done():
+		default:
+			return fmt.Errorf("member open on %v, told %+v", g.Info().Subscriptions, ended)
+		}
+		if len(ended) == 0 {
+			return errors.New("member closed, not told why")
+		}
+		return nil
+	})
+	if len(ended) != 1 || ended[0].SubscriptionID != queue || ended[0].Topic != "t" || !errors.Is(ended[0].Err, storage.ErrLimitExceeded) {
+		t.Fatalf("g's member told %+v, want subscription %d of t ended with ErrLimitExceeded", ended, queue)
+	}
+	t.Logf("told: %v", ended[0].Err)
+	h := members["h"]
+	if _, err := other.Publish(ctx, "t", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("after")}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, h, 1)[0]; string(d.Payload) != "after" || d.SubscriptionID != queue {
+		t.Fatalf("h's member got %+v, want it on subscription %d", d, queue)
+	}
+	if e := h.TakeEnded(); len(e) != 0 {
+		t.Fatalf("h's member told %+v", e)
+	}
+}

@@ -291,7 +291,9 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 		}
 		b.logger.InfoContext(ctx, "topic updated", slog.String("topic", p.Name), slog.String("semantics", string(t.Config.Semantics)))
 		if old.Semantics != t.Config.Semantics {
-			b.reattachTopic(ctx, t)
+			// The change is written: moving the members is its consequence, whether or not
+			// the caller waits for it (a move cut short would end members, moveFailed).
+			b.reattachTopic(context.WithoutCancel(ctx), t)
 		}
 		b.wakeTopic(p.Name)
 		b.topicConfigChanged()
@@ -421,11 +423,44 @@ func (b *Broker) reattachTopic(ctx context.Context, t *storage.Topic) {
 			b.logger.WarnContext(ctx, "moving member after semantics change: leave failed", slog.String("member", a.m.id),
 				slog.Any("error", err))
 		}
-		if err := b.attachOrIgnore(ctx, a.m, t.Name, false); err != nil {
-			b.logger.WarnContext(ctx, "moving member after semantics change: attach failed", slog.String("member", a.m.id),
-				slog.Any("error", err))
+		if err := b.attach(ctx, a.m, t.Name, false); err != nil {
+			b.moveFailed(ctx, a.m, a.s, t.Name, err)
 		}
 	}
+}
+
+// moveFailed handles a member that left s, the subscription of topic it was on before a
+// semantics change, and could not attach to the one it belongs to now (attach failed with err):
+// it must not stay open detached from the topic, receiving nothing from it without being told.
+// It is told that s ended (Member.TakeEnded) with a reason wrapping err, so its code says why
+// (LIMIT_EXCEEDED, SUBSCRIPTION_EXISTS for a mode conflict, STORAGE_UNAVAILABLE...), and then
+// closed: its client subscribes again, as after any close by the broker, and gets what a new
+// Subscribe gets (the subscription it belongs to, or the same refusal, which ends it). A topic
+// deleted meanwhile ends s as a deletion does (the member stays open, as detachTopic leaves
+// it); a stopping broker closes its members itself.
+func (b *Broker) moveFailed(ctx context.Context, m *Member, s *owner, topic string, err error) {
+	switch {
+	case errors.Is(err, ErrNotRunning):
+		return
+	case errors.Is(err, storage.ErrTopicNotFound):
+		m.tell(s, fmt.Errorf("%w: topic %q was deleted", storage.ErrSubscriptionNotFound, topic))
+		return
+	}
+	reason := fmt.Errorf("topic %q changed semantics and the member could not join the subscription it belongs to now: %w", topic, err)
+	b.logger.WarnContext(ctx, "moving member after semantics change failed; closing it", slog.String("member", m.id),
+		slog.String("topic", topic), slog.Int64("subscription", s.id), slog.Any("error", err))
+	m.tell(s, reason)
+	if err := m.Close(ctx); err != nil {
+		b.logger.WarnContext(ctx, "closing member that could not move failed", slog.String("member", m.id), slog.Any("error", err))
+	}
+}
+
+// tell records that m's subscription s ended for reason (Member.TakeEnded) after m was detached
+// from it, and notifies m's consumer; a closed member is not told.
+func (m *Member) tell(s *owner, reason error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.endedLocked(s, reason)
 }
 
 // belongs reports whether sub is the subscription m belongs to on t: the queue subscription of a
