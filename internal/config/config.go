@@ -100,8 +100,8 @@ type WAL struct {
 	// grow four times with each segment that fills), 1 MiB to 1 GiB. Defaults to 64 MiB.
 	SegmentBytes int64 `yaml:"segment_bytes"`
 	// MaxProducerIDs bounds the producer ids remembered for de-duplication, all topics together
-	// (each in memory until its dedup_window ends): past it, publishes with new ids get
-	// RATE_LIMITED. Defaults to 1,000,000.
+	// (each in memory until its dedup_window ends, ~110 bytes whatever its length): past it,
+	// publishes with new ids get RATE_LIMITED. Defaults to 2,000,000 (~220 MB).
 	MaxProducerIDs int `yaml:"max_producer_ids"`
 	// SharedFlush lets the logs of a group-commit round share one cache flush where the engine
 	// can check that this is safe (ext4 without data=journal, kernel 5.2 or later; see

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,27 +30,77 @@ import (
 // retention removed is no longer found by a rebuild: with message_retention shorter than
 // dedup_window, a restart forgets those ids early (docs/storage.md).
 
+// A table remembers an id by its dedupKey, not its text, in pointer-free entries: ~90 bytes per
+// id whatever its length (BenchmarkDedupMemory), and nothing for the garbage collector to mark
+// (entries with pointers cost ~180 bytes per 36-byte id and half a second of marking per cycle
+// at a million ids).
+
+// dedupKey is a producer id's 128-bit hash: two maphash sums under the table's random seeds, so
+// that ids cannot be chosen to collide. Two ids with one key (odds ~n^2 / 2^129: ~10^-27 for a
+// million ids) would make the second a duplicate of the first.
+type dedupKey [2]uint64
+
+// Entry states.
+const (
+	entryStored  uint8 = iota // the message is stored at the entry's position
+	entryPending              // its append has not completed; waiters wait for it
+	entryDead                 // its append failed; not counted in Engine.dedupIDs
+)
+
 // dedupEntry is one producer id of a topic.
 type dedupEntry struct {
-	id      string
+	key     dedupKey
 	expires int64 // unix ns: a later message with the id is a duplicate until then
-	// pending: the append that stores the message has not completed; waiters are called with its
-	// outcome. Guarded by dedupTable.mu.
-	pending bool
-	// dead: its append failed; it is no longer counted in Engine.dedupIDs.
-	dead    bool
-	waiters []func(storage.MessagePosition, error)
-	pos     storage.MessagePosition // once not pending
+	at      int64 // the stored message's publish time, unix ns
+	offset  int64
+	part    int32
+	state   uint8
+}
+
+// position returns the stored message's position.
+func (en *dedupEntry) position() storage.MessagePosition {
+	return storage.MessagePosition{Partition: en.part, Offset: en.offset, PublishedAt: time.Unix(0, en.at).UTC()}
 }
 
 // dedupTable is a topic's producer ids. The entries are in the queue in the order they were
 // added, which is expiry order unless dedup_window shrank meanwhile (then an entry may outlive
-// its expiry by at most the old window; lookups check expires, so that changes no answer).
+// its expiry by at most the old window; lookups check expires, so that changes no answer). An
+// entry is named by its sequence number: queue[seq-base], from head on.
 type dedupTable struct {
-	mu    sync.Mutex
-	ids   map[string]*dedupEntry
-	queue []*dedupEntry
-	head  int
+	mu     sync.Mutex
+	seeded bool
+	seeds  [2]maphash.Seed
+	ids    map[dedupKey]uint64 // key -> seq of its latest entry
+	queue  []dedupEntry
+	head   int
+	base   uint64 // seq of queue[0]
+	// waiters of pending entries, by seq: called with the append's outcome.
+	waiters map[uint64][]func(storage.MessagePosition, error)
+}
+
+// keyLocked returns the key of id.
+func (d *dedupTable) keyLocked(id string) dedupKey {
+	if !d.seeded {
+		d.seeds, d.seeded = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, true
+	}
+	return dedupKey{maphash.String(d.seeds[0], id), maphash.String(d.seeds[1], id)}
+}
+
+// entryLocked returns the entry seq, nil when it left the queue (or the table was dropped).
+func (d *dedupTable) entryLocked(seq uint64) *dedupEntry {
+	if seq < d.base+uint64(d.head) || seq >= d.base+uint64(len(d.queue)) {
+		return nil
+	}
+	return &d.queue[seq-d.base]
+}
+
+// lookupLocked returns the entry of key, nil when there is none.
+func (d *dedupTable) lookupLocked(k dedupKey) (uint64, *dedupEntry) {
+	seq, ok := d.ids[k]
+	if !ok {
+		return 0, nil
+	}
+	return seq, d.entryLocked(seq)
 }
 
 // pruneLocked drops the entries expired at now (unix ns) from the head of the queue, and counts
@@ -57,16 +108,15 @@ type dedupTable struct {
 func (d *dedupTable) pruneLocked(now int64, total *atomic.Int64) {
 	dropped := 0
 	for d.head < len(d.queue) {
-		en := d.queue[d.head]
-		if en.expires > now || en.pending {
+		en := &d.queue[d.head]
+		if en.expires > now || en.state == entryPending {
 			break
 		}
-		if d.ids[en.id] == en {
-			delete(d.ids, en.id)
+		if seq, ok := d.ids[en.key]; ok && seq == d.base+uint64(d.head) {
+			delete(d.ids, en.key)
 		}
-		d.queue[d.head] = nil
 		d.head++
-		if !en.dead {
+		if en.state != entryDead {
 			dropped++
 		}
 	}
@@ -74,8 +124,8 @@ func (d *dedupTable) pruneLocked(now int64, total *atomic.Int64) {
 	// Reuse the space before head once it is most of the slice.
 	if d.head > 64 && d.head*2 > len(d.queue) {
 		n := copy(d.queue, d.queue[d.head:])
-		clear(d.queue[n:])
 		d.queue = d.queue[:n]
+		d.base += uint64(d.head)
 		d.head = 0
 	}
 }
@@ -87,19 +137,26 @@ func (d *dedupTable) prune(now int64, total *atomic.Int64) {
 	d.mu.Unlock()
 }
 
+// resetLocked forgets every entry; sequence numbers go on from where they were, so that an
+// append still pending finds its entry gone (resolve), not another one. Waiters stay.
+func (d *dedupTable) resetLocked() {
+	d.base += uint64(len(d.queue))
+	d.ids, d.queue, d.head = nil, nil, 0
+}
+
 // drop forgets every entry (the topic was deleted) and counts them out of total.
 func (d *dedupTable) drop(total *atomic.Int64) {
 	d.mu.Lock()
 	total.Add(-int64(d.countedLocked()))
-	d.ids, d.queue, d.head = nil, nil, 0
+	d.resetLocked()
 	d.mu.Unlock()
 }
 
 // countedLocked is how many queued entries count toward Engine.dedupIDs.
 func (d *dedupTable) countedLocked() int {
 	n := 0
-	for _, en := range d.queue[d.head:] {
-		if !en.dead {
+	for i := d.head; i < len(d.queue); i++ {
+		if d.queue[i].state != entryDead {
 			n++
 		}
 	}
@@ -122,7 +179,7 @@ func (d *dedupTable) newIDs(msgs []storage.AppendMessage, now int64) int {
 			seen = map[string]bool{}
 		}
 		seen[id] = true
-		if en := d.ids[id]; en == nil || (!en.pending && en.expires <= now) {
+		if _, en := d.lookupLocked(d.keyLocked(id)); en == nil || (en.state != entryPending && en.expires <= now) {
 			n++
 		}
 	}
@@ -145,8 +202,8 @@ type dedupPlan struct {
 	// a pending append (filled in by a waiter before the append completes).
 	dup []bool
 	pos []storage.MessagePosition
-	// mine are the entries this append reserved, by message index.
-	mine map[int]*dedupEntry
+	// mine are the entries (seq) this append reserved, by message index.
+	mine map[int]uint64
 	err  error // a pending append that failed
 	mu   sync.Mutex
 }
@@ -178,13 +235,13 @@ func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window tim
 		if dp == nil {
 			n := len(msgs)
 			dp = &dedupPlan{dupOf: make([]int, n), dup: make([]bool, n), pos: make([]storage.MessagePosition, n),
-				mine: map[int]*dedupEntry{}}
+				mine: map[int]uint64{}}
 			for j := range dp.dupOf {
 				dp.dupOf[j] = -1
 			}
 			first = map[string]int{}
 			if d.ids == nil {
-				d.ids = map[string]*dedupEntry{}
+				d.ids = map[dedupKey]uint64{}
 			}
 		}
 		if j, ok := first[id]; ok {
@@ -192,15 +249,19 @@ func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window tim
 			continue
 		}
 		first[id] = i
-		if en := d.ids[id]; en != nil && (en.pending || en.expires > now) {
+		k := d.keyLocked(id)
+		if seq, en := d.lookupLocked(k); en != nil && (en.state == entryPending || en.expires > now) {
 			dp.dup[i] = true
-			if !en.pending {
-				dp.pos[i] = en.pos
+			if en.state != entryPending {
+				dp.pos[i] = en.position()
 				dp.pos[i].Duplicate = true
 				continue
 			}
 			waiting.Add(1)
-			en.waiters = append(en.waiters, func(pos storage.MessagePosition, err error) {
+			if d.waiters == nil {
+				d.waiters = map[uint64][]func(storage.MessagePosition, error){}
+			}
+			d.waiters[seq] = append(d.waiters[seq], func(pos storage.MessagePosition, err error) {
 				dp.mu.Lock()
 				if err != nil {
 					dp.err = err
@@ -212,11 +273,11 @@ func (d *dedupTable) reserve(msgs []storage.AppendMessage, now int64, window tim
 			})
 			continue
 		}
-		en := &dedupEntry{id: id, expires: now + int64(window), pending: true}
-		d.ids[id] = en
-		d.queue = append(d.queue, en)
+		seq := d.base + uint64(len(d.queue))
+		d.queue = append(d.queue, dedupEntry{key: k, expires: now + int64(window), state: entryPending})
+		d.ids[k] = seq
 		total.Add(1)
-		dp.mine[i] = en
+		dp.mine[i] = seq
 	}
 	return dp
 }
@@ -234,25 +295,30 @@ func (d *dedupTable) resolve(dp *dedupPlan, idx []int, pos func(j int) storage.M
 	var calls []call
 	d.mu.Lock()
 	for j, i := range idx {
-		en := dp.mine[i]
-		if en == nil {
+		seq, ok := dp.mine[i]
+		if !ok {
 			continue
 		}
-		en.pending = false
-		if err != nil {
+		var p storage.MessagePosition
+		en := d.entryLocked(seq) // nil: the topic was deleted meanwhile
+		switch {
+		case err != nil && en != nil:
 			// Forget the id, so that a retry stores the message; it no longer counts toward
 			// MaxProducerIDs (its queue slot goes when it reaches the head).
-			if d.ids[en.id] == en {
-				delete(d.ids, en.id)
+			if s, ok := d.ids[en.key]; ok && s == seq {
+				delete(d.ids, en.key)
 			}
-			en.expires, en.dead = 0, true
+			en.expires, en.state = 0, entryDead
 			total.Add(-1)
-		} else {
-			en.pos = pos(j)
+		case err == nil:
+			p = pos(j)
+			if en != nil {
+				en.part, en.offset, en.at, en.state = p.Partition, p.Offset, p.PublishedAt.UnixNano(), entryStored
+			}
 		}
-		if len(en.waiters) > 0 {
-			calls = append(calls, call{en.waiters, en.pos})
-			en.waiters = nil
+		if fns := d.waiters[seq]; len(fns) > 0 {
+			calls = append(calls, call{fns, p})
+			delete(d.waiters, seq)
 		}
 	}
 	d.mu.Unlock()
@@ -268,7 +334,10 @@ func (d *dedupTable) resolve(dp *dedupPlan, idx []int, pos func(j int) storage.M
 func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 	window := t.meta.Config.WithDefaults().DedupWindow
 	from := now.Add(-window).UnixNano() + 1
-	var entries []*dedupEntry
+	d := &t.dedup
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var entries []dedupEntry
 	for _, p := range t.parts {
 		if p.damaged() != nil {
 			continue
@@ -284,8 +353,8 @@ func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 				return false, fmt.Errorf("%w: wal: topic %q partition %d offset %d: %v", storage.ErrCorrupt, t.meta.Name, p.index, i, err)
 			}
 			if len(id) > 0 {
-				entries = append(entries, &dedupEntry{id: string(id), expires: rec.Timestamp + int64(window),
-					pos: storage.MessagePosition{Partition: p.index, Offset: i, PublishedAt: time.Unix(0, rec.Timestamp).UTC()}})
+				entries = append(entries, dedupEntry{key: d.keyLocked(string(id)), expires: rec.Timestamp + int64(window),
+					at: rec.Timestamp, offset: i, part: p.index})
 			}
 			return true, nil
 		})
@@ -299,18 +368,15 @@ func (e *Engine) rebuildDedup(t *topic, now time.Time) error {
 			return fmt.Errorf("wal: rebuild producer ids of topic %q partition %d: %w", t.meta.Name, p.index, err)
 		}
 	}
-	slices.SortStableFunc(entries, func(a, b *dedupEntry) int { return cmp.Compare(a.expires, b.expires) })
-	d := &t.dedup
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	slices.SortStableFunc(entries, func(a, b dedupEntry) int { return cmp.Compare(a.expires, b.expires) })
 	e.dedupIDs.Add(-int64(d.countedLocked()))
-	d.ids, d.queue, d.head = nil, nil, 0
+	d.resetLocked()
 	if len(entries) == 0 {
 		return nil
 	}
-	d.ids = make(map[string]*dedupEntry, len(entries))
-	for _, en := range entries {
-		d.ids[en.id] = en // later expiry wins
+	d.ids = make(map[dedupKey]uint64, len(entries))
+	for i := range entries {
+		d.ids[entries[i].key] = d.base + uint64(i) // later expiry wins
 	}
 	d.queue = entries
 	e.dedupIDs.Add(int64(len(entries)))

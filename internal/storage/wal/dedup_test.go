@@ -2,7 +2,9 @@ package wal
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,5 +138,95 @@ func TestDedupIDsCapped(t *testing.T) {
 	h.must(h.e.TopicDelete(h.ctx, &storage.TopicDeleteParams{Name: "cap.b", Force: true}), "TopicDelete")
 	for i := range 9 {
 		h.publish("cap.a", msg(fmt.Sprint("a-late", i)))
+	}
+}
+
+// BenchmarkDedupMemory reports the heap a topic's table holds per remembered producer id (36-byte
+// ids, as UUIDs are) once their appends completed: Config.MaxProducerIDs is sized from it. Run:
+// go test -run '^$' -bench DedupMemory -benchtime 1x ./internal/storage/wal/
+func BenchmarkDedupMemory(b *testing.B) {
+	const n = 1_000_000
+	ids := make([]storage.AppendMessage, n)
+	for i := range ids {
+		ids[i] = storage.AppendMessage{ProducerID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)}
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for b.Loop() {
+		var d dedupTable
+		var total atomic.Int64
+		var waiting atomic.Int32
+		before := heap()
+		start := time.Now()
+		for i := 0; i < n; i += 100 {
+			batch := ids[i : i+100]
+			dp := d.reserve(batch, 1, time.Hour, &waiting, func() {}, &total)
+			idx := make([]int, len(batch))
+			for j := range idx {
+				idx[j] = j
+			}
+			d.resolve(dp, idx, func(j int) storage.MessagePosition {
+				return storage.MessagePosition{Offset: int64(i + j), PublishedAt: time.Unix(0, 1).UTC()}
+			}, nil, &total)
+		}
+		took := time.Since(start)
+		after := heap()
+		gcStart := time.Now()
+		runtime.GC()
+		b.ReportMetric(float64(after-before)/n, "B/id")
+		b.ReportMetric(float64(took.Nanoseconds())/n, "ns/id")
+		b.ReportMetric(float64(time.Since(gcStart).Microseconds()), "us/GC")
+		if d.len() != n {
+			b.Fatalf("%d ids remembered, want %d", d.len(), n)
+		}
+		runtime.KeepAlive(&d)
+	}
+}
+
+// TestDedupResolveAfterDrop: an append still pending when its topic is deleted (the table
+// dropped) completes: its waiting duplicates get its position, and the ids it reserved are not
+// in the table (nor counted) any more.
+func TestDedupResolveAfterDrop(t *testing.T) {
+	var d dedupTable
+	var total atomic.Int64
+	var waiting atomic.Int32
+	msgs := []storage.AppendMessage{{ProducerID: "a"}, {ProducerID: "b"}}
+	first := d.reserve(msgs, 1, time.Minute, &waiting, func() {}, &total)
+	done := 0
+	second := d.reserve(msgs[:1], 1, time.Minute, &waiting, func() { done++ }, &total)
+	equal(t, int(waiting.Load()), 1, "duplicates waiting for the pending append")
+	d.drop(&total)
+	equal(t, d.len(), 0, "ids after the drop")
+	equal(t, total.Load(), int64(0), "ids counted after the drop")
+	// An append after the drop, pending while the first completes: the first must not touch it.
+	c := []storage.AppendMessage{{ProducerID: "c"}}
+	third := d.reserve(c, 1, time.Minute, &waiting, func() {}, &total)
+	pos := storage.MessagePosition{Partition: 0, Offset: 7, PublishedAt: time.Unix(0, 5).UTC()}
+	d.resolve(first, []int{0, 1}, func(int) storage.MessagePosition { return pos }, nil, &total)
+	equal(t, done, 1, "waiters called")
+	if dupC := d.reserve(c, 1, time.Minute, &waiting, func() {}, &total); dupC.stored(0) || waiting.Load() != 2 {
+		t.Fatalf("a repeat of a pending id after the first append completed: stored %v, %d waiting; want a wait", dupC.stored(0), waiting.Load())
+	}
+	d.resolve(third, []int{0}, func(int) storage.MessagePosition { return storage.MessagePosition{Offset: 9} }, nil, &total)
+	equal(t, total.Load(), int64(1), "ids counted: c")
+	d.drop(&total)
+	if got := second.pos[0]; !got.Duplicate || got.Offset != 7 || !got.PublishedAt.Equal(pos.PublishedAt) {
+		t.Fatalf("waiting duplicate's position %+v, want the duplicate of %+v", got, pos)
+	}
+	equal(t, d.len(), 0, "ids after the pending append completed")
+	equal(t, total.Load(), int64(0), "ids counted after the pending append completed")
+	// The table takes ids again, with new sequence numbers.
+	again := d.reserve(msgs[:1], 2, time.Minute, &waiting, func() {}, &total)
+	if !again.stored(0) {
+		t.Fatal("an id of the dropped table is a duplicate")
+	}
+	d.resolve(again, []int{0}, func(int) storage.MessagePosition { return pos }, nil, &total)
+	dup := d.reserve(msgs[:1], 3, time.Minute, &waiting, func() {}, &total)
+	if dup.stored(0) || dup.pos[0].Offset != 7 {
+		t.Fatalf("a repeat: stored %v, position %+v", dup.stored(0), dup.pos[0])
 	}
 }
