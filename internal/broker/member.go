@@ -61,6 +61,8 @@ type Member struct {
 	ch chan *storage.Delivery
 	// ended lists the subscriptions that ended under the member, until TakeEnded.
 	ended []EndedSubscription
+	// rejoin is SubscribeParams.Rejoin until Subscribe attached the member, then 0 (rejoin.go).
+	rejoin int64
 	// reserved counts deliveries being claimed for this member right now.
 	reserved int
 	// queueLimit, when not negative, bounds the deliveries waiting in ch plus those reserved,
@@ -153,6 +155,7 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 
 		maxInFlightPerPartition: p.MaxInFlightPerPartition,
 		batchSize:               p.BatchSize,
+		rejoin:                  p.Rejoin,
 		maxInFlight:             maxInFlight,
 		queueLimit:              -1,
 		ch:                      make(chan *storage.Delivery, maxInFlight),

@@ -66,6 +66,14 @@ type SubscribeParams struct {
 	// extended so that a publish's run of one key is never split, settled as a unit. Refused
 	// for a shared member.
 	BatchSize int
+	// Rejoin, when not 0, makes the call a resubscription that only joins (rejoin.go): it names
+	// the subscription the member had on Pattern, a topic name, before its client reconnected.
+	// The call then creates nothing: a missing topic fails with storage.ErrTopicNotFound (no
+	// binding is registered), and a group whose subscription Rejoin ended meanwhile fails with
+	// storage.ErrSubscriptionNotActive (cancelled) or storage.ErrSubscriptionNotFound (deleted,
+	// or its topic deleted) instead of getting a new subscription. A member without a group on
+	// a PUB_SUB topic still gets a new ephemeral subscription: only its topic is checked.
+	Rejoin int64
 }
 
 // validateStart normalizes a start position (storage.StartPosition.Normalize) and, stricter than
@@ -122,6 +130,9 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	if err := checkMode(&p); err != nil {
 		return nil, err
 	}
+	if err := checkRejoin(&p); err != nil {
+		return nil, err
+	}
 	flt, err := b.parseFilter(&p)
 	if err != nil {
 		return nil, err
@@ -151,6 +162,7 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 		b.closeFailed(ctx, m)
 		return nil, err
 	}
+	m.rejoined()
 	b.logger.DebugContext(ctx, "member joined", slog.String("member", id), slog.String("pattern", p.Pattern),
 		slog.String("group", p.Group), slog.Int("max_in_flight", m.maxInFlight), slog.Int("subscriptions", len(m.Info().Subscriptions)))
 	return m, nil
@@ -206,6 +218,9 @@ func (b *Broker) subscribeExisting(ctx context.Context, m *Member) error {
 		case err == nil:
 			topics = append(topics, m.pattern)
 		case errors.Is(err, storage.ErrTopicNotFound):
+			if id := m.rejoining(); id != 0 {
+				return rejoinTopicMissing(id, m.pattern, err)
+			}
 			// An ordered group has no binding (bindings create shared subscriptions): its member
 			// attaches when the topic is created, from the topic's beginning.
 			if m.group != "" && m.mode != storage.ModeOrdered {
@@ -224,7 +239,11 @@ func (b *Broker) subscribeExisting(ctx context.Context, m *Member) error {
 		}
 	}
 	for _, t := range topics {
-		if err := b.attachOrIgnore(ctx, m, t, false); err != nil {
+		attach := b.attachOrIgnore
+		if m.rejoining() != 0 {
+			attach = b.attach // a topic deleted since TopicGet refuses the rejoin
+		}
+		if err := attach(ctx, m, t, false); err != nil {
 			return err
 		}
 	}
@@ -408,6 +427,9 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 	// A durable subscription: join the live one, resurrect a dead one, or create one.
 	for attempt := 0; ; attempt++ {
 		sub, err := b.engine.SubscriptionGetByGroup(ctx, topic, group)
+		if rerr := b.rejoinRefusal(ctx, m, created, topic, group, sub, err); rerr != nil {
+			return nil, false, rerr
+		}
 		switch {
 		case err == nil && sub.State == storage.Dead:
 			up, err := b.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Active})
