@@ -9,7 +9,7 @@ import "time"
 //
 //	topic string | group string | member_id string | mode u8 | max_in_flight u32 |
 //	lease_duration duration | start StartPosition | filter string (version 3 and later) |
-//	batch_size u32 (version 4 and later)
+//	batch_size u32 (version 4 and later) | rejoin i64 (version 5 and later)
 type Subscribe struct {
 	// Topic is a topic name or a wildcard pattern (orders.*.created, orders.#).
 	Topic string
@@ -45,6 +45,15 @@ type Subscribe struct {
 	// BatchLen), acked and nacked as a unit. A server refuses it for a shared member and above
 	// 1000 (INVALID_ARGUMENT). Encoding a Subscribe with a batch size for version 2 or 3 fails.
 	BatchSize uint32
+	// Rejoin (protocol version 5), when not 0, makes the Subscribe a resubscription that only
+	// joins: it names the subscription the handle had before a reconnect (SubscribeOK, or the
+	// deliveries' SubscriptionID), and Topic must be a topic name. The server then creates
+	// nothing: a topic that does not exist is refused with TOPIC_NOT_FOUND (no binding waits for
+	// it), and a group whose subscription Rejoin ended meanwhile with SUBSCRIPTION_NOT_ACTIVE
+	// (cancelled) or SUBSCRIPTION_NOT_FOUND (deleted, or its topic deleted), instead of making a
+	// new subscription of the group. 0 keeps the Subscribe of earlier versions, which creates
+	// what is missing. Encoding a Subscribe with Rejoin for version 4 or earlier fails.
+	Rejoin int64
 }
 
 // Opcode returns OpSubscribe.
@@ -83,6 +92,12 @@ func (m *Subscribe) encodeVersion(dst []byte, v uint16) ([]byte, error) {
 	case m.BatchSize != 0:
 		e.fail("batch_size", "batches need protocol version 4, the session speaks %d", v)
 	}
+	switch {
+	case v >= Version5:
+		e.i64(m.Rejoin)
+	case m.Rejoin != 0:
+		e.fail("rejoin", "rejoin needs protocol version 5, the session speaks %d", v)
+	}
 	return e.done()
 }
 
@@ -106,6 +121,9 @@ func (m *Subscribe) decodeVersion(src []byte, v uint16) error {
 	}
 	if v >= Version4 {
 		m.BatchSize = d.u32("batch_size")
+	}
+	if v >= Version5 {
+		m.Rejoin = d.i64("rejoin")
 	}
 	if err := d.finish(); err != nil {
 		*m = Subscribe{}

@@ -56,9 +56,14 @@ const (
 	// batch_offset when not 0) at the end of every delivery. Version-2 and version-3 peers still
 	// work: they cannot ask for batches, so they are never given one.
 	Version4 uint16 = 4
+	// Version5 adds rejoin at the end of Subscribe: a resubscription after a reconnect names the
+	// subscription it had, and the server joins only that one instead of creating a new group
+	// or binding. Older peers keep the old behaviour: their Subscribe may create, and a Subscribe
+	// with rejoin cannot be encoded for them.
+	Version5 uint16 = 5
 	// MinVersion and MaxVersion are the range this package implements.
 	MinVersion = Version2
-	MaxVersion = Version4
+	MaxVersion = Version5
 	// MaxBatchLen bounds a delivery's BatchLen (the engines' batch bound).
 	MaxBatchLen = 10_000
 )

@@ -59,6 +59,7 @@ func samples() []sample {
 			Topic: "orders", Group: "ledger", Mode: GroupOrdered, MaxInFlight: 100, BatchSize: 50,
 			Start: StartPosition{Kind: StartFromBeginning},
 		}},
+		{"subscribe_rejoin", 4, &Subscribe{Topic: "orders", Group: "billing", MaxInFlight: 20, Rejoin: 42}},
 		{"subscribe_ok", 3, &SubscribeOK{Handle: 1, MemberID: "worker-3", Subscriptions: []SubscriptionInfo{
 			{SubscriptionID: 7, Topic: "orders.eu.created"}, {SubscriptionID: 9, Topic: "orders.us.created"},
 		}}},

@@ -145,3 +145,38 @@ func TestBatchFieldsVersions(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscribeRejoinVersions: Subscribe.rejoin exists from version 5, at the end of version 4's
+// layout; a rejoin cannot be sent to an older peer.
+func TestSubscribeRejoinVersions(t *testing.T) {
+	plain := &Subscribe{Topic: "orders", Group: "g", MaxInFlight: 5}
+	v4, err := appendFrame(nil, 7, plain, Version4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejoin := &Subscribe{Topic: "orders", Group: "g", MaxInFlight: 5, Rejoin: 42}
+	v5, err := appendFrame(nil, 7, rejoin, Version5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v5) != len(v4)+8 || !bytes.Equal(v5[HeaderSize:len(v4)], v4[HeaderSize:]) ||
+		binary.BigEndian.Uint64(v5[len(v4):]) != 42 {
+		t.Fatalf("version 5 Subscribe is not version 4's plus rejoin:\n%x\n%x", v4, v5)
+	}
+	for _, v := range []uint16{Version2, Version3, Version4} {
+		if _, err := appendFrame(nil, 7, rejoin, v); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("rejoin for a version-%d peer: %v, want an encoding error", v, err)
+		}
+	}
+	r := NewReader(bytes.NewReader(v4), 0)
+	r.SetVersion(Version4)
+	if _, m, err := r.ReadClientMessage(); err != nil || *m.(*Subscribe) != *plain {
+		t.Fatalf("version-4 round trip: %+v, %v", m, err)
+	}
+	if _, m, err := NewReader(bytes.NewReader(v5), 0).ReadClientMessage(); err != nil || *m.(*Subscribe) != *rejoin {
+		t.Fatalf("version-5 round trip: %+v, %v", m, err)
+	}
+	if _, _, err := NewReader(bytes.NewReader(v4), 0).ReadClientMessage(); !errors.Is(err, ErrMalformedFrame) {
+		t.Fatalf("version-4 body read as version 5: %v, want MALFORMED_FRAME", err)
+	}
+}

@@ -424,6 +424,7 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		Mode:          mode,
 		Filter:        m.Filter,
 		BatchSize:     int(m.BatchSize), // checked by the broker (ordered members, at most 1000)
+		Rejoin:        m.Rejoin,         // checked by the broker (a topic name)
 	})
 	if err != nil {
 		b.replyErr(corr, err)
