@@ -177,14 +177,21 @@ type Subscription struct {
 // closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
 // when one of its topics' subscriptions ends: it keeps the others and joins matching topics
 // created later; the end is logged and reported to SubscriptionEndedHook. An end while the client
-// reconnects is handled the same way: when the answer to the resubscription names a new
-// subscription of a durable group on a topic (the old one was cancelled or its topic deleted and
-// created again, and the broker took the Subscribe for a new group), a topic name's Subscription
-// stops with SUBSCRIPTION_NOT_ACTIVE and gives the new handle back (the new subscription stays on
-// the broker without members until it goes DEAD or is cancelled), and a pattern's reports the end
-// and goes on. A resubscription the broker refuses with a non-retryable code stops the
-// Subscription, a pattern's too: no handle is left to go on with. Errors: bad parameters wrap
-// protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
+// reconnects ends it too. The resubscription of a topic name rejoins the subscription the handle
+// was on (protocol version 5; the client knows it from the broker's answer, or for a topic created
+// after the Subscribe from its first delivery): the broker creates nothing for it and refuses it
+// when that subscription ended meanwhile, and the Subscription stops with the broker's reason:
+// SUBSCRIPTION_NOT_ACTIVE (group cancelled), SUBSCRIPTION_NOT_FOUND (subscription deleted, or its
+// topic deleted and created again) or TOPIC_NOT_FOUND (topic deleted). A broker of version 4 or
+// older, a pattern, and a topic name whose subscription the client never learned (its topic was
+// created after the Subscribe, with no delivery since) subscribe as the first time, which makes a
+// new subscription of a cancelled group: when the answer names a new subscription of a durable
+// group on a topic, a topic name's Subscription stops with SUBSCRIPTION_NOT_ACTIVE and gives the
+// new handle back (the new subscription stays on the broker without members until it goes DEAD
+// or is cancelled), and a pattern's reports the end and goes on. A resubscription the broker
+// refuses with a non-retryable code stops the Subscription, a pattern's too: no handle is left to
+// go on with. Errors: bad parameters wrap protocol.ErrInvalidArgument; the broker's refusal is its
+// *protocol.Error.
 func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handler, opts ...SubscribeOpt) (*Subscription, error) {
 	if p.BatchSize != 0 {
 		return nil, fmt.Errorf("client: subscribe: %w: BatchSize needs a batch handler (SubscribeBatch)", protocol.ErrInvalidArgument)
@@ -444,6 +451,9 @@ func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, 
 		Filter:        s.params.Filter,
 		BatchSize:     uint32(s.params.BatchSize),
 	}
+	if resub {
+		req.Rejoin = s.rejoinID(cn)
+	}
 	// The handle is attached on the reader goroutine, before the next frame (possibly its first
 	// delivery) is read. If the waiter gave up or the subscription closed meanwhile, the handle is
 	// given back at once; so is a topic name's whose subscription was replaced (attach).
@@ -456,7 +466,7 @@ func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, 
 		if won {
 			var attached bool
 			var raise uint32
-			if attached, raise, replaced = s.attach(cn, ok, credit, resub); attached {
+			if attached, raise, replaced = s.attach(cn, ok, credit, resub && req.Rejoin == 0); attached {
 				cn.registerHandle(ok.Handle, s)
 				if raise > 0 {
 					_ = cn.sendCredit(ok.Handle, raise)
@@ -471,6 +481,9 @@ func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, 
 		return err
 	}
 	if _, err := cn.wait(ctx, cl); err != nil {
+		if req.Rejoin != 0 {
+			s.rejoinRefused(err)
+		}
 		return err
 	}
 	if err := s.replacedEnded(replaced); err != nil {
@@ -478,6 +491,39 @@ func (s *Subscription) subscribeWith(ctx context.Context, cn *conn, resub bool, 
 	}
 	s.logger.Debug("subscribed", slog.Bool("resubscribe", resub), slog.String("member_id", s.MemberID()))
 	return nil
+}
+
+// rejoinID returns the subscription a resubscription of s on cn rejoins (protocol.Subscribe.Rejoin):
+// that of a topic name's handle, known from its last SubscribeOK or its deliveries, when cn speaks
+// protocol version 5. The broker then creates nothing for it: a group cancelled or a topic deleted
+// while the client was away refuses the resubscription with SUBSCRIPTION_NOT_ACTIVE,
+// SUBSCRIPTION_NOT_FOUND or TOPIC_NOT_FOUND, with which resubscribeAll ends s. 0 (older broker, a
+// pattern, or no subscription known yet: a topic created after the Subscribe, none delivered
+// since) keeps the Subscribe that may create, and attach's comparison of the answer.
+func (s *Subscription) rejoinID(cn *conn) int64 {
+	if s.pattern || cn.hello.Version < protocol.Version5 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.joined) != 1 {
+		return 0
+	}
+	return s.joined[0].SubscriptionID
+}
+
+// rejoinRefused reports a rejoining resubscription that the broker refused because the subscription
+// ended while the client was away (group cancelled, subscription or topic deleted) to
+// SubscriptionEndedHook, as an end pushed while connected is; resubscribeAll then ends s with err.
+func (s *Subscription) rejoinRefused(err error) {
+	if !errors.Is(err, protocol.ErrSubscriptionNotActive) && !errors.Is(err, protocol.ErrSubscriptionNotFound) &&
+		!errors.Is(err, protocol.ErrTopicNotFound) {
+		return
+	}
+	ev := SubscriptionEndedEvent{Topic: s.params.Topic, Pattern: s.params.Topic, Group: s.params.Group, Err: err}
+	for _, h := range s.c.hooks.ended {
+		h.OnSubscriptionEnded(ev)
+	}
 }
 
 // replacedSub is a subscription of a durable group that a resubscription found replaced: the
@@ -493,7 +539,9 @@ type replacedSub struct {
 // the answer replaced: they ended while the client was away (group cancelled, topic deleted and
 // created again) and the broker took the Subscribe as that of a new group. A topic-name handle is
 // then not attached (false): its Subscription ends with its subscription, as it does when the end
-// comes while connected (ended); a pattern's handle goes on with the new one.
+// comes while connected (ended); a pattern's handle goes on with the new one. A resubscription that
+// rejoined (rejoinID) passes resub false: the broker joined only a subscription that had not ended
+// (a different id then means a semantics change moved the group, as it moves connected members).
 func (s *Subscription) attach(cn *conn, ok *protocol.SubscribeOK, credit uint32, resub bool) (attached bool, raise uint32, replaced []replacedSub) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -561,6 +609,12 @@ func (s *Subscription) push(cn *conn, pd *protocol.Delivery) {
 	if s.closing || s.cn != cn || s.handle != pd.Handle {
 		s.mu.Unlock()
 		return
+	}
+	if !s.pattern && (len(s.joined) != 1 || s.joined[0].SubscriptionID != pd.SubscriptionID) {
+		// A topic created after the Subscribe was joined without a SubscribeOK naming it, and a
+		// semantics change moves the handle without a push: the deliveries say which
+		// subscription the handle is on, and a resubscription rejoins that one (rejoinID).
+		s.joined = []protocol.SubscriptionInfo{{SubscriptionID: pd.SubscriptionID, Topic: pd.Topic}}
 	}
 	d := newDelivery(s, cn, pd)
 	if s.batchHandler != nil {
