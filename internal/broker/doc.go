@@ -101,11 +101,15 @@
 // when events wait in the inbox (they are handled, then a new pass starts).
 // A claim that fails with storage.ErrSubscriptionNotActive leaves the owner idle until woken or
 // polled while the subscription is PAUSED or DEAD (it reads the subscription when its claims start
-// failing so); a CANCELLED one, and storage.ErrSubscriptionNotFound, end it: the members are
-// detached and told as by CancelGroup or DeleteTopic (pattern members join again if the topic
-// comes back). The owner also rereads its subscription once a minute while it has members
-// (refreshBackfill), so a subscription cancelled or deleted elsewhere (another broker instance on
-// the same database, the engine directly) ends its members here even when none of them claims.
+// failing so, and then, while a member has credit, reads it in place of each claim, which would be
+// refused the same way: stillInactive); a CANCELLED one, and storage.ErrSubscriptionNotFound, end
+// it: the members are detached and told as by CancelGroup or DeleteTopic (pattern members join
+// again if the topic comes back). So a subscription paused, then cancelled elsewhere (another
+// broker instance on the same database, the engine directly) ends its members here within the
+// poll interval. The owner also rereads its subscription once a minute while it has members
+// (refreshBackfill), so a subscription cancelled or deleted elsewhere ends its members here even
+// when none of them claims (no credit); the engines notify nothing of a subscription's state
+// (storage.Notification) that could tell the owner sooner.
 //
 // While a member of a shared subscription has a filter (SubscribeParams.Filter), the owner routes
 // what each claim brings (filtered.go): to the member it was claimed for when its filter matches,

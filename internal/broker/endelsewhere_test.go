@@ -136,3 +136,94 @@ func TestCancelThroughAnotherInstanceEndsMembers(t *testing.T) {
 		t.Fatalf("member of g subscribing again is on %v, want a new subscription", subs)
 	}
 }
+
+// TestPausedThenCancelledElsewhereEndsMembers: the subscription of a member with credit is
+// paused without this broker (in the engine; through another instance on PostgreSQL), and this
+// broker's owner found it so (its claim was refused); then it is cancelled the same way. The
+// claims it would make are refused as while paused, so the owner reads the subscription in
+// their place and ends the member within its poll interval, not at its once-a-minute reread
+// (left at a minute here). Resumed instead, the same read finds it active and the member gets
+// messages again.
+func TestPausedThenCancelledElsewhereEndsMembers(t *testing.T) {
+	t.Parallel()
+	t.Run("engine", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		testPausedThenCancelledElsewhere(t, e.b, e.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
+			sub, err := e.engine.SubscriptionGetByGroup(ctx, "t", "g")
+			if err != nil {
+				return nil, err
+			}
+			return e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: state})
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url := testutil.DatabaseURL(t)
+		schema := testutil.PGSchema(t, url, "t_bpausecancel_")
+		clock := newFakeClock()
+		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		bi := startPGInstance(t, url, schema, clock)
+		testPausedThenCancelledElsewhere(t, a.b, bi.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
+			switch state {
+			case storage.Paused:
+				return bi.b.PauseGroup(ctx, "t", "g")
+			case storage.Active:
+				return bi.b.ResumeGroup(ctx, "t", "g")
+			}
+			return bi.b.CancelGroup(ctx, "t", "g")
+		})
+	})
+}
+
+// testPausedThenCancelledElsewhere runs TestPausedThenCancelledElsewhereEndsMembers with a's
+// member; other creates the topic and publishes, set changes g's state without a.
+func testPausedThenCancelledElsewhere(t *testing.T, a, other *Broker,
+	set func(context.Context, storage.SubscriptionState) (*storage.Subscription, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	if a.refreshInterval < waitTimeout {
+		t.Fatalf("refresh interval %s: the reread would find the cancel within the test's wait", a.refreshInterval)
+	}
+	if _, err := other.CreateTopic(ctx, "t", pubSubCfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: "g", MaxInFlight: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := m.Info().Subscriptions[0]
+	pause := func() {
+		t.Helper()
+		if _, err := set(ctx, storage.Paused); err != nil {
+			t.Fatal(err)
+		}
+		// A publish wakes a's owner (the polls would too): its claim is refused, it reads PAUSED.
+		if _, err := other.Publish(ctx, "t", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a's owner finds g paused", func() error {
+			a.mu.RLock()
+			o := a.subs[id]
+			a.mu.RUnlock()
+			if o == nil || !o.inactive.Load() {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	// Resumed elsewhere, the owner's read finds it active and claims again.
+	pause()
+	if _, err := set(ctx, storage.Active); err != nil {
+		t.Fatal(err)
+	}
+	if d := recv(t, m, 1)[0]; string(d.Payload) != "x" {
+		t.Fatalf("after the resume got %+v", d)
+	}
+	pause()
+	sub, err := set(ctx, storage.Cancelled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelledAs(t, waitEnded(t, m, id), sub)
+}

@@ -440,6 +440,9 @@ func (o *owner) dispatchOrdered(poll time.Duration) (wait time.Duration, deliver
 	if end := o.refresh(time.Now()); end != nil {
 		return 0, false, end
 	}
+	if wait, end, idle := o.stillInactive(); idle {
+		return wait, false, end
+	}
 	a := o.ord.assign
 	if a == nil {
 		if o.ord.due.IsZero() {

@@ -73,6 +73,10 @@ type owner struct {
 	// checkState makes the next pass read the subscription (refreshBackfill) whatever its
 	// schedule: a rebalance was refused as not active, and a cancel ends the owner (endReason).
 	checkState bool
+	// inactive is set while the subscription was last found PAUSED or DEAD (a claim refused as
+	// not active, then a read): passes read it instead of claiming (stillInactive). Written by
+	// the goroutine only; atomic as a test signal.
+	inactive atomic.Bool
 	// recordAgain: writing the records of joined members failed (filtered.go): write them all
 	// again before the next pass.
 	recordAgain bool
@@ -559,6 +563,9 @@ func (o *owner) dispatch(poll time.Duration) (wait time.Duration, delivered bool
 	if end := o.refresh(time.Now()); end != nil {
 		return 0, false, end
 	}
+	if wait, end, idle := o.stillInactive(); idle {
+		return wait, false, end
+	}
 	limiting := o.bf.limiting()
 	freeDone := false
 	var paced time.Duration // > 0: the pacer's tokens ran out, wait that long
@@ -728,13 +735,15 @@ func (o *owner) claimFailed(err error) (wait time.Duration, end error) {
 		return 0, o.endReason(nil, err)
 	case errors.Is(err, storage.ErrSubscriptionNotActive):
 		// PAUSED and DEAD wait; CANCELLED (through another broker instance on the same database,
-		// or in the engine) is terminal: the members end as by a local CancelGroup. Read once
-		// when the claims start failing, then by the owner's refresh.
-		if o.setProblem("not active") {
-			if end := o.endReason(b.engine.SubscriptionGet(b.rootCtx, o.id)); end != nil {
-				return 0, end
-			}
+		// or in the engine) is terminal: the members end as by a local CancelGroup. Read when the
+		// claims start failing; while it stays PAUSED or DEAD the passes read it instead of
+		// claiming (stillInactive).
+		o.setProblem("not active")
+		sub, rerr := b.engine.SubscriptionGet(b.rootCtx, o.id)
+		if end := o.endReason(sub, rerr); end != nil {
+			return 0, end
 		}
+		o.inactive.Store(rerr != nil || sub.State != storage.Active)
 	case errors.Is(err, storage.ErrClosed), b.rootCtx.Err() != nil:
 		o.setProblem("engine closed")
 	default:
@@ -743,6 +752,48 @@ func (o *owner) claimFailed(err error) (wait time.Duration, end error) {
 		}
 	}
 	return b.pollInterval, nil
+}
+
+// stillInactive runs before a pass claims while the subscription was last found PAUSED or DEAD
+// (inactive): idle true means the pass claims nothing and ends with wait and end (not nil: the
+// subscription ended, endReason). A claim would be refused as not active, which says nothing of
+// a cancel (a subscription paused, then cancelled through another broker instance, refuses its
+// claims as it did while paused); so while a member has credit the pass reads the subscription
+// in its place, at one engine call as the refused claim was, and finds it resumed (the pass
+// claims then), cancelled or deleted (the owner ends) within the poll interval instead of at the
+// once-a-minute reread. Without credit nothing is read, as nothing was claimed: the reread
+// (refresh) finds a cancel then.
+//
+// The engine's notifications cannot tell sooner: storage.Notification says messages were
+// appended or a topic was created or deleted, nothing of a subscription's state. Telling the
+// owners of a pause, resume or cancel made elsewhere at once (also those whose members have no
+// credit) needs a subscription kind that both engines send on SubscriptionUpdate (pgstore's
+// notifier carries any kind across instances): a change of the storage package.
+func (o *owner) stillInactive() (wait time.Duration, end error, idle bool) {
+	b := o.b
+	if !o.inactive.Load() {
+		return 0, nil, false
+	}
+	now := b.clock.Now()
+	credit := false
+	for _, m := range o.members {
+		if m.credit(now) > 0 {
+			credit = true
+			break
+		}
+	}
+	if !credit {
+		return b.pollInterval, nil, true
+	}
+	sub, err := b.engine.SubscriptionGet(b.rootCtx, o.id)
+	if end := o.endReason(sub, err); end != nil {
+		return 0, end, true
+	}
+	if err != nil || sub.State != storage.Active {
+		return b.pollInterval, nil, true
+	}
+	o.inactive.Store(false)
+	return 0, nil, false
 }
 
 // setProblem records the owner's current problem and reports whether it changed.
