@@ -327,6 +327,9 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 			case len(live) == 1 && live[0].Ephemeral:
 				return fmt.Errorf("%w: topic %q has a live ephemeral subscription; PUB_SUB to QUEUE needs a durable one or none",
 					storage.ErrTopicHasSubscriptions, params.Name)
+			case len(live) == 1 && live[0].Mode == storage.ModeOrdered:
+				return fmt.Errorf("%w: topic %q: group %q is ordered; PUB_SUB to QUEUE needs a shared group (the queue's one subscription is shared) or none",
+					storage.ErrTopicHasSubscriptions, params.Name, live[0].Group)
 			case len(live) == 1:
 				if err := rename(live[0].ID, storage.QueueGroup); err != nil {
 					return err

@@ -455,6 +455,24 @@ func testTopicPubSubToQueue(t *testing.T, x *env) {
 	_, err = x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "ps2q", Group: "c"})
 	errIs(t, err, storage.ErrSubscriptionExists, "SubscriptionCreate on the topic now QUEUE")
 
+	// One live subscription, but an ordered group's: refused, the queue's one subscription is
+	// shared; once it is cancelled, the change makes a new queue subscription.
+	x.createTopic("ps2q.ordered", pubSub(1))
+	o, err := x.e.SubscriptionCreate(x.ctx, &storage.SubscriptionCreateParams{Topic: "ps2q.ordered", Group: "o",
+		Start: storage.StartPosition{Kind: storage.FromBeginning}, Mode: storage.ModeOrdered})
+	noErr(t, err, "SubscriptionCreate(ordered o)")
+	for _, state := range []storage.SubscriptionState{storage.Active, storage.Paused} {
+		if state != storage.Active {
+			x.setState(o.ID, state)
+		}
+		_, err = x.e.TopicUpdate(x.ctx, &storage.TopicUpdateParams{Name: "ps2q.ordered", Config: cfg})
+		errIs(t, err, storage.ErrTopicHasSubscriptions, "PUB_SUB to QUEUE with only an %s ordered group", state)
+		equal(t, x.getTopic("ps2q.ordered").Config.Semantics, storage.PubSub, "semantics unchanged")
+	}
+	x.setState(o.ID, storage.Cancelled)
+	x.updateTopic(storage.TopicUpdateParams{Name: "ps2q.ordered", Config: cfg})
+	isTrue(t, x.queueSub("ps2q.ordered").ID != o.ID, "the queue's subscription is a new one")
+
 	// With no live subscription at all, the QUEUE topic gets its queue subscription.
 	x.createTopic("ps2q.empty", pubSub(1))
 	x.updateTopic(storage.TopicUpdateParams{Name: "ps2q.empty", Config: cfg})

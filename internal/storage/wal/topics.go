@@ -415,6 +415,9 @@ func (e *Engine) planSemanticsChangeLocked(t *topic, old, cfg storage.TopicConfi
 		case len(live) == 1 && live[0].meta.Ephemeral:
 			return fmt.Errorf("%w: topic %q has a live ephemeral subscription; PUB_SUB to QUEUE needs a durable one or none",
 				storage.ErrTopicHasSubscriptions, t.meta.Name)
+		case len(live) == 1 && live[0].meta.Mode == storage.ModeOrdered:
+			return fmt.Errorf("%w: topic %q: group %q is ordered; PUB_SUB to QUEUE needs a shared group (the queue's one subscription is shared) or none",
+				storage.ErrTopicHasSubscriptions, t.meta.Name, live[0].meta.Group)
 		case len(live) == 1:
 			rec.Renames = append(rec.Renames, subRename{ID: live[0].meta.ID, Group: storage.QueueGroup})
 		default:
