@@ -28,7 +28,7 @@ var dlqListSpec = cmdSpec{
 	name: "dlq list",
 	args: "[flags] <topic> [group]",
 	desc: `Lists a subscription's dead-lettered messages in entry id order: the entry id (what replay and
-purge take), the message id, why it was dead-lettered (max_deliveries or rejected), its delivery
+purge take), the message id, why it was dead-lettered (max_deliveries, rejected or poison, with its rule), its delivery
 attempts, the last error a consumer gave, and when.
 ` + groupArgHelp,
 	examples: []string{

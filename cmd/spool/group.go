@@ -297,7 +297,7 @@ func groupOp(op string) cliFunc {
 	}
 	switch op {
 	case "pause":
-		spec.desc = "Pauses a subscription: it receives nothing and keeps holding retention (bounded by max_retention)."
+		spec.desc = "Pauses a subscription: it receives nothing and keeps holding retention (bounded by zombie_ttl, 7 days by default, and max_retention)."
 	case "resume":
 		spec.desc = "Resumes a PAUSED subscription: it is ACTIVE again and its deliveries continue where they stopped."
 	case "cancel":

@@ -36,7 +36,7 @@ argument is one message; --count repeats them, and "{{n}}" in a payload becomes 
 number (1, 2, ...). --file publishes a file's contents as one message ("-":
 all of stdin). Without payloads or --file, every line of stdin is one message (empty lines
 included), published asynchronously in pipelined batches; with stderr on a terminal a count is
-shown every second. A summary goes to stderr when more than one message was published. Every
+shown every second. A summary goes to stderr after stdin lines, or when more than one message was published. Every
 message is acknowledged durably by the broker before its id is printed. With --producer-id, the
 broker stores a message only once per producer id within the topic's dedup_window (default 2 min):
 a repeat is answered with the first message's id, marked "(duplicate)", and the client may safely

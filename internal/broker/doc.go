@@ -157,8 +157,9 @@
 //
 //	Broker.mu -> Member.mu
 //
-// owner.qmu (an owner's inbox) and eventQueue.mu are leaves. No lock is held across an engine
-// call, so the engine may call the notification callback (which takes Broker.mu for reading) from
+// owner.qmu (an owner's inbox), eventQueue.mu and bp.mu are leaves. No lock is held across an
+// engine call but bp.refreshMu, which serializes backpressure refreshes and which no callback
+// takes, so the engine may call the notification callback (which takes Broker.mu for reading) from
 // inside its own locks. A subscription's state has no lock: its owner's goroutine is its only
 // writer. A member's attachments (Member.subs) grow only under Broker.mu, in the section that
 // queues the join, and whoever reads them to queue leaves (Close, a semantics change) does so

@@ -30,7 +30,7 @@ import (
 // retention removed is no longer found by a rebuild: with message_retention shorter than
 // dedup_window, a restart forgets those ids early (docs/storage.md).
 
-// A table remembers an id by its dedupKey, not its text, in pointer-free entries: ~90 bytes per
+// A table remembers an id by its dedupKey, not its text, in pointer-free entries: ~106 bytes per
 // id whatever its length (BenchmarkDedupMemory), and nothing for the garbage collector to mark
 // (entries with pointers cost ~180 bytes per 36-byte id and half a second of marking per cycle
 // at a million ids).
