@@ -112,7 +112,8 @@ var dataTruncateSpec = cmdSpec{
 	args: "[flags] (--topic T --partition P | --dlq SUBSCRIPTION-ID)",
 	desc: `Cuts the log of one partition at its first damaged record, so that the broker serves the
 partition again with the messages before it. Prints exactly what is given up (offsets, messages,
-bytes); without --yes it changes nothing. Subscription positions above the new end are moved back
+bytes); without --yes it changes nothing but the recovery the broker does at start (opening the
+log clears a torn tail, as verify does). Subscription positions above the new end are moved back
 to it when the broker starts; messages published afterwards reuse the offsets given up.
 
 With --dlq it cuts the DLQ log of that subscription (spool data verify names it) the same way. A
