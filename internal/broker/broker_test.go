@@ -1030,6 +1030,24 @@ func TestChurnLosesNothing(t *testing.T) {
 // synchronous fallback of PublishAsync.
 type syncOnly struct{ storage.Engine }
 
+// gatedAsync holds the done of each asynchronous append until the gate that was set when it was
+// queued is closed (waiting on a goroutine of its own, so that the engine's committer goes on):
+// a PublishAsync that waited for its append would never return.
+type gatedAsync struct {
+	storage.Engine
+	gate atomic.Pointer[chan struct{}]
+}
+
+func (g *gatedAsync) MessagesAppendAsync(p *storage.MessagesAppendParams, done func(*storage.MessagesAppendResult, error)) error {
+	gate := *g.gate.Load()
+	return g.Engine.(storage.AsyncAppender).MessagesAppendAsync(p, func(r *storage.MessagesAppendResult, err error) {
+		go func() {
+			<-gate
+			done(r, err)
+		}()
+	})
+}
+
 // TestPublishAsync: PublishAsync refuses a bad batch with an error and never calls done;
 // otherwise it calls done exactly once with the positions: later when the engine appends
 // asynchronously (also for a topic it auto-creates first), and before it returns on an engine
@@ -1057,12 +1075,17 @@ func TestPublishAsync(t *testing.T) {
 		got := make(chan outcome, 2)
 		var returned atomic.Bool
 		c := &calls{}
+		gate := make(chan struct{})
+		if g, ok := e.b.engine.(*gatedAsync); ok {
+			g.gate.Store(&gate)
+		}
 		err = e.b.PublishAsync(e.ctx(), topic, msgs, PublishOptions{}, func(ps []storage.MessagePosition, err error) {
 			c.n.Add(1)
 			inline = !returned.Load()
 			got <- outcome{ps, err}
 		})
 		returned.Store(true)
+		close(gate)
 		if err == nil {
 			c.want = 1
 			o = <-got
@@ -1075,7 +1098,7 @@ func TestPublishAsync(t *testing.T) {
 		engine func(storage.Engine) storage.Engine
 		inline bool // done runs before PublishAsync returns
 	}{
-		{"async engine", func(e storage.Engine) storage.Engine { return e }, false},
+		{"async engine", func(e storage.Engine) storage.Engine { return &gatedAsync{Engine: e} }, false},
 		{"engine without AsyncAppender", func(e storage.Engine) storage.Engine { return syncOnly{e} }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
