@@ -431,6 +431,11 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 			return nil, false, rerr
 		}
 		switch {
+		case err == nil && sub.Mode != m.mode && sub.State != storage.Cancelled && sub.State != storage.Deleted:
+			// Before any state change: a refused Subscribe changes nothing (a DEAD group stays
+			// DEAD, without a backfill).
+			return nil, false, fmt.Errorf("broker: group %q on topic %q is %s, the member asked for %s: %w",
+				group, topic, modeName(sub.Mode), modeName(m.mode), storage.ErrModeConflict)
 		case err == nil && sub.State == storage.Dead:
 			up, err := b.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: storage.Active})
 			if err == nil {
@@ -449,9 +454,6 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 				return nil, false, fmt.Errorf("broker: resurrect subscription %d: %w", sub.ID, err)
 			}
 			// Someone else changed its state meanwhile: look again.
-		case err == nil && sub.Mode != m.mode && sub.State != storage.Cancelled && sub.State != storage.Deleted:
-			return nil, false, fmt.Errorf("broker: group %q on topic %q is %s, the member asked for %s: %w",
-				group, topic, modeName(sub.Mode), modeName(m.mode), storage.ErrModeConflict)
 		case err == nil && sub.State != storage.Cancelled && sub.State != storage.Deleted:
 			return sub, false, nil
 		case err != nil && !errors.Is(err, storage.ErrSubscriptionNotFound):
