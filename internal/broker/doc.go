@@ -32,7 +32,10 @@
 // so that the engine subscribes the group atomically when a matching topic is created. Live
 // members join new topics when the engine notifies storage.NotifyTopicCreated (a topic created by
 // an admin call, an auto-create, or another broker instance); subscriptions this creates start at
-// the topic's beginning, so the first message of a new topic is not missed.
+// the topic's beginning, so the first message of a new topic is not missed. A member that cannot
+// join a new topic's subscription (a limit, a mode conflict, the storage unavailable) is told why,
+// for that topic (Member.TakeEnded, SubscriptionID 0), and closed (attachFailed), as after a
+// failed move: never left open without the topic.
 //
 // Leaving (Member.Close, or Member.Leave, which also counts the leases released) is not cancelling:
 // the member's leases are released and redelivered to the other members at once, and the durable

@@ -61,6 +61,9 @@ type Member struct {
 	ch chan *storage.Delivery
 	// ended lists the subscriptions that ended under the member, until TakeEnded.
 	ended []EndedSubscription
+	// refused is set once the member was told that it could not join a new topic's subscription
+	// (attachFailed), which closes it.
+	refused bool
 	// rejoin is SubscribeParams.Rejoin until Subscribe attached the member, then 0 (rejoin.go).
 	rejoin int64
 	// reserved counts deliveries being claimed for this member right now.
@@ -123,14 +126,20 @@ type MemberInfo struct {
 // EndedSubscription tells a member that it was detached from one of its subscriptions for a reason
 // other than its own Close: the subscription was cancelled or deleted, or its topic was deleted.
 // The member stays open and keeps its other subscriptions (and joins matching topics created
-// later); its leases on the ended subscription are gone.
+// later); its leases on the ended subscription are gone. A member that could not follow a
+// semantics change is told so for the subscription it was on, and then closed (moveFailed).
+//
+// SubscriptionID 0 tells the member that it could not join the subscription of Topic, a matching
+// topic created after it subscribed, and that the broker closes it (attachFailed): it would miss
+// Topic for good otherwise.
 type EndedSubscription struct {
-	// SubscriptionID is the subscription that ended.
+	// SubscriptionID is the subscription that ended; 0 for a topic the member could not join.
 	SubscriptionID int64
 	// Topic is its topic.
 	Topic string
 	// Err says why. It wraps storage.ErrSubscriptionNotFound (the subscription or its topic was
-	// deleted) or storage.ErrSubscriptionNotActive (it was cancelled).
+	// deleted) or storage.ErrSubscriptionNotActive (it was cancelled); after a failed move or
+	// join, the error of the join (storage.ErrLimitExceeded, storage.ErrModeConflict, ...).
 	Err error
 }
 

@@ -270,7 +270,14 @@ func (b *Broker) attachOrIgnore(ctx context.Context, m *Member, topic string, cr
 }
 
 // attachMatching attaches every live member whose pattern matches topic and that is not attached to
-// it yet. created says the topic was created after those members subscribed. Errors are logged.
+// it yet. created says the topic was created after those members subscribed. A member that
+// cannot be attached is told why and closed (attachFailed).
+//
+// Every creation runs it twice: in the call that created the topic (CreateTopic, an
+// auto-creating publish) with the caller's ctx, and in the notifier on the engine's
+// storage.NotifyTopicCreated with the broker's (the only run for a topic created elsewhere). A
+// failure because ctx ended is left to the other run: a caller that stops waiting must not close
+// members, and a stopping broker closes them itself.
 func (b *Broker) attachMatching(ctx context.Context, topic string, created bool) {
 	b.mu.RLock()
 	var ms []*Member
@@ -281,10 +288,48 @@ func (b *Broker) attachMatching(ctx context.Context, topic string, created bool)
 	}
 	b.mu.RUnlock()
 	for _, m := range ms {
-		if err := b.attachOrIgnore(ctx, m, topic, created); err != nil && !errors.Is(err, ErrNotRunning) {
-			b.logger.WarnContext(ctx, "attaching member to new topic failed",
-				slog.String("member", m.id), slog.String("topic", topic), slog.Any("error", err))
+		err := b.attachOrIgnore(ctx, m, topic, created)
+		switch {
+		case err == nil, errors.Is(err, ErrNotRunning):
+		case ctx.Err() != nil:
+			b.logger.DebugContext(ctx, "attaching member to new topic cut short", slog.String("member", m.id),
+				slog.String("topic", topic), slog.Any("error", err))
+		default:
+			b.attachFailed(ctx, m, topic, err)
 		}
+	}
+}
+
+// attachFailed handles member m that could not be attached to topic, created after it subscribed
+// (attach failed with err: a limit such as max_subscriptions or the members a shared
+// subscription takes on this instance, a mode conflict, the storage unavailable). Left open, m
+// would miss topic for good without its client knowing: as a member that cannot follow a
+// semantics change (moveFailed), it is told why (Member.TakeEnded: an EndedSubscription with
+// SubscriptionID 0, topic and a reason wrapping err, so its code says why) and closed. Its client
+// subscribes again when the code is retryable, and gets what a new Subscribe gets: topic's
+// subscription among the others, or the same refusal. A member attached meanwhile (the join
+// happened but its record was not written, which the owner retries; another run of
+// attachMatching) misses nothing and stays; one told already is not told again.
+func (b *Broker) attachFailed(ctx context.Context, m *Member, topic string, err error) {
+	reason := fmt.Errorf("topic %q was created and the member could not join its subscription: %w", topic, err)
+	m.mu.Lock()
+	_, attached := m.topics[topic]
+	tell := !attached && !m.closed && !m.refused
+	if tell {
+		m.refused = true
+		m.ended = append(m.ended, EndedSubscription{Topic: topic, Err: reason})
+		m.notifyLocked()
+	}
+	m.mu.Unlock()
+	if !tell {
+		b.logger.DebugContext(ctx, "attaching member to new topic failed; it is attached or closed", slog.String("member", m.id),
+			slog.String("topic", topic), slog.Bool("attached", attached), slog.Any("error", err))
+		return
+	}
+	b.logger.WarnContext(ctx, "attaching member to new topic failed; closing it", slog.String("member", m.id),
+		slog.String("topic", topic), slog.Any("error", err))
+	if err := m.Close(context.WithoutCancel(ctx)); err != nil {
+		b.logger.WarnContext(ctx, "closing member that could not join a new topic failed", slog.String("member", m.id), slog.Any("error", err))
 	}
 }
 
