@@ -74,9 +74,10 @@ type Engine interface {
 	// (browsing, admin, audit), at most ReadBatchBytes of them (at least one).
 	MessagesRead(ctx context.Context, params *MessagesReadParams) ([]*Message, error)
 
-	// NotifyRegister registers fn to be called after messages were appended to a topic or a topic
-	// was created, by this engine or (PostgreSQL) by another broker instance. fn must not block.
-	// Notifications may be coalesced and may be spurious; they are a wake-up, not a delivery.
+	// NotifyRegister registers fn to be called after messages were appended to a topic, a topic
+	// was created or deleted, or a subscription's state or group changed, by this engine or
+	// (PostgreSQL) by another broker instance. fn must not block. Notifications may be coalesced
+	// and may be spurious; they are a wake-up, not a delivery.
 	NotifyRegister(fn func(Notification)) (unregister func())
 
 	// RetentionApply deletes what retention allows at the engine's current time: completed
@@ -453,12 +454,22 @@ const (
 	NotifyTopicCreated
 	// NotifyTopicDeleted: Topic was deleted.
 	NotifyTopicDeleted
+	// NotifySubscription: subscription SubscriptionID of Topic changed state (SubscriptionUpdate:
+	// paused, resumed, made DEAD, cancelled, deleted; SubscriptionsHeartbeat resurrecting it;
+	// SubscriptionsMaintain making it DEAD or DELETED; SubscriptionDelete) or group (a
+	// semantics change by TopicUpdate renamed it). One per change, never per delivery: a
+	// broker rereads the subscription at once instead of at its periodic reread. Not sent for
+	// subscriptions created (their members create them) nor for those a topic deletion took
+	// (NotifyTopicDeleted says so).
+	NotifySubscription
 )
 
 // Notification is a wake-up from the engine.
 type Notification struct {
 	Kind  NotificationKind
 	Topic string
+	// SubscriptionID is the subscription of a NotifySubscription; 0 for the other kinds.
+	SubscriptionID int64
 }
 
 // RetentionResult is the result of Engine.RetentionApply.

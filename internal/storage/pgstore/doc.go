@@ -168,7 +168,10 @@
 // topics as a broker publish does. A listener connection LISTENs, reconnects with backoff
 // and LISTENs again after the database restarts (then wakes every topic, since notifications may
 // have been missed), and a poller compares high-water marks every Config.PollInterval as the
-// fallback.
+// fallback. A change of a subscription's state or group is announced the same way
+// (storage.NotifySubscription, one per change and subscription, its id in the payload), so that
+// the brokers of other instances reread it at once; an instance older than that kind ignores it
+// (parsePayload rejects kinds it does not know) and finds the change at its periodic reread.
 //
 // # Instances
 //

@@ -48,10 +48,14 @@ type notifyState struct {
 	reconnects int
 }
 
-// Notification payloads are "<instance hex>:<kind>:<topic>"; the channel is the schema name.
+// Notification payloads are "<instance hex>:<kind>:<topic>", and for storage.NotifySubscription
+// "<instance hex>:<kind>:<topic>:<subscription id>"; the channel is
+// the schema name. An instance older than NotifySubscription rejects its kind in parsePayload as
+// malformed and ignores it: its brokers find the change at their periodic reread of the
+// subscription, as before the kind existed.
 
-// NotifyRegister registers fn to be called after messages were appended to a topic or a topic was
-// created or deleted, by this engine (at once, from the goroutine that made the change) or by
+// NotifyRegister registers fn to be called after messages were appended to a topic, a topic was
+// created or deleted, or a subscription's state or group changed, by this engine (at once, from the goroutine that made the change) or by
 // another instance (from the listener or poller goroutine). fn must not block. Notifications may
 // be coalesced and spurious. Safe for concurrent use; the returned function unregisters fn.
 func (e *Engine) NotifyRegister(fn func(storage.Notification)) func() {
@@ -129,6 +133,14 @@ func (e *Engine) announceToOthers(n storage.Notification) {
 	}
 }
 
+// subscriptionChanged announces that subscription id of topic changed state or group
+// (storage.NotifySubscription), once the transaction that changed it committed: to this
+// instance's callbacks at once and to the other instances through the notifier (coalesced per
+// subscription, none while this instance is alone), one per change.
+func (e *Engine) subscriptionChanged(topic string, id int64) {
+	e.announce(storage.Notification{Kind: storage.NotifySubscription, Topic: topic, SubscriptionID: id})
+}
+
 // helloKind is the kind of the notification an instance sends once it LISTENs (startNotify), so
 // that an instance that was alone notifies again at once rather than at its next heartbeat.
 // parsePayload rejects it as malformed, so older instances ignore it.
@@ -199,7 +211,11 @@ func (e *Engine) payload(n storage.Notification) string {
 
 // formatPayload encodes a notification sent by instance (hex).
 func formatPayload(instance string, n storage.Notification) string {
-	return instance + ":" + strconv.Itoa(int(n.Kind)) + ":" + n.Topic
+	s := instance + ":" + strconv.Itoa(int(n.Kind)) + ":" + n.Topic
+	if n.Kind == storage.NotifySubscription {
+		s += ":" + strconv.FormatInt(n.SubscriptionID, 10)
+	}
+	return s
 }
 
 // parsePayload decodes a NOTIFY payload; ok is false for a malformed one. self reports our own.
@@ -213,10 +229,23 @@ func (e *Engine) parsePayload(s string) (n storage.Notification, self, ok bool) 
 		return n, false, false
 	}
 	k, err := strconv.Atoi(kind)
-	if err != nil || k < int(storage.NotifyMessages) || k > int(storage.NotifyTopicDeleted) {
+	// Kinds newer than this build are malformed to it, and ignored (see the payload format).
+	if err != nil || k < int(storage.NotifyMessages) || k > int(storage.NotifySubscription) {
 		return n, false, false
 	}
-	return storage.Notification{Kind: storage.NotificationKind(k), Topic: topic}, inst == e.instanceHex, true
+	n = storage.Notification{Kind: storage.NotificationKind(k), Topic: topic}
+	if n.Kind == storage.NotifySubscription {
+		i := strings.LastIndexByte(topic, ':')
+		if i < 0 {
+			return storage.Notification{}, false, false
+		}
+		sub, err := strconv.ParseInt(topic[i+1:], 10, 64)
+		if err != nil || sub <= 0 {
+			return storage.Notification{}, false, false
+		}
+		n.Topic, n.SubscriptionID = topic[:i], sub
+	}
+	return n, inst == e.instanceHex, true
 }
 
 // fromPeer reports whether a payload was sent by another broker instance (not by this one, nor

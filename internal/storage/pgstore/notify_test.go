@@ -99,22 +99,28 @@ func TestNotifyLocalAtOnce(t *testing.T) {
 	}
 }
 
-// TestNotifyPayload: payloads round-trip, our own are recognized, those of transactions before
-// migration 0007 (instance "0") wake every instance, malformed ones are rejected, and so is the
-// sequencer's wake-up (stagedPayload: instances older than 0007 ignore it).
+// TestNotifyPayload: payloads round-trip (a subscription's with its id), our own are recognized,
+// those of transactions before migration 0007 (instance "0") wake every instance, malformed ones
+// are rejected, and so are kinds newer than this build (as instances older than
+// NotifySubscription reject it) and the sequencer's wake-up (stagedPayload: instances older than
+// 0007 ignore it).
 func TestNotifyPayload(t *testing.T) {
 	t.Parallel()
 	e, _ := logEngine(t)
-	n := storage.Notification{Kind: storage.NotifyTopicDeleted, Topic: "a:b.c"}
-	got, self, ok := e.parsePayload(e.payload(n))
-	if !ok || !self || got != n {
-		t.Fatalf("own payload: %+v self %v ok %v", got, self, ok)
+	for _, n := range []storage.Notification{
+		{Kind: storage.NotifyTopicDeleted, Topic: "a:b.c"},
+		{Kind: storage.NotifySubscription, Topic: "a:b.c", SubscriptionID: 42},
+	} {
+		got, self, ok := e.parsePayload(e.payload(n))
+		if !ok || !self || got != n {
+			t.Fatalf("own payload of %+v: %+v self %v ok %v", n, got, self, ok)
+		}
 	}
-	got, self, ok = e.parsePayload("0:1:t")
+	got, self, ok := e.parsePayload("0:1:t")
 	if !ok || self || got != (storage.Notification{Kind: storage.NotifyMessages, Topic: "t"}) {
 		t.Fatalf("transactional payload: %+v self %v ok %v", got, self, ok)
 	}
-	for _, bad := range []string{"", "x", "0:9:t", "0:x:t", "0", stagedPayload} {
+	for _, bad := range []string{"", "x", "0:9:t", "0:5:t:1", "0:x:t", "0", "0:4:t", "0:4:t:x", "0:4:t:0", "0:4:t:-3", stagedPayload} {
 		if _, _, ok := e.parsePayload(bad); ok {
 			t.Fatalf("payload %q accepted", bad)
 		}
@@ -224,8 +230,14 @@ func TestDeliveryChangesNotifyOtherInstances(t *testing.T) {
 
 	id, _ = setup("n.resume")
 	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: id, State: storage.Paused}))(t)
+	// Each state change is told to the other instances with its subscription
+	// (storage.NotifySubscription), so that their owners reread it at once.
+	changed := storage.Notification{Kind: storage.NotifySubscription, Topic: "n.resume", SubscriptionID: id}
+	awaitNotification(t, ch, changed)
 	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: id, State: storage.Active}))(t)
 	awaitNotification(t, ch, storage.Notification{Kind: storage.NotifyMessages, Topic: "n.resume"})
+	must(e1.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: id, State: storage.Cancelled}))(t)
+	awaitNotification(t, ch, changed)
 }
 
 // TestNotifyNothingWhileAlone: an instance with no other registered sends no NOTIFY (nobody
@@ -247,11 +259,16 @@ func TestNotifyNothingWhileAlone(t *testing.T) {
 	logTopic(t, e, "alone", storage.TopicConfig{})
 	logPublish(t, e, "alone", 0, "a")
 	published := storage.Notification{Kind: storage.NotifyMessages, Topic: "alone"}
-	testutil.Eventually(t, 10*time.Second, "the notifier passed the publish by", func() error {
+	queue := must(e.SubscriptionGetByGroup(ctx, "alone", storage.QueueGroup))(t)
+	must(e.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: queue.ID, State: storage.Paused}))(t)
+	paused := storage.Notification{Kind: storage.NotifySubscription, Topic: "alone", SubscriptionID: queue.ID}
+	testutil.Eventually(t, 10*time.Second, "the notifier passed the publish and the pause by", func() error {
 		e.notify.pendingMu.Lock()
 		defer e.notify.pendingMu.Unlock()
-		if _, ok := e.notify.dropped[published]; !ok {
-			return errors.New("not yet")
+		for _, n := range []storage.Notification{published, paused} {
+			if _, ok := e.notify.dropped[n]; !ok {
+				return errors.New("not yet")
+			}
 		}
 		return nil
 	})

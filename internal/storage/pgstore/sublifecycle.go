@@ -108,6 +108,7 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 	for _, s := range res.Resurrected {
 		// Members connected to other instances may claim again.
 		e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: s.Topic})
+		e.subscriptionChanged(s.Topic, s.ID)
 	}
 	return res, nil
 }
@@ -127,8 +128,10 @@ func (e *Engine) subscriptionsMaintain(ctx context.Context, params *storage.Subs
 		return nil, err
 	}
 	var res *storage.SubscriptionsMaintainResult
+	var removed []*storage.Subscription // cancelled ephemeral ones, deleted without a result
 	err = e.tx(ctx, func(tx pgx.Tx) error {
 		res = &storage.SubscriptionsMaintainResult{}
+		removed = nil
 		now := e.now()
 		dead, err := e.lifecycleUpdate(ctx, tx, `UPDATE spool.subscriptions SET state = 'DEAD', updated_at = $1
 			WHERE state = 'ACTIVE' AND last_heartbeat_at < COALESCE($2::timestamptz, now()) - heartbeat_timeout_ms * interval '1 millisecond'
@@ -139,7 +142,9 @@ func (e *Engine) subscriptionsMaintain(ctx context.Context, params *storage.Subs
 		res.Dead = dead
 		// Cancelled subscriptions have no delivery state left (SubscriptionUpdate dropped it).
 		cutoff := now.Add(-retention)
-		if _, err := tx.Exec(ctx, e.sql(`DELETE FROM spool.subscriptions WHERE state = 'CANCELLED' AND ephemeral AND updated_at < $1`), cutoff); err != nil {
+		removed, err = e.lifecycleUpdate(ctx, tx, `DELETE FROM spool.subscriptions WHERE state = 'CANCELLED' AND ephemeral AND updated_at < $1
+			RETURNING `+subColumns, cutoff)
+		if err != nil {
 			return fmt.Errorf("pgstore: delete cancelled ephemeral subscriptions: %w", err)
 		}
 		deleted, err := e.lifecycleUpdate(ctx, tx, `UPDATE spool.subscriptions SET state = 'DELETED', updated_at = $1
@@ -152,6 +157,11 @@ func (e *Engine) subscriptionsMaintain(ctx context.Context, params *storage.Subs
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, ss := range [][]*storage.Subscription{res.Dead, removed, res.Deleted} {
+		for _, s := range ss {
+			e.subscriptionChanged(s.Topic, s.ID)
+		}
 	}
 	return res, nil
 }

@@ -431,7 +431,8 @@ func (e *Engine) setSubState(ctx context.Context, tx pgx.Tx, id int64, state sto
 // locks is bounded by Config.TxTimeout (past it: TIMEOUT, retryable; nothing is deleted); the
 // delete is not, since it removes as many rows as the subscription's DLQ holds (txLocksBounded).
 func (e *Engine) SubscriptionDelete(ctx context.Context, id int64) error {
-	return e.txLocksBounded(ctx, "subscription delete", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
+	var topic string
+	err := e.txLocksBounded(ctx, "subscription delete", func(ctx context.Context, tx pgx.Tx, locked func() error) error {
 		s, err := e.loadSub(ctx, tx, id, forNoKeyUpdate)
 		if err != nil {
 			return err
@@ -442,9 +443,15 @@ func (e *Engine) SubscriptionDelete(ctx context.Context, id int64) error {
 		if err := locked(); err != nil {
 			return err
 		}
+		topic = s.Topic
 		_, err = e.deleteSub(ctx, tx, s)
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	e.subscriptionChanged(topic, id)
+	return nil
 }
 
 // SubscriptionGet returns a subscription that is not DELETED. Bounded by Config.TxTimeout (past
@@ -583,5 +590,6 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 		// Resumed (or revived): members connected to other instances may claim again.
 		e.announceToOthers(storage.Notification{Kind: storage.NotifyMessages, Topic: out.Topic})
 	}
+	e.subscriptionChanged(out.Topic, out.ID)
 	return out, nil
 }

@@ -215,7 +215,9 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 // topicUpdate runs TopicUpdate with ctx bounded by Config.TxTimeout.
 func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdateParams, cfg storage.TopicConfig, cfgJSON []byte) (*storage.Topic, error) {
 	var out *storage.Topic
+	var renamed []int64
 	err := e.tx(ctx, func(tx pgx.Tx) error {
+		renamed = nil
 		t, err := e.loadTopic(ctx, tx, params.Name, forUpdate)
 		if err != nil {
 			return err
@@ -292,6 +294,7 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 			if err != nil {
 				return fmt.Errorf("pgstore: topic update %q: rename subscription %d: %w", params.Name, id, err)
 			}
+			renamed = append(renamed, id)
 			return nil
 		}
 		switch {
@@ -365,6 +368,9 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, id := range renamed {
+		e.subscriptionChanged(params.Name, id)
 	}
 	return out, nil
 }

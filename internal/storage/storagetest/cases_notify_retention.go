@@ -11,6 +11,7 @@ import (
 func notifyCases() []testCase {
 	return []testCase{
 		{name: "register_unregister", fn: testNotify},
+		{name: "subscription_changes", fn: testNotifySubscription},
 	}
 }
 
@@ -102,6 +103,87 @@ func testNotify(t *testing.T, x *env) {
 	x.publish("n.first", msg("e"))
 	r2.await(t, storage.NotifyMessages, "n.first", "MessagesAppend to the first topic seen by the second callback")
 	isTrue(t, !r1.sawTopic("n.after"), "an unregistered callback was called for a topic created after unregister")
+}
+
+// awaitSub waits (as await) for a NotifySubscription of subscription id of topic.
+func (r *notifyRecorder) awaitSub(t *testing.T, topic string, id int64, what string) {
+	t.Helper()
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case n := <-r.ch:
+			if n.Kind == storage.NotifySubscription && n.Topic == topic && n.SubscriptionID == id {
+				return
+			}
+		case <-timer.C:
+			t.Fatalf("%s: no notification of subscription %d of %q within 10 s", what, id, topic)
+		}
+	}
+}
+
+// subNotifications counts the NotifySubscription notifications received for subscription id.
+func (r *notifyRecorder) subNotifications(id int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, x := range r.got {
+		if x.Kind == storage.NotifySubscription && x.SubscriptionID == id {
+			n++
+		}
+	}
+	return n
+}
+
+// testNotifySubscription: every change of a subscription's state (SubscriptionUpdate,
+// SubscriptionsHeartbeat resurrecting it, SubscriptionsMaintain making it DEAD,
+// SubscriptionDelete) and the rename of a semantics change notify NotifySubscription with its
+// topic and id, once per change: never for deliveries, nor for a heartbeat that changes nothing.
+func testNotifySubscription(t *testing.T, x *env) {
+	r := newNotifyRecorder()
+	defer x.e.NotifyRegister(r.fn)()
+	x.createTopic("ns.t", pubSub(1))
+	s := x.subscribe("ns.t", "g", storage.StartPosition{})
+	changes := 0
+	for _, st := range []storage.SubscriptionState{storage.Paused, storage.Active, storage.Dead} {
+		x.setState(s.ID, st)
+		r.awaitSub(t, "ns.t", s.ID, "SubscriptionUpdate to "+string(st))
+		changes++
+	}
+	beat := func() *storage.SubscriptionsHeartbeatResult {
+		t.Helper()
+		res, err := x.e.SubscriptionsHeartbeat(x.ctx, &storage.SubscriptionsHeartbeatParams{IDs: []int64{s.ID}})
+		noErr(t, err, "SubscriptionsHeartbeat")
+		return res
+	}
+	equal(t, len(beat().Resurrected), 1, "subscriptions the heartbeat resurrected")
+	r.awaitSub(t, "ns.t", s.ID, "SubscriptionsHeartbeat resurrecting it")
+	changes++
+	// Deliveries and a heartbeat of an ACTIVE subscription change no state: nothing is sent.
+	x.publish("ns.t", msg("a"))
+	for _, d := range x.claim(s.ID, "m", 10) {
+		_, err := x.e.DeliveriesAck(x.ctx, &storage.DeliveriesAckParams{SubscriptionID: s.ID, Member: "m", Refs: []storage.DeliveryRef{d.Ref()}})
+		noErr(t, err, "DeliveriesAck")
+	}
+	equal(t, len(beat().Resurrected), 0, "subscriptions a heartbeat of an ACTIVE one resurrected")
+	x.advance(storage.DefaultHeartbeatTimeout + time.Second)
+	res := x.maintain(0)
+	isTrue(t, len(res.Dead) == 1 && res.Dead[0].ID == s.ID, "SubscriptionsMaintain made %+v DEAD, want subscription %d", res.Dead, s.ID)
+	r.awaitSub(t, "ns.t", s.ID, "SubscriptionsMaintain making it DEAD")
+	changes++
+	x.setState(s.ID, storage.Cancelled)
+	r.awaitSub(t, "ns.t", s.ID, "SubscriptionUpdate to CANCELLED")
+	changes++
+	noErr(t, x.e.SubscriptionDelete(x.ctx, s.ID), "SubscriptionDelete")
+	r.awaitSub(t, "ns.t", s.ID, "SubscriptionDelete")
+	changes++
+	equal(t, r.subNotifications(s.ID), changes, "notifications of subscription %d", s.ID)
+
+	x.createTopic("ns.q", storage.TopicConfig{Semantics: storage.Queue})
+	q := x.queueSub("ns.q")
+	x.updateTopic(storage.TopicUpdateParams{Name: "ns.q", Config: pubSub(1), QueueToGroup: "h"})
+	r.awaitSub(t, "ns.q", q.ID, "TopicUpdate renaming the queue subscription")
+	equal(t, r.subNotifications(q.ID), 1, "notifications of subscription %d", q.ID)
 }
 
 // retention runs RetentionApply and checks that its counts match the change of the low offsets of

@@ -2,8 +2,9 @@ package wal
 
 import "github.com/spoolmq/spool/internal/storage"
 
-// NotifyRegister registers fn to be called after messages were appended to a topic or a topic was
-// created or deleted. fn is called on the goroutine that made the change, after it is durable and
+// NotifyRegister registers fn to be called after messages were appended to a topic, a topic was
+// created or deleted, or a subscription's state or group changed (storage.NotifySubscription).
+// fn is called on the goroutine that made the change, after it is durable and
 // with no engine lock held; it must not block. The returned function unregisters fn (safe to call
 // more than once).
 func (e *Engine) NotifyRegister(fn func(storage.Notification)) (unregister func()) {
@@ -36,4 +37,10 @@ func (e *Engine) notify(n storage.Notification) {
 	for _, fn := range fns {
 		fn(n)
 	}
+}
+
+// subscriptionChanged notifies that subscription id of topic changed state or group
+// (storage.NotifySubscription). Call it once the change is durable, without e.mu held.
+func (e *Engine) subscriptionChanged(topic string, id int64) {
+	e.notify(storage.Notification{Kind: storage.NotifySubscription, Topic: topic, SubscriptionID: id})
 }

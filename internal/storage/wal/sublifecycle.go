@@ -77,6 +77,9 @@ func (e *Engine) SubscriptionsHeartbeat(ctx context.Context, params *storage.Sub
 		}
 	}
 	sortSubs(res.Resurrected)
+	for _, s := range res.Resurrected {
+		e.subscriptionChanged(s.Topic, s.ID)
+	}
 	return res, nil
 }
 
@@ -95,6 +98,7 @@ func (e *Engine) SubscriptionsMaintain(ctx context.Context, params *storage.Subs
 	now := e.now()
 	res := &storage.SubscriptionsMaintainResult{}
 	var chs []<-chan error
+	var changed []storage.Notification // ephemeral ones deleted included
 	for id, s := range e.subs {
 		if s.topic == nil {
 			continue // DELETED
@@ -110,6 +114,7 @@ func (e *Engine) SubscriptionsMaintain(ctx context.Context, params *storage.Subs
 		}
 		rec := subUpdateRec{ID: id, State: to, At: now}
 		ephemeral := s.meta.Ephemeral
+		changed = append(changed, storage.Notification{Kind: storage.NotifySubscription, Topic: s.meta.Topic, SubscriptionID: id})
 		e.applySubUpdate(&rec)
 		if to == storage.Dead {
 			res.Dead = append(res.Dead, cloneSub(s))
@@ -128,6 +133,9 @@ func (e *Engine) SubscriptionsMaintain(ctx context.Context, params *storage.Subs
 	}
 	sortSubs(res.Dead)
 	sortSubs(res.Deleted)
+	for _, n := range changed {
+		e.notify(n)
+	}
 	return res, nil
 }
 

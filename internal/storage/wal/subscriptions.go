@@ -251,15 +251,18 @@ func (e *Engine) SubscriptionDelete(ctx context.Context, id int64) error {
 		return err
 	}
 	rec := subDeleteRec{ID: id, At: e.now()}
-	ephemeral := s.meta.Ephemeral
+	ephemeral, topic := s.meta.Ephemeral, s.meta.Topic
 	e.applySubDelete(&rec)
-	if ephemeral {
-		e.mu.Unlock()
-		return nil
+	var ch <-chan error
+	if !ephemeral {
+		ch = e.queueStateWait(encodeJSON(recSubDelete, &rec))
 	}
-	ch := e.queueStateWait(encodeJSON(recSubDelete, &rec))
 	e.mu.Unlock()
-	return wait(ctx, ch)
+	if err := wait(ctx, ch); err != nil {
+		return err
+	}
+	e.subscriptionChanged(topic, id)
+	return nil
 }
 
 // SubscriptionGet returns a subscription that is not DELETED.
@@ -393,6 +396,7 @@ func (e *Engine) SubscriptionUpdate(ctx context.Context, params *storage.Subscri
 	if err := wait(ctx, ch); err != nil {
 		return nil, err
 	}
+	e.subscriptionChanged(out.Topic, out.ID)
 	return out, nil
 }
 

@@ -379,6 +379,9 @@ func (e *Engine) TopicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 	if err := wait(ctx, ch); err != nil {
 		return nil, err
 	}
+	for _, r := range rec.Renames {
+		e.subscriptionChanged(params.Name, r.ID)
+	}
 	return out, nil
 }
 
