@@ -565,7 +565,12 @@ func (o *owner) rangeClaimed(ds []*storage.Delivery) {
 }
 
 // backfillChanged makes the owner of subscription id on this instance reread its backfill.
-func (b *Broker) backfillChanged(id int64) {
+func (b *Broker) backfillChanged(id int64) { b.rereadSubscription(id) }
+
+// rereadSubscription makes the owner of subscription id on this instance, if any, reread the
+// subscription (its state, group and backfill: owner.refresh) at its next pass, and wakes it.
+// Never blocks.
+func (b *Broker) rereadSubscription(id int64) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if o := b.subs[id]; o != nil {

@@ -268,6 +268,12 @@ type Broker struct {
 	quit chan struct{}
 	// events queues topic created/deleted notifications for the notifier goroutine.
 	events eventQueue
+	// moveMu serializes the moves of members after semantics changes (reattachTopic): an
+	// UpdateTopic's own and the notifier's (followSemantics, on the engine's notification of the
+	// rename, which also comes for this broker's own changes) would otherwise interleave their
+	// leaves and attaches, and UpdateTopic could return before its members were moved. Held
+	// across engine calls and waits for owners, which never take it; never taken under Broker.mu.
+	moveMu sync.Mutex
 
 	// mu guards the fields below. It is never held while calling the engine.
 	mu         sync.RWMutex
@@ -546,6 +552,11 @@ func (b *Broker) onNotify(n storage.Notification) {
 		b.wakeTopic(n.Topic)
 	case storage.NotifyTopicCreated, storage.NotifyTopicDeleted:
 		b.events.push(n)
+	case storage.NotifySubscription:
+		// Paused, resumed, cancelled, deleted or renamed (perhaps through another broker
+		// instance): its owner here rereads it at once (refresh), whether or not a member has
+		// credit, instead of at its once-a-minute reread.
+		b.rereadSubscription(n.SubscriptionID)
 	}
 }
 

@@ -20,8 +20,9 @@
 // ephemeral subscription (its group named by the engine) that only it consumes and that is deleted
 // when it leaves. A semantics change (UpdateTopic) moves the topic's members to the subscriptions
 // they belong to then; one made without this broker (another broker instance on the same
-// database) renames the subscription they are on, which its owner finds at its reread of the
-// subscription (once a minute), and they move the same way (followSemantics). A member that
+// database) renames the subscription they are on, which its owner finds when the engine notifies
+// the rename (storage.NotifySubscription: it rereads the subscription at once; else at its
+// once-a-minute reread), and they move the same way (followSemantics). A member that
 // cannot join the subscription it belongs to is told that the one it was on ended, with the
 // reason, and closed (moveFailed): never left open without it. PUB_SUB to QUEUE is refused while
 // the subscription it would make the queue's is an ordered group's (checkToQueue).
@@ -109,10 +110,13 @@
 // it: the members are detached and told as by CancelGroup or DeleteTopic (pattern members join
 // again if the topic comes back). So a subscription paused, then cancelled elsewhere (another
 // broker instance on the same database, the engine directly) ends its members here within the
-// poll interval. The owner also rereads its subscription once a minute while it has members
-// (refreshBackfill), so a subscription cancelled or deleted elsewhere ends its members here even
-// when none of them claims (no credit); the engines notify nothing of a subscription's state
-// (storage.Notification) that could tell the owner sooner.
+// poll interval. Both engines notify every change of a subscription's state or group
+// (storage.NotifySubscription; PostgreSQL carries it to the other instances by NOTIFY, one per
+// change, none while an instance is alone), on which the owner here rereads the subscription at
+// once (rereadSubscription, refresh): a pause, resume, cancel or delete made elsewhere reaches it
+// at once even when none of its members claims (no credit). The owner also rereads its
+// subscription once a minute while it has members (refreshBackfill), which bounds it when a
+// notification is lost (an older instance made the change, the listener was reconnecting).
 //
 // While a member of a shared subscription has a filter (SubscribeParams.Filter), the owner routes
 // what each claim brings (filtered.go): to the member it was claimed for when its filter matches,
@@ -171,7 +175,9 @@
 // meanwhile (deleting an ephemeral subscription it created for nothing). Waiting for an owner (a
 // join, a leave, an end) is done with no lock held, and an owner never waits for anyone but the
 // engine (a claim), Broker.mu and Member.mu. tracer.mu (correlation ids of
-// leased deliveries) is a leaf too.
+// leased deliveries) is a leaf too. Broker.moveMu serializes the moves after semantics changes
+// (reattachTopic) and is held across engine calls and waits for owners: it is taken before any
+// other lock and never by an owner or a callback.
 //
 // # Tracing
 //

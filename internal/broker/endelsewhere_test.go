@@ -227,3 +227,92 @@ func testPausedThenCancelledElsewhere(t *testing.T, a, other *Broker,
 	}
 	cancelledAs(t, waitEnded(t, m, id), sub)
 }
+
+// TestChangedElsewhereReachesMembersWithoutCredit: a's member of g holds all it may (no claim
+// runs for it). g is paused, resumed, then cancelled without a (in the engine: wal; through
+// another instance: PostgreSQL), with a's once-a-minute reread left as is: the engines notify each
+// change (storage.NotifySubscription) and a's owner rereads g at once, finds it paused, then
+// active again, and ends the member with the local cancel's reason.
+func TestChangedElsewhereReachesMembersWithoutCredit(t *testing.T) {
+	t.Parallel()
+	t.Run("engine", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		testChangedElsewhereWithoutCredit(t, e.b, e.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
+			sub, err := e.engine.SubscriptionGetByGroup(ctx, "t", "g")
+			if err != nil {
+				return nil, err
+			}
+			return e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: state})
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url := testutil.DatabaseURL(t)
+		schema := testutil.PGSchema(t, url, "t_bnocredit_")
+		clock := newFakeClock()
+		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		bi := startPGInstance(t, url, schema, clock)
+		testChangedElsewhereWithoutCredit(t, a.b, bi.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
+			switch state {
+			case storage.Paused:
+				return bi.b.PauseGroup(ctx, "t", "g")
+			case storage.Active:
+				return bi.b.ResumeGroup(ctx, "t", "g")
+			}
+			return bi.b.CancelGroup(ctx, "t", "g")
+		})
+	})
+}
+
+// testChangedElsewhereWithoutCredit runs TestChangedElsewhereReachesMembersWithoutCredit with a's
+// member; other creates the topic and publishes, set changes g's state without a.
+func testChangedElsewhereWithoutCredit(t *testing.T, a, other *Broker,
+	set func(context.Context, storage.SubscriptionState) (*storage.Subscription, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	defer cancel()
+	if a.refreshInterval < waitTimeout {
+		t.Fatalf("refresh interval %s: the reread would find the changes within the test's wait", a.refreshInterval)
+	}
+	if _, err := other.CreateTopic(ctx, "t", pubSubCfg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := a.Subscribe(ctx, SubscribeParams{Pattern: "t", Group: "g", MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := m.Info().Subscriptions[0]
+	for _, p := range []string{"held", "waiting"} {
+		if _, err := other.Publish(ctx, "t", []storage.AppendMessage{{Partition: storage.PartitionAuto, Payload: []byte(p)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := recv(t, m, 1)[0]; string(d.Payload) != "held" {
+		t.Fatalf("got %+v", d)
+	}
+	a.mu.RLock()
+	o := a.subs[id]
+	a.mu.RUnlock()
+	inactive := func(want bool) {
+		t.Helper()
+		eventually(t, fmt.Sprintf("a's owner finds g inactive=%v", want), func() error {
+			if o.inactive.Load() != want {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	if _, err := set(ctx, storage.Paused); err != nil {
+		t.Fatal(err)
+	}
+	inactive(true)
+	if _, err := set(ctx, storage.Active); err != nil {
+		t.Fatal(err)
+	}
+	inactive(false)
+	sub, err := set(ctx, storage.Cancelled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelledAs(t, waitEnded(t, m, id), sub)
+}

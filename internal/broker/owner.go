@@ -33,7 +33,9 @@ type owner struct {
 	// it becomes; PUB_SUB to QUEUE: the one live group's to the queue's), and the members that
 	// stay on it are labelled (metrics, Member.SubscriptionGroup) with its new name.
 	group atomic.Pointer[string]
-	// bfDirty asks the goroutine to reread the backfill at once (this instance changed it).
+	// bfDirty asks the goroutine to reread the subscription at once (refresh): this instance
+	// changed its backfill, or the engine notified a change of its state or group
+	// (storage.NotifySubscription, rereadSubscription).
 	bfDirty atomic.Bool
 
 	// signal (capacity 1) wakes the goroutine after a wake-up or an event; never blocks.
@@ -698,9 +700,14 @@ func (o *owner) pick(after *Member) (m *Member, k int, others bool) {
 }
 
 // refresh rereads the subscription while the owner has members, when refreshBackfill's schedule
-// says so (once a minute without a paced backfill range) or a rebalance asked (checkState), and
-// returns why it ended if it did (endReason): a subscription cancelled elsewhere ends its members
-// here within that time even when none of them claims (no credit).
+// says so (once a minute without a paced backfill range), a rebalance asked (checkState) or the
+// engine notified a change of its state or group (storage.NotifySubscription, also from another
+// broker instance on PostgreSQL: rereadSubscription), and returns why it ended if it did
+// (endReason): a subscription cancelled elsewhere ends its members here at once, even when none
+// of them claims (no credit); the once-a-minute reread bounds it when a notification is lost (an
+// instance older than the kind made the change, the listener was reconnecting). A read that finds
+// it PAUSED or DEAD makes the passes read instead of claim (stillInactive), one that finds it
+// ACTIVE makes them claim.
 //
 // A read that finds the subscription under another group than the last one means the topic's
 // semantics changed (QUEUE to PUB_SUB renames the queue subscription to the group it becomes,
@@ -720,8 +727,12 @@ func (o *owner) refresh(now time.Time) error {
 	if end := o.endReason(sub, err); end != nil {
 		return end
 	}
-	if err == nil && o.renamed(sub.Group) {
-		o.b.topicRenamed(o.topic)
+	if err == nil {
+		// Paused or DEAD: passes read it instead of claiming (stillInactive); ACTIVE: they claim.
+		o.inactive.Store(sub.State != storage.Active)
+		if o.renamed(sub.Group) {
+			o.b.topicRenamed(o.topic)
+		}
 	}
 	return nil
 }
@@ -764,11 +775,9 @@ func (o *owner) claimFailed(err error) (wait time.Duration, end error) {
 // once-a-minute reread. Without credit nothing is read, as nothing was claimed: the reread
 // (refresh) finds a cancel then.
 //
-// The engine's notifications cannot tell sooner: storage.Notification says messages were
-// appended or a topic was created or deleted, nothing of a subscription's state. Telling the
-// owners of a pause, resume or cancel made elsewhere at once (also those whose members have no
-// credit) needs a subscription kind that both engines send on SubscriptionUpdate (pgstore's
-// notifier carries any kind across instances): a change of the storage package.
+// The engines' storage.NotifySubscription makes the owner reread the subscription at once
+// (refresh) on a pause, resume or cancel, also one made elsewhere while no member has credit;
+// these reads cover a notification that was lost.
 func (o *owner) stillInactive() (wait time.Duration, end error, idle bool) {
 	b := o.b
 	if !o.inactive.Load() {

@@ -14,7 +14,9 @@ import (
 
 // A topic's semantics changed without this broker (through another broker instance on the same
 // PostgreSQL database, or in the engine directly): the owner that finds its subscription renamed
-// makes this broker's members of the topic move as after a local UpdateTopic.
+// makes this broker's members of the topic move as after a local UpdateTopic. It finds it at once
+// (the engine notifies the rename, storage.NotifySubscription): these tests leave the owners'
+// once-a-minute reread as is.
 
 // TestSemanticsChangedElsewhere: topic t is QUEUE and the broker a has members of groups g and h
 // and one without a group, all on the queue subscription. The topic becomes PUB_SUB with the
@@ -27,7 +29,6 @@ func TestSemanticsChangedElsewhere(t *testing.T) {
 	t.Run("engine", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		e.b.refreshInterval = 50 * time.Millisecond // before its owners start
 		testSemanticsChangedElsewhere(t, e.b, e.b, func(ctx context.Context) error {
 			_, err := e.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
 			return err
@@ -39,7 +40,6 @@ func TestSemanticsChangedElsewhere(t *testing.T) {
 		schema := testutil.PGSchema(t, url, "t_bsemantics_")
 		clock := newFakeClock()
 		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		a.b.refreshInterval = 50 * time.Millisecond // before its owners start
 		bi := startPGInstance(t, url, schema, clock)
 		testSemanticsChangedElsewhere(t, a.b, bi.b, func(ctx context.Context) error {
 			_, err := bi.b.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
@@ -238,7 +238,6 @@ func TestFailedMoveEndsMember(t *testing.T) {
 	t.Run("engine", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, func(c *Config) { limit(c); c.PollInterval = 20 * time.Millisecond })
-		e.b.refreshInterval = 50 * time.Millisecond // before its owners start
 		testFailedMoveEndsMember(t, e.b, e.b, func(ctx context.Context) error {
 			_, err := e.engine.TopicUpdate(ctx, &storage.TopicUpdateParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
 			return err
@@ -250,7 +249,6 @@ func TestFailedMoveEndsMember(t *testing.T) {
 		schema := testutil.PGSchema(t, url, "t_bmovefail_")
 		clock := newFakeClock()
 		a := startPGInstance(t, url, schema, clock, limit, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		a.b.refreshInterval = 50 * time.Millisecond // before its owners start
 		bi := startPGInstance(t, url, schema, clock)
 		testFailedMoveEndsMember(t, a.b, bi.b, func(ctx context.Context) error {
 			_, err := bi.b.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})

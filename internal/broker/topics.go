@@ -257,8 +257,9 @@ const updateTopicAttempts = 5
 // UpdateTopic changes a topic's configuration. When the semantics change, members of this broker
 // attached to the topic move to the subscription they belong to under the new semantics (their
 // leases on the old one are released). Members connected to other broker instances move when
-// their instance finds the subscription they are on renamed (owner.refresh, followSemantics):
-// within about a minute. PUB_SUB to QUEUE is refused with storage.ErrTopicHasSubscriptions while
+// their instance finds the subscription they are on renamed (owner.refresh, followSemantics): at
+// once on the engine's notification of the rename (storage.NotifySubscription), else within
+// about a minute. PUB_SUB to QUEUE is refused with storage.ErrTopicHasSubscriptions while
 // the one live subscription it would make the queue's is an ordered group's (checkToQueue), as
 // the engine refuses it while more than one lives. With p.Expect set it is a compare-and-set on the configuration
 // (storage.ErrTopicChanged).
@@ -293,7 +294,7 @@ func (b *Broker) UpdateTopic(ctx context.Context, p UpdateTopicParams) (*storage
 		if old.Semantics != t.Config.Semantics {
 			// The change is written: moving the members is its consequence, whether or not
 			// the caller waits for it (a move cut short would end members, moveFailed).
-			b.reattachTopic(context.WithoutCancel(ctx), t)
+			b.reattachTopic(context.WithoutCancel(ctx), t.Name)
 		}
 		b.wakeTopic(p.Name)
 		b.topicConfigChanged()
@@ -380,24 +381,31 @@ func (b *Broker) topicRenamed(topic string) {
 // them: the change was made without this broker (another instance on the same database), which
 // an owner noticed as its subscription renamed (owner.refresh). Members already where they
 // belong stay.
+//
+// The engines notify the rename of this broker's own changes too (storage.NotifySubscription):
+// the move then finds the members where UpdateTopic put them.
 func (b *Broker) followSemantics(ctx context.Context, topic string) {
+	b.logger.DebugContext(ctx, "subscription of a topic renamed, moving its members", slog.String("topic", topic))
+	b.reattachTopic(ctx, topic)
+}
+
+// reattachTopic moves the members attached to topic to the subscription they belong to under its
+// semantics as stored now. One move runs at a time (Broker.moveMu), each on a read of the topic
+// made under it: of two changes in a row, the move of the later runs last and judges from it (a
+// move of the earlier, judged from a read before the later change, would undo it), and a second
+// move for the same change finds the members where they belong.
+func (b *Broker) reattachTopic(ctx context.Context, topic string) {
+	b.moveMu.Lock()
+	defer b.moveMu.Unlock()
 	t, err := b.engine.TopicGet(ctx, topic)
 	if err != nil {
 		if !errors.Is(err, storage.ErrTopicNotFound) && !errors.Is(err, storage.ErrClosed) && ctx.Err() == nil {
-			// As UpdateTopic's own moves, a failure is logged: those members stay where they are.
+			// A failure is logged: those members stay where they are.
 			b.logger.WarnContext(ctx, "reading a topic whose semantics changed failed; its members here were not moved",
 				slog.String("topic", topic), slog.Any("error", err))
 		}
 		return
 	}
-	b.logger.InfoContext(ctx, "topic semantics changed elsewhere, moving its members", slog.String("topic", topic),
-		slog.String("semantics", string(t.Config.Semantics)))
-	b.reattachTopic(ctx, t)
-}
-
-// reattachTopic moves the members attached to t to the subscription they belong to under t's
-// current semantics.
-func (b *Broker) reattachTopic(ctx context.Context, t *storage.Topic) {
 	b.mu.RLock()
 	type attachment struct {
 		s *owner
