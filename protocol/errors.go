@@ -162,11 +162,11 @@ var (
 	ErrClosed = &Error{Code: CodeClosed, Name: "CLOSED", Retryable: true}
 	// ErrInternal: an unexpected server error. The request may or may not have taken effect.
 	ErrInternal = &Error{Code: CodeInternal, Name: "INTERNAL", Retryable: true}
-	// ErrOverloaded: the server sheds load (too many requests in flight, memory pressure, consumer
-	// lag backpressure). RetryAfter may carry a hint.
+	// ErrOverloaded: the server sheds load (a connection past its connection limit). RetryAfter
+	// may carry a hint.
 	ErrOverloaded = &Error{Code: CodeOverloaded, Name: "OVERLOADED", Retryable: true}
-	// ErrRateLimited: the connection, principal or topic exceeded its rate. RetryAfter may carry a
-	// hint.
+	// ErrRateLimited: the topic's backlog is at its bound (topic backpressure), or a publish would
+	// remember more producer ids than the engine's bound. RetryAfter may carry a hint.
 	ErrRateLimited = &Error{Code: CodeRateLimited, Name: "RATE_LIMITED", Retryable: true}
 	// ErrTimeout: the server gave up waiting for its storage. The request may or may not have
 	// taken effect.

@@ -32,14 +32,14 @@ func newEmitter() func(line string) {
 	}
 }
 
-// seededRNG returns a generator seeded from $SPOOL_SEED, else the clock, and logs the seed so that
+// seededRNG returns a generator seeded from $SPOOL_TEST_SEED, else the clock, and logs the seed so that
 // a failing run can be repeated.
 func seededRNG(t *testing.T) *rand.Rand {
 	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SPOOL_SEED"); s != "" {
+	if s := os.Getenv("SPOOL_TEST_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
-	t.Logf("seed %d (set SPOOL_SEED to repeat)", seed)
+	t.Logf("seed %d (set SPOOL_TEST_SEED to repeat)", seed)
 	return rand.New(rand.NewPCG(seed, seed))
 }
 

@@ -26,17 +26,17 @@ var (
 	baseSeed     uint64
 )
 
-// randomSeed returns the base seed: -spool.seed, else SPOOL_SEED, else the time. Sequence i uses
+// randomSeed returns the base seed: -spool.seed, else SPOOL_TEST_SEED, else the time. Sequence i uses
 // base + i.
 func randomSeed(t *testing.T) uint64 {
 	baseSeedOnce.Do(func() {
 		switch {
 		case *seedFlag != 0:
 			baseSeed = uint64(*seedFlag)
-		case os.Getenv("SPOOL_SEED") != "":
-			s, err := strconv.ParseUint(os.Getenv("SPOOL_SEED"), 10, 64)
+		case os.Getenv("SPOOL_TEST_SEED") != "":
+			s, err := strconv.ParseUint(os.Getenv("SPOOL_TEST_SEED"), 10, 64)
 			if err != nil {
-				t.Fatalf("SPOOL_SEED=%q: %v", os.Getenv("SPOOL_SEED"), err)
+				t.Fatalf("SPOOL_TEST_SEED=%q: %v", os.Getenv("SPOOL_TEST_SEED"), err)
 			}
 			baseSeed = s
 		default:
@@ -57,7 +57,7 @@ const randomOps = 600
 func testRandomized(t *testing.T, x *env, seq int) {
 	base := randomSeed(t)
 	seed := base + uint64(seq)
-	t.Logf("random seed %d (reproduce with SPOOL_SEED=%d or -spool.seed=%d)", seed, base, base)
+	t.Logf("random seed %d (reproduce with SPOOL_TEST_SEED=%d or -spool.seed=%d)", seed, base, base)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	// The last operations, logged if the case fails.
 	var trail []string

@@ -78,5 +78,5 @@
 //
 // The randomized case (C5) applies a seeded random sequence of operations to the engine and to a
 // small in-memory model (model.go) and compares every result. The seed is logged; fix it with the
-// environment variable SPOOL_SEED or the flag -spool.seed.
+// environment variable SPOOL_TEST_SEED or the flag -spool.seed.
 package storagetest

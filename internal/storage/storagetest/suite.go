@@ -40,8 +40,8 @@ type Capabilities struct {
 	MaxProducerIDs int
 }
 
-// seedFlag fixes the seed of the randomized case; SPOOL_SEED does the same.
-var seedFlag = flag.Int64("spool.seed", 0, "seed of the storagetest randomized case (0: random, or SPOOL_SEED)")
+// seedFlag fixes the seed of the randomized case; SPOOL_TEST_SEED does the same.
+var seedFlag = flag.Int64("spool.seed", 0, "seed of the storagetest randomized case (0: random, or SPOOL_TEST_SEED)")
 
 // testCase is one conformance case; it gets a fresh store and engine.
 type testCase struct {
