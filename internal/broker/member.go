@@ -86,6 +86,11 @@ type Member struct {
 	subs map[int64]*owner
 	// topics maps each attached topic to its subscription ID.
 	topics map[string]int64
+	// joining holds the last join queued for each attached topic: an attach that finds the
+	// topic attached by another goroutine (the notifier's pass for a topic just created, and
+	// Subscribe's own) waits for that join too, so that Subscribe returns once the owner has the
+	// member. The attach that queued it removes it once handled (or detach does).
+	joining map[string]*event
 	// owned are the ephemeral subscriptions the member created and deletes when it leaves.
 	owned map[int64]bool
 	// delivered counts deliveries pushed to the channel (monotonic, for stats).
@@ -172,6 +177,7 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 		inflight:                make(map[leaseKey]time.Time),
 		subs:                    make(map[int64]*owner),
 		topics:                  make(map[string]int64),
+		joining:                 make(map[string]*event),
 		owned:                   make(map[int64]bool),
 	}
 }
@@ -422,6 +428,7 @@ func (m *Member) detach(o *owner, reason error) (attached, owned bool) {
 	delete(m.subs, o.id)
 	if id, ok := m.topics[o.topic]; ok && id == o.id {
 		delete(m.topics, o.topic)
+		delete(m.joining, o.topic)
 	}
 	owned = m.owned[o.id]
 	delete(m.owned, o.id)

@@ -553,3 +553,42 @@ func TestClaimIntervalScalesWithOwners(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAttachFoundAttachedWaitsForJoin: two attaches of one member to one topic (the notifier's
+// pass for a topic just created, and Subscribe's own) race; the one that finds the topic attached
+// by the other must wait like it for the owner to have the member, else Subscribe returns and a
+// listing of the group misses the member (seen: TestGroupHealth's "no consumer attached").
+func TestAttachFoundAttachedWaitsForJoin(t *testing.T) {
+	t.Parallel()
+	e := newGatedEnv(t, "race", 1)
+	b, ctx := e.b, context.Background()
+	e.holdClaim(t) // the owner is inside a claim: a join waits for it
+	m2 := newMember(b, "m2", SubscribeParams{Pattern: e.topic, MaxInFlight: 1}, 1, storage.StartPosition{Kind: storage.FromBeginning})
+	first := make(chan error, 1)
+	go func() { first <- b.attach(ctx, m2, e.topic, false) }()
+	for {
+		m2.mu.Lock()
+		_, attached := m2.topics[e.topic]
+		m2.mu.Unlock()
+		if attached {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan error, 1)
+	go func() { second <- b.attach(ctx, m2, e.topic, false) }()
+	select {
+	case err := <-second:
+		t.Fatalf("the attach that found the topic attached returned (%v) before the owner had the member", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	e.openGate()
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -168,6 +168,24 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	return m, nil
 }
 
+// awaitJoin waits for join (nil: none), the join another goroutine queued when it attached m to
+// topic, so that an attach that found the topic attached returns, like the one that queued it,
+// once the owner has the member.
+func awaitJoin(ctx context.Context, m *Member, topic string, join *event) error {
+	if join == nil {
+		return nil
+	}
+	select {
+	case <-join.done:
+	case <-ctx.Done():
+		return fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, context.Cause(ctx))
+	}
+	if join.err != nil {
+		return fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, join.err)
+	}
+	return nil
+}
+
 // closeFailed closes a member whose Subscribe failed. Its joins may still be queued (ctx ended
 // while an owner was busy in a claim): its leaves must follow them, so when ctx has ended the
 // close finishes in an owned goroutine instead of making the caller wait.
@@ -338,9 +356,13 @@ func (b *Broker) attachFailed(ctx context.Context, m *Member, topic string, err 
 func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bool) error {
 	m.mu.Lock()
 	_, attached := m.topics[topic]
+	pending := m.joining[topic]
 	closed := m.closed
 	m.mu.Unlock()
-	if closed || attached || m.allow != nil && !m.allow(topic) {
+	if attached {
+		return awaitJoin(ctx, m, topic, pending)
+	}
+	if closed || m.allow != nil && !m.allow(topic) {
 		return nil
 	}
 	sub, owned, err := b.resolveSubscription(ctx, m, topic, created)
@@ -354,6 +376,7 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 	var o *owner
 	m.mu.Lock()
 	_, attached = m.topics[topic]
+	pending = m.joining[topic]
 	ok := b.state == stateRunning && !m.closed && !attached
 	if ok && sub.Mode == storage.ModeOrdered {
 		if o = b.subs[sub.ID]; o != nil {
@@ -395,10 +418,13 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 			m.owned[o.id] = true
 		}
 	}
-	m.mu.Unlock()
 	var join *event
 	if ok {
 		join = &event{kind: evJoin, m: m, done: make(chan struct{})}
+		m.joining[topic] = join
+	}
+	m.mu.Unlock()
+	if ok {
 		o.push(join)
 	}
 	b.mu.Unlock()
@@ -413,6 +439,11 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 		case <-ctx.Done():
 			return fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, context.Cause(ctx))
 		}
+		m.mu.Lock()
+		if m.joining[topic] == join {
+			delete(m.joining, topic) // handled: a later attach has nothing to wait for
+		}
+		m.mu.Unlock()
 		if join.err != nil {
 			return fmt.Errorf("broker: attach %q to %q: %w", m.id, topic, join.err)
 		}
@@ -426,6 +457,9 @@ func (b *Broker) attach(ctx context.Context, m *Member, topic string, created bo
 		}
 		if b.checkRunning() != nil {
 			return ErrNotRunning
+		}
+		if attached {
+			return awaitJoin(ctx, m, topic, pending) // attached meanwhile by another goroutine
 		}
 		return nil
 	}
