@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,8 @@ type env struct {
 	b      *broker.Broker
 	srv    *Server
 	addr   string
+	// clientTLS is set by newTLSEnv: dialRaw dials over TLS.
+	clientTLS *tls.Config
 }
 
 // newEnv starts an engine, a broker and a server; mod may change the server config, bmod the
@@ -87,6 +90,21 @@ func newEnvEngine(t testing.TB, eng storage.Engine, mod func(*Config), bmod func
 	e.srv = srv
 	e.addr = ln.Addr().String()
 	t.Cleanup(e.close)
+	return e
+}
+
+// newTLSEnv is newEnv with a server that speaks TLS (a self-signed certificate for 127.0.0.1);
+// its dialRaw, and so every client of the env, dials over TLS.
+func newTLSEnv(t testing.TB, mod func(*Config), bmod func(*broker.Config)) *env {
+	t.Helper()
+	cert, pool := testutil.SelfSignedCert(t, "127.0.0.1")
+	e := newEnv(t, func(c *Config) {
+		c.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if mod != nil {
+			mod(c)
+		}
+	}, bmod)
+	e.clientTLS = &tls.Config{RootCAs: pool}
 	return e
 }
 
@@ -144,10 +162,17 @@ type bclient struct {
 	other      []protocol.ServerMessage
 }
 
-// dialRaw connects without any handshake.
+// dialRaw connects without any handshake of Spool's (over TLS, after the TLS handshake, for an
+// env of newTLSEnv).
 func (e *env) dialRaw() net.Conn {
 	e.t.Helper()
-	nc, err := net.DialTimeout("tcp", e.addr, waitTimeout)
+	var nc net.Conn
+	var err error
+	if e.clientTLS != nil {
+		nc, err = tls.DialWithDialer(&net.Dialer{Timeout: waitTimeout}, "tcp", e.addr, e.clientTLS)
+	} else {
+		nc, err = net.DialTimeout("tcp", e.addr, waitTimeout)
+	}
 	if err != nil {
 		e.t.Fatalf("dial: %v", err)
 	}

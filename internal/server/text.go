@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -143,7 +144,9 @@ func (t *textSession) run() {
 // and ncat half-close after their input and keep printing. A peer that is gone altogether (nc
 // killed) cannot be told from a half-close by reading, so the session writes one information line
 // (which a gone peer answers with a reset) and then probes the socket with empty writes, which
-// fail once the reset arrived: a killed nc releases its leases at once.
+// fail once the reset arrived: a killed nc releases its leases at once. Over TLS the probe writes
+// to the TCP connection under it: a tls.Conn sends nothing for an empty write and never fails it,
+// and zero bytes on the raw connection leave the TLS stream as it is.
 func (t *textSession) endOfInput() {
 	c := t.c
 	c.mu.Lock()
@@ -151,6 +154,10 @@ func (t *textSession) endOfInput() {
 	c.mu.Unlock()
 	if n == 0 {
 		return
+	}
+	probe := c.nc
+	if tc, ok := probe.(*tls.Conn); ok {
+		probe = tc.NetConn()
 	}
 	t.reply(text.AppendInfo(nil, "end of input: deliveries continue until the connection closes"))
 	tick := time.NewTicker(probeInterval)
@@ -161,7 +168,7 @@ func (t *textSession) endOfInput() {
 			return
 		case <-tick.C:
 		}
-		if _, err := c.nc.Write(nil); err != nil {
+		if _, err := probe.Write(nil); err != nil {
 			c.logger.Debug("peer gone after end of input", slog.Any("error", err))
 			return
 		}

@@ -151,10 +151,22 @@ func TestTextAckNackVerbose(t *testing.T) {
 }
 
 // TestTextCloseReleasesAtOnce plays seed 002's M2-8: killing an nc consumer (its socket closes)
-// hands its messages to the other member at once, although text leases last 24 h.
+// hands its messages to the other member at once, although text leases last 24 h. The server
+// reads the end of input and notices the gone peer by the end-of-input probe (docs/protocol.md
+// 11.5), over TCP and over TLS, where an empty write on the TLS connection would send nothing.
 func TestTextCloseReleasesAtOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, fastPublisherIdle, nil)
+	t.Run("TCP", func(t *testing.T) {
+		t.Parallel()
+		testTextCloseReleasesAtOnce(t, newEnv(t, fastPublisherIdle, nil))
+	})
+	t.Run("TLS", func(t *testing.T) {
+		t.Parallel()
+		testTextCloseReleasesAtOnce(t, newTLSEnv(t, fastPublisherIdle, nil))
+	})
+}
+
+func testTextCloseReleasesAtOnce(t *testing.T, e *env) {
 	a := e.dialText()
 	a.send("JOIN_GROUP g consumer-1", "SUBSCRIBE work")
 	a.expect("OK group")
