@@ -239,7 +239,8 @@ func TestAuthOffAcceptsAnyToken(t *testing.T) {
 
 // TestAuthTextUnauthenticatedIsBounded: with authentication on, a text client without credentials
 // cannot hold its connection: the handshake deadline stays while it sends PINGs (each answered),
-// and the third refused AUTH closes the session.
+// and its end is answered ERR SESSION_TIMEOUT before the close (docs/protocol.md 11.2); the third
+// refused AUTH closes the session.
 func TestAuthTextUnauthenticatedIsBounded(t *testing.T) {
 	t.Parallel()
 	e, _ := authEnv(t, func(c *Config) { c.HandshakeTimeout = 500 * time.Millisecond })
@@ -265,11 +266,39 @@ func TestAuthTextUnauthenticatedIsBounded(t *testing.T) {
 			}
 		}
 	}()
-	// Well past the 500 ms handshake deadline: the session must be closed by then.
-	if err := c.nc.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		t.Fatal(err)
+	got := c.expectEOF()
+	if len(got) == 0 || got[len(got)-1] != "ERR SESSION_TIMEOUT not authenticated within 500ms of connecting" {
+		t.Fatalf("got %q, want PONGs then ERR SESSION_TIMEOUT", got)
 	}
-	c.expectEOF()
+	for _, l := range got[:len(got)-1] {
+		if l != "OK PONG" {
+			t.Fatalf("got %q, want PONGs then ERR SESSION_TIMEOUT", got)
+		}
+	}
+	if st := e.srv.Stats(); st.SessionTimeouts != 1 {
+		t.Fatalf("stats %+v, want 1 session timeout", st)
+	}
+}
+
+// TestAuthTextInteractiveBeforeAuth: with authentication on, a session started by hand with PING
+// (docs/protocol.md 11.5) and then authenticated is interactive: neither text_publisher_idle nor
+// the handshake timeout closes it. Without authentication, AUTH would start no deadline either.
+func TestAuthTextInteractiveBeforeAuth(t *testing.T) {
+	t.Parallel()
+	e, _ := authEnv(t, func(c *Config) { c.HandshakeTimeout = 500 * time.Millisecond })
+	c := e.dialText()
+	c.send("PING")
+	c.expect("OK PONG")
+	c.send("AUTH " + aliceToken)
+	c.expect("OK authenticated as alice")
+	// Past the handshake deadline and several times text_publisher_idle (100 ms): a session that
+	// is closed by either has its EOF waiting by then.
+	time.Sleep(time.Second)
+	c.send("PING")
+	c.expect("OK PONG")
+	if st := e.srv.Stats(); st.SessionTimeouts != 0 {
+		t.Fatalf("stats %+v, want no session timeout", st)
+	}
 }
 
 // TestAuthDenialLogIsRateLimited: a client retrying a bad token, or a forbidden request, in a

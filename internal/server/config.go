@@ -22,8 +22,8 @@ const (
 	// DefaultMaxConnections bounds the open connections; beyond it a new connection is answered
 	// OVERLOADED and closed.
 	DefaultMaxConnections = 10_000
-	// DefaultHandshakeTimeout bounds the time from accept to the first byte (text) or to HelloOK
-	// (binary).
+	// DefaultHandshakeTimeout bounds the time from accept to HelloOK (binary), or to the first
+	// complete line and, with authentication on, to a successful AUTH (text).
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultHeartbeatInterval is the member heartbeat of BRIEF.md section 5.
 	DefaultHeartbeatInterval = 10 * time.Second
@@ -74,8 +74,9 @@ type Config struct {
 	// MaxLineLength is the longest text-mode line without its terminator. Defaults to 1 MiB + 1 KiB
 	// (text.DefaultMaxLineLength).
 	MaxLineLength int `yaml:"max_line_length"`
-	// HandshakeTimeout bounds the time from accept to the first byte, and for binary connections
-	// to HelloOK. Defaults to 10 s.
+	// HandshakeTimeout bounds the time from accept to the first byte; for binary connections to
+	// HelloOK, for text sessions to their first complete line and, with authentication on, to a
+	// successful AUTH (docs/protocol.md 11.2, 11.5). Defaults to 10 s.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
 	// HeartbeatInterval is the heartbeat of a binary session whose Hello asks for 0. Defaults to
 	// 10 s.

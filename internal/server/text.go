@@ -34,7 +34,8 @@ type textSession struct {
 	ordered         bool
 	memberSeq       int
 	// interactive is set by any command but PUBLISH and AUTH: the session is no longer closed
-	// after text_publisher_idle.
+	// after text_publisher_idle. A command before AUTH counts too, once AUTH succeeded: until
+	// then the handshake deadline applies whatever the session sent.
 	interactive bool
 	// authFailures counts refused AUTH commands; the session ends at maxAuthFailures.
 	authFailures int
@@ -109,6 +110,11 @@ func (t *textSession) run() {
 			c.srv.stats.sessionTimeouts.Add(1)
 			c.logger.Debug("no first line within the handshake timeout, closing")
 			t.reply(text.AppendErr(nil, protocol.ErrSessionTimeout.Errorf("no complete line within %s of connecting", c.srv.cfg.HandshakeTimeout)))
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded) && c.authOn() && c.principal == nil:
+			c.srv.stats.sessionTimeouts.Add(1)
+			c.logger.Debug("not authenticated within the handshake timeout, closing")
+			t.reply(text.AppendErr(nil, protocol.ErrSessionTimeout.Errorf("not authenticated within %s of connecting", c.srv.cfg.HandshakeTimeout)))
 			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			c.logger.Debug("publisher session idle, closing")
@@ -205,11 +211,9 @@ func (t *textSession) exec(cmd text.Command) bool {
 		return false
 	case text.VerbPublish, text.VerbAuth:
 	default:
-		// Only an authenticated session (or one without authentication) stops being closed
-		// when idle: a client without credentials keeps the handshake deadline.
-		if !t.c.authOn() || t.c.principal != nil {
-			t.interactive = true
-		}
+		// Also before AUTH (PING or HELP to start a session typed by hand): run keeps the
+		// handshake deadline of a session without credentials whatever it sent.
+		t.interactive = true
 	}
 	switch cmd.Verb {
 	case text.VerbAuth, text.VerbPing, text.VerbHelp, text.VerbQuit:
