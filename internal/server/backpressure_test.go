@@ -1,7 +1,9 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -169,6 +171,67 @@ func TestThrottledPublishHoldsOnlyItsTopic(t *testing.T) {
 	})
 	if st := e.groupStats("slow", storage.QueueGroup); st.Pending != 9 {
 		t.Fatalf("%d messages on the throttled topic, want 9", st.Pending)
+	}
+}
+
+// A session the server ends by its session timeout while a publish waits for its topic's
+// throttle answers that publish CLOSED, nothing stored (docs/protocol.md 8.3), as at Stop: the
+// wait ends with the session instead of running out and appending. The throttle delay (5 s) is
+// far longer than the session timeout (150 ms); the client answers no Heartbeat.
+func TestThrottledPublishEndsWithSessionTimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *Config) { c.MinHeartbeatInterval = 10 * time.Millisecond }, func(c *broker.Config) {
+		c.BackpressureInterval = -1
+		c.MaxThrottleDelay = 6 * time.Second
+	})
+	ctx := t.Context()
+	if _, err := e.b.CreateTopic(ctx, "slow", storage.TopicConfig{MaxBacklogMessages: 10, BacklogPolicy: storage.BacklogThrottle}); err != nil {
+		t.Fatal(err)
+	}
+	fill := make([]storage.AppendMessage, 9)
+	for i := range fill {
+		fill[i] = storage.AppendMessage{Partition: storage.PartitionAuto, Payload: []byte("fill")}
+	}
+	if _, err := e.b.Publish(ctx, "slow", fill); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.RefreshBackpressure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if bp, _ := e.b.TopicBackpressure("slow"); bp.State != broker.BackpressureThrottled || bp.Delay < 4*time.Second {
+		t.Fatalf("backpressure %+v, want throttled by at least 4s", bp)
+	}
+	c := e.dial(&protocol.Hello{HeartbeatInterval: 50 * time.Millisecond})
+	if c.hello.SessionTimeout != 150*time.Millisecond {
+		t.Fatalf("session timeout %s", c.hello.SessionTimeout)
+	}
+	held := c.send(pub("slow", "held"))
+	// Read to the close without answering the server's Heartbeats (bclient.response would).
+	var timedOut bool
+	var answer protocol.ServerMessage
+	for {
+		corr, m, err := c.tryRead()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || isReset(err) {
+				break
+			}
+			t.Fatalf("waiting for the server to close: %v", err)
+		}
+		switch pe, _ := m.(*protocol.Error); {
+		case corr == held:
+			answer = m
+		case corr == 0 && pe != nil && pe.Code == protocol.CodeSessionTimeout:
+			timedOut = true
+		}
+	}
+	if !timedOut {
+		t.Fatal("no SESSION_TIMEOUT before the close")
+	}
+	if pe, ok := answer.(*protocol.Error); !ok || pe.Code != protocol.CodeClosed {
+		t.Fatalf("held publish answered %T %v, want CLOSED", answer, answer)
+	}
+	if st := e.groupStats("slow", storage.QueueGroup); st.Pending != 9 {
+		t.Fatalf("%d messages on the throttled topic, want 9 (the held publish not stored)", st.Pending)
 	}
 }
 

@@ -90,8 +90,8 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// quitCtx is ctx, also cancelled when quit closes: the throttle wait of a publish lane
-	// (publish.go) ends with an interrupted session instead of holding its end for up to the
-	// topic's delay.
+	// (publish.go) ends with an interrupted or ended session instead of holding its end for up
+	// to the topic's delay.
 	quitCtx    context.Context
 	quitCancel context.CancelFunc
 
@@ -103,7 +103,8 @@ type conn struct {
 	// stopWriter is closed when the session ended: the writer writes what is queued and exits.
 	stopWriter chan struct{}
 	writerDone chan struct{}
-	// quit is closed by interrupt and abort: waits of the reader end.
+	// quit is closed by interrupt and abort (waits of the reader end), and by finish: the
+	// publishes still waiting are refused.
 	quit        chan struct{}
 	quitOnce    sync.Once
 	closeOnce   sync.Once
@@ -217,9 +218,15 @@ func (c *conn) serve() {
 }
 
 // finish ends the session after the reader returned: no more deliveries, the members leave (their
-// leases are released at once, before anything else can block), the writer writes what is queued
-// (a last Error, GoodbyeOK, ERR CLOSED), and the socket closes.
+// leases are released at once, before anything else can block), the publishes still waiting are
+// refused, the writer writes what is queued (a last Error, GoodbyeOK, ERR CLOSED), and the socket
+// closes.
 func (c *conn) finish() {
+	// Closing quit refuses the publishes still queued or waiting for their topic's throttle:
+	// CLOSED, nothing stored (docs/protocol.md 8.3), whatever ended the session (a session
+	// timeout, a connection-level error, the client closing its connection, Stop). After the
+	// client's Goodbye none is left: every publish read before it was answered.
+	c.quitOnce.Do(c.closeQuit)
 	c.mu.Lock()
 	c.closing = true
 	hs := c.sortedHandlesLocked()
@@ -236,8 +243,8 @@ func (c *conn) finish() {
 		}
 	}
 	cancel()
-	// The publishes read before the session ended are answered (or refused CLOSED after an
-	// interrupt) before the writer's final flush.
+	// The publishes read before the session ended are answered (those appended or being
+	// appended) or refused CLOSED before the writer's final flush.
 	c.stopPublishes()
 	close(c.stopWriter)
 	<-c.writerDone

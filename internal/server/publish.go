@@ -38,9 +38,10 @@ import (
 // answered meanwhile (before the throttled one: answers may come in any order, section 6).
 // Lanes need no bound of their own: their requests count against the connection's pipelining
 // bounds until answered, like every queued publish, so there are at most that many lanes. A
-// lane's throttle wait ends when the session is interrupted (conn.quitCtx): its publish is
-// answered CLOSED, nothing appended (the engines' asynchronous appends take no context: one
-// already queued completes).
+// lane's throttle wait ends when the session is interrupted or ends (conn.quitCtx, closed by
+// conn.finish: a session timeout, the client closing its connection): its publish is answered
+// CLOSED, nothing appended (the engines' asynchronous appends take no context: one already
+// queued completes).
 //
 // One exception saves a goroutine hand-off on the most common path, a connection that publishes
 // one request at a time and consumes nothing: when nothing is queued, no other frame has arrived
@@ -210,9 +211,9 @@ func (c *conn) waitPublishes() bool {
 	}
 }
 
-// stopPublishes ends the publish stage after the session ended: the worker and the lanes append
-// what is still queued (answered CLOSED instead when the connection was interrupted or broke)
-// and return, and the appends still in the engine are answered. Reader goroutine only.
+// stopPublishes ends the publish stage after the session ended (quit is closed, conn.finish):
+// the worker and the lanes answer what is still queued CLOSED and return, and the appends still
+// in the engine are answered. Reader goroutine only.
 func (c *conn) stopPublishes() {
 	p := &c.pub
 	p.mu.Lock()
