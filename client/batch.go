@@ -12,7 +12,7 @@ import (
 // BatchHandler processes one per-key batch of an ordered subscription (SubscribeBatch): the
 // consecutive messages of one partition, in offset order. A nil return acks the whole batch, an
 // error nacks the whole batch (redelivered whole, before any later message of its partition,
-// after NackDelay, or as NackWithDelay and ToDLQ say). The deliveries are not settled one by one:
+// after NackDelay, or as NackWithDelay and ToDLQ say; ErrUnsettled settles nothing). The deliveries are not settled one by one:
 // Ack and Nack of one delivery of a batch of several fail with an error wrapping
 // protocol.ErrInvalidArgument and send nothing (the broker refuses part of a batch, and would
 // refuse with it the acks of other subscriptions that share its Ack frame). ctx is as for

@@ -25,6 +25,13 @@ var (
 	// subscription no longer exists (cancelled, topic deleted, an ephemeral subscription that
 	// ended) or the message is gone.
 	ErrUnknownMessage = errors.New("client: message unknown to the broker")
+	// ErrUnsettled: returned by a handler (or wrapped in its error), it settles nothing: the
+	// delivery is neither acked nor nacked, keeps its credit and goes back to the group when its
+	// lease ends or when the Subscription closes (released: not counted as a failure, no poison
+	// rule sees it; its next delivery is a new attempt, and one that was the last attempt is
+	// dead-lettered like any lease that ends). For deliveries a consumer took but will not handle,
+	// such as those prefetched when it stops.
+	ErrUnsettled = errors.New("client: delivery left unsettled")
 )
 
 // IsRetryable reports whether the operation that returned err may succeed if tried again later:

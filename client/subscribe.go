@@ -98,7 +98,7 @@ type SubscribeParams struct {
 
 // Handler processes one delivery. Unless the subscription has ManualAck, a nil return acks the
 // delivery and an error nacks it (redelivered after NackDelay, or as NackWithDelay and ToDLQ
-// say). ctx is cancelled when the subscription or the client is closed and the Close's ctx ends
+// say), except ErrUnsettled, which settles nothing. ctx is cancelled when the subscription or the client is closed and the Close's ctx ends
 // before the handler returned. A panic is recovered and treated as an error.
 type Handler func(ctx context.Context, d *Delivery) error
 
@@ -172,8 +172,9 @@ type Subscription struct {
 // (with a higher Attempt). Handlers must therefore be idempotent.
 //
 // When the broker ends the subscription of a topic name (SubscriptionEnded: the group was
-// cancelled, SUBSCRIPTION_NOT_ACTIVE; the topic deleted, SUBSCRIPTION_NOT_FOUND) or closes the
-// handle with a non-retryable code, the Subscription stops without subscribing again: Done is
+// cancelled, SUBSCRIPTION_NOT_ACTIVE; the topic deleted, SUBSCRIPTION_NOT_FOUND; also one the
+// client did not know yet, of a topic created after the Subscribe with no delivery since) or
+// closes the handle with a non-retryable code, the Subscription stops without subscribing again: Done is
 // closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
 // when one of its topics' subscriptions ends: it keeps the others and joins matching topics
 // created later; the end is logged and reported to SubscriptionEndedHook. An end while the client
@@ -692,25 +693,21 @@ func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
 }
 
 // lastJoinedEnded forgets the subscription m ended and reports whether the handle lost its only
-// subscription for good: a topic-name handle joined exactly one, and without it delivers nothing
-// more. A pattern's handle stays open: it keeps its other topics and joins matching topics created
-// later (a deleted topic created again, with the group's binding). So does a handle whose end is
-// retryable (the broker sends none today).
+// subscription for good. A topic-name handle is on at most one subscription, its topic's, and
+// without it delivers nothing more: the end of any subscription of the handle is the end of that
+// one, whether or not the client knew its id (a topic created after the Subscribe is joined
+// without a SubscribeOK naming the subscription, which the client learns from the first delivery
+// only; a semantics change moves the handle to another subscription without a push). A pattern's
+// handle stays open: it keeps its other topics and joins matching topics created later (a deleted
+// topic created again, with the group's binding). So does a handle whose end is retryable.
 func (s *Subscription) lastJoinedEnded(cn *conn, m *protocol.SubscriptionEnded) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || s.cn != cn || s.handle != m.Handle {
 		return false
 	}
-	found := false
-	s.joined = slices.DeleteFunc(s.joined, func(j protocol.SubscriptionInfo) bool {
-		if j.SubscriptionID == m.SubscriptionID {
-			found = true
-			return true
-		}
-		return false
-	})
-	return found && !s.pattern && len(s.joined) == 0 && !protocol.IsRetryable(m.Err())
+	s.joined = slices.DeleteFunc(s.joined, func(j protocol.SubscriptionInfo) bool { return j.SubscriptionID == m.SubscriptionID })
+	return !s.pattern && !protocol.IsRetryable(m.Err())
 }
 
 // end stops s because of err (the broker ended it, or a resubscription failed for good): the
@@ -847,17 +844,19 @@ func (s *Subscription) work() {
 		took := time.Since(start)
 		var settleErr error
 		switch {
-		case d.batch != nil:
+		case d.batch != nil && !errors.Is(err, ErrUnsettled):
 			settleErr = s.settleBatch(d.batch, err)
 		case s.cfg.manualAck:
 			if err != nil {
 				s.logger.Debug("handler error (manual ack)", slog.Int64("offset", d.Offset), slog.Any("error", err))
 			}
+		case errors.Is(err, ErrUnsettled):
+			// Left to its lease or to the Subscription's close (released, not nacked).
 		default:
 			settleErr = s.settle(d, err, last)
 		}
 		d.cn.leaveHandler()
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrUnsettled) {
 			s.logger.Debug("handler error, nacked", slog.String("message_topic", d.Topic), slog.Int64("offset", d.Offset),
 				slog.Int("attempt", d.Attempt), slog.Any("error", err))
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -46,8 +45,9 @@ group matches, on any broker instance, is completed for the group without a deli
 Credit: at most --max-in-flight deliveries are held at a time (default 2 x --concurrency, at
 most --max; with --max and --ack=false, --max). A delivery holds its credit until the broker has
 stored its ack, so raise it for throughput (--max-in-flight 256). Deliveries prefetched when sub
-stops (beyond --max, or at SIGINT) are not printed and go back to the group with their attempt
-count raised; --max-in-flight 1 prefetches nothing.`,
+stops (beyond --max, or at SIGINT) are not printed and go back to the group when sub closes, with
+their attempt count raised but not counted as failures (released, not nacked); --max-in-flight 1
+prefetches nothing.`,
 	examples: []string{
 		`spool sub orders.created`,
 		`spool sub --group billing --from beginning --max 10 'orders.#'`,
@@ -224,12 +224,13 @@ type subscriber struct {
 	n int64
 }
 
-// errNotHandled gives back a delivery that arrived after the max-th.
-var errNotHandled = errors.New("spool sub: --max reached before this delivery was handled")
+// errNotHandled leaves a delivery that arrived after the max-th unsettled: sub's close releases
+// it (back to the group without counting as a failure, as a nack would).
+var errNotHandled = fmt.Errorf("spool sub: --max reached before this delivery was handled: %w", client.ErrUnsettled)
 
 // handle prints a delivery. With --ack (automatic settlement) the nil return acks it, coalesced
-// with the others and sent before the subscription's Close returns; errNotHandled nacks it, back
-// to the group at once. With --ack=false (ManualAck) the return value only reaches the logs and
+// with the others and sent before the subscription's Close returns; errNotHandled leaves it to
+// the close, which releases it. With --ack=false (ManualAck) the return value only reaches the logs and
 // nothing is settled: the unsubscribe at exit releases what sub holds.
 func (s *subscriber) handle(_ context.Context, d *client.Delivery) error {
 	s.mu.Lock()
@@ -248,7 +249,7 @@ func (s *subscriber) handle(_ context.Context, d *client.Delivery) error {
 
 // handleBatch prints a per-key batch (--batch); the nil return acks it as a unit. With --max it
 // is printed whole even past --max (a batch is not split); one that arrives after the max-th
-// delivery is nacked, back to the group at once.
+// delivery is left to the close, which releases it.
 func (s *subscriber) handleBatch(_ context.Context, batch []*client.Delivery) error {
 	s.mu.Lock()
 	if s.max > 0 && s.n >= s.max {
