@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/server"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/protocol"
@@ -427,4 +428,99 @@ func (s *Subscription) handleOf() uint32 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.handle
+}
+
+// TestEndedSubscriptionNotYetKnown: a topic-name Subscription ends when the broker ends its
+// subscription also while the client does not know that subscription's id (it learns it from
+// SubscribeOK or from a delivery): a topic created after the Subscribe, joined without a
+// SubscribeOK naming the subscription and deleted before any delivery, ends the Subscription
+// (with and without a group); so does the cancel of the group's subscription that a semantics
+// change moved the handle to without a push. Before, the client looked the ended id up among the
+// ones it knew, found none, and kept a handle that received nothing.
+func TestEndedSubscriptionNotYetKnown(t *testing.T) {
+	t.Parallel()
+	noop := func(context.Context, *Delivery) error { return nil }
+	subscribe := func(t *testing.T, b *testBroker, p SubscribeParams) (*Subscription, <-chan SubscriptionEndedEvent) {
+		t.Helper()
+		endedEv := make(chan SubscriptionEndedEvent, 4)
+		c := b.dial(t, Hooks(endedHook(func(e SubscriptionEndedEvent) { endedEv <- e })))
+		sub, err := c.Subscribe(context.Background(), p, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sub, endedEv
+	}
+
+	for _, tc := range []struct {
+		group     string
+		semantics storage.Semantics
+	}{{"billing", storage.PubSub}, {"", storage.Queue}} {
+		t.Run("TopicCreatedLaterDeleted/group="+tc.group, func(t *testing.T) {
+			t.Parallel()
+			b := startBroker(t, nil)
+			sub, endedEv := subscribe(t, b, SubscribeParams{Topic: "orders", Group: tc.group})
+			b.createTopic("orders", storage.TopicConfig{Semantics: tc.semantics})
+			joined(t, b, "orders")
+			if err := b.broker.DeleteTopic(context.Background(), "orders", true); err != nil {
+				t.Fatal(err)
+			}
+			recv(t, sub.Done(), "Done after the topic was deleted")
+			if err := sub.Err(); !errors.Is(err, protocol.ErrSubscriptionNotFound) {
+				t.Fatalf("Err() = %v, want SUBSCRIPTION_NOT_FOUND", err)
+			}
+			if ev := recv(t, endedEv, "the end of orders"); ev.Topic != "orders" || ev.HandleClosed || !errors.Is(ev.Err, protocol.ErrSubscriptionNotFound) {
+				t.Fatalf("ended event %+v", ev)
+			}
+		})
+	}
+
+	t.Run("MovedBySemanticsChangeCancelled", func(t *testing.T) {
+		t.Parallel()
+		b := startBroker(t, nil)
+		b.createTopic("orders", storage.TopicConfig{Semantics: storage.Queue})
+		// The handle joins the queue's subscription (SubscribeOK names it); the change makes the
+		// queue's subscription group other's and moves the member to a new one of billing.
+		sub, endedEv := subscribe(t, b, SubscribeParams{Topic: "orders", Group: "billing"})
+		if _, err := b.broker.UpdateTopic(context.Background(), broker.UpdateTopicParams{Name: "orders",
+			Config: storage.TopicConfig{Semantics: storage.PubSub}, QueueToGroup: "other"}); err != nil {
+			t.Fatal(err)
+		}
+		checkFor(t, waitTimeout, func() error {
+			g, err := b.broker.Group(context.Background(), "orders", "billing")
+			if err != nil {
+				return err
+			}
+			if len(g.Members) == 0 {
+				return fmt.Errorf("billing's subscription %d has no member yet", g.Subscription.ID)
+			}
+			return nil
+		})
+		if _, err := b.broker.CancelGroup(context.Background(), "orders", "billing"); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, sub.Done(), "Done after the group was cancelled")
+		if err := sub.Err(); !errors.Is(err, protocol.ErrSubscriptionNotActive) {
+			t.Fatalf("Err() = %v, want SUBSCRIPTION_NOT_ACTIVE", err)
+		}
+		if ev := recv(t, endedEv, "the end of orders"); ev.Topic != "orders" || !errors.Is(ev.Err, protocol.ErrSubscriptionNotActive) {
+			t.Fatalf("ended event %+v", ev)
+		}
+	})
+}
+
+// joined waits until a member of this broker is attached to a subscription of topic.
+func joined(t *testing.T, b *testBroker, topic string) {
+	t.Helper()
+	checkFor(t, waitTimeout, func() error {
+		gs, err := b.broker.TopicGroups(context.Background(), topic)
+		if err != nil {
+			return err
+		}
+		for _, g := range gs {
+			if len(g.Members) > 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("no member on the %d subscriptions of %s", len(gs), topic)
+	})
 }

@@ -174,11 +174,11 @@ type Subscription struct {
 // When the broker ends the subscription of a topic name (SubscriptionEnded: the group was
 // cancelled, SUBSCRIPTION_NOT_ACTIVE; the topic deleted, SUBSCRIPTION_NOT_FOUND; also one the
 // client did not know yet, of a topic created after the Subscribe with no delivery since) or
-// closes the handle with a non-retryable code, the Subscription stops without subscribing again: Done is
-// closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
-// when one of its topics' subscriptions ends: it keeps the others and joins matching topics
-// created later; the end is logged and reported to SubscriptionEndedHook. An end while the client
-// reconnects ends it too. The resubscription of a topic name rejoins the subscription the handle
+// closes the handle with a non-retryable code, the Subscription stops without subscribing again:
+// Done is closed after its handlers returned and Err returns the reason. A pattern's Subscription
+// goes on when one of its topics' subscriptions ends: it keeps the others and joins matching
+// topics created later; the end is logged and reported to SubscriptionEndedHook. An end while the
+// client reconnects ends it too. The resubscription of a topic name rejoins the subscription the handle
 // was on (protocol version 5; the client knows it from the broker's answer, or for a topic created
 // after the Subscribe from its first delivery): the broker creates nothing for it and refuses it
 // when that subscription ended meanwhile, and the Subscription stops with the broker's reason:
