@@ -41,6 +41,7 @@ func TestServeAuth(t *testing.T) {
 	cfg.Listen, cfg.HTTP = ":0", ":0"
 	cfg.DataDir = filepath.Join(dir, "data")
 	cfg.ShutdownTimeout = cliWaitTimeout
+	cfg.Server.HandshakeTimeout = time.Second // a text session the certificate names outlives it
 	cfg.Server.TLS.CertFile, cfg.Server.TLS.KeyFile, cfg.Server.TLS.ClientCAFile =
 		filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key"), filepath.Join(dir, "ca.pem")
 	cfg.Auth.Principals = []auth.Principal{
@@ -109,6 +110,26 @@ func TestServeAuth(t *testing.T) {
 		}
 		if reply, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(reply, step.want) {
 			t.Fatalf("text %q: %q, %v; want %q", step.line, reply, err, step.want)
+		}
+	}
+	// A session the certificate names is authenticated from its start: PING (interactive), then
+	// quiet past the handshake timeout, is not closed as unauthenticated.
+	ti, err := tls.DialWithDialer(&net.Dialer{Timeout: cliWaitTimeout}, "tcp", tcpAddr, clientTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ti.Close()
+	_ = ti.SetDeadline(time.Now().Add(cliWaitTimeout))
+	bi := bufio.NewReader(ti)
+	for i, line := range []string{"PING", "PING"} {
+		if i == 1 {
+			time.Sleep(cfg.Server.HandshakeTimeout + 300*time.Millisecond)
+		}
+		if _, err := io.WriteString(ti, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if reply, err := bi.ReadString('\n'); err != nil || !strings.HasPrefix(reply, "OK PONG") {
+			t.Fatalf("interactive text session named by its certificate, %s %d: %q, %v", line, i+1, reply, err)
 		}
 	}
 

@@ -78,6 +78,14 @@ func newTextSession(c *conn) *textSession {
 // command order.
 func (t *textSession) run() {
 	c := t.c
+	if c.authOn() && c.principal == nil {
+		// A verified client certificate that names a principal authenticates the session from
+		// its start (the TLS handshake is done: the first byte was read), so that PING and HELP
+		// do not leave it under the handshake deadline. Without one, AUTH must come.
+		if p, ok := c.srv.cfg.Auth.ByCertCN(c.certCN()); ok {
+			c.principal = p
+		}
+	}
 	for {
 		if !c.waitRoom() {
 			return
