@@ -145,41 +145,12 @@ func TestCancelThroughAnotherInstanceEndsMembers(t *testing.T) {
 // (left at a minute here). Resumed instead, the same read finds it active and the member gets
 // messages again.
 func TestPausedThenCancelledElsewhereEndsMembers(t *testing.T) {
-	t.Parallel()
-	t.Run("engine", func(t *testing.T) {
-		t.Parallel()
-		e := newEnv(t, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		testPausedThenCancelledElsewhere(t, e.b, e.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
-			sub, err := e.engine.SubscriptionGetByGroup(ctx, "t", "g")
-			if err != nil {
-				return nil, err
-			}
-			return e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: state})
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, "t_bpausecancel_")
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		bi := startPGInstance(t, url, schema, clock)
-		testPausedThenCancelledElsewhere(t, a.b, bi.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
-			switch state {
-			case storage.Paused:
-				return bi.b.PauseGroup(ctx, "t", "g")
-			case storage.Active:
-				return bi.b.ResumeGroup(ctx, "t", "g")
-			}
-			return bi.b.CancelGroup(ctx, "t", "g")
-		})
-	})
+	stateChangedElsewhere(t, "t_bpausecancel_", testPausedThenCancelledElsewhere)
 }
 
 // testPausedThenCancelledElsewhere runs TestPausedThenCancelledElsewhereEndsMembers with a's
 // member; other creates the topic and publishes, set changes g's state without a.
-func testPausedThenCancelledElsewhere(t *testing.T, a, other *Broker,
-	set func(context.Context, storage.SubscriptionState) (*storage.Subscription, error)) {
+func testPausedThenCancelledElsewhere(t *testing.T, a, other *Broker, set setState) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
 	defer cancel()
 	if a.refreshInterval < waitTimeout {
@@ -234,41 +205,12 @@ func testPausedThenCancelledElsewhere(t *testing.T, a, other *Broker,
 // change (storage.NotifySubscription) and a's owner rereads g at once, finds it paused, then
 // active again, and ends the member with the local cancel's reason.
 func TestChangedElsewhereReachesMembersWithoutCredit(t *testing.T) {
-	t.Parallel()
-	t.Run("engine", func(t *testing.T) {
-		t.Parallel()
-		e := newEnv(t, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		testChangedElsewhereWithoutCredit(t, e.b, e.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
-			sub, err := e.engine.SubscriptionGetByGroup(ctx, "t", "g")
-			if err != nil {
-				return nil, err
-			}
-			return e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: state})
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, "t_bnocredit_")
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		bi := startPGInstance(t, url, schema, clock)
-		testChangedElsewhereWithoutCredit(t, a.b, bi.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
-			switch state {
-			case storage.Paused:
-				return bi.b.PauseGroup(ctx, "t", "g")
-			case storage.Active:
-				return bi.b.ResumeGroup(ctx, "t", "g")
-			}
-			return bi.b.CancelGroup(ctx, "t", "g")
-		})
-	})
+	stateChangedElsewhere(t, "t_bnocredit_", testChangedElsewhereWithoutCredit)
 }
 
 // testChangedElsewhereWithoutCredit runs TestChangedElsewhereReachesMembersWithoutCredit with a's
 // member; other creates the topic and publishes, set changes g's state without a.
-func testChangedElsewhereWithoutCredit(t *testing.T, a, other *Broker,
-	set func(context.Context, storage.SubscriptionState) (*storage.Subscription, error)) {
+func testChangedElsewhereWithoutCredit(t *testing.T, a, other *Broker, set setState) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
 	defer cancel()
 	if a.refreshInterval < waitTimeout {
@@ -315,4 +257,42 @@ func testChangedElsewhereWithoutCredit(t *testing.T, a, other *Broker,
 		t.Fatal(err)
 	}
 	cancelledAs(t, waitEnded(t, m, id), sub)
+}
+
+// setState changes group g of topic t to a state without the broker under test.
+type setState func(context.Context, storage.SubscriptionState) (*storage.Subscription, error)
+
+// stateChangedElsewhere runs test twice: on the embedded engine, changing g's state in the engine
+// under the broker; on PostgreSQL with schema prefix, the broker under test and another instance
+// that makes the changes (pause, resume, cancel through its admin calls).
+func stateChangedElsewhere(t *testing.T, prefix string, test func(t *testing.T, a, other *Broker, set setState)) {
+	t.Parallel()
+	t.Run("engine", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		test(t, e.b, e.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
+			sub, err := e.engine.SubscriptionGetByGroup(ctx, "t", "g")
+			if err != nil {
+				return nil, err
+			}
+			return e.engine.SubscriptionUpdate(ctx, &storage.SubscriptionUpdateParams{ID: sub.ID, State: state})
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url := testutil.DatabaseURL(t)
+		schema := testutil.PGSchema(t, url, prefix)
+		clock := newFakeClock()
+		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		bi := startPGInstance(t, url, schema, clock)
+		test(t, a.b, bi.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
+			switch state {
+			case storage.Paused:
+				return bi.b.PauseGroup(ctx, "t", "g")
+			case storage.Active:
+				return bi.b.ResumeGroup(ctx, "t", "g")
+			}
+			return bi.b.CancelGroup(ctx, "t", "g")
+		})
+	})
 }
