@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/server"
@@ -523,4 +524,62 @@ func joined(t *testing.T, b *testBroker, topic string) {
 		}
 		return fmt.Errorf("no member on the %d subscriptions of %s", len(gs), topic)
 	})
+}
+
+// TestRetryableEndResubscribes: when the broker ends one subscription of a handle with a retryable
+// code and leaves the handle open (the current broker closes it right after, section 8.5; the
+// protocol does not promise it), the client gives the handle back and subscribes again, as after a
+// retryable close of the handle: a topic name rejoins the subscription that ended (so that the
+// broker creates nothing should it have been cancelled meanwhile), a pattern subscribes as the
+// first time and gets the topic back. The Subscription goes on with the new handle. Before, it
+// kept the handle, which received nothing more from that topic (a topic name's: nothing at all).
+// The peer plays the broker: the real one never sends such an end without closing the handle.
+func TestRetryableEndResubscribes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		topic, ended string
+		rejoin       int64
+	}{{"orders", "orders", 10}, {"orders.*", "orders.eu", 0}} {
+		t.Run(tc.topic, func(t *testing.T) {
+			t.Parallel()
+			endedEv := make(chan SubscriptionEndedEvent, 4)
+			// The heartbeat interval outlasts the peer's read deadline: a frame that never comes
+			// fails the read instead of being waited for between heartbeats.
+			slowHeartbeats := func(ok *protocol.HelloOK) { ok.HeartbeatInterval, ok.SessionTimeout = 2*waitTimeout, 6*waitTimeout }
+			_, c, p := pipeClient(t, slowHeartbeats, Hooks(endedHook(func(e SubscriptionEndedEvent) { endedEv <- e })))
+			got := make(chan string, 4)
+			sub, _ := subscribePipe(t, c, p, SubscribeParams{Topic: tc.topic, Group: "g"}, func(_ context.Context, d *Delivery) error {
+				got <- string(d.Payload)
+				return nil
+			})
+			p.write(0, &protocol.SubscriptionEnded{Handle: 1, SubscriptionID: 10, Topic: tc.ended, Code: protocol.CodeStorageUnavailable,
+				Message: "storage unavailable: database unreachable"})
+			if ev := recv(t, endedEv, "the end reported to the hook"); ev.Topic != tc.ended || ev.HandleClosed || !errors.Is(ev.Err, protocol.ErrStorageUnavailable) {
+				t.Fatalf("ended event %+v", ev)
+			}
+			corr, un := expect[*protocol.Unsubscribe](p)
+			if un.Handle != 1 {
+				t.Fatalf("gave back handle %d, want 1", un.Handle)
+			}
+			p.write(corr, &protocol.UnsubscribeOK{})
+			corr, req := expect[*protocol.Subscribe](p)
+			if req.Topic != tc.topic || req.Group != "g" || req.Rejoin != tc.rejoin {
+				t.Fatalf("resubscription %+v, want %s of g rejoining %d", req, tc.topic, tc.rejoin)
+			}
+			p.write(corr, &protocol.SubscribeOK{Handle: 2, MemberID: "m1", Subscriptions: []protocol.SubscriptionInfo{{SubscriptionID: 10, Topic: tc.ended}}})
+			d := delivery(2, 0, "after")
+			d.Topic = tc.ended
+			p.write(0, &protocol.Deliver{Deliveries: []protocol.Delivery{d}})
+			select {
+			case payload := <-got:
+				if payload != "after" {
+					t.Fatalf("delivery %q", payload)
+				}
+			case <-sub.Done():
+				t.Fatalf("subscription ended: %v", sub.Err())
+			case <-time.After(waitTimeout):
+				t.Fatal("timed out waiting for the delivery on the new handle")
+			}
+		})
+	}
 }

@@ -173,26 +173,30 @@ type Subscription struct {
 //
 // When the broker ends the subscription of a topic name (SubscriptionEnded: the group was
 // cancelled, SUBSCRIPTION_NOT_ACTIVE; the topic deleted, SUBSCRIPTION_NOT_FOUND; also one the
-// client did not know yet, of a topic created after the Subscribe with no delivery since) or
-// closes the handle with a non-retryable code, the Subscription stops without subscribing again:
-// Done is closed after its handlers returned and Err returns the reason. A pattern's Subscription
-// goes on when one of its topics' subscriptions ends: it keeps the others and joins matching
-// topics created later; the end is logged and reported to SubscriptionEndedHook. An end while the
-// client reconnects ends it too. The resubscription of a topic name rejoins the subscription the handle
-// was on (protocol version 5; the client knows it from the broker's answer, or for a topic created
-// after the Subscribe from its first delivery): the broker creates nothing for it and refuses it
-// when that subscription ended meanwhile, and the Subscription stops with the broker's reason:
-// SUBSCRIPTION_NOT_ACTIVE (group cancelled), SUBSCRIPTION_NOT_FOUND (subscription deleted, or its
-// topic deleted and created again) or TOPIC_NOT_FOUND (topic deleted). A broker of version 4 or
-// older, a pattern, and a topic name whose subscription the client never learned (its topic was
-// created after the Subscribe, with no delivery since) subscribe as the first time, which makes a
-// new subscription of a cancelled group: when the answer names a new subscription of a durable
-// group on a topic, a topic name's Subscription stops with SUBSCRIPTION_NOT_ACTIVE and gives the
-// new handle back (the new subscription stays on the broker without members until it goes DEAD
-// or is cancelled), and a pattern's reports the end and goes on. A resubscription the broker
-// refuses with a non-retryable code stops the Subscription, a pattern's too: no handle is left to
-// go on with. Errors: bad parameters wrap protocol.ErrInvalidArgument; the broker's refusal is its
-// *protocol.Error.
+// client did not know yet, of a topic created after the Subscribe with no delivery since) or closes
+// the handle with a non-retryable code, the Subscription stops without subscribing again: Done is
+// closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
+// when one of its topics' subscriptions ends: it keeps the others and joins matching topics created
+// later; the end is logged and reported to SubscriptionEndedHook. An end with a retryable code (the
+// broker could not keep the member on a subscription it belongs to: the storage unavailable...) is
+// reported too, and the Subscription gives its handle back and subscribes again, a topic name
+// rejoining the subscription that ended (below), instead of keeping a handle without it.
+//
+// An end while the client reconnects ends a topic name's Subscription too. The resubscription of a
+// topic name rejoins the subscription the handle was on (protocol version 5; the client knows it
+// from the broker's answer, or for a topic created after the Subscribe from its first delivery):
+// the broker creates nothing for it and refuses it when that subscription ended meanwhile, and the
+// Subscription stops with the broker's reason: SUBSCRIPTION_NOT_ACTIVE (group cancelled),
+// SUBSCRIPTION_NOT_FOUND (subscription deleted, or its topic deleted and created again) or
+// TOPIC_NOT_FOUND (topic deleted). A broker of version 4 or older, a pattern, and a topic name
+// whose subscription the client never learned (its topic was created after the Subscribe, with no
+// delivery since) subscribe as the first time, which makes a new subscription of a cancelled group:
+// when the answer names a new subscription of a durable group on a topic, a topic name's
+// Subscription stops with SUBSCRIPTION_NOT_ACTIVE and gives the new handle back (the new
+// subscription stays on the broker without members until it goes DEAD or is cancelled), and a
+// pattern's reports the end and goes on. A resubscription the broker refuses with a non-retryable
+// code stops the Subscription, a pattern's too: no handle is left to go on with. Errors: bad
+// parameters wrap protocol.ErrInvalidArgument; the broker's refusal is its *protocol.Error.
 func (c *Client) Subscribe(ctx context.Context, p SubscribeParams, handler Handler, opts ...SubscribeOpt) (*Subscription, error) {
 	if p.BatchSize != 0 {
 		return nil, fmt.Errorf("client: subscribe: %w: BatchSize needs a batch handler (SubscribeBatch)", protocol.ErrInvalidArgument)
@@ -666,15 +670,24 @@ func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
 		h.OnSubscriptionEnded(ev)
 	}
 	if m.SubscriptionID != 0 {
-		if !s.lastJoinedEnded(cn, m) {
+		switch act, h := s.joinedEnded(cn, m); act {
+		case endStop:
+			// The handle's only subscription ended for good (group cancelled, topic deleted): the
+			// Subscription ends with it. Subscribing again would create a new subscription, which
+			// is not what the caller's group was.
+			s.logger.Error("subscription ended by the broker", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
+			s.end(err)
+		case endResubscribe:
+			// The broker keeps the handle open without the subscription: give it back (its leases
+			// are released) and subscribe again, as after a retryable close of the handle.
+			cn.unregisterHandle(h)
+			cn.startNoWait(&protocol.Unsubscribe{Handle: h}, true)
+			s.logger.Warn("subscription ended by the broker with a retryable code; resubscribing", slog.String("ended_topic", m.Topic),
+				slog.Any("reason", err))
+			s.c.requestResubscribe()
+		default:
 			s.logger.Warn("subscription ended by the broker; the handle stays open", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
-			return
 		}
-		// The handle's only subscription ended for good (group cancelled, topic deleted): the
-		// Subscription ends with it. Subscribing again would create a new subscription, which
-		// is not what the caller's group was.
-		s.logger.Error("subscription ended by the broker", slog.String("ended_topic", m.Topic), slog.Any("reason", err))
-		s.end(err)
 		return
 	}
 	s.mu.Lock()
@@ -692,22 +705,55 @@ func (s *Subscription) ended(cn *conn, m *protocol.SubscriptionEnded) {
 	s.end(err)
 }
 
-// lastJoinedEnded forgets the subscription m ended and reports whether the handle lost its only
-// subscription for good. A topic-name handle is on at most one subscription, its topic's, and
-// without it delivers nothing more: the end of any subscription of the handle is the end of that
-// one, whether or not the client knew its id (a topic created after the Subscribe is joined
-// without a SubscribeOK naming the subscription, which the client learns from the first delivery
-// only; a semantics change moves the handle to another subscription without a push). A pattern's
-// handle stays open: it keeps its other topics and joins matching topics created later (a deleted
-// topic created again, with the group's binding). So does a handle whose end is retryable.
-func (s *Subscription) lastJoinedEnded(cn *conn, m *protocol.SubscriptionEnded) bool {
+// endAction is what the end of one of a handle's subscriptions does to the Subscription
+// (joinedEnded).
+type endAction int
+
+const (
+	endKeep        endAction = iota // the handle goes on with its other topics
+	endStop                         // the Subscription ends with the reason
+	endResubscribe                  // the handle is given back and subscribed again
+)
+
+// joinedEnded forgets the subscription m ended and says what becomes of the handle. A topic-name
+// handle is on at most one subscription, its topic's, and without it delivers nothing more: the
+// end of any subscription of the handle is the end of that one, whether or not the client knew
+// its id (a topic created after the Subscribe is joined without a SubscribeOK naming the
+// subscription, which the client learns from the first delivery only; a semantics change moves
+// the handle to another subscription without a push). A non-retryable end stops it (endStop). A
+// pattern's handle goes on after one (endKeep): it keeps its other topics and joins matching
+// topics created later (a deleted topic created again, with the group's binding).
+//
+// A retryable end (the member could not stay on the subscription it belongs to: the storage
+// unavailable...) says that subscribing again may get the subscription back. The handle would
+// otherwise stay open without it, receiving nothing more from that topic: it is detached, to be
+// given back (h) and subscribed again (endResubscribe), a topic name's rejoining the subscription
+// that ended, so that the broker creates nothing should it have been cancelled meanwhile. (The
+// current broker closes such a handle right after the end: its close then finds the handle gone
+// and is ignored.)
+func (s *Subscription) joinedEnded(cn *conn, m *protocol.SubscriptionEnded) (act endAction, h uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || s.cn != cn || s.handle != m.Handle {
-		return false
+		return endKeep, 0
 	}
 	s.joined = slices.DeleteFunc(s.joined, func(j protocol.SubscriptionInfo) bool { return j.SubscriptionID == m.SubscriptionID })
-	return !s.pattern && !protocol.IsRetryable(m.Err())
+	switch {
+	case !protocol.IsRetryable(m.Err()):
+		if s.pattern {
+			return endKeep, 0
+		}
+		return endStop, 0
+	case !s.pattern && cn.hello.Version >= protocol.Version5:
+		// The resubscription rejoins it (rejoinID). An older broker cannot take a rejoin, and the
+		// comparison of its answer (attach) would take a different subscription for the end of
+		// this one: that one was told already.
+		s.joined = []protocol.SubscriptionInfo{{SubscriptionID: m.SubscriptionID, Topic: m.Topic}}
+	}
+	h = s.handle
+	s.cn, s.handle = nil, 0
+	s.dropQueuedLocked(cn)
+	return endResubscribe, h
 }
 
 // end stops s because of err (the broker ended it, or a resubscription failed for good): the
