@@ -79,7 +79,9 @@ type HandleEvent struct {
 
 // SubscriptionEndedEvent describes a SubscriptionEnded push.
 type SubscriptionEndedEvent struct {
-	// Topic is the subscription's topic; empty when the whole handle closed.
+	// Topic is the subscription's topic. When the whole handle closed it is empty, or the topic,
+	// created after the Subscribe, whose subscription the handle could not join (Err says why:
+	// LIMIT_EXCEEDED, SUBSCRIPTION_EXISTS for a mode conflict...; docs/protocol.md section 8.5).
 	Topic string
 	// Pattern and Group are the parameters of the Subscription it belonged to.
 	Pattern string
