@@ -566,15 +566,14 @@ func TestAttachFoundAttachedWaitsForJoin(t *testing.T) {
 	m2 := newMember(b, "m2", SubscribeParams{Pattern: e.topic, MaxInFlight: 1}, 1, storage.StartPosition{Kind: storage.FromBeginning})
 	first := make(chan error, 1)
 	go func() { first <- b.attach(ctx, m2, e.topic, false) }()
-	for {
+	eventually(t, "the first attach registers the topic", func() error {
 		m2.mu.Lock()
-		_, attached := m2.topics[e.topic]
-		m2.mu.Unlock()
-		if attached {
-			break
+		defer m2.mu.Unlock()
+		if _, attached := m2.topics[e.topic]; !attached {
+			return errors.New("not attached yet")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	second := make(chan error, 1)
 	go func() { second <- b.attach(ctx, m2, e.topic, false) }()
 	select {
