@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
-	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // A subscription cancelled without this broker (another broker instance on the same PostgreSQL
@@ -107,11 +106,7 @@ func TestCancelledInEngineEndsMembersWithoutCredit(t *testing.T) {
 // and ends the member's subscription with what a cancel through A says; a member of g
 // subscribing again on A gets a new subscription.
 func TestCancelThroughAnotherInstanceEndsMembers(t *testing.T) {
-	url := testutil.DatabaseURL(t)
-	schema := testutil.PGSchema(t, url, "t_bcancel_")
-	clock := newFakeClock()
-	a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-	bi := startPGInstance(t, url, schema, clock)
+	a, bi := pgPair(t, "t_bcancel_", func(c *Config) { c.PollInterval = 20 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	if _, err := bi.b.CreateTopic(ctx, "t", storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
@@ -280,11 +275,7 @@ func stateChangedElsewhere(t *testing.T, prefix string, test func(t *testing.T, 
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, prefix)
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		bi := startPGInstance(t, url, schema, clock)
+		a, bi := pgPair(t, prefix, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
 		test(t, a.b, bi.b, func(ctx context.Context, state storage.SubscriptionState) (*storage.Subscription, error) {
 			switch state {
 			case storage.Paused:

@@ -22,6 +22,17 @@ type pgInstance struct {
 	fc  *filterCounter
 }
 
+// pgPair starts two broker instances on one PostgreSQL schema made for the test (prefix names
+// it) with one fake clock: a (with opts) holds the members under test, other makes changes
+// elsewhere.
+func pgPair(t *testing.T, prefix string, opts ...func(*Config)) (a, other *pgInstance) {
+	t.Helper()
+	url := testutil.DatabaseURL(t)
+	schema := testutil.PGSchema(t, url, prefix)
+	clock := newFakeClock()
+	return startPGInstance(t, url, schema, clock, opts...), startPGInstance(t, url, schema, clock)
+}
+
 // startPGInstance opens an engine on schema with clock and starts a SharedEngine broker on it
 // whose liveness renewals the test runs by hand (renewLiveness).
 func startPGInstance(t *testing.T, url, schema string, clock *fakeClock, opts ...func(*Config)) *pgInstance {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
-	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // A member whose pattern matches a topic created after it subscribed and that cannot join that
@@ -89,12 +88,8 @@ func TestNewTopicAttachFailureClosesMember(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, "t_bnewtopic_")
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
+		a, bi := pgPair(t, "t_bnewtopic_", func(c *Config) { c.PollInterval = 20 * time.Millisecond })
 		a.b.maxSharedMembers = 1
-		bi := startPGInstance(t, url, schema, clock)
 		testNewTopicAttachFailure(t, a.b, func(ctx context.Context) error {
 			_, err := bi.b.CreateTopic(ctx, "q.x", queueCfg)
 			return err
@@ -153,11 +148,7 @@ func TestNewTopicModeConflictClosesMember(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, "t_bnewmode_")
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		bi := startPGInstance(t, url, schema, clock)
+		a, bi := pgPair(t, "t_bnewmode_", func(c *Config) { c.PollInterval = 20 * time.Millisecond })
 		testNewTopicModeConflict(t, a.b, bi.b)
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/internal/storage"
-	"github.com/spoolmq/spool/internal/testutil"
 )
 
 // A topic's semantics changed without this broker (through another broker instance on the same
@@ -36,11 +35,7 @@ func TestSemanticsChangedElsewhere(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, "t_bsemantics_")
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		bi := startPGInstance(t, url, schema, clock)
+		a, bi := pgPair(t, "t_bsemantics_", func(c *Config) { c.PollInterval = 20 * time.Millisecond })
 		testSemanticsChangedElsewhere(t, a.b, bi.b, func(ctx context.Context) error {
 			_, err := bi.b.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
 			return err
@@ -144,11 +139,7 @@ func TestPubSubToQueueWithAnOrderedGroup(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, "t_btoqueue_")
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		bi := startPGInstance(t, url, schema, clock)
+		a, bi := pgPair(t, "t_btoqueue_", func(c *Config) { c.PollInterval = 20 * time.Millisecond })
 		testPubSubToQueueWithAnOrderedGroup(t, a.b, bi.b)
 	})
 }
@@ -245,11 +236,7 @@ func TestFailedMoveEndsMember(t *testing.T) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		url := testutil.DatabaseURL(t)
-		schema := testutil.PGSchema(t, url, "t_bmovefail_")
-		clock := newFakeClock()
-		a := startPGInstance(t, url, schema, clock, limit, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
-		bi := startPGInstance(t, url, schema, clock)
+		a, bi := pgPair(t, "t_bmovefail_", limit, func(c *Config) { c.PollInterval = 20 * time.Millisecond })
 		testFailedMoveEndsMember(t, a.b, bi.b, func(ctx context.Context) error {
 			_, err := bi.b.UpdateTopic(ctx, UpdateTopicParams{Name: "t", Config: pubSubCfg, QueueToGroup: "h"})
 			return err
