@@ -227,13 +227,13 @@ func (o *owner) assignOnce(ctx context.Context) (*storage.Assignment, bool, erro
 	if err != nil {
 		return nil, false, err
 	}
-	a, err := b.engine.SubscriptionAssign(ctx, &storage.SubscriptionAssignParams{
+	res, err := b.engine.SubscriptionAssign(ctx, &storage.SubscriptionAssignParams{
 		SubscriptionID: o.id, Generation: cur.Generation, Members: next, Strategy: s.strategy,
 	})
 	if err != nil {
 		return nil, false, err
 	}
-	return a, true, nil
+	return res.Assignment, true, nil
 }
 
 // liveMembers lists the members the assignment must cover, sorted: this instance's, and with a
@@ -667,16 +667,19 @@ func (b *Broker) RebalanceGroup(ctx context.Context, p RebalanceParams) (*storag
 			return nil, err
 		}
 		start := time.Now()
-		a, err := b.engine.SubscriptionAssign(ctx, &storage.SubscriptionAssignParams{
+		res, err := b.engine.SubscriptionAssign(ctx, &storage.SubscriptionAssignParams{
 			SubscriptionID: sub.ID, Generation: cur.Generation, Members: next, Strategy: p.Strategy,
 		})
 		if errors.Is(err, storage.ErrStaleGeneration) {
 			continue
 		}
-		if err == nil && b.onRebalance != nil {
-			b.onRebalance(RebalanceInfo{SubscriptionID: sub.ID, Topic: p.Topic, Group: sub.Group, Generation: a.Generation, Took: time.Since(start)})
+		if err != nil {
+			return nil, err
 		}
-		return a, err
+		if b.onRebalance != nil {
+			b.onRebalance(RebalanceInfo{SubscriptionID: sub.ID, Topic: p.Topic, Group: sub.Group, Generation: res.Assignment.Generation, Took: time.Since(start)})
+		}
+		return res.Assignment, nil
 	}
 	return nil, fmt.Errorf("broker: rebalance: %w: the assignment kept changing", storage.ErrStaleGeneration)
 }

@@ -55,6 +55,12 @@ type Engine interface {
 	DLQList(ctx context.Context, params *DLQListParams) ([]*DLQEntry, error)
 	// DLQPurge removes DLQ entries (all of them when IDs is empty) and returns how many.
 	DLQPurge(ctx context.Context, params *DLQPurgeParams) (int, error)
+	// DLQRecovered returns, per subscription, the messages the engine dead-lettered while it
+	// opened, and forgets them: a later call returns none. The embedded engine dead-letters there
+	// the leases a restart lost on their max_deliveries-th delivery (reason max_deliveries); the
+	// PostgreSQL engine none (its leases outlive a restart: expired, a claim dead-letters them).
+	// The broker reports them once, when it starts (broker.Config.OnDeadLettered).
+	DLQRecovered(ctx context.Context) ([]DeadLetterCount, error)
 	// DLQReplay moves DLQ entries (all of them when IDs is empty) back to their subscription only,
 	// as messages due for redelivery at once with a fresh attempt count. It returns how many.
 	DLQReplay(ctx context.Context, params *DLQReplayParams) (int, error)
@@ -104,9 +110,10 @@ type Engine interface {
 	// changed) and returns it with the generation incremented, durably (on PostgreSQL in the
 	// database, so broker instances agree). The leases held in a partition whose owner changed
 	// are dropped at once, like DeliveriesRelease (due at once, attempts kept; at max_deliveries
-	// to the DLQ): its new owner starts at the partition's ack floor. A shared subscription is
-	// refused with ErrInvalidArgument, a CANCELLED one with ErrSubscriptionNotActive.
-	SubscriptionAssign(ctx context.Context, params *SubscriptionAssignParams) (*Assignment, error)
+	// to the DLQ, counted in the result): its new owner starts at the partition's ack floor. A
+	// shared subscription is refused with ErrInvalidArgument, a CANCELLED one with
+	// ErrSubscriptionNotActive.
+	SubscriptionAssign(ctx context.Context, params *SubscriptionAssignParams) (*SubscriptionAssignResult, error)
 	// SubscriptionAssignment returns the current assignment of an ORDERED subscription
 	// (generation 0 and no member before the first SubscriptionAssign).
 	SubscriptionAssignment(ctx context.Context, id int64) (*Assignment, error)
@@ -350,6 +357,15 @@ type DeliveriesReleaseParams struct {
 type DeliveriesReleaseResult struct {
 	Released     int
 	DeadLettered int
+}
+
+// DeadLetterCount counts the messages of one subscription (group, on topic) that the engine
+// dead-lettered (Engine.DLQRecovered).
+type DeadLetterCount struct {
+	SubscriptionID int64
+	Topic          string
+	Group          string
+	Messages       int
 }
 
 // DLQListParams are the parameters of Engine.DLQList.

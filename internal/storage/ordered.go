@@ -163,6 +163,16 @@ func (p *SubscriptionAssignParams) Check() error {
 	return nil
 }
 
+// SubscriptionAssignResult is the result of Engine.SubscriptionAssign.
+type SubscriptionAssignResult struct {
+	// Assignment is the new assignment.
+	Assignment *Assignment
+	// DeadLettered counts the leases on their max_deliveries-th delivery, in the partitions
+	// whose owner changed, that went to the DLQ (reason max_deliveries) instead of being given
+	// back.
+	DeadLettered int
+}
+
 // Assignment is the partition assignment of an ORDERED subscription.
 type Assignment struct {
 	SubscriptionID int64 `json:"subscription_id"`

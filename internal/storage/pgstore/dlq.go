@@ -95,6 +95,12 @@ func (e *Engine) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int, 
 		WHERE sub_id = $1 AND replay IS NULL AND (cardinality($2::bigint[]) = 0 OR id = ANY ($2))`, &topic)
 }
 
+// DLQRecovered returns nothing: the leases of this engine are rows that outlive a restart of
+// the broker (expired, the next claim dead-letters them and says so).
+func (e *Engine) DLQRecovered(ctx context.Context) ([]storage.DeadLetterCount, error) {
+	return nil, nil
+}
+
 // DLQReplay moves DLQ entries (all of them when IDs is empty; IDs not in the DLQ are ignored) back
 // to their subscription only, due at once with a fresh attempt count, and returns how many. A
 // replayed message is delivered from the entry's copy, so it does not matter whether the log still

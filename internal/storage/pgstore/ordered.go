@@ -225,8 +225,9 @@ func (st *dstate) orderedRedeliveries(pl *policy.Claim, member string, deadline 
 }
 
 // releasePartitions gives back the leases of the partitions moved (their owner changed): due at
-// now, attempts kept; those on their max_deliveries-th delivery go to the DLQ.
-func (st *dstate) releasePartitions(moved []int32, now time.Time) {
+// now, attempts kept; those on their max_deliveries-th delivery go to the DLQ. It returns how
+// many went to the DLQ.
+func (st *dstate) releasePartitions(moved []int32, now time.Time) (dead int) {
 	for _, r := range slices.Clone(st.rows) {
 		if r.state != stLeased || !slices.Contains(moved, r.partition) {
 			continue
@@ -236,6 +237,7 @@ func (st *dstate) releasePartitions(moved []int32, now time.Time) {
 			for _, o := range live {
 				st.take(r.partition, o)
 				st.deadLetterOutcome(r.partition, o, dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "partition reassigned", attempt: r.attempt, failures: r.failures})
+				dead++
 			}
 			continue
 		}
@@ -249,21 +251,24 @@ func (st *dstate) releasePartitions(moved []int32, now time.Time) {
 		if rp.attempt >= st.cfg.MaxDeliveries {
 			rp.dead = &dlqOutcome{reason: storage.DLQMaxDeliveries, lastErr: "partition reassigned", attempt: rp.attempt, failures: rp.failures}
 			delete(st.replay, dref{rp.partition, rp.offset})
+			dead++
 			continue
 		}
 		rp.state, rp.due = stWaiting, now
 	}
+	return dead
 }
 
 // SubscriptionAssign replaces the assignment of an ORDERED subscription when its generation is
 // still params.Generation (a compare-and-set in the database), under the subscription's
-// sub_partitions locks, and gives back the leases of the partitions whose owner changed.
-func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.SubscriptionAssignParams) (*storage.Assignment, error) {
+// sub_partitions locks, and gives back the leases of the partitions whose owner changed
+// (counting those it dead-lettered).
+func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.SubscriptionAssignParams) (*storage.SubscriptionAssignResult, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
-	return withTxTimeout(e, ctx, "subscription assign", func(ctx context.Context) (*storage.Assignment, error) {
-		var out *storage.Assignment
+	return withTxTimeout(e, ctx, "subscription assign", func(ctx context.Context) (*storage.SubscriptionAssignResult, error) {
+		var out *storage.SubscriptionAssignResult
 		err := e.tx(ctx, func(tx pgx.Tx) error {
 			st, err := e.loadState(ctx, tx, params.SubscriptionID, loadDue, "", loadWant{ps: []int32{}, os: []int64{}}, false)
 			if err != nil {
@@ -290,11 +295,11 @@ func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.Subscri
 				return fmt.Errorf("%w: subscription %d was assigned by another instance meanwhile", storage.ErrStaleGeneration, st.sub.ID)
 			}
 			now := e.now()
-			st.releasePartitions(moved, now)
+			dead := st.releasePartitions(moved, now)
 			if err := e.save(ctx, tx, st, now); err != nil {
 				return err
 			}
-			out = next
+			out = &storage.SubscriptionAssignResult{Assignment: next, DeadLettered: dead}
 			return nil
 		})
 		return out, err

@@ -91,7 +91,7 @@ func TestOrderedTwoInstances(t *testing.T) {
 	if _, err := a.DeliveriesAck(ctx, &storage.DeliveriesAckParams{SubscriptionID: sub.ID, Member: owner, Generation: cur.Generation, Refs: refs}); !errors.Is(err, storage.ErrStaleGeneration) {
 		t.Fatalf("ack by the old owner on the other instance: %v", err)
 	}
-	res, err = a.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "other", Max: 10, Generation: next.Generation})
+	res, err = a.DeliveriesClaim(ctx, &storage.DeliveriesClaimParams{SubscriptionID: sub.ID, Member: "other", Max: 10, Generation: next.Assignment.Generation})
 	if err != nil || len(res.Deliveries) != 4 || res.Deliveries[0].Attempt != 2 {
 		t.Fatalf("new owner's claim: %v %v", res, err)
 	}

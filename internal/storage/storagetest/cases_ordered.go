@@ -25,6 +25,7 @@ func orderedCases() []testCase {
 		{name: "dlq_moves_partition_on", ordered: true, fn: testOrderedDLQMovesOn},
 		{name: "stale_generation_fenced", ordered: true, fn: testOrderedFencing},
 		{name: "member_death_new_owner_at_floor", ordered: true, fn: testOrderedMemberDeath},
+		{name: "rebalance_dead_letters_last_attempt", ordered: true, fn: testOrderedRebalanceDLQ},
 		{name: "restart_keeps_order_and_generation", ordered: true, restart: true, fn: testOrderedRestart},
 		{name: "randomized_joins_and_leaves", ordered: true, fn: testOrderedRandomized},
 		{name: "member_liveness_expires", ordered: true, fn: testOrderedMemberLiveness},
@@ -48,10 +49,16 @@ func (x *env) orderedSub(topic string, partitions, maxInFlight int, cfg storage.
 // assign replaces the assignment, expecting generation gen to be current, and returns the new one.
 func (x *env) assign(sub int64, gen int64, members map[string][]int32) *storage.Assignment {
 	x.t.Helper()
-	a, err := x.e.SubscriptionAssign(x.ctx, &storage.SubscriptionAssignParams{SubscriptionID: sub, Generation: gen, Members: members})
+	return x.assignR(sub, gen, members).Assignment
+}
+
+// assignR is assign returning the whole result.
+func (x *env) assignR(sub int64, gen int64, members map[string][]int32) *storage.SubscriptionAssignResult {
+	x.t.Helper()
+	res, err := x.e.SubscriptionAssign(x.ctx, &storage.SubscriptionAssignParams{SubscriptionID: sub, Generation: gen, Members: members})
 	noErr(x.t, err, "SubscriptionAssign(%d, generation %d, %v)", sub, gen, members)
-	equal(x.t, a.Generation, gen+1, "generation after SubscriptionAssign")
-	return a
+	equal(x.t, res.Assignment.Generation, gen+1, "generation after SubscriptionAssign")
+	return res
 }
 
 // claimG claims for an ordered member with its generation.
@@ -142,9 +149,10 @@ func testOrderedAssignCAS(t *testing.T, x *env) {
 	deepEqual(t, got, a2, "assignment read back")
 
 	// A strategy change is an assignment too.
-	a3, err := x.e.SubscriptionAssign(x.ctx, &storage.SubscriptionAssignParams{SubscriptionID: s.ID, Generation: 2,
+	r3, err := x.e.SubscriptionAssign(x.ctx, &storage.SubscriptionAssignParams{SubscriptionID: s.ID, Generation: 2,
 		Members: a2.Members, Strategy: storage.StrategySticky})
 	noErr(t, err, "SubscriptionAssign with a strategy")
+	a3 := r3.Assignment
 	equal(t, a3.Strategy, storage.StrategySticky, "strategy")
 	equal(t, a3.Generation, int64(3), "generation")
 
@@ -368,6 +376,48 @@ func testOrderedMemberDeath(t *testing.T, x *env) {
 	ds = x.claimG(s.ID, "d", g4.Generation, 10).Deliveries
 	requireOffsets(t, ds, []int64{5, 6}, "d gets the released messages first, in order")
 	requireAttempts(t, ds, 2, "d's deliveries")
+}
+
+// testOrderedRebalanceDLQ: a rebalance that moves a partition dead-letters its leases on their
+// max_deliveries-th delivery (a message's and a replayed DLQ copy's) and counts them in its
+// result; a lease in a partition that keeps its owner stays and is not counted.
+func testOrderedRebalanceDLQ(t *testing.T, x *env) {
+	s := x.orderedSub("t", 2, 1, storage.TopicConfig{MaxDeliveries: 1, AckWait: time.Minute})
+	x.publishN("t", 0, 2)
+	x.publishN("t", 1, 1)
+	g1 := x.assign(s.ID, 0, map[string][]int32{"a": {0, 1}})
+	ds := x.claimG(s.ID, "a", g1.Generation, 10).Deliveries
+	requireRefs(t, RefsOf(ds), []storage.DeliveryRef{ref(0, 0), ref(1, 0)}, "a's deliveries, each on its last attempt")
+	// Partition 0 moves to b, partition 1 stays with a.
+	r2 := x.assignR(s.ID, g1.Generation, map[string][]int32{"a": {1}, "b": {0}})
+	equal(t, r2.DeadLettered, 1, "DeadLettered of the rebalance that moved partition 0")
+	dl := x.dlq(s.ID)
+	equal(t, len(dl), 1, "DLQ entries after the rebalance")
+	equal(t, dl[0].Message.Partition, int32(0), "dead-lettered partition")
+	equal(t, dl[0].Message.Offset, int64(0), "dead-lettered offset")
+	equal(t, dl[0].Reason, storage.DLQMaxDeliveries, "reason")
+	g2 := r2.Assignment
+	ds = x.claimG(s.ID, "b", g2.Generation, 10).Deliveries
+	requireOffsets(t, ds, []int64{1}, "b starts after the dead-lettered offset")
+	_, err := x.ackG(s.ID, "b", g2.Generation, RefsOf(ds)...)
+	noErr(t, err, "b acks")
+	_, err = x.ackG(s.ID, "a", g2.Generation, ref(1, 0))
+	noErr(t, err, "a acks the lease it kept")
+
+	// A replayed copy leased on its last attempt goes back to the DLQ when its partition moves.
+	n, err := x.e.DLQReplay(x.ctx, &storage.DLQReplayParams{SubscriptionID: s.ID})
+	noErr(t, err, "DLQReplay")
+	equal(t, n, 1, "replayed")
+	ds = x.claimG(s.ID, "b", g2.Generation, 10).Deliveries
+	requireRefs(t, RefsOf(ds), []storage.DeliveryRef{ref(0, 0)}, "b gets the replayed copy")
+	r3 := x.assignR(s.ID, g2.Generation, map[string][]int32{"a": {1}, "c": {0}})
+	equal(t, r3.DeadLettered, 1, "DeadLettered of the rebalance that moved the replayed copy")
+	equal(t, len(x.dlq(s.ID)), 1, "DLQ entries after the second rebalance")
+	equal(t, len(x.claimG(s.ID, "c", r3.Assignment.Generation, 10).Deliveries), 0, "c has nothing to get")
+
+	// A rebalance that moves no lease dead-letters nothing.
+	r4 := x.assignR(s.ID, r3.Assignment.Generation, map[string][]int32{"a": {0, 1}})
+	equal(t, r4.DeadLettered, 0, "DeadLettered of a rebalance without leases")
 }
 
 func testOrderedRestart(t *testing.T, x *env) {

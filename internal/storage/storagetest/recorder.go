@@ -130,6 +130,10 @@ func (r *recorder) DLQPurge(ctx context.Context, p *storage.DLQPurgeParams) (int
 	return r.engine().DLQPurge(ctx, p)
 }
 
+func (r *recorder) DLQRecovered(ctx context.Context) ([]storage.DeadLetterCount, error) {
+	return r.engine().DLQRecovered(ctx)
+}
+
 // DLQReplay lists the entries it is about to replay so that the tracker knows which messages may
 // be delivered again (with a fresh attempt count) although they were acked or dead-lettered.
 func (r *recorder) DLQReplay(ctx context.Context, p *storage.DLQReplayParams) (int, error) {

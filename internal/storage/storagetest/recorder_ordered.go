@@ -9,7 +9,7 @@ import (
 
 // SubscriptionAssign forwards the call; the leases of the partitions whose owner it changes are
 // marked as possibly ended first (the engine drops them).
-func (r *recorder) SubscriptionAssign(ctx context.Context, p *storage.SubscriptionAssignParams) (*storage.Assignment, error) {
+func (r *recorder) SubscriptionAssign(ctx context.Context, p *storage.SubscriptionAssignParams) (*storage.SubscriptionAssignResult, error) {
 	e := r.engine()
 	if p != nil {
 		if cur, err := e.SubscriptionAssignment(ctx, p.SubscriptionID); err == nil {

@@ -56,6 +56,19 @@ func (e *Engine) DLQPurge(ctx context.Context, params *storage.DLQPurgeParams) (
 	return e.dlqMove(ctx, params.SubscriptionID, params.IDs, false)
 }
 
+// DLQRecovered returns, per subscription, the messages Open dead-lettered (leases lost in the
+// restart on their max_deliveries-th delivery) and forgets them: later calls return none.
+func (e *Engine) DLQRecovered(ctx context.Context) ([]storage.DeadLetterCount, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, storage.ErrClosed
+	}
+	out := e.openDead
+	e.openDead = nil
+	return out, nil
+}
+
 // DLQReplay moves DLQ entries (all of them when IDs is empty) back to their subscription only,
 // due at once with a fresh attempt count, and returns how many. A replayed message is delivered
 // from the entry's copy in the DLQ log, so it does not matter whether the partition log still

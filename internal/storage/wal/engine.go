@@ -254,6 +254,11 @@ type Engine struct {
 	dlqStalled atomic.Int64
 	dlqWarnAt  atomic.Int64
 
+	// openDead counts, per subscription, the messages recover dead-lettered at Open (leases lost
+	// in the restart on their max_deliveries-th delivery), until DLQRecovered takes them.
+	// Guarded by mu.
+	openDead []storage.DeadLetterCount
+
 	// snapshotEncodeHook, if set (tests, before any snapshot can run), is called on the snapshot
 	// goroutine right before a snapshot is encoded.
 	snapshotEncodeHook func()

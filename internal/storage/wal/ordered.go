@@ -22,8 +22,9 @@ import (
 const recSubAssign byte = 25
 
 // SubscriptionAssign replaces the assignment of an ORDERED subscription when its generation is
-// still params.Generation, durably, and drops the leases of the partitions whose owner changed.
-func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.SubscriptionAssignParams) (*storage.Assignment, error) {
+// still params.Generation, durably, and drops the leases of the partitions whose owner changed
+// (counting those it dead-lettered).
+func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.SubscriptionAssignParams) (*storage.SubscriptionAssignResult, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
 	}
@@ -46,6 +47,7 @@ func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.Subscri
 	}
 	s.asg = next
 	ch := e.queueStateWait(encodeJSON(recSubAssign, next))
+	res := &storage.SubscriptionAssignResult{}
 	if len(moved) > 0 {
 		s.mu.Lock()
 		now := e.now()
@@ -55,18 +57,19 @@ func (e *Engine) SubscriptionAssign(ctx context.Context, params *storage.Subscri
 			for _, en := range dead {
 				if r := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "partition reassigned", now); r != nil {
 					recs = append(recs, r)
+					res.DeadLettered++
 				}
 			}
 		}
 		e.queueStates(s, recs, false, nil)
 		s.mu.Unlock()
 	}
-	out := next.Clone()
+	res.Assignment = next.Clone()
 	e.mu.Unlock()
 	if err := wait(ctx, ch); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return res, nil
 }
 
 // SubscriptionAssignment returns the current assignment of an ORDERED subscription.

@@ -1,11 +1,13 @@
 package wal
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -104,16 +106,23 @@ func (e *Engine) recover() error {
 		// Leases were lost with the restart. Messages on their last allowed delivery are
 		// dead-lettered as an expiry would have; the others are due at once (restored that way).
 		maxDel := s.topic.meta.Config.MaxDeliveries
+		dead := 0
 		for _, en := range s.st.Exhausted(maxDel, func(p int32) bool { return s.topic.parts[p].damaged() == nil }) {
 			// A delivery never carries an attempt above max_deliveries, so that is all it can
 			// have had (an unclean restart may have counted one more).
 			en.Attempt = min(en.Attempt, maxDel)
 			if rec := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "lease lost in an engine restart", now); rec != nil && !s.meta.Ephemeral {
 				recs = append(recs, wlog.Record{Timestamp: now.UnixNano(), Body: rec})
+				dead++
 			}
+		}
+		if dead > 0 {
+			e.openDead = append(e.openDead, storage.DeadLetterCount{SubscriptionID: s.meta.ID, Topic: s.meta.Topic,
+				Group: s.meta.Group, Messages: dead})
 		}
 		e.flushDLQLocked(s)
 	}
+	slices.SortFunc(e.openDead, func(a, b storage.DeadLetterCount) int { return cmp.Compare(a.SubscriptionID, b.SubscriptionID) })
 	if _, err := e.committer.Append(context.Background(), e.state, recs); err != nil {
 		return fmt.Errorf("wal: record the restart: %w", err)
 	}

@@ -114,7 +114,7 @@ func TestRestartRedeliversEveryUnackedMessage(t *testing.T) {
 // TestRestartDeadLettersLostLastDelivery: a message leased on its max_deliveries-th delivery when
 // the engine stops goes to the DLQ, as its lease expiry would have sent it. After a crash that
 // includes a message one delivery short of it: its last delivery may have been lost with the claim
-// record.
+// record. DLQRecovered counts those of the last Open, once.
 func TestRestartDeadLettersLostLastDelivery(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"close", "crash"} {
@@ -128,6 +128,9 @@ func TestRestartDeadLettersLostLastDelivery(t *testing.T) {
 			equal(t, ds[0].Attempt, 1, "first")
 			if mode == "close" {
 				h.restart()
+				recovered, err := h.e.DLQRecovered(h.ctx)
+				h.must(err, "DLQRecovered")
+				equal(t, len(recovered), 0, "subscriptions with dead-letters at an Open that made none")
 				ds = h.claim(q.ID, "a", 1)
 				equal(t, ds[0].Offset, int64(0), "redelivered first")
 				equal(t, ds[0].Attempt, 2, "second attempt after restart")
@@ -135,6 +138,13 @@ func TestRestartDeadLettersLostLastDelivery(t *testing.T) {
 			} else {
 				h.crash()
 			}
+			recovered, err := h.e.DLQRecovered(h.ctx)
+			h.must(err, "DLQRecovered")
+			equal(t, len(recovered), 1, "subscriptions with dead-letters at Open")
+			equal(t, recovered[0], storage.DeadLetterCount{SubscriptionID: q.ID, Topic: "jobs", Group: q.Group, Messages: 1}, "dead-letters at Open")
+			recovered, err = h.e.DLQRecovered(h.ctx)
+			h.must(err, "DLQRecovered again")
+			equal(t, len(recovered), 0, "subscriptions with dead-letters at Open, asked again")
 			dlq, err := h.e.DLQList(h.ctx, &storage.DLQListParams{SubscriptionID: q.ID})
 			h.must(err, "dlq list")
 			equal(t, len(dlq), 1, "dlq entries")
