@@ -30,7 +30,9 @@
 // A Member is one Subscribe call: a topic name or wildcard pattern, an optional group and a credit
 // (MaxInFlight). It is attached to one subscription per matching topic. A durable group also
 // registers an engine binding for a wildcard pattern, or for a topic name that does not exist yet,
-// so that the engine subscribes the group atomically when a matching topic is created. Live
+// so that the engine subscribes the group atomically when a matching topic is created (a topic
+// name's binding is deleted with that topic: a topic created again under the name gets no
+// subscription for a group that has no member left). Live
 // members join new topics when the engine notifies storage.NotifyTopicCreated (a topic created by
 // an admin call, an auto-create, or another broker instance); subscriptions this creates start at
 // the topic's beginning, so the first message of a new topic is not missed. A member that cannot

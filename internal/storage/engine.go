@@ -173,7 +173,11 @@ type Engine interface {
 	// TopicCreate creates a topic. A QUEUE topic gets its one subscription (group QueueGroup,
 	// FROM_BEGINNING); a PUB_SUB topic gets one subscription per matching durable binding.
 	TopicCreate(ctx context.Context, params *TopicCreateParams) (*Topic, error)
-	// TopicDelete deletes a topic with its messages and subscriptions. Without Force it fails with
+	// TopicDelete deletes a topic with its messages and subscriptions, and atomically with them the
+	// bindings whose pattern is the topic's plain name (a durable group's Subscribe of a topic
+	// that did not exist yet registers one): they were for this topic, and would otherwise
+	// subscribe their groups to a topic created later under the name, without members. Wildcard
+	// bindings stay (they bind topics created later by design). Without Force it fails with
 	// ErrTopicHasSubscriptions while a durable PUB_SUB subscription is ACTIVE or PAUSED, or while
 	// the queue subscription of a QUEUE topic has messages that are not done (an operator does not
 	// lose unprocessed work by accident); ephemeral subscriptions never block it.

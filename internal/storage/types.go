@@ -492,7 +492,8 @@ const QueueGroup = "$queue"
 
 // Binding is a durable group's registration on a topic pattern: every topic that matches it, now or
 // created later, gets a subscription for the group (PUB_SUB topics) or shares the queue subscription
-// (QUEUE topics).
+// (QUEUE topics). A binding on a plain topic name is deleted with that topic (Engine.TopicDelete);
+// a wildcard binding lives until BindingDelete.
 type Binding struct {
 	Group     string        `json:"group"`
 	Pattern   string        `json:"pattern"`

@@ -379,6 +379,7 @@ func (e *Engine) topicUpdate(ctx context.Context, params *storage.TopicUpdatePar
 // their delivery state (ON DELETE CASCADE; delivery rows by the trigger of migration 0021). Its
 // messages stay in their buckets until retention drops them; topic ids are never reused, so a
 // topic created again under the name starts empty.
+// The bindings on the topic's plain name go with it (wildcard bindings stay).
 // Without Force it fails with storage.ErrTopicHasSubscriptions while a durable subscription other
 // than the queue subscription is ACTIVE or PAUSED, while the queue subscription (ACTIVE or
 // PAUSED) has messages not done, or while spool.staged holds committed transactional publishes
@@ -441,6 +442,17 @@ func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeletePar
 				return fmt.Errorf("%w: topic %q has committed transactional messages not yet in the log (retry, or use force to delete them)",
 					storage.ErrTopicHasSubscriptions, params.Name)
 			}
+		}
+		// The bindings on the topic's plain name (a durable group's Subscribe of a topic that did
+		// not exist yet) were for this topic only: left alone they would subscribe their groups,
+		// without members, to a topic created later under the name. Wildcard bindings stay (the
+		// name has no wildcard, so no wildcard pattern equals it). The delete's ROW EXCLUSIVE lock
+		// waits for the PUB_SUB topic creations holding SHARE on spool.bindings, which never wait
+		// for this transaction's rows: one of this name fails on the topic row (still there,
+		// locked, not yet deleted) with ErrTopicExists. So the wait is bounded by their
+		// transactions, and by TxTimeout as it comes before locked.
+		if _, err := tx.Exec(ctx, e.sql("DELETE FROM spool.bindings WHERE pattern = $1"), params.Name); err != nil {
+			return fmt.Errorf("pgstore: topic delete %q: bindings: %w", params.Name, err)
 		}
 		if err := locked(); err != nil {
 			return err

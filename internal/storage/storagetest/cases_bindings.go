@@ -17,6 +17,7 @@ func bindingCases() []testCase {
 		{name: "overlapping_patterns", fn: testBindingOverlap},
 		{name: "ordered_by_group_then_pattern", fn: testBindingOrder},
 		{name: "survives_topic_delete", fn: testBindingTopicRecreate},
+		{name: "topic_name_binding_ends_with_topic", fn: testBindingTopicNameDeleted},
 		{name: "existing_topics_not_subscribed", fn: testBindingExistingTopics},
 	}
 }
@@ -151,6 +152,60 @@ func testBindingTopicRecreate(t *testing.T, x *env) {
 	second, err := x.e.SubscriptionGetByGroup(x.ctx, "logs.app", "g")
 	noErr(t, err, "subscription of the recreated topic")
 	isTrue(t, second.ID > first.ID, "a new subscription: %d after %d", second.ID, first.ID)
+}
+
+// testBindingTopicNameDeleted: a binding on a plain topic name (what a durable group's Subscribe of
+// a topic that does not exist yet registers) goes with the topic's deletion, atomically with it: a
+// topic created later under that name gets no subscription for the group, which nobody asked
+// for (it would hold retention without members until DEAD). Wildcard bindings matching the
+// name, another topic's plain binding, and the plain binding of a name whose delete fails stay;
+// so does the effect after a restart.
+func testBindingTopicNameDeleted(t *testing.T, x *env) {
+	for _, b := range []storage.BindingCreateParams{
+		{Group: "g", Pattern: "logs.app"},
+		{Group: "h", Pattern: "logs.app"},
+		{Group: "w", Pattern: "logs.*"},
+		{Group: "g", Pattern: "logs.db"},
+	} {
+		_, err := x.e.BindingCreate(x.ctx, &b)
+		noErr(t, err, "BindingCreate(%q, %q)", b.Group, b.Pattern)
+	}
+	x.createTopic("logs.app", pubSub(1))
+	equal(t, len(x.listSubs("logs.app")), 3, "subscriptions the bindings made")
+	// Refused (a live subscription, no force): nothing changes, the bindings included.
+	err := x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "logs.app"})
+	errIs(t, err, storage.ErrTopicHasSubscriptions, "TopicDelete without force")
+	bindingPatterns := func(what string) []string {
+		t.Helper()
+		list, err := x.e.BindingList(x.ctx)
+		noErr(t, err, "BindingList %s", what)
+		var out []string
+		for _, b := range list {
+			out = append(out, b.Group+" "+b.Pattern)
+		}
+		return out
+	}
+	equal(t, len(bindingPatterns("after a refused delete")), 4, "bindings after a refused delete")
+
+	noErr(t, x.e.TopicDelete(x.ctx, &storage.TopicDeleteParams{Name: "logs.app", Force: true}), "TopicDelete")
+	want := []string{"g logs.db", "w logs.*"}
+	got := bindingPatterns("after the delete")
+	equal(t, len(got), len(want), "bindings after the delete: %q", got)
+	for i := range want {
+		equal(t, got[i], want[i], "binding %d after the delete", i)
+	}
+	if x.caps.Restart {
+		x.restart()
+		got = bindingPatterns("after a restart")
+		equal(t, len(got), len(want), "bindings after a restart: %q", got)
+	}
+
+	x.createTopic("logs.app", pubSub(1))
+	subs := x.listSubs("logs.app")
+	equal(t, len(subs), 1, "subscriptions of the topic created again")
+	equal(t, subs[0].Group, "w", "the wildcard binding's group")
+	_, err = x.e.SubscriptionGetByGroup(x.ctx, "logs.app", "g")
+	errIs(t, err, storage.ErrSubscriptionNotFound, "group g on the topic created again")
 }
 
 // testBindingExistingTopics: BindingCreate does not subscribe topics that already exist (the broker

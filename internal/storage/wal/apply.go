@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/spoolmq/spool/internal/storage"
@@ -86,6 +87,12 @@ func (e *Engine) applyTopicUpdate(r *topicUpdateRec) {
 	}
 }
 
+// applyTopicDelete deletes the topic with its subscriptions and the bindings on its name: a
+// binding whose pattern is the plain topic name (a durable group's Subscribe of a topic that did
+// not exist yet) was for this topic only, and left alone it would subscribe the group, without
+// members, to a topic created later under the name. Wildcard bindings stay: they bind topics
+// created later by design. The record does not list the bindings: replay, which applies the
+// records in the order they were made, removes the same ones.
 func (e *Engine) applyTopicDelete(r *topicDeleteRec) {
 	t := e.topics[r.Name]
 	if t == nil {
@@ -94,6 +101,7 @@ func (e *Engine) applyTopicDelete(r *topicDeleteRec) {
 	for _, s := range t.subs {
 		e.applySubDelete(&subDeleteRec{ID: s.meta.ID, At: r.At})
 	}
+	maps.DeleteFunc(e.bindings, func(k bindingKey, _ *storage.Binding) bool { return k.pattern == r.Name })
 	t.dedup.drop(&e.dedupIDs)
 	delete(e.topics, r.Name)
 }

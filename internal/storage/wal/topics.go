@@ -197,7 +197,8 @@ func queuePendingLocked(t *topic, s *sub) bool {
 	return false
 }
 
-// TopicDelete deletes a topic, its messages and its subscriptions (they become DELETED). Without
+// TopicDelete deletes a topic, its messages, its subscriptions (they become DELETED) and the
+// bindings on its plain name (applyTopicDelete; wildcard bindings stay). Without
 // Force it fails with storage.ErrTopicHasSubscriptions while a durable PUB_SUB subscription is
 // ACTIVE or PAUSED, or while the queue subscription (ACTIVE or PAUSED) has messages not yet done.
 func (e *Engine) TopicDelete(ctx context.Context, params *storage.TopicDeleteParams) error {
