@@ -133,9 +133,13 @@ type Config struct {
 	OnFiltered func(topic, group string, n int)
 	// OnDeadLettered, if set, is called with the messages of a subscription (its topic and
 	// group) that the engine dead-lettered in a claim (leases that expired on their
-	// max_deliveries-th delivery) or when a member of this broker left (its leases on their
-	// max_deliveries-th delivery released). Nacks are not reported: their callers count the
-	// engine's DeliveriesNackResult.DeadLettered. Metrics count them. It must not block.
+	// max_deliveries-th delivery), when a member of this broker left (its leases on their
+	// max_deliveries-th delivery released), in a rebalance of an ordered group this broker
+	// stored (leases on their max_deliveries-th delivery in the partitions it moved), and once
+	// at Start for those the engine dead-lettered when it opened (Engine.DLQRecovered: the
+	// embedded engine's leases lost in a restart on their max_deliveries-th delivery). Nacks
+	// are not reported: their callers count the engine's DeliveriesNackResult.DeadLettered.
+	// Metrics count them. It must not block.
 	OnDeadLettered func(topic, group string, n int)
 	// Backfill paces the delivery of backfill ranges (backfill.go); zero fields take defaults.
 	Backfill BackfillConfig
@@ -407,6 +411,23 @@ func New(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// reportRecovered reports to Config.OnDeadLettered the messages the engine dead-lettered when it
+// opened (Engine.DLQRecovered, which hands them out once). Only metrics need them: a failure is
+// logged.
+func (b *Broker) reportRecovered(ctx context.Context) {
+	if b.onDeadLettered == nil {
+		return
+	}
+	counts, err := b.engine.DLQRecovered(ctx)
+	if err != nil {
+		b.logger.WarnContext(ctx, "dead-letters of the engine's open not counted", slog.Any("error", err))
+		return
+	}
+	for _, c := range counts {
+		b.countDeadLettered(c.Topic, c.Group, c.Messages)
+	}
+}
+
 // DefaultMaxInFlight returns the credit of a member that subscribes with MaxInFlight 0
 // (Config.DefaultMaxInFlight or its default).
 func (b *Broker) DefaultMaxInFlight() int { return b.defaultMaxInFlight }
@@ -429,6 +450,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	var firstWait time.Duration
 	if fresh {
 		lifecycleStart, firstWait = b.clock.Now(), b.nextLifecycle(ctx)
+		b.reportRecovered(ctx)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -233,6 +233,7 @@ func (o *owner) assignOnce(ctx context.Context) (*storage.Assignment, bool, erro
 	if err != nil {
 		return nil, false, err
 	}
+	b.reportDeadLettered(o, res.DeadLettered)
 	return res.Assignment, true, nil
 }
 
@@ -676,6 +677,7 @@ func (b *Broker) RebalanceGroup(ctx context.Context, p RebalanceParams) (*storag
 		if err != nil {
 			return nil, err
 		}
+		b.countDeadLettered(p.Topic, sub.Group, res.DeadLettered)
 		if b.onRebalance != nil {
 			b.onRebalance(RebalanceInfo{SubscriptionID: sub.ID, Topic: p.Topic, Group: sub.Group, Generation: res.Assignment.Generation, Took: time.Since(start)})
 		}

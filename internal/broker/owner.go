@@ -834,10 +834,16 @@ func (o *owner) waitFor(nextDue time.Time, poll time.Duration) time.Duration {
 }
 
 // reportDeadLettered reports n > 0 messages of o's subscription that the engine dead-lettered
-// in a claim or a release to Config.OnDeadLettered.
+// in a claim, a release or a rebalance to Config.OnDeadLettered.
 func (b *Broker) reportDeadLettered(o *owner, n int) {
+	b.countDeadLettered(o.topic, o.groupName(), n)
+}
+
+// countDeadLettered reports n > 0 messages of group on topic that the engine dead-lettered to
+// Config.OnDeadLettered.
+func (b *Broker) countDeadLettered(topic, group string, n int) {
 	if n > 0 && b.onDeadLettered != nil {
-		b.onDeadLettered(o.topic, o.groupName(), n)
+		b.onDeadLettered(topic, group, n)
 	}
 }
 

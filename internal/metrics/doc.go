@@ -110,14 +110,15 @@
 //	                                                          a nack (ObserveNack: to the DLQ, on the last attempt, a poison rule), by a
 //	                                                          claim that found a lease expired on the max_deliveries-th delivery (when
 //	                                                          the subscription's next claim after the deadline runs, on whichever
-//	                                                          instance makes it), and by a member of this process leaving with leases
-//	                                                          on their last attempt (ObserveDeadLettered, wired to
-//	                                                          broker.Config.OnDeadLettered). On PostgreSQL: sum() across instances.
-//	                                                          Not counted: leases on their last attempt that a rebalance of an ordered
-//	                                                          group drops from a partition it moves (storage.Engine.SubscriptionAssign
-//	                                                          reports no count), and those the embedded engine finds at open after a
-//	                                                          restart; every entry, whatever put it there, is in
-//	                                                          spool_subscription_dead_lettered (the DLQ size).
+//	                                                          instance makes it), by a member of this process leaving with leases on
+//	                                                          their last attempt, by a rebalance of an ordered group this process
+//	                                                          stored that moved partitions with leases on their last attempt
+//	                                                          (storage.SubscriptionAssignResult.DeadLettered), and by the embedded
+//	                                                          engine's open after a restart, for the leases it lost on their last
+//	                                                          attempt (storage.Engine.DLQRecovered, counted once when the broker
+//	                                                          starts) (ObserveDeadLettered, wired to broker.Config.OnDeadLettered).
+//	                                                          On PostgreSQL: sum() across instances. Every entry, whatever put it
+//	                                                          there, is also in spool_subscription_dead_lettered (the DLQ size).
 //	spool_messages_expired_total{topic,reason}      counter   messages the retention job of this process removed while a subscription
 //	                                                          (ACTIVE, PAUSED or DEAD) had not completed them (ObserveRetention, wired
 //	                                                          to broker.Config.OnRetention): the removals invariant 1 requires to count.

@@ -97,7 +97,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic", "group"}),
 		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_dead_lettered_total",
-			Help: "Messages this process dead-lettered: by a nack (to_dlq, the last attempt, a poison rule), a claim finding a lease expired on its last attempt, or a member leaving with leases on their last attempt. Not counted: leases a rebalance moves or an embedded-engine restart finds on their last attempt.",
+			Help: "Messages this process dead-lettered: by a nack (to_dlq, the last attempt, a poison rule), a claim finding a lease expired on its last attempt, a member leaving with leases on their last attempt, a rebalance moving leases on their last attempt, or an embedded-engine restart finding leases on their last attempt (counted when the broker starts).",
 		}, []string{"topic", "group"}),
 		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "spool_messages_expired_total",
@@ -281,9 +281,10 @@ func (m *Metrics) ObserveNack(topic, group string, nacked, deadLettered int) {
 }
 
 // ObserveDeadLettered records n messages of group on topic that the engine dead-lettered on its
-// own, in a claim (leases expired on their max_deliveries-th delivery) or a release (a member
-// left holding leases on it). Nacks are counted by ObserveNack. Its signature is that of
-// broker.Config.OnDeadLettered. It never blocks.
+// own, in a claim (leases expired on their max_deliveries-th delivery), a release (a member left
+// holding leases on it), a rebalance (leases on it in the partitions it moved) or at its open
+// after a restart (leases lost on it; reported when the broker starts). Nacks are counted by
+// ObserveNack. Its signature is that of broker.Config.OnDeadLettered. It never blocks.
 func (m *Metrics) ObserveDeadLettered(topic, group string, n int) {
 	if m == nil || n <= 0 || m.idx.isGone(topic) {
 		return
