@@ -172,7 +172,8 @@ type Subscription struct {
 // (with a higher Attempt). Handlers must therefore be idempotent.
 //
 // When the broker ends the subscription of a topic name (SubscriptionEnded: the group was
-// cancelled, SUBSCRIPTION_NOT_ACTIVE; the topic deleted, SUBSCRIPTION_NOT_FOUND; also one the
+// cancelled, SUBSCRIPTION_NOT_ACTIVE; the topic deleted, TOPIC_NOT_FOUND, as when the end
+// comes while reconnecting; the subscription deleted, SUBSCRIPTION_NOT_FOUND; also one the
 // client did not know yet, of a topic created after the Subscribe with no delivery since) or closes
 // the handle with a non-retryable code, the Subscription stops without subscribing again: Done is
 // closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on

@@ -477,12 +477,12 @@ func (o *owner) endHere(reason error) {
 }
 
 // endReason returns why the subscription ended, judged from a read of it (Engine.SubscriptionGet's
-// result): deleted (not found, DELETED) or cancelled; nil while it lives (PAUSED and DEAD
-// included) or when the read failed otherwise.
+// result): deleted (not found, DELETED: goneReason) or cancelled; nil while it lives (PAUSED and
+// DEAD included) or when the read failed otherwise.
 func (o *owner) endReason(sub *storage.Subscription, err error) error {
 	switch {
 	case errors.Is(err, storage.ErrSubscriptionNotFound), err == nil && sub.State == storage.Deleted:
-		return fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, o.id, o.topic)
+		return o.b.goneReason(o.b.rootCtx, o.id, o.topic)
 	case err == nil && sub.State == storage.Cancelled:
 		return cancelledReason(sub)
 	}

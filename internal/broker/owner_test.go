@@ -324,8 +324,8 @@ func TestJoinQueuedBehindEnd(t *testing.T) {
 			t.Fatalf("%s still attached to the deleted topic's subscription", m.ID())
 		}
 		ended := m.TakeEnded()
-		if len(ended) != 1 || ended[0].SubscriptionID != subID || !errors.Is(ended[0].Err, storage.ErrSubscriptionNotFound) {
-			t.Fatalf("%s ended %+v, want subscription %d not found", m.ID(), ended, subID)
+		if len(ended) != 1 || ended[0].SubscriptionID != subID || !errors.Is(ended[0].Err, storage.ErrTopicNotFound) {
+			t.Fatalf("%s ended %+v, want subscription %d ended by its topic's deletion (topic not found)", m.ID(), ended, subID)
 		}
 	}
 }

@@ -219,7 +219,7 @@ func TestEndedSubscriptions(t *testing.T) {
 	for _, x := range ended {
 		byTopic[x.Topic] = x.Err
 	}
-	if !errors.Is(byTopic["end.a"], storage.ErrSubscriptionNotActive) || !errors.Is(byTopic["end.b"], storage.ErrSubscriptionNotFound) {
+	if !errors.Is(byTopic["end.a"], storage.ErrSubscriptionNotActive) || !errors.Is(byTopic["end.b"], storage.ErrTopicNotFound) {
 		t.Fatalf("ended: %+v", ended)
 	}
 	if a := m.Subscriptions(); len(a) != 1 || a[0].Topic != "end.c" {

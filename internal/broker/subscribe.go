@@ -561,9 +561,9 @@ func (b *Broker) resolveSubscription(ctx context.Context, m *Member, topic strin
 	}
 }
 
-// detachTopic detaches every member from the subscriptions of a deleted topic. Only subscriptions
-// the engine no longer has are detached: the topic may have been created again meanwhile, and
-// subscription IDs are never reused.
+// detachTopic detaches every member from the subscriptions of a deleted topic, telling them why
+// (goneReason: TOPIC_NOT_FOUND). Only subscriptions the engine no longer has are detached: the
+// topic may have been created again meanwhile, and subscription IDs are never reused.
 func (b *Broker) detachTopic(ctx context.Context, topic string) {
 	b.mu.RLock()
 	var subs []*owner
@@ -581,12 +581,34 @@ func (b *Broker) detachTopic(ctx context.Context, topic string) {
 			b.logger.WarnContext(ctx, "checking subscription of deleted topic failed", slog.Int64("subscription", s.id), slog.Any("error", err))
 			continue
 		}
-		s.end(fmt.Errorf("%w: topic %q was deleted", storage.ErrSubscriptionNotFound, topic))
+		s.end(b.goneReason(ctx, s.id, topic))
 		n++
 	}
 	if n > 0 {
 		b.logger.InfoContext(ctx, "topic deleted, members detached", slog.String("topic", topic), slog.Int("subscriptions", n))
 	}
+}
+
+// goneReason is what the members of subscription id of topic, which the engine no longer has, are
+// told (Member.TakeEnded), judged as a rejoining Subscribe is refused (rejoinRefusal): when no
+// topic of that name exists, its topic was deleted (topicDeletedReason, TOPIC_NOT_FOUND); else the
+// subscription was deleted (SUBSCRIPTION_NOT_FOUND), also when the topic was deleted and created
+// again before this broker found the end. So a member is told the same code whether this broker
+// deleted the topic (detachTopic), found the deletion notified (storage.NotifyTopicDeleted) or
+// found the subscription gone when it read it (endReason), and the same as its client rejoining
+// after a reconnect. It costs one read of the topic, made only when a subscription ends.
+func (b *Broker) goneReason(ctx context.Context, id int64, topic string) error {
+	if _, err := b.engine.TopicGet(context.WithoutCancel(ctx), topic); errors.Is(err, storage.ErrTopicNotFound) {
+		return topicDeletedReason(topic)
+	}
+	return fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, id, topic)
+}
+
+// topicDeletedReason is what the members of a subscription whose topic was deleted are told:
+// TOPIC_NOT_FOUND, the code a rejoining Subscribe of the topic is refused with
+// (rejoinTopicMissing).
+func topicDeletedReason(topic string) error {
+	return fmt.Errorf("%w: topic %q was deleted", storage.ErrTopicNotFound, topic)
 }
 
 // checkMode validates the ordered-group fields of p and normalizes its mode.

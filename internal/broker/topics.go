@@ -451,7 +451,7 @@ func (b *Broker) moveFailed(ctx context.Context, m *Member, s *owner, topic stri
 	case errors.Is(err, ErrNotRunning):
 		return
 	case errors.Is(err, storage.ErrTopicNotFound):
-		m.tell(s, fmt.Errorf("%w: topic %q was deleted", storage.ErrSubscriptionNotFound, topic))
+		m.tell(s, topicDeletedReason(topic))
 		return
 	}
 	reason := fmt.Errorf("topic %q changed semantics and the member could not join the subscription it belongs to now: %w", topic, err)

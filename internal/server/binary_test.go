@@ -809,7 +809,7 @@ func TestSubscriptionEnded(t *testing.T) {
 		}
 		codes[se.Topic] = se.Code
 	}
-	if codes["end.a"] != protocol.CodeSubNotActive || codes["end.b"] != protocol.CodeSubNotFound {
+	if codes["end.a"] != protocol.CodeSubNotActive || codes["end.b"] != protocol.CodeTopicNotFound {
 		t.Fatalf("ended codes %v", codes)
 	}
 	// The handle still gets topics created later.

@@ -50,3 +50,33 @@ func TestSubscribeRejoin(t *testing.T) {
 		t.Fatalf("version-4 Subscribe of a cancelled group joined %+v, want a new subscription", ok.Subscriptions)
 	}
 }
+
+// TestTopicDeletedSameCodeConnectedOrAway: a topic deleted while a handle is connected ends its
+// subscription with the code that refuses the rejoin of a client that was away when it was
+// deleted: TOPIC_NOT_FOUND, one reason for one event. Before, the push said
+// SUBSCRIPTION_NOT_FOUND.
+func TestTopicDeletedSameCodeConnectedOrAway(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil, nil)
+	ctx := context.Background()
+	if _, err := e.b.CreateTopic(ctx, "orders", storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
+		t.Fatal(err)
+	}
+	connected := e.dial(nil)
+	sub := connected.subscribe(&protocol.Subscribe{Topic: "orders", Group: "billing", MaxInFlight: 1})
+	away := e.dial(nil)
+	awayID := away.subscribe(&protocol.Subscribe{Topic: "orders", Group: "audit", MaxInFlight: 1}).Subscriptions[0].SubscriptionID
+	_ = away.nc.Close()
+	if err := e.b.DeleteTopic(ctx, "orders", true); err != nil {
+		t.Fatal(err)
+	}
+	for len(connected.ended) == 0 {
+		corr, m := connected.read()
+		connected.keep(corr, m)
+	}
+	if se := connected.ended[0]; se.Handle != sub.Handle || se.Topic != "orders" || se.Code != protocol.CodeTopicNotFound {
+		t.Fatalf("SubscriptionEnded %+v, want TOPIC_NOT_FOUND (%d)", se, protocol.CodeTopicNotFound)
+	}
+	back := e.dial(nil)
+	back.expectErr(&protocol.Subscribe{Topic: "orders", Group: "audit", MaxInFlight: 1, Rejoin: awayID}, protocol.CodeTopicNotFound)
+}
