@@ -357,7 +357,9 @@ type DeliveriesReleaseParams struct {
 	Member         string
 }
 
-// DeliveriesReleaseResult is the result of Engine.DeliveriesRelease.
+// DeliveriesReleaseResult is the result of Engine.DeliveriesRelease: Released the messages given
+// back for redelivery, DeadLettered those that went to the DLQ (one on its max_deliveries-th
+// delivery that could not go, such as one in a damaged partition, is in neither).
 type DeliveriesReleaseResult struct {
 	Released     int
 	DeadLettered int

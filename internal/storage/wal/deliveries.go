@@ -700,7 +700,9 @@ func (e *Engine) DeliveriesExtend(ctx context.Context, params *storage.Deliverie
 }
 
 // DeliveriesRelease gives back every lease Member holds: due at once, attempts kept; those on
-// their max_deliveries-th delivery go to the DLQ (reason max_deliveries).
+// their max_deliveries-th delivery go to the DLQ (reason max_deliveries). DeadLettered counts
+// only the entries queued in the DLQ, like a claim's: one deadLetterLocked keeps (damaged
+// partition, DLQ log unavailable) or drops (message gone) is in neither count.
 func (e *Engine) DeliveriesRelease(ctx context.Context, params *storage.DeliveriesReleaseParams) (*storage.DeliveriesReleaseResult, error) {
 	if err := params.Check(); err != nil {
 		return nil, err
@@ -709,11 +711,12 @@ func (e *Engine) DeliveriesRelease(ctx context.Context, params *storage.Deliveri
 	err := e.updateSub(ctx, params.SubscriptionID, false, func(s *sub) recordBatch {
 		now := e.now()
 		released, dead := s.st.Release(params.Member, now.UnixNano(), s.topic.meta.Config.MaxDeliveries)
-		res.Released, res.DeadLettered = released, len(dead)
+		res.Released = released
 		var recs recordBatch
 		for _, en := range dead {
 			if rec := e.deadLetterLocked(s, en, storage.DLQMaxDeliveries, "member left", now); rec != nil {
 				recs = append(recs, rec)
+				res.DeadLettered++
 			}
 		}
 		return recs
