@@ -179,9 +179,11 @@ type Subscription struct {
 // closed after its handlers returned and Err returns the reason. A pattern's Subscription goes on
 // when one of its topics' subscriptions ends: it keeps the others and joins matching topics created
 // later; the end is logged and reported to SubscriptionEndedHook. An end with a retryable code (the
-// broker could not keep the member on a subscription it belongs to: the storage unavailable...) is
-// reported too, and the Subscription gives its handle back and subscribes again, a topic name
-// rejoining the subscription that ended (below), instead of keeping a handle without it.
+// broker could not keep the member on a subscription it belongs to, or could not read whether the
+// topic of one that ended was deleted: the storage unavailable...) is reported too, and the
+// Subscription gives its handle back and subscribes again, a topic name rejoining the
+// subscription that ended (below: its refusal then gives the reason), instead of keeping a handle
+// without it.
 //
 // An end while the client reconnects ends a topic name's Subscription too. The resubscription of a
 // topic name rejoins the subscription the handle was on (protocol version 5; the client knows it

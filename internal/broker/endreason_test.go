@@ -1,10 +1,13 @@
 package broker
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
+	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
 // TestGoneReason: a subscription the engine no longer has ends its members with TOPIC_NOT_FOUND
@@ -61,5 +64,103 @@ func TestGoneReason(t *testing.T) {
 	}
 	if end := kept.endReason(nil, notFound); !errors.Is(end, notFound) || errors.Is(end, storage.ErrTopicNotFound) {
 		t.Fatalf("endReason of a deleted subscription = %v, want SUBSCRIPTION_NOT_FOUND", end)
+	}
+}
+
+// topicReadFails is the real engine whose TopicGet fails as an unreachable storage while armed.
+type topicReadFails struct {
+	storage.Engine
+	armed atomic.Bool
+}
+
+func (f *topicReadFails) TopicGet(ctx context.Context, name string) (*storage.Topic, error) {
+	if f.armed.Load() {
+		return nil, &storage.IOError{Kind: storage.ErrUnavailable, Reason: "database unreachable", Err: errors.New("injected")}
+	}
+	return f.Engine.TopicGet(ctx, name)
+}
+
+// TestGoneReasonTopicReadFails: when the read of the topic that tells TOPIC_NOT_FOUND from
+// SUBSCRIPTION_NOT_FOUND fails otherwise (the storage unavailable), the members of the
+// subscription that ended are told neither: the reason carries the read's failure (retryable:
+// the client subscribes again and its rejoin is refused with the code judged then). Before,
+// they were told SUBSCRIPTION_NOT_FOUND, false for a deleted topic. Both paths: the owner's
+// read finding the subscription gone (endReason), and a topic deleted through this broker
+// (detachTopic), whose member is told the reason.
+func TestGoneReasonTopicReadFails(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	f := &topicReadFails{Engine: eng}
+	b, err := New(Config{Engine: f, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	}()
+	pubSub := storage.TopicConfig{Semantics: storage.PubSub}
+	for _, topic := range []string{"gone", "kept"} {
+		if _, err := b.CreateTopic(ctx, topic, pubSub); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := b.Subscribe(ctx, SubscribeParams{Pattern: "gone", Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscribe(ctx, SubscribeParams{Pattern: "kept", Group: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.RLock()
+	var kept *owner
+	for _, o := range b.byTopic["kept"] {
+		kept = o
+	}
+	b.mu.RUnlock()
+	neither := func(what string, end error) {
+		t.Helper()
+		if !errors.Is(end, storage.ErrUnavailable) || errors.Is(end, storage.ErrSubscriptionNotFound) || errors.Is(end, storage.ErrTopicNotFound) {
+			t.Fatalf("%s = %v, want the topic read's failure (unavailable), neither SUBSCRIPTION_NOT_FOUND nor TOPIC_NOT_FOUND", what, end)
+		}
+	}
+
+	// The owner finds its subscription gone (deleted, as through another broker instance).
+	if err := eng.SubscriptionDelete(ctx, kept.id); err != nil {
+		t.Fatal(err)
+	}
+	f.armed.Store(true)
+	neither("endReason while the topic cannot be read", kept.endReason(nil, storage.ErrSubscriptionNotFound))
+	f.armed.Store(false)
+	if end := kept.endReason(nil, storage.ErrSubscriptionNotFound); !errors.Is(end, storage.ErrSubscriptionNotFound) {
+		t.Fatalf("endReason once the topic can be read = %v, want SUBSCRIPTION_NOT_FOUND", end)
+	}
+
+	// A topic deleted through this broker while its name cannot be read.
+	f.armed.Store(true)
+	if err := b.DeleteTopic(ctx, "gone", true); err != nil {
+		t.Fatal(err)
+	}
+	var ended []EndedSubscription
+	eventually(t, "the end of gone's subscription", func() error {
+		ended = append(ended, m.TakeEnded()...)
+		if len(ended) == 0 {
+			return errors.New("not ended")
+		}
+		return nil
+	})
+	neither("the reason the member of a deleted topic was told", ended[0].Err)
+	if len(m.Subscriptions()) != 0 {
+		t.Fatalf("member still on %+v", m.Subscriptions())
 	}
 }

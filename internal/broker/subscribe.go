@@ -597,9 +597,19 @@ func (b *Broker) detachTopic(ctx context.Context, topic string) {
 // deleted the topic (detachTopic), found the deletion notified (storage.NotifyTopicDeleted) or
 // found the subscription gone when it read it (endReason), and the same as its client rejoining
 // after a reconnect. It costs one read of the topic, made only when a subscription ends.
+//
+// When that read fails otherwise (the storage unavailable, a timeout), neither code can be told
+// and neither is claimed: the reason wraps the read's error, whose code is retryable
+// (STORAGE_UNAVAILABLE, TIMEOUT...). The subscription is gone all the same, so its members still
+// end; a client subscribes again, and its rejoin is refused with the code judged then, when the
+// topic can be read (rejoinRefusal).
 func (b *Broker) goneReason(ctx context.Context, id int64, topic string) error {
-	if _, err := b.engine.TopicGet(context.WithoutCancel(ctx), topic); errors.Is(err, storage.ErrTopicNotFound) {
+	_, err := b.engine.TopicGet(context.WithoutCancel(ctx), topic)
+	switch {
+	case errors.Is(err, storage.ErrTopicNotFound):
 		return topicDeletedReason(topic)
+	case err != nil:
+		return fmt.Errorf("broker: subscription %d of topic %q ended; whether its topic was deleted could not be read: %w", id, topic, err)
 	}
 	return fmt.Errorf("%w: subscription %d of topic %q was deleted", storage.ErrSubscriptionNotFound, id, topic)
 }
