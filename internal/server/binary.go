@@ -530,7 +530,9 @@ func (b *binarySession) groupResult(m protocol.ClientMessage) protocol.Message {
 // are acked on their own (docs/protocol.md section 8.4): the Go client coalesces the acks of all
 // its subscriptions into one Ack, and one subscription that fails must not leave the others'
 // messages to come back after their lease. Refs of a subscription that is gone (subscriptionGone)
-// are unknown; any other failure answers an Error (settleFailure) once every group was tried.
+// are unknown; any other failure answers an Error (settleFailure) once every group was tried,
+// except a storage failure (storageFailed): the groups after it are not tried, as theirs would
+// fail alike after as long a wait.
 func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 	c := b.c
 	if e := checkRefs(m.Refs); e != nil {
@@ -552,6 +554,9 @@ func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 			res.Unknown = wireRefs(res.Unknown, g.sub, r.Unknown)
 		}
 		failed = settleFailure(failed, err)
+		if storageFailed(err) {
+			break
+		}
 	}
 	if failed != nil {
 		return b.errorFrame(failed)
@@ -561,7 +566,7 @@ func (b *binarySession) ackResult(m *protocol.Ack) protocol.Message {
 
 // nackResult runs a Nack request and returns its answer (NackOK or Error). As for an Ack, each
 // subscription's refs are nacked on their own: a gone subscription's refs are not held, and any
-// other failure answers an Error once every group was tried.
+// other failure answers an Error once every group was tried (a storage failure at once).
 func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 	c := b.c
 	if e := checkRefs(m.Refs); e != nil {
@@ -576,6 +581,9 @@ func (b *binarySession) nackResult(m *protocol.Nack) protocol.Message {
 		res.DeadLettered += uint32(dead)
 		if err != nil {
 			failed = settleFailure(failed, err)
+			if storageFailed(err) {
+				break
+			}
 			continue
 		}
 		res.NotHeld = wireRefs(res.NotHeld, g.sub, notHeld)
@@ -613,6 +621,9 @@ func (b *binarySession) extendResult(m *protocol.Extend) protocol.Message {
 		})
 		if err != nil {
 			failed = settleFailure(failed, err)
+			if storageFailed(err) {
+				break
+			}
 			continue
 		}
 		res.NotHeld = wireRefs(res.NotHeld, g.sub, notHeld)

@@ -95,9 +95,10 @@
 //     refs of subscriptions the connection never joined are reported unknown without touching the
 //     engine. Nack and Extend need the lease holder: each handle attached to the subscription is
 //     tried in turn with the refs the previous ones did not hold. A request's refs of several
-//     subscriptions are settled one subscription at a time, each whatever befell the others: a
-//     gone subscription's refs are unknown (not held), another failure answers an Error after all
-//     of them (docs/protocol.md section 8.4).
+//     subscriptions are settled one subscription at a time, each whatever befell the others' refs:
+//     a gone subscription's refs are unknown (not held), another failure answers an Error after
+//     all of them; a storage failure (unavailable, full, timeout) answers it at once, the
+//     subscriptions after it not tried (docs/protocol.md section 8.4).
 //   - SubscriptionEnded is pushed when the broker detached a handle's member from a subscription
 //     (cancelled group, deleted topic), or with subscription id 0 when the broker closed the member.
 //   - Goodbye from the client: deliveries stop, the members leave (leases released), GoodbyeOK,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 
 	"github.com/spoolmq/spool/internal/broker"
@@ -10,9 +11,11 @@ import (
 
 // Settling the refs of one subscription, shared by the binary Ack and Nack (binary.go) and the
 // text mode's ACK and NACK (text.go), which settle a request's subscriptions one at a time alike
-// (docs/protocol.md sections 8.4 and 11.4): every subscription is tried whatever befell the
-// others; a gone one's refs are unknown or not held (subscriptionGone), and any other failure is
-// answered once all of them were tried (settleFailure).
+// (docs/protocol.md sections 8.4 and 11.4): a gone one's refs are unknown or not held
+// (subscriptionGone) and the next subscription is tried; a failure of the subscription's refs
+// (STALE_GENERATION, part of a batch) is answered once all of them were tried (settleFailure);
+// a failure of the storage itself (storageFailed) stops the request there, and the request is
+// answered with it without calling the engine for the subscriptions left.
 
 // ackGroup acks the refs of one group on behalf of member and returns what was done (nil:
 // nothing) and why the rest was not, if it failed for another reason than its subscription being
@@ -51,6 +54,8 @@ func (c *conn) ackByPartition(g refGroup, member string) (*storage.DeliveriesAck
 		switch {
 		case subscriptionGone(err):
 			sum.Unknown = append(sum.Unknown, byPart[p]...)
+		case storageFailed(err):
+			return sum, settleFailure(failed, err) // the other partitions would wait on it too
 		case err != nil:
 			failed = settleFailure(failed, err)
 		default:
@@ -89,9 +94,20 @@ func subscriptionGone(err error) bool {
 		errors.Is(err, storage.ErrTopicNotFound)
 }
 
+// storageFailed reports whether err, a subscription's settle failure, is a failure of the storage
+// itself rather than of the subscription's refs: unavailable, full, or a call that gave up waiting
+// for it (TIMEOUT). The engine's calls for the request's other subscriptions would fail alike, each
+// only after waiting as long (a database that stopped answering: Config.TxTimeout each), so an
+// Ack, Nack or Extend stops at the first one and answers it (settleFailure) without making them.
+func storageFailed(err error) bool {
+	return errors.Is(err, storage.ErrUnavailable) || errors.Is(err, storage.ErrFull) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // settleFailure returns the error an Ack, Nack or Extend answers when its groups failed with prev
 // (nil: none so far) and err (nil: this group did not fail): the first retryable one, so that the
-// client may send the request again, else the first. Either way every group was tried.
+// client may send the request again, else the first. Every group was tried, unless a storage
+// failure (storageFailed, retryable) stopped the request: that one is then answered, unless a
+// retryable failure came before it.
 func settleFailure(prev, err error) error {
 	switch {
 	case err == nil:

@@ -2,23 +2,23 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 	"github.com/spoolmq/spool/internal/storage/wal"
 	"github.com/spoolmq/spool/protocol"
-	"github.com/spoolmq/spool/protocol/text"
 )
 
 // An Ack, Nack or Extend may carry refs of several subscriptions of the connection (the Go client
 // coalesces the acks of all its subscriptions into one Ack): each subscription's refs are settled
-// on their own, and one that is gone or fails never keeps the others' from being settled
-// (docs/protocol.md section 8.4).
+// on their own, and one that is gone or whose refs fail never keeps the others' from being
+// settled; a failure of the storage itself stops the request (docs/protocol.md section 8.4).
 
 // settleEnv is a connection holding deliveries of two subscriptions of group g: a of topic
 // "s.a" and, in order, bs of topic "s.b".
@@ -32,7 +32,16 @@ type settleEnv struct {
 }
 
 func newSettleEnv(t *testing.T, nb int) *settleEnv {
-	e := newEnv(t, nil, nil)
+	eng, err := wal.Open(t.TempDir(), wal.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newSettleEnvEngine(t, eng, nb)
+}
+
+// newSettleEnvEngine is newSettleEnv over the engine eng, which the env closes.
+func newSettleEnvEngine(t *testing.T, eng storage.Engine, nb int) *settleEnv {
+	e := newEnvEngine(t, eng, nil, nil)
 	for _, topic := range []string{"s.a", "s.b"} {
 		if _, err := e.b.CreateTopic(context.Background(), topic, storage.TopicConfig{Semantics: storage.PubSub}); err != nil {
 			t.Fatal(err)
@@ -218,33 +227,121 @@ func TestSettleRefusesNegativeRefsFirst(t *testing.T) {
 	s.notAcked("after the refused Ack", s.bs[0])
 }
 
-// failSettleEngine fails the acks and nacks of one subscription (sub, 0: none) with a storage
-// failure, as a database that stopped answering for it would.
+// failSettleEngine is the real engine whose acks, nacks and extends of one subscription fail
+// with a storage failure, as a database that stopped answering would, and which counts those of
+// the other subscriptions that reach it meanwhile (they would wait on the same storage).
 type failSettleEngine struct {
 	storage.Engine
-	sub atomic.Int64
+	mu     sync.Mutex
+	sub    int64 // 0: none fails
+	err    error // nil: storage.ErrUnavailable
+	others int
+}
+
+// fail makes the settles of sub fail with err (nil: unavailable); sub 0 ends the failure.
+func (f *failSettleEngine) fail(sub int64, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sub, f.err, f.others = sub, err, 0
+}
+
+// othersCalled returns how many settles of other subscriptions reached the engine since fail.
+func (f *failSettleEngine) othersCalled() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.others
+}
+
+// failing returns the injected failure of a settle of sub, counting one of another subscription.
+func (f *failSettleEngine) failing(sub int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.sub == 0:
+		return nil
+	case sub != f.sub:
+		f.others++
+		return nil
+	case f.err != nil:
+		return f.err
+	}
+	return fmt.Errorf("%w: injected settle failure", storage.ErrUnavailable)
 }
 
 func (f *failSettleEngine) DeliveriesAck(ctx context.Context, p *storage.DeliveriesAckParams) (*storage.DeliveriesAckResult, error) {
-	if p.SubscriptionID == f.sub.Load() {
-		return nil, fmt.Errorf("%w: injected ack failure", storage.ErrUnavailable)
+	if err := f.failing(p.SubscriptionID); err != nil {
+		return nil, err
 	}
 	return f.Engine.DeliveriesAck(ctx, p)
 }
 
 func (f *failSettleEngine) DeliveriesNack(ctx context.Context, p *storage.DeliveriesNackParams) (*storage.DeliveriesNackResult, error) {
-	if p.SubscriptionID == f.sub.Load() {
-		return nil, fmt.Errorf("%w: injected nack failure", storage.ErrUnavailable)
+	if err := f.failing(p.SubscriptionID); err != nil {
+		return nil, err
 	}
 	return f.Engine.DeliveriesNack(ctx, p)
 }
 
-// TestTextSettleAcrossFailingSubscription: a text session's ACK and NACK name tags of two
+func (f *failSettleEngine) DeliveriesExtend(ctx context.Context, p *storage.DeliveriesExtendParams) (*storage.DeliveriesExtendResult, error) {
+	if err := f.failing(p.SubscriptionID); err != nil {
+		return nil, err
+	}
+	return f.Engine.DeliveriesExtend(ctx, p)
+}
+
+// TestSettleStopsAtStorageFailure: an Extend, Nack or Ack whose first subscription's refs fail
+// with a failure of the storage itself (unavailable, full, a timeout) is answered with that
+// failure's Error at once: the engine is not called for the next subscription, whose call would
+// wait on the same storage (a database that stopped answering: tx_timeout per subscription).
+// The next subscription's refs were not settled, so the same request settles them once the
+// storage answers again.
+func TestSettleStopsAtStorageFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		code uint16
+	}{
+		{"unavailable", &storage.IOError{Kind: storage.ErrUnavailable, Reason: "database unreachable", Err: errors.New("injected")}, protocol.CodeStorageUnavailable},
+		{"full", &storage.IOError{Kind: storage.ErrFull, Reason: "no space left on device", Err: errors.New("injected")}, protocol.CodeStorageFull},
+		{"timeout", fmt.Errorf("injected: transaction exceeded tx_timeout: %w", context.DeadlineExceeded), protocol.CodeTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			wengine, err := wal.Open(t.TempDir(), wal.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng := &failSettleEngine{Engine: wengine}
+			s := newSettleEnvEngine(t, eng, 3)
+			for _, m := range []protocol.Message{
+				&protocol.Extend{Duration: broker.MaxLeaseDuration, Refs: refs(s.a, s.bs[0])},
+				&protocol.Nack{Refs: refs(s.a, s.bs[1])},
+				&protocol.Ack{Refs: refs(s.a, s.bs[2])},
+			} {
+				eng.fail(s.subA, tc.err)
+				s.c.expectErr(m, tc.code)
+				if n := eng.othersCalled(); n != 0 {
+					t.Errorf("%T after the storage failure: %d settles of the other subscription reached the engine, want none", m, n)
+				}
+			}
+			if st := s.groupStats("s.b", "g"); st.InFlight != 3 {
+				t.Fatalf("s.b stats %+v, want its 3 messages still in flight (not nacked, not acked)", st)
+			}
+			eng.fail(0, nil)
+			ack := expectOK[*protocol.AckOK](s.c, &protocol.Ack{Refs: refs(append([]protocol.Delivery{s.a}, s.bs...)...)})
+			if ack.Acked != 4 {
+				t.Fatalf("AckOK %+v once the storage answers, want 4 acked", ack)
+			}
+		})
+	}
+}
+
+// TestTextSettleStopsAtStorageFailure: a text session's ACK and NACK name tags of two
 // subscriptions (a wildcard SUBSCRIBE), and the first one's fail with a storage failure. As a
-// binary Ack, the other subscription's tags are acked (nacked) all the same and the answer is
-// the failure's ERR; the failed subscription's tags stay held, so the same ACK works once the
-// storage is back.
-func TestTextSettleAcrossFailingSubscription(t *testing.T) {
+// binary Ack, the answer is the failure's ERR at once, without calling the engine for the other
+// subscription; the tags of both stay held, so the same ACK works once the storage is back.
+func TestTextSettleStopsAtStorageFailure(t *testing.T) {
 	t.Parallel()
 	wengine, err := wal.Open(t.TempDir(), wal.Config{})
 	if err != nil {
@@ -277,38 +374,21 @@ func TestTextSettleAcrossFailingSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng.sub.Store(info.Subscription.ID)
+	eng.fail(info.Subscription.ID, nil)
 
 	c.send(fmt.Sprintf("ACK %d %d", tags["a0"], tags["b0"]))
 	c.expect("ERR STORAGE_UNAVAILABLE")
-	if st := e.groupStats("s.b", "g"); st.Pending != 1 {
-		t.Fatalf("s.b stats %+v after the ACK: want b0 acked (1 pending)", st)
-	}
-
-	// NACK: b1 comes back (attempt 2), the ERR is the reply; in either order.
 	c.send(fmt.Sprintf("NACK %d %d", tags["a1"], tags["b1"]))
-	var reply string
-	var again text.Reply
-	for reply == "" || again.Delivery.Tag == 0 {
-		l := c.line()
-		switch {
-		case strings.HasPrefix(l, "DELIVERY "):
-			again = parseReply(t, l)
-		case !strings.HasPrefix(l, "# "):
-			reply = l
-		}
+	c.expect("ERR STORAGE_UNAVAILABLE")
+	if n := eng.othersCalled(); n != 0 {
+		t.Fatalf("%d settles of s.b reached the engine after the storage failure, want none", n)
 	}
-	if !strings.HasPrefix(reply, "ERR STORAGE_UNAVAILABLE") {
-		t.Fatalf("NACK answered %q, want ERR STORAGE_UNAVAILABLE", reply)
-	}
-	if string(again.Delivery.Payload) != "b1" || again.Delivery.Attempt != 2 {
-		t.Fatalf("after the NACK got %+v, want b1 again (attempt 2)", again.Delivery)
+	if st := e.groupStats("s.b", "g"); st.InFlight != 2 {
+		t.Fatalf("s.b stats %+v: want b0 and b1 still in flight (not acked, not nacked)", st)
 	}
 
-	// The failed subscription's tags are still held: acked now that the storage answers.
-	eng.sub.Store(0)
-	c.send(fmt.Sprintf("ACK %d %d", tags["a0"], tags["a1"]))
-	c.expect("OK 2 acked")
-	c.send(fmt.Sprintf("ACK %d", again.Delivery.Tag))
-	c.expect("OK 1 acked")
+	// Every tag is still held: acked now that the storage answers.
+	eng.fail(0, nil)
+	c.send(fmt.Sprintf("ACK %d %d %d %d", tags["a0"], tags["b0"], tags["a1"], tags["b1"]))
+	c.expect("OK 4 acked")
 }

@@ -409,8 +409,9 @@ func (t *textSession) forgetTags(tags []uint64) {
 
 // ack runs ACK. As a binary Ack, it settles each subscription's tags on their own (settle.go,
 // docs/protocol.md section 11.2): a gone subscription's tags count as already done, and any
-// other failure is answered with ERR once every subscription was tried; the tags of a
-// subscription that failed stay held, so that the same ACK may be sent again.
+// other failure is answered with ERR once every subscription was tried (a storage failure at
+// once: the subscriptions after it are not tried); the tags of a subscription that failed or was
+// not tried stay held, so that the same ACK may be sent again.
 func (t *textSession) ack(cmd text.Command) {
 	c := t.c
 	tags, refs, done, err := t.lookupTags(cmd.Tags)
@@ -430,6 +431,9 @@ func (t *textSession) ack(cmd text.Command) {
 		}
 		if err != nil {
 			failed = settleFailure(failed, err)
+			if storageFailed(err) {
+				break
+			}
 			continue
 		}
 		settled = append(settled, g.tags...)
@@ -464,6 +468,9 @@ func (t *textSession) nack(cmd text.Command) {
 		dead += d
 		if err != nil {
 			failed = settleFailure(failed, err)
+			if storageFailed(err) {
+				break
+			}
 			continue
 		}
 		notHeld += len(nh)
