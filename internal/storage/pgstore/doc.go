@@ -149,10 +149,20 @@
 //
 // # Time
 //
-// Every time-dependent decision uses Config.Clock (the engine's clock), as the conformance suite
-// requires; instances sharing a database should run NTP. published_at is kept non-decreasing per
-// partition across instances (partitions.last_published_at). SQL spool.publish uses
-// clock_timestamp().
+// Every time the engine stores or compares (lease deadlines and expiry, retention, publish times,
+// FROM_TIMESTAMP, backfill, heartbeats) is the engine's clock: Config.Clock when one is given (the
+// conformance suite's fake clock), else the database's. Statements compare heartbeats and member
+// expiry with now() in SQL; everything else uses the database's clock as this instance estimates
+// it (clock.go): readings of clock_timestamp() when the engine opens and with each instance
+// heartbeat, each bracketed by two readings of the local clock (the database's time at their
+// midpoint, within half the round trip), the most precise one extrapolated with the local
+// monotonic clock. No publish or delivery transaction pays a round trip for the time, a step of
+// the host's wall clock changes nothing, and instances whose clocks differ agree within their
+// round trips to the database: a lease one instance took is not claimable on another before it
+// expired by the database's clock, beyond that margin. An instance whose clock is more than 1 s
+// off the database's logs a warning. published_at is kept non-decreasing per partition across
+// instances (partitions.last_published_at), also when a new reading moves the estimate back. SQL
+// spool.publish uses clock_timestamp().
 //
 // # Wake-up
 //

@@ -28,9 +28,10 @@ type Config struct {
 	URL string
 	// Schema is the PostgreSQL schema holding Spool's tables and functions. Defaults to "spool".
 	Schema string
-	// Clock is the time source of every time-dependent decision. Defaults to storage.SystemClock.
-	// Broker instances sharing a database should run NTP: leases and retention compare times
-	// written by different instances.
+	// Clock is the time source of every time-dependent decision (tests). Defaults to the
+	// database's clock, which this instance estimates from readings of clock_timestamp() when it
+	// opens and at each InstanceHeartbeat (clock.go): instances sharing a database agree on leases,
+	// heartbeats and retention whatever their own clocks say.
 	Clock storage.Clock
 	// Logger receives the engine's logs. Nil discards them.
 	Logger *slog.Logger
@@ -49,8 +50,8 @@ type Config struct {
 	// NotifyDelay is the longest a publish waits before its NOTIFY to other instances is sent;
 	// notifications of one topic inside it are merged into one. Defaults to 2 ms.
 	NotifyDelay time.Duration
-	// InstanceHeartbeat is how often this instance refreshes its row in spool.instances.
-	// Defaults to 5 s.
+	// InstanceHeartbeat is how often this instance refreshes its row in spool.instances, and with
+	// it its reading of the database's clock (clock.go). Defaults to 5 s.
 	InstanceHeartbeat time.Duration
 	// MessageCacheBytes bounds the in-memory cache of recent messages that claims read before the
 	// database (fan-out to many groups reads each message from PostgreSQL once per instance).
@@ -69,6 +70,9 @@ type Config struct {
 	// retryable) instead of waiting until TCP gives up. Retention, the LISTEN connection and
 	// Close do not use it. Defaults to 10 s; between 10 ms and 1 h.
 	TxTimeout time.Duration
+	// localClock replaces time.Now as this instance's own clock when Clock is nil (tests: a
+	// skewed host).
+	localClock func() time.Time
 	// MaxProducerIDs bounds the producer ids spool.producer_ids remembers for de-duplication, all
 	// topics together (instances sharing the database should set the same): past it, a broker
 	// publish (MessagesAppend, PublishTx) with new ids is refused with storage.ErrRateLimited
@@ -165,9 +169,10 @@ type Engine struct {
 	cfg   Config
 	pool  *pgxpool.Pool
 	clock storage.Clock
-	// dbClock: no Config.Clock was given, so heartbeats and dead detection use the database's
-	// clock (lifecycle.go).
+	// dbClock: no Config.Clock was given, so the engine's clock is the database's: dbc's estimate
+	// (clock.go), or now() in SQL (heartbeats, dead detection, member expiry; sublifecycle.go).
 	dbClock bool
+	dbc     dbTime
 	log     *slog.Logger
 	schema  string
 	// instance identifies this Engine in spool.instances and as owner of its ephemeral
@@ -249,6 +254,10 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, pool: pool, clock: cfg.Clock, log: cfg.Logger, schema: cfg.Schema, cache: newMsgCache(cfg.MessageCacheBytes),
 		seqWake: make(chan struct{}, 1), dbClock: dbClock, sizeRunLimit: defaultSizeRunLimit}
+	e.dbc.local = time.Now
+	if cfg.localClock != nil {
+		e.dbc.local = cfg.localClock
+	}
 	if _, err := rand.Read(e.instance[:]); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pgstore: instance id: %w", err)
@@ -260,6 +269,9 @@ func Open(ctx context.Context, cfg Config) (*Engine, error) {
 		err = Migrate(ctx, pool, cfg.Schema, cfg.BucketWidth)
 	} else if err = checkServer(ctx, pool); err == nil {
 		err = checkVersion(ctx, pool, cfg.Schema)
+	}
+	if err == nil {
+		err = e.readDBClock(ctx)
 	}
 	if err == nil {
 		err = e.countProducerIDs(ctx)

@@ -23,7 +23,7 @@ func (e *Engine) start(ctx context.Context) error {
 		return fmt.Errorf("pgstore: settings: bad bucket_seconds %q", secs)
 	}
 	e.bucket.width = time.Duration(n) * time.Second
-	e.startedAt = e.clock.Now()
+	e.startedAt = e.clockNow()
 	var others bool
 	if err := e.pool.QueryRow(ctx, e.sql(`INSERT INTO spool.instances (id, started_at, heartbeat_at) VALUES ($1, $2, $2)
 		RETURNING `+othersSQL), e.instanceUUID(), e.startedAt).Scan(&others); err != nil {
@@ -47,7 +47,11 @@ const heartbeatSQL = `INSERT INTO spool.instances (id, started_at, heartbeat_at)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
 RETURNING xmax = 0 AS inserted, ` + othersSQL
 
-// heartbeatLoop refreshes this instance's heartbeat until Close.
+// beatClockSQL is heartbeatSQL that also reads the database's clock (dbTime).
+const beatClockSQL = heartbeatSQL + `, clock_timestamp() AS db_now`
+
+// heartbeatLoop refreshes this instance's heartbeat, and its estimate of the database's clock,
+// until Close.
 func (e *Engine) heartbeatLoop() {
 	defer e.wg.Done()
 	t := time.NewTicker(e.cfg.InstanceHeartbeat)
@@ -58,9 +62,8 @@ func (e *Engine) heartbeatLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(e.bgCtx, e.cfg.InstanceHeartbeat)
-			var inserted, others bool
 			heard := e.notify.peerHeard.Load()
-			err := e.pool.QueryRow(ctx, e.sql(heartbeatSQL), e.instanceUUID(), e.startedAt, e.clock.Now()).Scan(&inserted, &others)
+			inserted, others, err := e.beat(ctx)
 			cancel()
 			if err == nil {
 				e.sawInstances(others, heard)
@@ -73,6 +76,28 @@ func (e *Engine) heartbeatLoop() {
 			}
 		}
 	}
+}
+
+// beat runs heartbeatSQL on a connection of the pool and, on the database's clock, takes the
+// reading of clock_timestamp() of the same statement (its round trip, not the pool's wait, bounds
+// the reading).
+func (e *Engine) beat(ctx context.Context) (inserted, others bool, err error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return false, false, err
+	}
+	defer conn.Release()
+	if !e.dbClock {
+		err = conn.QueryRow(ctx, e.sql(heartbeatSQL), e.instanceUUID(), e.startedAt, e.clockNow()).Scan(&inserted, &others)
+		return inserted, others, err
+	}
+	var db time.Time
+	t1 := e.dbc.local()
+	err = conn.QueryRow(ctx, e.sql(beatClockSQL), e.instanceUUID(), e.startedAt, e.dbc.at(t1)).Scan(&inserted, &others, &db)
+	if err == nil {
+		e.dbc.observe(e.log, t1, e.dbc.local(), db)
+	}
+	return inserted, others, err
 }
 
 // shutdown removes this instance's ephemeral subscriptions (nobody is connected to them any

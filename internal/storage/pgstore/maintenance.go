@@ -49,7 +49,7 @@ func (e *Engine) maintain(ctx context.Context) error {
 	// Every instance counts, also one that skipped the prune or failed a step before it: its
 	// estimate takes in the ids of other instances and the room expiry made (the count leaves
 	// expired rows out: Config.MaxProducerIDs).
-	err := e.maintainSteps(ctx, e.clock.Now())
+	err := e.maintainSteps(ctx, e.clockNow())
 	if cerr := e.countProducerIDs(ctx); err == nil {
 		err = cerr
 	}

@@ -99,7 +99,7 @@ func (e *Engine) prepareAppend(ctx context.Context, p *storage.MessagesAppendPar
 	if err := e.checkOpen(); err != nil {
 		return time.Time{}, err
 	}
-	now := e.clock.Now()
+	now := e.clockNow()
 	if err := e.ensureBucket(ctx, now); err != nil {
 		return time.Time{}, err
 	}

@@ -141,7 +141,7 @@ func (e *Engine) countProducerIDs(ctx context.Context) error {
 	c.start()
 	var n int64
 	var text string
-	if err := e.pool.QueryRow(ctx, e.sql(countProducerIDsSQL), e.cfg.MaxProducerIDs+1, e.clock.Now()).Scan(&n, &text); err != nil {
+	if err := e.pool.QueryRow(ctx, e.sql(countProducerIDsSQL), e.cfg.MaxProducerIDs+1, e.clockNow()).Scan(&n, &text); err != nil {
 		c.set(0, nil)
 		return fmt.Errorf("pgstore: count producer ids: %w", err)
 	}

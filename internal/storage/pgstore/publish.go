@@ -37,7 +37,7 @@ func (e *Engine) PublishTx(ctx context.Context, tx pgx.Tx, p *storage.MessagesAp
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	now := e.clock.Now()
+	now := e.clockNow()
 	var res *storage.MessagesAppendResult
 	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 		plan, err := e.planAppend(ctx, sp, p, now, nil, nil)

@@ -338,7 +338,7 @@ type stagedRow struct {
 func (e *Engine) sequence(ctx context.Context, block bool) (seqRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TxTimeout)
 	defer cancel()
-	now := e.clock.Now()
+	now := e.clockNow()
 	if err := e.ensureBucket(ctx, now); err != nil {
 		return seqRun{}, err
 	}

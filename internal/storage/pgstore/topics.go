@@ -22,7 +22,7 @@ var (
 // now is the engine clock in UTC, truncated to the microseconds PostgreSQL keeps, so that what a
 // method returns equals what a later read returns.
 func (e *Engine) now() time.Time {
-	return e.clock.Now().UTC().Truncate(time.Microsecond)
+	return e.clockNow().UTC().Truncate(time.Microsecond)
 }
 
 // isUniqueViolation reports a unique_violation (SQLSTATE 23505).
