@@ -238,7 +238,9 @@ func ManualAck() SubscribeOpt { return subOpt(func(c *subConfig) { c.manualAck =
 func NackDelay(d time.Duration) SubscribeOpt { return subOpt(func(c *subConfig) { c.nackDelay = d }) }
 
 // MemberID names this member inside its group (Subscribe.member_id), for admin listings; it must
-// be unique among the broker's live members. Defaults to "": the broker assigns one per
+// be unique among the broker's live members of the client's principal (a broker that
+// authenticates scopes member ids by principal: another principal's member may use the same id
+// and is another member, listed as <id>@<principal>). Defaults to "": the broker assigns one per
 // connection. After a broken connection the broker may still hold the previous connection's
 // member with the same id until it notices the break (up to its session timeout) and refuses the
 // resubscription with INVALID_ARGUMENT until then; the client keeps retrying with backoff.

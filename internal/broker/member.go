@@ -24,8 +24,12 @@ import (
 // subscriptions (reserved by an owner for the length of a claim), the deliveries it holds and its
 // attachments.
 type Member struct {
-	b       *Broker
-	id      string
+	b *Broker
+	// id is the member's key (memberKey of its principal and clientID): what the engines, the
+	// assignments and the listings name it by. clientID is the id its client chose or was given.
+	id       string
+	clientID string
+
 	pattern string
 	group   string
 	start   storage.StartPosition
@@ -182,8 +186,14 @@ func newMember(b *Broker, id string, p SubscribeParams, maxInFlight int, start s
 	}
 }
 
-// ID returns the member's ID (generated when SubscribeParams.MemberID was empty).
+// ID returns the member's key, the id the engines, assignments and listings know it by: ClientID
+// scoped by SubscribeParams.Principal ("id@principal", memberid.go), or ClientID itself without a
+// principal.
 func (m *Member) ID() string { return m.id }
+
+// ClientID returns the member id its client sees: SubscribeParams.MemberID, or the one generated
+// when it was empty.
+func (m *Member) ClientID() string { return m.clientID }
 
 // Pattern returns the topic name or pattern the member subscribed with.
 func (m *Member) Pattern() string { return m.pattern }

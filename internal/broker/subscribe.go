@@ -20,9 +20,14 @@ type SubscribeParams struct {
 	// topic's one subscription like everyone else; on a PUB_SUB topic it gets an ephemeral
 	// subscription of its own that is deleted when it leaves.
 	Group string
-	// MemberID names the member; it must be unique among this broker's live members. Empty means
-	// generated.
+	// MemberID names the member; it must be unique among this broker's live members of its
+	// principal. Empty means generated.
 	MemberID string
+	// Principal is the authenticated principal the member subscribes for; empty without
+	// authentication. It scopes MemberID (memberid.go): the member is known to the engines and
+	// listed as Member.ID, a key that no member of another principal can have, whatever id it
+	// chooses, on this instance or another, while its client sees MemberID (Member.ClientID).
+	Principal string
 	// MaxInFlight is the member's credit (unacknowledged deliveries it may hold); 0 means
 	// Config.DefaultMaxInFlight. At most MaxInFlightLimit.
 	MaxInFlight int
@@ -137,11 +142,13 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 	if err != nil {
 		return nil, err
 	}
-	id := p.MemberID
-	if id == "" {
-		id = "m-" + rand.Text()[:16]
+	clientID := p.MemberID
+	if clientID == "" {
+		clientID = "m-" + rand.Text()[:16]
 	}
+	id := memberKey(p.Principal, clientID)
 	m := newMember(b, id, p, cmpOr(p.MaxInFlight, b.defaultMaxInFlight), start)
+	m.clientID = clientID
 	m.filter = flt
 
 	// Register first, so that a topic created from now on is attached by the notifier; the listing
@@ -153,7 +160,7 @@ func (b *Broker) Subscribe(ctx context.Context, p SubscribeParams) (*Member, err
 		return nil, ErrNotRunning
 	case b.members[id] != nil:
 		b.mu.Unlock()
-		return nil, invalid("member id %q is already subscribed to this broker", id)
+		return nil, invalid("member id %q is already subscribed to this broker", clientID)
 	}
 	b.members[id] = m
 	b.mu.Unlock()

@@ -105,6 +105,16 @@ func (c *conn) consumeFilter(group string) func(string) bool {
 	return func(topic string) bool { return p.CanConsume(topic, group) }
 }
 
+// principalName is the name of the session's principal, "" without authentication: the broker
+// scopes the member ids the session chooses by it (broker.SubscribeParams.Principal), so that
+// another principal's session can never take, replace or fence its members.
+func (c *conn) principalName() string {
+	if !c.authOn() || c.principal == nil {
+		return ""
+	}
+	return c.principal.Name
+}
+
 // denied counts a refused request, logs it (at most one line per reason and principal every
 // auth.DenialLogInterval, with the number left out since) and returns e. The token is never
 // logged.

@@ -162,7 +162,7 @@ func TestAuthWildcardBindsPermittedTopics(t *testing.T) {
 	if got := payloadsOf(c.deliveriesN(2)); !slices.Equal(got, []string{"orders.a", "orders.b"}) {
 		t.Fatalf("delivered %q, want orders.a, orders.b", got)
 	}
-	info, err := e.memberInfo(ok.MemberID)
+	info, err := e.memberInfo(ok.MemberID + "@carol") // the broker scopes member ids by principal
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -417,6 +417,7 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		Pattern:       m.Topic,
 		Group:         m.Group,
 		MemberID:      m.MemberID,
+		Principal:     c.principalName(),
 		MaxInFlight:   initial,
 		LeaseDuration: m.LeaseDuration,
 		Start:         start,
@@ -431,7 +432,7 @@ func (b *binarySession) subscribe(corr uint32, m *protocol.Subscribe) {
 		return
 	}
 	subs := member.Subscriptions()
-	ok := &protocol.SubscribeOK{MemberID: member.ID(), Subscriptions: make([]protocol.SubscriptionInfo, len(subs))}
+	ok := &protocol.SubscribeOK{MemberID: member.ClientID(), Subscriptions: make([]protocol.SubscriptionInfo, len(subs))}
 	for i, a := range subs {
 		ok.Subscriptions[i] = protocol.SubscriptionInfo{SubscriptionID: a.SubscriptionID, Topic: a.Topic}
 	}

@@ -353,6 +353,7 @@ func (t *textSession) subscribe(cmd text.Command) {
 		Pattern:       cmd.Topic,
 		Group:         t.group,
 		MemberID:      memberID,
+		Principal:     c.principalName(),
 		MaxInFlight:   c.initialCredit(c.srv.cfg.TextMaxInFlight),
 		LeaseDuration: c.srv.cfg.TextAckWait,
 		Start:         start,
@@ -369,7 +370,7 @@ func (t *textSession) subscribe(cmd text.Command) {
 	}
 	msg := "subscribed " + cmd.Topic
 	if t.group != "" {
-		msg += " group " + t.group + " consumer " + member.ID()
+		msg += " group " + t.group + " consumer " + member.ClientID()
 	}
 	c.addHandle(cmd.Topic, member, c.srv.cfg.TextMaxInFlight, func(uint32) outItem {
 		return outItem{line: text.AppendOK(nil, msg)}
