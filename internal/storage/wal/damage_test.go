@@ -321,6 +321,36 @@ func TestReleaseInDamagedPartitionKept(t *testing.T) {
 	equal(t, st.InFlight, 0, "in flight")
 }
 
+// TestNackInDamagedPartitionKept: a nack to the DLQ of leases whose partition is damaged keeps
+// them waiting and does not count them in DeadLettered (the broker reports that count as
+// dead-lettered messages); the lease in a healthy partition is counted.
+func TestNackInDamagedPartitionKept(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *Config) { c.SegmentBytes = 4 << 10 })
+	h.createTopic("t", storage.TopicConfig{Partitions: 2, AckWait: time.Minute})
+	for range 150 {
+		h.publish("t", storage.AppendMessage{Partition: 0, Payload: []byte("0123456789abcdef")})
+	}
+	h.publish("t", storage.AppendMessage{Partition: 1, Payload: []byte("fine")})
+	q := h.queueSub("t")
+	ds := h.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 3, Partitions: []int32{0}}).Deliveries
+	equal(t, len(ds), 3, "leases in partition 0")
+	ds = append(ds, h.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 1, Partitions: []int32{1}}).Deliveries...)
+	equal(t, len(ds), 4, "leases in both partitions")
+	segs := segmentFiles(t, filepath.Join(h.dir, topicsDir, "t", "0"))
+	flipInFirstFrame(t, segs[1]) // not the leased messages' segment
+	infos := h.e.topics["t"].parts[0].log.Segments()
+	_, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "t", Partition: 0, Offset: infos[1].BaseIndex})
+	errIs(t, err, storage.ErrPartitionDamaged, "read of the damage")
+
+	res, err := h.e.DeliveriesNack(h.ctx, &storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m", Refs: refs(ds), ToDLQ: true, Reason: "bad"})
+	h.must(err, "nack to the DLQ")
+	equal(t, res.DeadLettered, 1, "DeadLettered of the nack")
+	st := h.stats(q.ID)
+	equal(t, st.DeadLettered, 1, "DLQ entries")
+	equal(t, st.Redelivering, 3, "kept waiting")
+}
+
 // TestRedeliveryFindsDamage: a redelivery whose read finds the damage leaves the message
 // pending (not dropped) with its attempt count, and partition 0 is damaged from then on.
 func TestRedeliveryFindsDamage(t *testing.T) {

@@ -614,8 +614,8 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 					s.st.Pull(en)
 					if rec := e.deadLetterRuleLocked(s, en, storage.DLQPoison, rule, params.Reason, now); rec != nil {
 						recs = append(recs, rec)
+						res.DeadLettered++
 					}
-					res.DeadLettered++
 					continue
 				}
 				poison.keep(en)
@@ -629,8 +629,8 @@ func (e *Engine) DeliveriesNack(ctx context.Context, params *storage.DeliveriesN
 				poison.fail(s, en) // the DLQ entry shows this failure too
 				if rec := e.deadLetterLocked(s, en, reason, params.Reason, now); rec != nil {
 					recs = append(recs, rec)
+					res.DeadLettered++ // not one deadLetterLocked kept or dropped, as a release
 				}
-				res.DeadLettered++
 			}
 		}
 		if len(nacks) > 0 {
