@@ -6,7 +6,7 @@
 //
 //	tx, _ := pool.Begin(ctx)
 //	// ... the application's own writes ...
-//	pos, err := pgpublish.Publish(ctx, tx, "orders.created", pgpublish.Message{Key: []byte("42"), Payload: body})
+//	pos, err := pgpublish.PublishTx(ctx, tx, "orders.created", pgpublish.Message{Key: []byte("42"), Payload: body})
 //	// ...
 //	err = tx.Commit(ctx)
 //
@@ -19,6 +19,9 @@
 // consumers (a few milliseconds later; at most the poll
 // interval if notifications are lost). A long transaction holds up nobody. The offset is not known
 // to the application: Position.Offset is -1.
+//
+// PublishTx publishes in the broker's default schema (spool), PublishSchema in another one
+// (postgres.schema); Publish is PublishTx's earlier name.
 package pgpublish
 
 import (
@@ -79,13 +82,19 @@ type Position struct {
 	Duplicate bool
 }
 
-// Publish publishes msgs to topic inside tx, in one round trip, in schema DefaultSchema. On error
-// tx is aborted, as after any failed statement (use a savepoint to keep it usable).
-func Publish(ctx context.Context, tx pgx.Tx, topic string, msgs ...Message) ([]Position, error) {
+// PublishTx publishes msgs to topic inside tx, in one round trip, in schema DefaultSchema: they
+// exist if and only if tx commits. On error tx is aborted, as after any failed statement (use a
+// savepoint to keep it usable).
+func PublishTx(ctx context.Context, tx pgx.Tx, topic string, msgs ...Message) ([]Position, error) {
 	return PublishSchema(ctx, tx, DefaultSchema, topic, msgs...)
 }
 
-// PublishSchema is Publish for a broker whose tables are in schema.
+// Publish is PublishTx, under the name it had first.
+func Publish(ctx context.Context, tx pgx.Tx, topic string, msgs ...Message) ([]Position, error) {
+	return PublishTx(ctx, tx, topic, msgs...)
+}
+
+// PublishSchema is PublishTx for a broker whose tables are in schema.
 func PublishSchema(ctx context.Context, tx pgx.Tx, schema, topic string, msgs ...Message) ([]Position, error) {
 	if len(msgs) == 0 {
 		return nil, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"slices"
 	"testing"
 	"time"
@@ -258,5 +259,81 @@ func TestPublishDedup(t *testing.T) {
 	sequenced(t, pool, schema)
 	if n := highWater(t, eng); n != 3 {
 		t.Fatalf("messages stored: %d, want 3 (order-1, gone, order-2)", n)
+	}
+}
+
+// TestPublishTxDefaultSchema: PublishTx, the brief's transactional publish, stages in the default
+// schema (spool) inside the caller's pgx.Tx: nothing after a rollback, the message after a commit.
+// It runs in a database of its own, where spool is this test's schema only.
+func TestPublishTxDefaultSchema(t *testing.T) {
+	base := testutil.DatabaseURL(t)
+	ctx := t.Context()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	db := "t_pubtx_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)")
+		_ = admin.Close(context.Background())
+	})
+	u, err := neturl.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + db
+	url := u.String()
+
+	eng, err := pgstore.Open(ctx, pgstore.Config{URL: url, Schema: pgpublish.DefaultSchema, Migrate: true, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = eng.Close() }()
+	if _, err := eng.TopicCreate(ctx, &storage.TopicCreateParams{Name: "orders", Config: storage.TopicConfig{Partitions: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	publish := func(commit bool, payload string) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }() // pool.Close waits for it
+		var ptx pgx.Tx = tx
+		pos, err := pgpublish.PublishTx(ctx, ptx, "orders", pgpublish.Message{Key: []byte("k"), Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pos) != 1 || pos[0].Partition != storage.PartitionForKey([]byte("k"), 3) || pos[0].Offset != -1 {
+			t.Fatalf("PublishTx positions %+v", pos)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(false, "gone")
+	publish(true, "kept")
+	sequenced(t, pool, pgpublish.DefaultSchema)
+	ms, err := eng.MessagesRead(ctx, &storage.MessagesReadParams{Topic: "orders", Partition: storage.PartitionForKey([]byte("k"), 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || string(ms[0].Payload) != "kept" {
+		t.Fatalf("stored %d messages (%v), want only the committed one", len(ms), ms)
 	}
 }
