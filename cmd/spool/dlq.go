@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +21,7 @@ const dlqPageSize = 100
 func runDLQ(ctx context.Context, e *cliEnv, args []string) error {
 	return dispatch(ctx, e, "dlq", "Manages the dead-letter queue of each subscription through the HTTP admin API (--http, $"+envHTTP+").", []subcommand{
 		{"list", "list a subscription's dead-lettered messages", runDLQList},
+		{"inspect", "show one DLQ entry with its message's key, headers and payload", runDLQInspect},
 		{"replay", "redeliver DLQ entries to their subscription (only that group)", dlqOp("replay")},
 		{"purge", "remove DLQ entries", dlqOp("purge")},
 	}, args)
@@ -100,6 +103,93 @@ func runDLQList(ctx context.Context, e *cliEnv, args []string) error {
 		fmt.Fprintf(e.stderr, "more entries: add --after-id %d (or --limit 0 for all)\n", *out.NextAfterID)
 	}
 	return nil
+}
+
+var dlqInspectSpec = cmdSpec{
+	name: "dlq inspect",
+	args: "[flags] <topic> <group> <entry-id>",
+	desc: `Shows one DLQ entry whole: why and when it was dead-lettered, its attempts, the last error and
+the poison-rule failures, and its message with key, headers and payload (text, or base64 when it
+is not UTF-8). The entry id is the ID column of "spool dlq list"; the group is "" or '$queue' for
+the QUEUE subscription.`,
+	examples: []string{
+		"spool dlq inspect orders.created billing 12",
+		"spool dlq inspect jobs '$queue' 7 --json",
+	},
+}
+
+func runDLQInspect(ctx context.Context, e *cliEnv, args []string) error {
+	fs := e.flagSet(dlqInspectSpec)
+	httpAddr := e.httpFlag(fs)
+	jsonOut := fs.Bool("json", false, "print the API's JSON answer")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 3, 3, "<topic> <group> <entry-id>"); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(strings.TrimPrefix(pos[2], "dlq-"), 10, 64)
+	if err != nil || id < 1 {
+		return usagef(fs, "dlq inspect: entry id %q is not a positive integer", pos[2])
+	}
+	api, err := e.admin(fs, *httpAddr)
+	if err != nil {
+		return err
+	}
+	var d admin.DLQEntry
+	raw, err := api.Call(ctx, http.MethodGet, cli.GroupPath(pos[0], pos[1], "dlq", strconv.FormatInt(id, 10)), nil, nil, &d)
+	if err != nil {
+		return err
+	}
+	if *jsonOut {
+		return writeRaw(e, raw)
+	}
+	m := d.Message
+	f := &cli.Fields{}
+	f.Add("Entry", strconv.FormatInt(d.ID, 10))
+	f.Add("Topic", pos[0])
+	f.Add("Group", cli.Group(pos[1]))
+	f.Add("Message", m.ID)
+	reason := string(d.Reason)
+	if d.Rule != "" {
+		reason += " (" + string(d.Rule) + ")"
+	}
+	f.Add("Reason", reason)
+	f.Add("Attempts", strconv.Itoa(d.Attempts))
+	f.Add("Last error", d.LastError)
+	f.Add("Dead at", cli.Time(d.DeadAt, e.loc))
+	for _, x := range d.Failures {
+		f.Add("Failure", x.Member+": "+x.Reason+" ("+cli.Time(x.At, e.loc)+")")
+	}
+	f.Add("Published", cli.Time(m.PublishedAt, e.loc))
+	switch {
+	case m.Key != nil:
+		f.Add("Key", *m.Key)
+	case m.KeyBase64 != nil:
+		f.Add("Key", "base64:"+*m.KeyBase64)
+	}
+	if m.ProducerID != "" {
+		f.Add("Producer id", m.ProducerID)
+	}
+	if !m.NotBefore.IsZero() {
+		f.Add("Not before", cli.Time(m.NotBefore, e.loc))
+	}
+	if !m.ExpiresAt.IsZero() {
+		f.Add("Expires", cli.Time(m.ExpiresAt, e.loc))
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		f.Add("Header", k+"="+m.Headers[k])
+	}
+	switch {
+	case m.Payload != nil && *m.Payload == "":
+		f.Add("Payload", `""`) // Fields prints "" as "-"
+	case m.Payload != nil:
+		f.Add("Payload", *m.Payload)
+	case m.PayloadBase64 != nil:
+		f.Add("Payload", "base64:"+*m.PayloadBase64)
+	}
+	return f.Write(e.stdout)
 }
 
 // dlqOp returns the command of replay or purge.
