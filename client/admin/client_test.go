@@ -282,3 +282,31 @@ func TestClientErrors(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestRebalanceGroup: RebalanceGroup reassigns an ordered group on a real broker (a new
+// generation, the strategy given) and answers INVALID_ARGUMENT for a shared group.
+func TestRebalanceGroup(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, nil)
+	ctx := testCtx(t)
+	c, err := admin.NewClient(b.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTopic(ctx, "accounts", admin.TopicConfig{Semantics: admin.PubSub, Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := c.CreateGroup(ctx, "accounts", admin.CreateGroupRequest{Group: "ledger", Mode: "ordered"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateGroup(ctx, "accounts", admin.CreateGroupRequest{Group: "audit"}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.RebalanceGroup(ctx, "accounts", "ledger", admin.RebalanceRequest{Strategy: "sticky"})
+	if err != nil || g.Mode != "ordered" || g.Strategy != "sticky" || g.Generation != ledger.Generation+1 {
+		t.Fatalf("RebalanceGroup: %+v, %v; want sticky at generation %d", g, err, ledger.Generation+1)
+	}
+	_, err = c.RebalanceGroup(ctx, "accounts", "audit", admin.RebalanceRequest{})
+	wantAPIError(t, "RebalanceGroup of a shared group", err, http.StatusBadRequest, "INVALID_ARGUMENT")
+}

@@ -1,7 +1,7 @@
 // Package admin is the Go client of Spool's HTTP admin API (/api/v1, JSON; docs in the server's
 // /api/v1/openapi.json): topics, consumer groups (create, update, remove, resurrect,
-// force-complete, backfill), message completion records and the cleanup jobs. The package
-// client speaks the binary protocol for publishing and consuming; this one is for operators'
+// force-complete, backfill, rebalance), message completion records and the cleanup jobs. The
+// package client speaks the binary protocol for publishing and consuming; this one is for operators'
 // tools and applications that manage groups.
 //
 //	c, err := admin.NewClient("https://spool.example.com:8080", nil, admin.WithToken(token))

@@ -153,6 +153,13 @@ func (c *Client) ResurrectGroup(ctx context.Context, topic, group string, backfi
 	return c.groupCall(ctx, http.MethodPost, GroupPath(topic, group, "resurrect"), ResurrectRequest{Backfill: backfill})
 }
 
+// RebalanceGroup reassigns an ordered group's partitions now (after req.Strategy becomes its
+// strategy, when set) and returns the group with its new generation and assignment;
+// INVALID_ARGUMENT for a shared group.
+func (c *Client) RebalanceGroup(ctx context.Context, topic, group string, req RebalanceRequest) (*Group, error) {
+	return c.groupCall(ctx, http.MethodPost, GroupPath(topic, group, "rebalance"), req)
+}
+
 // ForceComplete completes, for a group, the messages published more than olderThan ago (at
 // most limit, 0 for the server's default); ForceCompleteResult.Truncated says to call again.
 func (c *Client) ForceComplete(ctx context.Context, topic, group string, olderThan time.Duration, limit int) (*ForceCompleteResult, error) {

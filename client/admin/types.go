@@ -437,6 +437,15 @@ type ResurrectRequest struct {
 	Backfill bool `json:"backfill,omitempty"`
 }
 
+// RebalanceRequest is the optional body of POST .../groups/{group}/rebalance.
+type RebalanceRequest struct {
+	// Strategy, when set, becomes the group's assignment strategy: round-robin or sticky.
+	Strategy string `json:"strategy,omitempty"`
+	// DropForeign leaves out the members other broker instances listed (PostgreSQL): an
+	// operator's way to take the partitions of an instance that crashed.
+	DropForeign bool `json:"drop_foreign,omitempty"`
+}
+
 // BackfillActionRequest is the optional body of POST .../groups/{group}/backfill/cancel.
 type BackfillActionRequest struct {
 	// Skip gives up the rest of the range at once (counted in

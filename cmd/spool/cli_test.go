@@ -226,7 +226,7 @@ func TestUsage(t *testing.T) {
 		{"pub", "-h"}, {"sub", "-h"}, {"topic", "create", "-h"}, {"topic", "list", "-h"}, {"topic", "describe", "-h"},
 		{"topic", "update", "-h"}, {"topic", "delete", "-h"}, {"group", "list", "-h"}, {"group", "describe", "-h"},
 		{"group", "pause", "-h"}, {"group", "resume", "-h"}, {"group", "cancel", "-h"}, {"dlq", "list", "-h"},
-		{"dlq", "replay", "--help"}, {"dlq", "purge", "-h"}, {"dlq", "inspect", "-h"},
+		{"dlq", "replay", "--help"}, {"dlq", "purge", "-h"}, {"dlq", "inspect", "-h"}, {"group", "rebalance", "-h"},
 	} {
 		r := s.run(t, "", args...)
 		name := strings.Join(args[:len(args)-1], " ")

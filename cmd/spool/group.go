@@ -30,6 +30,7 @@ func runGroup(ctx context.Context, e *cliEnv, args []string) error {
 		{"remove", "cancel a group and delete it at once", runGroupRemove},
 		{"resurrect", "make a DEAD group ACTIVE again", runGroupResurrect},
 		{"force-complete", "complete a group's messages older than a duration (counted)", runGroupForceComplete},
+		{"rebalance", "reassign an ordered group's partitions now, optionally with a new strategy", runGroupRebalance},
 		{"backfill", "show (status --watch: progress bar), cancel or resume a group's backfill", runGroupBackfill},
 	}, args)
 }
@@ -323,4 +324,54 @@ func groupOp(op string) cliFunc {
 		fmt.Fprintf(e.stdout, "group %s on topic %s: %s\n", g.Group, g.Topic, g.State)
 		return nil
 	}
+}
+
+var groupRebalanceSpec = cmdSpec{
+	name: "group rebalance",
+	args: "[flags] <topic> <group>",
+	desc: `Reassigns an ordered group's partitions to its members now and prints the new generation and
+assignment (members that lose a partition can no longer ack it). --strategy makes round-robin or
+sticky the group's strategy first. --drop-foreign leaves out the members that other broker
+instances listed (PostgreSQL): the way to take the partitions of an instance that crashed
+without waiting for its members to expire. A shared group is refused (INVALID_ARGUMENT).`,
+	examples: []string{
+		"spool group rebalance accounts ledger",
+		"spool group rebalance --strategy sticky accounts ledger",
+		"spool group rebalance --drop-foreign accounts ledger   # after a broker instance crashed",
+	},
+}
+
+func runGroupRebalance(ctx context.Context, e *cliEnv, args []string) error {
+	fs := e.flagSet(groupRebalanceSpec)
+	httpAddr := e.httpFlag(fs)
+	strategy := fs.String("strategy", "", "the group's new assignment strategy: round-robin or sticky (default: keep it)")
+	dropForeign := fs.Bool("drop-foreign", false, "leave out the members other broker instances listed")
+	jsonOut := fs.Bool("json", false, "print the API's JSON answer (the group afterwards)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(fs, pos, 2, 2, "<topic> <group>"); err != nil {
+		return err
+	}
+	switch *strategy {
+	case "", "round-robin", "sticky":
+	default:
+		return usagef(fs, "group rebalance: --strategy must be round-robin or sticky, got %q", *strategy)
+	}
+	api, err := e.admin(fs, *httpAddr)
+	if err != nil {
+		return err
+	}
+	var g admin.Group
+	req := admin.RebalanceRequest{Strategy: *strategy, DropForeign: *dropForeign}
+	raw, err := api.Call(ctx, http.MethodPost, cli.GroupPath(pos[0], pos[1], "rebalance"), nil, req, &g)
+	if err != nil {
+		return err
+	}
+	if *jsonOut {
+		return writeRaw(e, raw)
+	}
+	fmt.Fprintf(e.stdout, "group %s on topic %s: rebalanced, generation %d (%s)\n", g.Group, g.Topic, g.Generation, g.Strategy)
+	return writeOrdered(e, &g)
 }

@@ -3,18 +3,15 @@ package admin
 import (
 	"net/http"
 
+	api "github.com/spoolmq/spool/client/admin"
+
 	"github.com/spoolmq/spool/internal/broker"
 	"github.com/spoolmq/spool/internal/storage"
 )
 
-// RebalanceRequest is the (optional) body of POST /api/v1/topics/{topic}/groups/{group}/rebalance.
-type RebalanceRequest struct {
-	// Strategy, when set, becomes the group's assignment strategy: round-robin or sticky.
-	Strategy string `json:"strategy,omitempty"`
-	// DropForeign leaves out the members other broker instances listed (PostgreSQL): an
-	// operator's way to take the partitions of an instance that crashed.
-	DropForeign bool `json:"drop_foreign,omitempty"`
-}
+// RebalanceRequest is the (optional) body of POST /api/v1/topics/{topic}/groups/{group}/rebalance
+// (package client/admin documents the fields).
+type RebalanceRequest = api.RebalanceRequest
 
 // rebalanceGroup runs an ordered group's rebalance and answers with the group.
 func (h *Handler) rebalanceGroup(w http.ResponseWriter, r *http.Request) error {
