@@ -85,7 +85,7 @@ func addTopicConfigFlags(fs *flag.FlagSet, create bool) *topicConfigFlags {
 	fs.IntVar(&t.partitions, "partitions", 0, "number of partitions; it may grow, never shrink"+def("1"))
 	fs.Var(&t.ackWait, "ack-wait", "lease of a delivery before it is redelivered"+def("30s"))
 	fs.IntVar(&t.maxDeliveries, "max-deliveries", 0, "deliveries before a message goes to the group's DLQ"+def("5"))
-	fs.Var(&t.messageRetention, "message-retention", "how long completed messages are kept for replay"+def("24h"))
+	fs.Var(&t.messageRetention, "message-retention", "how long completed messages are kept for replay"+def("24h, or --max-retention when shorter"))
 	fs.Var(&t.zeroSubRetention, "zero-subscription-retention", "how long a topic whose subscriptions all stopped holding retention keeps messages (PUB_SUB: no ACTIVE or PAUSED group; QUEUE: its queue subscription DEAD or CANCELLED)"+def("24h"))
 	fs.BoolVar(&t.blockWrites, "block-writes-on-zero-subscriptions", false, "refuse publishes to a PUB_SUB topic without an ACTIVE subscription")
 	fs.StringVar(&t.completionTracking, "completion-tracking", "", "watermark (retention follows each group's ack floor) or refcount "+

@@ -34,6 +34,9 @@ const (
 	Refcount CompletionTracking = "refcount"
 )
 
+// DefaultMessageRetention is the default of TopicConfig.MessageRetention (BRIEF section 5).
+const DefaultMessageRetention = 24 * time.Hour
+
 // DefaultZombieTTL is the default of TopicConfig.ZombieTTL (seed 000: 7 days).
 const DefaultZombieTTL = 7 * 24 * time.Hour
 
@@ -220,7 +223,7 @@ func (c TopicConfig) WithDefaults() TopicConfig {
 		c.MaxDeliveries = 5
 	}
 	if c.MessageRetention == 0 {
-		c.MessageRetention = 24 * time.Hour
+		c.MessageRetention = DefaultMessageRetention
 	}
 	if c.ZeroSubscriptionRetention == 0 {
 		c.ZeroSubscriptionRetention = 24 * time.Hour
@@ -230,6 +233,14 @@ func (c TopicConfig) WithDefaults() TopicConfig {
 	}
 	if c.MaxRetention == 0 {
 		c.MaxRetention = 30 * 24 * time.Hour
+	}
+	// The default message_retention follows a shorter max_retention (--max-retention 12h alone
+	// is not refused for the 24 h default): max_retention caps it anyway. An explicit value
+	// other than the default above max_retention stays an error (Validate); an explicit 24h
+	// cannot be told from the default (an update reads it back stored) and follows too, as
+	// zombie_ttl's default is let through.
+	if c.MessageRetention == DefaultMessageRetention && c.MaxRetention >= time.Second && c.MaxRetention < c.MessageRetention {
+		c.MessageRetention = c.MaxRetention
 	}
 	if c.ZombieTTL == 0 {
 		c.ZombieTTL = DefaultZombieTTL
