@@ -68,8 +68,14 @@ Examples:
   spool bench floor --publishers 10 --duration 10s
   spool bench floor --publishers 10 --store postgres://spool@127.0.0.1/spool
   spool bench scenario kill-resurrect --heartbeat-timeout 10s
+`
 
-Flags:
+// benchModesHelp ends the help of spool bench without a mode: the modes' flags and defaults
+// differ (publish runs synchronously for 10 s after 2 s of warm-up, e2e asynchronously for 30 s
+// after 5 s), so each mode lists its own.
+const benchModesHelp = `
+Each mode has its own flags and defaults: spool bench publish -h, spool bench e2e -h,
+spool bench floor -h, spool bench scenario -h.
 `
 
 // runBench is spool bench.
@@ -85,8 +91,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return benchScenario(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || (args[0] != bench.ModePublish && args[0] != bench.ModeE2E) {
-		fmt.Fprint(stderr, benchUsage)
-		newBenchFlags(bench.ModeE2E, stderr).fs.PrintDefaults()
+		fmt.Fprint(stderr, benchUsage+benchModesHelp)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			return flag.ErrHelp
 		}
@@ -164,7 +169,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	fs := flag.NewFlagSet("bench "+mode, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprint(out, benchUsage)
+		fmt.Fprint(out, benchUsage+"\nFlags of spool bench "+mode+":\n")
 		fs.PrintDefaults()
 	}
 	b := &benchFlags{fs: fs, cfg: bench.Config{Mode: mode}}
@@ -234,7 +239,7 @@ func benchFloor(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench floor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
+		fmt.Fprint(stderr, benchUsage+"\nFlags of spool bench floor:\n")
 		fs.PrintDefaults()
 	}
 	c := floor.Defaults()

@@ -184,3 +184,32 @@ func TestBenchScenarioArguments(t *testing.T) {
 		t.Fatal("extra argument accepted")
 	}
 }
+
+// TestBenchHelpPerMode: spool bench -h lists no mode's flags (their defaults differ) but says where
+// they are; each mode's -h shows its own defaults (publish: synchronous, 10 s after 2 s of
+// warm-up; e2e: --async, 30 s after 5 s).
+func TestBenchHelpPerMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	help := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if err := benchMain(ctx, args, &out, &errOut); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%q: %v", args, err)
+		}
+		return errOut.String()
+	}
+	general := help("-h")
+	if strings.Contains(general, "\n  -duration") || !strings.Contains(general, "spool bench publish -h") {
+		t.Fatalf("spool bench -h shows one mode's flags or does not point to the modes' help:\n%s", general)
+	}
+	pub := help("publish", "-h")
+	if !strings.Contains(pub, "Flags of spool bench publish:") || !strings.Contains(pub, "(default 10s)") ||
+		!strings.Contains(pub, "(default 2s)") || strings.Contains(pub, "-async\n\tpublish with PublishAsync instead of waiting for each acknowledgement (default true)") {
+		t.Fatalf("spool bench publish -h:\n%s", pub)
+	}
+	e2e := help("e2e", "-h")
+	if !strings.Contains(e2e, "Flags of spool bench e2e:") || !strings.Contains(e2e, "(default 30s)") || !strings.Contains(e2e, "(default 5s)") {
+		t.Fatalf("spool bench e2e -h:\n%s", e2e)
+	}
+}
