@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -47,7 +48,7 @@ Modes:
             seed's targets: kill-resurrect, isolation, fanout, backfill-oltp (spool bench
             scenario -h)
 
-A run uses a fresh topic, created through the HTTP admin API (--admin) as --semantics (PUB_SUB by
+A run uses a fresh topic, created through the HTTP admin API (--http) as --semantics (PUB_SUB by
 default) with --partitions and the retention overrides, and deleted afterwards; the warm-up is
 left out of every figure.
 
@@ -110,6 +111,7 @@ func benchMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		cfg.TLS = tc
 	}
+	cfg.Admin = benchAdminURL(cfg.Admin, cfg.TLS != nil)
 	cfg.Token = os.Getenv(envToken)
 	if *bf.tokenFile != "" {
 		tok, err := readTokenFile(*bf.tokenFile)
@@ -178,8 +180,7 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	if mode == bench.ModePublish {
 		duration, warmup = bench.DefaultPublishDuration, bench.DefaultPublishWarmup
 	}
-	fs.StringVar(&c.Addr, "addr", bench.DefaultAddr, "TCP address of the broker")
-	fs.StringVar(&c.Admin, "admin", bench.DefaultAdmin, "base URL of the broker's HTTP admin API (creates and deletes the topic)")
+	benchConnFlags(fs, &c.Addr, &c.Admin, "creates and deletes the topic")
 	fs.BoolVar(&c.NoAdmin, "no-admin", false, "do not use the HTTP admin API: the first publish auto-creates the topic (QUEUE; one group only)")
 	fs.StringVar(&c.Topic, "topic", "", "topic to use (default: a fresh topic bench.<run id> of --semantics, deleted after the run); an existing one is used as it is")
 	fs.IntVar(&c.Partitions, "partitions", bench.DefaultPartitions, "partitions of the topic the run creates")
@@ -218,6 +219,25 @@ func newBenchFlags(mode string, out io.Writer) *benchFlags {
 	b.json = fs.Bool("json", false, "print the result as JSON instead of a summary")
 	b.cpuProfile = fs.String("cpuprofile", "", "write the load generator's CPU profile (pprof) of the whole run to this file")
 	return b
+}
+
+// benchConnFlags defines --addr and --http (and --admin, its earlier name) as the client
+// commands do: $SPOOL_ADDR and $SPOOL_HTTP override the defaults. what says what the admin API is
+// used for.
+func benchConnFlags(fs *flag.FlagSet, addr, admin *string, what string) {
+	defAddr, defHTTP := cmp.Or(os.Getenv(envAddr), bench.DefaultAddr), cmp.Or(os.Getenv(envHTTP), bench.DefaultAdmin)
+	fs.StringVar(addr, "addr", defAddr, "TCP address of the broker ($"+envAddr+" overrides the default)")
+	fs.StringVar(admin, "http", defHTTP, "the broker's HTTP admin API, a URL or host:port ("+what+"; $"+envHTTP+" overrides the default)")
+	fs.StringVar(admin, "admin", defHTTP, "the same as --http (its earlier name)")
+}
+
+// benchAdminURL is the admin API's URL: a host:port (the form of $SPOOL_HTTP that spool serve
+// also reads) means https:// with TLS, as for the other client commands.
+func benchAdminURL(addr string, useTLS bool) string {
+	if useTLS && !strings.Contains(addr, "://") {
+		return "https://" + addr
+	}
+	return addr
 }
 
 // config returns the run's configuration (semantics in capitals); a zero warm-up means none.

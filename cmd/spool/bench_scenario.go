@@ -24,7 +24,7 @@ const scenarioKillChild = "kill-child"
 const scenarioUsage = `Usage: spool bench scenario <name> [flags]
 
 Runs one of seed 000's pre-GA tests, scaled to one machine, against a running broker (spool serve,
-through --addr and --admin), prints its figures and one verdict per criterion against the seed's
+through --addr and --http), prints its figures and one verdict per criterion against the seed's
 target (PASS, FAIL, or INCONCLUSIVE when the run could not judge, with the reason), and the
 scenario's outcome. docs/benchmarks.md says how to run each and what to read.
 
@@ -84,9 +84,11 @@ type scenarioCommon struct {
 }
 
 func addScenarioCommon(fs *flag.FlagSet) *scenarioCommon {
+	var addr, admin string
+	benchConnFlags(fs, &addr, &admin, "creates and deletes the scenario's topics")
 	return &scenarioCommon{
-		addr:    fs.String("addr", bench.DefaultAddr, "TCP address of the broker"),
-		admin:   fs.String("admin", bench.DefaultAdmin, "base URL of the broker's HTTP admin API"),
+		addr:    &addr,
+		admin:   &admin,
 		tlsCA:   fs.String("tls-ca", "", "PEM file of the CA that signed the broker's certificate (connect with TLS)"),
 		tlsCert: fs.String("tls-cert", "", "PEM client certificate for mutual TLS (with --tls-key)"),
 		tlsKey:  fs.String("tls-key", "", "PEM private key of --tls-cert"),
@@ -114,6 +116,11 @@ func (s *scenarioCommon) conn() (*tls.Config, string, error) {
 		tok = t
 	}
 	return tc, tok, nil
+}
+
+// adminURL is --http, https:// for a host:port when a --tls-* flag is set.
+func (s *scenarioCommon) adminURL() string {
+	return benchAdminURL(*s.admin, *s.tlsCA != "" || *s.tlsCert != "" || *s.tlsKey != "")
 }
 
 // childArgs are the flags the kill child needs to reach the broker as this process does.
@@ -173,7 +180,7 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 			if err != nil {
 				return nil, err
 			}
-			c.Addr, c.Admin = *common.addr, *common.admin
+			c.Addr, c.Admin = *common.addr, common.adminURL()
 			if c.TLS, c.Token, err = common.conn(); err != nil {
 				return nil, err
 			}
@@ -192,7 +199,7 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.DurationVar(&c.Duration, "duration", bench.DefaultDuration, "measured time")
 		fs.DurationVar(&c.Warmup, "warmup", bench.DefaultWarmup, "warm-up, left out of every figure")
 		run = func(ctx context.Context) (any, error) {
-			c.Addr, c.Admin = *common.addr, *common.admin
+			c.Addr, c.Admin = *common.addr, common.adminURL()
 			var err error
 			if c.TLS, c.Token, err = common.conn(); err != nil {
 				return nil, err
@@ -217,7 +224,7 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 			if c.Groups, err = parseInts(*groups); err != nil {
 				return nil, fmt.Errorf("bench scenario: --groups: %w", err)
 			}
-			c.Addr, c.Admin = *common.addr, *common.admin
+			c.Addr, c.Admin = *common.addr, common.adminURL()
 			if c.TLS, c.Token, err = common.conn(); err != nil {
 				return nil, err
 			}
@@ -241,7 +248,7 @@ func benchScenario(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.DurationVar(&c.Spike, "spike", bench.DefaultOLTPSpike, "length of the load spike (unthrottled pgbench) 2 s into the backfill; 0: none")
 		fs.IntVar(&c.SpikeClients, "spike-clients", bench.DefaultOLTPClients, "the load spike's connections")
 		run = func(ctx context.Context) (any, error) {
-			c.Addr, c.Admin = *common.addr, *common.admin
+			c.Addr, c.Admin = *common.addr, common.adminURL()
 			var err error
 			if c.TLS, c.Token, err = common.conn(); err != nil {
 				return nil, err

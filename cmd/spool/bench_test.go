@@ -213,3 +213,47 @@ func TestBenchHelpPerMode(t *testing.T) {
 		t.Fatalf("spool bench e2e -h:\n%s", e2e)
 	}
 }
+
+// TestBenchEnvAndHTTPFlag: bench (a mode and a scenario) takes the broker's addresses from
+// $SPOOL_ADDR and $SPOOL_HTTP as the client commands do, --addr and --http override them, --admin
+// still works (--http's earlier name), and a host:port means https:// with TLS.
+func TestBenchEnvAndHTTPFlag(t *testing.T) {
+	t.Setenv(envAddr, "10.0.0.1:19092")
+	t.Setenv(envHTTP, "10.0.0.1:18080")
+	parse := func(args ...string) bench.Config {
+		t.Helper()
+		var out bytes.Buffer
+		bf := newBenchFlags(bench.ModePublish, &out)
+		if err := parseFlagsOnly(bf.fs, args); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		return bf.config()
+	}
+	if c := parse(); c.Addr != "10.0.0.1:19092" || c.Admin != "10.0.0.1:18080" {
+		t.Fatalf("from the environment: addr %q admin %q", c.Addr, c.Admin)
+	}
+	if c := parse("--addr", "h:1", "--http", "http://h:2"); c.Addr != "h:1" || c.Admin != "http://h:2" {
+		t.Fatalf("--addr/--http: addr %q admin %q", c.Addr, c.Admin)
+	}
+	if c := parse("--admin", "h:3"); c.Admin != "h:3" {
+		t.Fatalf("--admin: admin %q", c.Admin)
+	}
+	var out bytes.Buffer
+	fs := flag.NewFlagSet("scenario", flag.ContinueOnError)
+	fs.SetOutput(&out)
+	sc := addScenarioCommon(fs)
+	if err := parseFlagsOnly(fs, []string{"--tls-ca", "ca.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	if *sc.addr != "10.0.0.1:19092" || sc.adminURL() != "https://10.0.0.1:18080" {
+		t.Fatalf("scenario from the environment with TLS: addr %q admin %q", *sc.addr, sc.adminURL())
+	}
+	if got := benchAdminURL("http://h:2", true); got != "http://h:2" {
+		t.Fatalf("a URL is kept as given: %q", got)
+	}
+	var e bytes.Buffer
+	err := benchMain(context.Background(), []string{"publish", "--count", "1", "--http", "127.0.0.1:1"}, &out, &e)
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "give --http") {
+		t.Fatalf("publish against a closed admin port: %v", err)
+	}
+}

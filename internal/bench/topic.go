@@ -204,7 +204,7 @@ func (a *adminAPI) do(ctx context.Context, method, path string, body []byte) (in
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
-		return 0, "", fmt.Errorf("bench: admin API (give --admin, or --no-admin to let the first publish create a QUEUE topic): %w", err)
+		return 0, "", fmt.Errorf("bench: admin API (give --http, or --no-admin to let the first publish create a QUEUE topic): %w", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
