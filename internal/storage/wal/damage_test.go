@@ -289,45 +289,14 @@ func TestLeaseInDamagedPartitionKept(t *testing.T) {
 	equal(t, st.InFlight, 0, "in flight")
 }
 
-// TestReleaseInDamagedPartitionKept: a member that leaves with leases on their last delivery
-// dead-letters those it can; one whose partition is damaged stays pending and is not counted in
-// DeadLettered (the broker reports that count as dead-lettered messages).
-func TestReleaseInDamagedPartitionKept(t *testing.T) {
-	t.Parallel()
+// leasesAcrossDamage makes topic t with 2 partitions (cfg) and a subscription whose member m
+// holds 3 leases in partition 0 and 1 in partition 1, then damages partition 0 past the leased
+// messages (found by a read). It returns the harness, the subscription and the 4 deliveries.
+func leasesAcrossDamage(t *testing.T, cfg storage.TopicConfig) (*harness, *storage.Subscription, []*storage.Delivery) {
+	t.Helper()
 	h := newHarness(t, func(c *Config) { c.SegmentBytes = 4 << 10 })
-	h.createTopic("t", storage.TopicConfig{Partitions: 2, MaxDeliveries: 1, AckWait: time.Minute})
-	for range 150 {
-		h.publish("t", storage.AppendMessage{Partition: 0, Payload: []byte("0123456789abcdef")})
-	}
-	h.publish("t", storage.AppendMessage{Partition: 1, Payload: []byte("fine")})
-	q := h.queueSub("t")
-	ds := h.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 3, Partitions: []int32{0}}).Deliveries
-	equal(t, len(ds), 3, "leases in partition 0")
-	ds = h.claimP(storage.DeliveriesClaimParams{SubscriptionID: q.ID, Member: "m", Max: 1, Partitions: []int32{1}}).Deliveries
-	equal(t, len(ds), 1, "leases in partition 1")
-	segs := segmentFiles(t, filepath.Join(h.dir, topicsDir, "t", "0"))
-	flipInFirstFrame(t, segs[1]) // not the leased messages' segment
-	infos := h.e.topics["t"].parts[0].log.Segments()
-	_, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "t", Partition: 0, Offset: infos[1].BaseIndex})
-	errIs(t, err, storage.ErrPartitionDamaged, "read of the damage")
-
-	res, err := h.e.DeliveriesRelease(h.ctx, &storage.DeliveriesReleaseParams{SubscriptionID: q.ID, Member: "m"})
-	h.must(err, "release")
-	equal(t, res.DeadLettered, 1, "DeadLettered of the release")
-	equal(t, res.Released, 0, "Released of the release")
-	st := h.stats(q.ID)
-	equal(t, st.DeadLettered, 1, "DLQ entries")
-	equal(t, st.Redelivering, 3, "kept waiting")
-	equal(t, st.InFlight, 0, "in flight")
-}
-
-// TestNackInDamagedPartitionKept: a nack to the DLQ of leases whose partition is damaged keeps
-// them waiting and does not count them in DeadLettered (the broker reports that count as
-// dead-lettered messages); the lease in a healthy partition is counted.
-func TestNackInDamagedPartitionKept(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.SegmentBytes = 4 << 10 })
-	h.createTopic("t", storage.TopicConfig{Partitions: 2, AckWait: time.Minute})
+	cfg.Partitions = 2
+	h.createTopic("t", cfg)
 	for range 150 {
 		h.publish("t", storage.AppendMessage{Partition: 0, Payload: []byte("0123456789abcdef")})
 	}
@@ -342,7 +311,31 @@ func TestNackInDamagedPartitionKept(t *testing.T) {
 	infos := h.e.topics["t"].parts[0].log.Segments()
 	_, err := h.e.MessagesRead(h.ctx, &storage.MessagesReadParams{Topic: "t", Partition: 0, Offset: infos[1].BaseIndex})
 	errIs(t, err, storage.ErrPartitionDamaged, "read of the damage")
+	return h, q, ds
+}
 
+// TestReleaseInDamagedPartitionKept: a member that leaves with leases on their last delivery
+// dead-letters those it can; one whose partition is damaged stays pending and is not counted in
+// DeadLettered (the broker reports that count as dead-lettered messages).
+func TestReleaseInDamagedPartitionKept(t *testing.T) {
+	t.Parallel()
+	h, q, _ := leasesAcrossDamage(t, storage.TopicConfig{MaxDeliveries: 1, AckWait: time.Minute})
+	res, err := h.e.DeliveriesRelease(h.ctx, &storage.DeliveriesReleaseParams{SubscriptionID: q.ID, Member: "m"})
+	h.must(err, "release")
+	equal(t, res.DeadLettered, 1, "DeadLettered of the release")
+	equal(t, res.Released, 0, "Released of the release")
+	st := h.stats(q.ID)
+	equal(t, st.DeadLettered, 1, "DLQ entries")
+	equal(t, st.Redelivering, 3, "kept waiting")
+	equal(t, st.InFlight, 0, "in flight")
+}
+
+// TestNackInDamagedPartitionKept: a nack to the DLQ of leases whose partition is damaged keeps
+// them waiting and does not count them in DeadLettered; the lease in a healthy partition is
+// counted.
+func TestNackInDamagedPartitionKept(t *testing.T) {
+	t.Parallel()
+	h, q, ds := leasesAcrossDamage(t, storage.TopicConfig{AckWait: time.Minute})
 	res, err := h.e.DeliveriesNack(h.ctx, &storage.DeliveriesNackParams{SubscriptionID: q.ID, Member: "m", Refs: refs(ds), ToDLQ: true, Reason: "bad"})
 	h.must(err, "nack to the DLQ")
 	equal(t, res.DeadLettered, 1, "DeadLettered of the nack")
