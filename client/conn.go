@@ -331,7 +331,14 @@ func (cn *conn) put(ctx context.Context, block bool, corr uint32, m protocol.Mes
 		cn.encodeAcksLocked()
 	}
 	start := len(cn.wbuf)
-	buf, err := protocol.AppendFrameVersion(cn.wbuf, corr, m, cn.hello.Version)
+	var err error
+	if p, ok := m.(*protocol.Publish); ok {
+		m, err = delayAsNotBefore(p, cn.hello.Version, time.Now()) // an older broker has no Delay
+	}
+	buf := cn.wbuf
+	if err == nil {
+		buf, err = protocol.AppendFrameVersion(cn.wbuf, corr, m, cn.hello.Version)
+	}
 	if err != nil {
 		cn.wmu.Unlock()
 		return fmt.Errorf("client: encode %s: %w", m.Opcode(), err)

@@ -31,10 +31,19 @@ type Message struct {
 	// PinPartition sends the message to Partition instead of letting the broker choose.
 	PinPartition bool
 	Partition    int32
-	// NotBefore delays delivery until that time on the broker's clock; zero: at once.
+	// NotBefore delays delivery until that time on the broker's clock; zero: at once. It is
+	// compared with the broker's clock, so a time computed on this machine's clock is off by the
+	// skew between the two: to delay by a duration, set Delay instead.
 	NotBefore time.Time
 	// TTL drops the message undelivered once it is older than TTL; 0: never.
 	TTL time.Duration
+	// Delay delays delivery by that long, counted on the broker's clock from its receipt of the
+	// publish (protocol version 6), like TTL; 0: at once. At most protocol.MaxDuration (rounded
+	// up to milliseconds); setting both Delay and NotBefore is an error wrapping
+	// protocol.ErrInvalidArgument. A broker older than version 6 cannot take a relative delay:
+	// the client then sends NotBefore = this machine's clock + Delay, computed when the request
+	// is written, which is off by the skew between the two clocks.
+	Delay time.Duration
 }
 
 func (m *Message) wire() protocol.PublishMessage {
@@ -46,6 +55,7 @@ func (m *Message) wire() protocol.PublishMessage {
 		ProducerID: m.ProducerID,
 		NotBefore:  m.NotBefore,
 		TTL:        m.TTL,
+		Delay:      m.Delay,
 	}
 	if m.PinPartition {
 		p.Partition = m.Partition
@@ -626,4 +636,30 @@ func (op *asyncOp) failedErr(err error) error {
 		return fmt.Errorf("client: publish to %q: %w (attempt %d; the attempt before: %w)", op.topic, err, op.attempts+1, op.lastErr)
 	}
 	return fmt.Errorf("client: publish to %q: %w", op.topic, err)
+}
+
+// delayAsNotBefore returns m for a broker of protocol version v: unchanged from version 6 on, or
+// when no message has a Delay; otherwise a copy whose delayed messages carry NotBefore = now +
+// Delay instead (an older broker has no relative delay: the best it can get is this machine's
+// clock). A message with both, or with a Delay the wire cannot carry, is refused as a version-6
+// broker and the encoder refuse it: m comes back with an error wrapping
+// protocol.ErrInvalidArgument.
+func delayAsNotBefore(m *protocol.Publish, v uint16, now time.Time) (*protocol.Publish, error) {
+	if v >= protocol.Version6 || !slices.ContainsFunc(m.Messages, func(p protocol.PublishMessage) bool { return p.Delay != 0 }) {
+		return m, nil
+	}
+	out := &protocol.Publish{Topic: m.Topic, Messages: slices.Clone(m.Messages)}
+	for i := range out.Messages {
+		p := &out.Messages[i]
+		switch {
+		case p.Delay == 0:
+			continue
+		case p.Delay < 0 || p.Delay > protocol.MaxDuration:
+			return m, fmt.Errorf("%w: message %d: delay %s is outside 0 to %s", protocol.ErrInvalidArgument, i, p.Delay, protocol.MaxDuration)
+		case !p.NotBefore.IsZero():
+			return m, fmt.Errorf("%w: message %d has both NotBefore and Delay, set one of them", protocol.ErrInvalidArgument, i)
+		}
+		p.NotBefore, p.Delay = now.Add(p.Delay), 0
+	}
+	return out, nil
 }

@@ -67,7 +67,7 @@ func Example_session() {
 	call(6, &protocol.Goodbye{})
 	fmt.Println("goodbye")
 	// Output:
-	// version 5 heartbeat 10s
+	// version 6 heartbeat 10s
 	// published at offset 0
 	// handle 1 subscriptions 1
 	// deliver orders.created hello-world attempt 1

@@ -61,9 +61,15 @@ const (
 	// or binding. Older peers keep the old behaviour: their Subscribe may create, and a Subscribe
 	// with rejoin cannot be encoded for them.
 	Version5 uint16 = 5
+	// Version6 adds delay at the end of every PublishMessage: a delay relative to the broker's
+	// receipt of the Publish, on the broker's clock, where not_before is an absolute time that a
+	// client can only compute on its own clock (BRIEF 2b: the broker's clock, never a
+	// client's). Older peers keep not_before only; a Publish with a delay cannot be encoded for
+	// them.
+	Version6 uint16 = 6
 	// MinVersion and MaxVersion are the range this package implements.
 	MinVersion = Version2
-	MaxVersion = Version5
+	MaxVersion = Version6
 	// MaxBatchLen bounds a delivery's BatchLen (the engines' batch bound).
 	MaxBatchLen = 10_000
 )

@@ -12,7 +12,7 @@ import (
 
 func TestNegotiateVersion(t *testing.T) {
 	t.Parallel()
-	if v, err := NegotiateVersion(1, 5); err != nil || v != MaxVersion {
+	if v, err := NegotiateVersion(1, 6); err != nil || v != MaxVersion {
 		t.Fatalf("got %d, %v", v, err)
 	}
 	// Version 1 (the pre-release layout) is no longer spoken.

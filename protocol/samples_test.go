@@ -42,6 +42,10 @@ func samples() []sample {
 				Payload: []byte(`{"id":1}`), ProducerID: "p-1", NotBefore: t1, TTL: time.Hour},
 			{Partition: 3, Payload: []byte("hello-world")},
 		}}},
+		{"publish_delay", 2, &Publish{Topic: "orders.created", Messages: []PublishMessage{
+			{Partition: PartitionAuto, Key: []byte("customer-42"), Payload: []byte(`{"id":1}`), TTL: time.Hour, Delay: 90 * time.Second},
+			{Partition: 3, Payload: []byte("hello-world")},
+		}}},
 		{"publish_ok", 2, &PublishOK{Partitions: 4, Positions: []Position{
 			{Partition: 1, Offset: 100, PublishTime: t1},
 			{Partition: 3, Offset: 7, PublishTime: t1, Duplicate: true},

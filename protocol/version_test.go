@@ -3,9 +3,13 @@ package protocol
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // TestSubscribeFilterVersions: Subscribe's filter exists from version 3. A version-2 session
@@ -178,5 +182,69 @@ func TestSubscribeRejoinVersions(t *testing.T) {
 	}
 	if _, _, err := NewReader(bytes.NewReader(v4), 0).ReadClientMessage(); !errors.Is(err, ErrMalformedFrame) {
 		t.Fatalf("version-4 body read as version 5: %v, want MALFORMED_FRAME", err)
+	}
+}
+
+// TestPublishDelayVersions: PublishMessage.delay exists from version 6, at the end of each
+// message of version 5's layout; version 5's bytes are unchanged (testdata/02_publish_v5.frame is
+// the version-5 golden of the publish sample) and a delay cannot be sent to an older peer.
+func TestPublishDelayVersions(t *testing.T) {
+	var plain *Publish
+	for _, s := range samples() {
+		if s.name == "publish" {
+			plain = s.msg.(*Publish)
+		}
+	}
+	v5, err := appendFrame(nil, 2, plain, Version5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "02_publish_v5.frame"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(v5, want) {
+		t.Fatalf("the version-5 encoding of Publish changed:\n%s\nwant:\n%s", hex.Dump(v5), hex.Dump(want))
+	}
+
+	one := &Publish{Topic: "orders", Messages: []PublishMessage{{Partition: PartitionAuto, Payload: []byte("x"), TTL: time.Minute}}}
+	old, err := appendFrame(nil, 2, one, Version5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delayed := &Publish{Topic: "orders", Messages: []PublishMessage{{Partition: PartitionAuto, Payload: []byte("x"), TTL: time.Minute, Delay: 1500 * time.Millisecond}}}
+	v6, err := appendFrame(nil, 2, delayed, Version6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v6) != len(old)+4 || !bytes.Equal(v6[HeaderSize:len(old)], old[HeaderSize:]) ||
+		binary.BigEndian.Uint32(v6[len(old):]) != 1500 {
+		t.Fatalf("version 6 Publish is not version 5's plus delay (ms):\n%x\n%x", old, v6)
+	}
+	for _, v := range []uint16{Version2, Version3, Version4, Version5} {
+		if _, err := appendFrame(nil, 2, delayed, v); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("a delay for a version-%d peer: %v, want an encoding error", v, err)
+		}
+	}
+	for _, d := range []time.Duration{-time.Second, MaxDuration + time.Millisecond} {
+		bad := &Publish{Topic: "orders", Messages: []PublishMessage{{Payload: []byte("x"), Delay: d}}}
+		if _, err := appendFrame(nil, 2, bad, Version6); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("delay %s: %v, want an encoding error", d, err)
+		}
+	}
+
+	r := NewReader(bytes.NewReader(old), 0)
+	r.SetVersion(Version5)
+	if _, m, err := r.ReadClientMessage(); err != nil || !reflect.DeepEqual(m, one) {
+		t.Fatalf("version-5 round trip: %+v, %v", m, err)
+	}
+	if _, m, err := NewReader(bytes.NewReader(v6), 0).ReadClientMessage(); err != nil || !reflect.DeepEqual(m, delayed) {
+		t.Fatalf("version-6 round trip: %+v, %v", m, err)
+	}
+	if _, _, err := NewReader(bytes.NewReader(old), 0).ReadClientMessage(); !errors.Is(err, ErrMalformedFrame) {
+		t.Fatalf("version-5 body read as version 6: %v, want MALFORMED_FRAME", err)
+	}
+	if got := delayed.Messages[0].EncodedLen(); len(v6) != HeaderSize+4+len("orders")+4+got {
+		t.Fatalf("frame of %d bytes, EncodedLen says %d", len(v6), got)
 	}
 }

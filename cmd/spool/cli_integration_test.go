@@ -499,7 +499,10 @@ func TestCLITopicReadAndPubDelayTTL(t *testing.T) {
 	if nb := m.NotBefore.Sub(before); nb < time.Hour || nb > time.Hour+cliWaitTimeout {
 		t.Errorf("not_before %s is not an hour after the publish (%s)", m.NotBefore, before)
 	}
-	// The broker takes the expiry's clock reading just before the append's.
+	// The broker takes the not-before's and the expiry's clock reading just before the append's.
+	if nb := m.NotBefore.Sub(m.PublishedAt); nb > time.Hour || nb < time.Hour-time.Second {
+		t.Errorf("not_before - published_at = %s, want 1h", nb)
+	}
 	if exp := m.ExpiresAt.Sub(m.PublishedAt); exp > 2*time.Hour || exp < 2*time.Hour-time.Second {
 		t.Errorf("expires_at - published_at = %s, want 2h", exp)
 	}

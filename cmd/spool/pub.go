@@ -40,8 +40,9 @@ shown every second. A summary goes to stderr after stdin lines, or when more tha
 message is acknowledged durably by the broker before its id is printed. With --producer-id, the
 broker stores a message only once per producer id within the topic's dedup_window (default 2 min):
 a repeat is answered with the first message's id, marked "(duplicate)", and the client may safely
-retry a publish whose outcome it did not learn. --delay holds each message back from delivery,
---ttl drops it undelivered once it is that old.`,
+retry a publish whose outcome it did not learn. --delay holds each message back from delivery
+for that long after the broker receives it, --ttl drops it undelivered once it is that old; both
+count on the broker's clock.`,
 	examples: []string{
 		`spool pub orders.created 'hello world'`,
 		`spool pub --key user-7 --header trace=abc orders.created '{"id":1}'`,
@@ -87,7 +88,7 @@ func runPub(ctx context.Context, e *cliEnv, args []string) error {
 	fs.StringVar(&o.producer, "producer-id", "", "producer id of each message, for de-duplication by the broker; \"{{n}}\" becomes the message's number")
 	fs.IntVar(&o.partition, "partition", -1, "publish to this partition; -1: by key, else the broker chooses")
 	fs.DurationVar(&o.ttl, "ttl", 0, "drop each message undelivered once it is older than this (broker clock); 0: never")
-	fs.DurationVar(&o.delay, "delay", 0, "deliver each message no earlier than this long from now (counted on this machine's clock)")
+	fs.DurationVar(&o.delay, "delay", 0, "deliver each message no earlier than this long after the broker receives it (counted on the broker's clock)")
 	fs.IntVar(&o.count, "count", 1, "publish each payload argument (or --file) this many times")
 	fs.StringVar(&o.file, "file", "", "publish the contents of this file as one message (\"-\": all of stdin)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per message instead of its id")
@@ -356,9 +357,7 @@ func (p *publisher) message(payload []byte, seq int) client.Message {
 		m.PinPartition, m.Partition = true, int32(p.o.partition)
 	}
 	m.TTL = p.o.ttl
-	if p.o.delay > 0 {
-		m.NotBefore = time.Now().Add(p.o.delay)
-	}
+	m.Delay = p.o.delay // counted by the broker, on its clock (an older broker: on this machine's)
 	return m
 }
 

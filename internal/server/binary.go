@@ -358,6 +358,9 @@ func (b *binarySession) handle(corr uint32, m protocol.ClientMessage, size int) 
 		if e := b.c.authorize(auth.Publish, m.Topic, ""); e != nil {
 			b.c.observePublish(m.Topic, len(m.Messages), time.Now(), e)
 			b.reply(corr, e)
+		} else if err := checkDelays(m.Messages); err != nil {
+			b.c.observePublish(m.Topic, len(m.Messages), time.Now(), err)
+			b.replyErr(corr, err)
 		} else if !b.inlinePublish() {
 			b.queuePublish(corr, m, size)
 		} else {

@@ -23,7 +23,7 @@ func TestHandshake(t *testing.T) {
 
 	c := e.dial(nil)
 	h := c.hello
-	if h.Version != protocol.Version5 || h.ServerName != "test" || h.SessionID == "" ||
+	if h.Version != protocol.Version6 || h.ServerName != "test" || h.SessionID == "" ||
 		h.HeartbeatInterval != DefaultHeartbeatInterval || h.SessionTimeout != DefaultSessionTimeout ||
 		h.MaxFrameSize != protocol.DefaultMaxFrameSize || h.MaxMessageSize != storage.DefaultMaxMessageBytes ||
 		h.Properties["server.version"] != "1.2.3" || h.Properties["server.max_credit"] != "65536" {
@@ -56,7 +56,7 @@ func TestHandshakeRefused(t *testing.T) {
 
 	t.Run("unsupported version", func(t *testing.T) {
 		_, err := e.tryDial(&protocol.Hello{MinVersion: 7, MaxVersion: 9})
-		if pe := protocol.AsError(err); pe == nil || pe.Code != protocol.CodeUnsupportedVersion || !strings.Contains(pe.Message, "server 2 to 5") {
+		if pe := protocol.AsError(err); pe == nil || pe.Code != protocol.CodeUnsupportedVersion || !strings.Contains(pe.Message, "server 2 to 6") {
 			t.Fatalf("handshake with versions 7-9: %v", err)
 		}
 	})

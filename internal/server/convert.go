@@ -31,8 +31,9 @@ func startPosition(p protocol.StartPosition) (storage.StartPosition, error) {
 	return storage.StartPosition{}, fmt.Errorf("%w: unknown start kind %d", storage.ErrInvalidArgument, p.Kind)
 }
 
-// appendMessages converts a Publish batch to the engine's messages. TTLs become expiry times on
-// the broker's clock.
+// appendMessages converts a Publish batch to the engine's messages. TTLs become expiry times and
+// delays (version 6) not-before times on the broker's clock, now being its receipt of the batch
+// (BRIEF 2b: the broker's clock, never a client's).
 func appendMessages(msgs []protocol.PublishMessage, now time.Time) []storage.AppendMessage {
 	return appendMessagesTo(make([]storage.AppendMessage, 0, len(msgs)), msgs, now)
 }
@@ -52,9 +53,24 @@ func appendMessagesTo(out []storage.AppendMessage, msgs []protocol.PublishMessag
 		if m.TTL > 0 {
 			a.ExpiresAt = now.Add(m.TTL)
 		}
+		if m.Delay > 0 {
+			a.NotBefore = now.Add(m.Delay) // checkDelays refused a NotBefore with it
+		}
 		out = append(out, a)
 	}
 	return out
+}
+
+// checkDelays refuses a batch with a message that has both an absolute not_before and a relative
+// delay (version 6): the two disagree as soon as the clocks do, so neither may win silently. The
+// error wraps storage.ErrInvalidArgument.
+func checkDelays(msgs []protocol.PublishMessage) error {
+	for i := range msgs {
+		if msgs[i].Delay > 0 && !msgs[i].NotBefore.IsZero() {
+			return fmt.Errorf("%w: message %d has both not_before and delay, send one of them", storage.ErrInvalidArgument, i)
+		}
+	}
+	return nil
 }
 
 // positions converts the engine's positions to PublishOK positions.
