@@ -99,6 +99,13 @@ func TestHelpExamples(t *testing.T) {
 		// jobs exists: the fixture made it (the other create example runs after orders.created
 		// was deleted).
 		"spool topic create jobs --ack-wait 5m --max-deliveries 3 --message-retention 7d": "TOPIC_EXISTS",
+		// No ordered group accounts/ledger here: the broker's answer shows the command reached it.
+		"spool group rebalance accounts ledger":                                                    "SUBSCRIPTION_NOT_FOUND",
+		"spool group rebalance --strategy sticky accounts ledger":                                  "SUBSCRIPTION_NOT_FOUND",
+		"spool group rebalance --drop-foreign accounts ledger   # after a broker instance crashed": "SUBSCRIPTION_NOT_FOUND",
+		// No DLQ entries here (none was dead-lettered).
+		"spool dlq inspect orders.created billing 12": "NOT_FOUND",
+		"spool dlq inspect jobs '$queue' 7 --json":    "NOT_FOUND",
 		// billing is ACTIVE: only a DEAD group can be resurrected (DEAD takes its heartbeat
 		// timeout, 5 minutes by default, without a consumer).
 		"spool group resurrect --backfill orders.created billing": "INVALID_TRANSITION",
