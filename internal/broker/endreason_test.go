@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/spoolmq/spool/internal/storage"
-	"github.com/spoolmq/spool/internal/storage/wal"
 )
 
 // TestGoneReason: a subscription the engine no longer has ends its members with TOPIC_NOT_FOUND
@@ -89,26 +88,13 @@ func (f *topicReadFails) TopicGet(ctx context.Context, name string) (*storage.To
 // (detachTopic), whose member is told the reason.
 func TestGoneReasonTopicReadFails(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	f := &topicReadFails{Engine: eng}
-	b, err := New(Config{Engine: f, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var f *topicReadFails
+	e := newEnvWrapped(t, func(eng storage.Engine) storage.Engine {
+		f = &topicReadFails{Engine: eng}
+		return f
+	}, nil)
+	b, eng := e.b, e.engine
 	ctx := context.Background()
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := b.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	}()
 	pubSub := storage.TopicConfig{Semantics: storage.PubSub}
 	for _, topic := range []string{"gone", "kept"} {
 		if _, err := b.CreateTopic(ctx, topic, pubSub); err != nil {

@@ -27,12 +27,20 @@ type env struct {
 	cfg    Config
 	engine *wal.Engine
 	b      *Broker
+	// wrap, if set, makes the engine the broker uses from the real one (a spy around it).
+	wrap func(storage.Engine) storage.Engine
 }
 
 // newEnv starts an engine and a broker; mod may change the broker config.
 func newEnv(t *testing.T, mod func(*Config)) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), clock: newFakeClock()}
+	return newEnvWrapped(t, nil, mod)
+}
+
+// newEnvWrapped is newEnv with the broker on wrap(the engine) when wrap is not nil.
+func newEnvWrapped(t *testing.T, wrap func(storage.Engine) storage.Engine, mod func(*Config)) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), clock: newFakeClock(), wrap: wrap}
 	// No poll fallback: a missing wake-up must fail a test, not be covered by polling.
 	e.cfg = Config{Logger: testLogger(t), RetentionInterval: -1, PollInterval: time.Hour}
 	if mod != nil {
@@ -53,6 +61,9 @@ func (e *env) open() {
 	e.engine = eng
 	cfg := e.cfg
 	cfg.Engine = eng
+	if e.wrap != nil {
+		cfg.Engine = e.wrap(eng)
+	}
 	cfg.Clock = e.clock
 	b, err := New(cfg)
 	if err != nil {

@@ -361,26 +361,12 @@ func (c *subClaims) total(except int64) int {
 // subscriptions claim (they never lacked credit). Every ack made each of them claim for nothing.
 func TestWildcardAckClaimsOnlyItsSubscription(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	eng, err := wal.Open(t.TempDir(), wal.Config{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	ce := &subClaims{Engine: eng, claims: map[int64]int{}}
-	b, err := New(Config{Engine: ce, Clock: clock, Logger: testLogger(t), RetentionInterval: -1, PollInterval: 1 << 40})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var ce *subClaims
+	b := newEnvWrapped(t, func(eng storage.Engine) storage.Engine {
+		ce = &subClaims{Engine: eng, claims: map[int64]int{}}
+		return ce
+	}, nil).b
 	ctx := context.Background()
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := b.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	}()
 	const topics = 20
 	for i := range topics {
 		if _, err := b.CreateTopic(ctx, fmt.Sprintf("wide.t%02d", i), storage.TopicConfig{}); err != nil {
